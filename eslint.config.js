@@ -1,0 +1,24 @@
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+import globals from 'globals';
+
+export default tseslint.config(
+  { ignores: ['dist/', 'stoker-report/', 'node_modules/'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    languageOptions: { globals: globals.node },
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+    },
+  },
+  {
+    // The core is sans-I/O: no Node APIs, no timers, no clock reads.
+    files: ['src/core/**/*.ts'],
+    rules: {
+      'no-restricted-globals': ['error', 'setTimeout', 'setInterval', 'setImmediate', 'clearTimeout', 'process', 'performance', 'Buffer'],
+      'no-restricted-properties': ['error', { object: 'Date', property: 'now' }, { object: 'Math', property: 'random' }],
+      'no-restricted-imports': ['error', { patterns: ['node:*', '../sim/*', '../cli/*', 'fs', 'path'] }],
+    },
+  },
+);
