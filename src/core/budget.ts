@@ -1,0 +1,50 @@
+import { StokerError } from './errors.js';
+
+/**
+ * A memory budget in bytes. The dispatcher asks it only for the head of the priority queue,
+ * so grants follow queue order (no barging); every release happens inside an engine step that
+ * then re-runs the dispatcher, so a freed byte can never be missed (no lost wake-ups).
+ */
+export class MemoryBudget {
+  private usedBytes = 0;
+  private peakBytes = 0;
+
+  /** @param totalBytes the whole budget; `Infinity` for none. */
+  constructor(readonly totalBytes: number) {
+    if (!(totalBytes >= 0)) {
+      throw new StokerError('E_INVALID_OPTION', `budgetBytes must be a number ≥ 0 or Infinity (got ${String(totalBytes)})`);
+    }
+  }
+
+  get used(): number {
+    return this.usedBytes;
+  }
+
+  get free(): number {
+    return this.totalBytes - this.usedBytes;
+  }
+
+  get peak(): number {
+    return this.peakBytes;
+  }
+
+  /** Whether a request of this size can ever be granted. */
+  fits(bytes: number): boolean {
+    return bytes <= this.totalBytes;
+  }
+
+  /** Grants `bytes` if they are free now; returns whether it did. */
+  tryReserve(bytes: number): boolean {
+    if (bytes > this.totalBytes - this.usedBytes) return false;
+    this.usedBytes += bytes;
+    if (this.usedBytes > this.peakBytes) this.peakBytes = this.usedBytes;
+    return true;
+  }
+
+  release(bytes: number): void {
+    if (bytes < 0 || bytes > this.usedBytes) {
+      throw new StokerError('E_INVALID_OPTION', `budget release of ${bytes} bytes exceeds the ${this.usedBytes} bytes in use: a reservation was released twice`);
+    }
+    this.usedBytes -= bytes;
+  }
+}

@@ -1,0 +1,474 @@
+import { MemoryBudget } from './budget.js';
+import { StokerError } from './errors.js';
+import { IndexedHeap, type HeapNode } from './heap.js';
+import type { DeviceCounters, Pacer, PacerSnapshot } from './pacer.js';
+import { MAX_PARTITIONS, PartitionQueue, type KeyedNode } from './queue.js';
+import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
+
+export interface DeviceSpec {
+  /** Pipelined workers on this device (≥ 1). */
+  workers: number;
+}
+
+export interface EngineOptions {
+  /** The accelerators: one entry per device. */
+  devices: DeviceSpec[];
+  /** The pacer that gates dispatch. */
+  pacer: Pacer;
+  /** Memory budget in bytes. @default Infinity */
+  budgetBytes?: number;
+  /** Cap on concurrent preparations. @default Infinity */
+  maxPreparing?: number;
+}
+
+interface Job extends HeapNode {
+  readonly spec: Required<Pick<JobSpec, 'id' | 'kind' | 'priority' | 'partitions'>> & { memory: { prepareBytes: number; deviceBytes: number }; deadline: number };
+  readonly seq: number;
+  readonly submittedAt: number;
+  /** Bytes granted at dispatch: max(prepareBytes, deviceBytes). */
+  readonly reservation: number;
+  readonly items: Item[];
+  remaining: number;
+}
+
+interface Item extends ItemView, KeyedNode {
+  readonly job: Job;
+  state: PartitionState;
+  attempt: number;
+  reservedBytes: number;
+  startedAt: number;
+  device: number;
+  worker: number;
+}
+
+interface Worker {
+  alive: boolean;
+  item: Item | null;
+}
+
+/** A live job as drivers and services see it. */
+export interface JobStatus {
+  id: string;
+  kind: string;
+  priority: Priority;
+  seq: number;
+  submittedAt: number;
+  partitions: readonly PartitionState[];
+}
+
+const RANK: Record<Priority, number> = { critical: 0, high: 1, normal: 2, low: 3 };
+
+/**
+ * The pipeline state machine: jobs → priority queue → pacer gate → budget → preparation →
+ * waiting (key order) → device workers → done. Pure: no clock, no timers, no I/O. Feed it
+ * {@link EngineEvent}s in time order; carry out the {@link Command}s it returns.
+ */
+export class Engine {
+  /** The live counters the pacer reads (updated in place). */
+  readonly snapshot: PacerSnapshot;
+  readonly budget: MemoryBudget;
+  readonly pacer: Pacer;
+  readonly maxPreparing: number;
+
+  private now = -Infinity;
+  private seq = 0;
+  private itemSeq = 0;
+  private readonly jobs = new Map<string, Job>();
+  private readonly items = new Map<number, Item>();
+  private readonly backlog = new PartitionQueue<Item>();
+  private readonly waitingQ = new PartitionQueue<Item>();
+  private readonly deadlines = new IndexedHeap<Job>((a, b) => a.spec.deadline < b.spec.deadline || (a.spec.deadline === b.spec.deadline && a.seq < b.seq));
+  private readonly workers: Worker[][];
+  private wake = Infinity;
+
+  constructor(options: EngineOptions) {
+    if (!Array.isArray(options.devices) || options.devices.length === 0) {
+      throw new StokerError('E_INVALID_OPTION', 'devices must list at least one device, e.g. [{ workers: 2 }]');
+    }
+    options.devices.forEach((d, i) => {
+      if (!Number.isInteger(d.workers) || d.workers < 1) {
+        throw new StokerError('E_INVALID_OPTION', `devices[${i}].workers must be an integer ≥ 1 (got ${String(d.workers)})`);
+      }
+    });
+    const maxPreparing = options.maxPreparing ?? Infinity;
+    if (!(maxPreparing >= 1)) {
+      throw new StokerError('E_INVALID_OPTION', `maxPreparing must be ≥ 1 or Infinity (got ${String(maxPreparing)})`);
+    }
+    this.maxPreparing = maxPreparing;
+    this.pacer = options.pacer;
+    this.budget = new MemoryBudget(options.budgetBytes ?? Infinity);
+    this.workers = options.devices.map((d) => Array.from({ length: d.workers }, () => ({ alive: true, item: null })));
+    const devices: DeviceCounters[] = options.devices.map((d) => ({ workers: d.workers, busy: 0, completions: 0, busyMs: 0 }));
+    this.snapshot = {
+      now: 0,
+      waiting: 0,
+      preparing: 0,
+      onDevice: 0,
+      backlog: 0,
+      workers: devices.reduce((n, d) => n + d.workers, 0),
+      dispatched: 0,
+      deviceCompletions: 0,
+      deviceBusyMs: 0,
+      devices,
+      prepareCompletions: 0,
+      prepareLatencyMsTotal: 0,
+      preparingStartMsTotal: 0,
+      budgetBlocked: false,
+      budgetUsedBytes: 0,
+      budgetTotalBytes: this.budget.totalBytes,
+      maxPreparing,
+    };
+  }
+
+  /** Jobs that have not ended. */
+  get activeJobs(): number {
+    return this.jobs.size;
+  }
+
+  /** The time of the last event applied. */
+  get time(): number {
+    return this.now;
+  }
+
+  /** A live job's status, or undefined once it has ended (the core forgets ended jobs). */
+  job(id: string): JobStatus | undefined {
+    const j = this.jobs.get(id);
+    if (!j) return undefined;
+    return { id: j.spec.id, kind: j.spec.kind, priority: j.spec.priority, seq: j.seq, submittedAt: j.submittedAt, partitions: j.items.map((i) => i.state) };
+  }
+
+  /** Applies one event and returns the commands it causes. Throws StokerError on invalid input. */
+  apply(event: EngineEvent): Command[] {
+    if (!(event.time >= this.now) || !Number.isFinite(event.time)) {
+      throw new StokerError('E_TIME_BACKWARDS', `event time ${String(event.time)} is before the engine's time ${this.now}: feed events in time order`);
+    }
+    const out: Command[] = [];
+    this.now = event.time;
+    this.snapshot.now = event.time;
+    switch (event.type) {
+      case 'submit':
+        this.submit(event.job, out);
+        break;
+      case 'cancel': {
+        const job = this.jobs.get(event.jobId);
+        if (job) this.endJob(job, 'cancelled', 'E_CANCELLED', 'cancelled on request', out);
+        break;
+      }
+      case 'prepared':
+        this.prepared(event.item, event.attempt, event.latencyMs);
+        break;
+      case 'prepareFailed': {
+        const item = this.current(event.item, event.attempt, 'preparing');
+        if (item) this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${event.reason}`, out);
+        break;
+      }
+      case 'deviceDone':
+        this.deviceDone(event.item, event.attempt, event.busyMs, out);
+        break;
+      case 'deviceFailed': {
+        const item = this.current(event.item, event.attempt, 'on-device');
+        if (item) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${item.device}: ${event.reason}`, out);
+        break;
+      }
+      case 'workerLost':
+        this.workerLost(event.device, event.worker, out);
+        break;
+      case 'workerReturned': {
+        const w = this.worker(event.device, event.worker);
+        if (!w.alive) {
+          w.alive = true;
+          (this.snapshot.devices[event.device] as DeviceCounters).workers++;
+          this.snapshot.workers++;
+        }
+        break;
+      }
+      case 'tick':
+        break;
+      default:
+        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}`);
+    }
+    this.expireDeadlines(out);
+    this.assignDevices(out);
+    this.pacer.observe(this.snapshot);
+    const pacerWake = this.dispatch(out);
+    const next = Math.min(pacerWake, this.deadlines.peek()?.spec.deadline ?? Infinity);
+    if (next !== this.wake) {
+      this.wake = next;
+      out.push({ type: 'wakeAt', time: next });
+    }
+    return out;
+  }
+
+  private submit(spec: JobSpec, out: Command[]): void {
+    const norm = normalizeJob(spec);
+    const existing = this.jobs.get(norm.id);
+    if (existing) {
+      if (sameJob(existing.spec, norm)) return;
+      throw new StokerError('E_DUPLICATE_JOB', `job ${JSON.stringify(norm.id)} already exists with a different spec; use a new id, or resubmit the identical spec (a no-op)`);
+    }
+    const reservation = Math.max(norm.memory.prepareBytes, norm.memory.deviceBytes);
+    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, items: [], remaining: norm.partitions, heapIndex: -1 };
+    for (let p = 0; p < norm.partitions; p++) {
+      job.items.push({
+        id: this.itemSeq++,
+        job,
+        jobId: norm.id,
+        kind: norm.kind,
+        partition: p,
+        priority: norm.priority,
+        rank: RANK[norm.priority],
+        seq: job.seq,
+        state: 'queued',
+        attempt: 0,
+        reservedBytes: 0,
+        startedAt: 0,
+        device: -1,
+        worker: -1,
+        heapIndex: -1,
+      });
+    }
+    this.jobs.set(norm.id, job);
+    if (!this.budget.fits(reservation)) {
+      this.endJob(job, 'failed', 'E_OVERSIZE', `each partition needs ${reservation} bytes but the whole memory budget is ${this.budget.totalBytes} bytes: raise budgetBytes or split the job into smaller partitions`, out);
+      return;
+    }
+    for (const item of job.items) {
+      this.items.set(item.id, item);
+      this.backlog.push(item);
+    }
+    this.snapshot.backlog += norm.partitions;
+    if (Number.isFinite(norm.deadline)) this.deadlines.push(job);
+  }
+
+  /** The live item for an event, or undefined when the event is stale (cancelled, retried, lost). */
+  private current(id: number, attempt: number, state: PartitionState): Item | undefined {
+    const item = this.items.get(id);
+    return item && item.state === state && item.attempt === attempt ? item : undefined;
+  }
+
+  private prepared(id: number, attempt: number, latencyMs: number | undefined): void {
+    const item = this.current(id, attempt, 'preparing');
+    if (!item) return;
+    const s = this.snapshot;
+    s.preparing--;
+    s.preparingStartMsTotal -= item.startedAt;
+    s.prepareCompletions++;
+    s.prepareLatencyMsTotal += latencyMs ?? this.now - item.startedAt;
+    item.state = 'waiting';
+    this.waitingQ.push(item);
+    s.waiting++;
+  }
+
+  private deviceDone(id: number, attempt: number, busyMs: number | undefined, out: Command[]): void {
+    const item = this.current(id, attempt, 'on-device');
+    if (!item) return;
+    const s = this.snapshot;
+    const dev = s.devices[item.device] as DeviceCounters;
+    const ms = busyMs ?? this.now - item.startedAt;
+    dev.completions++;
+    dev.busyMs += ms;
+    s.deviceCompletions++;
+    s.deviceBusyMs += ms;
+    this.leaveDevice(item);
+    this.releaseAll(item);
+    item.state = 'done';
+    this.items.delete(item.id);
+    const job = item.job;
+    if (--job.remaining === 0) this.endJob(job, 'done', undefined, undefined, out);
+  }
+
+  private workerLost(device: number, worker: number, out: Command[]): void {
+    const w = this.worker(device, worker);
+    if (!w.alive) return;
+    w.alive = false;
+    (this.snapshot.devices[device] as DeviceCounters).workers--;
+    this.snapshot.workers--;
+    const item = w.item;
+    if (item) {
+      out.push({ type: 'abort', item, stage: 'on-device', reason: `device ${device} worker ${worker} lost` });
+      this.leaveDevice(item);
+      // The prepared data survives (the device-phase reservation still holds it): wait for another worker.
+      item.state = 'waiting';
+      this.waitingQ.push(item);
+      this.snapshot.waiting++;
+    }
+  }
+
+  private worker(device: number, worker: number): Worker {
+    const w = this.workers[device]?.[worker];
+    if (!w) throw new StokerError('E_INVALID_EVENT', `no worker ${worker} on device ${device}: devices have ${this.workers.map((d) => d.length).join(', ')} workers`);
+    return w;
+  }
+
+  private leaveDevice(item: Item): void {
+    const w = (this.workers[item.device] as Worker[])[item.worker] as Worker;
+    w.item = null;
+    (this.snapshot.devices[item.device] as DeviceCounters).busy--;
+    this.snapshot.onDevice--;
+    item.device = -1;
+    item.worker = -1;
+  }
+
+  private releaseAll(item: Item): void {
+    if (item.reservedBytes > 0) {
+      this.budget.release(item.reservedBytes);
+      this.snapshot.budgetUsedBytes = this.budget.used;
+      item.reservedBytes = 0;
+    }
+  }
+
+  private failItem(item: Item, code: string, reason: string, out: Command[]): void {
+    this.endJob(item.job, 'failed', code, `job ${item.jobId}: ${reason}`, out);
+  }
+
+  /** Ends a job exactly once: withdraws its unfinished partitions wherever they are and frees their memory. */
+  private endJob(job: Job, state: JobEnd, code: string | undefined, reason: string | undefined, out: Command[]): void {
+    const s = this.snapshot;
+    const itemEnd: PartitionState = state === 'cancelled' ? 'cancelled' : 'failed';
+    if (state !== 'done') {
+      for (const item of job.items) {
+        switch (item.state) {
+          case 'queued':
+            if (this.backlog.remove(item)) s.backlog--;
+            break;
+          case 'preparing':
+            out.push({ type: 'abort', item, stage: 'preparing', reason: reason ?? state });
+            s.preparing--;
+            s.preparingStartMsTotal -= item.startedAt;
+            break;
+          case 'waiting':
+            out.push({ type: 'abort', item, stage: 'waiting', reason: reason ?? state });
+            this.waitingQ.remove(item);
+            s.waiting--;
+            break;
+          case 'on-device':
+            out.push({ type: 'abort', item, stage: 'on-device', reason: reason ?? state });
+            this.leaveDevice(item);
+            break;
+          default:
+            continue;
+        }
+        this.releaseAll(item);
+        item.state = itemEnd;
+        this.items.delete(item.id);
+      }
+    }
+    this.jobs.delete(job.spec.id);
+    this.deadlines.remove(job);
+    const cmd: Command = { type: 'finishJob', jobId: job.spec.id, state, timeMs: this.now - job.submittedAt };
+    if (code !== undefined) cmd.code = code;
+    if (reason !== undefined) cmd.reason = reason;
+    out.push(cmd);
+  }
+
+  private expireDeadlines(out: Command[]): void {
+    for (let j = this.deadlines.peek(); j && j.spec.deadline <= this.now; j = this.deadlines.peek()) {
+      this.endJob(j, 'failed', 'E_DEADLINE', `job ${j.spec.id} missed its deadline ${j.spec.deadline}`, out);
+    }
+  }
+
+  /** Devices take waiting items in key order, onto the least-loaded device with an idle worker. */
+  private assignDevices(out: Command[]): void {
+    const s = this.snapshot;
+    while (this.waitingQ.size > 0) {
+      let best = -1;
+      let bestLoad = Infinity;
+      for (let d = 0; d < this.workers.length; d++) {
+        const c = s.devices[d] as DeviceCounters;
+        if (c.busy < c.workers && c.busy / c.workers < bestLoad) {
+          best = d;
+          bestLoad = c.busy / c.workers;
+        }
+      }
+      if (best < 0) return;
+      const ws = this.workers[best] as Worker[];
+      const wi = ws.findIndex((w) => w.alive && w.item === null);
+      const item = this.waitingQ.pop() as Item;
+      s.waiting--;
+      const w = ws[wi] as Worker;
+      w.item = item;
+      item.state = 'on-device';
+      item.device = best;
+      item.worker = wi;
+      item.attempt++;
+      item.startedAt = this.now;
+      // Phase one of the reservation ends: the device has the data; keep only the device-phase bytes.
+      const keep = item.job.spec.memory.deviceBytes;
+      if (item.reservedBytes > keep) {
+        this.budget.release(item.reservedBytes - keep);
+        s.budgetUsedBytes = this.budget.used;
+        item.reservedBytes = keep;
+      }
+      (s.devices[best] as DeviceCounters).busy++;
+      s.onDevice++;
+      out.push({ type: 'startDevice', item, attempt: item.attempt, device: best, worker: wi });
+    }
+  }
+
+  /** Pacer gate → head of the queue → budget grant → startPrepare. Returns the pacer's wake time. */
+  private dispatch(out: Command[]): number {
+    const s = this.snapshot;
+    s.budgetBlocked = false;
+    for (let head = this.backlog.peek(); head; head = this.backlog.peek()) {
+      if (s.preparing >= this.maxPreparing) return Infinity;
+      const at = this.pacer.nextDispatchAt(s);
+      if (!(at <= this.now)) return Number.isNaN(at) ? Infinity : at;
+      if (!this.budget.tryReserve(head.job.reservation)) {
+        s.budgetBlocked = true;
+        return Infinity;
+      }
+      this.backlog.pop();
+      s.backlog--;
+      s.budgetUsedBytes = this.budget.used;
+      head.reservedBytes = head.job.reservation;
+      head.state = 'preparing';
+      head.attempt++;
+      head.startedAt = this.now;
+      s.preparing++;
+      s.preparingStartMsTotal += this.now;
+      s.dispatched++;
+      out.push({ type: 'startPrepare', item: head, attempt: head.attempt });
+      this.pacer.onDispatch(s);
+    }
+    return Infinity;
+  }
+}
+
+type NormalJob = Job['spec'];
+
+function invalid(field: string, problem: string): StokerError {
+  return new StokerError('E_INVALID_JOB', `job.${field} ${problem}`);
+}
+
+function bytes(v: unknown, field: string): number {
+  if (v === undefined) return 0;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw invalid(field, `must be a whole number of bytes ≥ 0 (got ${JSON.stringify(v)})`);
+  return v;
+}
+
+/** Checks a job spec and fills in defaults; errors name the field and the fix. */
+export function normalizeJob(spec: JobSpec): NormalJob {
+  if (typeof spec !== 'object' || spec === null) throw new StokerError('E_INVALID_JOB', 'job must be an object with id, kind and partitions');
+  if (typeof spec.id !== 'string' || spec.id.length === 0 || spec.id.length > 256) throw invalid('id', `must be a non-empty string of at most 256 characters (got ${JSON.stringify(spec.id)})`);
+  if (typeof spec.kind !== 'string' || spec.kind.length === 0) throw invalid('kind', `must be a non-empty string naming the workload (got ${JSON.stringify(spec.kind)})`);
+  const priority = spec.priority ?? 'normal';
+  if (!PRIORITIES.includes(priority)) throw invalid('priority', `must be one of ${PRIORITIES.join(', ')} (got ${JSON.stringify(spec.priority)})`);
+  if (!Number.isInteger(spec.partitions) || spec.partitions < 1 || spec.partitions > MAX_PARTITIONS) {
+    throw invalid('partitions', `must be an integer from 1 to ${MAX_PARTITIONS} (got ${JSON.stringify(spec.partitions)})`);
+  }
+  const memory = { prepareBytes: bytes(spec.memory?.prepareBytes, 'memory.prepareBytes'), deviceBytes: bytes(spec.memory?.deviceBytes, 'memory.deviceBytes') };
+  const deadline = spec.deadline ?? Infinity;
+  if (typeof deadline !== 'number' || Number.isNaN(deadline)) throw invalid('deadline', `must be an absolute time in ms on the engine clock (got ${JSON.stringify(spec.deadline)})`);
+  return { id: spec.id, kind: spec.kind, priority, partitions: spec.partitions, memory, deadline };
+}
+
+function sameJob(a: NormalJob, b: NormalJob): boolean {
+  return (
+    a.kind === b.kind &&
+    a.priority === b.priority &&
+    a.partitions === b.partitions &&
+    a.memory.prepareBytes === b.memory.prepareBytes &&
+    a.memory.deviceBytes === b.memory.deviceBytes &&
+    a.deadline === b.deadline
+  );
+}

@@ -1,0 +1,102 @@
+import { StokerError } from './errors.js';
+
+/**
+ * The pacer decides *when* the next item may start preparation. The engine calls
+ * `observe` on every event, then asks `nextDispatchAt` and calls `onDispatch` after each
+ * dispatch. A pacer never sees items, only counters; it never reads a clock (`now` is given).
+ */
+
+/** Per-device counters. `completions` and `busyMs` are cumulative: read them as deltas. */
+export interface DeviceCounters {
+  /** Workers currently alive on this device. */
+  workers: number;
+  /** Workers currently running an item. */
+  busy: number;
+  /** Items completed on this device. */
+  completions: number;
+  /** Sum of the device time the workers measured for those items, ms. */
+  busyMs: number;
+}
+
+/**
+ * What a pacer sees. The engine updates one object in place: read it during the call,
+ * copy what you want to keep.
+ */
+export interface PacerSnapshot {
+  /** Current time, ms. */
+  now: number;
+  /** Items prepared and waiting for a device. */
+  waiting: number;
+  /** Items in preparation. */
+  preparing: number;
+  /** Items running on a device. */
+  onDevice: number;
+  /** Items not yet dispatched (queued). */
+  backlog: number;
+  /** Device workers alive, all devices together. */
+  workers: number;
+  /** Items dispatched to preparation so far. */
+  dispatched: number;
+  /** Items completed on devices so far. */
+  deviceCompletions: number;
+  /** Cumulative device time of completed items, ms. */
+  deviceBusyMs: number;
+  /** Per device. */
+  devices: DeviceCounters[];
+  /** Preparations completed so far. */
+  prepareCompletions: number;
+  /** Sum of their latencies, ms. */
+  prepareLatencyMsTotal: number;
+  /** Sum of the start times of the items now in preparation, ms (mean age = now − this / preparing). */
+  preparingStartMsTotal: number;
+  /** True when the head of the queue is waiting for memory. */
+  budgetBlocked: boolean;
+  /** Bytes reserved now, and the whole budget. */
+  budgetUsedBytes: number;
+  budgetTotalBytes: number;
+  /** Cap on concurrent preparations (`Infinity` when none). */
+  maxPreparing: number;
+}
+
+export type PacerMode = 'bootstrap' | 'steady' | 'idle' | 'blocked' | 'hold';
+
+/** What a pacer reports about itself (for dashboards, metrics and the settle measure). */
+export interface PacerState {
+  mode: PacerMode;
+  /** The device service rate the pacer believes in, items/s; null when it has no estimate. */
+  ratePerSec: number | null;
+  /** Current dispatch interval, ms; null when it dispatches on events rather than a schedule. */
+  intervalMs: number | null;
+  /** Any other terms worth showing (integral, inventory target, …). */
+  terms: Record<string, number>;
+}
+
+export interface Pacer {
+  readonly name: string;
+  observe(s: PacerSnapshot): void;
+  /** Earliest time (ms) the next dispatch may happen; `Infinity` to wait for an event. */
+  nextDispatchAt(s: PacerSnapshot): number;
+  onDispatch(s: PacerSnapshot): void;
+  state(): PacerState;
+}
+
+/** Options every pacer accepts; each pacer documents its own extras. */
+export interface PacerOptions {
+  /** Items the pacer aims to keep waiting for a device. @default 4 */
+  targetWaiting?: number;
+  /** A known device service time per item (ms, one worker's view), e.g. remembered from the last run. */
+  priorServiceMs?: number;
+  [key: string]: unknown;
+}
+
+export type PacerFactory = (options: PacerOptions) => Pacer;
+
+/** Reads a numeric option, checking it; names the option and the fix in the error. */
+export function numberOption(options: PacerOptions, name: string, fallback: number, min = 0): number {
+  const v = options[name];
+  if (v === undefined) return fallback;
+  if (typeof v !== 'number' || !(v >= min)) {
+    throw new StokerError('E_INVALID_OPTION', `pacer option ${name} must be a number ≥ ${min} (got ${JSON.stringify(v)})`);
+  }
+  return v;
+}

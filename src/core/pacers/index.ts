@@ -1,0 +1,29 @@
+import { StokerError } from '../errors.js';
+import type { Pacer, PacerFactory, PacerOptions } from '../pacer.js';
+import { createBurstPacer, createUnpacedPacer, createWindowPacer } from './baselines.js';
+import { createPiPacer } from './pi.js';
+import { createStokerPacer } from './stoker.js';
+
+export { createStokerPacer, type StokerPacerOptions } from './stoker.js';
+export { createPiPacer, type PiInput, type PiPacerConfig } from './pi.js';
+export { createBurstPacer, createUnpacedPacer, createWindowPacer } from './baselines.js';
+
+/** The built-in pacers by name, with one line each. */
+export const PACERS: Record<string, { describe: string; create: PacerFactory }> = {
+  stoker: { describe: 'default: measured service rate + inventory (Little’s law) control + slow waiting feedback', create: createStokerPacer },
+  classic: { describe: 'the field engine’s PI pacer on the waiting queue, its constants and flaws kept', create: (o) => createPiPacer({ name: 'classic', input: 'busy', rearm: true }, o) },
+  unpaced: { describe: 'no pacing: the memory budget alone limits dispatch', create: () => createUnpacedPacer() },
+  window: { describe: 'a fixed maximum of items in flight (option window, default 32)', create: createWindowPacer },
+  burst: { describe: 'on each completion dispatch target − waiting items at once', create: createBurstPacer },
+  'interval-pi': { describe: 'PI fed by the time between completions (idle gaps included)', create: (o) => createPiPacer({ name: 'interval-pi', input: 'interval', rearm: false }, o) },
+  'gated-interval': { describe: 'interval-pi, sampling only when items were waiting at a completion', create: (o) => createPiPacer({ name: 'gated-interval', input: 'gated-interval', rearm: false }, o) },
+};
+
+export const PACER_NAMES = Object.keys(PACERS);
+
+/** Creates a built-in pacer by name; the error lists the names. */
+export function createPacer(name: string, options: PacerOptions = {}): Pacer {
+  const entry = PACERS[name];
+  if (!entry) throw new StokerError('E_UNKNOWN_PACER', `unknown pacer ${JSON.stringify(name)}: use one of ${PACER_NAMES.join(', ')}, or a path to a module whose default export is createPacer(options)`);
+  return entry.create(options);
+}

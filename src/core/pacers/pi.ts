@@ -1,0 +1,95 @@
+import { numberOption, type Pacer, type PacerMode, type PacerOptions, type PacerState } from '../pacer.js';
+
+/** What a PI pacer measures as its base interval. */
+export type PiInput =
+  /** Busy time per item ÷ workers, from the device accumulators (the field engine). */
+  | 'busy'
+  /** Time between device completions (idle gaps included). */
+  | 'interval'
+  /** Time between device completions, sampled only when items were waiting at the completion. */
+  | 'gated-interval';
+
+export interface PiPacerConfig {
+  name: string;
+  input: PiInput;
+  /** Re-arm the timer from every completion (the field engine's flaw) instead of keeping an absolute schedule. */
+  rearm: boolean;
+}
+
+const clamp = (v: number, lo: number, hi: number) => Math.min(Math.max(v, lo), hi);
+
+/**
+ * The field engine's PI pacer, with its constants and its flaws kept on purpose, so it can be
+ * compared on equal terms: per-event EMAs (α 0.15 on waiting, 0.2 on the interval input),
+ * kp 0.5, ki 0.001 per second of error, integral clamped to [−20, 100], rate multiplier
+ * clamped to [0.3, 3], interval clamped to [50 ms, 60 s], bootstrap spacing 3 s, and after the
+ * pipeline runs dry a re-bootstrap spacing of max(2 s, busy/N). It sees only the waiting queue.
+ *
+ * With `input: 'interval'` / `'gated-interval'` it is the textbook alternative that feeds the
+ * PI from the time between completions.
+ */
+export function createPiPacer(config: PiPacerConfig, options: PacerOptions = {}): Pacer {
+  const target = numberOption(options, 'targetWaiting', 4);
+  const kp = numberOption(options, 'kp', 0.5);
+  const ki = numberOption(options, 'ki', 0.001);
+  let waitingEma = NaN;
+  let inputEma = NaN;
+  let integral = 0;
+  let lastObserve = NaN;
+  let lastDispatch = -Infinity;
+  let lastCompletion = -Infinity;
+  let completions = 0;
+  let busyMs = 0;
+  let multiplier = 1;
+  let interval = 3000;
+  let mode: PacerMode = 'bootstrap';
+
+  return {
+    name: config.name,
+    observe(s) {
+      const dtSec = Number.isNaN(lastObserve) ? 0 : (s.now - lastObserve) / 1000;
+      lastObserve = s.now;
+      waitingEma = Number.isNaN(waitingEma) ? s.waiting : 0.15 * s.waiting + 0.85 * waitingEma;
+      const dc = s.deviceCompletions - completions;
+      if (dc > 0) {
+        let sample = NaN;
+        if (config.input === 'busy') sample = (s.deviceBusyMs - busyMs) / dc / Math.max(1, s.workers);
+        else if (Number.isFinite(lastCompletion) && (config.input === 'interval' || s.waiting > 0)) sample = (s.now - lastCompletion) / dc;
+        if (sample >= 0) inputEma = Number.isNaN(inputEma) ? sample : 0.2 * sample + 0.8 * inputEma;
+        completions = s.deviceCompletions;
+        busyMs = s.deviceBusyMs;
+        lastCompletion = s.now;
+      }
+      const error = target - waitingEma;
+      integral = clamp(integral + error * dtSec, -20, 100);
+      multiplier = clamp(1 + kp * error + ki * integral, 0.3, 3);
+      const dry = s.preparing + s.waiting + s.onDevice === 0;
+      if (Number.isNaN(inputEma)) {
+        mode = 'bootstrap';
+        interval = 3000;
+      } else if (dry) {
+        mode = 'bootstrap';
+        interval = Math.max(2000, inputEma);
+      } else {
+        mode = s.backlog > 0 ? 'steady' : 'idle';
+        interval = clamp(inputEma / multiplier, 50, 60_000);
+      }
+    },
+    nextDispatchAt() {
+      const anchor = config.rearm ? Math.max(lastDispatch, lastCompletion) : lastDispatch;
+      return anchor + interval;
+    },
+    onDispatch(s) {
+      lastDispatch = s.now;
+    },
+    state(): PacerState {
+      return {
+        mode,
+        // Both inputs are a device-wide interval per item, so their inverse is the believed rate.
+        ratePerSec: inputEma > 0 ? 1000 / inputEma : null,
+        intervalMs: interval,
+        terms: { waitingEma: Number.isNaN(waitingEma) ? 0 : waitingEma, integral, multiplier },
+      };
+    },
+  };
+}

@@ -1,0 +1,207 @@
+import { numberOption, type Pacer, type PacerMode, type PacerOptions, type PacerSnapshot, type PacerState } from '../pacer.js';
+
+/**
+ * Options of the `stoker` pacer (beyond {@link PacerOptions}).
+ *
+ * - `serviceSmoothing` — weight of each new device completion in the busy-time-per-item
+ *   estimate: after n completions an old value keeps (1 − w)^n of its weight. @default 0.3
+ * - `latencyTauMs` — time constant of the preparation-latency estimate. @default 30000
+ * - `occupancyTauMs` — time constant of the smoothed device occupancy. @default 5000
+ * - `waitingTauMs` — time constant of the smoothed waiting queue (feedback input). @default 10000
+ * - `fillFraction` — the inventory gap closes with time constant fillFraction × preparation latency. @default 0.5
+ * - `integralFraction` — the waiting feedback integrates with time constant integralFraction × preparation latency. @default 4
+ * - `maxRateFactor` — dispatch rate never exceeds this multiple of the measured service rate. @default 3
+ * - `burst` — most dispatches allowed back to back after a pause (token bucket size). @default 2
+ * - `bootstrapItems` — items sent before anything is measured (no prior). @default workers + targetWaiting
+ * - `bootstrapSpacingMs` — spacing of those items. @default 250
+ */
+export interface StokerPacerOptions extends PacerOptions {
+  serviceSmoothing?: number;
+  latencyTauMs?: number;
+  occupancyTauMs?: number;
+  waitingTauMs?: number;
+  fillFraction?: number;
+  integralFraction?: number;
+  maxRateFactor?: number;
+  burst?: number;
+  bootstrapItems?: number;
+  bootstrapSpacingMs?: number;
+}
+
+interface DeviceEstimate {
+  completions: number;
+  busyMs: number;
+  /** Smoothed device time per item, ms; NaN until measured. */
+  serviceMs: number;
+  /** Smoothed fraction of this device's workers that are busy. */
+  occupancy: number;
+  lastBusy: number;
+  lastWorkers: number;
+}
+
+/**
+ * Stoker's default pacer (DESIGN §3): inventory control with a measured feed-forward.
+ *
+ * - Service rate λ = Σ_d workers_d / busy-ms-per-item_d, from the busy-time accumulators.
+ * - Inventory J = preparing + waiting + on-device; by Little's law it should be
+ *   J* = λ·L + workers + target (+ a slow integral that trims the waiting queue to target).
+ * - Dispatch rate u = Σ_d λ_d·occupancy_d (what the devices are draining now) + (J* − J)/T,
+ *   T = fillFraction·L. Because J includes the items in preparation, the controller sees its
+ *   own dispatches at once: no dead time, no overshoot while the first items are still being
+ *   prepared, and a start-up estimate that is still too high cannot pile up items before the
+ *   devices reveal their true (contended) speed.
+ * - u drives a token bucket (credit grows at u, capped at `burst`): an absolute schedule that
+ *   events may shift but never re-arm.
+ */
+export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
+  const target = numberOption(options, 'targetWaiting', 4);
+  const prior = numberOption(options, 'priorServiceMs', NaN);
+  const serviceW = numberOption(options, 'serviceSmoothing', 0.3);
+  const latencyTau = numberOption(options, 'latencyTauMs', 30_000, 1);
+  const occTau = numberOption(options, 'occupancyTauMs', 5_000, 1);
+  const waitTau = numberOption(options, 'waitingTauMs', 10_000, 1);
+  const fillFraction = numberOption(options, 'fillFraction', 0.5, 0.01);
+  const integralFraction = numberOption(options, 'integralFraction', 4, 0.01);
+  const maxRateFactor = numberOption(options, 'maxRateFactor', 3, 1);
+  const burst = numberOption(options, 'burst', 2, 1);
+  const bootstrapItems = options['bootstrapItems'] === undefined ? undefined : numberOption(options, 'bootstrapItems', 0, 1);
+  const bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', 250);
+
+  let devices: DeviceEstimate[] = [];
+  let last = NaN;
+  let prepCompletions = 0;
+  let prepLatencyTotal = 0;
+  /** Smoothed preparation latency, ms; NaN until measured. */
+  let latency = NaN;
+  let waitingAvg = target;
+  let integral = 0;
+  let credit = 1;
+  let rate = 0; // dispatch rate u, items/ms
+  let serviceRate = NaN; // λ, items/ms
+  let inventoryTarget = 0;
+  let busySince = NaN; // first dispatch of the current busy period
+  let sentInBootstrap = 0;
+  let lastBootstrapAt = -Infinity;
+  let mode: PacerMode = 'bootstrap';
+
+  function measured(): boolean {
+    return serviceRate > 0;
+  }
+
+  function recompute(s: PacerSnapshot): void {
+    // λ: sum of per-device rates; a device not measured yet borrows the mean service time of the others.
+    let known = 0;
+    let knownMs = 0;
+    for (const d of devices) {
+      if (d.serviceMs > 0) {
+        known++;
+        knownMs += d.serviceMs;
+      }
+    }
+    const fallbackMs = known > 0 ? knownMs / known : prior;
+    let lambda = 0;
+    let draining = 0;
+    for (let i = 0; i < devices.length; i++) {
+      const d = devices[i] as DeviceEstimate;
+      const ms = d.serviceMs > 0 ? d.serviceMs : fallbackMs;
+      const workers = (s.devices[i] as PacerSnapshot['devices'][number]).workers;
+      if (ms > 0 && workers > 0) {
+        lambda += workers / ms;
+        draining += (workers / ms) * d.occupancy;
+      }
+    }
+    serviceRate = lambda;
+    if (!(lambda > 0)) {
+      rate = 0;
+      return;
+    }
+    // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
+    const lat = latency > 0 ? latency : Number.isFinite(busySince) ? s.now - busySince : 0;
+    const inventory = s.preparing + s.waiting + s.onDevice;
+    inventoryTarget = lambda * lat + s.workers + target + integral;
+    const fillMs = Math.max(1000, fillFraction * lat);
+    const u = draining + (inventoryTarget - inventory) / fillMs;
+    rate = Math.min(Math.max(u, 0), maxRateFactor * lambda);
+  }
+
+  return {
+    name: 'stoker',
+    observe(s) {
+      const dt = Number.isNaN(last) ? 0 : s.now - last;
+      last = s.now;
+      if (devices.length !== s.devices.length) {
+        devices = s.devices.map((d) => ({ completions: d.completions, busyMs: d.busyMs, serviceMs: prior, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
+      }
+      // Service time per item from the accumulator deltas, weighted per completion.
+      for (let i = 0; i < devices.length; i++) {
+        const d = devices[i] as DeviceEstimate;
+        const c = s.devices[i] as PacerSnapshot['devices'][number];
+        const dc = c.completions - d.completions;
+        if (dc > 0) {
+          const sample = (c.busyMs - d.busyMs) / dc;
+          d.serviceMs = d.serviceMs > 0 ? d.serviceMs + (1 - Math.pow(1 - serviceW, dc)) * (sample - d.serviceMs) : sample;
+          d.completions = c.completions;
+          d.busyMs = c.busyMs;
+        }
+        // Occupancy held since the last event, smoothed in time.
+        if (dt > 0) {
+          const held = d.lastWorkers > 0 ? d.lastBusy / d.lastWorkers : 0;
+          d.occupancy += (1 - Math.exp(-dt / occTau)) * (held - d.occupancy);
+        }
+        d.lastBusy = c.busy;
+        d.lastWorkers = c.workers;
+      }
+      // Preparation latency from its accumulator, smoothed in time.
+      const dp = s.prepareCompletions - prepCompletions;
+      if (dp > 0) {
+        const sample = (s.prepareLatencyMsTotal - prepLatencyTotal) / dp;
+        latency = latency > 0 ? latency + (1 - Math.exp(-Math.max(dt, 1) / latencyTau)) * (sample - latency) : sample;
+        prepCompletions = s.prepareCompletions;
+        prepLatencyTotal = s.prepareLatencyMsTotal;
+      }
+      const work = s.backlog > 0;
+      const saturated = s.budgetBlocked || s.preparing >= s.maxPreparing;
+      // Waiting feedback: slow, and only while the loop is really in control (anti-windup).
+      if (dt > 0) waitingAvg += (1 - Math.exp(-dt / waitTau)) * (s.waiting - waitingAvg);
+      if (work && !saturated && measured() && latency > 0 && rate > 0 && rate < maxRateFactor * serviceRate && dt > 0) {
+        integral += ((target - waitingAvg) * dt) / (integralFraction * latency);
+        integral = Math.min(Math.max(integral, -target), target + s.workers);
+      }
+      if (work) {
+        if (Number.isNaN(busySince)) busySince = s.now;
+        credit = Math.min(burst, credit + rate * dt);
+      } else {
+        // Idle: restart cleanly when work comes back (one item at once, no stored-up burst).
+        busySince = s.preparing + s.waiting + s.onDevice > 0 ? busySince : NaN;
+        credit = 1;
+      }
+      recompute(s);
+      mode = !work ? 'idle' : saturated ? 'blocked' : !measured() ? 'bootstrap' : rate > 0 ? 'steady' : 'hold';
+    },
+    nextDispatchAt(s) {
+      if (!measured()) {
+        const n = bootstrapItems ?? s.workers + target;
+        return sentInBootstrap < n ? Math.max(s.now, lastBootstrapAt + bootstrapSpacing) : Infinity;
+      }
+      if (credit >= 1) return s.now;
+      return rate > 0 ? s.now + (1 - credit) / rate : Infinity;
+    },
+    onDispatch(s) {
+      if (!measured()) {
+        sentInBootstrap++;
+        lastBootstrapAt = s.now;
+        return;
+      }
+      credit -= 1;
+      recompute(s);
+    },
+    state(): PacerState {
+      return {
+        mode,
+        ratePerSec: serviceRate > 0 ? serviceRate * 1000 : null,
+        intervalMs: rate > 0 ? 1 / rate : null,
+        terms: { latencyMs: latency > 0 ? latency : 0, inventoryTarget, integral, waitingAvg, credit },
+      };
+    },
+  };
+}

@@ -1,0 +1,79 @@
+/**
+ * The core's vocabulary: jobs, items (partitions), the events a driver feeds in and the
+ * commands the engine hands back. Times are milliseconds on the driver's clock.
+ */
+
+/** Priority classes, most urgent first. */
+export const PRIORITIES = ['critical', 'high', 'normal', 'low'] as const;
+export type Priority = (typeof PRIORITIES)[number];
+
+/** Memory one partition holds, in bytes. */
+export interface PartitionMemory {
+  /** Held from dispatch until a device takes the item (e.g. the prepared witness). @default 0 */
+  prepareBytes: number;
+  /** Held from device start until the item finishes (e.g. device-side buffers). @default 0 */
+  deviceBytes: number;
+}
+
+export interface JobSpec {
+  /** Unique among live jobs. Re-submitting an identical spec is a no-op; a different spec is an error. */
+  id: string;
+  /** Workload kind: selects the preparation and device code in the drivers. */
+  kind: string;
+  /** @default 'normal' */
+  priority?: Priority;
+  /** Number of partitions (items), 1 … 1,000,000. */
+  partitions: number;
+  /** Per-partition memory. @default { prepareBytes: 0, deviceBytes: 0 } */
+  memory?: Partial<PartitionMemory>;
+  /** Absolute time (ms, driver clock) after which the job fails with E_DEADLINE. */
+  deadline?: number;
+}
+
+export type PartitionState = 'queued' | 'preparing' | 'waiting' | 'on-device' | 'done' | 'failed' | 'cancelled';
+export type JobEnd = 'done' | 'failed' | 'cancelled';
+
+/** A read-only view of one partition, as commands carry it. */
+export interface ItemView {
+  /** Engine-wide unique item id. */
+  readonly id: number;
+  readonly jobId: string;
+  readonly kind: string;
+  readonly partition: number;
+  readonly priority: Priority;
+  readonly state: PartitionState;
+  /** Increments on every start (preparation or device); events must echo it. */
+  readonly attempt: number;
+  /** Bytes currently reserved for this item. */
+  readonly reservedBytes: number;
+}
+
+/** Events a driver feeds into {@link Engine.apply}. Every event carries the driver's current time. */
+export type EngineEvent =
+  | { type: 'submit'; time: number; job: JobSpec }
+  | { type: 'cancel'; time: number; jobId: string }
+  | { type: 'prepared'; time: number; item: number; attempt: number; latencyMs?: number }
+  | { type: 'prepareFailed'; time: number; item: number; attempt: number; reason: string }
+  /** `busyMs`: the device time the worker measured itself; defaults to the time since startDevice. */
+  | { type: 'deviceDone'; time: number; item: number; attempt: number; busyMs?: number }
+  | { type: 'deviceFailed'; time: number; item: number; attempt: number; reason: string }
+  | { type: 'workerLost'; time: number; device: number; worker: number }
+  | { type: 'workerReturned'; time: number; device: number; worker: number }
+  /** A timer the engine asked for with `wakeAt` fired (early or late ticks are harmless). */
+  | { type: 'tick'; time: number };
+
+/**
+ * Commands the engine returns; the driver carries them out in order. `item` is a live view:
+ * read it when the command is handled, copy what you keep.
+ */
+export type Command =
+  /** Begin preparing this item; its reservation is already granted. */
+  | { type: 'startPrepare'; item: ItemView; attempt: number }
+  /** Run this prepared item on the given device worker. */
+  | { type: 'startDevice'; item: ItemView; attempt: number; device: number; worker: number }
+  /** Stop working on this item and drop its data; events about it will be ignored. */
+  | { type: 'abort'; item: ItemView; stage: 'preparing' | 'waiting' | 'on-device'; reason: string }
+  /** The job ended (exactly once per job). */
+  | { type: 'finishJob'; jobId: string; state: JobEnd; code?: string; reason?: string; timeMs: number }
+  /** Replace the pending timer: send a `tick` at this time (`Infinity`: no timer needed). */
+  | { type: 'wakeAt'; time: number };
