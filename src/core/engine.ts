@@ -112,6 +112,7 @@ export class Engine {
       devices,
       prepareCompletions: 0,
       prepareLatencyMsTotal: 0,
+      prepareLatencySqTotal: 0,
       preparingStartMsTotal: 0,
       budgetBlocked: false,
       budgetUsedBytes: 0,
@@ -253,7 +254,9 @@ export class Engine {
     s.preparing--;
     s.preparingStartMsTotal -= item.startedAt;
     s.prepareCompletions++;
-    s.prepareLatencyMsTotal += latencyMs ?? this.now - item.startedAt;
+    const latency = latencyMs ?? this.now - item.startedAt;
+    s.prepareLatencyMsTotal += latency;
+    s.prepareLatencySqTotal += latency * latency;
     item.state = 'waiting';
     this.waitingQ.push(item);
     s.waiting++;

@@ -47,6 +47,8 @@ export interface PacerSnapshot {
   prepareCompletions: number;
   /** Sum of their latencies, ms. */
   prepareLatencyMsTotal: number;
+  /** Sum of their squared latencies, ms² (for the spread of preparation latency). */
+  prepareLatencySqTotal: number;
   /** Sum of the start times of the items now in preparation, ms (mean age = now − this / preparing). */
   preparingStartMsTotal: number;
   /** True when the head of the queue is waiting for memory. */

@@ -5,24 +5,38 @@ import { numberOption, type Pacer, type PacerMode, type PacerOptions, type Pacer
  *
  * - `serviceSmoothing` — weight of each new device completion in the busy-time-per-item
  *   estimate: after n completions an old value keeps (1 − w)^n of its weight. @default 0.3
- * - `latencyTauMs` — time constant of the preparation-latency estimate. @default 30000
+ * - `slowerSmoothing` — the same weight for a sample slower than the estimate: a slower device
+ *   must shrink the inventory at once. @default 0.5
+ * - `headStart` — an emptied pipeline may take headStart × σ(preparation latency) × λ items at
+ *   up to 4λ before the fill slows to λ: the quickest preparations then cover the devices while
+ *   the slow ones are still running. @default 2
+ * - `starvedWeight` — relative weight of a faster-than-estimated sample taken while the device had
+ *   idle workers (it may only show the absence of contention). @default 0.05
+ * - `latencySmoothing` — weight of each preparation completion in the latency estimate. @default 0.03
  * - `occupancyTauMs` — time constant of the smoothed device occupancy. @default 5000
  * - `waitingTauMs` — time constant of the smoothed waiting queue (feedback input). @default 10000
- * - `fillFraction` — the inventory gap closes with time constant fillFraction × preparation latency. @default 0.5
- * - `integralFraction` — the waiting feedback integrates with time constant integralFraction × preparation latency. @default 4
- * - `maxRateFactor` — dispatch rate never exceeds this multiple of the measured service rate. @default 3
+ * - `fillFraction` — the inventory gap closes with time constant fillFraction × preparation latency. @default 0.25
+ * - `integralFraction` — the waiting feedback integrates with time constant integralFraction × preparation latency,
+ *   and only once the loop has held steady (inventory target within 10 %) for two latencies. @default 4
+ * - `catchUp` — the dispatch rate never exceeds max(λ, what the devices drain + catchUp × λ): an
+ *   empty pipeline fills at the service rate (a faster fill only piles the surplus up one latency
+ *   later), a running one closes a gap at up to catchUp × λ more than it drains. @default 0.2
  * - `burst` — most dispatches allowed back to back after a pause (token bucket size). @default 2
  * - `bootstrapItems` — items sent before anything is measured (no prior). @default workers + targetWaiting
- * - `bootstrapSpacingMs` — spacing of those items. @default 250
+ * - `bootstrapSpacingMs` — they go in groups of one item per worker (so the devices can show
+ *   their contended speed), groups this far apart. @default 1000
  */
 export interface StokerPacerOptions extends PacerOptions {
   serviceSmoothing?: number;
-  latencyTauMs?: number;
+  slowerSmoothing?: number;
+  headStart?: number;
+  starvedWeight?: number;
+  latencySmoothing?: number;
   occupancyTauMs?: number;
   waitingTauMs?: number;
   fillFraction?: number;
   integralFraction?: number;
-  maxRateFactor?: number;
+  catchUp?: number;
   burst?: number;
   bootstrapItems?: number;
   bootstrapSpacingMs?: number;
@@ -57,31 +71,40 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
   const target = numberOption(options, 'targetWaiting', 4);
   const prior = numberOption(options, 'priorServiceMs', NaN);
   const serviceW = numberOption(options, 'serviceSmoothing', 0.3);
-  const latencyTau = numberOption(options, 'latencyTauMs', 30_000, 1);
+  const starvedWeight = numberOption(options, 'starvedWeight', 0.05);
+  const slowerWeight = numberOption(options, 'slowerSmoothing', 0.5);
+  const headStart = numberOption(options, 'headStart', 2);
+  const latencyW = numberOption(options, 'latencySmoothing', 0.03);
   const occTau = numberOption(options, 'occupancyTauMs', 5_000, 1);
   const waitTau = numberOption(options, 'waitingTauMs', 10_000, 1);
-  const fillFraction = numberOption(options, 'fillFraction', 0.5, 0.01);
+  const fillFraction = numberOption(options, 'fillFraction', 0.25, 0.01);
   const integralFraction = numberOption(options, 'integralFraction', 4, 0.01);
-  const maxRateFactor = numberOption(options, 'maxRateFactor', 3, 1);
+  const catchUp = numberOption(options, 'catchUp', 0.2);
   const burst = numberOption(options, 'burst', 2, 1);
   const bootstrapItems = options['bootstrapItems'] === undefined ? undefined : numberOption(options, 'bootstrapItems', 0, 1);
-  const bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', 250);
+  const bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', 1000);
 
   let devices: DeviceEstimate[] = [];
   let last = NaN;
   let prepCompletions = 0;
   let prepLatencyTotal = 0;
-  /** Smoothed preparation latency, ms; NaN until measured. */
-  let latency = NaN;
+  let prepLatencySq = 0;
+  /** Smoothed second moment of preparation latency, ms². */
+  let latencySq = 0;
+  /** Smoothed preparation latency, ms; 0 until measured. */
+  let latency = 0;
   let waitingAvg = target;
   let integral = 0;
   let credit = 1;
   let rate = 0; // dispatch rate u, items/ms
+  let maxRate = 0;
   let serviceRate = NaN; // λ, items/ms
   let inventoryTarget = 0;
   let busySince = NaN; // first dispatch of the current busy period
   let sentInBootstrap = 0;
   let lastBootstrapAt = -Infinity;
+  let settledSince = NaN; // since when the inventory target has stayed within 10 % of settledTarget
+  let settledTarget = NaN;
   let mode: PacerMode = 'bootstrap';
 
   function measured(): boolean {
@@ -121,7 +144,9 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
     inventoryTarget = lambda * lat + s.workers + target + integral;
     const fillMs = Math.max(1000, fillFraction * lat);
     const u = draining + (inventoryTarget - inventory) / fillMs;
-    rate = Math.min(Math.max(u, 0), maxRateFactor * lambda);
+    const spread = Math.sqrt(Math.max(0, latencySq - latency * latency));
+    maxRate = inventory < headStart * spread * lambda ? 4 * lambda : Math.max(lambda, draining + catchUp * lambda);
+    rate = Math.min(Math.max(u, 0), maxRate);
   }
 
   return {
@@ -139,7 +164,13 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
         const dc = c.completions - d.completions;
         if (dc > 0) {
           const sample = (c.busyMs - d.busyMs) / dc;
-          d.serviceMs = d.serviceMs > 0 ? d.serviceMs + (1 - Math.pow(1 - serviceW, dc)) * (sample - d.serviceMs) : sample;
+          // Under contention an item runs faster when its device is short of work, so a fast
+          // sample taken while workers sit idle overstates the saturated rate: weigh it less.
+          // A slower device is believed at once (memory first); a faster one only when it is full.
+          const slower = sample > d.serviceMs;
+          const starvedFast = !slower && c.busy < c.workers;
+          const w = (1 - Math.pow(1 - (slower ? slowerWeight : serviceW), dc)) * (starvedFast ? starvedWeight : 1);
+          d.serviceMs = d.serviceMs > 0 ? d.serviceMs + w * (sample - d.serviceMs) : sample;
           d.completions = c.completions;
           d.busyMs = c.busyMs;
         }
@@ -155,16 +186,29 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
       const dp = s.prepareCompletions - prepCompletions;
       if (dp > 0) {
         const sample = (s.prepareLatencyMsTotal - prepLatencyTotal) / dp;
-        latency = latency > 0 ? latency + (1 - Math.exp(-Math.max(dt, 1) / latencyTau)) * (sample - latency) : sample;
+        const sampleSq = (s.prepareLatencySqTotal - prepLatencySq) / dp;
+        // Weighted per sample (an idle hour says nothing new about latency), never less than a
+        // running mean's while few samples exist.
+        const w = Math.max(1 - Math.pow(1 - latencyW, dp), dp / s.prepareCompletions);
+        latency += w * (sample - latency);
+        latencySq += w * (sampleSq - latencySq);
         prepCompletions = s.prepareCompletions;
         prepLatencyTotal = s.prepareLatencyMsTotal;
+        prepLatencySq = s.prepareLatencySqTotal;
       }
       const work = s.backlog > 0;
       const saturated = s.budgetBlocked || s.preparing >= s.maxPreparing;
       // Waiting feedback: slow, and only while the loop is really in control (anti-windup).
       if (dt > 0) waitingAvg += (1 - Math.exp(-dt / waitTau)) * (s.waiting - waitingAvg);
-      if (work && !saturated && measured() && latency > 0 && rate > 0 && rate < maxRateFactor * serviceRate && dt > 0) {
-        integral += ((target - waitingAvg) * dt) / (integralFraction * latency);
+      const inControl = work && !saturated && measured() && latency > 0 && rate > 0 && rate < maxRate;
+      if (!inControl || !(Math.abs(inventoryTarget - settledTarget) <= 0.1 * settledTarget)) {
+        settledSince = s.now;
+        settledTarget = inventoryTarget;
+      } else if (dt > 0 && s.now - settledSince >= 2 * latency) {
+        // Transients (start-up, speed changes) pass through the waiting queue after a dead time;
+        // integrating them would wind the trim up, so only a settled loop's bias is integrated.
+        const error = Math.min(Math.max(target - waitingAvg, -target), target);
+        integral += (error * dt) / (integralFraction * latency);
         integral = Math.min(Math.max(integral, -target), target + s.workers);
       }
       if (work) {
@@ -181,15 +225,16 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
     nextDispatchAt(s) {
       if (!measured()) {
         const n = bootstrapItems ?? s.workers + target;
-        return sentInBootstrap < n ? Math.max(s.now, lastBootstrapAt + bootstrapSpacing) : Infinity;
+        if (sentInBootstrap >= n) return Infinity;
+        return sentInBootstrap % Math.max(1, s.workers) === 0 ? Math.max(s.now, lastBootstrapAt + bootstrapSpacing) : s.now;
       }
       if (credit >= 1) return s.now;
       return rate > 0 ? s.now + (1 - credit) / rate : Infinity;
     },
     onDispatch(s) {
       if (!measured()) {
+        if (sentInBootstrap % Math.max(1, s.workers) === 0) lastBootstrapAt = s.now;
         sentInBootstrap++;
-        lastBootstrapAt = s.now;
         return;
       }
       credit -= 1;
@@ -200,7 +245,7 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
         mode,
         ratePerSec: serviceRate > 0 ? serviceRate * 1000 : null,
         intervalMs: rate > 0 ? 1 / rate : null,
-        terms: { latencyMs: latency > 0 ? latency : 0, inventoryTarget, integral, waitingAvg, credit },
+        terms: { latencyMs: latency, inventoryTarget, integral, waitingAvg, credit },
       };
     },
   };

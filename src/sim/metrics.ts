@@ -1,0 +1,323 @@
+import type { Command, PacerSnapshot, PacerState } from '../core/index.js';
+
+/** The benchmark contract (DESIGN §4). Steady measures use the steady window; the rest the whole run. */
+export interface Metrics {
+  /** Completions in the steady window ÷ (capacity integrated over it). */
+  throughputRatio: number;
+  /** Mean busy workers ÷ alive workers, steady window. */
+  occupancy: number;
+  /** Worker-ms idle while work existed anywhere in the pipeline, steady window. */
+  starvedMs: number;
+  /** Items waiting for a device, time-weighted over the steady window. */
+  waitingMean: number;
+  waitingStd: number;
+  waitingP95: number;
+  waitingMax: number;
+  /** Peak over the steady window of (preparing + waiting) ÷ (capacity × mean preparation latency + target). */
+  inventoryRatio: number;
+  /** Peak bytes reserved, whole run. */
+  peakMemoryBytes: number;
+  /** Submit-to-done latency of the jobs that finished, whole run. */
+  jobLatencyP50Ms: number | null;
+  jobLatencyP99Ms: number | null;
+  /** Most dispatches within one service interval (1 ÷ initial capacity), whole run. */
+  burstMax: number;
+  /** Completions after the first speed change until the pacer's rate estimate stays within 5% of the new capacity (to the window's end); null when there is no change or no estimate. */
+  settleCompletions: number | null;
+  /** From the ramp reference time to the end of the first 10 s window with occupancy ≥ 0.95; null if never. */
+  rampMs: number | null;
+  /** Bytes still reserved when the run ended. */
+  leakedBytes: number;
+  jobsDone: number;
+  jobsFailed: number;
+  jobsCancelled: number;
+  /** Preparing + waiting at the first speed change, and the most after it (null without a change). */
+  inventoryAtChange: number | null;
+  inventoryMaxAfterChange: number | null;
+}
+
+export interface Series {
+  /** Bin width, ms; bin i covers [i·binMs, (i+1)·binMs). */
+  binMs: number;
+  time: number[];
+  occupancy: number[];
+  waiting: number[];
+  inventory: number[];
+  need: number[];
+  dispatchRate: number[];
+  capacity: number[];
+  budgetUsed: number[];
+  target: number;
+}
+
+export interface RecorderConfig {
+  window: { fromMs: number; toMs: number };
+  target: number;
+  meanPrepareMs: number;
+  /** Initial device capacity, items/ms (sets the burst interval). */
+  capacity0: number;
+  rampFromMs: number;
+  /** Time of the first speed change, or NaN. */
+  changeAtMs: number;
+}
+
+const MAX_BINS = 2000;
+const RAMP_BIN = 1000;
+const RAMP_WINDOW_BINS = 10;
+
+/** Integrates the engine's state over time, event by event, into the measures and chart series. */
+export class Recorder {
+  private prev = NaN;
+  // State held since `prev`.
+  private busy = 0;
+  private workers = 0;
+  private waiting = 0;
+  private inventory = 0;
+  private workExists = false;
+  private cap = 0;
+  private budgetUsed = 0;
+  // Steady-window integrals.
+  private windowMs = 0;
+  private busyInt = 0;
+  private workersInt = 0;
+  private starved = 0;
+  private capInt = 0;
+  private waitingHist: number[] = [];
+  private waitingMax = 0;
+  private inventoryPeakRatio = 0;
+  private windowCompletions = 0;
+  // Whole run.
+  private lastDispatched = 0;
+  private lastCompletions = 0;
+  private readonly burst: number[] = [];
+  private burstHead = 0;
+  private burstMax = 0;
+  private readonly latencies: number[] = [];
+  private done = 0;
+  private failed = 0;
+  private cancelled = 0;
+  // Speed change.
+  private afterChange = 0;
+  private lastOutside = -1;
+  private estimateSeen = false;
+  private invAtChange: number | null = null;
+  private invMaxAfter: number | null = null;
+  // Ramp bins (1 s from the ramp reference).
+  private readonly rampBusy: number[] = [];
+  private readonly rampWorkers: number[] = [];
+  // Chart bins.
+  private binMs = 1000;
+  private readonly bins = { busy: [] as number[], workers: [] as number[], waiting: [] as number[], inventory: [] as number[], need: [] as number[], cap: [] as number[], budget: [] as number[], dispatches: [] as number[] };
+
+  constructor(private readonly cfg: RecorderConfig) {}
+
+  /** Call after every engine step with the state it left. */
+  step(now: number, s: PacerSnapshot, capacity: number, state: () => PacerState): void {
+    if (!Number.isNaN(this.prev) && now > this.prev) this.integrate(this.prev, now);
+    this.prev = now;
+    const cfg = this.cfg;
+    if (s.dispatched > this.lastDispatched) {
+      const interval = 1 / cfg.capacity0;
+      for (let i = this.lastDispatched; i < s.dispatched; i++) {
+        this.burst.push(now);
+        while ((this.burst[this.burstHead] as number) <= now - interval) this.burstHead++;
+        this.burstMax = Math.max(this.burstMax, this.burst.length - this.burstHead);
+      }
+      if (this.burstHead > 4096) {
+        this.burst.splice(0, this.burstHead);
+        this.burstHead = 0;
+      }
+      this.addBin(this.bins.dispatches, now, s.dispatched - this.lastDispatched);
+      this.lastDispatched = s.dispatched;
+    }
+    const dc = s.deviceCompletions - this.lastCompletions;
+    if (dc > 0) {
+      this.lastCompletions = s.deviceCompletions;
+      if (now >= cfg.window.fromMs && now < cfg.window.toMs) this.windowCompletions += dc;
+      if (now >= cfg.changeAtMs && now < cfg.window.toMs) {
+        this.afterChange += dc;
+        const est = state().ratePerSec;
+        if (est !== null) {
+          this.estimateSeen = true;
+          if (Math.abs(est / 1000 - capacity) > 0.05 * capacity) this.lastOutside = this.afterChange;
+        }
+      }
+    }
+    this.busy = s.onDevice;
+    this.workers = s.workers;
+    this.waiting = s.waiting;
+    this.inventory = s.preparing + s.waiting;
+    this.workExists = s.backlog + s.preparing + s.waiting > 0;
+    this.cap = capacity;
+    this.budgetUsed = s.budgetUsedBytes;
+    if (now >= cfg.changeAtMs) {
+      if (this.invAtChange === null) this.invAtChange = this.inventory;
+      this.invMaxAfter = Math.max(this.invMaxAfter ?? 0, this.inventory);
+    }
+    if (now >= cfg.window.fromMs && now <= cfg.window.toMs) this.peakInventory();
+  }
+
+  jobEnded(cmd: Extract<Command, { type: 'finishJob' }>): void {
+    if (cmd.state === 'done') {
+      this.done++;
+      this.latencies.push(cmd.timeMs);
+    } else if (cmd.state === 'failed') this.failed++;
+    else this.cancelled++;
+  }
+
+  private peakInventory(): void {
+    const need = this.cap * this.cfg.meanPrepareMs + this.cfg.target;
+    if (need > 0) this.inventoryPeakRatio = Math.max(this.inventoryPeakRatio, this.inventory / need);
+  }
+
+  private integrate(a: number, b: number): void {
+    const { fromMs, toMs } = this.cfg.window;
+    const lo = Math.max(a, fromMs);
+    const hi = Math.min(b, toMs);
+    if (hi > lo) {
+      const dt = hi - lo;
+      this.windowMs += dt;
+      this.busyInt += this.busy * dt;
+      this.workersInt += this.workers * dt;
+      this.capInt += this.cap * dt;
+      if (this.workExists) this.starved += (this.workers - this.busy) * dt;
+      const w = this.waiting;
+      while (this.waitingHist.length <= w) this.waitingHist.push(0);
+      this.waitingHist[w] = (this.waitingHist[w] as number) + dt;
+      if (w > this.waitingMax) this.waitingMax = w;
+      if (a < fromMs) this.peakInventory();
+    }
+    // Ramp bins.
+    const r0 = this.cfg.rampFromMs;
+    if (b > r0) {
+      for (let t = Math.max(a, r0); t < b; ) {
+        const i = Math.floor((t - r0) / RAMP_BIN);
+        if (i >= 4 * 3600) break;
+        const end = Math.min(b, r0 + (i + 1) * RAMP_BIN);
+        while (this.rampBusy.length <= i) {
+          this.rampBusy.push(0);
+          this.rampWorkers.push(0);
+        }
+        this.rampBusy[i] = (this.rampBusy[i] as number) + this.busy * (end - t);
+        this.rampWorkers[i] = (this.rampWorkers[i] as number) + this.workers * (end - t);
+        t = end;
+      }
+    }
+    // Chart bins.
+    const need = this.cap * this.cfg.meanPrepareMs + this.cfg.target;
+    for (let t = a; t < b; ) {
+      const i = Math.floor(t / this.binMs);
+      const end = Math.min(b, (i + 1) * this.binMs);
+      const dt = end - t;
+      const bins = this.bins;
+      this.addBin(bins.busy, t, this.busy * dt);
+      this.addBin(bins.workers, t, this.workers * dt);
+      this.addBin(bins.waiting, t, this.waiting * dt);
+      this.addBin(bins.inventory, t, this.inventory * dt);
+      this.addBin(bins.need, t, need * dt);
+      this.addBin(bins.cap, t, this.cap * dt);
+      this.addBin(bins.budget, t, this.budgetUsed * dt);
+      t = end;
+    }
+  }
+
+  private addBin(arr: number[], t: number, v: number): void {
+    let i = Math.floor(t / this.binMs);
+    if (i >= MAX_BINS) {
+      this.coarsen(i);
+      i = Math.floor(t / this.binMs);
+    }
+    while (arr.length <= i) arr.push(0);
+    arr[i] = (arr[i] as number) + v;
+  }
+
+  /** Doubles the bin width until index i fits. */
+  private coarsen(i: number): void {
+    while (i >= MAX_BINS) {
+      for (const arr of Object.values(this.bins)) {
+        for (let k = 0; k < arr.length; k += 2) arr[k >> 1] = (arr[k] as number) + (arr[k + 1] ?? 0);
+        arr.length = Math.ceil(arr.length / 2);
+      }
+      this.binMs *= 2;
+      i >>= 1;
+    }
+  }
+
+  metrics(peakMemoryBytes: number, leakedBytes: number): Metrics {
+    const hist = this.waitingHist;
+    const total = hist.reduce((a, b) => a + b, 0);
+    let mean = 0;
+    for (let w = 0; w < hist.length; w++) mean += w * (hist[w] as number);
+    mean = total > 0 ? mean / total : 0;
+    let variance = 0;
+    for (let w = 0; w < hist.length; w++) variance += (w - mean) * (w - mean) * (hist[w] as number);
+    variance = total > 0 ? variance / total : 0;
+    let p95 = 0;
+    for (let w = 0, acc = 0; w < hist.length; w++) {
+      acc += hist[w] as number;
+      if (acc >= 0.95 * total) {
+        p95 = w;
+        break;
+      }
+    }
+    const lat = [...this.latencies].sort((a, b) => a - b);
+    const pct = (p: number) => (lat.length ? (lat[Math.min(lat.length - 1, Math.ceil(p * lat.length) - 1)] as number) : null);
+    const hasChange = !Number.isNaN(this.cfg.changeAtMs);
+    return {
+      throughputRatio: this.capInt > 0 ? this.windowCompletions / this.capInt : 0,
+      occupancy: this.workersInt > 0 ? this.busyInt / this.workersInt : 0,
+      starvedMs: this.starved,
+      waitingMean: mean,
+      waitingStd: Math.sqrt(variance),
+      waitingP95: p95,
+      waitingMax: this.waitingMax,
+      inventoryRatio: this.inventoryPeakRatio,
+      peakMemoryBytes,
+      jobLatencyP50Ms: pct(0.5),
+      jobLatencyP99Ms: pct(0.99),
+      burstMax: this.burstMax,
+      settleCompletions: hasChange && this.estimateSeen ? this.lastOutside + 1 : null,
+      rampMs: this.ramp(),
+      leakedBytes,
+      jobsDone: this.done,
+      jobsFailed: this.failed,
+      jobsCancelled: this.cancelled,
+      inventoryAtChange: hasChange ? this.invAtChange : null,
+      inventoryMaxAfterChange: hasChange ? this.invMaxAfter : null,
+    };
+  }
+
+  private ramp(): number | null {
+    const n = RAMP_WINDOW_BINS;
+    let busy = 0;
+    let workers = 0;
+    for (let i = 0; i < this.rampBusy.length; i++) {
+      busy += this.rampBusy[i] as number;
+      workers += this.rampWorkers[i] as number;
+      if (i >= n) {
+        busy -= this.rampBusy[i - n] as number;
+        workers -= this.rampWorkers[i - n] as number;
+      }
+      if (i >= n - 1 && workers > 0 && busy >= 0.95 * workers) return (i + 1) * RAMP_BIN;
+    }
+    return null;
+  }
+
+  series(): Series {
+    const b = this.bins;
+    const n = b.busy.length;
+    const out: Series = { binMs: this.binMs, time: [], occupancy: [], waiting: [], inventory: [], need: [], dispatchRate: [], capacity: [], budgetUsed: [], target: this.cfg.target };
+    for (let i = 0; i < n; i++) {
+      const w = b.workers[i] ?? 0;
+      out.time.push(i * this.binMs);
+      out.occupancy.push(w > 0 ? (b.busy[i] ?? 0) / w : 0);
+      out.waiting.push((b.waiting[i] ?? 0) / this.binMs);
+      out.inventory.push((b.inventory[i] ?? 0) / this.binMs);
+      out.need.push((b.need[i] ?? 0) / this.binMs);
+      out.dispatchRate.push(((b.dispatches[i] ?? 0) / this.binMs) * 1000);
+      out.capacity.push(((b.cap[i] ?? 0) / this.binMs) * 1000);
+      out.budgetUsed.push((b.budget[i] ?? 0) / this.binMs);
+    }
+    return out;
+  }
+}

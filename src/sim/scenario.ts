@@ -1,0 +1,207 @@
+import { z } from 'zod';
+import { PRIORITIES } from '../core/index.js';
+import type { Rng } from './random.js';
+
+/** Times in scenario files are in seconds; bytes are bytes. */
+
+const positive = (what: string) => z.number({ error: `${what} must be a number` }).positive({ error: `${what} must be > 0` });
+const nonNegative = (what: string) => z.number({ error: `${what} must be a number` }).min(0, { error: `${what} must be ≥ 0` });
+const probability = z.number({ error: 'a probability must be a number' }).min(0, { error: 'a probability must be in [0, 1]' }).max(1, { error: 'a probability must be in [0, 1]' });
+const count = (what: string) => z.number({ error: `${what} must be a number` }).int({ error: `${what} must be a whole number` }).min(1, { error: `${what} must be ≥ 1` });
+
+/** A distribution of durations in seconds. */
+export const DistSchema = z.discriminatedUnion(
+  'type',
+  [
+    z.strictObject({ type: z.literal('fixed'), value: nonNegative('value (seconds)') }),
+    z
+      .strictObject({ type: z.literal('uniform'), min: nonNegative('min (seconds)'), max: nonNegative('max (seconds)') })
+      .refine((d) => d.max >= d.min, { error: 'max must be ≥ min', path: ['max'] }),
+    z.strictObject({ type: z.literal('lognormal'), median: positive('median (seconds)'), sigma: nonNegative('sigma') }),
+    z.strictObject({ type: z.literal('empirical'), values: z.array(nonNegative('each value (seconds)')).min(1, { error: 'values must list at least one duration' }) }),
+  ],
+  { error: 'type must be one of fixed, uniform, lognormal, empirical, e.g. { "type": "uniform", "min": 30, "max": 50 }' },
+);
+export type Dist = z.infer<typeof DistSchema>;
+
+/** Multipliers by number of concurrent users (index 0: one user); the last value holds beyond the list. */
+const Contention = z.array(positive('a contention factor')).min(1, { error: 'list at least one factor, e.g. [1, 1.2]' });
+
+const KindSchema = z.strictObject({
+  /** Preparation latency (seconds) when it runs alone. */
+  prepare: DistSchema,
+  /** Latency multiplier by number of concurrent preparations (sampled at start). @default [1] */
+  contention: Contention.default([1]),
+  memory: z.strictObject({ prepareBytes: nonNegative('prepareBytes').int().default(0), deviceBytes: nonNegative('deviceBytes').int().default(0) }).default({ prepareBytes: 0, deviceBytes: 0 }),
+  /** Probability that a partition fails in preparation / on the device. @default 0 */
+  prepareFailure: probability.default(0),
+  deviceFailure: probability.default(0),
+});
+export type Kind = z.infer<typeof KindSchema>;
+
+const DeviceSchema = z.strictObject({
+  /** Devices of this description. @default 1 */
+  count: count('count').default(1),
+  workers: count('workers'),
+  /** Speed factor: service time is divided by it. @default 1 */
+  speed: positive('speed').default(1),
+  /** Service time (seconds) of one item with one busy worker at speed 1. */
+  service: DistSchema,
+  /** Service slowdown by number of busy workers on the device (index 0: one busy). @default [1] */
+  contention: Contention.default([1]),
+});
+export type DeviceGroup = z.infer<typeof DeviceSchema>;
+
+const Priority = z.enum(PRIORITIES, { error: `priority must be one of ${PRIORITIES.join(', ')}` });
+
+const BatchSchema = z.strictObject({
+  atS: nonNegative('atS'),
+  jobs: count('jobs').default(1),
+  partitions: count('partitions'),
+  kind: z.string().min(1),
+  priority: Priority.default('normal'),
+  /** Spacing between the jobs of the batch, seconds. @default 0 */
+  everyS: nonNegative('everyS').default(0),
+});
+const PoissonSchema = z.strictObject({
+  poisson: z.strictObject({ ratePerS: positive('ratePerS'), fromS: nonNegative('fromS').default(0), untilS: positive('untilS') }),
+  partitions: count('partitions'),
+  kind: z.string().min(1),
+  priority: Priority.default('normal'),
+});
+const ArrivalSchema = z.union([BatchSchema, PoissonSchema], { error: 'an arrival is a batch { atS, jobs, partitions, kind } or { poisson: { ratePerS, untilS }, partitions, kind }' });
+
+const EventSchema = z.discriminatedUnion(
+  'type',
+  [
+    z.strictObject({ type: z.literal('speed'), atS: nonNegative('atS'), device: z.number().int().min(0).optional(), speed: positive('speed') }),
+    z.strictObject({ type: z.literal('workerLost'), atS: nonNegative('atS'), device: z.number().int().min(0).default(0), worker: z.number().int().min(0) }),
+    z.strictObject({ type: z.literal('workerReturned'), atS: nonNegative('atS'), device: z.number().int().min(0).default(0), worker: z.number().int().min(0) }),
+    z.strictObject({ type: z.literal('cancel'), atS: nonNegative('atS'), job: z.string().min(1) }),
+  ],
+  { error: 'type must be one of speed, workerLost, workerReturned, cancel' },
+);
+export type ScenarioEvent = z.infer<typeof EventSchema>;
+
+const FaultSchema = z.strictObject({
+  job: z.string().min(1, { error: 'job must name a job id such as "job-3"' }),
+  partition: z.number().int().min(0),
+  stage: z.enum(['prepare', 'device'], { error: 'stage must be prepare or device' }),
+});
+
+export const ScenarioSchema = z.strictObject({
+  name: z.string().min(1),
+  description: z.string().default(''),
+  /** PRNG seed. @default 1 */
+  seed: z.number().int().default(1),
+  /** Items the pacer should keep waiting for a device. @default 4 */
+  targetWaiting: nonNegative('targetWaiting').default(4),
+  /** Memory budget in bytes; absent means unbounded. */
+  budgetBytes: nonNegative('budgetBytes').optional(),
+  /** Cap on concurrent preparations; absent means none. */
+  maxPreparing: count('maxPreparing').optional(),
+  kinds: z.record(z.string(), KindSchema).refine((k) => Object.keys(k).length > 0, { error: 'define at least one kind, e.g. { "proof": { "prepare": { "type": "fixed", "value": 40 } } }' }),
+  devices: z.array(DeviceSchema).min(1, { error: 'list at least one device group, e.g. [{ "workers": 2, "service": { "type": "fixed", "value": 1 } }]' }),
+  arrivals: z.array(ArrivalSchema).min(1, { error: 'list at least one arrival batch' }),
+  events: z.array(EventSchema).default([]),
+  faults: z.array(FaultSchema).default([]),
+  /** The steady window over which steady-state measures are taken; default: see steadyWindow(). */
+  steady: z.strictObject({ fromS: nonNegative('fromS'), toS: positive('toS') }).refine((w) => w.toS > w.fromS, { error: 'toS must be > fromS' }).optional(),
+  /** Reference time for rampMs; default: the last speed change, else the last batch arrival. */
+  rampFromS: nonNegative('rampFromS').optional(),
+  /** Options passed to the pacer (targetWaiting is added from the scenario). */
+  pacerOptions: z.record(z.string(), z.unknown()).default({}),
+  /** Stop the simulation at this time even if jobs remain. @default 30 days */
+  horizonS: positive('horizonS').default(30 * 24 * 3600),
+});
+export type Scenario = z.infer<typeof ScenarioSchema>;
+export type ScenarioInput = z.input<typeof ScenarioSchema>;
+
+export class ScenarioError extends Error {
+  override readonly name = 'ScenarioError';
+}
+
+function pathOf(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const p of path) out += typeof p === 'number' ? `[${p}]` : out ? `.${String(p)}` : String(p);
+  return out || '(root)';
+}
+
+/** Validates a scenario; errors list every problem with the field path and what to write instead. */
+export function parseScenario(input: unknown, source = 'scenario'): Scenario {
+  const r = ScenarioSchema.safeParse(input);
+  if (!r.success) {
+    const lines = r.error.issues.map((i) => {
+      const msg = i.code === 'unrecognized_keys' ? `unknown field(s) ${i.keys.map((k) => JSON.stringify(k)).join(', ')}: remove them or check the spelling` : i.message;
+      return `  ${pathOf(i.path)}: ${msg}`;
+    });
+    throw new ScenarioError(`${source} is invalid:\n${lines.join('\n')}`);
+  }
+  const s = r.data;
+  const problems: string[] = [];
+  s.arrivals.forEach((a, i) => {
+    if (!(a.kind in s.kinds)) problems.push(`  arrivals[${i}].kind: unknown kind ${JSON.stringify(a.kind)}; define it under "kinds" or use one of ${Object.keys(s.kinds).join(', ')}`);
+  });
+  const deviceCount = s.devices.reduce((n, d) => n + d.count, 0);
+  s.events.forEach((e, i) => {
+    if (e.type !== 'cancel' && e.device !== undefined && e.device >= deviceCount) problems.push(`  events[${i}].device: there are ${deviceCount} devices (0 … ${deviceCount - 1})`);
+    if ((e.type === 'workerLost' || e.type === 'workerReturned') && e.device < deviceCount) {
+      const workers = deviceWorkers(s)[e.device] ?? 0;
+      if (e.worker >= workers) problems.push(`  events[${i}].worker: device ${e.device} has ${workers} workers (0 … ${workers - 1})`);
+    }
+  });
+  if (problems.length) throw new ScenarioError(`${source} is invalid:\n${problems.join('\n')}`);
+  return s;
+}
+
+/** Workers per device, devices expanded from their groups. */
+export function deviceWorkers(s: Scenario): number[] {
+  return s.devices.flatMap((g) => Array.from({ length: g.count }, () => g.workers));
+}
+
+/** Draws one duration in ms. */
+export function sampleMs(d: Dist, rng: Rng): number {
+  switch (d.type) {
+    case 'fixed':
+      return d.value * 1000;
+    case 'uniform':
+      return (d.min + (d.max - d.min) * rng.uniform()) * 1000;
+    case 'lognormal':
+      return d.median * Math.exp(d.sigma * rng.normal()) * 1000;
+    case 'empirical':
+      return (d.values[Math.floor(rng.uniform() * d.values.length)] as number) * 1000;
+  }
+}
+
+/** The mean of a distribution, ms. */
+export function meanMs(d: Dist): number {
+  switch (d.type) {
+    case 'fixed':
+      return d.value * 1000;
+    case 'uniform':
+      return ((d.min + d.max) / 2) * 1000;
+    case 'lognormal':
+      return d.median * Math.exp((d.sigma * d.sigma) / 2) * 1000;
+    case 'empirical':
+      return (d.values.reduce((a, b) => a + b, 0) / d.values.length) * 1000;
+  }
+}
+
+/** A high quantile (p99) of a distribution, ms. */
+export function highMs(d: Dist): number {
+  switch (d.type) {
+    case 'fixed':
+      return d.value * 1000;
+    case 'uniform':
+      return d.max * 1000;
+    case 'lognormal':
+      return d.median * Math.exp(2.326 * d.sigma) * 1000;
+    case 'empirical':
+      return Math.max(...d.values) * 1000;
+  }
+}
+
+/** Factor for k concurrent users (k ≥ 1) from a contention list. */
+export function factor(list: readonly number[], k: number): number {
+  return list[Math.min(Math.max(k, 1), list.length) - 1] as number;
+}

@@ -1,0 +1,118 @@
+import { parseScenario, type Scenario, type ScenarioInput } from './scenario.js';
+
+const GiB = 1024 ** 3;
+
+/** The `seed` stage model: 1 device, 2 workers, 1.0 s alone / 1.2 s each when both run; preparation 30–50 s. */
+function seedLike(name: string, description: string, extra: Partial<ScenarioInput> = {}): ScenarioInput {
+  return {
+    name,
+    description,
+    targetWaiting: 6,
+    kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
+    devices: [{ workers: 2, service: { type: 'fixed', value: 1 }, contention: [1, 1.2] }],
+    arrivals: [{ atS: 0, jobs: 40, partitions: 10, kind: 'proof' }],
+    ...extra,
+  };
+}
+
+/** The field testbed: 3.75 s alone, ×1.73 when both workers run; 36.5 s ± 15 % synthesis; 14 GiB then 1 GiB per partition. */
+function fieldTestbed(name: string, description: string, budgetBytes: number): ScenarioInput {
+  return {
+    name,
+    description,
+    targetWaiting: 4,
+    budgetBytes,
+    kinds: { proof: { prepare: { type: 'uniform', min: 36.5 * 0.85, max: 36.5 * 1.15 }, memory: { prepareBytes: 14 * GiB, deviceBytes: 1 * GiB } } },
+    devices: [{ workers: 2, service: { type: 'fixed', value: 3.75 }, contention: [1, 1.73] }],
+    arrivals: [{ atS: 0, jobs: 20, partitions: 10, kind: 'proof' }],
+  };
+}
+
+export const GAIN_SWEEP_SERVICE_S = [0.25, 0.5, 1, 2, 4] as const;
+
+function gainSweep(service: number): ScenarioInput {
+  const capacityPerS = 2 / (service * 1.2);
+  // Enough work for about ten minutes of saturated devices.
+  const jobs = Math.ceil((capacityPerS * 600) / 10);
+  return {
+    name: `gain-sweep-${service}`,
+    description: `service ${service} s (×1.2 with both workers busy), preparation fixed 40 s, target 4: ${jobs} jobs × 10`,
+    targetWaiting: 4,
+    kinds: { proof: { prepare: { type: 'fixed', value: 40 } } },
+    devices: [{ workers: 2, service: { type: 'fixed', value: service }, contention: [1, 1.2] }],
+    arrivals: [{ atS: 0, jobs, partitions: 10, kind: 'proof' }],
+  };
+}
+
+const inputs: ScenarioInput[] = [
+  seedLike('seed', '1 device × 2 workers, service 1.0 s (1.2 s when both busy), preparation 30–50 s, 40 jobs × 10 at t=0, target 6'),
+  fieldTestbed('field-testbed', 'the field engine’s testbed: service 3.75 s (×1.73 both busy), synthesis 36.5 s ± 15 %, 14 GiB → 1 GiB per partition, 384 GiB budget', 384 * GiB),
+  seedLike('jitter', 'seed with lognormal preparation (median 40 s, σ 0.4), 100 jobs so the heavy tail leaves a steady window', {
+    arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
+    kinds: { proof: { prepare: { type: 'lognormal', median: 40, sigma: 0.4 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
+  }),
+  seedLike('burst-after-idle', 'seed stages: 1 job at t=0, idle 30 min, then 10 jobs at once', {
+    arrivals: [
+      { atS: 0, jobs: 1, partitions: 10, kind: 'proof' },
+      { atS: 1800, jobs: 10, partitions: 10, kind: 'proof' },
+    ],
+  }),
+  seedLike('gaps', 'seed stages: 5 batches of 5 jobs, 3 minutes apart', {
+    arrivals: [0, 180, 360, 540, 720].map((atS) => ({ atS, jobs: 5, partitions: 10, kind: 'proof' })),
+  }),
+  seedLike('slowdown', 'seed stages, 150 jobs; the device’s service time doubles at t=600 s', {
+    arrivals: [{ atS: 0, jobs: 150, partitions: 10, kind: 'proof' }],
+    events: [{ type: 'speed', atS: 600, speed: 0.5 }],
+  }),
+  seedLike('speedup', 'seed stages, 200 jobs; the device’s service time halves at t=600 s', {
+    arrivals: [{ atS: 0, jobs: 200, partitions: 10, kind: 'proof' }],
+    events: [{ type: 'speed', atS: 600, speed: 2 }],
+  }),
+  ...GAIN_SWEEP_SERVICE_S.map(gainSweep),
+  fieldTestbed('budget-bound', 'field-testbed with a budget for 6 partitions in flight (84 GiB)', 6 * 14 * GiB),
+  seedLike('oversize', 'seed stages with a 100 GiB budget; job-2’s partitions need 200 GiB each and must fail alone', {
+    budgetBytes: 100 * GiB,
+    kinds: {
+      proof: { prepare: { type: 'uniform', min: 30, max: 50 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } },
+      huge: { prepare: { type: 'uniform', min: 30, max: 50 }, memory: { prepareBytes: 200 * GiB, deviceBytes: 1 * GiB } },
+    },
+    arrivals: [
+      { atS: 0, jobs: 2, partitions: 10, kind: 'proof' },
+      { atS: 0.001, jobs: 1, partitions: 10, kind: 'huge' },
+      { atS: 0.002, jobs: 7, partitions: 10, kind: 'proof' },
+    ],
+  }),
+  seedLike('failure', 'seed stages, 10 jobs: partition 5 of job-3 fails in preparation; partition 2 of job-7 fails on the device', {
+    arrivals: [{ atS: 0, jobs: 10, partitions: 10, kind: 'proof' }],
+    faults: [
+      { job: 'job-3', partition: 5, stage: 'prepare' },
+      { job: 'job-7', partition: 2, stage: 'device' },
+    ],
+  }),
+  seedLike('worker-loss', 'seed stages, 120 jobs; worker 1 is lost at t=300 s and back at t=900 s', {
+    arrivals: [{ atS: 0, jobs: 120, partitions: 10, kind: 'proof' }],
+    events: [
+      { type: 'workerLost', atS: 300, device: 0, worker: 1 },
+      { type: 'workerReturned', atS: 900, device: 0, worker: 1 },
+    ],
+  }),
+  seedLike('priority', 'seed stages: 10 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
+    arrivals: [
+      { atS: 0, jobs: 10, partitions: 10, kind: 'proof' },
+      { atS: 60, jobs: 1, partitions: 1, kind: 'proof', priority: 'critical' },
+    ],
+  }),
+  seedLike('cancel', 'seed stages, 10 jobs; job-1 (10 partitions) is cancelled at t=45 s while part of it is in flight', {
+    arrivals: [{ atS: 0, jobs: 10, partitions: 10, kind: 'proof' }],
+    events: [{ type: 'cancel', atS: 45, job: 'job-1' }],
+  }),
+  seedLike('seed-day', 'seed stages under Poisson arrivals at 90 % of capacity for a simulated day (speed benchmark)', {
+    arrivals: [{ poisson: { ratePerS: (0.9 * (2 / 1.2)) / 10, untilS: 86_400 }, partitions: 10, kind: 'proof' }],
+  }),
+];
+
+/** The built-in scenarios, validated like user files. */
+export const SCENARIOS: ReadonlyMap<string, Scenario> = new Map(inputs.map((i) => [i.name, parseScenario(i, `built-in scenario ${i.name}`)]));
+
+/** The scenarios `stoker bench` runs by default (all but the day-long speed scenario). */
+export const BENCH_SCENARIOS = [...SCENARIOS.keys()].filter((n) => n !== 'seed-day');

@@ -1,0 +1,381 @@
+import { Engine, IndexedHeap, type Command, type EngineEvent, type HeapNode, type JobSpec, type Pacer, type PacerOptions } from '../core/index.js';
+import { Recorder, type Metrics, type Series } from './metrics.js';
+import { Rng } from './random.js';
+import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Scenario } from './scenario.js';
+
+/** Kinds of simulator events, in their tie-break order at equal times (after the sequence number). */
+const ARRIVAL = 0;
+const PREP = 1;
+const DEV = 2;
+const WAKE = 3;
+const SCENARIO = 4;
+
+class SimEvent implements HeapNode {
+  heapIndex = -1;
+  constructor(
+    public time: number,
+    public seq: number,
+    readonly kind: number,
+    readonly a: number,
+    readonly b: number,
+  ) {}
+}
+
+interface SimWorker {
+  alive: boolean;
+  item: number;
+  attempt: number;
+  /** Work left, in ms of service at rate 1. */
+  remaining: number;
+  startedAt: number;
+  fail: boolean;
+  ev: SimEvent | null;
+}
+
+interface SimDevice {
+  speed: number;
+  contention: number[];
+  service: Dist;
+  workers: SimWorker[];
+  busy: number;
+  lastUpdate: number;
+}
+
+interface SimItem {
+  rng: Rng;
+  kind: string;
+  job: string;
+  partition: number;
+  prepEv: SimEvent | null;
+  device: number;
+  worker: number;
+}
+
+export interface SimulateOptions {
+  /** Creates the pacer; it receives the scenario's pacer options with targetWaiting filled in. */
+  pacer: (options: PacerOptions) => Pacer;
+  /** Overrides the scenario's seed. */
+  seed?: number;
+}
+
+export interface JobFailure {
+  job: string;
+  state: 'failed' | 'cancelled';
+  code: string;
+  reason: string;
+}
+
+export interface SimResult {
+  scenario: string;
+  pacer: string;
+  seed: number;
+  /** The steady window, ms. */
+  window: { fromMs: number; toMs: number };
+  /** Engine events processed. */
+  events: number;
+  /** Simulated time at the end, ms. */
+  simulatedMs: number;
+  metrics: Metrics;
+  /** Jobs that did not finish, with their reasons. */
+  failures: JobFailure[];
+  /** The first preparation start of each job, ms (for the priority scenario). */
+  firstStartMs: Record<string, number>;
+  series: Series;
+}
+
+interface PlannedJob {
+  atMs: number;
+  spec: JobSpec;
+}
+
+/** Expands arrivals into concrete jobs (ids job-0, job-1, … in arrival order). */
+export function planArrivals(s: Scenario, seed: number): PlannedJob[] {
+  const rng = new Rng(seed, -1);
+  const raw: { atMs: number; partitions: number; kind: string; priority: JobSpec['priority'] }[] = [];
+  for (const a of s.arrivals) {
+    if ('poisson' in a) {
+      const mean = 1000 / a.poisson.ratePerS;
+      for (let t = a.poisson.fromS * 1000 + rng.exponential(mean); t < a.poisson.untilS * 1000; t += rng.exponential(mean)) {
+        raw.push({ atMs: t, partitions: a.partitions, kind: a.kind, priority: a.priority });
+      }
+    } else {
+      for (let j = 0; j < a.jobs; j++) raw.push({ atMs: (a.atS + j * a.everyS) * 1000, partitions: a.partitions, kind: a.kind, priority: a.priority });
+    }
+  }
+  // Stable sort keeps file order among equal times.
+  raw.sort((x, y) => x.atMs - y.atMs);
+  return raw.map((r, i) => {
+    const k = s.kinds[r.kind];
+    const spec: JobSpec = { id: `job-${i}`, kind: r.kind, priority: r.priority, partitions: r.partitions };
+    if (k) spec.memory = { prepareBytes: k.memory.prepareBytes, deviceBytes: k.memory.deviceBytes };
+    return { atMs: r.atMs, spec };
+  });
+}
+
+/** Device capacity (items/ms) of the whole fleet for the given speeds and live workers: Σ max_k k·speed / (t·f(k)). */
+function capacityOf(devices: SimDevice[]): number {
+  let total = 0;
+  for (const d of devices) {
+    const alive = d.workers.reduce((n, w) => n + (w.alive ? 1 : 0), 0);
+    let best = 0;
+    for (let k = 1; k <= alive; k++) best = Math.max(best, (k * d.speed) / (meanMs(d.service) * factor(d.contention, k)));
+    total += best;
+  }
+  return total;
+}
+
+/**
+ * The steady window, the same rule for every pacer: from the first arrival + two passes through
+ * the pipeline (2 × (p99 preparation latency + mean service time): a pacer that knows nothing
+ * must see items complete once before it can fill the pipeline at the right rate), to the end
+ * of an ideal fluid drain (every job prepared in the mean latency and served at full capacity)
+ * minus the p99 latency. Scenarios may set it.
+ */
+export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number): { fromMs: number; toMs: number } {
+  if (s.steady) return { fromMs: s.steady.fromS * 1000, toMs: s.steady.toS * 1000 };
+  const kinds = Object.values(s.kinds);
+  const high = Math.max(...kinds.map((k) => highMs(k.prepare)));
+  const mean = meanPrepareMs(s, jobs);
+  const service = Math.max(...s.devices.map((d) => meanMs(d.service) / d.speed));
+  const from = (jobs[0]?.atMs ?? 0) + 2 * (high + service);
+  let end = 0;
+  for (const j of jobs) end = Math.max(end, j.atMs + mean) + j.spec.partitions / capacity;
+  return { fromMs: from, toMs: Math.max(from + 1000, end - high) };
+}
+
+/** Mean base preparation latency, weighted by the partitions of each kind. */
+function meanPrepareMs(s: Scenario, jobs: PlannedJob[]): number {
+  let sum = 0;
+  let n = 0;
+  for (const j of jobs) {
+    const k = s.kinds[j.spec.kind];
+    if (!k) continue;
+    sum += meanMs(k.prepare) * j.spec.partitions;
+    n += j.spec.partitions;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
+/** Runs one scenario with one pacer in virtual time. Same scenario, seed and pacer → same result. */
+export function simulate(s: Scenario, options: SimulateOptions): SimResult {
+  const seed = options.seed ?? s.seed;
+  const pacer = options.pacer({ ...s.pacerOptions, targetWaiting: s.targetWaiting });
+  const workersPerDevice = deviceWorkers(s);
+  const groups = s.devices.flatMap((g) => Array.from({ length: g.count }, () => g));
+  const devices: SimDevice[] = groups.map((g) => ({
+    speed: g.speed,
+    contention: g.contention,
+    service: g.service,
+    busy: 0,
+    lastUpdate: 0,
+    workers: Array.from({ length: g.workers }, () => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, fail: false, ev: null })),
+  }));
+  const engine = new Engine({
+    devices: workersPerDevice.map((workers) => ({ workers })),
+    pacer,
+    budgetBytes: s.budgetBytes ?? Infinity,
+    maxPreparing: s.maxPreparing ?? Infinity,
+  });
+  const jobs = planArrivals(s, seed);
+  const capacity0 = capacityOf(devices);
+  const window = steadyWindow(s, jobs, capacity0);
+  const speedEvents = s.events.filter((e) => e.type === 'speed');
+  const changeAtMs = speedEvents.length ? Math.min(...speedEvents.map((e) => e.atS * 1000)) : NaN;
+  const lastBatch = jobs.length ? (jobs[jobs.length - 1] as PlannedJob).atMs : 0;
+  const rampFromMs = s.rampFromS !== undefined ? s.rampFromS * 1000 : Number.isNaN(changeAtMs) ? lastBatch : Math.max(...speedEvents.map((e) => e.atS * 1000));
+  const recorder = new Recorder({ window, target: s.targetWaiting, meanPrepareMs: meanPrepareMs(s, jobs), capacity0, rampFromMs, changeAtMs });
+  const faults = new Set(s.faults.map((f) => `${f.job}/${f.partition}/${f.stage}`));
+
+  const heap = new IndexedHeap<SimEvent>((x, y) => x.time < y.time || (x.time === y.time && x.seq < y.seq));
+  let seq = 0;
+  const push = (time: number, kind: number, a = 0, b = 0): SimEvent => {
+    const ev = new SimEvent(time, seq++, kind, a, b);
+    heap.push(ev);
+    return ev;
+  };
+  jobs.forEach((j, i) => push(j.atMs, ARRIVAL, i));
+  s.events.forEach((e, i) => push(e.atS * 1000, SCENARIO, i));
+  let wake: SimEvent | null = null;
+  const items = new Map<number, SimItem>();
+  const failures: JobFailure[] = [];
+  const firstStartMs: Record<string, number> = {};
+  let preparing = 0;
+  let now = 0;
+  let events = 0;
+  let capacity = capacity0;
+  const horizon = s.horizonS * 1000;
+  let nextItemId = 0;
+
+  /** Brings a device's fluid model up to `now` (work done at the current contention). */
+  const advance = (d: SimDevice) => {
+    const elapsed = now - d.lastUpdate;
+    if (elapsed > 0 && d.busy > 0) {
+      const rate = d.speed / factor(d.contention, d.busy);
+      for (const w of d.workers) if (w.item >= 0) w.remaining = Math.max(0, w.remaining - elapsed * rate);
+    }
+    d.lastUpdate = now;
+  };
+  /** Re-times every busy worker's completion for the device's current contention. */
+  const reschedule = (d: SimDevice, index: number) => {
+    const rate = d.speed / factor(d.contention, d.busy);
+    d.workers.forEach((w, wi) => {
+      if (w.item < 0) return;
+      const t = now + w.remaining / rate;
+      if (w.ev) {
+        if (w.ev.time === t) return;
+        heap.remove(w.ev);
+      }
+      w.ev = push(t, DEV, index, wi);
+    });
+  };
+  const release = (d: SimDevice, di: number, w: SimWorker) => {
+    advance(d);
+    if (w.ev) heap.remove(w.ev);
+    w.ev = null;
+    w.item = -1;
+    d.busy--;
+    reschedule(d, di);
+  };
+
+  const carryOut = (cmds: Command[]) => {
+    for (const c of cmds) {
+      switch (c.type) {
+        case 'startPrepare': {
+          const it = items.get(c.item.id) as SimItem;
+          preparing++;
+          const kind = s.kinds[it.kind];
+          if (!kind) throw new Error(`unknown kind ${it.kind}`);
+          const latency = sampleMs(kind.prepare, it.rng) * factor(kind.contention, preparing);
+          const fail = faults.has(`${it.job}/${it.partition}/prepare`) || it.rng.uniform() < kind.prepareFailure;
+          it.prepEv = push(now + latency, PREP, c.item.id, c.attempt * 2 + (fail ? 1 : 0));
+          if (!(it.job in firstStartMs)) firstStartMs[it.job] = now;
+          break;
+        }
+        case 'startDevice': {
+          const it = items.get(c.item.id) as SimItem;
+          const d = devices[c.device] as SimDevice;
+          advance(d);
+          const w = d.workers[c.worker] as SimWorker;
+          const kind = s.kinds[it.kind];
+          w.item = c.item.id;
+          w.attempt = c.attempt;
+          w.remaining = sampleMs(d.service, it.rng);
+          w.startedAt = now;
+          w.fail = faults.has(`${it.job}/${it.partition}/device`) || it.rng.uniform() < (kind?.deviceFailure ?? 0);
+          it.device = c.device;
+          it.worker = c.worker;
+          d.busy++;
+          reschedule(d, c.device);
+          break;
+        }
+        case 'abort': {
+          const it = items.get(c.item.id);
+          if (!it) break;
+          if (c.stage === 'preparing' && it.prepEv) {
+            heap.remove(it.prepEv);
+            it.prepEv = null;
+            preparing--;
+          } else if (c.stage === 'on-device') {
+            const d = devices[it.device] as SimDevice;
+            const w = d.workers[it.worker] as SimWorker;
+            if (w.item === c.item.id) release(d, it.device, w);
+          }
+          if (c.item.state === 'failed' || c.item.state === 'cancelled') items.delete(c.item.id);
+          break;
+        }
+        case 'finishJob':
+          recorder.jobEnded(c);
+          if (c.state !== 'done') failures.push({ job: c.jobId, state: c.state, code: c.code ?? '', reason: c.reason ?? '' });
+          break;
+        case 'wakeAt':
+          if (wake) heap.remove(wake);
+          wake = Number.isFinite(c.time) ? push(c.time, WAKE) : null;
+          break;
+      }
+    }
+  };
+
+  const apply = (e: EngineEvent) => {
+    events++;
+    carryOut(engine.apply(e));
+    recorder.step(now, engine.snapshot, capacity, () => pacer.state());
+  };
+
+  for (let ev = heap.pop(); ev && ev.time <= horizon; ev = heap.pop()) {
+    now = ev.time;
+    switch (ev.kind) {
+      case ARRIVAL: {
+        const job = jobs[ev.a] as PlannedJob;
+        for (let p = 0; p < job.spec.partitions; p++) {
+          const id = nextItemId++;
+          items.set(id, { rng: new Rng(seed, id), kind: job.spec.kind, job: job.spec.id, partition: p, prepEv: null, device: -1, worker: -1 });
+        }
+        apply({ type: 'submit', time: now, job: job.spec });
+        break;
+      }
+      case PREP: {
+        const it = items.get(ev.a) as SimItem;
+        it.prepEv = null;
+        preparing--;
+        const attempt = ev.b >> 1;
+        if (ev.b & 1) {
+          items.delete(ev.a);
+          apply({ type: 'prepareFailed', time: now, item: ev.a, attempt, reason: 'simulated preparation failure' });
+        } else apply({ type: 'prepared', time: now, item: ev.a, attempt });
+        break;
+      }
+      case DEV: {
+        const d = devices[ev.a] as SimDevice;
+        const w = d.workers[ev.b] as SimWorker;
+        const item = w.item;
+        const attempt = w.attempt;
+        const fail = w.fail;
+        const busyMs = now - w.startedAt;
+        w.ev = null;
+        release(d, ev.a, w);
+        items.delete(item);
+        if (fail) apply({ type: 'deviceFailed', time: now, item, attempt, reason: 'simulated device error' });
+        else apply({ type: 'deviceDone', time: now, item, attempt, busyMs });
+        break;
+      }
+      case WAKE:
+        wake = null;
+        apply({ type: 'tick', time: now });
+        break;
+      case SCENARIO: {
+        const e = s.events[ev.a];
+        if (!e) break;
+        if (e.type === 'speed') {
+          devices.forEach((d, i) => {
+            if (e.device !== undefined && e.device !== i) return;
+            advance(d);
+            d.speed = e.speed;
+            reschedule(d, i);
+          });
+          capacity = capacityOf(devices);
+          apply({ type: 'tick', time: now });
+        } else if (e.type === 'workerLost' || e.type === 'workerReturned') {
+          const w = (devices[e.device] as SimDevice).workers[e.worker] as SimWorker;
+          w.alive = e.type === 'workerReturned';
+          capacity = capacityOf(devices);
+          apply({ type: e.type, time: now, device: e.device, worker: e.worker });
+        } else {
+          apply({ type: 'cancel', time: now, jobId: e.job });
+        }
+        break;
+      }
+    }
+  }
+  return {
+    scenario: s.name,
+    pacer: pacer.name,
+    seed,
+    window,
+    events,
+    simulatedMs: now,
+    metrics: recorder.metrics(engine.budget.peak, engine.budget.used),
+    failures,
+    firstStartMs,
+    series: recorder.series(),
+  };
+}
