@@ -1,30 +1,38 @@
 import { numberOption, type Pacer, type PacerMode, type PacerOptions, type PacerSnapshot, type PacerState } from '../pacer.js';
 
 /**
- * Options of the `stoker` pacer (beyond {@link PacerOptions}).
+ * Options of the `stoker` pacer (beyond {@link PacerOptions}). The defaults are the ones the
+ * built-in scenarios were tuned on (`stoker bench`); each has one job.
  *
- * - `serviceSmoothing` — weight of each new device completion in the busy-time-per-item
- *   estimate: after n completions an old value keeps (1 − w)^n of its weight. @default 0.3
+ * Estimates
+ * - `serviceSmoothing` — weight of each device completion in the busy-time-per-item estimate
+ *   (after n completions an old value keeps (1 − w)^n of its weight). @default 0.3
  * - `slowerSmoothing` — the same weight for a sample slower than the estimate: a slower device
  *   must shrink the inventory at once. @default 0.5
- * - `headStart` — an emptied pipeline may take headStart × σ(preparation latency) × λ items at
- *   up to 4λ before the fill slows to λ: the quickest preparations then cover the devices while
- *   the slow ones are still running. @default 2
  * - `starvedWeight` — relative weight of a faster-than-estimated sample taken while the device had
- *   idle workers (it may only show the absence of contention). @default 0.05
+ *   idle workers: under contention an item runs faster on a starved device, so such a sample
+ *   overstates the saturated rate. @default 0.05
  * - `latencySmoothing` — weight of each preparation completion in the latency estimate. @default 0.03
  * - `occupancyTauMs` — time constant of the smoothed device occupancy. @default 5000
  * - `waitingTauMs` — time constant of the smoothed waiting queue (feedback input). @default 10000
- * - `fillFraction` — the inventory gap closes with time constant fillFraction × preparation latency. @default 0.25
- * - `integralFraction` — the waiting feedback integrates with time constant integralFraction × preparation latency,
- *   and only once the loop has held steady (inventory target within 10 %) for two latencies. @default 4
+ *
+ * Control
+ * - `fillFraction` — the inventory gap closes with time constant fillFraction × latency. @default 0.25
+ * - `safetyZ` — the inventory target uses the latency estimate plus safetyZ standard errors of it
+ *   (σ ÷ √samples): safety stock against an estimate made from few samples. @default 2
  * - `catchUp` — the dispatch rate never exceeds max(λ, what the devices drain + catchUp × λ): an
  *   empty pipeline fills at the service rate (a faster fill only piles the surplus up one latency
  *   later), a running one closes a gap at up to catchUp × λ more than it drains. @default 0.2
- * - `burst` — most dispatches allowed back to back after a pause (token bucket size). @default 2
+ * - `headStart` — an emptied pipeline may take headStart × σ(latency) × λ items at up to 4λ
+ *   first: the quickest preparations then cover the devices while slow ones still run. @default 3
+ * - `integralFraction` — the waiting feedback integrates with time constant integralFraction ×
+ *   latency, and only after the inventory target has held within 10 % for `settleLatencies`
+ *   latencies (transients pass through the waiting queue one dead time later). @default 4
+ * - `settleLatencies` — see integralFraction. @default 2
+ * - `burst` — most dispatches back to back after a pause (token bucket size). @default 2
  * - `bootstrapItems` — items sent before anything is measured (no prior). @default workers + targetWaiting
- * - `bootstrapSpacingMs` — they go in groups of one item per worker (so the devices can show
- *   their contended speed), groups this far apart. @default 1000
+ * - `bootstrapSpacingMs` — they go in groups of one item per worker, so the devices can show
+ *   their contended speed, groups this far apart. @default 1000
  */
 export interface StokerPacerOptions extends PacerOptions {
   serviceSmoothing?: number;
@@ -37,6 +45,8 @@ export interface StokerPacerOptions extends PacerOptions {
   fillFraction?: number;
   integralFraction?: number;
   catchUp?: number;
+  safetyZ?: number;
+  settleLatencies?: number;
   burst?: number;
   bootstrapItems?: number;
   bootstrapSpacingMs?: number;
@@ -57,13 +67,12 @@ interface DeviceEstimate {
  * Stoker's default pacer (DESIGN §3): inventory control with a measured feed-forward.
  *
  * - Service rate λ = Σ_d workers_d / busy-ms-per-item_d, from the busy-time accumulators.
- * - Inventory J = preparing + waiting + on-device; by Little's law it should be
- *   J* = λ·L + workers + target (+ a slow integral that trims the waiting queue to target).
- * - Dispatch rate u = Σ_d λ_d·occupancy_d (what the devices are draining now) + (J* − J)/T,
- *   T = fillFraction·L. Because J includes the items in preparation, the controller sees its
- *   own dispatches at once: no dead time, no overshoot while the first items are still being
- *   prepared, and a start-up estimate that is still too high cannot pile up items before the
- *   devices reveal their true (contended) speed.
+ * - Inventory J = preparing + waiting + on-device. By Little's law the pipeline needs
+ *   J* = λ·L + workers + target items (L: preparation latency, plus a safety margin for its
+ *   estimation error and a slow integral that trims the mean waiting queue to target).
+ * - Dispatch rate u = λ + (J* − J)/T, capped at max(λ, drain + catchUp·λ). J counts the items
+ *   in preparation, so the controller sees its own dispatches at once: the 20–60 s of dead time
+ *   that made the field engine's queue-only controller overshoot does not exist for it.
  * - u drives a token bucket (credit grows at u, capped at `burst`): an absolute schedule that
  *   events may shift but never re-arm.
  */
@@ -73,12 +82,14 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
   const serviceW = numberOption(options, 'serviceSmoothing', 0.3);
   const starvedWeight = numberOption(options, 'starvedWeight', 0.05);
   const slowerWeight = numberOption(options, 'slowerSmoothing', 0.5);
-  const headStart = numberOption(options, 'headStart', 2);
+  const headStart = numberOption(options, 'headStart', 3);
   const latencyW = numberOption(options, 'latencySmoothing', 0.03);
   const occTau = numberOption(options, 'occupancyTauMs', 5_000, 1);
   const waitTau = numberOption(options, 'waitingTauMs', 10_000, 1);
   const fillFraction = numberOption(options, 'fillFraction', 0.25, 0.01);
   const integralFraction = numberOption(options, 'integralFraction', 4, 0.01);
+  const settleLatencies = numberOption(options, 'settleLatencies', 2);
+  const safetyZ = numberOption(options, 'safetyZ', 2);
   const catchUp = numberOption(options, 'catchUp', 0.2);
   const burst = numberOption(options, 'burst', 2, 1);
   const bootstrapItems = options['bootstrapItems'] === undefined ? undefined : numberOption(options, 'bootstrapItems', 0, 1);
@@ -107,8 +118,9 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
   let settledTarget = NaN;
   let mode: PacerMode = 'bootstrap';
 
+  /** Whether any service time is known (measured or prior). */
   function measured(): boolean {
-    return serviceRate > 0;
+    return prior > 0 || devices.some((d) => d.serviceMs > 0);
   }
 
   function recompute(s: PacerSnapshot): void {
@@ -141,10 +153,13 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
     // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
     const lat = latency > 0 ? latency : Number.isFinite(busySince) ? s.now - busySince : 0;
     const inventory = s.preparing + s.waiting + s.onDevice;
-    inventoryTarget = lambda * lat + s.workers + target + integral;
-    const fillMs = Math.max(1000, fillFraction * lat);
-    const u = draining + (inventoryTarget - inventory) / fillMs;
+    // Safety stock for the error of the latency estimate: z standard errors of its mean.
     const spread = Math.sqrt(Math.max(0, latencySq - latency * latency));
+    const samples = Math.min(prepCompletions, 2 / latencyW - 1);
+    const margin = samples > 0 ? (safetyZ * spread) / Math.sqrt(samples) : 0;
+    inventoryTarget = lambda * (lat + margin) + s.workers + target + integral;
+    const fillMs = Math.max(1000, fillFraction * lat);
+    const u = lambda + (inventoryTarget - inventory) / fillMs;
     maxRate = inventory < headStart * spread * lambda ? 4 * lambda : Math.max(lambda, draining + catchUp * lambda);
     rate = Math.min(Math.max(u, 0), maxRate);
   }
@@ -182,7 +197,7 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
         d.lastBusy = c.busy;
         d.lastWorkers = c.workers;
       }
-      // Preparation latency from its accumulator, smoothed in time.
+      // Preparation latency (mean and second moment) from its accumulators.
       const dp = s.prepareCompletions - prepCompletions;
       if (dp > 0) {
         const sample = (s.prepareLatencyMsTotal - prepLatencyTotal) / dp;
@@ -190,8 +205,13 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
         // Weighted per sample (an idle hour says nothing new about latency), never less than a
         // running mean's while few samples exist.
         const w = Math.max(1 - Math.pow(1 - latencyW, dp), dp / s.prepareCompletions);
-        latency += w * (sample - latency);
-        latencySq += w * (sampleSq - latencySq);
+        // While a pipeline fills (two latencies from the start of a busy period) the quick
+        // preparations finish first: a shorter sample then is survivorship, not news.
+        const filling = s.now - busySince < 2 * latency;
+        if (!(filling && sample < latency)) {
+          latency += w * (sample - latency);
+          latencySq += w * (sampleSq - latencySq);
+        }
         prepCompletions = s.prepareCompletions;
         prepLatencyTotal = s.prepareLatencyMsTotal;
         prepLatencySq = s.prepareLatencySqTotal;
@@ -204,7 +224,7 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
       if (!inControl || !(Math.abs(inventoryTarget - settledTarget) <= 0.1 * settledTarget)) {
         settledSince = s.now;
         settledTarget = inventoryTarget;
-      } else if (dt > 0 && s.now - settledSince >= 2 * latency) {
+      } else if (dt > 0 && s.now - settledSince >= settleLatencies * latency) {
         // Transients (start-up, speed changes) pass through the waiting queue after a dead time;
         // integrating them would wind the trim up, so only a settled loop's bias is integrated.
         const error = Math.min(Math.max(target - waitingAvg, -target), target);
