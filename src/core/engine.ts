@@ -2,7 +2,7 @@ import { MemoryBudget } from './budget.js';
 import { StokerError } from './errors.js';
 import { IndexedHeap, type HeapNode } from './heap.js';
 import type { DeviceCounters, Pacer, PacerSnapshot } from './pacer.js';
-import { MAX_PARTITIONS, PartitionQueue, type KeyedNode } from './queue.js';
+import { keyLess, MAX_PARTITIONS, PartitionQueue, type KeyedNode } from './queue.js';
 import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
 
 export interface DeviceSpec {
@@ -76,7 +76,8 @@ export class Engine {
   private readonly jobs = new Map<string, Job>();
   private readonly items = new Map<number, Item>();
   private readonly backlog = new PartitionQueue<Item>();
-  private readonly waitingQ = new PartitionQueue<Item>();
+  /** Prepared items in key order; they come from the backlog, whose keys are already checked unique. */
+  private readonly waitingQ = new IndexedHeap<Item>(keyLess);
   private readonly deadlines = new IndexedHeap<Job>((a, b) => a.spec.deadline < b.spec.deadline || (a.spec.deadline === b.spec.deadline && a.seq < b.seq));
   private readonly workers: Worker[][];
   private wake = Infinity;
@@ -385,7 +386,8 @@ export class Engine {
       }
       if (best < 0) return;
       const ws = this.workers[best] as Worker[];
-      const wi = ws.findIndex((w) => w.alive && w.item === null);
+      let wi = 0;
+      while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null) wi++;
       const item = this.waitingQ.pop() as Item;
       s.waiting--;
       const w = ws[wi] as Worker;

@@ -1,20 +1,20 @@
-import type { Command, PacerSnapshot, PacerState } from '../core/index.js';
+import type { Command, Pacer, PacerSnapshot } from '../core/index.js';
 
 /** The benchmark contract (DESIGN §4). Steady measures use the steady window; the rest the whole run. */
 export interface Metrics {
-  /** Completions in the steady window ÷ (capacity integrated over it). */
-  throughputRatio: number;
+  /** Completions in the steady window ÷ (capacity integrated over it). Steady measures are null when the window is empty. */
+  throughputRatio: number | null;
   /** Mean busy workers ÷ alive workers, steady window. */
-  occupancy: number;
+  occupancy: number | null;
   /** Worker-ms idle while work existed anywhere in the pipeline, steady window. */
-  starvedMs: number;
+  starvedMs: number | null;
   /** Items waiting for a device, time-weighted over the steady window. */
-  waitingMean: number;
-  waitingStd: number;
-  waitingP95: number;
-  waitingMax: number;
+  waitingMean: number | null;
+  waitingStd: number | null;
+  waitingP95: number | null;
+  waitingMax: number | null;
   /** Peak over the steady window of (preparing + waiting) ÷ (capacity × mean preparation latency + target). */
-  inventoryRatio: number;
+  inventoryRatio: number | null;
   /** Peak bytes reserved, whole run. */
   peakMemoryBytes: number;
   /** Submit-to-done latency of the jobs that finished, whole run. */
@@ -112,7 +112,7 @@ export class Recorder {
   constructor(private readonly cfg: RecorderConfig) {}
 
   /** Call after every engine step with the state it left. */
-  step(now: number, s: PacerSnapshot, capacity: number, state: () => PacerState): void {
+  step(now: number, s: PacerSnapshot, capacity: number, pacer: Pacer): void {
     if (!Number.isNaN(this.prev) && now > this.prev) this.integrate(this.prev, now);
     this.prev = now;
     const cfg = this.cfg;
@@ -136,7 +136,7 @@ export class Recorder {
       if (now >= cfg.window.fromMs && now < cfg.window.toMs) this.windowCompletions += dc;
       if (now >= cfg.changeAtMs && now < cfg.window.toMs) {
         this.afterChange += dc;
-        const est = state().ratePerSec;
+        const est = pacer.state().ratePerSec;
         if (est !== null) {
           this.estimateSeen = true;
           if (Math.abs(est / 1000 - capacity) > 0.05 * capacity) this.lastOutside = this.afterChange;
@@ -263,15 +263,16 @@ export class Recorder {
     const lat = [...this.latencies].sort((a, b) => a - b);
     const pct = (p: number) => (lat.length ? (lat[Math.min(lat.length - 1, Math.ceil(p * lat.length) - 1)] as number) : null);
     const hasChange = !Number.isNaN(this.cfg.changeAtMs);
+    const steady = this.windowMs > 0;
     return {
-      throughputRatio: this.capInt > 0 ? this.windowCompletions / this.capInt : 0,
-      occupancy: this.workersInt > 0 ? this.busyInt / this.workersInt : 0,
-      starvedMs: this.starved,
-      waitingMean: mean,
-      waitingStd: Math.sqrt(variance),
-      waitingP95: p95,
-      waitingMax: this.waitingMax,
-      inventoryRatio: this.inventoryPeakRatio,
+      throughputRatio: steady && this.capInt > 0 ? this.windowCompletions / this.capInt : null,
+      occupancy: steady && this.workersInt > 0 ? this.busyInt / this.workersInt : null,
+      starvedMs: steady ? this.starved : null,
+      waitingMean: steady ? mean : null,
+      waitingStd: steady ? Math.sqrt(variance) : null,
+      waitingP95: steady ? p95 : null,
+      waitingMax: steady ? this.waitingMax : null,
+      inventoryRatio: steady ? this.inventoryPeakRatio : null,
       peakMemoryBytes,
       jobLatencyP50Ms: pct(0.5),
       jobLatencyP99Ms: pct(0.99),

@@ -96,9 +96,9 @@ const inputs: ScenarioInput[] = [
       { type: 'workerReturned', atS: 900, device: 0, worker: 1 },
     ],
   }),
-  seedLike('priority', 'seed stages: 10 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
+  seedLike('priority', 'seed stages: 12 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
     arrivals: [
-      { atS: 0, jobs: 10, partitions: 10, kind: 'proof' },
+      { atS: 0, jobs: 12, partitions: 10, kind: 'proof' },
       { atS: 60, jobs: 1, partitions: 1, kind: 'proof', priority: 'critical' },
     ],
   }),

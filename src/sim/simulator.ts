@@ -1,14 +1,15 @@
 import { Engine, IndexedHeap, type Command, type EngineEvent, type HeapNode, type JobSpec, type Pacer, type PacerOptions } from '../core/index.js';
 import { Recorder, type Metrics, type Series } from './metrics.js';
 import { Rng } from './random.js';
-import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Scenario } from './scenario.js';
+import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Scenario, type ScenarioEvent } from './scenario.js';
 
-/** Kinds of simulator events, in their tie-break order at equal times (after the sequence number). */
-const ARRIVAL = 0;
+/**
+ * Kinds of events in the simulator's heap. Arrivals and scenario events are already sorted and
+ * are read from cursors, and the engine's single timer is a variable, so the heap holds only the
+ * work in flight. At equal times: arrivals, then scenario events, then the heap, then the timer.
+ */
 const PREP = 1;
 const DEV = 2;
-const WAKE = 3;
-const SCENARIO = 4;
 
 class SimEvent implements HeapNode {
   heapIndex = -1;
@@ -39,10 +40,15 @@ interface SimDevice {
   workers: SimWorker[];
   busy: number;
   lastUpdate: number;
+  /** Contention changed at this instant; completions not yet re-timed. */
+  dirty: boolean;
 }
 
 interface SimItem {
   rng: Rng;
+  /** Scenario faults aimed at this partition. */
+  failPrepare: boolean;
+  failDevice: boolean;
   kind: string;
   job: string;
   partition: number;
@@ -76,8 +82,11 @@ export interface SimResult {
   /** Simulated time at the end, ms. */
   simulatedMs: number;
   metrics: Metrics;
-  /** Jobs that did not finish, with their reasons. */
+  /** Jobs that failed or were cancelled, with their reasons. */
   failures: JobFailure[];
+  /** Jobs submitted, and jobs still unfinished when the run ended (0 unless the horizon cut it short). */
+  jobsSubmitted: number;
+  unfinishedJobs: number;
   /** The first preparation start of each job, ms (for the priority scenario). */
   firstStartMs: Record<string, number>;
   series: Series;
@@ -129,7 +138,8 @@ function capacityOf(devices: SimDevice[]): number {
  * the pipeline (2 × (p99 preparation latency + mean service time): a pacer that knows nothing
  * must see items complete once before it can fill the pipeline at the right rate), to the end
  * of an ideal fluid drain (every job prepared in the mean latency and served at full capacity)
- * minus the p99 latency. Scenarios may set it.
+ * minus the p99 latency. Scenarios may set it. A scenario too short to have a steady state gets
+ * an empty window, and the steady measures are null.
  */
 export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number): { fromMs: number; toMs: number } {
   if (s.steady) return { fromMs: s.steady.fromS * 1000, toMs: s.steady.toS * 1000 };
@@ -140,7 +150,7 @@ export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number):
   const from = (jobs[0]?.atMs ?? 0) + 2 * (high + service);
   let end = 0;
   for (const j of jobs) end = Math.max(end, j.atMs + mean) + j.spec.partitions / capacity;
-  return { fromMs: from, toMs: Math.max(from + 1000, end - high) };
+  return { fromMs: from, toMs: Math.max(from, end - high) };
 }
 
 /** Mean base preparation latency, weighted by the partitions of each kind. */
@@ -168,6 +178,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     service: g.service,
     busy: 0,
     lastUpdate: 0,
+    dirty: false,
     workers: Array.from({ length: g.workers }, () => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, fail: false, ev: null })),
   }));
   const engine = new Engine({
@@ -184,7 +195,8 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   const lastBatch = jobs.length ? (jobs[jobs.length - 1] as PlannedJob).atMs : 0;
   const rampFromMs = s.rampFromS !== undefined ? s.rampFromS * 1000 : Number.isNaN(changeAtMs) ? lastBatch : Math.max(...speedEvents.map((e) => e.atS * 1000));
   const recorder = new Recorder({ window, target: s.targetWaiting, meanPrepareMs: meanPrepareMs(s, jobs), capacity0, rampFromMs, changeAtMs });
-  const faults = new Set(s.faults.map((f) => `${f.job}/${f.partition}/${f.stage}`));
+  const faults = new Map<string, { stage: 'prepare' | 'device'; partition: number }[]>();
+  for (const f of s.faults) faults.set(f.job, [...(faults.get(f.job) ?? []), f]);
 
   const heap = new IndexedHeap<SimEvent>((x, y) => x.time < y.time || (x.time === y.time && x.seq < y.seq));
   let seq = 0;
@@ -193,9 +205,11 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     heap.push(ev);
     return ev;
   };
-  jobs.forEach((j, i) => push(j.atMs, ARRIVAL, i));
-  s.events.forEach((e, i) => push(e.atS * 1000, SCENARIO, i));
-  let wake: SimEvent | null = null;
+  const scenarioEvents = s.events.map((e, i) => ({ e, i })).sort((x, y) => x.e.atS - y.e.atS || x.i - y.i);
+  let nextJob = 0;
+  let nextScenario = 0;
+  /** The engine's timer: one pending tick, replaced by every wakeAt command. */
+  let wakeAt = Infinity;
   const items = new Map<number, SimItem>();
   const failures: JobFailure[] = [];
   const firstStartMs: Record<string, number> = {};
@@ -215,18 +229,35 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     }
     d.lastUpdate = now;
   };
-  /** Re-times every busy worker's completion for the device's current contention. */
+  /**
+   * Marks a device whose contention changed; its completions are re-timed once all events at
+   * this instant are handled (a finish and the next start at the same time cost one re-time).
+   */
+  const dirty: number[] = [];
   const reschedule = (d: SimDevice, index: number) => {
+    if (!d.dirty) {
+      d.dirty = true;
+      dirty.push(index);
+    }
+  };
+  /** Re-times every busy worker's completion for the device's current contention. */
+  const retime = (index: number) => {
+    const d = devices[index] as SimDevice;
+    d.dirty = false;
     const rate = d.speed / factor(d.contention, d.busy);
-    d.workers.forEach((w, wi) => {
-      if (w.item < 0) return;
+    for (let wi = 0; wi < d.workers.length; wi++) {
+      const w = d.workers[wi] as SimWorker;
+      if (w.item < 0) continue;
       const t = now + w.remaining / rate;
-      if (w.ev) {
-        if (w.ev.time === t) return;
+      if (!w.ev) w.ev = push(t, DEV, index, wi);
+      else if (w.ev.time !== t) {
+        // Re-time the worker's pending completion in place (a fresh sequence number keeps ties deterministic).
         heap.remove(w.ev);
+        w.ev.time = t;
+        w.ev.seq = seq++;
+        heap.push(w.ev);
       }
-      w.ev = push(t, DEV, index, wi);
-    });
+    }
   };
   const release = (d: SimDevice, di: number, w: SimWorker) => {
     advance(d);
@@ -246,7 +277,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           const kind = s.kinds[it.kind];
           if (!kind) throw new Error(`unknown kind ${it.kind}`);
           const latency = sampleMs(kind.prepare, it.rng) * factor(kind.contention, preparing);
-          const fail = faults.has(`${it.job}/${it.partition}/prepare`) || it.rng.uniform() < kind.prepareFailure;
+          const fail = it.rng.uniform() < kind.prepareFailure || it.failPrepare;
           it.prepEv = push(now + latency, PREP, c.item.id, c.attempt * 2 + (fail ? 1 : 0));
           if (!(it.job in firstStartMs)) firstStartMs[it.job] = now;
           break;
@@ -261,7 +292,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           w.attempt = c.attempt;
           w.remaining = sampleMs(d.service, it.rng);
           w.startedAt = now;
-          w.fail = faults.has(`${it.job}/${it.partition}/device`) || it.rng.uniform() < (kind?.deviceFailure ?? 0);
+          w.fail = it.rng.uniform() < (kind?.deviceFailure ?? 0) || it.failDevice;
           it.device = c.device;
           it.worker = c.worker;
           d.busy++;
@@ -288,8 +319,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           if (c.state !== 'done') failures.push({ job: c.jobId, state: c.state, code: c.code ?? '', reason: c.reason ?? '' });
           break;
         case 'wakeAt':
-          if (wake) heap.remove(wake);
-          wake = Number.isFinite(c.time) ? push(c.time, WAKE) : null;
+          wakeAt = c.time;
           break;
       }
     }
@@ -298,22 +328,61 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   const apply = (e: EngineEvent) => {
     events++;
     carryOut(engine.apply(e));
-    recorder.step(now, engine.snapshot, capacity, () => pacer.state());
+    recorder.step(now, engine.snapshot, capacity, pacer);
   };
 
-  for (let ev = heap.pop(); ev && ev.time <= horizon; ev = heap.pop()) {
-    now = ev.time;
-    switch (ev.kind) {
-      case ARRIVAL: {
-        const job = jobs[ev.a] as PlannedJob;
-        for (let p = 0; p < job.spec.partitions; p++) {
-          const id = nextItemId++;
-          items.set(id, { rng: new Rng(seed, id), kind: job.spec.kind, job: job.spec.id, partition: p, prepEv: null, device: -1, worker: -1 });
-        }
-        apply({ type: 'submit', time: now, job: job.spec });
-        break;
-      }
-      case PREP: {
+  /** A job arrives: its partitions get their own random streams and their scenario faults. */
+  const arrive = (job: PlannedJob) => {
+    const jobFaults = faults.get(job.spec.id);
+    for (let p = 0; p < job.spec.partitions; p++) {
+      const id = nextItemId++;
+      const failPrepare = jobFaults?.some((f) => f.partition === p && f.stage === 'prepare') ?? false;
+      const failDevice = jobFaults?.some((f) => f.partition === p && f.stage === 'device') ?? false;
+      items.set(id, { rng: new Rng(seed, id), failPrepare, failDevice, kind: job.spec.kind, job: job.spec.id, partition: p, prepEv: null, device: -1, worker: -1 });
+    }
+    apply({ type: 'submit', time: now, job: job.spec });
+  };
+
+  const scenarioEvent = (e: ScenarioEvent) => {
+    if (e.type === 'speed') {
+      devices.forEach((d, i) => {
+        if (e.device !== undefined && e.device !== i) return;
+        advance(d);
+        d.speed = e.speed;
+        reschedule(d, i);
+      });
+      capacity = capacityOf(devices);
+      apply({ type: 'tick', time: now });
+    } else if (e.type === 'workerLost' || e.type === 'workerReturned') {
+      const w = (devices[e.device] as SimDevice).workers[e.worker] as SimWorker;
+      w.alive = e.type === 'workerReturned';
+      capacity = capacityOf(devices);
+      apply({ type: e.type, time: now, device: e.device, worker: e.worker });
+    } else {
+      apply({ type: 'cancel', time: now, jobId: e.job });
+    }
+  };
+
+  for (;;) {
+    while (dirty.length) retime(dirty.pop() as number);
+    const job = jobs[nextJob];
+    const scen = scenarioEvents[nextScenario];
+    const top = heap.peek();
+    const jobAt = job ? job.atMs : Infinity;
+    const scenAt = scen ? scen.e.atS * 1000 : Infinity;
+    const topAt = top ? top.time : Infinity;
+    const next = Math.min(jobAt, scenAt, topAt, wakeAt);
+    if (!(next <= horizon)) break;
+    now = next;
+    if (jobAt === next) {
+      nextJob++;
+      arrive(job as PlannedJob);
+    } else if (scenAt === next) {
+      nextScenario++;
+      scenarioEvent((scen as { e: ScenarioEvent }).e);
+    } else if (topAt === next) {
+      const ev = heap.pop() as SimEvent;
+      if (ev.kind === PREP) {
         const it = items.get(ev.a) as SimItem;
         it.prepEv = null;
         preparing--;
@@ -322,9 +391,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           items.delete(ev.a);
           apply({ type: 'prepareFailed', time: now, item: ev.a, attempt, reason: 'simulated preparation failure' });
         } else apply({ type: 'prepared', time: now, item: ev.a, attempt });
-        break;
-      }
-      case DEV: {
+      } else {
         const d = devices[ev.a] as SimDevice;
         const w = d.workers[ev.b] as SimWorker;
         const item = w.item;
@@ -336,34 +403,11 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
         items.delete(item);
         if (fail) apply({ type: 'deviceFailed', time: now, item, attempt, reason: 'simulated device error' });
         else apply({ type: 'deviceDone', time: now, item, attempt, busyMs });
-        break;
       }
-      case WAKE:
-        wake = null;
-        apply({ type: 'tick', time: now });
-        break;
-      case SCENARIO: {
-        const e = s.events[ev.a];
-        if (!e) break;
-        if (e.type === 'speed') {
-          devices.forEach((d, i) => {
-            if (e.device !== undefined && e.device !== i) return;
-            advance(d);
-            d.speed = e.speed;
-            reschedule(d, i);
-          });
-          capacity = capacityOf(devices);
-          apply({ type: 'tick', time: now });
-        } else if (e.type === 'workerLost' || e.type === 'workerReturned') {
-          const w = (devices[e.device] as SimDevice).workers[e.worker] as SimWorker;
-          w.alive = e.type === 'workerReturned';
-          capacity = capacityOf(devices);
-          apply({ type: e.type, time: now, device: e.device, worker: e.worker });
-        } else {
-          apply({ type: 'cancel', time: now, jobId: e.job });
-        }
-        break;
-      }
+    } else {
+      // The engine's timer fires.
+      wakeAt = Infinity;
+      apply({ type: 'tick', time: now });
     }
   }
   return {
@@ -375,6 +419,8 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     simulatedMs: now,
     metrics: recorder.metrics(engine.budget.peak, engine.budget.used),
     failures,
+    jobsSubmitted: jobs.length,
+    unfinishedJobs: engine.activeJobs,
     firstStartMs,
     series: recorder.series(),
   };

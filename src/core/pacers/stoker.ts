@@ -119,9 +119,8 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
   let mode: PacerMode = 'bootstrap';
 
   /** Whether any service time is known (measured or prior). */
-  function measured(): boolean {
-    return prior > 0 || devices.some((d) => d.serviceMs > 0);
-  }
+  let hasEstimate = prior > 0;
+  const measured = () => hasEstimate;
 
   function recompute(s: PacerSnapshot): void {
     // λ: sum of per-device rates; a device not measured yet borrows the mean service time of the others.
@@ -186,6 +185,7 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
           const starvedFast = !slower && c.busy < c.workers;
           const w = (1 - Math.pow(1 - (slower ? slowerWeight : serviceW), dc)) * (starvedFast ? starvedWeight : 1);
           d.serviceMs = d.serviceMs > 0 ? d.serviceMs + w * (sample - d.serviceMs) : sample;
+          hasEstimate = true;
           d.completions = c.completions;
           d.busyMs = c.busyMs;
         }

@@ -1,0 +1,91 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { createPacer, PACER_NAMES, PACERS, StokerError, type Pacer, type PacerFactory, type PacerOptions, type PacerSnapshot, type PacerState } from '../core/index.js';
+
+/** A user pacer module that cannot be used; the message names the file and what to change. */
+export class PacerModuleError extends Error {
+  override readonly name = 'PacerModuleError';
+  readonly code = 'E_PACER_MODULE';
+}
+
+const REQUIRED = ['observe', 'nextDispatchAt', 'onDispatch'] as const;
+
+const SHAPE = 'export default function createPacer(options) { return { name, observe(snapshot) {}, nextDispatchAt(snapshot) { return snapshot.now; }, onDispatch(snapshot) {}, state() {…} }; }';
+
+/** True when a pacer spec names a file rather than a built-in pacer. */
+export function isPacerPath(spec: string): boolean {
+  return spec.includes('/') || spec.includes(path.sep) || /\.m?js$/.test(spec);
+}
+
+/**
+ * Resolves a pacer spec: a built-in name (see PACERS), or a path (relative to `cwd`, or absolute)
+ * to an ES module whose default export is `createPacer(options) => Pacer`. The factory of a
+ * module checks each pacer it creates: missing methods throw a PacerModuleError naming them;
+ * a missing `state()` is filled in, a missing `name` defaults to the file's basename.
+ */
+export async function resolvePacer(spec: string, cwd = process.cwd()): Promise<PacerFactory> {
+  if (!isPacerPath(spec)) {
+    if (Object.hasOwn(PACERS, spec)) return (PACERS[spec] as (typeof PACERS)[string]).create;
+    throw unknownPacer(spec);
+  }
+  const file = path.resolve(cwd, spec);
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(file);
+  } catch {
+    throw new PacerModuleError(`pacer module ${spec} not found (looked for ${file}); give a path to an ES module, or one of the built-in pacers: ${PACER_NAMES.join(', ')}`);
+  }
+  if (!stat.isFile()) throw new PacerModuleError(`pacer module ${file} is not a file; give the path of the .js/.mjs module itself`);
+  let mod: { default?: unknown };
+  try {
+    mod = (await import(pathToFileURL(file).href)) as { default?: unknown };
+  } catch (e) {
+    throw new PacerModuleError(`could not load pacer module ${file}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  const create = mod.default;
+  if (typeof create !== 'function') {
+    const what = create === undefined ? 'has no default export' : `has a default export of type ${create === null ? 'null' : typeof create}`;
+    throw new PacerModuleError(`pacer module ${file} ${what}; it must export its factory as the default export:\n  ${SHAPE}`);
+  }
+  const fallbackName = path.basename(file).replace(/\.[cm]?js$/, '');
+  return (options: PacerOptions) => checkPacer((create as (o: PacerOptions) => unknown)(options), file, fallbackName);
+}
+
+function unknownPacer(spec: string): Error {
+  try {
+    createPacer(spec);
+  } catch (e) {
+    if (e instanceof StokerError) return e;
+  }
+  // Names such as "constructor" slip past a plain property lookup: report them the same way.
+  return new StokerError('E_UNKNOWN_PACER', `unknown pacer ${JSON.stringify(spec)}: use one of ${PACER_NAMES.join(', ')}, or a path to a module whose default export is createPacer(options)`);
+}
+
+function steadyState(): PacerState {
+  return { mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} };
+}
+
+/** Checks what a user factory returned and fills in `name` and `state` where missing. */
+function checkPacer(value: unknown, file: string, fallbackName: string): Pacer {
+  if (typeof value !== 'object' || value === null) {
+    throw new PacerModuleError(`the default export of ${file} returned ${value === null ? 'null' : typeof value}, not a pacer object; return { observe, nextDispatchAt, onDispatch } (state and name are optional)`);
+  }
+  const p = value as Partial<Record<string, unknown>>;
+  const missing = REQUIRED.filter((m) => typeof p[m] !== 'function');
+  if (missing.length) {
+    throw new PacerModuleError(`the pacer created by ${file} is missing the method${missing.length > 1 ? 's' : ''} ${missing.join(', ')}; a pacer needs observe(snapshot), nextDispatchAt(snapshot) → time in ms, and onDispatch(snapshot)`);
+  }
+  if (p.state !== undefined && typeof p.state !== 'function') throw new PacerModuleError(`the pacer created by ${file} has a state that is not a function; make state() return { mode, ratePerSec, intervalMs, terms } or leave it out`);
+  const name = typeof p.name === 'string' && p.name !== '' ? p.name : fallbackName;
+  const pacer = value as Pacer;
+  if (name === p.name && typeof p.state === 'function') return pacer;
+  // Delegate rather than copy, so that class instances keep their prototype methods and `this`.
+  return {
+    name,
+    observe: (s: PacerSnapshot) => pacer.observe(s),
+    nextDispatchAt: (s: PacerSnapshot) => pacer.nextDispatchAt(s),
+    onDispatch: (s: PacerSnapshot) => pacer.onDispatch(s),
+    state: typeof p.state === 'function' ? () => pacer.state() : steadyState,
+  };
+}

@@ -1,0 +1,151 @@
+import { describe, expect, it } from 'vitest';
+import { createPacer } from '../../src/core/index.js';
+import { GAIN_SWEEP_SERVICE_S, SCENARIOS, simulate, type SimResult } from '../../src/sim/index.js';
+
+/** The issue's bounds for the `stoker` pacer, one test per built-in scenario (deterministic: fixed seeds). */
+
+const cache = new Map<string, SimResult>();
+function run(name: string, pacer = 'stoker'): SimResult {
+  const key = `${name}/${pacer}`;
+  let r = cache.get(key);
+  if (!r) {
+    const s = SCENARIOS.get(name);
+    if (!s) throw new Error(`no scenario ${name}`);
+    r = simulate(s, { pacer: (o) => createPacer(pacer, o) });
+    cache.set(key, r);
+  }
+  return r;
+}
+
+/** Every job ended exactly once and no byte stayed reserved. */
+function expectClean(r: SimResult): void {
+  const m = r.metrics;
+  expect(r.unfinishedJobs).toBe(0);
+  expect(m.jobsDone + m.jobsFailed + m.jobsCancelled).toBe(r.jobsSubmitted);
+  expect(new Set(r.failures.map((f) => f.job)).size).toBe(r.failures.length);
+  expect(m.leakedBytes).toBe(0);
+}
+
+const SEED_LATENCY_MS = 40_000;
+const SEED_SERVICE_MS = 1_000;
+
+describe('built-in scenarios with the stoker pacer', () => {
+  it('seed: throughput ≥ 0.99, waiting within 6 ± 1.5, inventory ratio ≤ 1.15', () => {
+    const m = run('seed').metrics;
+    expect(m.throughputRatio).toBeGreaterThanOrEqual(0.99);
+    expect(m.waitingMean).toBeGreaterThanOrEqual(4.5);
+    expect(m.waitingMean).toBeLessThanOrEqual(7.5);
+    expect(m.inventoryRatio).toBeLessThanOrEqual(1.15);
+    expectClean(run('seed'));
+  });
+
+  it.each(GAIN_SWEEP_SERVICE_S.map((s) => [s]))('gain-sweep-%s: waiting std ≤ 0.5 × target and throughput ≥ 0.98', (s) => {
+    const r = run(`gain-sweep-${s}`);
+    expect(r.metrics.waitingStd).toBeLessThanOrEqual(0.5 * 4);
+    expect(r.metrics.throughputRatio).toBeGreaterThanOrEqual(0.98);
+    expectClean(r);
+  });
+
+  it('slowdown: the rate estimate settles within 10 completions and the pacer adds no inventory', () => {
+    const m = run('slowdown').metrics;
+    expect(m.settleCompletions).not.toBeNull();
+    expect(m.settleCompletions).toBeLessThanOrEqual(10);
+    expect(m.inventoryAtChange).not.toBeNull();
+    expect(m.inventoryMaxAfterChange).toBeLessThanOrEqual(m.inventoryAtChange as number);
+    expectClean(run('slowdown'));
+  });
+
+  it('speedup: settles within 10 completions; occupancy ≥ 0.95 again within 1.5 × the preparation latency', () => {
+    const m = run('speedup').metrics;
+    expect(m.settleCompletions).not.toBeNull();
+    expect(m.settleCompletions).toBeLessThanOrEqual(10);
+    expect(m.rampMs).not.toBeNull();
+    expect(m.rampMs).toBeLessThanOrEqual(1.5 * SEED_LATENCY_MS);
+    expectClean(run('speedup'));
+  });
+
+  it('burst-after-idle: ramp ≤ 1.25 × (preparation latency + service time)', () => {
+    const m = run('burst-after-idle').metrics;
+    expect(m.rampMs).not.toBeNull();
+    expect(m.rampMs).toBeLessThanOrEqual(1.25 * (SEED_LATENCY_MS + SEED_SERVICE_MS));
+    expectClean(run('burst-after-idle'));
+  });
+
+  it('failure: the two failing jobs fail once with a clear reason, the others finish', () => {
+    const r = run('failure');
+    expectClean(r);
+    expect(r.metrics.jobsFailed).toBe(2);
+    expect(r.metrics.jobsDone).toBe(8);
+    const byJob = Object.fromEntries(r.failures.map((f) => [f.job, f]));
+    expect(byJob['job-3']?.code).toBe('E_PREPARE_FAILED');
+    expect(byJob['job-3']?.reason).toMatch(/partition 5 failed in preparation/);
+    expect(byJob['job-7']?.code).toBe('E_DEVICE_FAILED');
+    expect(byJob['job-7']?.reason).toMatch(/partition 2 failed on device 0/);
+  });
+
+  it('oversize: the job larger than the budget fails at once, the others finish', () => {
+    const r = run('oversize');
+    expectClean(r);
+    expect(r.metrics.jobsFailed).toBe(1);
+    expect(r.metrics.jobsDone).toBe(9);
+    const f = r.failures[0];
+    expect(f?.job).toBe('job-2');
+    expect(f?.code).toBe('E_OVERSIZE');
+    expect(f?.reason).toMatch(/raise budgetBytes or split the job/);
+    expect(r.metrics.peakMemoryBytes).toBeLessThanOrEqual(100 * 1024 ** 3);
+  });
+
+  it('cancel: the cancelled job ends once as cancelled, its memory is freed, the others finish', () => {
+    const r = run('cancel');
+    expectClean(r);
+    expect(r.metrics.jobsCancelled).toBe(1);
+    expect(r.metrics.jobsDone).toBe(9);
+    expect(r.failures).toEqual([expect.objectContaining({ job: 'job-1', state: 'cancelled', code: 'E_CANCELLED' })]);
+  });
+
+  it('priority: the critical job starts preparing within one dispatch interval of its arrival', () => {
+    const r = run('priority');
+    expectClean(r);
+    expect(r.metrics.jobsDone).toBe(13);
+    const start = r.firstStartMs['job-12'];
+    expect(start).toBeDefined();
+    // One dispatch interval at the measured service rate: 1.2 s per item over 2 workers.
+    expect((start as number) - 60_000).toBeGreaterThanOrEqual(0);
+    expect((start as number) - 60_000).toBeLessThanOrEqual(600);
+    // It overtook normal partitions that were queued before it.
+    const later = Object.entries(r.firstStartMs).filter(([job, t]) => job !== 'job-12' && t > (start as number));
+    expect(later.length).toBeGreaterThan(0);
+  });
+
+  it('worker-loss: every job finishes with one worker for ten minutes', () => {
+    const r = run('worker-loss');
+    expectClean(r);
+    expect(r.metrics.jobsDone).toBe(120);
+  });
+
+  it('budget-bound and field-testbed: the budget is never exceeded and every job finishes', () => {
+    for (const [name, budget] of [
+      ['budget-bound', 6 * 14 * 1024 ** 3],
+      ['field-testbed', 384 * 1024 ** 3],
+    ] as const) {
+      const r = run(name);
+      expectClean(r);
+      expect(r.metrics.jobsDone).toBe(20);
+      expect(r.metrics.peakMemoryBytes).toBeLessThanOrEqual(budget);
+    }
+    // The budget really binds in budget-bound: six partitions of 14 GiB in flight at the peak.
+    expect(run('budget-bound').metrics.peakMemoryBytes).toBeGreaterThan(5 * 14 * 1024 ** 3);
+  });
+
+  it('jitter and gaps: every job finishes, nothing leaks', () => {
+    expectClean(run('jitter'));
+    expectClean(run('gaps'));
+    expect(run('gaps').metrics.jobsDone).toBe(25);
+  });
+});
+
+describe('every pacer on the failure scenarios', () => {
+  it.each(['classic', 'unpaced', 'window', 'burst', 'interval-pi', 'gated-interval'])('%s ends every job exactly once without leaking', (pacer) => {
+    for (const name of ['failure', 'oversize', 'cancel', 'worker-loss']) expectClean(run(name, pacer));
+  });
+});
