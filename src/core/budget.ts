@@ -35,6 +35,7 @@ export class MemoryBudget {
 
   /** Grants `bytes` if they are free now; returns whether it did. */
   tryReserve(bytes: number): boolean {
+    if (!(bytes >= 0)) throw new StokerError('E_INVALID_OPTION', `a reservation must be a number of bytes ≥ 0 (got ${String(bytes)})`);
     if (bytes > this.totalBytes - this.usedBytes) return false;
     this.usedBytes += bytes;
     if (this.usedBytes > this.peakBytes) this.peakBytes = this.usedBytes;
@@ -42,7 +43,7 @@ export class MemoryBudget {
   }
 
   release(bytes: number): void {
-    if (bytes < 0 || bytes > this.usedBytes) {
+    if (!(bytes >= 0) || bytes > this.usedBytes) {
       throw new StokerError('E_INVALID_OPTION', `budget release of ${bytes} bytes exceeds the ${this.usedBytes} bytes in use: a reservation was released twice`);
     }
     this.usedBytes -= bytes;

@@ -145,8 +145,32 @@ export class Engine {
       throw new StokerError('E_TIME_BACKWARDS', `event time ${String(event.time)} is before the engine's time ${this.now}: feed events in time order`);
     }
     const out: Command[] = [];
+    const before = this.now;
     this.now = event.time;
     this.snapshot.now = event.time;
+    // A deadline that passed before this event ends its job first: a completion after it is too late.
+    this.expireDeadlines(out);
+    try {
+      this.handle(event, out);
+    } catch (e) {
+      // Invalid input is rejected before any state changes; the clock must not move either.
+      this.now = before;
+      this.snapshot.now = Number.isFinite(before) ? before : 0;
+      throw e;
+    }
+    this.expireDeadlines(out); // a job submitted with a deadline already past
+    this.assignDevices(out);
+    this.pacer.observe(this.snapshot);
+    const pacerWake = this.dispatch(out);
+    const next = Math.min(pacerWake, this.deadlines.peek()?.spec.deadline ?? Infinity);
+    if (next !== this.wake) {
+      this.wake = next;
+      out.push({ type: 'wakeAt', time: next });
+    }
+    return out;
+  }
+
+  private handle(event: EngineEvent, out: Command[]): void {
     switch (event.type) {
       case 'submit':
         this.submit(event.job, out);
@@ -189,16 +213,6 @@ export class Engine {
       default:
         throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}`);
     }
-    this.expireDeadlines(out);
-    this.assignDevices(out);
-    this.pacer.observe(this.snapshot);
-    const pacerWake = this.dispatch(out);
-    const next = Math.min(pacerWake, this.deadlines.peek()?.spec.deadline ?? Infinity);
-    if (next !== this.wake) {
-      this.wake = next;
-      out.push({ type: 'wakeAt', time: next });
-    }
-    return out;
   }
 
   private submit(spec: JobSpec, out: Command[]): void {
@@ -289,12 +303,14 @@ export class Engine {
     this.snapshot.workers--;
     const item = w.item;
     if (item) {
+      // The device had taken the prepared data (its bytes were released), so the item is prepared
+      // again: back to the queue under its old key, ahead of later work, with a fresh reservation.
       out.push({ type: 'abort', item, stage: 'on-device', reason: `device ${device} worker ${worker} lost` });
       this.leaveDevice(item);
-      // The prepared data survives (the device-phase reservation still holds it): wait for another worker.
-      item.state = 'waiting';
-      this.waitingQ.push(item);
-      this.snapshot.waiting++;
+      this.releaseAll(item);
+      item.state = 'queued';
+      this.backlog.push(item);
+      this.snapshot.backlog++;
     }
   }
 

@@ -75,5 +75,8 @@ export type Command =
   | { type: 'abort'; item: ItemView; stage: 'preparing' | 'waiting' | 'on-device'; reason: string }
   /** The job ended (exactly once per job). */
   | { type: 'finishJob'; jobId: string; state: JobEnd; code?: string; reason?: string; timeMs: number }
-  /** Replace the pending timer: send a `tick` at this time (`Infinity`: no timer needed). */
+  /**
+   * Replace the pending timer: send a `tick` at this time (`Infinity`: no timer needed). The
+   * timer stays armed until it fires or is replaced; an earlier tick does not cancel it.
+   */
   | { type: 'wakeAt'; time: number };

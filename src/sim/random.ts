@@ -21,7 +21,7 @@ export class Rng {
 
   constructor(seed: number, stream = 0) {
     const base = mix32(mix32(seed | 0) ^ Math.imul(stream | 0, 0x9e3779b9));
-    const state: number[] = [1, 2, 3, 4].map((k) => mix32(base + Math.imul(k, 0x632be5ab)));
+    const state = [mix32(base + 0x632be5ab), mix32(base + 0xc657cb56), mix32(base + 0x2983b101), mix32(base + 0x8caf96ac)];
     if (!state.some((w) => w !== 0)) state[0] = 1;
     this.gen = xoroshiro128plusFromState(state);
   }

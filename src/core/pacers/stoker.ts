@@ -109,7 +109,6 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
   let credit = 1;
   let rate = 0; // dispatch rate u, items/ms
   let maxRate = 0;
-  let serviceRate = NaN; // λ, items/ms
   let inventoryTarget = 0;
   let busySince = NaN; // first dispatch of the current busy period
   let sentInBootstrap = 0;
@@ -122,8 +121,14 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
   let hasEstimate = prior > 0;
   const measured = () => hasEstimate;
 
-  function recompute(s: PacerSnapshot): void {
-    // λ: sum of per-device rates; a device not measured yet borrows the mean service time of the others.
+  // Derived from the estimates, refreshed when they change.
+  let lambda = 0; // λ, items/ms
+  let draining = 0; // λ weighted by device occupancy, items/ms
+  let spread = 0; // σ of preparation latency, ms
+  let margin = 0; // safety margin on the latency, ms
+
+  /** λ: sum of per-device rates; a device not measured yet borrows the mean service time of the others. */
+  function estimateRates(s: PacerSnapshot): void {
     let known = 0;
     let knownMs = 0;
     for (const d of devices) {
@@ -133,8 +138,8 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
       }
     }
     const fallbackMs = known > 0 ? knownMs / known : prior;
-    let lambda = 0;
-    let draining = 0;
+    lambda = 0;
+    draining = 0;
     for (let i = 0; i < devices.length; i++) {
       const d = devices[i] as DeviceEstimate;
       const ms = d.serviceMs > 0 ? d.serviceMs : fallbackMs;
@@ -144,7 +149,17 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
         draining += (workers / ms) * d.occupancy;
       }
     }
-    serviceRate = lambda;
+  }
+
+  /** Safety stock for the error of the latency estimate: z standard errors of its mean. */
+  function estimateSpread(): void {
+    spread = Math.sqrt(Math.max(0, latencySq - latency * latency));
+    const samples = Math.min(prepCompletions, 2 / latencyW - 1);
+    margin = samples > 0 ? (safetyZ * spread) / Math.sqrt(samples) : 0;
+  }
+
+  /** The dispatch rate u for the current inventory. */
+  function recompute(s: PacerSnapshot): void {
     if (!(lambda > 0)) {
       rate = 0;
       return;
@@ -152,13 +167,8 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
     // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
     const lat = latency > 0 ? latency : Number.isFinite(busySince) ? s.now - busySince : 0;
     const inventory = s.preparing + s.waiting + s.onDevice;
-    // Safety stock for the error of the latency estimate: z standard errors of its mean.
-    const spread = Math.sqrt(Math.max(0, latencySq - latency * latency));
-    const samples = Math.min(prepCompletions, 2 / latencyW - 1);
-    const margin = samples > 0 ? (safetyZ * spread) / Math.sqrt(samples) : 0;
     inventoryTarget = lambda * (lat + margin) + s.workers + target + integral;
-    const fillMs = Math.max(1000, fillFraction * lat);
-    const u = lambda + (inventoryTarget - inventory) / fillMs;
+    const u = lambda + (inventoryTarget - inventory) / Math.max(1000, fillFraction * lat);
     maxRate = inventory < headStart * spread * lambda ? 4 * lambda : Math.max(lambda, draining + catchUp * lambda);
     rate = Math.min(Math.max(u, 0), maxRate);
   }
@@ -172,6 +182,7 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
         devices = s.devices.map((d) => ({ completions: d.completions, busyMs: d.busyMs, serviceMs: prior, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
       }
       // Service time per item from the accumulator deltas, weighted per completion.
+      const occKeep = dt > 0 ? Math.exp(-dt / occTau) : 1;
       for (let i = 0; i < devices.length; i++) {
         const d = devices[i] as DeviceEstimate;
         const c = s.devices[i] as PacerSnapshot['devices'][number];
@@ -192,7 +203,7 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
         // Occupancy held since the last event, smoothed in time.
         if (dt > 0) {
           const held = d.lastWorkers > 0 ? d.lastBusy / d.lastWorkers : 0;
-          d.occupancy += (1 - Math.exp(-dt / occTau)) * (held - d.occupancy);
+          d.occupancy += (1 - occKeep) * (held - d.occupancy);
         }
         d.lastBusy = c.busy;
         d.lastWorkers = c.workers;
@@ -215,8 +226,12 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
         prepCompletions = s.prepareCompletions;
         prepLatencyTotal = s.prepareLatencyMsTotal;
         prepLatencySq = s.prepareLatencySqTotal;
+        estimateSpread();
       }
+      estimateRates(s);
       const work = s.backlog > 0;
+      // Nothing measured and nothing in flight (the bootstrap items were withdrawn): bootstrap again.
+      if (!measured() && s.preparing + s.waiting + s.onDevice === 0) sentInBootstrap = 0;
       const saturated = s.budgetBlocked || s.preparing >= s.maxPreparing;
       // Waiting feedback: slow, and only while the loop is really in control (anti-windup).
       if (dt > 0) waitingAvg += (1 - Math.exp(-dt / waitTau)) * (s.waiting - waitingAvg);
@@ -263,7 +278,7 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
     state(): PacerState {
       return {
         mode,
-        ratePerSec: serviceRate > 0 ? serviceRate * 1000 : null,
+        ratePerSec: lambda > 0 ? lambda * 1000 : null,
         intervalMs: rate > 0 ? 1 / rate : null,
         terms: { latencyMs: latency, inventoryTarget, integral, waitingAvg, credit },
       };

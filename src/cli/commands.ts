@@ -1,0 +1,175 @@
+import { performance } from 'node:perf_hooks';
+import { PACER_NAMES, PACERS, type PacerFactory } from '../core/index.js';
+import { resolvePacer } from '../sim/load-pacer.js';
+import { resolveScenario } from '../sim/load-scenario.js';
+import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js';
+import { BENCH_SCENARIOS, SCENARIOS } from '../sim/scenarios.js';
+import { simulate, type SimResult } from '../sim/simulator.js';
+import { measureSpeed } from '../sim/speed.js';
+import { formatMetric, formatTable } from './table.js';
+
+/** Where a command writes: `out` is the result (stdout), `err` progress and diagnostics (stderr). */
+export interface Io {
+  out: (s: string) => void;
+  err: (s: string) => void;
+}
+
+/** Bad input from the command line (exit code 2); the message says what to write instead. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError';
+}
+
+/** Parses an integer option value; the error names the option. */
+export function parseInteger(option: string, value: string): number {
+  const n = Number(value);
+  if (!/^[-+]?\d+$/.test(value.trim()) || !Number.isSafeInteger(n)) throw new UsageError(`${option} must be an integer (got ${JSON.stringify(value)})`);
+  return n;
+}
+
+/** Splits a comma-separated list; the error names the option when it is empty. */
+export function parseList(option: string, value: string): string[] {
+  const items = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  if (items.length === 0) throw new UsageError(`${option} needs at least one name, e.g. ${option} stoker,classic`);
+  return items;
+}
+
+function pad(names: string[]): (s: string) => string {
+  const w = Math.max(0, ...names.map((n) => n.length));
+  return (s) => s.padEnd(w);
+}
+
+export function scenariosCommand(io: Io): void {
+  const p = pad([...SCENARIOS.keys()]);
+  for (const [name, s] of SCENARIOS) io.out(`${p(name)}  ${s.description}\n`);
+}
+
+export function pacersCommand(io: Io): void {
+  const p = pad(PACER_NAMES);
+  for (const name of PACER_NAMES) io.out(`${p(name)}  ${PACERS[name]?.describe ?? ''}\n`);
+}
+
+async function resolvePacers(specs: string[]): Promise<PacerFactory[]> {
+  const out: PacerFactory[] = [];
+  for (const spec of specs) out.push(await resolvePacer(spec));
+  return out;
+}
+
+function seconds(ms: number): string {
+  return `${(ms / 1000).toFixed(1)} s`;
+}
+
+function failureTable(results: SimResult[]): string {
+  const rows = results.flatMap((r) => r.failures.map((f) => [r.pacer, f.job, f.state, f.code, f.reason]));
+  return rows.length ? `\njobs that did not finish:\n${formatTable(['pacer', 'job', 'state', 'code', 'reason'], rows)}` : '';
+}
+
+export interface SimulateFlags {
+  pacer: string;
+  seed?: string;
+  json?: boolean;
+  out?: string;
+}
+
+export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io): Promise<void> {
+  const seed = flags.seed === undefined ? undefined : parseInteger('--seed', flags.seed);
+  const scenario = resolveScenario(spec);
+  const factories = await resolvePacers(parseList('--pacer', flags.pacer));
+  const results = factories.map((pacer) => simulate(scenario, seed === undefined ? { pacer } : { pacer, seed }));
+  if (flags.json) {
+    const records = results.map(resultRecord);
+    io.out(toJson(records.length === 1 ? records[0] : records));
+  } else {
+    const first = results[0] as SimResult;
+    io.out(`scenario ${scenario.name} (seed ${first.seed}): ${scenario.description}\n\n`);
+    const rows = METRIC_KEYS.map((k) => [k, ...results.map((r) => formatMetric(k, r.metrics[k]))]);
+    io.out(formatTable(['metric', ...results.map((r) => r.pacer)], rows));
+    const runs = results.map((r) => `${r.pacer} ${r.events} / ${seconds(r.simulatedMs)}`).join(', ');
+    io.out(`\nsteady window ${seconds(first.window.fromMs)} – ${seconds(first.window.toMs)}; events / simulated time: ${runs}\n`);
+    io.out(failureTable(results));
+  }
+  if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
+}
+
+export interface BenchFlags {
+  scenarios?: string;
+  pacers?: string;
+  seed?: string;
+  json?: boolean;
+  out?: string;
+}
+
+/** The bench table's columns: a header and how to print it from a result. */
+const BENCH_COLUMNS: [string, (r: SimResult) => string][] = [
+  ['scenario', (r) => r.scenario],
+  ['pacer', (r) => r.pacer],
+  ['throughputRatio', (r) => formatMetric('throughputRatio', r.metrics.throughputRatio)],
+  ['occupancy', (r) => formatMetric('occupancy', r.metrics.occupancy)],
+  ['waitingMean', (r) => formatMetric('waitingMean', r.metrics.waitingMean)],
+  ['waitingStd', (r) => formatMetric('waitingStd', r.metrics.waitingStd)],
+  ['waitingP95', (r) => formatMetric('waitingP95', r.metrics.waitingP95)],
+  ['inventoryRatio', (r) => formatMetric('inventoryRatio', r.metrics.inventoryRatio)],
+  ['peakMemory', (r) => formatMetric('peakMemoryBytes', r.metrics.peakMemoryBytes)],
+  ['jobLatencyP50', (r) => formatMetric('jobLatencyP50Ms', r.metrics.jobLatencyP50Ms)],
+  ['burstMax', (r) => formatMetric('burstMax', r.metrics.burstMax)],
+  ['settleCompletions', (r) => formatMetric('settleCompletions', r.metrics.settleCompletions)],
+  ['rampMs', (r) => formatMetric('rampMs', r.metrics.rampMs)],
+  ['leakedBytes', (r) => formatMetric('leakedBytes', r.metrics.leakedBytes)],
+  ['done/failed/cancelled', (r) => `${r.metrics.jobsDone}/${r.metrics.jobsFailed}/${r.metrics.jobsCancelled}`],
+];
+
+export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
+  const seed = flags.seed === undefined ? undefined : parseInteger('--seed', flags.seed);
+  const scenarios = (flags.scenarios === undefined ? BENCH_SCENARIOS : parseList('--scenarios', flags.scenarios)).map((s) => resolveScenario(s));
+  const pacerSpecs = flags.pacers === undefined ? PACER_NAMES : parseList('--pacers', flags.pacers);
+  const factories = await resolvePacers(pacerSpecs);
+  const total = scenarios.length * factories.length;
+  const results: SimResult[] = [];
+  for (const scenario of scenarios) {
+    for (const pacer of factories) {
+      const t0 = performance.now();
+      const r = simulate(scenario, seed === undefined ? { pacer } : { pacer, seed });
+      results.push(r);
+      io.err(`[${results.length}/${total}] ${scenario.name} × ${r.pacer} … ${Math.round(performance.now() - t0)} ms\n`);
+    }
+  }
+  if (flags.json) io.out(toJson(results.map((r) => ({ scenario: r.scenario, pacer: r.pacer, metrics: resultRecord(r).metrics }))));
+  else io.out(formatTable(BENCH_COLUMNS.map((c) => c[0]), results.map((r) => BENCH_COLUMNS.map((c) => c[1](r)))));
+  if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
+}
+
+export interface SpeedFlags {
+  scenario: string;
+  pacers: string;
+  runs: string;
+  json?: boolean;
+}
+
+/** Wall-clock speed of the simulator (a benchmark: numbers vary with the machine and its load). */
+export async function speedCommand(flags: SpeedFlags, io: Io): Promise<void> {
+  const runs = parseInteger('--runs', flags.runs);
+  if (runs < 1) throw new UsageError(`--runs must be ≥ 1 (got ${runs})`);
+  const scenario = resolveScenario(flags.scenario);
+  const factories = await resolvePacers(parseList('--pacers', flags.pacers));
+  const results = factories.map((pacer) => {
+    const r = measureSpeed(scenario, pacer, runs);
+    io.err(`${scenario.name} × ${r.pacer}: ${r.runsMs.map((ms) => `${Math.round(ms)} ms`).join(', ')}\n`);
+    return r;
+  });
+  if (flags.json) {
+    io.out(toJson(results));
+    return;
+  }
+  const rows = results.map((r) => [
+    r.scenario,
+    r.pacer,
+    String(r.events),
+    `${r.simulatedHours.toFixed(1)} h`,
+    `${(r.bestEventsPerSec / 1e6).toFixed(2)} M/s`,
+    `${(r.medianEventsPerSec / 1e6).toFixed(2)} M/s`,
+    `${r.secondsPerSimulatedDay.toFixed(2)} s`,
+  ]);
+  io.out(formatTable(['scenario', 'pacer', 'events', 'simulated', 'events/s (best)', 'events/s (median)', 'wall per simulated day'], rows));
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env node
+import fs from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { Command, CommanderError } from 'commander';
+import { StokerError } from '../core/index.js';
+import { PacerModuleError } from '../sim/load-pacer.js';
+import { ScenarioError } from '../sim/scenario.js';
+import { benchCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
+
+export type { Io } from './commands.js';
+
+const defaultIo: Io = {
+  out: (s) => void process.stdout.write(s),
+  err: (s) => void process.stderr.write(s),
+};
+
+function version(): string {
+  try {
+    // src/cli/main.ts and dist/cli/main.js both sit two levels below package.json.
+    const pkg = JSON.parse(fs.readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: unknown };
+    return typeof pkg.version === 'string' ? pkg.version : '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+}
+
+function program(io: Io): Command {
+  const p = new Command('stoker')
+    .description('Keeps accelerators fed: simulate and compare pacers of a two-stage preparation → accelerator pipeline.')
+    .version(version(), '-V, --version')
+    .exitOverride()
+    .configureOutput({ writeOut: io.out, writeErr: io.err, outputError: (s, write) => write(s) })
+    .showSuggestionAfterError();
+
+  p.command('scenarios')
+    .description('list the built-in scenarios')
+    .action(() => scenariosCommand(io));
+
+  p.command('pacers')
+    .description('list the built-in pacers')
+    .action(() => pacersCommand(io));
+
+  p.command('simulate')
+    .description('run one scenario with one or more pacers and print the benchmark metrics')
+    .argument('<scenario>', 'a built-in scenario name (see `stoker scenarios`) or a path to a scenario .json file')
+    .option('-p, --pacer <list>', 'comma-separated pacers: built-in names or paths to .js/.mjs modules', 'stoker')
+    .option('-s, --seed <n>', "override the scenario's seed (an integer)")
+    .option('--json', 'print the results as JSON (deterministic: no timings)')
+    .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
+    .action((scenario: string, flags: SimulateFlags) => simulateCommand(scenario, flags, io));
+
+  p.command('bench')
+    .description('run every scenario × pacer and print one row per pair (progress on stderr)')
+    .option('--scenarios <list>', 'comma-separated scenarios (default: all but seed-day)')
+    .option('--pacers <list>', 'comma-separated pacers (default: all built-ins)')
+    .option('-s, --seed <n>', "override every scenario's seed (an integer)")
+    .option('--json', 'print [{ scenario, pacer, metrics }] as JSON')
+    .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
+    .action((flags: BenchFlags) => benchCommand(flags, io));
+
+  p.command('speed')
+    .description('time the simulator itself: events per second and wall time per simulated day')
+    .option('--scenario <name>', 'scenario to time (a built-in name or a .json file)', 'seed-day')
+    .option('--pacers <list>', 'comma-separated pacers', 'stoker,classic,unpaced')
+    .option('--runs <n>', 'runs per pacer (the best and the median are reported)', '5')
+    .option('--json', 'print the measurements as JSON')
+    .action((flags: SpeedFlags) => speedCommand(flags, io));
+
+  return p;
+}
+
+/** Exit code for an error: 2 for bad input, 1 for anything unexpected. */
+function exitCodeOf(e: unknown): number {
+  if (e instanceof UsageError || e instanceof ScenarioError || e instanceof PacerModuleError) return 2;
+  if (e instanceof StokerError && (e.code === 'E_UNKNOWN_PACER' || e.code === 'E_INVALID_OPTION')) return 2;
+  return 1;
+}
+
+/** Runs the CLI with `argv` (without node and the script); returns the exit code, never exits the process. */
+export async function main(argv: string[], io: Io = defaultIo): Promise<number> {
+  try {
+    await program(io).parseAsync(argv, { from: 'user' });
+    return 0;
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      // Help and version have printed and succeed (exit code 0); for usage errors (unknown
+      // command or option, missing argument, no command at all) commander has printed the message.
+      return e.exitCode === 0 ? 0 : 2;
+    }
+    const code = exitCodeOf(e);
+    const message = e instanceof Error ? e.message : String(e);
+    io.err(`error: ${message}\n`);
+    if (process.env.STOKER_DEBUG === '1' && e instanceof Error && e.stack) io.err(`${e.stack}\n`);
+    return code;
+  }
+}
+
+function isMain(): boolean {
+  const script = process.argv[1];
+  if (!script) return false;
+  try {
+    return import.meta.url === pathToFileURL(fs.realpathSync(script)).href;
+  } catch {
+    return false;
+  }
+}
+
+if (isMain()) {
+  // `stoker bench | head` closes the pipe early: stop quietly.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(0);
+    throw e;
+  });
+  void main(process.argv.slice(2)).then((code) => {
+    process.exitCode = code;
+  });
+}

@@ -1,0 +1,298 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PACER_NAMES } from '../../src/core/index.js';
+import { SCENARIOS } from '../../src/sim/index.js';
+import { run, tempDir } from './helpers.js';
+
+const CONTRACT = [
+  'throughputRatio',
+  'occupancy',
+  'starvedMs',
+  'waitingMean',
+  'waitingStd',
+  'waitingP95',
+  'waitingMax',
+  'inventoryRatio',
+  'peakMemoryBytes',
+  'jobLatencyP50Ms',
+  'jobLatencyP99Ms',
+  'burstMax',
+  'settleCompletions',
+  'rampMs',
+  'leakedBytes',
+  'jobsDone',
+  'jobsFailed',
+  'jobsCancelled',
+];
+
+/** A user pacer: dispatch whenever fewer than 10 items are preparing or waiting. No name, no state. */
+const TEN_PACER = `export default function createPacer(options) {
+  return {
+    observe() {},
+    nextDispatchAt: (s) => (s.waiting + s.preparing < 10 ? s.now : Infinity),
+    onDispatch() {},
+  };
+}
+`;
+
+/** A small valid scenario file (seed stages, 3 jobs). */
+const SMALL_SCENARIO = {
+  name: 'small',
+  description: 'three jobs',
+  targetWaiting: 4,
+  kinds: { proof: { prepare: { type: 'fixed', value: 10 } } },
+  devices: [{ workers: 2, service: { type: 'fixed', value: 1 }, contention: [1, 1.2] }],
+  arrivals: [{ atS: 0, jobs: 3, partitions: 4, kind: 'proof' }],
+};
+
+interface RunRecord {
+  scenario: string;
+  pacer: string;
+  seed: number;
+  window: { fromMs: number; toMs: number };
+  events: number;
+  simulatedMs: number;
+  metrics: { [k: string]: number | null };
+  failures: { job: string; state: string; code: string; reason: string }[];
+}
+
+let tmp: ReturnType<typeof tempDir>;
+beforeAll(() => {
+  tmp = tempDir();
+});
+afterAll(() => tmp.cleanup());
+
+describe('stoker scenarios / pacers', () => {
+  it('lists every built-in scenario with its description', async () => {
+    const r = await run('scenarios');
+    expect(r.code).toBe(0);
+    const lines = r.out.trimEnd().split('\n');
+    expect(lines).toHaveLength(SCENARIOS.size);
+    for (const [name, s] of SCENARIOS) expect(lines.some((l) => l.startsWith(`${name} `) && l.endsWith(s.description))).toBe(true);
+  });
+
+  it('lists every built-in pacer', async () => {
+    const r = await run('pacers');
+    expect(r.code).toBe(0);
+    const lines = r.out.trimEnd().split('\n');
+    expect(lines.map((l) => l.split(/\s+/)[0])).toEqual(PACER_NAMES);
+  });
+});
+
+describe('stoker simulate', () => {
+  it('--json prints the contract, deterministically', async () => {
+    const a = await run('simulate', 'seed', '--json');
+    const b = await run('simulate', 'seed', '--json');
+    expect(a.code).toBe(0);
+    expect(a.err).toBe('');
+    expect(a.out).toBe(b.out);
+    expect(a.out.endsWith('}\n')).toBe(true);
+    const rec = JSON.parse(a.out) as RunRecord;
+    expect(Object.keys(rec)).toEqual(['scenario', 'pacer', 'seed', 'window', 'events', 'simulatedMs', 'metrics', 'failures']);
+    expect(rec).toMatchObject({ scenario: 'seed', pacer: 'stoker', seed: 1 });
+    expect(Object.keys(rec.metrics)).toEqual(expect.arrayContaining(CONTRACT));
+    expect(rec.metrics.jobsDone).toBe(40);
+  });
+
+  it('--seed changes the results', async () => {
+    const one = JSON.parse((await run('simulate', 'seed', '--json')).out) as RunRecord;
+    const two = JSON.parse((await run('simulate', 'seed', '--json', '--seed', '2')).out) as RunRecord;
+    expect(two.seed).toBe(2);
+    expect(two.metrics).not.toEqual(one.metrics);
+  });
+
+  it('--pacer with a list gives an array, one record per pacer', async () => {
+    const r = await run('simulate', 'cancel', '--pacer', 'stoker,classic', '--json');
+    expect(r.code).toBe(0);
+    const recs = JSON.parse(r.out) as RunRecord[];
+    expect(recs.map((x) => x.pacer)).toEqual(['stoker', 'classic']);
+    // The cancelled job is reported, with its reason.
+    expect(recs[0]?.failures).toEqual([expect.objectContaining({ job: 'job-1', state: 'cancelled' })]);
+  });
+
+  it('prints a table with every metric, the window line and the failures', async () => {
+    const r = await run('simulate', 'failure', '--pacer', 'stoker,unpaced');
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^metric\s+stoker\s+unpaced$/m);
+    for (const k of CONTRACT) expect(r.out).toMatch(new RegExp(`^${k}\\s`, 'm'));
+    expect(r.out).toMatch(/^jobLatencyP50Ms\s+\d+\.\d s\s+\d+\.\d s$/m);
+    expect(r.out).toMatch(/^steady window .* events \/ simulated time: stoker \d+ \/ [\d.]+ s, unpaced/m);
+    expect(r.out).toContain('jobs that did not finish');
+    expect(r.out).toMatch(/stoker\s+job-3\s+failed/);
+    expect(r.out).toMatch(/stoker\s+job-7\s+failed/);
+  });
+
+  it('--out writes report.json and four SVG charts per scenario', async () => {
+    const dir = path.join(tmp.dir, 'report');
+    const r = await run('simulate', 'cancel', '--pacer', 'stoker,classic', '--out', dir, '--json');
+    expect(r.code).toBe(0);
+    const names = ['report.json', ...['waiting', 'inventory', 'occupancy', 'dispatch'].map((c) => `cancel-${c}.svg`)];
+    for (const n of names) expect(r.err).toContain(path.join(dir, n));
+    expect(fs.readdirSync(dir).sort()).toEqual([...names].sort());
+    // report.json holds the same records as --json.
+    expect(JSON.parse(fs.readFileSync(path.join(dir, 'report.json'), 'utf8'))).toEqual(JSON.parse(r.out));
+    for (const n of names.slice(1)) {
+      const svg = fs.readFileSync(path.join(dir, n), 'utf8');
+      expect(svg.startsWith('<svg xmlns="http://www.w3.org/2000/svg"')).toBe(true);
+      expect(svg.trimEnd().endsWith('</svg>')).toBe(true);
+      expect(svg).toContain('data-pacer="stoker"');
+      expect(svg).toContain('data-pacer="classic"');
+      expect(svg.match(/<polyline class="pacer"/g)).toHaveLength(2);
+      expect(svg).toContain('stroke-dasharray');
+      expect(svg.length).toBeLessThan(60_000);
+    }
+    // Same inputs → byte-identical files.
+    const before = names.map((n) => fs.readFileSync(path.join(dir, n), 'utf8'));
+    await run('simulate', 'cancel', '--pacer', 'stoker,classic', '--out', dir, '--json');
+    expect(names.map((n) => fs.readFileSync(path.join(dir, n), 'utf8'))).toEqual(before);
+  });
+});
+
+describe('user pacer modules', () => {
+  it('loads a pacer from a .mjs file; its name defaults to the basename', async () => {
+    const file = tmp.file('ten.mjs', TEN_PACER);
+    const r = await run('simulate', 'failure', '--pacer', `${file},stoker`, '--json');
+    expect(r.err).toBe('');
+    expect(r.code).toBe(0);
+    const [mine] = JSON.parse(r.out) as RunRecord[];
+    expect(mine?.pacer).toBe('ten');
+    expect(mine?.metrics.jobsDone).toBe(8);
+    expect(mine?.metrics.jobsFailed).toBe(2);
+  });
+
+  it('a module without a default export: exit 2, says what to export', async () => {
+    const file = tmp.file('nodefault.mjs', 'export const createPacer = () => ({});\n');
+    const r = await run('simulate', 'seed', '--pacer', file);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain(file);
+    expect(r.err).toMatch(/no default export/);
+    expect(r.err).toContain('export default function createPacer(options)');
+  });
+
+  it('a pacer missing a method: exit 2, names the method', async () => {
+    const file = tmp.file('nomethod.mjs', 'export default () => ({ name: "x", observe() {}, onDispatch() {} });\n');
+    const r = await run('simulate', 'seed', '--pacer', file);
+    expect(r.code).toBe(2);
+    expect(r.err).toMatch(/missing the method nextDispatchAt/);
+    expect(r.err).not.toMatch(/\n\s+at /);
+  });
+
+  it('a missing file: exit 2, names the path', async () => {
+    const r = await run('simulate', 'seed', '--pacer', './no/such/pacer.mjs');
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('./no/such/pacer.mjs');
+    expect(r.err).toMatch(/not found/);
+  });
+
+  it('a pacer that throws: exit 1 with its message, no stack', async () => {
+    const file = tmp.file('throws.mjs', 'export default () => ({ observe() {}, nextDispatchAt() { throw new Error("boom in my pacer"); }, onDispatch() {} });\n');
+    const r = await run('simulate', 'seed', '--pacer', file);
+    expect(r.code).toBe(1);
+    expect(r.err).toBe('error: boom in my pacer\n');
+  });
+});
+
+describe('bad input', () => {
+  it('an unknown scenario: exit 2, lists the built-ins and mentions .json files', async () => {
+    const r = await run('simulate', 'nope');
+    expect(r.code).toBe(2);
+    for (const name of SCENARIOS.keys()) expect(r.err).toContain(name);
+    expect(r.err).toContain('.json');
+  });
+
+  it('an invalid scenario file: exit 2, prints the field path', async () => {
+    const file = tmp.file('bad.json', JSON.stringify({ ...SMALL_SCENARIO, devices: [{ ...SMALL_SCENARIO.devices[0], workers: 0 }] }));
+    const r = await run('simulate', file);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('devices[0].workers');
+    expect(r.err).toContain(file);
+  });
+
+  it('a scenario file that is not JSON: exit 2, names the file', async () => {
+    const file = tmp.file('broken.json', '{ "name": "x", ');
+    const r = await run('simulate', file);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain(`${file} is not valid JSON`);
+  });
+
+  it('a valid scenario file runs', async () => {
+    const file = tmp.file('small.json', JSON.stringify(SMALL_SCENARIO));
+    const r = await run('simulate', file, '--json');
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.out)).toMatchObject({ scenario: 'small', metrics: { jobsDone: 3 } });
+  });
+
+  it('a --seed that is not an integer: exit 2, names the option', async () => {
+    const r = await run('simulate', 'seed', '--seed', '1.5');
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('--seed');
+    expect((await run('bench', '--scenarios', 'seed', '--seed', 'x')).code).toBe(2);
+  });
+
+  it('an unknown pacer: exit 2, lists the pacers', async () => {
+    for (const name of ['nope', 'constructor']) {
+      const r = await run('simulate', 'seed', '--pacer', `stoker,${name}`);
+      expect(r.code).toBe(2);
+      expect(r.err).toContain(`unknown pacer "${name}"`);
+      for (const p of PACER_NAMES) expect(r.err).toContain(p);
+    }
+  });
+
+  it('an unknown command or option: exit 2', async () => {
+    expect((await run('frobnicate')).code).toBe(2);
+    const r = await run('simulate', 'seed', '--frob');
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('--frob');
+  });
+});
+
+describe('stoker bench', () => {
+  it('--json gives one entry per scenario × pacer; progress goes to stderr', async () => {
+    const r = await run('bench', '--scenarios', 'seed,failure', '--pacers', 'stoker,unpaced', '--json');
+    expect(r.code).toBe(0);
+    const entries = JSON.parse(r.out) as { scenario: string; pacer: string; metrics: RunRecord['metrics'] }[];
+    expect(entries.map((e) => `${e.scenario}/${e.pacer}`)).toEqual(['seed/stoker', 'seed/unpaced', 'failure/stoker', 'failure/unpaced']);
+    expect(Object.keys(entries[0] ?? {})).toEqual(['scenario', 'pacer', 'metrics']);
+    expect(Object.keys(entries[0]?.metrics ?? {})).toEqual(expect.arrayContaining(CONTRACT));
+    const progress = r.err.trimEnd().split('\n');
+    expect(progress).toHaveLength(4);
+    expect(progress[0]).toMatch(/^\[1\/4\] seed × stoker … \d+ ms$/);
+    expect(progress[3]).toMatch(/^\[4\/4\] failure × unpaced … \d+ ms$/);
+  });
+
+  it('prints a table with one row per scenario × pacer', async () => {
+    const r = await run('bench', '--scenarios', 'cancel', '--pacers', 'stoker,classic');
+    expect(r.code).toBe(0);
+    const lines = r.out.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^scenario\s+pacer\s+throughputRatio\s+occupancy\s+waitingMean.*done\/failed\/cancelled$/);
+    expect(lines).toHaveLength(4);
+    expect(lines[2]).toMatch(/^cancel\s+stoker\s.*\s9\/0\/1$/);
+    expect(lines[3]).toMatch(/^cancel\s+classic\s/);
+  });
+});
+
+describe('help and version', () => {
+  it('--help prints usage and exits 0', async () => {
+    const r = await run('--help');
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('Usage: stoker');
+    for (const c of ['scenarios', 'pacers', 'simulate', 'bench']) expect(r.out).toContain(c);
+    const sub = await run('simulate', '--help');
+    expect(sub.code).toBe(0);
+    expect(sub.out).toContain('--pacer');
+  });
+
+  it('--version prints the package version', async () => {
+    const pkg = JSON.parse(fs.readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    const r = await run('--version');
+    expect(r.code).toBe(0);
+    expect(r.out).toBe(`${pkg.version}\n`);
+  });
+
+  it('no command: prints help to stderr, exit 2', async () => {
+    const r = await run();
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('Usage: stoker');
+  });
+});

@@ -1,0 +1,46 @@
+import { describe, expect, it } from 'vitest';
+import { formatMetric, formatTable } from '../../src/cli/table.js';
+
+describe('formatMetric', () => {
+  it('prints each kind of measure in its unit', () => {
+    expect(formatMetric('throughputRatio', 0.99843)).toBe('0.998');
+    expect(formatMetric('occupancy', 1)).toBe('1.000');
+    expect(formatMetric('jobLatencyP50Ms', 194_400)).toBe('194.4 s');
+    expect(formatMetric('rampMs', 0)).toBe('0.0 s');
+    expect(formatMetric('peakMemoryBytes', 76.3 * 1024 ** 3)).toBe('76.3 GiB');
+    expect(formatMetric('leakedBytes', 0)).toBe('0.0 GiB');
+    expect(formatMetric('leakedBytes', 4096)).toBe('<0.1 GiB');
+    expect(formatMetric('waitingMean', 6.8228)).toBe('6.82');
+    expect(formatMetric('waitingP95', 12)).toBe('12');
+    expect(formatMetric('jobsDone', 40)).toBe('40');
+    expect(formatMetric('settleCompletions', null)).toBe('–');
+    expect(formatMetric('throughputRatio', Number.NaN)).toBe('–');
+  });
+});
+
+describe('formatTable', () => {
+  it('aligns text left and numbers right, with a rule under the headers', () => {
+    const t = formatTable(
+      ['metric', 'stoker', 'classic'],
+      [
+        ['throughputRatio', '0.998', '0.778'],
+        ['jobLatencyP50Ms', '193.3 s', '–'],
+      ],
+    );
+    expect(t).toBe(
+      [
+        'metric            stoker  classic',
+        '───────────────  ───────  ───────',
+        'throughputRatio    0.998    0.778',
+        'jobLatencyP50Ms  193.3 s        –',
+        '',
+      ].join('\n'),
+    );
+  });
+
+  it('pads short rows and never leaves trailing spaces', () => {
+    const t = formatTable(['a', 'bb'], [['x'], ['yyyy', 'z']]);
+    for (const line of t.split('\n')) expect(line).toBe(line.trimEnd());
+    expect(t.split('\n')[2]).toBe('x');
+  });
+});
