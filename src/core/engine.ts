@@ -139,25 +139,23 @@ export class Engine {
     return { id: j.spec.id, kind: j.spec.kind, priority: j.spec.priority, seq: j.seq, submittedAt: j.submittedAt, partitions: j.items.map((i) => i.state) };
   }
 
-  /** Applies one event and returns the commands it causes. Throws StokerError on invalid input. */
+  /**
+   * Applies one event and returns the commands it causes. Throws StokerError on invalid input
+   * (and then changes nothing). The engine reads the event during the call and keeps no reference.
+   */
   apply(event: EngineEvent): Command[] {
     if (!(event.time >= this.now) || !Number.isFinite(event.time)) {
       throw new StokerError('E_TIME_BACKWARDS', `event time ${String(event.time)} is before the engine's time ${this.now}: feed events in time order`);
     }
+    // Invalid input is rejected before anything changes, the clock included.
+    const job = this.validate(event);
     const out: Command[] = [];
-    const before = this.now;
     this.now = event.time;
     this.snapshot.now = event.time;
     // A deadline that passed before this event ends its job first: a completion after it is too late.
     this.expireDeadlines(out);
-    try {
-      this.handle(event, out);
-    } catch (e) {
-      // Invalid input is rejected before any state changes; the clock must not move either.
-      this.now = before;
-      this.snapshot.now = Number.isFinite(before) ? before : 0;
-      throw e;
-    }
+    if (job) this.submit(job, out);
+    else this.handle(event, out);
     this.expireDeadlines(out); // a job submitted with a deadline already past
     this.assignDevices(out);
     this.pacer.observe(this.snapshot);
@@ -170,11 +168,42 @@ export class Engine {
     return out;
   }
 
+  /**
+   * Checks an event against the current state; throws without changing anything. Returns the
+   * normalized job of a submit that creates a job (undefined for an identical resubmit, a no-op).
+   */
+  private validate(event: EngineEvent): NormalJob | undefined {
+    switch (event.type) {
+      case 'submit': {
+        const norm = normalizeJob(event.job);
+        const existing = this.jobs.get(norm.id);
+        // A job whose deadline has passed by this event ends before it, so its id is free again.
+        if (existing && !(existing.spec.deadline <= event.time)) {
+          if (sameJob(existing.spec, norm)) return undefined;
+          throw new StokerError('E_DUPLICATE_JOB', `job ${JSON.stringify(norm.id)} already exists with a different spec; use a new id, or resubmit the identical spec (a no-op)`);
+        }
+        return norm;
+      }
+      case 'workerLost':
+      case 'workerReturned':
+        this.worker(event.device, event.worker);
+        return undefined;
+      case 'cancel':
+      case 'prepared':
+      case 'prepareFailed':
+      case 'deviceDone':
+      case 'deviceFailed':
+      case 'tick':
+        return undefined;
+      default:
+        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, deviceDone, deviceFailed, workerLost, workerReturned, tick`);
+    }
+  }
+
   private handle(event: EngineEvent, out: Command[]): void {
     switch (event.type) {
       case 'submit':
-        this.submit(event.job, out);
-        break;
+        break; // an identical resubmit of a live job: nothing to do
       case 'cancel': {
         const job = this.jobs.get(event.jobId);
         if (job) this.endJob(job, 'cancelled', 'E_CANCELLED', 'cancelled on request', out);
@@ -210,18 +239,10 @@ export class Engine {
       }
       case 'tick':
         break;
-      default:
-        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}`);
     }
   }
 
-  private submit(spec: JobSpec, out: Command[]): void {
-    const norm = normalizeJob(spec);
-    const existing = this.jobs.get(norm.id);
-    if (existing) {
-      if (sameJob(existing.spec, norm)) return;
-      throw new StokerError('E_DUPLICATE_JOB', `job ${JSON.stringify(norm.id)} already exists with a different spec; use a new id, or resubmit the identical spec (a no-op)`);
-    }
+  private submit(norm: NormalJob, out: Command[]): void {
     const reservation = Math.max(norm.memory.prepareBytes, norm.memory.deviceBytes);
     const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, items: [], remaining: norm.partitions, heapIndex: -1 };
     for (let p = 0; p < norm.partitions; p++) {

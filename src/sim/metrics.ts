@@ -108,6 +108,7 @@ export class Recorder {
   // Chart bins.
   private binMs = 1000;
   private readonly bins = { busy: [] as number[], workers: [] as number[], waiting: [] as number[], inventory: [] as number[], need: [] as number[], cap: [] as number[], budget: [] as number[], dispatches: [] as number[] };
+  private readonly allBins = Object.values(this.bins);
 
   constructor(private readonly cfg: RecorderConfig) {}
 
@@ -127,7 +128,7 @@ export class Recorder {
         this.burst.splice(0, this.burstHead);
         this.burstHead = 0;
       }
-      this.addBin(this.bins.dispatches, now, s.dispatched - this.lastDispatched);
+      (this.bins.dispatches[this.binAt(now)] as number) += s.dispatched - this.lastDispatched;
       this.lastDispatched = s.dispatched;
     }
     const dc = s.deviceCompletions - this.lastCompletions;
@@ -204,37 +205,39 @@ export class Recorder {
       }
     }
     // Chart bins.
+    const bins = this.bins;
     const need = this.cap * this.cfg.meanPrepareMs + this.cfg.target;
     for (let t = a; t < b; ) {
-      const i = Math.floor(t / this.binMs);
+      const i = this.binAt(t);
       const end = Math.min(b, (i + 1) * this.binMs);
       const dt = end - t;
-      const bins = this.bins;
-      this.addBin(bins.busy, t, this.busy * dt);
-      this.addBin(bins.workers, t, this.workers * dt);
-      this.addBin(bins.waiting, t, this.waiting * dt);
-      this.addBin(bins.inventory, t, this.inventory * dt);
-      this.addBin(bins.need, t, need * dt);
-      this.addBin(bins.cap, t, this.cap * dt);
-      this.addBin(bins.budget, t, this.budgetUsed * dt);
+      (bins.busy[i] as number) += this.busy * dt;
+      (bins.workers[i] as number) += this.workers * dt;
+      (bins.waiting[i] as number) += this.waiting * dt;
+      (bins.inventory[i] as number) += this.inventory * dt;
+      (bins.need[i] as number) += need * dt;
+      (bins.cap[i] as number) += this.cap * dt;
+      (bins.budget[i] as number) += this.budgetUsed * dt;
       t = end;
     }
   }
 
-  private addBin(arr: number[], t: number, v: number): void {
+  /** The chart bin of time t: coarsens the bins when t is past the last one, and grows every series to it. */
+  private binAt(t: number): number {
     let i = Math.floor(t / this.binMs);
     if (i >= MAX_BINS) {
       this.coarsen(i);
       i = Math.floor(t / this.binMs);
     }
-    while (arr.length <= i) arr.push(0);
-    arr[i] = (arr[i] as number) + v;
+    const all = this.allBins;
+    while ((all[0] as number[]).length <= i) for (const arr of all) arr.push(0);
+    return i;
   }
 
   /** Doubles the bin width until index i fits. */
   private coarsen(i: number): void {
     while (i >= MAX_BINS) {
-      for (const arr of Object.values(this.bins)) {
+      for (const arr of this.allBins) {
         for (let k = 0; k < arr.length; k += 2) arr[k >> 1] = (arr[k] as number) + (arr[k + 1] ?? 0);
         arr.length = Math.ceil(arr.length / 2);
       }

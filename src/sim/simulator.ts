@@ -210,7 +210,8 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   let nextScenario = 0;
   /** The engine's timer: one pending tick, replaced by every wakeAt command. */
   let wakeAt = Infinity;
-  const items = new Map<number, SimItem>();
+  /** Items by engine item id (dense: ids are given in arrival order); undefined once gone. */
+  const items: (SimItem | undefined)[] = [];
   const failures: JobFailure[] = [];
   const firstStartMs: Record<string, number> = {};
   let preparing = 0;
@@ -269,21 +270,22 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   };
 
   const carryOut = (cmds: Command[]) => {
-    for (const c of cmds) {
+    for (let k = 0; k < cmds.length; k++) {
+      const c = cmds[k] as Command;
       switch (c.type) {
         case 'startPrepare': {
-          const it = items.get(c.item.id) as SimItem;
+          const it = items[c.item.id] as SimItem;
           preparing++;
           const kind = s.kinds[it.kind];
           if (!kind) throw new Error(`unknown kind ${it.kind}`);
           const latency = sampleMs(kind.prepare, it.rng) * factor(kind.contention, preparing);
-          const fail = it.rng.uniform() < kind.prepareFailure || it.failPrepare;
+          const fail = (kind.prepareFailure > 0 && it.rng.uniform() < kind.prepareFailure) || it.failPrepare;
           it.prepEv = push(now + latency, PREP, c.item.id, c.attempt * 2 + (fail ? 1 : 0));
           if (!(it.job in firstStartMs)) firstStartMs[it.job] = now;
           break;
         }
         case 'startDevice': {
-          const it = items.get(c.item.id) as SimItem;
+          const it = items[c.item.id] as SimItem;
           const d = devices[c.device] as SimDevice;
           advance(d);
           const w = d.workers[c.worker] as SimWorker;
@@ -292,7 +294,8 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           w.attempt = c.attempt;
           w.remaining = sampleMs(d.service, it.rng);
           w.startedAt = now;
-          w.fail = it.rng.uniform() < (kind?.deviceFailure ?? 0) || it.failDevice;
+          const p = kind?.deviceFailure ?? 0;
+          w.fail = (p > 0 && it.rng.uniform() < p) || it.failDevice;
           it.device = c.device;
           it.worker = c.worker;
           d.busy++;
@@ -300,7 +303,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           break;
         }
         case 'abort': {
-          const it = items.get(c.item.id);
+          const it = items[c.item.id];
           if (!it) break;
           if (c.stage === 'preparing' && it.prepEv) {
             heap.remove(it.prepEv);
@@ -311,7 +314,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
             const w = d.workers[it.worker] as SimWorker;
             if (w.item === c.item.id) release(d, it.device, w);
           }
-          if (c.item.state === 'failed' || c.item.state === 'cancelled') items.delete(c.item.id);
+          if (c.item.state === 'failed' || c.item.state === 'cancelled') items[c.item.id] = undefined;
           break;
         }
         case 'finishJob':
@@ -325,6 +328,10 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     }
   };
 
+  // The three most frequent events reuse one object each (the engine keeps no event past apply).
+  const preparedEvent = { type: 'prepared' as const, time: 0, item: 0, attempt: 0 };
+  const doneEvent = { type: 'deviceDone' as const, time: 0, item: 0, attempt: 0, busyMs: 0 };
+  const tickEvent = { type: 'tick' as const, time: 0 };
   const apply = (e: EngineEvent) => {
     events++;
     carryOut(engine.apply(e));
@@ -338,7 +345,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
       const id = nextItemId++;
       const failPrepare = jobFaults?.some((f) => f.partition === p && f.stage === 'prepare') ?? false;
       const failDevice = jobFaults?.some((f) => f.partition === p && f.stage === 'device') ?? false;
-      items.set(id, { rng: new Rng(seed, id), failPrepare, failDevice, kind: job.spec.kind, job: job.spec.id, partition: p, prepEv: null, device: -1, worker: -1 });
+      items[id] = { rng: new Rng(seed, id), failPrepare, failDevice, kind: job.spec.kind, job: job.spec.id, partition: p, prepEv: null, device: -1, worker: -1 };
     }
     apply({ type: 'submit', time: now, job: job.spec });
   };
@@ -383,14 +390,19 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     } else if (topAt === next) {
       const ev = heap.pop() as SimEvent;
       if (ev.kind === PREP) {
-        const it = items.get(ev.a) as SimItem;
+        const it = items[ev.a] as SimItem;
         it.prepEv = null;
         preparing--;
         const attempt = ev.b >> 1;
         if (ev.b & 1) {
-          items.delete(ev.a);
+          items[ev.a] = undefined;
           apply({ type: 'prepareFailed', time: now, item: ev.a, attempt, reason: 'simulated preparation failure' });
-        } else apply({ type: 'prepared', time: now, item: ev.a, attempt });
+        } else {
+          preparedEvent.time = now;
+          preparedEvent.item = ev.a;
+          preparedEvent.attempt = attempt;
+          apply(preparedEvent);
+        }
       } else {
         const d = devices[ev.a] as SimDevice;
         const w = d.workers[ev.b] as SimWorker;
@@ -400,14 +412,21 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
         const busyMs = now - w.startedAt;
         w.ev = null;
         release(d, ev.a, w);
-        items.delete(item);
+        items[item] = undefined;
         if (fail) apply({ type: 'deviceFailed', time: now, item, attempt, reason: 'simulated device error' });
-        else apply({ type: 'deviceDone', time: now, item, attempt, busyMs });
+        else {
+          doneEvent.time = now;
+          doneEvent.item = item;
+          doneEvent.attempt = attempt;
+          doneEvent.busyMs = busyMs;
+          apply(doneEvent);
+        }
       }
     } else {
       // The engine's timer fires.
       wakeAt = Infinity;
-      apply({ type: 'tick', time: now });
+      tickEvent.time = now;
+      apply(tickEvent);
     }
   }
   return {

@@ -60,7 +60,12 @@ describe('writeReport', () => {
   it('escapes names in the markup', () => {
     const s = SCENARIOS.get('cancel');
     if (!s) throw new Error('cancel');
-    const r = simulate(s, { pacer: (o) => ({ ...createPacer('stoker', o), name: 'a<b>&"c"' }) });
+    const r = simulate(s, {
+      pacer: (o) => {
+        const p = createPacer('stoker', o);
+        return { name: 'a<b>&"c"', observe: (x) => p.observe(x), nextDispatchAt: (x) => p.nextDispatchAt(x), onDispatch: (x) => p.onDispatch(x), state: () => p.state() };
+      },
+    });
     const [, waiting] = writeReport(path.join(tmp.dir, 'esc'), [r]);
     const svg = fs.readFileSync(waiting as string, 'utf8');
     expect(svg).toContain('data-pacer="a&lt;b&gt;&amp;&quot;c&quot;"');

@@ -77,71 +77,215 @@ interface DeviceEstimate {
  *   events may shift but never re-arm.
  */
 export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
-  const target = numberOption(options, 'targetWaiting', 4);
-  const prior = numberOption(options, 'priorServiceMs', NaN);
-  const serviceW = numberOption(options, 'serviceSmoothing', 0.3);
-  const starvedWeight = numberOption(options, 'starvedWeight', 0.05);
-  const slowerWeight = numberOption(options, 'slowerSmoothing', 0.5);
-  const headStart = numberOption(options, 'headStart', 3);
-  const latencyW = numberOption(options, 'latencySmoothing', 0.03);
-  const occTau = numberOption(options, 'occupancyTauMs', 5_000, 1);
-  const waitTau = numberOption(options, 'waitingTauMs', 10_000, 1);
-  const fillFraction = numberOption(options, 'fillFraction', 0.25, 0.01);
-  const integralFraction = numberOption(options, 'integralFraction', 4, 0.01);
-  const settleLatencies = numberOption(options, 'settleLatencies', 2);
-  const safetyZ = numberOption(options, 'safetyZ', 2);
-  const catchUp = numberOption(options, 'catchUp', 0.2);
-  const burst = numberOption(options, 'burst', 2, 1);
-  const bootstrapItems = options['bootstrapItems'] === undefined ? undefined : numberOption(options, 'bootstrapItems', 0, 1);
-  const bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', 1000);
+  return new StokerPacer(options);
+}
 
-  let devices: DeviceEstimate[] = [];
-  let last = NaN;
-  let prepCompletions = 0;
-  let prepLatencyTotal = 0;
-  let prepLatencySq = 0;
-  /** Smoothed second moment of preparation latency, ms². */
-  let latencySq = 0;
-  /** Smoothed preparation latency, ms; 0 until measured. */
-  let latency = 0;
-  let waitingAvg = target;
-  let integral = 0;
-  let credit = 1;
-  let rate = 0; // dispatch rate u, items/ms
-  let maxRate = 0;
-  let inventoryTarget = 0;
-  let busySince = NaN; // first dispatch of the current busy period
-  let sentInBootstrap = 0;
-  let lastBootstrapAt = -Infinity;
-  let settledSince = NaN; // since when the inventory target has stayed within 10 % of settledTarget
-  let settledTarget = NaN;
-  let mode: PacerMode = 'bootstrap';
+class StokerPacer implements Pacer {
+  readonly name = 'stoker';
+  // Options.
+  private readonly target: number;
+  private readonly prior: number;
+  private readonly serviceW: number;
+  private readonly starvedWeight: number;
+  private readonly slowerWeight: number;
+  private readonly headStart: number;
+  private readonly latencyW: number;
+  private readonly occTau: number;
+  private readonly waitTau: number;
+  private readonly fillFraction: number;
+  private readonly integralFraction: number;
+  private readonly settleLatencies: number;
+  private readonly safetyZ: number;
+  private readonly catchUp: number;
+  private readonly burst: number;
+  private readonly bootstrapItems: number | undefined;
+  private readonly bootstrapSpacing: number;
 
+  // Estimates.
+  private devices: DeviceEstimate[] = [];
+  private last = NaN;
+  private prepCompletions = 0;
+  private prepLatencyTotal = 0;
+  private prepLatencySq = 0;
+  /** Smoothed preparation latency, ms (0 until measured), and its second moment, ms². */
+  private latency = 0;
+  private latencySq = 0;
+  private waitingAvg: number;
   /** Whether any service time is known (measured or prior). */
-  let hasEstimate = prior > 0;
-  const measured = () => hasEstimate;
+  private hasEstimate: boolean;
+
+  // Control.
+  private integral = 0;
+  private credit = 1;
+  /** Dispatch rate u and its cap, items/ms. */
+  private rate = 0;
+  private maxRate = 0;
+  private inventoryTarget = 0;
+  /** First dispatch of the current busy period. */
+  private busySince = NaN;
+  private sentInBootstrap = 0;
+  private lastBootstrapAt = -Infinity;
+  /** Since when the inventory target has stayed within 10 % of settledTarget. */
+  private settledSince = NaN;
+  private settledTarget = NaN;
+  private mode: PacerMode = 'bootstrap';
 
   // Derived from the estimates, refreshed when they change.
-  let lambda = 0; // λ, items/ms
-  let draining = 0; // λ weighted by device occupancy, items/ms
-  let spread = 0; // σ of preparation latency, ms
-  let margin = 0; // safety margin on the latency, ms
+  /** λ, items/ms, and λ weighted by device occupancy (what the devices drain now). */
+  private lambda = 0;
+  private draining = 0;
+  /** σ of preparation latency and the safety margin on the latency, ms. */
+  private spread = 0;
+  private margin = 0;
+
+  constructor(options: StokerPacerOptions) {
+    this.target = numberOption(options, 'targetWaiting', 4);
+    this.prior = numberOption(options, 'priorServiceMs', NaN);
+    this.serviceW = numberOption(options, 'serviceSmoothing', 0.3);
+    this.starvedWeight = numberOption(options, 'starvedWeight', 0.05);
+    this.slowerWeight = numberOption(options, 'slowerSmoothing', 0.5);
+    this.headStart = numberOption(options, 'headStart', 3);
+    this.latencyW = numberOption(options, 'latencySmoothing', 0.03);
+    this.occTau = numberOption(options, 'occupancyTauMs', 5_000, 1);
+    this.waitTau = numberOption(options, 'waitingTauMs', 10_000, 1);
+    this.fillFraction = numberOption(options, 'fillFraction', 0.25, 0.01);
+    this.integralFraction = numberOption(options, 'integralFraction', 4, 0.01);
+    this.settleLatencies = numberOption(options, 'settleLatencies', 2);
+    this.safetyZ = numberOption(options, 'safetyZ', 2);
+    this.catchUp = numberOption(options, 'catchUp', 0.2);
+    this.burst = numberOption(options, 'burst', 2, 1);
+    this.bootstrapItems = options['bootstrapItems'] === undefined ? undefined : numberOption(options, 'bootstrapItems', 0, 1);
+    this.bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', 1000);
+    this.waitingAvg = this.target;
+    this.hasEstimate = this.prior > 0;
+  }
+
+  observe(s: PacerSnapshot): void {
+    const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
+    this.last = s.now;
+    if (this.devices.length !== s.devices.length) {
+      this.devices = s.devices.map((d) => ({ completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
+    }
+    this.observeDevices(s, dt);
+    this.observeLatency(s);
+    this.estimateRates(s);
+    const work = s.backlog > 0;
+    const inFlight = s.preparing + s.waiting + s.onDevice;
+    // Nothing measured and nothing in flight (the bootstrap items were withdrawn): bootstrap again.
+    if (!this.hasEstimate && inFlight === 0) this.sentInBootstrap = 0;
+    const saturated = s.budgetBlocked || s.preparing >= s.maxPreparing;
+    if (dt > 0) this.waitingAvg += (1 - Math.exp(-dt / this.waitTau)) * (s.waiting - this.waitingAvg);
+    this.feedback(s, dt, work && !saturated);
+    if (work) {
+      if (Number.isNaN(this.busySince)) this.busySince = s.now;
+      this.credit = Math.min(this.burst, this.credit + this.rate * dt);
+    } else {
+      // Idle: restart cleanly when work comes back (one item at once, no stored-up burst).
+      if (inFlight === 0) this.busySince = NaN;
+      this.credit = 1;
+    }
+    this.recompute(s);
+    this.mode = !work ? 'idle' : saturated ? 'blocked' : !this.hasEstimate ? 'bootstrap' : this.rate > 0 ? 'steady' : 'hold';
+  }
+
+  nextDispatchAt(s: PacerSnapshot): number {
+    if (!this.hasEstimate) {
+      const n = this.bootstrapItems ?? s.workers + this.target;
+      if (this.sentInBootstrap >= n) return Infinity;
+      return this.sentInBootstrap % Math.max(1, s.workers) === 0 ? Math.max(s.now, this.lastBootstrapAt + this.bootstrapSpacing) : s.now;
+    }
+    if (this.credit >= 1) return s.now;
+    return this.rate > 0 ? s.now + (1 - this.credit) / this.rate : Infinity;
+  }
+
+  onDispatch(s: PacerSnapshot): void {
+    if (!this.hasEstimate) {
+      if (this.sentInBootstrap % Math.max(1, s.workers) === 0) this.lastBootstrapAt = s.now;
+      this.sentInBootstrap++;
+      return;
+    }
+    this.credit -= 1;
+    this.recompute(s);
+  }
+
+  state(): PacerState {
+    return {
+      mode: this.mode,
+      ratePerSec: this.lambda > 0 ? this.lambda * 1000 : null,
+      intervalMs: this.rate > 0 ? 1 / this.rate : null,
+      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit },
+    };
+  }
+
+  /** Service time per item from the busy-time accumulators (weighted per completion), and occupancy (smoothed in time). */
+  private observeDevices(s: PacerSnapshot, dt: number): void {
+    const occKeep = dt > 0 ? Math.exp(-dt / this.occTau) : 1;
+    for (let i = 0; i < this.devices.length; i++) {
+      const d = this.devices[i] as DeviceEstimate;
+      const c = s.devices[i] as PacerSnapshot['devices'][number];
+      const dc = c.completions - d.completions;
+      if (dc > 0) {
+        const sample = (c.busyMs - d.busyMs) / dc;
+        // A slower device is believed at once (memory first). Under contention an item runs
+        // faster when its device is short of work, so a fast sample taken while workers sit idle
+        // overstates the saturated rate: it is weighed less.
+        const slower = sample > d.serviceMs;
+        const starvedFast = !slower && c.busy < c.workers;
+        const w = (1 - Math.pow(1 - (slower ? this.slowerWeight : this.serviceW), dc)) * (starvedFast ? this.starvedWeight : 1);
+        d.serviceMs = d.serviceMs > 0 ? d.serviceMs + w * (sample - d.serviceMs) : sample;
+        this.hasEstimate = true;
+        d.completions = c.completions;
+        d.busyMs = c.busyMs;
+      }
+      if (dt > 0) {
+        const held = d.lastWorkers > 0 ? d.lastBusy / d.lastWorkers : 0;
+        d.occupancy += (1 - occKeep) * (held - d.occupancy);
+      }
+      d.lastBusy = c.busy;
+      d.lastWorkers = c.workers;
+    }
+  }
+
+  /** Preparation latency (mean and second moment) from its accumulators, weighted per sample. */
+  private observeLatency(s: PacerSnapshot): void {
+    const dp = s.prepareCompletions - this.prepCompletions;
+    if (dp <= 0) return;
+    const sample = (s.prepareLatencyMsTotal - this.prepLatencyTotal) / dp;
+    const sampleSq = (s.prepareLatencySqTotal - this.prepLatencySq) / dp;
+    // Per sample, not per second (an idle hour says nothing new about latency), and never less
+    // than a running mean's weight while few samples exist.
+    const w = Math.max(1 - Math.pow(1 - this.latencyW, dp), dp / s.prepareCompletions);
+    // While a pipeline fills (two latencies from the start of a busy period) the quick
+    // preparations finish first: a shorter sample then is survivorship, not news.
+    const filling = s.now - this.busySince < 2 * this.latency;
+    if (!(filling && sample < this.latency)) {
+      this.latency += w * (sample - this.latency);
+      this.latencySq += w * (sampleSq - this.latencySq);
+    }
+    this.prepCompletions = s.prepareCompletions;
+    this.prepLatencyTotal = s.prepareLatencyMsTotal;
+    this.prepLatencySq = s.prepareLatencySqTotal;
+    // Safety stock for the error of the latency estimate: z standard errors of its mean.
+    this.spread = Math.sqrt(Math.max(0, this.latencySq - this.latency * this.latency));
+    const samples = Math.min(this.prepCompletions, 2 / this.latencyW - 1);
+    this.margin = (this.safetyZ * this.spread) / Math.sqrt(samples);
+  }
 
   /** λ: sum of per-device rates; a device not measured yet borrows the mean service time of the others. */
-  function estimateRates(s: PacerSnapshot): void {
+  private estimateRates(s: PacerSnapshot): void {
     let known = 0;
     let knownMs = 0;
-    for (const d of devices) {
+    for (const d of this.devices) {
       if (d.serviceMs > 0) {
         known++;
         knownMs += d.serviceMs;
       }
     }
-    const fallbackMs = known > 0 ? knownMs / known : prior;
-    lambda = 0;
-    draining = 0;
-    for (let i = 0; i < devices.length; i++) {
-      const d = devices[i] as DeviceEstimate;
+    const fallbackMs = known > 0 ? knownMs / known : this.prior;
+    let lambda = 0;
+    let draining = 0;
+    for (let i = 0; i < this.devices.length; i++) {
+      const d = this.devices[i] as DeviceEstimate;
       const ms = d.serviceMs > 0 ? d.serviceMs : fallbackMs;
       const workers = (s.devices[i] as PacerSnapshot['devices'][number]).workers;
       if (ms > 0 && workers > 0) {
@@ -149,139 +293,41 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
         draining += (workers / ms) * d.occupancy;
       }
     }
+    this.lambda = lambda;
+    this.draining = draining;
   }
 
-  /** Safety stock for the error of the latency estimate: z standard errors of its mean. */
-  function estimateSpread(): void {
-    spread = Math.sqrt(Math.max(0, latencySq - latency * latency));
-    const samples = Math.min(prepCompletions, 2 / latencyW - 1);
-    margin = samples > 0 ? (safetyZ * spread) / Math.sqrt(samples) : 0;
+  /**
+   * The slow integral on the waiting queue. Transients (start-up, speed changes) pass through the
+   * waiting queue one dead time later; integrating them would wind the trim up, so only a loop
+   * that has held its inventory target within 10 % for settleLatencies latencies is integrated,
+   * and never while idle, blocked or saturated (anti-windup).
+   */
+  private feedback(s: PacerSnapshot, dt: number, free: boolean): void {
+    const inControl = free && this.hasEstimate && this.latency > 0 && this.rate > 0 && this.rate < this.maxRate;
+    if (!inControl || !(Math.abs(this.inventoryTarget - this.settledTarget) <= 0.1 * this.settledTarget)) {
+      this.settledSince = s.now;
+      this.settledTarget = this.inventoryTarget;
+    } else if (dt > 0 && s.now - this.settledSince >= this.settleLatencies * this.latency) {
+      const error = Math.min(Math.max(this.target - this.waitingAvg, -this.target), this.target);
+      this.integral += (error * dt) / (this.integralFraction * this.latency);
+      this.integral = Math.min(Math.max(this.integral, -this.target), this.target + s.workers);
+    }
   }
 
   /** The dispatch rate u for the current inventory. */
-  function recompute(s: PacerSnapshot): void {
+  private recompute(s: PacerSnapshot): void {
+    const lambda = this.lambda;
     if (!(lambda > 0)) {
-      rate = 0;
+      this.rate = 0;
       return;
     }
     // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
-    const lat = latency > 0 ? latency : Number.isFinite(busySince) ? s.now - busySince : 0;
+    const lat = this.latency > 0 ? this.latency : Number.isFinite(this.busySince) ? s.now - this.busySince : 0;
     const inventory = s.preparing + s.waiting + s.onDevice;
-    inventoryTarget = lambda * (lat + margin) + s.workers + target + integral;
-    const u = lambda + (inventoryTarget - inventory) / Math.max(1000, fillFraction * lat);
-    maxRate = inventory < headStart * spread * lambda ? 4 * lambda : Math.max(lambda, draining + catchUp * lambda);
-    rate = Math.min(Math.max(u, 0), maxRate);
+    this.inventoryTarget = lambda * (lat + this.margin) + s.workers + this.target + this.integral;
+    const u = lambda + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
+    this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.draining + this.catchUp * lambda);
+    this.rate = Math.min(Math.max(u, 0), this.maxRate);
   }
-
-  return {
-    name: 'stoker',
-    observe(s) {
-      const dt = Number.isNaN(last) ? 0 : s.now - last;
-      last = s.now;
-      if (devices.length !== s.devices.length) {
-        devices = s.devices.map((d) => ({ completions: d.completions, busyMs: d.busyMs, serviceMs: prior, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
-      }
-      // Service time per item from the accumulator deltas, weighted per completion.
-      const occKeep = dt > 0 ? Math.exp(-dt / occTau) : 1;
-      for (let i = 0; i < devices.length; i++) {
-        const d = devices[i] as DeviceEstimate;
-        const c = s.devices[i] as PacerSnapshot['devices'][number];
-        const dc = c.completions - d.completions;
-        if (dc > 0) {
-          const sample = (c.busyMs - d.busyMs) / dc;
-          // Under contention an item runs faster when its device is short of work, so a fast
-          // sample taken while workers sit idle overstates the saturated rate: weigh it less.
-          // A slower device is believed at once (memory first); a faster one only when it is full.
-          const slower = sample > d.serviceMs;
-          const starvedFast = !slower && c.busy < c.workers;
-          const w = (1 - Math.pow(1 - (slower ? slowerWeight : serviceW), dc)) * (starvedFast ? starvedWeight : 1);
-          d.serviceMs = d.serviceMs > 0 ? d.serviceMs + w * (sample - d.serviceMs) : sample;
-          hasEstimate = true;
-          d.completions = c.completions;
-          d.busyMs = c.busyMs;
-        }
-        // Occupancy held since the last event, smoothed in time.
-        if (dt > 0) {
-          const held = d.lastWorkers > 0 ? d.lastBusy / d.lastWorkers : 0;
-          d.occupancy += (1 - occKeep) * (held - d.occupancy);
-        }
-        d.lastBusy = c.busy;
-        d.lastWorkers = c.workers;
-      }
-      // Preparation latency (mean and second moment) from its accumulators.
-      const dp = s.prepareCompletions - prepCompletions;
-      if (dp > 0) {
-        const sample = (s.prepareLatencyMsTotal - prepLatencyTotal) / dp;
-        const sampleSq = (s.prepareLatencySqTotal - prepLatencySq) / dp;
-        // Weighted per sample (an idle hour says nothing new about latency), never less than a
-        // running mean's while few samples exist.
-        const w = Math.max(1 - Math.pow(1 - latencyW, dp), dp / s.prepareCompletions);
-        // While a pipeline fills (two latencies from the start of a busy period) the quick
-        // preparations finish first: a shorter sample then is survivorship, not news.
-        const filling = s.now - busySince < 2 * latency;
-        if (!(filling && sample < latency)) {
-          latency += w * (sample - latency);
-          latencySq += w * (sampleSq - latencySq);
-        }
-        prepCompletions = s.prepareCompletions;
-        prepLatencyTotal = s.prepareLatencyMsTotal;
-        prepLatencySq = s.prepareLatencySqTotal;
-        estimateSpread();
-      }
-      estimateRates(s);
-      const work = s.backlog > 0;
-      // Nothing measured and nothing in flight (the bootstrap items were withdrawn): bootstrap again.
-      if (!measured() && s.preparing + s.waiting + s.onDevice === 0) sentInBootstrap = 0;
-      const saturated = s.budgetBlocked || s.preparing >= s.maxPreparing;
-      // Waiting feedback: slow, and only while the loop is really in control (anti-windup).
-      if (dt > 0) waitingAvg += (1 - Math.exp(-dt / waitTau)) * (s.waiting - waitingAvg);
-      const inControl = work && !saturated && measured() && latency > 0 && rate > 0 && rate < maxRate;
-      if (!inControl || !(Math.abs(inventoryTarget - settledTarget) <= 0.1 * settledTarget)) {
-        settledSince = s.now;
-        settledTarget = inventoryTarget;
-      } else if (dt > 0 && s.now - settledSince >= settleLatencies * latency) {
-        // Transients (start-up, speed changes) pass through the waiting queue after a dead time;
-        // integrating them would wind the trim up, so only a settled loop's bias is integrated.
-        const error = Math.min(Math.max(target - waitingAvg, -target), target);
-        integral += (error * dt) / (integralFraction * latency);
-        integral = Math.min(Math.max(integral, -target), target + s.workers);
-      }
-      if (work) {
-        if (Number.isNaN(busySince)) busySince = s.now;
-        credit = Math.min(burst, credit + rate * dt);
-      } else {
-        // Idle: restart cleanly when work comes back (one item at once, no stored-up burst).
-        busySince = s.preparing + s.waiting + s.onDevice > 0 ? busySince : NaN;
-        credit = 1;
-      }
-      recompute(s);
-      mode = !work ? 'idle' : saturated ? 'blocked' : !measured() ? 'bootstrap' : rate > 0 ? 'steady' : 'hold';
-    },
-    nextDispatchAt(s) {
-      if (!measured()) {
-        const n = bootstrapItems ?? s.workers + target;
-        if (sentInBootstrap >= n) return Infinity;
-        return sentInBootstrap % Math.max(1, s.workers) === 0 ? Math.max(s.now, lastBootstrapAt + bootstrapSpacing) : s.now;
-      }
-      if (credit >= 1) return s.now;
-      return rate > 0 ? s.now + (1 - credit) / rate : Infinity;
-    },
-    onDispatch(s) {
-      if (!measured()) {
-        if (sentInBootstrap % Math.max(1, s.workers) === 0) lastBootstrapAt = s.now;
-        sentInBootstrap++;
-        return;
-      }
-      credit -= 1;
-      recompute(s);
-    },
-    state(): PacerState {
-      return {
-        mode,
-        ratePerSec: lambda > 0 ? lambda * 1000 : null,
-        intervalMs: rate > 0 ? 1 / rate : null,
-        terms: { latencyMs: latency, inventoryTarget, integral, waitingAvg, credit },
-      };
-    },
-  };
 }

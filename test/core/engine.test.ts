@@ -1,0 +1,1032 @@
+import { describe, expect, it } from 'vitest';
+import {
+  Engine,
+  createUnpacedPacer,
+  createWindowPacer,
+  normalizeJob,
+  type Command,
+  type EngineOptions,
+  type ItemView,
+  type JobSpec,
+} from '../../src/core/index.js';
+import { GatePacer, aborts, expectStokerError, ofType, prepared, started } from './helpers.js';
+
+function engine(over: Partial<EngineOptions> = {}): Engine {
+  return new Engine({ devices: [{ workers: 2 }], pacer: createUnpacedPacer(), ...over });
+}
+
+const job = (id: string, partitions: number, extra: Partial<JobSpec> = {}): JobSpec => ({ id, kind: 'k', partitions, ...extra });
+
+/** Submits and returns the commands plus the items by `jobId:partition`. */
+class Run {
+  readonly items = new Map<string, ItemView>();
+  readonly log: Command[] = [];
+  constructor(readonly e: Engine) {}
+
+  apply(event: Parameters<Engine['apply']>[0]): Command[] {
+    const out = this.e.apply(event);
+    for (const c of out) {
+      if (c.type === 'startPrepare') this.items.set(`${c.item.jobId}:${c.item.partition}`, c.item);
+    }
+    this.log.push(...out);
+    return out;
+  }
+
+  item(key: string): ItemView {
+    const it = this.items.get(key);
+    if (!it) throw new Error(`item ${key} was never dispatched`);
+    return it;
+  }
+
+  submit(time: number, spec: JobSpec): Command[] {
+    return this.apply({ type: 'submit', time, job: spec });
+  }
+
+  prepared(time: number, key: string, latencyMs?: number): Command[] {
+    const it = this.item(key);
+    return this.apply({ type: 'prepared', time, item: it.id, attempt: it.attempt, ...(latencyMs === undefined ? {} : { latencyMs }) });
+  }
+
+  done(time: number, key: string, busyMs?: number): Command[] {
+    const it = this.item(key);
+    return this.apply({ type: 'deviceDone', time, item: it.id, attempt: it.attempt, ...(busyMs === undefined ? {} : { busyMs }) });
+  }
+
+  finishes(): Array<{ jobId: string; state: string; code: string | undefined }> {
+    return ofType(this.log, 'finishJob').map((c) => ({ jobId: c.jobId, state: c.state, code: c.code }));
+  }
+}
+
+describe('Engine construction', () => {
+  it('rejects bad options with E_INVALID_OPTION naming the option', () => {
+    const pacer = createUnpacedPacer();
+    expectStokerError(() => new Engine({ devices: [], pacer }), 'E_INVALID_OPTION', /devices/);
+    expectStokerError(() => new Engine({ devices: [{ workers: 0 }], pacer }), 'E_INVALID_OPTION', /devices\[0\]\.workers/);
+    expectStokerError(() => new Engine({ devices: [{ workers: 1 }, { workers: 1.5 }], pacer }), 'E_INVALID_OPTION', /devices\[1\]\.workers/);
+    expectStokerError(() => new Engine({ devices: [{ workers: 1 }], pacer, maxPreparing: 0 }), 'E_INVALID_OPTION', /maxPreparing/);
+    expectStokerError(() => new Engine({ devices: [{ workers: 1 }], pacer, maxPreparing: NaN }), 'E_INVALID_OPTION', /maxPreparing/);
+    expectStokerError(() => new Engine({ devices: [{ workers: 1 }], pacer, budgetBytes: -1 }), 'E_INVALID_OPTION', /budgetBytes/);
+  });
+
+  it('starts with an empty snapshot that counts the workers of every device', () => {
+    const e = new Engine({ devices: [{ workers: 2 }, { workers: 3 }], pacer: createUnpacedPacer(), budgetBytes: 1000, maxPreparing: 4 });
+    expect(e.snapshot).toMatchObject({ waiting: 0, preparing: 0, onDevice: 0, backlog: 0, workers: 5, dispatched: 0, budgetTotalBytes: 1000, maxPreparing: 4, budgetBlocked: false });
+    expect(e.snapshot.devices).toEqual([
+      { workers: 2, busy: 0, completions: 0, busyMs: 0 },
+      { workers: 3, busy: 0, completions: 0, busyMs: 0 },
+    ]);
+    expect(e.activeJobs).toBe(0);
+    expect(e.budget.totalBytes).toBe(1000);
+    expect(e.maxPreparing).toBe(4);
+  });
+});
+
+describe('Engine.apply: submit validation', () => {
+  const cases: Array<[string, Record<string, unknown>, RegExp]> = [
+    ['empty id', { id: '' }, /job\.id/],
+    ['non-string id', { id: 7 }, /job\.id/],
+    ['id over 256 characters', { id: 'x'.repeat(257) }, /job\.id/],
+    ['empty kind', { kind: '' }, /job\.kind/],
+    ['missing kind', { kind: undefined }, /job\.kind/],
+    ['unknown priority', { priority: 'urgent' }, /job\.priority.*critical, high, normal, low/],
+    ['0 partitions', { partitions: 0 }, /job\.partitions.*1 to 1000000/],
+    ['1.5 partitions', { partitions: 1.5 }, /job\.partitions/],
+    ['1,000,001 partitions', { partitions: 1_000_001 }, /job\.partitions/],
+    ['NaN partitions', { partitions: NaN }, /job\.partitions/],
+    ['negative prepareBytes', { memory: { prepareBytes: -1 } }, /job\.memory\.prepareBytes/],
+    ['fractional prepareBytes', { memory: { prepareBytes: 1.5 } }, /job\.memory\.prepareBytes/],
+    ['negative deviceBytes', { memory: { deviceBytes: -5 } }, /job\.memory\.deviceBytes/],
+    ['fractional deviceBytes', { memory: { deviceBytes: 0.25 } }, /job\.memory\.deviceBytes/],
+    ['infinite deviceBytes', { memory: { deviceBytes: Infinity } }, /job\.memory\.deviceBytes/],
+    ['NaN deadline', { deadline: NaN }, /job\.deadline/],
+    ['string deadline', { deadline: '100' }, /job\.deadline/],
+  ];
+
+  it.each(cases)('%s → E_INVALID_JOB naming the field, and nothing changes', (_name, patch, message) => {
+    const e = engine();
+    const spec = { ...job('a', 2), ...patch } as JobSpec;
+    expectStokerError(() => e.apply({ type: 'submit', time: 0, job: spec }), 'E_INVALID_JOB', message);
+    expect(e.activeJobs).toBe(0);
+    expect(e.snapshot.backlog).toBe(0);
+    expect(e.snapshot.dispatched).toBe(0);
+  });
+
+  it('a non-object job is E_INVALID_JOB', () => {
+    const e = engine();
+    expectStokerError(() => e.apply({ type: 'submit', time: 0, job: null as unknown as JobSpec }), 'E_INVALID_JOB', /object/);
+  });
+
+  it('accepts the boundary values: 1 and 1,000,000 partitions, 256-character id, zero bytes, infinite deadline', () => {
+    expect(normalizeJob({ id: 'x'.repeat(256), kind: 'k', partitions: 1 })).toEqual({
+      id: 'x'.repeat(256),
+      kind: 'k',
+      priority: 'normal',
+      partitions: 1,
+      memory: { prepareBytes: 0, deviceBytes: 0 },
+      deadline: Infinity,
+    });
+    expect(normalizeJob({ id: 'a', kind: 'k', partitions: 1_000_000, memory: { prepareBytes: 0 }, deadline: Infinity }).partitions).toBe(1_000_000);
+  });
+});
+
+describe('Engine.apply: duplicate submits', () => {
+  it('an identical resubmit returns no commands and does not duplicate work', () => {
+    const r = new Run(engine());
+    const first = r.submit(0, job('a', 3, { memory: { prepareBytes: 10 } }));
+    expect(prepared(first)).toEqual(['a:0', 'a:1', 'a:2']);
+    // Defaults spelled out are the same spec.
+    const again = r.submit(5, { id: 'a', kind: 'k', partitions: 3, priority: 'normal', memory: { prepareBytes: 10, deviceBytes: 0 } });
+    expect(again).toEqual([]);
+    expect(r.e.activeJobs).toBe(1);
+    expect(r.e.snapshot.dispatched).toBe(3);
+    expect(r.e.snapshot.backlog).toBe(0);
+    expect(r.e.budget.used).toBe(30);
+    expect(r.e.job('a')!.seq).toBe(0);
+  });
+
+  it('an identical resubmit while the job is still queued adds nothing to the queue', () => {
+    const gate = new GatePacer();
+    gate.openAt = Infinity;
+    const e = engine({ pacer: gate });
+    e.apply({ type: 'submit', time: 0, job: job('a', 4) });
+    e.apply({ type: 'submit', time: 1, job: job('a', 4) });
+    expect(e.snapshot.backlog).toBe(4);
+    gate.openAt = 0;
+    const out = e.apply({ type: 'tick', time: 2 });
+    expect(prepared(out)).toEqual(['a:0', 'a:1', 'a:2', 'a:3']);
+  });
+
+  it.each<[string, Partial<JobSpec>]>([
+    ['kind', { kind: 'other' }],
+    ['priority', { priority: 'high' }],
+    ['partitions', { partitions: 4 }],
+    ['memory', { memory: { deviceBytes: 1 } }],
+    ['deadline', { deadline: 1000 }],
+  ])('a different %s under the same id throws E_DUPLICATE_JOB and keeps the original', (_f, patch) => {
+    const e = engine();
+    e.apply({ type: 'submit', time: 0, job: job('a', 3) });
+    expectStokerError(() => e.apply({ type: 'submit', time: 1, job: { ...job('a', 3), ...patch } }), 'E_DUPLICATE_JOB', /"a"/);
+    expect(e.activeJobs).toBe(1);
+    expect(e.job('a')!.partitions).toHaveLength(3);
+    expect(e.job('a')!.kind).toBe('k');
+    expect(e.snapshot.dispatched).toBe(3);
+  });
+
+  it('an id may be reused once its job has ended', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer() }));
+    r.submit(0, job('a', 1));
+    r.apply({ type: 'cancel', time: 1, jobId: 'a' });
+    expect(r.e.job('a')).toBeUndefined();
+    const out = r.submit(2, job('a', 2, { kind: 'different' }));
+    expect(prepared(out)).toEqual(['a:0', 'a:1']);
+    expect(r.e.job('a')!.seq).toBe(1);
+  });
+});
+
+describe('Engine: the happy path', () => {
+  it('runs a 3-partition job on 1 device with 2 workers, counting everything, and finishes it once', () => {
+    const r = new Run(engine());
+    const e = r.e;
+    const s = e.snapshot;
+
+    let out = r.submit(100, job('a', 3, { kind: 'proof' }));
+    expect(out.map((c) => c.type)).toEqual(['startPrepare', 'startPrepare', 'startPrepare']);
+    expect(prepared(out)).toEqual(['a:0', 'a:1', 'a:2']);
+    for (const c of ofType(out, 'startPrepare')) {
+      expect(c.attempt).toBe(1);
+      expect(c.item.kind).toBe('proof');
+      expect(c.item.priority).toBe('normal');
+      expect(c.item.state).toBe('preparing');
+    }
+    expect(new Set(ofType(out, 'startPrepare').map((c) => c.item.id)).size).toBe(3);
+    expect(s).toMatchObject({ now: 100, preparing: 3, waiting: 0, onDevice: 0, backlog: 0, dispatched: 3, preparingStartMsTotal: 300, prepareCompletions: 0 });
+    expect(e.job('a')).toMatchObject({ id: 'a', kind: 'proof', priority: 'normal', seq: 0, submittedAt: 100, partitions: ['preparing', 'preparing', 'preparing'] });
+    expect(e.time).toBe(100);
+
+    out = r.prepared(110, 'a:0');
+    expect(started(out)).toEqual(['a:0@0/0']);
+    const sd = ofType(out, 'startDevice')[0]!;
+    expect(sd.attempt).toBe(2);
+    expect(sd.item.attempt).toBe(2);
+    expect(sd.item.state).toBe('on-device');
+    expect(s).toMatchObject({ preparing: 2, waiting: 0, onDevice: 1, prepareCompletions: 1, prepareLatencyMsTotal: 10, prepareLatencySqTotal: 100, preparingStartMsTotal: 200 });
+    expect(s.devices[0]).toEqual({ workers: 2, busy: 1, completions: 0, busyMs: 0 });
+
+    out = r.prepared(120, 'a:1', 15); // the driver measured 15 ms itself
+    expect(started(out)).toEqual(['a:1@0/1']);
+    expect(s).toMatchObject({ preparing: 1, onDevice: 2, prepareCompletions: 2, prepareLatencyMsTotal: 25, prepareLatencySqTotal: 325, preparingStartMsTotal: 100 });
+    expect(s.devices[0]!.busy).toBe(2);
+
+    out = r.prepared(130, 'a:2');
+    expect(out).toEqual([]); // both workers busy: it waits
+    expect(s).toMatchObject({ preparing: 0, waiting: 1, onDevice: 2, prepareCompletions: 3, prepareLatencyMsTotal: 55, prepareLatencySqTotal: 1225, preparingStartMsTotal: 0 });
+    expect(r.item('a:2').state).toBe('waiting');
+
+    out = r.done(150, 'a:0'); // 40 ms since its device start
+    expect(started(out)).toEqual(['a:2@0/0']);
+    expect(ofType(out, 'finishJob')).toEqual([]);
+    expect(s).toMatchObject({ waiting: 0, onDevice: 2, deviceCompletions: 1, deviceBusyMs: 40 });
+    expect(s.devices[0]).toEqual({ workers: 2, busy: 2, completions: 1, busyMs: 40 });
+    expect(r.item('a:0').state).toBe('done');
+
+    out = r.done(160, 'a:1', 5); // explicit busyMs wins over the 40 ms elapsed
+    expect(out).toEqual([]);
+    expect(s).toMatchObject({ onDevice: 1, deviceCompletions: 2, deviceBusyMs: 45 });
+    expect(s.devices[0]).toEqual({ workers: 2, busy: 1, completions: 2, busyMs: 45 });
+
+    out = r.done(200, 'a:2');
+    expect(out).toEqual([{ type: 'finishJob', jobId: 'a', state: 'done', timeMs: 100 }]);
+    expect(s).toMatchObject({ onDevice: 0, waiting: 0, preparing: 0, backlog: 0, deviceCompletions: 3, deviceBusyMs: 95, dispatched: 3 });
+    expect(s.devices[0]).toEqual({ workers: 2, busy: 0, completions: 3, busyMs: 95 });
+    expect(e.activeJobs).toBe(0);
+    expect(e.job('a')).toBeUndefined();
+
+    // Late duplicates change nothing, and the job never finishes twice.
+    expect(r.done(210, 'a:2')).toEqual([]);
+    expect(r.e.apply({ type: 'tick', time: 220 })).toEqual([]);
+    expect(r.finishes()).toEqual([{ jobId: 'a', state: 'done', code: undefined }]);
+    expect(s.deviceCompletions).toBe(3);
+  });
+
+  it('notifies the pacer: observe once per event, onDispatch once per startPrepare', () => {
+    const gate = new GatePacer();
+    const r = new Run(engine({ pacer: gate }));
+    r.submit(0, job('a', 2));
+    r.prepared(5, 'a:0');
+    r.apply({ type: 'tick', time: 7 });
+    expect(gate.observed).toEqual([0, 5, 7]);
+    expect(gate.dispatchedAt).toEqual([0, 0]);
+  });
+});
+
+describe('Engine: order', () => {
+  it('a critical job submitted after normal ones is dispatched first', () => {
+    const r = new Run(engine({ maxPreparing: 1 }));
+    expect(prepared(r.submit(0, job('n1', 2)))).toEqual(['n1:0']);
+    expect(prepared(r.submit(1, job('n2', 1)))).toEqual([]);
+    expect(prepared(r.submit(2, job('low', 1, { priority: 'low' })))).toEqual([]);
+    expect(prepared(r.submit(3, job('hi', 1, { priority: 'high' })))).toEqual([]);
+    expect(prepared(r.submit(4, job('c', 2, { priority: 'critical' })))).toEqual([]);
+    const order: string[] = [];
+    let t = 10;
+    for (let i = 0; i < 7; i++) {
+      const key = [...r.items.keys()].find((k) => r.item(k).state === 'preparing')!;
+      order.push(...prepared(r.prepared(t++, key)));
+    }
+    expect(order).toEqual(['c:0', 'c:1', 'hi:0', 'n1:1', 'n2:0', 'low:0']);
+  });
+
+  it('with the pacer closed, the whole queue is released in key order when it opens', () => {
+    const gate = new GatePacer();
+    gate.openAt = Infinity;
+    const r = new Run(engine({ pacer: gate }));
+    r.submit(0, job('n1', 2));
+    r.submit(1, job('l', 1, { priority: 'low' }));
+    r.submit(2, job('n2', 1));
+    r.submit(3, job('c', 2, { priority: 'critical' }));
+    gate.openAt = 4;
+    const out = r.apply({ type: 'tick', time: 4 });
+    expect(prepared(out)).toEqual(['c:0', 'c:1', 'n1:0', 'n1:1', 'n2:0', 'l:0']);
+  });
+
+  it('devices take waiting items in key order, not in the order they were prepared', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer() }));
+    r.submit(0, job('first', 1));
+    r.submit(0, job('low', 1, { priority: 'low' }));
+    r.submit(0, job('n', 2));
+    expect(started(r.prepared(1, 'first:0'))).toEqual(['first:0@0/0']);
+    // Prepared in reverse key order while the only worker is busy.
+    r.prepared(2, 'low:0');
+    r.prepared(3, 'n:1');
+    r.prepared(4, 'n:0');
+    expect(r.e.snapshot.waiting).toBe(3);
+    const order: string[] = [];
+    order.push(...started(r.done(5, 'first:0')));
+    r.submit(6, job('crit', 1, { priority: 'critical' }));
+    r.prepared(7, 'crit:0');
+    order.push(...started(r.done(8, 'n:0')));
+    order.push(...started(r.done(9, 'crit:0')));
+    order.push(...started(r.done(10, 'n:1')));
+    expect(order).toEqual(['n:0@0/0', 'crit:0@0/0', 'n:1@0/0', 'low:0@0/0']);
+  });
+
+  it('spreads items over devices, least loaded first', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }, { workers: 2 }], pacer: createUnpacedPacer() }));
+    r.submit(0, job('a', 4));
+    const out = ['a:0', 'a:1', 'a:2', 'a:3'].flatMap((k, i) => started(r.prepared(i + 1, k)));
+    // a:0 → device 0 (tie, first); a:1 → device 1 (0/2 < 1/1); a:2 → device 1 (1/2 < 1/1); a:3 waits.
+    expect(out).toEqual(['a:0@0/0', 'a:1@1/0', 'a:2@1/1']);
+    expect(r.e.snapshot.waiting).toBe(1);
+    expect(r.e.snapshot.devices.map((d) => d.busy)).toEqual([1, 2]);
+  });
+});
+
+describe('Engine: memory', () => {
+  it('reserves max(prepareBytes, deviceBytes) at dispatch and releases it in two steps', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 10_000 }));
+    const e = r.e;
+    r.submit(0, job('a', 3, { memory: { prepareBytes: 100, deviceBytes: 30 } }));
+    expect(e.budget.used).toBe(300);
+    expect(e.snapshot.budgetUsedBytes).toBe(300);
+    expect(r.item('a:0').reservedBytes).toBe(100);
+
+    r.prepared(1, 'a:0'); // starts on the device: keeps only the device bytes
+    expect(r.item('a:0').reservedBytes).toBe(30);
+    expect(e.budget.used).toBe(230);
+    expect(e.snapshot.budgetUsedBytes).toBe(230);
+
+    r.prepared(2, 'a:1'); // waits: still holds the prepared data
+    expect(r.item('a:1').reservedBytes).toBe(100);
+    expect(e.budget.used).toBe(230);
+
+    r.done(3, 'a:0'); // a:1 takes the device
+    expect(r.item('a:0').reservedBytes).toBe(0);
+    expect(r.item('a:1').reservedBytes).toBe(30);
+    expect(e.budget.used).toBe(130);
+
+    r.prepared(4, 'a:2');
+    r.done(5, 'a:1');
+    expect(e.budget.used).toBe(30);
+    r.done(6, 'a:2');
+    expect(e.budget.used).toBe(0);
+    expect(e.snapshot.budgetUsedBytes).toBe(0);
+    expect(e.budget.peak).toBe(300);
+  });
+
+  it('when deviceBytes is the larger, the whole reservation stays until the item is done', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
+    r.submit(0, job('a', 1, { memory: { prepareBytes: 20, deviceBytes: 70 } }));
+    expect(r.e.budget.used).toBe(70);
+    r.prepared(1, 'a:0');
+    expect(r.e.budget.used).toBe(70);
+    expect(r.item('a:0').reservedBytes).toBe(70);
+    r.done(2, 'a:0');
+    expect(r.e.budget.used).toBe(0);
+  });
+
+  it('an oversize job fails at once with E_OVERSIZE while another job continues', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
+    r.submit(0, job('ok', 2, { memory: { prepareBytes: 400 } }));
+    const out = r.submit(1, job('big', 3, { memory: { deviceBytes: 1001 } }));
+    expect(out).toHaveLength(1);
+    const fin = ofType(out, 'finishJob')[0]!;
+    expect(fin).toMatchObject({ jobId: 'big', state: 'failed', code: 'E_OVERSIZE', timeMs: 0 });
+    expect(fin.reason).toMatch(/1001 bytes.*1000 bytes.*budgetBytes/);
+    expect(r.e.activeJobs).toBe(1);
+    expect(r.e.snapshot.backlog).toBe(0);
+    expect(r.e.budget.used).toBe(800);
+    // 'ok' is unaffected and finishes; later jobs still run.
+    r.prepared(2, 'ok:0');
+    r.prepared(3, 'ok:1');
+    r.done(4, 'ok:0');
+    r.done(5, 'ok:1');
+    expect(prepared(r.submit(6, job('after', 1, { memory: { prepareBytes: 1000 } })))).toEqual(['after:0']);
+    expect(r.finishes()).toEqual([
+      { jobId: 'big', state: 'failed', code: 'E_OVERSIZE' },
+      { jobId: 'ok', state: 'done', code: undefined },
+    ]);
+  });
+
+  it('a job that needs exactly the whole budget is not oversize', () => {
+    const e = new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 500 });
+    const out = e.apply({ type: 'submit', time: 0, job: job('a', 2, { memory: { prepareBytes: 500 } }) });
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(e.snapshot.budgetBlocked).toBe(true);
+  });
+
+  it('the budget blocks dispatch and then grants strictly in queue order (no barging)', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 250 }));
+    const e = r.e;
+    r.submit(0, job('a', 1, { memory: { prepareBytes: 100 } }));
+    expect(prepared(r.submit(1, job('b', 2, { memory: { prepareBytes: 100 } })))).toEqual(['b:0']);
+    expect(e.budget.used).toBe(200);
+    expect(e.snapshot.budgetBlocked).toBe(true);
+    expect(e.snapshot.backlog).toBe(1);
+
+    // A later, smaller job would fit in the 50 free bytes, but b:1 is ahead of it.
+    expect(r.submit(2, job('c', 1, { memory: { prepareBytes: 40 } }))).toEqual([]);
+    expect(e.snapshot.budgetBlocked).toBe(true);
+    expect(e.budget.used).toBe(200);
+    expect(e.snapshot.backlog).toBe(2);
+
+    // An event that frees nothing keeps it blocked.
+    expect(r.apply({ type: 'tick', time: 3 })).toEqual([]);
+    expect(e.snapshot.budgetBlocked).toBe(true);
+
+    // a:0 goes on the device (deviceBytes 0): 100 bytes free up → b:1, then c:0 fits too.
+    const out = r.prepared(4, 'a:0');
+    expect(out.map((c) => c.type)).toEqual(['startDevice', 'startPrepare', 'startPrepare']);
+    expect(prepared(out)).toEqual(['b:1', 'c:0']);
+    expect(e.budget.used).toBe(240);
+    expect(e.snapshot.budgetBlocked).toBe(false);
+    expect(e.snapshot.backlog).toBe(0);
+  });
+
+  it('a blocked head holds back everything behind it until exactly enough is free', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 100 }));
+    const e = r.e;
+    r.submit(0, job('a', 1, { memory: { prepareBytes: 60, deviceBytes: 60 } }));
+    r.submit(0, job('big', 1, { memory: { prepareBytes: 90 } }));
+    r.submit(0, job('small', 1, { memory: { prepareBytes: 10 } }));
+    expect(prepared(r.log)).toEqual(['a:0']);
+    expect(e.snapshot.budgetBlocked).toBe(true);
+    r.prepared(1, 'a:0'); // keeps its 60 device bytes
+    expect(prepared(r.log)).toEqual(['a:0']);
+    expect(e.snapshot.budgetBlocked).toBe(true);
+    const out = r.done(2, 'a:0');
+    expect(prepared(out)).toEqual(['big:0', 'small:0']);
+    expect(e.budget.used).toBe(100);
+  });
+
+  it('budgetBlocked clears when the blocked job is cancelled, and the next head is granted', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 100 }));
+    r.submit(0, job('a', 1, { memory: { prepareBytes: 80 } }));
+    r.submit(0, job('big', 2, { memory: { prepareBytes: 50 } }));
+    r.submit(0, job('small', 1, { memory: { prepareBytes: 20 } }));
+    expect(r.e.snapshot.budgetBlocked).toBe(true);
+    const out = r.apply({ type: 'cancel', time: 1, jobId: 'big' });
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'big', state: 'cancelled', code: 'E_CANCELLED' }]);
+    expect(aborts(out)).toEqual([]); // nothing of big had started
+    expect(prepared(out)).toEqual(['small:0']);
+    expect(r.e.snapshot.budgetBlocked).toBe(false);
+    expect(r.e.snapshot.backlog).toBe(0);
+  });
+});
+
+/** One device, one worker; job x with 4 partitions: x:0 on the device, x:1 waiting, x:2 and x:3 preparing. */
+function staged(budgetBytes = 10_000) {
+  const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes }));
+  r.submit(0, job('x', 4, { memory: { prepareBytes: 100, deviceBytes: 40 } }));
+  r.submit(0, job('y', 1, { memory: { prepareBytes: 10, deviceBytes: 10 } }));
+  r.prepared(1, 'x:0');
+  r.prepared(2, 'x:1');
+  expect(r.item('x:0').state).toBe('on-device');
+  expect(r.item('x:1').state).toBe('waiting');
+  expect(r.e.budget.used).toBe(40 + 100 + 100 + 100 + 10);
+  return r;
+}
+
+describe('Engine: failures', () => {
+  it('prepareFailed fails the job once, aborts its other in-flight partitions with their stage and releases their memory', () => {
+    const r = staged();
+    const failing = r.item('x:3');
+    const out = r.apply({ type: 'prepareFailed', time: 5, item: failing.id, attempt: failing.attempt, reason: 'out of disk' });
+    const others = ofType(out, 'abort').filter((c) => c.item.id !== failing.id);
+    expect(others.map((c) => `${c.item.partition}/${c.stage}`).sort()).toEqual(['0/on-device', '1/waiting', '2/preparing']);
+    for (const c of others) expect(c.reason).toMatch(/out of disk/);
+    const fin = ofType(out, 'finishJob');
+    expect(fin).toHaveLength(1);
+    expect(fin[0]).toMatchObject({ jobId: 'x', state: 'failed', code: 'E_PREPARE_FAILED', timeMs: 5 });
+    expect(fin[0]!.reason).toMatch(/job x: partition 3 failed in preparation: out of disk/);
+    // Aborts come before the finish.
+    expect(out.findIndex((c) => c.type === 'finishJob')).toBeGreaterThan(Math.max(...others.map((c) => out.indexOf(c))));
+    // x's memory is all back; y (still preparing) keeps its 10 bytes.
+    expect(r.e.budget.used).toBe(10);
+    for (const p of [0, 1, 2, 3]) {
+      expect(r.item(`x:${p}`).reservedBytes).toBe(0);
+      expect(r.item(`x:${p}`).state).toBe('failed');
+    }
+    expect(r.e.snapshot).toMatchObject({ preparing: 1, waiting: 0, onDevice: 0, backlog: 0, preparingStartMsTotal: 0 });
+    expect(r.e.snapshot.devices[0]!.busy).toBe(0);
+    // The freed worker serves y as soon as it is prepared.
+    expect(started(r.prepared(6, 'y:0'))).toEqual(['y:0@0/0']);
+    // Stale events about x are ignored; x never finishes twice.
+    const x2 = r.item('x:2');
+    expect(r.apply({ type: 'prepareFailed', time: 7, item: x2.id, attempt: x2.attempt, reason: 'again' })).toEqual([]);
+    expect(r.apply({ type: 'prepared', time: 7, item: x2.id, attempt: x2.attempt })).toEqual([]);
+    const x0 = r.item('x:0');
+    expect(r.apply({ type: 'deviceDone', time: 8, item: x0.id, attempt: x0.attempt })).toEqual([]);
+    expect(r.e.snapshot.deviceCompletions).toBe(0);
+    expect(r.finishes()).toEqual([{ jobId: 'x', state: 'failed', code: 'E_PREPARE_FAILED' }]);
+  });
+
+  it('deviceFailed fails the job once, aborts the rest and releases all of its memory', () => {
+    const r = staged();
+    const x0 = r.item('x:0');
+    const out = r.apply({ type: 'deviceFailed', time: 5, item: x0.id, attempt: x0.attempt, reason: 'ECC error' });
+    const others = ofType(out, 'abort').filter((c) => c.item.id !== x0.id);
+    expect(others.map((c) => `${c.item.partition}/${c.stage}`).sort()).toEqual(['1/waiting', '2/preparing', '3/preparing']);
+    const fin = ofType(out, 'finishJob');
+    expect(fin).toHaveLength(1);
+    expect(fin[0]).toMatchObject({ jobId: 'x', state: 'failed', code: 'E_DEVICE_FAILED' });
+    expect(fin[0]!.reason).toMatch(/partition 0 failed on device 0: ECC error/);
+    expect(r.e.budget.used).toBe(10);
+    expect(r.e.snapshot).toMatchObject({ preparing: 1, waiting: 0, onDevice: 0 });
+    expect(r.e.snapshot.devices[0]).toMatchObject({ busy: 0, completions: 0 });
+    expect(r.apply({ type: 'deviceFailed', time: 6, item: x0.id, attempt: x0.attempt, reason: 'again' })).toEqual([]);
+    expect(r.finishes()).toHaveLength(1);
+  });
+
+  it('a failure event with the wrong attempt or in the wrong stage is ignored', () => {
+    const r = staged();
+    const x0 = r.item('x:0'); // on-device, attempt 2
+    const x2 = r.item('x:2'); // preparing, attempt 1
+    expect(r.apply({ type: 'deviceFailed', time: 5, item: x0.id, attempt: 1, reason: 'old' })).toEqual([]);
+    expect(r.apply({ type: 'prepareFailed', time: 5, item: x0.id, attempt: x0.attempt, reason: 'wrong stage' })).toEqual([]);
+    expect(r.apply({ type: 'deviceFailed', time: 5, item: x2.id, attempt: x2.attempt, reason: 'wrong stage' })).toEqual([]);
+    expect(r.apply({ type: 'deviceDone', time: 5, item: x2.id, attempt: x2.attempt })).toEqual([]);
+    expect(r.apply({ type: 'prepared', time: 5, item: 9999, attempt: 1 })).toEqual([]);
+    expect(r.e.activeJobs).toBe(2);
+    expect(r.finishes()).toEqual([]);
+  });
+});
+
+describe('Engine: cancel', () => {
+  it('withdraws queued, preparing, waiting and on-device partitions and finishes the job cancelled', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 350, maxPreparing: 3 }));
+    r.submit(0, job('x', 5, { memory: { prepareBytes: 100, deviceBytes: 50 } }));
+    r.prepared(1, 'x:0'); // on device; x:3 dispatched (preparing cap 3)
+    r.prepared(2, 'x:1'); // waiting
+    expect(r.e.snapshot).toMatchObject({ onDevice: 1, waiting: 1, preparing: 2, backlog: 1 });
+    expect(r.e.budget.used).toBe(350);
+    const out = r.apply({ type: 'cancel', time: 3, jobId: 'x' });
+    expect(aborts(out).sort()).toEqual(['x:0/on-device', 'x:1/waiting', 'x:2/preparing', 'x:3/preparing']);
+    for (const c of ofType(out, 'abort')) expect(c.reason).toBe('cancelled on request');
+    expect(ofType(out, 'finishJob')).toEqual([{ type: 'finishJob', jobId: 'x', state: 'cancelled', code: 'E_CANCELLED', reason: 'cancelled on request', timeMs: 3 }]);
+    expect(out.at(-1)!.type).toBe('finishJob');
+    expect(r.e.budget.used).toBe(0);
+    expect(r.e.snapshot).toMatchObject({ onDevice: 0, waiting: 0, preparing: 0, backlog: 0, budgetUsedBytes: 0, preparingStartMsTotal: 0 });
+    expect(r.e.snapshot.devices[0]!.busy).toBe(0);
+    for (const k of ['x:0', 'x:1', 'x:2', 'x:3']) expect(r.item(k).state).toBe('cancelled');
+    expect(r.e.activeJobs).toBe(0);
+  });
+
+  it('stale events after cancel are ignored, and a second cancel or one for an unknown job does nothing', () => {
+    const r = new Run(engine());
+    r.submit(0, job('x', 3));
+    r.prepared(1, 'x:0');
+    r.prepared(2, 'x:1');
+    r.apply({ type: 'cancel', time: 3, jobId: 'x' });
+    const before = JSON.stringify(r.e.snapshot);
+    expect(r.done(4, 'x:0')).toEqual([]);
+    expect(r.prepared(4, 'x:2')).toEqual([]);
+    const x1 = r.item('x:1');
+    expect(r.apply({ type: 'deviceFailed', time: 4, item: x1.id, attempt: x1.attempt, reason: 'late' })).toEqual([]);
+    expect(r.apply({ type: 'cancel', time: 5, jobId: 'x' })).toEqual([]);
+    expect(r.apply({ type: 'cancel', time: 5, jobId: 'nope' })).toEqual([]);
+    const after = JSON.parse(JSON.stringify(r.e.snapshot));
+    expect({ ...after, now: 0 }).toEqual({ ...JSON.parse(before), now: 0 });
+    expect(r.finishes()).toEqual([{ jobId: 'x', state: 'cancelled', code: 'E_CANCELLED' }]);
+  });
+
+  it('cancelling one job lets the next job use the freed worker at once', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer() }));
+    r.submit(0, job('x', 1));
+    r.submit(0, job('y', 1));
+    r.prepared(1, 'x:0');
+    r.prepared(2, 'y:0');
+    expect(r.e.snapshot.waiting).toBe(1);
+    const out = r.apply({ type: 'cancel', time: 3, jobId: 'x' });
+    expect(out.map((c) => c.type)).toEqual(['abort', 'finishJob', 'startDevice']);
+    expect(started(out)).toEqual(['y:0@0/0']);
+  });
+});
+
+describe('Engine: workers', () => {
+  it('workerLost with a busy worker aborts its item, releases all its memory and prepares it again; the old attempts are stale', () => {
+    const r = new Run(engine({ budgetBytes: 1000 }));
+    const e = r.e;
+    r.submit(0, job('a', 3, { memory: { prepareBytes: 100, deviceBytes: 30 } }));
+    r.prepared(1, 'a:0'); // worker 0
+    r.prepared(2, 'a:1'); // worker 1
+    r.prepared(3, 'a:2'); // waiting
+    const a0 = r.item('a:0');
+    const oldAttempt = a0.attempt;
+    expect(oldAttempt).toBe(2);
+    expect(e.budget.used).toBe(30 + 30 + 100);
+    expect(e.snapshot.dispatched).toBe(3);
+
+    // The device had the prepared data: a:0 goes back to the queue and (unpaced, memory free) is
+    // dispatched again in the same step, with a new attempt and the full reservation.
+    let out = r.apply({ type: 'workerLost', time: 4, device: 0, worker: 0 });
+    expect(out.map((c) => c.type)).toEqual(['abort', 'startPrepare']);
+    expect(aborts(out)).toEqual(['a:0/on-device']);
+    expect(ofType(out, 'abort')[0]!.reason).toMatch(/device 0 worker 0 lost/);
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(ofType(out, 'startPrepare')[0]!.item).toBe(a0); // the same item, not a new one
+    expect(ofType(out, 'startPrepare')[0]!.attempt).toBe(oldAttempt + 1);
+    expect(a0.state).toBe('preparing');
+    expect(a0.attempt).toBe(oldAttempt + 1);
+    expect(a0.reservedBytes).toBe(100);
+    expect(e.budget.used).toBe(30 + 100 + 100);
+    expect(e.snapshot).toMatchObject({ workers: 1, preparing: 1, waiting: 1, onDevice: 1, backlog: 0, dispatched: 4, budgetUsedBytes: 230 });
+    expect(e.snapshot.devices[0]).toMatchObject({ workers: 1, busy: 1 });
+    expect(e.job('a')!.partitions).toEqual(['preparing', 'on-device', 'waiting']);
+
+    // Events about the old attempts (the device run, the first preparation) are stale.
+    expect(r.apply({ type: 'deviceDone', time: 5, item: a0.id, attempt: oldAttempt })).toEqual([]);
+    expect(r.apply({ type: 'deviceFailed', time: 5, item: a0.id, attempt: oldAttempt, reason: 'late' })).toEqual([]);
+    expect(r.apply({ type: 'prepared', time: 5, item: a0.id, attempt: oldAttempt - 1 })).toEqual([]);
+    expect(e.snapshot).toMatchObject({ deviceCompletions: 0, prepareCompletions: 3, preparing: 1 });
+    expect(a0.state).toBe('preparing');
+
+    // Prepared again: it waits (worker 1 is busy, worker 0 is lost), holding its prepared data.
+    expect(r.prepared(6, 'a:0')).toEqual([]);
+    expect(a0.state).toBe('waiting');
+    expect(a0.reservedBytes).toBe(100);
+    expect(e.snapshot).toMatchObject({ preparing: 0, waiting: 2, onDevice: 1, prepareCompletions: 4 });
+
+    // When worker 1 frees up, a:0 (lower key than a:2) starts there with a new attempt.
+    out = r.done(7, 'a:1');
+    expect(started(out)).toEqual(['a:0@0/1']);
+    expect(ofType(out, 'startDevice')[0]!.attempt).toBe(oldAttempt + 2);
+    expect(a0.reservedBytes).toBe(30);
+    expect(e.budget.used).toBe(30 + 100);
+
+    // Lost worker comes back: a:2 starts on it.
+    out = r.apply({ type: 'workerReturned', time: 8, device: 0, worker: 0 });
+    expect(started(out)).toEqual(['a:2@0/0']);
+    expect(e.snapshot).toMatchObject({ workers: 2, waiting: 0, onDevice: 2 });
+    expect(e.snapshot.devices[0]).toMatchObject({ workers: 2, busy: 2 });
+
+    r.done(9, 'a:0');
+    out = r.done(10, 'a:2');
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'a', state: 'done' }]);
+    expect(e.budget.used).toBe(0);
+    expect(e.snapshot.deviceCompletions).toBe(3);
+    expect(e.snapshot.dispatched).toBe(4);
+    expect(r.finishes()).toEqual([{ jobId: 'a', state: 'done', code: undefined }]);
+  });
+
+  it('a lost item goes back to the queue under its original key, ahead of later work', () => {
+    // Budget for two reservations of 100: the lost item's prepare-phase memory is needed again.
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 200 }));
+    const e = r.e;
+    r.submit(0, job('a', 2, { memory: { prepareBytes: 100, deviceBytes: 100 } }));
+    r.submit(1, job('b', 1, { memory: { prepareBytes: 100, deviceBytes: 100 } }));
+    expect(prepared(r.log)).toEqual(['a:0', 'a:1']);
+    r.prepared(2, 'a:0'); // on the device, keeps its 100 bytes
+    expect(started(r.log)).toEqual(['a:0@0/0']);
+    r.prepared(3, 'a:1'); // waits with its 100 bytes
+    expect(e.snapshot).toMatchObject({ onDevice: 1, waiting: 1, backlog: 1, budgetBlocked: true });
+    const a0 = r.item('a:0');
+
+    const out = r.apply({ type: 'workerLost', time: 4, device: 0, worker: 0 });
+    // a:0's 100 bytes come back, and the head of the queue takes them: a:0 again, not b:0.
+    expect(aborts(out)).toEqual(['a:0/on-device']);
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(a0.reservedBytes).toBe(100);
+    expect(e.snapshot).toMatchObject({ preparing: 1, waiting: 1, onDevice: 0, backlog: 1, budgetBlocked: true });
+    expect(e.budget.used).toBe(200);
+    expect(e.job('b')!.partitions).toEqual(['queued']);
+  });
+
+  it('a lost item that cannot be dispatched at once is queued (backlog + 1), holding no memory', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 200, maxPreparing: 1 }));
+    r.submit(0, job('a', 2, { memory: { prepareBytes: 100, deviceBytes: 100 } }));
+    r.prepared(1, 'a:0'); // on the device; a:1 dispatched
+    r.prepared(2, 'a:1'); // waits
+    r.submit(3, job('c', 1, { priority: 'critical', memory: { prepareBytes: 0, deviceBytes: 0 } })); // a critical job with no memory goes at once
+    r.submit(3, job('b', 1, { memory: { prepareBytes: 100, deviceBytes: 100 } }));
+    expect(prepared(r.log)).toEqual(['a:0', 'a:1', 'c:0']);
+    expect(r.e.snapshot).toMatchObject({ preparing: 1, backlog: 1 }); // b:0 is held by the preparation cap
+    const a0 = r.item('a:0');
+    let out = r.apply({ type: 'workerLost', time: 4, device: 0, worker: 0 });
+    expect(out.map((c) => c.type)).toEqual(['abort']);
+    expect(a0.state).toBe('queued');
+    expect(a0.reservedBytes).toBe(0);
+    expect(r.e.snapshot).toMatchObject({ backlog: 2, preparing: 1, waiting: 1, onDevice: 0, budgetUsedBytes: 100 });
+    expect(r.e.job('a')!.partitions).toEqual(['queued', 'waiting']);
+    // The preparation slot frees: a:0 (older job) goes before b:0.
+    out = r.prepared(5, 'c:0');
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(ofType(out, 'startPrepare')[0]!.attempt).toBe(3);
+    expect(a0.reservedBytes).toBe(100);
+    expect(r.e.snapshot).toMatchObject({ backlog: 1, preparing: 1, budgetUsedBytes: 200 });
+    expect(r.e.job('b')!.partitions).toEqual(['queued']);
+  });
+
+  it('a job that ends while its lost item is queued takes it out of the queue, with no abort for it', () => {
+    const gate = new GatePacer();
+    const r = new Run(new Engine({ devices: [{ workers: 2 }], pacer: gate, budgetBytes: 1000 }));
+    r.submit(0, job('a', 2, { memory: { prepareBytes: 100, deviceBytes: 40 } }));
+    r.prepared(1, 'a:0');
+    r.prepared(2, 'a:1');
+    expect(started(r.log)).toEqual(['a:0@0/0', 'a:1@0/1']);
+    gate.openAt = Infinity; // the pacer holds everything back
+    let out = r.apply({ type: 'workerLost', time: 3, device: 0, worker: 0 });
+    expect(aborts(out)).toEqual(['a:0/on-device']);
+    expect(r.item('a:0').state).toBe('queued');
+    expect(r.e.snapshot).toMatchObject({ backlog: 1, onDevice: 1, budgetUsedBytes: 40 });
+    out = r.apply({ type: 'cancel', time: 4, jobId: 'a' });
+    expect(aborts(out)).toEqual(['a:1/on-device']);
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'a', state: 'cancelled', code: 'E_CANCELLED' }]);
+    expect(r.item('a:0').state).toBe('cancelled');
+    expect(r.item('a:0').reservedBytes).toBe(0);
+    expect(r.e.snapshot).toMatchObject({ backlog: 0, onDevice: 0, preparing: 0, waiting: 0, budgetUsedBytes: 0 });
+    // Nothing of a is dispatched once the pacer opens.
+    gate.openAt = 0;
+    expect(prepared(r.apply({ type: 'tick', time: 5 }))).toEqual([]);
+    expect(r.e.snapshot.dispatched).toBe(2);
+  });
+
+  it('an idle worker lost changes only the counts; losing or returning twice is a no-op', () => {
+    const e = engine();
+    expect(e.apply({ type: 'workerLost', time: 0, device: 0, worker: 1 })).toEqual([]);
+    expect(e.snapshot.workers).toBe(1);
+    e.apply({ type: 'workerLost', time: 1, device: 0, worker: 1 });
+    expect(e.snapshot.workers).toBe(1);
+    expect(e.snapshot.devices[0]!.workers).toBe(1);
+    e.apply({ type: 'workerReturned', time: 2, device: 0, worker: 1 });
+    e.apply({ type: 'workerReturned', time: 3, device: 0, worker: 1 });
+    expect(e.snapshot.workers).toBe(2);
+    expect(e.snapshot.devices[0]!.workers).toBe(2);
+  });
+
+  it('never starts an item on a lost worker; with all workers lost, a running item is prepared again and items wait until one returns', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 2 }], pacer: createUnpacedPacer() }));
+    r.apply({ type: 'workerLost', time: 0, device: 0, worker: 0 });
+    r.submit(1, job('a', 2));
+    expect(started(r.prepared(2, 'a:0'))).toEqual(['a:0@0/1']);
+    let out = r.apply({ type: 'workerLost', time: 3, device: 0, worker: 1 });
+    expect(aborts(out)).toEqual(['a:0/on-device']);
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(started(out)).toEqual([]);
+    expect(r.item('a:0').state).toBe('preparing');
+    expect(r.prepared(4, 'a:1')).toEqual([]);
+    expect(r.prepared(5, 'a:0')).toEqual([]);
+    expect(r.item('a:0').state).toBe('waiting');
+    expect(r.e.snapshot).toMatchObject({ workers: 0, waiting: 2, onDevice: 0, preparing: 0, backlog: 0 });
+    expect(r.apply({ type: 'tick', time: 6 })).toEqual([]);
+    out = r.apply({ type: 'workerReturned', time: 7, device: 0, worker: 0 });
+    expect(started(out)).toEqual(['a:0@0/0']);
+    expect(r.e.snapshot).toMatchObject({ workers: 1, waiting: 1, onDevice: 1 });
+  });
+
+  it('an event naming a worker that does not exist throws E_INVALID_EVENT', () => {
+    const e = engine();
+    expectStokerError(() => e.apply({ type: 'workerLost', time: 0, device: 1, worker: 0 }), 'E_INVALID_EVENT', /no worker 0 on device 1/);
+    expectStokerError(() => e.apply({ type: 'workerReturned', time: 0, device: 0, worker: 2 }), 'E_INVALID_EVENT', /no worker 2 on device 0/);
+    expect(e.snapshot.workers).toBe(2);
+  });
+});
+
+describe('Engine: deadlines and time', () => {
+  it('asks to be woken at the deadline and fails the job with E_DEADLINE on a tick at it', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
+    let out = r.submit(0, job('d', 3, { deadline: 500, memory: { prepareBytes: 100 } }));
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 500 }]);
+    r.prepared(10, 'd:0');
+    r.prepared(20, 'd:1');
+    out = r.apply({ type: 'tick', time: 499.9 });
+    expect(out).toEqual([]);
+    out = r.apply({ type: 'tick', time: 500 });
+    const fin = ofType(out, 'finishJob');
+    expect(fin).toHaveLength(1);
+    expect(fin[0]).toMatchObject({ jobId: 'd', state: 'failed', code: 'E_DEADLINE', timeMs: 500 });
+    expect(fin[0]!.reason).toMatch(/deadline 500/);
+    expect(aborts(out).sort()).toEqual(['d:0/on-device', 'd:1/waiting', 'd:2/preparing']);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    expect(r.e.budget.used).toBe(0);
+    expect(r.e.activeJobs).toBe(0);
+  });
+
+  it('a late tick (after the deadline) fails the job too', () => {
+    const e = engine();
+    e.apply({ type: 'submit', time: 0, job: job('d', 1, { deadline: 100 }) });
+    const out = e.apply({ type: 'tick', time: 250 });
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'd', code: 'E_DEADLINE' }]);
+  });
+
+  it('any event at or after the deadline expires the job, not just ticks', () => {
+    const e = engine();
+    e.apply({ type: 'submit', time: 0, job: job('d', 1, { deadline: 100 }) });
+    const out = e.apply({ type: 'submit', time: 100, job: job('other', 1) });
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'd', code: 'E_DEADLINE' }]);
+    expect(e.job('other')).toBeDefined();
+  });
+
+  it('a deadline that passed before an event ends the job first: a completion after it is too late', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
+    r.submit(0, job('d', 1, { deadline: 100, memory: { prepareBytes: 50, deviceBytes: 20 } }));
+    r.prepared(10, 'd:0');
+    const d0 = r.item('d:0');
+    expect(d0.state).toBe('on-device');
+    // No tick at 100 came; the device reports done at 150.
+    const out = r.done(150, 'd:0');
+    expect(out.map((c) => c.type)).toEqual(['abort', 'finishJob', 'wakeAt']);
+    expect(aborts(out)).toEqual(['d:0/on-device']);
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE', timeMs: 150 }]);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    expect(d0.state).toBe('failed');
+    expect(r.e.snapshot).toMatchObject({ deviceCompletions: 0, deviceBusyMs: 0, onDevice: 0, budgetUsedBytes: 0 });
+    expect(r.e.snapshot.devices[0]).toEqual({ workers: 1, busy: 0, completions: 0, busyMs: 0 });
+    expect(r.finishes()).toEqual([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
+  });
+
+  it('an event exactly at the deadline is too late as well, whatever it is', () => {
+    // The last partition's completion at the deadline.
+    const r = new Run(new Engine({ devices: [{ workers: 2 }], pacer: createUnpacedPacer() }));
+    r.submit(0, job('d', 2, { deadline: 100 }));
+    r.prepared(10, 'd:0');
+    r.prepared(20, 'd:1');
+    r.done(30, 'd:0');
+    let out = r.done(100, 'd:1');
+    expect(aborts(out)).toEqual(['d:1/on-device']);
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
+    expect(r.e.snapshot.deviceCompletions).toBe(1);
+
+    // A preparation finishing at the deadline does not reach a device.
+    const p = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer() }));
+    p.submit(0, job('d', 1, { deadline: 100 }));
+    out = p.prepared(100, 'd:0');
+    expect(started(out)).toEqual([]);
+    expect(aborts(out)).toEqual(['d:0/preparing']);
+    expect(p.e.snapshot).toMatchObject({ prepareCompletions: 0, preparing: 0, waiting: 0, onDevice: 0 });
+    expect(p.finishes()).toEqual([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
+
+    // A cancel after the deadline finds the job already failed by it.
+    const c = new Run(engine());
+    c.submit(0, job('d', 1, { deadline: 100 }));
+    out = c.apply({ type: 'cancel', time: 120, jobId: 'd' });
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
+    expect(c.finishes()).toHaveLength(1);
+  });
+
+  it('a deadline ends its job before the event is handled: a worker lost after it aborts nothing more', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer() }));
+    r.submit(0, job('d', 1, { deadline: 100 }));
+    r.prepared(10, 'd:0');
+    const out = r.apply({ type: 'workerLost', time: 200, device: 0, worker: 0 });
+    // One abort, for the deadline (not for the lost worker), and the item is not prepared again.
+    expect(ofType(out, 'abort')).toHaveLength(1);
+    expect(ofType(out, 'abort')[0]!.reason).toMatch(/deadline 100/);
+    expect(prepared(out)).toEqual([]);
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
+    expect(r.e.snapshot).toMatchObject({ workers: 0, backlog: 0, preparing: 0, dispatched: 1 });
+  });
+
+  it('a deadline already past at submit fails the job at once', () => {
+    const e = engine();
+    e.apply({ type: 'tick', time: 1000 });
+    const out = e.apply({ type: 'submit', time: 1000, job: job('d', 2, { deadline: 999 }) });
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
+    expect(e.activeJobs).toBe(0);
+    expect(e.snapshot).toMatchObject({ backlog: 0, preparing: 0 });
+  });
+
+  it('wakes for the earliest deadline; a job that finishes in time drops its deadline', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 2 }], pacer: createUnpacedPacer() }));
+    expect(ofType(r.submit(0, job('late', 1, { deadline: 900 })), 'wakeAt')).toEqual([{ type: 'wakeAt', time: 900 }]);
+    expect(ofType(r.submit(1, job('early', 1, { deadline: 300 })), 'wakeAt')).toEqual([{ type: 'wakeAt', time: 300 }]);
+    expect(ofType(r.submit(2, job('later', 1, { deadline: 1000 })), 'wakeAt')).toEqual([]); // unchanged: no command
+    r.prepared(3, 'early:0');
+    const out = r.done(4, 'early:0');
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'early', state: 'done' }]);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 900 }]);
+    expect(ofType(r.apply({ type: 'cancel', time: 5, jobId: 'late' }), 'wakeAt')).toEqual([{ type: 'wakeAt', time: 1000 }]);
+    expect(ofType(r.apply({ type: 'tick', time: 300 }), 'finishJob')).toEqual([]); // early is done: no E_DEADLINE
+  });
+
+  it('the wake time is the earlier of the pacer’s next dispatch and the next deadline', () => {
+    const gate = new GatePacer();
+    gate.openAt = 700;
+    const e = engine({ pacer: gate });
+    let out = e.apply({ type: 'submit', time: 0, job: job('a', 1) });
+    expect(out).toEqual([{ type: 'wakeAt', time: 700 }]);
+    out = e.apply({ type: 'submit', time: 1, job: job('d', 1, { deadline: 400 }) });
+    expect(out).toEqual([{ type: 'wakeAt', time: 400 }]);
+    out = e.apply({ type: 'tick', time: 400 });
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'd', code: 'E_DEADLINE' }]);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 700 }]);
+    out = e.apply({ type: 'tick', time: 700 });
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
+  });
+
+  it('a tick at (or after) the wake time always re-arms the timer; an early tick leaves the pending one alone', () => {
+    const gate = new GatePacer();
+    gate.openAt = 100;
+    const e = engine({ pacer: gate, maxPreparing: 1 });
+    expect(e.apply({ type: 'submit', time: 0, job: job('a', 3) })).toEqual([{ type: 'wakeAt', time: 100 }]);
+    // Early: nothing to do, and the timer already pending for 100 is not re-sent.
+    expect(e.apply({ type: 'tick', time: 60 })).toEqual([]);
+    // The timer fires: a:0 goes, the preparation cap closes the gate, and the old timer is cancelled (Infinity).
+    let out = e.apply({ type: 'tick', time: 100 });
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    // The preparation slot frees while the pacer has moved its gate on: the engine asks for the new time.
+    gate.openAt = 300;
+    const a0 = ofType(out, 'startPrepare')[0]!.item;
+    out = e.apply({ type: 'prepared', time: 200, item: a0.id, attempt: a0.attempt });
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 300 }]);
+    out = e.apply({ type: 'tick', time: 300 });
+    expect(prepared(out)).toEqual(['a:1']);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
+  });
+
+  it('a NaN from the pacer means no timer (Infinity), not a NaN wake', () => {
+    const gate = new GatePacer();
+    gate.openAt = 50;
+    const e = engine({ pacer: gate });
+    expect(e.apply({ type: 'submit', time: 0, job: job('a', 1) })).toEqual([{ type: 'wakeAt', time: 50 }]);
+    gate.openAt = NaN;
+    expect(e.apply({ type: 'tick', time: 10 })).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    expect(e.snapshot.dispatched).toBe(0);
+  });
+
+  it('time going backwards throws E_TIME_BACKWARDS; equal times are fine', () => {
+    const e = engine();
+    e.apply({ type: 'tick', time: 100 });
+    expect(() => e.apply({ type: 'tick', time: 100 })).not.toThrow();
+    expectStokerError(() => e.apply({ type: 'tick', time: 99 }), 'E_TIME_BACKWARDS', /99.*100/);
+    expectStokerError(() => e.apply({ type: 'submit', time: 50, job: job('a', 1) }), 'E_TIME_BACKWARDS');
+    expectStokerError(() => e.apply({ type: 'tick', time: NaN }), 'E_TIME_BACKWARDS');
+    expectStokerError(() => e.apply({ type: 'tick', time: Infinity }), 'E_TIME_BACKWARDS');
+    expect(e.time).toBe(100);
+    expect(e.activeJobs).toBe(0);
+  });
+
+  it('a rejected event does not move the clock: engine.time stays at the previous event’s time', () => {
+    const gate = new GatePacer();
+    const e = engine({ pacer: gate });
+    // Before any event: the clock stays unset.
+    expectStokerError(() => e.apply({ type: 'submit', time: 50, job: job('', 1) }), 'E_INVALID_JOB');
+    expect(e.time).toBe(-Infinity);
+    expect(e.snapshot.now).toBe(0);
+    e.apply({ type: 'submit', time: 100, job: job('a', 1) });
+    expect(e.time).toBe(100);
+    const observed = gate.observed.length;
+    // An invalid submit, a conflicting resubmit, an unknown worker and an unknown event type, all at 500.
+    expectStokerError(() => e.apply({ type: 'submit', time: 500, job: job('b', 0) }), 'E_INVALID_JOB');
+    expect(e.time).toBe(100);
+    expect(e.snapshot.now).toBe(100);
+    expectStokerError(() => e.apply({ type: 'submit', time: 500, job: job('a', 2) }), 'E_DUPLICATE_JOB');
+    expect(e.time).toBe(100);
+    expectStokerError(() => e.apply({ type: 'workerLost', time: 500, device: 3, worker: 0 }), 'E_INVALID_EVENT');
+    expect(e.time).toBe(100);
+    expectStokerError(() => e.apply({ type: 'explode', time: 500 } as unknown as Parameters<Engine['apply']>[0]), 'E_INVALID_EVENT');
+    expect(e.time).toBe(100);
+    expect(e.snapshot.now).toBe(100);
+    expect(gate.observed).toHaveLength(observed); // the pacer never saw the rejected events
+    // So a later event at an earlier time than the rejected ones is still in order.
+    expect(() => e.apply({ type: 'tick', time: 200 })).not.toThrow();
+    expect(e.time).toBe(200);
+    expect(e.snapshot.now).toBe(200);
+    expect(e.activeJobs).toBe(1);
+    expect(e.job('a')!.partitions).toEqual(['preparing']);
+  });
+
+  // Events are validated before deadlines expire, so a rejected event changes nothing at all.
+  it('a rejected event after a pending deadline leaves the job alive for the next event to fail', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
+    r.submit(0, job('d', 1, { deadline: 100, memory: { prepareBytes: 10 } }));
+    expectStokerError(() => r.apply({ type: 'submit', time: 200, job: job('', 1) }), 'E_INVALID_JOB');
+    expect(r.e.time).toBe(0);
+    expect(r.e.activeJobs).toBe(1);
+    expect(r.e.budget.used).toBe(10);
+    const out = r.apply({ type: 'tick', time: 200 });
+    expect(aborts(out)).toEqual(['d:0/preparing']);
+    expect(r.finishes()).toEqual([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
+  });
+
+  it('an unknown event type throws E_INVALID_EVENT', () => {
+    const e = engine();
+    expectStokerError(() => e.apply({ type: 'explode', time: 0 } as unknown as Parameters<Engine['apply']>[0]), 'E_INVALID_EVENT', /explode/);
+  });
+});
+
+describe('Engine: preparation cap and pacers', () => {
+  it('maxPreparing caps concurrent preparations', () => {
+    const r = new Run(engine({ maxPreparing: 2 }));
+    expect(prepared(r.submit(0, job('a', 5)))).toEqual(['a:0', 'a:1']);
+    expect(r.e.snapshot).toMatchObject({ preparing: 2, backlog: 3 });
+    expect(r.apply({ type: 'tick', time: 1 })).toEqual([]);
+    let out = r.prepared(2, 'a:0');
+    expect(prepared(out)).toEqual(['a:2']);
+    out = r.prepared(3, 'a:1');
+    expect(prepared(out)).toEqual(['a:3']);
+    expect(r.e.snapshot.preparing).toBe(2);
+    const a2 = r.item('a:2');
+    out = r.apply({ type: 'prepareFailed', time: 4, item: a2.id, attempt: a2.attempt, reason: 'x' });
+    expect(prepared(out)).toEqual([]); // the whole job failed: nothing left to dispatch
+    expect(r.e.snapshot.preparing).toBe(0);
+  });
+
+  it('a window pacer limits items in flight', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createWindowPacer({ window: 2 }) }));
+    expect(prepared(r.submit(0, job('a', 5)))).toEqual(['a:0', 'a:1']);
+    expect(prepared(r.prepared(1, 'a:0'))).toEqual([]); // still 2 in flight
+    expect(prepared(r.done(2, 'a:0'))).toEqual(['a:2']);
+  });
+
+  it('the snapshot time follows the events', () => {
+    const e = engine();
+    expect(e.time).toBe(-Infinity);
+    e.apply({ type: 'tick', time: 42 });
+    expect(e.time).toBe(42);
+    expect(e.snapshot.now).toBe(42);
+  });
+});
+
+describe('Engine: resubmitting after a deadline', () => {
+  it('a job whose deadline passed before the resubmit frees its id: the resubmit is a new job', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer() }));
+    r.submit(0, job('d', 1, { deadline: 100 }));
+    // A different spec under the same id is fine once the old job has missed its deadline.
+    const out = r.submit(200, job('d', 2));
+    expect(r.finishes()).toEqual([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
+    expect(out.filter((c) => c.type === 'startPrepare')).toHaveLength(2);
+    expect(r.e.job('d')?.partitions).toHaveLength(2);
+  });
+});

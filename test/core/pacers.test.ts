@@ -1,0 +1,445 @@
+import { describe, expect, it } from 'vitest';
+import {
+  Engine,
+  PACERS,
+  PACER_NAMES,
+  createBurstPacer,
+  createPacer,
+  createPiPacer,
+  createStokerPacer,
+  createUnpacedPacer,
+  createWindowPacer,
+  numberOption,
+  type Command,
+  type ItemView,
+  type JobSpec,
+  type Pacer,
+} from '../../src/core/index.js';
+import { expectStokerError, ofType, prepared, snapshot } from './helpers.js';
+
+const job = (id: string, partitions: number, extra: Partial<JobSpec> = {}): JobSpec => ({ id, kind: 'k', partitions, ...extra });
+
+/** Tracks the items an engine dispatched so tests can send events about them. */
+class Driver {
+  readonly items: ItemView[] = [];
+  constructor(readonly e: Engine) {}
+  apply(event: Parameters<Engine['apply']>[0]): Command[] {
+    const out = this.e.apply(event);
+    for (const c of ofType(out, 'startPrepare')) this.items.push(c.item);
+    return out;
+  }
+  prepare(time: number, i: number, latencyMs?: number): Command[] {
+    const it = this.items[i]!;
+    return this.apply({ type: 'prepared', time, item: it.id, attempt: it.attempt, ...(latencyMs === undefined ? {} : { latencyMs }) });
+  }
+  done(time: number, i: number, busyMs?: number): Command[] {
+    const it = this.items[i]!;
+    return this.apply({ type: 'deviceDone', time, item: it.id, attempt: it.attempt, ...(busyMs === undefined ? {} : { busyMs }) });
+  }
+}
+
+describe('createPacer and the registry', () => {
+  it('lists the built-in pacers', () => {
+    expect(PACER_NAMES).toEqual(['stoker', 'classic', 'unpaced', 'window', 'burst', 'interval-pi', 'gated-interval']);
+    for (const name of PACER_NAMES) expect(PACERS[name]!.describe.length).toBeGreaterThan(10);
+  });
+
+  it.each(PACER_NAMES)('createPacer(%j) returns a working pacer with that name', (name) => {
+    const p = createPacer(name);
+    expect(p.name).toBe(name);
+    const s = snapshot({ backlog: 1 });
+    p.observe(s);
+    const at = p.nextDispatchAt(s);
+    expect(typeof at).toBe('number');
+    expect(Number.isNaN(at)).toBe(false);
+    const st = p.state();
+    expect(['bootstrap', 'steady', 'idle', 'blocked', 'hold']).toContain(st.mode);
+    expect(typeof st.terms).toBe('object');
+  });
+
+  it.each(PACER_NAMES)('%s drives an engine through a job to completion', (name) => {
+    // Every built-in pacer, given ticks at the times it asks for, gets all the work done.
+    const d = new Driver(new Engine({ devices: [{ workers: 2 }], pacer: createPacer(name, { targetWaiting: 2 }) }));
+    let wake = Infinity;
+    const finished: string[] = [];
+    const handle = (out: Command[]) => {
+      for (const c of out) {
+        if (c.type === 'wakeAt') wake = c.time;
+        if (c.type === 'finishJob') finished.push(c.state);
+      }
+    };
+    handle(d.apply({ type: 'submit', time: 0, job: job('a', 12) }));
+    let t = 0;
+    for (let step = 0; step < 500 && finished.length === 0; step++) {
+      t = Math.max(t + 100, Number.isFinite(wake) ? wake : 0);
+      handle(d.apply({ type: 'tick', time: t }));
+      for (const it of [...d.items]) {
+        if (it.state === 'preparing') handle(d.apply({ type: 'prepared', time: t, item: it.id, attempt: it.attempt }));
+        else if (it.state === 'on-device') handle(d.apply({ type: 'deviceDone', time: t, item: it.id, attempt: it.attempt }));
+      }
+    }
+    expect(finished).toEqual(['done']);
+    expect(d.e.snapshot.deviceCompletions).toBe(12);
+  });
+
+  it('an unknown name throws E_UNKNOWN_PACER listing every name', () => {
+    const err = expectStokerError(() => createPacer('turbo'), 'E_UNKNOWN_PACER', /"turbo"/);
+    for (const name of PACER_NAMES) expect(err.message).toContain(name);
+  });
+
+  it.each(['toString', 'constructor', '__proto__', 'hasOwnProperty'])('an inherited property name (%s) is not a pacer', (name) => {
+    expectStokerError(() => createPacer(name), 'E_UNKNOWN_PACER');
+  });
+
+  it.each(['stoker', 'classic', 'burst', 'interval-pi', 'gated-interval'])('%s rejects a bad targetWaiting with E_INVALID_OPTION', (name) => {
+    expectStokerError(() => createPacer(name, { targetWaiting: -1 }), 'E_INVALID_OPTION', /targetWaiting.*-1/);
+    expectStokerError(() => createPacer(name, { targetWaiting: 'x' as unknown as number }), 'E_INVALID_OPTION', /targetWaiting.*"x"/);
+    expectStokerError(() => createPacer(name, { targetWaiting: NaN }), 'E_INVALID_OPTION', /targetWaiting/);
+  });
+
+  it('window rejects a window below 1; stoker rejects bad extras; PI rejects a negative gain', () => {
+    expectStokerError(() => createPacer('window', { window: 0 }), 'E_INVALID_OPTION', /window.*≥ 1/);
+    expectStokerError(() => createPacer('window', { window: '4' }), 'E_INVALID_OPTION', /window/);
+    expectStokerError(() => createStokerPacer({ burst: 0.5 }), 'E_INVALID_OPTION', /burst/);
+    expectStokerError(() => createStokerPacer({ bootstrapItems: 0 }), 'E_INVALID_OPTION', /bootstrapItems/);
+    expectStokerError(() => createStokerPacer({ priorServiceMs: -5 }), 'E_INVALID_OPTION', /priorServiceMs/);
+    expectStokerError(() => createPacer('classic', { kp: -0.1 }), 'E_INVALID_OPTION', /kp/);
+  });
+
+  it('numberOption returns the fallback when absent, the value when valid', () => {
+    expect(numberOption({}, 'x', 7)).toBe(7);
+    expect(numberOption({ x: 0 }, 'x', 7)).toBe(0);
+    expect(numberOption({ x: 2 }, 'x', 7, 2)).toBe(2);
+    expectStokerError(() => numberOption({ x: 1 }, 'x', 7, 2), 'E_INVALID_OPTION', /x must be a number ≥ 2 \(got 1\)/);
+  });
+});
+
+describe('baseline pacers', () => {
+  it('unpaced always allows now', () => {
+    const p = createUnpacedPacer();
+    expect(p.nextDispatchAt(snapshot({ now: 123, preparing: 1000 }))).toBe(123);
+    expect(p.state()).toEqual({ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} });
+  });
+
+  it('window counts preparing + waiting + on-device against its window', () => {
+    const p = createWindowPacer({ window: 3 });
+    expect(p.nextDispatchAt(snapshot({ now: 5, preparing: 1, waiting: 1 }))).toBe(5);
+    expect(p.nextDispatchAt(snapshot({ now: 5, preparing: 1, waiting: 1, onDevice: 1 }))).toBe(Infinity);
+    expect(p.nextDispatchAt(snapshot({ now: 5, onDevice: 3 }))).toBe(Infinity);
+    expect(p.nextDispatchAt(snapshot({ now: 5, backlog: 100 }))).toBe(5);
+    expect(p.state().terms).toEqual({ window: 3 });
+    expect(createWindowPacer().state().terms).toEqual({ window: 32 });
+  });
+
+  it('window respects its window inside the engine over a whole run', () => {
+    const d = new Driver(new Engine({ devices: [{ workers: 2 }], pacer: createWindowPacer({ window: 3 }) }));
+    let t = 0;
+    d.apply({ type: 'submit', time: t, job: job('a', 20) });
+    const inFlight = () => d.e.snapshot.preparing + d.e.snapshot.waiting + d.e.snapshot.onDevice;
+    let peak = inFlight();
+    for (let step = 0; step < 200 && d.e.activeJobs > 0; step++) {
+      t += 10;
+      const it = d.items.find((i) => i.state === 'preparing' || i.state === 'on-device')!;
+      if (it.state === 'preparing') d.apply({ type: 'prepared', time: t, item: it.id, attempt: it.attempt });
+      else d.apply({ type: 'deviceDone', time: t, item: it.id, attempt: it.attempt });
+      peak = Math.max(peak, inFlight());
+      expect(inFlight()).toBeLessThanOrEqual(3);
+    }
+    expect(peak).toBe(3);
+    expect(d.e.activeJobs).toBe(0);
+  });
+
+  it('burst: target at start, then target − waiting on each completion', () => {
+    const d = new Driver(new Engine({ devices: [{ workers: 1 }], pacer: createBurstPacer({ targetWaiting: 3 }) }));
+    let out = d.apply({ type: 'submit', time: 0, job: job('a', 20) });
+    expect(prepared(out)).toEqual(['a:0', 'a:1', 'a:2']); // empty pipeline: target at once
+    expect(d.e.pacer.state().terms['allowance']).toBe(0);
+    d.prepare(1, 0); // on device
+    d.prepare(2, 1); // waiting
+    out = d.prepare(3, 2); // waiting: 2
+    expect(prepared(out)).toEqual([]); // no completion yet: nothing
+    expect(d.e.snapshot.waiting).toBe(2);
+    out = d.done(4, 0); // a:1 starts; waiting 1 → 3 − 1 = 2
+    expect(prepared(out)).toEqual(['a:3', 'a:4']);
+    d.prepare(5, 3);
+    d.prepare(6, 4);
+    expect(d.e.snapshot.waiting).toBe(3);
+    out = d.done(7, 1); // a:2 starts; waiting 2 → 1 more
+    expect(prepared(out)).toEqual(['a:5']);
+    d.prepare(8, 5);
+    d.prepare(8, 3); // stale (already waiting): ignored
+    expect(d.e.snapshot.waiting).toBe(3);
+    out = d.done(9, 2); // a:3 starts; waiting 2 → 1 more
+    expect(prepared(out)).toEqual(['a:6']);
+  });
+
+  it('burst: a completion with the queue at or above target dispatches nothing', () => {
+    const p = createBurstPacer({ targetWaiting: 2 });
+    p.observe(snapshot({ now: 0, onDevice: 1, waiting: 5, deviceCompletions: 1, backlog: 10 }));
+    expect(p.nextDispatchAt(snapshot({ now: 0 }))).toBe(Infinity);
+    expect(p.state().terms['allowance']).toBe(0);
+  });
+});
+
+/** Ticks the engine at each wake time it asks for, up to `until`; returns the dispatch times. */
+function runTicks(d: Driver, until: number, firstWake: number): number[] {
+  const times: number[] = [];
+  let wake = firstWake;
+  while (wake <= until) {
+    const out = d.apply({ type: 'tick', time: wake });
+    for (let i = 0; i < ofType(out, 'startPrepare').length; i++) times.push(wake);
+    const w = ofType(out, 'wakeAt').at(-1);
+    if (!w) break;
+    wake = w.time;
+  }
+  return times;
+}
+
+describe('stoker pacer', () => {
+  it('bootstrap: workers + target items, one per worker at a time, groups bootstrapSpacingMs apart; then waits until measured', () => {
+    const d = new Driver(new Engine({ devices: [{ workers: 2 }], pacer: createStokerPacer({ targetWaiting: 3, bootstrapSpacingMs: 100 }) }));
+    const out = d.apply({ type: 'submit', time: 1000, job: job('a', 20) });
+    expect(prepared(out)).toEqual(['a:0', 'a:1']); // a group of one item per worker
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 1100 }]);
+    expect(d.e.pacer.state()).toMatchObject({ mode: 'bootstrap', ratePerSec: null, intervalMs: null });
+    // An early tick dispatches nothing and keeps the timer.
+    expect(d.apply({ type: 'tick', time: 1050 })).toEqual([]);
+    const times = runTicks(d, 5000, 1100);
+    expect(times).toEqual([1100, 1100, 1200]); // 5 = 2 workers + 3 target in all
+    expect(d.items).toHaveLength(5);
+    expect(d.apply({ type: 'tick', time: 6000 })).toEqual([]);
+    expect(d.e.pacer.state().mode).toBe('bootstrap');
+    expect(d.e.pacer.nextDispatchAt(d.e.snapshot)).toBe(Infinity);
+
+    // Preparations alone do not measure the devices.
+    d.prepare(6100, 0);
+    d.prepare(6100, 1);
+    d.prepare(6100, 2);
+    expect(d.e.pacer.state().ratePerSec).toBeNull();
+    expect(d.e.snapshot.dispatched).toBe(5);
+
+    // The first device completion measures 500 ms per item: 2 workers → 4 items/s.
+    d.done(6600, 0, 500);
+    const st = d.e.pacer.state();
+    expect(st.ratePerSec).toBeCloseTo(4, 10);
+    expect(st.mode).toBe('steady');
+    expect(d.e.snapshot.dispatched).toBeGreaterThan(5);
+  });
+
+  it('bootstrap with one worker: one item every bootstrapSpacingMs', () => {
+    const d = new Driver(new Engine({ devices: [{ workers: 1 }], pacer: createStokerPacer({ targetWaiting: 2, bootstrapSpacingMs: 250 }) }));
+    const out = d.apply({ type: 'submit', time: 0, job: job('a', 20) });
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(runTicks(d, 10_000, ofType(out, 'wakeAt')[0]!.time)).toEqual([250, 500]);
+    expect(d.items).toHaveLength(3);
+  });
+
+  it('bootstrapItems overrides the number of bootstrap items', () => {
+    const d = new Driver(new Engine({ devices: [{ workers: 1 }], pacer: createStokerPacer({ bootstrapItems: 2, bootstrapSpacingMs: 10 }) }));
+    const out = d.apply({ type: 'submit', time: 0, job: job('a', 20) });
+    expect(runTicks(d, 1000, ofType(out, 'wakeAt')[0]!.time)).toEqual([10]);
+    expect(d.items).toHaveLength(2);
+  });
+
+  it('with priorServiceMs the rate is known at once: ratePerSec = workers × 1000 / priorServiceMs', () => {
+    const p = createStokerPacer({ priorServiceMs: 500 });
+    p.observe(snapshot({ now: 0, workers: 2, backlog: 10 }));
+    expect(p.state().ratePerSec).toBeCloseTo(4, 10);
+    expect(p.state().mode).toBe('steady');
+
+    const multi = createStokerPacer({ priorServiceMs: 250 });
+    multi.observe(
+      snapshot({
+        now: 0,
+        workers: 3,
+        backlog: 10,
+        devices: [
+          { workers: 2, busy: 0, completions: 0, busyMs: 0 },
+          { workers: 1, busy: 0, completions: 0, busyMs: 0 },
+        ],
+      }),
+    );
+    expect(multi.state().ratePerSec).toBeCloseTo(12, 10);
+  });
+
+  it('with a prior it skips the bootstrap ramp and paces from the start', () => {
+    const d = new Driver(new Engine({ devices: [{ workers: 2 }], pacer: createStokerPacer({ priorServiceMs: 1000, targetWaiting: 2 }) }));
+    const out = d.apply({ type: 'submit', time: 0, job: job('a', 50) });
+    // Starts with its single token (no stored-up burst after idle), then follows its rate.
+    expect(prepared(out)).toEqual(['a:0']);
+    const st = d.e.pacer.state();
+    expect(st.mode).toBe('steady');
+    expect(st.ratePerSec).toBeCloseTo(2, 10);
+    expect(st.intervalMs).not.toBeNull();
+    const wake = ofType(out, 'wakeAt')[0]!.time;
+    expect(wake).toBeGreaterThan(0);
+    expect(wake).toBeLessThan(1000);
+  });
+
+  it('a measured service time replaces the prior and is smoothed per completion', () => {
+    const p = createStokerPacer({ priorServiceMs: 1000, serviceSmoothing: 0.5 });
+    const dev = (completions: number, busyMs: number) => [{ workers: 1, busy: 1, completions, busyMs }];
+    p.observe(snapshot({ now: 0, workers: 1, onDevice: 1, backlog: 5, devices: dev(0, 0) }));
+    expect(p.state().ratePerSec).toBeCloseTo(1, 10);
+    // One completion of 200 ms: estimate moves halfway from the prior 1000 → 600 ms.
+    p.observe(snapshot({ now: 100, workers: 1, onDevice: 1, backlog: 5, devices: dev(1, 200), deviceCompletions: 1, deviceBusyMs: 200 }));
+    expect(p.state().ratePerSec).toBeCloseTo(1000 / 600, 10);
+    // Two more at 200 ms each: 600 + (1 − 0.25)(200 − 600) = 300 ms.
+    p.observe(snapshot({ now: 200, workers: 1, onDevice: 1, backlog: 5, devices: dev(3, 600), deviceCompletions: 3, deviceBusyMs: 600 }));
+    expect(p.state().ratePerSec).toBeCloseTo(1000 / 300, 10);
+  });
+
+  it('state() modes: idle, blocked, bootstrap, steady, hold', () => {
+    const idle = createStokerPacer();
+    idle.observe(snapshot({ backlog: 0 }));
+    expect(idle.state().mode).toBe('idle');
+
+    const boot = createStokerPacer();
+    boot.observe(snapshot({ backlog: 3 }));
+    expect(boot.state().mode).toBe('bootstrap');
+
+    const blocked = createStokerPacer({ priorServiceMs: 100 });
+    blocked.observe(snapshot({ backlog: 3, budgetBlocked: true }));
+    expect(blocked.state().mode).toBe('blocked');
+
+    const capped = createStokerPacer({ priorServiceMs: 100 });
+    capped.observe(snapshot({ backlog: 3, preparing: 2, maxPreparing: 2 }));
+    expect(capped.state().mode).toBe('blocked');
+
+    const steady = createStokerPacer({ priorServiceMs: 100 });
+    steady.observe(snapshot({ backlog: 3 }));
+    expect(steady.state().mode).toBe('steady');
+    expect(steady.state().intervalMs).toBeGreaterThan(0);
+
+    // Far more inventory than needed: the pacer holds (rate 0) and asks for no timer.
+    const hold = createStokerPacer({ priorServiceMs: 1000 });
+    const s = snapshot({ backlog: 3, waiting: 1000 });
+    hold.observe(s);
+    expect(hold.state().mode).toBe('hold');
+    expect(hold.state().intervalMs).toBeNull();
+    hold.onDispatch(s); // spends the initial token
+    expect(hold.nextDispatchAt(s)).toBe(Infinity);
+  });
+
+  it('never dispatches faster than its token bucket allows (burst cap)', () => {
+    const p = createStokerPacer({ priorServiceMs: 10, burst: 2 });
+    let s = snapshot({ now: 0, backlog: 100 });
+    p.observe(s);
+    // A long quiet spell with work queued fills at most `burst` tokens.
+    s = snapshot({ now: 60_000, backlog: 100 });
+    p.observe(s);
+    let n = 0;
+    while (p.nextDispatchAt(s) <= s.now && n < 10) {
+      p.onDispatch(s);
+      n++;
+    }
+    expect(n).toBe(2);
+    expect(p.state().terms['credit']).toBeLessThan(1);
+  });
+
+  /**
+   * No prior; the whole bootstrap (1 worker + 1 target = 2 items) goes to a job that is then
+   * cancelled before any device completion. Returns the driver and the commands of the cancel.
+   */
+  function withdrawnBootstrap(): { d: Driver; cancel: Command[] } {
+    const d = new Driver(new Engine({ devices: [{ workers: 1 }], pacer: createStokerPacer({ targetWaiting: 1, bootstrapSpacingMs: 10 }) }));
+    const out = d.apply({ type: 'submit', time: 0, job: job('first', 10) });
+    runTicks(d, 1000, ofType(out, 'wakeAt')[0]!.time);
+    const cancel = d.apply({ type: 'cancel', time: 2000, jobId: 'first' });
+    return { d, cancel };
+  }
+
+  it('withdrawn bootstrap scenario: the bootstrap went out, was withdrawn, and nothing was measured', () => {
+    const { d, cancel } = withdrawnBootstrap();
+    expect(d.items.map((i) => `${i.jobId}:${i.partition}`)).toEqual(['first:0', 'first:1']);
+    expect(ofType(cancel, 'abort')).toHaveLength(2);
+    expect(d.items.map((i) => i.state)).toEqual(['cancelled', 'cancelled']);
+    expect(d.e.snapshot).toMatchObject({ preparing: 0, waiting: 0, onDevice: 0, backlog: 0, dispatched: 2, deviceCompletions: 0 });
+    expect(d.e.pacer.state()).toMatchObject({ mode: 'idle', ratePerSec: null });
+  });
+
+  it('restarts after a bootstrap whose items were all withdrawn: a new job is still dispatched', () => {
+    const { d } = withdrawnBootstrap();
+    // Nothing measured, nothing in flight: a new job gets a fresh bootstrap of 2 items, spaced as before.
+    const out = d.apply({ type: 'submit', time: 3000, job: job('second', 3) });
+    expect(prepared(out)).toEqual(['second:0']);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 3010 }]);
+    expect(d.e.pacer.state().mode).toBe('bootstrap');
+    expect(runTicks(d, 100_000, 3010)).toEqual([3010]);
+    expect(d.items.filter((i) => i.jobId === 'second').map((i) => i.partition)).toEqual([0, 1]);
+    // Then it waits for a measurement again, as a first bootstrap does.
+    for (const t of [10_000, 100_000]) expect(prepared(d.apply({ type: 'tick', time: t }))).toEqual([]);
+    expect(d.e.snapshot).toMatchObject({ backlog: 1, preparing: 2, dispatched: 4 });
+    expect(d.e.pacer.nextDispatchAt(d.e.snapshot)).toBe(Infinity);
+  });
+
+  it('does not restart its bootstrap while a bootstrap item is still in flight', () => {
+    const d = new Driver(new Engine({ devices: [{ workers: 1 }], pacer: createStokerPacer({ targetWaiting: 1, bootstrapSpacingMs: 10 }) }));
+    d.apply({ type: 'submit', time: 0, job: job('a', 1) });
+    d.apply({ type: 'submit', time: 0, job: job('b', 5) });
+    expect(runTicks(d, 1000, 10)).toEqual([10]);
+    expect(d.items.map((i) => `${i.jobId}:${i.partition}`)).toEqual(['a:0', 'b:0']);
+    // Half of the bootstrap is withdrawn; b:0 is still preparing, so no new bootstrap starts.
+    d.apply({ type: 'cancel', time: 2000, jobId: 'a' });
+    for (const t of [3000, 50_000]) expect(prepared(d.apply({ type: 'tick', time: t }))).toEqual([]);
+    const b0 = d.items[1]!;
+    d.prepare(50_100, 1);
+    expect(b0.state).toBe('on-device');
+    expect(prepared(d.apply({ type: 'tick', time: 60_000 }))).toEqual([]);
+    expect(d.e.snapshot).toMatchObject({ dispatched: 2, backlog: 4, onDevice: 1 });
+    expect(d.e.pacer.nextDispatchAt(d.e.snapshot)).toBe(Infinity);
+    // Its completion measures the device (100 ms per item, 1 worker: 10 items/s) and pacing starts.
+    d.done(60_100, 1, 100);
+    expect(d.e.pacer.state().mode).not.toBe('bootstrap');
+    expect(d.e.pacer.state().ratePerSec).toBeCloseTo(10, 10);
+    expect(d.e.snapshot.dispatched).toBeGreaterThan(2);
+  });
+});
+
+describe('PI pacers', () => {
+  it('classic bootstraps one item every 3 s before it has measured anything', () => {
+    const d = new Driver(new Engine({ devices: [{ workers: 2 }], pacer: createPacer('classic') }));
+    const out = d.apply({ type: 'submit', time: 0, job: job('a', 10) });
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 3000 }]);
+    expect(d.apply({ type: 'tick', time: 2999 })).toEqual([]);
+    expect(runTicks(d, 9000, 3000)).toEqual([3000, 6000, 9000]);
+    expect(d.e.pacer.state()).toMatchObject({ mode: 'bootstrap', intervalMs: 3000, ratePerSec: null });
+  });
+
+  it('classic measures busy time per item ÷ workers (not time between completions)', () => {
+    const p = createPiPacer({ name: 'classic', input: 'busy', rearm: true });
+    p.observe(snapshot({ now: 0, workers: 2, onDevice: 2, backlog: 5 }));
+    // 2 completions, 1000 ms of device time each, on 2 workers: 500 ms per item device-wide.
+    p.observe(snapshot({ now: 60_000, workers: 2, onDevice: 2, backlog: 5, deviceCompletions: 2, deviceBusyMs: 2000 }));
+    expect(p.state().ratePerSec).toBeCloseTo(2, 10);
+  });
+
+  it('interval-pi feeds on the time between completions, idle gaps included', () => {
+    const p = createPacer('interval-pi');
+    p.observe(snapshot({ now: 0, onDevice: 1, backlog: 5, deviceCompletions: 1, deviceBusyMs: 100 }));
+    expect(p.state().ratePerSec).toBeNull(); // the first completion only starts the clock
+    p.observe(snapshot({ now: 5000, onDevice: 1, backlog: 5, deviceCompletions: 2, deviceBusyMs: 200 }));
+    expect(p.state().ratePerSec).toBeCloseTo(0.2, 10); // one per 5 s, though each took 100 ms
+  });
+
+  it('gated-interval ignores completions with nothing waiting', () => {
+    const p = createPacer('gated-interval');
+    p.observe(snapshot({ now: 0, onDevice: 1, backlog: 5, deviceCompletions: 1 }));
+    p.observe(snapshot({ now: 5000, onDevice: 1, backlog: 5, deviceCompletions: 2, waiting: 0 }));
+    expect(p.state().ratePerSec).toBeNull();
+    p.observe(snapshot({ now: 6000, onDevice: 1, backlog: 5, deviceCompletions: 3, waiting: 2 }));
+    expect(p.state().ratePerSec).toBeCloseTo(1, 10);
+  });
+
+  it('PI interval stays within [50 ms, 60 s] once measured', () => {
+    const fast: Pacer = createPacer('classic');
+    fast.observe(snapshot({ now: 0, workers: 1, onDevice: 1, backlog: 5 }));
+    fast.observe(snapshot({ now: 10, workers: 1, onDevice: 1, backlog: 5, deviceCompletions: 1, deviceBusyMs: 1 }));
+    expect(fast.state().intervalMs).toBe(50);
+    const slow: Pacer = createPacer('classic');
+    slow.observe(snapshot({ now: 0, workers: 1, onDevice: 1, backlog: 5, waiting: 100 }));
+    slow.observe(snapshot({ now: 10, workers: 1, onDevice: 1, backlog: 5, waiting: 100, deviceCompletions: 1, deviceBusyMs: 1_000_000 }));
+    expect(slow.state().intervalMs).toBe(60_000);
+  });
+});
