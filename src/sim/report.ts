@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Metrics, Series } from './metrics.js';
-import type { JobFailure, SimResult } from './simulator.js';
+import type { SimResult } from './simulator.js';
 
 /** Every field of the benchmark contract (Metrics), in the interface's order. */
 export const METRIC_KEYS = [
@@ -33,16 +33,7 @@ const everyMetricListed: [Unlisted] extends [never] ? true : Unlisted = true;
 void everyMetricListed;
 
 /** What report.json and `stoker simulate --json` hold for one run: no wall-clock fields, stable key order. */
-export interface ResultRecord {
-  scenario: string;
-  pacer: string;
-  seed: number;
-  window: { fromMs: number; toMs: number };
-  events: number;
-  simulatedMs: number;
-  metrics: Metrics;
-  failures: JobFailure[];
-}
+export type ResultRecord = Pick<SimResult, 'scenario' | 'pacer' | 'seed' | 'window' | 'events' | 'simulatedMs' | 'metrics' | 'failures'>;
 
 /** The metrics with their keys in the contract's order. */
 export function orderedMetrics(m: Metrics): Metrics {

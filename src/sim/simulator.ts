@@ -18,7 +18,7 @@ class SimEvent implements HeapNode {
     public seq: number,
     readonly kind: number,
     readonly a: number,
-    readonly b: number,
+    public b: number,
   ) {}
 }
 
@@ -52,6 +52,7 @@ interface SimItem {
   kind: string;
   job: string;
   partition: number;
+  /** The item's preparation event, reused across attempts; pending while it is in the heap. */
   prepEv: SimEvent | null;
   device: number;
   worker: number;
@@ -280,7 +281,13 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           if (!kind) throw new Error(`unknown kind ${it.kind}`);
           const latency = sampleMs(kind.prepare, it.rng) * factor(kind.contention, preparing);
           const fail = (kind.prepareFailure > 0 && it.rng.uniform() < kind.prepareFailure) || it.failPrepare;
-          it.prepEv = push(now + latency, PREP, c.item.id, c.attempt * 2 + (fail ? 1 : 0));
+          const b = c.attempt * 2 + (fail ? 1 : 0);
+          if (it.prepEv) {
+            it.prepEv.time = now + latency;
+            it.prepEv.seq = seq++;
+            it.prepEv.b = b;
+            heap.push(it.prepEv);
+          } else it.prepEv = push(now + latency, PREP, c.item.id, b);
           if (!(it.job in firstStartMs)) firstStartMs[it.job] = now;
           break;
         }
@@ -305,9 +312,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
         case 'abort': {
           const it = items[c.item.id];
           if (!it) break;
-          if (c.stage === 'preparing' && it.prepEv) {
-            heap.remove(it.prepEv);
-            it.prepEv = null;
+          if (c.stage === 'preparing' && it.prepEv && heap.remove(it.prepEv)) {
             preparing--;
           } else if (c.stage === 'on-device') {
             const d = devices[it.device] as SimDevice;
@@ -390,8 +395,6 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     } else if (topAt === next) {
       const ev = heap.pop() as SimEvent;
       if (ev.kind === PREP) {
-        const it = items[ev.a] as SimItem;
-        it.prepEv = null;
         preparing--;
         const attempt = ev.b >> 1;
         if (ev.b & 1) {
