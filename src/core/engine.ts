@@ -19,6 +19,11 @@ export interface EngineOptions {
   budgetBytes?: number;
   /** Cap on concurrent preparations. @default Infinity */
   maxPreparing?: number;
+  /**
+   * How often a failed partition (in preparation or on a device) is prepared again before its
+   * job fails. @default 0
+   */
+  retries?: number;
 }
 
 interface Job extends HeapNode {
@@ -35,6 +40,8 @@ interface Item extends ItemView, KeyedNode {
   readonly job: Job;
   state: PartitionState;
   attempt: number;
+  /** Failures so far (each one retried while fewer than `retries`). */
+  failures: number;
   reservedBytes: number;
   startedAt: number;
   device: number;
@@ -69,6 +76,7 @@ export class Engine {
   readonly budget: MemoryBudget;
   readonly pacer: Pacer;
   readonly maxPreparing: number;
+  readonly retries: number;
 
   private now = -Infinity;
   private seq = 0;
@@ -96,6 +104,11 @@ export class Engine {
       throw new StokerError('E_INVALID_OPTION', `maxPreparing must be ≥ 1 or Infinity (got ${String(maxPreparing)})`);
     }
     this.maxPreparing = maxPreparing;
+    const retries = options.retries ?? 0;
+    if (!Number.isInteger(retries) || retries < 0) {
+      throw new StokerError('E_INVALID_OPTION', `retries must be an integer ≥ 0 (got ${String(retries)})`);
+    }
+    this.retries = retries;
     this.pacer = options.pacer;
     this.budget = new MemoryBudget(options.budgetBytes ?? Infinity);
     this.workers = options.devices.map((d) => Array.from({ length: d.workers }, () => ({ alive: true, item: null })));
@@ -257,6 +270,7 @@ export class Engine {
         seq: job.seq,
         state: 'queued',
         attempt: 0,
+        failures: 0,
         reservedBytes: 0,
         startedAt: 0,
         device: -1,
@@ -328,11 +342,16 @@ export class Engine {
       // again: back to the queue under its old key, ahead of later work, with a fresh reservation.
       out.push({ type: 'abort', item, stage: 'on-device', reason: `device ${device} worker ${worker} lost` });
       this.leaveDevice(item);
-      this.releaseAll(item);
-      item.state = 'queued';
-      this.backlog.push(item);
-      this.snapshot.backlog++;
+      this.requeue(item);
     }
+  }
+
+  /** Back to the queue under its old key (ahead of later work), its memory freed, to be prepared again. */
+  private requeue(item: Item): void {
+    this.releaseAll(item);
+    item.state = 'queued';
+    this.backlog.push(item);
+    this.snapshot.backlog++;
   }
 
   private worker(device: number, worker: number): Worker {
@@ -358,8 +377,19 @@ export class Engine {
     }
   }
 
+  /** A partition failed: retried (prepared again) while it has retries left, else its job fails. */
   private failItem(item: Item, code: string, reason: string, out: Command[]): void {
-    this.endJob(item.job, 'failed', code, `job ${item.jobId}: ${reason}`, out);
+    if (item.failures < this.retries) {
+      item.failures++;
+      if (item.state === 'preparing') {
+        this.snapshot.preparing--;
+        this.snapshot.preparingStartMsTotal -= item.startedAt;
+      } else this.leaveDevice(item);
+      this.requeue(item);
+      return;
+    }
+    const tries = item.failures > 0 ? ` (after ${item.failures + 1} attempts)` : '';
+    this.endJob(item.job, 'failed', code, `job ${item.jobId}: ${reason}${tries}`, out);
   }
 
   /** Ends a job exactly once: withdraws its unfinished partitions wherever they are and frees their memory. */

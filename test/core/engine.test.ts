@@ -1030,3 +1030,42 @@ describe('Engine: resubmitting after a deadline', () => {
     expect(r.e.job('d')?.partitions).toHaveLength(2);
   });
 });
+
+describe('Engine: retries', () => {
+  it('rejects a bad retries option', () => {
+    expectStokerError(() => engine({ retries: -1 }), 'E_INVALID_OPTION', /retries/);
+    expectStokerError(() => engine({ retries: 1.5 }), 'E_INVALID_OPTION', /retries/);
+  });
+
+  it('a failed preparation is prepared again while retries last, then the job fails once with the count', () => {
+    const r = new Run(engine({ retries: 1, budgetBytes: 1000 }));
+    r.submit(0, job('a', 1, { memory: { prepareBytes: 100, deviceBytes: 10 } }));
+    const a0 = r.item('a:0');
+    let out = r.apply({ type: 'prepareFailed', time: 1, item: a0.id, attempt: a0.attempt, reason: 'boom' });
+    // Re-queued and, with the unpaced pacer, dispatched again at once with a fresh attempt.
+    expect(ofType(out, 'finishJob')).toEqual([]);
+    expect(ofType(out, 'startPrepare').map((c) => c.attempt)).toEqual([2]);
+    expect(r.e.budget.used).toBe(100);
+    out = r.apply({ type: 'prepareFailed', time: 2, item: a0.id, attempt: a0.attempt, reason: 'boom again' });
+    expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'a', state: 'failed', code: 'E_PREPARE_FAILED' }]);
+    expect(ofType(out, 'finishJob')[0]?.reason).toMatch(/boom again \(after 2 attempts\)/);
+    expect(r.e.budget.used).toBe(0);
+  });
+
+  it('a device failure frees the worker and prepares the item again', () => {
+    const r = new Run(engine({ retries: 1, budgetBytes: 1000 }));
+    r.submit(0, job('a', 1, { memory: { prepareBytes: 100, deviceBytes: 10 } }));
+    r.prepared(1, 'a:0');
+    const a0 = r.item('a:0');
+    expect(a0.state).toBe('on-device');
+    const out = r.apply({ type: 'deviceFailed', time: 2, item: a0.id, attempt: a0.attempt, reason: 'ECC error' });
+    expect(ofType(out, 'finishJob')).toEqual([]);
+    expect(ofType(out, 'startPrepare')).toHaveLength(1);
+    expect(r.e.snapshot).toMatchObject({ onDevice: 0, preparing: 1 });
+    expect(r.e.snapshot.devices[0]).toMatchObject({ busy: 0, completions: 0 });
+    r.prepared(3, 'a:0');
+    const done = r.done(4, 'a:0');
+    expect(ofType(done, 'finishJob')).toMatchObject([{ jobId: 'a', state: 'done' }]);
+    expect(r.e.budget.used).toBe(0);
+  });
+});

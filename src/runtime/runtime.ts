@@ -1,0 +1,305 @@
+import { createPacer, Engine, StokerError, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
+import { systemClock, type Clock } from './clock.js';
+
+/** One partition as the stages see it. */
+export interface PartitionTask<I> {
+  jobId: string;
+  kind: string;
+  partition: number;
+  /** The job's input, as given to submit(). */
+  input: I;
+  /** Fires when the engine withdraws the item (cancel, failure, timeout, shutdown). */
+  signal: AbortSignal;
+}
+
+export interface DeviceTask<I, P> extends PartitionTask<I> {
+  prepared: P;
+  device: number;
+  worker: number;
+}
+
+/**
+ * What a pipeline runs: preparation (CPU), the device step (accelerator) and the job's finish.
+ * Implementations decide where each runs (in process, worker threads, a GPU, a remote server).
+ */
+export interface Workload<I, P, O, R> {
+  /** Prepares one partition. */
+  prepare(task: PartitionTask<I>): Promise<P>;
+  /** Runs one prepared partition on a device worker; `busyMs` is the worker's own measure of its device work. */
+  run(task: DeviceTask<I, P>): Promise<{ output: O; busyMs: number }>;
+  /** Turns the outputs of every partition (in partition order) into the job's result. */
+  finish(job: { jobId: string; input: I; outputs: O[] }): Promise<R> | R;
+  /** Frees prepared data that will not reach a device (withdrawn) or has been consumed. */
+  release?(prepared: P): void;
+  /** Stops every thread and connection. */
+  close?(): Promise<void>;
+}
+
+export interface RuntimeOptions<I, P, O, R> {
+  workload: Workload<I, P, O, R>;
+  /** One entry per device: its pipelined workers. */
+  devices: { workers: number }[];
+  /** A built-in pacer name or a pacer. @default 'stoker' */
+  pacer?: string | Pacer;
+  /** Options for a pacer given by name. */
+  pacerOptions?: PacerOptions;
+  /** Memory budget in bytes. @default Infinity */
+  budgetBytes?: number;
+  /** Most concurrent preparations. @default Infinity */
+  maxPreparing?: number;
+  /** A failed partition is prepared again this many times before its job fails. @default 1 */
+  retries?: number;
+  /** A device step running longer than this fails (and is retried). @default Infinity */
+  deviceTimeoutMs?: number;
+  /** @default the system clock */
+  clock?: Clock;
+}
+
+export interface RuntimeStatus {
+  now: number;
+  jobs: number;
+  counters: PacerSnapshot;
+  pacer: PacerState;
+  closing: boolean;
+}
+
+interface JobCtx<I, O, R> {
+  input: I;
+  outputs: O[];
+  resolve: (r: R) => void;
+  reject: (e: Error) => void;
+}
+
+interface Flight<P> {
+  controller: AbortController;
+  prepared?: P;
+  /** The device step has the prepared data: it frees it when run() settles, not before. */
+  onDevice?: boolean;
+  timer?: unknown;
+}
+
+/**
+ * The real-time driver of the core engine: the same state machine as the simulator, fed with
+ * events from real preparations and devices, its single timer on a real (or injected) clock.
+ */
+export class Runtime<I, P, O, R> {
+  readonly engine: Engine;
+  private readonly clock: Clock;
+  private readonly workload: Workload<I, P, O, R>;
+  private readonly deviceTimeoutMs: number;
+  private readonly jobs = new Map<string, JobCtx<I, O, R>>();
+  /** Jobs whose engine part has ended but whose finish() is still running. */
+  private finishing = 0;
+  private readonly flights = new Map<number, Flight<P>>();
+  private timer: unknown = undefined;
+  private closing = false;
+  private closed: Promise<void> | undefined;
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(options: RuntimeOptions<I, P, O, R>) {
+    this.workload = options.workload;
+    this.clock = options.clock ?? systemClock;
+    this.deviceTimeoutMs = options.deviceTimeoutMs ?? Infinity;
+    if (!(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be > 0 (got ${String(options.deviceTimeoutMs)})`);
+    const pacer = typeof options.pacer === 'object' ? options.pacer : createPacer(options.pacer ?? 'stoker', options.pacerOptions ?? {});
+    this.engine = new Engine({
+      devices: options.devices,
+      pacer,
+      budgetBytes: options.budgetBytes ?? Infinity,
+      maxPreparing: options.maxPreparing ?? Infinity,
+      retries: options.retries ?? 1,
+    });
+  }
+
+  /** Current time on the runtime's clock (deadlines are absolute times on it). */
+  now(): number {
+    return this.clock.now();
+  }
+
+  /**
+   * Submits a job; resolves with its result, rejects with a StokerError (code and reason) when it
+   * fails or is cancelled. Invalid specs and duplicate ids reject at once.
+   */
+  submit(spec: JobSpec, input: I): Promise<R> {
+    if (this.closing) return Promise.reject(new StokerError('E_CANCELLED', `job ${JSON.stringify(spec.id)} not accepted: the runtime is shutting down`));
+    return new Promise<R>((resolve, reject) => {
+      const existing = this.jobs.get(spec.id);
+      try {
+        this.apply({ type: 'submit', time: this.clock.now(), job: spec }, () => {
+          if (!existing) this.jobs.set(spec.id, { input, outputs: [], resolve, reject });
+        });
+      } catch (e) {
+        reject(e as Error);
+        return;
+      }
+      // An identical resubmit of a live job: answer this caller together with the first one.
+      if (existing) {
+        const first = { resolve: existing.resolve, reject: existing.reject };
+        existing.resolve = (r) => (first.resolve(r), resolve(r));
+        existing.reject = (e) => (first.reject(e), reject(e));
+      }
+    });
+  }
+
+  /** Cancels a job: its partitions are withdrawn wherever they are; its waiter gets E_CANCELLED. */
+  cancel(jobId: string): void {
+    this.apply({ type: 'cancel', time: this.clock.now(), jobId });
+  }
+
+  status(): RuntimeStatus {
+    return { now: this.clock.now(), jobs: this.jobs.size, counters: this.engine.snapshot, pacer: this.engine.pacer.state(), closing: this.closing };
+  }
+
+  /** Resolves when every job has been answered (useful for demos and tests). */
+  idle(): Promise<void> {
+    if (this.jobs.size === 0 && this.finishing === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /**
+   * Stops accepting jobs, lets running jobs finish for up to `timeoutMs`, cancels the rest (their
+   * waiters get E_CANCELLED), then closes the workload's threads. Safe to call twice.
+   */
+  close(timeoutMs = 10_000): Promise<void> {
+    this.closed ??= (async () => {
+      this.closing = true;
+      if (this.jobs.size > 0) {
+        await new Promise<void>((resolve) => {
+          const t = this.clock.schedule(resolve, timeoutMs);
+          void this.idle().then(() => {
+            this.clock.cancel(t);
+            resolve();
+          });
+        });
+      }
+      for (const id of [...this.jobs.keys()]) this.apply({ type: 'cancel', time: this.clock.now(), jobId: id });
+      if (this.timer !== undefined) this.clock.cancel(this.timer);
+      this.timer = undefined;
+      await this.workload.close?.();
+    })();
+    return this.closed;
+  }
+
+  /** Applies one event and carries out its commands. `before` runs after validation, before the commands. */
+  private apply(event: EngineEvent, before?: () => void): void {
+    const cmds = this.engine.apply(event);
+    before?.();
+    for (const c of cmds) this.carryOut(c);
+  }
+
+  private carryOut(c: Command): void {
+    switch (c.type) {
+      case 'startPrepare':
+        this.startPrepare(c.item, c.attempt);
+        break;
+      case 'startDevice':
+        this.startDevice(c.item, c.attempt, c.device, c.worker);
+        break;
+      case 'abort': {
+        const f = this.flights.get(c.item.id);
+        if (f) this.land(c.item.id, f, new StokerError('E_CANCELLED', c.reason));
+        break;
+      }
+      case 'finishJob':
+        this.finishJob(c);
+        break;
+      case 'wakeAt':
+        if (this.timer !== undefined) this.clock.cancel(this.timer);
+        this.timer = Number.isFinite(c.time)
+          ? this.clock.schedule(() => {
+              this.timer = undefined;
+              this.apply({ type: 'tick', time: this.clock.now() });
+            }, c.time - this.clock.now())
+          : undefined;
+        break;
+    }
+  }
+
+  /** Ends an item's flight: aborts its work; frees its prepared data unless a device step still holds it. */
+  private land(id: number, f: Flight<P>, reason?: Error): void {
+    this.flights.delete(id);
+    if (f.timer !== undefined) this.clock.cancel(f.timer);
+    if (reason) f.controller.abort(reason);
+    if (f.prepared !== undefined && !f.onDevice) this.workload.release?.(f.prepared);
+  }
+
+  private startPrepare(item: ItemView, attempt: number): void {
+    const job = this.jobs.get(item.jobId);
+    if (!job) return;
+    const f: Flight<P> = { controller: new AbortController() };
+    this.flights.set(item.id, f);
+    const started = this.clock.now();
+    const task: PartitionTask<I> = { jobId: item.jobId, kind: item.kind, partition: item.partition, input: job.input, signal: f.controller.signal };
+    this.workload.prepare(task).then(
+      (prepared) => {
+        if (this.flights.get(item.id) !== f || f.controller.signal.aborted) {
+          this.workload.release?.(prepared);
+          return;
+        }
+        f.prepared = prepared;
+        this.apply({ type: 'prepared', time: this.clock.now(), item: item.id, attempt, latencyMs: this.clock.now() - started });
+      },
+      (e: unknown) => {
+        if (this.flights.get(item.id) !== f) return;
+        this.flights.delete(item.id);
+        this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason: message(e) });
+      },
+    );
+  }
+
+  private startDevice(item: ItemView, attempt: number, device: number, worker: number): void {
+    const job = this.jobs.get(item.jobId);
+    const prev = this.flights.get(item.id);
+    if (!job || !prev || prev.prepared === undefined) return;
+    // The device takes the prepared data: a fresh flight for the device step.
+    const prepared = prev.prepared;
+    const f: Flight<P> = { controller: new AbortController(), prepared, onDevice: true };
+    this.flights.set(item.id, f);
+    const task: DeviceTask<I, P> = { jobId: item.jobId, kind: item.kind, partition: item.partition, input: job.input, prepared, device, worker, signal: f.controller.signal };
+    const failed = (reason: string) => {
+      if (this.flights.get(item.id) !== f) return;
+      this.land(item.id, f, new StokerError('E_DEVICE_FAILED', reason));
+      this.apply({ type: 'deviceFailed', time: this.clock.now(), item: item.id, attempt, reason });
+    };
+    if (Number.isFinite(this.deviceTimeoutMs)) {
+      f.timer = this.clock.schedule(() => failed(`no answer within deviceTimeoutMs = ${this.deviceTimeoutMs} ms`), this.deviceTimeoutMs);
+    }
+    this.workload
+      .run(task)
+      .then(
+        ({ output, busyMs }) => {
+          if (this.flights.get(item.id) !== f) return;
+          this.land(item.id, f);
+          job.outputs[item.partition] = output;
+          this.apply({ type: 'deviceDone', time: this.clock.now(), item: item.id, attempt, busyMs });
+        },
+        (e: unknown) => failed(message(e)),
+      )
+      // The device step consumed the prepared data, or gave it up: only now may it be reused.
+      .finally(() => this.workload.release?.(prepared));
+  }
+
+  private finishJob(c: Extract<Command, { type: 'finishJob' }>): void {
+    const job = this.jobs.get(c.jobId);
+    if (!job) return;
+    this.jobs.delete(c.jobId);
+    this.finishing++;
+    const settle = () => {
+      this.finishing--;
+      if (this.jobs.size === 0 && this.finishing === 0) for (const w of this.idleWaiters.splice(0)) w();
+    };
+    if (c.state !== 'done') {
+      job.reject(new StokerError((c.code ?? 'E_CANCELLED') as StokerError['code'], c.reason ?? c.state));
+      settle();
+      return;
+    }
+    Promise.resolve()
+      .then(() => this.workload.finish({ jobId: c.jobId, input: job.input, outputs: job.outputs }))
+      .then(job.resolve, (e: unknown) => job.reject(new StokerError('E_FINISH_FAILED', `job ${c.jobId}: finishing failed: ${message(e)}`)))
+      .finally(settle);
+  }
+}
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,168 @@
+import { setImmediate as tick } from 'node:timers/promises';
+import { describe, expect, it } from 'vitest';
+import { StokerError } from '../../src/core/index.js';
+import { ManualClock } from '../../src/runtime/clock.js';
+import { Runtime, type DeviceTask, type PartitionTask, type Workload } from '../../src/runtime/runtime.js';
+
+/**
+ * An in-process workload on a manual clock: preparation takes `prepareMs`, the device `runMs`;
+ * hooks let a test make a stage throw or hang. Everything it holds is counted, so leaks show.
+ */
+class FakeWorkload implements Workload<number, { value: number }, number, number> {
+  prepareMs = 100;
+  runMs = 10;
+  held = 0;
+  prepares = 0;
+  runs = 0;
+  closed = false;
+  failPrepare: (t: PartitionTask<number>) => boolean = () => false;
+  failRun: (t: DeviceTask<number, { value: number }>) => boolean = () => false;
+  hangRun: (t: DeviceTask<number, { value: number }>) => boolean = () => false;
+
+  constructor(private readonly clock: ManualClock) {}
+
+  prepare(t: PartitionTask<number>): Promise<{ value: number }> {
+    this.prepares++;
+    const fail = this.failPrepare(t);
+    return new Promise((resolve, reject) => {
+      this.clock.schedule(() => {
+        if (fail) reject(new Error(`synthesis of ${t.jobId}/${t.partition} crashed`));
+        else {
+          this.held++;
+          resolve({ value: t.input * 10 + t.partition });
+        }
+      }, this.prepareMs);
+    });
+  }
+
+  run(t: DeviceTask<number, { value: number }>): Promise<{ output: number; busyMs: number }> {
+    this.runs++;
+    const fail = this.failRun(t);
+    const hang = this.hangRun(t);
+    return new Promise((resolve, reject) => {
+      if (hang) {
+        t.signal.addEventListener('abort', () => reject(new Error('killed')));
+        return;
+      }
+      this.clock.schedule(() => (fail ? reject(new Error('device fault')) : resolve({ output: t.prepared.value, busyMs: this.runMs })), this.runMs);
+    });
+  }
+
+  finish(job: { jobId: string; input: number; outputs: number[] }): number {
+    return job.outputs.reduce((a, b) => a + b, 0);
+  }
+
+  release(): void {
+    this.held--;
+  }
+
+  close(): Promise<void> {
+    this.closed = true;
+    return Promise.resolve();
+  }
+}
+
+function setup(options: { retries?: number; deviceTimeoutMs?: number; budgetBytes?: number } = {}) {
+  const clock = new ManualClock();
+  const workload = new FakeWorkload(clock);
+  const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'unpaced', clock, ...options });
+  /** Advances the clock in steps, letting promise callbacks run between steps. */
+  const run = async (ms: number, step = 5) => {
+    for (let t = 0; t < ms; t += step) {
+      clock.advance(step);
+      await tick();
+    }
+  };
+  return { clock, workload, rt, run };
+}
+
+const job = (id: string, partitions = 3, extra = {}) => ({ id, kind: 'k', partitions, memory: { prepareBytes: 100, deviceBytes: 10 }, ...extra });
+
+describe('Runtime with an in-process workload on a manual clock', () => {
+  it('runs a job through preparation and devices and resolves with finish()', async () => {
+    const { rt, run, workload } = setup();
+    const p = rt.submit(job('a'), 4);
+    await run(400);
+    await expect(p).resolves.toBe(40 + 41 + 42);
+    expect(workload.held).toBe(0);
+    expect(rt.engine.budget.used).toBe(0);
+    expect(rt.status().counters.deviceCompletions).toBe(3);
+    expect(rt.status().counters.deviceBusyMs).toBe(30);
+  });
+
+  it('rejects an invalid spec at once with the field named', async () => {
+    const { rt } = setup();
+    await expect(rt.submit(job('', 1), 1)).rejects.toThrow(/job\.id/);
+  });
+
+  it('answers an identical resubmit with the same result, and a different one with E_DUPLICATE_JOB', async () => {
+    const { rt, run } = setup();
+    const p1 = rt.submit(job('a', 2), 1);
+    const p2 = rt.submit(job('a', 2), 1);
+    await expect(rt.submit(job('a', 5), 1)).rejects.toMatchObject({ code: 'E_DUPLICATE_JOB' });
+    await run(300);
+    await expect(p1).resolves.toBe(21);
+    await expect(p2).resolves.toBe(21);
+  });
+
+  it('cancel withdraws the job everywhere, answers E_CANCELLED and frees everything', async () => {
+    const { rt, run, workload } = setup();
+    const p = rt.submit(job('a', 6), 1);
+    const other = rt.submit(job('b', 1), 2);
+    await run(105); // some prepared and on devices, some still preparing
+    rt.cancel('a');
+    await expect(p).rejects.toMatchObject({ code: 'E_CANCELLED' });
+    await run(300);
+    await expect(other).resolves.toBe(20);
+    expect(workload.held).toBe(0);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it('a preparation that throws is retried once, then the job fails with the reason', async () => {
+    const { rt, run, workload } = setup({ retries: 1 });
+    let failures = 0;
+    workload.failPrepare = (t) => t.jobId === 'flaky' && t.partition === 1 && failures++ < 1;
+    const flaky = rt.submit(job('flaky'), 1);
+    await run(600);
+    await expect(flaky).resolves.toBe(10 + 11 + 12);
+
+    workload.failPrepare = (t) => t.jobId === 'broken' && t.partition === 2;
+    const broken = rt.submit(job('broken'), 1).catch((x: unknown) => x);
+    await run(600);
+    const e = (await broken) as StokerError;
+    expect(e.code).toBe('E_PREPARE_FAILED');
+    expect(e.message).toMatch(/partition 2 failed in preparation: synthesis of broken\/2 crashed \(after 2 attempts\)/);
+    expect(workload.held).toBe(0);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it('a device error is retried; a hung device step times out, is aborted and retried', async () => {
+    const { rt, run, workload } = setup({ retries: 1, deviceTimeoutMs: 50 });
+    let faults = 0;
+    workload.failRun = (t) => t.partition === 0 && faults++ < 1;
+    let hangs = 0;
+    workload.hangRun = (t) => t.partition === 1 && hangs++ < 1;
+    const p = rt.submit(job('a'), 3);
+    await run(800);
+    await expect(p).resolves.toBe(30 + 31 + 32);
+    expect(faults).toBe(2);
+    expect(hangs).toBe(2);
+    expect(workload.held).toBe(0);
+  });
+
+  it('close() lets running jobs finish within the timeout, cancels the rest, answers every waiter', async () => {
+    const { rt, run, workload } = setup({ deviceTimeoutMs: 1e9 });
+    workload.hangRun = (t) => t.jobId === 'stuck';
+    const ok = rt.submit(job('ok', 1), 1);
+    const stuck = rt.submit(job('stuck', 1), 1).catch((x: unknown) => x);
+    const closed = rt.close(300);
+    await expect(rt.submit(job('late', 1), 1)).rejects.toThrow(/shutting down/);
+    await run(400);
+    await closed;
+    await expect(ok).resolves.toBe(10);
+    expect(await stuck).toMatchObject({ code: 'E_CANCELLED' });
+    expect(workload.closed).toBe(true);
+    expect(workload.held).toBe(0);
+    expect(rt.engine.activeJobs).toBe(0);
+  });
+});
