@@ -33,6 +33,8 @@ export interface Workload<I, P, O, R> {
   release?(prepared: P): void;
   /** Stops every thread and connection. */
   close?(): Promise<void>;
+  /** Preparations the workload can run at once; the runtime dispatches no more than that. */
+  readonly prepareSlots?: number;
 }
 
 export interface RuntimeOptions<I, P, O, R> {
@@ -106,7 +108,7 @@ export class Runtime<I, P, O, R> {
       devices: options.devices,
       pacer,
       budgetBytes: options.budgetBytes ?? Infinity,
-      maxPreparing: options.maxPreparing ?? Infinity,
+      maxPreparing: Math.min(options.maxPreparing ?? Infinity, options.workload.prepareSlots ?? Infinity),
       retries: options.retries ?? 1,
     });
   }
