@@ -251,6 +251,9 @@ export class Engine {
         break;
       }
       case 'tick':
+        // The driver's timer fired (perhaps a little early): it has none pending now, so the
+        // next wakeAt is sent even when its time is unchanged.
+        this.wake = Infinity;
         break;
     }
   }

@@ -76,7 +76,8 @@ export type Command =
   /** The job ended (exactly once per job). */
   | { type: 'finishJob'; jobId: string; state: JobEnd; code?: string; reason?: string; timeMs: number }
   /**
-   * Replace the pending timer: send a `tick` at this time (`Infinity`: no timer needed). The
-   * timer stays armed until it fires or is replaced; an earlier tick does not cancel it.
+   * Replace the pending timer: send a `tick` at this time (`Infinity`: no timer needed). A `tick`
+   * event tells the engine that the timer fired, so after one the engine sends `wakeAt` again
+   * whenever it still needs a timer (also when a timer fired early, before its time).
    */
   | { type: 'wakeAt'; time: number };

@@ -768,15 +768,17 @@ describe('Engine: deadlines and time', () => {
     expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 500 }]);
     r.prepared(10, 'd:0');
     r.prepared(20, 'd:1');
+    // An early tick: the timer fired, so the engine asks for it again.
     out = r.apply({ type: 'tick', time: 499.9 });
-    expect(out).toEqual([]);
+    expect(out).toEqual([{ type: 'wakeAt', time: 500 }]);
     out = r.apply({ type: 'tick', time: 500 });
     const fin = ofType(out, 'finishJob');
     expect(fin).toHaveLength(1);
     expect(fin[0]).toMatchObject({ jobId: 'd', state: 'failed', code: 'E_DEADLINE', timeMs: 500 });
     expect(fin[0]!.reason).toMatch(/deadline 500/);
     expect(aborts(out).sort()).toEqual(['d:0/on-device', 'd:1/waiting', 'd:2/preparing']);
-    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    // The timer has fired and no new one is needed: nothing to send.
+    expect(ofType(out, 'wakeAt')).toEqual([]);
     expect(r.e.budget.used).toBe(0);
     expect(r.e.activeJobs).toBe(0);
   });
@@ -891,20 +893,20 @@ describe('Engine: deadlines and time', () => {
     expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 700 }]);
     out = e.apply({ type: 'tick', time: 700 });
     expect(prepared(out)).toEqual(['a:0']);
-    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    expect(ofType(out, 'wakeAt')).toEqual([]);
   });
 
-  it('a tick at (or after) the wake time always re-arms the timer; an early tick leaves the pending one alone', () => {
+  it('a tick means the timer fired: the engine re-sends wakeAt whenever it still needs one, even an unchanged time', () => {
     const gate = new GatePacer();
     gate.openAt = 100;
     const e = engine({ pacer: gate, maxPreparing: 1 });
     expect(e.apply({ type: 'submit', time: 0, job: job('a', 3) })).toEqual([{ type: 'wakeAt', time: 100 }]);
-    // Early: nothing to do, and the timer already pending for 100 is not re-sent.
-    expect(e.apply({ type: 'tick', time: 60 })).toEqual([]);
-    // The timer fires: a:0 goes, the preparation cap closes the gate, and the old timer is cancelled (Infinity).
+    // A timer that fired early (real timers can): nothing to do yet, and the timer is asked for again.
+    expect(e.apply({ type: 'tick', time: 60 })).toEqual([{ type: 'wakeAt', time: 100 }]);
+    // The timer fires: a:0 goes and the preparation cap closes the gate: no timer is needed, none is sent.
     let out = e.apply({ type: 'tick', time: 100 });
     expect(prepared(out)).toEqual(['a:0']);
-    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    expect(ofType(out, 'wakeAt')).toEqual([]);
     // The preparation slot frees while the pacer has moved its gate on: the engine asks for the new time.
     gate.openAt = 300;
     const a0 = ofType(out, 'startPrepare')[0]!.item;
@@ -912,7 +914,16 @@ describe('Engine: deadlines and time', () => {
     expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 300 }]);
     out = e.apply({ type: 'tick', time: 300 });
     expect(prepared(out)).toEqual(['a:1']);
-    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    expect(ofType(out, 'wakeAt')).toEqual([]);
+  });
+
+  it('a pending timer that is no longer needed is cancelled with wakeAt(Infinity)', () => {
+    const gate = new GatePacer();
+    gate.openAt = 100;
+    const e = engine({ pacer: gate });
+    expect(e.apply({ type: 'submit', time: 0, job: job('a', 1) })).toEqual([{ type: 'wakeAt', time: 100 }]);
+    // The only job is cancelled before the timer fires: the timer is withdrawn.
+    expect(ofType(e.apply({ type: 'cancel', time: 50, jobId: 'a' }), 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
   });
 
   it('a NaN from the pacer means no timer (Infinity), not a NaN wake', () => {
@@ -921,7 +932,13 @@ describe('Engine: deadlines and time', () => {
     const e = engine({ pacer: gate });
     expect(e.apply({ type: 'submit', time: 0, job: job('a', 1) })).toEqual([{ type: 'wakeAt', time: 50 }]);
     gate.openAt = NaN;
-    expect(e.apply({ type: 'tick', time: 10 })).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    // After the tick no timer is pending, and NaN asks for none: nothing is sent (no NaN wake).
+    expect(e.apply({ type: 'tick', time: 10 })).toEqual([]);
+    gate.openAt = 80;
+    expect(e.apply({ type: 'tick', time: 20 })).toEqual([{ type: 'wakeAt', time: 80 }]);
+    gate.openAt = NaN;
+    // With a timer pending, NaN cancels it (Infinity).
+    expect(e.apply({ type: 'prepared', time: 30, item: 999, attempt: 1 })).toEqual([{ type: 'wakeAt', time: Infinity }]);
     expect(e.snapshot.dispatched).toBe(0);
   });
 

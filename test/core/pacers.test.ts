@@ -202,8 +202,8 @@ describe('stoker pacer', () => {
     expect(prepared(out)).toEqual(['a:0', 'a:1']); // a group of one item per worker
     expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 1100 }]);
     expect(d.e.pacer.state()).toMatchObject({ mode: 'bootstrap', ratePerSec: null, intervalMs: null });
-    // An early tick dispatches nothing and keeps the timer.
-    expect(d.apply({ type: 'tick', time: 1050 })).toEqual([]);
+    // An early tick dispatches nothing; the engine asks for the same timer again.
+    expect(d.apply({ type: 'tick', time: 1050 })).toEqual([{ type: 'wakeAt', time: 1100 }]);
     const times = runTicks(d, 5000, 1100);
     expect(times).toEqual([1100, 1100, 1200]); // 5 = 2 workers + 3 target in all
     expect(d.items).toHaveLength(5);
@@ -402,7 +402,7 @@ describe('PI pacers', () => {
     const out = d.apply({ type: 'submit', time: 0, job: job('a', 10) });
     expect(prepared(out)).toEqual(['a:0']);
     expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 3000 }]);
-    expect(d.apply({ type: 'tick', time: 2999 })).toEqual([]);
+    expect(d.apply({ type: 'tick', time: 2999 })).toEqual([{ type: 'wakeAt', time: 3000 }]);
     expect(runTicks(d, 9000, 3000)).toEqual([3000, 6000, 9000]);
     expect(d.e.pacer.state()).toMatchObject({ mode: 'bootstrap', intervalMs: 3000, ratePerSec: null });
   });
@@ -441,5 +441,43 @@ describe('PI pacers', () => {
     slow.observe(snapshot({ now: 0, workers: 1, onDevice: 1, backlog: 5, waiting: 100 }));
     slow.observe(snapshot({ now: 10, workers: 1, onDevice: 1, backlog: 5, waiting: 100, deviceCompletions: 1, deviceBusyMs: 1_000_000 }));
     expect(slow.state().intervalMs).toBe(60_000);
+  });
+});
+
+describe('stoker pacer: service-time estimate', () => {
+  const dev = (completions: number, busyMs: number, busy: number) => [{ workers: 2, busy, completions, busyMs }];
+
+  it('believes fast samples from a starved device until it has seen the device saturated (a slow warm-up sample must not stick)', () => {
+    const p = createPacer('stoker', { targetWaiting: 2 });
+    p.observe(snapshot({ now: 0, backlog: 10, devices: dev(0, 0, 0) }));
+    // First completion: 90 ms (warm-up), then fast 40 ms samples with one worker idle.
+    p.observe(snapshot({ now: 100, backlog: 10, devices: dev(1, 90, 0) }));
+    let busy = 90;
+    for (let i = 2; i <= 12; i++) {
+      busy += 40;
+      p.observe(snapshot({ now: 100 + i * 50, backlog: 10, devices: dev(i, busy, 1) }));
+    }
+    // 2 workers ÷ ~40 ms: about 50 items/s (not the 22/s the warm-up sample implied).
+    expect(p.state().ratePerSec).toBeGreaterThan(45);
+  });
+
+  it('once the device was seen saturated, fast samples from a starved device barely move the estimate', () => {
+    const p = createPacer('stoker', { targetWaiting: 2 });
+    p.observe(snapshot({ now: 0, backlog: 10, devices: dev(0, 0, 2) }));
+    let busy = 0;
+    // Saturated: 60 ms per item with both workers busy.
+    for (let i = 1; i <= 10; i++) {
+      busy += 60;
+      p.observe(snapshot({ now: i * 30, backlog: 10, devices: dev(i, busy, 2) }));
+    }
+    expect(p.state().ratePerSec).toBeCloseTo(2000 / 60, 1);
+    // Starved: 40 ms per item with one worker idle (no contention).
+    for (let i = 11; i <= 20; i++) {
+      busy += 40;
+      p.observe(snapshot({ now: i * 30, backlog: 10, devices: dev(i, busy, 1) }));
+    }
+    const rate = p.state().ratePerSec as number;
+    expect(rate).toBeGreaterThan(2000 / 60);
+    expect(rate).toBeLessThan(1.1 * (2000 / 60));
   });
 });

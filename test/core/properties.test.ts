@@ -387,15 +387,14 @@ class Harness {
         break;
       }
       case 'tick':
+        // The timer fired (early, on time or late): the driver holds none until the engine sends one.
+        this.wake = Infinity;
         break;
     }
 
     // 2. The engine.
-    const wakeBefore = this.wake;
     const out: Command[] = this.e.apply(event);
     this.now = t;
-    // A timer that fired (a tick at or after the wake time) is always replaced: drivers may drop a fired timer.
-    if (event.type === 'tick' && t >= wakeBefore) check(out.some((c) => c.type === 'wakeAt'), 'a fired timer was not re-armed');
 
     // 3. Every command, in order, against the model.
     for (const c of out) {
@@ -566,15 +565,18 @@ class Harness {
 
     // No starvation: work queued, preparation slots free and the pacer willing ⇒ only memory can hold it back.
     const h = this.head();
-    const pacerAllows = e.pacer.nextDispatchAt(s) <= this.now;
+    const pacerNext = e.pacer.nextDispatchAt(s);
+    const pacerAllows = pacerNext <= this.now;
     const canPrepare = s.preparing < this.cfg.maxPreparing;
     if (h && canPrepare && pacerAllows) {
       check(b.free < h.job.reservation, 'the head fits in free memory, yet nothing was dispatched');
     }
     eq(s.budgetBlocked, !!h && canPrepare && pacerAllows && b.free < h.job.reservation, 's.budgetBlocked');
 
-    // Timers: always in the future, never later than the next deadline.
+    // Timers: always in the future, never later than the next deadline, and there whenever the
+    // pacer waits for a time (no stall with work queued).
     check(this.wake > this.now, `wake ${this.wake} not after now ${this.now}`);
+    if (h && canPrepare && !s.budgetBlocked && pacerNext > this.now && Number.isFinite(pacerNext)) check(this.wake <= pacerNext, `wake ${this.wake} after the pacer's next dispatch ${pacerNext}`);
     const nextDeadline = Math.min(...this.liveJobs().map((j) => j.deadline));
     check(this.wake <= nextDeadline, `wake ${this.wake} after the next deadline ${nextDeadline}`);
   }
