@@ -10,8 +10,8 @@ import { numberOption, type Pacer, type PacerMode, type PacerOptions, type Pacer
  * - `slowerSmoothing` — the same weight for a sample slower than the estimate: a slower device
  *   must shrink the inventory at once. @default 0.5
  * - `starvedWeight` — relative weight of a faster-than-estimated sample taken while the device had
- *   idle workers: under contention an item runs faster on a starved device, so such a sample
- *   overstates the saturated rate. @default 0.05
+ *   idle workers, once it has been seen saturated: under contention an item runs faster on a
+ *   starved device, so such a sample overstates the saturated rate. @default 0.05
  * - `latencySmoothing` — weight of each preparation completion in the latency estimate. @default 0.03
  * - `occupancyTauMs` — time constant of the smoothed device occupancy. @default 5000
  * - `waitingTauMs` — time constant of the smoothed waiting queue (feedback input). @default 10000
@@ -26,9 +26,11 @@ import { numberOption, type Pacer, type PacerMode, type PacerOptions, type Pacer
  * - `headStart` — an emptied pipeline may take headStart × σ(latency) × λ items at up to 4λ
  *   first: the quickest preparations then cover the devices while slow ones still run. @default 3
  * - `integralFraction` — the waiting feedback integrates with time constant integralFraction ×
- *   latency, and only after the inventory target has held within 10 % for `settleLatencies`
+ *   latency, and only after the inventory target has held within `settleBand` for `settleLatencies`
  *   latencies (transients pass through the waiting queue one dead time later). @default 4
  * - `settleLatencies` — see integralFraction. @default 2
+ * - `settleBand` — how far (a fraction) the inventory target may move and still count as the same
+ *   regime; a speed change moves it far more, measurement noise less. @default 0.25
  * - `burst` — most dispatches back to back after a pause (token bucket size). @default 2
  * - `bootstrapItems` — items sent before anything is measured (no prior). @default workers + targetWaiting
  * - `bootstrapSpacingMs` — they go in groups of one item per worker, so the devices can show
@@ -47,12 +49,15 @@ export interface StokerPacerOptions extends PacerOptions {
   catchUp?: number;
   safetyZ?: number;
   settleLatencies?: number;
+  settleBand?: number;
   burst?: number;
   bootstrapItems?: number;
   bootstrapSpacingMs?: number;
 }
 
 interface DeviceEstimate {
+  /** Whether a sample was ever taken with every worker busy (evidence of the saturated speed). */
+  sawSaturated: boolean;
   completions: number;
   busyMs: number;
   /** Smoothed device time per item, ms; NaN until measured. */
@@ -95,6 +100,7 @@ class StokerPacer implements Pacer {
   private readonly fillFraction: number;
   private readonly integralFraction: number;
   private readonly settleLatencies: number;
+  private readonly settleBand: number;
   private readonly safetyZ: number;
   private readonly catchUp: number;
   private readonly burst: number;
@@ -125,7 +131,7 @@ class StokerPacer implements Pacer {
   private busySince = NaN;
   private sentInBootstrap = 0;
   private lastBootstrapAt = -Infinity;
-  /** Since when the inventory target has stayed within 10 % of settledTarget. */
+  /** Since when the inventory target has stayed within settleBand of settledTarget. */
   private settledSince = NaN;
   private settledTarget = NaN;
   private mode: PacerMode = 'bootstrap';
@@ -151,6 +157,7 @@ class StokerPacer implements Pacer {
     this.fillFraction = numberOption(options, 'fillFraction', 0.25, 0.01);
     this.integralFraction = numberOption(options, 'integralFraction', 4, 0.01);
     this.settleLatencies = numberOption(options, 'settleLatencies', 2);
+    this.settleBand = numberOption(options, 'settleBand', 0.25);
     this.safetyZ = numberOption(options, 'safetyZ', 2);
     this.catchUp = numberOption(options, 'catchUp', 0.2);
     this.burst = numberOption(options, 'burst', 2, 1);
@@ -164,7 +171,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -227,10 +234,14 @@ class StokerPacer implements Pacer {
       if (dc > 0) {
         const sample = (c.busyMs - d.busyMs) / dc;
         // A slower device is believed at once (memory first). Under contention an item runs
-        // faster when its device is short of work, so a fast sample taken while workers sit idle
-        // overstates the saturated rate: it is weighed less.
+        // faster when its device is short of work, so once the device has been seen saturated, a
+        // fast sample taken while workers sit idle overstates the saturated rate: it is weighed
+        // less. Before that, fast samples are all the evidence there is (a first sample slowed
+        // by warm-up must not keep the estimate low and the device starved).
         const slower = sample > d.serviceMs;
-        const starvedFast = !slower && c.busy < c.workers;
+        const saturated = c.busy >= c.workers;
+        if (saturated) d.sawSaturated = true;
+        const starvedFast = !slower && !saturated && d.sawSaturated;
         const w = (1 - Math.pow(1 - (slower ? this.slowerWeight : this.serviceW), dc)) * (starvedFast ? this.starvedWeight : 1);
         d.serviceMs = d.serviceMs > 0 ? d.serviceMs + w * (sample - d.serviceMs) : sample;
         this.hasEstimate = true;
@@ -300,12 +311,12 @@ class StokerPacer implements Pacer {
   /**
    * The slow integral on the waiting queue. Transients (start-up, speed changes) pass through the
    * waiting queue one dead time later; integrating them would wind the trim up, so only a loop
-   * that has held its inventory target within 10 % for settleLatencies latencies is integrated,
+   * that has held its inventory target within settleBand for settleLatencies latencies is integrated,
    * and never while idle, blocked or saturated (anti-windup).
    */
   private feedback(s: PacerSnapshot, dt: number, free: boolean): void {
     const inControl = free && this.hasEstimate && this.latency > 0 && this.rate > 0 && this.rate < this.maxRate;
-    if (!inControl || !(Math.abs(this.inventoryTarget - this.settledTarget) <= 0.1 * this.settledTarget)) {
+    if (!inControl || !(Math.abs(this.inventoryTarget - this.settledTarget) <= this.settleBand * this.settledTarget)) {
       this.settledSince = s.now;
       this.settledTarget = this.inventoryTarget;
     } else if (dt > 0 && s.now - this.settledSince >= this.settleLatencies * this.latency) {
