@@ -6,6 +6,7 @@ import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js
 import { BENCH_SCENARIOS, SCENARIOS } from '../sim/scenarios.js';
 import { simulate, type SimResult } from '../sim/simulator.js';
 import { measureSpeed } from '../sim/speed.js';
+import { DEMO_DEFAULTS, runDemo, type DemoOptions, type DemoSummary } from '../runtime/demo.js';
 import { formatMetric, formatTable } from './table.js';
 
 /** Where a command writes: `out` is the result (stdout), `err` progress and diagnostics (stderr). */
@@ -172,4 +173,67 @@ export async function speedCommand(flags: SpeedFlags, io: Io): Promise<void> {
     `${r.secondsPerSimulatedDay.toFixed(2)} s`,
   ]);
   io.out(formatTable(['scenario', 'pacer', 'events', 'simulated', 'events/s (best)', 'events/s (median)', 'wall per simulated day'], rows));
+}
+
+export interface DemoFlags {
+  seconds: string;
+  pacers: string;
+  workers: string;
+  logN: string;
+  synthesisMs: string;
+  partitions: string;
+  jobsInFlight: string;
+  target: string;
+  seed: string;
+  json?: boolean;
+  quiet?: boolean;
+}
+
+function positive(option: string, value: string): number {
+  const n = parseInteger(option, value);
+  if (n < 1) throw new UsageError(`${option} must be ≥ 1 (got ${n})`);
+  return n;
+}
+
+/** Runs the ntt-proof workload on real threads with each pacer in turn; progress on stderr, a summary table on stdout. */
+export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
+  const logN = positive('--log-n', flags.logN);
+  if (logN > 20) throw new UsageError(`--log-n must be ≤ 20 (got ${logN}): larger NTTs are beyond this demo`);
+  const base: Omit<DemoOptions, 'pacer'> = {
+    seconds: positive('--seconds', flags.seconds),
+    workers: positive('--workers', flags.workers),
+    logN,
+    synthesisMs: parseInteger('--synthesis-ms', flags.synthesisMs),
+    partitions: positive('--partitions', flags.partitions),
+    jobsInFlight: positive('--jobs-in-flight', flags.jobsInFlight),
+    targetWaiting: parseInteger('--target', flags.target),
+    seed: parseInteger('--seed', flags.seed),
+    progressMs: flags.quiet ? 0 : DEMO_DEFAULTS.progressMs,
+  };
+  if (base.synthesisMs < 0 || base.targetWaiting < 0) throw new UsageError('--synthesis-ms and --target must be ≥ 0');
+  const pacers = parseList('--pacers', flags.pacers);
+  for (const p of pacers) if (!Object.hasOwn(PACERS, p)) throw new UsageError(`unknown pacer ${JSON.stringify(p)}: use one of ${PACER_NAMES.join(', ')}`);
+  const results: DemoSummary[] = [];
+  for (const pacer of pacers) {
+    io.err(`ntt-proof on ${base.workers} CPU device workers, 2^${logN}-point NTTs, ${base.synthesisMs} ms synthesis wait, pacer ${pacer}, ${base.seconds} s\n`);
+    results.push(await runDemo({ ...base, pacer }, (line) => io.err(`${line}\n`)));
+  }
+  if (flags.json) {
+    io.out(toJson(results));
+    return;
+  }
+  const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
+  const rows = results.map((r) => [
+    r.pacer,
+    `${r.jobsDone}/${r.jobsFailed}`,
+    r.partitionsPerSec.toFixed(1),
+    r.occupancy.toFixed(3),
+    r.waitingMean.toFixed(1),
+    mib(r.peakPoolBytes),
+    mib(r.peakReservedBytes),
+    r.jobLatencyP50Ms === null ? '–' : `${(r.jobLatencyP50Ms / 1000).toFixed(1)} s`,
+    r.jobLatencyP99Ms === null ? '–' : `${(r.jobLatencyP99Ms / 1000).toFixed(1)} s`,
+    `${r.freshBuffers}/${r.reusedBuffers}`,
+  ]);
+  io.out(formatTable(['pacer', 'jobs done/failed', 'partitions/s', 'occupancy', 'waiting', 'peak pool', 'peak reserved', 'latency p50', 'latency p99', 'buffers fresh/reused'], rows));
 }

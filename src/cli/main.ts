@@ -5,7 +5,8 @@ import { Command, CommanderError } from 'commander';
 import { StokerError } from '../core/index.js';
 import { PacerModuleError } from '../sim/load-pacer.js';
 import { ScenarioError } from '../sim/scenario.js';
-import { benchCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
+import { benchCommand, demoCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type DemoFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
+import { DEMO_DEFAULTS } from '../runtime/demo.js';
 
 export type { Io } from './commands.js';
 
@@ -57,6 +58,21 @@ function program(io: Io): Command {
     .option('--json', 'print [{ scenario, pacer, metrics }] as JSON')
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
     .action((flags: BenchFlags) => benchCommand(flags, io));
+
+  p.command('demo')
+    .description('run the ntt-proof workload on real threads (CPU devices) with live progress, then a summary')
+    .option('--seconds <n>', 'how long jobs keep arriving; the jobs in flight then finish', String(DEMO_DEFAULTS.seconds))
+    .option('--pacers <list>', 'comma-separated built-in pacers, run one after another', DEMO_DEFAULTS.pacer)
+    .option('--workers <n>', 'device worker threads', String(DEMO_DEFAULTS.workers))
+    .option('--log-n <n>', 'NTT size 2^n per polynomial (≤ 20)', String(DEMO_DEFAULTS.logN))
+    .option('--synthesis-ms <n>', 'simulated synthesis wait per partition (uses no CPU)', String(DEMO_DEFAULTS.synthesisMs))
+    .option('--partitions <n>', 'partitions per job', String(DEMO_DEFAULTS.partitions))
+    .option('--jobs-in-flight <n>', 'jobs kept in the system (a new one arrives when one finishes)', String(DEMO_DEFAULTS.jobsInFlight))
+    .option('--target <n>', "the pacer's waiting target", String(DEMO_DEFAULTS.targetWaiting))
+    .option('--seed <n>', 'witness seed', String(DEMO_DEFAULTS.seed))
+    .option('--json', 'print the summaries as JSON')
+    .option('-q, --quiet', 'no progress lines')
+    .action((flags: DemoFlags) => demoCommand(flags, io));
 
   p.command('speed')
     .description('time the simulator itself: events per second and wall time per simulated day')

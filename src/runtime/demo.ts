@@ -1,0 +1,170 @@
+import { performance } from 'node:perf_hooks';
+import { BufferPool } from './buffer-pool.js';
+import { Runtime } from './runtime.js';
+import { createNttProofWorkload, nttBufferBytes, type NttProofInput } from './workloads/ntt-proof.js';
+
+export interface DemoOptions {
+  /** How long jobs keep arriving, seconds; then the jobs in flight finish. @default 60 */
+  seconds: number;
+  pacer: string;
+  /** Device workers (threads) on the one CPU device. @default 2 */
+  workers: number;
+  /** Polynomials of 2^logN coefficients per partition. @default 18 */
+  logN: number;
+  /** Simulated synthesis wait per partition, ms (no CPU used). @default 1000 */
+  synthesisMs: number;
+  /** Partitions per job. @default 10 */
+  partitions: number;
+  /** Jobs kept in the system (a closed loop: a new job arrives when one finishes). @default 6 */
+  jobsInFlight: number;
+  /** The pacer's waiting target. @default 4 */
+  targetWaiting: number;
+  /** Progress lines (stderr): every this many ms; 0 for none. @default 1000 */
+  progressMs: number;
+  seed: number;
+}
+
+export const DEMO_DEFAULTS: DemoOptions = {
+  seconds: 60,
+  pacer: 'stoker',
+  workers: 2,
+  logN: 18,
+  synthesisMs: 1000,
+  partitions: 10,
+  jobsInFlight: 6,
+  targetWaiting: 4,
+  progressMs: 1000,
+  seed: 1,
+};
+
+export interface DemoSummary {
+  pacer: string;
+  seconds: number;
+  jobsDone: number;
+  jobsFailed: number;
+  partitionsPerSec: number;
+  /** Device busy time ÷ (workers × time), over the steady part (after the first 20 % of the arrival period). */
+  occupancy: number;
+  /** Time-weighted mean of items waiting for a device, same period. */
+  waitingMean: number;
+  /** Peak bytes held: pooled buffers (leased + idle) at their high-water mark. */
+  peakPoolBytes: number;
+  /** Peak bytes reserved by the engine's budget accounting. */
+  peakReservedBytes: number;
+  jobLatencyP50Ms: number | null;
+  jobLatencyP99Ms: number | null;
+  /** Buffer pool: fresh allocations vs reuses. */
+  freshBuffers: number;
+  reusedBuffers: number;
+}
+
+/**
+ * Runs the ntt-proof workload on real threads with one pacer: jobs arrive in a closed loop for
+ * `seconds`, progress is printed as it goes, and a summary comes back when the last job is done.
+ */
+export async function runDemo(opts: DemoOptions, progress: (line: string) => void): Promise<DemoSummary> {
+  const devices = [{ workers: opts.workers }];
+  const pool = new BufferPool();
+  const workload = createNttProofWorkload({ devices, prepareThreads: 1, prepareConcurrency: 64, pool });
+  const rt = new Runtime({ workload, devices, pacer: opts.pacer, pacerOptions: { targetWaiting: opts.targetWaiting } });
+  const input = (jobIndex: number): NttProofInput => ({ seed: opts.seed, jobIndex, logN: opts.logN, synthesisMs: opts.synthesisMs });
+  const bytes = nttBufferBytes(input(0));
+  const memory = { prepareBytes: bytes, deviceBytes: bytes / 2 };
+  const t0 = performance.now();
+  const stopAt = t0 + opts.seconds * 1000;
+  const steadyFrom = t0 + 0.2 * opts.seconds * 1000;
+  const latencies: number[] = [];
+  let done = 0;
+  let failed = 0;
+  let next = 0;
+  const all: Promise<void>[] = [];
+
+  const submit = () => {
+    const j = next++;
+    const started = performance.now();
+    const p = rt.submit({ id: `job-${j}`, kind: 'ntt-proof', partitions: opts.partitions, memory }, input(j)).then(
+      () => {
+        done++;
+        latencies.push(performance.now() - started);
+      },
+      (e: unknown) => {
+        failed++;
+        progress(`job-${j} failed: ${e instanceof Error ? e.message : String(e)}`);
+      },
+    );
+    all.push(
+      p.then(() => {
+        if (performance.now() < stopAt) submit();
+      }),
+    );
+  };
+  for (let i = 0; i < opts.jobsInFlight; i++) submit();
+
+  // Sampling: occupancy from the device threads' Atomics counters, waiting from the engine.
+  let peakReserved = 0;
+  let waitingIntegral = 0;
+  let sampledMs = 0;
+  let busyAtSteady = 0;
+  let steadyStart = NaN;
+  let lastT = t0;
+  let last = { busy: 0, dispatched: 0, done: 0, t: t0 };
+  const busyMs = () => workload.deviceCounters().reduce((a, c) => a + c.busyMs, 0);
+  const sampler = setInterval(() => {
+    const now = performance.now();
+    const s = rt.engine.snapshot;
+    peakReserved = Math.max(peakReserved, s.budgetUsedBytes);
+    if (now >= steadyFrom && now <= stopAt) {
+      if (Number.isNaN(steadyStart)) {
+        steadyStart = now;
+        busyAtSteady = busyMs();
+      } else {
+        waitingIntegral += s.waiting * (now - lastT);
+        sampledMs += now - lastT;
+      }
+    }
+    lastT = now;
+    if (opts.progressMs > 0 && now - last.t >= opts.progressMs) {
+      const busy = busyMs();
+      const dt = now - last.t;
+      const st = rt.engine.pacer.state();
+      const stats = pool.stats();
+      progress(
+        `${((now - t0) / 1000).toFixed(0).padStart(4)} s  jobs ${String(done).padStart(4)}  occupancy ${((busy - last.busy) / (dt * opts.workers)).toFixed(2)}  ` +
+          `waiting ${String(s.waiting).padStart(3)} (target ${opts.targetWaiting})  preparing ${String(s.preparing).padStart(3)}  ` +
+          `dispatch ${(((s.dispatched - last.dispatched) / dt) * 1000).toFixed(1)}/s  capacity ${st.ratePerSec === null ? '–' : `${st.ratePerSec.toFixed(1)}/s`}  ` +
+          `pool ${(stats.totalBytes / 2 ** 20).toFixed(0)} MiB  ${st.mode}`,
+      );
+      last = { busy, dispatched: s.dispatched, done, t: now };
+    }
+  }, 50);
+
+  // The loop stops submitting at stopAt; wait for every job, then shut down.
+  await new Promise<void>((resolve) => {
+    const check = () => (performance.now() >= stopAt ? Promise.all(all).then(() => resolve()) : setTimeout(check, 100));
+    check();
+  });
+  await Promise.all(all);
+  const steadyEnd = Math.min(performance.now(), stopAt);
+  const occupancy = Number.isNaN(steadyStart) ? 0 : (busyMs() - busyAtSteady) / ((steadyEnd - steadyStart) * opts.workers);
+  clearInterval(sampler);
+  await rt.close();
+  const sorted = [...latencies].sort((a, b) => a - b);
+  const pct = (p: number) => (sorted.length ? (sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)] as number) : null);
+  const stats = pool.stats();
+  const elapsed = (performance.now() - t0) / 1000;
+  return {
+    pacer: opts.pacer,
+    seconds: elapsed,
+    jobsDone: done,
+    jobsFailed: failed,
+    partitionsPerSec: (done * opts.partitions) / elapsed,
+    occupancy: Math.min(1, occupancy),
+    waitingMean: sampledMs > 0 ? waitingIntegral / sampledMs : 0,
+    peakPoolBytes: stats.highWaterBytes,
+    peakReservedBytes: peakReserved,
+    jobLatencyP50Ms: pct(0.5),
+    jobLatencyP99Ms: pct(0.99),
+    freshBuffers: stats.fresh,
+    reusedBuffers: stats.reused,
+  };
+}
