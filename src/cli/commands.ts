@@ -7,6 +7,7 @@ import { BENCH_SCENARIOS, SCENARIOS } from '../sim/scenarios.js';
 import { simulate, type SimResult } from '../sim/simulator.js';
 import { measureSpeed } from '../sim/speed.js';
 import { DEMO_DEFAULTS, runDemo, type DemoOptions, type DemoSummary } from '../runtime/demo.js';
+import { measureOverhead } from '../runtime/overhead.js';
 import { formatMetric, formatTable } from './table.js';
 
 /** Where a command writes: `out` is the result (stdout), `err` progress and diagnostics (stderr). */
@@ -236,4 +237,15 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
     `${r.freshBuffers}/${r.reusedBuffers}`,
   ]);
   io.out(formatTable(['pacer', 'jobs done/failed', 'partitions/s', 'occupancy', 'waiting', 'peak pool', 'peak reserved', 'latency p50', 'latency p99', 'buffers fresh/reused'], rows));
+}
+
+/** The runtime's own cost per item (a wall-clock benchmark). */
+export async function overheadCommand(flags: { items: string; json?: boolean }, io: Io): Promise<void> {
+  const items = positive('--items', flags.items);
+  const rows = await measureOverhead(items, Math.min(items, 5_000));
+  if (flags.json) {
+    io.out(toJson(rows));
+    return;
+  }
+  io.out(formatTable(['what', 'items', 'items/s', 'µs per item'], rows.map((r) => [r.what, String(r.items), Math.round(r.itemsPerSec).toLocaleString('en-US'), r.usPerItem.toFixed(1)])));
 }

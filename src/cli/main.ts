@@ -5,7 +5,7 @@ import { Command, CommanderError } from 'commander';
 import { StokerError } from '../core/index.js';
 import { PacerModuleError } from '../sim/load-pacer.js';
 import { ScenarioError } from '../sim/scenario.js';
-import { benchCommand, demoCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type DemoFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
+import { benchCommand, demoCommand, overheadCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type DemoFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
 import { DEMO_DEFAULTS } from '../runtime/demo.js';
 
 export type { Io } from './commands.js';
@@ -73,6 +73,12 @@ function program(io: Io): Command {
     .option('--json', 'print the summaries as JSON')
     .option('-q, --quiet', 'no progress lines')
     .action((flags: DemoFlags) => demoCommand(flags, io));
+
+  p.command('overhead')
+    .description("the runtime's own cost per item: no-op stages in process and on threads, the engine alone, and p-queue beside it")
+    .option('--items <n>', 'items per measurement', '50000')
+    .option('--json', 'print the measurements as JSON')
+    .action((flags: { items: string; json?: boolean }) => overheadCommand(flags, io));
 
   p.command('speed')
     .description('time the simulator itself: events per second and wall time per simulated day')

@@ -15,7 +15,7 @@ export interface DemoOptions {
   synthesisMs: number;
   /** Partitions per job. @default 10 */
   partitions: number;
-  /** Jobs kept in the system (a closed loop: a new job arrives when one finishes). @default 6 */
+  /** Jobs kept in the system (a closed loop: a new job arrives when one finishes). @default 12 */
   jobsInFlight: number;
   /** The pacer's waiting target. @default 4 */
   targetWaiting: number;
@@ -31,7 +31,7 @@ export const DEMO_DEFAULTS: DemoOptions = {
   logN: 18,
   synthesisMs: 1000,
   partitions: 10,
-  jobsInFlight: 6,
+  jobsInFlight: 12,
   targetWaiting: 4,
   progressMs: 1000,
   seed: 1,
@@ -106,6 +106,8 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   let sampledMs = 0;
   let busyAtSteady = 0;
   let steadyStart = NaN;
+  let busyAtStop = NaN;
+  let steadyEnd = NaN;
   let lastT = t0;
   let last = { busy: 0, dispatched: 0, done: 0, t: t0 };
   const busyMs = () => workload.deviceCounters().reduce((a, c) => a + c.busyMs, 0);
@@ -113,6 +115,10 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
     const now = performance.now();
     const s = rt.engine.snapshot;
     peakReserved = Math.max(peakReserved, s.budgetUsedBytes);
+    if (now > stopAt && Number.isNaN(steadyEnd)) {
+      steadyEnd = now;
+      busyAtStop = busyMs();
+    }
     if (now >= steadyFrom && now <= stopAt) {
       if (Number.isNaN(steadyStart)) {
         steadyStart = now;
@@ -144,9 +150,9 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
     check();
   });
   await Promise.all(all);
-  const steadyEnd = Math.min(performance.now(), stopAt);
-  const occupancy = Number.isNaN(steadyStart) ? 0 : (busyMs() - busyAtSteady) / ((steadyEnd - steadyStart) * opts.workers);
   clearInterval(sampler);
+  // Busy time counts when an item completes, so the window's edges blur by one item per worker.
+  const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) ? 0 : (busyAtStop - busyAtSteady) / ((steadyEnd - steadyStart) * opts.workers);
   await rt.close();
   const sorted = [...latencies].sort((a, b) => a - b);
   const pct = (p: number) => (sorted.length ? (sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)] as number) : null);
@@ -158,7 +164,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
     jobsDone: done,
     jobsFailed: failed,
     partitionsPerSec: (done * opts.partitions) / elapsed,
-    occupancy: Math.min(1, occupancy),
+    occupancy,
     waitingMean: sampledMs > 0 ? waitingIntegral / sampledMs : 0,
     peakPoolBytes: stats.highWaterBytes,
     peakReservedBytes: peakReserved,
