@@ -22,6 +22,8 @@ export interface DemoOptions {
   /** Progress lines (stderr): every this many ms; 0 for none. @default 1000 */
   progressMs: number;
   seed: number;
+  /** More options for the pacer (see its documentation). */
+  pacerOptions?: Record<string, number>;
 }
 
 export const DEMO_DEFAULTS: DemoOptions = {
@@ -66,7 +68,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   const devices = [{ workers: opts.workers }];
   const pool = new BufferPool();
   const workload = createNttProofWorkload({ devices, prepareThreads: 1, prepareConcurrency: 64, pool });
-  const rt = new Runtime({ workload, devices, pacer: opts.pacer, pacerOptions: { targetWaiting: opts.targetWaiting } });
+  const rt = new Runtime({ workload, devices, pacer: opts.pacer, pacerOptions: { ...opts.pacerOptions, targetWaiting: opts.targetWaiting } });
   const input = (jobIndex: number): NttProofInput => ({ seed: opts.seed, jobIndex, logN: opts.logN, synthesisMs: opts.synthesisMs });
   const bytes = nttBufferBytes(input(0));
   const memory = { prepareBytes: bytes, deviceBytes: bytes / 2 };

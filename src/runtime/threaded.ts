@@ -56,6 +56,8 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
   private readonly slotBase: number[];
   private nextId = 0;
   private closed = false;
+  /** Terminations under way (close() waits for them). */
+  private readonly killing = new Set<Promise<void>>();
 
   constructor(private readonly options: ThreadedWorkloadOptions<I, O, R>) {
     this.pool = options.pool ?? new BufferPool();
@@ -81,6 +83,7 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
   }
 
   async prepare(task: PartitionTask<I>): Promise<PreparedBuffer> {
+    if (this.closed) throw new Error('the workload is closed');
     const buffer = this.pool.checkout(this.options.bufferBytes(task.input));
     try {
       const req: PrepareRequest = { module: this.options.prepareModule, input: task.input, ctx: { jobId: task.jobId, partition: task.partition, buffer: buffer.buffer } };
@@ -96,6 +99,7 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
   }
 
   run(task: DeviceTask<I, PreparedBuffer>): Promise<{ output: O; busyMs: number }> {
+    if (this.closed) return Promise.reject(new Error('the workload is closed'));
     if (task.signal.aborted) return Promise.reject(new Error('aborted before the device step started'));
     const index = (this.slotBase[task.device] ?? 0) + task.worker;
     const slot = this.slots[index] as Slot;
@@ -127,10 +131,11 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
     this.pool.checkin(prepared.buffer);
   }
 
+  /** Ends every thread (also those still being terminated after an abort). Later prepare/run calls reject. */
   async close(): Promise<void> {
-    if (this.closed) return;
     this.closed = true;
-    await Promise.all(this.slots.map((_, i) => this.kill(i, new Error('the runtime is closing'))));
+    await Promise.all(this.slots.map((_, i) => this.kill(i, new Error('the workload is closed'))));
+    await Promise.all(this.killing);
     await this.piscina.destroy();
   }
 
@@ -162,13 +167,25 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
     return w;
   }
 
-  private async kill(index: number, why: Error): Promise<void> {
+  /**
+   * Ends a slot's thread, then fails its pending step. In that order: the step's buffer goes back
+   * to the pool when the step settles, and a thread stuck in a native call could still write into
+   * it until terminate() has returned.
+   */
+  private kill(index: number, why: Error): Promise<void> {
     const slot = this.slots[index] as Slot;
     const w = slot.worker;
     const p = slot.pending;
     slot.worker = null;
     slot.pending = null;
-    p?.reject(why);
-    if (w) await w.terminate();
+    const done = (async () => {
+      if (w) await w.terminate();
+      // Busy time of an abandoned step is not the next item's.
+      slot.seenNs = Atomics.load(this.counters, index * 2);
+      p?.reject(why);
+    })();
+    this.killing.add(done);
+    void done.finally(() => this.killing.delete(done));
+    return done;
   }
 }

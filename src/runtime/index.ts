@@ -1,0 +1,6 @@
+export { Runtime, type DeviceTask, type PartitionTask, type RuntimeOptions, type RuntimeStatus, type Workload } from './runtime.js';
+export { systemClock, ManualClock, type Clock } from './clock.js';
+export { BufferPool, BufferPoolError, type BufferPoolOptions, type BufferPoolStats, type PooledBuffer } from './buffer-pool.js';
+export { ThreadedWorkload, type PreparedBuffer, type ThreadedWorkloadOptions } from './threaded.js';
+export type { DeviceModule, PrepareModule, StageContext } from './threads/protocol.js';
+export { createNttProofWorkload, finishNttProof, nttBufferBytes, type NttPartitionOutput, type NttProofInput, type NttProofResult } from './workloads/ntt-proof.js';
