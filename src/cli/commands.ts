@@ -178,6 +178,7 @@ export async function speedCommand(flags: SpeedFlags, io: Io): Promise<void> {
 
 export interface DemoFlags {
   seconds: string;
+  device: string;
   pacers: string;
   workers: string;
   logN: string;
@@ -200,8 +201,10 @@ function positive(option: string, value: string): number {
 export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
   const logN = positive('--log-n', flags.logN);
   if (logN > 20) throw new UsageError(`--log-n must be ≤ 20 (got ${logN}): larger NTTs are beyond this demo`);
+  if (flags.device !== 'cpu' && flags.device !== 'webgpu') throw new UsageError(`--device must be cpu or webgpu (got ${JSON.stringify(flags.device)})`);
   const base: Omit<DemoOptions, 'pacer'> = {
     seconds: positive('--seconds', flags.seconds),
+    device: flags.device,
     workers: positive('--workers', flags.workers),
     logN,
     synthesisMs: parseInteger('--synthesis-ms', flags.synthesisMs),
@@ -216,7 +219,7 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
   for (const p of pacers) if (!Object.hasOwn(PACERS, p)) throw new UsageError(`unknown pacer ${JSON.stringify(p)}: use one of ${PACER_NAMES.join(', ')}`);
   const results: DemoSummary[] = [];
   for (const pacer of pacers) {
-    io.err(`ntt-proof on ${base.workers} CPU device workers, 2^${logN}-point NTTs, ${base.synthesisMs} ms synthesis wait, pacer ${pacer}, ${base.seconds} s\n`);
+    io.err(`ntt-proof on ${base.workers} ${base.device === 'cpu' ? 'CPU' : 'WebGPU'} device workers, 2^${logN}-point NTTs, ${base.synthesisMs} ms synthesis wait, pacer ${pacer}, ${base.seconds} s\n`);
     results.push(await runDemo({ ...base, pacer }, (line) => io.err(`${line}\n`)));
   }
   if (flags.json) {

@@ -60,9 +60,10 @@ function program(io: Io): Command {
     .action((flags: BenchFlags) => benchCommand(flags, io));
 
   p.command('demo')
-    .description('run the ntt-proof workload on real threads (CPU devices) with live progress, then a summary')
+    .description('run the ntt-proof workload on real threads (CPU or WebGPU devices) with live progress, then a summary')
     .option('--seconds <n>', 'how long jobs keep arriving; the jobs in flight then finish', String(DEMO_DEFAULTS.seconds))
     .option('--pacers <list>', 'comma-separated built-in pacers, run one after another', DEMO_DEFAULTS.pacer)
+    .option('--device <kind>', 'cpu (a thread per worker) or webgpu (WGSL through Dawn: a GPU, or Mesa in software)', DEMO_DEFAULTS.device)
     .option('--workers <n>', 'device worker threads', String(DEMO_DEFAULTS.workers))
     .option('--log-n <n>', 'NTT size 2^n per polynomial (≤ 20)', String(DEMO_DEFAULTS.logN))
     .option('--synthesis-ms <n>', 'simulated synthesis wait per partition (uses no CPU)', String(DEMO_DEFAULTS.synthesisMs))

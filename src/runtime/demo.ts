@@ -7,8 +7,10 @@ export interface DemoOptions {
   /** How long jobs keep arriving, seconds; then the jobs in flight finish. @default 60 */
   seconds: number;
   pacer: string;
-  /** Device workers (threads) on the one CPU device. @default 2 */
+  /** Device workers (threads) on the one device. @default 2 */
   workers: number;
+  /** The device kind: CPU threads or WebGPU. @default 'cpu' */
+  device: 'cpu' | 'webgpu';
   /** Polynomials of 2^logN coefficients per partition. @default 18 */
   logN: number;
   /** Simulated synthesis wait per partition, ms (no CPU used). @default 1000 */
@@ -30,6 +32,7 @@ export const DEMO_DEFAULTS: DemoOptions = {
   seconds: 60,
   pacer: 'stoker',
   workers: 2,
+  device: 'cpu',
   logN: 18,
   synthesisMs: 1000,
   partitions: 10,
@@ -67,7 +70,7 @@ export interface DemoSummary {
 export async function runDemo(opts: DemoOptions, progress: (line: string) => void): Promise<DemoSummary> {
   const devices = [{ workers: opts.workers }];
   const pool = new BufferPool();
-  const workload = createNttProofWorkload({ devices, prepareThreads: 1, prepareConcurrency: 64, pool });
+  const workload = createNttProofWorkload({ devices, device: opts.device, prepareThreads: 1, prepareConcurrency: 64, pool });
   const rt = new Runtime({ workload, devices, pacer: opts.pacer, pacerOptions: { ...opts.pacerOptions, targetWaiting: opts.targetWaiting } });
   const input = (jobIndex: number): NttProofInput => ({ seed: opts.seed, jobIndex, logN: opts.logN, synthesisMs: opts.synthesisMs });
   const bytes = nttBufferBytes(input(0));

@@ -84,6 +84,8 @@ export function finishNttProof(job: { jobId: string; input: NttProofInput; outpu
 
 export interface NttProofOptions {
   devices: { workers: number }[];
+  /** Where the device step runs: a CPU thread, or WebGPU (a GPU, or Mesa's software renderer). @default 'cpu' */
+  device?: 'cpu' | 'webgpu';
   prepareThreads?: number;
   /** Preparations per thread at once (they mostly wait, see synthesisMs). @default 8 */
   prepareConcurrency?: number;
@@ -92,9 +94,12 @@ export interface NttProofOptions {
 
 /** The ntt-proof workload on threads: preparation pool + one CPU thread per device worker. */
 export function createNttProofWorkload(options: NttProofOptions): ThreadedWorkload<NttProofInput, NttPartitionOutput, NttProofResult> {
+  // Mesa reads EGL_PLATFORM from the process environment, which a worker thread's process.env
+  // does not change: set it here, in the main thread, for the device threads' software fallback.
+  if (options.device === 'webgpu') process.env['EGL_PLATFORM'] ??= 'surfaceless';
   return new ThreadedWorkload<NttProofInput, NttPartitionOutput, NttProofResult>({
     prepareModule: new URL('./ntt-prepare.js', import.meta.url).href,
-    deviceModule: new URL('./ntt-device-cpu.js', import.meta.url).href,
+    deviceModule: new URL(options.device === 'webgpu' ? './ntt-device-webgpu.js' : './ntt-device-cpu.js', import.meta.url).href,
     bufferBytes: nttBufferBytes,
     finish: finishNttProof,
     devices: options.devices,

@@ -1,0 +1,24 @@
+/** ntt-proof device step on WebGPU (runs in a device worker thread): uploads the shared buffer's polynomials, runs the WGSL kernel, reads the product back. */
+import { createHash } from 'node:crypto';
+import type { StageContext } from '../threads/protocol.js';
+import { sampleIndices, type NttPartitionOutput, type NttProofInput, type NttReference } from './ntt-proof.js';
+import { openGpu, WebGpuNtt } from './ntt-webgpu.js';
+
+let kernel: Promise<WebGpuNtt> | undefined;
+
+function gpuKernel(): Promise<WebGpuNtt> {
+  kernel ??= openGpu().then((g) => {
+    if (!g.device) throw new Error(`no WebGPU device could be opened (${g.description}); install Mesa's EGL/GLES drivers (libegl1 libegl-mesa0 libgles2 libgl1-mesa-dri) or use --device cpu`);
+    return new WebGpuNtt(g.device);
+  });
+  return kernel;
+}
+
+export async function run(input: NttProofInput, ctx: StageContext & { meta: unknown }): Promise<NttPartitionOutput> {
+  const n = 2 ** input.logN;
+  const out = new Uint32Array(n);
+  await (await gpuKernel()).prove(new Uint32Array(ctx.buffer, 0, n), new Uint32Array(ctx.buffer, 4 * n, n), out);
+  const digest = createHash('sha256').update(new Uint8Array(out.buffer)).digest('hex');
+  const samples = sampleIndices(input.logN, ctx.partition).map((j): [number, number] => [j, out[j] as number]);
+  return { digest, samples, reference: (ctx.meta as NttReference).samples };
+}
