@@ -1,4 +1,5 @@
 import os from 'node:os';
+import { performance } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { BufferPool, type PooledBuffer } from './buffer-pool.js';
@@ -25,6 +26,13 @@ export interface ThreadedWorkloadOptions<I, O, R> {
   prepareConcurrency?: number;
   /** The buffer pool the prepared data lives in. @default a new pool without limits */
   pool?: BufferPool;
+  /**
+   * One thread per device, running all of its workers' steps concurrently, instead of one thread
+   * per worker: for a device API that must not be opened from several threads at once (Mesa's
+   * software GL under Dawn corrupts its heap that way). Ending a hung step then ends that
+   * device's other step too; it is retried. @default false
+   */
+  threadPerDevice?: boolean;
 }
 
 /** Prepared data: a leased shared buffer plus whatever small metadata the preparation returned. */
@@ -33,16 +41,30 @@ export interface PreparedBuffer {
   meta: unknown;
 }
 
-interface Slot {
+interface Pending {
+  slot: number;
+  resolve: (o: unknown) => void;
+  reject: (e: Error) => void;
+}
+
+/** A device thread: runs the steps of one worker slot, or of every slot of its device. */
+interface DeviceThread {
   worker: Worker | null;
-  pending: { id: number; resolve: (o: unknown) => void; reject: (e: Error) => void } | null;
+  device: number;
+  pending: Map<number, Pending>;
+}
+
+interface Slot {
+  thread: number;
+  /** The id of the step this slot runs, or -1. */
+  busy: number;
   /** Busy nanoseconds already accounted for this slot (the counter's last value the runtime saw). */
   seenNs: bigint;
 }
 
 /**
  * A workload that prepares on a piscina thread pool and runs each device worker in its own
- * thread. Prepared data lives in pooled SharedArrayBuffers, so it crosses threads without a copy.
+ * thread (or each device in one, see threadPerDevice). Prepared data lives in pooled SharedArrayBuffers, so it crosses threads without a copy.
  * Device threads publish busy time with Atomics; `run` reports the delta of that counter.
  */
 export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O, R> {
@@ -53,9 +75,11 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
   readonly prepareSlots: number;
   private readonly piscina: Piscina;
   private readonly slots: Slot[];
+  private readonly threads: DeviceThread[];
   private readonly slotBase: number[];
   private nextId = 0;
   private closed = false;
+  private lastTrim = performance.now();
   /** Terminations under way (close() waits for them). */
   private readonly killing = new Set<Promise<void>>();
 
@@ -73,13 +97,16 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
       atomics: 'disabled',
     });
     this.slotBase = [];
-    let n = 0;
-    for (const d of options.devices) {
-      this.slotBase.push(n);
-      n += d.workers;
-    }
-    this.counters = new BigInt64Array(new SharedArrayBuffer(n * 2 * 8));
-    this.slots = Array.from({ length: n }, () => ({ worker: null, pending: null, seenNs: 0n }));
+    this.slots = [];
+    this.threads = [];
+    options.devices.forEach((d, device) => {
+      this.slotBase.push(this.slots.length);
+      for (let w = 0; w < d.workers; w++) {
+        if (w === 0 || !options.threadPerDevice) this.threads.push({ worker: null, device, pending: new Map() });
+        this.slots.push({ thread: this.threads.length - 1, busy: -1, seenNs: 0n });
+      }
+    });
+    this.counters = new BigInt64Array(new SharedArrayBuffer(this.slots.length * 2 * 8));
   }
 
   async prepare(task: PartitionTask<I>): Promise<PreparedBuffer> {
@@ -103,15 +130,17 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
     if (task.signal.aborted) return Promise.reject(new Error('aborted before the device step started'));
     const index = (this.slotBase[task.device] ?? 0) + task.worker;
     const slot = this.slots[index] as Slot;
-    if (slot.pending) return Promise.reject(new Error(`device ${task.device} worker ${task.worker} is already busy`));
-    const worker = (slot.worker ??= this.spawn(index, task.device, task.worker));
+    if (slot.busy >= 0) return Promise.reject(new Error(`device ${task.device} worker ${task.worker} is already busy`));
+    const thread = this.threads[slot.thread] as DeviceThread;
+    const worker = (thread.worker ??= this.spawn(slot.thread));
     const id = this.nextId++;
-    const req: DeviceRequest = { id, input: task.input, ctx: { jobId: task.jobId, partition: task.partition, buffer: task.prepared.buffer.buffer, meta: task.prepared.meta } };
+    const req: DeviceRequest = { id, slot: index, worker: task.worker, input: task.input, ctx: { jobId: task.jobId, partition: task.partition, buffer: task.prepared.buffer.buffer, meta: task.prepared.meta } };
     return new Promise<unknown>((resolve, reject) => {
-      slot.pending = { id, resolve, reject };
+      slot.busy = id;
+      thread.pending.set(id, { slot: index, resolve, reject });
       // Aborted (cancel, timeout, shutdown): the thread may be deep in a kernel, so it is ended and respawned on next use.
       const abort = () => {
-        if (slot.pending?.id === id) void this.kill(index, new Error(`aborted: ${(task.signal.reason as Error | undefined)?.message ?? 'withdrawn'}`));
+        if (slot.busy === id) void this.kill(slot.thread, new Error(`aborted: ${(task.signal.reason as Error | undefined)?.message ?? 'withdrawn'}`));
       };
       task.signal.addEventListener('abort', abort, { once: true });
       worker.postMessage(req);
@@ -127,14 +156,20 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
     return this.options.finish(job);
   }
 
+  /** Returns the buffer to the pool; at most once a second, idle buffers past the pool's TTL are freed. */
   release(prepared: PreparedBuffer): void {
     this.pool.checkin(prepared.buffer);
+    const now = performance.now();
+    if (now - this.lastTrim >= 1000) {
+      this.lastTrim = now;
+      this.pool.trim();
+    }
   }
 
   /** Ends every thread (also those still being terminated after an abort). Later prepare/run calls reject. */
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all(this.slots.map((_, i) => this.kill(i, new Error('the workload is closed'))));
+    await Promise.all(this.threads.map((_, i) => this.kill(i, new Error('the workload is closed'))));
     await Promise.all(this.killing);
     await this.piscina.destroy();
   }
@@ -144,23 +179,27 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
     return this.slots.map((_, i) => ({ busyMs: Number(Atomics.load(this.counters, i * 2)) / 1e6, count: Number(Atomics.load(this.counters, i * 2 + 1)) }));
   }
 
-  private spawn(index: number, device: number, worker: number): Worker {
-    const data: DeviceWorkerData = { module: this.options.deviceModule, counters: this.counters.buffer as SharedArrayBuffer, slot: index, device, worker };
+  private spawn(index: number): Worker {
+    const thread = this.threads[index] as DeviceThread;
+    const data: DeviceWorkerData = { module: this.options.deviceModule, counters: this.counters.buffer as SharedArrayBuffer, device: thread.device };
     const w = new Worker(new URL('./threads/device-worker.js', import.meta.url), { workerData: data });
-    const slot = this.slots[index] as Slot;
+    const settle = (id: number): Pending | undefined => {
+      const p = thread.pending.get(id);
+      if (!p) return undefined;
+      thread.pending.delete(id);
+      (this.slots[p.slot] as Slot).busy = -1;
+      return p;
+    };
     w.on('message', (reply: DeviceReply) => {
-      const p = slot.pending;
-      if (!p || p.id !== reply.id) return;
-      slot.pending = null;
+      const p = settle(reply.id);
+      if (!p) return;
       if (reply.ok) p.resolve(reply.output);
       else p.reject(new Error(reply.message));
     });
     const died = (why: string) => {
-      if (slot.worker !== w) return;
-      slot.worker = null;
-      const p = slot.pending;
-      slot.pending = null;
-      p?.reject(new Error(`device ${device} worker ${worker} thread died: ${why}`));
+      if (thread.worker !== w) return;
+      thread.worker = null;
+      for (const id of [...thread.pending.keys()]) settle(id)?.reject(new Error(`device ${thread.device} thread died: ${why}`));
     };
     w.on('error', (e) => died(e.message));
     w.on('exit', (code) => died(`exit code ${code}`));
@@ -168,21 +207,25 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
   }
 
   /**
-   * Ends a slot's thread, then fails its pending step. In that order: the step's buffer goes back
+   * Ends a device thread, then fails its pending steps. In that order: a step's buffer goes back
    * to the pool when the step settles, and a thread stuck in a native call could still write into
    * it until terminate() has returned.
    */
   private kill(index: number, why: Error): Promise<void> {
-    const slot = this.slots[index] as Slot;
-    const w = slot.worker;
-    const p = slot.pending;
-    slot.worker = null;
-    slot.pending = null;
+    const thread = this.threads[index] as DeviceThread;
+    const w = thread.worker;
+    const pending = [...thread.pending.values()];
+    thread.worker = null;
+    thread.pending.clear();
+    for (const p of pending) (this.slots[p.slot] as Slot).busy = -1;
     const done = (async () => {
       if (w) await w.terminate();
-      // Busy time of an abandoned step is not the next item's.
-      slot.seenNs = Atomics.load(this.counters, index * 2);
-      p?.reject(why);
+      for (const p of pending) {
+        const slot = this.slots[p.slot] as Slot;
+        // Busy time of an abandoned step is not the next item's.
+        slot.seenNs = Atomics.load(this.counters, p.slot * 2);
+        p.reject(why);
+      }
     })();
     this.killing.add(done);
     void done.finally(() => this.killing.delete(done));

@@ -49,12 +49,12 @@ describe('the WebGPU ntt-proof kernel', () => {
     const input: NttProofInput = { seed: 3, jobIndex: 0, logN: 10, synthesisMs: 0 };
     const commitments: string[] = [];
     for (const device of ['cpu', 'webgpu'] as const) {
-      const devices = [{ workers: 1 }];
+      const devices = [{ workers: 2 }]; // two workers: on WebGPU, two lanes in the device's one thread
       const workload = createNttProofWorkload({ devices, device, prepareThreads: 1 });
       const rt = new Runtime<NttProofInput, unknown, unknown, NttProofResult>({ workload, devices, pacer: 'unpaced', retries: 0 });
       try {
-        const r = await rt.submit({ id: 'j', kind: 'ntt-proof', partitions: 3 }, input);
-        expect(r.checked).toBe(3);
+        const r = await rt.submit({ id: 'j', kind: 'ntt-proof', partitions: 6 }, input);
+        expect(r.checked).toBe(6);
         commitments.push(r.commitment);
       } finally {
         await rt.close();

@@ -1,7 +1,8 @@
 /**
- * A device worker thread: runs one item at a time with the workload's device module, times its
- * own device call (not any queueing), and publishes busy nanoseconds and a count with Atomics
- * into the shared counters the runtime reads as deltas (the field engine's accumulator).
+ * A device thread: runs the steps sent to it with the workload's device module (one at a time
+ * per worker slot), times each device call itself (not any queueing), and publishes busy
+ * nanoseconds and a count with Atomics into its slot's shared counters, which the runtime reads
+ * as deltas (the field engine's accumulator).
  */
 import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -19,10 +20,10 @@ port.on('message', (req: DeviceRequest) => {
     let reply: DeviceReply;
     try {
       const t0 = performance.now();
-      const output = await mod.run(req.input, { ...req.ctx, device: init.device, worker: init.worker });
+      const output = await mod.run(req.input, { ...req.ctx, device: init.device, worker: req.worker });
       const ns = BigInt(Math.round((performance.now() - t0) * 1e6));
-      Atomics.add(counters, init.slot * 2, ns);
-      Atomics.add(counters, init.slot * 2 + 1, 1n);
+      Atomics.add(counters, req.slot * 2, ns);
+      Atomics.add(counters, req.slot * 2 + 1, 1n);
       reply = { id: req.id, ok: true, output };
     } catch (e) {
       reply = { id: req.id, ok: false, message: e instanceof Error ? e.message : String(e) };

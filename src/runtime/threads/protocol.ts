@@ -28,13 +28,14 @@ export interface DeviceWorkerData {
   module: string;
   /** BigInt64Array layout: [busyNs, count] per worker slot. */
   counters: SharedArrayBuffer;
-  slot: number;
   device: number;
-  worker: number;
 }
 
 export interface DeviceRequest {
   id: number;
+  /** The worker slot whose counters the step adds to, and the worker's index on its device. */
+  slot: number;
+  worker: number;
   input: unknown;
   ctx: StageContext & { meta: unknown };
 }

@@ -1,4 +1,4 @@
-/** ntt-proof device step on WebGPU (runs in a device worker thread): uploads the shared buffer's polynomials, runs the WGSL kernel, reads the product back. */
+/** ntt-proof device step on WebGPU (runs in the device's thread): uploads the shared buffer's polynomials, runs the WGSL kernel, reads the product back. */
 import { createHash } from 'node:crypto';
 import type { StageContext } from '../threads/protocol.js';
 import { sampleIndices, type NttPartitionOutput, type NttProofInput, type NttReference } from './ntt-proof.js';
@@ -14,10 +14,11 @@ function gpuKernel(): Promise<WebGpuNtt> {
   return kernel;
 }
 
-export async function run(input: NttProofInput, ctx: StageContext & { meta: unknown }): Promise<NttPartitionOutput> {
+export async function run(input: NttProofInput, ctx: StageContext & { meta: unknown; worker: number }): Promise<NttPartitionOutput> {
   const n = 2 ** input.logN;
   const out = new Uint32Array(n);
-  await (await gpuKernel()).prove(new Uint32Array(ctx.buffer, 0, n), new Uint32Array(ctx.buffer, 4 * n, n), out);
+  // One thread serves all of the device's workers (threadPerDevice): each worker is a lane.
+  await (await gpuKernel()).prove(new Uint32Array(ctx.buffer, 0, n), new Uint32Array(ctx.buffer, 4 * n, n), out, ctx.worker);
   const digest = createHash('sha256').update(new Uint8Array(out.buffer)).digest('hex');
   const samples = sampleIndices(input.logN, ctx.partition).map((j): [number, number] => [j, out[j] as number]);
   return { digest, samples, reference: (ctx.meta as NttReference).samples };

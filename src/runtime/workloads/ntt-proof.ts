@@ -104,6 +104,8 @@ export function createNttProofWorkload(options: NttProofOptions): ThreadedWorklo
     finish: finishNttProof,
     devices: options.devices,
     prepareConcurrency: options.prepareConcurrency ?? 8,
+    // Dawn on Mesa's software GL must not be driven from several threads at once.
+    threadPerDevice: options.device === 'webgpu',
     ...(options.prepareThreads === undefined ? {} : { prepareThreads: options.prepareThreads }),
     ...(options.pool === undefined ? {} : { pool: options.pool }),
   });

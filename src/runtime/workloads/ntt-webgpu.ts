@@ -174,7 +174,7 @@ interface SizeKit {
 
 /** The ntt-proof kernel on one WebGPU device: pipelines once, buffers and bind groups per size. */
 export class WebGpuNtt {
-  private readonly kits = new Map<number, SizeKit>();
+  private readonly kits = new Map<string, SizeKit>();
   private readonly bitReverse: GPUComputePipeline;
   private readonly butterfly: GPUComputePipeline;
   private readonly product: GPUComputePipeline;
@@ -187,13 +187,16 @@ export class WebGpuNtt {
     this.product = device.createComputePipeline({ layout: 'auto', compute: { module: prod, entryPoint: 'product' } });
   }
 
-  /** out[j] = A(ω^j)·B(ω^j) from the coefficients in a and b (which are not changed). */
-  async prove(a: Uint32Array, b: Uint32Array, out: Uint32Array): Promise<void> {
+  /**
+   * out[j] = A(ω^j)·B(ω^j) from the coefficients in a and b (which are not changed). Calls on
+   * different `lane`s (a device's workers) may overlap: each lane has its own buffers.
+   */
+  async prove(a: Uint32Array, b: Uint32Array, out: Uint32Array, lane = 0): Promise<void> {
     const n = a.length;
     if (b.length !== n || out.length !== n || n < 2 || (n & (n - 1)) !== 0 || n > 2 ** MAX_NTT_LOG_N) {
       throw new RangeError(`WebGpuNtt.prove: a, b and out must have one power-of-two length in [2, 2^${MAX_NTT_LOG_N}] (got ${a.length}, ${b.length}, ${out.length})`);
     }
-    const kit = this.kit(n);
+    const kit = this.kit(n, lane);
     const q = this.device.queue;
     // Dawn does not accept views of a SharedArrayBuffer here: stage through ordinary memory (the
     // upload copies to the device anyway).
@@ -220,8 +223,9 @@ export class WebGpuNtt {
     this.device.destroy();
   }
 
-  private kit(n: number): SizeKit {
-    let kit = this.kits.get(n);
+  private kit(n: number, lane: number): SizeKit {
+    const key = `${n}/${lane}`;
+    let kit = this.kits.get(key);
     if (kit) return kit;
     const d = this.device;
     const logN = Math.log2(n);
@@ -276,7 +280,7 @@ export class WebGpuNtt {
       workgroups: groups,
     });
     kit = { n, staging: new Uint32Array(n), buffers, passes };
-    this.kits.set(n, kit);
+    this.kits.set(key, kit);
     return kit;
   }
 }
