@@ -126,3 +126,16 @@ describe('scenario validation', () => {
     }
   });
 });
+
+describe('the README', () => {
+  it('shows a scenario file that validates and runs', async () => {
+    const { readFileSync } = await import('node:fs');
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const block = /```json\n([\s\S]*?)```/.exec(readme)?.[1];
+    expect(block).toBeDefined();
+    const s = parseScenario(JSON.parse(block as string), 'README example');
+    expect(s.name).toBe('my-prover');
+    const r = simulate({ ...s, arrivals: s.arrivals.slice(0, 1) }, { pacer: stoker });
+    expect(r.metrics.jobsDone + r.metrics.jobsFailed + r.metrics.jobsCancelled).toBe(r.jobsSubmitted);
+  });
+});
