@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { PACER_NAMES, PACERS, type PacerFactory } from '../core/index.js';
+import { createPacer, PACER_NAMES, PACERS, type PacerFactory } from '../core/index.js';
 import { resolvePacer } from '../sim/load-pacer.js';
 import { resolveScenario } from '../sim/load-scenario.js';
 import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js';
@@ -216,7 +216,8 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
   };
   if (base.synthesisMs < 0 || base.targetWaiting < 0) throw new UsageError('--synthesis-ms and --target must be ≥ 0');
   const pacers = parseList('--pacers', flags.pacers);
-  for (const p of pacers) if (!Object.hasOwn(PACERS, p)) throw new UsageError(`unknown pacer ${JSON.stringify(p)}: use one of ${PACER_NAMES.join(', ')}`);
+  // Fail before the first run, with createPacer's own error for a name it does not know.
+  for (const p of pacers) createPacer(p);
   const results: DemoSummary[] = [];
   for (const pacer of pacers) {
     io.err(`ntt-proof on ${base.workers} ${base.device === 'cpu' ? 'CPU' : 'WebGPU'} device workers, 2^${logN}-point NTTs, ${base.synthesisMs} ms synthesis wait, pacer ${pacer}, ${base.seconds} s\n`);

@@ -1,7 +1,6 @@
 /** ntt-proof device step on WebGPU (runs in the device's thread): uploads the shared buffer's polynomials, runs the WGSL kernel, reads the product back. */
-import { createHash } from 'node:crypto';
 import type { StageContext } from '../threads/protocol.js';
-import { sampleIndices, type NttPartitionOutput, type NttProofInput, type NttReference } from './ntt-proof.js';
+import { partitionOutput, type NttPartitionOutput, type NttProofInput } from './ntt-proof.js';
 import { openGpu, WebGpuNtt } from './ntt-webgpu.js';
 
 let kernel: Promise<WebGpuNtt> | undefined;
@@ -19,7 +18,5 @@ export async function run(input: NttProofInput, ctx: StageContext & { meta: unkn
   const out = new Uint32Array(n);
   // One thread serves all of the device's workers (threadPerDevice): each worker is a lane.
   await (await gpuKernel()).prove(new Uint32Array(ctx.buffer, 0, n), new Uint32Array(ctx.buffer, 4 * n, n), out, ctx.worker);
-  const digest = createHash('sha256').update(new Uint8Array(out.buffer)).digest('hex');
-  const samples = sampleIndices(input.logN, ctx.partition).map((j): [number, number] => [j, out[j] as number]);
-  return { digest, samples, reference: (ctx.meta as NttReference).samples };
+  return partitionOutput(input, ctx.partition, out, ctx.meta);
 }

@@ -10,7 +10,7 @@
 import { createHash } from 'node:crypto';
 import type { BufferPool } from '../buffer-pool.js';
 import { ThreadedWorkload } from '../threaded.js';
-import { evaluateAt, mulMod, powMod, rootOfUnity } from './ntt.js';
+import { commitment, productAt } from './ntt.js';
 
 export interface NttProofInput {
   seed: number;
@@ -28,7 +28,7 @@ export interface NttReference {
 }
 
 export interface NttPartitionOutput {
-  /** SHA-256 of the partition's product evaluations. */
+  /** SHA-256 of the partition's product evaluations ({@link commitment} of the one vector). */
   digest: string;
   /** [index, value] of the device's evaluations at the sample indices. */
   samples: [number, number][];
@@ -59,11 +59,16 @@ export function sampleIndices(logN: number, partition: number): number[] {
 
 /** The reference: A(ω^j)·B(ω^j) at the sample indices, by Horner's rule on the coefficients. */
 export function referenceSamples(logN: number, partition: number, a: Uint32Array, b: Uint32Array): [number, number][] {
-  const omega = rootOfUnity(logN);
-  return sampleIndices(logN, partition).map((j) => {
-    const x = powMod(omega, j);
-    return [j, mulMod(evaluateAt(a, x), evaluateAt(b, x))];
-  });
+  return sampleIndices(logN, partition).map((j) => [j, productAt(a, b, logN, j)]);
+}
+
+/** What a device step returns for a partition's product evaluations `out` (the same for every device kind). */
+export function partitionOutput(input: NttProofInput, partition: number, out: Uint32Array, meta: unknown): NttPartitionOutput {
+  return {
+    digest: commitment([out]),
+    samples: sampleIndices(input.logN, partition).map((j): [number, number] => [j, out[j] as number]),
+    reference: (meta as NttReference).samples,
+  };
 }
 
 /** Main-thread finish (cheap): the commitment over the partitions' digests, every device value checked against the reference. */
