@@ -1,0 +1,402 @@
+/**
+ * The durable job journal of `stoker serve`: one SQLite file (`stoker.db`) in the data dir, on
+ * better-sqlite3. A job is durable once {@link Journal.insert} returns (WAL, `synchronous=FULL`),
+ * the outputs of its finished partitions are kept until it ends so that a restarted daemon can
+ * resume it, and each job ends exactly once ({@link Journal.finish}).
+ *
+ * The file is opened with `locking_mode=EXCLUSIVE` and the lock is taken at open, so one data dir
+ * serves one daemon: a second open, from another process or another connection, fails with
+ * `E_JOURNAL_LOCKED`. Every call is synchronous; JSON values are stored as TEXT.
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+
+/** Where a job is in its life: `queued` and `running` are unfinished, the others are final. */
+export type JobState = 'queued' | 'running' | 'done' | 'failed' | 'cancelled';
+
+/** A job as submitted: what {@link Journal.insert} takes. */
+export interface JournalJobInput {
+  /** The client's id of the job; the idempotency key of a submission. */
+  id: string;
+  /** The workload that runs the job. */
+  kind: string;
+  /** The job's priority class. */
+  priority: 'critical' | 'high' | 'normal' | 'low';
+  /** How many partitions the job has (a positive integer). */
+  partitions: number;
+  /** The job's input; any JSON value. */
+  input: unknown;
+  /** When the job should be done, epoch ms, or `null` for none. */
+  deadline: number | null;
+}
+
+/** A job as the journal holds it. */
+export interface JournalJob extends JournalJobInput {
+  /** {@link Journal.hash} of the job's body: tells a retried submission from a conflicting one. */
+  bodyHash: string;
+  /** Where the job is in its life. */
+  state: JobState;
+  /** When the job was inserted, epoch ms by the journal's clock. */
+  submittedAt: number;
+  /** When its first partition started ({@link Journal.markRunning}), or `null`. */
+  startedAt: number | null;
+  /** When it ended ({@link Journal.finish}), or `null`. */
+  finishedAt: number | null;
+  /** The result of a `done` job; `null` otherwise. */
+  result: unknown;
+  /** The error code of a `failed` or `cancelled` job; `null` otherwise. */
+  errorCode: string | null;
+  /** The reason of a `failed` or `cancelled` job; `null` otherwise. */
+  errorReason: string | null;
+  /** How many partitions have their output recorded ({@link Journal.recordPartition}). */
+  partitionsDone: number;
+  /** How many times the job was resumed after a restart ({@link Journal.markResumed}). */
+  resumes: number;
+}
+
+/** The body of a job, what {@link Journal.hash} covers: everything submitted but the id. */
+export type JournalJobBody = Omit<JournalJobInput, 'id'>;
+
+/** How a job ends: what {@link Journal.finish} takes. */
+export type JournalOutcome =
+  | { state: 'done'; result: unknown }
+  | { state: 'failed' | 'cancelled'; code: string; reason: string };
+
+/** Options of {@link Journal.open}. */
+export interface JournalOptions {
+  /**
+   * The journal's clock, epoch ms: stamps `submittedAt`, `startedAt`, `finishedAt` and is the
+   * "now" of {@link Journal.purgeFinished}.
+   * @default Date.now
+   */
+  now?: () => number;
+}
+
+/** Stable codes of {@link JournalError}. */
+export type JournalErrorCode =
+  /** Another connection (another `stoker serve`) holds the data dir. */
+  | 'E_JOURNAL_LOCKED'
+  /** The file was written by a newer stoker with a schema this one does not know. */
+  | 'E_JOURNAL_VERSION'
+  /** The data dir or the file cannot be created, read or written, or is not a database. */
+  | 'E_JOURNAL_OPEN'
+  /** A job with this id exists with a different body. */
+  | 'E_JOURNAL_CONFLICT'
+  /** No job has this id. */
+  | 'E_JOURNAL_UNKNOWN_JOB'
+  /** A job or a partition index is malformed, or a value is not JSON-serialisable. */
+  | 'E_JOURNAL_BAD_INPUT'
+  /** The journal was closed. */
+  | 'E_JOURNAL_CLOSED';
+
+/** The error class of the journal: `code` is stable, `message` says what to do. */
+export class JournalError extends Error {
+  override readonly name = 'JournalError';
+  constructor(
+    readonly code: JournalErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** The schema version this code writes (`PRAGMA user_version`). */
+const SCHEMA_VERSION = 1;
+
+const SCHEMA = `
+CREATE TABLE jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  kind TEXT NOT NULL,
+  priority TEXT NOT NULL,
+  partitions INTEGER NOT NULL,
+  input TEXT NOT NULL,
+  deadline INTEGER,
+  body_hash TEXT NOT NULL,
+  state TEXT NOT NULL,
+  submitted_at INTEGER NOT NULL,
+  started_at INTEGER,
+  finished_at INTEGER,
+  result TEXT NOT NULL DEFAULT 'null',
+  error_code TEXT,
+  error_reason TEXT,
+  partitions_done INTEGER NOT NULL DEFAULT 0,
+  resumes INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX jobs_state ON jobs (state, seq);
+CREATE TABLE partition_outputs (
+  job_id TEXT NOT NULL,
+  partition INTEGER NOT NULL,
+  output TEXT NOT NULL,
+  PRIMARY KEY (job_id, partition)
+) WITHOUT ROWID;
+`;
+
+const UNFINISHED = `state IN ('queued', 'running')`;
+const PRIORITIES: ReadonlySet<string> = new Set(['critical', 'high', 'normal', 'low']);
+
+interface JobRow {
+  id: string; kind: string; priority: JournalJob['priority']; partitions: number; input: string;
+  deadline: number | null; body_hash: string; state: JobState; submitted_at: number;
+  started_at: number | null; finished_at: number | null; result: string; error_code: string | null;
+  error_reason: string | null; partitions_done: number; resumes: number;
+}
+
+/** JSON text of a value (`undefined` → `null`); a value JSON cannot hold throws `E_JOURNAL_BAD_INPUT`. */
+function toJson(value: unknown, what: string): string {
+  try {
+    return JSON.stringify(value) ?? 'null';
+  } catch (cause) {
+    throw new JournalError('E_JOURNAL_BAD_INPUT', `${what} is not JSON-serialisable (${String(cause)}): pass plain JSON data`, { cause });
+  }
+}
+
+/** JSON text with object keys sorted recursively, of a value that is already plain JSON. */
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+function fromRow(r: JobRow): JournalJob {
+  return {
+    id: r.id, kind: r.kind, priority: r.priority, partitions: r.partitions,
+    input: JSON.parse(r.input) as unknown, deadline: r.deadline, bodyHash: r.body_hash,
+    state: r.state, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
+    result: JSON.parse(r.result) as unknown, errorCode: r.error_code, errorReason: r.error_reason,
+    partitionsDone: r.partitions_done, resumes: r.resumes,
+  };
+}
+
+/** The prepared statements of a journal, created once at open. */
+function prepareStatements(db: Database.Database) {
+  return {
+    get: db.prepare<[string], JobRow>('SELECT * FROM jobs WHERE id = ?'),
+    insert: db.prepare(`INSERT INTO jobs (id, kind, priority, partitions, input, deadline, body_hash, state, submitted_at)
+      VALUES (@id, @kind, @priority, @partitions, @input, @deadline, @bodyHash, 'queued', @now)`),
+    markRunning: db.prepare(`UPDATE jobs SET state = 'running', started_at = ? WHERE id = ? AND state = 'queued'`),
+    addPartition: db.prepare(`INSERT OR IGNORE INTO partition_outputs (job_id, partition, output) VALUES (?, ?, ?)`),
+    setPartition: db.prepare(`UPDATE partition_outputs SET output = ? WHERE job_id = ? AND partition = ?`),
+    countPartition: db.prepare(`UPDATE jobs SET partitions_done = partitions_done + 1 WHERE id = ?`),
+    outputs: db.prepare<[string], { partition: number; output: string }>('SELECT partition, output FROM partition_outputs WHERE job_id = ? ORDER BY partition'),
+    finish: db.prepare(`UPDATE jobs SET state = @state, finished_at = @now, result = @result, error_code = @code, error_reason = @reason
+      WHERE id = @id AND ${UNFINISHED}`),
+    dropOutputs: db.prepare('DELETE FROM partition_outputs WHERE job_id = ?'),
+    resumed: db.prepare(`UPDATE jobs SET resumes = resumes + 1 WHERE id = ? AND ${UNFINISHED}`),
+    unfinished: db.prepare<[], JobRow>(`SELECT * FROM jobs WHERE ${UNFINISHED} ORDER BY seq`),
+    counts: db.prepare<[], { state: JobState; n: number }>('SELECT state, COUNT(*) AS n FROM jobs GROUP BY state'),
+    countsByKind: db.prepare<[], { kind: string; state: JobState; n: number }>('SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state ORDER BY kind, state'),
+    pending: db.prepare<[], { n: number }>(`SELECT COUNT(*) AS n FROM jobs WHERE ${UNFINISHED}`),
+    purge: db.prepare(`DELETE FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ?`),
+  };
+}
+
+type Statements = ReturnType<typeof prepareStatements>;
+
+/** The durable job journal of `stoker serve`; see the module comment. Open with {@link Journal.open}. */
+export class Journal {
+  readonly #db: Database.Database;
+  readonly #now: () => number;
+  #closed = false;
+  readonly #s: Statements;
+
+  private constructor(db: Database.Database, now: () => number) {
+    this.#db = db;
+    this.#now = now;
+    this.#s = prepareStatements(db);
+  }
+
+  /**
+   * Opens (creating it if need be) the journal `stoker.db` in `dir`, creating `dir` too.
+   * @throws {JournalError} `E_JOURNAL_LOCKED` when another connection holds the dir,
+   * `E_JOURNAL_VERSION` when the file has a newer schema, `E_JOURNAL_OPEN` when the dir or the
+   * file cannot be used (not a database, no permission, …).
+   */
+  static open(dir: string, options: JournalOptions = {}): Journal {
+    const path = join(dir, 'stoker.db');
+    let db: Database.Database | undefined;
+    try {
+      mkdirSync(dir, { recursive: true });
+      const conn = new Database(path, { timeout: 0 });
+      db = conn;
+      conn.pragma('locking_mode = EXCLUSIVE');
+      conn.pragma('journal_mode = WAL');
+      conn.pragma('synchronous = FULL');
+      conn.exec('BEGIN IMMEDIATE; COMMIT'); // takes the exclusive lock now, held until close
+      const version = conn.pragma('user_version', { simple: true }) as number;
+      if (version > SCHEMA_VERSION) {
+        throw new JournalError('E_JOURNAL_VERSION', `journal ${path} has schema version ${version}, newer than this stoker's ${SCHEMA_VERSION}: upgrade stoker or choose another --data dir`);
+      }
+      if (version < SCHEMA_VERSION) {
+        conn.transaction(() => {
+          conn.exec(SCHEMA);
+          conn.pragma(`user_version = ${SCHEMA_VERSION}`);
+        })();
+      }
+      return new Journal(conn, options.now ?? Date.now);
+    } catch (err) {
+      db?.close();
+      if (err instanceof JournalError) throw err;
+      const code = err instanceof Error && 'code' in err ? err.code : undefined;
+      if (typeof code === 'string' && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'))) {
+        throw new JournalError('E_JOURNAL_LOCKED', `data dir ${dir} is in use by another stoker serve: stop it or choose another --data dir`, { cause: err });
+      }
+      throw new JournalError('E_JOURNAL_OPEN', `cannot open the journal ${path} (${String(err)}): check the path and its permissions, or move the file away to start afresh`, { cause: err });
+    }
+  }
+
+  /** The canonical hash of a job body: sha256 hex of its JSON with object keys sorted recursively. */
+  static hash(body: JournalJobBody): string {
+    const { kind, priority, partitions, input, deadline } = body;
+    const json = toJson({ kind, priority, partitions, input: input ?? null, deadline: deadline ?? null }, 'the job body');
+    const plain = JSON.parse(json) as unknown; // as stored: toJSON applied, undefined members dropped
+    return createHash('sha256').update(canonical(plain)).digest('hex');
+  }
+
+  /** The statements, after checking that the journal is open. */
+  private get stmts(): Statements {
+    if (this.#closed) throw new JournalError('E_JOURNAL_CLOSED', 'the journal is closed: open it again with Journal.open');
+    return this.#s;
+  }
+
+  /** The row of job `id`, or `E_JOURNAL_UNKNOWN_JOB`. */
+  private row(id: string): JobRow {
+    const row = this.stmts.get.get(id);
+    if (!row) throw new JournalError('E_JOURNAL_UNKNOWN_JOB', `no job has id ${JSON.stringify(id)}: check the id`);
+    return row;
+  }
+
+  /**
+   * Records a submitted job as `queued`; durable when this returns. Idempotent: a job with the
+   * same id and the same body returns the existing job (in whatever state) with `created: false`.
+   * @throws {JournalError} `E_JOURNAL_CONFLICT` when the id exists with a different body,
+   * `E_JOURNAL_BAD_INPUT` when the job is malformed.
+   */
+  insert(job: JournalJobInput): { job: JournalJob; created: boolean } {
+    const s = this.stmts;
+    const { id, kind, priority, partitions, deadline } = job;
+    if (typeof id !== 'string' || id === '' || typeof kind !== 'string' || !PRIORITIES.has(priority)
+      || !Number.isSafeInteger(partitions) || partitions < 1 || (deadline != null && !Number.isFinite(deadline))) {
+      throw new JournalError('E_JOURNAL_BAD_INPUT', `job ${JSON.stringify(id)} is malformed: it needs a non-empty id, a kind, a priority of critical|high|normal|low, a positive integer of partitions and a deadline that is epoch ms or null`);
+    }
+    const bodyHash = Journal.hash(job);
+    return this.#db.transaction(() => {
+      const existing = s.get.get(job.id);
+      if (existing) {
+        if (existing.body_hash !== bodyHash) {
+          throw new JournalError('E_JOURNAL_CONFLICT', `job ${JSON.stringify(job.id)} exists with a different body: resubmit the same body to retry, or use a new id`);
+        }
+        return { job: fromRow(existing), created: false };
+      }
+      s.insert.run({
+        id: job.id, kind: job.kind, priority: job.priority, partitions: job.partitions,
+        input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, now: this.#now(),
+      });
+      return { job: fromRow(this.row(job.id)), created: true };
+    })();
+  }
+
+  /** Marks a `queued` job `running`, stamping `startedAt`; a no-op in any other state. */
+  markRunning(id: string): void {
+    this.row(id);
+    this.stmts.markRunning.run(this.#now(), id);
+  }
+
+  /**
+   * Records (or replaces) the output of one finished partition of an unfinished job; idempotent.
+   * Returns `false`, recording nothing, when the job has already ended (e.g. it was cancelled
+   * while the partition ran).
+   * @throws {JournalError} `E_JOURNAL_UNKNOWN_JOB`, or `E_JOURNAL_BAD_INPUT` when `partition` is
+   * not in `0 … partitions−1` or `output` is not JSON-serialisable.
+   */
+  recordPartition(id: string, partition: number, output: unknown): boolean {
+    const s = this.stmts;
+    const json = toJson(output, `the output of partition ${partition} of job ${JSON.stringify(id)}`);
+    return this.#db.transaction(() => {
+      const row = this.row(id);
+      if (!Number.isSafeInteger(partition) || partition < 0 || partition >= row.partitions) {
+        throw new JournalError('E_JOURNAL_BAD_INPUT', `partition ${partition} of job ${JSON.stringify(id)} is out of range: it has partitions 0…${row.partitions - 1}`);
+      }
+      if (row.state !== 'queued' && row.state !== 'running') return false;
+      if (s.addPartition.run(id, partition, json).changes === 1) s.countPartition.run(id);
+      else s.setPartition.run(json, id, partition);
+      return true;
+    })();
+  }
+
+  /** The recorded partition outputs of a job, by partition index (empty once it has ended). */
+  partitionOutputs(id: string): Map<number, unknown> {
+    return new Map(this.stmts.outputs.all(id).map((r) => [r.partition, JSON.parse(r.output) as unknown]));
+  }
+
+  /**
+   * Ends an unfinished job and deletes its partition outputs; returns `true`. A job that has
+   * already ended is never changed again: returns `false`.
+   * @throws {JournalError} `E_JOURNAL_UNKNOWN_JOB`, or `E_JOURNAL_BAD_INPUT` for a result JSON
+   * cannot hold.
+   */
+  finish(id: string, outcome: JournalOutcome): boolean {
+    const s = this.stmts;
+    const params = outcome.state === 'done'
+      ? { id, state: 'done', result: toJson(outcome.result, `the result of job ${JSON.stringify(id)}`), code: null, reason: null }
+      : { id, state: outcome.state, result: 'null', code: outcome.code, reason: outcome.reason };
+    return this.#db.transaction(() => {
+      this.row(id);
+      if (s.finish.run({ ...params, now: this.#now() }).changes === 0) return false;
+      s.dropOutputs.run(id);
+      return true;
+    })();
+  }
+
+  /** Counts one more resume of an unfinished job after a restart; a no-op for an ended job. */
+  markResumed(id: string): void {
+    this.row(id);
+    this.stmts.resumed.run(id);
+  }
+
+  /** The job `id`, or `undefined`. */
+  get(id: string): JournalJob | undefined {
+    const row = this.stmts.get.get(id);
+    return row && fromRow(row);
+  }
+
+  /** The `queued` and `running` jobs, in submission order: what a restarted daemon resumes. */
+  unfinished(): JournalJob[] {
+    return this.stmts.unfinished.all().map(fromRow);
+  }
+
+  /** How many jobs are in each state. */
+  counts(): Record<JobState, number> {
+    const counts: Record<JobState, number> = { queued: 0, running: 0, done: 0, failed: 0, cancelled: 0 };
+    for (const { state, n } of this.stmts.counts.all()) counts[state] = n;
+    return counts;
+  }
+
+  /** Jobs by kind and state (states without jobs are left out). */
+  countsByKind(): { kind: string; state: JobState; count: number }[] {
+    return this.stmts.countsByKind.all().map((r) => ({ kind: r.kind, state: r.state, count: r.n }));
+  }
+
+  /** How many jobs are unfinished (`queued` + `running`). */
+  pending(): number {
+    return this.stmts.pending.get()?.n ?? 0;
+  }
+
+  /** Deletes the ended jobs with `finishedAt < now − olderThanMs`; returns how many. */
+  purgeFinished(olderThanMs: number): number {
+    return this.stmts.purge.run(this.#now() - olderThanMs).changes;
+  }
+
+  /** Closes the file and releases the data dir; idempotent. Any later call throws `E_JOURNAL_CLOSED`. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#db.close();
+  }
+}

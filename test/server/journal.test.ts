@@ -1,0 +1,262 @@
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Journal, JournalError, type JournalJobInput } from '../../src/server/journal.js';
+
+const dirs: string[] = [];
+const journals: Journal[] = [];
+
+afterEach(() => {
+  for (const j of journals.splice(0)) j.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'stoker-journal-'));
+  dirs.push(dir);
+  return dir;
+}
+
+/** A manual clock. */
+function clock(start = 1_000_000): { now: () => number; advance: (ms: number) => void } {
+  let t = start;
+  return { now: () => t, advance: (ms) => void (t += ms) };
+}
+
+function open(dir: string, now?: () => number): Journal {
+  const j = Journal.open(dir, now ? { now } : {});
+  journals.push(j);
+  return j;
+}
+
+function job(id: string, over: Partial<JournalJobInput> = {}): JournalJobInput {
+  return { id, kind: 'ntt-proof', priority: 'normal', partitions: 3, input: { log2: 18, seed: [1, 2] }, deadline: null, ...over };
+}
+
+function codeOf(fn: () => unknown): string | undefined {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(JournalError);
+    return (err as JournalError).code;
+  }
+  return undefined;
+}
+
+describe('Journal', () => {
+  it('round-trips an inserted job', () => {
+    const c = clock();
+    const j = open(tempDir(), c.now);
+    const { job: got, created } = j.insert(job('a', { deadline: 2_000_000, priority: 'high' }));
+    expect(created).toBe(true);
+    const expected = {
+      id: 'a', kind: 'ntt-proof', priority: 'high', partitions: 3, input: { log2: 18, seed: [1, 2] },
+      deadline: 2_000_000, bodyHash: Journal.hash(job('a', { deadline: 2_000_000, priority: 'high' })),
+      state: 'queued', submittedAt: 1_000_000, startedAt: null, finishedAt: null, result: null,
+      errorCode: null, errorReason: null, partitionsDone: 0, resumes: 0,
+    };
+    expect(got).toEqual(expected);
+    expect(j.get('a')).toEqual(expected);
+    expect(got.bodyHash).toMatch(/^[0-9a-f]{64}$/);
+    expect(j.get('nope')).toBeUndefined();
+  });
+
+  it('is idempotent for the same body and rejects a different body with E_JOURNAL_CONFLICT', () => {
+    const c = clock();
+    const j = open(tempDir(), c.now);
+    j.insert(job('a'));
+    c.advance(10);
+    const again = j.insert(job('a'));
+    expect(again.created).toBe(false);
+    expect(again.job.submittedAt).toBe(1_000_000);
+    // Idempotent whatever the state, even after the job ended.
+    j.finish('a', { state: 'done', result: 42 });
+    expect(j.insert(job('a'))).toMatchObject({ created: false, job: { state: 'done', result: 42 } });
+    expect(codeOf(() => j.insert(job('a', { partitions: 4 })))).toBe('E_JOURNAL_CONFLICT');
+    expect(() => j.insert(job('a', { input: { log2: 19 } }))).toThrow(/different body.*new id/);
+    expect(j.counts().done).toBe(1);
+  });
+
+  it('hashes canonically: key order does not matter, values do', () => {
+    const a = Journal.hash({ kind: 'k', priority: 'low', partitions: 1, input: { b: 1, a: { d: [1, { y: 2, x: 1 }], c: 'z' } }, deadline: null });
+    const b = Journal.hash({ deadline: null, input: { a: { c: 'z', d: [1, { x: 1, y: 2 }] }, b: 1 }, partitions: 1, priority: 'low', kind: 'k' });
+    expect(a).toBe(b);
+    expect(Journal.hash({ kind: 'k', priority: 'low', partitions: 1, input: { b: 1, a: { d: [{ x: 1, y: 2 }, 1], c: 'z' } }, deadline: null })).not.toBe(a);
+    expect(Journal.hash({ kind: 'k', priority: 'low', partitions: 1, input: [1, 2], deadline: 5 })).not.toBe(
+      Journal.hash({ kind: 'k', priority: 'low', partitions: 1, input: [1, 2], deadline: null }),
+    );
+  });
+
+  it('rejects malformed jobs and values JSON cannot hold with E_JOURNAL_BAD_INPUT', () => {
+    const j = open(tempDir());
+    expect(codeOf(() => j.insert(job('')))).toBe('E_JOURNAL_BAD_INPUT');
+    expect(codeOf(() => j.insert(job('a', { partitions: 0 })))).toBe('E_JOURNAL_BAD_INPUT');
+    expect(codeOf(() => j.insert(job('a', { input: { n: 1n } })))).toBe('E_JOURNAL_BAD_INPUT');
+    expect(j.pending()).toBe(0);
+  });
+
+  it('marks a queued job running once, stamping startedAt', () => {
+    const c = clock();
+    const j = open(tempDir(), c.now);
+    j.insert(job('a'));
+    c.advance(5);
+    j.markRunning('a');
+    c.advance(5);
+    j.markRunning('a');
+    expect(j.get('a')).toMatchObject({ state: 'running', startedAt: 1_000_005 });
+    expect(codeOf(() => j.markRunning('zz'))).toBe('E_JOURNAL_UNKNOWN_JOB');
+  });
+
+  it('finishes a job exactly once', () => {
+    const c = clock();
+    const j = open(tempDir(), c.now);
+    j.insert(job('a'));
+    j.insert(job('b'));
+    c.advance(100);
+    expect(j.finish('a', { state: 'done', result: { commitment: 'abc', n: [1, 2] } })).toBe(true);
+    const done = j.get('a');
+    expect(done).toMatchObject({ state: 'done', finishedAt: 1_000_100, result: { commitment: 'abc', n: [1, 2] }, errorCode: null });
+    c.advance(100);
+    expect(j.finish('a', { state: 'cancelled', code: 'E_CANCELLED', reason: 'late cancel' })).toBe(false);
+    expect(j.finish('a', { state: 'done', result: 'other' })).toBe(false);
+    expect(j.get('a')).toEqual(done);
+
+    expect(j.finish('b', { state: 'failed', code: 'E_DEVICE', reason: 'device lost' })).toBe(true);
+    expect(j.get('b')).toMatchObject({ state: 'failed', result: null, errorCode: 'E_DEVICE', errorReason: 'device lost' });
+    j.markRunning('b');
+    j.markResumed('b');
+    expect(j.get('b')).toMatchObject({ state: 'failed', startedAt: null, resumes: 0 });
+    expect(codeOf(() => j.finish('zz', { state: 'done', result: 1 }))).toBe('E_JOURNAL_UNKNOWN_JOB');
+  });
+
+  it('records partition outputs idempotently and deletes them when the job ends', () => {
+    const j = open(tempDir());
+    j.insert(job('a'));
+    j.markRunning('a');
+    j.recordPartition('a', 2, { root: 'r2' });
+    j.recordPartition('a', 0, [0, 1]);
+    j.recordPartition('a', 0, [0, 1, 2]); // replaced, counted once
+    expect(j.partitionOutputs('a')).toEqual(new Map<number, unknown>([[0, [0, 1, 2]], [2, { root: 'r2' }]]));
+    expect(j.get('a')?.partitionsDone).toBe(2);
+    expect(codeOf(() => j.recordPartition('a', 3, null))).toBe('E_JOURNAL_BAD_INPUT');
+    expect(codeOf(() => j.recordPartition('a', -1, null))).toBe('E_JOURNAL_BAD_INPUT');
+    expect(codeOf(() => j.recordPartition('zz', 0, null))).toBe('E_JOURNAL_UNKNOWN_JOB');
+
+    expect(j.finish('a', { state: 'cancelled', code: 'E_CANCELLED', reason: 'by client' })).toBe(true);
+    expect(j.partitionOutputs('a').size).toBe(0);
+    expect(j.recordPartition('a', 1, 'late')).toBe(false);
+    expect(j.partitionOutputs('a').size).toBe(0);
+    expect(j.get('a')?.partitionsDone).toBe(2);
+  });
+
+  it('lists unfinished jobs in submission order and keeps everything across a restart', () => {
+    const dir = tempDir();
+    const j = open(dir, () => 5); // the same timestamp for all: the order must come from the sequence
+    for (const id of ['z', 'a', 'm', 'b']) j.insert(job(id));
+    j.markRunning('m');
+    j.recordPartition('m', 1, { part: 1 });
+    j.finish('a', { state: 'done', result: null });
+    expect(j.unfinished().map((x) => x.id)).toEqual(['z', 'm', 'b']);
+    j.close();
+    j.close(); // idempotent
+    expect(codeOf(() => j.get('z'))).toBe('E_JOURNAL_CLOSED');
+
+    const k = open(dir);
+    expect(k.unfinished().map((x) => x.id)).toEqual(['z', 'm', 'b']);
+    expect(k.get('m')).toMatchObject({ state: 'running', partitionsDone: 1 });
+    expect(k.partitionOutputs('m')).toEqual(new Map([[1, { part: 1 }]]));
+    k.markResumed('m');
+    k.markResumed('m');
+    expect(k.get('m')?.resumes).toBe(2);
+    k.insert(job('c'));
+    expect(k.unfinished().map((x) => x.id)).toEqual(['z', 'm', 'b', 'c']);
+  });
+
+  it('keeps an inserted job when the process dies without closing', () => {
+    const dir = tempDir();
+    const j = open(dir);
+    j.insert(job('a', { input: 'durable' }));
+    // Copy the files as they are on disk while the journal is still open (no close, no
+    // checkpoint): what a restart after a crash finds.
+    const copy = join(tempDir(), 'after-crash');
+    mkdirSync(copy);
+    for (const f of readdirSync(dir)) copyFileSync(join(dir, f), join(copy, f));
+    const k = open(copy);
+    expect(k.get('a')).toMatchObject({ state: 'queued', input: 'durable' });
+  });
+
+  it('refuses a second open of a data dir in use with E_JOURNAL_LOCKED', () => {
+    const dir = tempDir();
+    const j = open(dir);
+    j.insert(job('a'));
+    let err: unknown;
+    try {
+      open(dir);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(JournalError);
+    expect((err as JournalError).code).toBe('E_JOURNAL_LOCKED');
+    expect((err as JournalError).message).toContain(`data dir ${dir} is in use by another stoker serve`);
+    expect(j.get('a')?.state).toBe('queued'); // the first is unaffected
+    j.close();
+    expect(open(dir).get('a')?.state).toBe('queued');
+  });
+
+  it('counts jobs by state', () => {
+    const j = open(tempDir());
+    for (const id of ['a', 'b', 'c', 'd', 'e']) j.insert(job(id));
+    j.markRunning('b');
+    j.finish('c', { state: 'done', result: 1 });
+    j.finish('d', { state: 'failed', code: 'E_X', reason: 'x' });
+    j.finish('e', { state: 'cancelled', code: 'E_CANCELLED', reason: 'y' });
+    expect(j.counts()).toEqual({ queued: 1, running: 1, done: 1, failed: 1, cancelled: 1 });
+    expect(j.pending()).toBe(2);
+  });
+
+  it('purges ended jobs by age', () => {
+    const c = clock();
+    const j = open(tempDir(), c.now);
+    for (const id of ['old', 'new', 'live']) j.insert(job(id));
+    j.finish('old', { state: 'done', result: 1 }); // at 1_000_000
+    c.advance(1_000);
+    j.finish('new', { state: 'failed', code: 'E_X', reason: 'x' }); // at 1_001_000
+    c.advance(1_000); // now 1_002_000
+    expect(j.purgeFinished(2_000)).toBe(0); // finishedAt < 1_000_000: none
+    expect(j.purgeFinished(1_500)).toBe(1); // finishedAt < 1_000_500: old
+    expect(j.get('old')).toBeUndefined();
+    expect(j.purgeFinished(0)).toBe(1);
+    expect(j.get('new')).toBeUndefined();
+    expect(j.get('live')?.state).toBe('queued'); // unfinished jobs are never purged
+  });
+
+  it('reports a file that is not a database with E_JOURNAL_OPEN naming the path', () => {
+    const dir = tempDir();
+    writeFileSync(join(dir, 'stoker.db'), 'this is not a database '.repeat(200));
+    let err: unknown;
+    try {
+      open(dir);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(JournalError);
+    expect((err as JournalError).code).toBe('E_JOURNAL_OPEN');
+    expect((err as JournalError).message).toContain(join(dir, 'stoker.db'));
+  });
+
+  it('refuses a journal with a newer schema with E_JOURNAL_VERSION', async () => {
+    const dir = tempDir();
+    open(dir).close();
+    const { default: Database } = await import('better-sqlite3');
+    const db = new Database(join(dir, 'stoker.db'));
+    db.pragma('user_version = 99');
+    db.close();
+    expect(codeOf(() => open(dir))).toBe('E_JOURNAL_VERSION');
+    // The failed open released the file.
+    const db2 = new Database(join(dir, 'stoker.db'));
+    db2.pragma('user_version = 1');
+    db2.close();
+    expect(open(dir).counts().queued).toBe(0);
+  });
+});
