@@ -1,0 +1,529 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parse, stringify, TomlError } from 'smol-toml';
+import { z } from 'zod';
+import { PACER_NAMES } from '../core/index.js';
+
+/**
+ * Configuration of the `stoker serve` daemon.
+ *
+ * Sources, later ones winning field by field: the defaults < a TOML file (`--config path`) <
+ * the environment (`STOKER_DATA_DIR`, `STOKER_<SECTION>_<FIELD>` with the field in UPPER_SNAKE,
+ * e.g. `STOKER_SERVER_MAX_PENDING_JOBS`) < the command-line flags (`--host`, `--port`,
+ * `--data-dir`). Every source is checked completely before anything is thrown: a
+ * {@link ConfigError} lists every problem, one line each, naming where it came from, the field,
+ * what is wrong and what to write instead. Unknown keys and unknown `STOKER_SERVER_*`,
+ * `STOKER_ENGINE_*`, `STOKER_DEVICE_*`, `STOKER_PREPARE_*` variables are errors (with a
+ * "did you mean" hint), so a typo never silently falls back to a default.
+ */
+
+/** The HTTP server and admission. */
+export interface ServerConfig {
+  /** Address to listen on; loopback by default (`"0.0.0.0"` listens on every interface). @default "127.0.0.1" */
+  host: string;
+  /** TCP port, 0–65535; 0 picks a free port. @default 7070 */
+  port: number;
+  /** Largest request body accepted, in bytes (≥ 1024). @default 1048576 */
+  bodyLimitBytes: number;
+  /** Admission: most jobs accepted and not yet finished; beyond it a submission gets 429. @default 10000 */
+  maxPendingJobs: number;
+  /** The `Retry-After` (seconds, ≥ 1) of a 429. @default 5 */
+  retryAfterS: number;
+  /** How long (seconds, > 0) a finished job's result is kept. @default 86400 */
+  resultTtlS: number;
+  /** On shutdown, how long (seconds, ≥ 0) running jobs may finish before the rest are cancelled. @default 30 */
+  shutdownTimeoutS: number;
+  /** Longest long-poll (seconds, > 0) a client may ask for. @default 300 */
+  maxWaitS: number;
+}
+
+/** The pacing engine. */
+export interface EngineConfig {
+  /** A built-in pacer name (see `stoker pacers`). @default "stoker" */
+  pacer: string;
+  /** Items waiting for a device the pacer aims at (> 0). @default 4 */
+  targetWaiting: number;
+  /** Memory budget in bytes (> 0); `"unlimited"` in a file or the environment, `Infinity` here. @default Infinity ("unlimited") */
+  budgetBytes: number;
+  /** Times a failed partition is prepared again before its job fails (0–10). @default 1 */
+  retries: number;
+  /** A device step running longer (seconds, > 0) fails; `"none"` in a file or the environment, `Infinity` here. @default Infinity ("none") */
+  deviceTimeoutS: number;
+  /** Extra numeric options of the pacer, by name. @default {} */
+  pacerOptions: Record<string, number>;
+}
+
+/** The accelerator. */
+export interface DeviceConfig {
+  /** `"cpu"` (a worker thread runs the kernel) or `"webgpu"`. @default "cpu" */
+  kind: 'cpu' | 'webgpu';
+  /** Pipelined workers on the device (1–64). @default 2 */
+  workers: number;
+}
+
+/** The CPU preparation pool. */
+export interface PrepareConfig {
+  /** Preparation threads (≥ 1). @default max(1, os.availableParallelism() − 1) */
+  threads: number;
+  /** Preparations one thread runs at once (≥ 1); they mostly await. @default 64 */
+  concurrency: number;
+}
+
+/** The daemon's configuration, fully resolved: every field set, `dataDir` absolute, `Infinity` for unlimited / none. */
+export interface ServeConfig {
+  /** The journal directory, absolute. Relative in a file: to the file's directory; elsewhere: to the working directory. @default "./stoker-data" */
+  dataDir: string;
+  server: ServerConfig;
+  engine: EngineConfig;
+  device: DeviceConfig;
+  prepare: PrepareConfig;
+}
+
+/** One problem: `source` is the file path, the environment variable or the `--flag`; `path` the field. */
+export interface ConfigIssue {
+  source: string;
+  path: string;
+  /** What is wrong — how to fix it. */
+  message: string;
+}
+
+/** Invalid configuration; `message` has one line per issue: `<source>: <path>: <what is wrong> — <how to fix>`. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  readonly code = 'E_CONFIG';
+  constructor(readonly issues: ConfigIssue[]) {
+    super(issues.map((i) => (i.path ? `${i.source}: ${i.path}: ${i.message}` : `${i.source}: ${i.message}`)).join('\n'));
+  }
+}
+
+/** Options of {@link loadConfig}. */
+export interface LoadConfigOptions {
+  /** A TOML file (`--config path`), relative to `cwd`. */
+  file?: string;
+  /** The environment; `process.env` when omitted. An empty value counts as unset. */
+  env?: NodeJS.ProcessEnv | Record<string, string | undefined>;
+  /** Flags already parsed by the CLI. */
+  flags?: { host?: string; port?: string | number; dataDir?: string };
+  /** Base of relative paths from the environment, the flags and the defaults. @default process.cwd() */
+  cwd?: string;
+}
+
+// ─── Schemas ──────────────────────────────────────────────────────────────────────────────────
+
+/** How a value is shown in a message. */
+function show(v: unknown): string {
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint') return String(v);
+  if (v === null || v === undefined) return 'nothing';
+  if (Array.isArray(v)) return 'an array';
+  if (v instanceof Date) return 'a date';
+  return 'a table';
+}
+
+/** Zod's error option: "expected <expect>, got <value> — <fix>". */
+const err = (expect: string, fix: string | ((input: unknown) => string)) => ({
+  error: (iss: { input?: unknown }) => `expected ${expect}, got ${show(iss.input)} — ${typeof fix === 'string' ? fix : fix(iss.input)}`,
+});
+
+function int(min: number, max: number | undefined, expect: string, fix: string) {
+  const e = err(expect, fix);
+  const s = z.number(e).int(e).min(min, e);
+  return (max === undefined ? s : s.max(max, e)).optional();
+}
+function positive(expect: string, fix: string) {
+  const e = err(expect, fix);
+  return z.number(e).positive(e).optional();
+}
+function text(expect: string, fix: string) {
+  const e = err(expect, fix);
+  return z.string(e).min(1, e).optional();
+}
+/** A positive number, or `word` for Infinity. */
+function positiveOr(word: string, expect: string, fix: string) {
+  return z.custom<number | string>((v) => v === word || (typeof v === 'number' && Number.isFinite(v) && v > 0), err(expect, fix)).optional();
+}
+
+function pacerFix(input: unknown): string {
+  const near = typeof input === 'string' ? suggest(input, PACER_NAMES) : undefined;
+  return `${near ? `did you mean ${JSON.stringify(near)}? ` : ''}use one of: ${PACER_NAMES.join(', ')}`;
+}
+const pacerErr = err('a built-in pacer name', pacerFix);
+const numberErr = err('a number', 'write each pacer option as name = number, e.g. window = 32');
+
+const serverShape = {
+  host: text('a host name or IP address', 'use e.g. "127.0.0.1" (this machine only) or "0.0.0.0" (every interface)'),
+  port: int(0, 65535, 'an integer from 0 to 65535', 'use e.g. 7070, or 0 to pick a free port'),
+  bodyLimitBytes: int(1024, undefined, 'an integer ≥ 1024 (bytes)', 'use e.g. 1048576 (1 MiB)'),
+  maxPendingJobs: int(1, undefined, 'an integer ≥ 1', 'use e.g. 10000'),
+  retryAfterS: int(1, undefined, 'an integer ≥ 1 (seconds)', 'use e.g. 5'),
+  resultTtlS: positive('a number of seconds > 0', 'use e.g. 86400 (one day)'),
+  shutdownTimeoutS: (() => {
+    const e = err('a number of seconds ≥ 0', 'use e.g. 30 (0 cancels running jobs at once)');
+    return z.number(e).min(0, e).optional();
+  })(),
+  maxWaitS: positive('a number of seconds > 0', 'use e.g. 300'),
+};
+const engineShape = {
+  pacer: z
+    .string(pacerErr)
+    .refine((v) => PACER_NAMES.includes(v), pacerErr)
+    .optional(),
+  targetWaiting: positive('a number > 0', 'use e.g. 4 (items waiting for a device)'),
+  budgetBytes: positiveOr('unlimited', 'a number of bytes > 0 or "unlimited"', 'use e.g. 412316860416 (384 GiB), or "unlimited"'),
+  retries: int(0, 10, 'an integer from 0 to 10', 'use e.g. 1'),
+  deviceTimeoutS: positiveOr('none', 'a number of seconds > 0 or "none"', 'use e.g. 120, or "none" for no timeout'),
+  pacerOptions: z
+    .record(z.string(), z.number(numberErr), err('a table of pacer options', 'write them under an [engine.pacerOptions] header, one name = number per line'))
+    .optional(),
+};
+const deviceShape = {
+  kind: z.enum(['cpu', 'webgpu'], err('"cpu" or "webgpu"', 'use "cpu" or "webgpu"')).optional(),
+  workers: int(1, 64, 'an integer from 1 to 64', 'use e.g. 2 (pipelined workers on the device)'),
+};
+const prepareShape = {
+  threads: int(1, undefined, 'an integer ≥ 1', `use e.g. ${defaultThreads()} (this machine's cores − 1)`),
+  concurrency: int(1, undefined, 'an integer ≥ 1', 'use e.g. 64'),
+};
+
+const section = <T extends z.core.$ZodLooseShape>(name: string, shape: T) =>
+  z
+    .strictObject(shape, err(`a table [${name}]`, `write its settings under a [${name}] header`))
+    .optional();
+
+const SECTIONS = {
+  server: section('server', serverShape),
+  engine: section('engine', engineShape),
+  device: section('device', deviceShape),
+  prepare: section('prepare', prepareShape),
+};
+type SectionName = keyof typeof SECTIONS;
+const SECTION_NAMES = Object.keys(SECTIONS) as SectionName[];
+const SHAPES: Record<SectionName, Record<string, z.ZodType>> = { server: serverShape, engine: engineShape, device: deviceShape, prepare: prepareShape };
+
+const dataDirSchema = text('a directory path', 'give the journal directory, e.g. "./stoker-data"');
+const FileSchema = z.strictObject({ dataDir: dataDirSchema, ...SECTIONS });
+/** One source's values, each checked; absent means "not set here". */
+type Layer = z.output<typeof FileSchema>;
+
+/** Every field, for the environment and the documentation. */
+type FieldPath = 'dataDir' | { [S in SectionName]: `${S}.${keyof NonNullable<Layer[S]> & string}` }[SectionName];
+
+function defaultThreads(): number {
+  return Math.max(1, os.availableParallelism() - 1);
+}
+
+// ─── Suggestions ──────────────────────────────────────────────────────────────────────────────
+
+function levenshtein(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) {
+      cur[j] = Math.min((prev[j] ?? 0) + 1, (cur[j - 1] ?? 0) + 1, (prev[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = cur;
+  }
+  return prev[b.length] ?? 0;
+}
+
+/** The closest candidate within edit distance 2 (case, `_` and `-` ignored), if any. */
+function suggest(word: string, candidates: readonly string[]): string | undefined {
+  const norm = (s: string) => s.toLowerCase().replace(/[_-]/g, '');
+  let best: string | undefined;
+  let bestD = 3;
+  for (const c of candidates) {
+    const d = norm(c) === norm(word) ? 0 : levenshtein(word, c);
+    if (d < bestD) [best, bestD] = [c, d];
+  }
+  return best;
+}
+
+// ─── Issues ───────────────────────────────────────────────────────────────────────────────────
+
+/** The keys allowed at a path of the file. */
+function knownKeys(at: string): string[] {
+  if (at === '') return Object.keys(FileSchema.shape);
+  return Object.hasOwn(SHAPES, at) ? Object.keys(SHAPES[at as SectionName]) : [];
+}
+
+function zodIssues(source: string, error: z.ZodError, base: readonly (string | number)[] = []): ConfigIssue[] {
+  const out: ConfigIssue[] = [];
+  for (const iss of error.issues) {
+    const at = [...base, ...iss.path.map(String)].join('.');
+    if (iss.code === 'unrecognized_keys') {
+      const known = knownKeys(at);
+      for (const key of iss.keys) {
+        const near = suggest(key, known);
+        const where = at === '' ? 'at the top level' : `in [${at}]`;
+        out.push({
+          source,
+          path: at === '' ? key : `${at}.${key}`,
+          message: `unknown key ${where} — ${near ? `did you mean ${JSON.stringify(near)}? ` : 'remove it; '}the keys ${where} are: ${known.join(', ')}`,
+        });
+      }
+    } else {
+      out.push({ source, path: at, message: iss.message.includes(' — ') ? iss.message : `${iss.message} — see \`stoker serve --help\` for the fields` });
+    }
+  }
+  return out;
+}
+
+// ─── Sources ──────────────────────────────────────────────────────────────────────────────────
+
+interface Source {
+  layer: Layer;
+  /** Base of a relative dataDir. */
+  base: string;
+}
+
+function readFileLayer(file: string, cwd: string, issues: ConfigIssue[]): Source | undefined {
+  const abs = path.resolve(cwd, file);
+  let textIn: string;
+  try {
+    textIn = fs.readFileSync(abs, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    const why = code === 'ENOENT' ? 'not found' : code === 'EISDIR' ? 'is a directory' : code === 'EACCES' ? 'not readable (permission denied)' : (e as Error).message;
+    issues.push({ source: file, path: '', message: `cannot read the config file: ${why} (${abs}) — check the --config path, or leave --config out to use the defaults and the environment` });
+    return undefined;
+  }
+  let data: unknown;
+  try {
+    data = parse(textIn);
+  } catch (e) {
+    if (e instanceof TomlError) {
+      const reason = (e.message.split('\n')[0] ?? '').replace(/^Invalid TOML document:\s*/, '');
+      issues.push({ source: file, path: `line ${e.line}, column ${e.column}`, message: `invalid TOML: ${reason} — fix the syntax there (strings need double quotes, tables a [header]; see https://toml.io)` });
+    } else {
+      issues.push({ source: file, path: '', message: `invalid TOML: ${(e as Error).message} — fix the file's syntax (see https://toml.io)` });
+    }
+    return undefined;
+  }
+  const r = FileSchema.safeParse(data);
+  if (!r.success) {
+    issues.push(...zodIssues(file, r.error));
+    return undefined;
+  }
+  return { layer: r.data, base: path.dirname(abs) };
+}
+
+const upperSnake = (key: string) => key.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toUpperCase();
+
+/** The environment variable of each field. */
+const ENV_VARS: ReadonlyMap<string, FieldPath> = new Map<string, FieldPath>([
+  ['STOKER_DATA_DIR', 'dataDir'],
+  ...SECTION_NAMES.flatMap((s) => Object.keys(SHAPES[s]).map((k): [string, FieldPath] => [`STOKER_${s.toUpperCase()}_${upperSnake(k)}`, `${s}.${k}` as FieldPath])),
+]);
+const ENV_PREFIXES = SECTION_NAMES.map((s) => `STOKER_${s.toUpperCase()}_`);
+
+const NUMERIC = /^[+-]?(\d[\d_]*(\.\d*)?|\.\d+)(e[+-]?\d+)?$/i;
+
+/** A string from the environment or a flag: as it is where the field takes it, else as a number. */
+function coerce(schema: z.ZodType, raw: string): z.ZodSafeParseResult<unknown> {
+  const asText = schema.safeParse(raw);
+  if (asText.success || !NUMERIC.test(raw.trim())) return asText;
+  return schema.safeParse(Number(raw.trim().replace(/_/g, '')));
+}
+
+/** `{"window":32}` or `window=32,gain=0.5`. */
+function parsePacerOptions(raw: string): { value: unknown } | { error: string } {
+  const t = raw.trim();
+  if (t.startsWith('{')) {
+    try {
+      return { value: JSON.parse(t) };
+    } catch (e) {
+      return { error: `expected a JSON object, got ${show(raw)} (${(e as Error).message})` };
+    }
+  }
+  const value: Record<string, unknown> = {};
+  for (const part of t.split(',').filter((p) => p.trim() !== '')) {
+    const eq = part.indexOf('=');
+    if (eq <= 0) return { error: `expected name=number pairs, got ${show(part.trim())}` };
+    const v = part.slice(eq + 1).trim();
+    value[part.slice(0, eq).trim()] = NUMERIC.test(v) ? Number(v.replace(/_/g, '')) : v;
+  }
+  return { value };
+}
+
+function fieldSchema(field: FieldPath): z.ZodType {
+  if (field === 'dataDir') return dataDirSchema;
+  const [s, k] = field.split('.') as [SectionName, string];
+  const schema = SHAPES[s][k];
+  if (!schema) throw new Error(`no field ${field}`);
+  return schema;
+}
+
+function setField(layer: Layer, field: FieldPath, value: unknown): void {
+  if (field === 'dataDir') {
+    layer.dataDir = value as string;
+    return;
+  }
+  const [s, k] = field.split('.') as [SectionName, string];
+  const sec = ((layer as Record<string, Record<string, unknown> | undefined>)[s] ??= {});
+  sec[k] = value;
+}
+
+/** Sets `field` from the string (or number) `raw` of `source`, or records why not. */
+function setFromString(layer: Layer, field: FieldPath, raw: string | number, source: string, issues: ConfigIssue[]): void {
+  let r: z.ZodSafeParseResult<unknown>;
+  if (field === 'engine.pacerOptions' && typeof raw === 'string') {
+    const p = parsePacerOptions(raw);
+    if ('error' in p) {
+      issues.push({ source, path: field, message: `${p.error} — write e.g. ${source}='{"window":32}' or ${source}=window=32,gain=0.5` });
+      return;
+    }
+    r = fieldSchema(field).safeParse(p.value);
+  } else {
+    r = typeof raw === 'number' ? fieldSchema(field).safeParse(raw) : coerce(fieldSchema(field), raw);
+  }
+  if (!r.success) {
+    issues.push(...zodIssues(source, r.error, field.split('.')));
+    return;
+  }
+  setField(layer, field, r.data);
+}
+
+function envLayer(env: Record<string, string | undefined>, cwd: string, issues: ConfigIssue[]): Source {
+  const layer: Layer = {};
+  for (const [name, raw] of Object.entries(env)) {
+    if (raw === undefined || raw === '') continue;
+    const field = ENV_VARS.get(name);
+    if (field) {
+      setFromString(layer, field, raw, name, issues);
+      continue;
+    }
+    const prefix = ENV_PREFIXES.find((p) => name.startsWith(p));
+    if (!prefix) continue;
+    const sec = prefix.slice('STOKER_'.length, -1).toLowerCase();
+    const inSection = [...ENV_VARS.keys()].filter((v) => v.startsWith(prefix));
+    const near = suggest(name, inSection);
+    const guess = name
+      .slice(prefix.length)
+      .toLowerCase()
+      .replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+    issues.push({
+      source: name,
+      path: `${sec}.${guess}`,
+      message: `unknown setting — ${near ? `did you mean ${near}? ` : 'unset it; '}the [${sec}] variables are: ${inSection.join(', ')}`,
+    });
+  }
+  return { layer, base: cwd };
+}
+
+const FLAGS = { host: ['server.host', '--host'], port: ['server.port', '--port'], dataDir: ['dataDir', '--data-dir'] } as const;
+
+function flagLayer(flags: NonNullable<LoadConfigOptions['flags']>, cwd: string, issues: ConfigIssue[]): Source {
+  const layer: Layer = {};
+  for (const [key, [field, source]] of Object.entries(FLAGS)) {
+    const raw = (flags as Record<string, string | number | undefined>)[key];
+    if (raw !== undefined) setFromString(layer, field, raw, source, issues);
+  }
+  return { layer, base: cwd };
+}
+
+// ─── Loading ──────────────────────────────────────────────────────────────────────────────────
+
+function defaults(cwd: string): ServeConfig {
+  return {
+    dataDir: path.resolve(cwd, './stoker-data'),
+    server: { host: '127.0.0.1', port: 7070, bodyLimitBytes: 1_048_576, maxPendingJobs: 10_000, retryAfterS: 5, resultTtlS: 86_400, shutdownTimeoutS: 30, maxWaitS: 300 },
+    engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
+    device: { kind: 'cpu', workers: 2 },
+    prepare: { threads: defaultThreads(), concurrency: 64 },
+  };
+}
+
+/** `"unlimited"` / `"none"` → Infinity. */
+const finiteOr = (v: number | string): number => (typeof v === 'number' ? v : Infinity);
+
+/**
+ * Loads the daemon's configuration: the defaults, then `file`, then `env`, then `flags`, each
+ * later source overriding field by field (a table such as `engine.pacerOptions` is replaced
+ * whole). Throws a {@link ConfigError} listing every problem of every source.
+ */
+export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
+  const cwd = opts.cwd ?? process.cwd();
+  const issues: ConfigIssue[] = [];
+  const sources: Source[] = [];
+  if (opts.file !== undefined) {
+    const s = readFileLayer(opts.file, cwd, issues);
+    if (s) sources.push(s);
+  }
+  sources.push(envLayer(opts.env ?? process.env, cwd, issues));
+  if (opts.flags) sources.push(flagLayer(opts.flags, cwd, issues));
+  if (issues.length > 0) throw new ConfigError(issues);
+
+  const c = defaults(cwd);
+  for (const { layer, base } of sources) {
+    if (layer.dataDir !== undefined) c.dataDir = path.resolve(base, layer.dataDir);
+    const { budgetBytes, deviceTimeoutS, ...engine } = layer.engine ?? {};
+    Object.assign(c.server, defined(layer.server));
+    Object.assign(c.engine, defined(engine));
+    if (budgetBytes !== undefined) c.engine.budgetBytes = finiteOr(budgetBytes);
+    if (deviceTimeoutS !== undefined) c.engine.deviceTimeoutS = finiteOr(deviceTimeoutS);
+    Object.assign(c.device, defined(layer.device));
+    Object.assign(c.prepare, defined(layer.prepare));
+  }
+  c.engine.pacerOptions = { ...c.engine.pacerOptions };
+  return c;
+}
+
+function defined<T extends object>(o: T | undefined): Partial<T> {
+  return Object.fromEntries(Object.entries(o ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+/**
+ * The effective configuration as TOML (`stoker config print`): every field, `Infinity` printed
+ * back as `"unlimited"` / `"none"`. Loading the output gives the same configuration.
+ */
+export function configToToml(c: ServeConfig): string {
+  const { budgetBytes, deviceTimeoutS, pacerOptions, ...engine } = c.engine;
+  const doc = {
+    dataDir: c.dataDir,
+    server: { ...c.server },
+    engine: {
+      ...engine,
+      budgetBytes: Number.isFinite(budgetBytes) ? budgetBytes : 'unlimited',
+      deviceTimeoutS: Number.isFinite(deviceTimeoutS) ? deviceTimeoutS : 'none',
+      // An empty table is left out (its default); a header with nothing under it reads badly.
+      ...(Object.keys(pacerOptions).length > 0 ? { pacerOptions: { ...pacerOptions } } : {}),
+    },
+    device: { ...c.device },
+    prepare: { ...c.prepare },
+  };
+  return `# stoker serve: the effective configuration (defaults < file < environment < flags)\n${stringify(doc).trim()}\n`;
+}
+
+// ─── Documentation ────────────────────────────────────────────────────────────────────────────
+
+const DOCS: Record<FieldPath, [def: string, what: string]> = {
+  dataDir: ['"./stoker-data"', 'the journal directory (relative: to the config file, else to the working directory)'],
+  'server.host': ['"127.0.0.1"', 'address to listen on ("0.0.0.0": every interface)'],
+  'server.port': ['7070', 'TCP port, 0–65535 (0 picks a free port)'],
+  'server.bodyLimitBytes': ['1048576', 'largest request body in bytes (≥ 1024)'],
+  'server.maxPendingJobs': ['10000', 'unfinished jobs accepted; beyond it submissions get 429'],
+  'server.retryAfterS': ['5', 'the Retry-After (s) of a 429'],
+  'server.resultTtlS': ['86400', 'seconds a finished job is kept'],
+  'server.shutdownTimeoutS': ['30', 'seconds running jobs may finish on shutdown'],
+  'server.maxWaitS': ['300', 'longest long-poll (s) a client may ask for'],
+  'engine.pacer': ['"stoker"', `a built-in pacer: ${PACER_NAMES.join(', ')}`],
+  'engine.targetWaiting': ['4', 'items waiting for a device the pacer aims at (> 0)'],
+  'engine.budgetBytes': ['"unlimited"', 'memory budget in bytes (> 0) or "unlimited"'],
+  'engine.retries': ['1', 'times a failed partition is retried (0–10)'],
+  'engine.deviceTimeoutS': ['"none"', 'device step timeout in seconds (> 0) or "none"'],
+  'engine.pacerOptions': ['{}', 'pacer options, name = number (env: JSON or name=value,…)'],
+  'device.kind': ['"cpu"', '"cpu" or "webgpu"'],
+  'device.workers': ['2', 'pipelined workers on the device (1–64)'],
+  'prepare.threads': ['cores − 1', 'preparation threads (≥ 1)'],
+  'prepare.concurrency': ['64', 'preparations one thread runs at once (≥ 1)'],
+};
+
+/** Every field with its default and environment variable, for `--help`. */
+export const CONFIG_DOC: string = (() => {
+  const rows = [...ENV_VARS].map(([env, field]) => [field, DOCS[field][0], env, DOCS[field][1]] as const);
+  const width = (i: 0 | 1 | 2) => Math.max(...rows.map((r) => r[i].length));
+  const [w0, w1, w2] = [width(0), width(1), width(2)];
+  const lines = rows.map((r) => `  ${r[0].padEnd(w0)}  ${r[1].padEnd(w1)}  ${r[2].padEnd(w2)}  ${r[3]}`);
+  return ['Configuration (defaults < --config file.toml < environment < flags); field, default, variable:', ...lines].join('\n');
+})();

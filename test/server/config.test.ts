@@ -1,0 +1,258 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PACER_NAMES } from '../../src/core/index.js';
+import { CONFIG_DOC, ConfigError, configToToml, loadConfig, type ServeConfig } from '../../src/server/config.js';
+
+let dir: string;
+beforeEach(() => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-config-'));
+});
+afterEach(() => {
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+/** Writes `text` to `name` in the temp dir; returns its path. */
+function write(name: string, text: string): string {
+  const file = path.join(dir, name);
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, text);
+  return file;
+}
+
+/** The ConfigError that `fn` throws. */
+function configError(fn: () => unknown): ConfigError {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return e as ConfigError;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('defaults', () => {
+  it('every field has its default, dataDir resolved against cwd, unlimited/none as Infinity', () => {
+    const c = loadConfig({ env: {}, cwd: dir });
+    expect(c).toEqual({
+      dataDir: path.join(dir, 'stoker-data'),
+      server: { host: '127.0.0.1', port: 7070, bodyLimitBytes: 1_048_576, maxPendingJobs: 10_000, retryAfterS: 5, resultTtlS: 86_400, shutdownTimeoutS: 30, maxWaitS: 300 },
+      engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
+      device: { kind: 'cpu', workers: 2 },
+      prepare: { threads: Math.max(1, os.availableParallelism() - 1), concurrency: 64 },
+    } satisfies ServeConfig);
+  });
+
+  it('unrelated environment variables are ignored, empty ones count as unset', () => {
+    const c = loadConfig({ env: { PATH: '/bin', STOKER_WEBGPU_BACKEND: 'vulkan', STOKER_SERVER_PORT: '' }, cwd: dir });
+    expect(c.server.port).toBe(7070);
+  });
+
+  it('CONFIG_DOC lists every field with its environment variable', () => {
+    for (const v of ['STOKER_DATA_DIR', 'STOKER_SERVER_MAX_PENDING_JOBS', 'STOKER_ENGINE_TARGET_WAITING', 'STOKER_DEVICE_KIND', 'STOKER_PREPARE_CONCURRENCY']) {
+      expect(CONFIG_DOC).toContain(v);
+    }
+    expect(CONFIG_DOC).toContain('server.maxWaitS');
+  });
+});
+
+describe('sources and precedence', () => {
+  it('file < environment < flags, field by field', () => {
+    const file = write(
+      'stoker.toml',
+      `dataDir = "journal"
+[server]
+host = "0.0.0.0"
+port = 8000
+maxPendingJobs = 50
+[engine]
+pacer = "classic"
+targetWaiting = 6
+budgetBytes = 412316860416
+deviceTimeoutS = 120
+pacerOptions = { window = 32 }
+[device]
+kind = "webgpu"
+workers = 4
+[prepare]
+threads = 3
+concurrency = 8
+`,
+    );
+    const fromFile = loadConfig({ file, env: {}, cwd: '/' });
+    expect(fromFile.dataDir).toBe(path.join(dir, 'journal')); // relative to the file's directory
+    expect(fromFile.server).toMatchObject({ host: '0.0.0.0', port: 8000, maxPendingJobs: 50, retryAfterS: 5 });
+    expect(fromFile.engine).toEqual({ pacer: 'classic', targetWaiting: 6, budgetBytes: 412316860416, retries: 1, deviceTimeoutS: 120, pacerOptions: { window: 32 } });
+    expect(fromFile.device).toEqual({ kind: 'webgpu', workers: 4 });
+    expect(fromFile.prepare).toEqual({ threads: 3, concurrency: 8 });
+
+    const env = {
+      STOKER_DATA_DIR: 'env-data',
+      STOKER_SERVER_PORT: '9000',
+      STOKER_SERVER_MAX_PENDING_JOBS: '75',
+      STOKER_ENGINE_TARGET_WAITING: '2.5',
+      STOKER_ENGINE_PACER_OPTIONS: 'gain=0.5',
+      STOKER_DEVICE_KIND: 'cpu',
+    };
+    const fromEnv = loadConfig({ file, env, cwd: dir });
+    expect(fromEnv.dataDir).toBe(path.join(dir, 'env-data')); // relative to cwd
+    expect(fromEnv.server).toMatchObject({ host: '0.0.0.0', port: 9000, maxPendingJobs: 75 });
+    expect(fromEnv.engine).toMatchObject({ pacer: 'classic', targetWaiting: 2.5, pacerOptions: { gain: 0.5 } }); // the table is replaced whole
+    expect(fromEnv.device).toEqual({ kind: 'cpu', workers: 4 });
+
+    const fromFlags = loadConfig({ file, env, flags: { host: '::1', port: '0', dataDir: '/srv/stoker' }, cwd: dir });
+    expect(fromFlags.server).toMatchObject({ host: '::1', port: 0, maxPendingJobs: 75 });
+    expect(fromFlags.dataDir).toBe(path.resolve('/srv/stoker'));
+    expect(loadConfig({ env, flags: { port: 7171 }, cwd: dir }).server.port).toBe(7171);
+  });
+
+  it('environment strings stay strings where the field takes text, numbers are coerced elsewhere', () => {
+    const c = loadConfig({ env: { STOKER_SERVER_HOST: '10', STOKER_DATA_DIR: '2024', STOKER_ENGINE_BUDGET_BYTES: '1e9', STOKER_ENGINE_RETRIES: '0', STOKER_ENGINE_PACER_OPTIONS: '{"window": 16}' }, cwd: dir });
+    expect(c.server.host).toBe('10');
+    expect(c.dataDir).toBe(path.join(dir, '2024'));
+    expect(c.engine).toMatchObject({ budgetBytes: 1e9, retries: 0, pacerOptions: { window: 16 } });
+  });
+});
+
+describe('"unlimited" and "none"', () => {
+  it('resolve to Infinity from a file and from the environment, and can be overridden by a number', () => {
+    const file = write('a.toml', '[engine]\nbudgetBytes = "unlimited"\ndeviceTimeoutS = "none"\n');
+    expect(loadConfig({ file, env: {}, cwd: dir }).engine).toMatchObject({ budgetBytes: Infinity, deviceTimeoutS: Infinity });
+    const capped = write('b.toml', '[engine]\nbudgetBytes = 1024\ndeviceTimeoutS = 2.5\n');
+    expect(loadConfig({ file: capped, env: {}, cwd: dir }).engine).toMatchObject({ budgetBytes: 1024, deviceTimeoutS: 2.5 });
+    const c = loadConfig({ file: capped, env: { STOKER_ENGINE_BUDGET_BYTES: 'unlimited', STOKER_ENGINE_DEVICE_TIMEOUT_S: 'none' }, cwd: dir });
+    expect(c.engine).toMatchObject({ budgetBytes: Infinity, deviceTimeoutS: Infinity });
+  });
+
+  it('the words belong to their own field only, and must be spelled exactly', () => {
+    const e = configError(() => loadConfig({ env: { STOKER_ENGINE_BUDGET_BYTES: 'none', STOKER_ENGINE_DEVICE_TIMEOUT_S: 'never' }, cwd: dir }));
+    expect(e.issues.map((i) => i.path)).toEqual(['engine.budgetBytes', 'engine.deviceTimeoutS']);
+    expect(e.message).toContain('STOKER_ENGINE_BUDGET_BYTES: engine.budgetBytes: expected a number of bytes > 0 or "unlimited", got "none"');
+    expect(e.message).toContain('STOKER_ENGINE_DEVICE_TIMEOUT_S: engine.deviceTimeoutS: expected a number of seconds > 0 or "none", got "never" — ');
+  });
+});
+
+describe('errors name the source, the field and the fix', () => {
+  it('a wrong type in the file', () => {
+    const file = write('t.toml', '[server]\nport = "eighty"\n[device]\nworkers = 1.5\n');
+    const e = configError(() => loadConfig({ file, env: {}, cwd: dir }));
+    expect(e.code).toBe('E_CONFIG');
+    expect(e.issues).toEqual([
+      { source: file, path: 'server.port', message: 'expected an integer from 0 to 65535, got "eighty" — use e.g. 7070, or 0 to pick a free port' },
+      { source: file, path: 'device.workers', message: 'expected an integer from 1 to 64, got 1.5 — use e.g. 2 (pipelined workers on the device)' },
+    ]);
+    expect(e.message.split('\n')).toEqual([
+      `${file}: server.port: expected an integer from 0 to 65535, got "eighty" — use e.g. 7070, or 0 to pick a free port`,
+      `${file}: device.workers: expected an integer from 1 to 64, got 1.5 — use e.g. 2 (pipelined workers on the device)`,
+    ]);
+  });
+
+  it('a section that is not a table', () => {
+    const file = write('s.toml', 'server = 5\n');
+    expect(configError(() => loadConfig({ file, env: {}, cwd: dir })).message).toBe(`${file}: server: expected a table [server], got 5 — write its settings under a [server] header`);
+  });
+
+  it('an unknown key, with a suggestion when one is close', () => {
+    const file = write('u.toml', 'data_dir = "x"\n[server]\nprot = 1\nmax_pending_jobs = 3\nzzz = 1\n[sever]\nport = 1\n');
+    const e = configError(() => loadConfig({ file, env: {}, cwd: dir }));
+    const lines = e.message.split('\n');
+    expect(lines).toHaveLength(5);
+    expect(lines).toContain(`${file}: server.prot: unknown key in [server] — did you mean "port"? the keys in [server] are: host, port, bodyLimitBytes, maxPendingJobs, retryAfterS, resultTtlS, shutdownTimeoutS, maxWaitS`);
+    expect(e.message).toContain(`${file}: server.max_pending_jobs: unknown key in [server] — did you mean "maxPendingJobs"?`);
+    expect(e.message).toContain(`${file}: server.zzz: unknown key in [server] — remove it; the keys in [server] are: host, port,`);
+    expect(e.message).toContain(`${file}: data_dir: unknown key at the top level — did you mean "dataDir"?`);
+    expect(e.message).toContain(`${file}: sever: unknown key at the top level — did you mean "server"?`);
+  });
+
+  it('a bad number in the environment names the variable', () => {
+    const e = configError(() => loadConfig({ env: { STOKER_SERVER_PORT: 'abc', STOKER_SERVER_RESULT_TTL_S: '0' }, cwd: dir }));
+    expect(e.issues).toEqual([
+      { source: 'STOKER_SERVER_PORT', path: 'server.port', message: 'expected an integer from 0 to 65535, got "abc" — use e.g. 7070, or 0 to pick a free port' },
+      { source: 'STOKER_SERVER_RESULT_TTL_S', path: 'server.resultTtlS', message: 'expected a number of seconds > 0, got 0 — use e.g. 86400 (one day)' },
+    ]);
+  });
+
+  it('an unknown STOKER_ENGINE_ variable, with a suggestion', () => {
+    const e = configError(() => loadConfig({ env: { STOKER_ENGINE_TARGET_WAITNG: '3', STOKER_PREPARE_FOO: '1' }, cwd: dir }));
+    expect(e.message.split('\n')).toEqual([
+      'STOKER_ENGINE_TARGET_WAITNG: engine.targetWaitng: unknown setting — did you mean STOKER_ENGINE_TARGET_WAITING? the [engine] variables are: STOKER_ENGINE_PACER, STOKER_ENGINE_TARGET_WAITING, STOKER_ENGINE_BUDGET_BYTES, STOKER_ENGINE_RETRIES, STOKER_ENGINE_DEVICE_TIMEOUT_S, STOKER_ENGINE_PACER_OPTIONS',
+      'STOKER_PREPARE_FOO: prepare.foo: unknown setting — unset it; the [prepare] variables are: STOKER_PREPARE_THREADS, STOKER_PREPARE_CONCURRENCY',
+    ]);
+  });
+
+  it('bad pacer options in the environment', () => {
+    const e = configError(() => loadConfig({ env: { STOKER_ENGINE_PACER_OPTIONS: 'window=32,gain' }, cwd: dir }));
+    expect(e.message).toMatch(/^STOKER_ENGINE_PACER_OPTIONS: engine\.pacerOptions: expected name=number pairs, got "gain" — write e\.g\. /);
+    const json = configError(() => loadConfig({ env: { STOKER_ENGINE_PACER_OPTIONS: '{"window":"big"}' }, cwd: dir }));
+    expect(json.message).toBe('STOKER_ENGINE_PACER_OPTIONS: engine.pacerOptions.window: expected a number, got "big" — write each pacer option as name = number, e.g. window = 32');
+  });
+
+  it('a TOML syntax error names the file and the line', () => {
+    const file = write('syntax.toml', '[server]\nport = 7070\nhost = 127.0.0.1\n');
+    const e = configError(() => loadConfig({ file, env: {}, cwd: dir }));
+    expect(e.issues).toHaveLength(1);
+    expect(e.message).toMatch(new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: line 3, column \\d+: invalid TOML: .+ — fix the syntax there`));
+  });
+
+  it('a missing file, and a directory given as the file', () => {
+    const missing = configError(() => loadConfig({ file: 'nope.toml', env: {}, cwd: dir }));
+    expect(missing.message).toBe(`nope.toml: cannot read the config file: not found (${path.join(dir, 'nope.toml')}) — check the --config path, or leave --config out to use the defaults and the environment`);
+    expect(configError(() => loadConfig({ file: dir, env: {}, cwd: dir })).message).toContain(`${dir}: cannot read the config file: is a directory`);
+  });
+
+  it('a bad pacer name lists the valid ones (and suggests a close one)', () => {
+    const file = write('p.toml', '[engine]\npacer = "fastest"\n');
+    const e = configError(() => loadConfig({ file, env: {}, cwd: dir }));
+    expect(e.message).toBe(`${file}: engine.pacer: expected a built-in pacer name, got "fastest" — use one of: ${PACER_NAMES.join(', ')}`);
+    const near = configError(() => loadConfig({ env: { STOKER_ENGINE_PACER: 'stokr' }, cwd: dir }));
+    expect(near.message).toContain('STOKER_ENGINE_PACER: engine.pacer: expected a built-in pacer name, got "stokr" — did you mean "stoker"? use one of: stoker, classic');
+  });
+
+  it('a port out of range, from each source', () => {
+    const file = write('port.toml', '[server]\nport = 70000\n');
+    expect(configError(() => loadConfig({ file, env: {}, cwd: dir })).message).toBe(`${file}: server.port: expected an integer from 0 to 65535, got 70000 — use e.g. 7070, or 0 to pick a free port`);
+    expect(configError(() => loadConfig({ env: { STOKER_SERVER_PORT: '-1' }, cwd: dir })).message).toContain('STOKER_SERVER_PORT: server.port: expected an integer from 0 to 65535, got -1');
+    expect(configError(() => loadConfig({ env: {}, flags: { port: 65536 }, cwd: dir })).message).toContain('--port: server.port: expected an integer from 0 to 65535, got 65536');
+    expect(configError(() => loadConfig({ env: {}, flags: { port: 'http' }, cwd: dir })).message).toContain('--port: server.port: expected an integer from 0 to 65535, got "http"');
+  });
+
+  it('every problem of every source is reported at once', () => {
+    const file = write('m.toml', '[prepare]\nthreads = 0\n');
+    const e = configError(() => loadConfig({ file, env: { STOKER_DEVICE_KIND: 'gpu' }, flags: { dataDir: '' }, cwd: dir }));
+    expect(e.issues.map((i) => `${i.source} ${i.path}`)).toEqual([`${file} prepare.threads`, 'STOKER_DEVICE_KIND device.kind', '--data-dir dataDir']);
+    for (const line of e.message.split('\n')) expect(line).toMatch(/^[^:]+: [\w.]+: expected .+, got .+ — .+/);
+  });
+});
+
+describe('configToToml', () => {
+  it('prints the defaults with "unlimited" and "none" and loads back to the same config', () => {
+    const c = loadConfig({ env: {}, cwd: dir });
+    const toml = configToToml(c);
+    expect(toml).toContain('budgetBytes = "unlimited"');
+    expect(toml).toContain('deviceTimeoutS = "none"');
+    expect(toml).toContain('[server]\nhost = "127.0.0.1"\nport = 7070\n');
+    const file = write('printed/defaults.toml', toml);
+    expect(loadConfig({ file, env: {}, cwd: '/' })).toEqual(c);
+  });
+
+  it('round-trips a config with every field changed', () => {
+    const c: ServeConfig = {
+      dataDir: path.join(dir, 'journal dir'),
+      server: { host: '0.0.0.0', port: 0, bodyLimitBytes: 4096, maxPendingJobs: 3, retryAfterS: 1, resultTtlS: 0.5, shutdownTimeoutS: 0, maxWaitS: 12.25 },
+      engine: { pacer: 'interval-pi', targetWaiting: 1.5, budgetBytes: 412316860416, retries: 10, deviceTimeoutS: 90, pacerOptions: { window: 32, gain: 0.25, 'odd key': 1 } },
+      device: { kind: 'webgpu', workers: 64 },
+      prepare: { threads: 7, concurrency: 1 },
+    };
+    const file = write('elsewhere/round.toml', configToToml(c));
+    expect(loadConfig({ file, env: {}, cwd: '/' })).toEqual(c);
+  });
+
+  it('prints environment and flag overrides as the effective values', () => {
+    const c = loadConfig({ env: { STOKER_SERVER_PORT: '8123', STOKER_ENGINE_DEVICE_TIMEOUT_S: '30' }, flags: { host: 'localhost' }, cwd: dir });
+    const toml = configToToml(c);
+    expect(toml).toContain('host = "localhost"\nport = 8123\n');
+    expect(toml).toContain('deviceTimeoutS = 30\n');
+    expect(loadConfig({ file: write('eff.toml', toml), env: {}, cwd: '/' })).toEqual(c);
+  });
+});
