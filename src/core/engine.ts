@@ -89,6 +89,8 @@ export class Engine {
   private readonly deadlines = new IndexedHeap<Job>((a, b) => a.spec.deadline < b.spec.deadline || (a.spec.deadline === b.spec.deadline && a.seq < b.seq));
   private readonly workers: Worker[][];
   private wake = Infinity;
+  /** Set by a `drain` event: no more dispatches. */
+  private draining = false;
 
   constructor(options: EngineOptions) {
     if (!Array.isArray(options.devices) || options.devices.length === 0) {
@@ -143,6 +145,21 @@ export class Engine {
   /** The time of the last event applied. */
   get time(): number {
     return this.now;
+  }
+
+  /** Each device's workers: alive or lost, and the partition each one runs (null when idle). */
+  workerStates(): { alive: boolean; item: { jobId: string; partition: number } | null }[][] {
+    return this.workers.map((ws) => ws.map((w) => ({ alive: w.alive, item: w.item ? { jobId: w.item.jobId, partition: w.item.partition } : null })));
+  }
+
+  /** Partitions of live jobs by kind and state (queued, preparing, waiting, on-device). */
+  partitionsByKind(): Record<string, Record<'queued' | 'preparing' | 'waiting' | 'on-device', number>> {
+    const out: Record<string, Record<'queued' | 'preparing' | 'waiting' | 'on-device', number>> = {};
+    for (const job of this.jobs.values()) {
+      const c = (out[job.spec.kind] ??= { queued: 0, preparing: 0, waiting: 0, 'on-device': 0 });
+      for (const item of job.items) if (item.state === 'queued' || item.state === 'preparing' || item.state === 'waiting' || item.state === 'on-device') c[item.state]++;
+    }
+    return out;
   }
 
   /** A live job's status, or undefined once it has ended (the core forgets ended jobs). */
@@ -206,10 +223,11 @@ export class Engine {
       case 'prepareFailed':
       case 'deviceDone':
       case 'deviceFailed':
+      case 'drain':
       case 'tick':
         return undefined;
       default:
-        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, deviceDone, deviceFailed, workerLost, workerReturned, tick`);
+        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, deviceDone, deviceFailed, workerLost, workerReturned, drain, tick`);
     }
   }
 
@@ -250,6 +268,9 @@ export class Engine {
         }
         break;
       }
+      case 'drain':
+        this.draining = true;
+        break;
       case 'tick':
         // The driver's timer fired (perhaps a little early): it has none pending now, so the
         // next wakeAt is sent even when its time is unchanged.
@@ -484,6 +505,7 @@ export class Engine {
   private dispatch(out: Command[]): number {
     const s = this.snapshot;
     s.budgetBlocked = false;
+    if (this.draining) return Infinity;
     for (let head = this.backlog.peek(); head; head = this.backlog.peek()) {
       if (s.preparing >= this.maxPreparing) return Infinity;
       const at = this.pacer.nextDispatchAt(s);

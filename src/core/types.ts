@@ -59,6 +59,8 @@ export type EngineEvent =
   | { type: 'deviceFailed'; time: number; item: number; attempt: number; reason: string }
   | { type: 'workerLost'; time: number; device: number; worker: number }
   | { type: 'workerReturned'; time: number; device: number; worker: number }
+  /** Start no more partitions (shutdown): those in flight still finish; queued ones stay queued until cancelled. */
+  | { type: 'drain'; time: number }
   /** A timer the engine asked for with `wakeAt` fired (early or late ticks are harmless). */
   | { type: 'tick'; time: number };
 

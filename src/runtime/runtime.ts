@@ -97,6 +97,8 @@ export class Runtime<I, P, O, R> {
   private closing = false;
   private closed: Promise<void> | undefined;
   private idleWaiters: (() => void)[] = [];
+  /** While close() waits: checks after every event whether it may go on. */
+  private settleWaiter: (() => void) | undefined;
 
   constructor(options: RuntimeOptions<I, P, O, R>) {
     this.workload = options.workload;
@@ -160,20 +162,24 @@ export class Runtime<I, P, O, R> {
 
   /**
    * Stops accepting jobs, lets running jobs finish for up to `timeoutMs`, cancels the rest (their
-   * waiters get E_CANCELLED), then closes the workload's threads. Safe to call twice.
+   * waiters get E_CANCELLED), then closes the workload's threads. With `drain`, no partition
+   * starts any more: only those in flight (preparing, waiting, on a device) finish within the
+   * timeout — a service that will resume its jobs later stops sooner that way. Safe to call twice
+   * (the first call's options hold).
    */
-  close(timeoutMs = 10_000): Promise<void> {
+  close(timeoutMs = 10_000, options: { drain?: boolean } = {}): Promise<void> {
     this.closed ??= (async () => {
       this.closing = true;
-      if (this.jobs.size > 0) {
-        await new Promise<void>((resolve) => {
-          const t = this.clock.schedule(resolve, timeoutMs);
-          void this.idle().then(() => {
-            this.clock.cancel(t);
-            resolve();
-          });
+      if (options.drain) this.apply({ type: 'drain', time: this.clock.now() });
+      const settled = options.drain ? this.drained() : this.idle();
+      await new Promise<void>((resolve) => {
+        const t = this.clock.schedule(resolve, timeoutMs);
+        void settled.then(() => {
+          this.clock.cancel(t);
+          resolve();
         });
-      }
+      });
+      this.settleWaiter = undefined;
       for (const id of [...this.jobs.keys()]) this.apply({ type: 'cancel', time: this.clock.now(), jobId: id });
       if (this.timer !== undefined) this.clock.cancel(this.timer);
       this.timer = undefined;
@@ -182,11 +188,24 @@ export class Runtime<I, P, O, R> {
     return this.closed;
   }
 
+  /** Resolves once no partition is preparing, waiting or on a device (checked after every event). */
+  private drained(): Promise<void> {
+    const s = this.engine.snapshot;
+    const empty = () => s.preparing + s.waiting + s.onDevice === 0;
+    if (empty()) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.settleWaiter = () => {
+        if (empty()) resolve();
+      };
+    });
+  }
+
   /** Applies one event and carries out its commands. `before` runs after validation, before the commands. */
   private apply(event: EngineEvent, before?: () => void): void {
     const cmds = this.engine.apply(event);
     before?.();
     for (const c of cmds) this.carryOut(c);
+    this.settleWaiter?.();
   }
 
   private carryOut(c: Command): void {
