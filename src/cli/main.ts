@@ -7,6 +7,8 @@ import { PacerModuleError } from '../sim/load-pacer.js';
 import { ScenarioError } from '../sim/scenario.js';
 import { benchCommand, demoCommand, overheadCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type DemoFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
 import { DEMO_DEFAULTS } from '../runtime/demo.js';
+import { CONFIG_DOC, ConfigError } from '../server/config.js';
+import { cancelCommand, ClientError, configPrintCommand, serveCommand, statusCommand, submitCommand, waitCommand, type ClientFlags, type ConfigFlags, type SubmitFlags } from './service-commands.js';
 
 export type { Io } from './commands.js';
 
@@ -25,9 +27,9 @@ function version(): string {
   }
 }
 
-function program(io: Io): Command {
+function program(io: Io, setExit: (code: number) => void): Command {
   const p = new Command('stoker')
-    .description('Keeps accelerators fed: simulate and compare pacers of a two-stage preparation → accelerator pipeline.')
+    .description('Keeps accelerators fed: run, serve, simulate and compare pacers of a two-stage preparation → accelerator pipeline.')
     .version(version(), '-V, --version')
     .exitOverride()
     .configureOutput({ writeOut: io.out, writeErr: io.err, outputError: (s, write) => write(s) })
@@ -89,6 +91,56 @@ function program(io: Io): Command {
     .option('--json', 'print the measurements as JSON')
     .action((flags: SpeedFlags) => speedCommand(flags, io));
 
+  const server = (cmd: Command) =>
+    cmd.option('--server <url>', 'the stoker server (env STOKER_SERVER)', process.env['STOKER_SERVER'] ?? 'http://127.0.0.1:7070').option('--json', 'print the reply as JSON');
+  const configured = (cmd: Command) =>
+    cmd
+      .option('-c, --config <file>', 'a TOML config file (see `stoker config print`)')
+      .option('--host <host>', 'interface to listen on (default 127.0.0.1: this machine only)')
+      .option('--port <n>', 'port to listen on (0: a free one)')
+      .option('--data <dir>', 'the journal directory');
+
+  configured(p.command('serve'))
+    .description('run the service: HTTP API, durable journal, metrics; SIGTERM/SIGINT finish in-flight partitions and stop')
+    .addHelpText('after', `
+Configuration: defaults < --config file < environment (STOKER_*) < flags.
+
+${CONFIG_DOC}`)
+    .action((flags: ConfigFlags) => serveCommand(flags, io));
+
+  configured(p.command('config').description('show the service configuration').command('print'))
+    .description('print the effective configuration (defaults < file < environment < flags) as TOML')
+    .action((flags: ConfigFlags) => configPrintCommand(flags, io));
+
+  server(p.command('submit'))
+    .description('submit a job to a running server')
+    .requiredOption('-k, --kind <kind>', 'job kind (GET /v1/kinds: ntt-proof, sleep)')
+    .requiredOption('-n, --partitions <n>', 'number of partitions')
+    .option('--id <id>', 'job id (idempotency key); generated when absent')
+    .option('--priority <p>', 'critical, high, normal or low')
+    .option('--input <json>', `the kind's input as JSON, e.g. '{"prepareMs":100}'`)
+    .option('--input-file <file>', "the kind's input from a JSON file")
+    .option('--deadline <time>', 'ISO 8601 time or epoch ms after which the job fails')
+    .action((flags: SubmitFlags) => submitCommand(flags, io));
+
+  server(p.command('status'))
+    .description("a running server's status, or one job's")
+    .argument('[id]', 'a job id')
+    .action((id: string | undefined, flags: ClientFlags) => statusCommand(id, flags, io));
+
+  server(p.command('wait'))
+    .description("wait for a job's end and print its result (exit 0 done, 1 failed or cancelled, 3 timed out)")
+    .argument('<id>', 'a job id')
+    .option('--timeout <duration>', 'give up after this long (30s, 5m, 1h)', '1h')
+    .action(async (id: string, flags: ClientFlags & { timeout: string }) => {
+      setExit(await waitCommand(id, flags, io));
+    });
+
+  server(p.command('cancel'))
+    .description('cancel a job on a running server')
+    .argument('<id>', 'a job id')
+    .action((id: string, flags: ClientFlags) => cancelCommand(id, flags, io));
+
   return p;
 }
 
@@ -96,14 +148,17 @@ function program(io: Io): Command {
 function exitCodeOf(e: unknown): number {
   if (e instanceof UsageError || e instanceof ScenarioError || e instanceof PacerModuleError) return 2;
   if (e instanceof StokerError && (e.code === 'E_UNKNOWN_PACER' || e.code === 'E_INVALID_OPTION')) return 2;
+  if (e instanceof ConfigError) return 2;
+  if (e instanceof ClientError) return e.exitCode;
   return 1;
 }
 
 /** Runs the CLI with `argv` (without node and the script); returns the exit code, never exits the process. */
 export async function main(argv: string[], io: Io = defaultIo): Promise<number> {
   try {
-    await program(io).parseAsync(argv, { from: 'user' });
-    return 0;
+    let code = 0;
+    await program(io, (c) => (code = c)).parseAsync(argv, { from: 'user' });
+    return code;
   } catch (e) {
     if (e instanceof CommanderError) {
       // Help and version have printed and succeed (exit code 0); for usage errors (unknown

@@ -1,0 +1,190 @@
+import fs from 'node:fs';
+import { configToToml, loadConfig } from '../server/config.js';
+import { startServer } from '../server/serve.js';
+import { UsageError, type Io } from './commands.js';
+
+export interface ConfigFlags {
+  config?: string;
+  host?: string;
+  port?: string;
+  data?: string;
+}
+
+function config(flags: ConfigFlags) {
+  return loadConfig({
+    ...(flags.config === undefined ? {} : { file: flags.config }),
+    env: process.env,
+    flags: { ...(flags.host === undefined ? {} : { host: flags.host }), ...(flags.port === undefined ? {} : { port: flags.port }), ...(flags.data === undefined ? {} : { dataDir: flags.data }) },
+  });
+}
+
+/** `stoker config print`: the effective config (defaults < file < environment < flags) as TOML. */
+export function configPrintCommand(flags: ConfigFlags, io: Io): void {
+  io.out(configToToml(config(flags)));
+}
+
+/** `stoker serve`: runs until SIGTERM or SIGINT, then shuts down gracefully. */
+export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
+  const cfg = config(flags);
+  const server = await startServer(cfg);
+  const resumed = server.service.status().jobs.pending;
+  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${cfg.device.workers} ${cfg.device.kind} device workers)\n`);
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      process.off('SIGTERM', onTerm);
+      process.off('SIGINT', onInt);
+      const pending = server.service.status().partitions.inFlight;
+      io.err(`stoker serve: ${signal}: finishing ${pending} partitions in flight (up to ${cfg.server.shutdownTimeoutS} s), then stopping\n`);
+      void server.close().then(() => {
+        io.err('stoker serve: stopped; unfinished jobs resume on the next start\n');
+        resolve();
+      });
+    };
+    const onTerm = () => stop('SIGTERM');
+    const onInt = () => stop('SIGINT');
+    process.on('SIGTERM', onTerm);
+    process.on('SIGINT', onInt);
+  });
+}
+
+/** An HTTP reply the client failed on: exit code 2 for a 4xx (the request was wrong), 1 otherwise. */
+export class ClientError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number,
+  ) {
+    super(message);
+  }
+}
+
+export interface ClientFlags {
+  server: string;
+  json?: boolean;
+}
+
+async function call(flags: ClientFlags, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
+  const url = new URL(path, flags.server.endsWith('/') ? flags.server : `${flags.server}/`);
+  let res: Response;
+  try {
+    res = await fetch(url, { method, ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }) });
+  } catch (e) {
+    const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e instanceof Error ? e.message : String(e));
+    throw new ClientError(`cannot reach the server at ${flags.server} (${cause}): start it with \`stoker serve\`, or pass --server / set STOKER_SERVER`, 1);
+  }
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text) as unknown;
+  } catch {
+    // not JSON: keep the text
+  }
+  if (res.status >= 400) {
+    const p = parsed as { title?: string; detail?: string };
+    const retry = res.headers.get('retry-after');
+    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${p.detail ?? text}${retry ? ` (retry after ${retry} s)` : ''}`, res.status < 500 ? 2 : 1);
+  }
+  return { status: res.status, body: parsed };
+}
+
+const show = (io: Io, v: unknown) => io.out(`${JSON.stringify(v, null, 2)}\n`);
+
+export interface SubmitFlags extends ClientFlags {
+  kind: string;
+  partitions: string;
+  id?: string;
+  priority?: string;
+  input?: string;
+  inputFile?: string;
+  deadline?: string;
+}
+
+/** `stoker submit`: prints the accepted job. */
+export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
+  if (flags.input !== undefined && flags.inputFile !== undefined) throw new UsageError('give --input or --input-file, not both');
+  const text = flags.inputFile !== undefined ? readInput(flags.inputFile) : flags.input;
+  let input: unknown;
+  if (text !== undefined) {
+    try {
+      input = JSON.parse(text) as unknown;
+    } catch (e) {
+      throw new UsageError(`--input must be JSON, e.g. '{"prepareMs": 100}': ${(e as Error).message}`);
+    }
+  }
+  const partitions = Number(flags.partitions);
+  const deadline = flags.deadline === undefined ? undefined : /^\d+$/.test(flags.deadline) ? Number(flags.deadline) : flags.deadline;
+  const body = { kind: flags.kind, partitions, ...(flags.id ? { id: flags.id } : {}), ...(flags.priority ? { priority: flags.priority } : {}), ...(input === undefined ? {} : { input }), ...(deadline === undefined ? {} : { deadline }) };
+  const r = await call(flags, 'POST', 'v1/jobs', body);
+  if (flags.json) return show(io, r.body);
+  const job = r.body as { id: string; state: string };
+  io.out(`${r.status === 202 ? 'accepted' : 'already submitted'}: ${job.id} (${job.state})\n`);
+}
+
+function readInput(file: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new UsageError(`cannot read --input-file ${file}: ${(e as Error).message}`);
+  }
+}
+
+/** `stoker status [id]`: the engine, or one job. */
+export async function statusCommand(id: string | undefined, flags: ClientFlags, io: Io): Promise<void> {
+  if (id !== undefined) {
+    const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`);
+    return show(io, r.body);
+  }
+  const r = await call(flags, 'GET', 'v1/status');
+  if (flags.json) return show(io, r.body);
+  const s = r.body as {
+    jobs: Record<string, number>;
+    partitions: { queued: number; preparing: number; waiting: number; onDevice: number };
+    targetWaiting: number;
+    pacer: { name: string; mode: string; ratePerSec: number | null; intervalMs: number | null };
+    devices: { device: number; workers: { state: string }[] }[];
+    budget: { usedBytes: number; totalBytes: number | null };
+  };
+  const busy = s.devices.flatMap((d) => d.workers).filter((w) => w.state === 'busy').length;
+  const workers = s.devices.flatMap((d) => d.workers).length;
+  io.out(
+    [
+      `jobs        pending ${s.jobs['pending']}  (queued ${s.jobs['queued']}, running ${s.jobs['running']})  done ${s.jobs['done']}  failed ${s.jobs['failed']}  cancelled ${s.jobs['cancelled']}`,
+      `partitions  queued ${s.partitions.queued}  preparing ${s.partitions.preparing}  waiting ${s.partitions.waiting} (target ${s.targetWaiting})  on device ${s.partitions.onDevice}`,
+      `devices     ${busy}/${workers} workers busy`,
+      `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${s.pacer.ratePerSec === null ? '–' : `${s.pacer.ratePerSec.toFixed(2)}/s`}  dispatch ${s.pacer.intervalMs === null ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
+      `budget      ${s.budget.usedBytes} bytes of ${s.budget.totalBytes === null ? 'unlimited' : s.budget.totalBytes}`,
+    ].join('\n') + '\n',
+  );
+}
+
+/** Parses `30s`, `500ms`, `5m`, `1h` or seconds into ms. */
+export function durationMs(text: string, what: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  if (!m) throw new UsageError(`${what} must be a duration such as 30s, 500ms, 5m or 1h (got ${JSON.stringify(text)})`);
+  return Number(m[1]) * ({ ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's'] as number);
+}
+
+/** `stoker wait <id>`: long-polls until the job ends; exit 0 when done, 1 when failed or cancelled, 3 on timeout. */
+export async function waitCommand(id: string, flags: ClientFlags & { timeout: string }, io: Io): Promise<number> {
+  const deadline = Date.now() + durationMs(flags.timeout, '--timeout');
+  for (;;) {
+    const left = deadline - Date.now();
+    const waitS = Math.max(0, Math.min(60, Math.floor(left / 1000)));
+    const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result?wait=${waitS}s`);
+    const body = r.body as { state: string };
+    if (r.status === 200) {
+      show(io, body);
+      return body.state === 'done' ? 0 : 1;
+    }
+    if (Date.now() >= deadline) {
+      io.err(`job ${id} is still ${body.state} after --timeout ${flags.timeout}\n`);
+      return 3;
+    }
+  }
+}
+
+/** `stoker cancel <id>`. */
+export async function cancelCommand(id: string, flags: ClientFlags, io: Io): Promise<void> {
+  const r = await call(flags, 'DELETE', `v1/jobs/${encodeURIComponent(id)}`);
+  if (flags.json) return show(io, r.body);
+  io.out(`${id}: ${(r.body as { state: string }).state}\n`);
+}

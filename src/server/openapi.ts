@@ -1,0 +1,111 @@
+import { MAX_PARTITIONS, PRIORITIES } from '../core/index.js';
+
+const problem = { $ref: '#/components/schemas/Problem' };
+const problemResponse = (description: string) => ({ description, content: { 'application/problem+json': { schema: problem } } });
+const json = (description: string, schema: object) => ({ description, content: { 'application/json': { schema } } });
+const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'string' } };
+
+/** The OpenAPI 3.1 document of the HTTP API (served at GET /v1/openapi.json). */
+export function openApiDocument(maxWaitS: number): object {
+  return {
+    openapi: '3.1.0',
+    info: { title: 'Stoker', version: '1', description: 'Submit partitioned jobs to a paced CPU-preparation → accelerator pipeline; follow, await and cancel them.' },
+    paths: {
+      '/v1/jobs': {
+        post: {
+          summary: 'Submit a job',
+          description: 'Durable (journaled) before the reply. The same id with the same body is the same job (200); with a different body, 409.',
+          requestBody: { required: true, content: { 'application/json': { schema: { $ref: '#/components/schemas/SubmitBody' } } } },
+          responses: {
+            '202': json('Accepted and journaled', { $ref: '#/components/schemas/Job' }),
+            '200': json('The same id and body were submitted before: that job', { $ref: '#/components/schemas/Job' }),
+            '400': problemResponse('Invalid body: `errors` lists each field'),
+            '409': problemResponse('The id exists with a different body'),
+            '413': problemResponse('Body over server.bodyLimitBytes'),
+            '429': problemResponse('server.maxPendingJobs jobs are pending: retry after the Retry-After header'),
+            '503': problemResponse('Shutting down'),
+          },
+        },
+      },
+      '/v1/jobs/{id}': {
+        get: { summary: 'A job: state, per-partition states, timings', parameters: [idParam], responses: { '200': json('The job', { $ref: '#/components/schemas/Job' }), '404': problemResponse('No such job') } },
+        delete: {
+          summary: 'Cancel a job',
+          description: 'Withdraws its queued and in-flight partitions and frees their memory; waiters get state cancelled.',
+          parameters: [idParam],
+          responses: { '200': json('The cancelled job', { $ref: '#/components/schemas/Job' }), '404': problemResponse('No such job'), '409': problemResponse('The job already ended (done or failed)') },
+        },
+      },
+      '/v1/jobs/{id}/result': {
+        get: {
+          summary: 'The result, long-polling',
+          parameters: [idParam, { name: 'wait', in: 'query', required: false, schema: { type: 'string', examples: ['30s', '500ms', '2m'] }, description: `How long to wait for the end (at most ${maxWaitS}s); default 0` }],
+          responses: {
+            '200': json('The job ended: state done (result) or failed/cancelled (error)', { $ref: '#/components/schemas/Result' }),
+            '202': json('Still running after the wait', { $ref: '#/components/schemas/Result' }),
+            '400': problemResponse('Bad wait'),
+            '404': problemResponse('No such job'),
+          },
+        },
+      },
+      '/v1/status': { get: { summary: 'The whole engine: jobs, partitions per kind and stage (pending counted exactly), workers, pacer, budget, buffer pool', responses: { '200': json('Status', { type: 'object' }) } } },
+      '/v1/kinds': { get: { summary: 'The job kinds this server runs', responses: { '200': json('Kinds', { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, description: { type: 'string' } } } }) } } },
+      '/v1/events': { get: { summary: 'Server-sent events: job.submitted, job.started, job.partition, job.done, job.failed, job.cancelled, pacer (every second)', responses: { '200': { description: 'text/event-stream' } } } },
+      '/metrics': { get: { summary: 'Prometheus metrics (stoker_*)', responses: { '200': { description: 'text/plain; version=0.0.4' } } } },
+      '/v1/openapi.json': { get: { summary: 'This document', responses: { '200': json('OpenAPI 3.1', { type: 'object' }) } } },
+    },
+    components: {
+      schemas: {
+        SubmitBody: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['kind', 'partitions'],
+          properties: {
+            id: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$', description: 'Idempotency key; generated when absent' },
+            kind: { type: 'string', description: 'A kind from GET /v1/kinds (built in: ntt-proof, sleep)' },
+            priority: { enum: [...PRIORITIES], default: 'normal' },
+            partitions: { type: 'integer', minimum: 1, maximum: MAX_PARTITIONS },
+            input: { type: 'object', description: 'The kind\'s input. ntt-proof: {seed, logN 4–20, synthesisMs}; sleep: {seed, prepareMs, deviceMs}' },
+            deadline: { oneOf: [{ type: 'integer', description: 'epoch ms' }, { type: 'string', format: 'date-time' }] },
+          },
+        },
+        Job: {
+          type: 'object',
+          properties: {
+            id: { type: 'string' },
+            kind: { type: 'string' },
+            priority: { enum: [...PRIORITIES] },
+            partitions: { type: 'integer' },
+            state: { enum: ['queued', 'running', 'done', 'failed', 'cancelled'] },
+            input: {},
+            deadline: { type: ['string', 'null'], format: 'date-time' },
+            submittedAt: { type: 'string', format: 'date-time' },
+            startedAt: { type: ['string', 'null'], format: 'date-time' },
+            finishedAt: { type: ['string', 'null'], format: 'date-time' },
+            durationS: { type: ['number', 'null'] },
+            partitionsDone: { type: 'integer' },
+            partitionStates: { type: ['array', 'null'], items: { enum: ['queued', 'preparing', 'waiting', 'on-device', 'done'] } },
+            resumes: { type: 'integer' },
+            result: {},
+            error: { type: ['object', 'null'], properties: { code: { type: 'string' }, reason: { type: 'string' } } },
+          },
+        },
+        Result: {
+          type: 'object',
+          properties: { id: { type: 'string' }, state: { type: 'string' }, result: {}, error: { type: ['object', 'null'] }, finishedAt: { type: ['string', 'null'] } },
+        },
+        Problem: {
+          type: 'object',
+          required: ['type', 'title', 'status', 'detail'],
+          properties: {
+            type: { type: 'string' },
+            title: { type: 'string' },
+            status: { type: 'integer' },
+            detail: { type: 'string' },
+            errors: { type: 'array', items: { type: 'object', properties: { path: { type: 'string' }, message: { type: 'string' } } } },
+          },
+        },
+      },
+    },
+  };
+}

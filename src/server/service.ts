@@ -1,0 +1,396 @@
+import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { z } from 'zod';
+import { MAX_PARTITIONS, PRIORITIES, StokerError, type PartitionState, type Priority } from '../core/index.js';
+import { BufferPool } from '../runtime/buffer-pool.js';
+import { Runtime } from '../runtime/runtime.js';
+import type { ServeConfig } from './config.js';
+import { Journal, JournalError, type JobState, type JournalJob } from './journal.js';
+import { builtInKinds, KindRouter, type KindDef, type RoutedInput } from './kinds.js';
+import { ServiceMetrics } from './metrics.js';
+
+/**
+ * An error the API answers with a problem-details body: `status` is the HTTP status, `type` a
+ * stable slug, `detail` says what was wrong and how to fix it.
+ */
+export class ServiceError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string,
+    readonly title: string,
+    readonly detail: string,
+    readonly extra: { errors?: { path: string; message: string }[]; retryAfterS?: number } = {},
+  ) {
+    super(detail);
+  }
+}
+
+const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
+
+/** The body of `POST /v1/jobs`. */
+export const SubmitBody = z.strictObject({
+  id: z.string({ error: 'id must be a string' }).regex(ID, { error: 'id must be 1–200 characters of A–Z a–z 0–9 . _ : - starting with a letter or digit' }).optional(),
+  kind: z.string({ error: 'kind must be a string naming a job kind (GET /v1/kinds lists them)' }),
+  priority: z.enum(PRIORITIES, { error: `priority must be one of ${PRIORITIES.join(', ')}` }).default('normal'),
+  partitions: z
+    .number({ error: 'partitions must be a whole number' })
+    .int({ error: 'partitions must be a whole number' })
+    .min(1, { error: 'partitions must be ≥ 1' })
+    .max(MAX_PARTITIONS, { error: `partitions must be ≤ ${MAX_PARTITIONS}` }),
+  input: z.unknown().optional(),
+  /** Epoch milliseconds or an ISO 8601 time. */
+  deadline: z
+    .union([z.number().int().positive(), z.iso.datetime({ offset: true })], { error: 'deadline must be epoch milliseconds or an ISO 8601 time such as 2030-01-01T00:00:00Z' })
+    .optional(),
+});
+export type SubmitBody = z.input<typeof SubmitBody>;
+
+/** A job as the API shows it. */
+export interface JobView {
+  id: string;
+  kind: string;
+  priority: Priority;
+  partitions: number;
+  state: JobState;
+  input: unknown;
+  deadline: string | null;
+  submittedAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  /** Seconds from submission to the end (null while unfinished). */
+  durationS: number | null;
+  /** Partitions whose output is recorded (survives restarts). */
+  partitionsDone: number;
+  /** Per partition, while the job runs: queued, preparing, waiting, on-device or done; null once it ended. */
+  partitionStates: PartitionState[] | null;
+  /** How often the job was resumed after a restart. */
+  resumes: number;
+  result: unknown;
+  error: { code: string; reason: string } | null;
+}
+
+/** One server-sent event. */
+export interface ServiceEvent {
+  type: 'job.submitted' | 'job.started' | 'job.partition' | 'job.done' | 'job.failed' | 'job.cancelled' | 'pacer';
+  time: string;
+  [k: string]: unknown;
+}
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+/**
+ * The daemon's heart, without HTTP: the journal, the runtime and the kinds. Accepted jobs are
+ * journaled before they are acknowledged; on open, unfinished jobs resume with their unfinished
+ * partitions; each job ends exactly once in the journal.
+ */
+export class Service {
+  readonly events = new EventEmitter();
+  readonly metrics: ServiceMetrics;
+  readonly pool = new BufferPool();
+  readonly startedAt = Date.now();
+  private readonly runtime: Runtime<RoutedInput, unknown, unknown, unknown>;
+  private readonly kinds: Map<string, KindDef>;
+  private readonly waiters = new Map<string, Set<() => void>>();
+  /** Jobs whose cancel a client asked for (a shutdown's cancellations are not recorded as such). */
+  private readonly cancelled = new Set<string>();
+  private readonly started = new Set<string>();
+  /** Live jobs: the job's partition behind each engine partition of this run. */
+  private readonly runs = new Map<string, number[]>();
+  private closing = false;
+  private readonly purgeTimer: NodeJS.Timeout;
+  private readonly pacerTimer: NodeJS.Timeout;
+
+  private constructor(
+    readonly config: ServeConfig,
+    private readonly journal: Journal,
+    kinds?: Map<string, KindDef>,
+  ) {
+    this.events.setMaxListeners(0);
+    const devices = [{ workers: config.device.workers }];
+    this.kinds = kinds ?? builtInKinds({ devices, device: config.device.kind, prepareThreads: config.prepare.threads, prepareConcurrency: config.prepare.concurrency, pool: this.pool });
+    this.metrics = new ServiceMetrics(this);
+    const router = new KindRouter(this.kinds, {
+      started: (jobId) => {
+        if (this.started.has(jobId)) return;
+        this.started.add(jobId);
+        this.journal.markRunning(jobId);
+        this.emit({ type: 'job.started', id: jobId });
+      },
+      partitionDone: (jobId, partition, output) => {
+        if (this.journal.recordPartition(jobId, partition, output)) this.emit({ type: 'job.partition', id: jobId, partition });
+      },
+      observe: (stage, ms) => this.metrics.observeStage(stage, ms),
+    });
+    this.runtime = new Runtime({
+      workload: router,
+      devices,
+      pacer: config.engine.pacer,
+      pacerOptions: { ...config.engine.pacerOptions, targetWaiting: config.engine.targetWaiting },
+      budgetBytes: config.engine.budgetBytes,
+      retries: config.engine.retries,
+      deviceTimeoutMs: config.engine.deviceTimeoutS * 1000,
+    });
+    this.purgeTimer = setInterval(() => this.journal.purgeFinished(config.server.resultTtlS * 1000), 60_000).unref();
+    this.pacerTimer = setInterval(() => {
+      if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...this.runtime.engine.pacer.state() });
+    }, 1000).unref();
+  }
+
+  /** Opens the journal in `config.dataDir` and resumes its unfinished jobs. */
+  static open(config: ServeConfig, kinds?: Map<string, KindDef>): Service {
+    const journal = Journal.open(config.dataDir);
+    let service: Service;
+    try {
+      service = new Service(config, journal, kinds);
+    } catch (e) {
+      journal.close();
+      throw e;
+    }
+    journal.purgeFinished(config.server.resultTtlS * 1000);
+    for (const job of journal.unfinished()) service.resume(job);
+    return service;
+  }
+
+  /** The kinds this service runs. */
+  kindList(): { name: string; description: string }[] {
+    return [...this.kinds.values()].map((k) => ({ name: k.name, description: k.description }));
+  }
+
+  /** Validates, journals (durable when this returns) and starts a job. Same id and body: the same job. */
+  submit(raw: unknown): { job: JobView; created: boolean } {
+    if (this.closing) throw new ServiceError(503, 'shutting-down', 'Shutting down', 'the server is shutting down and accepts no jobs: retry against the restarted server');
+    const parsed = SubmitBody.safeParse(raw);
+    if (!parsed.success) throw invalid(parsed.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })));
+    const body = parsed.data;
+    const kind = this.kinds.get(body.kind);
+    if (!kind) throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${[...this.kinds.keys()].join(', ')}` }]);
+    const input = kind.input.safeParse(body.input ?? {});
+    if (!input.success) throw invalid(input.error.issues.map((i) => ({ path: ['input', ...i.path].join('.'), message: i.message })));
+    const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
+    const id = body.id ?? randomUUID();
+    const record = { id, kind: kind.name, priority: body.priority, partitions: body.partitions, input: input.data, deadline };
+    if (body.id !== undefined) {
+      const existing = this.journal.get(id);
+      if (existing) {
+        if (existing.bodyHash !== Journal.hash(record)) throw conflict(id);
+        return { job: this.view(existing), created: false };
+      }
+    }
+    if (this.journal.pending() >= this.config.server.maxPendingJobs) {
+      throw new ServiceError(429, 'too-many-jobs', 'Too many pending jobs', `${this.config.server.maxPendingJobs} jobs are pending (server.maxPendingJobs): retry after ${this.config.server.retryAfterS} s`, {
+        retryAfterS: this.config.server.retryAfterS,
+      });
+    }
+    let inserted: { job: JournalJob; created: boolean };
+    try {
+      inserted = this.journal.insert(record);
+    } catch (e) {
+      if (e instanceof JournalError && e.code === 'E_JOURNAL_CONFLICT') throw conflict(id);
+      throw e;
+    }
+    if (inserted.created) {
+      this.emit({ type: 'job.submitted', id, kind: kind.name, partitions: body.partitions });
+      this.start(inserted.job, range(body.partitions), new Map());
+    }
+    return { job: this.view(inserted.job), created: inserted.created };
+  }
+
+  /** The job, or undefined when unknown (or purged after server.resultTtlS). */
+  job(id: string): JobView | undefined {
+    const j = this.journal.get(id);
+    return j && this.view(j);
+  }
+
+  /** Resolves with the job once it has ended, or after `waitMs` with its state then. */
+  async wait(id: string, waitMs: number): Promise<JobView | undefined> {
+    const first = this.job(id);
+    if (!first || isFinal(first.state) || waitMs <= 0 || this.closing) return first;
+    await new Promise<void>((resolve) => {
+      let set = this.waiters.get(id);
+      if (!set) this.waiters.set(id, (set = new Set()));
+      const wake = () => {
+        clearTimeout(t);
+        set.delete(wake);
+        if (set.size === 0 && this.waiters.get(id) === set) this.waiters.delete(id);
+        resolve();
+      };
+      const t = setTimeout(wake, waitMs);
+      set.add(wake);
+    });
+    return this.job(id);
+  }
+
+  /** Cancels a job: withdraws its partitions wherever they are. A finished job cannot be cancelled (409). */
+  cancel(id: string): JobView {
+    const j = this.journal.get(id);
+    if (!j) throw notFound(id);
+    if (j.state === 'cancelled') return this.view(j);
+    if (isFinal(j.state)) throw new ServiceError(409, 'job-finished', 'Job already finished', `job ${id} has already ended (${j.state}); there is nothing to cancel`);
+    this.cancelled.add(id);
+    this.runtime.cancel(id);
+    // The runtime answers asynchronously; the journal records the end now so the reply is final.
+    this.end(id, { state: 'cancelled', code: 'E_CANCELLED', reason: 'cancelled on request' });
+    return this.view(this.journal.get(id) as JournalJob);
+  }
+
+  /** The whole engine: jobs, partitions per kind and stage, workers, pacer, budget, pool. */
+  status() {
+    const s = this.runtime.engine.snapshot;
+    const counts = this.journal.counts();
+    return {
+      time: new Date().toISOString(),
+      uptimeS: (Date.now() - this.startedAt) / 1000,
+      closing: this.closing,
+      jobs: { ...counts, pending: counts.queued + counts.running, maxPending: this.config.server.maxPendingJobs },
+      partitions: {
+        queued: s.backlog,
+        preparing: s.preparing,
+        waiting: s.waiting,
+        onDevice: s.onDevice,
+        inFlight: s.preparing + s.waiting + s.onDevice,
+        pending: s.backlog + s.preparing + s.waiting + s.onDevice,
+        byKind: this.runtime.engine.partitionsByKind(),
+        dispatched: s.dispatched,
+        completed: s.deviceCompletions,
+      },
+      targetWaiting: this.config.engine.targetWaiting,
+      devices: this.runtime.engine.workerStates().map((workers, d) => {
+        const c = s.devices[d];
+        return { device: d, kind: this.config.device.kind, completions: c?.completions ?? 0, busyS: (c?.busyMs ?? 0) / 1000, workers: workers.map((w) => ({ state: !w.alive ? 'lost' : w.item ? 'busy' : 'idle', job: w.item?.jobId ?? null, partition: w.item?.partition ?? null })) };
+      }),
+      pacer: { name: this.runtime.engine.pacer.name, ...this.runtime.engine.pacer.state() },
+      budget: { usedBytes: s.budgetUsedBytes, totalBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null, peakBytes: this.runtime.engine.budget.peak, blocked: s.budgetBlocked },
+      pool: this.pool.stats(),
+    };
+  }
+
+  /** Jobs in the journal by kind and state (for metrics). */
+  jobCounts(): { kind: string; state: JobState; count: number }[] {
+    return this.journal.countsByKind();
+  }
+
+  /** The engine counters (for metrics). */
+  get counters() {
+    return this.runtime.engine.snapshot;
+  }
+
+  /**
+   * Shutdown: accepts nothing more, lets the partitions in flight finish for up to `timeoutMs`
+   * (their outputs are journaled), leaves every unfinished job in the journal to resume on the
+   * next start, answers every waiter, closes the threads and the journal.
+   */
+  async close(timeoutMs = this.config.server.shutdownTimeoutS * 1000, beforeJournalCloses?: () => Promise<void>): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    clearInterval(this.purgeTimer);
+    clearInterval(this.pacerTimer);
+    await this.runtime.close(timeoutMs, { drain: true });
+    for (const set of this.waiters.values()) for (const wake of [...set]) wake();
+    this.events.emit('close');
+    await beforeJournalCloses?.();
+    this.journal.close();
+  }
+
+  private start(job: JournalJob, partitions: number[], recorded: Map<number, unknown>): void {
+    const kind = this.kinds.get(job.kind) as KindDef;
+    const deadline = job.deadline === null ? undefined : this.runtime.now() + (job.deadline - Date.now());
+    const routed: RoutedInput = { kind: job.kind, input: job.input, total: job.partitions, partitions, recorded };
+    this.runs.set(job.id, partitions);
+    const spec = { id: job.id, kind: job.kind, priority: job.priority, partitions: partitions.length, memory: kind.memory(job.input), ...(deadline === undefined ? {} : { deadline }) };
+    this.runtime.submit(spec, routed).then(
+      (result) => this.end(job.id, { state: 'done', result }),
+      (e: unknown) => {
+        const code = e instanceof StokerError ? e.code : 'E_INTERNAL';
+        const reason = e instanceof Error ? e.message : String(e);
+        // A shutdown's cancellation is not the job's end: it stays unfinished and resumes.
+        if (code === 'E_CANCELLED' && !this.cancelled.has(job.id)) return;
+        this.end(job.id, { state: code === 'E_CANCELLED' ? 'cancelled' : 'failed', code, reason });
+      },
+    );
+  }
+
+  /** A job from the journal, unfinished at the last stop: its unfinished partitions start again. */
+  private resume(job: JournalJob): void {
+    const recorded = this.journal.partitionOutputs(job.id);
+    const left = range(job.partitions).filter((p) => !recorded.has(p));
+    this.journal.markResumed(job.id);
+    if (left.length > 0) {
+      this.start(job, left, recorded);
+      return;
+    }
+    // Every partition finished before the stop: only the finish is left.
+    const outputs = range(job.partitions).map((p) => recorded.get(p));
+    Promise.resolve()
+      .then(() => (this.kinds.get(job.kind) as KindDef).workload.finish({ jobId: job.id, input: job.input, outputs }))
+      .then(
+        (result) => this.end(job.id, { state: 'done', result }),
+        (e: unknown) => this.end(job.id, { state: 'failed', code: 'E_FINISH_FAILED', reason: e instanceof Error ? e.message : String(e) }),
+      );
+  }
+
+  private end(id: string, outcome: { state: 'done'; result: unknown } | { state: 'failed' | 'cancelled'; code: string; reason: string }): void {
+    this.started.delete(id);
+    this.cancelled.delete(id);
+    this.runs.delete(id);
+    const job = this.journal.get(id);
+    if (!this.journal.finish(id, outcome) || !job) return;
+    const ended = this.journal.get(id) as JournalJob;
+    this.metrics.jobEnded(ended.kind, outcome.state, ((ended.finishedAt ?? Date.now()) - ended.submittedAt) / 1000);
+    this.emit(outcome.state === 'done' ? { type: 'job.done', id } : { type: `job.${outcome.state}`, id, code: outcome.code, reason: outcome.reason });
+    const set = this.waiters.get(id);
+    if (set) for (const wake of [...set]) wake();
+  }
+
+  private emit(e: Omit<ServiceEvent, 'time'>): void {
+    this.events.emit('event', { time: new Date().toISOString(), ...e });
+  }
+
+  private view(j: JournalJob): JobView {
+    let partitionStates: PartitionState[] | null = null;
+    const run = this.runs.get(j.id);
+    const live = this.runtime.engine.job(j.id);
+    if (!isFinal(j.state) && run && live) {
+      // Partitions outside this run finished before a restart.
+      partitionStates = new Array<PartitionState>(j.partitions).fill('done');
+      live.partitions.forEach((st, i) => (partitionStates![run[i] as number] = st));
+    }
+    return {
+      id: j.id,
+      kind: j.kind,
+      priority: j.priority,
+      partitions: j.partitions,
+      state: j.state,
+      input: j.input,
+      deadline: iso(j.deadline),
+      submittedAt: iso(j.submittedAt) as string,
+      startedAt: iso(j.startedAt),
+      finishedAt: iso(j.finishedAt),
+      durationS: j.finishedAt === null ? null : (j.finishedAt - j.submittedAt) / 1000,
+      partitionsDone: j.partitionsDone,
+      partitionStates,
+      resumes: j.resumes,
+      result: j.result ?? null,
+      error: j.errorCode === null ? null : { code: j.errorCode, reason: j.errorReason ?? '' },
+    };
+  }
+}
+
+export function isFinal(state: JobState): boolean {
+  return state === 'done' || state === 'failed' || state === 'cancelled';
+}
+
+function range(n: number): number[] {
+  return Array.from({ length: n }, (_, i) => i);
+}
+
+function invalid(errors: { path: string; message: string }[]): ServiceError {
+  return new ServiceError(400, 'invalid-job', 'Invalid job', errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '), { errors });
+}
+
+function conflict(id: string): ServiceError {
+  return new ServiceError(409, 'job-conflict', 'Job id in use', `job ${id} exists with a different body: resubmit the identical body (a no-op) or use a new id`);
+}
+
+export function notFound(id: string): ServiceError {
+  return new ServiceError(404, 'job-not-found', 'No such job', `no job ${JSON.stringify(id)}: it was never submitted, or it finished more than server.resultTtlS ago and was purged`);
+}

@@ -1,0 +1,98 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The built CLI (npm test builds it first: `pretest`). */
+export const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
+
+/** A `stoker serve` process on loopback, on a port the OS picks. */
+export interface ServerProcess {
+  url: string;
+  child: ChildProcess;
+  dataDir: string;
+  /** Everything it printed so far. */
+  output(): string;
+  /** Resolves with the exit code (or signal name) once the process has exited. */
+  exited: Promise<number | string>;
+  /** SIGTERM, then waits for the exit. */
+  stop(): Promise<number | string>;
+  /** kill -9. */
+  crash(): Promise<number | string>;
+}
+
+/** A fresh temporary data dir; remove it with {@link removeDir}. */
+export function tempDataDir(): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-serve-'));
+}
+
+export function removeDir(dir: string): void {
+  fs.rmSync(dir, { recursive: true, force: true });
+}
+
+/**
+ * Starts `stoker serve --port 0 --data <dir>` with the given extra args and environment, and
+ * resolves once it prints the address it listens on.
+ */
+export function startServer(dataDir: string, args: string[] = [], env: Record<string, string> = {}): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--host', '127.0.0.1', '--port', '0', '--data', dataDir, ...args], {
+    env: { ...process.env, STOKER_PREPARE_THREADS: '1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  return new Promise((resolve, reject) => {
+    const onData = (b: Buffer) => {
+      out += b.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) {
+        child.stdout?.off('data', onData);
+        child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+        resolve({
+          url: m[1] as string,
+          child,
+          dataDir,
+          output: () => out,
+          exited,
+          stop: () => {
+            child.kill('SIGTERM');
+            return exited;
+          },
+          crash: () => {
+            child.kill('SIGKILL');
+            return exited;
+          },
+        });
+      }
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', (b: Buffer) => (out += b.toString()));
+    void exited.then((code) => reject(new Error(`stoker serve exited (${code}) before listening:\n${out}`)));
+  });
+}
+
+/** JSON over HTTP: status, headers and parsed body (or text); tests check the body field by field. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function http(base: string, method: string, p: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; headers: Headers; body: any }> {
+  const res = await fetch(new URL(p, base), {
+    method,
+    headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers },
+    ...(body === undefined ? {} : { body: typeof body === 'string' ? body : JSON.stringify(body) }),
+  });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // keep the text
+  }
+  return { status: res.status, headers: res.headers, body: parsed };
+}
+
+/** The result a `sleep` job with this seed and partition count must produce. */
+export function sleepTotal(seed: number, partitions: number): number {
+  let t = 0;
+  for (let p = 0; p < partitions; p++) t += 2 * (seed * 31 + p);
+  return t;
+}
