@@ -7,6 +7,7 @@ import { StokerError } from './errors.js';
  */
 export class MemoryBudget {
   private usedBytes = 0;
+  private heldBytes = 0;
   private peakBytes = 0;
 
   /** @param totalBytes the whole budget; `Infinity` for none. */
@@ -20,10 +21,23 @@ export class MemoryBudget {
     return this.usedBytes;
   }
 
-  get free(): number {
-    return this.totalBytes - this.usedBytes;
+  /** Bytes the driver holds outside reservations (idle pooled buffers): they count against the budget. */
+  get held(): number {
+    return this.heldBytes;
   }
 
+  get free(): number {
+    return this.totalBytes - this.usedBytes - this.heldBytes;
+  }
+
+  /** Sets the bytes held outside reservations (see {@link held}). */
+  setHeld(bytes: number): void {
+    if (!(bytes >= 0) || !Number.isFinite(bytes)) throw new StokerError('E_INVALID_OPTION', `held memory must be a finite number of bytes ≥ 0 (got ${String(bytes)})`);
+    this.heldBytes = bytes;
+    this.peakBytes = Math.max(this.peakBytes, this.usedBytes + bytes);
+  }
+
+  /** Peak of reserved + held bytes. */
   get peak(): number {
     return this.peakBytes;
   }
@@ -36,9 +50,9 @@ export class MemoryBudget {
   /** Grants `bytes` if they are free now; returns whether it did. */
   tryReserve(bytes: number): boolean {
     if (!(bytes >= 0)) throw new StokerError('E_INVALID_OPTION', `a reservation must be a number of bytes ≥ 0 (got ${String(bytes)})`);
-    if (bytes > this.totalBytes - this.usedBytes) return false;
+    if (bytes > this.totalBytes - this.usedBytes - this.heldBytes) return false;
     this.usedBytes += bytes;
-    if (this.usedBytes > this.peakBytes) this.peakBytes = this.usedBytes;
+    this.peakBytes = Math.max(this.peakBytes, this.usedBytes + this.heldBytes);
     return true;
   }
 

@@ -218,6 +218,9 @@ export class Engine {
       case 'workerReturned':
         this.worker(event.device, event.worker);
         return undefined;
+      case 'memoryHeld':
+        if (!(event.bytes >= 0) || !Number.isFinite(event.bytes)) throw new StokerError('E_INVALID_EVENT', `memoryHeld.bytes must be a finite number ≥ 0 (got ${String(event.bytes)})`);
+        return undefined;
       case 'cancel':
       case 'prepared':
       case 'prepareFailed':
@@ -227,7 +230,7 @@ export class Engine {
       case 'tick':
         return undefined;
       default:
-        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, deviceDone, deviceFailed, workerLost, workerReturned, drain, tick`);
+        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, deviceDone, deviceFailed, workerLost, workerReturned, memoryHeld, drain, tick`);
     }
   }
 
@@ -270,6 +273,9 @@ export class Engine {
       }
       case 'drain':
         this.draining = true;
+        break;
+      case 'memoryHeld':
+        this.budget.setHeld(event.bytes);
         break;
       case 'tick':
         // The driver's timer fired (perhaps a little early): it has none pending now, so the

@@ -59,6 +59,11 @@ export type EngineEvent =
   | { type: 'deviceFailed'; time: number; item: number; attempt: number; reason: string }
   | { type: 'workerLost'; time: number; device: number; worker: number }
   | { type: 'workerReturned'; time: number; device: number; worker: number }
+  /**
+   * Memory the driver holds outside any reservation — idle buffers kept for reuse — now `bytes`
+   * in all: it counts against the budget, so the driver should free it when the budget blocks.
+   */
+  | { type: 'memoryHeld'; time: number; bytes: number }
   /** Start no more partitions (shutdown): those in flight still finish; queued ones stay queued until cancelled. */
   | { type: 'drain'; time: number }
   /** A timer the engine asked for with `wakeAt` fired (early or late ticks are harmless). */

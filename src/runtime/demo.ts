@@ -74,7 +74,8 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   const rt = new Runtime({ workload, devices, pacer: opts.pacer, pacerOptions: { ...opts.pacerOptions, targetWaiting: opts.targetWaiting } });
   const input = (jobIndex: number): NttProofInput => ({ seed: opts.seed, jobIndex, logN: opts.logN, synthesisMs: opts.synthesisMs });
   const bytes = nttBufferBytes(input(0));
-  const memory = { prepareBytes: bytes, deviceBytes: bytes / 2 };
+  // The device step reads the pooled buffer until it ends: the bytes stay held on the device.
+  const memory = { prepareBytes: bytes, deviceBytes: bytes };
   const t0 = performance.now();
   const stopAt = t0 + opts.seconds * 1000;
   const steadyFrom = t0 + 0.2 * opts.seconds * 1000;

@@ -1,4 +1,5 @@
 import { createPacer, Engine, StokerError, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
+import type { BufferPool } from './buffer-pool.js';
 import { systemClock, type Clock } from './clock.js';
 
 /** One partition as the stages see it. */
@@ -35,6 +36,11 @@ export interface Workload<I, P, O, R> {
   close?(): Promise<void>;
   /** Preparations the workload can run at once; the runtime dispatches no more than that. */
   readonly prepareSlots?: number;
+  /**
+   * The buffer pool prepared data lives in, if any: its idle bytes are charged to the memory
+   * budget, and freed (trimmed) when the budget would block on them.
+   */
+  readonly pool?: Pick<BufferPool, 'stats' | 'trim'>;
 }
 
 export interface RuntimeOptions<I, P, O, R> {
@@ -97,6 +103,9 @@ export class Runtime<I, P, O, R> {
   private closing = false;
   private closed: Promise<void> | undefined;
   private idleWaiters: (() => void)[] = [];
+  /** Idle pooled bytes the engine's budget was last told about, and a guard against re-entry. */
+  private heldBytes = 0;
+  private syncingPool = false;
   /** While close() waits: checks after every event whether it may go on. */
   private settleWaiter: (() => void) | undefined;
 
@@ -205,7 +214,36 @@ export class Runtime<I, P, O, R> {
     const cmds = this.engine.apply(event);
     before?.();
     for (const c of cmds) this.carryOut(c);
+    this.syncPool();
     this.settleWaiter?.();
+  }
+
+  /**
+   * Charges the pool's idle bytes to the budget (memoryHeld); when the budget blocks while idle
+   * buffers exist, frees them first: idle memory is a cache, never a reason to stall.
+   */
+  private syncPool(): void {
+    const pool = this.workload.pool;
+    if (!pool || this.syncingPool) return;
+    this.syncingPool = true;
+    try {
+      // Telling the engine may dispatch, and a dispatch may take an idle buffer: until it settles.
+      for (let round = 0; round < 4; round++) {
+        if (this.engine.snapshot.budgetBlocked && pool.stats().idleBytes > 0) pool.trim(true);
+        const idle = pool.stats().idleBytes;
+        if (idle === this.heldBytes) break;
+        this.heldBytes = idle;
+        this.apply({ type: 'memoryHeld', time: this.clock.now(), bytes: idle });
+      }
+    } finally {
+      this.syncingPool = false;
+    }
+  }
+
+  /** Returns prepared data to the workload outside an engine step, then updates the budget's view of the pool. */
+  private release(prepared: P): void {
+    this.workload.release?.(prepared);
+    this.syncPool();
   }
 
   private carryOut(c: Command): void {
@@ -254,7 +292,7 @@ export class Runtime<I, P, O, R> {
     this.workload.prepare(task).then(
       (prepared) => {
         if (this.flights.get(item.id) !== f || f.controller.signal.aborted) {
-          this.workload.release?.(prepared);
+          this.release(prepared);
           return;
         }
         f.prepared = prepared;
@@ -285,19 +323,23 @@ export class Runtime<I, P, O, R> {
     if (Number.isFinite(this.deviceTimeoutMs)) {
       f.timer = this.clock.schedule(() => failed(`no answer within deviceTimeoutMs = ${this.deviceTimeoutMs} ms`), this.deviceTimeoutMs);
     }
-    this.workload
-      .run(task)
-      .then(
-        ({ output, busyMs }) => {
-          if (this.flights.get(item.id) !== f) return;
-          this.land(item.id, f);
-          job.outputs[item.partition] = output;
-          this.apply({ type: 'deviceDone', time: this.clock.now(), item: item.id, attempt, busyMs });
-        },
-        (e: unknown) => failed(message(e)),
-      )
-      // The device step consumed the prepared data, or gave it up: only now may it be reused.
-      .finally(() => this.workload.release?.(prepared));
+    // The device step has consumed the prepared data, or given it up, once run() settles: only then
+    // may it be reused — and before the engine hears of it, so the next preparation can reuse it.
+    // (The budget hears of the freed buffer after the engine has released the item's reservation.)
+    this.workload.run(task).then(
+      ({ output, busyMs }) => {
+        this.workload.release?.(prepared);
+        if (this.flights.get(item.id) !== f) return this.syncPool();
+        this.land(item.id, f);
+        job.outputs[item.partition] = output;
+        this.apply({ type: 'deviceDone', time: this.clock.now(), item: item.id, attempt, busyMs });
+      },
+      (e: unknown) => {
+        this.workload.release?.(prepared);
+        if (this.flights.get(item.id) !== f) return this.syncPool();
+        failed(message(e));
+      },
+    );
   }
 
   private finishJob(c: Extract<Command, { type: 'finishJob' }>): void {

@@ -55,6 +55,8 @@ export class KindRouter implements Workload<RoutedInput, RoutedPrepared, unknown
   constructor(
     private readonly kinds: ReadonlyMap<string, KindDef>,
     private readonly hooks: RouterHooks,
+    /** The buffer pool the kinds prepare into (its idle bytes count against the budget). */
+    readonly pool?: BufferPool,
   ) {
     this.prepareSlots = Math.min(...[...kinds.values()].map((k) => k.workload.prepareSlots ?? Infinity));
   }
@@ -190,8 +192,9 @@ function nttKind(o: BuiltInKindOptions): KindDef {
     description: 'BabyBear NTT proof partitions: seeded witness → forward NTTs and a product on the device → commitment, checked against a reference',
     input: NttInput,
     memory: (input) => {
+      // The device step reads the pooled buffer until it ends: the bytes stay held on the device.
       const bytes = nttBufferBytes(toNtt(input));
-      return { prepareBytes: bytes, deviceBytes: bytes / 2 };
+      return { prepareBytes: bytes, deviceBytes: bytes };
     },
     workload: {
       prepare: (task) => workload.prepare({ ...task, input: toNtt(task.input) }),

@@ -27,6 +27,11 @@ export class ServiceError extends Error {
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
 
+/** The last epoch ms a Date can hold: a later deadline made every view of the job throw (500). */
+const MAX_DATE_MS = 8_640_000_000_000_000;
+
+const DEADLINE_ERROR = { error: 'deadline must be epoch milliseconds or an ISO 8601 time such as 2030-01-01T00:00:00Z' };
+
 /** The body of `POST /v1/jobs`. */
 export const SubmitBody = z.strictObject({
   id: z.string({ error: 'id must be a string' }).regex(ID, { error: 'id must be 1–200 characters of A–Z a–z 0–9 . _ : - starting with a letter or digit' }).optional(),
@@ -40,7 +45,7 @@ export const SubmitBody = z.strictObject({
   input: z.unknown().optional(),
   /** Epoch milliseconds or an ISO 8601 time. */
   deadline: z
-    .union([z.number().int().positive(), z.iso.datetime({ offset: true })], { error: 'deadline must be epoch milliseconds or an ISO 8601 time such as 2030-01-01T00:00:00Z' })
+    .union([z.number(DEADLINE_ERROR).int(DEADLINE_ERROR).positive(DEADLINE_ERROR).max(MAX_DATE_MS, DEADLINE_ERROR), z.iso.datetime({ offset: true, ...DEADLINE_ERROR })], DEADLINE_ERROR)
     .optional(),
 });
 export type SubmitBody = z.input<typeof SubmitBody>;
@@ -120,7 +125,7 @@ export class Service {
         if (this.journal.recordPartition(jobId, partition, output)) this.emit({ type: 'job.partition', id: jobId, partition });
       },
       observe: (stage, ms) => this.metrics.observeStage(stage, ms),
-    });
+    }, this.pool);
     this.runtime = new Runtime({
       workload: router,
       devices,
@@ -160,12 +165,12 @@ export class Service {
   submit(raw: unknown): { job: JobView; created: boolean } {
     if (this.closing) throw new ServiceError(503, 'shutting-down', 'Shutting down', 'the server is shutting down and accepts no jobs: retry against the restarted server');
     const parsed = SubmitBody.safeParse(raw);
-    if (!parsed.success) throw invalid(parsed.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })));
+    if (!parsed.success) throw invalid(fieldIssues(parsed.error, []));
     const body = parsed.data;
     const kind = this.kinds.get(body.kind);
     if (!kind) throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${[...this.kinds.keys()].join(', ')}` }]);
     const input = kind.input.safeParse(body.input ?? {});
-    if (!input.success) throw invalid(input.error.issues.map((i) => ({ path: ['input', ...i.path].join('.'), message: i.message })));
+    if (!input.success) throw invalid(fieldIssues(input.error, ['input']));
     const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
     const id = body.id ?? randomUUID();
     const record = { id, kind: kind.name, priority: body.priority, partitions: body.partitions, input: input.data, deadline };
@@ -259,7 +264,7 @@ export class Service {
         return { device: d, kind: this.config.device.kind, completions: c?.completions ?? 0, busyS: (c?.busyMs ?? 0) / 1000, workers: workers.map((w) => ({ state: !w.alive ? 'lost' : w.item ? 'busy' : 'idle', job: w.item?.jobId ?? null, partition: w.item?.partition ?? null })) };
       }),
       pacer: { name: this.runtime.engine.pacer.name, ...this.runtime.engine.pacer.state() },
-      budget: { usedBytes: s.budgetUsedBytes, totalBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null, peakBytes: this.runtime.engine.budget.peak, blocked: s.budgetBlocked },
+      budget: { usedBytes: s.budgetUsedBytes, idlePoolBytes: this.runtime.engine.budget.held, totalBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null, peakBytes: this.runtime.engine.budget.peak, blocked: s.budgetBlocked },
       pool: this.pool.stats(),
     };
   }
@@ -381,6 +386,19 @@ export function isFinal(state: JobState): boolean {
 
 function range(n: number): number[] {
   return Array.from({ length: n }, (_, i) => i);
+}
+
+/** Zod issues as `errors[]`; an unknown key is named in the path (`foo`, `input.foo`), one error per key. */
+function fieldIssues(error: z.ZodError, base: PropertyKey[]): { path: string; message: string }[] {
+  const join = (p: PropertyKey[]) => p.map(String).join('.');
+  return error.issues.flatMap((i) =>
+    i.code === 'unrecognized_keys'
+      ? i.keys.map((k) => ({
+          path: join([...base, ...i.path, k]),
+          message: `unknown field ${JSON.stringify(k)}: ${base.length === 0 && i.path.length === 0 ? `the fields are ${Object.keys(SubmitBody.shape).join(', ')}` : "remove it (GET /v1/kinds describes each kind's input)"}`,
+        }))
+      : [{ path: join([...base, ...i.path]), message: i.message }],
+  );
 }
 
 function invalid(errors: { path: string; message: string }[]): ServiceError {

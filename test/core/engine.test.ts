@@ -322,6 +322,28 @@ describe('Engine: order', () => {
 });
 
 describe('Engine: memory', () => {
+  it('counts memoryHeld bytes against the budget: the head waits until they are freed', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
+    r.apply({ type: 'memoryHeld', time: 0, bytes: 500 });
+    expect(r.e.budget.held).toBe(500);
+    const first = r.submit(1, job('a', 2, { memory: { prepareBytes: 400, deviceBytes: 0 } }));
+    expect(prepared(first)).toEqual(['a:0']); // 500 held + 400 fits; a second 400 does not
+    expect(r.e.snapshot.budgetBlocked).toBe(true);
+    expect(prepared(r.apply({ type: 'memoryHeld', time: 2, bytes: 0 }))).toEqual(['a:1']);
+    expect(r.e.budget.peak).toBe(900);
+    expectStokerError(() => r.apply({ type: 'memoryHeld', time: 3, bytes: -1 }), 'E_INVALID_EVENT', /memoryHeld\.bytes/);
+    expectStokerError(() => r.apply({ type: 'memoryHeld', time: 3, bytes: Infinity }), 'E_INVALID_EVENT', /memoryHeld\.bytes/);
+  });
+
+  it('drain: no partition starts any more, those in flight still finish', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), maxPreparing: 1 }));
+    r.submit(0, job('a', 3));
+    r.apply({ type: 'drain', time: 1 });
+    expect(prepared(r.prepared(2, 'a:0'))).toEqual([]);
+    r.done(3, 'a:0');
+    expect(r.e.snapshot).toMatchObject({ preparing: 0, waiting: 0, onDevice: 0, backlog: 2 });
+  });
+
   it('reserves max(prepareBytes, deviceBytes) at dispatch and releases it in two steps', () => {
     const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 10_000 }));
     const e = r.e;
