@@ -51,6 +51,18 @@ const inputs: ScenarioInput[] = [
     arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
     kinds: { proof: { prepare: { type: 'lognormal', median: 40, sigma: 0.4 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
   }),
+  seedLike('noisy-service', 'seed with a noisy device: lognormal service time (median 1 s, σ 0.3), 100 jobs', {
+    arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
+    devices: [{ workers: 2, service: { type: 'lognormal', median: 1, sigma: 0.3 }, contention: [1, 1.2] }],
+  }),
+  {
+    name: 'fast-noisy',
+    description: 'the demo’s shape: 2 workers, lognormal 40 ms service (σ 0.3), ~1 s preparation, target 4 (≈ 45 items in preparation), 300 jobs × 10',
+    targetWaiting: 4,
+    kinds: { proof: { prepare: { type: 'uniform', min: 1, max: 1.15 }, memory: { prepareBytes: 2 * 1024 ** 2, deviceBytes: 2 * 1024 ** 2 } } },
+    devices: [{ workers: 2, service: { type: 'lognormal', median: 0.04, sigma: 0.3 }, contention: [1, 1.1] }],
+    arrivals: [{ atS: 0, jobs: 300, partitions: 10, kind: 'proof' }],
+  },
   seedLike('burst-after-idle', 'seed stages: 1 job at t=0, idle 30 min, then 10 jobs at once', {
     arrivals: [
       { atS: 0, jobs: 1, partitions: 10, kind: 'proof' },

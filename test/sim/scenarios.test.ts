@@ -64,6 +64,17 @@ describe('built-in scenarios with the stoker pacer', () => {
     expectClean(run('speedup'));
   });
 
+  it('noisy-service and fast-noisy: occupancy ≥ 0.97 with noisy service times; fast-noisy keeps waiting near its target', () => {
+    const noisy = run('noisy-service');
+    expect(noisy.metrics.occupancy).toBeGreaterThanOrEqual(0.97);
+    expectClean(noisy);
+    const fast = run('fast-noisy');
+    expect(fast.metrics.occupancy).toBeGreaterThanOrEqual(0.97);
+    expect(fast.metrics.waitingMean).toBeGreaterThanOrEqual(2.5);
+    expect(fast.metrics.waitingMean).toBeLessThanOrEqual(5.5);
+    expectClean(fast);
+  });
+
   it('burst-after-idle: ramp ≤ 1.25 × (preparation latency + service time)', () => {
     const m = run('burst-after-idle').metrics;
     expect(m.rampMs).not.toBeNull();

@@ -6,12 +6,16 @@ import { numberOption, type Pacer, type PacerMode, type PacerOptions, type Pacer
  *
  * Estimates
  * - `serviceSmoothing` — weight of each device completion in the busy-time-per-item estimate
- *   (after n completions an old value keeps (1 − w)^n of its weight). @default 0.3
- * - `slowerSmoothing` — the same weight for a sample slower than the estimate: a slower device
- *   must shrink the inventory at once. @default 0.5
- * - `starvedWeight` — relative weight of a faster-than-estimated sample taken while the device had
- *   idle workers, once it has been seen saturated: under contention an item runs faster on a
- *   starved device, so such a sample overstates the saturated rate. @default 0.05
+ *   (after n completions an old value keeps (1 − w)^n of its weight) when the sample is news:
+ *   beyond the device's measured noise (3 σ of its samples; on a noisy device, two samples in a
+ *   row on the same side). A sample within the noise weighs less, so that the estimate's own noise
+ *   moves the inventory by at most half the waiting target: min(w, 2 / (n + 1)) with
+ *   n = (2 · λ_device · latency · cv / targetWaiting)². @default 0.3
+ * - `slowerSmoothing` — the weight of news that the device is slower: it must shrink the
+ *   inventory at once. @default 0.5
+ * - `starvedWeight` — relative weight of a sample taken while the device had idle workers (once
+ *   it has been seen saturated), unless it is news of a slower device: under contention an item
+ *   runs faster on a starved device, so such a sample overstates the saturated rate. @default 0.05
  * - `latencySmoothing` — weight of each preparation completion in the latency estimate. @default 0.03
  * - `occupancyTauMs` — time constant of the smoothed device occupancy. @default 5000
  * - `waitingTauMs` — time constant of the smoothed waiting queue (feedback input). @default 10000
@@ -55,6 +59,14 @@ export interface StokerPacerOptions extends PacerOptions {
   bootstrapSpacingMs?: number;
 }
 
+/** A service sample is beyond the noise past NOISE_Z σ, and never within NOISE_FLOOR (2 %) of the estimate. */
+const NOISE_Z = 3;
+const NOISE_FLOOR = 0.02;
+/** Below this cv² (5 %) a device counts as quiet: one sample beyond the noise is news. */
+const QUIET_CV2 = 0.0025;
+/** Weight of each saturated sample in the noise (cv²) estimate. */
+const VARIANCE_WEIGHT = 0.05;
+
 interface DeviceEstimate {
   /** Whether a sample was ever taken with every worker busy (evidence of the saturated speed). */
   sawSaturated: boolean;
@@ -62,6 +74,10 @@ interface DeviceEstimate {
   busyMs: number;
   /** Smoothed device time per item, ms; NaN until measured. */
   serviceMs: number;
+  /** Smoothed squared relative deviation of saturated samples from the estimate (cv²). */
+  variance: number;
+  /** Whether the last sample was beyond the noise: −1 faster, 1 slower, 0 within it. */
+  lastBeyond: number;
   /** Smoothed fraction of this device's workers that are busy. */
   occupancy: number;
   lastBusy: number;
@@ -171,7 +187,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, variance: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -241,8 +257,22 @@ class StokerPacer implements Pacer {
         const slower = sample > d.serviceMs;
         const saturated = c.busy >= c.workers;
         if (saturated) d.sawSaturated = true;
-        const starvedFast = !slower && !saturated && d.sawSaturated;
-        const w = (1 - Math.pow(1 - (slower ? this.slowerWeight : this.serviceW), dc)) * (starvedFast ? this.starvedWeight : 1);
+        const starved = !saturated && d.sawSaturated;
+        // News is a sample beyond the noise: at once on a quiet device; on a noisy one only when the
+        // previous sample was beyond it on the same side too (one outlier of a skewed distribution is not news).
+        const dev = d.serviceMs > 0 ? (sample - d.serviceMs) / d.serviceMs : 0;
+        const beyond = Math.abs(dev) <= NOISE_Z * Math.sqrt(d.variance / dc) + NOISE_FLOOR ? 0 : Math.sign(dev);
+        const news = beyond !== 0 && (d.variance < QUIET_CV2 || d.lastBeyond === beyond);
+        d.lastBeyond = beyond;
+        let weight: number;
+        if (news) weight = slower ? this.slowerWeight : starved ? this.serviceW * this.starvedWeight : this.serviceW;
+        else weight = this.quietWeight(d, c.workers) * (starved ? this.starvedWeight : 1);
+        // The noise itself, from saturated samples, each clipped at 3 σ so a speed change barely moves it.
+        if (!starved && d.serviceMs > 0) {
+          const clip = NOISE_Z * NOISE_Z * Math.max(d.variance, NOISE_FLOOR * NOISE_FLOOR);
+          d.variance += VARIANCE_WEIGHT * (Math.min(dev * dev * dc, clip) - d.variance);
+        }
+        const w = 1 - Math.pow(1 - weight, dc);
         d.serviceMs = d.serviceMs > 0 ? d.serviceMs + w * (sample - d.serviceMs) : sample;
         this.hasEstimate = true;
         d.completions = c.completions;
@@ -255,6 +285,16 @@ class StokerPacer implements Pacer {
       d.lastBusy = c.busy;
       d.lastWorkers = c.workers;
     }
+  }
+
+  /**
+   * Weight of a sample within the noise: an average over n samples, enough that the inventory
+   * error the estimate's noise causes (λ_device · latency · cv / √n) stays within half the target.
+   */
+  private quietWeight(d: DeviceEstimate, workers: number): number {
+    const lambda = d.serviceMs > 0 ? workers / d.serviceMs : 0;
+    const spread = (lambda * this.latency * Math.sqrt(d.variance)) / (0.5 * this.target);
+    return Math.min(this.serviceW, 2 / (spread * spread + 1));
   }
 
   /** Preparation latency (mean and second moment) from its accumulators, weighted per sample. */
