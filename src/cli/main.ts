@@ -102,10 +102,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
 
   configured(p.command('serve'))
     .description('run the service: HTTP API, durable journal, metrics; SIGTERM/SIGINT finish in-flight partitions and stop')
-    .addHelpText('after', `
-Configuration: defaults < --config file < environment (STOKER_*) < flags.
-
-${CONFIG_DOC}`)
+    .addHelpText('after', `\n${CONFIG_DOC}`)
     .action((flags: ConfigFlags) => serveCommand(flags, io));
 
   configured(p.command('config').description('show the service configuration').command('print'))

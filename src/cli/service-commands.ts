@@ -20,7 +20,8 @@ function config(flags: ConfigFlags) {
 
 /** `stoker config print`: the effective config (defaults < file < environment < flags) as TOML. */
 export function configPrintCommand(flags: ConfigFlags, io: Io): void {
-  io.out(configToToml(config(flags)));
+  const toml = configToToml(config(flags));
+  io.out(toml.endsWith('\n') ? toml : `${toml}\n`);
 }
 
 /** `stoker serve`: runs until SIGTERM or SIGINT, then shuts down gracefully. */
@@ -168,8 +169,9 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
   const deadline = Date.now() + durationMs(flags.timeout, '--timeout');
   for (;;) {
     const left = deadline - Date.now();
-    const waitS = Math.max(0, Math.min(60, Math.floor(left / 1000)));
-    const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result?wait=${waitS}s`);
+    // In ms: whole seconds would round the last second down to wait=0s and poll in a busy loop.
+    const waitMs = Math.max(0, Math.min(60_000, Math.ceil(left)));
+    const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result?wait=${waitMs}ms`);
     const body = r.body as { state: string };
     if (r.status === 200) {
       show(io, body);

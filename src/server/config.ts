@@ -32,7 +32,7 @@ export interface ServerConfig {
   retryAfterS: number;
   /** How long (seconds, > 0) a finished job's result is kept. @default 86400 */
   resultTtlS: number;
-  /** On shutdown, how long (seconds, ≥ 0) running jobs may finish before the rest are cancelled. @default 30 */
+  /** On shutdown, how long (seconds, ≥ 0) the partitions in flight may finish; unfinished jobs stay journaled and resume on the next start. @default 30 */
   shutdownTimeoutS: number;
   /** Longest long-poll (seconds, > 0) a client may ask for. @default 300 */
   maxWaitS: number;
@@ -159,7 +159,7 @@ const serverShape = {
   retryAfterS: int(1, undefined, 'an integer ≥ 1 (seconds)', 'use e.g. 5'),
   resultTtlS: positive('a number of seconds > 0', 'use e.g. 86400 (one day)'),
   shutdownTimeoutS: (() => {
-    const e = err('a number of seconds ≥ 0', 'use e.g. 30 (0 cancels running jobs at once)');
+    const e = err('a number of seconds ≥ 0', 'use e.g. 30 (0 stops at once; unfinished partitions run again after the restart)');
     return z.number(e).min(0, e).optional();
   })(),
   maxWaitS: positive('a number of seconds > 0', 'use e.g. 300'),
@@ -505,7 +505,7 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'server.maxPendingJobs': ['10000', 'unfinished jobs accepted; beyond it submissions get 429'],
   'server.retryAfterS': ['5', 'the Retry-After (s) of a 429'],
   'server.resultTtlS': ['86400', 'seconds a finished job is kept'],
-  'server.shutdownTimeoutS': ['30', 'seconds running jobs may finish on shutdown'],
+  'server.shutdownTimeoutS': ['30', 'seconds the partitions in flight may finish on shutdown (the rest resume on restart)'],
   'server.maxWaitS': ['300', 'longest long-poll (s) a client may ask for'],
   'engine.pacer': ['"stoker"', `a built-in pacer: ${PACER_NAMES.join(', ')}`],
   'engine.targetWaiting': ['4', 'items waiting for a device the pacer aims at (> 0)'],
