@@ -9,11 +9,27 @@ export interface Clock {
   cancel(handle: unknown): void;
 }
 
-/** The real clock: performance.now() and setTimeout (a pending timer keeps the process alive, as pending jobs should). */
+/** The longest delay setTimeout takes; a longer one fires after 1 ms (with a TimeoutOverflowWarning). */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
+/**
+ * The real clock: performance.now() and setTimeout (a pending timer keeps the process alive, as
+ * pending jobs should). A delay over setTimeout's ~24.8 days is waited in hops: passed on whole,
+ * a job deadline a month away made the runtime wake every millisecond until the job ended.
+ */
 export const systemClock: Clock = {
   now: () => performance.now(),
-  schedule: (fn, ms) => setTimeout(fn, Math.max(0, ms)),
-  cancel: (handle) => clearTimeout(handle as NodeJS.Timeout),
+  schedule: (fn, ms) => {
+    const at = performance.now() + Math.max(0, ms);
+    const handle: { timer?: NodeJS.Timeout } = {};
+    const arm = () => {
+      const left = at - performance.now();
+      handle.timer = left > MAX_TIMEOUT_MS ? setTimeout(arm, MAX_TIMEOUT_MS) : setTimeout(fn, Math.max(0, left));
+    };
+    arm();
+    return handle;
+  },
+  cancel: (handle) => clearTimeout((handle as { timer?: NodeJS.Timeout }).timer),
 };
 
 /** A clock that only moves when told to: for deterministic tests of the runtime. */
