@@ -35,7 +35,20 @@ export function parseWait(text: string, maxS: number): number | string {
 
 /** The HTTP API over a service (fastify). Every error is a problem-details body. */
 export function buildApp(service: Service): FastifyInstance {
-  const app = Fastify({ bodyLimit: service.config.server.bodyLimitBytes, logger: false, return503OnClosing: true });
+  const app = Fastify({
+    bodyLimit: service.config.server.bodyLimitBytes,
+    logger: false,
+    return503OnClosing: true,
+    // Job ids are up to 200 characters, up to 3× that percent-encoded: the default (100) made
+    // GET /v1/jobs/:id answer 414 for ids the API accepts.
+    routerOptions: { maxParamLength: 1000 },
+    // Malformed percent-encoding or an over-long id in the path: a problem body like every error.
+    frameworkErrors: (err, _req, reply) =>
+      sendProblem(reply, { type: 'bad-url', title: 'Bad URL', status: err.statusCode ?? 400, detail: `${err.message}: percent-encode the path (job ids are at most 200 characters)` }),
+  });
+  // Bodies are JSON only: without this, fastify's built-in text/plain parser hands a string to
+  // the submit validation (a confusing 400 "expected object") instead of answering 415.
+  app.removeContentTypeParser('text/plain');
 
   app.setErrorHandler((err: FastifyError, _req, reply) => {
     if (err instanceof ServiceError) {
@@ -73,7 +86,9 @@ export function buildApp(service: Service): FastifyInstance {
   });
 
   app.get<{ Params: { id: string }; Querystring: { wait?: string } }>('/v1/jobs/:id/result', async (req, reply) => {
-    const waitMs = req.query.wait === undefined ? 0 : parseWait(req.query.wait, service.config.server.maxWaitS);
+    const wait: unknown = req.query.wait;
+    // `?wait=1s&wait=2s` parses to an array: answer 400, not a TypeError's 500.
+    const waitMs = wait === undefined ? 0 : typeof wait === 'string' ? parseWait(wait, service.config.server.maxWaitS) : 'wait must be given once, as a duration such as 30s';
     if (typeof waitMs === 'string') throw new ServiceError(400, 'bad-wait', 'Bad wait', waitMs);
     const job = await service.wait(req.params.id, waitMs);
     if (!job) throw notFound(req.params.id);
