@@ -96,3 +96,72 @@ export function sleepTotal(seed: number, partitions: number): number {
   for (let p = 0; p < partitions; p++) t += 2 * (seed * 31 + p);
   return t;
 }
+
+/** Polls `probe` every `everyMs` until it returns a value other than undefined; throws after `timeoutMs`. */
+export async function waitUntil<T>(probe: () => Promise<T | undefined>, timeoutMs: number, what: string, everyMs = 15): Promise<T> {
+  const end = performance.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (performance.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+/** The value of one sample of a Prometheus text exposition (0 when the series is absent). */
+export function metricValue(text: string, name: string, labels: Record<string, string> = {}): number {
+  for (const line of text.split('\n')) {
+    const m = /^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const have = new Map([...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((l) => [l[1], l[2]]));
+    if (Object.entries(labels).every(([k, v]) => have.get(k) === v)) return Number(m[3]);
+  }
+  return 0;
+}
+
+/** A server-sent event as `GET /v1/events` sends it. */
+export interface StreamedEvent {
+  type: string;
+  id?: string;
+  partition?: number;
+  [k: string]: unknown;
+}
+
+/** Subscribes to `GET /v1/events` and collects the events until close() (or the server goes away). */
+export async function collectEvents(base: string): Promise<{ events: StreamedEvent[]; close(): Promise<void> }> {
+  const ac = new AbortController();
+  const res = await fetch(new URL('/v1/events', base), { signal: ac.signal });
+  if (res.status !== 200 || !res.body) throw new Error(`GET /v1/events answered ${res.status}`);
+  const events: StreamedEvent[] = [];
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  const pump = (async () => {
+    let buf = '';
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buf += value;
+        let i: number;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          const data = block
+            .split('\n')
+            .filter((l) => l.startsWith('data: '))
+            .map((l) => l.slice(6))
+            .join('\n');
+          if (data) events.push(JSON.parse(data) as StreamedEvent);
+        }
+      }
+    } catch {
+      // aborted, or the server went away
+    }
+  })();
+  return {
+    events,
+    close: async () => {
+      ac.abort();
+      await pump;
+    },
+  };
+}
