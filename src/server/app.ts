@@ -22,15 +22,14 @@ function sendProblem(reply: FastifyReply, p: Omit<Problem, 'type'> & { type: str
 }
 
 /**
- * Parses a long-poll wait: `30s`, `500ms`, `2m`, or a bare number of seconds. Returns ms, or an
- * error message.
+ * Parses a long-poll wait: `30s`, `500ms`, `2m`, or a bare number of seconds. Returns ms — cut to
+ * `maxS` (server.maxWaitS: a client asking for longer simply polls again) — or an error message.
  */
 export function parseWait(text: string, maxS: number): number | string {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(text.trim());
   if (!m) return `wait must be a duration such as 30s, 500ms or 2m (got ${JSON.stringify(text)})`;
   const ms = Number(m[1]) * (m[2] === 'ms' ? 1 : m[2] === 'm' ? 60_000 : 1000);
-  if (ms > maxS * 1000) return `wait must be at most ${maxS}s (server.maxWaitS); poll again for longer`;
-  return ms;
+  return Math.min(ms, maxS * 1000);
 }
 
 /** The HTTP API over a service (fastify). Every error is a problem-details body. */

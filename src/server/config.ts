@@ -11,7 +11,7 @@ import { PACER_NAMES } from '../core/index.js';
  * Sources, later ones winning field by field: the defaults < a TOML file (`--config path`) <
  * the environment (`STOKER_DATA_DIR`, `STOKER_<SECTION>_<FIELD>` with the field in UPPER_SNAKE,
  * e.g. `STOKER_SERVER_MAX_PENDING_JOBS`) < the command-line flags (`--host`, `--port`,
- * `--data-dir`). Every source is checked completely before anything is thrown: a
+ * `--data`). Every source is checked completely before anything is thrown: a
  * {@link ConfigError} lists every problem, one line each, naming where it came from, the field,
  * what is wrong and what to write instead. Unknown keys and unknown `STOKER_SERVER_*`,
  * `STOKER_ENGINE_*`, `STOKER_DEVICE_*`, `STOKER_PREPARE_*` variables are errors (with a
@@ -34,7 +34,7 @@ export interface ServerConfig {
   resultTtlS: number;
   /** On shutdown, how long (seconds, ≥ 0) the partitions in flight may finish; unfinished jobs stay journaled and resume on the next start. @default 30 */
   shutdownTimeoutS: number;
-  /** Longest long-poll (seconds, > 0) a client may ask for. @default 300 */
+  /** Longest long-poll (seconds, > 0): a client asking for longer gets 202 after this and polls again. @default 300 */
   maxWaitS: number;
 }
 
@@ -411,7 +411,7 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
   return { layer, base: cwd };
 }
 
-const FLAGS = { host: ['server.host', '--host'], port: ['server.port', '--port'], dataDir: ['dataDir', '--data-dir'] } as const;
+const FLAGS = { host: ['server.host', '--host'], port: ['server.port', '--port'], dataDir: ['dataDir', '--data'] } as const;
 
 function flagLayer(flags: NonNullable<LoadConfigOptions['flags']>, cwd: string, issues: ConfigIssue[]): Source {
   const layer: Layer = {};
@@ -506,7 +506,7 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'server.retryAfterS': ['5', 'the Retry-After (s) of a 429'],
   'server.resultTtlS': ['86400', 'seconds a finished job is kept'],
   'server.shutdownTimeoutS': ['30', 'seconds the partitions in flight may finish on shutdown (the rest resume on restart)'],
-  'server.maxWaitS': ['300', 'longest long-poll (s) a client may ask for'],
+  'server.maxWaitS': ['300', 'longest long-poll (s); a longer wait is cut to it'],
   'engine.pacer': ['"stoker"', `a built-in pacer: ${PACER_NAMES.join(', ')}`],
   'engine.targetWaiting': ['4', 'items waiting for a device the pacer aims at (> 0)'],
   'engine.budgetBytes': ['"unlimited"', 'memory budget in bytes (> 0) or "unlimited"'],

@@ -39,11 +39,11 @@ export function openApiDocument(maxWaitS: number): object {
       '/v1/jobs/{id}/result': {
         get: {
           summary: 'The result, long-polling',
-          parameters: [idParam, { name: 'wait', in: 'query', required: false, schema: { type: 'string', examples: ['30s', '500ms', '2m'] }, description: `How long to wait for the end (at most ${maxWaitS}s); default 0` }],
+          parameters: [idParam, { name: 'wait', in: 'query', required: false, schema: { type: 'string', examples: ['30s', '500ms', '2m'] }, description: `How long to wait for the end (default 0; a longer wait than ${maxWaitS}s is cut to it)` }],
           responses: {
             '200': json('The job ended: state done (result) or failed/cancelled (error)', { $ref: '#/components/schemas/Result' }),
             '202': json('Still running after the wait', { $ref: '#/components/schemas/Result' }),
-            '400': problemResponse('Bad wait'),
+            '400': problemResponse('A wait that is not a duration'),
             '404': problemResponse('No such job'),
           },
         },

@@ -220,7 +220,7 @@ describe('errors name the source, the field and the fix', () => {
   it('every problem of every source is reported at once', () => {
     const file = write('m.toml', '[prepare]\nthreads = 0\n');
     const e = configError(() => loadConfig({ file, env: { STOKER_DEVICE_KIND: 'gpu' }, flags: { dataDir: '' }, cwd: dir }));
-    expect(e.issues.map((i) => `${i.source} ${i.path}`)).toEqual([`${file} prepare.threads`, 'STOKER_DEVICE_KIND device.kind', '--data-dir dataDir']);
+    expect(e.issues.map((i) => `${i.source} ${i.path}`)).toEqual([`${file} prepare.threads`, 'STOKER_DEVICE_KIND device.kind', '--data dataDir']);
     for (const line of e.message.split('\n')) expect(line).toMatch(/^[^:]+: [\w.]+: expected .+, got .+ — .+/);
   });
 });

@@ -1,0 +1,1043 @@
+/**
+ * The HTTP API and the CLI client commands against real `stoker serve` processes (dist/, built by
+ * `npm run build`). One shared server runs most tests; dedicated servers cover admission limits,
+ * metrics from a fresh start, and a graceful shutdown with resume.
+ */
+import { execFile } from 'node:child_process';
+import { createServer } from 'node:http';
+import net from 'node:net';
+import { parse as parseToml } from 'smol-toml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Journal } from '../../src/server/journal.js';
+import { CLI, http, removeDir, sleepTotal, startServer, tempDataDir, type ServerProcess } from './helpers.js';
+
+// ─── Helpers ──────────────────────────────────────────────────────────────────────────────────
+
+const PROBLEMS = 'https://stoker.dev/problems/';
+const PARTITION_STATES = ['queued', 'preparing', 'waiting', 'on-device', 'done'];
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+type Reply = Awaited<ReturnType<typeof http>>;
+
+/** Polls `fn` until it returns a truthy value (then returns it); fails after `timeoutMs`. */
+async function until<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 15_000, intervalMs = 20): Promise<NonNullable<T>> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v as NonNullable<T>;
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/** Resolves with `p`, or rejects after `ms`. */
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let t: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)))]).finally(() => clearTimeout(t));
+}
+
+const isIso = (v: unknown): boolean => typeof v === 'string' && !Number.isNaN(Date.parse(v)) && new Date(v).toISOString() === v;
+
+function expectProblem(r: Reply, status: number, type: string): void {
+  expect(r.status, JSON.stringify(r.body)).toBe(status);
+  expect(r.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+  expect(r.body).toMatchObject({ type: PROBLEMS + type, status, title: expect.any(String), detail: expect.any(String) });
+  expect((r.body as { title: string }).title.length).toBeGreaterThan(0);
+  expect((r.body as { detail: string }).detail.length).toBeGreaterThan(0);
+}
+
+/** The `errors[].path` of a 400 invalid-job problem. */
+function errorPaths(r: Reply): string[] {
+  expectProblem(r, 400, 'invalid-job');
+  return (r.body as { errors: { path: string; message: string }[] }).errors.map((e) => e.path);
+}
+
+function errorFor(r: Reply, path: string): string {
+  const e = (r.body as { errors: { path: string; message: string }[] }).errors.find((x) => x.path === path);
+  if (!e) throw new Error(`no error for ${path} in ${JSON.stringify(r.body)}`);
+  return e.message;
+}
+
+const sleepJob = (id: string | undefined, partitions: number, input: { seed?: number; prepareMs?: number; deviceMs?: number } = {}) => ({
+  ...(id === undefined ? {} : { id }),
+  kind: 'sleep',
+  partitions,
+  input: { prepareMs: 20, ...input },
+});
+
+const submit = (base: string, body: unknown) => http(base, 'POST', '/v1/jobs', body);
+const getJob = (base: string, id: string) => http(base, 'GET', `/v1/jobs/${encodeURIComponent(id)}`);
+const result = (base: string, id: string, wait = '30s') => http(base, 'GET', `/v1/jobs/${encodeURIComponent(id)}/result?wait=${wait}`);
+const status = async (base: string) => (await http(base, 'GET', '/v1/status')).body as StatusBody;
+
+interface StatusBody {
+  time: string;
+  uptimeS: number;
+  closing: boolean;
+  jobs: { queued: number; running: number; done: number; failed: number; cancelled: number; pending: number; maxPending: number };
+  partitions: { queued: number; preparing: number; waiting: number; onDevice: number; inFlight: number; pending: number; byKind: Record<string, Record<string, number>>; dispatched: number; completed: number };
+  targetWaiting: number;
+  devices: { device: number; kind: string; completions: number; busyS: number; workers: { state: string; job: string | null; partition: number | null }[] }[];
+  pacer: { name: string; mode: string; ratePerSec: number | null; intervalMs: number | null };
+  budget: { usedBytes: number; totalBytes: number | null; peakBytes: number; blocked: boolean };
+  pool: Record<string, number>;
+}
+
+/** Waits until the server runs no partition at all (every earlier job ended). */
+const idle = (base: string) => until('no partitions pending', async () => (await status(base)).partitions.pending === 0);
+
+/** One series' value in a Prometheus text exposition, e.g. `stoker_jobs{kind="sleep",state="done"}`. */
+function metric(text: string, series: string): number | undefined {
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+const metrics = async (base: string) => (await http(base, 'GET', '/metrics')).body as string;
+
+interface CliRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+/** Runs `node dist/cli/main.js …args` with no STOKER_* variables but `env`. */
+function cli(args: string[], env: Record<string, string> = {}): Promise<CliRun> {
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('STOKER_')));
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { env: { ...clean, ...env }, timeout: 30_000 }, (err, stdout, stderr) => {
+      const code = err === null ? 0 : typeof err.code === 'number' ? err.code : -1;
+      resolve({ code, stdout, stderr, ms: performance.now() - t0 });
+    });
+  });
+}
+
+/** A loopback port nothing listens on (taken from the OS, then released). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** Servers and dirs this file started: stopped and removed in the end even when a test fails. */
+const started: ServerProcess[] = [];
+const dirs: string[] = [];
+
+async function serve(env: Record<string, string> = {}, dir?: string): Promise<ServerProcess> {
+  const dataDir = dir ?? tempDataDir();
+  if (!dirs.includes(dataDir)) dirs.push(dataDir);
+  const s = await startServer(dataDir, [], env);
+  started.push(s);
+  return s;
+}
+
+async function stopServer(s: ServerProcess): Promise<void> {
+  if (s.child.exitCode !== null || s.child.signalCode !== null) return;
+  try {
+    await within(s.stop(), 20_000, 'graceful stop');
+  } catch {
+    await s.crash();
+  }
+}
+
+afterAll(async () => {
+  await Promise.all(started.map(stopServer));
+  for (const d of dirs) removeDir(d);
+}, 60_000);
+
+/** A `text/event-stream` reader: parses events as they arrive. */
+interface EventStream {
+  contentType: string | null;
+  /** Reads until an event satisfies `done`; returns every event read so far. */
+  readUntil(done: (e: StreamEvent) => boolean, timeoutMs?: number): Promise<StreamEvent[]>;
+  close(): Promise<void>;
+}
+interface StreamEvent {
+  event: string;
+  data: { type: string; time: string; id?: string; [k: string]: unknown };
+}
+
+async function openEvents(base: string): Promise<EventStream> {
+  const ac = new AbortController();
+  const res = await fetch(new URL('/v1/events', base), { signal: ac.signal });
+  if (!res.body) throw new Error('no body');
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  let comment = false;
+  const events: StreamEvent[] = [];
+  /** Reads one chunk and parses the complete blocks in it. */
+  const pump = async () => {
+    const { value, done } = await reader.read();
+    if (done) throw new Error('the event stream ended');
+    buffer += decoder.decode(value, { stream: true });
+    let cut: number;
+    while ((cut = buffer.indexOf('\n\n')) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      const lines = block.split('\n');
+      if (lines.some((l) => l.startsWith(': stoker events'))) comment = true;
+      const ev = lines.find((l) => l.startsWith('event: '));
+      const data = lines.find((l) => l.startsWith('data: '));
+      if (ev && data) events.push({ event: ev.slice(7), data: JSON.parse(data.slice(6)) as StreamEvent['data'] });
+    }
+  };
+  // The server subscribes before it writes its opening comment: once that is read, no event is missed.
+  await within((async () => { while (!comment) await pump(); })(), 10_000, 'the opening comment');
+  return {
+    contentType: res.headers.get('content-type'),
+    async readUntil(done, timeoutMs = 15_000) {
+      const t = setTimeout(() => ac.abort(), timeoutMs);
+      try {
+        while (!events.some(done)) await pump();
+      } catch (e) {
+        throw new Error(`events: ${(e as Error).message}; read so far: ${JSON.stringify(events.map((x) => x.data))}`);
+      } finally {
+        clearTimeout(t);
+      }
+      return [...events];
+    },
+    async close() {
+      ac.abort();
+      await reader.cancel().catch(() => undefined);
+    },
+  };
+}
+
+// ─── The shared server ────────────────────────────────────────────────────────────────────────
+
+describe('stoker serve (shared server)', () => {
+  let s: ServerProcess;
+  let url: string;
+
+  beforeAll(async () => {
+    s = await serve();
+    url = s.url;
+  }, 30_000);
+
+  afterAll(async () => {
+    await stopServer(s);
+    expect(s.child.exitCode).toBe(0);
+  }, 30_000);
+
+  describe('POST /v1/jobs', () => {
+    it('accepts a job: 202, Location, the job as journaled with its input normalized', async () => {
+      const r = await submit(url, sleepJob('post-1', 2, { seed: 3 }));
+      expect(r.status).toBe(202);
+      expect(r.headers.get('location')).toBe('/v1/jobs/post-1');
+      expect(r.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(r.body).toMatchObject({
+        id: 'post-1',
+        kind: 'sleep',
+        priority: 'normal',
+        partitions: 2,
+        input: { seed: 3, prepareMs: 20, deviceMs: 1 },
+        deadline: null,
+        finishedAt: null,
+        durationS: null,
+        resumes: 0,
+        result: null,
+        error: null,
+      });
+      expect(['queued', 'running']).toContain(r.body.state);
+      expect(isIso(r.body.submittedAt)).toBe(true);
+      const done = await result(url, 'post-1');
+      expect(done.status).toBe(200);
+      expect(done.body).toMatchObject({ id: 'post-1', state: 'done', result: { partitions: 2, total: sleepTotal(3, 2) }, error: null });
+    });
+
+    it('generates an id when none is given', async () => {
+      const r = await submit(url, sleepJob(undefined, 1, { seed: 4 }));
+      expect(r.status).toBe(202);
+      expect(r.body.id).toMatch(UUID);
+      expect(r.headers.get('location')).toBe(`/v1/jobs/${r.body.id as string}`);
+      const again = await result(url, r.body.id as string);
+      expect(again.body).toMatchObject({ id: r.body.id, state: 'done', result: { partitions: 1, total: sleepTotal(4, 1) } });
+      // Without an id there is no idempotency: the same body is another job.
+      const other = await submit(url, sleepJob(undefined, 1, { seed: 4 }));
+      expect(other.status).toBe(202);
+      expect(other.body.id).not.toBe(r.body.id);
+      await result(url, other.body.id as string);
+    });
+
+    it('is idempotent: the same id and body give 200 and the same job, also with the defaults spelled out', async () => {
+      const body = sleepJob('idem-1', 2, { seed: 6 });
+      const first = await submit(url, body);
+      expect(first.status).toBe(202);
+      const second = await submit(url, body);
+      expect(second.status).toBe(200);
+      expect(second.headers.get('location')).toBe('/v1/jobs/idem-1');
+      expect(second.body.id).toBe('idem-1');
+      expect(second.body.submittedAt).toBe(first.body.submittedAt);
+      await result(url, 'idem-1');
+      const spelled = await submit(url, { ...body, priority: 'normal', input: { seed: 6, prepareMs: 20, deviceMs: 1 } });
+      expect(spelled.status).toBe(200);
+      expect(spelled.body).toMatchObject({ id: 'idem-1', state: 'done', submittedAt: first.body.submittedAt, result: { partitions: 2, total: sleepTotal(6, 2) } });
+    });
+
+    it('answers 409 problem+json for the same id with a different body', async () => {
+      await submit(url, sleepJob('conflict-1', 1));
+      for (const other of [sleepJob('conflict-1', 2), sleepJob('conflict-1', 1, { seed: 1 }), { ...sleepJob('conflict-1', 1), priority: 'high' }]) {
+        const r = await submit(url, other);
+        expectProblem(r, 409, 'job-conflict');
+        expect(r.body.title).toBe('Job id in use');
+        expect(r.body.detail).toContain('conflict-1');
+      }
+      // The original is untouched.
+      expect((await result(url, 'conflict-1')).body).toMatchObject({ state: 'done', result: { partitions: 1, total: sleepTotal(0, 1) } });
+    });
+
+    it('rejects invalid bodies with 400 and errors[] naming each field, creating no job', async () => {
+      const before = await status(url);
+      const total = (st: StatusBody) => st.jobs.pending + st.jobs.done + st.jobs.failed + st.jobs.cancelled;
+      const cases: [body: unknown, path: string, message: RegExp][] = [
+        [{ kind: 'sleep', partitions: 'three' }, 'partitions', /whole number/],
+        [{ kind: 'sleep', partitions: 1.5 }, 'partitions', /whole number/],
+        [{ kind: 'sleep', partitions: 0 }, 'partitions', /≥ 1/],
+        [{ kind: 'sleep', partitions: 1e9 }, 'partitions', /≤ 1000000/],
+        [{ kind: 'sleep' }, 'partitions', /whole number/],
+        [{ partitions: 1 }, 'kind', /kind must be a string/],
+        [{ kind: 'nope', partitions: 1 }, 'kind', /unknown kind "nope": use one of ntt-proof, sleep/],
+        [{ kind: 'sleep', partitions: 1, colour: 'red' }, 'colour', /unknown field "colour": the fields are id, kind, priority, partitions, input, deadline/],
+        [{ kind: 'sleep', partitions: 1, input: { prepareMs: -1 } }, 'input.prepareMs', /prepareMs must be ≥ 0/],
+        [{ kind: 'sleep', partitions: 1, input: { prepareMs: 'slow' } }, 'input.prepareMs', /milliseconds/],
+        [{ kind: 'sleep', partitions: 1, input: { seed: 1.5 } }, 'input.seed', /integer/],
+        [{ kind: 'sleep', partitions: 1, input: { bogus: 1 } }, 'input.bogus', /unknown field "bogus"/],
+        [{ kind: 'ntt-proof', partitions: 1, input: { logN: 30 } }, 'input.logN', /logN must be ≤ 20/],
+        [{ kind: 'sleep', partitions: 1, priority: 'urgent' }, 'priority', /critical, high, normal, low/],
+        [{ kind: 'sleep', partitions: 1, deadline: 'tomorrow' }, 'deadline', /epoch milliseconds or an ISO 8601 time/],
+        [{ kind: 'sleep', partitions: 1, deadline: -5 }, 'deadline', /epoch milliseconds or an ISO 8601 time/],
+        [{ kind: 'sleep', partitions: 1, id: 'has space' }, 'id', /id must be 1–200 characters/],
+        [{ kind: 'sleep', partitions: 1, id: 'x'.repeat(201) }, 'id', /id must be 1–200 characters/],
+        [[{ kind: 'sleep', partitions: 1 }], '', /expected object/],
+      ];
+      for (const [body, path, message] of cases) {
+        const r = await submit(url, body);
+        expect(errorPaths(r), JSON.stringify(body)).toContain(path);
+        expect(errorFor(r, path)).toMatch(message);
+        expect(r.body.detail).toContain(errorFor(r, path));
+      }
+      // Every problem at once, each named.
+      const many = await submit(url, { kind: 'sleep', partitions: 0, priority: 'x', colour: 1 });
+      expect(errorPaths(many).sort()).toEqual(['colour', 'partitions', 'priority']);
+      const after = await status(url);
+      expect(total(after)).toBe(total(before));
+    });
+
+    it('answers malformed JSON with a 400 bad-request problem', async () => {
+      for (const text of ['{"kind": "sleep", ', 'not json', '{"kind":"sleep","partitions":1}}']) {
+        const r = await http(url, 'POST', '/v1/jobs', text);
+        expectProblem(r, 400, 'bad-request');
+        expect(r.body.detail).toMatch(/not valid JSON.*send a JSON object/);
+      }
+      const empty = await http(url, 'POST', '/v1/jobs', '');
+      expectProblem(empty, 400, 'bad-request');
+      expect(empty.body.detail).toMatch(/empty/);
+    });
+
+    it('answers a body that is not application/json with a 415 problem', async () => {
+      for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
+        const r = await http(url, 'POST', '/v1/jobs', JSON.stringify({ kind: 'sleep', partitions: 1 }), { 'content-type': type });
+        expectProblem(r, 415, 'unsupported-media-type');
+        expect(r.body.detail).toBe('send the body as application/json');
+      }
+    });
+  });
+
+  describe('GET /v1/jobs/:id', () => {
+    it('shows a running job with per-partition states and ISO timings, then the finished job', async () => {
+      const r = await submit(url, sleepJob('get-1', 4, { seed: 2, prepareMs: 400 }));
+      expect(r.status).toBe(202);
+      const running = await until('get-1 running', async () => {
+        const j = await getJob(url, 'get-1');
+        return j.body.state === 'running' ? j : undefined;
+      });
+      expect(running.status).toBe(200);
+      const job = running.body;
+      expect(job).toMatchObject({ id: 'get-1', kind: 'sleep', partitions: 4, priority: 'normal', finishedAt: null, durationS: null, result: null, error: null, resumes: 0 });
+      expect(job.partitionStates).toHaveLength(4);
+      for (const st of job.partitionStates as string[]) expect(PARTITION_STATES).toContain(st);
+      expect((job.partitionStates as string[]).filter((st) => st === 'done')).toHaveLength(job.partitionsDone as number);
+      expect(isIso(job.submittedAt)).toBe(true);
+      expect(isIso(job.startedAt)).toBe(true);
+      expect(Date.parse(job.startedAt as string)).toBeGreaterThanOrEqual(Date.parse(job.submittedAt as string));
+
+      expect((await result(url, 'get-1')).status).toBe(200);
+      const done = (await getJob(url, 'get-1')).body;
+      expect(done).toMatchObject({ state: 'done', partitionsDone: 4, partitionStates: null, error: null, result: { partitions: 4, total: sleepTotal(2, 4) } });
+      expect(isIso(done.finishedAt)).toBe(true);
+      expect(Date.parse(done.finishedAt as string)).toBeGreaterThanOrEqual(Date.parse(done.startedAt as string));
+      expect(done.durationS).toBeCloseTo((Date.parse(done.finishedAt as string) - Date.parse(done.submittedAt as string)) / 1000, 3);
+      expect(done.durationS).toBeGreaterThanOrEqual(0.4);
+    });
+
+    it('answers 404 problem for an unknown job', async () => {
+      const r = await getJob(url, 'no-such-job');
+      expectProblem(r, 404, 'job-not-found');
+      expect(r.body.detail).toContain('"no-such-job"');
+    });
+  });
+
+  describe('GET /v1/jobs/:id/result', () => {
+    it('answers 202 with the state when the wait elapses first', async () => {
+      await submit(url, sleepJob('res-slow', 2, { prepareMs: 3000 }));
+      await until('res-slow running', async () => (await getJob(url, 'res-slow')).body.state === 'running');
+      const t0 = performance.now();
+      const r = await result(url, 'res-slow', '200ms');
+      const ms = performance.now() - t0;
+      expect(r.status).toBe(202);
+      expect(r.body).toEqual({ id: 'res-slow', state: 'running', result: null, error: null, finishedAt: null });
+      expect(ms).toBeGreaterThanOrEqual(150);
+      expect(ms).toBeLessThan(2000);
+      // No wait: at once.
+      const now = await http(url, 'GET', '/v1/jobs/res-slow/result');
+      expect(now.status).toBe(202);
+      expect(now.body.state).toBe('running');
+      expect((await http(url, 'DELETE', '/v1/jobs/res-slow')).status).toBe(200);
+      await idle(url);
+    });
+
+    it('answers 200 with the result when the job ends within the wait', async () => {
+      await submit(url, sleepJob('res-fast', 5, { seed: 11, prepareMs: 30 }));
+      const t0 = performance.now();
+      const r = await result(url, 'res-fast', '20s');
+      expect(performance.now() - t0).toBeLessThan(10_000);
+      expect(r.status).toBe(200);
+      expect(r.body).toMatchObject({ id: 'res-fast', state: 'done', result: { partitions: 5, total: sleepTotal(11, 5) }, error: null });
+      expect(isIso(r.body.finishedAt)).toBe(true);
+      // Asked again: the same, at once, in every wait syntax.
+      for (const w of ['0', '1', '500ms', '1.5s', '1m']) expect((await result(url, 'res-fast', w)).body).toEqual(r.body);
+    });
+
+    it('rejects a bad wait with a 400 problem, and answers 404 for an unknown job', async () => {
+      await submit(url, sleepJob('res-bad', 1));
+      for (const w of ['abc', '-1', '10s5', '1h']) {
+        const r = await result(url, 'res-bad', w);
+        expectProblem(r, 400, 'bad-wait');
+        expect(r.body.detail).toContain('wait must be a duration');
+      }
+      const unknown = await result(url, 'no-such-job', '1s');
+      expectProblem(unknown, 404, 'job-not-found');
+      await result(url, 'res-bad');
+    });
+  });
+
+  describe('DELETE /v1/jobs/:id', () => {
+    it('cancels a running job, answers its waiter, and leaves no partition in flight', async () => {
+      await idle(url);
+      await submit(url, sleepJob('del-1', 4, { prepareMs: 3000 }));
+      await until('del-1 running', async () => (await getJob(url, 'del-1')).body.state === 'running');
+      const waiter = result(url, 'del-1', '30s');
+      expect((await status(url)).partitions.pending).toBe(4);
+      const t0 = performance.now();
+      const r = await http(url, 'DELETE', '/v1/jobs/del-1');
+      expect(r.status).toBe(200);
+      expect(r.body).toMatchObject({ id: 'del-1', state: 'cancelled', partitionStates: null, result: null, error: { code: 'E_CANCELLED', reason: 'cancelled on request' } });
+      expect(isIso(r.body.finishedAt)).toBe(true);
+      const w = await waiter;
+      expect(performance.now() - t0).toBeLessThan(2000);
+      expect(w.status).toBe(200);
+      expect(w.body).toMatchObject({ id: 'del-1', state: 'cancelled', result: null, error: { code: 'E_CANCELLED' } });
+      // A second cancel is a no-op.
+      const again = await http(url, 'DELETE', '/v1/jobs/del-1');
+      expect(again.status).toBe(200);
+      expect(again.body.finishedAt).toBe(r.body.finishedAt);
+      // Its partitions leave the engine (the runtime withdraws them asynchronously).
+      const st = await until('del-1 withdrawn', async () => {
+        const x = await status(url);
+        return x.partitions.pending === 0 ? x : undefined;
+      });
+      expect(st.partitions).toMatchObject({ queued: 0, preparing: 0, waiting: 0, onDevice: 0, inFlight: 0, pending: 0 });
+      expect(st.partitions.byKind).toEqual({});
+      expect(st.devices[0]?.workers.every((wk) => wk.job === null)).toBe(true);
+      expect((await getJob(url, 'del-1')).body).toMatchObject({ state: 'cancelled', partitionsDone: 0 });
+    });
+
+    it('answers 409 for a finished job and 404 for an unknown one', async () => {
+      await submit(url, sleepJob('del-done', 1));
+      await result(url, 'del-done');
+      const r = await http(url, 'DELETE', '/v1/jobs/del-done');
+      expectProblem(r, 409, 'job-finished');
+      expect(r.body.detail).toContain('(done)');
+      expect((await getJob(url, 'del-done')).body.state).toBe('done');
+      expectProblem(await http(url, 'DELETE', '/v1/jobs/no-such-job'), 404, 'job-not-found');
+    });
+  });
+
+  describe('GET /v1/status', () => {
+    it('counts jobs and partitions exactly, and shows workers, pacer, budget and pool', async () => {
+      const s0 = await idle(url).then(() => status(url));
+      expect(s0.jobs.pending).toBe(0);
+      expect(s0).toMatchObject({ closing: false, targetWaiting: 4, jobs: { queued: 0, running: 0, maxPending: 10_000 } });
+      expect(isIso(s0.time)).toBe(true);
+      expect(s0.uptimeS).toBeGreaterThan(0);
+
+      // st-dev's partition reaches a device worker and stays there; the others keep preparing.
+      try {
+        await checkLoaded();
+      } finally {
+        for (const id of ['st-1', 'st-2', 'st-dev']) await http(url, 'DELETE', `/v1/jobs/${id}`);
+      }
+      const s2 = await idle(url).then(() => status(url));
+      expect(s2.jobs.pending).toBe(0);
+      expect(s2.jobs.cancelled).toBe(s0.jobs.cancelled + 3);
+      expect(s2.devices[0]?.workers.map((w) => w.state)).toEqual(['idle', 'idle']);
+
+      async function checkLoaded(): Promise<void> {
+        await submit(url, sleepJob('st-dev', 1, { prepareMs: 10, deviceMs: 5000 }));
+        await until('st-dev on a device', async () => (await status(url)).devices[0]?.workers.some((w) => w.job === 'st-dev'));
+        await submit(url, sleepJob('st-1', 3, { prepareMs: 5000 }));
+        await submit(url, sleepJob('st-2', 2, { prepareMs: 5000 }));
+        const s1 = await status(url);
+        expect(s1.jobs.pending).toBe(3);
+        expect(s1.jobs.queued + s1.jobs.running).toBe(3);
+        expect(s1.jobs.done).toBe(s0.jobs.done);
+        expect(s1.jobs.cancelled).toBe(s0.jobs.cancelled);
+        const p = s1.partitions;
+        expect(p.pending).toBe(6);
+        expect(p.queued + p.preparing + p.waiting + p.onDevice).toBe(6);
+        expect(p.inFlight).toBe(p.preparing + p.waiting + p.onDevice);
+        expect(p.onDevice).toBe(1);
+        const sleep = p.byKind['sleep'] as Record<string, number>;
+        expect(sleep).toEqual({ queued: p.queued, preparing: p.preparing, waiting: p.waiting, 'on-device': p.onDevice });
+
+        expect(s1.devices).toHaveLength(1);
+        const dev = s1.devices[0] as StatusBody['devices'][number];
+        expect(dev).toMatchObject({ device: 0, kind: 'cpu' });
+        expect(dev.workers).toHaveLength(2);
+        for (const w of dev.workers) expect(['idle', 'busy']).toContain(w.state);
+        expect(dev.workers.filter((w) => w.state === 'busy')).toEqual([{ state: 'busy', job: 'st-dev', partition: 0 }]);
+        expect(dev.completions).toEqual(expect.any(Number));
+        expect(dev.busyS).toEqual(expect.any(Number));
+
+        expect(s1.pacer.name).toBe('stoker');
+        expect(['bootstrap', 'steady', 'hold', 'blocked', 'idle']).toContain(s1.pacer.mode);
+        expect(s1.budget).toMatchObject({ usedBytes: 0, totalBytes: null, peakBytes: expect.any(Number), blocked: false });
+        expect(s1.pool).toMatchObject({ leasedBytes: expect.any(Number), idleBytes: expect.any(Number), totalBytes: expect.any(Number) });
+
+        // The worker's busy ratio in /metrics agrees.
+        const busyWorker = dev.workers.findIndex((w) => w.state === 'busy');
+        const text = await metrics(url);
+        expect(metric(text, `stoker_device_worker_busy_ratio{device="0",worker="${busyWorker}"}`)).toBe(1);
+        expect(metric(text, `stoker_device_worker_busy_ratio{device="0",worker="${1 - busyWorker}"}`)).toBe(0);
+        expect(metric(text, 'stoker_partitions{kind="sleep",stage="on-device"}')).toBe(1);
+      }
+    });
+  });
+
+  describe('discovery', () => {
+    it('GET /v1/kinds lists ntt-proof and sleep', async () => {
+      const r = await http(url, 'GET', '/v1/kinds');
+      expect(r.status).toBe(200);
+      expect((r.body as { name: string }[]).map((k) => k.name).sort()).toEqual(['ntt-proof', 'sleep']);
+      for (const k of r.body as { description: string }[]) expect(k.description.length).toBeGreaterThan(10);
+    });
+
+    it('GET /v1/openapi.json documents every route the server answers', async () => {
+      const r = await http(url, 'GET', '/v1/openapi.json');
+      expect(r.status).toBe(200);
+      expect(r.body.openapi).toBe('3.1.0');
+      const paths = r.body.paths as Record<string, Record<string, unknown>>;
+      expect(Object.keys(paths).sort()).toEqual(['/metrics', '/v1/events', '/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/result', '/v1/kinds', '/v1/openapi.json', '/v1/status']);
+      expect(Object.entries(paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`)).sort()).toEqual([
+        'DELETE /v1/jobs/{id}',
+        'GET /metrics',
+        'GET /v1/events',
+        'GET /v1/jobs/{id}',
+        'GET /v1/jobs/{id}/result',
+        'GET /v1/kinds',
+        'GET /v1/openapi.json',
+        'GET /v1/status',
+        'POST /v1/jobs',
+      ]);
+      // Each documented GET is served (not the 404 of an unknown route).
+      await submit(url, sleepJob('doc-1', 1));
+      await result(url, 'doc-1');
+      for (const p of Object.keys(paths).filter((x) => x !== '/v1/events' && 'get' in (paths[x] as object))) {
+        const got = await http(url, 'GET', p.replace('{id}', 'doc-1'));
+        expect(got.status, p).toBe(200);
+      }
+    });
+
+    it('answers an unknown route or method with a 404 problem', async () => {
+      const r = await http(url, 'GET', '/v1/nope?x=1');
+      expectProblem(r, 404, 'not-found');
+      expect(r.body.detail).toBe('no route GET /v1/nope: see GET /v1/openapi.json for the API');
+      const put = await http(url, 'PUT', '/v1/jobs', { kind: 'sleep', partitions: 1 });
+      expectProblem(put, 404, 'not-found');
+      expect(put.body.detail).toContain('PUT /v1/jobs');
+    });
+  });
+
+  describe('GET /v1/events', () => {
+    it('streams job.submitted, job.started, one job.partition per partition and job.done, in order', async () => {
+      const stream = await openEvents(url);
+      try {
+        expect(stream.contentType).toBe('text/event-stream');
+        await submit(url, sleepJob('ev-1', 3, { prepareMs: 20 }));
+        const all = await stream.readUntil((e) => e.data.type === 'job.done' && e.data.id === 'ev-1');
+        const mine = all.filter((e) => e.data.id === 'ev-1');
+        for (const e of mine) {
+          expect(e.event).toBe(e.data.type);
+          expect(isIso(e.data.time)).toBe(true);
+        }
+        expect(mine.map((e) => e.data.type)).toEqual(['job.submitted', 'job.started', 'job.partition', 'job.partition', 'job.partition', 'job.done']);
+        expect(mine[0]?.data).toMatchObject({ kind: 'sleep', partitions: 3 });
+        expect(mine.filter((e) => e.data.type === 'job.partition').map((e) => e.data['partition']).sort()).toEqual([0, 1, 2]);
+
+        // A cancellation is an event too.
+        await submit(url, sleepJob('ev-2', 2, { prepareMs: 5000 }));
+        await until('ev-2 running', async () => (await getJob(url, 'ev-2')).body.state === 'running');
+        await http(url, 'DELETE', '/v1/jobs/ev-2');
+        const more = await stream.readUntil((e) => e.data.type === 'job.cancelled' && e.data.id === 'ev-2');
+        expect(more.filter((e) => e.data.id === 'ev-2').map((e) => e.data.type)).toEqual(['job.submitted', 'job.started', 'job.cancelled']);
+        expect(more.find((e) => e.data.type === 'job.cancelled')?.data).toMatchObject({ code: 'E_CANCELLED', reason: 'cancelled on request' });
+      } finally {
+        await stream.close();
+      }
+      await idle(url);
+    });
+  });
+
+  describe('ntt-proof', () => {
+    it('proves a small job: every partition checked, a 64-hex commitment, the same for the same input', async () => {
+      const input = { seed: 7, logN: 10, synthesisMs: 10 };
+      for (const id of ['ntt-a', 'ntt-b']) expect((await submit(url, { id, kind: 'ntt-proof', partitions: 3, input })).status).toBe(202);
+      await submit(url, { id: 'ntt-c', kind: 'ntt-proof', partitions: 3, input: { ...input, seed: 8 } });
+      const [a, b, c] = await Promise.all(['ntt-a', 'ntt-b', 'ntt-c'].map((id) => result(url, id)));
+      for (const r of [a, b, c]) {
+        expect(r?.status).toBe(200);
+        expect(r?.body).toMatchObject({ state: 'done', error: null, result: { partitions: 3, checked: 3 } });
+        expect(r?.body.result.commitment).toMatch(/^[0-9a-f]{64}$/);
+      }
+      expect(a?.body.result.commitment).toBe(b?.body.result.commitment);
+      expect(c?.body.result.commitment).not.toBe(a?.body.result.commitment);
+      expect((await getJob(url, 'ntt-a')).body.input).toEqual(input);
+    });
+  });
+
+  describe('a second server', () => {
+    it('refuses the data dir a running server holds', async () => {
+      const second = startServer(s.dataDir).then((x) => {
+        started.push(x);
+        return x;
+      });
+      await expect(second).rejects.toThrow(/in use by another stoker serve/);
+      expect((await status(url)).closing).toBe(false);
+    });
+  });
+
+  describe('CLI client', () => {
+    const server = () => ['--server', url];
+
+    it('submit prints the accepted id; again: already submitted; --json prints the job', async () => {
+      const r = await cli(['submit', ...server(), '-k', 'sleep', '-n', '2', '--id', 'cli-1', '--input', '{"prepareMs":20,"seed":5}']);
+      expect(r.stderr).toBe('');
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/^accepted: cli-1 \((queued|running)\)\n$/);
+      const again = await cli(['submit', ...server(), '-k', 'sleep', '-n', '2', '--id', 'cli-1', '--input', '{"prepareMs":20,"seed":5}']);
+      expect(again.code).toBe(0);
+      expect(again.stdout).toMatch(/^already submitted: cli-1 \((queued|running|done)\)\n$/);
+      const gen = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1']);
+      expect(gen.code).toBe(0);
+      expect(gen.stdout).toMatch(/^accepted: [0-9a-f-]{36} \((queued|running)\)\n$/);
+      const json = await cli(['submit', ...server(), '--json', '-k', 'sleep', '-n', '3', '--id', 'cli-json', '--priority', 'high', '--input', '{"prepareMs":20}']);
+      expect(json.code).toBe(0);
+      expect(JSON.parse(json.stdout)).toMatchObject({ id: 'cli-json', kind: 'sleep', partitions: 3, priority: 'high', input: { seed: 0, prepareMs: 20, deviceMs: 1 } });
+    });
+
+    it('wait prints the result and exits 0 when done; status <id> prints the job', async () => {
+      const r = await cli(['wait', ...server(), 'cli-1']);
+      expect(r.code).toBe(0);
+      expect(JSON.parse(r.stdout)).toMatchObject({ id: 'cli-1', state: 'done', result: { partitions: 2, total: sleepTotal(5, 2) }, error: null });
+      const st = await cli(['status', ...server(), 'cli-1']);
+      expect(st.code).toBe(0);
+      expect(JSON.parse(st.stdout)).toMatchObject({ id: 'cli-1', state: 'done', partitionsDone: 2, partitionStates: null });
+      const gone = await cli(['status', ...server(), 'no-such-job']);
+      expect(gone.code).toBe(2);
+      expect(gone.stderr).toContain('error: 404 No such job: no job "no-such-job"');
+    });
+
+    it('status prints the engine as text, or as JSON with --json (also via STOKER_SERVER)', async () => {
+      await cli(['wait', ...server(), 'cli-json']);
+      await idle(url);
+      const r = await cli(['status', ...server()]);
+      expect(r.code).toBe(0);
+      const lines = r.stdout.trimEnd().split('\n');
+      expect(lines).toHaveLength(5);
+      expect(lines[0]).toMatch(/^jobs {8}pending 0 {2}\(queued 0, running 0\) {2}done \d+ {2}failed 0 {2}cancelled \d+$/);
+      expect(lines[1]).toBe('partitions  queued 0  preparing 0  waiting 0 (target 4)  on device 0');
+      expect(lines[2]).toBe('devices     0/2 workers busy');
+      expect(lines[3]).toMatch(/^pacer {7}stoker \w+ {2}capacity /);
+      expect(lines[4]).toBe('budget      0 bytes of unlimited');
+      const api = await status(url);
+      expect(lines[0]).toContain(`done ${api.jobs.done}  failed 0  cancelled ${api.jobs.cancelled}`);
+
+      const json = await cli(['status', '--json'], { STOKER_SERVER: url });
+      expect(json.code).toBe(0);
+      const body = JSON.parse(json.stdout) as StatusBody;
+      expect(body.jobs).toEqual(api.jobs);
+      expect(body.devices[0]?.workers).toHaveLength(2);
+      expect(body.pacer.name).toBe('stoker');
+    });
+
+    it('wait --timeout exits 3 on a slow job; cancel cancels it; wait on a cancelled job exits 1', async () => {
+      expect((await cli(['submit', ...server(), '-k', 'sleep', '-n', '2', '--id', 'cli-slow', '--input', '{"prepareMs":5000}'])).code).toBe(0);
+      const t = await cli(['wait', ...server(), 'cli-slow', '--timeout', '200ms']);
+      expect(t.code).toBe(3);
+      expect(t.stdout).toBe('');
+      expect(t.stderr).toMatch(/^job cli-slow is still (queued|running) after --timeout 200ms\n$/);
+      expect(t.ms).toBeLessThan(4000);
+      const c = await cli(['cancel', ...server(), 'cli-slow']);
+      expect(c.code).toBe(0);
+      expect(c.stdout).toBe('cli-slow: cancelled\n');
+      const w = await cli(['wait', ...server(), 'cli-slow']);
+      expect(w.code).toBe(1);
+      expect(JSON.parse(w.stdout)).toMatchObject({ id: 'cli-slow', state: 'cancelled', error: { code: 'E_CANCELLED' } });
+      const cj = await cli(['cancel', ...server(), '--json', 'cli-slow']);
+      expect(cj.code).toBe(0);
+      expect(JSON.parse(cj.stdout)).toMatchObject({ id: 'cli-slow', state: 'cancelled' });
+      const done = await cli(['cancel', ...server(), 'cli-1']);
+      expect(done.code).toBe(2);
+      expect(done.stderr).toContain('error: 409 Job already finished: job cli-1 has already ended (done)');
+      await idle(url);
+    });
+
+    it('client errors: bad input exits 2 with the problem detail; a local usage error exits 2', async () => {
+      const r = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1', '--input', '{"prepareMs":-1}']);
+      expect(r.code).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toBe('error: 400 Invalid job: input.prepareMs: prepareMs must be ≥ 0\n');
+      const kind = await cli(['submit', ...server(), '-k', 'nope', '-n', '1']);
+      expect(kind.code).toBe(2);
+      expect(kind.stderr).toContain('unknown kind "nope": use one of ntt-proof, sleep');
+      const json = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1', '--input', '{oops']);
+      expect(json.code).toBe(2);
+      expect(json.stderr).toMatch(/^error: --input must be JSON/);
+      const missing = await cli(['submit', ...server(), '-k', 'sleep']);
+      expect(missing.code).toBe(2);
+      expect(missing.stderr).toContain("required option '-n, --partitions <n>' not specified");
+    });
+
+    it("wait long-polls for the time left, in ms, capped at 60 s: no busy loop in the last second", async () => {
+      // A stand-in server that records each wait and holds the request that long (or answers done).
+      const waits: string[] = [];
+      let done = false;
+      const fake = createServer((req, res) => {
+        const wait = new URL(req.url ?? '/', 'http://x').searchParams.get('wait') ?? '';
+        waits.push(wait);
+        const reply = (code: number, state: string) => res.writeHead(code, { 'content-type': 'application/json' }).end(JSON.stringify({ id: 'j', state, result: null, error: null, finishedAt: null }));
+        if (done) return reply(200, 'done');
+        setTimeout(() => reply(202, 'running'), Number(/^(\d+)ms$/.exec(wait)?.[1] ?? 0));
+      });
+      await new Promise<void>((r) => fake.listen(0, '127.0.0.1', r));
+      const base = `http://127.0.0.1:${(fake.address() as net.AddressInfo).port}`;
+      try {
+        const t = await cli(['wait', '--server', base, 'j', '--timeout', '300ms']);
+        expect(t.code).toBe(3);
+        expect(waits.length).toBeGreaterThanOrEqual(1);
+        expect(waits.length).toBeLessThanOrEqual(3);
+        for (const w of waits) expect(w).toMatch(/^\d+ms$/);
+        expect(Number.parseInt(waits[0] as string, 10)).toBeGreaterThan(200);
+        expect(Number.parseInt(waits[0] as string, 10)).toBeLessThanOrEqual(300);
+        waits.length = 0;
+        done = true;
+        const d = await cli(['wait', '--server', base, 'j', '--timeout', '5m']);
+        expect(d.code).toBe(0);
+        expect(waits).toEqual(['60000ms']);
+      } finally {
+        await new Promise((r) => fake.close(r));
+      }
+    });
+
+    it('exits 1 with "cannot reach the server" when nothing listens', async () => {
+      const port = await freePort();
+      for (const args of [['status'], ['submit', '-k', 'sleep', '-n', '1'], ['wait', 'x'], ['cancel', 'x']]) {
+        const r = await cli([...args, '--server', `http://127.0.0.1:${port}`]);
+        expect(r.code).toBe(1);
+        expect(r.stderr).toContain(`error: cannot reach the server at http://127.0.0.1:${port} (ECONNREFUSED)`);
+      }
+    });
+  });
+});
+
+// ─── Admission and body limits ────────────────────────────────────────────────────────────────
+
+describe('stoker serve with maxPendingJobs 2 and bodyLimitBytes 2048', () => {
+  let s: ServerProcess;
+
+  beforeAll(async () => {
+    s = await serve({ STOKER_SERVER_MAX_PENDING_JOBS: '2', STOKER_SERVER_BODY_LIMIT_BYTES: '2048', STOKER_SERVER_MAX_WAIT_S: '1' });
+  }, 30_000);
+
+  afterAll(async () => {
+    await stopServer(s);
+    expect(s.child.exitCode).toBe(0);
+  }, 30_000);
+
+  it('cuts a long-poll longer than server.maxWaitS (1 s) to it, and `stoker wait` keeps polling', async () => {
+    expect((await submit(s.url, sleepJob('wait-cut', 1, { prepareMs: 2500 }))).status).toBe(202);
+    const t0 = performance.now();
+    const r = await result(s.url, 'wait-cut', '10000s');
+    const took = performance.now() - t0;
+    expect(r.status).toBe(202);
+    expect(r.body.state).toBe('running');
+    expect(took).toBeGreaterThanOrEqual(900);
+    expect(took).toBeLessThan(2400);
+    const waited = await cli(['wait', 'wait-cut', '--server', s.url, '--timeout', '30s']);
+    expect(waited.code).toBe(0);
+    expect(JSON.parse(waited.stdout)).toMatchObject({ id: 'wait-cut', state: 'done' });
+  });
+
+  it('answers 429 with Retry-After beyond the pending jobs; an idempotent resubmit still gets 200', async () => {
+    const slow = (id: string) => sleepJob(id, 1, { prepareMs: 5000 });
+    expect((await submit(s.url, slow('adm-1'))).status).toBe(202);
+    expect((await submit(s.url, slow('adm-2'))).status).toBe(202);
+    const full = await submit(s.url, slow('adm-3'));
+    expectProblem(full, 429, 'too-many-jobs');
+    expect(full.headers.get('retry-after')).toBe('5');
+    expect(full.body.detail).toContain('2 jobs are pending (server.maxPendingJobs)');
+    expectProblem(await submit(s.url, sleepJob(undefined, 1)), 429, 'too-many-jobs');
+    expectProblem(await getJob(s.url, 'adm-3'), 404, 'job-not-found');
+
+    const again = await submit(s.url, slow('adm-1'));
+    expect(again.status).toBe(200);
+    expect(again.body.id).toBe('adm-1');
+    // A different body under a taken id is still a conflict, not 429.
+    expectProblem(await submit(s.url, sleepJob('adm-1', 2)), 409, 'job-conflict');
+    expect((await status(s.url)).jobs).toMatchObject({ pending: 2, maxPending: 2 });
+
+    // A cancel frees a place.
+    expect((await http(s.url, 'DELETE', '/v1/jobs/adm-1')).status).toBe(200);
+    expect((await submit(s.url, slow('adm-3'))).status).toBe(202);
+    for (const id of ['adm-2', 'adm-3']) expect((await http(s.url, 'DELETE', `/v1/jobs/${id}`)).status).toBe(200);
+    await idle(s.url);
+    expect((await status(s.url)).jobs).toMatchObject({ pending: 0, cancelled: 3 });
+  });
+
+  it('answers a body over the limit with 413 and accepts one under it', async () => {
+    const big = { ...sleepJob('big-1', 1), id: 'b'.repeat(190), input: { prepareMs: 10 }, pad: 'x'.repeat(4096) };
+    const body = JSON.stringify(big);
+    expect(body.length).toBeGreaterThan(4096);
+    const r = await http(s.url, 'POST', '/v1/jobs', body);
+    expectProblem(r, 413, 'body-too-large');
+    expect(r.body.detail).toContain('over 2048 bytes (server.bodyLimitBytes)');
+    // Just under the limit (padded with whitespace): accepted.
+    const fits = { id: `k${'a'.repeat(199)}`, kind: 'sleep', partitions: 1, input: { prepareMs: 10, seed: 1 } };
+    const padded = JSON.stringify(fits).replace('{', `{${' '.repeat(1700)}`);
+    expect(Buffer.byteLength(padded)).toBeGreaterThan(1900);
+    expect(Buffer.byteLength(padded)).toBeLessThanOrEqual(2048);
+    const ok = await http(s.url, 'POST', '/v1/jobs', padded);
+    expect(ok.status).toBe(202);
+    expect((await result(s.url, fits.id)).body).toMatchObject({ state: 'done', result: { total: sleepTotal(1, 1) } });
+  });
+});
+
+// ─── Metrics from a fresh start ───────────────────────────────────────────────────────────────
+
+describe('GET /metrics (fresh server)', () => {
+  let s: ServerProcess;
+
+  beforeAll(async () => {
+    s = await serve();
+  }, 30_000);
+
+  afterAll(async () => {
+    await stopServer(s);
+  }, 30_000);
+
+  it('exposes job, stage and worker metrics that match the partitions run', async () => {
+    const res = await http(s.url, 'GET', '/metrics');
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+    const t0 = res.body as string;
+    expect(metric(t0, 'stoker_jobs{kind="sleep",state="done"}')).toBeUndefined();
+    expect(metric(t0, 'stoker_waiting_target_partitions')).toBe(4);
+    expect(metric(t0, 'stoker_waiting_partitions')).toBe(0);
+    expect(metric(t0, 'stoker_capacity_partitions_per_second')).toBe(0);
+    expect(metric(t0, 'stoker_device_worker_busy_ratio{device="0",worker="0"}')).toBe(0);
+    expect(metric(t0, 'stoker_device_worker_busy_ratio{device="0",worker="1"}')).toBe(0);
+    expect(metric(t0, 'stoker_prepare_seconds_count')).toBe(0);
+    expect(metric(t0, 'stoker_device_seconds_count')).toBe(0);
+    expect(t0).toContain('# TYPE stoker_job_seconds histogram');
+
+    const jobs: [string, number, number][] = [
+      ['m-1', 2, 1],
+      ['m-2', 2, 2],
+      ['m-3', 2, 3],
+      ['m-4', 3, 4],
+    ];
+    for (const [id, n, seed] of jobs) expect((await submit(s.url, sleepJob(id, n, { seed, prepareMs: 15 }))).status).toBe(202);
+    for (const [id, n, seed] of jobs) expect((await result(s.url, id)).body).toMatchObject({ state: 'done', result: { partitions: n, total: sleepTotal(seed, n) } });
+    await submit(s.url, sleepJob('m-cancel', 2, { prepareMs: 5000 }));
+    await http(s.url, 'DELETE', '/v1/jobs/m-cancel');
+    await idle(s.url);
+
+    const t1 = await until('a measured capacity', async () => {
+      const t = await metrics(s.url);
+      return (metric(t, 'stoker_capacity_partitions_per_second') ?? 0) > 0 ? t : undefined;
+    });
+    expect(metric(t1, 'stoker_jobs{kind="sleep",state="done"}')).toBe(4);
+    expect(metric(t1, 'stoker_jobs{kind="sleep",state="cancelled"}')).toBe(1);
+    expect(metric(t1, 'stoker_jobs_ended_total{kind="sleep",state="done"}')).toBe(4);
+    expect(metric(t1, 'stoker_job_seconds_count{kind="sleep",state="done"}')).toBe(4);
+    expect(metric(t1, 'stoker_job_seconds_count{kind="sleep",state="cancelled"}')).toBe(1);
+    expect(metric(t1, 'stoker_job_seconds_bucket{le="+Inf",kind="sleep",state="done"}')).toBe(4);
+    expect(metric(t1, 'stoker_job_seconds_sum{kind="sleep",state="done"}')).toBeGreaterThan(4 * 0.015);
+    // 9 partitions ran to the end; m-cancel's preparations were aborted, never measured.
+    expect(metric(t1, 'stoker_prepare_seconds_count')).toBe(9);
+    expect(metric(t1, 'stoker_device_seconds_count')).toBe(9);
+    expect(metric(t1, 'stoker_prepare_seconds_sum')).toBeGreaterThanOrEqual(9 * 0.014);
+    expect(metric(t1, 'stoker_device_seconds_sum')).toBeGreaterThan(0);
+    expect(metric(t1, 'stoker_waiting_partitions')).toBe(0);
+    expect(metric(t1, 'stoker_waiting_target_partitions')).toBe(4);
+    expect(metric(t1, 'stoker_device_worker_busy_ratio{device="0",worker="0"}')).toBe(0);
+    expect(metric(t1, 'stoker_device_worker_busy_ratio{device="0",worker="1"}')).toBe(0);
+    expect(metric(t1, 'stoker_device_busy_seconds_total{device="0"}')).toBeGreaterThan(0);
+    expect(metric(t1, 'stoker_dispatched_partitions_total')).toBeGreaterThanOrEqual(9);
+    expect(metric(t1, 'stoker_budget_used_bytes')).toBe(0);
+    expect(t1).toContain('stoker_budget_bytes +Inf');
+    const st = await status(s.url);
+    expect(st.devices[0]?.completions).toBe(9);
+    expect(metric(t1, 'stoker_capacity_partitions_per_second')).toBeGreaterThan(0);
+  });
+});
+
+// ─── config print and serve --help ────────────────────────────────────────────────────────────
+
+describe('stoker config print / serve --help', () => {
+  it('prints the effective config as TOML: flags and environment applied', async () => {
+    const r = await cli(['config', 'print', '--port', '9999'], { STOKER_ENGINE_TARGET_WAITING: '7' });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^port = 9999$/m);
+    expect(r.stdout).toMatch(/^targetWaiting = 7$/m);
+    const doc = parseToml(r.stdout) as { server: { port: number; host: string }; engine: { targetWaiting: number; pacer: string } };
+    expect(doc.server).toMatchObject({ port: 9999, host: '127.0.0.1' });
+    expect(doc.engine).toMatchObject({ targetWaiting: 7, pacer: 'stoker' });
+  });
+
+  it('exits 2 naming a bad environment variable', async () => {
+    const r = await cli(['config', 'print'], { STOKER_SERVER_PORT: 'abc' });
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/^error: STOKER_SERVER_PORT: server\.port: expected an integer from 0 to 65535, got "abc"/);
+    const typo = await cli(['config', 'print'], { STOKER_ENGINE_TARGET_WAITNG: '3' });
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain('did you mean STOKER_ENGINE_TARGET_WAITING?');
+    // serve checks the same before it listens.
+    const dir = tempDataDir();
+    dirs.push(dir);
+    const serveBad = await cli(['serve', '--port', '0', '--data', dir], { STOKER_ENGINE_PACER: 'stokr' });
+    expect(serveBad.code).toBe(2);
+    expect(serveBad.stdout).not.toContain('listening');
+    expect(serveBad.stderr).toContain('STOKER_ENGINE_PACER: engine.pacer');
+    expect(serveBad.stderr).toContain('did you mean "stoker"?');
+  });
+
+  it('serve --help lists every config field with its variable', async () => {
+    const r = await cli(['serve', '--help']);
+    expect(r.code).toBe(0);
+    for (const [field, env] of [
+      ['dataDir', 'STOKER_DATA_DIR'],
+      ['server.host', 'STOKER_SERVER_HOST'],
+      ['server.port', 'STOKER_SERVER_PORT'],
+      ['server.bodyLimitBytes', 'STOKER_SERVER_BODY_LIMIT_BYTES'],
+      ['server.maxPendingJobs', 'STOKER_SERVER_MAX_PENDING_JOBS'],
+      ['server.retryAfterS', 'STOKER_SERVER_RETRY_AFTER_S'],
+      ['server.resultTtlS', 'STOKER_SERVER_RESULT_TTL_S'],
+      ['server.shutdownTimeoutS', 'STOKER_SERVER_SHUTDOWN_TIMEOUT_S'],
+      ['server.maxWaitS', 'STOKER_SERVER_MAX_WAIT_S'],
+      ['engine.pacer', 'STOKER_ENGINE_PACER'],
+      ['engine.targetWaiting', 'STOKER_ENGINE_TARGET_WAITING'],
+      ['engine.budgetBytes', 'STOKER_ENGINE_BUDGET_BYTES'],
+      ['engine.retries', 'STOKER_ENGINE_RETRIES'],
+      ['engine.deviceTimeoutS', 'STOKER_ENGINE_DEVICE_TIMEOUT_S'],
+      ['engine.pacerOptions', 'STOKER_ENGINE_PACER_OPTIONS'],
+      ['device.kind', 'STOKER_DEVICE_KIND'],
+      ['device.workers', 'STOKER_DEVICE_WORKERS'],
+      ['prepare.threads', 'STOKER_PREPARE_THREADS'],
+      ['prepare.concurrency', 'STOKER_PREPARE_CONCURRENCY'],
+    ] as const) {
+      expect(r.stdout).toMatch(new RegExp(`^ {2}${field.replace('.', '\\.')} +\\S.* +${env} +\\S`, 'm'));
+    }
+    for (const flag of ['--config <file>', '--host <host>', '--port <n>', '--data <dir>']) expect(r.stdout).toContain(flag);
+  });
+});
+
+// ─── Graceful shutdown and resume ─────────────────────────────────────────────────────────────
+
+describe('graceful shutdown', () => {
+  it('on SIGTERM finishes the partitions in flight, exits 0, and the restarted server resumes the rest', async () => {
+    const dir = tempDataDir();
+    dirs.push(dir);
+    // Two preparations at a time (one thread × concurrency 2), so part of the job is still queued
+    // after its first partitions finished.
+    const env = { STOKER_PREPARE_CONCURRENCY: '2' };
+    const a = await serve(env, dir);
+    const seed = 9;
+    expect((await submit(a.url, sleepJob('sd-1', 6, { seed, prepareMs: 1500, deviceMs: 10 }))).status).toBe(202);
+    const before = await until('some partitions done while others are queued', async () => {
+      const j = (await getJob(a.url, 'sd-1')).body;
+      return j.partitionsDone > 0 ? j : undefined;
+    });
+    expect(before.state).toBe('running');
+    const doneBefore = before.partitionsDone as number;
+    expect((before.partitionStates as string[]).filter((st) => st === 'queued').length).toBeGreaterThan(0);
+    const waiter = result(a.url, 'sd-1', '60s');
+
+    a.child.kill('SIGTERM');
+    // While it drains: closing, and no new jobs.
+    await until('closing', async () => (await status(a.url)).closing);
+    const refused = await submit(a.url, sleepJob('sd-late', 1));
+    expectProblem(refused, 503, 'shutting-down');
+    const code = await within(a.exited, 15_000, 'exit after SIGTERM');
+    expect(code).toBe(0);
+    expect(a.output()).toMatch(/SIGTERM: finishing [1-9]\d* partitions in flight \(up to 30 s\), then stopping/);
+    expect(a.output()).toContain('stopped; unfinished jobs resume on the next start');
+    // The waiter was answered with the state at the stop.
+    const w = await waiter;
+    expect(w.status).toBe(202);
+    expect(w.body).toMatchObject({ id: 'sd-1', state: 'running', result: null });
+
+    // The journal holds the job unfinished, with the outputs of every partition that finished.
+    let doneAtStop: number;
+    const journal = Journal.open(dir);
+    try {
+      const j = journal.get('sd-1');
+      expect(j?.state).toBe('running');
+      doneAtStop = j?.partitionsDone ?? -1;
+      expect(doneAtStop).toBeGreaterThanOrEqual(doneBefore);
+      expect(doneAtStop).toBeLessThan(6);
+      const outputs = journal.partitionOutputs('sd-1');
+      expect(outputs.size).toBe(doneAtStop);
+      for (const [p, o] of outputs) expect(o).toBe(2 * (seed * 31 + p));
+      expect(journal.get('sd-late')).toBeUndefined();
+    } finally {
+      journal.close();
+    }
+
+    const b = await serve(env, dir);
+    expect(b.output()).toContain('1 unfinished jobs resumed');
+    const resumed = (await getJob(b.url, 'sd-1')).body;
+    expect(resumed).toMatchObject({ id: 'sd-1', resumes: 1 });
+    expect(resumed.partitionsDone).toBeGreaterThanOrEqual(doneAtStop);
+    const r = await result(b.url, 'sd-1', '30s');
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ state: 'done', error: null, result: { partitions: 6, total: sleepTotal(seed, 6) } });
+    expect((await getJob(b.url, 'sd-1')).body).toMatchObject({ state: 'done', partitionsDone: 6, resumes: 1 });
+    // Only the partitions unfinished at the stop ran again.
+    const text = await metrics(b.url);
+    expect(metric(text, 'stoker_dispatched_partitions_total')).toBe(6 - doneAtStop);
+    expect(metric(text, 'stoker_prepare_seconds_count')).toBe(6 - doneAtStop);
+    expect(metric(text, 'stoker_device_seconds_count')).toBe(6 - doneAtStop);
+    expect(metric(text, 'stoker_jobs{kind="sleep",state="done"}')).toBe(1);
+
+    expect(await within(b.stop(), 15_000, 'second stop')).toBe(0);
+  }, 45_000);
+});
