@@ -41,8 +41,8 @@ export interface RouterHooks {
   started(jobId: string): void;
   /** A partition's device step returned this output. */
   partitionDone(jobId: string, partition: number, output: unknown): void;
-  /** A stage's time: preparation latency, or the device time the worker measured. */
-  observe(stage: 'prepare' | 'device', ms: number): void;
+  /** A stage's time: preparation latency, or the device time the worker measured (with the worker). */
+  observe(stage: 'prepare' | 'device', ms: number, worker?: { device: number; worker: number }): void;
 }
 
 /**
@@ -79,7 +79,7 @@ export class KindRouter implements Workload<RoutedInput, RoutedPrepared, unknown
   async run(task: DeviceTask<RoutedInput, RoutedPrepared>): Promise<{ output: unknown; busyMs: number }> {
     const partition = realPartition(task);
     const r = await task.prepared.kind.workload.run({ ...task, input: task.input.input, partition, prepared: task.prepared.prepared });
-    this.hooks.observe('device', r.busyMs);
+    this.hooks.observe('device', r.busyMs, { device: task.device, worker: task.worker });
     this.hooks.partitionDone(task.jobId, partition, r.output);
     return r;
   }

@@ -12,6 +12,7 @@ export class ServiceMetrics {
   private readonly deviceSeconds: Histogram;
   private readonly jobSeconds: Histogram;
   private readonly jobsEnded: Counter<'kind' | 'state'>;
+  private readonly workerBusy: Counter<'device' | 'worker'>;
 
   constructor(service: Service) {
     const r = [this.registry];
@@ -54,7 +55,7 @@ export class ServiceMetrics {
     });
     new Gauge({
       name: 'stoker_device_worker_busy_ratio',
-      help: 'Whether each device worker is running a partition now (1) or not (0); its mean over time is occupancy',
+      help: 'Whether each device worker is running a partition now (1) or not (0); see stoker_device_worker_busy_seconds_total for occupancy',
       labelNames: ['device', 'worker'],
       registers: r,
       collect() {
@@ -127,11 +128,18 @@ export class ServiceMetrics {
     this.prepareSeconds = new Histogram({ name: 'stoker_prepare_seconds', help: 'Preparation latency per partition', buckets, registers: r });
     this.deviceSeconds = new Histogram({ name: 'stoker_device_seconds', help: 'Device time per partition, as the worker measured it', buckets, registers: r });
     this.jobSeconds = new Histogram({ name: 'stoker_job_seconds', help: 'Job latency, submission to end', labelNames: ['kind', 'state'], buckets: [...buckets, 1800, 3600], registers: r });
+    this.workerBusy = new Counter({
+      name: 'stoker_device_worker_busy_seconds_total',
+      help: 'Device time each worker measured itself (rate() of it is that worker’s occupancy, 0–1)',
+      labelNames: ['device', 'worker'],
+      registers: r,
+    });
     this.jobsEnded = new Counter({ name: 'stoker_jobs_ended_total', help: 'Jobs ended since start, by kind and state', labelNames: ['kind', 'state'], registers: r });
   }
 
-  observeStage(stage: 'prepare' | 'device', ms: number): void {
+  observeStage(stage: 'prepare' | 'device', ms: number, worker?: { device: number; worker: number }): void {
     (stage === 'prepare' ? this.prepareSeconds : this.deviceSeconds).observe(ms / 1000);
+    if (worker) this.workerBusy.inc({ device: String(worker.device), worker: String(worker.worker) }, ms / 1000);
   }
 
   jobEnded(kind: string, state: string, seconds: number): void {

@@ -124,7 +124,7 @@ export class Service {
       partitionDone: (jobId, partition, output) => {
         if (this.journal.recordPartition(jobId, partition, output)) this.emit({ type: 'job.partition', id: jobId, partition });
       },
-      observe: (stage, ms) => this.metrics.observeStage(stage, ms),
+      observe: (stage, ms, worker) => this.metrics.observeStage(stage, ms, worker),
     }, this.pool);
     this.runtime = new Runtime({
       workload: router,
