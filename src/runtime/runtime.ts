@@ -1,4 +1,4 @@
-import { createPacer, Engine, StokerError, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
+import { createPacer, Engine, StokerError, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
 import type { BufferPool } from './buffer-pool.js';
 import { systemClock, type Clock } from './clock.js';
 
@@ -61,6 +61,8 @@ export interface RuntimeOptions<I, P, O, R> {
   deviceTimeoutMs?: number;
   /** @default the system clock */
   clock?: Clock;
+  /** Records every engine step (what ran where, and the pipeline's levels) for a waterfall or a trace. */
+  timeline?: TimelineRecorder;
 }
 
 export interface RuntimeStatus {
@@ -95,6 +97,7 @@ export class Runtime<I, P, O, R> {
   private readonly clock: Clock;
   private readonly workload: Workload<I, P, O, R>;
   private readonly deviceTimeoutMs: number;
+  private readonly timeline: TimelineRecorder | undefined;
   private readonly jobs = new Map<string, JobCtx<I, O, R>>();
   /** Jobs whose engine part has ended but whose finish() is still running. */
   private finishing = 0;
@@ -113,6 +116,7 @@ export class Runtime<I, P, O, R> {
     this.workload = options.workload;
     this.clock = options.clock ?? systemClock;
     this.deviceTimeoutMs = options.deviceTimeoutMs ?? Infinity;
+    this.timeline = options.timeline;
     if (!(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be > 0 (got ${String(options.deviceTimeoutMs)})`);
     const pacer = typeof options.pacer === 'object' ? options.pacer : createPacer(options.pacer ?? 'stoker', options.pacerOptions ?? {});
     this.engine = new Engine({
@@ -212,6 +216,7 @@ export class Runtime<I, P, O, R> {
   /** Applies one event and carries out its commands. `before` runs after validation, before the commands. */
   private apply(event: EngineEvent, before?: () => void): void {
     const cmds = this.engine.apply(event);
+    this.timeline?.record(event, cmds, this.engine.snapshot, this.engine.budget.held);
     before?.();
     for (const c of cmds) this.carryOut(c);
     this.syncPool();

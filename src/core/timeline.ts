@@ -1,0 +1,180 @@
+import type { PacerSnapshot } from './pacer.js';
+import type { Command, EngineEvent } from './types.js';
+
+/**
+ * A timeline of what ran where, recorded from the engine's own steps (the event applied and the
+ * commands it returned), so the simulator and the real-time runtime record it the same way. It
+ * feeds the dashboard's waterfall and the Chrome trace export.
+ */
+
+/** A track: one preparation slot, or one device worker. */
+export interface TimelineLane {
+  id: number;
+  kind: 'prepare' | 'device';
+  /** "prepare 3", "device 0 / worker 1". */
+  name: string;
+  device?: number;
+  worker?: number;
+}
+
+/** One partition on one lane, from start to end (driver clock, ms). */
+export interface TimelineSpan {
+  lane: number;
+  kind: 'prepare' | 'device';
+  jobId: string;
+  partition: number;
+  start: number;
+  /** null while it runs. */
+  end: number | null;
+  /** How it ended: done, failed, or aborted (cancel, timeout, lost worker, shutdown); null while it runs. */
+  outcome: 'done' | 'failed' | 'aborted' | null;
+}
+
+/** The pipeline's levels at one moment. */
+export interface TimelineSample {
+  t: number;
+  waiting: number;
+  preparing: number;
+  onDevice: number;
+  /** preparing + waiting + on device. */
+  inventory: number;
+  /** Bytes reserved, and bytes held outside reservations (idle pooled buffers). */
+  budgetUsedBytes: number;
+  budgetHeldBytes: number;
+}
+
+export interface TimelineOptions {
+  /** Finished spans kept (the oldest go first). @default 50000 */
+  maxSpans?: number;
+  /** Samples kept. @default 20000 */
+  maxSamples?: number;
+  /** Least time between two samples, ms. @default 250 */
+  sampleEveryMs?: number;
+}
+
+interface Open {
+  span: TimelineSpan;
+  attempt: number;
+}
+
+/** Records spans and level samples from engine steps; bounded memory (oldest dropped first). */
+export class TimelineRecorder {
+  private readonly maxSpans: number;
+  private readonly maxSamples: number;
+  private readonly sampleEvery: number;
+  private readonly laneList: TimelineLane[] = [];
+  /** Preparation lanes: whether each is in use. */
+  private readonly prepBusy: boolean[] = [];
+  private readonly prepLanes: number[] = [];
+  private readonly deviceLanes = new Map<string, number>();
+  /** Open spans by item id (an item is in at most one stage at a time). */
+  private readonly open = new Map<number, Open>();
+  private finished: TimelineSpan[] = [];
+  private sampleList: TimelineSample[] = [];
+  private lastSample = -Infinity;
+
+  constructor(options: TimelineOptions = {}) {
+    this.maxSpans = options.maxSpans ?? 50_000;
+    this.maxSamples = options.maxSamples ?? 20_000;
+    this.sampleEvery = options.sampleEveryMs ?? 250;
+  }
+
+  /** Feeds one engine step: the event, the commands it returned, and the snapshot after it. */
+  record(event: EngineEvent, commands: readonly Command[], s: PacerSnapshot, heldBytes = 0): void {
+    const t = event.time;
+    switch (event.type) {
+      case 'prepared':
+        this.close(event.item, event.attempt, 'prepare', t, 'done');
+        break;
+      case 'prepareFailed':
+        this.close(event.item, event.attempt, 'prepare', t, 'failed');
+        break;
+      case 'deviceDone':
+        this.close(event.item, event.attempt, 'device', t, 'done');
+        break;
+      case 'deviceFailed':
+        this.close(event.item, event.attempt, 'device', t, 'failed');
+        break;
+      case 'workerLost': {
+        const lane = this.deviceLanes.get(`${event.device}/${event.worker}`);
+        for (const [id, o] of this.open) if (o.span.lane === lane) this.end(id, t, 'aborted');
+        break;
+      }
+      default:
+        break;
+    }
+    for (const c of commands) {
+      if (c.type === 'startPrepare') this.start(c.item.id, c.attempt, 'prepare', this.prepLane(), c.item.jobId, c.item.partition, t);
+      else if (c.type === 'startDevice') this.start(c.item.id, c.attempt, 'device', this.deviceLane(c.device, c.worker), c.item.jobId, c.item.partition, t);
+      else if (c.type === 'abort' && this.open.has(c.item.id)) this.end(c.item.id, t, 'aborted');
+    }
+    if (t - this.lastSample >= this.sampleEvery) {
+      this.lastSample = t;
+      this.sampleList.push({ t, waiting: s.waiting, preparing: s.preparing, onDevice: s.onDevice, inventory: s.preparing + s.waiting + s.onDevice, budgetUsedBytes: s.budgetUsedBytes, budgetHeldBytes: heldBytes });
+      if (this.sampleList.length > this.maxSamples * 1.25) this.sampleList = this.sampleList.slice(-this.maxSamples);
+    }
+  }
+
+  lanes(): TimelineLane[] {
+    return this.laneList.map((l) => ({ ...l }));
+  }
+
+  /** Spans that ended at or after `since` (or still run), oldest start first. */
+  spans(since = -Infinity): TimelineSpan[] {
+    const out = this.finished.filter((sp) => (sp.end as number) >= since);
+    for (const o of this.open.values()) out.push({ ...o.span });
+    return out.sort((a, b) => a.start - b.start);
+  }
+
+  /** Samples at or after `since`. */
+  samples(since = -Infinity): TimelineSample[] {
+    return this.sampleList.filter((x) => x.t >= since);
+  }
+
+  private prepLane(): number {
+    let i = this.prepBusy.indexOf(false);
+    if (i < 0) {
+      i = this.prepBusy.length;
+      this.prepBusy.push(false);
+      const id = this.laneList.length;
+      this.laneList.push({ id, kind: 'prepare', name: `prepare ${i}` });
+      this.prepLanes.push(id);
+    }
+    this.prepBusy[i] = true;
+    return this.prepLanes[i] as number;
+  }
+
+  private deviceLane(device: number, worker: number): number {
+    const key = `${device}/${worker}`;
+    let id = this.deviceLanes.get(key);
+    if (id === undefined) {
+      id = this.laneList.length;
+      this.laneList.push({ id, kind: 'device', name: `device ${device} / worker ${worker}`, device, worker });
+      this.deviceLanes.set(key, id);
+    }
+    return id;
+  }
+
+  private start(item: number, attempt: number, kind: 'prepare' | 'device', lane: number, jobId: string, partition: number, t: number): void {
+    // A stage starts only after the previous one ended; a span still open here was ended without an event.
+    if (this.open.has(item)) this.end(item, t, 'done');
+    this.open.set(item, { attempt, span: { lane, kind, jobId, partition, start: t, end: null, outcome: null } });
+  }
+
+  private close(item: number, attempt: number, kind: 'prepare' | 'device', t: number, outcome: 'done' | 'failed'): void {
+    const o = this.open.get(item);
+    // Stale events (an older attempt) do not end the current span.
+    if (o && o.attempt === attempt && o.span.kind === kind) this.end(item, t, outcome);
+  }
+
+  private end(item: number, t: number, outcome: 'done' | 'failed' | 'aborted'): void {
+    const o = this.open.get(item);
+    if (!o) return;
+    this.open.delete(item);
+    o.span.end = t;
+    o.span.outcome = outcome;
+    if (o.span.kind === 'prepare') this.prepBusy[this.prepLanes.indexOf(o.span.lane)] = false;
+    this.finished.push(o.span);
+    if (this.finished.length > this.maxSpans * 1.25) this.finished = this.finished.slice(-this.maxSpans);
+  }
+}
