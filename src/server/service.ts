@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
 import { z } from 'zod';
-import { MAX_PARTITIONS, PRIORITIES, StokerError, type PartitionState, type Priority } from '../core/index.js';
+import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type PartitionState, type Priority, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
+import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
 import type { ServeConfig } from './config.js';
 import { Journal, JournalError, type JobState, type JournalJob } from './journal.js';
 import { builtInKinds, KindRouter, type KindDef, type RoutedInput } from './kinds.js';
@@ -81,7 +83,20 @@ export interface ServiceEvent {
   [k: string]: unknown;
 }
 
+/** What ran where, and the pipeline's levels, over a recent window: every time in epoch ms. */
+export interface TimelineView {
+  /** The server's now, epoch ms (a running span ends here). */
+  now: number;
+  lanes: TimelineLane[];
+  /** Spans that ended in the window or still run (end null), oldest start first. */
+  spans: TimelineSpan[];
+  samples: TimelineSample[];
+}
+
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+/** Resumed jobs whose partition numbering is remembered for the timeline after they end. */
+const MAX_REMEMBERED_RUNS = 1000;
 
 /**
  * The daemon's heart, without HTTP: the journal, the runtime and the kinds. Accepted jobs are
@@ -93,15 +108,20 @@ export class Service {
   readonly metrics: ServiceMetrics;
   readonly pool = new BufferPool();
   readonly startedAt = Date.now();
+  /** What ran where (a lane per preparation slot and device worker) and the levels: the dashboard's waterfall and the trace export. */
+  readonly timeline = new TimelineRecorder();
   private readonly runtime: Runtime<RoutedInput, unknown, unknown, unknown>;
   private readonly kinds: Map<string, KindDef>;
   private readonly waiters = new Map<string, Set<() => void>>();
-  /** Jobs whose cancel a client asked for (a shutdown's cancellations are not recorded as such). */
-  private readonly cancelled = new Set<string>();
   private readonly started = new Set<string>();
   /** Live jobs: the job's partition behind each engine partition of this run. */
   private readonly runs = new Map<string, number[]>();
+  /** Resumed jobs (engine partition i is the job's partition run[i]): kept after the end for the timeline. */
+  private readonly resumedRuns = new Map<string, number[]>();
+  /** Device time each worker measured itself, ms, by device and worker. */
+  private readonly workerBusyMs: number[][];
   private closing = false;
+  private journalClosed = false;
   private readonly purgeTimer: NodeJS.Timeout;
   private readonly pacerTimer: NodeJS.Timeout;
 
@@ -112,6 +132,7 @@ export class Service {
   ) {
     this.events.setMaxListeners(0);
     const devices = [{ workers: config.device.workers }];
+    this.workerBusyMs = devices.map((d) => new Array<number>(d.workers).fill(0));
     this.kinds = kinds ?? builtInKinds({ devices, device: config.device.kind, prepareThreads: config.prepare.threads, prepareConcurrency: config.prepare.concurrency, pool: this.pool });
     this.metrics = new ServiceMetrics(this);
     const router = new KindRouter(this.kinds, {
@@ -124,7 +145,13 @@ export class Service {
       partitionDone: (jobId, partition, output) => {
         if (this.journal.recordPartition(jobId, partition, output)) this.emit({ type: 'job.partition', id: jobId, partition });
       },
-      observe: (stage, ms, worker) => this.metrics.observeStage(stage, ms, worker),
+      observe: (stage, ms, worker) => {
+        this.metrics.observeStage(stage, ms, worker);
+        if (worker) {
+          const row = this.workerBusyMs[worker.device];
+          if (row && worker.worker < row.length) row[worker.worker] = (row[worker.worker] ?? 0) + ms;
+        }
+      },
     }, this.pool);
     this.runtime = new Runtime({
       workload: router,
@@ -134,6 +161,7 @@ export class Service {
       budgetBytes: config.engine.budgetBytes,
       retries: config.engine.retries,
       deviceTimeoutMs: config.engine.deviceTimeoutS * 1000,
+      timeline: this.timeline,
     });
     this.purgeTimer = setInterval(() => this.journal.purgeFinished(config.server.resultTtlS * 1000), 60_000).unref();
     this.pacerTimer = setInterval(() => {
@@ -206,6 +234,32 @@ export class Service {
     return j && this.view(j);
   }
 
+  /** Recently submitted jobs, newest first (at most `limit`; only those in `states` when given). */
+  jobs(options: { limit?: number; states?: readonly JobState[] } = {}): JobView[] {
+    return this.journal.list(options).map((j) => this.view(j));
+  }
+
+  /** The timeline of the last `sinceMs` (spans that ended in it or still run, samples in it), times in epoch ms. */
+  timelineView(sinceMs: number, maxSpans = Infinity): TimelineView {
+    const t = this.runtime.now();
+    const epoch = (ms: number) => performance.timeOrigin + ms;
+    let spans = this.timeline.spans(t - sinceMs);
+    // Keep the newest when there are too many (spans come oldest start first).
+    if (spans.length > maxSpans) spans = spans.slice(spans.length - maxSpans);
+    return {
+      now: epoch(t),
+      lanes: this.timeline.lanes(),
+      spans: spans.map((sp) => ({ ...sp, partition: this.jobPartition(sp.jobId, sp.partition), start: epoch(sp.start), end: sp.end === null ? null : epoch(sp.end) })),
+      samples: this.timeline.samples(t - sinceMs).map((x) => ({ ...x, t: epoch(x.t) })),
+    };
+  }
+
+  /** The last `sinceMs` as Chrome trace event JSON (opens in Perfetto and chrome://tracing). */
+  trace(sinceMs: number): ChromeTrace {
+    const v = this.timelineView(sinceMs);
+    return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, title: 'stoker serve', now: v.now });
+  }
+
   /** Resolves with the job once it has ended, or after `waitMs` with its state then. */
   async wait(id: string, waitMs: number): Promise<JobView | undefined> {
     const first = this.job(id);
@@ -231,7 +285,6 @@ export class Service {
     if (!j) throw notFound(id);
     if (j.state === 'cancelled') return this.view(j);
     if (isFinal(j.state)) throw new ServiceError(409, 'job-finished', 'Job already finished', `job ${id} has already ended (${j.state}); there is nothing to cancel`);
-    this.cancelled.add(id);
     this.runtime.cancel(id);
     // The runtime answers asynchronously; the journal records the end now so the reply is final.
     this.end(id, { state: 'cancelled', code: 'E_CANCELLED', reason: 'cancelled on request' });
@@ -261,7 +314,19 @@ export class Service {
       targetWaiting: this.config.engine.targetWaiting,
       devices: this.runtime.engine.workerStates().map((workers, d) => {
         const c = s.devices[d];
-        return { device: d, kind: this.config.device.kind, completions: c?.completions ?? 0, busyS: (c?.busyMs ?? 0) / 1000, workers: workers.map((w) => ({ state: !w.alive ? 'lost' : w.item ? 'busy' : 'idle', job: w.item?.jobId ?? null, partition: w.item?.partition ?? null })) };
+        const busyMs = this.workerBusyMs[d] ?? [];
+        return {
+          device: d,
+          kind: this.config.device.kind,
+          completions: c?.completions ?? 0,
+          busyS: (c?.busyMs ?? 0) / 1000,
+          workers: workers.map((w, i) => ({
+            state: !w.alive ? 'lost' : w.item ? 'busy' : 'idle',
+            job: w.item?.jobId ?? null,
+            partition: w.item ? this.jobPartition(w.item.jobId, w.item.partition) : null,
+            busyS: (busyMs[i] ?? 0) / 1000,
+          })),
+        };
       }),
       pacer: { name: this.runtime.engine.pacer.name, ...this.runtime.engine.pacer.state() },
       budget: { usedBytes: s.budgetUsedBytes, idlePoolBytes: this.runtime.engine.budget.held, totalBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null, peakBytes: this.runtime.engine.budget.peak, blocked: s.budgetBlocked },
@@ -293,6 +358,7 @@ export class Service {
     for (const set of this.waiters.values()) for (const wake of [...set]) wake();
     this.events.emit('close');
     await beforeJournalCloses?.();
+    this.journalClosed = true;
     this.journal.close();
   }
 
@@ -307,9 +373,10 @@ export class Service {
       (e: unknown) => {
         const code = e instanceof StokerError ? e.code : 'E_INTERNAL';
         const reason = e instanceof Error ? e.message : String(e);
-        // A shutdown's cancellation is not the job's end: it stays unfinished and resumes.
-        if (code === 'E_CANCELLED' && !this.cancelled.has(job.id)) return;
-        this.end(job.id, { state: code === 'E_CANCELLED' ? 'cancelled' : 'failed', code, reason });
+        // A client's cancel is journaled by cancel() itself; a shutdown's is not the job's end:
+        // the job stays unfinished and resumes on the next start.
+        if (code === 'E_CANCELLED') return;
+        this.end(job.id, { state: 'failed', code, reason });
       },
     );
   }
@@ -320,6 +387,10 @@ export class Service {
     const left = range(job.partitions).filter((p) => !recorded.has(p));
     this.journal.markResumed(job.id);
     if (left.length > 0) {
+      if (left.length < job.partitions) {
+        this.resumedRuns.set(job.id, left);
+        if (this.resumedRuns.size > MAX_REMEMBERED_RUNS) this.resumedRuns.delete(this.resumedRuns.keys().next().value as string);
+      }
       this.start(job, left, recorded);
       return;
     }
@@ -335,8 +406,10 @@ export class Service {
 
   private end(id: string, outcome: { state: 'done'; result: unknown } | { state: 'failed' | 'cancelled'; code: string; reason: string }): void {
     this.started.delete(id);
-    this.cancelled.delete(id);
     this.runs.delete(id);
+    // A finish that settles after shutdown closed the journal: the job stays unfinished there and
+    // its finish runs again, from the recorded outputs, on the next start.
+    if (this.journalClosed) return;
     const job = this.journal.get(id);
     if (!this.journal.finish(id, outcome) || !job) return;
     const ended = this.journal.get(id) as JournalJob;
@@ -344,6 +417,12 @@ export class Service {
     this.emit(outcome.state === 'done' ? { type: 'job.done', id } : { type: `job.${outcome.state}`, id, code: outcome.code, reason: outcome.reason });
     const set = this.waiters.get(id);
     if (set) for (const wake of [...set]) wake();
+  }
+
+  /** The job's own partition behind an engine partition (they differ for a resumed job). */
+  private jobPartition(jobId: string, enginePartition: number): number {
+    const run = this.runs.get(jobId) ?? this.resumedRuns.get(jobId);
+    return run?.[enginePartition] ?? enginePartition;
   }
 
   private emit(e: Omit<ServiceEvent, 'time'>): void {
