@@ -13,6 +13,11 @@ export default tseslint.config(
     },
   },
   {
+    // The dashboard: plain browser JavaScript (an ES module, no build step); uPlot is a global.
+    files: ['web/**/*.js'],
+    languageOptions: { globals: { ...globals.browser, uPlot: 'readonly' } },
+  },
+  {
     // The core is sans-I/O: no Node APIs, no timers, no clock reads.
     files: ['src/core/**/*.ts'],
     rules: {

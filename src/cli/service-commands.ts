@@ -190,3 +190,24 @@ export async function cancelCommand(id: string, flags: ClientFlags, io: Io): Pro
   if (flags.json) return show(io, r.body);
   io.out(`${id}: ${(r.body as { state: string }).state}\n`);
 }
+
+export interface TraceExportFlags {
+  server: string;
+  since: string;
+  output?: string;
+}
+
+/** `stoker trace export`: the server's recent timeline as Chrome trace JSON (opens in Perfetto), on stdout or to a file. */
+export async function traceExportCommand(flags: TraceExportFlags, io: Io): Promise<void> {
+  const ms = durationMs(flags.since, '--since');
+  const r = await call(flags, 'GET', `v1/trace?since=${Math.round(ms)}ms`);
+  const text = `${JSON.stringify(r.body)}\n`;
+  if (flags.output === undefined) return io.out(text);
+  try {
+    fs.writeFileSync(flags.output, text);
+  } catch (e) {
+    throw new UsageError(`cannot write -o ${flags.output}: ${(e as Error).message}`);
+  }
+  const events = (r.body as { traceEvents?: { ph?: string }[] }).traceEvents ?? [];
+  io.err(`wrote ${flags.output}: ${events.filter((e) => e.ph === 'X').length} partition slices, ${events.filter((e) => e.ph === 'C').length} counter samples (open it in https://ui.perfetto.dev)\n`);
+}

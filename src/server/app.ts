@@ -1,4 +1,7 @@
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
+import type { JobState } from './journal.js';
 import { openApiDocument } from './openapi.js';
 import { notFound, ServiceError, type Service, type ServiceEvent } from './service.js';
 
@@ -31,6 +34,63 @@ export function parseWait(text: string, maxS: number): number | string {
   const ms = Number(m[1]) * (m[2] === 'ms' ? 1 : m[2] === 'm' ? 60_000 : 1000);
   return Math.min(ms, maxS * 1000);
 }
+
+/** Parses a look-back window: `5m`, `30s`, `500ms`, `1h`, or a bare number of seconds; ms, or an error message. */
+export function parseSince(text: string): number | string {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  if (!m) return `since must be a duration such as 30s, 5m or 1h (got ${JSON.stringify(text)})`;
+  return Number(m[1]) * ({ ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's'] as number);
+}
+
+const JOB_STATES: readonly JobState[] = ['queued', 'running', 'done', 'failed', 'cancelled'];
+
+/** A query parameter given at most once: its text, undefined when absent; a ServiceError when repeated. */
+function once(value: unknown, name: string, example: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string') throw new ServiceError(400, 'bad-query', 'Bad query', `${name} must be given once, e.g. ${example}`);
+  return value;
+}
+
+/** `?since=` as ms (default 5 minutes). */
+function sinceOf(value: unknown): number {
+  const text = once(value, 'since', 'since=5m');
+  if (text === undefined) return 5 * 60_000;
+  const ms = parseSince(text);
+  if (typeof ms === 'string') throw new ServiceError(400, 'bad-query', 'Bad query', ms);
+  return ms;
+}
+
+/** A whole-number query parameter in [min, max]. */
+function intOf(value: unknown, name: string, min: number, max: number, fallback: number): number {
+  const text = once(value, name, `${name}=${fallback}`);
+  if (text === undefined) return fallback;
+  const n = Number(text);
+  if (!/^\d+$/.test(text.trim()) || n < min || n > max) throw new ServiceError(400, 'bad-query', 'Bad query', `${name} must be a whole number from ${min} to ${max} (got ${JSON.stringify(text)})`);
+  return n;
+}
+
+/** `?state=queued,running` (or repeated): the states, undefined for all. */
+function statesOf(value: unknown): JobState[] | undefined {
+  if (value === undefined) return undefined;
+  const parts = (Array.isArray(value) ? value : [value]).flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
+  const bad = parts.find((p) => !(JOB_STATES as readonly string[]).includes(p));
+  if (bad !== undefined) throw new ServiceError(400, 'bad-query', 'Bad query', `unknown state ${JSON.stringify(bad)}: use one or more of ${JOB_STATES.join(', ')}, comma-separated`);
+  return parts.length === 0 ? undefined : (parts as JobState[]);
+}
+
+/**
+ * The dashboard's files: its own page, script and style in `web/` at the package root (two
+ * levels above both src/server/ and dist/server/), and uPlot's from node_modules. Only these
+ * names are served.
+ */
+const WEB = new URL('../../web/', import.meta.url);
+const require = createRequire(import.meta.url);
+const ASSETS: Record<string, { file: () => string | URL; type: string }> = {
+  'dashboard.js': { file: () => new URL('dashboard.js', WEB), type: 'text/javascript; charset=utf-8' },
+  'dashboard.css': { file: () => new URL('dashboard.css', WEB), type: 'text/css; charset=utf-8' },
+  'uPlot.iife.min.js': { file: () => require.resolve('uplot/dist/uPlot.iife.min.js'), type: 'text/javascript; charset=utf-8' },
+  'uPlot.min.css': { file: () => require.resolve('uplot/dist/uPlot.min.css'), type: 'text/css; charset=utf-8' },
+};
 
 /** The HTTP API over a service (fastify). Every error is a problem-details body. */
 export function buildApp(service: Service): FastifyInstance {
@@ -96,6 +156,29 @@ export function buildApp(service: Service): FastifyInstance {
   });
 
   app.delete<{ Params: { id: string } }>('/v1/jobs/:id', (req) => service.cancel(req.params.id));
+
+  app.get<{ Querystring: { limit?: string; state?: string | string[] } }>('/v1/jobs', (req) => {
+    const states = statesOf(req.query.state);
+    return service.jobs({ limit: intOf(req.query.limit, 'limit', 0, 1000, 50), ...(states === undefined ? {} : { states }) });
+  });
+
+  app.get<{ Querystring: { since?: string; limit?: string } }>('/v1/timeline', (req) => service.timelineView(sinceOf(req.query.since), intOf(req.query.limit, 'limit', 0, 50_000, 10_000)));
+
+  app.get<{ Querystring: { since?: string } }>('/v1/trace', (req, reply) =>
+    reply.header('content-disposition', 'inline; filename="stoker-trace.json"').send(service.trace(sinceOf(req.query.since))),
+  );
+
+  app.get('/', async (_req, reply) => {
+    const html = await readFile(new URL('index.html', WEB), 'utf8');
+    return reply.type('text/html; charset=utf-8').header('cache-control', 'no-cache').send(html);
+  });
+
+  app.get<{ Params: { file: string } }>('/assets/:file', async (req, reply) => {
+    const asset = Object.hasOwn(ASSETS, req.params.file) ? ASSETS[req.params.file] : undefined;
+    if (!asset) throw new ServiceError(404, 'not-found', 'Not found', `no asset ${JSON.stringify(req.params.file)}: the dashboard's assets are ${Object.keys(ASSETS).join(', ')}`);
+    const body = await readFile(asset.file());
+    return reply.type(asset.type).header('cache-control', 'no-cache').send(body);
+  });
 
   app.get('/v1/status', () => service.status());
   app.get('/v1/kinds', () => service.kindList());

@@ -137,6 +137,7 @@ CREATE TABLE partition_outputs (
 
 const UNFINISHED = `state IN ('queued', 'running')`;
 const PRIORITIES: ReadonlySet<string> = new Set(['critical', 'high', 'normal', 'low']);
+const JOB_STATES: ReadonlySet<string> = new Set(['queued', 'running', 'done', 'failed', 'cancelled']);
 
 interface JobRow {
   id: string; kind: string; priority: JournalJob['priority']; partitions: number; input: string;
@@ -193,6 +194,8 @@ function prepareStatements(db: Database.Database) {
     counts: db.prepare<[], { state: JobState; n: number }>('SELECT state, COUNT(*) AS n FROM jobs GROUP BY state'),
     countsByKind: db.prepare<[], { kind: string; state: JobState; n: number }>('SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state ORDER BY kind, state'),
     pending: db.prepare<[], { n: number }>(`SELECT COUNT(*) AS n FROM jobs WHERE ${UNFINISHED}`),
+    recent: db.prepare<[number], JobRow>('SELECT * FROM jobs ORDER BY seq DESC LIMIT ?'),
+    recentIn: db.prepare<[string, number], JobRow>('SELECT * FROM jobs WHERE state IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?'),
     purge: db.prepare(`DELETE FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ?`),
   };
 }
@@ -369,6 +372,22 @@ export class Journal {
   /** The `queued` and `running` jobs, in submission order: what a restarted daemon resumes. */
   unfinished(): JournalJob[] {
     return this.stmts.unfinished.all().map(fromRow);
+  }
+
+  /**
+   * The most recently submitted jobs, newest first: at most `limit` (default 50), only those in
+   * one of `states` when given (an empty list matches none).
+   * @throws {JournalError} `E_JOURNAL_BAD_INPUT` when `limit` is not a whole number ≥ 0 or a state is unknown.
+   */
+  list(options: { limit?: number; states?: readonly JobState[] } = {}): JournalJob[] {
+    const s = this.stmts;
+    const limit = options.limit ?? 50;
+    if (!Number.isSafeInteger(limit) || limit < 0) throw new JournalError('E_JOURNAL_BAD_INPUT', `limit must be a whole number ≥ 0 (got ${String(limit)})`);
+    const { states } = options;
+    if (states === undefined) return s.recent.all(limit).map(fromRow);
+    const unknown = states.filter((st) => !JOB_STATES.has(st));
+    if (unknown.length > 0) throw new JournalError('E_JOURNAL_BAD_INPUT', `unknown job state ${JSON.stringify(unknown[0])}: use queued, running, done, failed or cancelled`);
+    return s.recentIn.all(JSON.stringify([...new Set(states)]), limit).map(fromRow);
   }
 
   /** How many jobs are in each state. */

@@ -4,6 +4,7 @@ const problem = { $ref: '#/components/schemas/Problem' };
 const problemResponse = (description: string) => ({ description, content: { 'application/problem+json': { schema: problem } } });
 const json = (description: string, schema: object) => ({ description, content: { 'application/json': { schema } } });
 const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'string' } };
+const sinceParam = { name: 'since', in: 'query', required: false, schema: { type: 'string', default: '5m', examples: ['30s', '5m', '1h'] }, description: 'How far back to look' };
 
 /** The OpenAPI 3.1 document of the HTTP API (served at GET /v1/openapi.json). */
 export function openApiDocument(maxWaitS: number): object {
@@ -12,6 +13,15 @@ export function openApiDocument(maxWaitS: number): object {
     info: { title: 'Stoker', version: '1', description: 'Submit partitioned jobs to a paced CPU-preparation → accelerator pipeline; follow, await and cancel them.' },
     paths: {
       '/v1/jobs': {
+        get: {
+          summary: 'Recent jobs, newest first',
+          description: 'Each as GET /v1/jobs/{id} shows it (per-partition states while it runs).',
+          parameters: [
+            { name: 'limit', in: 'query', required: false, schema: { type: 'integer', minimum: 0, maximum: 1000, default: 50 } },
+            { name: 'state', in: 'query', required: false, schema: { type: 'string', examples: ['queued,running', 'failed'] }, description: 'Only jobs in these states (comma-separated or repeated)' },
+          ],
+          responses: { '200': json('Jobs', { type: 'array', items: { $ref: '#/components/schemas/Job' } }), '400': problemResponse('A bad limit or an unknown state') },
+        },
         post: {
           summary: 'Submit a job',
           description: 'Durable (journaled) before the reply. The same id with the same body is the same job (200); with a different body, 409.',
@@ -51,6 +61,28 @@ export function openApiDocument(maxWaitS: number): object {
       '/v1/status': { get: { summary: 'The whole engine: jobs, partitions per kind and stage (pending counted exactly), workers, pacer, budget, buffer pool', responses: { '200': json('Status', { type: 'object' }) } } },
       '/v1/kinds': { get: { summary: 'The job kinds this server runs', responses: { '200': json('Kinds', { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, description: { type: 'string' } } } }) } } },
       '/v1/events': { get: { summary: 'Server-sent events: job.submitted, job.started, job.partition, job.done, job.failed, job.cancelled, pacer (every second)', responses: { '200': { description: 'text/event-stream' } } } },
+      '/v1/timeline': {
+        get: {
+          summary: 'What ran where over a recent window, and the pipeline levels (the dashboard waterfall); times in epoch ms',
+          parameters: [sinceParam, { name: 'limit', in: 'query', required: false, schema: { type: 'integer', minimum: 0, maximum: 50000, default: 10000 }, description: 'Most spans returned (the newest are kept)' }],
+          responses: { '200': json('Timeline', { $ref: '#/components/schemas/Timeline' }), '400': problemResponse('A since that is not a duration') },
+        },
+      },
+      '/v1/trace': {
+        get: {
+          summary: 'Chrome trace event JSON of a recent window (opens in Perfetto): a track per preparation slot and device worker, a slice per partition and stage, level counters',
+          parameters: [sinceParam],
+          responses: { '200': json('Chrome trace', { type: 'object', properties: { traceEvents: { type: 'array', items: { type: 'object' } }, displayTimeUnit: { type: 'string' }, otherData: { type: 'object' } } }), '400': problemResponse('A since that is not a duration') },
+        },
+      },
+      '/': { get: { summary: 'The dashboard (HTML)', responses: { '200': { description: 'text/html' } } } },
+      '/assets/{file}': {
+        get: {
+          summary: "The dashboard's script and style, and uPlot's",
+          parameters: [{ name: 'file', in: 'path', required: true, schema: { enum: ['dashboard.js', 'dashboard.css', 'uPlot.iife.min.js', 'uPlot.min.css'] } }],
+          responses: { '200': { description: 'text/javascript or text/css' }, '404': problemResponse('Not one of the dashboard assets') },
+        },
+      },
       '/metrics': { get: { summary: 'Prometheus metrics (stoker_*)', responses: { '200': { description: 'text/plain; version=0.0.4' } } } },
       '/v1/openapi.json': { get: { summary: 'This document', responses: { '200': json('OpenAPI 3.1', { type: 'object' }) } } },
     },
@@ -88,6 +120,35 @@ export function openApiDocument(maxWaitS: number): object {
             resumes: { type: 'integer' },
             result: {},
             error: { type: ['object', 'null'], properties: { code: { type: 'string' }, reason: { type: 'string' } } },
+          },
+        },
+        Timeline: {
+          type: 'object',
+          properties: {
+            now: { type: 'number', description: 'epoch ms' },
+            lanes: { type: 'array', items: { type: 'object', properties: { id: { type: 'integer' }, kind: { enum: ['prepare', 'device'] }, name: { type: 'string' }, device: { type: 'integer' }, worker: { type: 'integer' } } } },
+            spans: {
+              type: 'array',
+              items: {
+                type: 'object',
+                properties: {
+                  lane: { type: 'integer' },
+                  kind: { enum: ['prepare', 'device'] },
+                  jobId: { type: 'string' },
+                  partition: { type: 'integer' },
+                  start: { type: 'number', description: 'epoch ms' },
+                  end: { type: ['number', 'null'], description: 'epoch ms; null while it runs' },
+                  outcome: { enum: ['done', 'failed', 'aborted', null] },
+                },
+              },
+            },
+            samples: {
+              type: 'array',
+              items: {
+                type: 'object',
+                properties: { t: { type: 'number' }, waiting: { type: 'integer' }, preparing: { type: 'integer' }, onDevice: { type: 'integer' }, inventory: { type: 'integer' }, budgetUsedBytes: { type: 'number' }, budgetHeldBytes: { type: 'number' } },
+              },
+            },
           },
         },
         Result: {

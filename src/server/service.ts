@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { z } from 'zod';
-import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type PartitionState, type Priority, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
+import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type PacerState, type PartitionState, type Priority, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
@@ -332,6 +332,11 @@ export class Service {
       budget: { usedBytes: s.budgetUsedBytes, idlePoolBytes: this.runtime.engine.budget.held, totalBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null, peakBytes: this.runtime.engine.budget.peak, blocked: s.budgetBlocked },
       pool: this.pool.stats(),
     };
+  }
+
+  /** The pacer's own account of itself: mode, measured rate, interval, terms. */
+  pacerState(): PacerState {
+    return this.runtime.engine.pacer.state();
   }
 
   /** Jobs in the journal by kind and state (for metrics). */

@@ -77,7 +77,7 @@ interface StatusBody {
   jobs: { queued: number; running: number; done: number; failed: number; cancelled: number; pending: number; maxPending: number };
   partitions: { queued: number; preparing: number; waiting: number; onDevice: number; inFlight: number; pending: number; byKind: Record<string, Record<string, number>>; dispatched: number; completed: number };
   targetWaiting: number;
-  devices: { device: number; kind: string; completions: number; busyS: number; workers: { state: string; job: string | null; partition: number | null }[] }[];
+  devices: { device: number; kind: string; completions: number; busyS: number; workers: { state: string; job: string | null; partition: number | null; busyS: number }[] }[];
   pacer: { name: string; mode: string; ratePerSec: number | null; intervalMs: number | null };
   budget: { usedBytes: number; totalBytes: number | null; peakBytes: number; blocked: boolean };
   pool: Record<string, number>;
@@ -511,7 +511,8 @@ describe('stoker serve (shared server)', () => {
         expect(dev).toMatchObject({ device: 0, kind: 'cpu' });
         expect(dev.workers).toHaveLength(2);
         for (const w of dev.workers) expect(['idle', 'busy']).toContain(w.state);
-        expect(dev.workers.filter((w) => w.state === 'busy')).toEqual([{ state: 'busy', job: 'st-dev', partition: 0 }]);
+        expect(dev.workers.filter((w) => w.state === 'busy')).toEqual([{ state: 'busy', job: 'st-dev', partition: 0, busyS: expect.any(Number) }]);
+        for (const w of dev.workers) expect(w.busyS).toBeGreaterThanOrEqual(0);
         expect(dev.completions).toEqual(expect.any(Number));
         expect(dev.busyS).toEqual(expect.any(Number));
 
@@ -543,23 +544,28 @@ describe('stoker serve (shared server)', () => {
       expect(r.status).toBe(200);
       expect(r.body.openapi).toBe('3.1.0');
       const paths = r.body.paths as Record<string, Record<string, unknown>>;
-      expect(Object.keys(paths).sort()).toEqual(['/metrics', '/v1/events', '/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/result', '/v1/kinds', '/v1/openapi.json', '/v1/status']);
+      expect(Object.keys(paths).sort()).toEqual(['/', '/assets/{file}', '/metrics', '/v1/events', '/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/result', '/v1/kinds', '/v1/openapi.json', '/v1/status', '/v1/timeline', '/v1/trace']);
       expect(Object.entries(paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`)).sort()).toEqual([
         'DELETE /v1/jobs/{id}',
+        'GET /',
+        'GET /assets/{file}',
         'GET /metrics',
         'GET /v1/events',
+        'GET /v1/jobs',
         'GET /v1/jobs/{id}',
         'GET /v1/jobs/{id}/result',
         'GET /v1/kinds',
         'GET /v1/openapi.json',
         'GET /v1/status',
+        'GET /v1/timeline',
+        'GET /v1/trace',
         'POST /v1/jobs',
       ]);
       // Each documented GET is served (not the 404 of an unknown route).
       await submit(url, sleepJob('doc-1', 1));
       await result(url, 'doc-1');
       for (const p of Object.keys(paths).filter((x) => x !== '/v1/events' && 'get' in (paths[x] as object))) {
-        const got = await http(url, 'GET', p.replace('{id}', 'doc-1'));
+        const got = await http(url, 'GET', p.replace('{id}', 'doc-1').replace('{file}', 'dashboard.js'));
         expect(got.status, p).toBe(200);
       }
     });

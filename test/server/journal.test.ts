@@ -215,6 +215,36 @@ describe('Journal', () => {
     expect(j.pending()).toBe(2);
   });
 
+  it('lists recent jobs newest first, by state, up to a limit', () => {
+    const j = open(tempDir());
+    for (const id of ['a', 'b', 'c', 'd', 'e', 'f']) j.insert(job(id));
+    j.markRunning('b');
+    j.finish('c', { state: 'done', result: 1 });
+    j.finish('d', { state: 'failed', code: 'E_X', reason: 'x' });
+    j.finish('e', { state: 'cancelled', code: 'E_CANCELLED', reason: 'y' });
+    const ids = (jobs: { id: string }[]) => jobs.map((x) => x.id);
+    expect(ids(j.list())).toEqual(['f', 'e', 'd', 'c', 'b', 'a']);
+    expect(ids(j.list({ limit: 2 }))).toEqual(['f', 'e']);
+    expect(j.list({ limit: 0 })).toEqual([]);
+    expect(ids(j.list({ states: ['queued', 'running'] }))).toEqual(['f', 'b', 'a']);
+    expect(ids(j.list({ states: ['running', 'running', 'done'], limit: 5 }))).toEqual(['c', 'b']);
+    expect(ids(j.list({ states: ['failed', 'cancelled'], limit: 1 }))).toEqual(['e']);
+    expect(j.list({ states: [] })).toEqual([]);
+    // Full records, as get() returns them.
+    expect(j.list({ states: ['done'] })[0]).toEqual(j.get('c'));
+    // A finish does not move a job in the order: the order is submission order.
+    j.finish('a', { state: 'done', result: 2 });
+    expect(ids(j.list({ states: ['done'] }))).toEqual(['c', 'a']);
+    // Lots of jobs: the limit holds.
+    for (let i = 0; i < 120; i++) j.insert(job(`n${i}`));
+    expect(j.list().length).toBe(50);
+    expect(j.list()[0]?.id).toBe('n119');
+    expect(j.list({ limit: 1000 }).length).toBe(126);
+    expect(codeOf(() => j.list({ limit: -1 }))).toBe('E_JOURNAL_BAD_INPUT');
+    expect(codeOf(() => j.list({ limit: 1.5 }))).toBe('E_JOURNAL_BAD_INPUT');
+    expect(codeOf(() => j.list({ states: ['nope' as 'done'] }))).toBe('E_JOURNAL_BAD_INPUT');
+  });
+
   it('purges ended jobs by age', () => {
     const c = clock();
     const j = open(tempDir(), c.now);

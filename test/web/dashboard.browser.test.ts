@@ -1,0 +1,211 @@
+/**
+ * The dashboard in a real browser: Debian's chromium, headless through playwright-core, against a
+ * real `stoker serve` process under load. It checks that the charts render with live, changing
+ * data, that the waterfall has bars, and that the Cancel button cancels a job; it saves a
+ * screenshot (to STOKER_SCREENSHOT_DIR/dashboard.png too when that is set: the README's picture).
+ *
+ * Without /usr/bin/chromium the test is skipped with a warning, or fails when
+ * STOKER_REQUIRE_BROWSER=1 (CI sets it once it has installed chromium).
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
+
+const CHROMIUM = '/usr/bin/chromium';
+const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const CHARTS = ['occupancy', 'rates', 'waiting', 'inventory', 'memory', 'jobs'];
+const SLEEP_ID = 'dashboard-long-sleep';
+
+const haveBrowser = fs.existsSync(CHROMIUM);
+const required = process.env['STOKER_REQUIRE_BROWSER'] === '1';
+if (!haveBrowser && !required) {
+  console.warn(`SKIPPED: test/web/dashboard.browser.test.ts: ${CHROMIUM} is not installed (install it: apt-get install chromium; with STOKER_REQUIRE_BROWSER=1 this fails instead)`);
+}
+
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Resolves with `p`, or rejects after `ms` (for clean-up steps that must not hang the run). */
+function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let t: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise<undefined>((resolve) => (t = setTimeout(() => resolve(undefined), ms)))]).finally(() => clearTimeout(t));
+}
+
+/** Each chart's data-points and data-last. */
+async function chartState(page: Page): Promise<Record<string, { points: number; last: string | null; canvases: number }>> {
+  return page.evaluate((names) => {
+    // Runs in the page (the test's own types have no DOM).
+    type El = { dataset: Record<string, string | undefined>; querySelectorAll(sel: string): { length: number } };
+    const doc = (globalThis as unknown as { document: { getElementById(id: string): El | null } }).document;
+    const out: Record<string, { points: number; last: string | null; canvases: number }> = {};
+    for (const n of names) {
+      const el = doc.getElementById(`chart-${n}`);
+      out[n] = { points: Number(el?.dataset['points'] ?? 0), last: el?.dataset['last'] ?? null, canvases: el?.querySelectorAll('canvas').length ?? 0 };
+    }
+    return out;
+  }, CHARTS);
+}
+
+describe.skipIf(!haveBrowser && !required)('the dashboard in headless chromium', () => {
+  let server: ServerProcess | undefined;
+  let dataDir: string | undefined;
+  let profileDir: string | undefined;
+  let context: BrowserContext | undefined;
+  let page: Page;
+  let loadStop = false;
+  let load: Promise<void> | undefined;
+  const loadErrors: string[] = [];
+  const pageErrors: string[] = [];
+  let submitted = 0;
+
+  beforeAll(async () => {
+    if (!haveBrowser) throw new Error(`${CHROMIUM} is not installed and STOKER_REQUIRE_BROWSER=1: install it: apt-get install chromium`);
+    dataDir = tempDataDir();
+    server = await startServer(dataDir, [], { STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '5' });
+    const base = server.url;
+    // The job to cancel from the page: one long preparation per partition.
+    const sleep = await http(base, 'POST', '/v1/jobs', { id: SLEEP_ID, kind: 'sleep', partitions: 2, input: { prepareMs: 60_000 } });
+    expect(sleep.status, JSON.stringify(sleep.body)).toBe(202);
+    // Background load: a small ntt-proof job every ~300 ms while the test runs (bounded).
+    load = (async () => {
+      for (let i = 0; !loadStop && i < 1000; i++) {
+        try {
+          const r = await http(base, 'POST', '/v1/jobs', { id: `load-${i}`, kind: 'ntt-proof', partitions: 4, input: { logN: 12, synthesisMs: 200, seed: i } });
+          if (r.status === 202) submitted++;
+          else loadErrors.push(`${r.status} ${JSON.stringify(r.body)}`);
+        } catch (e) {
+          if (!loadStop) loadErrors.push(String(e));
+        }
+        await pause(300);
+      }
+    })();
+    profileDir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-chromium-'));
+    context = await chromium.launchPersistentContext(profileDir, { executablePath: CHROMIUM, headless: true, args: FLAGS, viewport: { width: 1400, height: 1000 }, timeout: 60_000 });
+    page = context.pages()[0] ?? (await context.newPage());
+    page.on('pageerror', (e) => pageErrors.push(`page error: ${e.message}`));
+    page.on('console', (m) => {
+      if (m.type() === 'error') pageErrors.push(`console error: ${m.text()}`);
+    });
+    const res = await page.goto(`${base}/`, { timeout: 30_000 });
+    expect(res?.status()).toBe(200);
+  }, 120_000);
+
+  afterAll(async () => {
+    loadStop = true;
+    await within(load ?? Promise.resolve(), 10_000);
+    if (context) await within(context.close(), 20_000);
+    if (server) {
+      const code = await within(server.stop(), 30_000);
+      if (code === undefined) await server.crash();
+    }
+    if (profileDir) removeDir(profileDir);
+    if (dataDir) removeDir(dataDir);
+  }, 90_000);
+
+  it('renders every chart with live, changing data', async () => {
+    // Every chart has drawn (a uPlot canvas) and holds a few points.
+    const first = await waitUntil(
+      async () => {
+        const s = await chartState(page);
+        return CHARTS.every((n) => (s[n]?.points ?? 0) >= 3 && (s[n]?.canvases ?? 0) > 0) ? s : undefined;
+      },
+      45_000,
+      'every chart to hold 3 points',
+      250,
+    );
+    // Live: every chart gains points, and some series' latest values change.
+    await waitUntil(
+      async () => {
+        const s = await chartState(page);
+        return CHARTS.every((n) => (s[n]?.points ?? 0) >= (first[n]?.points ?? 0) + 3) ? true : undefined;
+      },
+      45_000,
+      'every chart to gain 3 points',
+      250,
+    );
+    const changed = await waitUntil(
+      async () => {
+        const s = await chartState(page);
+        const c = CHARTS.filter((n) => s[n]?.last !== first[n]?.last);
+        return c.length > 0 ? c : undefined;
+      },
+      30_000,
+      'a chart value to change',
+      250,
+    );
+    expect(changed.length).toBeGreaterThan(0);
+    // Real data behind it: jobs finish, so the jobs-per-minute chart's "done" series rises above 0.
+    await waitUntil(
+      async () => {
+        const last = JSON.parse((await chartState(page))['jobs']?.last ?? '[]') as (number | null)[];
+        return (last[0] ?? 0) > 0 ? true : undefined;
+      },
+      45_000,
+      'jobs finished per minute > 0',
+      500,
+    );
+    // The pacer panel shows a mode and a measured capacity.
+    const mode = await page.textContent('#pacer-mode');
+    expect(['bootstrap', 'steady', 'idle', 'blocked', 'hold']).toContain(mode);
+    await waitUntil(async () => ((await page.textContent('#p-capacity')) ?? '–').includes('/s') || undefined, 30_000, 'a measured capacity', 250);
+  }, 180_000);
+
+  it('draws the waterfall with bars', async () => {
+    const bars = await waitUntil(
+      async () => {
+        const n = Number(await page.getAttribute('#waterfall', 'data-bars'));
+        return n > 0 ? n : undefined;
+      },
+      30_000,
+      'waterfall bars',
+      250,
+    );
+    expect(bars).toBeGreaterThan(0);
+    expect(Number(await page.getAttribute('#waterfall', 'data-lanes'))).toBeGreaterThanOrEqual(2);
+  }, 60_000);
+
+  it('lists the sleep job and cancels it with its Cancel button', async () => {
+    const s = server as ServerProcess;
+    const row = page.locator(`tr[data-job-id="${SLEEP_ID}"]`);
+    await row.waitFor({ state: 'attached', timeout: 30_000 });
+    expect(['queued', 'running']).toContain(await row.getAttribute('data-state'));
+    await row.locator('button.cancel').click({ timeout: 30_000 });
+    const job = await waitUntil(
+      async () => {
+        const r = await http(s.url, 'GET', `/v1/jobs/${SLEEP_ID}`);
+        return r.body?.state === 'cancelled' ? r.body : undefined;
+      },
+      10_000,
+      'the job to be cancelled',
+      100,
+    );
+    expect(job.error?.code).toBe('E_CANCELLED');
+    await waitUntil(async () => ((await row.getAttribute('data-state')) === 'cancelled' ? true : undefined), 10_000, 'the table to show cancelled', 100);
+    expect(await row.locator('.state').textContent()).toBe('cancelled');
+    await waitUntil(async () => ((await row.locator('button.cancel').isHidden()) ? true : undefined), 10_000, 'the Cancel button to go', 100);
+  }, 90_000);
+
+  it('saves a screenshot, with no errors on the page and the load accepted', async () => {
+    const dir = process.env['STOKER_SCREENSHOT_DIR'];
+    if (dir) {
+      // The README's picture: let about 45 s of data gather first.
+      await waitUntil(async () => ((await chartState(page))['rates']?.points ?? 0) >= 45 || undefined, 120_000, '45 s of chart data', 500);
+    }
+    // Kept for a look after the run (one file, overwritten by the next run).
+    const file = path.join(os.tmpdir(), 'stoker-dashboard.png');
+    await page.screenshot({ path: file, fullPage: true, timeout: 30_000 });
+    const png = fs.readFileSync(file);
+    expect(png.subarray(1, 4).toString()).toBe('PNG');
+    expect(png.length).toBeGreaterThan(20_000);
+    if (dir) {
+      fs.mkdirSync(dir, { recursive: true });
+      fs.copyFileSync(file, path.join(dir, 'dashboard.png'));
+    }
+    console.log(`dashboard screenshot: ${file}${dir ? ` and ${path.join(dir, 'dashboard.png')}` : ''} (${submitted} load jobs submitted)`);
+    expect(pageErrors).toEqual([]);
+    expect(loadErrors).toEqual([]);
+    expect(submitted).toBeGreaterThan(10);
+  }, 180_000);
+});
