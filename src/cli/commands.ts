@@ -1,13 +1,18 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { createPacer, PACER_NAMES, PACERS, type PacerFactory } from '../core/index.js';
+import { createPacer, PACER_NAMES, PACERS, TimelineRecorder, type PacerFactory } from '../core/index.js';
 import { resolvePacer } from '../sim/load-pacer.js';
 import { resolveScenario } from '../sim/load-scenario.js';
 import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js';
 import { BENCH_SCENARIOS, SCENARIOS } from '../sim/scenarios.js';
 import { simulate, type SimResult } from '../sim/simulator.js';
 import { measureSpeed } from '../sim/speed.js';
-import { DEMO_DEFAULTS, runDemo, type DemoOptions, type DemoSummary } from '../runtime/demo.js';
+import { DEMO_DEFAULTS, runDemo, type DemoBackend, type DemoOptions, type DemoSummary } from '../runtime/demo.js';
+import { serviceBackend } from '../server/demo-service.js';
 import { measureOverhead } from '../runtime/overhead.js';
+import { toChromeTrace } from '../web/chrome-trace.js';
+import { renderHtmlReport } from '../web/report-html.js';
 import { formatMetric, formatTable } from './table.js';
 
 /** Where a command writes: `out` is the result (stdout), `err` progress and diagnostics (stderr). */
@@ -68,18 +73,87 @@ function failureTable(results: SimResult[]): string {
   return rows.length ? `\njobs that did not finish:\n${formatTable(['pacer', 'job', 'state', 'code', 'reason'], rows)}` : '';
 }
 
+/**
+ * Checks, before a run, that `file` (named by `option`) can be written: its directory exists and
+ * is writable, and it is not itself a directory. The error names the option and the file.
+ */
+export function checkOutputFile(option: string, file: string): void {
+  const abs = path.resolve(file);
+  const dir = path.dirname(abs);
+  let st: fs.Stats | undefined;
+  try {
+    st = fs.statSync(dir);
+  } catch {
+    st = undefined;
+  }
+  if (!st?.isDirectory()) throw new UsageError(`${option} ${file}: directory ${dir} does not exist; create it or name a file in an existing directory`);
+  if (fs.existsSync(abs) && fs.statSync(abs).isDirectory()) throw new UsageError(`${option} ${file} is a directory; name a file in it, e.g. ${path.join(file, option === '--html' ? 'report.html' : 'trace.json')}`);
+  try {
+    fs.accessSync(dir, fs.constants.W_OK);
+  } catch {
+    throw new UsageError(`${option} ${file}: directory ${dir} is not writable`);
+  }
+}
+
+/** Writes a file named by `option` and says so on stderr; a failure names the option and the file. */
+function writeOutputFile(option: string, file: string, text: string, io: Io): void {
+  try {
+    fs.writeFileSync(file, text);
+  } catch (e) {
+    throw new UsageError(`${option} ${file}: cannot write it (${(e as Error).message})`);
+  }
+  io.err(`wrote ${file}\n`);
+}
+
+/**
+ * Where each pacer's trace goes: `file` itself for one pacer; for several,
+ * `<file without .json>.<pacer>.json` (names made file-safe, repeats numbered).
+ */
+export function traceFiles(file: string, pacers: string[]): string[] {
+  if (pacers.length === 1) return [file];
+  const base = file.replace(/\.json$/i, '');
+  const seen = new Set<string>();
+  return pacers.map((p) => {
+    const safe = p.replace(/[^A-Za-z0-9._-]+/g, '_');
+    let name = safe;
+    for (let i = 2; seen.has(name); i++) name = `${safe}-${i}`;
+    seen.add(name);
+    return `${base}.${name}.json`;
+  });
+}
+
+/** Writes a timeline as Chrome trace JSON (the format Perfetto opens); `now` ends spans still running. */
+function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, io: Io): void {
+  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), title, now });
+  writeOutputFile('--trace', file, `${JSON.stringify(trace)}\n`, io);
+}
+
+/** The simulator's timeline for a trace: a long run keeps its latest 500,000 spans and 200,000 samples (250 ms apart). */
+const SIM_TIMELINE = { maxSpans: 500_000, maxSamples: 200_000, sampleEveryMs: 250 };
+
 export interface SimulateFlags {
   pacer: string;
   seed?: string;
   json?: boolean;
   out?: string;
+  /** Chrome trace JSON, one file per pacer. */
+  trace?: string;
+  /** A self-contained HTML report. */
+  html?: string;
 }
 
 export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io): Promise<void> {
   const seed = flags.seed === undefined ? undefined : parseInteger('--seed', flags.seed);
   const scenario = resolveScenario(spec);
   const factories = await resolvePacers(parseList('--pacer', flags.pacer));
-  const results = factories.map((pacer) => simulate(scenario, seed === undefined ? { pacer } : { pacer, seed }));
+  if (flags.trace !== undefined) checkOutputFile('--trace', flags.trace);
+  if (flags.html !== undefined) checkOutputFile('--html', flags.html);
+  const timelines: TimelineRecorder[] = [];
+  const results = factories.map((pacer) => {
+    const timeline = flags.trace === undefined ? undefined : new TimelineRecorder(SIM_TIMELINE);
+    if (timeline) timelines.push(timeline);
+    return simulate(scenario, { pacer, seed, timeline });
+  });
   if (flags.json) {
     const records = results.map(resultRecord);
     io.out(toJson(records.length === 1 ? records[0] : records));
@@ -93,6 +167,17 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
     io.out(failureTable(results));
   }
   if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
+  if (flags.trace !== undefined) {
+    const files = traceFiles(
+      flags.trace,
+      results.map((r) => r.pacer),
+    );
+    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, io));
+  }
+  if (flags.html !== undefined) {
+    const title = `stoker simulate ${scenario.name}: ${results.map((r) => r.pacer).join(' vs ')}`;
+    writeOutputFile('--html', flags.html, renderHtmlReport(results, { title, descriptions: { [scenario.name]: scenario.description } }), io);
+  }
 }
 
 export interface BenchFlags {
@@ -101,6 +186,8 @@ export interface BenchFlags {
   seed?: string;
   json?: boolean;
   out?: string;
+  /** A self-contained HTML report. */
+  html?: string;
 }
 
 /** The bench table's columns: a header and how to print it from a result. */
@@ -127,12 +214,13 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
   const scenarios = (flags.scenarios === undefined ? BENCH_SCENARIOS : parseList('--scenarios', flags.scenarios)).map((s) => resolveScenario(s));
   const pacerSpecs = flags.pacers === undefined ? PACER_NAMES : parseList('--pacers', flags.pacers);
   const factories = await resolvePacers(pacerSpecs);
+  if (flags.html !== undefined) checkOutputFile('--html', flags.html);
   const total = scenarios.length * factories.length;
   const results: SimResult[] = [];
   for (const scenario of scenarios) {
     for (const pacer of factories) {
       const t0 = performance.now();
-      const r = simulate(scenario, seed === undefined ? { pacer } : { pacer, seed });
+      const r = simulate(scenario, { pacer, seed });
       results.push(r);
       io.err(`[${results.length}/${total}] ${scenario.name} × ${r.pacer} … ${Math.round(performance.now() - t0)} ms\n`);
     }
@@ -140,6 +228,12 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
   if (flags.json) io.out(toJson(results.map((r) => ({ scenario: r.scenario, pacer: r.pacer, metrics: resultRecord(r).metrics }))));
   else io.out(formatTable(BENCH_COLUMNS.map((c) => c[0]), results.map((r) => BENCH_COLUMNS.map((c) => c[1](r)))));
   if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
+  if (flags.html !== undefined) {
+    const summary = { headers: BENCH_COLUMNS.map((c) => c[0]), rows: results.map((r) => BENCH_COLUMNS.map((c) => c[1](r))) };
+    const descriptions = Object.fromEntries(scenarios.map((s) => [s.name, s.description]));
+    const title = `stoker bench: ${scenarios.length} scenario${scenarios.length === 1 ? '' : 's'} × ${factories.length} pacer${factories.length === 1 ? '' : 's'}`;
+    writeOutputFile('--html', flags.html, renderHtmlReport(results, { title, summary, descriptions }), io);
+  }
 }
 
 export interface SpeedFlags {
@@ -189,6 +283,12 @@ export interface DemoFlags {
   seed: string;
   json?: boolean;
   quiet?: boolean;
+  /** Chrome trace JSON of the real run, one file per pacer. */
+  trace?: string;
+  /** Run the jobs through a service and serve its dashboard while they run. */
+  dashboard?: boolean;
+  host: string;
+  port: string;
 }
 
 function positive(option: string, value: string): number {
@@ -218,10 +318,27 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
   const pacers = parseList('--pacers', flags.pacers);
   // Fail before the first run, with createPacer's own error for a name it does not know.
   for (const p of pacers) createPacer(p);
+  if (flags.trace !== undefined && flags.dashboard) throw new UsageError('--trace and --dashboard do not combine: with --dashboard, export a trace while it runs with `stoker trace export --server <url>`');
+  const port = parseInteger('--port', flags.port);
+  if (port < 0 || port > 65535) throw new UsageError(`--port must be 0–65535 (got ${port})`);
+  if (flags.trace !== undefined) checkOutputFile('--trace', flags.trace);
+  const files = flags.trace === undefined ? [] : traceFiles(flags.trace, pacers);
   const results: DemoSummary[] = [];
-  for (const pacer of pacers) {
+  for (const [i, pacer] of pacers.entries()) {
     io.err(`ntt-proof on ${base.workers} ${base.device === 'cpu' ? 'CPU' : 'WebGPU'} device workers, 2^${logN}-point NTTs, ${base.synthesisMs} ms synthesis wait, pacer ${pacer}, ${base.seconds} s\n`);
-    results.push(await runDemo({ ...base, pacer }, (line) => io.err(`${line}\n`)));
+    const timeline = flags.trace === undefined ? undefined : new TimelineRecorder({ sampleEveryMs: 50 });
+    const opts = { ...base, pacer, timeline };
+    let backend: DemoBackend | undefined;
+    if (flags.dashboard) {
+      const served = await serviceBackend(opts, { host: flags.host, port });
+      backend = served.backend;
+      io.err(`dashboard: ${served.url}/ (while this run lasts)\n`);
+    }
+    results.push(await runDemo(opts, (line) => io.err(`${line}\n`), backend));
+    if (timeline) {
+      const title = `ntt-proof demo — ${pacer} pacer (${base.workers} ${base.device} device workers, real time)`;
+      writeTrace(files[i] as string, title, timeline, performance.now(), io);
+    }
   }
   if (flags.json) {
     io.out(toJson(results));

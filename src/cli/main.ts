@@ -8,7 +8,7 @@ import { ScenarioError } from '../sim/scenario.js';
 import { benchCommand, demoCommand, overheadCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type DemoFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
 import { DEMO_DEFAULTS } from '../runtime/demo.js';
 import { CONFIG_DOC, ConfigError } from '../server/config.js';
-import { cancelCommand, ClientError, configPrintCommand, serveCommand, statusCommand, submitCommand, waitCommand, type ClientFlags, type ConfigFlags, type SubmitFlags } from './service-commands.js';
+import { cancelCommand, ClientError, configPrintCommand, serveCommand, statusCommand, submitCommand, traceExportCommand, waitCommand, type ClientFlags, type ConfigFlags, type SubmitFlags, type TraceExportFlags } from './service-commands.js';
 
 export type { Io } from './commands.js';
 
@@ -50,6 +50,8 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('-s, --seed <n>', "override the scenario's seed (an integer)")
     .option('--json', 'print the results as JSON (deterministic: no timings)')
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
+    .option('--trace <file>', 'write a Chrome trace (JSON; open in Perfetto) of each run; several pacers: <file>.<pacer>.json')
+    .option('--html <file>', 'write a self-contained HTML report: the metrics and interactive charts')
     .action((scenario: string, flags: SimulateFlags) => simulateCommand(scenario, flags, io));
 
   p.command('bench')
@@ -59,6 +61,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('-s, --seed <n>', "override every scenario's seed (an integer)")
     .option('--json', 'print [{ scenario, pacer, metrics }] as JSON')
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
+    .option('--html <file>', 'write a self-contained HTML report: the table, and per scenario its metrics and charts')
     .action((flags: BenchFlags) => benchCommand(flags, io));
 
   p.command('demo')
@@ -75,6 +78,10 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--seed <n>', 'witness seed', String(DEMO_DEFAULTS.seed))
     .option('--json', 'print the summaries as JSON')
     .option('-q, --quiet', 'no progress lines')
+    .option('--trace <file>', 'write a Chrome trace (JSON; open in Perfetto) of each run; several pacers: <file>.<pacer>.json')
+    .option('--dashboard', 'run the jobs through the service and serve its dashboard at http://<host>:<port>/ while they run')
+    .option('--host <host>', 'with --dashboard: interface to listen on', '127.0.0.1')
+    .option('--port <n>', 'with --dashboard: port to listen on (0: a free one)', '7070')
     .action((flags: DemoFlags) => demoCommand(flags, io));
 
   p.command('overhead')
@@ -137,6 +144,15 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .description('cancel a job on a running server')
     .argument('<id>', 'a job id')
     .action((id: string, flags: ClientFlags) => cancelCommand(id, flags, io));
+
+  p.command('trace')
+    .description("a running server's timeline")
+    .command('export')
+    .description('the last minutes of a running server as Chrome trace JSON (open it in Perfetto): a track per device worker and preparation slot')
+    .option('--server <url>', 'the stoker server (env STOKER_SERVER)', process.env['STOKER_SERVER'] ?? 'http://127.0.0.1:7070')
+    .option('--since <duration>', 'how far back (30s, 5m, 1h)', '5m')
+    .option('-o, --output <file>', 'write to this file instead of stdout')
+    .action((flags: TraceExportFlags) => traceExportCommand(flags, io));
 
   return p;
 }

@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import type { PacerSnapshot, PacerState, TimelineRecorder } from '../core/index.js';
 import { BufferPool } from './buffer-pool.js';
 import { Runtime } from './runtime.js';
 import { createNttProofWorkload, nttBufferBytes, type NttProofInput } from './workloads/ntt-proof.js';
@@ -26,6 +27,8 @@ export interface DemoOptions {
   seed: number;
   /** More options for the pacer (see its documentation). */
   pacerOptions?: Record<string, number>;
+  /** Records the run (what ran on which worker, the pipeline's levels); times are performance.now() ms. */
+  timeline?: TimelineRecorder;
 }
 
 export const DEMO_DEFAULTS: DemoOptions = {
@@ -64,18 +67,47 @@ export interface DemoSummary {
 }
 
 /**
- * Runs the ntt-proof workload on real threads with one pacer: jobs arrive in a closed loop for
- * `seconds`, progress is printed as it goes, and a summary comes back when the last job is done.
+ * What the demo's job loop runs on: the runtime directly ({@link runtimeBackend}), or a service
+ * (the same jobs through `stoker serve`'s Service, so its dashboard can watch).
  */
-export async function runDemo(opts: DemoOptions, progress: (line: string) => void): Promise<DemoSummary> {
+export interface DemoBackend {
+  /** Submits job number `j`; resolves when it is done, rejects when it fails. */
+  submit(j: number): Promise<void>;
+  /** The engine's live counters. */
+  readonly snapshot: PacerSnapshot;
+  pacerState(): PacerState;
+  /** Device time all workers measured so far, ms. */
+  busyMs(): number;
+  readonly pool: BufferPool;
+  close(): Promise<void>;
+}
+
+/** The ntt-proof workload on the runtime: the device threads' Atomics counters give busy time. */
+export function runtimeBackend(opts: DemoOptions): DemoBackend {
   const devices = [{ workers: opts.workers }];
   const pool = new BufferPool();
   const workload = createNttProofWorkload({ devices, device: opts.device, prepareThreads: 1, prepareConcurrency: 64, pool });
-  const rt = new Runtime({ workload, devices, pacer: opts.pacer, pacerOptions: { ...opts.pacerOptions, targetWaiting: opts.targetWaiting } });
+  const rt = new Runtime({ workload, devices, pacer: opts.pacer, pacerOptions: { ...opts.pacerOptions, targetWaiting: opts.targetWaiting }, timeline: opts.timeline });
   const input = (jobIndex: number): NttProofInput => ({ seed: opts.seed, jobIndex, logN: opts.logN, synthesisMs: opts.synthesisMs });
   const bytes = nttBufferBytes(input(0));
   // The device step reads the pooled buffer until it ends: the bytes stay held on the device.
   const memory = { prepareBytes: bytes, deviceBytes: bytes };
+  return {
+    submit: (j) => rt.submit({ id: `job-${j}`, kind: 'ntt-proof', partitions: opts.partitions, memory }, input(j)).then(() => undefined),
+    snapshot: rt.engine.snapshot,
+    pacerState: () => rt.engine.pacer.state(),
+    busyMs: () => workload.deviceCounters().reduce((a, c) => a + c.busyMs, 0),
+    pool,
+    close: () => rt.close(),
+  };
+}
+
+/**
+ * Runs the ntt-proof workload on real threads with one pacer: jobs arrive in a closed loop for
+ * `seconds`, progress is printed as it goes, and a summary comes back when the last job is done.
+ */
+export async function runDemo(opts: DemoOptions, progress: (line: string) => void, backend: DemoBackend = runtimeBackend(opts)): Promise<DemoSummary> {
+  const pool = backend.pool;
   const t0 = performance.now();
   const stopAt = t0 + opts.seconds * 1000;
   const steadyFrom = t0 + 0.2 * opts.seconds * 1000;
@@ -88,7 +120,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   const submit = () => {
     const j = next++;
     const started = performance.now();
-    const p = rt.submit({ id: `job-${j}`, kind: 'ntt-proof', partitions: opts.partitions, memory }, input(j)).then(
+    const p = backend.submit(j).then(
       () => {
         done++;
         latencies.push(performance.now() - started);
@@ -116,10 +148,10 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   let steadyEnd = NaN;
   let lastT = t0;
   let last = { busy: 0, dispatched: 0, done: 0, t: t0 };
-  const busyMs = () => workload.deviceCounters().reduce((a, c) => a + c.busyMs, 0);
+  const busyMs = () => backend.busyMs();
   const sampler = setInterval(() => {
     const now = performance.now();
-    const s = rt.engine.snapshot;
+    const s = backend.snapshot;
     peakReserved = Math.max(peakReserved, s.budgetUsedBytes);
     if (now > stopAt && Number.isNaN(steadyEnd)) {
       steadyEnd = now;
@@ -138,7 +170,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
     if (opts.progressMs > 0 && now - last.t >= opts.progressMs) {
       const busy = busyMs();
       const dt = now - last.t;
-      const st = rt.engine.pacer.state();
+      const st = backend.pacerState();
       const stats = pool.stats();
       progress(
         `${((now - t0) / 1000).toFixed(0).padStart(4)} s  jobs ${String(done).padStart(4)}  occupancy ${((busy - last.busy) / (dt * opts.workers)).toFixed(2)}  ` +
@@ -159,7 +191,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   clearInterval(sampler);
   // Busy time counts when an item completes, so the window's edges blur by one item per worker.
   const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) ? 0 : (busyAtStop - busyAtSteady) / ((steadyEnd - steadyStart) * opts.workers);
-  await rt.close();
+  await backend.close();
   const sorted = [...latencies].sort((a, b) => a - b);
   const pct = (p: number) => (sorted.length ? (sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)] as number) : null);
   const stats = pool.stats();

@@ -88,8 +88,8 @@ export function writeReport(dir: string, results: SimResult[]): string[] {
 
 // ───────────────────────────── charts ─────────────────────────────
 
-/** Tableau 10: distinct, colour-blind-friendly enough, readable on white. */
-const PALETTE = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
+/** Tableau 10: distinct, colour-blind-friendly enough, readable on white. The charts' colours, by pacer in order of first appearance. */
+export const PALETTE = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
 const MAX_POINTS = 600;
 
 interface ChartSpec {
@@ -173,28 +173,77 @@ function polylinePoints(pts: [number, number][], x: (t: number) => number, y: (v
     .join(' ');
 }
 
-function timeUnit(maxMs: number): { div: number; label: string } {
+/** The x axis's unit for a run of `maxMs`: seconds up to 10 min, minutes up to 10 h, then hours. */
+export function timeUnit(maxMs: number): { div: number; label: string } {
   if (maxMs <= 600_000) return { div: 1000, label: 's' };
   if (maxMs <= 36_000_000) return { div: 60_000, label: 'min' };
   return { div: 3_600_000, label: 'h' };
 }
 
-function renderChart(spec: ChartSpec, scenario: string, runs: SimResult[], colours: Map<string, string>): string {
+/** One chart of a scenario, computed once for the SVG and the HTML reports. */
+export interface ChartData {
+  key: ChartSpec['key'];
+  title: string;
+  yLabel: string;
+  /** One line per run (pacer): points (ms, value), whole bins averaged in groups of `groupMs`. */
+  lines: { pacer: string; points: [number, number][] }[];
+  /** The dashed reference: a constant, or points (ms, value) from the longest run. */
+  reference: { label: string; value: number | [number, number][] };
+  /** The top of the y axis when it is fixed (occupancy) or clipped (bursts); null: fit the data. */
+  yMax: number | null;
+  /** The y axis was clipped below the data's peak (`dataMax`). */
+  clipped: boolean;
+  dataMax: number;
+  /** The span averaged into each point, ms. */
+  groupMs: number;
+  /** The x axis's end: the longest run's simulated time, ms. */
+  xMaxMs: number;
+  /** The steady window of the first run, ms. */
+  window: { fromMs: number; toMs: number };
+}
+
+/** The four charts of one scenario (waiting, inventory, occupancy, dispatch), one line per run. */
+export function scenarioCharts(runs: SimResult[]): ChartData[] {
+  return CHARTS.map((spec) => chartData(spec, runs));
+}
+
+function chartData(spec: ChartSpec, runs: SimResult[]): ChartData {
   const first = runs[0] as SimResult;
   const longest = runs.reduce((a, b) => (b.simulatedMs > a.simulatedMs ? b : a), first);
   const xMaxMs = Math.max(1, ...runs.map((r) => r.simulatedMs));
-  const lines = runs.map((r) => ({ pacer: r.pacer, pts: points(r.series, spec.values(r.series), r.simulatedMs, spec.minGroupMs) }));
+  const lines = runs.map((r) => ({ pacer: r.pacer, points: points(r.series, spec.values(r.series), r.simulatedMs, spec.minGroupMs) }));
   const ref = spec.reference.values(longest.series);
   const refPts = typeof ref === 'number' ? null : points(longest.series, ref, longest.simulatedMs, spec.minGroupMs);
   const refMax = typeof ref === 'number' ? ref : Math.max(0, ...(refPts ?? []).map((p) => p[1]));
-  const dataMax = Math.max(0, ...lines.flatMap((l) => l.pts.map((p) => p[1])));
-
-  let top = spec.yMax ?? Math.max(dataMax, refMax);
+  const dataMax = Math.max(0, ...lines.flatMap((l) => l.points.map((p) => p[1])));
+  let yMax = spec.yMax ?? null;
   let clipped = false;
-  if (spec.yMax === undefined && spec.clipAt !== undefined && refMax > 0 && dataMax > spec.clipAt * refMax) {
-    top = spec.clipAt * refMax;
+  if (yMax === null && spec.clipAt !== undefined && refMax > 0 && dataMax > spec.clipAt * refMax) {
+    yMax = spec.clipAt * refMax;
     clipped = true;
   }
+  return {
+    key: spec.key,
+    title: spec.title,
+    yLabel: spec.yLabel,
+    lines,
+    reference: { label: spec.reference.label(longest.series), value: refPts ?? refMax },
+    yMax,
+    clipped,
+    dataMax,
+    groupMs: groupSize(longest.series, spec.minGroupMs ?? 0) * longest.series.binMs,
+    xMaxMs,
+    window: { fromMs: first.window.fromMs, toMs: first.window.toMs },
+  };
+}
+
+function renderChart(spec: ChartSpec, scenario: string, runs: SimResult[], colours: Map<string, string>): string {
+  const c = chartData(spec, runs);
+  const { xMaxMs, dataMax, clipped } = c;
+  const lines = c.lines.map((l) => ({ pacer: l.pacer, pts: l.points }));
+  const refPts = typeof c.reference.value === 'number' ? null : c.reference.value;
+  const refMax = typeof c.reference.value === 'number' ? c.reference.value : Math.max(0, ...c.reference.value.map((p) => p[1]));
+  let top = c.yMax ?? Math.max(dataMax, refMax);
   if (!(top > 0)) top = 1;
   const yStep = spec.yMax !== undefined ? niceStep(top / 5) : niceStep((top * 1.05) / 5);
   const yTop = spec.yMax ?? Math.ceil((top * 1.05) / yStep) * yStep;
@@ -211,11 +260,11 @@ function renderChart(spec: ChartSpec, scenario: string, runs: SimResult[], colou
   o.push(`<defs><clipPath id="plot"><rect x="${PL}" y="${PT - 2}" width="${PR - PL}" height="${PB - PT + 2}"/></clipPath></defs>`);
   o.push(`<text x="${PL}" y="22" font-size="15" font-weight="bold">${esc(`${scenario}: ${spec.title}`)}</text>`);
   const note = clipped ? ` · y axis clipped at ${fmt(yTop)} (peak ${fmt(dataMax)})` : '';
-  o.push(`<text x="${PL}" y="40" font-size="11" fill="#666">steady window shaded · points average ${fmt((groupSize(longest.series, spec.minGroupMs ?? 0) * longest.series.binMs) / 1000)} s${esc(note)}</text>`);
+  o.push(`<text x="${PL}" y="40" font-size="11" fill="#666">steady window shaded · points average ${fmt(c.groupMs / 1000)} s${esc(note)}</text>`);
 
   // Steady window.
-  const w0 = Math.max(0, first.window.fromMs);
-  const w1 = Math.min(xMaxMs, first.window.toMs);
+  const w0 = Math.max(0, c.window.fromMs);
+  const w1 = Math.min(xMaxMs, c.window.toMs);
   if (w1 > w0) o.push(`<rect x="${fmt(x(w0))}" y="${PT}" width="${fmt(x(w1) - x(w0))}" height="${PB - PT}" fill="#4e79a7" fill-opacity="0.08"/>`);
 
   // Grid and y ticks.
@@ -255,7 +304,7 @@ function renderChart(spec: ChartSpec, scenario: string, runs: SimResult[], colou
     ly += 18;
   }
   o.push(`<line x1="${lx}" y1="${ly}" x2="${lx + 24}" y2="${ly}" ${dash}/>`);
-  o.push(`<text x="${lx + 30}" y="${ly}" dy="4">${esc(spec.reference.label(longest.series))}</text>`);
+  o.push(`<text x="${lx + 30}" y="${ly}" dy="4">${esc(c.reference.label)}</text>`);
   ly += 18;
   o.push(`<rect x="${lx}" y="${ly - 6}" width="24" height="12" fill="#4e79a7" fill-opacity="0.08" stroke="#ccc"/>`);
   o.push(`<text x="${lx + 30}" y="${ly}" dy="4">steady window</text>`);

@@ -1,4 +1,4 @@
-import { Engine, IndexedHeap, type Command, type EngineEvent, type HeapNode, type JobSpec, type Pacer, type PacerOptions } from '../core/index.js';
+import { Engine, IndexedHeap, type TimelineRecorder, type Command, type EngineEvent, type HeapNode, type JobSpec, type Pacer, type PacerOptions } from '../core/index.js';
 import { Recorder, type Metrics, type Series } from './metrics.js';
 import { Rng } from './random.js';
 import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Scenario, type ScenarioEvent } from './scenario.js';
@@ -63,6 +63,8 @@ export interface SimulateOptions {
   pacer: (options: PacerOptions) => Pacer;
   /** Overrides the scenario's seed. */
   seed?: number;
+  /** Records every engine step (spans per preparation slot and device worker, level samples) in virtual time, ms. */
+  timeline?: TimelineRecorder;
 }
 
 export interface JobFailure {
@@ -337,9 +339,12 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   const preparedEvent = { type: 'prepared' as const, time: 0, item: 0, attempt: 0 };
   const doneEvent = { type: 'deviceDone' as const, time: 0, item: 0, attempt: 0, busyMs: 0 };
   const tickEvent = { type: 'tick' as const, time: 0 };
+  const timeline = options.timeline;
   const apply = (e: EngineEvent) => {
     events++;
-    carryOut(engine.apply(e));
+    const cmds = engine.apply(e);
+    if (timeline) timeline.record(e, cmds, engine.snapshot, 0);
+    carryOut(cmds);
     recorder.step(now, engine.snapshot, capacity, pacer);
   };
 

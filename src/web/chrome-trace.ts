@@ -41,8 +41,11 @@ const tidOf = (lane: number) => lane + 1;
 const us = (ms: number) => Math.round(ms * 1000);
 
 export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
-  const starts = [...input.spans.map((s) => s.start), ...input.samples.map((s) => s.t)];
-  const origin = input.originMs ?? (starts.length > 0 ? Math.min(...starts) : input.now);
+  // A loop, not Math.min(...): a long run has more spans than a call takes arguments.
+  let earliest = Infinity;
+  for (const s of input.spans) earliest = Math.min(earliest, s.start);
+  for (const s of input.samples) earliest = Math.min(earliest, s.t);
+  const origin = input.originMs ?? (earliest < Infinity ? earliest : input.now);
   const events: ChromeTraceEvent[] = [
     { name: 'process_name', ph: 'M', pid: PID, args: { name: input.title } },
     { name: 'thread_name', ph: 'M', pid: PID, tid: 0, args: { name: 'pipeline levels' } },
@@ -63,7 +66,8 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
       pid: PID,
       tid: tidOf(s.lane),
       ts: us(s.start - origin),
-      dur: Math.max(0, us(end - s.start)),
+      // From the rounded ends, so a span that starts where the previous one ended on its track never overlaps it.
+      dur: Math.max(0, us(end - origin) - us(s.start - origin)),
       args: { job: s.jobId, partition: s.partition, outcome: s.outcome ?? 'running' },
     });
   }
