@@ -9,17 +9,10 @@ import { request } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TimelineSpan } from '../../src/core/index.js';
 import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
-interface Span {
-  lane: number;
-  kind: 'prepare' | 'device';
-  jobId: string;
-  partition: number;
-  start: number;
-  end: number | null;
-  outcome: string | null;
-}
+type Span = TimelineSpan;
 interface Lane {
   id: number;
   kind: 'prepare' | 'device';

@@ -34,14 +34,19 @@ function job(id: string, over: Partial<JournalJobInput> = {}): JournalJobInput {
   return { id, kind: 'ntt-proof', priority: 'normal', partitions: 3, input: { log2: 18, seed: [1, 2] }, deadline: null, ...over };
 }
 
-function codeOf(fn: () => unknown): string | undefined {
+/** The JournalError `fn` throws (undefined when it throws nothing). */
+function errorOf(fn: () => unknown): JournalError | undefined {
   try {
     fn();
   } catch (err) {
     expect(err).toBeInstanceOf(JournalError);
-    return (err as JournalError).code;
+    return err as JournalError;
   }
   return undefined;
+}
+
+function codeOf(fn: () => unknown): string | undefined {
+  return errorOf(fn)?.code;
 }
 
 describe('Journal', () => {
@@ -190,15 +195,9 @@ describe('Journal', () => {
     const dir = tempDir();
     const j = open(dir);
     j.insert(job('a'));
-    let err: unknown;
-    try {
-      open(dir);
-    } catch (e) {
-      err = e;
-    }
-    expect(err).toBeInstanceOf(JournalError);
-    expect((err as JournalError).code).toBe('E_JOURNAL_LOCKED');
-    expect((err as JournalError).message).toContain(`data dir ${dir} is in use by another stoker serve`);
+    const err = errorOf(() => open(dir));
+    expect(err?.code).toBe('E_JOURNAL_LOCKED');
+    expect(err?.message).toContain(`data dir ${dir} is in use by another stoker serve`);
     expect(j.get('a')?.state).toBe('queued'); // the first is unaffected
     j.close();
     expect(open(dir).get('a')?.state).toBe('queued');
@@ -264,15 +263,9 @@ describe('Journal', () => {
   it('reports a file that is not a database with E_JOURNAL_OPEN naming the path', () => {
     const dir = tempDir();
     writeFileSync(join(dir, 'stoker.db'), 'this is not a database '.repeat(200));
-    let err: unknown;
-    try {
-      open(dir);
-    } catch (e) {
-      err = e;
-    }
-    expect(err).toBeInstanceOf(JournalError);
-    expect((err as JournalError).code).toBe('E_JOURNAL_OPEN');
-    expect((err as JournalError).message).toContain(join(dir, 'stoker.db'));
+    const err = errorOf(() => open(dir));
+    expect(err?.code).toBe('E_JOURNAL_OPEN');
+    expect(err?.message).toContain(join(dir, 'stoker.db'));
   });
 
   it('refuses a journal with a newer schema with E_JOURNAL_VERSION', async () => {
