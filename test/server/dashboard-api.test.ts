@@ -190,7 +190,8 @@ describe('GET /v1/jobs and per-worker busy time', () => {
       async () => {
         const r = await http(server.url, 'GET', '/v1/jobs?state=running');
         const j = (r.body as { id: string; partitionStates: string[] | null }[]).find((x) => x.id === 'list-long');
-        return j?.partitionStates?.includes('preparing') ? r.body : undefined;
+        // All three preparing: then nothing changes for a minute, and two reads must agree.
+        return j?.partitionStates?.every((st) => st === 'preparing') ? r.body : undefined;
       },
       15_000,
       'list-long running',
