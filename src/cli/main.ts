@@ -108,6 +108,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
       .option('--data <dir>', 'the journal directory');
 
   configured(p.command('serve'))
+    .option('--cluster <url>', 'cluster mode: share a BullMQ queue on this Redis (redis://host:port[/db]) with other nodes')
     .description('run the service: HTTP API, durable journal, metrics; SIGTERM/SIGINT finish in-flight partitions and stop')
     .addHelpText('after', `\n${CONFIG_DOC}`)
     .action((flags: ConfigFlags) => serveCommand(flags, io));
@@ -144,6 +145,26 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .description('cancel a job on a running server')
     .argument('<id>', 'a job id')
     .action((id: string, flags: ClientFlags) => cancelCommand(id, flags, io));
+
+  p.command('cluster-bench')
+    .description('cluster mode throughput: a private redis-server, then 1, 2, 3 `serve --cluster` nodes with sleep devices; jobs/s and each node\'s occupancy')
+    .option('--nodes <n>', 'up to this many nodes', '3')
+    .option('--seconds <s>', 'about how long each run keeps the nodes busy', '20')
+    .option('--prepare-ms <ms>', 'sleep preparation per partition', '500')
+    .option('--device-ms <ms>', 'sleep device time per partition', '100')
+    .option('--workers <n>', 'device workers per node', '2')
+    .option('--partitions <n>', 'partitions per job', '2')
+    .option('--redis-server <path>', 'the redis-server binary', '/usr/bin/redis-server')
+    .action(async (f: Record<string, string>) => {
+      const { clusterBench } = await import('../cluster/bench.js');
+      const num = (k: string) => {
+        const v = Number(f[k]);
+        if (!Number.isFinite(v) || v <= 0) throw new UsageError(`--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a number > 0`);
+        return v;
+      };
+      if (!fs.existsSync(f['redisServer'] as string)) throw new UsageError(`no redis-server at ${f['redisServer']}: apt-get install redis-server, or pass --redis-server`);
+      await clusterBench({ nodes: num('nodes'), seconds: num('seconds'), prepareMs: num('prepareMs'), deviceMs: num('deviceMs'), workers: num('workers'), partitions: num('partitions'), redisServer: f['redisServer'] as string, out: io.out });
+    });
 
   p.command('trace')
     .description("a running server's timeline")

@@ -8,13 +8,14 @@ export interface ConfigFlags {
   host?: string;
   port?: string;
   data?: string;
+  cluster?: string;
 }
 
 function config(flags: ConfigFlags) {
   return loadConfig({
     ...(flags.config === undefined ? {} : { file: flags.config }),
     env: process.env,
-    flags: { ...(flags.host === undefined ? {} : { host: flags.host }), ...(flags.port === undefined ? {} : { port: flags.port }), ...(flags.data === undefined ? {} : { dataDir: flags.data }) },
+    flags: { ...(flags.host === undefined ? {} : { host: flags.host }), ...(flags.port === undefined ? {} : { port: flags.port }), ...(flags.data === undefined ? {} : { dataDir: flags.data }), ...(flags.cluster === undefined ? {} : { cluster: flags.cluster }) },
   });
 }
 
@@ -29,7 +30,8 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const cfg = config(flags);
   const server = await startServer(cfg);
   const resumed = server.service.status().jobs.pending;
-  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${cfg.device.workers} ${cfg.device.kind} device workers)\n`);
+  const cluster = cfg.cluster.redis === 'none' ? '' : `; cluster node ${cfg.cluster.nodeId} on ${cfg.cluster.redis}`;
+  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${cfg.device.workers} ${cfg.device.kind} device workers${cluster})\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.off('SIGTERM', onTerm);

@@ -3,7 +3,34 @@ import { createRequire } from 'node:module';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { JobState } from './journal.js';
 import { openApiDocument } from './openapi.js';
-import { notFound, ServiceError, type Service, type ServiceEvent } from './service.js';
+import type { EventEmitter } from 'node:events';
+import type { Registry } from 'prom-client';
+import type { ChromeTrace } from '../web/chrome-trace.js';
+import type { ServeConfig } from './config.js';
+import { notFound, ServiceError, type JobView, type ServiceEvent, type TimelineView } from './service.js';
+
+type MaybePromise<T> = T | Promise<T>;
+
+/**
+ * What the HTTP API needs of a service: the local {@link Service} (journal + runtime) is one, the
+ * cluster mode's `ClusterService` (BullMQ on Redis around a local Service) another.
+ */
+export interface ApiService {
+  readonly config: ServeConfig;
+  readonly events: EventEmitter;
+  readonly metrics: { readonly registry: Registry };
+  submit(raw: unknown): MaybePromise<{ job: JobView; created: boolean }>;
+  job(id: string): MaybePromise<JobView | undefined>;
+  jobs(options: { limit?: number; states?: readonly JobState[] }): MaybePromise<JobView[]>;
+  wait(id: string, waitMs: number): Promise<JobView | undefined>;
+  cancel(id: string): MaybePromise<JobView>;
+  status(): MaybePromise<object>;
+  kindList(): { name: string; description: string }[];
+  timelineView(sinceMs: number, maxSpans?: number): TimelineView;
+  trace(sinceMs: number): ChromeTrace;
+  /** Cluster mode only: `GET /v1/cluster`. */
+  cluster?(): Promise<object>;
+}
 
 /** A problem-details body (RFC 9457). */
 export interface Problem {
@@ -93,7 +120,7 @@ const ASSETS: Record<string, { file: () => string | URL; type: string }> = {
 };
 
 /** The HTTP API over a service (fastify). Every error is a problem-details body. */
-export function buildApp(service: Service): FastifyInstance {
+export function buildApp(service: ApiService): FastifyInstance {
   const app = Fastify({
     bodyLimit: service.config.server.bodyLimitBytes,
     logger: false,
@@ -130,16 +157,16 @@ export function buildApp(service: Service): FastifyInstance {
     sendProblem(reply, { type: 'not-found', title: 'Not found', status: 404, detail: `no route ${req.method} ${req.url.split('?')[0] ?? ''}: see GET /v1/openapi.json for the API` }),
   );
 
-  app.post('/v1/jobs', (req, reply) => {
-    const { job, created } = service.submit(req.body);
+  app.post('/v1/jobs', async (req, reply) => {
+    const { job, created } = await service.submit(req.body);
     return reply
       .code(created ? 202 : 200)
       .header('location', `/v1/jobs/${encodeURIComponent(job.id)}`)
       .send(job);
   });
 
-  app.get<{ Params: { id: string } }>('/v1/jobs/:id', (req) => {
-    const job = service.job(req.params.id);
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id', async (req) => {
+    const job = await service.job(req.params.id);
     if (!job) throw notFound(req.params.id);
     return job;
   });
@@ -155,9 +182,9 @@ export function buildApp(service: Service): FastifyInstance {
     return reply.code(job.state === 'queued' || job.state === 'running' ? 202 : 200).send(body);
   });
 
-  app.delete<{ Params: { id: string } }>('/v1/jobs/:id', (req) => service.cancel(req.params.id));
+  app.delete<{ Params: { id: string } }>('/v1/jobs/:id', async (req) => service.cancel(req.params.id));
 
-  app.get<{ Querystring: { limit?: string; state?: string | string[] } }>('/v1/jobs', (req) => {
+  app.get<{ Querystring: { limit?: string; state?: string | string[] } }>('/v1/jobs', async (req) => {
     const states = statesOf(req.query.state);
     return service.jobs({ limit: intOf(req.query.limit, 'limit', 0, 1000, 50), ...(states === undefined ? {} : { states }) });
   });
@@ -180,7 +207,9 @@ export function buildApp(service: Service): FastifyInstance {
     return reply.type(asset.type).header('cache-control', 'no-cache').send(body);
   });
 
-  app.get('/v1/status', () => service.status());
+  app.get('/v1/status', async () => service.status());
+  const cluster = service.cluster?.bind(service);
+  if (cluster) app.get('/v1/cluster', () => cluster());
   app.get('/v1/kinds', () => service.kindList());
   app.get('/v1/openapi.json', () => openApiDocument(service.config.server.maxWaitS));
 

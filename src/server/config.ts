@@ -14,7 +14,7 @@ import { PACER_NAMES } from '../core/index.js';
  * `--data`). Every source is checked completely before anything is thrown: a
  * {@link ConfigError} lists every problem, one line each, naming where it came from, the field,
  * what is wrong and what to write instead. Unknown keys and unknown `STOKER_SERVER_*`,
- * `STOKER_ENGINE_*`, `STOKER_DEVICE_*`, `STOKER_PREPARE_*` variables are errors (with a
+ * `STOKER_ENGINE_*`, `STOKER_DEVICE_*`, `STOKER_PREPARE_*`, `STOKER_CLUSTER_*` variables are errors (with a
  * "did you mean" hint), so a typo never silently falls back to a default.
  */
 
@@ -70,6 +70,18 @@ export interface PrepareConfig {
   concurrency: number;
 }
 
+/** Cluster mode (BullMQ on Redis): off unless `redis` is a URL. */
+export interface ClusterConfig {
+  /** `redis://host:port[/db]` of the shared Redis, or `"none"` (local mode: nothing about Redis is touched). @default "none" */
+  redis: string;
+  /** How long (ms, ≥ 100) a node's hold on a job lasts without renewal; a dead node's jobs return to the queue after it. @default 30000 */
+  lockMs: number;
+  /** How often (ms, ≥ 50) a node writes its heartbeat (it lives 3× as long). @default 2000 */
+  heartbeatMs: number;
+  /** This node's name in the cluster. @default "<hostname>-<pid>" */
+  nodeId: string;
+}
+
 /** The daemon's configuration, fully resolved: every field set, `dataDir` absolute, `Infinity` for unlimited / none. */
 export interface ServeConfig {
   /** The journal directory, absolute. Relative in a file: to the file's directory; elsewhere: to the working directory. @default "./stoker-data" */
@@ -78,6 +90,7 @@ export interface ServeConfig {
   engine: EngineConfig;
   device: DeviceConfig;
   prepare: PrepareConfig;
+  cluster: ClusterConfig;
 }
 
 /** One problem: `source` is the file path, the environment variable or the `--flag`; `path` the field. */
@@ -104,7 +117,7 @@ export interface LoadConfigOptions {
   /** The environment; `process.env` when omitted. An empty value counts as unset. */
   env?: NodeJS.ProcessEnv | Record<string, string | undefined>;
   /** Flags already parsed by the CLI. */
-  flags?: { host?: string; port?: string | number; dataDir?: string };
+  flags?: { host?: string; port?: string | number; dataDir?: string; cluster?: string };
   /** Base of relative paths from the environment, the flags and the defaults. @default process.cwd() */
   cwd?: string;
 }
@@ -185,6 +198,18 @@ const prepareShape = {
   threads: int(1, undefined, 'an integer ≥ 1', `use e.g. ${defaultThreads()} (this machine's cores − 1)`),
   concurrency: int(1, undefined, 'an integer ≥ 1', 'use e.g. 64'),
 };
+const clusterShape = {
+  redis: z
+    .string(err('a redis:// URL or "none"', 'use e.g. "redis://127.0.0.1:6379/0", or "none" for local mode'))
+    .refine((v) => v === 'none' || /^rediss?:\/\/[^\s/]+(\/\d+)?$/.test(v), err('a redis:// URL or "none"', 'use e.g. "redis://127.0.0.1:6379/0", or "none" for local mode'))
+    .optional(),
+  lockMs: int(100, undefined, 'an integer ≥ 100 (ms)', 'use e.g. 30000'),
+  heartbeatMs: int(50, undefined, 'an integer ≥ 50 (ms)', 'use e.g. 2000'),
+  nodeId: z
+    .string(err('a node name', 'use e.g. "gpu-box-1" (letters, digits, . _ -)'))
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, err('a node name', 'use e.g. "gpu-box-1" (letters, digits, . _ -)'))
+    .optional(),
+};
 
 const section = <T extends z.core.$ZodLooseShape>(name: string, shape: T) =>
   z
@@ -196,10 +221,11 @@ const SECTIONS = {
   engine: section('engine', engineShape),
   device: section('device', deviceShape),
   prepare: section('prepare', prepareShape),
+  cluster: section('cluster', clusterShape),
 };
 type SectionName = keyof typeof SECTIONS;
 const SECTION_NAMES = Object.keys(SECTIONS) as SectionName[];
-const SHAPES: Record<SectionName, Record<string, z.ZodType>> = { server: serverShape, engine: engineShape, device: deviceShape, prepare: prepareShape };
+const SHAPES: Record<SectionName, Record<string, z.ZodType>> = { server: serverShape, engine: engineShape, device: deviceShape, prepare: prepareShape, cluster: clusterShape };
 
 const dataDirSchema = text('a directory path', 'give the journal directory, e.g. "./stoker-data"');
 const FileSchema = z.strictObject({ dataDir: dataDirSchema, ...SECTIONS });
@@ -208,6 +234,11 @@ type Layer = z.output<typeof FileSchema>;
 
 /** Every field, for the environment and the documentation. */
 type FieldPath = 'dataDir' | { [S in SectionName]: `${S}.${keyof NonNullable<Layer[S]> & string}` }[SectionName];
+
+function defaultNodeId(): string {
+  const host = os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 80) || 'node';
+  return `${host}-${process.pid}`;
+}
 
 function defaultThreads(): number {
   return Math.max(1, os.availableParallelism() - 1);
@@ -411,7 +442,7 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
   return { layer, base: cwd };
 }
 
-const FLAGS = { host: ['server.host', '--host'], port: ['server.port', '--port'], dataDir: ['dataDir', '--data'] } as const;
+const FLAGS = { host: ['server.host', '--host'], port: ['server.port', '--port'], dataDir: ['dataDir', '--data'], cluster: ['cluster.redis', '--cluster'] } as const;
 
 function flagLayer(flags: NonNullable<LoadConfigOptions['flags']>, cwd: string, issues: ConfigIssue[]): Source {
   const layer: Layer = {};
@@ -431,6 +462,7 @@ function defaults(cwd: string): ServeConfig {
     engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
     device: { kind: 'cpu', workers: 2 },
     prepare: { threads: defaultThreads(), concurrency: 64 },
+    cluster: { redis: 'none', lockMs: 30_000, heartbeatMs: 2000, nodeId: defaultNodeId() },
   };
 }
 
@@ -464,6 +496,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     if (deviceTimeoutS !== undefined) c.engine.deviceTimeoutS = finiteOr(deviceTimeoutS);
     Object.assign(c.device, defined(layer.device));
     Object.assign(c.prepare, defined(layer.prepare));
+    Object.assign(c.cluster, defined(layer.cluster));
   }
   c.engine.pacerOptions = { ...c.engine.pacerOptions };
   return c;
@@ -491,6 +524,7 @@ export function configToToml(c: ServeConfig): string {
     },
     device: { ...c.device },
     prepare: { ...c.prepare },
+    cluster: { ...c.cluster },
   };
   return `# stoker serve: the effective configuration (defaults < file < environment < flags)\n${stringify(doc).trim()}\n`;
 }
@@ -517,6 +551,10 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'device.workers': ['2', 'pipelined workers on the device (1–64)'],
   'prepare.threads': ['cores − 1', 'preparation threads (≥ 1)'],
   'prepare.concurrency': ['64', 'preparations one thread runs at once (≥ 1)'],
+  'cluster.redis': ['"none"', 'cluster mode: redis://host:port[/db] of the shared Redis (flag --cluster), or "none"'],
+  'cluster.lockMs': ['30000', "ms a node's hold on a job lasts unrenewed (a dead node's jobs return after it)"],
+  'cluster.heartbeatMs': ['2000', "ms between a node's heartbeats (each lives 3× as long)"],
+  'cluster.nodeId': ['"<host>-<pid>"', "this node's name in the cluster"],
 };
 
 /** Every field with its default and environment variable, for `--help`. */

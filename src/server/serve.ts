@@ -1,10 +1,13 @@
 import type { FastifyInstance } from 'fastify';
-import { buildApp } from './app.js';
+import { buildApp, type ApiService } from './app.js';
 import type { ServeConfig } from './config.js';
 import { Service } from './service.js';
 
 export interface RunningServer {
+  /** The local service (in cluster mode: this node's own engine and journal). */
   service: Service;
+  /** What the HTTP API serves: `service` itself, or in cluster mode the cluster around it. */
+  api: ApiService;
   app: FastifyInstance;
   /** http://host:port the server listens on (the real port when config.server.port is 0). */
   url: string;
@@ -12,8 +15,12 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** Opens the journal, resumes its unfinished jobs, and listens. */
+/** Opens the journal, resumes its unfinished jobs, and listens. With `cluster.redis` set: a cluster node (src/cluster, loaded only then). */
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
+  if (config.cluster.redis !== 'none') {
+    const { startClusterServer } = await import('../cluster/cluster-service.js');
+    return startClusterServer(config);
+  }
   const service = Service.open(config);
   const app = buildApp(service);
   let address: string;
@@ -26,6 +33,7 @@ export async function startServer(config: ServeConfig): Promise<RunningServer> {
   let closed: Promise<void> | undefined;
   return {
     service,
+    api: service,
     app,
     url: address,
     close: () => (closed ??= service.close(undefined, () => app.close())),

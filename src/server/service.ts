@@ -7,7 +7,7 @@ import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
 import type { ServeConfig } from './config.js';
-import { Journal, JournalError, type JobState, type JournalJob } from './journal.js';
+import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
 import { builtInKinds, KindRouter, type KindDef, type RoutedInput } from './kinds.js';
 import { ServiceMetrics } from './metrics.js';
 
@@ -191,18 +191,10 @@ export class Service {
 
   /** Validates, journals (durable when this returns) and starts a job. Same id and body: the same job. */
   submit(raw: unknown): { job: JobView; created: boolean } {
-    if (this.closing) throw new ServiceError(503, 'shutting-down', 'Shutting down', 'the server is shutting down and accepts no jobs: retry against the restarted server');
-    const parsed = SubmitBody.safeParse(raw);
-    if (!parsed.success) throw invalid(fieldIssues(parsed.error, []));
-    const body = parsed.data;
-    const kind = this.kinds.get(body.kind);
-    if (!kind) throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${[...this.kinds.keys()].join(', ')}` }]);
-    const input = kind.input.safeParse(body.input ?? {});
-    if (!input.success) throw invalid(fieldIssues(input.error, ['input']));
-    const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
-    const id = body.id ?? randomUUID();
-    const record = { id, kind: kind.name, priority: body.priority, partitions: body.partitions, input: input.data, deadline };
-    if (body.id !== undefined) {
+    if (this.closing) throw shuttingDown();
+    const { record, explicitId } = this.parseSubmission(raw);
+    const { id, kind: kindName, partitions } = record;
+    if (explicitId) {
       const existing = this.journal.get(id);
       if (existing) {
         if (existing.bodyHash !== Journal.hash(record)) throw conflict(id);
@@ -222,10 +214,27 @@ export class Service {
       throw e;
     }
     if (inserted.created) {
-      this.emit({ type: 'job.submitted', id, kind: kind.name, partitions: body.partitions });
-      this.start(inserted.job, range(body.partitions), new Map());
+      this.emit({ type: 'job.submitted', id, kind: kindName, partitions });
+      this.start(inserted.job, range(partitions), new Map());
     }
     return { job: this.view(inserted.job), created: inserted.created };
+  }
+
+  /**
+   * Validates a submission exactly as {@link submit} does (400 with every field's problem): the
+   * job's record, with a generated id when none was given.
+   */
+  parseSubmission(raw: unknown): { record: JournalJobInput; explicitId: boolean } {
+    const parsed = SubmitBody.safeParse(raw);
+    if (!parsed.success) throw invalid(fieldIssues(parsed.error, []));
+    const body = parsed.data;
+    const kind = this.kinds.get(body.kind);
+    if (!kind) throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${[...this.kinds.keys()].join(', ')}` }]);
+    const input = kind.input.safeParse(body.input ?? {});
+    if (!input.success) throw invalid(fieldIssues(input.error, ['input']));
+    const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
+    const id = body.id ?? randomUUID();
+    return { record: { id, kind: kind.name, priority: body.priority, partitions: body.partitions, input: input.data, deadline }, explicitId: body.id !== undefined };
   }
 
   /** The job, or undefined when unknown (or purged after server.resultTtlS). */
@@ -489,7 +498,11 @@ function invalid(errors: { path: string; message: string }[]): ServiceError {
   return new ServiceError(400, 'invalid-job', 'Invalid job', errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '), { errors });
 }
 
-function conflict(id: string): ServiceError {
+export function shuttingDown(): ServiceError {
+  return new ServiceError(503, 'shutting-down', 'Shutting down', 'the server is shutting down and accepts no jobs: retry against the restarted server');
+}
+
+export function conflict(id: string): ServiceError {
   return new ServiceError(409, 'job-conflict', 'Job id in use', `job ${id} exists with a different body: resubmit the identical body (a no-op) or use a new id`);
 }
 

@@ -41,6 +41,7 @@ describe('defaults', () => {
       engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
       device: { kind: 'cpu', workers: 2 },
       prepare: { threads: Math.max(1, os.availableParallelism() - 1), concurrency: 64 },
+      cluster: { redis: 'none', lockMs: 30_000, heartbeatMs: 2000, nodeId: `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 80) || 'node'}-${process.pid}` },
     } satisfies ServeConfig);
   });
 
@@ -54,6 +55,19 @@ describe('defaults', () => {
       expect(CONFIG_DOC).toContain(v);
     }
     expect(CONFIG_DOC).toContain('server.maxWaitS');
+    for (const v of ['STOKER_CLUSTER_REDIS', 'STOKER_CLUSTER_LOCK_MS', 'STOKER_CLUSTER_HEARTBEAT_MS', 'STOKER_CLUSTER_NODE_ID']) expect(CONFIG_DOC).toContain(v);
+  });
+
+  it('cluster mode is off by default; --cluster and STOKER_CLUSTER_* set it, bad values are named', () => {
+    const c = loadConfig({ env: {}, cwd: dir });
+    expect(c.cluster.redis).toBe('none');
+    expect(c.cluster.lockMs).toBe(30_000);
+    expect(c.cluster.heartbeatMs).toBe(2000);
+    expect(c.cluster.nodeId).toMatch(new RegExp(`-${process.pid}$`));
+    const d = loadConfig({ env: { STOKER_CLUSTER_LOCK_MS: '3000', STOKER_CLUSTER_NODE_ID: 'n1', STOKER_CLUSTER_REDIS: 'redis://a:1' }, flags: { cluster: 'redis://127.0.0.1:6380/2' }, cwd: dir });
+    expect(d.cluster).toEqual({ redis: 'redis://127.0.0.1:6380/2', lockMs: 3000, heartbeatMs: 2000, nodeId: 'n1' });
+    expect(() => loadConfig({ env: { STOKER_CLUSTER_REDIS: 'http://x', STOKER_CLUSTER_LOCKMS: '1' }, cwd: dir })).toThrow(/STOKER_CLUSTER_LOCKMS: cluster\.lockms: unknown setting — did you mean STOKER_CLUSTER_LOCK_MS\?/);
+    expect(() => loadConfig({ env: {}, flags: { cluster: 'http://x' }, cwd: dir })).toThrow(/--cluster: cluster\.redis: expected a redis:\/\/ URL or "none"/);
   });
 });
 
@@ -243,6 +257,7 @@ describe('configToToml', () => {
       engine: { pacer: 'interval-pi', targetWaiting: 1.5, budgetBytes: 412316860416, retries: 10, deviceTimeoutS: 90, pacerOptions: { window: 32, gain: 0.25, 'odd key': 1 } },
       device: { kind: 'webgpu', workers: 64 },
       prepare: { threads: 7, concurrency: 1 },
+      cluster: { redis: 'redis://10.0.0.5:6380/2', lockMs: 5000, heartbeatMs: 500, nodeId: 'gpu-box-1' },
     };
     const file = write('elsewhere/round.toml', configToToml(c));
     expect(loadConfig({ file, env: {}, cwd: '/' })).toEqual(c);

@@ -1,0 +1,578 @@
+import { randomUUID } from 'node:crypto';
+import path from 'node:path';
+import { Job, Queue, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
+import type { Priority } from '../core/index.js';
+import { buildApp, type ApiService } from '../server/app.js';
+import type { ServeConfig } from '../server/config.js';
+import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
+import type { RunningServer } from '../server/serve.js';
+import { conflict, isFinal, notFound, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent } from '../server/service.js';
+
+/**
+ * Cluster mode: every node's HTTP API submits into one BullMQ queue on a shared Redis; each
+ * node's dispatcher *pulls* the next job (`getNextJob`) only when its own engine wants one (no
+ * queued partitions left, budget not blocking, fewer than `maxHeld` jobs held), runs it on its
+ * local {@link Service} (journal + runtime + pacer), renews the job's lock while it works and
+ * completes or fails the BullMQ job with the outcome. A node that dies stops renewing: BullMQ's
+ * stalled check (every node runs it) returns its jobs to the queue after `cluster.lockMs`, and
+ * only the holder of the current lock can record a result, so each job ends exactly once.
+ */
+
+const PREFIX = 'stoker';
+const QUEUE = 'jobs';
+const K = {
+  nodes: `${PREFIX}:cluster:nodes`,
+  node: (id: string) => `${PREFIX}:cluster:node:${id}`,
+  /** Jobs cancelled while queued (removed from BullMQ): id → JSON {data, cancelledAt}. */
+  cancelled: `${PREFIX}:cluster:cancelled`,
+  /** Ids whose cancel was asked for (a node that takes one fails it as cancelled at once). */
+  cancelRequests: `${PREFIX}:cluster:cancel-requests`,
+  /** id → how many times a node recorded its completion (1: exactly once). */
+  completions: `${PREFIX}:cluster:completions`,
+  /** id → the node that took it last. */
+  holder: `${PREFIX}:cluster:holder`,
+  cancelChannel: `${PREFIX}:cluster:cancel`,
+};
+
+/** BullMQ's priority: lower runs first (0 would mean "none", a separate FIFO). */
+const BULL_PRIORITY: Record<Priority, number> = { critical: 1, high: 2, normal: 3, low: 4 };
+
+/** Our ids may contain `:` and be all digits; BullMQ's may be neither. `~` is not in our alphabet. */
+export const bullId = (id: string) => `~${id.replaceAll(':', '~')}`;
+
+interface JobData {
+  record: JournalJobInput;
+  /** {@link Journal.hash} of the body: a retried submission vs a conflicting one. */
+  hash: string;
+  submittedAt: number;
+  nonce: string;
+}
+
+interface CancelledRecord {
+  data: JobData;
+  cancelledAt: number;
+}
+
+export interface NodeInfo {
+  nodeId: string;
+  url: string;
+  /** The pacer's measured device rate, partitions/s (null before it measured). */
+  capacity: number | null;
+  /** Busy fraction of the node's device workers over the last heartbeat interval. */
+  occupancy: number;
+  /** Partitions preparing, waiting or on a device. */
+  inFlight: number;
+  jobsHeld: number;
+  workers: number;
+  /** Device time measured by its workers since it started, s. */
+  busyS: number;
+  updatedAt: string;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+function codeOf(reason: string): { code: string; reason: string } {
+  const m = /^(E_[A-Z0-9_]+): ([\s\S]*)$/.exec(reason);
+  return m ? { code: m[1] as string, reason: m[2] as string } : { code: 'E_INTERNAL', reason };
+}
+
+function connect(url: string, name: string): Redis {
+  const r = new Redis(url, { maxRetriesPerRequest: null, connectionName: name, lazyConnect: false });
+  r.on('error', () => {
+    // ioredis reconnects by itself; commands fail while it is away
+  });
+  return r;
+}
+
+export class ClusterService implements ApiService {
+  readonly nodeId: string;
+  private readonly redis: Redis;
+  private readonly sub: Redis;
+  private readonly queue: Queue<JobData>;
+  private readonly worker: Worker<JobData>;
+  private readonly held = new Map<string, { job: Job<JobData>; token: string }>();
+  private readonly holds = new Set<Promise<void>>();
+  private readonly maxHeld: number;
+  private closing = false;
+  private pulling: Promise<void> | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private lastBusy = { t: performance.now(), busyS: 0 };
+  private tokens = 0;
+  private started = false;
+  private readonly conns: Redis[] = [];
+  url = '';
+
+  constructor(
+    readonly config: ServeConfig,
+    readonly local: Service,
+  ) {
+    const c = config.cluster;
+    this.nodeId = c.nodeId;
+    const conn = (name: string) => {
+      const r = connect(c.redis, `stoker-${c.nodeId}${name}`);
+      this.conns.push(r);
+      return r;
+    };
+    this.redis = conn('');
+    this.sub = conn('-sub');
+    this.queue = new Queue<JobData>(QUEUE, { connection: conn('-queue'), prefix: PREFIX });
+    this.worker = new Worker<JobData>(QUEUE, null, {
+      connection: conn('-worker'),
+      prefix: PREFIX,
+      autorun: false,
+      lockDuration: c.lockMs,
+      stalledInterval: Math.max(100, Math.round(c.lockMs / 2)),
+      // A job is never given up for stalling: it goes back to the queue as often as its nodes die.
+      maxStalledCount: 1_000_000,
+      skipLockRenewal: true,
+      name: c.nodeId,
+    });
+    this.queue.on('error', () => undefined);
+    this.worker.on('error', () => undefined);
+    this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
+  }
+
+  get events() {
+    return this.local.events;
+  }
+  get metrics() {
+    return this.local.metrics;
+  }
+
+  /** Checks Redis answers (fails fast with a clear message), subscribes to cancels. */
+  async connect(): Promise<void> {
+    const timeout = sleep(5000).then(() => {
+      throw new Error(`cannot reach Redis at ${this.config.cluster.redis} within 5 s: start it, or fix --cluster / cluster.redis`);
+    });
+    await Promise.race([Promise.all([this.redis.ping(), this.sub.ping(), this.queue.waitUntilReady(), this.worker.waitUntilReady()]), timeout]);
+    await this.sub.subscribe(K.cancelChannel);
+    this.sub.on('message', (_ch: string, id: string) => {
+      if (this.held.has(id)) this.cancelLocal(id);
+    });
+  }
+
+  /** Starts the heartbeat, the stalled check and the pull loop. */
+  start(url: string): void {
+    this.started = true;
+    this.url = url;
+    this.lastBusy = { t: performance.now(), busyS: this.busyS() };
+    void this.beat();
+    this.heartbeat = setInterval(() => void this.beat(), this.config.cluster.heartbeatMs);
+    void this.worker.startStalledCheckTimer();
+    this.pulling = this.pullLoop();
+  }
+
+  kindList() {
+    return this.local.kindList();
+  }
+  timelineView(sinceMs: number, maxSpans?: number) {
+    return this.local.timelineView(sinceMs, maxSpans);
+  }
+  trace(sinceMs: number) {
+    return this.local.trace(sinceMs);
+  }
+
+  // ─── The API ──────────────────────────────────────────────────────────────────────────────
+
+  async submit(raw: unknown): Promise<{ job: JobView; created: boolean }> {
+    if (this.closing) throw shuttingDown();
+    const { record, explicitId } = this.local.parseSubmission(raw);
+    const hash = Journal.hash({ kind: record.kind, priority: record.priority, partitions: record.partitions, input: record.input, deadline: record.deadline });
+    if (explicitId) {
+      const existing = await this.find(record.id);
+      if (existing) {
+        if (existing.data.hash !== hash) throw conflict(record.id);
+        return { job: existing.view, created: false };
+      }
+    }
+    const counts = await this.queue.getJobCounts('waiting', 'prioritized', 'delayed', 'active');
+    const pending = Object.values(counts).reduce((a, b) => a + b, 0);
+    const max = this.config.server.maxPendingJobs;
+    if (pending >= max) {
+      throw new ServiceError(429, 'too-many-jobs', 'Too many pending jobs', `${max} jobs are pending in the cluster (server.maxPendingJobs): retry after ${this.config.server.retryAfterS} s`, {
+        retryAfterS: this.config.server.retryAfterS,
+      });
+    }
+    const data: JobData = { record, hash, submittedAt: Date.now(), nonce: randomUUID() };
+    const ttl = { age: Math.max(1, Math.round(this.config.server.resultTtlS)) };
+    await this.queue.add('job', data, { jobId: bullId(record.id), priority: BULL_PRIORITY[record.priority], attempts: 1, removeOnComplete: ttl, removeOnFail: ttl });
+    // Another node may have added the same id a moment earlier: BullMQ kept the first.
+    const now = await this.find(record.id);
+    if (!now) throw new ServiceError(500, 'internal', 'Internal error', `job ${record.id} vanished right after it was queued`);
+    if (now.data.hash !== hash) throw conflict(record.id);
+    return { job: now.view, created: now.data.nonce === data.nonce };
+  }
+
+  async job(id: string): Promise<JobView | undefined> {
+    return (await this.find(id))?.view;
+  }
+
+  async jobs(options: { limit?: number; states?: readonly JobState[] } = {}): Promise<JobView[]> {
+    const limit = options.limit ?? 50;
+    if (limit === 0) return [];
+    const want = new Set<JobState>(options.states ?? ['queued', 'running', 'done', 'failed', 'cancelled']);
+    const types = new Set<'waiting' | 'prioritized' | 'delayed' | 'active' | 'completed' | 'failed'>();
+    if (want.has('queued')) ['waiting', 'prioritized', 'delayed'].forEach((t) => types.add(t as 'waiting'));
+    if (want.has('running')) types.add('active');
+    if (want.has('done')) types.add('completed');
+    if (want.has('failed') || want.has('cancelled')) types.add('failed');
+    const jobs = types.size === 0 ? [] : await this.queue.getJobs([...types], 0, limit - 1, false);
+    const views: JobView[] = [];
+    for (const j of jobs) {
+      if (!j) continue;
+      const v = await this.viewOf(j);
+      if (want.has(v.state)) views.push(v);
+    }
+    if (want.has('cancelled')) {
+      for (const raw of Object.values(await this.redis.hgetall(K.cancelled))) views.push(this.cancelledView(JSON.parse(raw) as CancelledRecord));
+    }
+    return views.sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit);
+  }
+
+  async wait(id: string, waitMs: number): Promise<JobView | undefined> {
+    const end = performance.now() + waitMs;
+    for (;;) {
+      const v = await this.job(id);
+      if (!v || isFinal(v.state) || performance.now() >= end || this.closing) return v;
+      await sleep(Math.min(50, Math.max(1, end - performance.now())));
+    }
+  }
+
+  /** Queued: removed and recorded cancelled. Running: the holder (whichever node) is told and fails it as cancelled. */
+  async cancel(id: string): Promise<JobView> {
+    const found = await this.find(id);
+    if (!found) throw notFound(id);
+    const { view, job } = found;
+    if (view.state === 'cancelled') return view;
+    if (isFinal(view.state)) throw new ServiceError(409, 'job-finished', 'Job already finished', `job ${id} has already ended (${view.state}); there is nothing to cancel`);
+    await this.redis.sadd(K.cancelRequests, id);
+    if (job && view.state === 'queued') {
+      const rec: CancelledRecord = { data: job.data, cancelledAt: Date.now() };
+      await this.redis.hset(K.cancelled, id, JSON.stringify(rec));
+      try {
+        await job.remove();
+        await this.redis.srem(K.cancelRequests, id);
+        return this.cancelledView(rec);
+      } catch {
+        // A node took it meanwhile: tell the holder.
+        await this.redis.hdel(K.cancelled, id);
+      }
+    }
+    await this.redis.publish(K.cancelChannel, id);
+    const v = await this.wait(id, 10_000);
+    return v ?? view;
+  }
+
+  async status(): Promise<object> {
+    const queue = await this.queue.getJobCounts('waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed');
+    return { ...this.local.status(), cluster: { node: this.nodeId, redis: this.config.cluster.redis, queue, jobsHeld: this.held.size, maxHeld: this.maxHeld } };
+  }
+
+  /** `GET /v1/cluster`: live nodes (from their heartbeats) and the queue. */
+  async cluster(): Promise<object> {
+    const ids = (await this.redis.smembers(K.nodes)).sort();
+    const nodes: NodeInfo[] = [];
+    for (const id of ids) {
+      const h = await this.redis.hgetall(K.node(id));
+      if (!h['nodeId']) {
+        await this.redis.srem(K.nodes, id);
+        continue;
+      }
+      nodes.push({
+        nodeId: h['nodeId'],
+        url: h['url'] ?? '',
+        capacity: h['capacity'] === '' || h['capacity'] === undefined ? null : Number(h['capacity']),
+        occupancy: Number(h['occupancy'] ?? 0),
+        inFlight: Number(h['inFlight'] ?? 0),
+        jobsHeld: Number(h['jobsHeld'] ?? 0),
+        workers: Number(h['workers'] ?? 0),
+        busyS: Number(h['busyS'] ?? 0),
+        updatedAt: h['updatedAt'] ?? '',
+      });
+    }
+    const queue = await this.queue.getJobCounts('waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed');
+    return { node: this.nodeId, lockMs: this.config.cluster.lockMs, heartbeatMs: this.config.cluster.heartbeatMs, queue, nodes };
+  }
+
+  /** How many times each job's completion was recorded (tests: exactly once). */
+  async completions(): Promise<Record<string, number>> {
+    const h = await this.redis.hgetall(K.completions);
+    return Object.fromEntries(Object.entries(h).map(([k, v]) => [k, Number(v)]));
+  }
+
+  // ─── Views ────────────────────────────────────────────────────────────────────────────────
+
+  private async find(id: string): Promise<{ view: JobView & { node: string | null }; data: JobData; job?: Job<JobData> } | undefined> {
+    // The state first: a job read before it completes would show `done` without its result.
+    const state = await this.queue.getJobState(bullId(id));
+    const job = state === 'unknown' ? undefined : await Job.fromId<JobData>(this.queue, bullId(id));
+    if (job?.data?.record) return { view: await this.viewOf(job, state), data: job.data, job };
+    const raw = await this.redis.hget(K.cancelled, id);
+    if (raw === null) return undefined;
+    const rec = JSON.parse(raw) as CancelledRecord;
+    return { view: this.cancelledView(rec), data: rec.data };
+  }
+
+  private async viewOf(job: Job<JobData>, known?: string): Promise<JobView & { node: string | null }> {
+    const [bull, node] = await Promise.all([known ?? job.getState(), this.redis.hget(K.holder, job.data.record.id)]);
+    const r = job.data.record;
+    let state: JobState = bull === 'active' ? 'running' : bull === 'completed' ? 'done' : bull === 'failed' ? 'failed' : 'queued';
+    let error: JobView['error'] = null;
+    if (bull === 'failed') {
+      error = codeOf(job.failedReason ?? '');
+      if (error.code === 'E_CANCELLED') state = 'cancelled';
+    }
+    const localView = state === 'running' && this.held.has(r.id) ? this.local.job(r.id) : undefined;
+    const finishedAt = isFinal(state) ? (job.finishedOn ?? null) : null;
+    return {
+      id: r.id,
+      kind: r.kind,
+      priority: r.priority,
+      partitions: r.partitions,
+      state,
+      input: r.input,
+      deadline: r.deadline === null ? null : new Date(r.deadline).toISOString(),
+      submittedAt: new Date(job.data.submittedAt).toISOString(),
+      startedAt: job.processedOn ? new Date(job.processedOn).toISOString() : null,
+      finishedAt: finishedAt === null ? null : new Date(finishedAt).toISOString(),
+      durationS: finishedAt === null ? null : (finishedAt - job.data.submittedAt) / 1000,
+      partitionsDone: state === 'done' ? r.partitions : (localView?.partitionsDone ?? 0),
+      partitionStates: localView?.partitionStates ?? null,
+      resumes: job.stalledCounter ?? 0,
+      result: state === 'done' ? ((job.returnvalue as unknown) ?? null) : null,
+      error,
+      node: node ?? null,
+    };
+  }
+
+  private cancelledView(rec: CancelledRecord): JobView & { node: string | null } {
+    const r = rec.data.record;
+    return {
+      id: r.id,
+      kind: r.kind,
+      priority: r.priority,
+      partitions: r.partitions,
+      state: 'cancelled',
+      input: r.input,
+      deadline: r.deadline === null ? null : new Date(r.deadline).toISOString(),
+      submittedAt: new Date(rec.data.submittedAt).toISOString(),
+      startedAt: null,
+      finishedAt: new Date(rec.cancelledAt).toISOString(),
+      durationS: (rec.cancelledAt - rec.data.submittedAt) / 1000,
+      partitionsDone: 0,
+      partitionStates: null,
+      resumes: 0,
+      result: null,
+      error: { code: 'E_CANCELLED', reason: 'cancelled on request' },
+      node: null,
+    };
+  }
+
+  // ─── The dispatcher ───────────────────────────────────────────────────────────────────────
+
+  /** The engine wants another job: nothing queued locally, the budget not blocking, room to hold one. */
+  private wantsJob(): boolean {
+    const s = this.local.counters;
+    return s.backlog === 0 && !s.budgetBlocked && this.held.size < this.maxHeld;
+  }
+
+  private async pullLoop(): Promise<void> {
+    while (!this.closing) {
+      if (!this.wantsJob()) {
+        await sleep(5);
+        continue;
+      }
+      const token = `${this.nodeId}:${++this.tokens}`;
+      let job: Job<JobData> | undefined;
+      try {
+        job = await this.worker.getNextJob(token, { block: false });
+      } catch {
+        await sleep(250);
+        continue;
+      }
+      if (!job) {
+        await sleep(20);
+        continue;
+      }
+      if (this.closing) {
+        await job.moveToWait(token).catch(() => undefined);
+        return;
+      }
+      const p = this.hold(job, token).catch(() => undefined);
+      this.holds.add(p);
+      void p.finally(() => this.holds.delete(p));
+    }
+  }
+
+  /** Runs a pulled job on the local service, keeps its lock, records the outcome exactly once. */
+  private async hold(job: Job<JobData>, token: string): Promise<void> {
+    const r = job.data.record;
+    const id = r.id;
+    this.held.set(id, { job, token });
+    const lockMs = this.config.cluster.lockMs;
+    const renew = setInterval(() => void job.extendLock(token, lockMs).catch(() => undefined), Math.max(50, Math.floor(lockMs / 3)));
+    try {
+      let ended: Promise<JobView | undefined>;
+      try {
+        // Synchronous: the engine's backlog counts it before the pull loop looks again.
+        const { job: started } = this.local.submit({ id, kind: r.kind, priority: r.priority, partitions: r.partitions, input: r.input, ...(r.deadline === null ? {} : { deadline: r.deadline }) });
+        ended = isFinal(started.state) ? Promise.resolve(started) : this.localEnd(id);
+      } catch (e) {
+        const err = e instanceof ServiceError ? e : undefined;
+        await job.moveToFailed(new Error(`${err?.status === 503 ? 'E_SHUTTING_DOWN' : 'E_INTERNAL'}: ${(e as Error).message}`), token, false);
+        return;
+      }
+      void this.redis.hset(K.holder, id, this.nodeId).catch(() => undefined);
+      if ((await this.redis.sismember(K.cancelRequests, id)) === 1) this.cancelLocal(id);
+      const v = await ended;
+      if (!v || !isFinal(v.state)) {
+        // Shutdown cut it short: back to the queue for another node (or the lock expires).
+        await job.moveToWait(token).catch(() => undefined);
+        return;
+      }
+      try {
+        if (v.state === 'done') {
+          await job.moveToCompleted(v.result, token, false);
+          await this.redis.hincrby(K.completions, id, 1);
+        } else {
+          await job.moveToFailed(new Error(`${v.error?.code ?? 'E_INTERNAL'}: ${v.error?.reason ?? ''}`), token, false);
+          if (v.state === 'cancelled') await this.redis.srem(K.cancelRequests, id);
+        }
+      } catch {
+        // The lock was lost (this node stalled past cluster.lockMs): another node holds the job
+        // now and records its outcome; this one records nothing.
+      }
+    } finally {
+      clearInterval(renew);
+      this.held.delete(id);
+    }
+  }
+
+  private cancelLocal(id: string): void {
+    try {
+      this.local.cancel(id);
+    } catch {
+      // already ended
+    }
+  }
+
+  /** The local job's final view, or undefined when the local service closes first. */
+  private localEnd(id: string): Promise<JobView | undefined> {
+    return new Promise((resolve) => {
+      const onEvent = (e: ServiceEvent) => {
+        if (e['id'] !== id || (e.type !== 'job.done' && e.type !== 'job.failed' && e.type !== 'job.cancelled')) return;
+        cleanup();
+        resolve(this.local.job(id));
+      };
+      const onClose = () => {
+        cleanup();
+        resolve(undefined);
+      };
+      const cleanup = () => {
+        this.local.events.off('event', onEvent);
+        this.local.events.off('close', onClose);
+      };
+      this.local.events.on('event', onEvent);
+      this.local.events.once('close', onClose);
+    });
+  }
+
+  private busyS(): number {
+    return this.local.status().devices.reduce((a, d) => a + d.workers.reduce((b, w) => b + w.busyS, 0), 0);
+  }
+
+  private async beat(): Promise<void> {
+    if (this.closing) return;
+    const st = this.local.status();
+    const now = performance.now();
+    const busyS = this.busyS();
+    const workers = st.devices.reduce((a, d) => a + d.workers.length, 0);
+    const dt = (now - this.lastBusy.t) / 1000;
+    const occupancy = dt > 0 && workers > 0 ? Math.min(1, (busyS - this.lastBusy.busyS) / (dt * workers)) : 0;
+    this.lastBusy = { t: now, busyS };
+    const key = K.node(this.nodeId);
+    try {
+      await this.redis
+        .multi()
+        .hset(key, {
+          nodeId: this.nodeId,
+          url: this.url,
+          capacity: st.pacer.ratePerSec ?? '',
+          occupancy: occupancy.toFixed(4),
+          inFlight: st.partitions.inFlight,
+          jobsHeld: this.held.size,
+          workers,
+          busyS: busyS.toFixed(3),
+          updatedAt: new Date().toISOString(),
+        })
+        .pexpire(key, this.config.cluster.heartbeatMs * 3)
+        .sadd(K.nodes, this.nodeId)
+        .exec();
+    } catch {
+      // Redis away: the next beat tries again
+    }
+  }
+
+  /**
+   * Shutdown: stop pulling, let the held jobs finish (up to server.shutdownTimeoutS; their
+   * outcomes are recorded), put the rest back in the queue, leave the cluster, close.
+   */
+  async close(beforeJournalCloses?: () => Promise<void>): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    if (!this.started) {
+      // Redis never answered (or listening failed): nothing is held; drop the connections.
+      await this.local.close(0, beforeJournalCloses);
+      void this.worker.close(true).catch(() => undefined);
+      void this.queue.close().catch(() => undefined);
+      for (const r of this.conns) r.disconnect();
+      return;
+    }
+    await this.pulling;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    await this.redis.multi().del(K.node(this.nodeId)).srem(K.nodes, this.nodeId).exec().catch(() => undefined);
+    await this.local.close(undefined, beforeJournalCloses);
+    await Promise.allSettled([...this.holds]);
+    await this.worker.close().catch(() => undefined);
+    await this.queue.close().catch(() => undefined);
+    for (const r of this.conns) r.disconnect();
+  }
+}
+
+/** Clears this node's own journal (it only mirrors cluster jobs): a job it held before a restart is the cluster's, not resumed here. */
+function openLocal(config: ServeConfig): Service {
+  const dataDir = path.join(config.dataDir, 'node');
+  const journal = Journal.open(dataDir);
+  try {
+    for (const j of journal.unfinished()) journal.finish(j.id, { state: 'cancelled', code: 'E_CANCELLED', reason: 'node restarted: the cluster queue has the job' });
+    journal.purgeFinished(-60_000);
+  } finally {
+    journal.close();
+  }
+  return Service.open({ ...config, dataDir });
+}
+
+/** `stoker serve --cluster redis://…`: a cluster node. */
+export async function startClusterServer(config: ServeConfig): Promise<RunningServer> {
+  const local = openLocal(config);
+  const cluster = new ClusterService(config, local);
+  const app = buildApp(cluster);
+  let address: string;
+  try {
+    await cluster.connect();
+    address = await app.listen({ host: config.server.host, port: config.server.port });
+  } catch (e) {
+    await cluster.close();
+    throw e;
+  }
+  cluster.start(address);
+  let closed: Promise<void> | undefined;
+  return {
+    service: local,
+    api: cluster,
+    app,
+    url: address,
+    close: () => (closed ??= cluster.close(() => app.close())),
+  };
+}

@@ -1,0 +1,173 @@
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, removeDir, sleepTotal, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
+import { redisServerPath, startRedis, type RedisProcess } from './redis.js';
+
+const bin = redisServerPath();
+if (!bin) {
+  if (process.env['STOKER_REQUIRE_REDIS'] === '1') throw new Error('STOKER_REQUIRE_REDIS=1 but redis-server was not found (apt-get install redis-server)');
+  console.warn('SKIPPED: redis-server not found (apt-get install redis-server)');
+}
+
+let redis: RedisProcess | undefined;
+let client: Redis | undefined;
+const servers: ServerProcess[] = [];
+const dirs: string[] = [];
+
+async function node(id: string, env: Record<string, string> = {}): Promise<ServerProcess> {
+  const dir = tempDataDir();
+  dirs.push(dir);
+  const s = await startServer(dir, ['--cluster', (redis as RedisProcess).url], {
+    STOKER_CLUSTER_NODE_ID: id,
+    STOKER_CLUSTER_LOCK_MS: '3000',
+    STOKER_CLUSTER_HEARTBEAT_MS: '300',
+    STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '2',
+    ...env,
+  });
+  servers.push(s);
+  return s;
+}
+
+interface NodeRow {
+  nodeId: string;
+  capacity: number | null;
+  occupancy: number;
+  inFlight: number;
+  jobsHeld: number;
+}
+async function clusterNodes(url: string): Promise<NodeRow[]> {
+  const r = await http(url, 'GET', '/v1/cluster');
+  expect(r.status).toBe(200);
+  return r.body.nodes as NodeRow[];
+}
+
+const sleepJob = (id: string, seed: number, partitions: number, input: Record<string, number> = {}) => ({ id, kind: 'sleep', partitions, input: { seed, prepareMs: 100, deviceMs: 100, ...input } });
+
+beforeAll(async () => {
+  if (!bin) return;
+  redis = await startRedis(bin);
+  client = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+}, 20_000);
+
+afterAll(async () => {
+  for (const s of servers) {
+    if (s.child.exitCode === null && s.child.signalCode === null) {
+      const t = setTimeout(() => s.child.kill('SIGKILL'), 5000);
+      await s.stop();
+      clearTimeout(t);
+    }
+  }
+  client?.disconnect();
+  await redis?.stop();
+  for (const d of dirs) removeDir(d);
+}, 30_000);
+
+describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
+  let a: ServerProcess, b: ServerProcess, c: ServerProcess;
+
+  it('three nodes join: GET /v1/cluster lists them with capacity, occupancy and in-flight work', async () => {
+    [a, b, c] = await Promise.all([node('n1'), node('n2'), node('n3')]);
+    const nodes = await waitUntil(async () => {
+      const n = await clusterNodes(b.url);
+      return n.length === 3 ? n : undefined;
+    }, 10_000, 'three live nodes');
+    expect(nodes.map((n) => n.nodeId)).toEqual(['n1', 'n2', 'n3']);
+    for (const n of nodes) {
+      expect(n).toHaveProperty('capacity');
+      expect(n.occupancy).toBeGreaterThanOrEqual(0);
+      expect(n.inFlight).toBe(0);
+    }
+  }, 30_000);
+
+  it('submission is idempotent across nodes: same id and body → 200 and the same job, another body → 409', async () => {
+    const body = sleepJob('idem:1', 7, 1, { prepareMs: 10, deviceMs: 1 });
+    expect((await http(a.url, 'POST', '/v1/jobs', body)).status).toBe(202);
+    const again = await http(c.url, 'POST', '/v1/jobs', body);
+    expect(again.status).toBe(200);
+    expect(again.body.id).toBe('idem:1');
+    const other = await http(b.url, 'POST', '/v1/jobs', { ...body, partitions: 2 });
+    expect(other.status).toBe(409);
+    const r = await http(b.url, 'GET', '/v1/jobs/idem:1/result?wait=10s');
+    expect(r.body).toMatchObject({ state: 'done', result: { partitions: 1, total: sleepTotal(7, 1) } });
+    expect((await http(a.url, 'POST', '/v1/jobs', { kind: 'sleep', partitions: 0 })).status).toBe(400);
+  }, 30_000);
+
+  it('a cancel on one node reaches the node that holds the job', async () => {
+    expect((await http(a.url, 'POST', '/v1/jobs', sleepJob('cancel:1', 3, 1, { prepareMs: 60_000 }))).status).toBe(202);
+    const holder = await waitUntil(async () => {
+      const j = (await http(a.url, 'GET', '/v1/jobs/cancel:1')).body;
+      return j.state === 'running' && j.node ? (j.node as string) : undefined;
+    }, 10_000, 'the job held by a node');
+    const other = [a, b, c].find((s, i) => `n${i + 1}` !== holder) as ServerProcess;
+    const r = await http(other.url, 'DELETE', '/v1/jobs/cancel:1');
+    expect(r.status).toBe(200);
+    expect(r.body.state).toBe('cancelled');
+    const third = [a, b, c].find((s, i) => `n${i + 1}` !== holder && s !== other) as ServerProcess;
+    expect((await http(third.url, 'GET', '/v1/jobs/cancel:1')).body).toMatchObject({ state: 'cancelled', error: { code: 'E_CANCELLED' } });
+    // Queued jobs are cancelled at once; a finished one cannot be (409).
+    expect((await http(b.url, 'DELETE', '/v1/jobs/idem:1')).status).toBe(409);
+  }, 30_000);
+
+  it('100 jobs over three nodes, one killed with -9 mid-run: all finish, each result recorded exactly once and correct', async () => {
+    const N = 100;
+    const nodes = [a, b, c];
+    const ids = Array.from({ length: N }, (_, i) => `run:${i}`);
+    await Promise.all(ids.map(async (id, i) => expect((await http((nodes[i % 3] as ServerProcess).url, 'POST', '/v1/jobs', sleepJob(id, 1000 + i, 2))).status).toBe(202)));
+    // Kill n3 once some jobs are done and it holds some.
+    await waitUntil(async () => {
+      const done = (await http(a.url, 'GET', '/v1/jobs?state=done&limit=1000')).body as { id: string }[];
+      const n3 = (await clusterNodes(a.url)).find((n) => n.nodeId === 'n3');
+      return done.filter((j) => j.id.startsWith('run:')).length >= 10 && n3 && n3.jobsHeld > 0 ? true : undefined;
+    }, 20_000, 'n3 holding jobs after some finished', 20);
+    const held = await http(c.url, 'GET', '/v1/status');
+    expect(held.body.cluster.jobsHeld).toBeGreaterThan(0);
+    await c.crash();
+
+    const survivors = [a, b];
+    const results = await Promise.all(
+      ids.map(async (id, i) => {
+        const s = survivors[i % 2] as ServerProcess;
+        const r = await waitUntil(async () => {
+          const x = await http(s.url, 'GET', `/v1/jobs/${id}/result?wait=5s`);
+          return x.status === 200 ? x : undefined;
+        }, 40_000, `${id} to finish`);
+        return r.body as { state: string; result: { total: number; partitions: number } };
+      }),
+    );
+    results.forEach((r, i) => expect(r).toMatchObject({ state: 'done', result: { partitions: 2, total: sleepTotal(1000 + i, 2) } }));
+    const completions = await (client as Redis).hgetall('stoker:cluster:completions');
+    for (const id of ids) expect(completions[id], id).toBe('1');
+    // Some of them were taken back from the dead node.
+    const views = await Promise.all(ids.map(async (id) => (await http(a.url, 'GET', `/v1/jobs/${id}`)).body as { resumes: number; node: string }));
+    expect(views.filter((v) => v.resumes > 0).length).toBeGreaterThan(0);
+    const live = await waitUntil(async () => {
+      const n = await clusterNodes(b.url);
+      return n.length === 2 ? n : undefined;
+    }, 5000, 'the dead node to drop out');
+    expect(live.map((n) => n.nodeId)).toEqual(['n1', 'n2']);
+    for (const n of live) expect(n.capacity).toBeGreaterThan(0);
+  }, 60_000);
+
+  it('heterogeneous: a node with twice the device workers takes about twice the jobs', async () => {
+    await Promise.all([a.stop(), b.stop()]);
+    const [fast, slow] = await Promise.all([node('fast', { STOKER_DEVICE_WORKERS: '4' }), node('slow', { STOKER_DEVICE_WORKERS: '2' })]);
+    await waitUntil(async () => ((await clusterNodes(fast.url)).length === 2 ? true : undefined), 5000, 'two nodes');
+    const ids = Array.from({ length: 90 }, (_, i) => `het:${i}`);
+    for (const [i, id] of ids.entries()) expect((await http((i % 2 ? fast : slow).url, 'POST', '/v1/jobs', sleepJob(id, i, 1, { prepareMs: 50, deviceMs: 150 }))).status).toBe(202);
+    const views = await Promise.all(
+      ids.map((id) =>
+        waitUntil(async () => {
+          const x = await http(slow.url, 'GET', `/v1/jobs/${id}/result?wait=5s`);
+          return x.status === 200 ? ((await http(slow.url, 'GET', `/v1/jobs/${id}`)).body as { state: string; node: string }) : undefined;
+        }, 30_000, `${id} to finish`),
+      ),
+    );
+    expect(views.every((v) => v.state === 'done')).toBe(true);
+    const byFast = views.filter((v) => v.node === 'fast').length;
+    const bySlow = views.filter((v) => v.node === 'slow').length;
+    console.log(`heterogeneous: fast node ${byFast} jobs, slow node ${bySlow} jobs, ratio ${(byFast / bySlow).toFixed(2)}`);
+    expect(byFast + bySlow).toBe(90);
+    expect(byFast / bySlow).toBeGreaterThanOrEqual(1.5);
+    expect(byFast / bySlow).toBeLessThanOrEqual(2.7);
+  }, 60_000);
+});
