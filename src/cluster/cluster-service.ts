@@ -24,14 +24,17 @@ const QUEUE = 'jobs';
 const K = {
   nodes: `${PREFIX}:cluster:nodes`,
   node: (id: string) => `${PREFIX}:cluster:node:${id}`,
-  /** Jobs cancelled while queued (removed from BullMQ): id → JSON {data, cancelledAt}. */
-  cancelled: `${PREFIX}:cluster:cancelled`,
-  /** Ids whose cancel was asked for (a node that takes one fails it as cancelled at once). */
-  cancelRequests: `${PREFIX}:cluster:cancel-requests`,
-  /** id → how many times a node recorded its completion (1: exactly once). */
-  completions: `${PREFIX}:cluster:completions`,
-  /** id → the node that took it last. */
-  holder: `${PREFIX}:cluster:holder`,
+  // Per-job bookkeeping: one key per job, each expiring after server.resultTtlS (see `ttlMs`).
+  /** A job cancelled while queued (removed from BullMQ): JSON {data, cancelledAt}. */
+  cancelled: (id: string) => `${PREFIX}:cluster:cancelled:${id}`,
+  /** Index of those for `GET /v1/jobs`: id scored by cancelledAt, trimmed by age. */
+  cancelledIndex: `${PREFIX}:cluster:cancelled-index`,
+  /** Set when the job's cancel was asked for (a node that takes it fails it as cancelled at once). */
+  cancelRequest: (id: string) => `${PREFIX}:cluster:cancel-request:${id}`,
+  /** How many times a node recorded the job's completion (1: exactly once). */
+  completions: (id: string) => `${PREFIX}:cluster:completions:${id}`,
+  /** The node that took the job last. */
+  holder: (id: string) => `${PREFIX}:cluster:holder:${id}`,
   cancelChannel: `${PREFIX}:cluster:cancel`,
 };
 
@@ -72,6 +75,11 @@ export interface NodeInfo {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/** The pull loop's recheck of a node that does not want a job, when no local event came first. */
+const RECHECK_MS = 50;
+/** How long (s) an idle node's `getNextJob` blocks in Redis before it asks again (a job added wakes it at once). */
+const DRAIN_DELAY_S = 5;
+
 function codeOf(reason: string): { code: string; reason: string } {
   const m = /^(E_[A-Z0-9_]+): ([\s\S]*)$/.exec(reason);
   return m ? { code: m[1] as string, reason: m[2] as string } : { code: 'E_INTERNAL', reason };
@@ -94,6 +102,11 @@ export class ClusterService implements ApiService {
   private readonly held = new Map<string, { job: Job<JobData>; token: string }>();
   private readonly holds = new Set<Promise<void>>();
   private readonly maxHeld: number;
+  /** How long a finished job's bookkeeping lives: server.resultTtlS, as BullMQ's removeOnComplete/removeOnFail. */
+  private readonly ttlMs: number;
+  /** Resolves the pull loop's wait for a local change (set while it waits). */
+  private wake: (() => void) | undefined;
+  private readonly onLocalEvent = () => this.wake?.();
   private closing = false;
   private pulling: Promise<void> | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
@@ -126,10 +139,12 @@ export class ClusterService implements ApiService {
       // A job is never given up for stalling: it goes back to the queue as often as its nodes die.
       maxStalledCount: 1_000_000,
       skipLockRenewal: true,
+      drainDelay: DRAIN_DELAY_S,
       name: c.nodeId,
     });
     this.queue.on('error', () => undefined);
     this.worker.on('error', () => undefined);
+    this.ttlMs = Math.max(1, Math.round(config.server.resultTtlS)) * 1000;
     this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
   }
 
@@ -160,6 +175,7 @@ export class ClusterService implements ApiService {
     void this.beat();
     this.heartbeat = setInterval(() => void this.beat(), this.config.cluster.heartbeatMs);
     void this.worker.startStalledCheckTimer();
+    this.local.events.on('event', this.onLocalEvent);
     this.pulling = this.pullLoop();
   }
 
@@ -195,7 +211,7 @@ export class ClusterService implements ApiService {
       });
     }
     const data: JobData = { record, hash, submittedAt: Date.now(), nonce: randomUUID() };
-    const ttl = { age: Math.max(1, Math.round(this.config.server.resultTtlS)) };
+    const ttl = { age: this.ttlMs / 1000 };
     await this.queue.add('job', data, { jobId: bullId(record.id), priority: BULL_PRIORITY[record.priority], attempts: 1, removeOnComplete: ttl, removeOnFail: ttl });
     // Another node may have added the same id a moment earlier: BullMQ kept the first.
     const now = await this.find(record.id);
@@ -225,7 +241,10 @@ export class ClusterService implements ApiService {
       if (want.has(v.state)) views.push(v);
     }
     if (want.has('cancelled')) {
-      for (const raw of Object.values(await this.redis.hgetall(K.cancelled))) views.push(this.cancelledView(JSON.parse(raw) as CancelledRecord));
+      await this.redis.zremrangebyscore(K.cancelledIndex, '-inf', Date.now() - this.ttlMs);
+      const ids = await this.redis.zrevrange(K.cancelledIndex, 0, limit - 1);
+      const raws = ids.length === 0 ? [] : await this.redis.mget(ids.map(K.cancelled));
+      for (const raw of raws) if (raw !== null) views.push(this.cancelledView(JSON.parse(raw) as CancelledRecord));
     }
     return views.sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit);
   }
@@ -246,17 +265,21 @@ export class ClusterService implements ApiService {
     const { view, job } = found;
     if (view.state === 'cancelled') return view;
     if (isFinal(view.state)) throw new ServiceError(409, 'job-finished', 'Job already finished', `job ${id} has already ended (${view.state}); there is nothing to cancel`);
-    await this.redis.sadd(K.cancelRequests, id);
+    await this.redis.set(K.cancelRequest(id), '1', 'PX', this.ttlMs);
     if (job && view.state === 'queued') {
       const rec: CancelledRecord = { data: job.data, cancelledAt: Date.now() };
-      await this.redis.hset(K.cancelled, id, JSON.stringify(rec));
+      await this.redis.set(K.cancelled(id), JSON.stringify(rec), 'PX', this.ttlMs);
       try {
         await job.remove();
-        await this.redis.srem(K.cancelRequests, id);
+        await this.redis.multi()
+          .del(K.cancelRequest(id))
+          .zadd(K.cancelledIndex, rec.cancelledAt, id)
+          .zremrangebyscore(K.cancelledIndex, '-inf', rec.cancelledAt - this.ttlMs)
+          .exec();
         return this.cancelledView(rec);
       } catch {
         // A node took it meanwhile: tell the holder.
-        await this.redis.hdel(K.cancelled, id);
+        await this.redis.del(K.cancelled(id));
       }
     }
     await this.redis.publish(K.cancelChannel, id);
@@ -295,10 +318,10 @@ export class ClusterService implements ApiService {
     return { node: this.nodeId, lockMs: this.config.cluster.lockMs, heartbeatMs: this.config.cluster.heartbeatMs, queue, nodes };
   }
 
-  /** How many times each job's completion was recorded (tests: exactly once). */
-  async completions(): Promise<Record<string, number>> {
-    const h = await this.redis.hgetall(K.completions);
-    return Object.fromEntries(Object.entries(h).map(([k, v]) => [k, Number(v)]));
+  /** How many times each of these jobs' completion was recorded (tests: exactly once). */
+  async completions(ids: readonly string[]): Promise<Record<string, number>> {
+    const v = ids.length === 0 ? [] : await this.redis.mget(ids.map(K.completions));
+    return Object.fromEntries(ids.map((id, i) => [id, Number(v[i] ?? 0)]));
   }
 
   // ─── Views ────────────────────────────────────────────────────────────────────────────────
@@ -308,14 +331,14 @@ export class ClusterService implements ApiService {
     const state = await this.queue.getJobState(bullId(id));
     const job = state === 'unknown' ? undefined : await Job.fromId<JobData>(this.queue, bullId(id));
     if (job?.data?.record) return { view: await this.viewOf(job, state), data: job.data, job };
-    const raw = await this.redis.hget(K.cancelled, id);
+    const raw = await this.redis.get(K.cancelled(id));
     if (raw === null) return undefined;
     const rec = JSON.parse(raw) as CancelledRecord;
     return { view: this.cancelledView(rec), data: rec.data };
   }
 
   private async viewOf(job: Job<JobData>, known?: string): Promise<JobView & { node: string | null }> {
-    const [bull, node] = await Promise.all([known ?? job.getState(), this.redis.hget(K.holder, job.data.record.id)]);
+    const [bull, node] = await Promise.all([known ?? job.getState(), this.redis.get(K.holder(job.data.record.id))]);
     const r = job.data.record;
     let state: JobState = bull === 'active' ? 'running' : bull === 'completed' ? 'done' : bull === 'failed' ? 'failed' : 'queued';
     let error: JobView['error'] = null;
@@ -377,24 +400,29 @@ export class ClusterService implements ApiService {
     return s.backlog === 0 && !s.budgetBlocked && this.held.size < this.maxHeld;
   }
 
+  /**
+   * Until the engine wants a job it waits for a local change: a job event (a partition started,
+   * finished…), a held job ending, or at most {@link RECHECK_MS} (the backlog also shrinks
+   * without an event, when a job's later partitions start). Then `getNextJob` blocks in Redis
+   * (BLOCKing on BullMQ's marker, up to the worker's drainDelay) while the queue is empty: an
+   * idle node makes one round trip per drainDelay, and a job added anywhere wakes it at once.
+   * {@link close} interrupts the blocking call (Worker.pause).
+   */
   private async pullLoop(): Promise<void> {
     while (!this.closing) {
       if (!this.wantsJob()) {
-        await sleep(5);
+        await this.localChange(RECHECK_MS);
         continue;
       }
       const token = `${this.nodeId}:${++this.tokens}`;
       let job: Job<JobData> | undefined;
       try {
-        job = await this.worker.getNextJob(token, { block: false });
+        job = await this.worker.getNextJob(token, { block: true });
       } catch {
         await sleep(250);
         continue;
       }
-      if (!job) {
-        await sleep(20);
-        continue;
-      }
+      if (!job) continue;
       if (this.closing) {
         await job.moveToWait(token).catch(() => undefined);
         return;
@@ -423,8 +451,8 @@ export class ClusterService implements ApiService {
         await job.moveToFailed(new Error(`${err?.status === 503 ? 'E_SHUTTING_DOWN' : 'E_INTERNAL'}: ${(e as Error).message}`), token, false);
         return;
       }
-      void this.redis.hset(K.holder, id, this.nodeId).catch(() => undefined);
-      if ((await this.redis.sismember(K.cancelRequests, id)) === 1) this.cancelLocal(id);
+      void this.redis.set(K.holder(id), this.nodeId, 'PX', this.ttlMs).catch(() => undefined);
+      if ((await this.redis.exists(K.cancelRequest(id))) === 1) this.cancelLocal(id);
       const v = await ended;
       if (!v || !isFinal(v.state)) {
         // Shutdown cut it short: back to the queue for another node (or the lock expires).
@@ -434,10 +462,12 @@ export class ClusterService implements ApiService {
       try {
         if (v.state === 'done') {
           await job.moveToCompleted(v.result, token, false);
-          await this.redis.hincrby(K.completions, id, 1);
+          // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
+          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.ttlMs).pexpire(K.holder(id), this.ttlMs).exec();
         } else {
           await job.moveToFailed(new Error(`${v.error?.code ?? 'E_INTERNAL'}: ${v.error?.reason ?? ''}`), token, false);
-          if (v.state === 'cancelled') await this.redis.srem(K.cancelRequests, id);
+          const m = this.redis.multi().pexpire(K.holder(id), this.ttlMs);
+          await (v.state === 'cancelled' ? m.del(K.cancelRequest(id)) : m).exec();
         }
       } catch {
         // The lock was lost (this node stalled past cluster.lockMs): another node holds the job
@@ -446,7 +476,21 @@ export class ClusterService implements ApiService {
     } finally {
       clearInterval(renew);
       this.held.delete(id);
+      this.wake?.();
     }
+  }
+
+  /** Resolves on the next local job event, held job ending or close, or after `ms`. */
+  private localChange(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.wake = undefined;
+        resolve();
+      };
+      const t = setTimeout(done, ms);
+      this.wake = done;
+    });
   }
 
   private cancelLocal(id: string): void {
@@ -529,7 +573,12 @@ export class ClusterService implements ApiService {
       for (const r of this.conns) r.disconnect();
       return;
     }
+    this.wake?.();
+    // Pausing the worker aborts a getNextJob blocked in Redis (it reconnects the worker's blocking
+    // connection) and makes later calls return nothing; it also stops this node's stalled check.
+    await this.worker.pause().catch(() => undefined);
     await this.pulling;
+    this.local.events.off('event', this.onLocalEvent);
     if (this.heartbeat) clearInterval(this.heartbeat);
     await this.redis.multi().del(K.node(this.nodeId)).srem(K.nodes, this.nodeId).exec().catch(() => undefined);
     await this.local.close(undefined, beforeJournalCloses);

@@ -41,6 +41,34 @@ async function clusterNodes(url: string): Promise<NodeRow[]> {
   return r.body.nodes as NodeRow[];
 }
 
+/** Each job's recorded completions (a per-job key, expiring with server.resultTtlS). */
+async function completionCounts(ids: readonly string[]): Promise<Record<string, string | null>> {
+  const v = await (client as Redis).mget(ids.map((id) => `stoker:cluster:completions:${id}`));
+  return Object.fromEntries(ids.map((id, i) => [id, v[i] ?? null]));
+}
+
+interface JobRow {
+  id: string;
+  state: string;
+  node: string | null;
+  submittedAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  result: { total: number; partitions: number } | null;
+}
+
+/** Waits for each job to end (long-polling `url`) and returns its view. */
+function finished(url: string, ids: readonly string[], timeoutMs: number): Promise<JobRow[]> {
+  return Promise.all(
+    ids.map((id) =>
+      waitUntil(async () => {
+        const x = await http(url, 'GET', `/v1/jobs/${id}/result?wait=5s`);
+        return x.status === 200 ? ((await http(url, 'GET', `/v1/jobs/${id}`)).body as JobRow) : undefined;
+      }, timeoutMs, `${id} to finish`),
+    ),
+  );
+}
+
 const sleepJob = (id: string, seed: number, partitions: number, input: Record<string, number> = {}) => ({ id, kind: 'sleep', partitions, input: { seed, prepareMs: 100, deviceMs: 100, ...input } });
 
 beforeAll(async () => {
@@ -64,6 +92,7 @@ afterAll(async () => {
 
 describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
   let a: ServerProcess, b: ServerProcess, c: ServerProcess;
+  let fast: ServerProcess, slow: ServerProcess;
 
   it('three nodes join: GET /v1/cluster lists them with capacity, occupancy and in-flight work', async () => {
     [a, b, c] = await Promise.all([node('n1'), node('n2'), node('n3')]);
@@ -135,7 +164,7 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
       }),
     );
     results.forEach((r, i) => expect(r).toMatchObject({ state: 'done', result: { partitions: 2, total: sleepTotal(1000 + i, 2) } }));
-    const completions = await (client as Redis).hgetall('stoker:cluster:completions');
+    const completions = await completionCounts(ids);
     for (const id of ids) expect(completions[id], id).toBe('1');
     // Some of them were taken back from the dead node.
     const views = await Promise.all(ids.map(async (id) => (await http(a.url, 'GET', `/v1/jobs/${id}`)).body as { resumes: number; node: string }));
@@ -150,7 +179,7 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
 
   it('heterogeneous: a node with twice the device workers takes about twice the jobs', async () => {
     await Promise.all([a.stop(), b.stop()]);
-    const [fast, slow] = await Promise.all([node('fast', { STOKER_DEVICE_WORKERS: '4' }), node('slow', { STOKER_DEVICE_WORKERS: '2' })]);
+    [fast, slow] = await Promise.all([node('fast', { STOKER_DEVICE_WORKERS: '4' }), node('slow', { STOKER_DEVICE_WORKERS: '2' })]);
     await waitUntil(async () => ((await clusterNodes(fast.url)).length === 2 ? true : undefined), 5000, 'two nodes');
     const ids = Array.from({ length: 90 }, (_, i) => `het:${i}`);
     for (const [i, id] of ids.entries()) expect((await http((i % 2 ? fast : slow).url, 'POST', '/v1/jobs', sleepJob(id, i, 1, { prepareMs: 50, deviceMs: 150 }))).status).toBe(202);
@@ -170,4 +199,51 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
     expect(byFast / bySlow).toBeGreaterThanOrEqual(1.5);
     expect(byFast / bySlow).toBeLessThanOrEqual(2.7);
   }, 60_000);
+
+  it('priorities hold across nodes: a critical job submitted last overtakes the normal jobs queued ahead of it', async () => {
+    const ids = Array.from({ length: 60 }, (_, i) => `prio:${i}`);
+    for (const [i, id] of ids.entries()) expect((await http((i % 2 ? fast : slow).url, 'POST', '/v1/jobs', sleepJob(id, 500 + i, 1, { prepareMs: 50, deviceMs: 200 }))).status).toBe(202);
+    // Both nodes saturated, plenty still queued in BullMQ.
+    await waitUntil(async () => {
+      const q = (await http(fast.url, 'GET', '/v1/status')).body.cluster.queue as Record<string, number>;
+      const held = (await clusterNodes(fast.url)).map((n) => n.jobsHeld);
+      return held.length === 2 && held.every((h) => h > 0) && (q['waiting'] ?? 0) + (q['prioritized'] ?? 0) >= 20 ? true : undefined;
+    }, 10_000, 'two busy nodes with normal jobs queued', 20);
+    const crit = await http(slow.url, 'POST', '/v1/jobs', { ...sleepJob('prio:critical', 99, 1, { prepareMs: 50, deviceMs: 200 }), priority: 'critical' });
+    expect(crit.status).toBe(202);
+    const [critical] = await finished(fast.url, ['prio:critical'], 20_000);
+    const normal = await finished(fast.url, ids, 30_000);
+    expect(critical).toMatchObject({ state: 'done', result: { total: sleepTotal(99, 1) } });
+    normal.forEach((v, i) => expect(v).toMatchObject({ state: 'done', result: { total: sleepTotal(500 + i, 1) } }));
+    // The normal jobs still queued when the critical one came: those started after it was submitted.
+    const submitted = Date.parse((critical as JobRow).submittedAt);
+    const behind = normal.filter((v) => Date.parse(v.startedAt as string) > submitted).map((v) => Date.parse(v.finishedAt as string)).sort((x, y) => x - y);
+    const critStart = Date.parse((critical as JobRow).startedAt as string);
+    const critEnd = Date.parse((critical as JobRow).finishedAt as string);
+    console.log(`priorities: ${behind.length} normal jobs queued ahead; the critical one started ${critStart - submitted} ms after submission, finished before ${behind.filter((t) => t > critEnd).length} of them`);
+    expect(behind.length).toBeGreaterThanOrEqual(15);
+    expect(critEnd).toBeLessThan(behind[behind.length - 5] as number);
+  }, 40_000);
+
+  it('graceful shutdown: SIGTERM to a node holding jobs exits 0 within its shutdown timeout; each job it held ends once, correctly', async () => {
+    const ids = Array.from({ length: 16 }, (_, i) => `drain:${i}`);
+    for (const [i, id] of ids.entries()) expect((await http((i % 2 ? fast : slow).url, 'POST', '/v1/jobs', sleepJob(id, 700 + i, 2, { prepareMs: 200, deviceMs: 800 }))).status).toBe(202);
+    const heldBySlow = await waitUntil(async () => {
+      const running = (await http(fast.url, 'GET', '/v1/jobs?state=running&limit=100')).body as JobRow[];
+      const mine = running.filter((v) => v.node === 'slow' && v.id.startsWith('drain:')).map((v) => v.id);
+      return mine.length >= 2 ? mine : undefined;
+    }, 10_000, 'the slow node to hold jobs', 20);
+    const t0 = performance.now();
+    const code = await slow.stop();
+    const tookMs = performance.now() - t0;
+    console.log(`graceful shutdown: held ${heldBySlow.length} jobs, exited ${code} after ${tookMs.toFixed(0)} ms (shutdown timeout 2 s)`);
+    expect(code).toBe(0);
+    expect(tookMs).toBeLessThan(2000 + 1500);
+    const views = await finished(fast.url, ids, 30_000);
+    views.forEach((v, i) => expect(v, ids[i]).toMatchObject({ state: 'done', result: { partitions: 2, total: sleepTotal(700 + i, 2) } }));
+    const completions = await completionCounts(ids);
+    for (const id of ids) expect(completions[id], id).toBe('1');
+    for (const id of heldBySlow) expect(['slow', 'fast']).toContain(views[ids.indexOf(id)]?.node);
+    expect((await clusterNodes(fast.url)).map((n) => n.nodeId)).toEqual(['fast']);
+  }, 40_000);
 });
