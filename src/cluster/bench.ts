@@ -1,9 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startRedis } from './redis-server.js';
 
 /**
  * `stoker cluster-bench`: a private redis-server, then 1, 2, … N `stoker serve --cluster` nodes
@@ -33,17 +33,6 @@ export interface ClusterBenchRow {
 
 const CLI = fileURLToPath(new URL('../cli/main.js', import.meta.url));
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 function startAndWait(cmd: string, args: string[], env: NodeJS.ProcessEnv, ready: RegExp): Promise<{ child: ChildProcess; match: RegExpExecArray }> {
   const child = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -84,9 +73,8 @@ interface Sample {
 }
 
 async function runOnce(n: number, o: ClusterBenchOptions): Promise<Omit<ClusterBenchRow, 'ratio'>> {
-  const port = await freePort();
-  const redis = await startAndWait(o.redisServer, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], process.env, /Ready to accept connections/i);
-  const url = `redis://127.0.0.1:${port}`;
+  const redis = await startRedis(o.redisServer);
+  const url = redis.url;
   const dirs: string[] = [];
   const nodes: { child: ChildProcess; url: string }[] = [];
   try {
@@ -133,7 +121,7 @@ async function runOnce(n: number, o: ClusterBenchOptions): Promise<Omit<ClusterB
     };
   } finally {
     await Promise.all(nodes.map((x) => stop(x.child)));
-    await stop(redis.child);
+    await redis.stop();
     for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
   }
 }

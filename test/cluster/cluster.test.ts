@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http, removeDir, sleepTotal, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
-import { redisServerPath, startRedis, type RedisProcess } from './redis.js';
+import { redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
 
 const bin = redisServerPath();
 if (!bin) {

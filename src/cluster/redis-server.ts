@@ -1,3 +1,7 @@
+/**
+ * A private, throw-away redis-server for the cluster benchmark and tests: on a free loopback
+ * port, no persistence, stopped by its owner. Never a Redis someone else runs.
+ */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -10,6 +14,7 @@ export function redisServerPath(): string | undefined {
   return r.status === 0 && found ? found : undefined;
 }
 
+/** A loopback port nothing listens on (the OS picks it; released before it is returned). */
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = net.createServer();
