@@ -16,7 +16,7 @@ export class ServiceMetrics {
 
   constructor(service: Service) {
     const r = [this.registry];
-    const status = () => service.status();
+    // Each gauge reads only what it shows: a scrape must not build the whole status once per gauge.
     new Gauge({
       name: 'stoker_jobs',
       help: 'Jobs in the journal by kind and state (queued, running, done, failed, cancelled)',
@@ -34,7 +34,7 @@ export class ServiceMetrics {
       registers: r,
       collect() {
         this.reset();
-        for (const [kind, stages] of Object.entries(status().partitions.byKind)) for (const [stage, n] of Object.entries(stages)) this.set({ kind, stage }, n);
+        for (const [kind, stages] of Object.entries(service.partitionsByKind())) for (const [stage, n] of Object.entries(stages)) this.set({ kind, stage }, n);
       },
     });
     new Gauge({
@@ -60,7 +60,7 @@ export class ServiceMetrics {
       registers: r,
       collect() {
         this.reset();
-        for (const d of status().devices) d.workers.forEach((w, i) => this.set({ device: String(d.device), worker: String(i) }, w.state === 'busy' ? 1 : 0));
+        service.workerStates().forEach((workers, d) => workers.forEach((w, i) => this.set({ device: String(d), worker: String(i) }, w.alive && w.item ? 1 : 0)));
       },
     });
     new Gauge({
@@ -77,7 +77,7 @@ export class ServiceMetrics {
       help: "The pacer's measured device capacity (0 until measured)",
       registers: r,
       collect() {
-        this.set(status().pacer.ratePerSec ?? 0);
+        this.set(service.pacerState().ratePerSec ?? 0);
       },
     });
     new Gauge({
@@ -85,7 +85,7 @@ export class ServiceMetrics {
       help: "The pacer's current dispatch rate (0 when holding)",
       registers: r,
       collect() {
-        const i = status().pacer.intervalMs;
+        const i = service.pacerState().intervalMs;
         this.set(i === null ? 0 : 1000 / i);
       },
     });

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { z } from 'zod';
-import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type PacerState, type PartitionState, type Priority, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
+import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type Engine, type PacerState, type PartitionState, type Priority, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
@@ -316,12 +316,12 @@ export class Service {
         onDevice: s.onDevice,
         inFlight: s.preparing + s.waiting + s.onDevice,
         pending: s.backlog + s.preparing + s.waiting + s.onDevice,
-        byKind: this.runtime.engine.partitionsByKind(),
+        byKind: this.partitionsByKind(),
         dispatched: s.dispatched,
         completed: s.deviceCompletions,
       },
       targetWaiting: this.config.engine.targetWaiting,
-      devices: this.runtime.engine.workerStates().map((workers, d) => {
+      devices: this.workerStates().map((workers, d) => {
         const c = s.devices[d];
         const busyMs = this.workerBusyMs[d] ?? [];
         return {
@@ -341,6 +341,16 @@ export class Service {
       budget: { usedBytes: s.budgetUsedBytes, idlePoolBytes: this.runtime.engine.budget.held, totalBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null, peakBytes: this.runtime.engine.budget.peak, blocked: s.budgetBlocked },
       pool: this.pool.stats(),
     };
+  }
+
+  /** Partitions of live jobs by kind and stage (for status and metrics). */
+  partitionsByKind(): ReturnType<Engine['partitionsByKind']> {
+    return this.runtime.engine.partitionsByKind();
+  }
+
+  /** Each device's workers: alive or lost, and what each runs (for status and metrics). */
+  workerStates(): ReturnType<Engine['workerStates']> {
+    return this.runtime.engine.workerStates();
   }
 
   /** The pacer's own account of itself: mode, measured rate, interval, terms. */

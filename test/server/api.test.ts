@@ -8,6 +8,7 @@ import { createServer } from 'node:http';
 import net from 'node:net';
 import { parse as parseToml } from 'smol-toml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../src/cluster/redis-server.js';
 import { Journal } from '../../src/server/journal.js';
 import { CLI, http, removeDir, sleepTotal, startServer, tempDataDir, type ServerProcess } from './helpers.js';
 
@@ -112,17 +113,6 @@ function cli(args: string[], env: Record<string, string> = {}): Promise<CliRun> 
   });
 }
 
-/** A loopback port nothing listens on (taken from the OS, then released). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as net.AddressInfo).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 /** Servers and dirs this file started: stopped and removed in the end even when a test fails. */
 const started: ServerProcess[] = [];
