@@ -8,6 +8,7 @@ import { ScenarioError } from '../sim/scenario.js';
 import { benchCommand, demoCommand, overheadCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type DemoFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
 import { DEMO_DEFAULTS } from '../runtime/demo.js';
 import { CONFIG_DOC, ConfigError } from '../server/config.js';
+import { KindModuleError } from '../server/kind-module.js';
 import { cancelCommand, ClientError, configPrintCommand, serveCommand, statusCommand, submitCommand, traceExportCommand, waitCommand, type ClientFlags, type ConfigFlags, type SubmitFlags, type TraceExportFlags } from './service-commands.js';
 
 export type { Io } from './commands.js';
@@ -105,7 +106,8 @@ function program(io: Io, setExit: (code: number) => void): Command {
       .option('-c, --config <file>', 'a TOML config file (see `stoker config print`)')
       .option('--host <host>', 'interface to listen on (default 127.0.0.1: this machine only)')
       .option('--port <n>', 'port to listen on (0: a free one)')
-      .option('--data <dir>', 'the journal directory');
+      .option('--data <dir>', 'the journal directory')
+      .option('-k, --kind <file>', 'a job kind module (an ES module exporting name, prepare, run; see the README); repeatable', (v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
 
   configured(p.command('serve'))
     .option('--cluster <url>', 'cluster mode: share a BullMQ queue on this Redis (redis://host:port[/db]) with other nodes')
@@ -115,12 +117,12 @@ function program(io: Io, setExit: (code: number) => void): Command {
 
   configured(p.command('config').description('show the service configuration').command('print'))
     .description('print the effective configuration (defaults < file < environment < flags) as TOML')
-    .action((flags: ConfigFlags) => configPrintCommand(flags, io));
+    .action(async (flags: ConfigFlags) => configPrintCommand(flags, io));
 
   server(p.command('submit'))
     .description('submit a job to a running server')
-    .requiredOption('-k, --kind <kind>', 'job kind (GET /v1/kinds: ntt-proof, sleep)')
-    .requiredOption('-n, --partitions <n>', 'number of partitions')
+    .requiredOption('-k, --kind <kind>', 'job kind (GET /v1/kinds lists them: ntt-proof, sleep and those from kind modules)')
+    .requiredOption('-n, --partitions <n>', 'number of partitions (a kind that derives it from its input checks that they agree)')
     .option('--id <id>', 'job id (idempotency key); generated when absent')
     .option('--priority <p>', 'critical, high, normal or low')
     .option('--input <json>', `the kind's input as JSON, e.g. '{"prepareMs":100}'`)
@@ -182,7 +184,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
 function exitCodeOf(e: unknown): number {
   if (e instanceof UsageError || e instanceof ScenarioError || e instanceof PacerModuleError) return 2;
   if (e instanceof StokerError && (e.code === 'E_UNKNOWN_PACER' || e.code === 'E_INVALID_OPTION')) return 2;
-  if (e instanceof ConfigError) return 2;
+  if (e instanceof ConfigError || e instanceof KindModuleError) return 2;
   if (e instanceof ClientError) return e.exitCode;
   return 1;
 }

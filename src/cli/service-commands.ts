@@ -1,6 +1,7 @@
 import fs from 'node:fs';
-import { configToToml, loadConfig } from '../server/config.js';
-import { startServer } from '../server/serve.js';
+import { configToToml, loadConfig, type ServeConfig } from '../server/config.js';
+import { BUILT_IN_KINDS, loadKinds } from '../server/kinds.js';
+import { kindSources, startServer, type RunningServer } from '../server/serve.js';
 import { UsageError, type Io } from './commands.js';
 
 export interface ConfigFlags {
@@ -9,29 +10,41 @@ export interface ConfigFlags {
   port?: string;
   data?: string;
   cluster?: string;
+  /** --kind FILE, repeatable. */
+  kind?: string[];
 }
 
 function config(flags: ConfigFlags) {
   return loadConfig({
     ...(flags.config === undefined ? {} : { file: flags.config }),
     env: process.env,
-    flags: { ...(flags.host === undefined ? {} : { host: flags.host }), ...(flags.port === undefined ? {} : { port: flags.port }), ...(flags.data === undefined ? {} : { dataDir: flags.data }), ...(flags.cluster === undefined ? {} : { cluster: flags.cluster }) },
+    flags: { ...(flags.host === undefined ? {} : { host: flags.host }), ...(flags.port === undefined ? {} : { port: flags.port }), ...(flags.data === undefined ? {} : { dataDir: flags.data }), ...(flags.cluster === undefined ? {} : { cluster: flags.cluster }), ...(flags.kind === undefined ? {} : { kinds: flags.kind }) },
   });
 }
 
-/** `stoker config print`: the effective config (defaults < file < environment < flags) as TOML. */
-export function configPrintCommand(flags: ConfigFlags, io: Io): void {
-  const toml = configToToml(config(flags));
+/** `stoker config print`: the effective config (defaults < file < environment < flags) as TOML; kind modules are loaded (and checked) for their names. */
+export async function configPrintCommand(flags: ConfigFlags, io: Io): Promise<void> {
+  const cfg = config(flags);
+  // loadKinds keeps the order: the built-ins, then the config's kinds.
+  const names = [...(await loadKinds(kindSources(cfg))).keys()].slice(BUILT_IN_KINDS.length);
+  const toml = configToToml(cfg, names);
   io.out(toml.endsWith('\n') ? toml : `${toml}\n`);
+}
+
+/** A local server, or with cluster.redis a cluster node (src/cluster, loaded only then). */
+async function start(cfg: ServeConfig): Promise<RunningServer> {
+  if (cfg.cluster.redis === 'none') return startServer(cfg);
+  const { startClusterServer } = await import('../cluster/cluster-service.js');
+  return startClusterServer(cfg);
 }
 
 /** `stoker serve`: runs until SIGTERM or SIGINT, then shuts down gracefully. */
 export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const cfg = config(flags);
-  const server = await startServer(cfg);
+  const server = await start(cfg);
   const resumed = server.service.status().jobs.pending;
   const cluster = cfg.cluster.redis === 'none' ? '' : `; cluster node ${cfg.cluster.nodeId} on ${cfg.cluster.redis}`;
-  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${cfg.device.workers} ${cfg.device.kind} device workers${cluster})\n`);
+  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${cfg.device.workers} ${cfg.device.kind} device workers; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.off('SIGTERM', onTerm);
@@ -113,9 +126,8 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
       throw new UsageError(`--input must be JSON, e.g. '{"prepareMs": 100}': ${(e as Error).message}`);
     }
   }
-  const partitions = Number(flags.partitions);
   const deadline = flags.deadline === undefined ? undefined : /^\d+$/.test(flags.deadline) ? Number(flags.deadline) : flags.deadline;
-  const body = { kind: flags.kind, partitions, ...(flags.id ? { id: flags.id } : {}), ...(flags.priority ? { priority: flags.priority } : {}), ...(input === undefined ? {} : { input }), ...(deadline === undefined ? {} : { deadline }) };
+  const body = { kind: flags.kind, partitions: Number(flags.partitions), ...(flags.id ? { id: flags.id } : {}), ...(flags.priority ? { priority: flags.priority } : {}), ...(input === undefined ? {} : { input }), ...(deadline === undefined ? {} : { deadline }) };
   const r = await call(flags, 'POST', 'v1/jobs', body);
   if (flags.json) return show(io, r.body);
   const job = r.body as { id: string; state: string };

@@ -6,7 +6,8 @@ import type { Priority } from '../core/index.js';
 import { buildApp, type ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
-import type { RunningServer } from '../server/serve.js';
+import { loadKinds } from '../server/kinds.js';
+import { kindSources, type RunningServer } from '../server/serve.js';
 import { conflict, isFinal, notFound, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent } from '../server/service.js';
 
 /**
@@ -50,6 +51,17 @@ interface JobData {
   hash: string;
   submittedAt: number;
   nonce: string;
+}
+
+/** A result as BullMQ keeps it (`returnvalue`): bytes as base64, marked. */
+interface StoredResult {
+  result: unknown;
+  encoding?: 'base64';
+}
+
+function resultOf(stored: StoredResult | null): Pick<JobView, 'result' | 'resultEncoding'> {
+  if (stored === null) return { result: null };
+  return stored.encoding ? { result: stored.result, resultEncoding: stored.encoding } : { result: stored.result ?? null };
 }
 
 interface CancelledRecord {
@@ -363,7 +375,7 @@ export class ClusterService implements ApiService {
       partitionsDone: state === 'done' ? r.partitions : (localView?.partitionsDone ?? 0),
       partitionStates: localView?.partitionStates ?? null,
       resumes: job.stalledCounter ?? 0,
-      result: state === 'done' ? ((job.returnvalue as unknown) ?? null) : null,
+      ...resultOf(state === 'done' ? (job.returnvalue as StoredResult | null) : null),
       error,
       node: node ?? null,
     };
@@ -461,7 +473,8 @@ export class ClusterService implements ApiService {
       }
       try {
         if (v.state === 'done') {
-          await job.moveToCompleted(v.result, token, false);
+          const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
+          await job.moveToCompleted(stored, token, false);
           // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
           await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.ttlMs).pexpire(K.holder(id), this.ttlMs).exec();
         } else {
@@ -590,7 +603,8 @@ export class ClusterService implements ApiService {
 }
 
 /** Clears this node's own journal (it only mirrors cluster jobs): a job it held before a restart is the cluster's, not resumed here. */
-function openLocal(config: ServeConfig): Service {
+async function openLocal(config: ServeConfig): Promise<Service> {
+  const kinds = await loadKinds(kindSources(config));
   const dataDir = path.join(config.dataDir, 'node');
   const journal = Journal.open(dataDir);
   try {
@@ -599,12 +613,12 @@ function openLocal(config: ServeConfig): Service {
   } finally {
     journal.close();
   }
-  return Service.open({ ...config, dataDir });
+  return Service.open({ ...config, dataDir }, kinds);
 }
 
 /** `stoker serve --cluster redis://…`: a cluster node. */
 export async function startClusterServer(config: ServeConfig): Promise<RunningServer> {
-  const local = openLocal(config);
+  const local = await openLocal(config);
   const cluster = new ClusterService(config, local);
   const app = buildApp(cluster);
   let address: string;

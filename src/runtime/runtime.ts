@@ -7,6 +7,8 @@ export interface PartitionTask<I> {
   jobId: string;
   kind: string;
   partition: number;
+  /** The job's partition count. */
+  partitions: number;
   /** The job's input, as given to submit(). */
   input: I;
   /** Fires when the engine withdraws the item (cancel, failure, timeout, shutdown). */
@@ -26,8 +28,15 @@ export interface DeviceTask<I, P> extends PartitionTask<I> {
 export interface Workload<I, P, O, R> {
   /** Prepares one partition. */
   prepare(task: PartitionTask<I>): Promise<P>;
-  /** Runs one prepared partition on a device worker; `busyMs` is the worker's own measure of its device work. */
-  run(task: DeviceTask<I, P>): Promise<{ output: O; busyMs: number }>;
+  /**
+   * Runs one prepared partition on a device worker. `busyMs` is the worker's own measure of the
+   * time the item *occupied* it: from taking the item until it can take the next — lock waits and
+   * a shared GPU included, idle time and work handed off after it is free excluded (the pacer's
+   * rate is Σ workers ÷ busy time per item). Leave it out and the runtime uses the step's wall
+   * time (from the call until the promise settles), which is that occupied time for a worker that
+   * does nothing else. A value that is not a finite number ≥ 0 fails the step.
+   */
+  run(task: DeviceTask<I, P>): Promise<{ output: O; busyMs?: number }>;
   /** Turns the outputs of every partition (in partition order) into the job's result. */
   finish(job: { jobId: string; input: I; outputs: O[] }): Promise<R> | R;
   /** Frees prepared data that will not reach a device (withdrawn) or has been consumed. */
@@ -75,6 +84,7 @@ export interface RuntimeStatus {
 
 interface JobCtx<I, O, R> {
   input: I;
+  partitions: number;
   outputs: O[];
   resolve: (r: R) => void;
   reject: (e: Error) => void;
@@ -143,7 +153,7 @@ export class Runtime<I, P, O, R> {
       const existing = this.jobs.get(spec.id);
       try {
         this.apply({ type: 'submit', time: this.clock.now(), job: spec }, () => {
-          if (!existing) this.jobs.set(spec.id, { input, outputs: [], resolve, reject });
+          if (!existing) this.jobs.set(spec.id, { input, partitions: spec.partitions, outputs: [], resolve, reject });
         });
       } catch (e) {
         reject(e as Error);
@@ -293,7 +303,7 @@ export class Runtime<I, P, O, R> {
     const f: Flight<P> = { controller: new AbortController() };
     this.flights.set(item.id, f);
     const started = this.clock.now();
-    const task: PartitionTask<I> = { jobId: item.jobId, kind: item.kind, partition: item.partition, input: job.input, signal: f.controller.signal };
+    const task: PartitionTask<I> = { jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, signal: f.controller.signal };
     this.workload.prepare(task).then(
       (prepared) => {
         if (this.flights.get(item.id) !== f || f.controller.signal.aborted) {
@@ -319,7 +329,7 @@ export class Runtime<I, P, O, R> {
     const prepared = prev.prepared;
     const f: Flight<P> = { controller: new AbortController(), prepared, onDevice: true };
     this.flights.set(item.id, f);
-    const task: DeviceTask<I, P> = { jobId: item.jobId, kind: item.kind, partition: item.partition, input: job.input, prepared, device, worker, signal: f.controller.signal };
+    const task: DeviceTask<I, P> = { jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, prepared, device, worker, signal: f.controller.signal };
     const failed = (reason: string) => {
       if (this.flights.get(item.id) !== f) return;
       this.land(item.id, f, new StokerError('E_DEVICE_FAILED', reason));
@@ -331,13 +341,18 @@ export class Runtime<I, P, O, R> {
     // The device step has consumed the prepared data, or given it up, once run() settles: only then
     // may it be reused — and before the engine hears of it, so the next preparation can reuse it.
     // (The budget hears of the freed buffer after the engine has released the item's reservation.)
+    const started = this.clock.now();
     this.workload.run(task).then(
       ({ output, busyMs }) => {
         this.workload.release?.(prepared);
         if (this.flights.get(item.id) !== f) return this.syncPool();
+        const busy = busyMs === undefined ? this.clock.now() - started : busyMs;
+        if (typeof busy !== 'number' || !Number.isFinite(busy) || busy < 0) {
+          return failed(`the device step returned busyMs = ${String(busy)}: busyMs must be a finite number ≥ 0 (ms the item occupied the worker), or left out to use the step's wall time`);
+        }
         this.land(item.id, f);
         job.outputs[item.partition] = output;
-        this.apply({ type: 'deviceDone', time: this.clock.now(), item: item.id, attempt, busyMs });
+        this.apply({ type: 'deviceDone', time: this.clock.now(), item: item.id, attempt, busyMs: busy });
       },
       (e: unknown) => {
         this.workload.release?.(prepared);

@@ -1,20 +1,14 @@
 import os from 'node:os';
+import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { Worker } from 'node:worker_threads';
+import { BroadcastChannel, Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { BufferPool, type PooledBuffer } from './buffer-pool.js';
 import type { DeviceTask, PartitionTask, Workload } from './runtime.js';
-import type { DeviceReply, DeviceRequest, DeviceWorkerData, PrepareRequest } from './threads/protocol.js';
+import type { CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, PrepareRequest } from './threads/protocol.js';
 
-export interface ThreadedWorkloadOptions<I, O, R> {
-  /** URL (file:) of an ES module exporting `prepare(input, ctx)`; it runs in the preparation threads and writes into ctx.buffer. */
-  prepareModule: string;
-  /** URL (file:) of an ES module exporting `run(input, ctx)`; it runs in one thread per device worker and reads ctx.buffer. */
-  deviceModule: string;
-  /** Bytes of shared buffer a partition's preparation needs. */
-  bufferBytes(input: I): number;
-  /** Turns the device outputs into the job's result (main thread). */
-  finish(job: { jobId: string; input: I; outputs: O[] }): R | Promise<R>;
+/** Where the stages run: the preparation pool and the device threads. */
+export interface StageThreadsOptions {
   /** The devices: worker threads per device. */
   devices: { workers: number }[];
   /** Preparation threads. @default available cores − 1, at least 1 */
@@ -33,12 +27,52 @@ export interface ThreadedWorkloadOptions<I, O, R> {
    * device's other step too; it is retried. @default false
    */
   threadPerDevice?: boolean;
+  /** The device's kind, as kind modules see it (`ctx.deviceKind`). @default "cpu" */
+  deviceKind?: string;
 }
 
-/** Prepared data: a leased shared buffer plus whatever small metadata the preparation returned. */
+export interface ThreadedWorkloadOptions<I, O, R> extends StageThreadsOptions {
+  /** URL (file:) of an ES module exporting `prepare(input, ctx)`; it runs in the preparation threads and writes into ctx.buffer. */
+  prepareModule: string;
+  /** URL (file:) of an ES module exporting `run(input, ctx)`; it runs in one thread per device worker and reads ctx.buffer. */
+  deviceModule: string;
+  /** Bytes of shared buffer a partition's preparation needs. */
+  bufferBytes(input: I): number;
+  /** Turns the device outputs into the job's result (main thread). */
+  finish(job: { jobId: string; input: I; outputs: O[] }): R | Promise<R>;
+}
+
+/** Prepared data: a leased shared buffer (none when the partition asked for 0 bytes) plus whatever the preparation returned. */
 export interface PreparedBuffer {
-  buffer: PooledBuffer;
+  buffer?: PooledBuffer;
   meta: unknown;
+}
+
+/** One preparation for the pool: which module, how it is called, and the partition. */
+export interface PrepareCall {
+  module: string;
+  style: CallStyle;
+  input: unknown;
+  jobId: string;
+  partition: number;
+  partitions: number;
+  /** Shared buffer bytes to lease for it (0: none). */
+  bufferBytes: number;
+  signal: AbortSignal;
+}
+
+/** One device step: which module, how it is called, the prepared data and the worker. */
+export interface RunCall {
+  module: string;
+  style: CallStyle;
+  input: unknown;
+  jobId: string;
+  partition: number;
+  partitions: number;
+  prepared: PreparedBuffer;
+  device: number;
+  worker: number;
+  signal: AbortSignal;
 }
 
 interface Pending {
@@ -63,11 +97,12 @@ interface Slot {
 }
 
 /**
- * A workload that prepares on a piscina thread pool and runs each device worker in its own
- * thread (or each device in one, see threadPerDevice). Prepared data lives in pooled SharedArrayBuffers, so it crosses threads without a copy.
- * Device threads publish busy time with Atomics; `run` reports the delta of that counter.
+ * The threads the stages run on: a piscina pool for preparation and a thread per device worker
+ * (or per device, see threadPerDevice), each loading whatever module a call names. Prepared data
+ * lives in pooled SharedArrayBuffers, so it crosses threads without a copy. Device threads
+ * publish busy time with Atomics; `run` reports the delta of that counter.
  */
-export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O, R> {
+export class StageThreads {
   readonly pool: BufferPool;
   /** [busyNs, count] per device worker slot, shared with the device threads. */
   readonly counters: BigInt64Array;
@@ -77,14 +112,19 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
   private readonly slots: Slot[];
   private readonly threads: DeviceThread[];
   private readonly slotBase: number[];
+  private readonly deviceKind: string;
+  /** Withdrawn preparations are announced here (see prepare-worker.ts). */
+  private readonly abortChannel: BroadcastChannel;
   private nextId = 0;
+  private nextTask = 0;
   private closed = false;
   private lastTrim = performance.now();
   /** Terminations under way (close() waits for them). */
   private readonly killing = new Set<Promise<void>>();
 
-  constructor(private readonly options: ThreadedWorkloadOptions<I, O, R>) {
+  constructor(options: StageThreadsOptions) {
     this.pool = options.pool ?? new BufferPool();
+    this.deviceKind = options.deviceKind ?? 'cpu';
     const threads = options.prepareThreads ?? Math.max(1, os.availableParallelism() - 1);
     const concurrency = options.prepareConcurrency ?? 1;
     this.prepareSlots = threads * concurrency;
@@ -96,6 +136,8 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
       // 'sync' parks idle threads in Atomics.wait, which would stall a preparation that awaits (timers, I/O).
       atomics: 'disabled',
     });
+    this.abortChannel = new BroadcastChannel(`stoker-prepare-${randomUUID()}`);
+    this.abortChannel.unref();
     this.slotBase = [];
     this.slots = [];
     this.threads = [];
@@ -109,55 +151,73 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
     this.counters = new BigInt64Array(new SharedArrayBuffer(this.slots.length * 2 * 8));
   }
 
-  async prepare(task: PartitionTask<I>): Promise<PreparedBuffer> {
+  async prepare(call: PrepareCall): Promise<PreparedBuffer> {
     if (this.closed) throw new Error('the workload is closed');
-    const buffer = this.pool.checkout(this.options.bufferBytes(task.input));
+    const buffer = call.bufferBytes > 0 ? this.pool.checkout(call.bufferBytes) : undefined;
+    const task = this.nextTask++;
+    // Not piscina's own abort signal: it would give each abortable task a thread of its own
+    // (concurrentTasksPerWorker would not apply). The thread's ctx.signal fires instead; a
+    // preparation that ignores it runs to its end and the runtime drops its result. The buffer
+    // is not reused before the thread is done with it.
+    const withdraw = () => this.abortChannel.postMessage(task);
+    call.signal.addEventListener('abort', withdraw, { once: true });
     try {
-      const req: PrepareRequest = { module: this.options.prepareModule, input: task.input, ctx: { jobId: task.jobId, partition: task.partition, buffer: buffer.buffer } };
-      // No abort signal to piscina: it would give each abortable task a thread of its own
-      // (concurrentTasksPerWorker would not apply). A withdrawn preparation runs to its end and
-      // the runtime drops its result; the buffer is not reused before the thread is done with it.
+      const req: PrepareRequest = {
+        module: call.module,
+        style: call.style,
+        input: call.input,
+        ctx: { jobId: call.jobId, partition: call.partition, partitions: call.partitions, ...(buffer ? { buffer: buffer.buffer } : {}) },
+        task,
+        abortChannel: this.abortChannel.name,
+      };
       const { meta } = (await this.piscina.run(req)) as { meta: unknown };
-      return { buffer, meta };
+      return buffer ? { buffer, meta } : { meta };
     } catch (e) {
-      this.pool.checkin(buffer);
+      if (buffer) this.pool.checkin(buffer);
       throw e;
+    } finally {
+      call.signal.removeEventListener('abort', withdraw);
     }
   }
 
-  run(task: DeviceTask<I, PreparedBuffer>): Promise<{ output: O; busyMs: number }> {
+  run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
     if (this.closed) return Promise.reject(new Error('the workload is closed'));
-    if (task.signal.aborted) return Promise.reject(new Error('aborted before the device step started'));
-    const index = (this.slotBase[task.device] ?? 0) + task.worker;
+    if (call.signal.aborted) return Promise.reject(new Error('aborted before the device step started'));
+    const index = (this.slotBase[call.device] ?? 0) + call.worker;
     const slot = this.slots[index] as Slot;
-    if (slot.busy >= 0) return Promise.reject(new Error(`device ${task.device} worker ${task.worker} is already busy`));
+    if (slot.busy >= 0) return Promise.reject(new Error(`device ${call.device} worker ${call.worker} is already busy`));
     const thread = this.threads[slot.thread] as DeviceThread;
     const worker = (thread.worker ??= this.spawn(slot.thread));
     const id = this.nextId++;
-    const req: DeviceRequest = { id, slot: index, worker: task.worker, input: task.input, ctx: { jobId: task.jobId, partition: task.partition, buffer: task.prepared.buffer.buffer, meta: task.prepared.meta } };
+    const req: DeviceRequest = {
+      id,
+      module: call.module,
+      style: call.style,
+      slot: index,
+      worker: call.worker,
+      input: call.input,
+      ctx: { jobId: call.jobId, partition: call.partition, partitions: call.partitions, meta: call.prepared.meta, ...(call.prepared.buffer ? { buffer: call.prepared.buffer.buffer } : {}) },
+    };
     return new Promise<unknown>((resolve, reject) => {
       slot.busy = id;
       thread.pending.set(id, { slot: index, resolve, reject });
       // Aborted (cancel, timeout, shutdown): the thread may be deep in a kernel, so it is ended and respawned on next use.
       const abort = () => {
-        if (slot.busy === id) void this.kill(slot.thread, new Error(`aborted: ${(task.signal.reason as Error | undefined)?.message ?? 'withdrawn'}`));
+        if (slot.busy === id) void this.kill(slot.thread, new Error(`aborted: ${(call.signal.reason as Error | undefined)?.message ?? 'withdrawn'}`));
       };
-      task.signal.addEventListener('abort', abort, { once: true });
+      call.signal.addEventListener('abort', abort, { once: true });
       worker.postMessage(req);
     }).then((output) => {
       const busyNs = Atomics.load(this.counters, index * 2);
       const busyMs = Number(busyNs - slot.seenNs) / 1e6;
       slot.seenNs = busyNs;
-      return { output: output as O, busyMs };
+      return { output, busyMs };
     });
-  }
-
-  finish(job: { jobId: string; input: I; outputs: O[] }): R | Promise<R> {
-    return this.options.finish(job);
   }
 
   /** Returns the buffer to the pool; at most once a second, idle buffers past the pool's TTL are freed. */
   release(prepared: PreparedBuffer): void {
+    if (!prepared.buffer) return;
     this.pool.checkin(prepared.buffer);
     const now = performance.now();
     if (now - this.lastTrim >= 1000) {
@@ -172,6 +232,7 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
     await Promise.all(this.threads.map((_, i) => this.kill(i, new Error('the workload is closed'))));
     await Promise.all(this.killing);
     await this.piscina.destroy();
+    this.abortChannel.close();
   }
 
   /** Busy time and completions per device worker slot, from the shared counters. */
@@ -181,7 +242,7 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
 
   private spawn(index: number): Worker {
     const thread = this.threads[index] as DeviceThread;
-    const data: DeviceWorkerData = { module: this.options.deviceModule, counters: this.counters.buffer as SharedArrayBuffer, device: thread.device };
+    const data: DeviceWorkerData = { counters: this.counters.buffer as SharedArrayBuffer, device: thread.device, deviceKind: this.deviceKind };
     const w = new Worker(new URL('./threads/device-worker.js', import.meta.url), { workerData: data });
     const settle = (id: number): Pending | undefined => {
       const p = thread.pending.get(id);
@@ -230,5 +291,64 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
     this.killing.add(done);
     void done.finally(() => this.killing.delete(done));
     return done;
+  }
+}
+
+/**
+ * A workload whose two stages are ES modules run on {@link StageThreads}: `prepare(input, ctx)`
+ * in the preparation pool, writing into a pooled shared buffer, and `run(input, ctx)` in a thread
+ * per device worker, reading it (ctx.meta is what the preparation returned).
+ */
+export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O, R> {
+  readonly pool: BufferPool;
+  /** [busyNs, count] per device worker slot, shared with the device threads. */
+  readonly counters: BigInt64Array;
+  /** Preparations that can run at once; the runtime never dispatches more, so nothing queues inside piscina. */
+  readonly prepareSlots: number;
+  private readonly threads: StageThreads;
+
+  constructor(private readonly options: ThreadedWorkloadOptions<I, O, R>) {
+    this.threads = new StageThreads(options);
+    this.pool = this.threads.pool;
+    this.counters = this.threads.counters;
+    this.prepareSlots = this.threads.prepareSlots;
+  }
+
+  prepare(task: PartitionTask<I>): Promise<PreparedBuffer> {
+    const bytes = this.options.bufferBytes(task.input);
+    return this.threads.prepare({ module: this.options.prepareModule, style: 'workload', input: task.input, jobId: task.jobId, partition: task.partition, partitions: task.partitions, bufferBytes: bytes, signal: task.signal });
+  }
+
+  async run(task: DeviceTask<I, PreparedBuffer>): Promise<{ output: O; busyMs: number }> {
+    const { output, busyMs } = await this.threads.run({
+      module: this.options.deviceModule,
+      style: 'workload',
+      input: task.input,
+      jobId: task.jobId,
+      partition: task.partition,
+      partitions: task.partitions,
+      prepared: task.prepared,
+      device: task.device,
+      worker: task.worker,
+      signal: task.signal,
+    });
+    return { output: output as O, busyMs };
+  }
+
+  finish(job: { jobId: string; input: I; outputs: O[] }): R | Promise<R> {
+    return this.options.finish(job);
+  }
+
+  release(prepared: PreparedBuffer): void {
+    this.threads.release(prepared);
+  }
+
+  close(): Promise<void> {
+    return this.threads.close();
+  }
+
+  /** Busy time and completions per device worker slot, from the shared counters. */
+  deviceCounters(): { busyMs: number; count: number }[] {
+    return this.threads.deviceCounters();
   }
 }

@@ -7,7 +7,7 @@ import type { EventEmitter } from 'node:events';
 import type { Registry } from 'prom-client';
 import type { ChromeTrace } from '../web/chrome-trace.js';
 import type { ServeConfig } from './config.js';
-import { notFound, ServiceError, type JobView, type ServiceEvent, type TimelineView } from './service.js';
+import { notFound, ServiceError, type JobView, type KindView, type ServiceEvent, type TimelineView } from './service.js';
 
 type MaybePromise<T> = T | Promise<T>;
 
@@ -25,7 +25,7 @@ export interface ApiService {
   wait(id: string, waitMs: number): Promise<JobView | undefined>;
   cancel(id: string): MaybePromise<JobView>;
   status(): MaybePromise<object>;
-  kindList(): { name: string; description: string }[];
+  kindList(): KindView[];
   timelineView(sinceMs: number, maxSpans?: number): TimelineView;
   trace(sinceMs: number): ChromeTrace;
   /** Cluster mode only: `GET /v1/cluster`. */
@@ -67,6 +67,22 @@ export function parseSince(text: string): number | string {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
   if (!m) return `since must be a duration such as 30s, 5m or 1h (got ${JSON.stringify(text)})`;
   return Number(m[1]) * ({ ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's'] as number);
+}
+
+/** Whether an Accept header asks for raw bytes rather than JSON (application/octet-stream ranked above application/json). */
+function wantsBytes(accept: string | undefined): boolean {
+  if (!accept) return false;
+  const q = (type: string) => {
+    for (const part of accept.split(',')) {
+      const [t, ...params] = part.trim().split(';');
+      if (t?.trim().toLowerCase() !== type) continue;
+      const qp = params.map((x) => x.trim()).find((x) => x.startsWith('q='));
+      return qp ? Number(qp.slice(2)) : 1;
+    }
+    return 0;
+  };
+  const bytes = q('application/octet-stream');
+  return bytes > 0 && bytes >= q('application/json');
 }
 
 const JOB_STATES: readonly JobState[] = ['queued', 'running', 'done', 'failed', 'cancelled'];
@@ -178,7 +194,11 @@ export function buildApp(service: ApiService): FastifyInstance {
     if (typeof waitMs === 'string') throw new ServiceError(400, 'bad-wait', 'Bad wait', waitMs);
     const job = await service.wait(req.params.id, waitMs);
     if (!job) throw notFound(req.params.id);
-    const body = { id: job.id, state: job.state, result: job.result, error: job.error, finishedAt: job.finishedAt };
+    if (job.state === 'done' && wantsBytes(req.headers.accept)) {
+      if (job.resultEncoding !== 'base64') throw new ServiceError(406, 'not-bytes', 'Result is JSON', `job ${job.id}'s result is a JSON value, not bytes: ask with Accept: application/json`);
+      return reply.code(200).type('application/octet-stream').send(Buffer.from(job.result as string, 'base64'));
+    }
+    const body = { id: job.id, state: job.state, result: job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt };
     return reply.code(job.state === 'queued' || job.state === 'running' ? 202 : 200).send(body);
   });
 

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parse, stringify, TomlError } from 'smol-toml';
 import { z } from 'zod';
 import { PACER_NAMES } from '../core/index.js';
@@ -82,6 +83,14 @@ export interface ClusterConfig {
   nodeId: string;
 }
 
+/** A job kind from an ES module (see KindModule in kind-module.ts). */
+export interface KindConfig {
+  /** The module's path, absolute. Relative in a file: to the file's directory; from `--kind`: to the working directory. */
+  module: string;
+  /** `[kinds.NAME]`: the name the module must export; absent for `--kind FILE` (the module names itself). */
+  name?: string;
+}
+
 /** The daemon's configuration, fully resolved: every field set, `dataDir` absolute, `Infinity` for unlimited / none. */
 export interface ServeConfig {
   /** The journal directory, absolute. Relative in a file: to the file's directory; elsewhere: to the working directory. @default "./stoker-data" */
@@ -91,6 +100,8 @@ export interface ServeConfig {
   device: DeviceConfig;
   prepare: PrepareConfig;
   cluster: ClusterConfig;
+  /** Job kinds beyond the built-in ntt-proof and sleep: `[kinds.NAME] module = "path"` in a file, `--kind FILE` (repeatable). Absent: none. */
+  kinds?: KindConfig[];
 }
 
 /** One problem: `source` is the file path, the environment variable or the `--flag`; `path` the field. */
@@ -117,7 +128,7 @@ export interface LoadConfigOptions {
   /** The environment; `process.env` when omitted. An empty value counts as unset. */
   env?: NodeJS.ProcessEnv | Record<string, string | undefined>;
   /** Flags already parsed by the CLI. */
-  flags?: { host?: string; port?: string | number; dataDir?: string; cluster?: string };
+  flags?: { host?: string; port?: string | number; dataDir?: string; cluster?: string; kinds?: readonly string[] };
   /** Base of relative paths from the environment, the flags and the defaults. @default process.cwd() */
   cwd?: string;
 }
@@ -228,7 +239,16 @@ const SECTION_NAMES = Object.keys(SECTIONS) as SectionName[];
 const SHAPES: Record<SectionName, Record<string, z.ZodType>> = { server: serverShape, engine: engineShape, device: deviceShape, prepare: prepareShape, cluster: clusterShape };
 
 const dataDirSchema = text('a directory path', 'give the journal directory, e.g. "./stoker-data"');
-const FileSchema = z.strictObject({ dataDir: dataDirSchema, ...SECTIONS });
+const KIND_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+const kindErr = err('a table [kinds.NAME] with module = "path"', 'write e.g. [kinds.embed] then module = "./embed-kind.mjs" on the next line');
+const kindsSchema = z
+  .record(
+    z.string().regex(KIND_NAME, err('a kind name', 'use letters, digits, . _ - (at most 64), e.g. [kinds.embed]')),
+    z.strictObject({ module: z.string(err('a path to an ES module', 'write module = "./my-kind.mjs" (relative to this file)')).min(1, err('a path to an ES module', 'write module = "./my-kind.mjs"')) }, kindErr),
+    kindErr,
+  )
+  .optional();
+const FileSchema = z.strictObject({ dataDir: dataDirSchema, ...SECTIONS, kinds: kindsSchema });
 /** One source's values, each checked; absent means "not set here". */
 type Layer = z.output<typeof FileSchema>;
 
@@ -275,6 +295,7 @@ function suggest(word: string, candidates: readonly string[]): string | undefine
 /** The keys allowed at a path of the file. */
 function knownKeys(at: string): string[] {
   if (at === '') return Object.keys(FileSchema.shape);
+  if (at.startsWith('kinds.')) return ['module'];
   return Object.hasOwn(SHAPES, at) ? Object.keys(SHAPES[at as SectionName]) : [];
 }
 
@@ -304,6 +325,8 @@ function zodIssues(source: string, error: z.ZodError, base: readonly (string | n
 
 interface Source {
   layer: Layer;
+  /** Kind modules from --kind, relative to `base`. */
+  kindFiles?: readonly string[];
   /** Base of a relative dataDir. */
   base: string;
 }
@@ -450,7 +473,10 @@ function flagLayer(flags: NonNullable<LoadConfigOptions['flags']>, cwd: string, 
     const raw = (flags as Record<string, string | number | undefined>)[key];
     if (raw !== undefined) setFromString(layer, field, raw, source, issues);
   }
-  return { layer, base: cwd };
+  for (const f of flags.kinds ?? []) {
+    if (f.trim() === '') issues.push({ source: '--kind', path: '', message: 'expected a path to a kind module, got "" — write e.g. --kind ./my-kind.mjs' });
+  }
+  return { layer, base: cwd, kindFiles: flags.kinds ?? [] };
 }
 
 // ─── Loading ──────────────────────────────────────────────────────────────────────────────────
@@ -487,8 +513,10 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
   if (issues.length > 0) throw new ConfigError(issues);
 
   const c = defaults(cwd);
-  for (const { layer, base } of sources) {
+  for (const { layer, base, kindFiles } of sources) {
     if (layer.dataDir !== undefined) c.dataDir = path.resolve(base, layer.dataDir);
+    const kinds = [...Object.entries(layer.kinds ?? {}).map(([name, k]) => ({ name, module: modulePath(base, k.module) })), ...(kindFiles ?? []).map((f) => ({ module: modulePath(base, f) }))];
+    if (kinds.length > 0) c.kinds = [...(c.kinds ?? []), ...kinds];
     const { budgetBytes, deviceTimeoutS, ...engine } = layer.engine ?? {};
     Object.assign(c.server, defined(layer.server));
     Object.assign(c.engine, defined(engine));
@@ -502,15 +530,21 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
   return c;
 }
 
+/** A kind module's path, absolute: a file: URL as its path, a relative path against `base`. */
+function modulePath(base: string, spec: string): string {
+  return spec.startsWith('file:') ? fileURLToPath(spec) : path.resolve(base, spec);
+}
+
 function defined<T extends object>(o: T | undefined): Partial<T> {
   return Object.fromEntries(Object.entries(o ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 /**
  * The effective configuration as TOML (`stoker config print`): every field, `Infinity` printed
- * back as `"unlimited"` / `"none"`. Loading the output gives the same configuration.
+ * back as `"unlimited"` / `"none"`. Loading the output gives the same configuration. Kinds from
+ * `--kind` need their names (`names[i]` for `c.kinds[i]`, the module's own `name`).
  */
-export function configToToml(c: ServeConfig): string {
+export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds ?? []).map((k) => k.name ?? '')): string {
   const { budgetBytes, deviceTimeoutS, pacerOptions, ...engine } = c.engine;
   const doc = {
     dataDir: c.dataDir,
@@ -525,6 +559,7 @@ export function configToToml(c: ServeConfig): string {
     device: { ...c.device },
     prepare: { ...c.prepare },
     cluster: { ...c.cluster },
+    ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module }])) } : {}),
   };
   return `# stoker serve: the effective configuration (defaults < file < environment < flags)\n${stringify(doc).trim()}\n`;
 }
@@ -563,5 +598,6 @@ export const CONFIG_DOC: string = (() => {
   const width = (i: 0 | 1 | 2) => Math.max(...rows.map((r) => r[i].length));
   const [w0, w1, w2] = [width(0), width(1), width(2)];
   const lines = rows.map((r) => `  ${r[0].padEnd(w0)}  ${r[1].padEnd(w1)}  ${r[2].padEnd(w2)}  ${r[3]}`);
-  return ['Configuration (defaults < --config file.toml < environment < flags); field, default, variable:', ...lines].join('\n');
+  const kinds = `  ${'kinds.NAME.module'.padEnd(w0)}  ${'–'.padEnd(w1)}  ${'(--kind FILE)'.padEnd(w2)}  a kind module (path relative to the config file); --kind adds one, repeatable`;
+  return ['Configuration (defaults < --config file.toml < environment < flags); field, default, variable:', ...lines, kinds].join('\n');
 })();

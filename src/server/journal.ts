@@ -6,7 +6,8 @@
  *
  * The file is opened with `locking_mode=EXCLUSIVE` and the lock is taken at open, so one data dir
  * serves one daemon: a second open, from another process or another connection, fails with
- * `E_JOURNAL_LOCKED`. Every call is synchronous; JSON values are stored as TEXT.
+ * `E_JOURNAL_LOCKED`. Every call is synchronous; JSON values are stored as TEXT, and a partition
+ * output or a result that is bytes (a Uint8Array) as a BLOB in the same column.
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
@@ -103,8 +104,11 @@ export class JournalError extends Error {
   }
 }
 
-/** The schema version this code writes (`PRAGMA user_version`). */
-const SCHEMA_VERSION = 1;
+/**
+ * The schema version this code writes (`PRAGMA user_version`). 2: outputs and results may be
+ * BLOBs (bytes); the tables are those of 1, so a version-1 file is upgraded by the number alone.
+ */
+const SCHEMA_VERSION = 2;
 
 const SCHEMA = `
 CREATE TABLE jobs (
@@ -142,17 +146,36 @@ const JOB_STATES: ReadonlySet<string> = new Set(['queued', 'running', 'done', 'f
 interface JobRow {
   id: string; kind: string; priority: JournalJob['priority']; partitions: number; input: string;
   deadline: number | null; body_hash: string; state: JobState; submitted_at: number;
-  started_at: number | null; finished_at: number | null; result: string; error_code: string | null;
+  started_at: number | null; finished_at: number | null; result: string | Buffer; error_code: string | null;
   error_reason: string | null; partitions_done: number; resumes: number;
+}
+
+/** Bytes are stored as they are (a BLOB); anything else as JSON text. */
+function toStored(value: unknown, what: string): string | Buffer {
+  if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  return toJson(value, what);
+}
+
+/** A stored value back: a BLOB as a Uint8Array, TEXT parsed as JSON. */
+function fromStored(v: string | Buffer): unknown {
+  return typeof v === 'string' ? (JSON.parse(v) as unknown) : new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
 }
 
 /** JSON text of a value (`undefined` → `null`); a value JSON cannot hold throws `E_JOURNAL_BAD_INPUT`. */
 function toJson(value: unknown, what: string): string {
   try {
-    return JSON.stringify(value) ?? 'null';
+    return JSON.stringify(value, refuseBytes) ?? 'null';
   } catch (cause) {
     throw new JournalError('E_JOURNAL_BAD_INPUT', `${what} is not JSON-serialisable (${String(cause)}): pass plain JSON data`, { cause });
   }
+}
+
+/** A JSON.stringify replacer: bytes inside a JSON value would turn into an object of indices. */
+function refuseBytes(this: unknown, key: string, value: unknown): unknown {
+  if (value instanceof ArrayBuffer || ArrayBuffer.isView(value) || (value !== null && typeof value === 'object' && (value as { type?: unknown }).type === 'Buffer' && Array.isArray((value as { data?: unknown }).data))) {
+    throw new Error(`it holds bytes at ${key === '' ? 'the top' : JSON.stringify(key)}: bytes may only be the whole value — return them alone, or encode them (base64) inside the JSON`);
+  }
+  return value;
 }
 
 /** JSON text with object keys sorted recursively, of a value that is already plain JSON. */
@@ -170,7 +193,7 @@ function fromRow(r: JobRow): JournalJob {
     id: r.id, kind: r.kind, priority: r.priority, partitions: r.partitions,
     input: JSON.parse(r.input) as unknown, deadline: r.deadline, bodyHash: r.body_hash,
     state: r.state, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
-    result: JSON.parse(r.result) as unknown, errorCode: r.error_code, errorReason: r.error_reason,
+    result: fromStored(r.result), errorCode: r.error_code, errorReason: r.error_reason,
     partitionsDone: r.partitions_done, resumes: r.resumes,
   };
 }
@@ -185,7 +208,7 @@ function prepareStatements(db: Database.Database) {
     addPartition: db.prepare(`INSERT OR IGNORE INTO partition_outputs (job_id, partition, output) VALUES (?, ?, ?)`),
     setPartition: db.prepare(`UPDATE partition_outputs SET output = ? WHERE job_id = ? AND partition = ?`),
     countPartition: db.prepare(`UPDATE jobs SET partitions_done = partitions_done + 1 WHERE id = ?`),
-    outputs: db.prepare<[string], { partition: number; output: string }>('SELECT partition, output FROM partition_outputs WHERE job_id = ? ORDER BY partition'),
+    outputs: db.prepare<[string], { partition: number; output: string | Buffer }>('SELECT partition, output FROM partition_outputs WHERE job_id = ? ORDER BY partition'),
     finish: db.prepare(`UPDATE jobs SET state = @state, finished_at = @now, result = @result, error_code = @code, error_reason = @reason
       WHERE id = @id AND ${UNFINISHED}`),
     dropOutputs: db.prepare('DELETE FROM partition_outputs WHERE job_id = ?'),
@@ -238,7 +261,7 @@ export class Journal {
       }
       if (version < SCHEMA_VERSION) {
         conn.transaction(() => {
-          conn.exec(SCHEMA);
+          if (version === 0) conn.exec(SCHEMA);
           conn.pragma(`user_version = ${SCHEMA_VERSION}`);
         })();
       }
@@ -320,7 +343,7 @@ export class Journal {
    */
   recordPartition(id: string, partition: number, output: unknown): boolean {
     const s = this.stmts;
-    const json = toJson(output, `the output of partition ${partition} of job ${JSON.stringify(id)}`);
+    const json = toStored(output, `the output of partition ${partition} of job ${JSON.stringify(id)}`);
     return this.#db.transaction(() => {
       const row = this.row(id);
       if (!Number.isSafeInteger(partition) || partition < 0 || partition >= row.partitions) {
@@ -335,7 +358,7 @@ export class Journal {
 
   /** The recorded partition outputs of a job, by partition index (empty once it has ended). */
   partitionOutputs(id: string): Map<number, unknown> {
-    return new Map(this.stmts.outputs.all(id).map((r) => [r.partition, JSON.parse(r.output) as unknown]));
+    return new Map(this.stmts.outputs.all(id).map((r) => [r.partition, fromStored(r.output)]));
   }
 
   /**
@@ -347,7 +370,7 @@ export class Journal {
   finish(id: string, outcome: JournalOutcome): boolean {
     const s = this.stmts;
     const params = outcome.state === 'done'
-      ? { id, state: 'done', result: toJson(outcome.result, `the result of job ${JSON.stringify(id)}`), code: null, reason: null }
+      ? { id, state: 'done', result: toStored(outcome.result, `the result of job ${JSON.stringify(id)}`), code: null, reason: null }
       : { id, state: outcome.state, result: 'null', code: outcome.code, reason: outcome.reason };
     return this.#db.transaction(() => {
       this.row(id);

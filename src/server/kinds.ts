@@ -1,21 +1,39 @@
-import { z } from 'zod';
-import type { PartitionMemory } from '../core/index.js';
-import type { BufferPool } from '../runtime/buffer-pool.js';
+import type { StageThreads, PreparedBuffer } from '../runtime/threaded.js';
 import type { DeviceTask, PartitionTask, Workload } from '../runtime/runtime.js';
-import { createNttProofWorkload, nttBufferBytes, type NttProofInput } from '../runtime/workloads/ntt-proof.js';
-import { MAX_NTT_LOG_N } from '../runtime/workloads/ntt.js';
+import { KindModuleError, loadKind, type LoadedKind } from './kind-module.js';
+
+/** The kinds every server runs, kind modules like any other (src/kinds). */
+export const BUILT_IN_KINDS: readonly { name: string; url: string }[] = [
+  { name: 'ntt-proof', url: new URL('../kinds/ntt-proof.js', import.meta.url).href },
+  { name: 'sleep', url: new URL('../kinds/sleep.js', import.meta.url).href },
+];
+
+/** A kind module to load: its file: URL, how to name it in messages, and the name the config gave it (if any). */
+export interface KindSource {
+  url: string;
+  shown: string;
+  /** `[kinds.NAME]` in the config: the module's `name` must be NAME. */
+  name?: string;
+}
 
 /**
- * The job kinds a server runs. A kind validates its own `input` (zod), says how much memory a
- * partition holds, and brings the workload that prepares, runs and finishes its partitions.
+ * Loads the built-in kinds and the given modules, checking each at once: a module that fails
+ * to load or does not fit, a name used twice, or a config name that differs from the module's
+ * own throws a {@link KindModuleError} naming the module and the export.
  */
-export interface KindDef {
-  readonly name: string;
-  readonly description: string;
-  /** Validates and normalizes a job's `input` (defaults filled in). */
-  readonly input: z.ZodType;
-  memory(input: unknown): PartitionMemory;
-  readonly workload: Workload<unknown, unknown, unknown, unknown>;
+export async function loadKinds(sources: readonly KindSource[]): Promise<Map<string, LoadedKind>> {
+  const kinds = new Map<string, LoadedKind & { shown: string }>();
+  const builtIn: KindSource[] = BUILT_IN_KINDS.map((b) => ({ url: b.url, shown: `built-in ${b.name}` }));
+  for (const s of [...builtIn, ...sources]) {
+    const kind = await loadKind(s.url, s.shown);
+    if (s.name !== undefined && kind.name !== s.name) {
+      throw new KindModuleError(s.shown, 'name', `is ${JSON.stringify(kind.name)} but the config calls it [kinds.${s.name}]: make the two the same`);
+    }
+    const clash = kinds.get(kind.name);
+    if (clash) throw new KindModuleError(s.shown, 'name', `${JSON.stringify(kind.name)} is already the name of ${clash.shown}: give each kind its own name`);
+    kinds.set(kind.name, { ...kind, shown: s.shown });
+  }
+  return kinds;
 }
 
 /** What the runtime carries for a job: the kind's input, and which partitions this run covers. */
@@ -30,11 +48,6 @@ export interface RoutedInput {
   recorded: Map<number, unknown>;
 }
 
-interface RoutedPrepared {
-  kind: KindDef;
-  prepared: unknown;
-}
-
 /** Hooks the router calls so the service can journal progress. */
 export interface RouterHooks {
   /** A partition of the job starts preparing (the first call marks the job running). */
@@ -45,59 +58,93 @@ export interface RouterHooks {
   observe(stage: 'prepare' | 'device', ms: number, worker?: { device: number; worker: number }): void;
 }
 
+/** A Uint8Array for any bytes value (Buffer, ArrayBuffer, typed array); anything else as it is. */
+export function normalizeBytes(v: unknown): unknown {
+  if (v instanceof ArrayBuffer) return new Uint8Array(v);
+  if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+  return v;
+}
+
 /**
- * One workload over many kinds: each call goes to the job's kind, with the engine's partition
- * index mapped to the job's own (so a resumed job prepares exactly its unfinished partitions).
+ * The one workload of a server, over many kinds: every kind's `prepare` runs in the shared
+ * preparation pool and its `run` on the shared device threads, each thread importing the kind's
+ * module; the engine's partition index is mapped to the job's own (a resumed job prepares exactly
+ * its unfinished partitions).
  */
-export class KindRouter implements Workload<RoutedInput, RoutedPrepared, unknown, unknown> {
+export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown, unknown> {
   readonly prepareSlots: number;
+  /** The buffer pool the kinds prepare into (its idle bytes count against the budget). */
+  readonly pool: StageThreads['pool'];
 
   constructor(
-    private readonly kinds: ReadonlyMap<string, KindDef>,
+    private readonly kinds: ReadonlyMap<string, LoadedKind>,
+    private readonly threads: StageThreads,
     private readonly hooks: RouterHooks,
-    /** The buffer pool the kinds prepare into (its idle bytes count against the budget). */
-    readonly pool?: BufferPool,
   ) {
-    this.prepareSlots = Math.min(...[...kinds.values()].map((k) => k.workload.prepareSlots ?? Infinity));
+    this.prepareSlots = threads.prepareSlots;
+    this.pool = threads.pool;
   }
 
-  private kind(name: string): KindDef {
+  kind(name: string): LoadedKind {
     const k = this.kinds.get(name);
     if (!k) throw new Error(`unknown kind ${JSON.stringify(name)}`);
     return k;
   }
 
-  async prepare(task: PartitionTask<RoutedInput>): Promise<RoutedPrepared> {
-    const kind = this.kind(task.input.kind);
+  async prepare(task: PartitionTask<RoutedInput>): Promise<PreparedBuffer> {
+    const { input } = task;
+    const kind = this.kind(input.kind);
     this.hooks.started(task.jobId);
     const t0 = performance.now();
-    const prepared = await kind.workload.prepare({ ...task, input: task.input.input, partition: realPartition(task) });
+    const prepared = await this.threads.prepare({
+      module: kind.url,
+      style: 'kind',
+      input: input.input,
+      jobId: task.jobId,
+      partition: realPartition(task),
+      partitions: input.total,
+      bufferBytes: kind.bufferBytes(input.input),
+      signal: task.signal,
+    });
     this.hooks.observe('prepare', performance.now() - t0);
-    return { kind, prepared };
+    return prepared;
   }
 
-  async run(task: DeviceTask<RoutedInput, RoutedPrepared>): Promise<{ output: unknown; busyMs: number }> {
+  async run(task: DeviceTask<RoutedInput, PreparedBuffer>): Promise<{ output: unknown; busyMs: number }> {
+    const { input } = task;
     const partition = realPartition(task);
-    const r = await task.prepared.kind.workload.run({ ...task, input: task.input.input, partition, prepared: task.prepared.prepared });
+    const r = await this.threads.run({
+      module: this.kind(input.kind).url,
+      style: 'kind',
+      input: input.input,
+      jobId: task.jobId,
+      partition,
+      partitions: input.total,
+      prepared: task.prepared,
+      device: task.device,
+      worker: task.worker,
+      signal: task.signal,
+    });
+    const output = normalizeBytes(r.output);
     this.hooks.observe('device', r.busyMs, { device: task.device, worker: task.worker });
-    this.hooks.partitionDone(task.jobId, partition, r.output);
-    return r;
+    this.hooks.partitionDone(task.jobId, partition, output);
+    return { output, busyMs: r.busyMs };
   }
 
-  finish(job: { jobId: string; input: RoutedInput; outputs: unknown[] }): unknown {
+  async finish(job: { jobId: string; input: RoutedInput; outputs: unknown[] }): Promise<unknown> {
     const { input } = job;
     const outputs = new Array<unknown>(input.total);
     for (const [p, o] of input.recorded) outputs[p] = o;
     job.outputs.forEach((o, i) => (outputs[input.partitions[i] as number] = o));
-    return this.kind(input.kind).workload.finish({ jobId: job.jobId, input: input.input, outputs });
+    return normalizeBytes(await this.kind(input.kind).finish(outputs, input.input, job.jobId));
   }
 
-  release(p: RoutedPrepared): void {
-    p.kind.workload.release?.(p.prepared);
+  release(p: PreparedBuffer): void {
+    this.threads.release(p);
   }
 
-  async close(): Promise<void> {
-    await Promise.all([...this.kinds.values()].map((k) => k.workload.close?.()));
+  close(): Promise<void> {
+    return this.threads.close();
   }
 }
 
@@ -105,109 +152,4 @@ function realPartition(task: PartitionTask<RoutedInput>): number {
   const p = task.input.partitions[task.partition];
   if (p === undefined) throw new Error(`partition ${task.partition} is outside the job's ${task.input.partitions.length} partitions`);
   return p;
-}
-
-const ms = (what: string, max: number) =>
-  z
-    .number({ error: `${what} must be a number of milliseconds` })
-    .min(0, { error: `${what} must be ≥ 0` })
-    .max(max, { error: `${what} must be ≤ ${max}` });
-
-/** `sleep`: waits instead of computing (for trying the API, load and crash tests); its result is checkable. */
-const SleepInput = z.strictObject({
-  seed: z.number({ error: 'seed must be an integer' }).int({ error: 'seed must be an integer' }).min(0).max(1_000_000, { error: 'seed must be ≤ 1000000' }).default(0),
-  prepareMs: ms('prepareMs', 600_000).default(10),
-  deviceMs: ms('deviceMs', 60_000).default(1),
-});
-type SleepInput = z.infer<typeof SleepInput>;
-
-/** The value partition p of a sleep job with this seed produces; the job's result is their sum. */
-export function sleepOutput(seed: number, partition: number): number {
-  return 2 * (seed * 31 + partition);
-}
-
-function wait(msToWait: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason as Error);
-    const t = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, msToWait);
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(signal.reason as Error);
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
-function sleepKind(): KindDef {
-  const workload: Workload<SleepInput, number, number, { partitions: number; total: number }> = {
-    async prepare(task) {
-      await wait(task.input.prepareMs, task.signal);
-      return task.input.seed * 31 + task.partition;
-    },
-    async run(task) {
-      const t0 = performance.now();
-      await wait(task.input.deviceMs, task.signal);
-      return { output: 2 * task.prepared, busyMs: performance.now() - t0 };
-    },
-    finish(job) {
-      return { partitions: job.outputs.length, total: job.outputs.reduce((a, b) => a + b, 0) };
-    },
-  };
-  return {
-    name: 'sleep',
-    description: 'waits prepareMs, then deviceMs on a device worker; result { partitions, total } with total = Σ 2·(31·seed + p)',
-    input: SleepInput,
-    memory: () => ({ prepareBytes: 0, deviceBytes: 0 }),
-    workload: workload as Workload<unknown, unknown, unknown, unknown>,
-  };
-}
-
-const NttInput = z.strictObject({
-  seed: z.number({ error: 'seed must be an integer' }).int({ error: 'seed must be an integer' }).min(0).max(2 ** 31 - 1, { error: 'seed must be < 2^31' }).default(1),
-  logN: z
-    .number({ error: `logN must be an integer 4–${MAX_NTT_LOG_N}` })
-    .int({ error: `logN must be an integer 4–${MAX_NTT_LOG_N}` })
-    .min(4, { error: 'logN must be ≥ 4' })
-    .max(MAX_NTT_LOG_N, { error: `logN must be ≤ ${MAX_NTT_LOG_N} (2^${MAX_NTT_LOG_N} coefficients per polynomial)` })
-    .default(16),
-  synthesisMs: ms('synthesisMs', 600_000).default(1000),
-});
-
-export interface BuiltInKindOptions {
-  devices: { workers: number }[];
-  device: 'cpu' | 'webgpu';
-  prepareThreads: number;
-  prepareConcurrency: number;
-  pool: BufferPool;
-}
-
-function nttKind(o: BuiltInKindOptions): KindDef {
-  const workload = createNttProofWorkload({ devices: o.devices, device: o.device, prepareThreads: o.prepareThreads, prepareConcurrency: o.prepareConcurrency, pool: o.pool });
-  const toNtt = (input: unknown): NttProofInput => ({ ...(input as z.infer<typeof NttInput>), jobIndex: 0 });
-  return {
-    name: 'ntt-proof',
-    description: 'BabyBear NTT proof partitions: seeded witness → forward NTTs and a product on the device → commitment, checked against a reference',
-    input: NttInput,
-    memory: (input) => {
-      // The device step reads the pooled buffer until it ends: the bytes stay held on the device.
-      const bytes = nttBufferBytes(toNtt(input));
-      return { prepareBytes: bytes, deviceBytes: bytes };
-    },
-    workload: {
-      prepare: (task) => workload.prepare({ ...task, input: toNtt(task.input) }),
-      run: (task) => workload.run({ ...task, input: toNtt(task.input), prepared: task.prepared as never }),
-      finish: (job) => workload.finish({ ...job, input: toNtt(job.input), outputs: job.outputs as never[] }),
-      release: (p) => workload.release(p as never),
-      close: () => workload.close(),
-      prepareSlots: workload.prepareSlots,
-    },
-  };
-}
-
-/** The kinds `stoker serve` offers: `ntt-proof` (threads; the default demo workload) and `sleep`. */
-export function builtInKinds(o: BuiltInKindOptions): Map<string, KindDef> {
-  return new Map([nttKind(o), sleepKind()].map((k) => [k.name, k]));
 }

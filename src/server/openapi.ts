@@ -49,6 +49,7 @@ export function openApiDocument(maxWaitS: number): object {
       '/v1/jobs/{id}/result': {
         get: {
           summary: 'The result, long-polling',
+          description: 'A bytes result is base64 in `result` with `resultEncoding: "base64"`; with `Accept: application/octet-stream` a done job answers the raw bytes (406 when its result is JSON).',
           parameters: [idParam, { name: 'wait', in: 'query', required: false, schema: { type: 'string', examples: ['30s', '500ms', '2m'] }, description: `How long to wait for the end (default 0; a longer wait than ${maxWaitS}s is cut to it)` }],
           responses: {
             '200': json('The job ended: state done (result) or failed/cancelled (error)', { $ref: '#/components/schemas/Result' }),
@@ -59,7 +60,26 @@ export function openApiDocument(maxWaitS: number): object {
         },
       },
       '/v1/status': { get: { summary: 'The whole engine: jobs, partitions per kind and stage (pending counted exactly), workers, pacer, budget, buffer pool', responses: { '200': json('Status', { type: 'object' }) } } },
-      '/v1/kinds': { get: { summary: 'The job kinds this server runs', responses: { '200': json('Kinds', { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, description: { type: 'string' } } } }) } } },
+      '/v1/kinds': {
+        get: {
+          summary: 'The job kinds this server runs (built in and from kind modules), each with its input schema and memory per partition',
+          responses: {
+            '200': json('Kinds', {
+              type: 'array',
+              items: {
+                type: 'object',
+                properties: {
+                  name: { type: 'string' },
+                  description: { type: 'string' },
+                  input: { type: ['object', 'null'], description: "The input's JSON Schema (null: any JSON)" },
+                  memory: { type: ['object', 'null'], properties: { prepareBytes: { type: 'number' }, deviceBytes: { type: 'number' } }, description: 'Bytes per partition for the default input' },
+                  partitionsFromInput: { type: 'boolean', description: 'The kind derives the partition count from the input: partitions may be left out' },
+                },
+              },
+            }),
+          },
+        },
+      },
       '/v1/events': { get: { summary: 'Server-sent events: job.submitted, job.started, job.partition, job.done, job.failed, job.cancelled, pacer (every second)', responses: { '200': { description: 'text/event-stream' } } } },
       '/v1/timeline': {
         get: {
@@ -91,13 +111,13 @@ export function openApiDocument(maxWaitS: number): object {
         SubmitBody: {
           type: 'object',
           additionalProperties: false,
-          required: ['kind', 'partitions'],
+          required: ['kind'],
           properties: {
             id: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$', description: 'Idempotency key; generated when absent' },
             kind: { type: 'string', description: 'A kind from GET /v1/kinds (built in: ntt-proof, sleep)' },
             priority: { enum: [...PRIORITIES], default: 'normal' },
-            partitions: { type: 'integer', minimum: 1, maximum: MAX_PARTITIONS },
-            input: { type: 'object', description: 'The kind\'s input. ntt-proof: {seed, logN 4–20, synthesisMs}; sleep: {seed, prepareMs, deviceMs}' },
+            partitions: { type: 'integer', minimum: 1, maximum: MAX_PARTITIONS, description: 'Required unless the kind derives it from its input (GET /v1/kinds: partitionsFromInput)' },
+            input: { description: "The kind's input, checked against its JSON Schema (GET /v1/kinds). ntt-proof: {seed, logN 4–20, synthesisMs}; sleep: {seed, prepareMs, deviceMs}" },
             deadline: { oneOf: [{ type: 'integer', description: 'epoch ms' }, { type: 'string', format: 'date-time' }] },
           },
         },
@@ -118,7 +138,8 @@ export function openApiDocument(maxWaitS: number): object {
             partitionsDone: { type: 'integer' },
             partitionStates: { type: ['array', 'null'], items: { enum: ['queued', 'preparing', 'waiting', 'on-device', 'done'] } },
             resumes: { type: 'integer' },
-            result: {},
+            result: { description: 'A JSON value, or base64 of bytes when resultEncoding is base64' },
+            resultEncoding: { enum: ['base64'], description: 'Present only for a bytes result' },
             error: { type: ['object', 'null'], properties: { code: { type: 'string' }, reason: { type: 'string' } } },
           },
         },
@@ -153,7 +174,7 @@ export function openApiDocument(maxWaitS: number): object {
         },
         Result: {
           type: 'object',
-          properties: { id: { type: 'string' }, state: { type: 'string' }, result: {}, error: { type: ['object', 'null'] }, finishedAt: { type: ['string', 'null'] } },
+          properties: { id: { type: 'string' }, state: { type: 'string' }, result: {}, resultEncoding: { enum: ['base64'], description: 'Present only for a bytes result' }, error: { type: ['object', 'null'] }, finishedAt: { type: ['string', 'null'] } },
         },
         Problem: {
           type: 'object',

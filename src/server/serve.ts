@@ -1,6 +1,8 @@
+import { pathToFileURL } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { buildApp, type ApiService } from './app.js';
 import type { ServeConfig } from './config.js';
+import { loadKinds, type KindSource } from './kinds.js';
 import { Service } from './service.js';
 
 export interface RunningServer {
@@ -15,13 +17,21 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** Opens the journal, resumes its unfinished jobs, and listens. With `cluster.redis` set: a cluster node (src/cluster, loaded only then). */
+/** The kind modules a config names (`[kinds.NAME]`, `--kind`), for {@link loadKinds}. */
+export function kindSources(config: ServeConfig): KindSource[] {
+  return (config.kinds ?? []).map((k) => ({ url: pathToFileURL(k.module).href, shown: k.module, ...(k.name === undefined ? {} : { name: k.name }) }));
+}
+
+/**
+ * Opens the journal in `config.dataDir` with the built-in kinds and the config's kind modules
+ * (each checked first: a bad module throws a KindModuleError naming it and the export, before
+ * anything starts), resumes its unfinished jobs, and listens. Local mode only: a cluster node is
+ * `startClusterServer` (stoker/cluster).
+ */
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
-  if (config.cluster.redis !== 'none') {
-    const { startClusterServer } = await import('../cluster/cluster-service.js');
-    return startClusterServer(config);
-  }
-  const service = Service.open(config);
+  if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${config.cluster.redis}: start a cluster node with startClusterServer from stoker/cluster`);
+  const kinds = await loadKinds(kindSources(config));
+  const service = Service.open(config, kinds);
   const app = buildApp(service);
   let address: string;
   try {

@@ -5,10 +5,12 @@ import { z } from 'zod';
 import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type Engine, type PacerState, type PartitionState, type Priority, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
+import { StageThreads } from '../runtime/threaded.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
 import type { ServeConfig } from './config.js';
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
-import { builtInKinds, KindRouter, type KindDef, type RoutedInput } from './kinds.js';
+import { KindModuleError, type LoadedKind } from './kind-module.js';
+import { KindRouter, type RoutedInput } from './kinds.js';
 import { ServiceMetrics } from './metrics.js';
 
 /**
@@ -39,11 +41,13 @@ export const SubmitBody = z.strictObject({
   id: z.string({ error: 'id must be a string' }).regex(ID, { error: 'id must be 1–200 characters of A–Z a–z 0–9 . _ : - starting with a letter or digit' }).optional(),
   kind: z.string({ error: 'kind must be a string naming a job kind (GET /v1/kinds lists them)' }),
   priority: z.enum(PRIORITIES, { error: `priority must be one of ${PRIORITIES.join(', ')}` }).default('normal'),
+  /** Optional only for a kind that derives it from its input (`partitions(input)`). */
   partitions: z
     .number({ error: 'partitions must be a whole number' })
     .int({ error: 'partitions must be a whole number' })
     .min(1, { error: 'partitions must be ≥ 1' })
-    .max(MAX_PARTITIONS, { error: `partitions must be ≤ ${MAX_PARTITIONS}` }),
+    .max(MAX_PARTITIONS, { error: `partitions must be ≤ ${MAX_PARTITIONS}` })
+    .optional(),
   input: z.unknown().optional(),
   /** Epoch milliseconds or an ISO 8601 time. */
   deadline: z
@@ -72,8 +76,23 @@ export interface JobView {
   partitionStates: PartitionState[] | null;
   /** How often the job was resumed after a restart. */
   resumes: number;
+  /** The job's result: a JSON value, or bytes as base64 (then `resultEncoding` is `"base64"`). */
   result: unknown;
+  /** Present only for a bytes result: `result` is its base64 (`GET …/result` with `Accept: application/octet-stream` gives the raw bytes). */
+  resultEncoding?: 'base64';
   error: { code: string; reason: string } | null;
+}
+
+/** A kind as `GET /v1/kinds` lists it. */
+export interface KindView {
+  name: string;
+  description: string;
+  /** The input's JSON Schema (null: any JSON input). */
+  input: object | null;
+  /** Bytes per partition for the input `{}` with its defaults (null when `{}` is not a valid input). */
+  memory: { prepareBytes: number; deviceBytes: number } | null;
+  /** Whether the kind derives the partition count from the input (then `partitions` may be left out). */
+  partitionsFromInput: boolean;
 }
 
 /** One server-sent event. */
@@ -111,7 +130,7 @@ export class Service {
   /** What ran where (a lane per preparation slot and device worker) and the levels: the dashboard's waterfall and the trace export. */
   readonly timeline = new TimelineRecorder();
   private readonly runtime: Runtime<RoutedInput, unknown, unknown, unknown>;
-  private readonly kinds: Map<string, KindDef>;
+  private readonly router: KindRouter;
   private readonly waiters = new Map<string, Set<() => void>>();
   private readonly started = new Set<string>();
   /** Live jobs: the job's partition behind each engine partition of this run. */
@@ -128,14 +147,25 @@ export class Service {
   private constructor(
     readonly config: ServeConfig,
     private readonly journal: Journal,
-    kinds?: Map<string, KindDef>,
+    private readonly kinds: ReadonlyMap<string, LoadedKind>,
   ) {
     this.events.setMaxListeners(0);
     const devices = [{ workers: config.device.workers }];
     this.workerBusyMs = devices.map((d) => new Array<number>(d.workers).fill(0));
-    this.kinds = kinds ?? builtInKinds({ devices, device: config.device.kind, prepareThreads: config.prepare.threads, prepareConcurrency: config.prepare.concurrency, pool: this.pool });
+    // Mesa reads EGL_PLATFORM from the process environment, which a worker thread's process.env
+    // does not change: set it here, in the main thread, for WebGPU's software fallback.
+    if (config.device.kind === 'webgpu') process.env['EGL_PLATFORM'] ??= 'surfaceless';
+    const threads = new StageThreads({
+      devices,
+      prepareThreads: config.prepare.threads,
+      prepareConcurrency: config.prepare.concurrency,
+      pool: this.pool,
+      // Dawn on Mesa's software GL must not be driven from several threads at once.
+      threadPerDevice: config.device.kind === 'webgpu',
+      deviceKind: config.device.kind,
+    });
     this.metrics = new ServiceMetrics(this);
-    const router = new KindRouter(this.kinds, {
+    const router = new KindRouter(kinds, threads, {
       started: (jobId) => {
         if (this.started.has(jobId)) return;
         this.started.add(jobId);
@@ -152,7 +182,8 @@ export class Service {
           if (row && worker.worker < row.length) row[worker.worker] = (row[worker.worker] ?? 0) + ms;
         }
       },
-    }, this.pool);
+    });
+    this.router = router;
     this.runtime = new Runtime({
       workload: router,
       devices,
@@ -169,8 +200,8 @@ export class Service {
     }, 1000).unref();
   }
 
-  /** Opens the journal in `config.dataDir` and resumes its unfinished jobs. */
-  static open(config: ServeConfig, kinds?: Map<string, KindDef>): Service {
+  /** Opens the journal in `config.dataDir` and resumes its unfinished jobs, running the given kinds (see loadKinds). */
+  static open(config: ServeConfig, kinds: ReadonlyMap<string, LoadedKind>): Service {
     const journal = Journal.open(config.dataDir);
     let service: Service;
     try {
@@ -185,8 +216,17 @@ export class Service {
   }
 
   /** The kinds this service runs. */
-  kindList(): { name: string; description: string }[] {
-    return [...this.kinds.values()].map((k) => ({ name: k.name, description: k.description }));
+  kindList(): KindView[] {
+    return [...this.kinds.values()].map((k) => {
+      const v = k.validate({});
+      let memory: KindView['memory'] = null;
+      try {
+        if (v.ok) memory = k.memory(v.input);
+      } catch {
+        // A kind whose memory() needs more than the defaults: nothing to show.
+      }
+      return { name: k.name, description: k.description, input: k.schema, memory, partitionsFromInput: k.derivesPartitions };
+    });
   }
 
   /** Validates, journals (durable when this returns) and starts a job. Same id and body: the same job. */
@@ -226,15 +266,17 @@ export class Service {
    */
   parseSubmission(raw: unknown): { record: JournalJobInput; explicitId: boolean } {
     const parsed = SubmitBody.safeParse(raw);
-    if (!parsed.success) throw invalid(fieldIssues(parsed.error, []));
+    if (!parsed.success) throw invalid(fieldIssues(parsed.error));
     const body = parsed.data;
     const kind = this.kinds.get(body.kind);
     if (!kind) throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${[...this.kinds.keys()].join(', ')}` }]);
-    const input = kind.input.safeParse(body.input ?? {});
-    if (!input.success) throw invalid(fieldIssues(input.error, ['input']));
+    const input = kind.validate(body.input ?? {});
+    if (!input.ok) throw invalid(input.issues);
+    const partitions = partitionsOf(kind, input.input, body.partitions);
+    kindMemory(kind, input.input);
     const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
     const id = body.id ?? randomUUID();
-    return { record: { id, kind: kind.name, priority: body.priority, partitions: body.partitions, input: input.data, deadline }, explicitId: body.id !== undefined };
+    return { record: { id, kind: kind.name, priority: body.priority, partitions, input: input.input, deadline }, explicitId: body.id !== undefined };
   }
 
   /** The job, or undefined when unknown (or purged after server.resultTtlS). */
@@ -387,11 +429,23 @@ export class Service {
   }
 
   private start(job: JournalJob, partitions: number[], recorded: Map<number, unknown>): void {
-    const kind = this.kinds.get(job.kind) as KindDef;
+    const kind = this.kinds.get(job.kind);
+    if (!kind) {
+      // Journaled by a server that had this kind; this one was started without its module.
+      this.end(job.id, { state: 'failed', code: 'E_UNKNOWN_KIND', reason: `kind ${JSON.stringify(job.kind)} is not loaded on this server: start it with --kind <module> (or [kinds.${job.kind}] in the config)` });
+      return;
+    }
+    let memory: ReturnType<LoadedKind['memory']>;
+    try {
+      memory = kind.memory(job.input);
+    } catch (e) {
+      this.end(job.id, { state: 'failed', code: 'E_KIND_FAILED', reason: (e as Error).message });
+      return;
+    }
     const deadline = job.deadline === null ? undefined : this.runtime.now() + (job.deadline - Date.now());
     const routed: RoutedInput = { kind: job.kind, input: job.input, total: job.partitions, partitions, recorded };
     this.runs.set(job.id, partitions);
-    const spec = { id: job.id, kind: job.kind, priority: job.priority, partitions: partitions.length, memory: kind.memory(job.input), ...(deadline === undefined ? {} : { deadline }) };
+    const spec = { id: job.id, kind: job.kind, priority: job.priority, partitions: partitions.length, memory, ...(deadline === undefined ? {} : { deadline }) };
     this.runtime.submit(spec, routed).then(
       (result) => this.end(job.id, { state: 'done', result }),
       (e: unknown) => {
@@ -419,9 +473,8 @@ export class Service {
       return;
     }
     // Every partition finished before the stop: only the finish is left.
-    const outputs = range(job.partitions).map((p) => recorded.get(p));
     Promise.resolve()
-      .then(() => (this.kinds.get(job.kind) as KindDef).workload.finish({ jobId: job.id, input: job.input, outputs }))
+      .then(() => this.router.finish({ jobId: job.id, input: { kind: job.kind, input: job.input, total: job.partitions, partitions: [], recorded }, outputs: [] }))
       .then(
         (result) => this.end(job.id, { state: 'done', result }),
         (e: unknown) => this.end(job.id, { state: 'failed', code: 'E_FINISH_FAILED', reason: e instanceof Error ? e.message : String(e) }),
@@ -477,10 +530,47 @@ export class Service {
       partitionsDone: j.partitionsDone,
       partitionStates,
       resumes: j.resumes,
-      result: j.result ?? null,
+      ...resultFields(j.result),
       error: j.errorCode === null ? null : { code: j.errorCode, reason: j.errorReason ?? '' },
     };
   }
+}
+
+/** A result for a view: JSON as it is, bytes as base64 with `resultEncoding`. */
+export function resultFields(result: unknown): { result: unknown; resultEncoding?: 'base64' } {
+  if (result instanceof Uint8Array) return { result: Buffer.from(result.buffer, result.byteOffset, result.byteLength).toString('base64'), resultEncoding: 'base64' };
+  return { result: result ?? null };
+}
+
+/** The job's partition count: given, or derived from the input by the kind (both: they must agree). */
+function partitionsOf(kind: LoadedKind, input: unknown, given: number | undefined): number {
+  let derived: number | undefined;
+  try {
+    derived = kind.partitions(input);
+  } catch (e) {
+    if (e instanceof KindModuleError) throw kindFailed(e);
+    throw invalid([{ path: 'input', message: `kind ${kind.name} refused the input: ${(e as Error).message}` }]);
+  }
+  if (derived === undefined) {
+    if (given === undefined) throw invalid([{ path: 'partitions', message: `partitions must be a whole number from 1 to ${MAX_PARTITIONS}: kind ${kind.name} does not derive it from its input` }]);
+    return given;
+  }
+  if (given !== undefined && given !== derived) throw invalid([{ path: 'partitions', message: `kind ${kind.name} makes ${derived} partitions of this input: leave partitions out, or give ${derived}` }]);
+  return derived;
+}
+
+/** Checks that the kind's memory() works for this input (a kind's bug is the server's 500, a refusal the client's 400). */
+function kindMemory(kind: LoadedKind, input: unknown): void {
+  try {
+    kind.memory(input);
+  } catch (e) {
+    if (e instanceof KindModuleError) throw kindFailed(e);
+    throw invalid([{ path: 'input', message: `kind ${kind.name} refused the input: ${(e as Error).message}` }]);
+  }
+}
+
+function kindFailed(e: KindModuleError): ServiceError {
+  return new ServiceError(500, 'kind-failed', 'Kind module failed', `${e.message} — fix the kind module and restart the server`);
 }
 
 export function isFinal(state: JobState): boolean {
@@ -491,16 +581,13 @@ function range(n: number): number[] {
   return Array.from({ length: n }, (_, i) => i);
 }
 
-/** Zod issues as `errors[]`; an unknown key is named in the path (`foo`, `input.foo`), one error per key. */
-function fieldIssues(error: z.ZodError, base: PropertyKey[]): { path: string; message: string }[] {
+/** Zod issues of the body as `errors[]`; an unknown key is named in the path, one error per key. */
+function fieldIssues(error: z.ZodError): { path: string; message: string }[] {
   const join = (p: PropertyKey[]) => p.map(String).join('.');
   return error.issues.flatMap((i) =>
     i.code === 'unrecognized_keys'
-      ? i.keys.map((k) => ({
-          path: join([...base, ...i.path, k]),
-          message: `unknown field ${JSON.stringify(k)}: ${base.length === 0 && i.path.length === 0 ? `the fields are ${Object.keys(SubmitBody.shape).join(', ')}` : "remove it (GET /v1/kinds describes each kind's input)"}`,
-        }))
-      : [{ path: join([...base, ...i.path]), message: i.message }],
+      ? i.keys.map((k) => ({ path: join([...i.path, k]), message: `unknown field ${JSON.stringify(k)}: the fields are ${Object.keys(SubmitBody.shape).join(', ')}` }))
+      : [{ path: join(i.path), message: i.message }],
   );
 }
 

@@ -6,6 +6,8 @@ export interface StageContext {
   partition: number;
   /** The pooled shared buffer the preparation writes into and the device reads (no copy). */
   buffer: SharedArrayBuffer;
+  /** Preparation only: fires when the engine withdraws the partition (cancel, failure, shutdown); a preparation that stops early frees its slot sooner. */
+  signal?: AbortSignal;
 }
 
 /** A module run in the preparation threads: `export function prepare(input, ctx)`. */
@@ -18,26 +20,74 @@ export interface DeviceModule {
   run(input: unknown, ctx: StageContext & { meta: unknown; device: number; worker: number }): unknown;
 }
 
+/**
+ * How a thread calls a module: `workload` modules (ThreadedWorkload) get `prepare(input, ctx)`
+ * and `run(input, ctx)` with the prepared value as `ctx.meta`; `kind` modules (stoker serve's job
+ * kinds) get `prepare(input, ctx)` and `run(prepared, ctx)` with the input as `ctx.input`.
+ */
+export type CallStyle = 'workload' | 'kind';
+
+/** The context the threads build a module's `ctx` from (the buffer is absent when the partition has none). */
+export interface ThreadTaskContext {
+  jobId: string;
+  partition: number;
+  /** The job's partition count. */
+  partitions: number;
+  buffer?: SharedArrayBuffer;
+}
+
 export interface PrepareRequest {
   module: string;
+  style: CallStyle;
   input: unknown;
-  ctx: StageContext;
+  ctx: ThreadTaskContext;
+  /** Names this task in the pool's abort channel. */
+  task: number;
+  /** The BroadcastChannel on which the runtime announces the tasks it withdrew. */
+  abortChannel: string;
 }
 
 export interface DeviceWorkerData {
-  module: string;
   /** BigInt64Array layout: [busyNs, count] per worker slot. */
   counters: SharedArrayBuffer;
   device: number;
+  /** The device's kind as configured (`cpu`, `webgpu`): kind modules see it as ctx.deviceKind. */
+  deviceKind: string;
 }
 
 export interface DeviceRequest {
   id: number;
+  module: string;
+  style: CallStyle;
   /** The worker slot whose counters the step adds to, and the worker's index on its device. */
   slot: number;
   worker: number;
   input: unknown;
-  ctx: StageContext & { meta: unknown };
+  ctx: ThreadTaskContext & { meta: unknown };
 }
 
 export type DeviceReply = { id: number; ok: true; output: unknown } | { id: number; ok: false; message: string };
+
+/** A kind module's exports: its named exports, or its default export's properties when it has no `prepare` of its own. */
+export function kindExports(mod: Record<string, unknown>): Record<string, unknown> {
+  const d = mod['default'];
+  return typeof mod['prepare'] !== 'function' && d !== null && typeof d === 'object' ? (d as Record<string, unknown>) : mod;
+}
+
+/** Loads ES modules once per thread and checks that each exports the function a call needs. */
+export function moduleLoader<M>(what: string, fn: string, signature: (style: CallStyle) => string): (url: string, style: CallStyle) => Promise<M> {
+  const cache = new Map<string, Promise<M>>();
+  return (url, style) => {
+    const key = `${style} ${url}`;
+    let m = cache.get(key);
+    if (!m) {
+      m = (import(url) as Promise<Record<string, unknown>>).then((raw) => {
+        const mod = style === 'kind' ? kindExports(raw) : raw;
+        if (typeof mod[fn] !== 'function') throw new Error(`${style === 'kind' ? 'kind' : what} module ${url} must export a function ${signature(style)}`);
+        return mod as M;
+      });
+      cache.set(key, m);
+    }
+    return m;
+  };
+}

@@ -10,6 +10,6 @@ export async function prepare(input: NttProofInput, ctx: StageContext): Promise<
   const b = new Uint32Array(ctx.buffer, 4 * n, n);
   prepareInputs(input.seed, input.jobIndex, ctx.partition, input.logN, a, b);
   const samples = referenceSamples(input.logN, ctx.partition, a, b);
-  if (input.synthesisMs > 0) await sleep(input.synthesisMs);
+  if (input.synthesisMs > 0) await sleep(input.synthesisMs, undefined, ctx.signal ? { signal: ctx.signal } : {});
   return { samples };
 }

@@ -1,0 +1,276 @@
+/**
+ * Job kinds from ES modules: what a kind module exports, and how the server loads and checks one
+ * at start. A kind module is imported three times: by the server (its `input` schema, `memory`,
+ * `partitions` and `finish` run there), by the preparation threads (`prepare`) and by the device
+ * threads (`run`). Its `prepare` and `run` therefore must not rely on state shared with the
+ * server's copy of the module.
+ */
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
+import { kindExports } from '../runtime/threads/protocol.js';
+
+/** A JSON value. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** What `prepare` gets besides the job's input. */
+export interface PrepareContext {
+  /** The job's id. */
+  job: string;
+  /** This partition, 0-based (the job's own numbering, also after a restart). */
+  partition: number;
+  /** The job's partition count. */
+  partitions: number;
+  /** Fires when the partition is withdrawn (cancelled, its job failed, shutdown): stop early. */
+  signal: AbortSignal;
+  /** The partition's pooled shared buffer, when the kind exports `buffer(input)`: write prepared data here, the device step reads it without a copy. */
+  buffer?: SharedArrayBuffer;
+}
+
+/** What `run` gets besides the prepared value. */
+export interface RunContext {
+  job: string;
+  partition: number;
+  partitions: number;
+  /** The job's input (validated, defaults filled in). */
+  input: unknown;
+  /** Which device and worker runs the step. */
+  device: number;
+  worker: number;
+  /** The device's kind from the config (`[device] kind`): `"cpu"` or `"webgpu"`. */
+  deviceKind: string;
+  /** The partition's pooled shared buffer, as `prepare` left it. */
+  buffer?: SharedArrayBuffer;
+}
+
+/**
+ * A kind module's exports (named exports, or the same as the default export's properties).
+ * Outputs and results are JSON values or bytes (a Uint8Array, Buffer or ArrayBuffer as the whole
+ * value; bytes nested inside JSON are refused).
+ */
+export interface KindModule<Input = unknown, Prepared = unknown, Output = unknown, Result = unknown> {
+  /** The kind's name in `POST /v1/jobs {kind}`: letters, digits, `.`, `_`, `-`, at most 64. */
+  name: string;
+  /** One line for `GET /v1/kinds`. */
+  description?: string;
+  /** A JSON Schema (2020-12) of the job's input, checked at submit (errors name the field); `default`s are filled in. Absent: any JSON input. */
+  input?: object;
+  /** Bytes a partition holds while preparing and once on the device. @default `{ prepareBytes: buffer(input), deviceBytes: buffer(input) }`, or 0 and 0 without `buffer` */
+  memory?(input: Input): PartitionMemory;
+  /** Bytes of pooled shared buffer each partition gets as `ctx.buffer` (0: none). */
+  buffer?(input: Input): number;
+  /** The job's partition count from its input (then `partitions` may be left out of a submission). */
+  partitions?(input: Input): number;
+  /** Prepares one partition in a preparation thread (CPU work belongs here, never on the event loop); its value goes to `run`. */
+  prepare(input: Input, ctx: PrepareContext): Prepared | Promise<Prepared>;
+  /**
+   * The device step, in a device worker thread; its value is the partition's output. The thread
+   * times the call: that time is the worker's busy time (the item occupies the worker until the
+   * call returns), so return only once the device is free for the next item.
+   */
+  run?(prepared: Prepared, ctx: RunContext): Output | Promise<Output>;
+  /** The device that runs the step: `"default"` (this server's `[device]`), the only one so far. */
+  device?: string;
+  /**
+   * The job's result from the outputs in partition order (in the server's thread).
+   * @default the outputs as a JSON array; bytes outputs concatenated into one bytes result
+   */
+  finish?(outputs: Output[], input: Input, ctx: { job: string }): Result | Promise<Result>;
+}
+
+/** A kind module that does not fit; `module` and `export` name what to fix. Exit code 2 at start. */
+export class KindModuleError extends Error {
+  override readonly name = 'KindModuleError';
+  readonly code = 'E_KIND_MODULE';
+  constructor(
+    readonly module: string,
+    readonly exportName: string | undefined,
+    what: string,
+  ) {
+    super(`kind module ${module}${exportName ? `: export ${exportName}` : ''}: ${what}`);
+  }
+}
+
+/** One field's problem with a job input. */
+export interface InputIssue {
+  path: string;
+  message: string;
+}
+
+/** A loaded, checked kind. */
+export interface LoadedKind {
+  readonly name: string;
+  readonly description: string;
+  /** The module's file: URL (what the threads import). */
+  readonly url: string;
+  /** The input's JSON Schema, or null (any input). */
+  readonly schema: object | null;
+  /** Checks the input and fills in its defaults: the normalized input, or the problems (paths under `input`). */
+  validate(input: unknown): { ok: true; input: unknown } | { ok: false; issues: InputIssue[] };
+  memory(input: unknown): PartitionMemory;
+  bufferBytes(input: unknown): number;
+  /** The partition count the input implies, or undefined when the kind has no `partitions` export. */
+  partitions(input: unknown): number | undefined;
+  /** Whether the kind exports `partitions(input)`. */
+  readonly derivesPartitions: boolean;
+  finish(outputs: unknown[], input: unknown, job: string): Promise<unknown>;
+}
+
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+/** The devices a kind may name. */
+export const DEVICE_NAMES: readonly string[] = ['default'];
+const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'run', 'finish'] as const;
+
+const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true });
+
+/** A path or file: URL → its file: URL, relative paths resolved against `base`. */
+export function moduleUrl(spec: string | URL, base: string): string {
+  if (spec instanceof URL) return spec.href;
+  if (/^file:/.test(spec)) return spec;
+  return pathToFileURL(path.resolve(base, spec)).href;
+}
+
+/** Imports and checks a kind module; throws a {@link KindModuleError} naming the module and the export. */
+export async function loadKind(url: string, shown: string = url): Promise<LoadedKind> {
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(url)) as Record<string, unknown>;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    const why = code === 'ERR_MODULE_NOT_FOUND' && (e as Error).message.includes(url.replace(/^file:\/\//, '')) ? 'file not found: check the path' : `it does not load: ${(e as Error).message}`;
+    throw new KindModuleError(shown, undefined, why);
+  }
+  const m = kindExports(mod);
+  const fail = (exp: string, what: string) => new KindModuleError(shown, exp, what);
+  const name = m['name'];
+  if (typeof name !== 'string' || !NAME.test(name)) {
+    throw fail('name', `${name === undefined ? 'missing' : `got ${JSON.stringify(name) ?? String(name)}`}: export const name = "my-kind" (letters, digits, . _ -, at most 64), the kind in POST /v1/jobs`);
+  }
+  for (const f of FUNCTIONS) {
+    if (m[f] !== undefined && typeof m[f] !== 'function') throw fail(f, `must be a function (got ${typeof m[f]})`);
+  }
+  if (typeof m['prepare'] !== 'function') throw fail('prepare', 'missing: export async function prepare(input, ctx) — it prepares one partition in a preparation thread');
+  const device = m['device'];
+  if (device !== undefined && (typeof device !== 'string' || !DEVICE_NAMES.includes(device))) {
+    throw fail('device', `${JSON.stringify(device) ?? String(device)} names no device: this server has ${DEVICE_NAMES.map((d) => JSON.stringify(d)).join(', ')} (its [device]); leave device out to run on it`);
+  }
+  if (typeof m['run'] !== 'function') throw fail('run', 'missing: export async function run(prepared, ctx) — the device step, run on a device worker thread');
+  const description = m['description'];
+  if (description !== undefined && typeof description !== 'string') throw fail('description', `must be a string (got ${typeof description})`);
+  return {
+    name,
+    description: description ?? `kind from ${shown}`,
+    url,
+    schema: (m['input'] as object | undefined) ?? null,
+    validate: inputValidator(m['input'], fail),
+    memory: memoryOf(m, fail),
+    bufferBytes: bufferOf(m, fail),
+    partitions: partitionsOf(m, fail),
+    derivesPartitions: typeof m['partitions'] === 'function',
+    finish: finishOf(m),
+  };
+}
+
+type Fail = (exp: string, what: string) => KindModuleError;
+
+function inputValidator(schema: unknown, fail: Fail): LoadedKind['validate'] {
+  if (schema === undefined) return (input) => ({ ok: true, input });
+  if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) throw fail('input', 'must be a JSON Schema object, e.g. { type: "object", properties: { … } }');
+  let check: ValidateFunction;
+  try {
+    check = ajv.compile(schema);
+  } catch (e) {
+    throw fail('input', `is not a valid JSON Schema: ${(e as Error).message}`);
+  }
+  return (input) => {
+    const copy = structuredClone(input);
+    if (check(copy)) return { ok: true, input: copy };
+    return { ok: false, issues: (check.errors ?? []).map(describeIssue) };
+  };
+}
+
+const ARTICLE: Record<string, string> = { integer: 'an integer', number: 'a number', string: 'a string', object: 'an object', array: 'an array', boolean: 'true or false', null: 'null' };
+
+/** An ajv error as `{path: "input.x", message: "x must be …"}`; type errors add the field's description. */
+function describeIssue(e: ErrorObject): InputIssue {
+  const segments = e.instancePath.split('/').slice(1).map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+  const at = (extra?: string) => ['input', ...segments, ...(extra === undefined ? [] : [extra])].join('.');
+  const field = segments.at(-1) ?? 'input';
+  const p = e.params as Record<string, unknown>;
+  const desc = (e.parentSchema as { description?: unknown } | undefined)?.description;
+  switch (e.keyword) {
+    case 'additionalProperties':
+      return { path: at(String(p['additionalProperty'])), message: `unknown field ${JSON.stringify(p['additionalProperty'])}: remove it (GET /v1/kinds describes each kind's input)` };
+    case 'required':
+      return { path: at(String(p['missingProperty'])), message: `${String(p['missingProperty'])} is required` };
+    case 'type': {
+      const types = String(p['type']).split(',').map((t) => ARTICLE[t] ?? t);
+      return { path: at(), message: `${field} must be ${types.join(' or ')}${typeof desc === 'string' ? ` (${desc})` : ''}` };
+    }
+    case 'minimum':
+    case 'maximum':
+    case 'exclusiveMinimum':
+    case 'exclusiveMaximum': {
+      const op = { minimum: '≥', maximum: '≤', exclusiveMinimum: '>', exclusiveMaximum: '<' }[e.keyword];
+      return { path: at(), message: `${field} must be ${op} ${String(p['limit'])}` };
+    }
+    case 'enum':
+      return { path: at(), message: `${field} must be one of ${(p['allowedValues'] as unknown[]).map((v) => JSON.stringify(v)).join(', ')}` };
+    default:
+      return { path: at(), message: `${field} ${e.message ?? 'is invalid'}` };
+  }
+}
+
+const isBytes = (n: unknown) => typeof n === 'number' && Number.isFinite(n) && n >= 0;
+
+function bufferOf(m: Record<string, unknown>, fail: Fail): LoadedKind['bufferBytes'] {
+  const f = m['buffer'] as ((input: unknown) => unknown) | undefined;
+  if (!f) return () => 0;
+  return (input) => {
+    const n = f(input);
+    if (!isBytes(n) || !Number.isSafeInteger(n)) throw fail('buffer', `returned ${JSON.stringify(n) ?? String(n)}: it must return a whole number of bytes ≥ 0`);
+    return n as number;
+  };
+}
+
+function memoryOf(m: Record<string, unknown>, fail: Fail): LoadedKind['memory'] {
+  const f = m['memory'] as ((input: unknown) => unknown) | undefined;
+  const buffer = bufferOf(m, fail);
+  if (!f) {
+    return (input) => {
+      const b = buffer(input);
+      return { prepareBytes: b, deviceBytes: b };
+    };
+  }
+  return (input) => {
+    const r = f(input) as Partial<PartitionMemory> | null;
+    if (r === null || typeof r !== 'object' || !isBytes(r.prepareBytes) || !isBytes(r.deviceBytes)) {
+      throw fail('memory', `returned ${JSON.stringify(r) ?? String(r)}: it must return { prepareBytes, deviceBytes }, each a number of bytes ≥ 0`);
+    }
+    return { prepareBytes: r.prepareBytes as number, deviceBytes: r.deviceBytes as number };
+  };
+}
+
+function partitionsOf(m: Record<string, unknown>, fail: Fail): LoadedKind['partitions'] {
+  const f = m['partitions'] as ((input: unknown) => unknown) | undefined;
+  if (!f) return () => undefined;
+  return (input) => {
+    const n = f(input);
+    if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 1 || n > MAX_PARTITIONS) {
+      throw fail('partitions', `returned ${JSON.stringify(n) ?? String(n)}: it must return a whole number from 1 to ${MAX_PARTITIONS}`);
+    }
+    return n;
+  };
+}
+
+function finishOf(m: Record<string, unknown>): LoadedKind['finish'] {
+  const f = m['finish'] as KindModule['finish'];
+  if (f) return async (outputs, input, job) => f(outputs, input, { job });
+  return async (outputs) => {
+    const bytes = outputs.filter((o) => o instanceof Uint8Array);
+    if (bytes.length === 0) return outputs;
+    if (bytes.length !== outputs.length) throw new Error('some partition outputs are bytes and some JSON: export finish(outputs, input) to combine them');
+    return Buffer.concat(bytes as Uint8Array[]);
+  };
+}
