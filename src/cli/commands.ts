@@ -11,6 +11,7 @@ import { measureSpeed } from '../sim/speed.js';
 import { DEMO_DEFAULTS, runDemo, type DemoBackend, type DemoOptions, type DemoSummary } from '../runtime/demo.js';
 import { serviceBackend } from '../server/demo-service.js';
 import { measureOverhead } from '../runtime/overhead.js';
+import { requireOptional } from '../runtime/optional.js';
 import { toChromeTrace } from '../web/chrome-trace.js';
 import { renderHtmlReport } from '../web/report-html.js';
 import { formatMetric, formatTable } from './table.js';
@@ -302,6 +303,7 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
   const logN = positive('--log-n', flags.logN);
   if (logN > 20) throw new UsageError(`--log-n must be ≤ 20 (got ${logN}): larger NTTs are beyond this demo`);
   if (flags.device !== 'cpu' && flags.device !== 'webgpu') throw new UsageError(`--device must be cpu or webgpu (got ${JSON.stringify(flags.device)})`);
+  if (flags.device === 'webgpu') requireOptional('--device webgpu', ['webgpu']);
   const base: Omit<DemoOptions, 'pacer'> = {
     seconds: positive('--seconds', flags.seconds),
     device: flags.device,
@@ -369,4 +371,5 @@ export async function overheadCommand(flags: { items: string; json?: boolean }, 
     return;
   }
   io.out(formatTable(['what', 'items', 'items/s', 'µs per item'], rows.map((r) => [r.what, String(r.items), Math.round(r.itemsPerSec).toLocaleString('en-US'), r.usPerItem.toFixed(1)])));
+  if (!rows.some((r) => r.what.startsWith('p-queue'))) io.err('(p-queue is not installed: `npm install p-queue` to time it beside the runtime)\n');
 }

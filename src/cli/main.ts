@@ -9,6 +9,7 @@ import { benchCommand, demoCommand, overheadCommand, pacersCommand, scenariosCom
 import { DEMO_DEFAULTS } from '../runtime/demo.js';
 import { CONFIG_DOC, ConfigError } from '../server/config.js';
 import { KindModuleError } from '../server/kind-module.js';
+import { OptionalPackageError } from '../runtime/optional.js';
 import { cancelCommand, ClientError, configPrintCommand, serveCommand, statusCommand, submitCommand, traceExportCommand, waitCommand, type ClientFlags, type ConfigFlags, type SubmitFlags, type TraceExportFlags } from './service-commands.js';
 
 export type { Io } from './commands.js';
@@ -86,7 +87,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .action((flags: DemoFlags) => demoCommand(flags, io));
 
   p.command('overhead')
-    .description("the runtime's own cost per item: no-op stages in process and on threads, the engine alone, and p-queue beside it")
+    .description("the runtime's own cost per item: no-op stages in process and on threads, the engine alone, and p-queue beside it (when installed)")
     .option('--items <n>', 'items per measurement', '50000')
     .option('--json', 'print the measurements as JSON')
     .action((flags: { items: string; json?: boolean }) => overheadCommand(flags, io));
@@ -184,7 +185,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
 function exitCodeOf(e: unknown): number {
   if (e instanceof UsageError || e instanceof ScenarioError || e instanceof PacerModuleError) return 2;
   if (e instanceof StokerError && (e.code === 'E_UNKNOWN_PACER' || e.code === 'E_INVALID_OPTION')) return 2;
-  if (e instanceof ConfigError || e instanceof KindModuleError) return 2;
+  if (e instanceof ConfigError || e instanceof KindModuleError || e instanceof OptionalPackageError) return 2;
   if (e instanceof ClientError) return e.exitCode;
   return 1;
 }

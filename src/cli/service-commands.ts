@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { importOptional } from '../runtime/optional.js';
 import { configToToml, loadConfig, type ServeConfig } from '../server/config.js';
 import { BUILT_IN_KINDS, loadKinds } from '../server/kinds.js';
 import { kindSources, startServer, type RunningServer } from '../server/serve.js';
@@ -34,7 +35,7 @@ export async function configPrintCommand(flags: ConfigFlags, io: Io): Promise<vo
 /** A local server, or with cluster.redis a cluster node (src/cluster, loaded only then). */
 async function start(cfg: ServeConfig): Promise<RunningServer> {
   if (cfg.cluster.redis === 'none') return startServer(cfg);
-  const { startClusterServer } = await import('../cluster/cluster-service.js');
+  const { startClusterServer } = await importOptional(() => import('../cluster/cluster-service.js'), 'cluster mode (--cluster, cluster.redis)', ['bullmq', 'ioredis']);
   return startClusterServer(cfg);
 }
 

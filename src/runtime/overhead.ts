@@ -1,5 +1,4 @@
 import { performance } from 'node:perf_hooks';
-import PQueue from 'p-queue';
 import { createPacer, Engine, type Command } from '../core/index.js';
 import { Runtime, type Workload } from './runtime.js';
 import { ThreadedWorkload } from './threaded.js';
@@ -53,8 +52,17 @@ function engineOnly(items: number, partitions: number): number {
   return performance.now() - t0;
 }
 
-/** p-queue doing the same no-op work (prepare then run per item, concurrency 64): the baseline users have today. */
-async function throughPQueue(items: number): Promise<number> {
+/**
+ * p-queue doing the same no-op work (prepare then run per item, concurrency 64): the baseline
+ * users have today. p-queue is not a dependency of stoker: undefined when it is not installed.
+ */
+async function throughPQueue(items: number): Promise<number | undefined> {
+  let PQueue: typeof import('p-queue').default;
+  try {
+    PQueue = (await import('p-queue')).default;
+  } catch {
+    return undefined;
+  }
   const q = new PQueue({ concurrency: 64 });
   const t0 = performance.now();
   const all: Promise<unknown>[] = [];
@@ -72,14 +80,16 @@ async function throughPQueue(items: number): Promise<number> {
 
 /**
  * The runtime's own cost: no-op stages in process (≥ 50,000 items/s is the goal), the engine alone,
- * p-queue doing the same work, and no-op stages on worker threads (message passing included).
+ * p-queue doing the same work (where it is installed: `npm install p-queue`), and no-op stages on
+ * worker threads (message passing included).
  */
 export async function measureOverhead(items = 50_000, threadedItems = 5_000, partitions = 10): Promise<OverheadRow[]> {
   // Warm the JIT once so the first row is not penalised.
   await throughRuntime(noop, 2_000, partitions);
   const rows = [row('runtime, in-process no-op stages', items, await throughRuntime(noop, items, partitions))];
   rows.push(row('engine alone (state machine only)', items, engineOnly(items, partitions)));
-  rows.push(row('p-queue, same no-op work', items, await throughPQueue(items)));
+  const pq = await throughPQueue(items);
+  if (pq !== undefined) rows.push(row('p-queue, same no-op work', items, pq));
   const threaded = new ThreadedWorkload<null, null, unknown>({
     prepareModule: new URL('./workloads/noop-prepare.js', import.meta.url).href,
     deviceModule: new URL('./workloads/noop-device.js', import.meta.url).href,

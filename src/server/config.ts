@@ -121,10 +121,24 @@ export class ConfigError extends Error {
   }
 }
 
+/** Settings in the shape of the TOML file, every field optional (for {@link loadConfig}'s `values`). */
+export interface ConfigValues {
+  dataDir?: string;
+  server?: Partial<ServerConfig>;
+  engine?: Partial<Omit<EngineConfig, 'budgetBytes' | 'deviceTimeoutS'>> & { budgetBytes?: number | 'unlimited'; deviceTimeoutS?: number | 'none' };
+  device?: Partial<DeviceConfig>;
+  prepare?: Partial<PrepareConfig>;
+  cluster?: Partial<ClusterConfig>;
+  /** Kind modules by name: `{ embed: { module: './embed-kind.mjs' } }` (a path, or a file: URL). */
+  kinds?: Record<string, { module: string }>;
+}
+
 /** Options of {@link loadConfig}. */
 export interface LoadConfigOptions {
   /** A TOML file (`--config path`), relative to `cwd`. */
   file?: string;
+  /** Settings from a program, in the file's shape and checked the same way (relative paths against `cwd`); they override the file. */
+  values?: ConfigValues;
   /** The environment; `process.env` when omitted. An empty value counts as unset. */
   env?: NodeJS.ProcessEnv | Record<string, string | undefined>;
   /** Flags already parsed by the CLI. */
@@ -496,7 +510,7 @@ function defaults(cwd: string): ServeConfig {
 const finiteOr = (v: number | string): number => (typeof v === 'number' ? v : Infinity);
 
 /**
- * Loads the daemon's configuration: the defaults, then `file`, then `env`, then `flags`, each
+ * Loads the daemon's configuration: the defaults, then `file`, then `values`, then `env`, then `flags`, each
  * later source overriding field by field (a table such as `engine.pacerOptions` is replaced
  * whole). Throws a {@link ConfigError} listing every problem of every source.
  */
@@ -507,6 +521,11 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
   if (opts.file !== undefined) {
     const s = readFileLayer(opts.file, cwd, issues);
     if (s) sources.push(s);
+  }
+  if (opts.values !== undefined) {
+    const r = FileSchema.safeParse(opts.values);
+    if (r.success) sources.push({ layer: r.data, base: cwd });
+    else issues.push(...zodIssues('loadConfig({ values })', r.error));
   }
   sources.push(envLayer(opts.env ?? process.env, cwd, issues));
   if (opts.flags) sources.push(flagLayer(opts.flags, cwd, issues));

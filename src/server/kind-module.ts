@@ -196,7 +196,8 @@ const ARTICLE: Record<string, string> = { integer: 'an integer', number: 'a numb
 function describeIssue(e: ErrorObject): InputIssue {
   const segments = e.instancePath.split('/').slice(1).map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
   const at = (extra?: string) => ['input', ...segments, ...(extra === undefined ? [] : [extra])].join('.');
-  const field = segments.at(-1) ?? 'input';
+  // The field as code would name it: texts[0], options.dim.
+  const field = segments.reduce((acc, seg) => (/^\d+$/.test(seg) ? `${acc}[${seg}]` : acc === '' ? seg : `${acc}.${seg}`), '') || 'input';
   const p = e.params as Record<string, unknown>;
   const desc = (e.parentSchema as { description?: unknown } | undefined)?.description;
   switch (e.keyword) {

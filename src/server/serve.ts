@@ -1,5 +1,6 @@
 import { pathToFileURL } from 'node:url';
 import type { FastifyInstance } from 'fastify';
+import { requireOptional } from '../runtime/optional.js';
 import { buildApp, type ApiService } from './app.js';
 import type { ServeConfig } from './config.js';
 import { loadKinds, type KindSource } from './kinds.js';
@@ -30,6 +31,7 @@ export function kindSources(config: ServeConfig): KindSource[] {
  */
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
   if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${config.cluster.redis}: start a cluster node with startClusterServer from stoker/cluster`);
+  if (config.device.kind === 'webgpu') requireOptional('the WebGPU device ([device] kind = "webgpu")', ['webgpu']);
   const kinds = await loadKinds(kindSources(config));
   const service = Service.open(config, kinds);
   const app = buildApp(service);

@@ -10,6 +10,7 @@
  * pointwise product is corrected with one more REDC by R² mod p.
  */
 import { BABYBEAR_P, MAX_NTT_LOG_N, mulMod, rootOfUnity } from './ntt.js';
+import { importOptional, OptionalPackageError } from '../optional.js';
 
 /** Montgomery constants for R = 2^32: R mod p, R² mod p, and −p⁻¹ mod 2^32. */
 export const R_MOD_P = 268435454;
@@ -131,9 +132,9 @@ const instances = new Set<GPU>();
 export async function openGpu(): Promise<GpuOpen> {
   let mod: GpuModule;
   try {
-    mod = (await import('webgpu')) as unknown as GpuModule;
+    mod = (await importOptional(() => import('webgpu'), 'the WebGPU device', ['webgpu'])) as unknown as GpuModule;
   } catch (e) {
-    return { device: null, description: `the webgpu package could not be loaded: ${e instanceof Error ? e.message : String(e)}` };
+    return { device: null, description: e instanceof OptionalPackageError ? e.message : `the webgpu package could not be loaded: ${e instanceof Error ? e.message : String(e)}` };
   }
   const all: { flags: string[]; options?: GPURequestAdapterOptions; name: string }[] = [
     { flags: ['backend=vulkan'], name: 'vulkan' },

@@ -1,0 +1,19 @@
+/**
+ * stoker/server: the service (`stoker serve`) from your own program — its configuration, your job
+ * kinds, and a server that runs them behind the HTTP API, the journal, metrics and the dashboard.
+ *
+ * ```js
+ * import { loadConfig, startServer } from 'stoker/server';
+ * const server = await startServer(loadConfig({ values: { dataDir: './data', kinds: { embed: { module: './embed-kind.mjs' } } } }));
+ * console.log(server.url);        // http://127.0.0.1:7070
+ * await server.close();           // graceful: in-flight partitions finish, the rest resume on the next start
+ * ```
+ */
+export { startServer, type RunningServer } from './serve.js';
+export { loadConfig, configToToml, ConfigError, CONFIG_DOC, type ConfigIssue, type ConfigValues, type KindConfig, type LoadConfigOptions, type ServeConfig, type ServerConfig, type EngineConfig, type DeviceConfig, type PrepareConfig, type ClusterConfig } from './config.js';
+export { loadKind, KindModuleError, type Json, type KindModule, type LoadedKind, type PrepareContext, type RunContext } from './kind-module.js';
+export { BUILT_IN_KINDS, loadKinds, type KindSource } from './kinds.js';
+export { Service, ServiceError, type JobView, type KindView, type ServiceEvent, type SubmitBody, type TimelineView } from './service.js';
+export { buildApp, type ApiService } from './app.js';
+export { Journal, JournalError, type JobState, type JournalJob } from './journal.js';
+export { OptionalPackageError } from '../runtime/optional.js';

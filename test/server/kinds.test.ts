@@ -1,0 +1,192 @@
+/**
+ * Job kinds from the user's modules, through real `stoker serve` processes (dist/): a kind with a
+ * thread device runs end to end (contexts, partitions from the input, bytes results, a withdrawn
+ * preparation's signal), and every kind of bad module is refused at start with exit 2, naming the
+ * module and the export.
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+
+const FIXTURES = path.resolve(import.meta.dirname, '../fixtures/kinds');
+const PROBE = path.join(FIXTURES, 'probe-kind.mjs');
+const DOUBLER = path.join(FIXTURES, 'default-kind.mjs');
+
+function run(args: string[], cwd?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { cwd, timeout: 30_000, env: { ...process.env, STOKER_PREPARE_THREADS: '1' } }, (err, stdout, stderr) => {
+      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+describe('a kind module with a thread device', () => {
+  let server: ServerProcess;
+  let dir: string;
+  let markers: string;
+
+  beforeAll(async () => {
+    dir = tempDataDir();
+    markers = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-markers-'));
+    server = await startServer(dir, ['--kind', PROBE, '--kind', DOUBLER]);
+  });
+  afterAll(async () => {
+    await server?.stop();
+    removeDir(dir);
+    removeDir(markers);
+  });
+
+  it('is listed by GET /v1/kinds with its schema and memory, beside the built-ins', async () => {
+    expect(server.output()).toContain('kinds ntt-proof, sleep, probe, doubler');
+    const r = await http(server.url, 'GET', '/v1/kinds');
+    const probe = (r.body as { name: string }[]).find((k) => k.name === 'probe');
+    expect(probe).toEqual({ name: 'probe', description: 'reports what its stages see (tests)', input: expect.objectContaining({ required: ['items'] }), memory: null, partitionsFromInput: true });
+    const doubler = (r.body as { name: string }[]).find((k) => k.name === 'doubler');
+    expect(doubler).toEqual({ name: 'doubler', description: `kind from ${DOUBLER}`, input: null, memory: { prepareBytes: 0, deviceBytes: 0 }, partitionsFromInput: false });
+  });
+
+  it('runs prepare in a preparation thread and run in a device thread with the contexts the README names', async () => {
+    const sub = await http(server.url, 'POST', '/v1/jobs', { id: 'p1', kind: 'probe', input: { items: 3 } });
+    expect(sub.status).toBe(202);
+    expect(sub.body).toMatchObject({ partitions: 3, input: { items: 3, mode: 'probe' } });
+    const r = await http(server.url, 'GET', '/v1/jobs/p1/result?wait=20s');
+    expect(r.body.state, JSON.stringify(r.body)).toBe('done');
+    const { job, outputs } = r.body.result as { job: string; outputs: Record<string, unknown>[] };
+    expect(job).toBe('p1');
+    expect(outputs).toHaveLength(3);
+    outputs.forEach((o, p) => {
+      expect(o).toMatchObject({
+        prepared: { job: 'p1', partition: p, partitions: 3, bufferBytes: expect.any(Number), aborted: false, mainThread: false },
+        // The device read what the preparation wrote into the shared buffer.
+        sum: 4 * p * 1000 + 6,
+        job: 'p1',
+        partition: p,
+        partitions: 3,
+        items: 3,
+        device: 0,
+        worker: expect.any(Number),
+        deviceKind: 'cpu',
+        mainThread: false,
+      });
+      expect((o['prepared'] as { bufferBytes: number }).bufferBytes).toBeGreaterThanOrEqual(64);
+      expect(o['threadId']).not.toBe((o['prepared'] as { threadId: number }).threadId);
+    });
+  });
+
+  it('checks the input against the schema and the partitions against partitions(input)', async () => {
+    const bad = await http(server.url, 'POST', '/v1/jobs', { kind: 'probe', input: { items: 0, extra: 1 } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.errors).toEqual(expect.arrayContaining([{ path: 'input.items', message: 'items must be ≥ 1' }, { path: 'input.extra', message: expect.stringMatching(/unknown field "extra"/) }]));
+    const missing = await http(server.url, 'POST', '/v1/jobs', { kind: 'probe', input: {} });
+    expect(missing.body.errors).toEqual([{ path: 'input.items', message: 'items is required' }]);
+    const disagree = await http(server.url, 'POST', '/v1/jobs', { kind: 'probe', partitions: 5, input: { items: 2 } });
+    expect(disagree.body.errors).toEqual([{ path: 'partitions', message: 'kind probe makes 2 partitions of this input: leave partitions out, or give 2' }]);
+    const agree = await http(server.url, 'POST', '/v1/jobs', { kind: 'probe', partitions: 2, input: { items: 2 } });
+    expect(agree.status).toBe(202);
+    const none = await http(server.url, 'POST', '/v1/jobs', { kind: 'doubler' });
+    expect(none.body.errors).toEqual([{ path: 'partitions', message: expect.stringMatching(/whole number.*kind doubler does not derive it/) }]);
+  });
+
+  it('runs a default-export module without finish: the outputs in partition order', async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 'd1', kind: 'doubler', partitions: 4, input: { base: 10 } });
+    const r = await http(server.url, 'GET', '/v1/jobs/d1/result?wait=20s');
+    expect(r.body).toMatchObject({ state: 'done', result: [20, 22, 24, 26] });
+  });
+
+  it('keeps bytes results as bytes: base64 in JSON, raw with Accept: application/octet-stream', async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 'b1', kind: 'probe', input: { items: 3, mode: 'bytes' } });
+    const r = await http(server.url, 'GET', '/v1/jobs/b1/result?wait=20s');
+    expect(r.body).toMatchObject({ state: 'done', resultEncoding: 'base64' });
+    expect([...Buffer.from(r.body.result as string, 'base64')]).toEqual([0, 1, 2, 1, 2, 3, 2, 3, 4]);
+    const view = await http(server.url, 'GET', '/v1/jobs/b1');
+    expect(view.body).toMatchObject({ resultEncoding: 'base64', result: r.body.result });
+    const raw = await fetch(new URL('/v1/jobs/b1/result', server.url), { headers: { accept: 'application/octet-stream' } });
+    expect(raw.status).toBe(200);
+    expect(raw.headers.get('content-type')).toBe('application/octet-stream');
+    expect([...new Uint8Array(await raw.arrayBuffer())]).toEqual([0, 1, 2, 1, 2, 3, 2, 3, 4]);
+    // A JSON result asked for as bytes: 406, saying what to ask for.
+    const json = await http(server.url, 'GET', '/v1/jobs/d1/result', undefined, { accept: 'application/octet-stream' });
+    expect(json.status).toBe(406);
+    expect(json.body.detail).toMatch(/JSON value, not bytes: ask with Accept: application\/json/);
+  });
+
+  it("fires a withdrawn preparation's ctx.signal in its thread", async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 'h1', kind: 'probe', input: { items: 2, mode: 'hang', markerDir: markers } });
+    await waitUntil(async () => ((await http(server.url, 'GET', '/v1/jobs/h1')).body.state === 'running' ? true : undefined), 10_000, 'h1 running');
+    expect((await http(server.url, 'DELETE', '/v1/jobs/h1')).body.state).toBe('cancelled');
+    const seen = await waitUntil(async () => {
+      const files = fs.readdirSync(markers).sort();
+      return files.length === 2 ? files : undefined;
+    }, 10_000, 'both preparations to see their signal');
+    expect(seen).toEqual(['aborted-0', 'aborted-1']);
+    expect(fs.readFileSync(path.join(markers, 'aborted-0'), 'utf8')).toBe('true');
+  });
+});
+
+describe('bad kind modules are refused at start', () => {
+  let dir: string;
+  const write = (file: string, text: string) => {
+    const p = path.join(dir, file);
+    fs.writeFileSync(p, text);
+    return p;
+  };
+  beforeAll(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-kinds-'));
+  });
+  afterAll(() => removeDir(dir));
+
+  const ok = 'export const name = "k"; export async function prepare() { return 1; } export function run(p) { return p; }';
+  const cases: [file: string, source: string | null, exportName: string | undefined, message: RegExp][] = [
+    ['missing.mjs', null, undefined, /file not found: check the path/],
+    ['syntax.mjs', 'export const name = ;', undefined, /does not load: .*(Unexpected|SyntaxError)/],
+    ['throws.mjs', 'throw new Error("no GPU here");', undefined, /does not load: no GPU here/],
+    ['no-name.mjs', 'export async function prepare() {} export function run() {}', 'name', /missing: export const name = "my-kind"/],
+    ['bad-name.mjs', 'export const name = "has space"; export async function prepare() {} export function run() {}', 'name', /got "has space"/],
+    ['no-prepare.mjs', 'export const name = "k"; export function run() {}', 'prepare', /missing: export async function prepare\(input, ctx\)/],
+    ['prepare-value.mjs', 'export const name = "k"; export const prepare = 3; export function run() {}', 'prepare', /must be a function \(got number\)/],
+    ['no-run.mjs', 'export const name = "k"; export async function prepare() {}', 'run', /missing: export async function run\(prepared, ctx\)/],
+    ['device-unknown.mjs', `${ok} export const device = "gpu9";`, 'device', /"gpu9" names no device: this server has "default"/],
+    ['device-number.mjs', `${ok} export const device = 42;`, 'device', /42 names no device/],
+    ['input-array.mjs', `${ok} export const input = [1];`, 'input', /must be a JSON Schema object/],
+    ['input-bad.mjs', `${ok} export const input = { type: "nope" };`, 'input', /is not a valid JSON Schema/],
+    ['memory-value.mjs', `${ok} export const memory = { prepareBytes: 1 };`, 'memory', /must be a function \(got object\)/],
+    ['clash.mjs', 'export const name = "sleep"; export async function prepare() {} export function run() {}', 'name', /"sleep" is already the name of built-in sleep/],
+  ];
+
+  it.each(cases)('%s', async (file, source, exportName, message) => {
+    const module = source === null ? path.join(dir, file) : write(file, source);
+    const r = await run(['serve', '--port', '0', '--data', path.join(dir, `data-${file}`), '--kind', module]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stdout).not.toContain('listening');
+    expect(r.stderr).toContain(`error: kind module ${module}${exportName ? `: export ${exportName}:` : ':'}`);
+    expect(r.stderr).toMatch(message);
+  });
+
+  it('a [kinds.NAME] in the config file whose module has another name', async () => {
+    write('named.mjs', ok);
+    const config = write('stoker.toml', '[kinds.embed]\nmodule = "./named.mjs"\n');
+    const r = await run(['serve', '--config', config, '--port', '0', '--data', path.join(dir, 'data-named')]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`kind module ${path.join(dir, 'named.mjs')}: export name: is "k" but the config calls it [kinds.embed]`);
+  });
+
+  it('the same module twice', async () => {
+    const module = write('twice.mjs', ok);
+    const r = await run(['serve', '--port', '0', '--data', path.join(dir, 'data-twice'), '--kind', module, '--kind', module]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/export name: "k" is already the name of/);
+  });
+
+  it('config print names --kind modules by their own name, and loads back the same', async () => {
+    const module = write('printed.mjs', ok.replace('"k"', '"printed"'));
+    const r = await run(['config', 'print', '--kind', module]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`[kinds.printed]\nmodule = ${JSON.stringify(module)}\n`);
+    const file = write('printed.toml', r.stdout);
+    const again = await run(['config', 'print', '--config', file]);
+    expect(again.stdout).toBe(r.stdout);
+  });
+});
