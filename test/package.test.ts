@@ -150,7 +150,7 @@ describe('the packed tarball, installed into an empty folder', () => {
       const d = await folder();
       const kindFile = path.join(d, 'embed-kind.mjs');
       fs.copyFileSync(path.join(ROOT, 'examples/embeddings/embed-kind.mjs'), kindFile);
-      const child = spawn(path.join(d, 'node_modules/.bin/stoker'), ['serve', '--kind', './embed-kind.mjs', '--port', '0', '--data', './data'], { cwd: d, env: { ...process.env, STOKER_PREPARE_THREADS: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(path.join(d, 'node_modules/.bin/stoker'), ['serve', '--kind', './embed-kind.mjs', '--port', '0', '--data', './data-embed'], { cwd: d, env: { ...process.env, STOKER_PREPARE_THREADS: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       child.stdout.on('data', (b: Buffer) => (out += b.toString()));
       child.stderr.on('data', (b: Buffer) => (out += b.toString()));
@@ -188,6 +188,20 @@ describe('the packed tarball, installed into an empty folder', () => {
         child.kill('SIGTERM');
         await exited;
       }
+    },
+    700_000,
+  );
+
+  it(
+    "runs examples/embeddings/serve.mjs: a server started from the user's program through stoker/server",
+    async () => {
+      const d = await folder();
+      const app = fs.mkdtempSync(path.join(d, 'app-'));
+      for (const f of ['embed-kind.mjs', 'serve.mjs']) fs.copyFileSync(path.join(ROOT, 'examples/embeddings', f), path.join(app, f));
+      const r = await sh(process.execPath, ['serve.mjs'], app, 120_000);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/^3 texts → 64 floats each, in 2 partitions; first vector starts -?\d\.\d{4} -?\d\.\d{4} -?\d\.\d{4}; equal to embed\(\)\n$/);
+      expect(fs.existsSync(path.join(app, 'embed-data/stoker.db'))).toBe(true);
     },
     700_000,
   );

@@ -224,3 +224,43 @@ describe('Runtime with a buffer pool', () => {
     await rt.close();
   });
 });
+
+describe("a device step's busyMs", () => {
+  /** Devices that take 30 ms of the manual clock and report `busy` (undefined: leave it out). */
+  function withBusy(busy: unknown) {
+    const clock = new ManualClock();
+    const workload: Workload<number, number, number, number> = {
+      prepare: () => Promise.resolve(1),
+      run: () => new Promise((resolve) => clock.schedule(() => resolve((busy === undefined ? { output: 2 } : { output: 2, busyMs: busy }) as { output: number; busyMs?: number }), 30)),
+      finish: (j) => j.outputs.length,
+    };
+    const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'unpaced', clock, retries: 0 });
+    const run = async (ms: number) => {
+      for (let t = 0; t < ms; t += 5) {
+        clock.advance(5);
+        await tick();
+      }
+    };
+    return { rt, run };
+  }
+
+  it('left out: the step wall time from the call until it settled is the busy time', async () => {
+    const { rt, run } = withBusy(undefined);
+    const p = rt.submit(job('w', 2), 0);
+    await run(200);
+    await expect(p).resolves.toBe(2);
+    expect(rt.status().counters.deviceBusyMs).toBe(60);
+  });
+
+  it.each([[Number.NaN], [-1], [Infinity], ['12']])('%s fails the step with an error naming busyMs', async (busy) => {
+    const { rt, run } = withBusy(busy);
+    const p = rt.submit(job('bad', 1), 0);
+    const settled = p.catch((e: unknown) => e);
+    await run(100);
+    const e = (await settled) as StokerError;
+    expect(e).toBeInstanceOf(StokerError);
+    expect(e.code).toBe('E_DEVICE_FAILED');
+    expect(e.message).toMatch(/busyMs = .*busyMs must be a finite number ≥ 0/);
+    expect(rt.status().counters.deviceBusyMs).toBe(0);
+  });
+});

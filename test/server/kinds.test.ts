@@ -126,6 +126,26 @@ describe('a kind module with a thread device', () => {
   });
 });
 
+it('a journaled job whose kind module is no longer given fails on resume with E_UNKNOWN_KIND; the others resume', async () => {
+  const dir = tempDataDir();
+  try {
+    const first = await startServer(dir, ['--kind', PROBE]);
+    await http(first.url, 'POST', '/v1/jobs', { id: 'orphan', kind: 'probe', input: { items: 1, mode: 'hang', markerDir: os.tmpdir() } });
+    await http(first.url, 'POST', '/v1/jobs', { id: 'kept', kind: 'sleep', partitions: 1, input: { prepareMs: 60_000 } });
+    await first.crash();
+    const second = await startServer(dir);
+    try {
+      const orphan = await http(second.url, 'GET', '/v1/jobs/orphan/result?wait=10s');
+      expect(orphan.body).toMatchObject({ state: 'failed', error: { code: 'E_UNKNOWN_KIND', reason: expect.stringMatching(/kind "probe" is not loaded on this server: start it with --kind <module>/) } });
+      expect((await http(second.url, 'GET', '/v1/jobs/kept')).body).toMatchObject({ state: 'running', resumes: 1 });
+    } finally {
+      await second.crash();
+    }
+  } finally {
+    removeDir(dir);
+  }
+});
+
 describe('bad kind modules are refused at start', () => {
   let dir: string;
   const write = (file: string, text: string) => {
