@@ -26,4 +26,14 @@ export default tseslint.config(
       'no-restricted-imports': ['error', { patterns: ['node:*', '../sim/*', '../cli/*', 'fs', 'path'] }],
     },
   },
+  // Dependencies point inward and down: nothing imports the CLI; the server does not know cluster
+  // mode exists (the CLI chooses) and loads kind modules by URL only; the runtime and the
+  // simulator know neither the server nor the kinds.
+  ...[
+    ['src/runtime/**/*.ts', ['../server/*', '../../server/*', '../cluster/*', '../../cluster/*', '../cli/*', '../../cli/*', '../kinds/*', '../../kinds/*']],
+    ['src/sim/**/*.ts', ['../server/*', '../cluster/*', '../cli/*', '../kinds/*', '../runtime/*']],
+    ['src/server/**/*.ts', ['../cluster/*', '../cli/*', '../kinds/*']],
+    ['src/kinds/**/*.ts', ['../cluster/*', '../cli/*']],
+    ['src/cluster/**/*.ts', ['../cli/*']],
+  ].map(([files, patterns]) => ({ files: [files], rules: { 'no-restricted-imports': ['error', { patterns }] } })),
 );

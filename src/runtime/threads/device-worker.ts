@@ -27,7 +27,8 @@ port.on('message', (req: DeviceRequest) => {
   void (async () => {
     let reply: DeviceReply;
     try {
-      const mod = await load(req.module, req.style);
+      const m = load(req.module, req.style);
+      const mod = m instanceof Promise ? await m : m;
       const t0 = performance.now();
       const output = await call(mod, req);
       const ns = BigInt(Math.round((performance.now() - t0) * 1e6));

@@ -32,7 +32,8 @@ function listen(name: string): void {
 
 export default async function prepareTask(req: PrepareRequest): Promise<{ meta: unknown; latencyMs: number }> {
   listen(req.abortChannel);
-  const mod = await load(req.module, req.style);
+  const m = load(req.module, req.style);
+  const mod = m instanceof Promise ? await m : m;
   const controller = new AbortController();
   if (early.delete(req.task)) controller.abort(new Error('the partition was withdrawn'));
   running.set(req.task, controller);

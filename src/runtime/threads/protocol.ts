@@ -74,19 +74,26 @@ export function kindExports(mod: Record<string, unknown>): Record<string, unknow
   return typeof mod['prepare'] !== 'function' && d !== null && typeof d === 'object' ? (d as Record<string, unknown>) : mod;
 }
 
-/** Loads ES modules once per thread and checks that each exports the function a call needs. */
-export function moduleLoader<M>(what: string, fn: string, signature: (style: CallStyle) => string): (url: string, style: CallStyle) => Promise<M> {
-  const cache = new Map<string, Promise<M>>();
+/**
+ * Loads ES modules once per thread and checks that each exports the function a call needs; a
+ * module already loaded is returned at once (not as a promise: no extra turn per step).
+ */
+export function moduleLoader<M>(what: string, fn: string, signature: (style: CallStyle) => string): (url: string, style: CallStyle) => M | Promise<M> {
+  const loading = new Map<string, Promise<M>>();
+  const loaded = new Map<string, M>();
   return (url, style) => {
     const key = `${style} ${url}`;
-    let m = cache.get(key);
+    const ready = loaded.get(key);
+    if (ready) return ready;
+    let m = loading.get(key);
     if (!m) {
       m = (import(url) as Promise<Record<string, unknown>>).then((raw) => {
         const mod = style === 'kind' ? kindExports(raw) : raw;
         if (typeof mod[fn] !== 'function') throw new Error(`${style === 'kind' ? 'kind' : what} module ${url} must export a function ${signature(style)}`);
+        loaded.set(key, mod as M);
         return mod as M;
       });
-      cache.set(key, m);
+      loading.set(key, m);
     }
     return m;
   };
