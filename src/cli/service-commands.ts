@@ -1,8 +1,7 @@
 import fs from 'node:fs';
 import { importOptional } from '../runtime/optional.js';
 import { configToToml, loadConfig, type ServeConfig } from '../server/config.js';
-import { BUILT_IN_KINDS, loadKinds } from '../server/kinds.js';
-import { kindSources, startServer, type RunningServer } from '../server/serve.js';
+import { loadServerKinds, startServer, type RunningServer } from '../server/serve.js';
 import { UsageError, type Io } from './commands.js';
 
 export interface ConfigFlags {
@@ -26,8 +25,9 @@ function config(flags: ConfigFlags) {
 /** `stoker config print`: the effective config (defaults < file < environment < flags) as TOML; kind modules are loaded (and checked) for their names. */
 export async function configPrintCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const cfg = config(flags);
-  // loadKinds keeps the order: the built-ins, then the config's kinds.
-  const names = [...(await loadKinds(kindSources(cfg))).keys()].slice(BUILT_IN_KINDS.length);
+  // The config's kinds come last, in order (after the built-ins, if any).
+  const all = [...(await loadServerKinds(cfg)).keys()];
+  const names = all.slice(all.length - (cfg.kinds?.length ?? 0));
   const toml = configToToml(cfg, names);
   io.out(toml.endsWith('\n') ? toml : `${toml}\n`);
 }

@@ -6,8 +6,7 @@ import type { Priority } from '../core/index.js';
 import { buildApp, type ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
-import { loadKinds } from '../server/kinds.js';
-import { kindSources, type RunningServer } from '../server/serve.js';
+import { loadServerKinds, type RunningServer } from '../server/serve.js';
 import { conflict, isFinal, notFound, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent } from '../server/service.js';
 
 /**
@@ -604,7 +603,7 @@ export class ClusterService implements ApiService {
 
 /** Clears this node's own journal (it only mirrors cluster jobs): a job it held before a restart is the cluster's, not resumed here. */
 async function openLocal(config: ServeConfig): Promise<Service> {
-  const kinds = await loadKinds(kindSources(config));
+  const kinds = await loadServerKinds(config);
   const dataDir = path.join(config.dataDir, 'node');
   const journal = Journal.open(dataDir);
   try {

@@ -45,6 +45,8 @@ export interface ThreadedWorkloadOptions<I, O, R> extends StageThreadsOptions {
 /** Prepared data: a leased shared buffer (none when the partition asked for 0 bytes) plus whatever the preparation returned. */
 export interface PreparedBuffer {
   buffer?: PooledBuffer;
+  /** The bytes of `buffer` asked for (the buffer is a size class, at least that long). */
+  bytes?: number;
   meta: unknown;
 }
 
@@ -63,6 +65,8 @@ export interface PrepareCall {
 
 /** One device step: which module, how it is called, the prepared data and the worker. */
 export interface RunCall {
+  /** The job's kind (process devices tell their worker). */
+  kind?: string;
   module: string;
   style: CallStyle;
   input: unknown;
@@ -171,7 +175,7 @@ export class StageThreads {
         abortChannel: this.abortChannel.name,
       };
       const { meta } = (await this.piscina.run(req)) as { meta: unknown };
-      return buffer ? { buffer, meta } : { meta };
+      return buffer ? { buffer, bytes: call.bufferBytes, meta } : { meta };
     } catch (e) {
       if (buffer) this.pool.checkin(buffer);
       throw e;

@@ -57,10 +57,28 @@ export interface EngineConfig {
 
 /** The accelerator. */
 export interface DeviceConfig {
-  /** `"cpu"` (a worker thread runs the kernel) or `"webgpu"`. @default "cpu" */
+  /** Thread devices: `"cpu"` (a thread per worker runs the kinds' `run`) or `"webgpu"` (one thread for the device's workers); kinds see it as ctx.deviceKind. @default "cpu" */
   kind: 'cpu' | 'webgpu';
   /** Pipelined workers on the device (1–64). @default 2 */
   workers: number;
+  /** `[device.process]`: the device is a process device, each worker a child process running `command` (docs/process-devices.md). Absent: a thread device. */
+  process?: ProcessDeviceConfig;
+}
+
+/** A process device's program (`[device.process]`). */
+export interface ProcessDeviceConfig {
+  /** The program each worker runs, e.g. "python3". */
+  command: string;
+  /** Its arguments. @default [] */
+  args: string[];
+  /** Variables added to its environment. @default {} */
+  env: Record<string, string>;
+  /** Its working directory, absolute (relative in a file: to the file's directory). @default the server's */
+  cwd?: string;
+  /** Seconds a new worker process has to say ready (> 0). @default 30 */
+  readyTimeoutS: number;
+  /** The largest payload (bytes) a worker may send in one frame. @default 1073741824 */
+  maxFrameBytes: number;
 }
 
 /** The CPU preparation pool. */
@@ -215,9 +233,18 @@ const engineShape = {
     .record(z.string(), z.number(numberErr), err('a table of pacer options', 'write them under an [engine.pacerOptions] header, one name = number per line'))
     .optional(),
 };
+const processShape = {
+  command: z.string(err('a program', 'write e.g. command = "python3"')).min(1, err('a program', 'write e.g. command = "python3"')),
+  args: z.array(z.string(err('a string', 'write each argument as a string')), err('an array of strings', 'write e.g. args = ["device.py", "--fp16"]')).optional(),
+  env: z.record(z.string(), z.string(err('a string', 'write each value as a string, e.g. CUDA_VISIBLE_DEVICES = "0"')), err('a table of strings', 'write them under a [device.process.env] header, NAME = "value"')).optional(),
+  cwd: z.string(err('a directory path', 'write e.g. cwd = "./device"')).min(1, err('a directory path', 'write e.g. cwd = "./device"')).optional(),
+  readyTimeoutS: positive('a number of seconds > 0', 'use e.g. 30'),
+  maxFrameBytes: int(1, undefined, 'an integer ≥ 1 (bytes)', 'use e.g. 1073741824 (1 GiB)'),
+};
 const deviceShape = {
   kind: z.enum(['cpu', 'webgpu'], err('"cpu" or "webgpu"', 'use "cpu" or "webgpu"')).optional(),
   workers: int(1, 64, 'an integer from 1 to 64', 'use e.g. 2 (pipelined workers on the device)'),
+  process: z.strictObject(processShape, err('a table [device.process]', 'write command = "python3" and args = ["device.py"] under a [device.process] header')).optional(),
 };
 const prepareShape = {
   threads: int(1, undefined, 'an integer ≥ 1', `use e.g. ${defaultThreads()} (this machine's cores − 1)`),
@@ -309,6 +336,7 @@ function suggest(word: string, candidates: readonly string[]): string | undefine
 /** The keys allowed at a path of the file. */
 function knownKeys(at: string): string[] {
   if (at === '') return Object.keys(FileSchema.shape);
+  if (at === 'device.process') return Object.keys(processShape);
   if (at.startsWith('kinds.')) return ['module'];
   return Object.hasOwn(SHAPES, at) ? Object.keys(SHAPES[at as SectionName]) : [];
 }
@@ -435,7 +463,16 @@ function setField(layer: Layer, field: FieldPath, value: unknown): void {
 /** Sets `field` from the string (or number) `raw` of `source`, or records why not. */
 function setFromString(layer: Layer, field: FieldPath, raw: string | number, source: string, issues: ConfigIssue[]): void {
   let r: z.ZodSafeParseResult<unknown>;
-  if (field === 'engine.pacerOptions' && typeof raw === 'string') {
+  if (field === 'device.process' && typeof raw === 'string') {
+    let value: unknown;
+    try {
+      value = JSON.parse(raw);
+    } catch (e) {
+      issues.push({ source, path: field, message: `expected a JSON object, got ${show(raw)} (${(e as Error).message}) — write e.g. ${source}='{"command":"python3","args":["device.py"]}'` });
+      return;
+    }
+    r = fieldSchema(field).safeParse(value);
+  } else if (field === 'engine.pacerOptions' && typeof raw === 'string') {
     const p = parsePacerOptions(raw);
     if ('error' in p) {
       issues.push({ source, path: field, message: `${p.error} — write e.g. ${source}='{"window":32}' or ${source}=window=32,gain=0.5` });
@@ -542,6 +579,11 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     if (budgetBytes !== undefined) c.engine.budgetBytes = finiteOr(budgetBytes);
     if (deviceTimeoutS !== undefined) c.engine.deviceTimeoutS = finiteOr(deviceTimeoutS);
     Object.assign(c.device, defined(layer.device));
+    const proc = layer.device?.process;
+    if (proc) {
+      const { cwd: dir, ...rest } = proc;
+      c.device.process = { args: [], env: {}, readyTimeoutS: 30, maxFrameBytes: 2 ** 30, ...defined(rest), ...(dir === undefined ? {} : { cwd: path.resolve(base, dir) }) } as ProcessDeviceConfig;
+    }
     Object.assign(c.prepare, defined(layer.prepare));
     Object.assign(c.cluster, defined(layer.cluster));
   }
@@ -575,7 +617,7 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
       // An empty table is left out (its default); a header with nothing under it reads badly.
       ...(Object.keys(pacerOptions).length > 0 ? { pacerOptions: { ...pacerOptions } } : {}),
     },
-    device: { ...c.device },
+    device: { ...c.device, ...(c.device.process ? { process: { ...c.device.process } } : {}) },
     prepare: { ...c.prepare },
     cluster: { ...c.cluster },
     ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module }])) } : {}),
@@ -603,6 +645,7 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'engine.pacerOptions': ['{}', 'pacer options, name = number (env: JSON or name=value,…)'],
   'device.kind': ['"cpu"', '"cpu" or "webgpu"'],
   'device.workers': ['2', 'pipelined workers on the device (1–64)'],
+  'device.process': ['none', 'a process device: [device.process] command, args, env, cwd, readyTimeoutS (30), maxFrameBytes (1 GiB) (env: JSON)'],
   'prepare.threads': ['cores − 1', 'preparation threads (≥ 1)'],
   'prepare.concurrency': ['64', 'preparations one thread runs at once (≥ 1)'],
   'cluster.redis': ['"none"', 'cluster mode: redis://host:port[/db] of the shared Redis (flag --cluster), or "none"'],

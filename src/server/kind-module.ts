@@ -65,7 +65,8 @@ export interface KindModule<Input = unknown, Prepared = unknown, Output = unknow
   /** Prepares one partition in a preparation thread (CPU work belongs here, never on the event loop); its value goes to `run`. */
   prepare(input: Input, ctx: PrepareContext): Prepared | Promise<Prepared>;
   /**
-   * The device step, in a device worker thread; its value is the partition's output. The thread
+   * The device step, in a device worker thread (thread devices only: on a process device the
+   * device's program does it); its value is the partition's output. The thread
    * times the call: that time is the worker's busy time (the item occupies the worker until the
    * call returns), so return only once the device is free for the next item.
    */
@@ -118,6 +119,9 @@ export interface LoadedKind {
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+/** Where a server's device steps run: the kinds' `run` on threads, or a program in a process per worker. */
+export type DeviceType = 'thread' | 'process';
+
 /** The devices a kind may name. */
 export const DEVICE_NAMES: readonly string[] = ['default'];
 const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'run', 'finish'] as const;
@@ -132,7 +136,7 @@ export function moduleUrl(spec: string | URL, base: string): string {
 }
 
 /** Imports and checks a kind module; throws a {@link KindModuleError} naming the module and the export. */
-export async function loadKind(url: string, shown: string = url): Promise<LoadedKind> {
+export async function loadKind(url: string, shown: string = url, deviceType: DeviceType = 'thread'): Promise<LoadedKind> {
   let mod: Record<string, unknown>;
   try {
     mod = (await import(url)) as Record<string, unknown>;
@@ -155,7 +159,10 @@ export async function loadKind(url: string, shown: string = url): Promise<Loaded
   if (device !== undefined && (typeof device !== 'string' || !DEVICE_NAMES.includes(device))) {
     throw fail('device', `${JSON.stringify(device) ?? String(device)} names no device: this server has ${DEVICE_NAMES.map((d) => JSON.stringify(d)).join(', ')} (its [device]); leave device out to run on it`);
   }
-  if (typeof m['run'] !== 'function') throw fail('run', 'missing: export async function run(prepared, ctx) — the device step, run on a device worker thread');
+  if (deviceType === 'thread' && typeof m['run'] !== 'function') throw fail('run', 'missing: export async function run(prepared, ctx) — the device step, run on a device worker thread');
+  if (deviceType === 'process' && m['run'] !== undefined) {
+    throw fail('run', "this server's device is a process device ([device.process]): its command does the device step, so a kind has no run — remove run, or serve it with a thread device");
+  }
   const description = m['description'];
   if (description !== undefined && typeof description !== 'string') throw fail('description', `must be a string (got ${typeof description})`);
   return {

@@ -1,6 +1,7 @@
 import type { StageThreads, PreparedBuffer } from '../runtime/threaded.js';
 import type { DeviceTask, PartitionTask, Workload } from '../runtime/runtime.js';
-import { KindModuleError, loadKind, type LoadedKind } from './kind-module.js';
+import { KindModuleError, loadKind, type DeviceType, type LoadedKind } from './kind-module.js';
+import type { DeviceRunner } from '../runtime/process-device.js';
 
 /** The kinds every server runs, kind modules like any other (src/kinds). */
 export const BUILT_IN_KINDS: readonly { name: string; url: string }[] = [
@@ -17,15 +18,16 @@ export interface KindSource {
 }
 
 /**
- * Loads the built-in kinds and the given modules, checking each at once: a module that fails
- * to load or does not fit, a name used twice, or a config name that differs from the module's
- * own throws a {@link KindModuleError} naming the module and the export.
+ * Loads the built-in kinds (on a thread device: theirs is a thread's `run`) and the given
+ * modules, checking each at once: a module that fails to load or does not fit the device, a name
+ * used twice, or a config name that differs from the module's own throws a
+ * {@link KindModuleError} naming the module and the export.
  */
-export async function loadKinds(sources: readonly KindSource[]): Promise<Map<string, LoadedKind>> {
+export async function loadKinds(sources: readonly KindSource[], deviceType: DeviceType = 'thread'): Promise<Map<string, LoadedKind>> {
   const kinds = new Map<string, LoadedKind & { shown: string }>();
-  const builtIn: KindSource[] = BUILT_IN_KINDS.map((b) => ({ url: b.url, shown: `built-in ${b.name}` }));
+  const builtIn: KindSource[] = deviceType === 'thread' ? BUILT_IN_KINDS.map((b) => ({ url: b.url, shown: `built-in ${b.name}` })) : [];
   for (const s of [...builtIn, ...sources]) {
-    const kind = await loadKind(s.url, s.shown);
+    const kind = await loadKind(s.url, s.shown, deviceType);
     if (s.name !== undefined && kind.name !== s.name) {
       throw new KindModuleError(s.shown, 'name', `is ${JSON.stringify(kind.name)} but the config calls it [kinds.${s.name}]: make the two the same`);
     }
@@ -78,7 +80,10 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
 
   constructor(
     private readonly kinds: ReadonlyMap<string, LoadedKind>,
+    /** The preparation pool (and, for a thread device, the device threads). */
     private readonly threads: StageThreads,
+    /** Where the device steps run: `threads`, or a process device. */
+    private readonly device: DeviceRunner,
     private readonly hooks: RouterHooks,
   ) {
     this.prepareSlots = threads.prepareSlots;
@@ -113,7 +118,8 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
   async run(task: DeviceTask<RoutedInput, PreparedBuffer>): Promise<{ output: unknown; busyMs: number }> {
     const { input } = task;
     const partition = realPartition(task);
-    const r = await this.threads.run({
+    const r = await this.device.run({
+      kind: input.kind,
       module: this.kind(input.kind).url,
       style: 'kind',
       input: input.input,
@@ -143,8 +149,8 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
     this.threads.release(p);
   }
 
-  close(): Promise<void> {
-    return this.threads.close();
+  async close(): Promise<void> {
+    await Promise.all([this.threads.close(), this.device === this.threads ? undefined : this.device.close()]);
   }
 }
 

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { requireOptional } from '../runtime/optional.js';
 import { buildApp, type ApiService } from './app.js';
 import type { ServeConfig } from './config.js';
+import type { LoadedKind } from './kind-module.js';
 import { loadKinds, type KindSource } from './kinds.js';
 import { Service } from './service.js';
 
@@ -23,6 +24,11 @@ export function kindSources(config: ServeConfig): KindSource[] {
   return (config.kinds ?? []).map((k) => ({ url: pathToFileURL(k.module).href, shown: k.module, ...(k.name === undefined ? {} : { name: k.name }) }));
 }
 
+/** The kinds a server with this config runs: the built-ins (thread devices) and the config's modules, each checked. */
+export function loadServerKinds(config: ServeConfig): Promise<Map<string, LoadedKind>> {
+  return loadKinds(kindSources(config), config.device.process ? 'process' : 'thread');
+}
+
 /**
  * Opens the journal in `config.dataDir` with the built-in kinds and the config's kind modules
  * (each checked first: a bad module throws a KindModuleError naming it and the export, before
@@ -32,7 +38,7 @@ export function kindSources(config: ServeConfig): KindSource[] {
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
   if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${config.cluster.redis}: start a cluster node with startClusterServer from stoker/cluster`);
   if (config.device.kind === 'webgpu') requireOptional('the WebGPU device ([device] kind = "webgpu")', ['webgpu']);
-  const kinds = await loadKinds(kindSources(config));
+  const kinds = await loadServerKinds(config);
   const service = Service.open(config, kinds);
   const app = buildApp(service);
   let address: string;

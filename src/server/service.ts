@@ -6,6 +6,7 @@ import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type Engine,
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
 import { StageThreads } from '../runtime/threaded.js';
+import { ProcessDevice } from '../runtime/process-device.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
 import type { ServeConfig } from './config.js';
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
@@ -164,8 +165,21 @@ export class Service {
       threadPerDevice: config.device.kind === 'webgpu',
       deviceKind: config.device.kind,
     });
+    const proc = config.device.process;
+    const device = proc
+      ? new ProcessDevice({
+          name: 'default',
+          workers: config.device.workers,
+          command: proc.command,
+          args: proc.args,
+          env: proc.env,
+          ...(proc.cwd === undefined ? {} : { cwd: proc.cwd }),
+          readyTimeoutMs: proc.readyTimeoutS * 1000,
+          maxFrameBytes: proc.maxFrameBytes,
+        })
+      : threads;
     this.metrics = new ServiceMetrics(this);
-    const router = new KindRouter(kinds, threads, {
+    const router = new KindRouter(kinds, threads, device, {
       started: (jobId) => {
         if (this.started.has(jobId)) return;
         this.started.add(jobId);

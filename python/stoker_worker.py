@@ -1,0 +1,110 @@
+"""The Python side of a stoker process device (docs/process-devices.md); standard library only.
+
+A worker program calls ``serve(handle)``. stoker sends it one item at a time over stdin;
+``handle(item)`` returns the item's output -- a JSON value, or bytes -- and the helper replies
+over stdout with the output and its own measure of the call (``busyNs``: the time the item
+occupied this worker, lock waits included). stoker puts this file's folder on the PYTHONPATH of
+process devices.
+
+    # device.py, run by stoker as [device] type = "process", command = "python3", args = ["device.py"]
+    import stoker_worker
+
+    def handle(item):
+        return {"partition": item.partition, "n": len(item.payload or b"")}
+
+    stoker_worker.serve(handle)
+
+stdout carries the protocol: ``serve`` points ``sys.stdout`` (and file descriptor 1) at stderr,
+so ``print`` goes to the server's log, prefixed with the worker's name.
+"""
+
+import json
+import os
+import struct
+import sys
+import time
+
+PROTOCOL = 1
+MAX_HEADER_BYTES = 1 << 20
+
+
+class Item:
+    """One item: ``job``, ``kind``, ``partition``, ``partitions``, ``input``, ``prepared`` (what
+    the kind's prepare returned; None when it returned bytes) and ``payload`` (those bytes, or the
+    partition's buffer; None when there are none)."""
+
+    __slots__ = ("id", "job", "kind", "partition", "partitions", "input", "prepared", "payload")
+
+    def __init__(self, header, payload):
+        self.id = header.get("id")
+        self.job = header.get("job")
+        self.kind = header.get("kind")
+        self.partition = header.get("partition")
+        self.partitions = header.get("partitions")
+        self.input = header.get("input")
+        self.prepared = header.get("prepared")
+        self.payload = payload
+
+
+def _read_exactly(stream, n):
+    chunks = []
+    while n > 0:
+        chunk = stream.read(n)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(stream):
+    head = _read_exactly(stream, 4)
+    if head is None:
+        return None
+    (size,) = struct.unpack(">I", head)
+    if size == 0 or size > MAX_HEADER_BYTES:
+        raise ValueError("a frame header length of %d bytes" % size)
+    header = json.loads(_read_exactly(stream, size).decode("utf-8"))
+    n = header.get("payloadBytes", 0)
+    payload = _read_exactly(stream, n) if n > 0 else None
+    return header, payload
+
+
+def _write_frame(stream, header, payload=None):
+    if payload is not None:
+        header = dict(header, payloadBytes=len(payload))
+    data = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    stream.write(struct.pack(">I", len(data)))
+    stream.write(data)
+    if payload is not None:
+        stream.write(payload)
+    stream.flush()
+
+
+def serve(handle):
+    """Serves items with ``handle(item)`` until stdin ends (the server closes it on shutdown)."""
+    # The protocol's own stdout; everything else printed goes to stderr.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    stdin = sys.stdin.buffer
+    _write_frame(out, {"type": "ready", "protocol": PROTOCOL, "runtime": "python %d.%d" % sys.version_info[:2]})
+    while True:
+        frame = _read_frame(stdin)
+        if frame is None:
+            return
+        header, payload = frame
+        if header.get("type") != "item":
+            continue
+        item = Item(header, payload)
+        t0 = time.perf_counter_ns()
+        try:
+            result = handle(item)
+            busy = time.perf_counter_ns() - t0
+            if isinstance(result, (bytes, bytearray, memoryview)):
+                _write_frame(out, {"type": "result", "id": item.id, "ok": True, "busyNs": busy, "bytes": True}, bytes(result))
+            else:
+                _write_frame(out, {"type": "result", "id": item.id, "ok": True, "busyNs": busy, "output": result})
+        except Exception as e:  # the item fails, the worker goes on
+            busy = time.perf_counter_ns() - t0
+            _write_frame(out, {"type": "result", "id": item.id, "ok": False, "busyNs": busy, "error": "%s: %s" % (type(e).__name__, e)})

@@ -1,0 +1,96 @@
+/**
+ * The framing of the process-device protocol (docs/process-devices.md): each message is a
+ * 4-byte big-endian header length, the header as UTF-8 JSON (an object), then `payloadBytes`
+ * bytes of payload (the header's field; 0 or absent: none).
+ */
+
+/** The largest header accepted (a header carries small JSON; the payload carries the data). */
+export const MAX_HEADER_BYTES = 1 << 20;
+
+/** A message: its JSON header and its payload (absent when it has none). */
+export interface Frame {
+  header: Record<string, unknown>;
+  payload?: Uint8Array;
+}
+
+/** A frame that breaks the protocol: the stream cannot be trusted after it. */
+export class FrameError extends Error {
+  override readonly name = 'FrameError';
+}
+
+/** The bytes of one frame: `payload` (if any) follows the header, whose payloadBytes is set to its length. */
+export function encodeFrame(header: Record<string, unknown>, payload?: Uint8Array): Buffer[] {
+  const json = Buffer.from(JSON.stringify(payload ? { ...header, payloadBytes: payload.byteLength } : header), 'utf8');
+  if (json.length > MAX_HEADER_BYTES) throw new FrameError(`a frame header of ${json.length} bytes is over the ${MAX_HEADER_BYTES}-byte limit: send large data as the payload`);
+  const len = Buffer.alloc(4);
+  len.writeUInt32BE(json.length, 0);
+  return payload ? [len, json, Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength)] : [len, json];
+}
+
+/** Reads frames out of a byte stream fed in chunks; throws a {@link FrameError} at the first broken one. */
+export class FrameReader {
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  /** The header of the frame whose payload is still arriving. */
+  private pending: { header: Record<string, unknown>; payloadBytes: number } | undefined;
+
+  constructor(
+    /** The largest payload accepted, bytes. */
+    private readonly maxPayloadBytes: number,
+  ) {}
+
+  /** Bytes received and not yet part of a whole frame. */
+  get bufferedBytes(): number {
+    return this.buffered;
+  }
+
+  /** Adds a chunk; returns the frames it completed. */
+  push(chunk: Buffer): Frame[] {
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    const out: Frame[] = [];
+    for (;;) {
+      if (!this.pending) {
+        if (this.buffered < 4) break;
+        const headerBytes = this.peek(4).readUInt32BE(0);
+        if (headerBytes === 0 || headerBytes > MAX_HEADER_BYTES) throw new FrameError(`a frame header length of ${headerBytes} bytes (the limit is ${MAX_HEADER_BYTES}): the stream is not stoker frames — is something else writing to stdout?`);
+        if (this.buffered < 4 + headerBytes) break;
+        this.take(4);
+        const text = this.take(headerBytes).toString('utf8');
+        let header: unknown;
+        try {
+          header = JSON.parse(text);
+        } catch {
+          throw new FrameError(`a frame header is not JSON: ${JSON.stringify(text.slice(0, 80))}`);
+        }
+        if (header === null || typeof header !== 'object' || Array.isArray(header)) throw new FrameError(`a frame header must be a JSON object, got ${text.slice(0, 80)}`);
+        const h = header as Record<string, unknown>;
+        const p = h['payloadBytes'] ?? 0;
+        if (typeof p !== 'number' || !Number.isSafeInteger(p) || p < 0) throw new FrameError(`payloadBytes must be a whole number ≥ 0, got ${JSON.stringify(p)}`);
+        if (p > this.maxPayloadBytes) throw new FrameError(`a frame payload of ${p} bytes is over the ${this.maxPayloadBytes}-byte limit (device maxFrameBytes)`);
+        this.pending = { header: h, payloadBytes: p };
+      }
+      const { header, payloadBytes } = this.pending;
+      if (this.buffered < payloadBytes) break;
+      this.pending = undefined;
+      out.push(payloadBytes > 0 ? { header, payload: new Uint8Array(this.take(payloadBytes)) } : { header });
+    }
+    return out;
+  }
+
+  private peek(n: number): Buffer {
+    if ((this.chunks[0] as Buffer).length < n) this.chunks = [Buffer.concat(this.chunks)];
+    return (this.chunks[0] as Buffer).subarray(0, n);
+  }
+
+  private take(n: number): Buffer {
+    const first = this.chunks[0] as Buffer;
+    if (first.length < n) this.chunks = [Buffer.concat(this.chunks)];
+    const head = this.chunks[0] as Buffer;
+    const out = head.subarray(0, n);
+    if (head.length === n) this.chunks.shift();
+    else this.chunks[0] = head.subarray(n);
+    this.buffered -= n;
+    return out;
+  }
+}

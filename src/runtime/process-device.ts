@@ -1,0 +1,300 @@
+/**
+ * A device whose steps run in child processes: one long-lived process per device worker,
+ * speaking framed messages over its stdin and stdout (docs/process-devices.md). The process says
+ * `ready` once, then answers each `item` with a `result` that carries its own measure of the
+ * step (`busyNs`: the time the item occupied it). A process that exits, hangs past the step's
+ * timeout, breaks the framing or never says ready fails the item it holds (the engine retries it)
+ * and is started again, after a backoff when it keeps failing. Its stderr goes to the server's log,
+ * each line prefixed with the worker's name.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { delimiter } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { encodeFrame, FrameError, FrameReader, type Frame } from './frames.js';
+import type { PreparedBuffer, RunCall } from './threaded.js';
+
+/** Where device steps run: the device threads, or a device's processes. */
+export interface DeviceRunner {
+  run(call: RunCall): Promise<{ output: unknown; busyMs: number }>;
+  close(): Promise<void>;
+}
+
+export interface ProcessDeviceOptions {
+  /** The device's name, in log lines and errors. */
+  name: string;
+  /** Processes: one per worker. */
+  workers: number;
+  /** The program and its arguments, e.g. `python3` and `["worker.py"]`. */
+  command: string;
+  args?: readonly string[];
+  /** Added to the server's environment. */
+  env?: Readonly<Record<string, string>>;
+  cwd?: string;
+  /** A process that has not said `ready` by then is ended and counts as failed. @default 30000 */
+  readyTimeoutMs?: number;
+  /** The largest payload a process may send in one frame. @default 1 GiB */
+  maxFrameBytes?: number;
+  /** Receives each line the processes write to stderr, prefixed `[device NAME/WORKER] `. @default process.stderr */
+  log?: (line: string) => void;
+}
+
+/** The folder of the Python helper (python/stoker_worker.py at the package root): put on PYTHONPATH. */
+export const PYTHON_HELPER_DIR = fileURLToPath(new URL('../../python/', import.meta.url));
+
+/** The longest pause before starting a process that keeps failing again. */
+const MAX_BACKOFF_MS = 30_000;
+/** Lines of a process's stderr kept to explain why it failed. */
+const STDERR_TAIL = 8;
+/** How long a closing process may take to exit after its stdin ends. */
+const CLOSE_GRACE_MS = 2000;
+
+interface Step {
+  id: number;
+  resolve: (r: { output: unknown; busyMs: number }) => void;
+  reject: (e: Error) => void;
+  sentAt: number;
+}
+
+/** One worker's process, from spawn to exit. */
+interface Life {
+  child: ChildProcess;
+  reader: FrameReader;
+  ready: boolean;
+  readyTimer: NodeJS.Timeout;
+  /** Why it was ended, when the device ended it (a broken frame, an abort, a timeout). */
+  endedBecause?: string;
+  exited: Promise<void>;
+}
+
+class WorkerProcess {
+  private life: Life | undefined;
+  private step: Step | undefined;
+  /** Calls waiting for the process to be ready. */
+  private readonly waiting: { resolve: () => void; reject: (e: Error) => void }[] = [];
+  /** Failures since the last item that succeeded: the backoff grows with them. */
+  private failures = 0;
+  private restartTimer: NodeJS.Timeout | undefined;
+  private readonly stderrTail: string[] = [];
+  private stderrPartial = '';
+  private closed = false;
+  private nextId = 0;
+
+  constructor(
+    private readonly o: Required<Omit<ProcessDeviceOptions, 'cwd'>> & { cwd?: string },
+    private readonly label: string,
+  ) {}
+
+  start(): void {
+    if (this.closed || this.life || this.restartTimer) return;
+    const { command, args, env, cwd } = this.o;
+    const pythonPath = [PYTHON_HELPER_DIR, process.env['PYTHONPATH'], env['PYTHONPATH']].filter((p) => p).join(delimiter);
+    const child = spawn(command, args, { cwd, env: { ...process.env, ...env, PYTHONPATH: pythonPath }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const reader = new FrameReader(this.o.maxFrameBytes);
+    let exit: () => void = () => undefined;
+    const life: Life = {
+      child,
+      reader,
+      ready: false,
+      readyTimer: setTimeout(() => this.end(life, `it did not say ready within ${this.o.readyTimeoutMs / 1000} s (readyTimeoutS)`), this.o.readyTimeoutMs),
+      exited: new Promise<void>((r) => (exit = r)),
+    };
+    this.life = life;
+    child.stdout?.on('data', (chunk: Buffer) => this.onData(life, chunk));
+    child.stderr?.on('data', (chunk: Buffer) => this.onStderr(chunk));
+    child.stdin?.on('error', () => {
+      // EPIPE when the process is gone: its exit event says why.
+    });
+    let gone = false;
+    const onGone = (why: string) => {
+      if (gone) return;
+      gone = true;
+      clearTimeout(life.readyTimer);
+      this.flushStderr();
+      exit();
+      this.onExit(life, life.endedBecause ?? why);
+    };
+    child.once('error', (e) => onGone(`it could not be started: ${e.message} — check the device's command (${JSON.stringify(command)}) and cwd`));
+    child.once('exit', (code, signal) => onGone(`it exited (${signal ? `signal ${signal}` : `code ${code}`})`));
+  }
+
+  async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
+    if (this.closed) throw new Error('the device is closed');
+    if (this.step) throw new Error(`${this.label} is already busy`);
+    // Not started, not ready yet, or being ended (after a withdrawn step): wait for the next one.
+    if (!this.life?.ready || this.life.endedBecause) await this.untilReady();
+    const life = this.life as Life;
+    const id = this.nextId++;
+    const { header, payload } = itemFrame(id, call);
+    return new Promise((resolve, reject) => {
+      const step: Step = { id, resolve, reject, sentAt: performance.now() };
+      this.step = step;
+      // Withdrawn (cancel, timeout, shutdown): the process may be deep in a kernel, so it is ended.
+      // Its payload was copied into the pipe, so the step can settle at once and the worker take
+      // the next item, which waits for the restarted process.
+      const abort = () => {
+        if (this.step !== step) return;
+        this.step = undefined;
+        const why = (call.signal.reason as Error | undefined)?.message ?? 'aborted';
+        this.end(life, `the step was withdrawn (${why})`);
+        reject(new Error(`${this.label}: aborted: ${why}`));
+      };
+      if (call.signal.aborted) return abort();
+      call.signal.addEventListener('abort', abort, { once: true });
+      let frame: Buffer[];
+      try {
+        frame = encodeFrame(header, payload);
+      } catch (e) {
+        this.step = undefined;
+        return reject(e as Error);
+      }
+      for (const b of frame) life.child.stdin?.write(b);
+    });
+  }
+
+  /** Ends the process for good (stdin closed, then killed after a grace period). */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.restartTimer);
+    this.restartTimer = undefined;
+    for (const w of this.waiting.splice(0)) w.reject(new Error('the device is closed'));
+    const life = this.life;
+    if (!life) return;
+    life.endedBecause = 'the device was closed';
+    life.child.stdin?.end();
+    const grace = setTimeout(() => life.child.kill('SIGKILL'), CLOSE_GRACE_MS);
+    await life.exited;
+    clearTimeout(grace);
+  }
+
+  private untilReady(): Promise<void> {
+    this.start();
+    return new Promise((resolve, reject) => this.waiting.push({ resolve, reject }));
+  }
+
+  private onData(life: Life, chunk: Buffer): void {
+    if (this.life !== life) return;
+    let frames: Frame[];
+    try {
+      frames = life.reader.push(chunk);
+    } catch (e) {
+      return this.end(life, `it wrote a malformed frame: ${(e as FrameError).message}`);
+    }
+    for (const f of frames) {
+      if (this.life !== life) return;
+      const type = f.header['type'];
+      if (!life.ready) {
+        if (type !== 'ready') return this.end(life, `its first frame must be {"type":"ready"}, got ${JSON.stringify(f.header).slice(0, 100)}`);
+        life.ready = true;
+        clearTimeout(life.readyTimer);
+        for (const w of this.waiting.splice(0)) w.resolve();
+        continue;
+      }
+      const step = this.step;
+      if (type !== 'result' || !step || f.header['id'] !== step.id) {
+        return this.end(life, `it sent ${JSON.stringify(f.header).slice(0, 100)} where the result of item ${step?.id ?? '(none running)'} was due`);
+      }
+      this.step = undefined;
+      this.settle(step, f);
+    }
+  }
+
+  private settle(step: Step, f: Frame): void {
+    const h = f.header;
+    const wallMs = performance.now() - step.sentAt;
+    if (h['ok'] !== true) {
+      this.failures = 0;
+      return step.reject(new Error(`${this.label}: ${typeof h['error'] === 'string' ? h['error'] : 'the step failed (no error message)'}`));
+    }
+    const busyNs = h['busyNs'];
+    if (busyNs !== undefined && (typeof busyNs !== 'number' || !Number.isFinite(busyNs) || busyNs < 0)) {
+      return step.reject(new Error(`${this.label}: busyNs must be a finite number ≥ 0 (the ns the item occupied the worker), got ${JSON.stringify(busyNs)}`));
+    }
+    this.failures = 0;
+    const output = f.payload ?? (h['bytes'] === true ? new Uint8Array(0) : (h['output'] ?? null));
+    step.resolve({ output, busyMs: busyNs === undefined ? wallMs : busyNs / 1e6 });
+  }
+
+  /** Ends a process the device no longer trusts; its exit fails the item it holds and starts it again. */
+  private end(life: Life, why: string): void {
+    if (life.endedBecause) return;
+    life.endedBecause = why;
+    life.child.kill('SIGKILL');
+  }
+
+  private onExit(life: Life, why: string): void {
+    if (this.life !== life) return;
+    this.life = undefined;
+    const tail = this.stderrTail.length > 0 ? `; its last stderr: ${this.stderrTail.join(' | ')}` : '';
+    const failure = new Error(`${this.label} (${this.o.command}): ${why}${tail}`);
+    const step = this.step;
+    this.step = undefined;
+    step?.reject(failure);
+    const wasReady = life.ready;
+    if (!wasReady) for (const w of this.waiting.splice(0)) w.reject(failure);
+    if (this.closed) return;
+    // A withdrawn step's process was ended on purpose: start the next one at once.
+    if (!life.endedBecause?.startsWith('the step was withdrawn')) this.failures++;
+    const delay = this.failures === 0 ? 0 : Math.min(MAX_BACKOFF_MS, 250 * 2 ** (this.failures - 1));
+    this.o.log(`[device ${this.label}] ${why}: starting it again${delay > 0 ? ` in ${delay} ms` : ''}`);
+    this.restartTimer = setTimeout(() => {
+      this.restartTimer = undefined;
+      this.start();
+    }, delay);
+  }
+
+  private onStderr(chunk: Buffer): void {
+    const text = this.stderrPartial + chunk.toString('utf8');
+    const lines = text.split('\n');
+    this.stderrPartial = lines.pop() ?? '';
+    for (const line of lines) this.logLine(line);
+  }
+
+  private flushStderr(): void {
+    if (this.stderrPartial !== '') this.logLine(this.stderrPartial);
+    this.stderrPartial = '';
+  }
+
+  private logLine(line: string): void {
+    this.o.log(`[device ${this.label}] ${line}`);
+    this.stderrTail.push(line.length > 200 ? `${line.slice(0, 200)}…` : line);
+    if (this.stderrTail.length > STDERR_TAIL) this.stderrTail.shift();
+  }
+}
+
+/** The `item` frame of a step: small things in the header, the bytes (prepare's, or the partition's buffer) as the payload. */
+function itemFrame(id: number, call: RunCall): { header: Record<string, unknown>; payload?: Uint8Array } {
+  const p: PreparedBuffer = call.prepared;
+  const header: Record<string, unknown> = { type: 'item', id, job: call.jobId, kind: call.kind, partition: call.partition, partitions: call.partitions, input: call.input };
+  if (p.meta instanceof Uint8Array) return { header: { ...header, prepared: null }, payload: p.meta };
+  header['prepared'] = p.meta ?? null;
+  if (p.buffer) return { header, payload: new Uint8Array(p.buffer.buffer, 0, p.bytes ?? p.buffer.classBytes) };
+  return { header };
+}
+
+/** A process device: a worker process per device worker, started at once. */
+export class ProcessDevice implements DeviceRunner {
+  private readonly workers: WorkerProcess[];
+
+  constructor(options: ProcessDeviceOptions) {
+    const o = {
+      args: [],
+      env: {},
+      readyTimeoutMs: 30_000,
+      maxFrameBytes: 2 ** 30,
+      log: (line: string) => void process.stderr.write(`${line}\n`),
+      ...options,
+    };
+    this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`));
+    for (const w of this.workers) w.start();
+  }
+
+  run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
+    const w = this.workers[call.worker];
+    if (!w) return Promise.reject(new Error(`no worker ${call.worker} on device ${call.device}`));
+    return w.run(call);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.close()));
+  }
+}

@@ -1,0 +1,191 @@
+/**
+ * Process devices against real child processes: Python workers on python/stoker_worker.py, a Node
+ * worker on stoker/worker, and programs that break the protocol. Each fault fails its item (the
+ * engine retries it), the process is started again, and every job ends once, correctly or with a
+ * reason naming the worker and what happened; no reservation is left behind.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { StokerError } from '../../src/core/index.js';
+import { ProcessDevice, type ProcessDeviceOptions } from '../../src/runtime/process-device.js';
+import { Runtime, type Workload } from '../../src/runtime/runtime.js';
+import type { PreparedBuffer } from '../../src/runtime/threaded.js';
+
+const FIXTURES = path.resolve(import.meta.dirname, '../fixtures/devices');
+const PY = path.join(FIXTURES, 'py-device.py');
+const BAD = path.join(FIXTURES, 'bad-device.py');
+
+interface Input {
+  mode?: string;
+  marker?: string;
+  lock?: string;
+  holdMs?: number;
+  /** Bytes prepare returns (the payload) instead of JSON. */
+  bytes?: number;
+}
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0)) await c();
+});
+
+/** A runtime whose preparation is in process and whose device is a ProcessDevice. */
+function setup(device: Partial<ProcessDeviceOptions> & { command: string }, options: { workers?: number; retries?: number; deviceTimeoutMs?: number } = {}) {
+  const log: string[] = [];
+  const workers = options.workers ?? 1;
+  const dev = new ProcessDevice({ name: 'gpu', workers, readyTimeoutMs: 10_000, log: (l) => log.push(l), ...device });
+  const workload: Workload<Input, PreparedBuffer, unknown, unknown[]> = {
+    prepare: async (t) => ({ meta: t.input.bytes ? Uint8Array.from({ length: t.input.bytes }, (_, i) => i % 251) : { p: t.partition, tag: 'prep' } }),
+    run: (t) => dev.run({ kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal }),
+    finish: (j) => j.outputs,
+    close: () => dev.close(),
+  };
+  const rt = new Runtime({ workload, devices: [{ workers }], pacer: 'unpaced', budgetBytes: 10_000, retries: options.retries ?? 1, ...(options.deviceTimeoutMs ? { deviceTimeoutMs: options.deviceTimeoutMs } : {}) });
+  closers.push(() => rt.close(1000));
+  return { rt, log };
+}
+
+async function failure(p: Promise<unknown>): Promise<StokerError> {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(e).toBeInstanceOf(StokerError);
+  return e as StokerError;
+}
+
+describe('a Python process device (python/stoker_worker.py)', () => {
+  it('runs items with the prepared value and the payload; results are JSON or bytes', async () => {
+    const { rt } = setup({ command: 'python3', args: [PY] }, { workers: 2 });
+    const out = (await rt.submit(setupSpec('j1', 3), { mode: 'ok' })) as { partition: number; n: number; prepared: unknown; kind: string; job: string; pid: number }[];
+    expect(out.map((o) => o.partition)).toEqual([0, 1, 2]);
+    for (const [p, o] of out.entries()) expect(o).toMatchObject({ n: 0, prepared: { p, tag: 'prep' }, kind: 'k', job: 'j1' });
+    expect(new Set(out.map((o) => o.pid)).size).toBeGreaterThanOrEqual(1);
+    const bytes = (await rt.submit(setupSpec('j2', 2), { mode: 'bytes', bytes: 5 })) as Uint8Array[];
+    expect(bytes.map((b) => [...b])).toEqual([
+      [4, 3, 2, 1, 0],
+      [4, 3, 2, 1, 0],
+    ]);
+    expect(rt.engine.budget.used).toBe(0);
+    // The helper's own measure is the busy time.
+    expect(rt.status().counters.deviceBusyMs).toBeGreaterThan(0);
+  });
+
+  it("an item whose handler raises fails with the handler's error; the worker goes on", async () => {
+    const { rt } = setup({ command: 'python3', args: [PY] }, { retries: 0 });
+    const e = await failure(rt.submit(setupSpec('f1'), { mode: 'fail' }));
+    expect(e.code).toBe('E_DEVICE_FAILED');
+    expect(e.message).toMatch(/gpu\/0: ValueError: no such tensor/);
+    await expect(rt.submit(setupSpec('f2'), { mode: 'ok' })).resolves.toHaveLength(1);
+  });
+
+  it('a process that exits mid-item: the item is retried on the restarted process', async () => {
+    const marker = path.join(os.tmpdir(), `stoker-exit-${process.pid}-${Date.now()}`);
+    closers.push(async () => fs.rmSync(marker, { force: true }));
+    const { rt, log } = setup({ command: 'python3', args: [PY] });
+    const [out] = (await rt.submit(setupSpec('e1'), { mode: 'exit-once', marker })) as { pid: number }[];
+    expect(out?.pid).toBeGreaterThan(0);
+    expect(log.join('\n')).toMatch(/\[device gpu\/0\] it exited \(code 3\): starting it again/);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it('print() in the device goes to the log with the worker prefix, not into the protocol', async () => {
+    const { rt, log } = setup({ command: 'python3', args: [PY] });
+    await expect(rt.submit(setupSpec('pr'), { mode: 'print' })).resolves.toEqual(['printed']);
+    // stderr is its own pipe: its line may arrive after the result.
+    await eventually(() => log.includes('[device gpu/0] hello from the device 0'), 'the printed line in the log');
+  });
+
+  it('a process that hangs past deviceTimeoutMs is ended; once retries are spent the job fails naming the timeout', async () => {
+    const { rt, log } = setup({ command: 'python3', args: [PY] }, { retries: 1, deviceTimeoutMs: 400 });
+    const e = await failure(rt.submit(setupSpec('h1'), { mode: 'hang' }));
+    expect(e.code).toBe('E_DEVICE_FAILED');
+    expect(e.message).toMatch(/no answer within deviceTimeoutMs = 400 ms/);
+    // Ended, started again, and healthy.
+    expect(log.join('\n')).toMatch(/the step was withdrawn/);
+    await expect(rt.submit(setupSpec('h2'), { mode: 'ok' })).resolves.toHaveLength(1);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it('two workers sharing one GPU behind a lock: measured capacity matches the real completion rate within 5 %', async () => {
+    const lock = path.join(os.tmpdir(), `stoker-lock-${process.pid}-${Date.now()}`);
+    closers.push(async () => fs.rmSync(lock, { force: true }));
+    const { rt } = setup({ command: 'python3', args: [PY] }, { workers: 2 });
+    const holdMs = 300;
+    // At each completion: the time, and the device's busy-time counters.
+    const seen: { t: number; busyMs: number; completions: number }[] = [];
+    const jobs = Array.from({ length: 20 }, (_, i) =>
+      rt.submit(setupSpec(`l${i}`), { mode: 'lock', lock, holdMs }).then((o) => {
+        const c = rt.status().counters.devices[0];
+        seen.push({ t: performance.now(), busyMs: c?.busyMs ?? 0, completions: c?.completions ?? 0 });
+        return o;
+      }),
+    );
+    const outs = (await Promise.all(jobs)) as { waitedNs: number }[][];
+    // The steady part, while both workers contend: without the first completions (the processes
+    // start) and the last ones (one worker is out of work, so its item does not wait).
+    const [a, b] = [seen[4], seen[seen.length - 3]] as [(typeof seen)[number], (typeof seen)[number]];
+    const realRate = (b.completions - a.completions) / ((b.t - a.t) / 1000);
+    const measured = 2 / ((b.busyMs - a.busyMs) / (b.completions - a.completions) / 1000);
+    console.log(`shared lock: real ${realRate.toFixed(2)} items/s, measured capacity ${measured.toFixed(2)} items/s (ratio ${(measured / realRate).toFixed(3)}); the lock alone allows ${(1000 / holdMs).toFixed(2)}/s`);
+    expect(Math.abs(measured / realRate - 1)).toBeLessThan(0.05);
+    // Kernel time alone (the hold, without the lock wait) would claim twice the real rate.
+    const waitedMs = outs.flat().reduce((a, o) => a + o.waitedNs / 1e6, 0) / outs.length;
+    expect(waitedMs).toBeGreaterThan(holdMs / 2);
+    expect(2 / (holdMs / 1000) / realRate).toBeGreaterThan(1.8);
+  });
+});
+
+describe('a Node process device (stoker/worker)', () => {
+  it('runs items and sends console.log to the log', async () => {
+    const { rt, log } = setup({ command: process.execPath, args: [path.join(FIXTURES, 'node-device.mjs')] }, { workers: 2 });
+    const out = (await rt.submit(setupSpec('n1', 2), { mode: 'ok' })) as { partition: number; prepared: unknown; kind: string }[];
+    expect(out).toMatchObject([
+      { partition: 0, prepared: { p: 0, tag: 'prep' }, kind: 'k' },
+      { partition: 1, prepared: { p: 1, tag: 'prep' }, kind: 'k' },
+    ]);
+    const bytes = (await rt.submit(setupSpec('n2'), { mode: 'bytes', bytes: 3 })) as Uint8Array[];
+    expect([...(bytes[0] as Uint8Array)]).toEqual([2, 1, 0]);
+    await eventually(() => log.some((l) => /^\[device gpu\/[01]\] logged by the node device [01]$/.test(l)), 'the logged line');
+  });
+});
+
+describe('processes that break the protocol', () => {
+  const cases: [how: string, reason: RegExp][] = [
+    ['never-ready', /did not say ready within 0.5 s/],
+    ['exit-at-start', /it exited \(code 7\); its last stderr: CUDA error: no device found/],
+    ['garbage', /malformed frame: a frame header length of .* is something else writing to stdout/],
+    ['oversized', /malformed frame: a frame payload of 2147483648 bytes is over the 1048576-byte limit/],
+    ['wrong-id', /where the result of item \d+ was due/],
+  ];
+  it.each(cases)('%s: the item fails with the reason, the process is started again', async (how, reason) => {
+    const { rt, log } = setup({ command: 'python3', args: [BAD, how], readyTimeoutMs: 500, maxFrameBytes: 2 ** 20 }, { retries: 1 });
+    const e = await failure(rt.submit(setupSpec(`b-${how}`), { mode: 'ok' }));
+    expect(e.code).toBe('E_DEVICE_FAILED');
+    expect(e.message).toMatch(/gpu\/0 \(python3\)/);
+    expect(e.message).toMatch(reason);
+    // Two attempts (the retry), so at least two restarts were announced.
+    expect(log.filter((l) => l.includes('starting it again')).length).toBeGreaterThanOrEqual(2);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it('a command that does not exist says so', async () => {
+    const { rt } = setup({ command: 'no-such-program-xyz' }, { retries: 0 });
+    const e = await failure(rt.submit(setupSpec('nx'), { mode: 'ok' }));
+    expect(e.message).toMatch(/could not be started: spawn no-such-program-xyz ENOENT — check the device's command/);
+  });
+});
+
+async function eventually(check: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const end = performance.now() + timeoutMs;
+  while (!check()) {
+    if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+function setupSpec(id: string, partitions = 1) {
+  return { id, kind: 'k', partitions, memory: { prepareBytes: 100, deviceBytes: 10 } };
+}
