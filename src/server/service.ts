@@ -382,7 +382,7 @@ export class Service {
         const busyMs = this.workerBusyMs[d] ?? [];
         return {
           device: d,
-          kind: this.config.device.kind,
+          kind: this.config.device.process ? 'process' : this.config.device.kind,
           completions: c?.completions ?? 0,
           busyS: (c?.busyMs ?? 0) / 1000,
           workers: workers.map((w, i) => ({

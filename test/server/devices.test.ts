@@ -1,0 +1,83 @@
+/**
+ * Process devices behind `stoker serve` (real server and device processes): the embeddings
+ * example with its numpy device, the device's stderr in the server's log, and kinds that do not
+ * fit a process device refused at start.
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+const EXAMPLE = path.join(ROOT, 'examples/embeddings');
+
+describe('the embeddings example on a Python process device (numpy)', () => {
+  let server: ServerProcess;
+  let dir: string;
+  beforeAll(async () => {
+    dir = tempDataDir();
+    server = await startServer(dir, ['--config', path.join(EXAMPLE, 'python-device.toml')]);
+  });
+  afterAll(async () => {
+    await server?.stop();
+    removeDir(dir);
+  });
+
+  it('embeds through the Python workers: the vectors of embed() to float32 rounding', async () => {
+    expect(server.output()).toMatch(/2 process \(python3 embed_device\.py\) device workers; kinds embed\b/);
+    const texts = ['a cat sat on the mat', 'the dog barked', 'stoker keeps accelerators fed', 'THE DOG BARKED', 'zk proofs'];
+    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'py1', kind: 'embed', input: { texts, batch: 2, dim: 16 } })).status).toBe(202);
+    const res = await fetch(new URL('/v1/jobs/py1/result?wait=60s', server.url), { headers: { accept: 'application/octet-stream' } });
+    expect(res.status).toBe(200);
+    const got = new Float32Array(await res.arrayBuffer());
+    const { embed } = (await import(pathToFileURL(path.join(EXAMPLE, 'embed-kind.mjs')).href)) as { embed(t: string[], o: { dim: number }): Float32Array };
+    const want = embed(texts, { dim: 16 });
+    expect(got.length).toBe(want.length);
+    for (let i = 0; i < want.length; i++) expect(Math.abs((got[i] as number) - (want[i] as number))).toBeLessThan(1e-6);
+    const status = await http(server.url, 'GET', '/v1/status');
+    expect(status.body.devices[0]).toMatchObject({ kind: 'process', completions: 3 });
+    expect(status.body.devices[0].busyS).toBeGreaterThan(0);
+  });
+});
+
+describe('a process device in the server', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-devices-'));
+  });
+  afterAll(() => removeDir(dir));
+
+  const config = (extra = '') => {
+    const file = path.join(dir, `c${Math.random().toString(36).slice(2)}.toml`);
+    fs.writeFileSync(file, `[device]\nworkers = 1\n[device.process]\ncommand = "python3"\nargs = [${JSON.stringify(path.join(ROOT, 'test/fixtures/devices/py-device.py'))}]\n${extra}`);
+    return file;
+  };
+
+  it("logs the device's stderr prefixed with the worker, and answers with its output", async () => {
+    const data = tempDataDir();
+    const s = await startServer(data, ['--config', config(), '--kind', path.join(ROOT, 'test/fixtures/kinds/remote-kind.mjs')]);
+    try {
+      await http(s.url, 'POST', '/v1/jobs', { id: 'r1', kind: 'remote', partitions: 2, input: { mode: 'print' } });
+      const r = await http(s.url, 'GET', '/v1/jobs/r1/result?wait=30s');
+      expect(r.body).toMatchObject({ state: 'done', result: ['printed', 'printed'] });
+      await waitUntil(async () => (/\[device default\/0\] hello from the device 1/.test(s.output()) ? true : undefined), 5000, 'the device line in the log');
+      await http(s.url, 'POST', '/v1/jobs', { id: 'r2', kind: 'remote', partitions: 1 });
+      const ok = await http(s.url, 'GET', '/v1/jobs/r2/result?wait=30s');
+      expect(ok.body.result).toMatchObject([{ partition: 0, prepared: { from: 'prepare', partition: 0 }, kind: 'remote', job: 'r2' }]);
+    } finally {
+      await s.stop();
+      removeDir(data);
+    }
+  });
+
+  it('refuses, at start, a kind that exports run, naming the export (the process does the device step)', async () => {
+    const r = await new Promise<{ code: number; stderr: string }>((resolve) =>
+      execFile(process.execPath, [CLI, 'serve', '--config', config(), '--port', '0', '--data', path.join(dir, 'd'), '--kind', path.join(EXAMPLE, 'embed-kind.mjs')], (err, _out, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr })),
+    );
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`kind module ${path.join(EXAMPLE, 'embed-kind.mjs')}: export run: this server's device is a process device`);
+  });
+});
