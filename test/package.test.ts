@@ -5,6 +5,9 @@
  * tarball installed into an empty folder: `stoker --help`, and `stoker serve --kind` running the
  * embeddings example (examples/embeddings) with the right vectors.
  *
+ * Then the examples run from that folder as a user would run them: the embeddings kind on
+ * threads, on a Python process device and on an HTTP device, and a server started from a program.
+ *
  * (2) installs from the npm registry (better-sqlite3 compiles: about a minute). `.ci/run` installs
  * the tarball once for its own smoke step and passes the folder in STOKER_INSTALLED_DIR.
  */
@@ -15,6 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { freePort } from '../src/cluster/redis-server.js';
 import { removeDir } from './server/helpers.js';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
@@ -144,49 +148,100 @@ describe('the packed tarball, installed into an empty folder', () => {
     700_000,
   );
 
+  /** `stoker serve ARGS` from the installed folder, until it listens; then `use(url)`, then SIGTERM. */
+  async function serving(d: string, args: string[], env: Record<string, string>, use: (url: string, output: () => string) => Promise<void>): Promise<void> {
+    const child = spawn(path.join(d, 'node_modules/.bin/stoker'), ['serve', '--port', '0', ...args], { cwd: d, env: { ...process.env, STOKER_PREPARE_THREADS: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    child.stderr.on('data', (b: Buffer) => (out += b.toString()));
+    const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        const t = setInterval(() => {
+          const m = /listening on (http:\/\/\S+)/.exec(out);
+          if (m) {
+            clearInterval(t);
+            resolve(m[1] as string);
+          }
+        }, 20);
+        void exited.then((c) => (clearInterval(t), reject(new Error(`stoker serve exited (${c}):\n${out}`))));
+      });
+      await use(url, () => out);
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
+    }
+  }
+
+  const TEXTS = ['a cat sat on the mat', 'a dog', 'stoker keeps accelerators fed', 'A DOG!', 'zero-knowledge proofs on a GPU'];
+
+  /** Submits TEXTS to the embed kind and returns the result's floats, beside embed()'s. */
+  async function embedThrough(url: string, d: string, id: string): Promise<{ got: Float32Array; want: Float32Array }> {
+    const sub = await fetch(new URL('/v1/jobs', url), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ id, kind: 'embed', input: { texts: TEXTS, batch: 2, dim: 32 } }) });
+    expect(sub.status).toBe(202);
+    expect(((await sub.json()) as { partitions: number }).partitions).toBe(3);
+    const res = await fetch(new URL(`/v1/jobs/${id}/result?wait=60s`, url), { headers: { accept: 'application/octet-stream' } });
+    expect(res.status).toBe(200);
+    const got = new Float32Array(await res.arrayBuffer());
+    const { embed } = (await import(pathToFileURL(path.join(d, 'examples/embeddings/embed-kind.mjs')).href)) as { embed(t: string[], o: { dim: number }): Float32Array };
+    return { got, want: embed(TEXTS, { dim: 32 }) };
+  }
+
+  /** The examples, as a user would have them beside the installed package. */
+  const withExamples = async () => {
+    const d = await folder();
+    fs.cpSync(path.join(ROOT, 'examples'), path.join(d, 'examples'), { recursive: true });
+    return d;
+  };
+
   it(
     'runs the embeddings example kind through stoker serve --kind, with the right vectors',
     async () => {
-      const d = await folder();
-      const kindFile = path.join(d, 'embed-kind.mjs');
-      fs.copyFileSync(path.join(ROOT, 'examples/embeddings/embed-kind.mjs'), kindFile);
-      const child = spawn(path.join(d, 'node_modules/.bin/stoker'), ['serve', '--kind', './embed-kind.mjs', '--port', '0', '--data', './data-embed'], { cwd: d, env: { ...process.env, STOKER_PREPARE_THREADS: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      child.stdout.on('data', (b: Buffer) => (out += b.toString()));
-      child.stderr.on('data', (b: Buffer) => (out += b.toString()));
-      const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
-      try {
-        const url = await new Promise<string>((resolve, reject) => {
-          const t = setInterval(() => {
-            const m = /listening on (http:\/\/\S+)/.exec(out);
-            if (m) {
-              clearInterval(t);
-              resolve(m[1] as string);
-            }
-          }, 20);
-          void exited.then((c) => (clearInterval(t), reject(new Error(`stoker serve exited (${c}):\n${out}`))));
-        });
-        expect(out).toContain('kinds ntt-proof, sleep, embed');
-        const texts = ['a cat sat on the mat', 'a dog', 'stoker keeps accelerators fed', 'A DOG!', 'zero-knowledge proofs on a GPU'];
-        const sub = await fetch(new URL('/v1/jobs', url), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ id: 'e1', kind: 'embed', input: { texts, batch: 2, dim: 32 } }) });
-        expect(sub.status).toBe(202);
-        expect(((await sub.json()) as { partitions: number }).partitions).toBe(3);
-        const res = await fetch(new URL('/v1/jobs/e1/result?wait=60s', url), { headers: { accept: 'application/octet-stream' } });
-        expect(res.status).toBe(200);
-        const got = new Float32Array(await res.arrayBuffer());
-        const { embed } = (await import(pathToFileURL(kindFile).href)) as { embed(t: string[], o: { dim: number }): Float32Array };
-        const want = embed(texts, { dim: 32 });
-        expect(got.length).toBe(texts.length * 32);
+      const d = await withExamples();
+      await serving(d, ['--kind', './examples/embeddings/embed-kind.mjs', '--data', './data-embed'], {}, async (url, output) => {
+        expect(output()).toContain('kinds ntt-proof, sleep, embed');
+        const { got, want } = await embedThrough(url, d, 'e1');
+        expect(got.length).toBe(TEXTS.length * 32);
         expect([...got]).toEqual([...want]);
         // Same words, same vector; every vector has unit length.
         expect([...got.subarray(32, 64)]).toEqual([...got.subarray(96, 128)]);
-        for (let r = 0; r < texts.length; r++) expect(Math.hypot(...got.subarray(r * 32, (r + 1) * 32))).toBeCloseTo(1, 5);
+        for (let r = 0; r < TEXTS.length; r++) expect(Math.hypot(...got.subarray(r * 32, (r + 1) * 32))).toBeCloseTo(1, 5);
         // The CLI client of the installed package sees the job.
         const status = await sh(path.join(d, 'node_modules/.bin/stoker'), ['status', 'e1', '--server', url], d, 30_000);
         expect(JSON.parse(status.stdout)).toMatchObject({ id: 'e1', state: 'done', resultEncoding: 'base64' });
+      });
+    },
+    700_000,
+  );
+
+  it(
+    'runs the embed kind on a Python process device (python/stoker_worker.py from the package, numpy), with the right vectors',
+    async () => {
+      const d = await withExamples();
+      await serving(d, ['--config', './examples/embeddings/python-device.toml', '--data', './data-py'], {}, async (url, output) => {
+        expect(output()).toContain('process (python3 embed_device.py) device workers; kinds embed');
+        const { got, want } = await embedThrough(url, d, 'p1');
+        expect(got.length).toBe(want.length);
+        for (let i = 0; i < want.length; i++) expect(Math.abs((got[i] as number) - (want[i] as number))).toBeLessThan(1e-6);
+      });
+    },
+    700_000,
+  );
+
+  it(
+    'runs the embed kind on an HTTP device (examples/http-device), with the right vectors',
+    async () => {
+      const d = await withExamples();
+      const port = await freePort();
+      const model = spawn(process.execPath, [path.join(d, 'examples/http-device/embed-server.mjs'), '--port', String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
+      try {
+        await new Promise<void>((resolve) => model.stdout.on('data', (b: Buffer) => b.toString().includes('listening') && resolve()));
+        await serving(d, ['--config', './examples/http-device/http-device.toml', '--data', './data-http'], { STOKER_DEVICE_HTTP: JSON.stringify({ url: `http://127.0.0.1:${port}/embed` }) }, async (url) => {
+          const { got, want } = await embedThrough(url, d, 'h1');
+          expect([...got]).toEqual([...want]);
+        });
       } finally {
-        child.kill('SIGTERM');
-        await exited;
+        model.kill();
       }
     },
     700_000,
@@ -195,9 +250,8 @@ describe('the packed tarball, installed into an empty folder', () => {
   it(
     "runs examples/embeddings/serve.mjs: a server started from the user's program through stoker/server",
     async () => {
-      const d = await folder();
-      const app = fs.mkdtempSync(path.join(d, 'app-'));
-      for (const f of ['embed-kind.mjs', 'serve.mjs']) fs.copyFileSync(path.join(ROOT, 'examples/embeddings', f), path.join(app, f));
+      const d = await withExamples();
+      const app = path.join(d, 'examples/embeddings');
       const r = await sh(process.execPath, ['serve.mjs'], app, 120_000);
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toMatch(/^3 texts → 64 floats each, in 2 partitions; first vector starts -?\d\.\d{4} -?\d\.\d{4} -?\d\.\d{4}; equal to embed\(\)\n$/);

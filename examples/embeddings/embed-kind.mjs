@@ -141,9 +141,14 @@ export function run(prepared, ctx) {
   return new Uint8Array(vectors.buffer);
 }
 
+/** The vectors of texts already tokenized (one array of token ids per text): what an inference server would compute. */
+export function embedTokens(rows, { dim = 64, maxTokens = 64, seed = 1 } = {}) {
+  const ids = new Int32Array(rows.length * maxTokens).fill(-1);
+  rows.forEach((tokens, row) => ids.set(tokens.slice(0, maxTokens), row * maxTokens));
+  return forward(ids, rows.length, maxTokens, dim, seed);
+}
+
 /** The same vectors in one thread, without stoker (defaults as in the input schema): for checking results. */
 export function embed(texts, { dim = 64, maxTokens = 64, seed = 1 } = {}) {
-  const ids = new Int32Array(texts.length * maxTokens).fill(-1);
-  texts.forEach((t, row) => ids.set(tokenize(t, maxTokens), row * maxTokens));
-  return forward(ids, texts.length, maxTokens, dim, seed);
+  return embedTokens(texts.map((t) => tokenize(t, maxTokens)), { dim, maxTokens, seed });
 }

@@ -45,7 +45,7 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const server = await start(cfg);
   const resumed = server.service.status().jobs.pending;
   const cluster = cfg.cluster.redis === 'none' ? '' : `; cluster node ${cfg.cluster.nodeId} on ${cfg.cluster.redis}`;
-  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${cfg.device.workers} ${cfg.device.process ? `process (${[cfg.device.process.command, ...cfg.device.process.args].join(' ')})` : cfg.device.kind} device workers; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
+  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${cfg.device.workers} ${cfg.device.process ? `process (${[cfg.device.process.command, ...cfg.device.process.args].join(' ')})` : cfg.device.http ? `http (${cfg.device.http.url})` : cfg.device.kind} device workers; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.off('SIGTERM', onTerm);

@@ -11,13 +11,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { delimiter } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { encodeFrame, FrameError, FrameReader, type Frame } from './frames.js';
-import type { PreparedBuffer, RunCall } from './threaded.js';
-
-/** Where device steps run: the device threads, or a device's processes. */
-export interface DeviceRunner {
-  run(call: RunCall): Promise<{ output: unknown; busyMs: number }>;
-  close(): Promise<void>;
-}
+import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
 
 export interface ProcessDeviceOptions {
   /** The device's name, in log lines and errors. */

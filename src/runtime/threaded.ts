@@ -79,6 +79,12 @@ export interface RunCall {
   signal: AbortSignal;
 }
 
+/** Where device steps run: the device threads, a device's processes, or an HTTP endpoint. */
+export interface DeviceRunner {
+  run(call: RunCall): Promise<{ output: unknown; busyMs: number }>;
+  close(): Promise<void>;
+}
+
 interface Pending {
   slot: number;
   resolve: (o: unknown) => void;
@@ -106,7 +112,7 @@ interface Slot {
  * lives in pooled SharedArrayBuffers, so it crosses threads without a copy. Device threads
  * publish busy time with Atomics; `run` reports the delta of that counter.
  */
-export class StageThreads {
+export class StageThreads implements DeviceRunner {
   readonly pool: BufferPool;
   /** [busyNs, count] per device worker slot, shared with the device threads. */
   readonly counters: BigInt64Array;

@@ -63,6 +63,20 @@ export interface DeviceConfig {
   workers: number;
   /** `[device.process]`: the device is a process device, each worker a child process running `command` (docs/process-devices.md). Absent: a thread device. */
   process?: ProcessDeviceConfig;
+  /** `[device.http]`: the device is an HTTP endpoint, each worker one request at a time. */
+  http?: HttpDeviceConfig;
+}
+
+/** An HTTP device's endpoint (`[device.http]`). */
+export interface HttpDeviceConfig {
+  /** Where each item's prepared value is POSTed, e.g. "http://127.0.0.1:8000/embed". */
+  url: string;
+  /** Extra request headers. @default {} */
+  headers: Record<string, string>;
+  /** A request running longer (seconds, > 0) fails its item; Infinity (`"none"` in a file) for none. @default Infinity */
+  timeoutS: number;
+  /** The largest response accepted, bytes. @default 1073741824 */
+  maxResponseBytes: number;
 }
 
 /** A process device's program (`[device.process]`). */
@@ -241,10 +255,17 @@ const processShape = {
   readyTimeoutS: positive('a number of seconds > 0', 'use e.g. 30'),
   maxFrameBytes: int(1, undefined, 'an integer ≥ 1 (bytes)', 'use e.g. 1073741824 (1 GiB)'),
 };
+const httpShape = {
+  url: z.string(err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')).url(err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')).regex(/^https?:\/\//i, err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')),
+  headers: z.record(z.string(), z.string(err('a string', 'write each header value as a string')), err('a table of strings', 'write them as headers = { Authorization = "Bearer …" }')).optional(),
+  timeoutS: positiveOr('none', 'a number of seconds > 0 or "none"', 'use e.g. 60, or "none"'),
+  maxResponseBytes: int(1, undefined, 'an integer ≥ 1 (bytes)', 'use e.g. 1073741824 (1 GiB)'),
+};
 const deviceShape = {
   kind: z.enum(['cpu', 'webgpu'], err('"cpu" or "webgpu"', 'use "cpu" or "webgpu"')).optional(),
   workers: int(1, 64, 'an integer from 1 to 64', 'use e.g. 2 (pipelined workers on the device)'),
   process: z.strictObject(processShape, err('a table [device.process]', 'write command = "python3" and args = ["device.py"] under a [device.process] header')).optional(),
+  http: z.strictObject(httpShape, err('a table [device.http]', 'write url = "http://127.0.0.1:8000/embed" under a [device.http] header')).optional(),
 };
 const prepareShape = {
   threads: int(1, undefined, 'an integer ≥ 1', `use e.g. ${defaultThreads()} (this machine's cores − 1)`),
@@ -337,6 +358,7 @@ function suggest(word: string, candidates: readonly string[]): string | undefine
 function knownKeys(at: string): string[] {
   if (at === '') return Object.keys(FileSchema.shape);
   if (at === 'device.process') return Object.keys(processShape);
+  if (at === 'device.http') return Object.keys(httpShape);
   if (at.startsWith('kinds.')) return ['module'];
   return Object.hasOwn(SHAPES, at) ? Object.keys(SHAPES[at as SectionName]) : [];
 }
@@ -463,12 +485,12 @@ function setField(layer: Layer, field: FieldPath, value: unknown): void {
 /** Sets `field` from the string (or number) `raw` of `source`, or records why not. */
 function setFromString(layer: Layer, field: FieldPath, raw: string | number, source: string, issues: ConfigIssue[]): void {
   let r: z.ZodSafeParseResult<unknown>;
-  if (field === 'device.process' && typeof raw === 'string') {
+  if ((field === 'device.process' || field === 'device.http') && typeof raw === 'string') {
     let value: unknown;
     try {
       value = JSON.parse(raw);
     } catch (e) {
-      issues.push({ source, path: field, message: `expected a JSON object, got ${show(raw)} (${(e as Error).message}) — write e.g. ${source}='{"command":"python3","args":["device.py"]}'` });
+      issues.push({ source, path: field, message: `expected a JSON object, got ${show(raw)} (${(e as Error).message}) — write e.g. ${source}='${field === 'device.http' ? '{"url":"http://127.0.0.1:8000/embed"}' : '{"command":"python3","args":["device.py"]}'}'` });
       return;
     }
     r = fieldSchema(field).safeParse(value);
@@ -579,6 +601,11 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     if (budgetBytes !== undefined) c.engine.budgetBytes = finiteOr(budgetBytes);
     if (deviceTimeoutS !== undefined) c.engine.deviceTimeoutS = finiteOr(deviceTimeoutS);
     Object.assign(c.device, defined(layer.device));
+    const http = layer.device?.http;
+    if (http) {
+      const { timeoutS, ...rest } = http;
+      c.device.http = { headers: {}, timeoutS: Infinity, maxResponseBytes: 2 ** 30, ...defined(rest), ...(timeoutS === undefined ? {} : { timeoutS: finiteOr(timeoutS) }) } as HttpDeviceConfig;
+    }
     const proc = layer.device?.process;
     if (proc) {
       const { cwd: dir, ...rest } = proc;
@@ -588,6 +615,9 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     Object.assign(c.cluster, defined(layer.cluster));
   }
   c.engine.pacerOptions = { ...c.engine.pacerOptions };
+  if (c.device.process && c.device.http) {
+    throw new ConfigError([{ source: 'configuration', path: 'device', message: 'both [device.process] and [device.http] are set — a server has one device: keep one of them' }]);
+  }
   return c;
 }
 
@@ -617,7 +647,11 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
       // An empty table is left out (its default); a header with nothing under it reads badly.
       ...(Object.keys(pacerOptions).length > 0 ? { pacerOptions: { ...pacerOptions } } : {}),
     },
-    device: { ...c.device, ...(c.device.process ? { process: { ...c.device.process } } : {}) },
+    device: {
+      ...c.device,
+      ...(c.device.process ? { process: { ...c.device.process } } : {}),
+      ...(c.device.http ? { http: { ...c.device.http, timeoutS: Number.isFinite(c.device.http.timeoutS) ? c.device.http.timeoutS : 'none' } } : {}),
+    },
     prepare: { ...c.prepare },
     cluster: { ...c.cluster },
     ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module }])) } : {}),
@@ -646,6 +680,7 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'device.kind': ['"cpu"', '"cpu" or "webgpu"'],
   'device.workers': ['2', 'pipelined workers on the device (1–64)'],
   'device.process': ['none', 'a process device: [device.process] command, args, env, cwd, readyTimeoutS (30), maxFrameBytes (1 GiB) (env: JSON)'],
+  'device.http': ['none', 'an HTTP device: [device.http] url, headers, timeoutS ("none"), maxResponseBytes (1 GiB) (env: JSON)'],
   'prepare.threads': ['cores − 1', 'preparation threads (≥ 1)'],
   'prepare.concurrency': ['64', 'preparations one thread runs at once (≥ 1)'],
   'cluster.redis': ['"none"', 'cluster mode: redis://host:port[/db] of the shared Redis (flag --cluster), or "none"'],

@@ -119,8 +119,8 @@ export interface LoadedKind {
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
-/** Where a server's device steps run: the kinds' `run` on threads, or a program in a process per worker. */
-export type DeviceType = 'thread' | 'process';
+/** Where a server's device steps run: the kinds' `run` on threads, a program in a process per worker, or an HTTP endpoint. */
+export type DeviceType = 'thread' | 'process' | 'http';
 
 /** The devices a kind may name. */
 export const DEVICE_NAMES: readonly string[] = ['default'];
@@ -160,8 +160,9 @@ export async function loadKind(url: string, shown: string = url, deviceType: Dev
     throw fail('device', `${JSON.stringify(device) ?? String(device)} names no device: this server has ${DEVICE_NAMES.map((d) => JSON.stringify(d)).join(', ')} (its [device]); leave device out to run on it`);
   }
   if (deviceType === 'thread' && typeof m['run'] !== 'function') throw fail('run', 'missing: export async function run(prepared, ctx) — the device step, run on a device worker thread');
-  if (deviceType === 'process' && m['run'] !== undefined) {
-    throw fail('run', "this server's device is a process device ([device.process]): its command does the device step, so a kind has no run — remove run, or serve it with a thread device");
+  if (deviceType !== 'thread' && m['run'] !== undefined) {
+    const what = deviceType === 'process' ? 'a process device ([device.process]): its command does' : 'an HTTP device ([device.http]): its endpoint does';
+    throw fail('run', `this server's device is ${what} the device step, so a kind has no run — remove run, or serve it with a thread device`);
   }
   const description = m['description'];
   if (description !== undefined && typeof description !== 'string') throw fail('description', `must be a string (got ${typeof description})`);

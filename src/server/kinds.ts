@@ -1,7 +1,6 @@
-import type { StageThreads, PreparedBuffer } from '../runtime/threaded.js';
+import type { DeviceRunner, StageThreads, PreparedBuffer } from '../runtime/threaded.js';
 import type { DeviceTask, PartitionTask, Workload } from '../runtime/runtime.js';
 import { KindModuleError, loadKind, type DeviceType, type LoadedKind } from './kind-module.js';
-import type { DeviceRunner } from '../runtime/process-device.js';
 
 /** The kinds every server runs, kind modules like any other (src/kinds). */
 export const BUILT_IN_KINDS: readonly { name: string; url: string }[] = [

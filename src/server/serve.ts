@@ -26,7 +26,7 @@ export function kindSources(config: ServeConfig): KindSource[] {
 
 /** The kinds a server with this config runs: the built-ins (thread devices) and the config's modules, each checked. */
 export function loadServerKinds(config: ServeConfig): Promise<Map<string, LoadedKind>> {
-  return loadKinds(kindSources(config), config.device.process ? 'process' : 'thread');
+  return loadKinds(kindSources(config), config.device.process ? 'process' : config.device.http ? 'http' : 'thread');
 }
 
 /**

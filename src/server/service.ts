@@ -7,6 +7,7 @@ import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
 import { StageThreads } from '../runtime/threaded.js';
 import { ProcessDevice } from '../runtime/process-device.js';
+import { HttpDevice } from '../runtime/http-device.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
 import type { ServeConfig } from './config.js';
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
@@ -166,7 +167,10 @@ export class Service {
       deviceKind: config.device.kind,
     });
     const proc = config.device.process;
-    const device = proc
+    const http = config.device.http;
+    const device = http
+      ? new HttpDevice({ name: 'default', workers: config.device.workers, url: http.url, headers: http.headers, timeoutMs: http.timeoutS * 1000, maxResponseBytes: http.maxResponseBytes })
+      : proc
       ? new ProcessDevice({
           name: 'default',
           workers: config.device.workers,
@@ -382,7 +386,7 @@ export class Service {
         const busyMs = this.workerBusyMs[d] ?? [];
         return {
           device: d,
-          kind: this.config.device.process ? 'process' : this.config.device.kind,
+          kind: this.config.device.process ? 'process' : this.config.device.http ? 'http' : this.config.device.kind,
           completions: c?.completions ?? 0,
           busyS: (c?.busyMs ?? 0) / 1000,
           workers: workers.map((w, i) => ({

@@ -3,12 +3,13 @@
  * example with its numpy device, the device's stderr in the server's log, and kinds that do not
  * fit a process device refused at start.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../src/cluster/redis-server.js';
 import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -40,6 +41,34 @@ describe('the embeddings example on a Python process device (numpy)', () => {
     const status = await http(server.url, 'GET', '/v1/status');
     expect(status.body.devices[0]).toMatchObject({ kind: 'process', completions: 3 });
     expect(status.body.devices[0].busyS).toBeGreaterThan(0);
+  });
+});
+
+describe('the http-device example: the model behind an HTTP endpoint', () => {
+  it('embeds through embed-server.mjs: the vectors of embed()', async () => {
+    const port = await freePort();
+    const model = spawn(process.execPath, [path.join(ROOT, 'examples/http-device/embed-server.mjs'), '--port', String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const data = tempDataDir();
+    try {
+      await new Promise<void>((resolve) => model.stdout.on('data', (b: Buffer) => b.toString().includes('listening') && resolve()));
+      // The example's config, its url pointed at this port (an environment variable replaces the table).
+      const s = await startServer(data, ['--config', path.join(ROOT, 'examples/http-device/http-device.toml')], { STOKER_DEVICE_HTTP: JSON.stringify({ url: `http://127.0.0.1:${port}/embed`, timeoutS: 30 }) });
+      try {
+        expect(s.output()).toContain(`2 http (http://127.0.0.1:${port}/embed) device workers; kinds embed`);
+        const texts = ['a cat sat on the mat', 'the dog barked', 'stoker keeps accelerators fed'];
+        await http(s.url, 'POST', '/v1/jobs', { id: 'h1', kind: 'embed', input: { texts, batch: 2 } });
+        const res = await fetch(new URL('/v1/jobs/h1/result?wait=60s', s.url), { headers: { accept: 'application/octet-stream' } });
+        const got = new Float32Array(await res.arrayBuffer());
+        const { embed } = (await import(pathToFileURL(path.join(EXAMPLE, 'embed-kind.mjs')).href)) as { embed(t: string[]): Float32Array };
+        expect([...got]).toEqual([...embed(texts)]);
+        expect((await http(s.url, 'GET', '/v1/status')).body.devices[0]).toMatchObject({ kind: 'http', completions: 2 });
+      } finally {
+        await s.stop();
+      }
+    } finally {
+      model.kill();
+      removeDir(data);
+    }
   });
 });
 

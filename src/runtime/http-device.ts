@@ -1,0 +1,119 @@
+/**
+ * A device that is an HTTP endpoint (an inference server, a remote prover): each device worker
+ * sends one request at a time; the prepared value is POSTed (JSON, or bytes as
+ * application/octet-stream) and the response is the output (JSON when the response says
+ * application/json, bytes otherwise). The item's busy time is the request's wall time, from
+ * sending it until the whole response has arrived: the time the item occupied the worker —
+ * never a compute time the server reports about itself, which leaves out its queueing and the
+ * transfer. A refused connection, a timeout, a 4xx/5xx answer or an oversized response fails
+ * the item (the engine retries it).
+ */
+import type { DeviceRunner, RunCall } from './threaded.js';
+
+export interface HttpDeviceOptions {
+  /** The device's name, in errors. */
+  name: string;
+  /** Concurrent requests: one per worker. */
+  workers: number;
+  /** Where items are POSTed. */
+  url: string;
+  /** Extra request headers (e.g. authorization). @default {} */
+  headers?: Readonly<Record<string, string>>;
+  /** A request running longer fails its item. @default Infinity */
+  timeoutMs?: number;
+  /** The largest response accepted, bytes. @default 1 GiB */
+  maxResponseBytes?: number;
+}
+
+/** Characters of an error response's body quoted in the failure. */
+const BODY_EXCERPT = 200;
+
+export class HttpDevice implements DeviceRunner {
+  private readonly busy: boolean[];
+  private readonly o: Required<HttpDeviceOptions>;
+
+  constructor(options: HttpDeviceOptions) {
+    this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, ...options };
+    this.busy = new Array<boolean>(options.workers).fill(false);
+  }
+
+  async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
+    const label = `${this.o.name}/${call.worker}`;
+    if (this.busy[call.worker] === undefined) throw new Error(`no worker ${call.worker} on device ${this.o.name}`);
+    if (this.busy[call.worker]) throw new Error(`${label} is already busy`);
+    this.busy[call.worker] = true;
+    try {
+      return await this.request(call, label);
+    } finally {
+      this.busy[call.worker] = false;
+    }
+  }
+
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  private async request(call: RunCall, label: string): Promise<{ output: unknown; busyMs: number }> {
+    const { meta } = call.prepared;
+    const body = meta instanceof Uint8Array ? meta : undefined;
+    const headers: Record<string, string> = {
+      ...this.o.headers,
+      'content-type': body ? 'application/octet-stream' : 'application/json',
+      'stoker-job': encodeURIComponent(call.jobId),
+      'stoker-kind': encodeURIComponent(call.kind ?? ''),
+      'stoker-partition': String(call.partition),
+      'stoker-partitions': String(call.partitions),
+    };
+    const signals = [call.signal, ...(Number.isFinite(this.o.timeoutMs) ? [AbortSignal.timeout(this.o.timeoutMs)] : [])];
+    const t0 = performance.now();
+    let res: Response;
+    try {
+      res = await fetch(this.o.url, { method: 'POST', headers, body: body ?? JSON.stringify(meta ?? null), signal: AbortSignal.any(signals) });
+    } catch (e) {
+      throw new Error(`${label}: POST ${this.o.url} failed: ${reason(e, this.o.timeoutMs)}`);
+    }
+    let data: Uint8Array;
+    try {
+      data = await readLimited(res, this.o.maxResponseBytes);
+    } catch (e) {
+      throw new Error(`${label}: POST ${this.o.url}: ${e instanceof RangeError ? e.message : `the response broke off: ${reason(e, this.o.timeoutMs)}`}`);
+    }
+    const busyMs = performance.now() - t0;
+    const text = () => new TextDecoder().decode(data.subarray(0, BODY_EXCERPT));
+    if (!res.ok) throw new Error(`${label}: POST ${this.o.url} answered ${res.status} ${res.statusText}: ${text()}`);
+    if (!/^application\/(.+\+)?json\b/i.test(res.headers.get('content-type') ?? '')) return { output: data, busyMs };
+    try {
+      return { output: JSON.parse(new TextDecoder().decode(data)) as unknown, busyMs };
+    } catch {
+      throw new Error(`${label}: POST ${this.o.url} answered application/json that is not JSON: ${text()}`);
+    }
+  }
+}
+
+function reason(e: unknown, timeoutMs: number): string {
+  const err = e as { name?: string; message?: string; cause?: { code?: string; message?: string } };
+  if (err.name === 'TimeoutError') return `no answer within ${timeoutMs / 1000} s (timeoutS)`;
+  if (err.name === 'AbortError') return 'the step was withdrawn';
+  return err.cause?.code ?? err.cause?.message ?? err.message ?? String(e);
+}
+
+/** The body, refusing one over `max` bytes (by Content-Length, or as it streams). */
+async function readLimited(res: Response, max: number): Promise<Uint8Array> {
+  const declared = Number(res.headers.get('content-length') ?? NaN);
+  if (declared > max) throw new RangeError(`a response of ${declared} bytes is over the ${max}-byte limit (maxResponseBytes)`);
+  if (!res.body) return new Uint8Array(0);
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    total += chunk.byteLength;
+    if (total > max) throw new RangeError(`a response over the ${max}-byte limit (maxResponseBytes)`);
+    chunks.push(chunk);
+  }
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
+}

@@ -1,0 +1,97 @@
+/**
+ * HTTP devices against a real HTTP server on a loopback port the OS picks: the prepared value is
+ * POSTed, the response is the output, the busy time is the request's wall time; a refused
+ * connection, a timeout, an error status and an oversized answer each fail the item with a reason
+ * naming the worker, and the job once its retries are spent.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { StokerError } from '../../src/core/index.js';
+import { freePort } from '../../src/cluster/redis-server.js';
+import { HttpDevice, type HttpDeviceOptions } from '../../src/runtime/http-device.js';
+import { Runtime, type Workload } from '../../src/runtime/runtime.js';
+import type { PreparedBuffer } from '../../src/runtime/threaded.js';
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0)) await c();
+});
+
+/** A server whose handler sees each request with its body. */
+async function serve(handler: (req: IncomingMessage, body: Buffer, res: ServerResponse) => void): Promise<string> {
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => handler(req, Buffer.concat(chunks), res));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  closers.push(() => new Promise((r) => (server.closeAllConnections(), server.close(() => r()))));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/run`;
+}
+
+function setup(device: Partial<HttpDeviceOptions> & { url: string }, options: { workers?: number; retries?: number } = {}) {
+  const workers = options.workers ?? 1;
+  const dev = new HttpDevice({ name: 'infer', workers, ...device });
+  const workload: Workload<{ bytes?: boolean }, PreparedBuffer, unknown, unknown[]> = {
+    prepare: async (t) => ({ meta: t.input.bytes ? Uint8Array.of(1, 2, 3, t.partition) : { p: t.partition } }),
+    run: (t) => dev.run({ kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal }),
+    finish: (j) => j.outputs,
+  };
+  const rt = new Runtime({ workload, devices: [{ workers }], pacer: 'unpaced', budgetBytes: 10_000, retries: options.retries ?? 1 });
+  closers.push(() => rt.close(1000));
+  return rt;
+}
+
+const spec = (id: string, partitions = 1) => ({ id, kind: 'k', partitions, memory: { prepareBytes: 100, deviceBytes: 10 } });
+
+async function failure(p: Promise<unknown>): Promise<StokerError> {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(e).toBeInstanceOf(StokerError);
+  return e as StokerError;
+}
+
+describe('an HTTP device', () => {
+  it('POSTs the prepared value with the item in headers; a JSON answer is the output, and the busy time is the request wall time', async () => {
+    const seen: Record<string, unknown>[] = [];
+    const url = await serve((req, body, res) => {
+      seen.push({ job: req.headers['stoker-job'], kind: req.headers['stoker-kind'], partition: req.headers['stoker-partition'], partitions: req.headers['stoker-partitions'], type: req.headers['content-type'], body: JSON.parse(body.toString()) as unknown });
+      // It claims 1 ms of compute but takes 120 ms to answer: the worker was occupied 120 ms.
+      setTimeout(() => res.writeHead(200, { 'content-type': 'application/json', 'x-compute-ms': '1' }).end(JSON.stringify({ doubled: 2 * Number(req.headers['stoker-partition']) })), 120);
+    });
+    const rt = setup({ url }, { workers: 2 });
+    await expect(rt.submit(spec('h1', 3), {})).resolves.toEqual([{ doubled: 0 }, { doubled: 2 }, { doubled: 4 }]);
+    expect(seen.sort((a, b) => Number(a['partition']) - Number(b['partition']))).toEqual([0, 1, 2].map((p) => ({ job: 'h1', kind: 'k', partition: String(p), partitions: '3', type: 'application/json', body: { p } })));
+    const c = rt.status().counters.devices[0];
+    expect((c?.busyMs ?? 0) / (c?.completions ?? 1)).toBeGreaterThanOrEqual(115);
+  });
+
+  it('bytes go as application/octet-stream, and a non-JSON answer is bytes', async () => {
+    const url = await serve((req, body, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(Buffer.from([...body].reverse())));
+    const rt = setup({ url });
+    const [out] = (await rt.submit(spec('b1'), { bytes: true })) as Uint8Array[];
+    expect([...(out as Uint8Array)]).toEqual([0, 3, 2, 1]);
+  });
+
+  const faults: [what: string, handler: ((req: IncomingMessage, body: Buffer, res: ServerResponse) => void) | 'refused', options: Partial<HttpDeviceOptions>, reason: RegExp][] = [
+    ['a 5xx answer', (_q, _b, res) => res.writeHead(503, { 'content-type': 'text/plain' }).end('model is loading'), {}, /infer\/0: POST .* answered 503 Service Unavailable: model is loading/],
+    ['a refused connection', 'refused', {}, /infer\/0: POST .* failed: ECONNREFUSED/],
+    ['no answer within timeoutMs', () => undefined, { timeoutMs: 300 }, /infer\/0: POST .* failed: no answer within 0.3 s \(timeoutS\)/],
+    ['an oversized answer', (_q, _b, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(Buffer.alloc(4096)), { maxResponseBytes: 1024 }, /a response (of 4096 bytes is )?over the 1024-byte limit \(maxResponseBytes\)/],
+    ['JSON that is not JSON', (_q, _b, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"oops'), {}, /answered application\/json that is not JSON: \{"oops/],
+  ];
+  it.each(faults)('%s fails the item; once retries are spent the job fails with the reason', async (_what, handler, options, reason) => {
+    let requests = 0;
+    const url = handler === 'refused' ? `http://127.0.0.1:${await freePort()}/run` : await serve((q, b, res) => (requests++, handler(q, b, res)));
+    const rt = setup({ url, ...options }, { retries: 1 });
+    const e = await failure(rt.submit(spec('f1'), {}));
+    expect(e.code).toBe('E_DEVICE_FAILED');
+    expect(e.message).toMatch(reason);
+    expect(e.message).toMatch(/after 2 attempts/);
+    if (handler !== 'refused') expect(requests).toBe(2);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+});
