@@ -19,6 +19,7 @@ so ``print`` goes to the server's log, prefixed with the worker's name.
 """
 
 import json
+import mmap
 import os
 import struct
 import sys
@@ -31,9 +32,14 @@ MAX_HEADER_BYTES = 1 << 20
 class Item:
     """One item: ``job``, ``kind``, ``partition``, ``partitions``, ``input``, ``prepared`` (what
     the kind's prepare returned; None when it returned bytes) and ``payload`` (those bytes, or the
-    partition's buffer; None when there are none)."""
+    partition's buffer; None when there are none).
 
-    __slots__ = ("id", "job", "kind", "partition", "partitions", "input", "prepared", "payload")
+    Large prepared data comes by file instead of through the pipe: then ``path`` names it (a file
+    in a memory-backed folder, removed by stoker when the partition ends) and ``payload`` is a
+    read-only ``memoryview`` of a map of it -- ``numpy.frombuffer(item.payload, ...)`` reads it
+    without a copy either way. Keep no reference to it after ``handle`` returns."""
+
+    __slots__ = ("id", "job", "kind", "partition", "partitions", "input", "prepared", "payload", "path", "_map")
 
     def __init__(self, header, payload):
         self.id = header.get("id")
@@ -44,6 +50,25 @@ class Item:
         self.input = header.get("input")
         self.prepared = header.get("prepared")
         self.payload = payload
+        self.path = header.get("payloadPath")
+        self._map = None
+        if self.path is not None:
+            if header.get("payloadPathBytes"):
+                with open(self.path, "rb") as f:
+                    self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                self.payload = memoryview(self._map)
+            else:
+                self.payload = b""
+
+    def close(self):
+        """Unmaps a payload that came by file (a view still alive keeps it until it goes)."""
+        if self._map is None:
+            return
+        try:
+            self.payload.release()
+            self._map.close()
+        except BufferError:
+            pass
 
 
 def _read_exactly(stream, n):
@@ -96,15 +121,19 @@ def serve(handle):
         header, payload = frame
         if header.get("type") != "item":
             continue
-        item = Item(header, payload)
         t0 = time.perf_counter_ns()
+        item = None
         try:
+            item = Item(header, payload)
             result = handle(item)
             busy = time.perf_counter_ns() - t0
             if isinstance(result, (bytes, bytearray, memoryview)):
-                _write_frame(out, {"type": "result", "id": item.id, "ok": True, "busyNs": busy, "bytes": True}, bytes(result))
+                _write_frame(out, {"type": "result", "id": header.get("id"), "ok": True, "busyNs": busy, "bytes": True}, bytes(result))
             else:
-                _write_frame(out, {"type": "result", "id": item.id, "ok": True, "busyNs": busy, "output": result})
+                _write_frame(out, {"type": "result", "id": header.get("id"), "ok": True, "busyNs": busy, "output": result})
         except Exception as e:  # the item fails, the worker goes on
             busy = time.perf_counter_ns() - t0
-            _write_frame(out, {"type": "result", "id": item.id, "ok": False, "busyNs": busy, "error": "%s: %s" % (type(e).__name__, e)})
+            _write_frame(out, {"type": "result", "id": header.get("id"), "ok": False, "busyNs": busy, "error": "%s: %s" % (type(e).__name__, e)})
+        finally:
+            if item is not None:
+                item.close()

@@ -11,6 +11,7 @@ import { measureSpeed } from '../sim/speed.js';
 import { DEMO_DEFAULTS, runDemo, type DemoBackend, type DemoOptions, type DemoSummary } from '../runtime/demo.js';
 import { serviceBackend } from '../server/demo-service.js';
 import { measureOverhead } from '../runtime/overhead.js';
+import { measureDeviceItems, measureHandoff } from '../runtime/device-bench.js';
 import { requireOptional } from '../runtime/optional.js';
 import { toChromeTrace } from '../web/chrome-trace.js';
 import { renderHtmlReport } from '../web/report-html.js';
@@ -346,7 +347,6 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
     io.out(toJson(results));
     return;
   }
-  const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
   const rows = results.map((r) => [
     r.pacer,
     `${r.jobsDone}/${r.jobsFailed}`,
@@ -360,6 +360,27 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
     `${r.freshBuffers}/${r.reusedBuffers}`,
   ]);
   io.out(formatTable(['pacer', 'jobs done/failed', 'partitions/s', 'occupancy', 'waiting', 'peak pool', 'peak reserved', 'latency p50', 'latency p99', 'buffers fresh/reused'], rows));
+}
+
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
+
+/** What a process device costs: a large item by file vs through the pipe; no-op items/s, process vs thread (wall clock). */
+export async function deviceBenchCommand(flags: { bytes: string; items: string; json?: boolean }, io: Io): Promise<void> {
+  const bytes = positive('--bytes', flags.bytes);
+  const items = positive('--items', flags.items);
+  if (bytes > 2 ** 30) throw new UsageError(`--bytes must be at most ${2 ** 30} (1 GiB), got ${bytes}`);
+  io.err(`device-bench: handing one ${mib(bytes)} item to a Python worker, by file and through the pipe (3 runs each)\n`);
+  const handoff = await measureHandoff(bytes);
+  io.err(`device-bench: ${items} no-op items on 2 Python worker processes, then on 2 device threads\n`);
+  const rate = await measureDeviceItems(items);
+  if (flags.json) {
+    io.out(toJson({ handoff, items: rate }));
+    return;
+  }
+  const ms = (v: number) => `${v.toFixed(0)} ms`;
+  io.out(formatTable(['handoff', 'bytes', 'write file', 'run (transfer + touch every page)', 'total'], handoff.map((r) => [r.how === 'file' ? 'by file (/dev/shm)' : 'through the pipe', mib(r.bytes), r.how === 'file' ? ms(r.writeMs) : '–', ms(r.runMs), ms(r.totalMs)])));
+  io.out('\n');
+  io.out(formatTable(['device', 'items', 'items/s', 'µs per item'], rate.map((r) => [r.device, String(r.items), Math.round(r.itemsPerSec).toLocaleString('en-US'), r.usPerItem.toFixed(1)])));
 }
 
 /** The runtime's own cost per item (a wall-clock benchmark). */

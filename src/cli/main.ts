@@ -5,7 +5,7 @@ import { Command, CommanderError } from 'commander';
 import { StokerError } from '../core/index.js';
 import { PacerModuleError } from '../sim/load-pacer.js';
 import { ScenarioError } from '../sim/scenario.js';
-import { benchCommand, demoCommand, overheadCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type DemoFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
+import { benchCommand, demoCommand, deviceBenchCommand, overheadCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type DemoFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
 import { DEMO_DEFAULTS } from '../runtime/demo.js';
 import { CONFIG_DOC, ConfigError } from '../server/config.js';
 import { KindModuleError } from '../server/kind-module.js';
@@ -91,6 +91,13 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--items <n>', 'items per measurement', '50000')
     .option('--json', 'print the measurements as JSON')
     .action((flags: { items: string; json?: boolean }) => overheadCommand(flags, io));
+
+  p.command('device-bench')
+    .description('what a process device costs: one large item handed to a Python worker by file vs through the pipe, and no-op items/s of a process device vs a thread device')
+    .option('--bytes <n>', 'size of the large item (at most 1 GiB)', String(2 ** 30))
+    .option('--items <n>', 'no-op items per device', '5000')
+    .option('--json', 'print the measurements as JSON')
+    .action((flags: { bytes: string; items: string; json?: boolean }) => deviceBenchCommand(flags, io));
 
   p.command('speed')
     .description('time the simulator itself: events per second and wall time per simulated day')

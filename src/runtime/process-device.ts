@@ -259,6 +259,7 @@ class WorkerProcess {
 function itemFrame(id: number, call: RunCall): { header: Record<string, unknown>; payload?: Uint8Array } {
   const p: PreparedBuffer = call.prepared;
   const header: Record<string, unknown> = { type: 'item', id, job: call.jobId, kind: call.kind, partition: call.partition, partitions: call.partitions, input: call.input };
+  if (p.file) return { header: { ...header, prepared: p.meta ?? null, payloadPath: p.file.path, payloadPathBytes: p.file.bytes } };
   if (p.meta instanceof Uint8Array) return { header: { ...header, prepared: null }, payload: p.meta };
   header['prepared'] = p.meta ?? null;
   if (p.buffer) return { header, payload: new Uint8Array(p.buffer.buffer, 0, p.bytes ?? p.buffer.classBytes) };

@@ -5,7 +5,8 @@ import { BroadcastChannel, Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { BufferPool, type PooledBuffer } from './buffer-pool.js';
 import type { DeviceTask, PartitionTask, Workload } from './runtime.js';
-import type { CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, PrepareRequest } from './threads/protocol.js';
+import { rmSync } from 'node:fs';
+import type { CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, PrepareReply, PrepareRequest } from './threads/protocol.js';
 
 /** Where the stages run: the preparation pool and the device threads. */
 export interface StageThreadsOptions {
@@ -48,6 +49,8 @@ export interface PreparedBuffer {
   /** The bytes of `buffer` asked for (the buffer is a size class, at least that long). */
   bytes?: number;
   meta: unknown;
+  /** The prepared bytes in a handoff file, for a process device (removed when the data is released), and how long writing it took. */
+  file?: { path: string; bytes: number; writeMs: number };
 }
 
 /** One preparation for the pool: which module, how it is called, and the partition. */
@@ -61,6 +64,8 @@ export interface PrepareCall {
   /** Shared buffer bytes to lease for it (0: none). */
   bufferBytes: number;
   signal: AbortSignal;
+  /** Large prepared bytes go to a file here (process devices). */
+  handoff?: Handoff;
 }
 
 /** One device step: which module, how it is called, the prepared data and the worker. */
@@ -179,8 +184,15 @@ export class StageThreads implements DeviceRunner {
         ctx: { jobId: call.jobId, partition: call.partition, partitions: call.partitions, ...(buffer ? { buffer: buffer.buffer } : {}) },
         task,
         abortChannel: this.abortChannel.name,
+        bufferBytes: call.bufferBytes,
+        ...(call.handoff ? { handoff: call.handoff } : {}),
       };
-      const { meta } = (await this.piscina.run(req)) as { meta: unknown };
+      const { meta, file } = (await this.piscina.run(req)) as PrepareReply;
+      if (file) {
+        // The data lives in the file now: the buffer can serve the next preparation.
+        if (buffer) this.pool.checkin(buffer);
+        return { meta, file };
+      }
       return buffer ? { buffer, bytes: call.bufferBytes, meta } : { meta };
     } catch (e) {
       if (buffer) this.pool.checkin(buffer);
@@ -225,8 +237,9 @@ export class StageThreads implements DeviceRunner {
     });
   }
 
-  /** Returns the buffer to the pool; at most once a second, idle buffers past the pool's TTL are freed. */
+  /** Removes the handoff file, returns the buffer to the pool; at most once a second, idle buffers past the pool's TTL are freed. */
   release(prepared: PreparedBuffer): void {
+    if (prepared.file) rmSync(prepared.file.path, { force: true });
     if (!prepared.buffer) return;
     this.pool.checkin(prepared.buffer);
     const now = performance.now();

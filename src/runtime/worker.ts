@@ -13,6 +13,7 @@
  * stdout carries the protocol, so `console.log` and friends are sent to stderr (the server logs
  * them, prefixed with the worker's name).
  */
+import { readFileSync } from 'node:fs';
 import { encodeFrame, FrameReader } from './frames.js';
 
 /** One item as the worker gets it. */
@@ -28,6 +29,8 @@ export interface ProcessItem {
   prepared: unknown;
   /** The bytes `prepare` returned, or the partition's buffer; absent when there are none. */
   payload?: Uint8Array;
+  /** Large prepared data comes by file: its path (`payload` holds its bytes, read from it). */
+  path?: string;
 }
 
 function write(header: Record<string, unknown>, payload?: Uint8Array): void {
@@ -48,11 +51,13 @@ export function serve(handle: (item: ProcessItem) => unknown): Promise<void> {
       for (const f of reader.push(chunk)) {
         const h = f.header;
         if (h['type'] !== 'item') continue;
-        const item: ProcessItem = { job: h['job'] as string, kind: h['kind'] as string, partition: h['partition'] as number, partitions: h['partitions'] as number, input: h['input'], prepared: h['prepared'], ...(f.payload ? { payload: f.payload } : {}) };
         // One item at a time, in order: the server sends the next only after this one's result.
         queue = queue.then(async () => {
           const t0 = process.hrtime.bigint();
           try {
+            const path = typeof h['payloadPath'] === 'string' ? h['payloadPath'] : undefined;
+            const payload = path === undefined ? f.payload : new Uint8Array(readFileSync(path));
+            const item: ProcessItem = { job: h['job'] as string, kind: h['kind'] as string, partition: h['partition'] as number, partitions: h['partitions'] as number, input: h['input'], prepared: h['prepared'], ...(payload ? { payload } : {}), ...(path === undefined ? {} : { path }) };
             const out = await handle(item);
             const busyNs = Number(process.hrtime.bigint() - t0);
             if (isBytes(out)) write({ type: 'result', id: h['id'], ok: true, busyNs, bytes: true }, asBytes(out));

@@ -93,6 +93,10 @@ export interface ProcessDeviceConfig {
   readyTimeoutS: number;
   /** The largest payload (bytes) a worker may send in one frame. @default 1073741824 */
   maxFrameBytes: number;
+  /** Where prepared data of at least handoffMinBytes is handed over as a file (the worker maps it) instead of through the pipe: a memory-backed folder. @default "/dev/shm" where it exists, else the system's temporary folder */
+  handoffDir: string;
+  /** Prepared bytes from this size on go by file. @default 1048576 */
+  handoffMinBytes: number;
 }
 
 /** The CPU preparation pool. */
@@ -254,6 +258,8 @@ const processShape = {
   cwd: z.string(err('a directory path', 'write e.g. cwd = "./device"')).min(1, err('a directory path', 'write e.g. cwd = "./device"')).optional(),
   readyTimeoutS: positive('a number of seconds > 0', 'use e.g. 30'),
   maxFrameBytes: int(1, undefined, 'an integer ≥ 1 (bytes)', 'use e.g. 1073741824 (1 GiB)'),
+  handoffDir: z.string(err('a directory path', 'write e.g. handoffDir = "/dev/shm"')).min(1, err('a directory path', 'write e.g. handoffDir = "/dev/shm"')).optional(),
+  handoffMinBytes: int(0, undefined, 'an integer ≥ 0 (bytes)', 'use e.g. 1048576 (1 MiB; 0 sends every payload by file)'),
 };
 const httpShape = {
   url: z.string(err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')).url(err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')).regex(/^https?:\/\//i, err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')),
@@ -320,6 +326,11 @@ type FieldPath = 'dataDir' | { [S in SectionName]: `${S}.${keyof NonNullable<Lay
 function defaultNodeId(): string {
   const host = os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 80) || 'node';
   return `${host}-${process.pid}`;
+}
+
+/** A memory-backed folder for handoff files: /dev/shm on Linux, else the temporary folder. */
+function defaultHandoffDir(): string {
+  return fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir();
 }
 
 function defaultThreads(): number {
@@ -608,8 +619,18 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     }
     const proc = layer.device?.process;
     if (proc) {
-      const { cwd: dir, ...rest } = proc;
-      c.device.process = { args: [], env: {}, readyTimeoutS: 30, maxFrameBytes: 2 ** 30, ...defined(rest), ...(dir === undefined ? {} : { cwd: path.resolve(base, dir) }) } as ProcessDeviceConfig;
+      const { cwd: dir, handoffDir, ...rest } = proc;
+      c.device.process = {
+        args: [],
+        env: {},
+        readyTimeoutS: 30,
+        maxFrameBytes: 2 ** 30,
+        handoffDir: defaultHandoffDir(),
+        handoffMinBytes: 2 ** 20,
+        ...defined(rest),
+        ...(dir === undefined ? {} : { cwd: path.resolve(base, dir) }),
+        ...(handoffDir === undefined ? {} : { handoffDir: path.resolve(base, handoffDir) }),
+      } as ProcessDeviceConfig;
     }
     Object.assign(c.prepare, defined(layer.prepare));
     Object.assign(c.cluster, defined(layer.cluster));
@@ -679,7 +700,7 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'engine.pacerOptions': ['{}', 'pacer options, name = number (env: JSON or name=value,…)'],
   'device.kind': ['"cpu"', '"cpu" or "webgpu"'],
   'device.workers': ['2', 'pipelined workers on the device (1–64)'],
-  'device.process': ['none', 'a process device: [device.process] command, args, env, cwd, readyTimeoutS (30), maxFrameBytes (1 GiB) (env: JSON)'],
+  'device.process': ['none', 'a process device: [device.process] command, args, env, cwd, readyTimeoutS (30), maxFrameBytes (1 GiB), handoffDir (/dev/shm), handoffMinBytes (1 MiB) (env: JSON)'],
   'device.http': ['none', 'an HTTP device: [device.http] url, headers, timeoutS ("none"), maxResponseBytes (1 GiB) (env: JSON)'],
   'prepare.threads': ['cores − 1', 'preparation threads (≥ 1)'],
   'prepare.concurrency': ['64', 'preparations one thread runs at once (≥ 1)'],

@@ -1,4 +1,5 @@
 import type { DeviceRunner, StageThreads, PreparedBuffer } from '../runtime/threaded.js';
+import type { Handoff } from '../runtime/threads/protocol.js';
 import type { DeviceTask, PartitionTask, Workload } from '../runtime/runtime.js';
 import { KindModuleError, loadKind, type DeviceType, type LoadedKind } from './kind-module.js';
 
@@ -84,6 +85,8 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
     /** Where the device steps run: `threads`, or a process device. */
     private readonly device: DeviceRunner,
     private readonly hooks: RouterHooks,
+    /** For a process device: large prepared data goes by file. */
+    private readonly handoff?: Handoff,
   ) {
     this.prepareSlots = threads.prepareSlots;
     this.pool = threads.pool;
@@ -109,6 +112,7 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
       partitions: input.total,
       bufferBytes: kind.bufferBytes(input.input),
       signal: task.signal,
+      ...(this.handoff ? { handoff: this.handoff } : {}),
     });
     this.hooks.observe('prepare', performance.now() - t0);
     return prepared;

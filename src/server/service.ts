@@ -1,4 +1,6 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { z } from 'zod';
@@ -6,6 +8,7 @@ import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type Engine,
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
 import { StageThreads } from '../runtime/threaded.js';
+import type { Handoff } from '../runtime/threads/protocol.js';
 import { ProcessDevice } from '../runtime/process-device.js';
 import { HttpDevice } from '../runtime/http-device.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
@@ -143,6 +146,8 @@ export class Service {
   private readonly workerBusyMs: number[][];
   private closing = false;
   private journalClosed = false;
+  /** A process device's handoff files: this server's own folder, emptied at start and at close. */
+  private readonly handoff: Handoff | undefined;
   private readonly purgeTimer: NodeJS.Timeout;
   private readonly pacerTimer: NodeJS.Timeout;
 
@@ -183,6 +188,7 @@ export class Service {
         })
       : threads;
     this.metrics = new ServiceMetrics(this);
+    this.handoff = proc ? handoffFolder(proc.handoffDir, config.dataDir, proc.handoffMinBytes) : undefined;
     const router = new KindRouter(kinds, threads, device, {
       started: (jobId) => {
         if (this.started.has(jobId)) return;
@@ -200,7 +206,7 @@ export class Service {
           if (row && worker.worker < row.length) row[worker.worker] = (row[worker.worker] ?? 0) + ms;
         }
       },
-    });
+    }, this.handoff);
     this.router = router;
     this.runtime = new Runtime({
       workload: router,
@@ -441,6 +447,7 @@ export class Service {
     await this.runtime.close(timeoutMs, { drain: true });
     for (const set of this.waiters.values()) for (const wake of [...set]) wake();
     this.events.emit('close');
+    if (this.handoff) fs.rmSync(this.handoff.dir, { recursive: true, force: true });
     await beforeJournalCloses?.();
     this.journalClosed = true;
     this.journal.close();
@@ -589,6 +596,17 @@ function kindMemory(kind: LoadedKind, input: unknown): void {
 
 function kindFailed(e: KindModuleError): ServiceError {
   return new ServiceError(500, 'kind-failed', 'Kind module failed', `${e.message} — fix the kind module and restart the server`);
+}
+
+/**
+ * This server's folder for handoff files, named by its data dir (so a restart after a crash finds
+ * and removes what the crashed run left), created empty.
+ */
+function handoffFolder(base: string, dataDir: string, minBytes: number): Handoff {
+  const dir = path.join(base, `stoker-handoff-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`);
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return { dir, minBytes };
 }
 
 export function isFinal(state: JobState): boolean {

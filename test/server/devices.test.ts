@@ -4,6 +4,7 @@
  * fit a process device refused at start.
  */
 import { execFile, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -100,6 +101,35 @@ describe('a process device in the server', () => {
       await s.stop();
       removeDir(data);
     }
+  });
+
+  it('hands large prepared data over by file, removed when the partition ends (also after the worker crashed) and at start', async () => {
+    const shm = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-shm-'));
+    const data = tempDataDir();
+    // What a crashed earlier run of this data dir left behind.
+    const folder = path.join(shm, `stoker-handoff-${createHash('sha256').update(data).digest('hex').slice(0, 16)}`);
+    fs.mkdirSync(folder);
+    fs.writeFileSync(path.join(folder, 'stale.bin'), 'x');
+    const marker = path.join(dir, 'exit-marker');
+    const s = await startServer(data, ['--config', config(`handoffDir = ${JSON.stringify(shm)}\nhandoffMinBytes = 1000\n`), '--kind', path.join(ROOT, 'test/fixtures/kinds/remote-kind.mjs')]);
+    try {
+      expect(fs.readdirSync(folder)).toEqual([]);
+      const sum = (n: number) => Array.from({ length: n }, (_, i) => i % 251).reduce((a, b) => a + b, 0);
+      await http(s.url, 'POST', '/v1/jobs', { id: 'big', kind: 'remote', partitions: 2, input: { mode: 'inspect', size: 5000 } });
+      await http(s.url, 'POST', '/v1/jobs', { id: 'small', kind: 'remote', partitions: 1, input: { mode: 'inspect', size: 10 } });
+      expect((await http(s.url, 'GET', '/v1/jobs/big/result?wait=30s')).body.result).toEqual([{ byPath: true, n: 5000, sum: sum(5000) }, { byPath: true, n: 5000, sum: sum(5000) }]);
+      expect((await http(s.url, 'GET', '/v1/jobs/small/result?wait=30s')).body.result).toEqual([{ byPath: false, n: 10, sum: sum(10) }]);
+      expect(fs.readdirSync(folder)).toEqual([]);
+      // The worker dies holding a handoff file: the item is retried, and no file is left.
+      await http(s.url, 'POST', '/v1/jobs', { id: 'crash', kind: 'remote', partitions: 1, input: { mode: 'exit-once', size: 5000, marker } });
+      expect((await http(s.url, 'GET', '/v1/jobs/crash/result?wait=30s')).body).toMatchObject({ state: 'done', result: [{ partition: 0 }] });
+      expect(fs.readdirSync(folder)).toEqual([]);
+    } finally {
+      await s.stop();
+      removeDir(data);
+    }
+    expect(fs.existsSync(folder)).toBe(false);
+    removeDir(shm);
   });
 
   it('refuses, at start, a kind that exports run, naming the export (the process does the device step)', async () => {

@@ -3,9 +3,12 @@
  * `prepare(input, ctx)`. `ctx.signal` fires when the runtime withdraws the task: it announces the
  * task's number on the pool's BroadcastChannel (one message per withdrawal, none per task).
  */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { threadId } from 'node:worker_threads';
 import { BroadcastChannel } from 'node:worker_threads';
-import { moduleLoader, type PrepareModule, type PrepareRequest } from './protocol.js';
+import { moduleLoader, type PrepareModule, type PrepareReply, type PrepareRequest } from './protocol.js';
 
 const load = moduleLoader<PrepareModule>('prepare', 'prepare', () => 'prepare(input, ctx)');
 
@@ -30,7 +33,23 @@ function listen(name: string): void {
   };
 }
 
-export default async function prepareTask(req: PrepareRequest): Promise<{ meta: unknown; latencyMs: number }> {
+/**
+ * Large prepared bytes for a process device go to a handoff file, written here in the
+ * preparation thread (the server's event loop never copies them): those `prepare` returned, or
+ * the partition's buffer.
+ */
+function handOff(req: PrepareRequest, meta: unknown): PrepareReply['file'] | undefined {
+  const h = req.handoff;
+  if (!h) return undefined;
+  const bytes = meta instanceof Uint8Array ? meta : meta instanceof ArrayBuffer ? new Uint8Array(meta) : req.ctx.buffer ? new Uint8Array(req.ctx.buffer, 0, req.bufferBytes) : undefined;
+  if (!bytes || bytes.byteLength < h.minBytes) return undefined;
+  const path = join(h.dir, `${process.pid}-${threadId}-${req.task}.bin`);
+  const t0 = performance.now();
+  writeFileSync(path, bytes);
+  return { path, bytes: bytes.byteLength, writeMs: performance.now() - t0 };
+}
+
+export default async function prepareTask(req: PrepareRequest): Promise<PrepareReply> {
   listen(req.abortChannel);
   const m = load(req.module, req.style);
   const mod = m instanceof Promise ? await m : m;
@@ -42,7 +61,10 @@ export default async function prepareTask(req: PrepareRequest): Promise<{ meta: 
   const t0 = performance.now();
   try {
     const meta = await mod.prepare(req.input, ctx as Parameters<PrepareModule['prepare']>[1]);
-    return { meta, latencyMs: performance.now() - t0 };
+    const file = handOff(req, meta);
+    if (!file) return { meta, latencyMs: performance.now() - t0 };
+    const fromBytes = meta instanceof Uint8Array || meta instanceof ArrayBuffer;
+    return { meta: fromBytes ? null : meta, latencyMs: performance.now() - t0, file };
   } finally {
     running.delete(req.task);
   }

@@ -45,6 +45,24 @@ export interface PrepareRequest {
   task: number;
   /** The BroadcastChannel on which the runtime announces the tasks it withdrew. */
   abortChannel: string;
+  /** Bytes of the buffer the partition asked for (what a handoff file holds). */
+  bufferBytes: number;
+  /** For a process device: prepared bytes of at least `minBytes` go to a file in `dir` (its path to the worker), not through the pipe. */
+  handoff?: Handoff;
+}
+
+/** Where large prepared data is handed to a process device: a file in a memory-backed folder. */
+export interface Handoff {
+  dir: string;
+  minBytes: number;
+}
+
+/** What a preparation task answers. */
+export interface PrepareReply {
+  meta: unknown;
+  latencyMs: number;
+  /** The prepared bytes, in a handoff file (the buffer's, or those `prepare` returned: then meta is null). */
+  file?: { path: string; bytes: number; writeMs: number };
 }
 
 export interface DeviceWorkerData {
