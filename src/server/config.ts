@@ -636,6 +636,10 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     Object.assign(c.cluster, defined(layer.cluster));
   }
   c.engine.pacerOptions = { ...c.engine.pacerOptions };
+  const deviceCwd = c.device.process?.cwd;
+  if (deviceCwd !== undefined && !fs.existsSync(deviceCwd)) {
+    throw new ConfigError([{ source: 'configuration', path: 'device.process.cwd', message: `${deviceCwd} does not exist — give the folder the device's program runs in (relative in a file: to the file's folder)` }]);
+  }
   if (c.device.process && c.device.http) {
     throw new ConfigError([{ source: 'configuration', path: 'device', message: 'both [device.process] and [device.http] are set — a server has one device: keep one of them' }]);
   }

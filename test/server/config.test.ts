@@ -275,6 +275,7 @@ describe('configToToml', () => {
 describe('[device.process] and [kinds.NAME]', () => {
   it('reads a process device with its defaults; cwd and kind modules relative to the file', () => {
     const file = write('conf/stoker.toml', '[device]\nworkers = 3\n[device.process]\ncommand = "python3"\nargs = ["dev.py", "--fp16"]\ncwd = "../dev"\nenv = { CUDA_VISIBLE_DEVICES = "1" }\n[kinds.embed]\nmodule = "kinds/embed.mjs"\n');
+    fs.mkdirSync(path.join(dir, 'dev'));
     const c = loadConfig({ file, env: {}, cwd: '/' });
     expect(c.device).toEqual({ kind: 'cpu', workers: 3, process: { command: 'python3', args: ['dev.py', '--fp16'], env: { CUDA_VISIBLE_DEVICES: '1' }, cwd: path.join(dir, 'dev'), readyTimeoutS: 30, maxFrameBytes: 2 ** 30, handoffDir: fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir(), handoffMinBytes: 2 ** 20 } });
     expect(c.kinds).toEqual([{ name: 'embed', module: path.join(dir, 'conf/kinds/embed.mjs') }]);
@@ -286,6 +287,7 @@ describe('[device.process] and [kinds.NAME]', () => {
     expect(c.device.process).toMatchObject({ command: 'node', args: ['d.mjs'], readyTimeoutS: 5, env: {} });
     expect(() => loadConfig({ env: { STOKER_DEVICE_PROCESS: 'python3 d.py' }, cwd: dir })).toThrow(/STOKER_DEVICE_PROCESS: device\.process: expected a JSON object, got "python3 d\.py".* — write e\.g\. STOKER_DEVICE_PROCESS='\{"command":"python3","args":\["device\.py"\]\}'/);
     expect(() => loadConfig({ file: write('nocmd.toml', '[device.process]\nargs = ["d.py"]\n'), env: {}, cwd: dir })).toThrow(/device\.process\.command: expected a program, got nothing — write e\.g\. command = "python3"/);
+    expect(() => loadConfig({ file: write('nodir.toml', '[device.process]\ncommand = "x"\ncwd = "missing"\n'), env: {}, cwd: dir })).toThrow(/device\.process\.cwd: .*missing does not exist — give the folder the device's program runs in/);
     expect(() => loadConfig({ file: write('typo.toml', '[device.process]\ncommand = "x"\nargz = []\n'), env: {}, cwd: dir })).toThrow(/device\.process\.argz: unknown key in \[device\.process\] — did you mean "args"\?/);
   });
 
