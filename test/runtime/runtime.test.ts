@@ -264,3 +264,19 @@ describe("a device step's busyMs", () => {
     expect(rt.status().counters.deviceBusyMs).toBe(0);
   });
 });
+
+it('the stoker pacer finishes jobs whose device steps report busyMs 0', async () => {
+  const clock = new ManualClock();
+  const workload: Workload<number, number, number, number> = {
+    prepare: () => new Promise((resolve) => clock.schedule(() => resolve(1), 50)),
+    run: () => Promise.resolve({ output: 1, busyMs: 0 }),
+    finish: (j) => j.outputs.length,
+  };
+  const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'stoker', clock });
+  const jobs = Array.from({ length: 20 }, (_, i) => rt.submit(job(`z${i}`, 3), 0));
+  for (let t = 0; t < 20_000; t += 10) {
+    clock.advance(10);
+    await tick();
+  }
+  await expect(Promise.all(jobs)).resolves.toEqual(new Array(20).fill(3));
+});

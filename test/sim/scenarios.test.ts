@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { createPacer } from '../../src/core/index.js';
+import { createPacer, PACER_NAMES } from '../../src/core/index.js';
 import { GAIN_SWEEP_SERVICE_S, SCENARIOS, simulate, type SimResult } from '../../src/sim/index.js';
+import { parseScenario } from '../../src/sim/scenario.js';
 
 /** The issue's bounds for the `stoker` pacer, one test per built-in scenario (deterministic: fixed seeds). */
 
@@ -158,5 +159,23 @@ describe('built-in scenarios with the stoker pacer', () => {
 describe('every pacer on the failure scenarios', () => {
   it.each(['classic', 'unpaced', 'window', 'burst', 'interval-pi', 'gated-interval'])('%s ends every job exactly once without leaking', (pacer) => {
     for (const name of ['failure', 'oversize', 'cancel', 'worker-loss']) expectClean(run(name, pacer));
+  });
+});
+
+describe('a device step that takes no measurable time (busy time 0)', () => {
+  // Reported as busy 0, a service estimate of 0 once made the stoker pacer's rate 0 and held
+  // dispatch for good with work queued (0 of 5 jobs done).
+  const zero = parseScenario({
+    name: 'zero-service',
+    seed: 1,
+    targetWaiting: 4,
+    kinds: { k: { prepare: { type: 'fixed', value: 1 }, memory: { prepareBytes: 1, deviceBytes: 1 } } },
+    devices: [{ count: 1, workers: 2, service: { type: 'fixed', value: 0 } }],
+    arrivals: [{ atS: 0, jobs: 5, partitions: 10, kind: 'k' }],
+  });
+  it.each(PACER_NAMES)('%s finishes every job', (pacer) => {
+    const r = simulate(zero, { pacer: (o) => createPacer(pacer, o) });
+    expectClean(r);
+    expect(r.metrics.jobsDone).toBe(5);
   });
 });

@@ -64,6 +64,8 @@ const NOISE_Z = 3;
 const NOISE_FLOOR = 0.02;
 /** Below this cv² (5 %) a device counts as quiet: one sample beyond the noise is news. */
 const QUIET_CV2 = 0.0025;
+/** The shortest service time per item believed, ms (1 µs): below it, a sample says "fast", not how fast. */
+const MIN_SERVICE_MS = 1e-3;
 /** Weight of each saturated sample in the noise (cv²) estimate. */
 const VARIANCE_WEIGHT = 0.05;
 
@@ -248,7 +250,9 @@ class StokerPacer implements Pacer {
       const c = s.devices[i] as PacerSnapshot['devices'][number];
       const dc = c.completions - d.completions;
       if (dc > 0) {
-        const sample = (c.busyMs - d.busyMs) / dc;
+        // A step that reports no busy time (a very fast one, or a workload that does not measure)
+        // still takes some: a service time of 0 would make the rate 0 and hold dispatch for good.
+        const sample = Math.max(MIN_SERVICE_MS, (c.busyMs - d.busyMs) / dc);
         // A slower device is believed at once (memory first). Under contention an item runs
         // faster when its device is short of work, so once the device has been seen saturated, a
         // fast sample taken while workers sit idle overstates the saturated rate: it is weighed
