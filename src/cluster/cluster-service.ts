@@ -6,21 +6,30 @@ import type { Priority } from '../core/index.js';
 import { buildApp, type ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
+import { fileURLToPath } from 'node:url';
+import { compileInput, KindModuleError, moduleHash, type LoadedKind } from '../server/kind-module.js';
 import { loadServerKinds, type RunningServer } from '../server/serve.js';
 import { conflict, isFinal, notFound, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent } from '../server/service.js';
 
 /**
- * Cluster mode: every node's HTTP API submits into one BullMQ queue on a shared Redis; each
- * node's dispatcher *pulls* the next job (`getNextJob`) only when its own engine wants one (no
- * queued partitions left, budget not blocking, fewer than `maxHeld` jobs held), runs it on its
- * local {@link Service} (journal + runtime + pacer), renews the job's lock while it works and
- * completes or fails the BullMQ job with the outcome. A node that dies stops renewing: BullMQ's
- * stalled check (every node runs it) returns its jobs to the queue after `cluster.lockMs`, and
- * only the holder of the current lock can record a result, so each job ends exactly once.
+ * Cluster mode: every node's HTTP API submits into a BullMQ queue per job kind on a shared Redis;
+ * each node's dispatcher *pulls* the next job (`getNextJob`) from the queues of the kinds it runs,
+ * only when its own engine wants one (no queued partitions left, budget not blocking, fewer than
+ * `maxHeld` jobs held), runs it on its local {@link Service} (journal + runtime + pacer), renews
+ * the job's lock while it works and completes or fails the BullMQ job with the outcome. A node
+ * that dies stops renewing: BullMQ's stalled check (every node runs it for its kinds) returns its
+ * jobs to the queue after `cluster.lockMs`, and only the holder of the current lock can record a
+ * result, so each job ends exactly once. A job of a kind no live node runs stays queued.
+ *
+ * The cluster's kinds live in a registry (`stoker:cluster:kinds`: name → content hash of the
+ * module, input schema): a node whose module for a kind differs from the one the live nodes run
+ * refuses to join, naming the kind; any node validates a submission of a kind it does not run
+ * itself against the registry's schema.
  */
 
 const PREFIX = 'stoker';
-const QUEUE = 'jobs';
+/** The BullMQ queue of a kind (kind names are letters, digits, `.`, `_`, `-`). */
+const queueName = (kind: string) => `jobs-${kind}`;
 const K = {
   nodes: `${PREFIX}:cluster:nodes`,
   node: (id: string) => `${PREFIX}:cluster:node:${id}`,
@@ -35,8 +44,25 @@ const K = {
   completions: (id: string) => `${PREFIX}:cluster:completions:${id}`,
   /** The node that took the job last. */
   holder: (id: string) => `${PREFIX}:cluster:holder:${id}`,
+  /** The kind of a job (which queue holds it), set once at submission. */
+  kindOf: (id: string) => `${PREFIX}:cluster:kind:${id}`,
+  /** The registry of kinds: name → JSON {@link KindEntry}. */
+  kinds: `${PREFIX}:cluster:kinds`,
   cancelChannel: `${PREFIX}:cluster:cancel`,
+  /** A job of this kind was queued: the nodes that run it wake. */
+  addedChannel: `${PREFIX}:cluster:added`,
 };
+
+/** A kind as the cluster knows it. */
+interface KindEntry {
+  /** sha256 of the module file. */
+  hash: string;
+  schema: object | null;
+  derivesPartitions: boolean;
+  description: string;
+  /** The node that registered this version. */
+  node: string;
+}
 
 /** BullMQ's priority: lower runs first (0 would mean "none", a separate FIFO). */
 const BULL_PRIORITY: Record<Priority, number> = { critical: 1, high: 2, normal: 3, low: 4 };
@@ -81,6 +107,8 @@ export interface NodeInfo {
   workers: number;
   /** Device time measured by its workers since it started, s. */
   busyS: number;
+  /** The kinds it runs (it pulls only their jobs). */
+  kinds: string[];
   updatedAt: string;
 }
 
@@ -88,8 +116,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** The pull loop's recheck of a node that does not want a job, when no local event came first. */
 const RECHECK_MS = 50;
-/** How long (s) an idle node's `getNextJob` blocks in Redis before it asks again (a job added wakes it at once). */
-const DRAIN_DELAY_S = 5;
+/** How long an idle node waits before it asks its queues again when no job-added message woke it (jobs returned by the stalled check announce nothing). */
+const IDLE_RECHECK_MS = 1000;
 
 function codeOf(reason: string): { code: string; reason: string } {
   const m = /^(E_[A-Z0-9_]+): ([\s\S]*)$/.exec(reason);
@@ -108,8 +136,14 @@ export class ClusterService implements ApiService {
   readonly nodeId: string;
   private readonly redis: Redis;
   private readonly sub: Redis;
-  private readonly queue: Queue<JobData>;
-  private readonly worker: Worker<JobData>;
+  /** Every kind's queue this node has touched (submitting, reading), by kind. */
+  private readonly queues = new Map<string, Queue<JobData>>();
+  /** The kinds this node runs: a worker on each one's queue. */
+  private readonly workers = new Map<string, Worker<JobData>>();
+  /** The order the pull loop asks the kinds' queues in (rotated after each take). */
+  private pullOrder: string[];
+  /** Kinds of the registry, as last read (submission checks of kinds this node does not run). */
+  private readonly remote = new Map<string, { entry: KindEntry; kind: LoadedKind }>();
   private readonly held = new Map<string, { job: Job<JobData>; token: string }>();
   private readonly holds = new Set<Promise<void>>();
   private readonly maxHeld: number;
@@ -133,30 +167,60 @@ export class ClusterService implements ApiService {
   ) {
     const c = config.cluster;
     this.nodeId = c.nodeId;
-    const conn = (name: string) => {
-      const r = connect(c.redis, `stoker-${c.nodeId}${name}`);
-      this.conns.push(r);
-      return r;
-    };
-    this.redis = conn('');
-    this.sub = conn('-sub');
-    this.queue = new Queue<JobData>(QUEUE, { connection: conn('-queue'), prefix: PREFIX });
-    this.worker = new Worker<JobData>(QUEUE, null, {
-      connection: conn('-worker'),
-      prefix: PREFIX,
-      autorun: false,
-      lockDuration: c.lockMs,
-      stalledInterval: Math.max(100, Math.round(c.lockMs / 2)),
-      // A job is never given up for stalling: it goes back to the queue as often as its nodes die.
-      maxStalledCount: 1_000_000,
-      skipLockRenewal: true,
-      drainDelay: DRAIN_DELAY_S,
-      name: c.nodeId,
-    });
-    this.queue.on('error', () => undefined);
-    this.worker.on('error', () => undefined);
+    this.redis = this.conn('');
+    this.sub = this.conn('-sub');
+    for (const kind of local.loadedKinds().keys()) {
+      const w = new Worker<JobData>(queueName(kind), null, {
+        connection: this.conn(`-worker-${kind}`),
+        prefix: PREFIX,
+        autorun: false,
+        lockDuration: c.lockMs,
+        stalledInterval: Math.max(100, Math.round(c.lockMs / 2)),
+        // A job is never given up for stalling: it goes back to the queue as often as its nodes die.
+        maxStalledCount: 1_000_000,
+        skipLockRenewal: true,
+        name: c.nodeId,
+      });
+      w.on('error', () => undefined);
+      this.workers.set(kind, w);
+      this.queueOf(kind);
+    }
+    this.pullOrder = [...this.workers.keys()];
     this.ttlMs = Math.max(1, Math.round(config.server.resultTtlS)) * 1000;
     this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
+  }
+
+  private conn(name: string): Redis {
+    const r = connect(this.config.cluster.redis, `stoker-${this.config.cluster.nodeId}${name}`);
+    this.conns.push(r);
+    return r;
+  }
+
+  /** The queue of a kind (opened on first use). */
+  private queueOf(kind: string): Queue<JobData> {
+    let q = this.queues.get(kind);
+    if (!q) {
+      q = new Queue<JobData>(queueName(kind), { connection: this.redis, prefix: PREFIX });
+      q.on('error', () => undefined);
+      this.queues.set(kind, q);
+    }
+    return q;
+  }
+
+  /** Every kind the cluster knows (the registry) and this node's own. */
+  private async allKinds(): Promise<string[]> {
+    const names = await this.redis.hkeys(K.kinds).catch(() => [] as string[]);
+    return [...new Set([...this.workers.keys(), ...names])].sort();
+  }
+
+  /** Job counts summed over the queues of `kinds`. */
+  private async counts(kinds: readonly string[], ...types: ('waiting' | 'prioritized' | 'delayed' | 'active' | 'completed' | 'failed')[]): Promise<Record<string, number>> {
+    const sum: Record<string, number> = Object.fromEntries(types.map((t) => [t, 0]));
+    for (const k of kinds) {
+      const c = await this.queueOf(k).getJobCounts(...types);
+      for (const t of types) sum[t] = (sum[t] ?? 0) + (c[t] ?? 0);
+    }
+    return sum;
   }
 
   get events() {
@@ -166,16 +230,63 @@ export class ClusterService implements ApiService {
     return this.local.metrics;
   }
 
-  /** Checks Redis answers (fails fast with a clear message), subscribes to cancels. */
+  /**
+   * Checks Redis answers (fails fast with a clear message), registers this node's kinds (a module
+   * that differs from the one live nodes run for the same kind refuses to join: a
+   * KindModuleError naming it), subscribes to cancels and to jobs added.
+   */
   async connect(): Promise<void> {
     const timeout = sleep(5000).then(() => {
       throw new Error(`cannot reach Redis at ${this.config.cluster.redis} within 5 s: start it, or fix --cluster / cluster.redis`);
     });
-    await Promise.race([Promise.all([this.redis.ping(), this.sub.ping(), this.queue.waitUntilReady(), this.worker.waitUntilReady()]), timeout]);
-    await this.sub.subscribe(K.cancelChannel);
-    this.sub.on('message', (_ch: string, id: string) => {
-      if (this.held.has(id)) this.cancelLocal(id);
+    await Promise.race([Promise.all([this.redis.ping(), this.sub.ping(), ...[...this.workers.values()].map((w) => w.waitUntilReady())]), timeout]);
+    await this.register();
+    await this.sub.subscribe(K.cancelChannel, K.addedChannel);
+    this.sub.on('message', (ch: string, msg: string) => {
+      if (ch === K.cancelChannel && this.held.has(msg)) this.cancelLocal(msg);
+      if (ch === K.addedChannel && this.workers.has(msg)) this.wake?.();
     });
+  }
+
+  /** Enters this node's kinds in the registry, or refuses to join when live nodes run another version of one. */
+  private async register(): Promise<void> {
+    for (const [name, kind] of this.local.loadedKinds()) {
+      const hash = moduleHash(kind.url);
+      const raw = await this.redis.hget(K.kinds, name);
+      const known = raw === null ? undefined : (JSON.parse(raw) as KindEntry);
+      if (known && known.hash !== hash) {
+        const runners = (await this.liveNodes()).filter((n) => n.nodeId !== this.nodeId && n.kinds.includes(name)).map((n) => n.nodeId);
+        if (runners.length > 0) {
+          throw new KindModuleError(fileURLToPath(kind.url), undefined, `differs from the module the cluster runs as kind ${JSON.stringify(name)} (content hash ${hash.slice(0, 12)}… here, ${known.hash.slice(0, 12)}… on ${runners.join(', ')}): this node does not join — deploy the same module on every node, or give the kind another name`);
+        }
+      }
+      const entry: KindEntry = { hash, schema: kind.schema, derivesPartitions: kind.derivesPartitions, description: kind.description, node: this.nodeId };
+      await this.redis.hset(K.kinds, name, JSON.stringify(entry));
+    }
+  }
+
+  /** A kind of the registry that this node does not run, as a validator of submissions. */
+  private async remoteKind(name: string): Promise<LoadedKind | undefined> {
+    const raw = await this.redis.hget(K.kinds, name);
+    if (raw === null) return undefined;
+    const entry = JSON.parse(raw) as KindEntry;
+    const cached = this.remote.get(name);
+    if (cached && cached.entry.hash === entry.hash) return cached.kind;
+    const kind: LoadedKind = {
+      name,
+      description: entry.description,
+      url: '',
+      schema: entry.schema,
+      validate: entry.schema ? compileInput(entry.schema) : (input) => ({ ok: true, input }),
+      // Only the nodes that run it know these; they check them when they take the job.
+      memory: () => ({ prepareBytes: 0, deviceBytes: 0 }),
+      bufferBytes: () => 0,
+      partitions: () => undefined,
+      derivesPartitions: entry.derivesPartitions,
+      finish: () => Promise.reject(new Error(`kind ${name} runs on other nodes`)),
+    };
+    this.remote.set(name, { entry, kind });
+    return kind;
   }
 
   /** Starts the heartbeat, the stalled check and the pull loop. */
@@ -185,7 +296,7 @@ export class ClusterService implements ApiService {
     this.lastBusy = { t: performance.now(), busyS: this.busyS() };
     void this.beat();
     this.heartbeat = setInterval(() => void this.beat(), this.config.cluster.heartbeatMs);
-    void this.worker.startStalledCheckTimer();
+    for (const w of this.workers.values()) void w.startStalledCheckTimer();
     this.local.events.on('event', this.onLocalEvent);
     this.pulling = this.pullLoop();
   }
@@ -204,7 +315,15 @@ export class ClusterService implements ApiService {
 
   async submit(raw: unknown): Promise<{ job: JobView; created: boolean }> {
     if (this.closing) throw shuttingDown();
-    const { record, explicitId } = this.local.parseSubmission(raw);
+    const name = (raw as { kind?: unknown } | null)?.kind;
+    const other = typeof name === 'string' && !this.workers.has(name) ? await this.remoteKind(name) : undefined;
+    if (other?.derivesPartitions && (raw as { partitions?: unknown }).partitions === undefined) {
+      throw new ServiceError(400, 'invalid-job', 'Invalid job', `partitions: kind ${other.name} derives its partitions from the input on the nodes that run it: give partitions, or submit to one of those nodes`, {
+        errors: [{ path: 'partitions', message: `kind ${other.name} derives its partitions from the input on the nodes that run it: give partitions, or submit to one of those nodes` }],
+      });
+    }
+    const kinds = await this.allKinds();
+    const { record, explicitId } = this.local.parseSubmission(raw, { kind: (n) => (other && n === other.name ? other : undefined), names: () => kinds });
     const hash = Journal.hash({ kind: record.kind, priority: record.priority, partitions: record.partitions, input: record.input, deadline: record.deadline });
     if (explicitId) {
       const existing = await this.find(record.id);
@@ -213,7 +332,7 @@ export class ClusterService implements ApiService {
         return { job: existing.view, created: false };
       }
     }
-    const counts = await this.queue.getJobCounts('waiting', 'prioritized', 'delayed', 'active');
+    const counts = await this.counts(kinds, 'waiting', 'prioritized', 'delayed', 'active');
     const pending = Object.values(counts).reduce((a, b) => a + b, 0);
     const max = this.config.server.maxPendingJobs;
     if (pending >= max) {
@@ -223,7 +342,11 @@ export class ClusterService implements ApiService {
     }
     const data: JobData = { record, hash, submittedAt: Date.now(), nonce: randomUUID() };
     const ttl = { age: this.ttlMs / 1000 };
-    await this.queue.add('job', data, { jobId: bullId(record.id), priority: BULL_PRIORITY[record.priority], attempts: 1, removeOnComplete: ttl, removeOnFail: ttl });
+    // The id names one kind's queue for good: the same id submitted as another kind is a conflict.
+    const claimed = await this.redis.set(K.kindOf(record.id), record.kind, 'NX');
+    if (claimed === null && (await this.redis.get(K.kindOf(record.id))) !== record.kind) throw conflict(record.id);
+    await this.queueOf(record.kind).add('job', data, { jobId: bullId(record.id), priority: BULL_PRIORITY[record.priority], attempts: 1, removeOnComplete: ttl, removeOnFail: ttl });
+    void this.redis.publish(K.addedChannel, record.kind).catch(() => undefined);
     // Another node may have added the same id a moment earlier: BullMQ kept the first.
     const now = await this.find(record.id);
     if (!now) throw new ServiceError(500, 'internal', 'Internal error', `job ${record.id} vanished right after it was queued`);
@@ -244,7 +367,8 @@ export class ClusterService implements ApiService {
     if (want.has('running')) types.add('active');
     if (want.has('done')) types.add('completed');
     if (want.has('failed') || want.has('cancelled')) types.add('failed');
-    const jobs = types.size === 0 ? [] : await this.queue.getJobs([...types], 0, limit - 1, false);
+    const jobs: (Job<JobData> | undefined)[] = [];
+    if (types.size > 0) for (const k of await this.allKinds()) jobs.push(...(await this.queueOf(k).getJobs([...types], 0, limit - 1, false)));
     const views: JobView[] = [];
     for (const j of jobs) {
       if (!j) continue;
@@ -284,6 +408,7 @@ export class ClusterService implements ApiService {
         await job.remove();
         await this.redis.multi()
           .del(K.cancelRequest(id))
+          .pexpire(K.kindOf(id), this.ttlMs)
           .zadd(K.cancelledIndex, rec.cancelledAt, id)
           .zremrangebyscore(K.cancelledIndex, '-inf', rec.cancelledAt - this.ttlMs)
           .exec();
@@ -299,12 +424,12 @@ export class ClusterService implements ApiService {
   }
 
   async status(): Promise<object> {
-    const queue = await this.queue.getJobCounts('waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed');
-    return { ...this.local.status(), cluster: { node: this.nodeId, redis: this.config.cluster.redis, queue, jobsHeld: this.held.size, maxHeld: this.maxHeld } };
+    const queue = await this.counts(await this.allKinds(), 'waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed');
+    return { ...this.local.status(), cluster: { node: this.nodeId, redis: this.config.cluster.redis, queue, jobsHeld: this.held.size, maxHeld: this.maxHeld, kinds: [...this.workers.keys()] } };
   }
 
-  /** `GET /v1/cluster`: live nodes (from their heartbeats) and the queue. */
-  async cluster(): Promise<object> {
+  /** The nodes whose heartbeat is alive (a node whose hash expired is dropped from the set). */
+  private async liveNodes(): Promise<NodeInfo[]> {
     const ids = (await this.redis.smembers(K.nodes)).sort();
     const nodes: NodeInfo[] = [];
     for (const id of ids) {
@@ -322,11 +447,31 @@ export class ClusterService implements ApiService {
         jobsHeld: Number(h['jobsHeld'] ?? 0),
         workers: Number(h['workers'] ?? 0),
         busyS: Number(h['busyS'] ?? 0),
+        kinds: (h['kinds'] ?? '').split(',').filter((k) => k !== ''),
         updatedAt: h['updatedAt'] ?? '',
       });
     }
-    const queue = await this.queue.getJobCounts('waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed');
-    return { node: this.nodeId, lockMs: this.config.cluster.lockMs, heartbeatMs: this.config.cluster.heartbeatMs, queue, nodes };
+    return nodes;
+  }
+
+  /**
+   * `GET /v1/cluster`: live nodes (from their heartbeats), the queues summed, and per kind its
+   * module's hash, the nodes that run it and its queue — `unserved` names the kinds with queued
+   * jobs that no live node runs (they wait until one joins).
+   */
+  async cluster(): Promise<object> {
+    const nodes = await this.liveNodes();
+    const names = await this.allKinds();
+    const types = ['waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed'] as const;
+    const kinds = [];
+    for (const name of names) {
+      const raw = await this.redis.hget(K.kinds, name);
+      const c = await this.queueOf(name).getJobCounts(...types);
+      kinds.push({ name, hash: raw === null ? null : (JSON.parse(raw) as KindEntry).hash, nodes: nodes.filter((n) => n.kinds.includes(name)).map((n) => n.nodeId), queued: (c['waiting'] ?? 0) + (c['prioritized'] ?? 0) + (c['delayed'] ?? 0), running: c['active'] ?? 0 });
+    }
+    const queue = await this.counts(names, ...types);
+    const unserved = kinds.filter((k) => k.nodes.length === 0 && k.queued > 0).map((k) => k.name);
+    return { node: this.nodeId, lockMs: this.config.cluster.lockMs, heartbeatMs: this.config.cluster.heartbeatMs, queue, nodes, kinds, unserved };
   }
 
   /** How many times each of these jobs' completion was recorded (tests: exactly once). */
@@ -339,8 +484,10 @@ export class ClusterService implements ApiService {
 
   private async find(id: string): Promise<{ view: JobView & { node: string | null }; data: JobData; job?: Job<JobData> } | undefined> {
     // The state first: a job read before it completes would show `done` without its result.
-    const state = await this.queue.getJobState(bullId(id));
-    const job = state === 'unknown' ? undefined : await Job.fromId<JobData>(this.queue, bullId(id));
+    const kind = await this.redis.get(K.kindOf(id));
+    const queue = kind === null ? undefined : this.queueOf(kind);
+    const state = queue ? await queue.getJobState(bullId(id)) : 'unknown';
+    const job = state === 'unknown' || !queue ? undefined : await Job.fromId<JobData>(queue, bullId(id));
     if (job?.data?.record) return { view: await this.viewOf(job, state), data: job.data, job };
     const raw = await this.redis.get(K.cancelled(id));
     if (raw === null) return undefined;
@@ -414,10 +561,10 @@ export class ClusterService implements ApiService {
   /**
    * Until the engine wants a job it waits for a local change: a job event (a partition started,
    * finished…), a held job ending, or at most {@link RECHECK_MS} (the backlog also shrinks
-   * without an event, when a job's later partitions start). Then `getNextJob` blocks in Redis
-   * (BLOCKing on BullMQ's marker, up to the worker's drainDelay) while the queue is empty: an
-   * idle node makes one round trip per drainDelay, and a job added anywhere wakes it at once.
-   * {@link close} interrupts the blocking call (Worker.pause).
+   * without an event, when a job's later partitions start). Then it asks the queues of its kinds
+   * in turn (the one it took from last goes to the back); when all are empty it waits for a
+   * job-added message of one of its kinds (published by the submitting node: it wakes at once) or
+   * {@link IDLE_RECHECK_MS}.
    */
   private async pullLoop(): Promise<void> {
     while (!this.closing) {
@@ -428,12 +575,22 @@ export class ClusterService implements ApiService {
       const token = `${this.nodeId}:${++this.tokens}`;
       let job: Job<JobData> | undefined;
       try {
-        job = await this.worker.getNextJob(token, { block: true });
+        for (const kind of this.pullOrder) {
+          job = await (this.workers.get(kind) as Worker<JobData>).getNextJob(token, { block: false });
+          if (job) {
+            this.pullOrder = [...this.pullOrder.filter((k) => k !== kind), kind];
+            break;
+          }
+        }
       } catch {
         await sleep(250);
         continue;
       }
-      if (!job) continue;
+      if (this.closing && !job) return;
+      if (!job) {
+        await this.localChange(IDLE_RECHECK_MS);
+        continue;
+      }
       if (this.closing) {
         await job.moveToWait(token).catch(() => undefined);
         return;
@@ -475,10 +632,10 @@ export class ClusterService implements ApiService {
           const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
           await job.moveToCompleted(stored, token, false);
           // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
-          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.ttlMs).pexpire(K.holder(id), this.ttlMs).exec();
+          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.ttlMs).pexpire(K.holder(id), this.ttlMs).pexpire(K.kindOf(id), this.ttlMs).exec();
         } else {
           await job.moveToFailed(new Error(`${v.error?.code ?? 'E_INTERNAL'}: ${v.error?.reason ?? ''}`), token, false);
-          const m = this.redis.multi().pexpire(K.holder(id), this.ttlMs);
+          const m = this.redis.multi().pexpire(K.holder(id), this.ttlMs).pexpire(K.kindOf(id), this.ttlMs);
           await (v.state === 'cancelled' ? m.del(K.cancelRequest(id)) : m).exec();
         }
       } catch {
@@ -560,6 +717,7 @@ export class ClusterService implements ApiService {
           jobsHeld: this.held.size,
           workers,
           busyS: busyS.toFixed(3),
+          kinds: [...this.workers.keys()].join(','),
           updatedAt: new Date().toISOString(),
         })
         .pexpire(key, this.config.cluster.heartbeatMs * 3)
@@ -580,23 +738,22 @@ export class ClusterService implements ApiService {
     if (!this.started) {
       // Redis never answered (or listening failed): nothing is held; drop the connections.
       await this.local.close(0, beforeJournalCloses);
-      void this.worker.close(true).catch(() => undefined);
-      void this.queue.close().catch(() => undefined);
+      for (const w of this.workers.values()) void w.close(true).catch(() => undefined);
+      for (const q of this.queues.values()) void q.close().catch(() => undefined);
       for (const r of this.conns) r.disconnect();
       return;
     }
     this.wake?.();
-    // Pausing the worker aborts a getNextJob blocked in Redis (it reconnects the worker's blocking
-    // connection) and makes later calls return nothing; it also stops this node's stalled check.
-    await this.worker.pause().catch(() => undefined);
+    // Pausing the workers makes later getNextJob calls return nothing and stops their stalled checks.
+    await Promise.all([...this.workers.values()].map((w) => w.pause().catch(() => undefined)));
     await this.pulling;
     this.local.events.off('event', this.onLocalEvent);
     if (this.heartbeat) clearInterval(this.heartbeat);
     await this.redis.multi().del(K.node(this.nodeId)).srem(K.nodes, this.nodeId).exec().catch(() => undefined);
     await this.local.close(undefined, beforeJournalCloses);
     await Promise.allSettled([...this.holds]);
-    await this.worker.close().catch(() => undefined);
-    await this.queue.close().catch(() => undefined);
+    await Promise.all([...this.workers.values()].map((w) => w.close().catch(() => undefined)));
+    await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => undefined)));
     for (const r of this.conns) r.disconnect();
   }
 }

@@ -6,8 +6,10 @@
  * server's copy of the module.
  */
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Ajv2020, type ErrorObject } from 'ajv/dist/2020.js';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { kindExports } from '../runtime/threads/protocol.js';
 
@@ -182,20 +184,29 @@ export async function loadKind(url: string, shown: string = url, deviceType: Dev
 
 type Fail = (exp: string, what: string) => KindModuleError;
 
-function inputValidator(schema: unknown, fail: Fail): LoadedKind['validate'] {
-  if (schema === undefined) return (input) => ({ ok: true, input });
-  if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) throw fail('input', 'must be a JSON Schema object, e.g. { type: "object", properties: { … } }');
-  let check: ValidateFunction;
-  try {
-    check = ajv.compile(schema);
-  } catch (e) {
-    throw fail('input', `is not a valid JSON Schema: ${(e as Error).message}`);
-  }
+/** A validator for inputs from a JSON Schema (what a kind's `input` export becomes); throws when the schema is invalid. */
+export function compileInput(schema: object): LoadedKind['validate'] {
+  const check = ajv.compile(schema);
   return (input) => {
     const copy = structuredClone(input);
     if (check(copy)) return { ok: true, input: copy };
     return { ok: false, issues: (check.errors ?? []).map(describeIssue) };
   };
+}
+
+/** The content hash of a kind's module file (sha256 hex): nodes of a cluster must run the same one. */
+export function moduleHash(url: string): string {
+  return createHash('sha256').update(readFileSync(fileURLToPath(url))).digest('hex');
+}
+
+function inputValidator(schema: unknown, fail: Fail): LoadedKind['validate'] {
+  if (schema === undefined) return (input) => ({ ok: true, input });
+  if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) throw fail('input', 'must be a JSON Schema object, e.g. { type: "object", properties: { … } }');
+  try {
+    return compileInput(schema);
+  } catch (e) {
+    throw fail('input', `is not a valid JSON Schema: ${(e as Error).message}`);
+  }
 }
 
 const ARTICLE: Record<string, string> = { integer: 'an integer', number: 'a number', string: 'a string', object: 'an object', array: 'an array', boolean: 'true or false', null: 'null' };

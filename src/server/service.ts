@@ -239,6 +239,11 @@ export class Service {
     return service;
   }
 
+  /** The kinds this service runs, as loaded (module URLs, validators). */
+  loadedKinds(): ReadonlyMap<string, LoadedKind> {
+    return this.kinds;
+  }
+
   /** The kinds this service runs. */
   kindList(): KindView[] {
     return [...this.kinds.values()].map((k) => {
@@ -288,12 +293,16 @@ export class Service {
    * Validates a submission exactly as {@link submit} does (400 with every field's problem): the
    * job's record, with a generated id when none was given.
    */
-  parseSubmission(raw: unknown): { record: JournalJobInput; explicitId: boolean } {
+  parseSubmission(raw: unknown, elsewhere?: { kind(name: string): LoadedKind | undefined; names(): string[] }): { record: JournalJobInput; explicitId: boolean } {
     const parsed = SubmitBody.safeParse(raw);
     if (!parsed.success) throw invalid(fieldIssues(parsed.error));
     const body = parsed.data;
-    const kind = this.kinds.get(body.kind);
-    if (!kind) throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${[...this.kinds.keys()].join(', ')}` }]);
+    // A kind this service runs, or (cluster mode) one that other nodes run.
+    const kind = this.kinds.get(body.kind) ?? elsewhere?.kind(body.kind);
+    if (!kind) {
+      const names = [...new Set([...this.kinds.keys(), ...(elsewhere?.names() ?? [])])];
+      throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${names.join(', ')}` }]);
+    }
     const input = kind.validate(body.input ?? {});
     if (!input.ok) throw invalid(input.issues);
     const partitions = partitionsOf(kind, input.input, body.partitions);

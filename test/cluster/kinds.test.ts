@@ -1,0 +1,127 @@
+/**
+ * Kinds per cluster node, against a real redis-server on a free loopback port: each node pulls
+ * only the jobs of the kinds it runs (a "GPU" node with a kind module and a node with only the
+ * built-ins), any node validates a submission of a kind it does not run against the cluster's
+ * registry, a job of a kind no live node runs waits queued (GET /v1/cluster names it) until a node
+ * that runs it joins, and a node whose module for a kind differs from the live nodes' refuses to
+ * join, naming the kind.
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
+import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
+
+const bin = redisServerPath();
+if (!bin) {
+  if (process.env['STOKER_REQUIRE_REDIS'] === '1') throw new Error('STOKER_REQUIRE_REDIS=1 but redis-server was not found (apt-get install redis-server)');
+  console.warn('SKIPPED: redis-server not found (apt-get install redis-server)');
+}
+
+const FIXTURES = path.resolve(import.meta.dirname, '../fixtures/kinds');
+const PROBE = path.join(FIXTURES, 'probe-kind.mjs');
+const DOUBLER = path.join(FIXTURES, 'default-kind.mjs');
+
+let redis: RedisProcess | undefined;
+const servers: ServerProcess[] = [];
+const dirs: string[] = [];
+
+async function node(id: string, kinds: string[]): Promise<ServerProcess> {
+  const dir = tempDataDir();
+  dirs.push(dir);
+  const s = await startServer(dir, ['--cluster', (redis as RedisProcess).url, ...kinds.flatMap((k) => ['--kind', k])], {
+    STOKER_CLUSTER_NODE_ID: id,
+    STOKER_CLUSTER_LOCK_MS: '3000',
+    STOKER_CLUSTER_HEARTBEAT_MS: '300',
+    STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '2',
+  });
+  servers.push(s);
+  return s;
+}
+
+async function result(url: string, id: string): Promise<{ state: string; result: unknown; node?: string }> {
+  await waitUntil(async () => ((await http(url, 'GET', `/v1/jobs/${id}/result?wait=5s`)).status === 200 ? true : undefined), 30_000, `${id} to finish`);
+  return (await http(url, 'GET', `/v1/jobs/${id}`)).body as { state: string; result: unknown; node?: string };
+}
+
+beforeAll(async () => {
+  if (bin) redis = await startRedis(bin);
+}, 20_000);
+
+afterAll(async () => {
+  for (const s of servers) {
+    if (s.child.exitCode === null && s.child.signalCode === null) {
+      const t = setTimeout(() => s.child.kill('SIGKILL'), 5000);
+      await s.stop();
+      clearTimeout(t);
+    }
+  }
+  await redis?.stop();
+  for (const d of dirs) removeDir(d);
+}, 30_000);
+
+describe.skipIf(!bin)('kinds per cluster node', () => {
+  let gpu: ServerProcess, cpu: ServerProcess;
+
+  it('each node pulls only the jobs of its kinds; a node validates a kind it does not run against the registry', async () => {
+    [gpu, cpu] = await Promise.all([node('gpu', [PROBE]), node('cpu', [])]);
+    const c = await waitUntil(async () => {
+      const r = (await http(cpu.url, 'GET', '/v1/cluster')).body as { nodes: { nodeId: string; kinds: string[] }[]; kinds: { name: string; nodes: string[]; hash: string | null }[] };
+      return r.nodes.length === 2 ? r : undefined;
+    }, 10_000, 'both nodes');
+    expect(Object.fromEntries(c.nodes.map((n) => [n.nodeId, n.kinds]))).toEqual({ cpu: ['ntt-proof', 'sleep'], gpu: ['ntt-proof', 'sleep', 'probe'] });
+    expect(c.kinds.find((k) => k.name === 'probe')).toMatchObject({ nodes: ['gpu'], hash: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    // Through the node without the module: the schema comes from the registry.
+    const bad = await http(cpu.url, 'POST', '/v1/jobs', { kind: 'probe', partitions: 1, input: { items: 0 } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.errors).toEqual([{ path: 'input.items', message: 'items must be ≥ 1' }]);
+    const noParts = await http(cpu.url, 'POST', '/v1/jobs', { kind: 'probe', input: { items: 2 } });
+    expect(noParts.body.errors).toEqual([{ path: 'partitions', message: expect.stringMatching(/derives its partitions from the input on the nodes that run it: give partitions/) }]);
+    const unknown = await http(cpu.url, 'POST', '/v1/jobs', { kind: 'nope', partitions: 1 });
+    expect(unknown.body.errors[0].message).toMatch(/unknown kind "nope": use one of .*probe/);
+    for (let i = 0; i < 6; i++) expect((await http(cpu.url, 'POST', '/v1/jobs', { id: `p${i}`, kind: 'probe', partitions: 2, input: { items: 2 } })).status).toBe(202);
+    for (let i = 0; i < 6; i++) expect((await http(gpu.url, 'POST', '/v1/jobs', { id: `s${i}`, kind: 'sleep', partitions: 2, input: { prepareMs: 200, deviceMs: 50, seed: i } })).status).toBe(202);
+    const probes = await Promise.all(Array.from({ length: 6 }, (_, i) => result(cpu.url, `p${i}`)));
+    for (const p of probes) expect(p).toMatchObject({ state: 'done', node: 'gpu' });
+    expect((probes[0]?.result as { outputs: unknown[] }).outputs).toHaveLength(2);
+    const sleeps = await Promise.all(Array.from({ length: 6 }, (_, i) => result(gpu.url, `s${i}`)));
+    expect(sleeps.every((s) => s.state === 'done')).toBe(true);
+    // The same id as another kind is a conflict.
+    expect((await http(gpu.url, 'POST', '/v1/jobs', { id: 'p0', kind: 'sleep', partitions: 2 })).status).toBe(409);
+  }, 60_000);
+
+  it('a job of a kind no live node runs stays queued, named in GET /v1/cluster, until a node that runs it joins', async () => {
+    const late = await node('late', [DOUBLER]);
+    await waitUntil(async () => (((await http(cpu.url, 'GET', '/v1/cluster')).body.nodes as unknown[]).length === 3 ? true : undefined), 10_000, 'the third node');
+    expect(await late.stop()).toBe(0);
+    // The registry remembers doubler's schema: it is accepted, and waits.
+    expect((await http(cpu.url, 'POST', '/v1/jobs', { id: 'd1', kind: 'doubler', partitions: 3, input: { base: 5 } })).status).toBe(202);
+    const c = await waitUntil(async () => {
+      const r = (await http(gpu.url, 'GET', '/v1/cluster')).body as { nodes: unknown[]; unserved: string[]; kinds: { name: string; queued: number; nodes: string[] }[] };
+      return r.nodes.length === 2 ? r : undefined;
+    }, 10_000, 'the node to leave');
+    expect(c.unserved).toEqual(['doubler']);
+    expect(c.kinds.find((k) => k.name === 'doubler')).toMatchObject({ queued: 1, nodes: [] });
+    await new Promise((r) => setTimeout(r, 1000));
+    expect((await http(gpu.url, 'GET', '/v1/jobs/d1')).body.state).toBe('queued');
+    await node('again', [DOUBLER]);
+    expect(await result(gpu.url, 'd1')).toMatchObject({ state: 'done', node: 'again', result: [10, 12, 14] });
+  }, 60_000);
+
+  it('a node whose module for a kind differs from the live nodes refuses to join, naming the kind', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-other-probe-'));
+    dirs.push(dir);
+    const other = path.join(dir, 'probe-kind.mjs');
+    fs.writeFileSync(other, `${fs.readFileSync(PROBE, 'utf8')}\n// another version\n`);
+    const r = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+      execFile(process.execPath, [CLI, 'serve', '--port', '0', '--data', path.join(dir, 'data'), '--cluster', (redis as RedisProcess).url, '--kind', other], { env: { ...process.env, STOKER_CLUSTER_NODE_ID: 'odd', STOKER_PREPARE_THREADS: '1' }, timeout: 30_000 }, (err, stdout, stderr) =>
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      ),
+    );
+    expect(r.code).toBe(2);
+    expect(r.stdout).not.toContain('listening');
+    expect(r.stderr).toMatch(new RegExp(`kind module ${other.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}: differs from the module the cluster runs as kind "probe" \\(content hash [0-9a-f]{12}… here, [0-9a-f]{12}… on gpu\\): this node does not join`));
+  }, 60_000);
+});
