@@ -8,6 +8,7 @@
  * transfer. A refused connection, a timeout, a 4xx/5xx answer or an oversized response fails
  * the item (the engine retries it).
  */
+import { asBytes } from './bytes.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
 
 export interface HttpDeviceOptions {
@@ -55,7 +56,7 @@ export class HttpDevice implements DeviceRunner {
 
   private async request(call: RunCall, label: string): Promise<{ output: unknown; busyMs: number }> {
     const { meta } = call.prepared;
-    const body = meta instanceof Uint8Array ? meta : undefined;
+    const body = asBytes(meta);
     const headers: Record<string, string> = {
       ...this.o.headers,
       'content-type': body ? 'application/octet-stream' : 'application/json',

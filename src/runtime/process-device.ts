@@ -10,6 +10,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { delimiter } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { asBytes } from './bytes.js';
 import { encodeFrame, FrameError, FrameReader, type Frame } from './frames.js';
 import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
 
@@ -63,6 +64,8 @@ interface Life {
 class WorkerProcess {
   private life: Life | undefined;
   private step: Step | undefined;
+  /** A call holds the worker from run() until its step settles (also while it waits for ready). */
+  private claimed = false;
   /** Calls waiting for the process to be ready. */
   private readonly waiting: { resolve: () => void; reject: (e: Error) => void }[] = [];
   /** Failures since the last item that succeeded: the backoff grows with them. */
@@ -80,6 +83,9 @@ class WorkerProcess {
 
   start(): void {
     if (this.closed || this.life || this.restartTimer) return;
+    // A new process: the failure messages quote its own stderr only.
+    this.stderrTail.length = 0;
+    this.stderrPartial = '';
     const { command, args, env, cwd } = this.o;
     const pythonPath = [PYTHON_HELPER_DIR, process.env['PYTHONPATH'], env['PYTHONPATH']].filter((p) => p).join(delimiter);
     const child = spawn(command, args, { cwd, env: { ...process.env, ...env, PYTHONPATH: pythonPath }, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -113,9 +119,20 @@ class WorkerProcess {
 
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
     if (this.closed) throw new Error('the device is closed');
-    if (this.step) throw new Error(`${this.label} is already busy`);
-    // Not started, not ready yet, or being ended (after a withdrawn step): wait for the next one.
-    if (!this.life?.ready || this.life.endedBecause) await this.untilReady();
+    if (this.claimed) throw new Error(`${this.label} is already busy`);
+    this.claimed = true;
+    try {
+      // Not started, not ready yet, or being ended (after a withdrawn step): wait for the next one.
+      if (!this.life?.ready || this.life.endedBecause) await this.untilReady(call.signal);
+      return await this.send(call);
+    } finally {
+      this.claimed = false;
+    }
+  }
+
+  private send(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
+    // Withdrawn while the process started: nothing was sent, the healthy process stays.
+    if (call.signal.aborted) return Promise.reject(new Error(`${this.label}: withdrawn before it was sent`));
     const life = this.life as Life;
     const id = this.nextId++;
     const { header, payload } = itemFrame(id, call);
@@ -132,7 +149,6 @@ class WorkerProcess {
         this.end(life, `the step was withdrawn (${why})`);
         reject(new Error(`${this.label}: aborted: ${why}`));
       };
-      if (call.signal.aborted) return abort();
       call.signal.addEventListener('abort', abort, { once: true });
       let frame: Buffer[];
       try {
@@ -160,13 +176,28 @@ class WorkerProcess {
     clearTimeout(grace);
   }
 
-  private untilReady(): Promise<void> {
+  /** Resolves once a process is ready; a withdrawn call stops waiting at once (nothing was sent, nothing is ended). */
+  private untilReady(signal: AbortSignal): Promise<void> {
     this.start();
-    return new Promise((resolve, reject) => this.waiting.push({ resolve, reject }));
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        const i = this.waiting.indexOf(w);
+        if (i >= 0) this.waiting.splice(i, 1);
+        reject(new Error(`${this.label}: withdrawn while its process started`));
+      };
+      const w = {
+        resolve: () => (signal.removeEventListener('abort', onAbort), resolve()),
+        reject: (e: Error) => (signal.removeEventListener('abort', onAbort), reject(e)),
+      };
+      if (signal.aborted) return onAbort();
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.waiting.push(w);
+    });
   }
 
   private onData(life: Life, chunk: Buffer): void {
-    if (this.life !== life) return;
+    // A process being ended is not trusted any more (a late ready after the ready timeout, say).
+    if (this.life !== life || life.endedBecause) return;
     let frames: Frame[];
     try {
       frames = life.reader.push(chunk);
@@ -174,7 +205,7 @@ class WorkerProcess {
       return this.end(life, `it wrote a malformed frame: ${(e as FrameError).message}`);
     }
     for (const f of frames) {
-      if (this.life !== life) return;
+      if (this.life !== life || life.endedBecause) return;
       const type = f.header['type'];
       if (!life.ready) {
         if (type !== 'ready') return this.end(life, `its first frame must be {"type":"ready"}, got ${JSON.stringify(f.header).slice(0, 100)}`);
@@ -260,7 +291,8 @@ function itemFrame(id: number, call: RunCall): { header: Record<string, unknown>
   const p: PreparedBuffer = call.prepared;
   const header: Record<string, unknown> = { type: 'item', id, job: call.jobId, kind: call.kind, partition: call.partition, partitions: call.partitions, input: call.input };
   if (p.file) return { header: { ...header, prepared: p.meta ?? null, payloadPath: p.file.path, payloadPathBytes: p.file.bytes } };
-  if (p.meta instanceof Uint8Array) return { header: { ...header, prepared: null }, payload: p.meta };
+  const bytes = asBytes(p.meta);
+  if (bytes) return { header: { ...header, prepared: null }, payload: bytes };
   header['prepared'] = p.meta ?? null;
   if (p.buffer) return { header, payload: new Uint8Array(p.buffer.buffer, 0, p.bytes ?? p.buffer.classBytes) };
   return { header };

@@ -256,7 +256,10 @@ const processShape = {
   args: z.array(z.string(err('a string', 'write each argument as a string')), err('an array of strings', 'write e.g. args = ["device.py", "--fp16"]')).optional(),
   env: z.record(z.string(), z.string(err('a string', 'write each value as a string, e.g. CUDA_VISIBLE_DEVICES = "0"')), err('a table of strings', 'write them under a [device.process.env] header, NAME = "value"')).optional(),
   cwd: z.string(err('a directory path', 'write e.g. cwd = "./device"')).min(1, err('a directory path', 'write e.g. cwd = "./device"')).optional(),
-  readyTimeoutS: positive('a number of seconds > 0', 'use e.g. 30'),
+  readyTimeoutS: (() => {
+    const e = err('a number of seconds > 0, at most 86400', 'use e.g. 30');
+    return z.number(e).positive(e).max(86_400, e).optional();
+  })(),
   maxFrameBytes: int(1, undefined, 'an integer ≥ 1 (bytes)', 'use e.g. 1073741824 (1 GiB)'),
   handoffDir: z.string(err('a directory path', 'write e.g. handoffDir = "/dev/shm"')).min(1, err('a directory path', 'write e.g. handoffDir = "/dev/shm"')).optional(),
   handoffMinBytes: int(0, undefined, 'an integer ≥ 0 (bytes)', 'use e.g. 1048576 (1 MiB; 0 sends every payload by file)'),
@@ -264,7 +267,7 @@ const processShape = {
 const httpShape = {
   url: z.string(err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')).url(err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')).regex(/^https?:\/\//i, err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')),
   headers: z.record(z.string(), z.string(err('a string', 'write each header value as a string')), err('a table of strings', 'write them as headers = { Authorization = "Bearer …" }')).optional(),
-  timeoutS: positiveOr('none', 'a number of seconds > 0 or "none"', 'use e.g. 60, or "none"'),
+  timeoutS: z.custom<number | string>((v) => v === 'none' || (typeof v === 'number' && Number.isFinite(v) && v > 0 && v <= 86_400), err('a number of seconds > 0 (at most 86400) or "none"', 'use e.g. 60, or "none"')).optional(),
   maxResponseBytes: int(1, undefined, 'an integer ≥ 1 (bytes)', 'use e.g. 1073741824 (1 GiB)'),
 };
 const deviceShape = {
@@ -604,8 +607,10 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
   const c = defaults(cwd);
   for (const { layer, base, kindFiles } of sources) {
     if (layer.dataDir !== undefined) c.dataDir = path.resolve(base, layer.dataDir);
-    const kinds = [...Object.entries(layer.kinds ?? {}).map(([name, k]) => ({ name, module: modulePath(base, k.module) })), ...(kindFiles ?? []).map((f) => ({ module: modulePath(base, f) }))];
-    if (kinds.length > 0) c.kinds = [...(c.kinds ?? []), ...kinds];
+    // [kinds.NAME] of a later source replaces the same NAME of an earlier one; --kind files add.
+    const named = Object.entries(layer.kinds ?? {}).map(([name, k]) => ({ name, module: modulePath(base, k.module) }));
+    const kinds = [...(c.kinds ?? []).filter((k) => !named.some((n) => n.name === k.name)), ...named, ...(kindFiles ?? []).map((f) => ({ module: modulePath(base, f) }))];
+    if (kinds.length > 0) c.kinds = kinds;
     const { budgetBytes, deviceTimeoutS, ...engine } = layer.engine ?? {};
     Object.assign(c.server, defined(layer.server));
     Object.assign(c.engine, defined(engine));

@@ -162,6 +162,9 @@ export async function loadKind(url: string, shown: string = url, deviceType: Dev
     throw fail('device', `${JSON.stringify(device) ?? String(device)} names no device: this server has ${DEVICE_NAMES.map((d) => JSON.stringify(d)).join(', ')} (its [device]); leave device out to run on it`);
   }
   if (deviceType === 'thread' && typeof m['run'] !== 'function') throw fail('run', 'missing: export async function run(prepared, ctx) — the device step, run on a device worker thread');
+  if (deviceType === 'http' && m['buffer'] !== undefined) {
+    throw fail('buffer', 'an HTTP device is sent only the value prepare returns, not a pooled buffer: return the bytes (or JSON) from prepare instead');
+  }
   if (deviceType !== 'thread' && m['run'] !== undefined) {
     const what = deviceType === 'process' ? 'a process device ([device.process]): its command does' : 'an HTTP device ([device.http]): its endpoint does';
     throw fail('run', `this server's device is ${what} the device step, so a kind has no run — remove run, or serve it with a thread device`);

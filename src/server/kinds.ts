@@ -1,5 +1,6 @@
 import type { DeviceRunner, StageThreads, PreparedBuffer } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
+import { asBytes } from '../runtime/bytes.js';
 import type { DeviceTask, PartitionTask, Workload } from '../runtime/runtime.js';
 import { KindModuleError, loadKind, type DeviceType, type LoadedKind } from './kind-module.js';
 
@@ -60,11 +61,9 @@ export interface RouterHooks {
   observe(stage: 'prepare' | 'device', ms: number, worker?: { device: number; worker: number }): void;
 }
 
-/** A Uint8Array for any bytes value (Buffer, ArrayBuffer, typed array); anything else as it is. */
+/** A Uint8Array for any bytes value (a view of the pooled shared buffer is copied: the buffer is reused); anything else as it is. */
 export function normalizeBytes(v: unknown): unknown {
-  if (v instanceof ArrayBuffer) return new Uint8Array(v);
-  if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
-  return v;
+  return asBytes(v) ?? v;
 }
 
 /**

@@ -12,7 +12,7 @@ import type { Handoff } from '../runtime/threads/protocol.js';
 import { ProcessDevice } from '../runtime/process-device.js';
 import { HttpDevice } from '../runtime/http-device.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
-import type { ServeConfig } from './config.js';
+import { ConfigError, type ServeConfig } from './config.js';
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { KindRouter, type RoutedInput } from './kinds.js';
@@ -162,6 +162,10 @@ export class Service {
     // Mesa reads EGL_PLATFORM from the process environment, which a worker thread's process.env
     // does not change: set it here, in the main thread, for WebGPU's software fallback.
     if (config.device.kind === 'webgpu') process.env['EGL_PLATFORM'] ??= 'surfaceless';
+    const proc = config.device.process;
+    const http = config.device.http;
+    // Before any thread or process starts: a handoff folder that cannot be made is a config error.
+    this.handoff = proc ? handoffFolder(proc.handoffDir, config.dataDir, proc.handoffMinBytes) : undefined;
     const threads = new StageThreads({
       devices,
       prepareThreads: config.prepare.threads,
@@ -171,8 +175,6 @@ export class Service {
       threadPerDevice: config.device.kind === 'webgpu',
       deviceKind: config.device.kind,
     });
-    const proc = config.device.process;
-    const http = config.device.http;
     const device = http
       ? new HttpDevice({ name: 'default', workers: config.device.workers, url: http.url, headers: http.headers, timeoutMs: http.timeoutS * 1000, maxResponseBytes: http.maxResponseBytes })
       : proc
@@ -188,7 +190,6 @@ export class Service {
         })
       : threads;
     this.metrics = new ServiceMetrics(this);
-    this.handoff = proc ? handoffFolder(proc.handoffDir, config.dataDir, proc.handoffMinBytes) : undefined;
     const router = new KindRouter(kinds, threads, device, {
       started: (jobId) => {
         if (this.started.has(jobId)) return;
@@ -522,7 +523,16 @@ export class Service {
     // its finish runs again, from the recorded outputs, on the next start.
     if (this.journalClosed) return;
     const job = this.journal.get(id);
-    if (!this.journal.finish(id, outcome) || !job) return;
+    let finished: boolean;
+    try {
+      finished = this.journal.finish(id, outcome);
+    } catch (e) {
+      // A result the journal cannot hold (bytes nested in JSON, a BigInt…) is the kind's fault:
+      // the job fails saying so (before, the error escaped and ended the process, on every restart).
+      if (!(outcome.state === 'done' && e instanceof JournalError && e.code === 'E_JOURNAL_BAD_INPUT')) throw e;
+      return this.end(id, { state: 'failed', code: 'E_FINISH_FAILED', reason: `job ${id}: its result cannot be stored: ${e.message}` });
+    }
+    if (!finished || !job) return;
     const ended = this.journal.get(id) as JournalJob;
     this.metrics.jobEnded(ended.kind, outcome.state, ((ended.finishedAt ?? Date.now()) - ended.submittedAt) / 1000);
     this.emit(outcome.state === 'done' ? { type: 'job.done', id } : { type: `job.${outcome.state}`, id, code: outcome.code, reason: outcome.reason });
@@ -609,12 +619,22 @@ function kindFailed(e: KindModuleError): ServiceError {
 
 /**
  * This server's folder for handoff files, named by its data dir (so a restart after a crash finds
- * and removes what the crashed run left), created empty.
+ * and removes what the crashed run left), created empty and private: in a shared folder such as
+ * /dev/shm, a folder of that name made by someone else is refused, never used.
  */
 function handoffFolder(base: string, dataDir: string, minBytes: number): Handoff {
   const dir = path.join(base, `stoker-handoff-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`);
-  fs.rmSync(dir, { recursive: true, force: true });
-  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const fail = (why: string) =>
+    new ConfigError([{ source: 'configuration', path: 'device.process.handoffDir', message: `cannot use ${dir} for handoff files: ${why} — give a memory-backed folder this user may write (e.g. "/dev/shm"), or raise handoffMinBytes` }]);
+  try {
+    fs.rmSync(dir, { recursive: true, force: true });
+    // Not recursive: the base must exist, and a folder someone made meanwhile fails (EEXIST).
+    fs.mkdirSync(dir, { mode: 0o700 });
+  } catch (e) {
+    throw fail((e as Error).message);
+  }
+  const st = fs.lstatSync(dir);
+  if (!st.isDirectory() || (process.getuid && st.uid !== process.getuid())) throw fail('it is not a folder of this user');
   return { dir, minBytes };
 }
 

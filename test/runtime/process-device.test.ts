@@ -109,6 +109,21 @@ describe('a Python process device (python/stoker_worker.py)', () => {
     expect(rt.engine.budget.used).toBe(0);
   });
 
+  it('a step withdrawn while the process starts is dropped without ending the process; the next step runs', async () => {
+    const { rt, log } = setup({ command: 'python3', args: [PY], env: { START_DELAY_S: '0.8' } }, { retries: 0 });
+    const first = rt.submit(setupSpec('w1'), { mode: 'ok' });
+    const settled = first.catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 200));
+    rt.cancel('w1');
+    expect(((await settled) as StokerError).code).toBe('E_CANCELLED');
+    const t0 = performance.now();
+    const [out] = (await rt.submit(setupSpec('w2'), { mode: 'ok' })) as { partition: number }[];
+    expect(out?.partition).toBe(0);
+    // The one process started once (the second step waited for it, not for a restart).
+    expect(performance.now() - t0).toBeLessThan(2000);
+    expect(log.filter((l) => l.includes('starting it again'))).toEqual([]);
+  });
+
   it('two workers sharing one GPU behind a lock: measured capacity matches the real completion rate within 5 %', async () => {
     const lock = path.join(os.tmpdir(), `stoker-lock-${process.pid}-${Date.now()}`);
     closers.push(async () => fs.rmSync(lock, { force: true }));

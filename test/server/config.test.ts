@@ -295,3 +295,21 @@ describe('[device.process] and [kinds.NAME]', () => {
     expect(() => loadConfig({ file: write('k.toml', '[kinds.embed]\npath = "x.mjs"\n'), env: {}, cwd: dir })).toThrow(/kinds\.embed\.path: unknown key in \[kinds\.embed\] — .*the keys in \[kinds\.embed\] are: module/);
   });
 });
+
+describe('kinds and device limits across sources', () => {
+  it('a [kinds.NAME] from loadConfig values replaces the file\'s of the same name; --kind files add', () => {
+    const file = write('k2.toml', '[kinds.embed]\nmodule = "a.mjs"\n[kinds.other]\nmodule = "o.mjs"\n');
+    const c = loadConfig({ file, values: { kinds: { embed: { module: 'b.mjs' } } }, flags: { kinds: ['x.mjs'] }, env: {}, cwd: dir });
+    expect(c.kinds).toEqual([
+      { name: 'other', module: path.join(dir, 'o.mjs') },
+      { name: 'embed', module: path.join(dir, 'b.mjs') },
+      { module: path.join(dir, 'x.mjs') },
+    ]);
+  });
+
+  it('refuses timeouts a timer cannot hold', () => {
+    expect(() => loadConfig({ file: write('t1.toml', '[device.process]\ncommand = "x"\nreadyTimeoutS = 9999999\n'), env: {}, cwd: dir })).toThrow(/device\.process\.readyTimeoutS: expected a number of seconds > 0, at most 86400, got 9999999/);
+    expect(() => loadConfig({ file: write('t2.toml', '[device.http]\nurl = "http://127.0.0.1:1/x"\ntimeoutS = 9999999\n'), env: {}, cwd: dir })).toThrow(/device\.http\.timeoutS: expected a number of seconds > 0 \(at most 86400\) or "none"/);
+    expect(loadConfig({ file: write('t3.toml', '[device.http]\nurl = "http://127.0.0.1:1/x"\ntimeoutS = "none"\n'), env: {}, cwd: dir }).device.http?.timeoutS).toBe(Infinity);
+  });
+});

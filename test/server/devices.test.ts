@@ -119,6 +119,11 @@ describe('a process device in the server', () => {
       await http(s.url, 'POST', '/v1/jobs', { id: 'small', kind: 'remote', partitions: 1, input: { mode: 'inspect', size: 10 } });
       expect((await http(s.url, 'GET', '/v1/jobs/big/result?wait=30s')).body.result).toEqual([{ byPath: true, n: 5000, sum: sum(5000) }, { byPath: true, n: 5000, sum: sum(5000) }]);
       expect((await http(s.url, 'GET', '/v1/jobs/small/result?wait=30s')).body.result).toEqual([{ byPath: false, n: 10, sum: sum(10) }]);
+      // Bytes are bytes however prepare returns them: an ArrayBuffer, another typed array.
+      for (const as of ['arraybuffer', 'uint16']) {
+        await http(s.url, 'POST', '/v1/jobs', { id: `as-${as}`, kind: 'remote', partitions: 1, input: { mode: 'inspect', size: 10, as } });
+        expect((await http(s.url, 'GET', `/v1/jobs/as-${as}/result?wait=30s`)).body.result).toEqual([{ byPath: false, n: 10, sum: sum(10) }]);
+      }
       expect(fs.readdirSync(folder)).toEqual([]);
       // The worker dies holding a handoff file: the item is retried, and no file is left.
       await http(s.url, 'POST', '/v1/jobs', { id: 'crash', kind: 'remote', partitions: 1, input: { mode: 'exit-once', size: 5000, marker } });
@@ -130,6 +135,18 @@ describe('a process device in the server', () => {
     }
     expect(fs.existsSync(folder)).toBe(false);
     removeDir(shm);
+  });
+
+  it('a handoffDir that cannot be used stops the start with exit 2 naming it (nothing left running)', async () => {
+    const file = path.join(dir, 'not-a-folder');
+    fs.writeFileSync(file, 'x');
+    const r = await new Promise<{ code: number; stderr: string }>((resolve) =>
+      execFile(process.execPath, [CLI, 'serve', '--config', config(`handoffDir = ${JSON.stringify(file)}\n`), '--port', '0', '--data', path.join(dir, 'd2'), '--kind', path.join(ROOT, 'test/fixtures/kinds/remote-kind.mjs')], { timeout: 20_000 }, (err, _out, stderr) =>
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }),
+      ),
+    );
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/device\.process\.handoffDir: cannot use .*not-a-folder\/stoker-handoff-[0-9a-f]{16} for handoff files: .* — give a memory-backed folder/);
   });
 
   it('refuses, at start, a kind that exports run, naming the export (the process does the device step)', async () => {

@@ -113,6 +113,20 @@ describe('a kind module with a thread device', () => {
     expect(json.body.detail).toMatch(/JSON value, not bytes: ask with Accept: application\/json/);
   });
 
+  it('keeps a bytes output that is a view of the pooled buffer as it was (the buffer is reused)', async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 'v1', kind: 'probe', input: { items: 6, mode: 'view' } });
+    const r = await http(server.url, 'GET', '/v1/jobs/v1/result?wait=20s');
+    expect(r.body.state).toBe('done');
+    expect([...Buffer.from(r.body.result as string, 'base64')]).toEqual([1, 2, 3, 4, 5, 6].flatMap((p) => [p, p, p, p]));
+  });
+
+  it('a result the journal cannot hold (bytes inside JSON) fails the job with E_FINISH_FAILED; the server stays up', async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 'n1', kind: 'probe', input: { items: 2, mode: 'nested' } });
+    const r = await http(server.url, 'GET', '/v1/jobs/n1/result?wait=20s');
+    expect(r.body).toMatchObject({ state: 'failed', error: { code: 'E_FINISH_FAILED', reason: expect.stringMatching(/its result cannot be stored: .*bytes at "first": bytes may only be the whole value/) } });
+    expect((await http(server.url, 'GET', '/v1/status')).status).toBe(200);
+  });
+
   it("fires a withdrawn preparation's ctx.signal in its thread", async () => {
     await http(server.url, 'POST', '/v1/jobs', { id: 'h1', kind: 'probe', input: { items: 2, mode: 'hang', markerDir: markers } });
     await waitUntil(async () => ((await http(server.url, 'GET', '/v1/jobs/h1')).body.state === 'running' ? true : undefined), 10_000, 'h1 running');

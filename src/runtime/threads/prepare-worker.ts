@@ -3,7 +3,7 @@
  * `prepare(input, ctx)`. `ctx.signal` fires when the runtime withdraws the task: it announces the
  * task's number on the pool's BroadcastChannel (one message per withdrawal, none per task).
  */
-import { writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { threadId } from 'node:worker_threads';
@@ -33,6 +33,10 @@ function listen(name: string): void {
   };
 }
 
+const isBytes = (v: unknown): v is ArrayBuffer | SharedArrayBuffer | ArrayBufferView => v instanceof ArrayBuffer || v instanceof SharedArrayBuffer || ArrayBuffer.isView(v);
+/** The bytes of a bytes value, without a copy. */
+const view = (v: ArrayBuffer | SharedArrayBuffer | ArrayBufferView) => (ArrayBuffer.isView(v) ? new Uint8Array(v.buffer, v.byteOffset, v.byteLength) : new Uint8Array(v));
+
 /**
  * Large prepared bytes for a process device go to a handoff file, written here in the
  * preparation thread (the server's event loop never copies them): those `prepare` returned, or
@@ -41,11 +45,16 @@ function listen(name: string): void {
 function handOff(req: PrepareRequest, meta: unknown): PrepareReply['file'] | undefined {
   const h = req.handoff;
   if (!h) return undefined;
-  const bytes = meta instanceof Uint8Array ? meta : meta instanceof ArrayBuffer ? new Uint8Array(meta) : req.ctx.buffer ? new Uint8Array(req.ctx.buffer, 0, req.bufferBytes) : undefined;
+  const bytes = isBytes(meta) ? view(meta) : req.ctx.buffer ? new Uint8Array(req.ctx.buffer, 0, req.bufferBytes) : undefined;
   if (!bytes || bytes.byteLength < h.minBytes) return undefined;
   const path = join(h.dir, `${process.pid}-${threadId}-${req.task}.bin`);
   const t0 = performance.now();
-  writeFileSync(path, bytes);
+  try {
+    writeFileSync(path, bytes);
+  } catch (e) {
+    rmSync(path, { force: true });
+    throw new Error(`cannot write the handoff file ${path} (${(e as Error).message}): free space in the device's handoffDir, or raise handoffMinBytes`);
+  }
   return { path, bytes: bytes.byteLength, writeMs: performance.now() - t0 };
 }
 
@@ -63,8 +72,7 @@ export default async function prepareTask(req: PrepareRequest): Promise<PrepareR
     const meta = await mod.prepare(req.input, ctx as Parameters<PrepareModule['prepare']>[1]);
     const file = handOff(req, meta);
     if (!file) return { meta, latencyMs: performance.now() - t0 };
-    const fromBytes = meta instanceof Uint8Array || meta instanceof ArrayBuffer;
-    return { meta: fromBytes ? null : meta, latencyMs: performance.now() - t0, file };
+    return { meta: isBytes(meta) ? null : meta, latencyMs: performance.now() - t0, file };
   } finally {
     running.delete(req.task);
   }
