@@ -29,7 +29,7 @@ export function createWindowPacer(options: PacerOptions = {}): Pacer {
 
 /**
  * The burst controller: on each device completion, dispatch `target − waiting` items at once;
- * when the pipeline is empty, dispatch `target`.
+ * when the pipeline is empty, dispatch `target` (at least one).
  */
 export function createBurstPacer(options: PacerOptions = {}): Pacer {
   const target = numberOption(options, 'targetWaiting', 4);
@@ -42,7 +42,8 @@ export function createBurstPacer(options: PacerOptions = {}): Pacer {
         completions = s.deviceCompletions;
         allowance = Math.max(0, target - s.waiting);
       }
-      if (s.preparing + s.waiting + s.onDevice === 0) allowance = Math.max(allowance, target);
+      // An empty pipeline gets at least one item (a target below 1 would otherwise never dispatch).
+      if (s.preparing + s.waiting + s.onDevice === 0) allowance = Math.max(allowance, target, 1);
     },
     nextDispatchAt: (s) => (allowance >= 1 ? s.now : Infinity),
     onDispatch() {
