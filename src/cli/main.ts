@@ -118,7 +118,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
       .option('-k, --kind <file>', 'a job kind module (an ES module exporting name, prepare, run; see the README); repeatable', (v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
 
   configured(p.command('serve'))
-    .option('--cluster <url>', 'cluster mode: share a BullMQ queue on this Redis (redis://host:port[/db]) with other nodes')
+    .option('--cluster <url>', 'cluster mode: share BullMQ queues (one per kind) on this Redis (redis://host:port[/db]) with other nodes')
     .description('run the service: HTTP API, durable journal, metrics; SIGTERM/SIGINT finish in-flight partitions and stop')
     .addHelpText('after', `\n${CONFIG_DOC}`)
     .action((flags: ConfigFlags) => serveCommand(flags, io));

@@ -157,3 +157,26 @@ describe('a process device in the server', () => {
     expect(r.stderr).toContain(`kind module ${path.join(EXAMPLE, 'embed-kind.mjs')}: export run: this server's device is a process device`);
   });
 });
+
+it('stoker device-bench prints the handoff and items/s measurements (small sizes)', async () => {
+  const r = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+    execFile(process.execPath, [CLI, 'device-bench', '--bytes', String(2 ** 20), '--items', '200', '--json'], { timeout: 60_000 }, (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr })),
+  );
+  expect(r.code, r.stderr).toBe(0);
+  const out = JSON.parse(r.stdout) as { handoff: { how: string; bytes: number; writeMs: number; runMs: number; totalMs: number }[]; items: { device: string; items: number; itemsPerSec: number }[] };
+  expect(out.handoff.map((h) => [h.how, h.bytes])).toEqual([
+    ['file', 2 ** 20],
+    ['pipe', 2 ** 20],
+  ]);
+  for (const h of out.handoff) expect(h.totalMs).toBeGreaterThan(0);
+  expect(out.handoff[0]?.writeMs).toBeGreaterThan(0);
+  expect(out.handoff[1]?.writeMs).toBe(0);
+  expect(out.items.map((i) => [i.device, i.items])).toEqual([
+    ['process (python)', 200],
+    ['thread', 200],
+  ]);
+  for (const i of out.items) expect(i.itemsPerSec).toBeGreaterThan(0);
+  const usage = await new Promise<{ code: number; stderr: string }>((resolve) => execFile(process.execPath, [CLI, 'device-bench', '--bytes', String(2 ** 31)], (err, _o, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr })));
+  expect(usage.code).toBe(2);
+  expect(usage.stderr).toMatch(/--bytes must be at most 1073741824 \(1 GiB\)/);
+}, 90_000);
