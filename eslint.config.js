@@ -35,5 +35,6 @@ export default tseslint.config(
     ['src/server/**/*.ts', ['../cluster/*', '../cli/*', '../kinds/*']],
     ['src/kinds/**/*.ts', ['../cluster/*', '../cli/*']],
     ['src/cluster/**/*.ts', ['../cli/*']],
+    ['src/web/**/*.ts', ['../cli/*', '../server/*', '../cluster/*']],
   ].map(([files, patterns]) => ({ files: [files], rules: { 'no-restricted-imports': ['error', { patterns }] } })),
 );

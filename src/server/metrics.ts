@@ -1,5 +1,20 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { Service } from './service.js';
+import type { Engine, PacerSnapshot, PacerState } from '../core/index.js';
+import type { BufferPoolStats } from '../runtime/buffer-pool.js';
+import type { ServeConfig } from './config.js';
+import type { JobState } from './journal.js';
+
+/** What the gauges read when scraped (the Service is one): each gauge only what it shows. */
+export interface MetricsSource {
+  readonly config: Pick<ServeConfig, 'engine'>;
+  readonly pool: { stats(): BufferPoolStats };
+  /** The engine counters. */
+  readonly counters: PacerSnapshot;
+  jobCounts(): { kind: string; state: JobState; count: number }[];
+  partitionsByKind(): ReturnType<Engine['partitionsByKind']>;
+  workerStates(): ReturnType<Engine['workerStates']>;
+  pacerState(): PacerState;
+}
 
 /**
  * Prometheus metrics of a service (prom-client, one registry per service): names `stoker_*` in
@@ -14,7 +29,7 @@ export class ServiceMetrics {
   private readonly jobsEnded: Counter<'kind' | 'state'>;
   private readonly workerBusy: Counter<'device' | 'worker'>;
 
-  constructor(service: Service) {
+  constructor(service: MetricsSource) {
     const r = [this.registry];
     // Each gauge reads only what it shows: a scrape must not build the whole status once per gauge.
     new Gauge({

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
-import { formatMetric } from '../cli/table.js';
+import { formatMetric } from '../sim/format.js';
 import { METRIC_KEYS, orderedMetrics, PALETTE, scenarioCharts, timeUnit, type ChartData } from '../sim/report.js';
 import type { Metrics } from '../sim/metrics.js';
 import type { SimResult } from '../sim/simulator.js';
