@@ -236,10 +236,16 @@ export class ClusterService implements ApiService {
    * KindModuleError naming it), subscribes to cancels and to jobs added.
    */
   async connect(): Promise<void> {
-    const timeout = sleep(5000).then(() => {
-      throw new Error(`cannot reach Redis at ${this.config.cluster.redis} within 5 s: start it, or fix --cluster / cluster.redis`);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`cannot reach Redis at ${this.config.cluster.redis} within 5 s: start it, or fix --cluster / cluster.redis`)), 5000);
     });
-    await Promise.race([Promise.all([this.redis.ping(), this.sub.ping(), ...[...this.workers.values()].map((w) => w.waitUntilReady())]), timeout]);
+    try {
+      await Promise.race([Promise.all([this.redis.ping(), this.sub.ping(), ...[...this.workers.values()].map((w) => w.waitUntilReady())]), timeout]);
+    } finally {
+      // A pending timer would hold a node that failed to join for 5 s more.
+      clearTimeout(timer);
+    }
     await this.register();
     await this.sub.subscribe(K.cancelChannel, K.addedChannel);
     this.sub.on('message', (ch: string, msg: string) => {
