@@ -53,35 +53,34 @@ export interface PreparedBuffer {
   file?: { path: string; bytes: number; writeMs: number };
 }
 
-/** One preparation for the pool: which module, how it is called, and the partition. */
-export interface PrepareCall {
+/** A stage's call: which module, how it is called, and the partition. */
+interface StageCall {
   module: string;
   style: CallStyle;
   input: unknown;
   jobId: string;
   partition: number;
+  /** The job's partition count. */
   partitions: number;
+  /** Fires when the partition is withdrawn. */
+  signal: AbortSignal;
+}
+
+/** One preparation for the pool. */
+export interface PrepareCall extends StageCall {
   /** Shared buffer bytes to lease for it (0: none). */
   bufferBytes: number;
-  signal: AbortSignal;
   /** Large prepared bytes go to a file here (process devices). */
   handoff?: Handoff;
 }
 
-/** One device step: which module, how it is called, the prepared data and the worker. */
-export interface RunCall {
-  /** The job's kind (process devices tell their worker). */
+/** One device step: the prepared data and the worker that runs it. */
+export interface RunCall extends StageCall {
+  /** The job's kind (process and HTTP devices tell their worker). */
   kind?: string;
-  module: string;
-  style: CallStyle;
-  input: unknown;
-  jobId: string;
-  partition: number;
-  partitions: number;
   prepared: PreparedBuffer;
   device: number;
   worker: number;
-  signal: AbortSignal;
 }
 
 /** Where device steps run: the device threads, a device's processes, or an HTTP endpoint. */

@@ -7,11 +7,11 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { StokerError } from '../../src/core/index.js';
 import { freePort } from '../../src/cluster/redis-server.js';
 import { HttpDevice, type HttpDeviceOptions } from '../../src/runtime/http-device.js';
-import { Runtime, type Workload } from '../../src/runtime/runtime.js';
+import type { PartitionTask } from '../../src/runtime/runtime.js';
 import type { PreparedBuffer } from '../../src/runtime/threaded.js';
+import { failure, runtimeOver, spec } from './device-helpers.js';
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -33,25 +33,10 @@ async function serve(handler: (req: IncomingMessage, body: Buffer, res: ServerRe
 function setup(device: Partial<HttpDeviceOptions> & { url: string }, options: { workers?: number; retries?: number } = {}) {
   const workers = options.workers ?? 1;
   const dev = new HttpDevice({ name: 'infer', workers, ...device });
-  const workload: Workload<{ bytes?: boolean }, PreparedBuffer, unknown, unknown[]> = {
-    prepare: async (t) => ({ meta: t.input.bytes ? Uint8Array.of(1, 2, 3, t.partition) : { p: t.partition } }),
-    run: (t) => dev.run({ kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal }),
-    finish: (j) => j.outputs,
-  };
-  const rt = new Runtime({ workload, devices: [{ workers }], pacer: 'unpaced', budgetBytes: 10_000, retries: options.retries ?? 1 });
+  const prepare = async (t: PartitionTask<{ bytes?: boolean }>): Promise<PreparedBuffer> => ({ meta: t.input.bytes ? Uint8Array.of(1, 2, 3, t.partition) : { p: t.partition } });
+  const rt = runtimeOver(dev, prepare, { ...options, workers });
   closers.push(() => rt.close(1000));
   return rt;
-}
-
-const spec = (id: string, partitions = 1) => ({ id, kind: 'k', partitions, memory: { prepareBytes: 100, deviceBytes: 10 } });
-
-async function failure(p: Promise<unknown>): Promise<StokerError> {
-  const e = await p.then(
-    () => undefined,
-    (err: unknown) => err,
-  );
-  expect(e).toBeInstanceOf(StokerError);
-  return e as StokerError;
 }
 
 describe('an HTTP device', () => {

@@ -8,10 +8,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { StokerError } from '../../src/core/index.js';
+import type { StokerError } from '../../src/core/index.js';
 import { ProcessDevice, type ProcessDeviceOptions } from '../../src/runtime/process-device.js';
-import { Runtime, type Workload } from '../../src/runtime/runtime.js';
+import type { PartitionTask } from '../../src/runtime/runtime.js';
 import type { PreparedBuffer } from '../../src/runtime/threaded.js';
+import { failure, runtimeOver, spec } from './device-helpers.js';
 
 const FIXTURES = path.resolve(import.meta.dirname, '../fixtures/devices');
 const PY = path.join(FIXTURES, 'py-device.py');
@@ -36,34 +37,20 @@ function setup(device: Partial<ProcessDeviceOptions> & { command: string }, opti
   const log: string[] = [];
   const workers = options.workers ?? 1;
   const dev = new ProcessDevice({ name: 'gpu', workers, readyTimeoutMs: 10_000, log: (l) => log.push(l), ...device });
-  const workload: Workload<Input, PreparedBuffer, unknown, unknown[]> = {
-    prepare: async (t) => ({ meta: t.input.bytes ? Uint8Array.from({ length: t.input.bytes }, (_, i) => i % 251) : { p: t.partition, tag: 'prep' } }),
-    run: (t) => dev.run({ kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal }),
-    finish: (j) => j.outputs,
-    close: () => dev.close(),
-  };
-  const rt = new Runtime({ workload, devices: [{ workers }], pacer: 'unpaced', budgetBytes: 10_000, retries: options.retries ?? 1, ...(options.deviceTimeoutMs ? { deviceTimeoutMs: options.deviceTimeoutMs } : {}) });
+  const prepare = async (t: PartitionTask<Input>): Promise<PreparedBuffer> => ({ meta: t.input.bytes ? Uint8Array.from({ length: t.input.bytes }, (_, i) => i % 251) : { p: t.partition, tag: 'prep' } });
+  const rt = runtimeOver(dev, prepare, { ...options, workers });
   closers.push(() => rt.close(1000));
   return { rt, log };
-}
-
-async function failure(p: Promise<unknown>): Promise<StokerError> {
-  const e = await p.then(
-    () => undefined,
-    (err: unknown) => err,
-  );
-  expect(e).toBeInstanceOf(StokerError);
-  return e as StokerError;
 }
 
 describe('a Python process device (python/stoker_worker.py)', () => {
   it('runs items with the prepared value and the payload; results are JSON or bytes', async () => {
     const { rt } = setup({ command: 'python3', args: [PY] }, { workers: 2 });
-    const out = (await rt.submit(setupSpec('j1', 3), { mode: 'ok' })) as { partition: number; n: number; prepared: unknown; kind: string; job: string; pid: number }[];
+    const out = (await rt.submit(spec('j1', 3), { mode: 'ok' })) as { partition: number; n: number; prepared: unknown; kind: string; job: string; pid: number }[];
     expect(out.map((o) => o.partition)).toEqual([0, 1, 2]);
     for (const [p, o] of out.entries()) expect(o).toMatchObject({ n: 0, prepared: { p, tag: 'prep' }, kind: 'k', job: 'j1' });
     expect(new Set(out.map((o) => o.pid)).size).toBeGreaterThanOrEqual(1);
-    const bytes = (await rt.submit(setupSpec('j2', 2), { mode: 'bytes', bytes: 5 })) as Uint8Array[];
+    const bytes = (await rt.submit(spec('j2', 2), { mode: 'bytes', bytes: 5 })) as Uint8Array[];
     expect(bytes.map((b) => [...b])).toEqual([
       [4, 3, 2, 1, 0],
       [4, 3, 2, 1, 0],
@@ -75,17 +62,17 @@ describe('a Python process device (python/stoker_worker.py)', () => {
 
   it("an item whose handler raises fails with the handler's error; the worker goes on", async () => {
     const { rt } = setup({ command: 'python3', args: [PY] }, { retries: 0 });
-    const e = await failure(rt.submit(setupSpec('f1'), { mode: 'fail' }));
+    const e = await failure(rt.submit(spec('f1'), { mode: 'fail' }));
     expect(e.code).toBe('E_DEVICE_FAILED');
     expect(e.message).toMatch(/gpu\/0: ValueError: no such tensor/);
-    await expect(rt.submit(setupSpec('f2'), { mode: 'ok' })).resolves.toHaveLength(1);
+    await expect(rt.submit(spec('f2'), { mode: 'ok' })).resolves.toHaveLength(1);
   });
 
   it('a process that exits mid-item: the item is retried on the restarted process', async () => {
     const marker = path.join(os.tmpdir(), `stoker-exit-${process.pid}-${Date.now()}`);
     closers.push(async () => fs.rmSync(marker, { force: true }));
     const { rt, log } = setup({ command: 'python3', args: [PY] });
-    const [out] = (await rt.submit(setupSpec('e1'), { mode: 'exit-once', marker })) as { pid: number }[];
+    const [out] = (await rt.submit(spec('e1'), { mode: 'exit-once', marker })) as { pid: number }[];
     expect(out?.pid).toBeGreaterThan(0);
     expect(log.join('\n')).toMatch(/\[device gpu\/0\] it exited \(code 3\): starting it again/);
     expect(rt.engine.budget.used).toBe(0);
@@ -93,31 +80,31 @@ describe('a Python process device (python/stoker_worker.py)', () => {
 
   it('print() in the device goes to the log with the worker prefix, not into the protocol', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY] });
-    await expect(rt.submit(setupSpec('pr'), { mode: 'print' })).resolves.toEqual(['printed']);
+    await expect(rt.submit(spec('pr'), { mode: 'print' })).resolves.toEqual(['printed']);
     // stderr is its own pipe: its line may arrive after the result.
     await eventually(() => log.includes('[device gpu/0] hello from the device 0'), 'the printed line in the log');
   });
 
   it('a process that hangs past deviceTimeoutMs is ended; once retries are spent the job fails naming the timeout', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY] }, { retries: 1, deviceTimeoutMs: 400 });
-    const e = await failure(rt.submit(setupSpec('h1'), { mode: 'hang' }));
+    const e = await failure(rt.submit(spec('h1'), { mode: 'hang' }));
     expect(e.code).toBe('E_DEVICE_FAILED');
     expect(e.message).toMatch(/no answer within deviceTimeoutMs = 400 ms/);
     // Ended, started again, and healthy.
     expect(log.join('\n')).toMatch(/the step was withdrawn/);
-    await expect(rt.submit(setupSpec('h2'), { mode: 'ok' })).resolves.toHaveLength(1);
+    await expect(rt.submit(spec('h2'), { mode: 'ok' })).resolves.toHaveLength(1);
     expect(rt.engine.budget.used).toBe(0);
   });
 
   it('a step withdrawn while the process starts is dropped without ending the process; the next step runs', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY], env: { START_DELAY_S: '0.8' } }, { retries: 0 });
-    const first = rt.submit(setupSpec('w1'), { mode: 'ok' });
+    const first = rt.submit(spec('w1'), { mode: 'ok' });
     const settled = first.catch((e: unknown) => e);
     await new Promise((r) => setTimeout(r, 200));
     rt.cancel('w1');
     expect(((await settled) as StokerError).code).toBe('E_CANCELLED');
     const t0 = performance.now();
-    const [out] = (await rt.submit(setupSpec('w2'), { mode: 'ok' })) as { partition: number }[];
+    const [out] = (await rt.submit(spec('w2'), { mode: 'ok' })) as { partition: number }[];
     expect(out?.partition).toBe(0);
     // The one process started once (the second step waited for it, not for a restart).
     expect(performance.now() - t0).toBeLessThan(2000);
@@ -132,7 +119,7 @@ describe('a Python process device (python/stoker_worker.py)', () => {
     // At each completion: the time, and the device's busy-time counters.
     const seen: { t: number; busyMs: number; completions: number }[] = [];
     const jobs = Array.from({ length: 20 }, (_, i) =>
-      rt.submit(setupSpec(`l${i}`), { mode: 'lock', lock, holdMs }).then((o) => {
+      rt.submit(spec(`l${i}`), { mode: 'lock', lock, holdMs }).then((o) => {
         const c = rt.status().counters.devices[0];
         seen.push({ t: performance.now(), busyMs: c?.busyMs ?? 0, completions: c?.completions ?? 0 });
         return o;
@@ -156,12 +143,12 @@ describe('a Python process device (python/stoker_worker.py)', () => {
 describe('a Node process device (stoker/worker)', () => {
   it('runs items and sends console.log to the log', async () => {
     const { rt, log } = setup({ command: process.execPath, args: [path.join(FIXTURES, 'node-device.mjs')] }, { workers: 2 });
-    const out = (await rt.submit(setupSpec('n1', 2), { mode: 'ok' })) as { partition: number; prepared: unknown; kind: string }[];
+    const out = (await rt.submit(spec('n1', 2), { mode: 'ok' })) as { partition: number; prepared: unknown; kind: string }[];
     expect(out).toMatchObject([
       { partition: 0, prepared: { p: 0, tag: 'prep' }, kind: 'k' },
       { partition: 1, prepared: { p: 1, tag: 'prep' }, kind: 'k' },
     ]);
-    const bytes = (await rt.submit(setupSpec('n2'), { mode: 'bytes', bytes: 3 })) as Uint8Array[];
+    const bytes = (await rt.submit(spec('n2'), { mode: 'bytes', bytes: 3 })) as Uint8Array[];
     expect([...(bytes[0] as Uint8Array)]).toEqual([2, 1, 0]);
     await eventually(() => log.some((l) => /^\[device gpu\/[01]\] logged by the node device [01]$/.test(l)), 'the logged line');
   });
@@ -177,7 +164,7 @@ describe('processes that break the protocol', () => {
   ];
   it.each(cases)('%s: the item fails with the reason, the process is started again', async (how, reason) => {
     const { rt, log } = setup({ command: 'python3', args: [BAD, how], readyTimeoutMs: 500, maxFrameBytes: 2 ** 20 }, { retries: 1 });
-    const e = await failure(rt.submit(setupSpec(`b-${how}`), { mode: 'ok' }));
+    const e = await failure(rt.submit(spec(`b-${how}`), { mode: 'ok' }));
     expect(e.code).toBe('E_DEVICE_FAILED');
     expect(e.message).toMatch(/gpu\/0 \(python3\)/);
     expect(e.message).toMatch(reason);
@@ -188,7 +175,7 @@ describe('processes that break the protocol', () => {
 
   it('a command that does not exist says so', async () => {
     const { rt } = setup({ command: 'no-such-program-xyz' }, { retries: 0 });
-    const e = await failure(rt.submit(setupSpec('nx'), { mode: 'ok' }));
+    const e = await failure(rt.submit(spec('nx'), { mode: 'ok' }));
     expect(e.message).toMatch(/could not be started: spawn no-such-program-xyz ENOENT — check the device's command/);
   });
 });
@@ -201,6 +188,3 @@ async function eventually(check: () => boolean, what: string, timeoutMs = 5000):
   }
 }
 
-function setupSpec(id: string, partitions = 1) {
-  return { id, kind: 'k', partitions, memory: { prepareBytes: 100, deviceBytes: 10 } };
-}
