@@ -8,6 +8,11 @@ import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd,
 export interface DeviceSpec {
   /** Pipelined workers on this device (≥ 1). */
   workers: number;
+  /**
+   * The job kinds this device runs; absent: every kind. An item goes only to a device that runs
+   * its kind (a waiting item of a busy device's kind does not hold up one for an idle device).
+   */
+  kinds?: readonly string[];
 }
 
 export interface EngineOptions {
@@ -88,6 +93,8 @@ export class Engine {
   private readonly waitingQ = new IndexedHeap<Item>(keyLess);
   private readonly deadlines = new IndexedHeap<Job>((a, b) => a.spec.deadline < b.spec.deadline || (a.spec.deadline === b.spec.deadline && a.seq < b.seq));
   private readonly workers: Worker[][];
+  /** Per device, the kinds it runs (null: every kind); null when no device names kinds. */
+  private readonly deviceKinds: (ReadonlySet<string> | null)[] | null;
   private wake = Infinity;
   /** Set by a `drain` event: no more dispatches. */
   private draining = false;
@@ -100,7 +107,11 @@ export class Engine {
       if (!Number.isInteger(d.workers) || d.workers < 1) {
         throw new StokerError('E_INVALID_OPTION', `devices[${i}].workers must be an integer ≥ 1 (got ${String(d.workers)})`);
       }
+      if (d.kinds !== undefined && (!Array.isArray(d.kinds) || d.kinds.some((k) => typeof k !== 'string'))) {
+        throw new StokerError('E_INVALID_OPTION', `devices[${i}].kinds must be an array of kind names, or absent for every kind`);
+      }
     });
+    this.deviceKinds = options.devices.some((d) => d.kinds !== undefined) ? options.devices.map((d) => (d.kinds === undefined ? null : new Set(d.kinds))) : null;
     const maxPreparing = options.maxPreparing ?? Infinity;
     if (!(maxPreparing >= 1)) {
       throw new StokerError('E_INVALID_OPTION', `maxPreparing must be ≥ 1 or Infinity (got ${String(maxPreparing)})`);
@@ -206,6 +217,9 @@ export class Engine {
     switch (event.type) {
       case 'submit': {
         const norm = normalizeJob(event.job);
+        if (this.deviceKinds && !this.deviceKinds.some((k) => k === null || k.has(norm.kind))) {
+          throw new StokerError('E_INVALID_JOB', `job.kind ${JSON.stringify(norm.kind)} runs on no device: give a device kinds that include it`);
+        }
         const existing = this.jobs.get(norm.id);
         // A job whose deadline has passed by this event ends before it, so its id is free again.
         if (existing && !(existing.spec.deadline <= event.time)) {
@@ -468,43 +482,65 @@ export class Engine {
     }
   }
 
-  /** Devices take waiting items in key order, onto the least-loaded device with an idle worker. */
+  /**
+   * Devices take waiting items in key order, onto the least-loaded device with an idle worker
+   * (that runs the item's kind, when devices name their kinds: then an item no idle device runs
+   * is passed over, keeping its place, for the next one that fits).
+   */
   private assignDevices(out: Command[]): void {
-    const s = this.snapshot;
-    while (this.waitingQ.size > 0) {
-      let best = -1;
-      let bestLoad = Infinity;
-      for (let d = 0; d < this.workers.length; d++) {
-        const c = s.devices[d] as DeviceCounters;
-        if (c.busy < c.workers && c.busy / c.workers < bestLoad) {
-          best = d;
-          bestLoad = c.busy / c.workers;
-        }
-      }
-      if (best < 0) return;
-      const ws = this.workers[best] as Worker[];
-      let wi = 0;
-      while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null) wi++;
-      const item = this.waitingQ.pop() as Item;
-      s.waiting--;
-      const w = ws[wi] as Worker;
-      w.item = item;
-      item.state = 'on-device';
-      item.device = best;
-      item.worker = wi;
-      item.attempt++;
-      item.startedAt = this.now;
-      // Phase one of the reservation ends: the device has the data; keep only the device-phase bytes.
-      const keep = item.job.spec.memory.deviceBytes;
-      if (item.reservedBytes > keep) {
-        this.budget.release(item.reservedBytes - keep);
-        s.budgetUsedBytes = this.budget.used;
-        item.reservedBytes = keep;
-      }
-      (s.devices[best] as DeviceCounters).busy++;
-      s.onDevice++;
-      out.push({ type: 'startDevice', item, attempt: item.attempt, device: best, worker: wi });
+    if (!this.deviceKinds) {
+      for (let best = this.idleDeviceFor(null); best >= 0 && this.waitingQ.size > 0; best = this.idleDeviceFor(null)) this.startOnDevice(this.waitingQ.pop() as Item, best, out);
+      return;
     }
+    const skipped: Item[] = [];
+    while (this.waitingQ.size > 0 && this.idleDeviceFor(null) >= 0) {
+      const item = this.waitingQ.pop() as Item;
+      const best = this.idleDeviceFor(item.kind);
+      if (best < 0) skipped.push(item);
+      else this.startOnDevice(item, best, out);
+    }
+    for (const item of skipped) this.waitingQ.push(item);
+  }
+
+  /** The least-loaded device with an idle worker that runs `kind` (null: any kind), or −1. */
+  private idleDeviceFor(kind: string | null): number {
+    const s = this.snapshot;
+    let best = -1;
+    let bestLoad = Infinity;
+    for (let d = 0; d < this.workers.length; d++) {
+      const c = s.devices[d] as DeviceCounters;
+      const runs = kind === null || !this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind);
+      if (runs && c.busy < c.workers && c.busy / c.workers < bestLoad) {
+        best = d;
+        bestLoad = c.busy / c.workers;
+      }
+    }
+    return best;
+  }
+
+  private startOnDevice(item: Item, device: number, out: Command[]): void {
+    const s = this.snapshot;
+    const ws = this.workers[device] as Worker[];
+    let wi = 0;
+    while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null) wi++;
+    s.waiting--;
+    const w = ws[wi] as Worker;
+    w.item = item;
+    item.state = 'on-device';
+    item.device = device;
+    item.worker = wi;
+    item.attempt++;
+    item.startedAt = this.now;
+    // Phase one of the reservation ends: the device has the data; keep only the device-phase bytes.
+    const keep = item.job.spec.memory.deviceBytes;
+    if (item.reservedBytes > keep) {
+      this.budget.release(item.reservedBytes - keep);
+      s.budgetUsedBytes = this.budget.used;
+      item.reservedBytes = keep;
+    }
+    (s.devices[device] as DeviceCounters).busy++;
+    s.onDevice++;
+    out.push({ type: 'startDevice', item, attempt: item.attempt, device, worker: wi });
   }
 
   /** Pacer gate → head of the queue → budget grant → startPrepare. Returns the pacer's wake time. */

@@ -1108,3 +1108,51 @@ describe('Engine: retries', () => {
     expect(r.e.budget.used).toBe(0);
   });
 });
+
+describe('devices that name their kinds', () => {
+  const twoDevices = () => engine({ devices: [{ workers: 1, kinds: ['gpu'] }, { workers: 1, kinds: ['cpu', 'misc'] }] });
+
+  it('routes each item only to a device that runs its kind; a waiting item of a busy device does not hold up another', () => {
+    const r = new Run(twoDevices());
+    r.submit(0, job('g1', 2, { kind: 'gpu' }));
+    r.submit(0, job('c1', 1, { kind: 'cpu' }));
+    expect(started(r.prepared(1, 'g1:0'))).toEqual(['g1:0@0/0']);
+    // The GPU is busy: g1:1 waits, and c1:0 (queued behind it) goes to the CPU device.
+    expect(started(r.prepared(2, 'g1:1'))).toEqual([]);
+    expect(started(r.prepared(3, 'c1:0'))).toEqual(['c1:0@1/0']);
+    expect(r.e.snapshot.waiting).toBe(1);
+    // The CPU device frees up: g1:1 still waits for the GPU.
+    expect(started(r.done(4, 'c1:0', 1))).toEqual([]);
+    expect(started(r.done(5, 'g1:0', 1))).toEqual(['g1:1@0/0']);
+    r.done(6, 'g1:1', 1);
+    expect(r.finishes()).toEqual([
+      { jobId: 'c1', state: 'done', code: undefined },
+      { jobId: 'g1', state: 'done', code: undefined },
+    ]);
+  });
+
+  it('keeps queue order among the items a device can take', () => {
+    const r = new Run(twoDevices());
+    r.submit(0, job('g1', 1, { kind: 'gpu' }));
+    r.submit(0, job('c1', 1, { kind: 'cpu' }));
+    r.submit(0, job('g2', 1, { kind: 'gpu' }));
+    r.submit(0, job('c2', 1, { kind: 'misc' }));
+    r.prepared(1, 'g1:0');
+    // GPU busy with g1; g2 and c2 and c1 become ready in that order.
+    r.prepared(2, 'g2:0');
+    expect(started(r.prepared(3, 'c2:0'))).toEqual(['c2:0@1/0']);
+    expect(started(r.prepared(4, 'c1:0'))).toEqual([]);
+    // When the CPU device frees, c1 (older) is next there; g2 still waits for the GPU.
+    expect(started(r.done(5, 'c2:0', 1))).toEqual(['c1:0@1/0']);
+    expect(started(r.done(6, 'g1:0', 1))).toEqual(['g2:0@0/0']);
+  });
+
+  it('refuses a job of a kind no device runs, and kinds that are not a list of names', () => {
+    expectStokerError(() => twoDevices().apply({ type: 'submit', time: 0, job: job('x', 1, { kind: 'tpu' }) }), 'E_INVALID_JOB', /job\.kind "tpu" runs on no device/);
+    expectStokerError(() => engine({ devices: [{ workers: 1, kinds: 'gpu' as unknown as string[] }] }), 'E_INVALID_OPTION', /devices\[0\]\.kinds must be an array/);
+    // A device without kinds runs every kind.
+    const mixed = new Run(engine({ devices: [{ workers: 1, kinds: ['gpu'] }, { workers: 1 }] }));
+    mixed.submit(0, job('t', 1, { kind: 'tpu' }));
+    expect(started(mixed.prepared(1, 't:0'))).toEqual(['t:0@1/0']);
+  });
+});
