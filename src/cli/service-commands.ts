@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { importOptional } from '../runtime/optional.js';
-import { configToToml, loadConfig, type ServeConfig } from '../server/config.js';
+import { configToToml, loadConfig, type DeviceConfig, type ServeConfig } from '../server/config.js';
 import { loadServerKinds, startServer, type RunningServer } from '../server/serve.js';
 import { UsageError, type Io } from './commands.js';
 
@@ -45,7 +45,9 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const server = await start(cfg);
   const resumed = server.service.status().jobs.pending;
   const cluster = cfg.cluster.redis === 'none' ? '' : `; cluster node ${cfg.cluster.nodeId} on ${cfg.cluster.redis}`;
-  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${cfg.device.workers} ${cfg.device.process ? `process (${[cfg.device.process.command, ...cfg.device.process.args].join(' ')})` : cfg.device.http ? `http (${cfg.device.http.url})` : cfg.device.kind} device workers; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
+  const device = (d: DeviceConfig) => `${d.workers} ${d.process ? `process (${[d.process.command, ...d.process.args].join(' ')})` : d.http ? `http (${d.http.url})` : d.kind} device workers`;
+  const devices = [device(cfg.device), ...Object.entries(cfg.devices ?? {}).map(([n, d]) => `${n}: ${device(d)}`)].join(', ');
+  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.off('SIGTERM', onTerm);

@@ -289,6 +289,7 @@ export class ClusterService implements ApiService {
       bufferBytes: () => 0,
       partitions: () => undefined,
       derivesPartitions: entry.derivesPartitions,
+      device: 'default',
       finish: () => Promise.reject(new Error(`kind ${name} runs on other nodes`)),
     };
     this.remote.set(name, { entry, kind });

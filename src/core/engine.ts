@@ -95,6 +95,8 @@ export class Engine {
   private readonly workers: Worker[][];
   /** Per device, the kinds it runs (null: every kind); null when no device names kinds. */
   private readonly deviceKinds: (ReadonlySet<string> | null)[] | null;
+  /** Live jobs by kind (kept only where devices name kinds): which devices have work at all. */
+  private readonly liveByKind = new Map<string, number>();
   private wake = Infinity;
   /** Set by a `drain` event: no more dispatches. */
   private draining = false;
@@ -323,6 +325,7 @@ export class Engine {
       });
     }
     this.jobs.set(norm.id, job);
+    this.countKind(norm.kind, 1);
     if (!this.budget.fits(reservation)) {
       this.endJob(job, 'failed', 'E_OVERSIZE', `each partition needs ${reservation} bytes but the whole memory budget is ${this.budget.totalBytes} bytes: raise budgetBytes or split the job into smaller partitions`, out);
       return;
@@ -469,6 +472,7 @@ export class Engine {
       }
     }
     this.jobs.delete(job.spec.id);
+    this.countKind(job.spec.kind, -1);
     this.deadlines.remove(job);
     const cmd: Command = { type: 'finishJob', jobId: job.spec.id, state, timeMs: this.now - job.submittedAt };
     if (code !== undefined) cmd.code = code;
@@ -500,6 +504,18 @@ export class Engine {
       else this.startOnDevice(item, best, out);
     }
     for (const item of skipped) this.waitingQ.push(item);
+  }
+
+  /** Counts a job of `kind` in or out, and marks which devices have work they can run (DeviceCounters.eligible). */
+  private countKind(kind: string, delta: number): void {
+    const dk = this.deviceKinds;
+    if (!dk) return;
+    const n = (this.liveByKind.get(kind) ?? 0) + delta;
+    if (n > 0) this.liveByKind.set(kind, n);
+    else this.liveByKind.delete(kind);
+    dk.forEach((kinds, d) => {
+      (this.snapshot.devices[d] as DeviceCounters).eligible = kinds === null ? this.liveByKind.size > 0 : [...kinds].some((k) => this.liveByKind.has(k));
+    });
   }
 
   /** The least-loaded device with an idle worker that runs `kind` (null: any kind), or −1. */

@@ -16,6 +16,11 @@ export interface DeviceCounters {
   completions: number;
   /** Sum of the device time the workers measured for those items, ms. */
   busyMs: number;
+  /**
+   * False while no job in the system is of a kind this device runs (only where devices name
+   * their kinds): its rate serves none of the work, so a pacer should not count it. Absent: true.
+   */
+  eligible?: boolean;
 }
 
 /**

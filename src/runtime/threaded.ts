@@ -10,8 +10,8 @@ import type { CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, 
 
 /** Where the stages run: the preparation pool and the device threads. */
 export interface StageThreadsOptions {
-  /** The devices: worker threads per device. */
-  devices: { workers: number }[];
+  /** The devices: worker threads per device; `kind` and `threadPerDevice` override the options below for one device. */
+  devices: { workers: number; kind?: string; threadPerDevice?: boolean }[];
   /** Preparation threads. @default available cores − 1, at least 1 */
   prepareThreads?: number;
   /**
@@ -99,6 +99,8 @@ interface Pending {
 interface DeviceThread {
   worker: Worker | null;
   device: number;
+  /** The device's kind, as kind modules see it (ctx.deviceKind). */
+  kind: string;
   pending: Map<number, Pending>;
 }
 
@@ -126,7 +128,6 @@ export class StageThreads implements DeviceRunner {
   private readonly slots: Slot[];
   private readonly threads: DeviceThread[];
   private readonly slotBase: number[];
-  private readonly deviceKind: string;
   /** Withdrawn preparations are announced here (see prepare-worker.ts). */
   private readonly abortChannel: BroadcastChannel;
   private nextId = 0;
@@ -138,7 +139,6 @@ export class StageThreads implements DeviceRunner {
 
   constructor(options: StageThreadsOptions) {
     this.pool = options.pool ?? new BufferPool();
-    this.deviceKind = options.deviceKind ?? 'cpu';
     const threads = options.prepareThreads ?? Math.max(1, os.availableParallelism() - 1);
     const concurrency = options.prepareConcurrency ?? 1;
     this.prepareSlots = threads * concurrency;
@@ -157,8 +157,10 @@ export class StageThreads implements DeviceRunner {
     this.threads = [];
     options.devices.forEach((d, device) => {
       this.slotBase.push(this.slots.length);
+      const kind = d.kind ?? options.deviceKind ?? 'cpu';
+      const perDevice = d.threadPerDevice ?? options.threadPerDevice;
       for (let w = 0; w < d.workers; w++) {
-        if (w === 0 || !options.threadPerDevice) this.threads.push({ worker: null, device, pending: new Map() });
+        if (w === 0 || !perDevice) this.threads.push({ worker: null, device, kind, pending: new Map() });
         this.slots.push({ thread: this.threads.length - 1, busy: -1, seenNs: 0n });
       }
     });
@@ -264,7 +266,7 @@ export class StageThreads implements DeviceRunner {
 
   private spawn(index: number): Worker {
     const thread = this.threads[index] as DeviceThread;
-    const data: DeviceWorkerData = { counters: this.counters.buffer as SharedArrayBuffer, device: thread.device, deviceKind: this.deviceKind };
+    const data: DeviceWorkerData = { counters: this.counters.buffer as SharedArrayBuffer, device: thread.device, deviceKind: thread.kind };
     const w = new Worker(new URL('./threads/device-worker.js', import.meta.url), { workerData: data });
     const settle = (id: number): Pending | undefined => {
       const p = thread.pending.get(id);

@@ -125,6 +125,8 @@ export interface KindConfig {
   module: string;
   /** `[kinds.NAME]`: the name the module must export; absent for `--kind FILE` (the module names itself). */
   name?: string;
+  /** `[kinds.NAME] device`: the device that runs it, overriding the module's `device` export. */
+  device?: string;
 }
 
 /** The daemon's configuration, fully resolved: every field set, `dataDir` absolute, `Infinity` for unlimited / none. */
@@ -136,6 +138,8 @@ export interface ServeConfig {
   device: DeviceConfig;
   prepare: PrepareConfig;
   cluster: ClusterConfig;
+  /** More devices by name (`[devices.NAME]`, each like `[device]`): a kind runs on the one its `device` names. Absent: only `[device]`, named "default". */
+  devices?: Record<string, DeviceConfig>;
   /** Job kinds beyond the built-in ntt-proof and sleep: `[kinds.NAME] module = "path"` in a file, `--kind FILE` (repeatable). Absent: none. */
   kinds?: KindConfig[];
 }
@@ -315,11 +319,24 @@ const kindErr = err('a table [kinds.NAME] with module = "path"', 'write e.g. [ki
 const kindsSchema = z
   .record(
     z.string().regex(KIND_NAME, err('a kind name', 'use letters, digits, . _ - (at most 64), e.g. [kinds.embed]')),
-    z.strictObject({ module: z.string(err('a path to an ES module', 'write module = "./my-kind.mjs" (relative to this file)')).min(1, err('a path to an ES module', 'write module = "./my-kind.mjs"')) }, kindErr),
+    z.strictObject(
+      {
+        module: z.string(err('a path to an ES module', 'write module = "./my-kind.mjs" (relative to this file)')).min(1, err('a path to an ES module', 'write module = "./my-kind.mjs"')),
+        device: z.string(err('a device name', 'write device = "default" or the NAME of a [devices.NAME]')).regex(KIND_NAME, err('a device name', 'write device = "default" or the NAME of a [devices.NAME]')).optional(),
+      },
+      kindErr,
+    ),
     kindErr,
   )
   .optional();
-const FileSchema = z.strictObject({ dataDir: dataDirSchema, ...SECTIONS, kinds: kindsSchema });
+const devicesSchema = z
+  .record(
+    z.string().regex(KIND_NAME, err('a device name', 'use letters, digits, . _ - (at most 64), e.g. [devices.gpu]')),
+    z.strictObject(deviceShape, err('a table [devices.NAME]', 'write workers = 2 and a [devices.NAME.process] or [devices.NAME.http] table under it')),
+    err('tables [devices.NAME]', 'write each device as [devices.gpu] with workers = 2 and its process or http table'),
+  )
+  .optional();
+const FileSchema = z.strictObject({ dataDir: dataDirSchema, ...SECTIONS, devices: devicesSchema, kinds: kindsSchema });
 /** One source's values, each checked; absent means "not set here". */
 type Layer = z.output<typeof FileSchema>;
 
@@ -373,7 +390,10 @@ function knownKeys(at: string): string[] {
   if (at === '') return Object.keys(FileSchema.shape);
   if (at === 'device.process') return Object.keys(processShape);
   if (at === 'device.http') return Object.keys(httpShape);
-  if (at.startsWith('kinds.')) return ['module'];
+  if (at.startsWith('kinds.')) return ['module', 'device'];
+  if (/^devices\.[^.]+$/.test(at)) return Object.keys(deviceShape);
+  if (/^devices\.[^.]+\.process$/.test(at)) return Object.keys(processShape);
+  if (/^devices\.[^.]+\.http$/.test(at)) return Object.keys(httpShape);
   return Object.hasOwn(SHAPES, at) ? Object.keys(SHAPES[at as SectionName]) : [];
 }
 
@@ -608,7 +628,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
   for (const { layer, base, kindFiles } of sources) {
     if (layer.dataDir !== undefined) c.dataDir = path.resolve(base, layer.dataDir);
     // [kinds.NAME] of a later source replaces the same NAME of an earlier one; --kind files add.
-    const named = Object.entries(layer.kinds ?? {}).map(([name, k]) => ({ name, module: modulePath(base, k.module) }));
+    const named = Object.entries(layer.kinds ?? {}).map(([name, k]) => ({ name, module: modulePath(base, k.module), ...(k.device === undefined ? {} : { device: k.device }) }));
     const kinds = [...(c.kinds ?? []).filter((k) => !named.some((n) => n.name === k.name)), ...named, ...(kindFiles ?? []).map((f) => ({ module: modulePath(base, f) }))];
     if (kinds.length > 0) c.kinds = kinds;
     const { budgetBytes, deviceTimeoutS, ...engine } = layer.engine ?? {};
@@ -616,39 +636,59 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     Object.assign(c.engine, defined(engine));
     if (budgetBytes !== undefined) c.engine.budgetBytes = finiteOr(budgetBytes);
     if (deviceTimeoutS !== undefined) c.engine.deviceTimeoutS = finiteOr(deviceTimeoutS);
-    Object.assign(c.device, defined(layer.device));
-    const http = layer.device?.http;
-    if (http) {
-      const { timeoutS, ...rest } = http;
-      c.device.http = { headers: {}, timeoutS: Infinity, maxResponseBytes: 2 ** 30, ...defined(rest), ...(timeoutS === undefined ? {} : { timeoutS: finiteOr(timeoutS) }) } as HttpDeviceConfig;
-    }
-    const proc = layer.device?.process;
-    if (proc) {
-      const { cwd: dir, handoffDir, ...rest } = proc;
-      c.device.process = {
-        args: [],
-        env: {},
-        readyTimeoutS: 30,
-        maxFrameBytes: 2 ** 30,
-        handoffDir: defaultHandoffDir(),
-        handoffMinBytes: 2 ** 20,
-        ...defined(rest),
-        ...(dir === undefined ? {} : { cwd: path.resolve(base, dir) }),
-        ...(handoffDir === undefined ? {} : { handoffDir: path.resolve(base, handoffDir) }),
-      } as ProcessDeviceConfig;
+    mergeDevice(c.device, layer.device, base);
+    for (const [name, d] of Object.entries(layer.devices ?? {})) {
+      if (name === 'default') throw new ConfigError([{ source: 'configuration', path: 'devices.default', message: '"default" is [device]: give this one another name, or set it under [device]' }]);
+      // A [devices.NAME] of a later source replaces the earlier one whole.
+      const device: DeviceConfig = { kind: 'cpu', workers: 2 };
+      mergeDevice(device, d, base);
+      c.devices = { ...(c.devices ?? {}), [name]: device };
     }
     Object.assign(c.prepare, defined(layer.prepare));
     Object.assign(c.cluster, defined(layer.cluster));
   }
   c.engine.pacerOptions = { ...c.engine.pacerOptions };
-  const deviceCwd = c.device.process?.cwd;
-  if (deviceCwd !== undefined && !fs.existsSync(deviceCwd)) {
-    throw new ConfigError([{ source: 'configuration', path: 'device.process.cwd', message: `${deviceCwd} does not exist — give the folder the device's program runs in (relative in a file: to the file's folder)` }]);
-  }
-  if (c.device.process && c.device.http) {
-    throw new ConfigError([{ source: 'configuration', path: 'device', message: 'both [device.process] and [device.http] are set — a server has one device: keep one of them' }]);
+  for (const [name, d] of [['device', c.device], ...Object.entries(c.devices ?? {}).map(([n, dv]) => [`devices.${n}`, dv])] as [string, DeviceConfig][]) {
+    const deviceCwd = d.process?.cwd;
+    if (deviceCwd !== undefined && !fs.existsSync(deviceCwd)) {
+      throw new ConfigError([{ source: 'configuration', path: `${name}.process.cwd`, message: `${deviceCwd} does not exist — give the folder the device's program runs in (relative in a file: to the file's folder)` }]);
+    }
+    if (d.process && d.http) {
+      throw new ConfigError([{ source: 'configuration', path: name, message: `both [${name}.process] and [${name}.http] are set — a device is one or the other: keep one of them` }]);
+    }
   }
   return c;
+}
+
+/** Merges one source's device table (`[device]` or a `[devices.NAME]`) into `d`, with the defaults of its process or http table. */
+function mergeDevice(d: DeviceConfig, layer: NonNullable<Layer['device']> | undefined, base: string): void {
+  Object.assign(d, defined(layer));
+  const http = layer?.http;
+  if (http) {
+    const { timeoutS, ...rest } = http;
+    d.http = { headers: {}, timeoutS: Infinity, maxResponseBytes: 2 ** 30, ...defined(rest), ...(timeoutS === undefined ? {} : { timeoutS: finiteOr(timeoutS) }) } as HttpDeviceConfig;
+  }
+  const proc = layer?.process;
+  if (proc) {
+    const { cwd: dir, handoffDir, ...rest } = proc;
+    d.process = {
+      args: [],
+      env: {},
+      readyTimeoutS: 30,
+      maxFrameBytes: 2 ** 30,
+      handoffDir: defaultHandoffDir(),
+      handoffMinBytes: 2 ** 20,
+      ...defined(rest),
+      ...(dir === undefined ? {} : { cwd: path.resolve(base, dir) }),
+      ...(handoffDir === undefined ? {} : { handoffDir: path.resolve(base, handoffDir) }),
+    } as ProcessDeviceConfig;
+  }
+}
+
+/** Where each of a config's devices runs its steps, by name ("default" is `[device]`). */
+export function deviceTypes(c: ServeConfig): Map<string, 'thread' | 'process' | 'http'> {
+  const type = (d: DeviceConfig) => (d.process ? 'process' : d.http ? 'http' : 'thread');
+  return new Map([['default', type(c.device)], ...Object.entries(c.devices ?? {}).map(([n, d]): [string, 'thread' | 'process' | 'http'] => [n, type(d)])]);
 }
 
 /** A kind module's path, absolute: a file: URL as its path, a relative path against `base`. */
@@ -658,6 +698,15 @@ function modulePath(base: string, spec: string): string {
 
 function defined<T extends object>(o: T | undefined): Partial<T> {
   return Object.fromEntries(Object.entries(o ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+/** A device table as TOML writes it back (Infinity as "none"). */
+function deviceToml(d: DeviceConfig): object {
+  return {
+    ...d,
+    ...(d.process ? { process: { ...d.process } } : {}),
+    ...(d.http ? { http: { ...d.http, timeoutS: Number.isFinite(d.http.timeoutS) ? d.http.timeoutS : 'none' } } : {}),
+  };
 }
 
 /**
@@ -677,14 +726,11 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
       // An empty table is left out (its default); a header with nothing under it reads badly.
       ...(Object.keys(pacerOptions).length > 0 ? { pacerOptions: { ...pacerOptions } } : {}),
     },
-    device: {
-      ...c.device,
-      ...(c.device.process ? { process: { ...c.device.process } } : {}),
-      ...(c.device.http ? { http: { ...c.device.http, timeoutS: Number.isFinite(c.device.http.timeoutS) ? c.device.http.timeoutS : 'none' } } : {}),
-    },
+    device: deviceToml(c.device),
     prepare: { ...c.prepare },
     cluster: { ...c.cluster },
-    ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module }])) } : {}),
+    ...(c.devices ? { devices: Object.fromEntries(Object.entries(c.devices).map(([n, d]) => [n, deviceToml(d)])) } : {}),
+    ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module, ...(k.device === undefined ? {} : { device: k.device }) }])) } : {}),
   };
   return `# stoker serve: the effective configuration (defaults < file < environment < flags)\n${stringify(doc).trim()}\n`;
 }
@@ -725,6 +771,10 @@ export const CONFIG_DOC: string = (() => {
   const width = (i: 0 | 1 | 2) => Math.max(...rows.map((r) => r[i].length));
   const [w0, w1, w2] = [width(0), width(1), width(2)];
   const lines = rows.map((r) => `  ${r[0].padEnd(w0)}  ${r[1].padEnd(w1)}  ${r[2].padEnd(w2)}  ${r[3]}`);
-  const kinds = `  ${'kinds.NAME.module'.padEnd(w0)}  ${'–'.padEnd(w1)}  ${'(--kind FILE)'.padEnd(w2)}  a kind module (path relative to the config file); --kind adds one, repeatable`;
-  return ['Configuration (defaults < --config file.toml < environment < flags); field, default, variable:', ...lines, kinds].join('\n');
+  const extra = [
+    `  ${'devices.NAME'.padEnd(w0)}  ${'none'.padEnd(w1)}  ${''.padEnd(w2)}  more devices by name, each a table like [device] (kind, workers, process or http)`,
+    `  ${'kinds.NAME.module'.padEnd(w0)}  ${'–'.padEnd(w1)}  ${'(--kind FILE)'.padEnd(w2)}  a kind module (path relative to the config file); --kind adds one, repeatable`,
+    `  ${'kinds.NAME.device'.padEnd(w0)}  ${'"default"'.padEnd(w1)}  ${''.padEnd(w2)}  the device that runs the kind (overrides the module's device export)`,
+  ];
+  return ['Configuration (defaults < --config file.toml < environment < flags); field, default, variable:', ...lines, ...extra].join('\n');
 })();

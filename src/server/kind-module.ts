@@ -73,7 +73,7 @@ export interface KindModule<Input = unknown, Prepared = unknown, Output = unknow
    * call returns), so return only once the device is free for the next item.
    */
   run?(prepared: Prepared, ctx: RunContext): Output | Promise<Output>;
-  /** The device that runs the step: `"default"` (this server's `[device]`), the only one so far. */
+  /** The device that runs the step, by name: `"default"` (the server's `[device]`, also when absent) or a `[devices.NAME]`; the config's `[kinds.NAME] device` overrides it. */
   device?: string;
   /**
    * The job's result from the outputs in partition order (in the server's thread).
@@ -117,6 +117,8 @@ export interface LoadedKind {
   partitions(input: unknown): number | undefined;
   /** Whether the kind exports `partitions(input)`. */
   readonly derivesPartitions: boolean;
+  /** The device that runs its steps, by name ("default": the server's [device]). */
+  readonly device: string;
   finish(outputs: unknown[], input: unknown, job: string): Promise<unknown>;
 }
 
@@ -124,8 +126,11 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 /** Where a server's device steps run: the kinds' `run` on threads, a program in a process per worker, or an HTTP endpoint. */
 export type DeviceType = 'thread' | 'process' | 'http';
 
-/** The devices a kind may name. */
-export const DEVICE_NAMES: readonly string[] = ['default'];
+/** A server's devices by name, and where each runs its steps: what a kind's `device` may name. */
+export type DeviceTypes = ReadonlyMap<string, DeviceType>;
+
+/** One thread device, "default": a server with only `[device]` and no `[device.process]`/`[device.http]`. */
+export const THREAD_DEVICE: DeviceTypes = new Map([['default', 'thread']]);
 const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'run', 'finish'] as const;
 
 const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true });
@@ -138,7 +143,12 @@ export function moduleUrl(spec: string | URL, base: string): string {
 }
 
 /** Imports and checks a kind module; throws a {@link KindModuleError} naming the module and the export. */
-export async function loadKind(url: string, shown: string = url, deviceType: DeviceType = 'thread'): Promise<LoadedKind> {
+/**
+ * Imports and checks a kind module for a server with these devices; `device` (from the config's
+ * `[kinds.NAME] device`) overrides the module's own `device` export. Throws a
+ * {@link KindModuleError} naming the module and the export.
+ */
+export async function loadKind(url: string, shown: string = url, devices: DeviceTypes = THREAD_DEVICE, device?: string): Promise<LoadedKind> {
   let mod: Record<string, unknown>;
   try {
     mod = (await import(url)) as Record<string, unknown>;
@@ -157,17 +167,19 @@ export async function loadKind(url: string, shown: string = url, deviceType: Dev
     if (m[f] !== undefined && typeof m[f] !== 'function') throw fail(f, `must be a function (got ${typeof m[f]})`);
   }
   if (typeof m['prepare'] !== 'function') throw fail('prepare', 'missing: export async function prepare(input, ctx) — it prepares one partition in a preparation thread');
-  const device = m['device'];
-  if (device !== undefined && (typeof device !== 'string' || !DEVICE_NAMES.includes(device))) {
-    throw fail('device', `${JSON.stringify(device) ?? String(device)} names no device: this server has ${DEVICE_NAMES.map((d) => JSON.stringify(d)).join(', ')} (its [device]); leave device out to run on it`);
+  const named = device ?? m['device'] ?? 'default';
+  const deviceType = typeof named === 'string' ? devices.get(named) : undefined;
+  if (deviceType === undefined) {
+    const names = [...devices.keys()].map((d) => JSON.stringify(d)).join(', ');
+    throw fail('device', `${JSON.stringify(named) ?? String(named)} names no device: this server has ${names} ([device] is "default", [devices.NAME] the others)${device === undefined ? '' : ' — fix [kinds.NAME] device in the config'}`);
   }
   if (deviceType === 'thread' && typeof m['run'] !== 'function') throw fail('run', 'missing: export async function run(prepared, ctx) — the device step, run on a device worker thread');
   if (deviceType === 'http' && m['buffer'] !== undefined) {
     throw fail('buffer', 'an HTTP device is sent only the value prepare returns, not a pooled buffer: return the bytes (or JSON) from prepare instead');
   }
   if (deviceType !== 'thread' && m['run'] !== undefined) {
-    const what = deviceType === 'process' ? 'a process device ([device.process]): its command does' : 'an HTTP device ([device.http]): its endpoint does';
-    throw fail('run', `this server's device is ${what} the device step, so a kind has no run — remove run, or serve it with a thread device`);
+    const what = deviceType === 'process' ? 'a process device: its command does' : 'an HTTP device: its endpoint does';
+    throw fail('run', `its device ${JSON.stringify(named)} is ${what} the device step, so a kind has no run — remove run, or serve it on a thread device`);
   }
   const description = m['description'];
   if (description !== undefined && typeof description !== 'string') throw fail('description', `must be a string (got ${typeof description})`);
@@ -180,6 +192,7 @@ export async function loadKind(url: string, shown: string = url, deviceType: Dev
     memory: memoryOf(m, fail),
     bufferBytes: bufferOf(m, fail),
     partitions: partitionsOf(m, fail),
+    device: named as string,
     derivesPartitions: typeof m['partitions'] === 'function',
     finish: finishOf(m),
   };

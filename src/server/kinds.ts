@@ -2,7 +2,7 @@ import type { DeviceRunner, StageThreads, PreparedBuffer } from '../runtime/thre
 import type { Handoff } from '../runtime/threads/protocol.js';
 import { asBytes } from '../runtime/bytes.js';
 import type { DeviceTask, PartitionTask, Workload } from '../runtime/runtime.js';
-import { KindModuleError, loadKind, type DeviceType, type LoadedKind } from './kind-module.js';
+import { KindModuleError, loadKind, THREAD_DEVICE, type DeviceTypes, type LoadedKind } from './kind-module.js';
 
 /** The kinds every server runs, kind modules like any other (src/kinds). */
 export const BUILT_IN_KINDS: readonly { name: string; url: string }[] = [
@@ -16,19 +16,21 @@ export interface KindSource {
   shown: string;
   /** `[kinds.NAME]` in the config: the module's `name` must be NAME. */
   name?: string;
+  /** `[kinds.NAME] device`: the device that runs it (overrides the module's `device`). */
+  device?: string;
 }
 
 /**
- * Loads the built-in kinds (on a thread device: theirs is a thread's `run`) and the given
- * modules, checking each at once: a module that fails to load or does not fit the device, a name
- * used twice, or a config name that differs from the module's own throws a
- * {@link KindModuleError} naming the module and the export.
+ * Loads the built-in kinds (when the "default" device is a thread device: theirs is a thread's
+ * `run`) and the given modules, checking each at once: a module that fails to load or does not
+ * fit its device, a name used twice, or a config name that differs from the module's own throws
+ * a {@link KindModuleError} naming the module and the export.
  */
-export async function loadKinds(sources: readonly KindSource[], deviceType: DeviceType = 'thread'): Promise<Map<string, LoadedKind>> {
+export async function loadKinds(sources: readonly KindSource[], devices: DeviceTypes = THREAD_DEVICE): Promise<Map<string, LoadedKind>> {
   const kinds = new Map<string, LoadedKind & { shown: string }>();
-  const builtIn: KindSource[] = deviceType === 'thread' ? BUILT_IN_KINDS.map((b) => ({ url: b.url, shown: `built-in ${b.name}` })) : [];
+  const builtIn: KindSource[] = devices.get('default') === 'thread' ? BUILT_IN_KINDS.map((b) => ({ url: b.url, shown: `built-in ${b.name}` })) : [];
   for (const s of [...builtIn, ...sources]) {
-    const kind = await loadKind(s.url, s.shown, deviceType);
+    const kind = await loadKind(s.url, s.shown, devices, s.device);
     if (s.name !== undefined && kind.name !== s.name) {
       throw new KindModuleError(s.shown, 'name', `is ${JSON.stringify(kind.name)} but the config calls it [kinds.${s.name}]: make the two the same`);
     }
@@ -79,13 +81,13 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
 
   constructor(
     private readonly kinds: ReadonlyMap<string, LoadedKind>,
-    /** The preparation pool (and, for a thread device, the device threads). */
+    /** The preparation pool (and, for thread devices, the device threads). */
     private readonly threads: StageThreads,
-    /** Where the device steps run: `threads`, or a process device. */
-    private readonly device: DeviceRunner,
+    /** Where each device's steps run (by the engine's device index): `threads`, a process device, an HTTP device. */
+    private readonly devices: readonly DeviceRunner[],
     private readonly hooks: RouterHooks,
-    /** For a process device: large prepared data goes by file. */
-    private readonly handoff?: Handoff,
+    /** Where a kind's large prepared data goes by file (its device is a process device), if anywhere. */
+    private readonly handoffOf: (kind: LoadedKind) => Handoff | undefined = () => undefined,
   ) {
     this.prepareSlots = threads.prepareSlots;
     this.pool = threads.pool;
@@ -101,6 +103,7 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
     const { input } = task;
     const kind = this.kind(input.kind);
     this.hooks.started(task.jobId);
+    const handoff = this.handoffOf(kind);
     const t0 = performance.now();
     const prepared = await this.threads.prepare({
       module: kind.url,
@@ -111,7 +114,7 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
       partitions: input.total,
       bufferBytes: kind.bufferBytes(input.input),
       signal: task.signal,
-      ...(this.handoff ? { handoff: this.handoff } : {}),
+      ...(handoff ? { handoff } : {}),
     });
     this.hooks.observe('prepare', performance.now() - t0);
     return prepared;
@@ -120,7 +123,9 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
   async run(task: DeviceTask<RoutedInput, PreparedBuffer>): Promise<{ output: unknown; busyMs: number }> {
     const { input } = task;
     const partition = realPartition(task);
-    const r = await this.device.run({
+    const device = this.devices[task.device];
+    if (!device) throw new Error(`no device ${task.device}`);
+    const r = await device.run({
       kind: input.kind,
       module: this.kind(input.kind).url,
       style: 'kind',
@@ -152,7 +157,7 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.threads.close(), this.device === this.threads ? undefined : this.device.close()]);
+    await Promise.all([this.threads, ...new Set(this.devices.filter((d) => d !== this.threads))].map((d) => d.close()));
   }
 }
 

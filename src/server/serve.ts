@@ -2,7 +2,7 @@ import { pathToFileURL } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { requireOptional } from '../runtime/optional.js';
 import { buildApp, type ApiService } from './app.js';
-import type { ServeConfig } from './config.js';
+import { deviceTypes, type ServeConfig } from './config.js';
 import type { LoadedKind } from './kind-module.js';
 import { loadKinds, type KindSource } from './kinds.js';
 import { Service } from './service.js';
@@ -21,12 +21,12 @@ export interface RunningServer {
 
 /** The kind modules a config names (`[kinds.NAME]`, `--kind`), for {@link loadKinds}. */
 export function kindSources(config: ServeConfig): KindSource[] {
-  return (config.kinds ?? []).map((k) => ({ url: pathToFileURL(k.module).href, shown: k.module, ...(k.name === undefined ? {} : { name: k.name }) }));
+  return (config.kinds ?? []).map((k) => ({ url: pathToFileURL(k.module).href, shown: k.module, ...(k.name === undefined ? {} : { name: k.name }), ...(k.device === undefined ? {} : { device: k.device }) }));
 }
 
 /** The kinds a server with this config runs: the built-ins (thread devices) and the config's modules, each checked. */
 export function loadServerKinds(config: ServeConfig): Promise<Map<string, LoadedKind>> {
-  return loadKinds(kindSources(config), config.device.process ? 'process' : config.device.http ? 'http' : 'thread');
+  return loadKinds(kindSources(config), deviceTypes(config));
 }
 
 /**
@@ -37,7 +37,8 @@ export function loadServerKinds(config: ServeConfig): Promise<Map<string, Loaded
  */
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
   if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${config.cluster.redis}: start a cluster node with startClusterServer from stoker/cluster`);
-  if (config.device.kind === 'webgpu') requireOptional('the WebGPU device ([device] kind = "webgpu")', ['webgpu']);
+  const webgpu = [config.device, ...Object.values(config.devices ?? {})].some((d) => d.kind === 'webgpu' && !d.process && !d.http);
+  if (webgpu) requireOptional('the WebGPU device (kind = "webgpu")', ['webgpu']);
   const kinds = await loadServerKinds(config);
   const service = Service.open(config, kinds);
   const app = buildApp(service);

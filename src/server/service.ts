@@ -7,12 +7,12 @@ import { z } from 'zod';
 import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type Engine, type PacerState, type PartitionState, type Priority, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
-import { StageThreads } from '../runtime/threaded.js';
+import { StageThreads, type DeviceRunner } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
 import { ProcessDevice } from '../runtime/process-device.js';
 import { HttpDevice } from '../runtime/http-device.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
-import { ConfigError, type ServeConfig } from './config.js';
+import { ConfigError, type DeviceConfig, type ServeConfig } from './config.js';
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { KindRouter, type RoutedInput } from './kinds.js';
@@ -146,8 +146,10 @@ export class Service {
   private readonly workerBusyMs: number[][];
   private closing = false;
   private journalClosed = false;
-  /** A process device's handoff files: this server's own folder, emptied at start and at close. */
-  private readonly handoff: Handoff | undefined;
+  /** The devices by index, as the engine numbers them: [device] ("default"), then each [devices.NAME]. */
+  private readonly devices: { name: string; config: DeviceConfig }[];
+  /** Per device, a process device's handoff files: this server's own folder, emptied at start and at close. */
+  private readonly handoffs: (Handoff | undefined)[];
   private readonly purgeTimer: NodeJS.Timeout;
   private readonly pacerTimer: NodeJS.Timeout;
 
@@ -157,40 +159,26 @@ export class Service {
     private readonly kinds: ReadonlyMap<string, LoadedKind>,
   ) {
     this.events.setMaxListeners(0);
-    const devices = [{ workers: config.device.workers }];
-    this.workerBusyMs = devices.map((d) => new Array<number>(d.workers).fill(0));
+    // Device 0 is [device] ("default"), then each [devices.NAME]; each runs the kinds that name it.
+    this.devices = [['default', config.device] as const, ...Object.entries(config.devices ?? {})].map(([name, d]) => ({ name, config: d }));
+    const several = this.devices.length > 1;
+    const engineDevices = this.devices.map(({ name, config: d }) => ({ workers: d.workers, ...(several ? { kinds: [...kinds.values()].filter((k) => k.device === name).map((k) => k.name) } : {}) }));
+    this.workerBusyMs = engineDevices.map((d) => new Array<number>(d.workers).fill(0));
     // Mesa reads EGL_PLATFORM from the process environment, which a worker thread's process.env
     // does not change: set it here, in the main thread, for WebGPU's software fallback.
-    if (config.device.kind === 'webgpu') process.env['EGL_PLATFORM'] ??= 'surfaceless';
-    const proc = config.device.process;
-    const http = config.device.http;
+    if (this.devices.some((d) => d.config.kind === 'webgpu' && !d.config.process && !d.config.http)) process.env['EGL_PLATFORM'] ??= 'surfaceless';
     // Before any thread or process starts: a handoff folder that cannot be made is a config error.
-    this.handoff = proc ? handoffFolder(proc.handoffDir, config.dataDir, proc.handoffMinBytes) : undefined;
+    this.handoffs = this.devices.map(({ name, config: d }) => (d.process ? handoffFolder(d.process.handoffDir, name === 'default' ? config.dataDir : `${config.dataDir}#${name}`, d.process.handoffMinBytes, name === 'default' ? 'device' : `devices.${name}`) : undefined));
     const threads = new StageThreads({
-      devices,
+      // Dawn on Mesa's software GL must not be driven from several threads at once.
+      devices: this.devices.map(({ config: d }) => ({ workers: d.workers, kind: d.kind, threadPerDevice: d.kind === 'webgpu' })),
       prepareThreads: config.prepare.threads,
       prepareConcurrency: config.prepare.concurrency,
       pool: this.pool,
-      // Dawn on Mesa's software GL must not be driven from several threads at once.
-      threadPerDevice: config.device.kind === 'webgpu',
-      deviceKind: config.device.kind,
     });
-    const device = http
-      ? new HttpDevice({ name: 'default', workers: config.device.workers, url: http.url, headers: http.headers, timeoutMs: http.timeoutS * 1000, maxResponseBytes: http.maxResponseBytes })
-      : proc
-      ? new ProcessDevice({
-          name: 'default',
-          workers: config.device.workers,
-          command: proc.command,
-          args: proc.args,
-          env: proc.env,
-          ...(proc.cwd === undefined ? {} : { cwd: proc.cwd }),
-          readyTimeoutMs: proc.readyTimeoutS * 1000,
-          maxFrameBytes: proc.maxFrameBytes,
-        })
-      : threads;
+    const runners = this.devices.map(({ name, config: d }) => deviceRunner(name, d, threads));
     this.metrics = new ServiceMetrics(this);
-    const router = new KindRouter(kinds, threads, device, {
+    const router = new KindRouter(kinds, threads, runners, {
       started: (jobId) => {
         if (this.started.has(jobId)) return;
         this.started.add(jobId);
@@ -207,11 +195,11 @@ export class Service {
           if (row && worker.worker < row.length) row[worker.worker] = (row[worker.worker] ?? 0) + ms;
         }
       },
-    }, this.handoff);
+    }, (kind) => this.handoffs[this.devices.findIndex((d) => d.name === kind.device)]);
     this.router = router;
     this.runtime = new Runtime({
       workload: router,
-      devices,
+      devices: engineDevices,
       pacer: config.engine.pacer,
       pacerOptions: { ...config.engine.pacerOptions, targetWaiting: config.engine.targetWaiting },
       budgetBytes: config.engine.budgetBytes,
@@ -400,9 +388,11 @@ export class Service {
       devices: this.workerStates().map((workers, d) => {
         const c = s.devices[d];
         const busyMs = this.workerBusyMs[d] ?? [];
+        const dc = this.devices[d]?.config;
         return {
           device: d,
-          kind: this.config.device.process ? 'process' : this.config.device.http ? 'http' : this.config.device.kind,
+          name: this.devices[d]?.name ?? String(d),
+          kind: dc?.process ? 'process' : dc?.http ? 'http' : (dc?.kind ?? 'cpu'),
           completions: c?.completions ?? 0,
           busyS: (c?.busyMs ?? 0) / 1000,
           workers: workers.map((w, i) => ({
@@ -457,7 +447,7 @@ export class Service {
     await this.runtime.close(timeoutMs, { drain: true });
     for (const set of this.waiters.values()) for (const wake of [...set]) wake();
     this.events.emit('close');
-    if (this.handoff) fs.rmSync(this.handoff.dir, { recursive: true, force: true });
+    for (const h of this.handoffs) if (h) fs.rmSync(h.dir, { recursive: true, force: true });
     await beforeJournalCloses?.();
     this.journalClosed = true;
     this.journal.close();
@@ -617,15 +607,23 @@ function kindFailed(e: KindModuleError): ServiceError {
   return new ServiceError(500, 'kind-failed', 'Kind module failed', `${e.message} — fix the kind module and restart the server`);
 }
 
+/** Where a device's steps run: the shared device threads, its processes, or its endpoint. */
+function deviceRunner(name: string, d: DeviceConfig, threads: StageThreads): DeviceRunner {
+  if (d.http) return new HttpDevice({ name, workers: d.workers, url: d.http.url, headers: d.http.headers, timeoutMs: d.http.timeoutS * 1000, maxResponseBytes: d.http.maxResponseBytes });
+  const p = d.process;
+  if (!p) return threads;
+  return new ProcessDevice({ name, workers: d.workers, command: p.command, args: p.args, env: p.env, ...(p.cwd === undefined ? {} : { cwd: p.cwd }), readyTimeoutMs: p.readyTimeoutS * 1000, maxFrameBytes: p.maxFrameBytes });
+}
+
 /**
  * This server's folder for handoff files, named by its data dir (so a restart after a crash finds
  * and removes what the crashed run left), created empty and private: in a shared folder such as
  * /dev/shm, a folder of that name made by someone else is refused, never used.
  */
-function handoffFolder(base: string, dataDir: string, minBytes: number): Handoff {
+function handoffFolder(base: string, dataDir: string, minBytes: number, field: string): Handoff {
   const dir = path.join(base, `stoker-handoff-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`);
   const fail = (why: string) =>
-    new ConfigError([{ source: 'configuration', path: 'device.process.handoffDir', message: `cannot use ${dir} for handoff files: ${why} — give a memory-backed folder this user may write (e.g. "/dev/shm"), or raise handoffMinBytes` }]);
+    new ConfigError([{ source: 'configuration', path: `${field}.process.handoffDir`, message: `cannot use ${dir} for handoff files: ${why} — give a memory-backed folder this user may write (e.g. "/dev/shm"), or raise handoffMinBytes` }]);
   try {
     fs.rmSync(dir, { recursive: true, force: true });
     // Not recursive: the base must exist, and a folder someone made meanwhile fails (EEXIST).

@@ -49,6 +49,8 @@ const DeviceSchema = z.strictObject({
   service: DistSchema,
   /** Service slowdown by number of busy workers on the device (index 0: one busy). @default [1] */
   contention: Contention.default([1]),
+  /** The kinds these devices run (items of other kinds never go to them). @default every kind */
+  kinds: z.array(z.string({ error: 'kinds must list kind names' }), { error: 'kinds must be an array of kind names' }).min(1, { error: 'kinds must name at least one kind (leave it out for every kind)' }).optional(),
 });
 export type DeviceGroup = z.infer<typeof DeviceSchema>;
 
@@ -142,6 +144,12 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
   s.arrivals.forEach((a, i) => {
     if (!(a.kind in s.kinds)) problems.push(`  arrivals[${i}].kind: unknown kind ${JSON.stringify(a.kind)}; define it under "kinds" or use one of ${Object.keys(s.kinds).join(', ')}`);
   });
+  s.devices.forEach((d, i) => {
+    for (const k of d.kinds ?? []) if (!(k in s.kinds)) problems.push(`  devices[${i}].kinds: unknown kind ${JSON.stringify(k)}; use one of ${Object.keys(s.kinds).join(', ')}`);
+  });
+  if (s.devices.some((d) => d.kinds)) {
+    for (const k of Object.keys(s.kinds)) if (!s.devices.some((d) => !d.kinds || d.kinds.includes(k))) problems.push(`  kinds.${k}: no device runs it; add it to a device's kinds`);
+  }
   const deviceCount = s.devices.reduce((n, d) => n + d.count, 0);
   s.events.forEach((e, i) => {
     if (e.type !== 'cancel' && e.device !== undefined && e.device >= deviceCount) problems.push(`  events[${i}].device: there are ${deviceCount} devices (0 … ${deviceCount - 1})`);

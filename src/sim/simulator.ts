@@ -185,7 +185,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     workers: Array.from({ length: g.workers }, () => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, fail: false, ev: null })),
   }));
   const engine = new Engine({
-    devices: workersPerDevice.map((workers) => ({ workers })),
+    devices: workersPerDevice.map((workers, d) => ({ workers, ...(groups[d]?.kinds ? { kinds: groups[d].kinds } : {}) })),
     pacer,
     budgetBytes: s.budgetBytes ?? Infinity,
     maxPreparing: s.maxPreparing ?? Infinity,

@@ -1147,6 +1147,22 @@ describe('devices that name their kinds', () => {
     expect(started(r.done(6, 'g1:0', 1))).toEqual(['g2:0@0/0']);
   });
 
+  it('tells the pacer which devices have work of their kinds (eligible), so it does not count an idle one', () => {
+    const r = new Run(twoDevices());
+    expect(r.e.snapshot.devices.map((d) => d.eligible)).toEqual([undefined, undefined]);
+    r.submit(0, job('g1', 1, { kind: 'gpu' }));
+    expect(r.e.snapshot.devices.map((d) => d.eligible)).toEqual([true, false]);
+    r.submit(0, job('c1', 1, { kind: 'misc' }));
+    expect(r.e.snapshot.devices.map((d) => d.eligible)).toEqual([true, true]);
+    r.prepared(1, 'g1:0');
+    r.done(2, 'g1:0', 1);
+    expect(r.e.snapshot.devices.map((d) => d.eligible)).toEqual([false, true]);
+    // Without kinds on the devices there is nothing to say.
+    const plain = new Run(engine());
+    plain.submit(0, job('p', 1));
+    expect(plain.e.snapshot.devices[0]?.eligible).toBeUndefined();
+  });
+
   it('refuses a job of a kind no device runs, and kinds that are not a list of names', () => {
     expectStokerError(() => twoDevices().apply({ type: 'submit', time: 0, job: job('x', 1, { kind: 'tpu' }) }), 'E_INVALID_JOB', /job\.kind "tpu" runs on no device/);
     expectStokerError(() => engine({ devices: [{ workers: 1, kinds: 'gpu' as unknown as string[] }] }), 'E_INVALID_OPTION', /devices\[0\]\.kinds must be an array/);

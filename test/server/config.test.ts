@@ -313,3 +313,21 @@ describe('kinds and device limits across sources', () => {
     expect(loadConfig({ file: write('t3.toml', '[device.http]\nurl = "http://127.0.0.1:1/x"\ntimeoutS = "none"\n'), env: {}, cwd: dir }).device.http?.timeoutS).toBe(Infinity);
   });
 });
+
+describe('[devices.NAME]', () => {
+  it('reads named devices like [device], with their defaults; [kinds.NAME] device names one; config print round-trips', () => {
+    fs.mkdirSync(path.join(dir, 'gpu'), { recursive: true });
+    const file = write('devs.toml', '[devices.gpu]\nworkers = 4\n[devices.gpu.process]\ncommand = "python3"\ncwd = "gpu"\n[devices.remote.http]\nurl = "http://127.0.0.1:9/x"\n[kinds.embed]\nmodule = "e.mjs"\ndevice = "gpu"\n');
+    const c = loadConfig({ file, env: {}, cwd: '/' });
+    expect(c.device).toEqual({ kind: 'cpu', workers: 2 });
+    expect(c.devices?.['gpu']).toMatchObject({ kind: 'cpu', workers: 4, process: { command: 'python3', args: [], cwd: path.join(dir, 'gpu'), readyTimeoutS: 30 } });
+    expect(c.devices?.['remote']).toMatchObject({ workers: 2, http: { url: 'http://127.0.0.1:9/x', timeoutS: Infinity, headers: {} } });
+    expect(c.kinds).toEqual([{ name: 'embed', module: path.join(dir, 'e.mjs'), device: 'gpu' }]);
+    expect(loadConfig({ file: write('devs-back.toml', configToToml(c)), env: {}, cwd: '/' })).toEqual(c);
+  });
+
+  it('refuses a device named "default" and a device with both a process and an http table', () => {
+    expect(() => loadConfig({ file: write('d1.toml', '[devices.default]\nworkers = 1\n'), env: {}, cwd: dir })).toThrow(/"default" is \[device\]: give this one another name/);
+    expect(() => loadConfig({ file: write('d2.toml', '[devices.x.process]\ncommand = "a"\n[devices.x.http]\nurl = "http://127.0.0.1:1/"\n'), env: {}, cwd: dir })).toThrow(/devices\.x: both \[devices\.x\.process\] and \[devices\.x\.http\] are set/);
+  });
+});

@@ -154,7 +154,7 @@ describe('a process device in the server', () => {
       execFile(process.execPath, [CLI, 'serve', '--config', config(), '--port', '0', '--data', path.join(dir, 'd'), '--kind', path.join(EXAMPLE, 'embed-kind.mjs')], (err, _out, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr })),
     );
     expect(r.code).toBe(2);
-    expect(r.stderr).toContain(`kind module ${path.join(EXAMPLE, 'embed-kind.mjs')}: export run: this server's device is a process device`);
+    expect(r.stderr).toContain(`kind module ${path.join(EXAMPLE, 'embed-kind.mjs')}: export run: its device "default" is a process device`);
   });
 });
 
@@ -180,3 +180,62 @@ it('stoker device-bench prints the handoff and items/s measurements (small sizes
   expect(usage.code).toBe(2);
   expect(usage.stderr).toMatch(/--bytes must be at most 1073741824 \(1 GiB\)/);
 }, 90_000);
+
+describe('several devices in one server', () => {
+  it('runs each kind on the device it names: thread kinds on [device], a process kind on [devices.py]', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-multi-'));
+    const data = tempDataDir();
+    const file = path.join(dir, 'multi.toml');
+    fs.writeFileSync(
+      file,
+      [
+        '[device]',
+        'workers = 1',
+        '[devices.py]',
+        'workers = 2',
+        '[devices.py.process]',
+        'command = "python3"',
+        `args = [${JSON.stringify(path.join(ROOT, 'test/fixtures/devices/py-device.py'))}]`,
+        '[kinds.remote]',
+        `module = ${JSON.stringify(path.join(ROOT, 'test/fixtures/kinds/remote-kind.mjs'))}`,
+        'device = "py"',
+        '',
+      ].join('\n'),
+    );
+    const s = await startServer(data, ['--config', file, '--kind', path.join(ROOT, 'test/fixtures/kinds/probe-kind.mjs')]);
+    try {
+      expect(s.output()).toMatch(/1 cpu device workers, py: 2 process \(python3 .*py-device\.py\) device workers; kinds ntt-proof, sleep, remote, probe/);
+      await http(s.url, 'POST', '/v1/jobs', { id: 'm-probe', kind: 'probe', input: { items: 2 } });
+      await http(s.url, 'POST', '/v1/jobs', { id: 'm-remote', kind: 'remote', partitions: 3 });
+      await http(s.url, 'POST', '/v1/jobs', { id: 'm-sleep', kind: 'sleep', partitions: 2, input: { seed: 4, prepareMs: 20 } });
+      const probe = (await http(s.url, 'GET', '/v1/jobs/m-probe/result?wait=30s')).body;
+      expect(probe.state).toBe('done');
+      for (const o of probe.result.outputs as { device: number; deviceKind: string }[]) expect(o).toMatchObject({ device: 0, deviceKind: 'cpu' });
+      const remote = (await http(s.url, 'GET', '/v1/jobs/m-remote/result?wait=30s')).body;
+      expect(remote.state).toBe('done');
+      expect(remote.result).toMatchObject([0, 1, 2].map((p) => ({ partition: p, kind: 'remote', pid: expect.any(Number) })));
+      expect((await http(s.url, 'GET', '/v1/jobs/m-sleep/result?wait=30s')).body).toMatchObject({ state: 'done', result: { partitions: 2 } });
+      const st = (await http(s.url, 'GET', '/v1/status')).body as { devices: { name: string; kind: string; completions: number; workers: unknown[] }[] };
+      expect(st.devices.map((d) => [d.name, d.kind, d.completions, d.workers.length])).toEqual([
+        ['default', 'cpu', 4, 1],
+        ['py', 'process', 3, 2],
+      ]);
+    } finally {
+      await s.stop();
+      removeDir(data);
+      removeDir(dir);
+    }
+  });
+
+  it('refuses, at start, a kind whose [kinds.NAME] device names no device', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-multi-'));
+    const file = path.join(dir, 'bad.toml');
+    fs.writeFileSync(file, `[kinds.probe]\nmodule = ${JSON.stringify(path.join(ROOT, 'test/fixtures/kinds/probe-kind.mjs'))}\ndevice = "gpu"\n`);
+    const r = await new Promise<{ code: number; stderr: string }>((resolve) =>
+      execFile(process.execPath, [CLI, 'serve', '--config', file, '--port', '0', '--data', path.join(dir, 'd')], { timeout: 20_000 }, (err, _o, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr })),
+    );
+    removeDir(dir);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/export device: "gpu" names no device: this server has "default" .* — fix \[kinds\.NAME\] device in the config/);
+  });
+});

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { createPacer, PACER_NAMES } from '../../src/core/index.js';
 import { GAIN_SWEEP_SERVICE_S, SCENARIOS, simulate, type SimResult } from '../../src/sim/index.js';
@@ -177,5 +178,27 @@ describe('a device step that takes no measurable time (busy time 0)', () => {
     const r = simulate(zero, { pacer: (o) => createPacer(pacer, o) });
     expectClean(r);
     expect(r.metrics.jobsDone).toBe(5);
+  });
+});
+
+describe('devices that run different kinds', () => {
+  // A GPU device for "gpu" jobs and a CPU device for "cpu" ones; after a few cpu jobs only gpu jobs
+  // arrive. The CPU device's rate serves none of them: counted, it made the stoker pacer keep ~10×
+  // the waiting target (42 waiting, 145 GiB peak, against 2.7 and 33 GiB now).
+  const twoDevices = parseScenario(JSON.parse(readFileSync(new URL('../../examples/two-devices.json', import.meta.url), 'utf8')) as unknown);
+
+  it('the stoker pacer plans for the devices that have work: waiting near the target, the GPU as busy as unpaced keeps it', () => {
+    const stoker = simulate(twoDevices, { pacer: (o) => createPacer('stoker', o) });
+    const unpaced = simulate(twoDevices, { pacer: (o) => createPacer('unpaced', o) });
+    expectClean(stoker);
+    expect(stoker.metrics.jobsDone).toBe(42);
+    expect(stoker.metrics.waitingMean).toBeLessThanOrEqual(2 * twoDevices.targetWaiting);
+    expect(stoker.metrics.peakMemoryBytes).toBeLessThanOrEqual(0.15 * unpaced.metrics.peakMemoryBytes);
+    expect(stoker.metrics.jobLatencyP50Ms as number).toBeLessThanOrEqual(1.05 * (unpaced.metrics.jobLatencyP50Ms as number));
+  });
+
+  it('refuses kinds no device runs, and devices naming unknown kinds', () => {
+    const base = { name: 'x', seed: 1, targetWaiting: 1, kinds: { a: { prepare: { type: 'fixed', value: 1 }, memory: { prepareBytes: 1, deviceBytes: 1 } }, b: { prepare: { type: 'fixed', value: 1 }, memory: { prepareBytes: 1, deviceBytes: 1 } } }, arrivals: [{ atS: 0, jobs: 1, partitions: 1, kind: 'a' }] };
+    expect(() => parseScenario({ ...base, devices: [{ workers: 1, service: { type: 'fixed', value: 1 }, kinds: ['a', 'z'] }] })).toThrow(/devices\[0\]\.kinds: unknown kind "z"[\s\S]*kinds\.b: no device runs it/);
   });
 });

@@ -342,7 +342,10 @@ class StokerPacer implements Pacer {
     for (let i = 0; i < this.devices.length; i++) {
       const d = this.devices[i] as DeviceEstimate;
       const ms = d.serviceMs > 0 ? d.serviceMs : fallbackMs;
-      const workers = (s.devices[i] as PacerSnapshot['devices'][number]).workers;
+      const c = s.devices[i] as PacerSnapshot['devices'][number];
+      const workers = c.workers;
+      // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
+      if (c.eligible === false) continue;
       if (ms > 0 && workers > 0) {
         lambda += workers / ms;
         draining += (workers / ms) * d.occupancy;
