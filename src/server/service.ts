@@ -259,6 +259,7 @@ export class Service {
         return { job: this.view(existing), created: false };
       }
     }
+    if (record.deadline !== null && record.deadline <= Date.now()) throw pastDeadline(record.deadline);
     if (this.journal.pending() >= this.config.server.maxPendingJobs) {
       throw new ServiceError(429, 'too-many-jobs', 'Too many pending jobs', `${this.config.server.maxPendingJobs} jobs are pending (server.maxPendingJobs): retry after ${this.config.server.retryAfterS} s`, {
         retryAfterS: this.config.server.retryAfterS,
@@ -479,7 +480,9 @@ export class Service {
         // A client's cancel is journaled by cancel() itself; a shutdown's is not the job's end:
         // the job stays unfinished and resumes on the next start.
         if (code === 'E_CANCELLED') return;
-        this.end(job.id, { state: 'failed', code, reason });
+        // The engine names the deadline in its own clock: say it as the client gave it.
+        const said = code === 'E_DEADLINE' && job.deadline !== null ? `job ${job.id} missed its deadline ${new Date(job.deadline).toISOString()}` : reason;
+        this.end(job.id, { state: 'failed', code, reason: said });
       },
     );
   }
@@ -656,6 +659,13 @@ function fieldIssues(error: z.ZodError): { path: string; message: string }[] {
 
 function invalid(errors: { path: string; message: string }[]): ServiceError {
   return new ServiceError(400, 'invalid-job', 'Invalid job', errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '), { errors });
+}
+
+/** A submission whose deadline has already passed (a retry of an accepted job is not one: it answers as before). */
+export function pastDeadline(deadline: number): ServiceError {
+  const when = new Date(deadline).toISOString();
+  const message = `deadline ${when} has passed (now ${new Date().toISOString()}): give a time in the future, or leave deadline out`;
+  return new ServiceError(400, 'invalid-job', 'Invalid job', `deadline: ${message}`, { errors: [{ path: 'deadline', message }] });
 }
 
 export function shuttingDown(): ServiceError {

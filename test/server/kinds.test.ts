@@ -224,3 +224,34 @@ describe('bad kind modules are refused at start', () => {
     expect(again.stdout).toBe(r.stdout);
   });
 });
+
+describe('deadlines', () => {
+  let server: ServerProcess;
+  let dir: string;
+  beforeAll(async () => {
+    dir = tempDataDir();
+    server = await startServer(dir);
+  });
+  afterAll(async () => {
+    await server?.stop();
+    removeDir(dir);
+  });
+
+  it('a deadline that has passed is refused at submit, naming the field and the time', async () => {
+    const r = await http(server.url, 'POST', '/v1/jobs', { kind: 'sleep', partitions: 1, deadline: '2000-01-01T00:00:00Z' });
+    expect(r.status).toBe(400);
+    expect(r.body.errors).toEqual([{ path: 'deadline', message: expect.stringMatching(/^deadline 2000-01-01T00:00:00\.000Z has passed \(now \d{4}-.*Z\): give a time in the future, or leave deadline out$/) }]);
+  });
+
+  it('a job that misses its deadline fails with the deadline as an ISO time; its retry answers as before', async () => {
+    const deadline = new Date(Date.now() + 800).toISOString();
+    const body = { id: 'late-1', kind: 'sleep', partitions: 1, input: { prepareMs: 5000 }, deadline };
+    expect((await http(server.url, 'POST', '/v1/jobs', body)).status).toBe(202);
+    const r = await http(server.url, 'GET', '/v1/jobs/late-1/result?wait=10s');
+    expect(r.body).toMatchObject({ state: 'failed', error: { code: 'E_DEADLINE', reason: `job late-1 missed its deadline ${deadline}` } });
+    // The same body again, its deadline now past: the existing job, not a 400.
+    const again = await http(server.url, 'POST', '/v1/jobs', body);
+    expect(again.status).toBe(200);
+    expect(again.body.state).toBe('failed');
+  });
+});
