@@ -138,6 +138,8 @@ export interface ServeConfig {
   device: DeviceConfig;
   prepare: PrepareConfig;
   cluster: ClusterConfig;
+  /** The journal (`[journal]`): `maxBytes` caps its size (writes beyond fail as on a full disk: submits get 507). Absent: no cap. */
+  journal?: { maxBytes: number };
   /** More devices by name (`[devices.NAME]`, each like `[device]`): a kind runs on the one its `device` names. Absent: only `[device]`, named "default". */
   devices?: Record<string, DeviceConfig>;
   /** Job kinds beyond the built-in ntt-proof and sleep: `[kinds.NAME] module = "path"` in a file, `--kind FILE` (repeatable). Absent: none. */
@@ -169,8 +171,10 @@ export interface ConfigValues {
   device?: Partial<DeviceConfig>;
   prepare?: Partial<PrepareConfig>;
   cluster?: Partial<ClusterConfig>;
-  /** Kind modules by name: `{ embed: { module: './embed-kind.mjs' } }` (a path, or a file: URL). */
-  kinds?: Record<string, { module: string }>;
+  journal?: { maxBytes?: number };
+  devices?: Record<string, Partial<DeviceConfig>>;
+  /** Kind modules by name: `{ embed: { module: './embed-kind.mjs' } }` (a path, or a file: URL), optionally on a named device. */
+  kinds?: Record<string, { module: string; device?: string }>;
 }
 
 /** Options of {@link loadConfig}. */
@@ -336,7 +340,10 @@ const devicesSchema = z
     err('tables [devices.NAME]', 'write each device as [devices.gpu] with workers = 2 and its process or http table'),
   )
   .optional();
-const FileSchema = z.strictObject({ dataDir: dataDirSchema, ...SECTIONS, devices: devicesSchema, kinds: kindsSchema });
+const journalSchema = z
+  .strictObject({ maxBytes: int(65_536, undefined, 'an integer ≥ 65536 (bytes)', 'use e.g. 10737418240 (10 GiB)') }, err('a table [journal]', 'write maxBytes = … under a [journal] header'))
+  .optional();
+const FileSchema = z.strictObject({ dataDir: dataDirSchema, ...SECTIONS, journal: journalSchema, devices: devicesSchema, kinds: kindsSchema });
 /** One source's values, each checked; absent means "not set here". */
 type Layer = z.output<typeof FileSchema>;
 
@@ -391,6 +398,7 @@ function knownKeys(at: string): string[] {
   if (at === 'device.process') return Object.keys(processShape);
   if (at === 'device.http') return Object.keys(httpShape);
   if (at.startsWith('kinds.')) return ['module', 'device'];
+  if (at === 'journal') return ['maxBytes'];
   if (/^devices\.[^.]+$/.test(at)) return Object.keys(deviceShape);
   if (/^devices\.[^.]+\.process$/.test(at)) return Object.keys(processShape);
   if (/^devices\.[^.]+\.http$/.test(at)) return Object.keys(httpShape);
@@ -636,6 +644,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     Object.assign(c.engine, defined(engine));
     if (budgetBytes !== undefined) c.engine.budgetBytes = finiteOr(budgetBytes);
     if (deviceTimeoutS !== undefined) c.engine.deviceTimeoutS = finiteOr(deviceTimeoutS);
+    if (layer.journal?.maxBytes !== undefined) c.journal = { maxBytes: layer.journal.maxBytes };
     mergeDevice(c.device, layer.device, base);
     for (const [name, d] of Object.entries(layer.devices ?? {})) {
       if (name === 'default') throw new ConfigError([{ source: 'configuration', path: 'devices.default', message: '"default" is [device]: give this one another name, or set it under [device]' }]);
@@ -729,6 +738,7 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
     device: deviceToml(c.device),
     prepare: { ...c.prepare },
     cluster: { ...c.cluster },
+    ...(c.journal ? { journal: { ...c.journal } } : {}),
     ...(c.devices ? { devices: Object.fromEntries(Object.entries(c.devices).map(([n, d]) => [n, deviceToml(d)])) } : {}),
     ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module, ...(k.device === undefined ? {} : { device: k.device }) }])) } : {}),
   };
@@ -772,6 +782,7 @@ export const CONFIG_DOC: string = (() => {
   const [w0, w1, w2] = [width(0), width(1), width(2)];
   const lines = rows.map((r) => `  ${r[0].padEnd(w0)}  ${r[1].padEnd(w1)}  ${r[2].padEnd(w2)}  ${r[3]}`);
   const extra = [
+    `  ${'journal.maxBytes'.padEnd(w0)}  ${'none'.padEnd(w1)}  ${''.padEnd(w2)}  the journal's largest size in bytes (≥ 65536); beyond it submits get 507, accepted jobs go on`,
     `  ${'devices.NAME'.padEnd(w0)}  ${'none'.padEnd(w1)}  ${''.padEnd(w2)}  more devices by name, each a table like [device] (kind, workers, process or http)`,
     `  ${'kinds.NAME.module'.padEnd(w0)}  ${'–'.padEnd(w1)}  ${'(--kind FILE)'.padEnd(w2)}  a kind module (path relative to the config file); --kind adds one, repeatable`,
     `  ${'kinds.NAME.device'.padEnd(w0)}  ${'"default"'.padEnd(w1)}  ${''.padEnd(w2)}  the device that runs the kind (overrides the module's device export)`,

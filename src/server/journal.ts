@@ -73,6 +73,8 @@ export interface JournalOptions {
    * @default Date.now
    */
   now?: () => number;
+  /** The journal's largest size, bytes (SQLite's max_page_count): beyond it writes fail as on a full disk. @default unlimited */
+  maxBytes?: number;
 }
 
 /** Stable codes of {@link JournalError}. */
@@ -90,7 +92,9 @@ export type JournalErrorCode =
   /** A job or a partition index is malformed, or a value is not JSON-serialisable. */
   | 'E_JOURNAL_BAD_INPUT'
   /** The journal was closed. */
-  | 'E_JOURNAL_CLOSED';
+  | 'E_JOURNAL_CLOSED'
+  /** The disk (or the journal's maxBytes) is full: the write did not happen; retry once there is room. */
+  | 'E_JOURNAL_FULL';
 
 /** The error class of the journal: `code` is stable, `message` says what to do. */
 export class JournalError extends Error {
@@ -265,6 +269,10 @@ export class Journal {
           conn.pragma(`user_version = ${SCHEMA_VERSION}`);
         })();
       }
+      if (options.maxBytes !== undefined) {
+        const page = conn.pragma('page_size', { simple: true }) as number;
+        conn.pragma(`max_page_count = ${Math.max(1, Math.floor(options.maxBytes / page))}`);
+      }
       return new Journal(conn, options.now ?? Date.now);
     } catch (err) {
       db?.close();
@@ -283,6 +291,18 @@ export class Journal {
     const json = toJson({ kind, priority, partitions, input: input ?? null, deadline: deadline ?? null }, 'the job body');
     const plain = JSON.parse(json) as unknown; // as stored: toJSON applied, undefined members dropped
     return createHash('sha256').update(canonical(plain)).digest('hex');
+  }
+
+  /** Runs a write; a full disk (or maxBytes) becomes `E_JOURNAL_FULL`, naming what was not written. */
+  #write<T>(what: string, fn: () => T): T {
+    try {
+      return fn();
+    } catch (e) {
+      if ((e as { code?: unknown }).code === 'SQLITE_FULL') {
+        throw new JournalError('E_JOURNAL_FULL', `the journal is full (the disk, or journal.maxBytes): ${what} was not written — free space in the data dir`, { cause: e });
+      }
+      throw e;
+    }
   }
 
   /** The statements, after checking that the journal is open. */
@@ -312,7 +332,7 @@ export class Journal {
       throw new JournalError('E_JOURNAL_BAD_INPUT', `job ${JSON.stringify(id)} is malformed: it needs a non-empty id, a kind, a priority of critical|high|normal|low, a positive integer of partitions and a deadline that is epoch ms or null`);
     }
     const bodyHash = Journal.hash(job);
-    return this.#db.transaction(() => {
+    return this.#write(`job ${JSON.stringify(job.id)}`, this.#db.transaction(() => {
       const existing = s.get.get(job.id);
       if (existing) {
         if (existing.body_hash !== bodyHash) {
@@ -325,13 +345,13 @@ export class Journal {
         input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, now: this.#now(),
       });
       return { job: fromRow(this.row(job.id)), created: true };
-    })();
+    }));
   }
 
   /** Marks a `queued` job `running`, stamping `startedAt`; a no-op in any other state. */
   markRunning(id: string): void {
     this.row(id);
-    this.stmts.markRunning.run(this.#now(), id);
+    this.#write(`the start of job ${JSON.stringify(id)}`, () => this.stmts.markRunning.run(this.#now(), id));
   }
 
   /**
@@ -344,7 +364,7 @@ export class Journal {
   recordPartition(id: string, partition: number, output: unknown): boolean {
     const s = this.stmts;
     const json = toStored(output, `the output of partition ${partition} of job ${JSON.stringify(id)}`);
-    return this.#db.transaction(() => {
+    return this.#write(`the output of partition ${partition} of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
       const row = this.row(id);
       if (!Number.isSafeInteger(partition) || partition < 0 || partition >= row.partitions) {
         throw new JournalError('E_JOURNAL_BAD_INPUT', `partition ${partition} of job ${JSON.stringify(id)} is out of range: it has partitions 0…${row.partitions - 1}`);
@@ -353,7 +373,7 @@ export class Journal {
       if (s.addPartition.run(id, partition, json).changes === 1) s.countPartition.run(id);
       else s.setPartition.run(json, id, partition);
       return true;
-    })();
+    }));
   }
 
   /** The recorded partition outputs of a job, by partition index (empty once it has ended). */
@@ -372,18 +392,18 @@ export class Journal {
     const params = outcome.state === 'done'
       ? { id, state: 'done', result: toStored(outcome.result, `the result of job ${JSON.stringify(id)}`), code: null, reason: null }
       : { id, state: outcome.state, result: 'null', code: outcome.code, reason: outcome.reason };
-    return this.#db.transaction(() => {
+    return this.#write(`the end of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
       this.row(id);
       if (s.finish.run({ ...params, now: this.#now() }).changes === 0) return false;
       s.dropOutputs.run(id);
       return true;
-    })();
+    }));
   }
 
   /** Counts one more resume of an unfinished job after a restart; a no-op for an ended job. */
   markResumed(id: string): void {
     this.row(id);
-    this.stmts.resumed.run(id);
+    this.#write(`the resume of job ${JSON.stringify(id)}`, () => this.stmts.resumed.run(id));
   }
 
   /** The job `id`, or `undefined`. */
@@ -432,7 +452,7 @@ export class Journal {
 
   /** Deletes the ended jobs with `finishedAt < now − olderThanMs`; returns how many. */
   purgeFinished(olderThanMs: number): number {
-    return this.stmts.purge.run(this.#now() - olderThanMs).changes;
+    return this.#write('the purge of ended jobs', () => this.stmts.purge.run(this.#now() - olderThanMs).changes);
   }
 
   /** Closes the file and releases the data dir; idempotent. Any later call throws `E_JOURNAL_CLOSED`. */

@@ -33,6 +33,7 @@ export function openApiDocument(maxWaitS: number): object {
             '409': problemResponse('The id exists with a different body'),
             '413': problemResponse('Body over server.bodyLimitBytes'),
             '429': problemResponse('server.maxPendingJobs jobs are pending: retry after the Retry-After header'),
+            '507': problemResponse('The journal is full (the disk, or journal.maxBytes): nothing was accepted; retry after the Retry-After header'),
             '503': problemResponse('Shutting down'),
           },
         },

@@ -146,6 +146,9 @@ export class Service {
   private readonly workerBusyMs: number[][];
   private closing = false;
   private journalClosed = false;
+  /** Ends of jobs a full journal could not record yet (readers see them; retried every second). */
+  private readonly unjournaled = new Map<string, { outcome: Outcome; at: number }>();
+  private landTimer: NodeJS.Timeout | undefined;
   /** The devices by index, as the engine numbers them: [device] ("default"), then each [devices.NAME]. */
   private readonly devices: { name: string; config: DeviceConfig }[];
   /** Per device, a process device's handoff files: this server's own folder, emptied at start and at close. */
@@ -182,11 +185,12 @@ export class Service {
       started: (jobId) => {
         if (this.started.has(jobId)) return;
         this.started.add(jobId);
-        this.journal.markRunning(jobId);
+        ignoreFull(() => this.journal.markRunning(jobId));
         this.emit({ type: 'job.started', id: jobId });
       },
       partitionDone: (jobId, partition, output) => {
-        if (this.journal.recordPartition(jobId, partition, output)) this.emit({ type: 'job.partition', id: jobId, partition });
+        // On a full disk the output stays in memory only (after a crash that partition runs again).
+        if (ignoreFull(() => this.journal.recordPartition(jobId, partition, output))) this.emit({ type: 'job.partition', id: jobId, partition });
       },
       observe: (stage, ms, worker) => {
         this.metrics.observeStage(stage, ms, worker);
@@ -207,7 +211,7 @@ export class Service {
       deviceTimeoutMs: config.engine.deviceTimeoutS * 1000,
       timeline: this.timeline,
     });
-    this.purgeTimer = setInterval(() => this.journal.purgeFinished(config.server.resultTtlS * 1000), 60_000).unref();
+    this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     this.pacerTimer = setInterval(() => {
       if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...this.runtime.engine.pacer.state() });
     }, 1000).unref();
@@ -215,7 +219,7 @@ export class Service {
 
   /** Opens the journal in `config.dataDir` and resumes its unfinished jobs, running the given kinds (see loadKinds). */
   static open(config: ServeConfig, kinds: ReadonlyMap<string, LoadedKind>): Service {
-    const journal = Journal.open(config.dataDir);
+    const journal = Journal.open(config.dataDir, config.journal ? { maxBytes: config.journal.maxBytes } : {});
     let service: Service;
     try {
       service = new Service(config, journal, kinds);
@@ -223,7 +227,7 @@ export class Service {
       journal.close();
       throw e;
     }
-    journal.purgeFinished(config.server.resultTtlS * 1000);
+    ignoreFull(() => journal.purgeFinished(config.server.resultTtlS * 1000));
     for (const job of journal.unfinished()) service.resume(job);
     return service;
   }
@@ -253,7 +257,7 @@ export class Service {
     const { record, explicitId } = this.parseSubmission(raw);
     const { id, kind: kindName, partitions } = record;
     if (explicitId) {
-      const existing = this.journal.get(id);
+      const existing = this.stored(id);
       if (existing) {
         if (existing.bodyHash !== Journal.hash(record)) throw conflict(id);
         return { job: this.view(existing), created: false };
@@ -270,6 +274,9 @@ export class Service {
       inserted = this.journal.insert(record);
     } catch (e) {
       if (e instanceof JournalError && e.code === 'E_JOURNAL_CONFLICT') throw conflict(id);
+      if (e instanceof JournalError && e.code === 'E_JOURNAL_FULL') {
+        throw new ServiceError(507, 'insufficient-storage', 'Insufficient storage', `the journal cannot take the job (${e.message}): nothing was accepted; retry once space is freed`, { retryAfterS: this.config.server.retryAfterS });
+      }
       throw e;
     }
     if (inserted.created) {
@@ -304,13 +311,13 @@ export class Service {
 
   /** The job, or undefined when unknown (or purged after server.resultTtlS). */
   job(id: string): JobView | undefined {
-    const j = this.journal.get(id);
+    const j = this.stored(id);
     return j && this.view(j);
   }
 
   /** Recently submitted jobs, newest first (at most `limit`; only those in `states` when given). */
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): JobView[] {
-    return this.journal.list(options).map((j) => this.view(j));
+    return this.journal.list(options).map((j) => this.view(this.overlay(j)));
   }
 
   /** The timeline of the last `sinceMs` (spans that ended in it or still run, samples in it), times in epoch ms. */
@@ -355,14 +362,14 @@ export class Service {
 
   /** Cancels a job: withdraws its partitions wherever they are. A finished job cannot be cancelled (409). */
   cancel(id: string): JobView {
-    const j = this.journal.get(id);
+    const j = this.stored(id);
     if (!j) throw notFound(id);
     if (j.state === 'cancelled') return this.view(j);
     if (isFinal(j.state)) throw new ServiceError(409, 'job-finished', 'Job already finished', `job ${id} has already ended (${j.state}); there is nothing to cancel`);
     this.runtime.cancel(id);
     // The runtime answers asynchronously; the journal records the end now so the reply is final.
     this.end(id, { state: 'cancelled', code: 'E_CANCELLED', reason: 'cancelled on request' });
-    return this.view(this.journal.get(id) as JournalJob);
+    return this.view(this.stored(id) as JournalJob);
   }
 
   /** The whole engine: jobs, partitions per kind and stage, workers, pacer, budget, pool. */
@@ -446,6 +453,9 @@ export class Service {
     clearInterval(this.purgeTimer);
     clearInterval(this.pacerTimer);
     await this.runtime.close(timeoutMs, { drain: true });
+    // Ends the full disk kept from the journal get one more try; the rest resume on the next start.
+    this.landEnds();
+    clearInterval(this.landTimer);
     for (const set of this.waiters.values()) for (const wake of [...set]) wake();
     this.events.emit('close');
     for (const h of this.handoffs) if (h) fs.rmSync(h.dir, { recursive: true, force: true });
@@ -491,7 +501,7 @@ export class Service {
   private resume(job: JournalJob): void {
     const recorded = this.journal.partitionOutputs(job.id);
     const left = range(job.partitions).filter((p) => !recorded.has(p));
-    this.journal.markResumed(job.id);
+    ignoreFull(() => this.journal.markResumed(job.id));
     if (left.length > 0) {
       if (left.length < job.partitions) {
         this.resumedRuns.set(job.id, left);
@@ -509,7 +519,7 @@ export class Service {
       );
   }
 
-  private end(id: string, outcome: { state: 'done'; result: unknown } | { state: 'failed' | 'cancelled'; code: string; reason: string }): void {
+  private end(id: string, outcome: Outcome): void {
     this.started.delete(id);
     this.runs.delete(id);
     // A finish that settles after shutdown closed the journal: the job stays unfinished there and
@@ -520,6 +530,14 @@ export class Service {
     try {
       finished = this.journal.finish(id, outcome);
     } catch (e) {
+      if (e instanceof JournalError && e.code === 'E_JOURNAL_FULL') {
+        // The job has ended; the journal cannot say so yet: readers see the end from memory, and
+        // the record is retried until it lands (after a crash meanwhile, the job runs again).
+        if (!job || isFinal(job.state) || this.unjournaled.has(id)) return;
+        this.unjournaled.set(id, { outcome, at: Date.now() });
+        this.landTimer ??= setInterval(() => this.landEnds(), 1000).unref();
+        return this.announceEnd(id, job.kind, job.submittedAt, Date.now(), outcome);
+      }
       // A result the journal cannot hold (bytes nested in JSON, a BigInt…) is the kind's fault:
       // the job fails saying so (before, the error escaped and ended the process, on every restart).
       if (!(outcome.state === 'done' && e instanceof JournalError && e.code === 'E_JOURNAL_BAD_INPUT')) throw e;
@@ -527,10 +545,44 @@ export class Service {
     }
     if (!finished || !job) return;
     const ended = this.journal.get(id) as JournalJob;
-    this.metrics.jobEnded(ended.kind, outcome.state, ((ended.finishedAt ?? Date.now()) - ended.submittedAt) / 1000);
+    this.announceEnd(id, ended.kind, ended.submittedAt, ended.finishedAt ?? Date.now(), outcome);
+  }
+
+  private announceEnd(id: string, kind: string, submittedAt: number, finishedAt: number, outcome: Outcome): void {
+    this.metrics.jobEnded(kind, outcome.state, (finishedAt - submittedAt) / 1000);
     this.emit(outcome.state === 'done' ? { type: 'job.done', id } : { type: `job.${outcome.state}`, id, code: outcome.code, reason: outcome.reason });
     const set = this.waiters.get(id);
     if (set) for (const wake of [...set]) wake();
+  }
+
+  /** Tries to journal the ends a full disk kept out; those that land (or are moot) are forgotten. */
+  private landEnds(): void {
+    for (const [id, { outcome }] of this.unjournaled) {
+      try {
+        this.journal.finish(id, outcome);
+      } catch (e) {
+        if (e instanceof JournalError && e.code === 'E_JOURNAL_FULL') return;
+        if (!(e instanceof JournalError && e.code === 'E_JOURNAL_UNKNOWN_JOB')) throw e;
+      }
+      this.unjournaled.delete(id);
+    }
+    if (this.unjournaled.size === 0 && this.landTimer) {
+      clearInterval(this.landTimer);
+      this.landTimer = undefined;
+    }
+  }
+
+  /** The job as the journal has it, with an end that a full disk kept out of it (see end()). */
+  private stored(id: string): JournalJob | undefined {
+    const j = this.journal.get(id);
+    return j && this.overlay(j);
+  }
+
+  private overlay(j: JournalJob): JournalJob {
+    const u = this.unjournaled.get(j.id);
+    if (!u || isFinal(j.state)) return j;
+    const o = u.outcome;
+    return o.state === 'done' ? { ...j, state: 'done', finishedAt: u.at, result: o.result } : { ...j, state: o.state, finishedAt: u.at, errorCode: o.code, errorReason: o.reason };
   }
 
   /** The job's own partition behind an engine partition (they differ for a resumed job). */
@@ -570,6 +622,19 @@ export class Service {
       ...resultFields(j.result),
       error: j.errorCode === null ? null : { code: j.errorCode, reason: j.errorReason ?? '' },
     };
+  }
+}
+
+/** How a job ends. */
+type Outcome = { state: 'done'; result: unknown } | { state: 'failed' | 'cancelled'; code: string; reason: string };
+
+/** Runs a journal write whose failure on a full disk can wait (the state it records is also in memory); undefined then. */
+function ignoreFull<T>(fn: () => T): T | undefined {
+  try {
+    return fn();
+  } catch (e) {
+    if (e instanceof JournalError && e.code === 'E_JOURNAL_FULL') return undefined;
+    throw e;
   }
 }
 
