@@ -5,10 +5,9 @@
  * threads (`run`). Its `prepare` and `run` therefore must not rely on state shared with the
  * server's copy of the module.
  */
-import path from 'node:path';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import { Ajv2020, type ErrorObject } from 'ajv/dist/2020.js';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { kindExports } from '../runtime/threads/protocol.js';
@@ -135,14 +134,6 @@ const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'run', 'finish']
 
 const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true });
 
-/** A path or file: URL → its file: URL, relative paths resolved against `base`. */
-export function moduleUrl(spec: string | URL, base: string): string {
-  if (spec instanceof URL) return spec.href;
-  if (/^file:/.test(spec)) return spec;
-  return pathToFileURL(path.resolve(base, spec)).href;
-}
-
-/** Imports and checks a kind module; throws a {@link KindModuleError} naming the module and the export. */
 /**
  * Imports and checks a kind module for a server with these devices; `device` (from the config's
  * `[kinds.NAME] device`) overrides the module's own `device` export. Throws a
