@@ -116,6 +116,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** The pull loop's recheck of a node that does not want a job, when no local event came first. */
 const RECHECK_MS = 50;
+/** How long a node whose journal is full stops pulling before it tries again. */
+const FULL_PAUSE_MS = 5000;
 /** How long an idle node waits before it asks its queues again when no job-added message woke it (jobs returned by the stalled check announce nothing). */
 const IDLE_RECHECK_MS = 1000;
 
@@ -158,6 +160,8 @@ export class ClusterService implements ApiService {
   private lastBusy = { t: performance.now(), busyS: 0 };
   private tokens = 0;
   private started = false;
+  /** Until then this node pulls nothing: its journal was full (see hold). */
+  private fullUntil = 0;
   private readonly conns: Redis[] = [];
   url = '';
 
@@ -563,7 +567,7 @@ export class ClusterService implements ApiService {
   /** The engine wants another job: nothing queued locally, the budget not blocking, room to hold one. */
   private wantsJob(): boolean {
     const s = this.local.counters;
-    return s.backlog === 0 && !s.budgetBlocked && this.held.size < this.maxHeld;
+    return s.backlog === 0 && !s.budgetBlocked && this.held.size < this.maxHeld && Date.now() >= this.fullUntil;
   }
 
   /**
@@ -618,12 +622,23 @@ export class ClusterService implements ApiService {
     const renew = setInterval(() => void job.extendLock(token, lockMs).catch(() => undefined), Math.max(50, Math.floor(lockMs / 3)));
     try {
       let ended: Promise<JobView | undefined>;
+      // Its deadline passed while it was queued: it ends as a missed deadline (the local service refuses a past one).
+      if (r.deadline !== null && r.deadline <= Date.now()) {
+        await job.moveToFailed(new Error(`E_DEADLINE: job ${id} missed its deadline ${new Date(r.deadline).toISOString()}`), token, false);
+        return;
+      }
       try {
         // Synchronous: the engine's backlog counts it before the pull loop looks again.
         const { job: started } = this.local.submit({ id, kind: r.kind, priority: r.priority, partitions: r.partitions, input: r.input, ...(r.deadline === null ? {} : { deadline: r.deadline }) });
         ended = isFinal(started.state) ? Promise.resolve(started) : this.localEnd(id);
       } catch (e) {
         const err = e instanceof ServiceError ? e : undefined;
+        if (err?.status === 507) {
+          // This node's journal is full: the job goes back for another node, and this one stops pulling a while.
+          this.fullUntil = Date.now() + FULL_PAUSE_MS;
+          await job.moveToWait(token).catch(() => undefined);
+          return;
+        }
         await job.moveToFailed(new Error(`${err?.status === 503 ? 'E_SHUTTING_DOWN' : 'E_INTERNAL'}: ${(e as Error).message}`), token, false);
         return;
       }

@@ -110,6 +110,40 @@ describe.skipIf(!bin)('kinds per cluster node', () => {
     expect(await result(gpu.url, 'd1')).toMatchObject({ state: 'done', node: 'again', result: [10, 12, 14] });
   }, 60_000);
 
+  it('a job whose deadline passes while it waits queued ends as a missed deadline when a node takes it', async () => {
+    await node('d-runner', [DOUBLER]);
+    await waitUntil(async () => (((await http(cpu.url, 'GET', '/v1/cluster')).body.nodes as { nodeId: string }[]).some((n) => n.nodeId === 'd-runner') ? true : undefined), 10_000, 'd-runner');
+    // Nobody runs doubler while it waits.
+    for (const n of ['again', 'd-runner']) await servers.find((x) => x.output().includes(`cluster node ${n} `))?.stop();
+    await waitUntil(async () => (((await http(cpu.url, 'GET', '/v1/cluster')).body.nodes as { kinds: string[] }[]).every((n) => !n.kinds.includes('doubler')) ? true : undefined), 10_000, 'the doubler nodes to leave');
+    const deadline = new Date(Date.now() + 600).toISOString();
+    expect((await http(cpu.url, 'POST', '/v1/jobs', { id: 'dl1', kind: 'doubler', partitions: 1, deadline })).status).toBe(202);
+    await new Promise((r) => setTimeout(r, 1200));
+    await node('d-late', [DOUBLER]);
+    const v = await result(cpu.url, 'dl1');
+    expect(v).toMatchObject({ state: 'failed', error: { code: 'E_DEADLINE', reason: `job dl1 missed its deadline ${deadline}` } });
+  }, 60_000);
+
+  it('a node whose journal is full hands the job back; another node runs it', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-tiny-'));
+    dirs.push(dir);
+    const conf = path.join(dir, 'tiny.toml');
+    fs.writeFileSync(conf, '[journal]\nmaxBytes = 65536\n');
+    const tinyDir = tempDataDir();
+    dirs.push(tinyDir);
+    const tiny = await startServer(tinyDir, ['--cluster', (redis as RedisProcess).url, '--config', conf, '--kind', DOUBLER], { STOKER_CLUSTER_NODE_ID: 'tiny', STOKER_CLUSTER_LOCK_MS: '3000', STOKER_CLUSTER_HEARTBEAT_MS: '300' });
+    servers.push(tiny);
+    const pad = 'x'.repeat(6000);
+    const ids = Array.from({ length: 16 }, (_, i) => `full${i}`);
+    for (const [i, id] of ids.entries()) expect((await http(tiny.url, 'POST', '/v1/jobs', { id, kind: 'doubler', partitions: 2, input: { base: i, pad } })).status).toBe(202);
+    const views = await Promise.all(ids.map((id) => result(cpu.url, id)));
+    views.forEach((v, i) => expect(v, ids[i]).toMatchObject({ state: 'done', result: [2 * i, 2 * i + 2] }));
+    const byNode = new Map<string, number>();
+    for (const v of views) byNode.set(v.node as string, (byNode.get(v.node as string) ?? 0) + 1);
+    console.log(`full node journal: ${[...byNode].map(([n, c]) => `${n} ${c}`).join(', ')}`);
+    expect([...byNode.keys()].some((n) => n !== 'tiny')).toBe(true);
+  }, 60_000);
+
   it('a node whose module for a kind differs from the live nodes refuses to join, naming the kind', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-other-probe-'));
     dirs.push(dir);
