@@ -9,7 +9,7 @@ import { Journal, type JobState, type JournalJobInput } from '../server/journal.
 import { fileURLToPath } from 'node:url';
 import { compileInput, KindModuleError, moduleHash, type LoadedKind } from '../server/kind-module.js';
 import { loadServerKinds, type RunningServer } from '../server/serve.js';
-import { conflict, isFinal, notFound, pastDeadline, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent } from '../server/service.js';
+import { conflict, isFinal, notFound, refusePastDeadline, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent } from '../server/service.js';
 
 /**
  * Cluster mode: every node's HTTP API submits into a BullMQ queue per job kind on a shared Redis;
@@ -343,7 +343,7 @@ export class ClusterService implements ApiService {
         return { job: existing.view, created: false };
       }
     }
-    if (record.deadline !== null && record.deadline <= Date.now()) throw pastDeadline(record.deadline);
+    refusePastDeadline(record.deadline);
     const counts = await this.counts(kinds, 'waiting', 'prioritized', 'delayed', 'active');
     const pending = Object.values(counts).reduce((a, b) => a + b, 0);
     const max = this.config.server.maxPendingJobs;

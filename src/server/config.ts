@@ -694,10 +694,14 @@ function mergeDevice(d: DeviceConfig, layer: NonNullable<Layer['device']> | unde
   }
 }
 
+/** Where a device runs its steps: on threads, in a process per worker, or behind an HTTP endpoint. */
+export function deviceType(d: DeviceConfig): 'thread' | 'process' | 'http' {
+  return d.process ? 'process' : d.http ? 'http' : 'thread';
+}
+
 /** Where each of a config's devices runs its steps, by name ("default" is `[device]`). */
 export function deviceTypes(c: ServeConfig): Map<string, 'thread' | 'process' | 'http'> {
-  const type = (d: DeviceConfig) => (d.process ? 'process' : d.http ? 'http' : 'thread');
-  return new Map([['default', type(c.device)], ...Object.entries(c.devices ?? {}).map(([n, d]): [string, 'thread' | 'process' | 'http'] => [n, type(d)])]);
+  return new Map([['default', deviceType(c.device)], ...Object.entries(c.devices ?? {}).map(([n, d]): [string, 'thread' | 'process' | 'http'] => [n, deviceType(d)])]);
 }
 
 /** A kind module's path, absolute: a file: URL as its path, a relative path against `base`. */

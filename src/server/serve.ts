@@ -2,7 +2,7 @@ import { pathToFileURL } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { requireOptional } from '../runtime/optional.js';
 import { buildApp, type ApiService } from './app.js';
-import { deviceTypes, type ServeConfig } from './config.js';
+import { deviceType, deviceTypes, type ServeConfig } from './config.js';
 import type { LoadedKind } from './kind-module.js';
 import { loadKinds, type KindSource } from './kinds.js';
 import { Service } from './service.js';
@@ -37,7 +37,7 @@ export function loadServerKinds(config: ServeConfig): Promise<Map<string, Loaded
  */
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
   if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${config.cluster.redis}: start a cluster node with startClusterServer from stoker/cluster`);
-  const webgpu = [config.device, ...Object.values(config.devices ?? {})].some((d) => d.kind === 'webgpu' && !d.process && !d.http);
+  const webgpu = [config.device, ...Object.values(config.devices ?? {})].some((d) => d.kind === 'webgpu' && deviceType(d) === 'thread');
   if (webgpu) requireOptional('the WebGPU device (kind = "webgpu")', ['webgpu']);
   const kinds = await loadServerKinds(config);
   const service = Service.open(config, kinds);

@@ -12,7 +12,7 @@ import type { Handoff } from '../runtime/threads/protocol.js';
 import { ProcessDevice } from '../runtime/process-device.js';
 import { HttpDevice } from '../runtime/http-device.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
-import { ConfigError, type DeviceConfig, type ServeConfig } from './config.js';
+import { ConfigError, deviceType, type DeviceConfig, type ServeConfig } from './config.js';
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { KindRouter, type RoutedInput } from './kinds.js';
@@ -169,7 +169,7 @@ export class Service {
     this.workerBusyMs = engineDevices.map((d) => new Array<number>(d.workers).fill(0));
     // Mesa reads EGL_PLATFORM from the process environment, which a worker thread's process.env
     // does not change: set it here, in the main thread, for WebGPU's software fallback.
-    if (this.devices.some((d) => d.config.kind === 'webgpu' && !d.config.process && !d.config.http)) process.env['EGL_PLATFORM'] ??= 'surfaceless';
+    if (this.devices.some((d) => d.config.kind === 'webgpu' && deviceType(d.config) === 'thread')) process.env['EGL_PLATFORM'] ??= 'surfaceless';
     // Before any thread or process starts: a handoff folder that cannot be made is a config error.
     this.handoffs = this.devices.map(({ name, config: d }) => (d.process ? handoffFolder(d.process.handoffDir, name === 'default' ? config.dataDir : `${config.dataDir}#${name}`, d.process.handoffMinBytes, name === 'default' ? 'device' : `devices.${name}`) : undefined));
     const threads = new StageThreads({
@@ -263,7 +263,7 @@ export class Service {
         return { job: this.view(existing), created: false };
       }
     }
-    if (record.deadline !== null && record.deadline <= Date.now()) throw pastDeadline(record.deadline);
+    refusePastDeadline(record.deadline);
     if (this.journal.pending() >= this.config.server.maxPendingJobs) {
       throw new ServiceError(429, 'too-many-jobs', 'Too many pending jobs', `${this.config.server.maxPendingJobs} jobs are pending (server.maxPendingJobs): retry after ${this.config.server.retryAfterS} s`, {
         retryAfterS: this.config.server.retryAfterS,
@@ -303,7 +303,7 @@ export class Service {
     const input = kind.validate(body.input ?? {});
     if (!input.ok) throw invalid(input.issues);
     const partitions = partitionsOf(kind, input.input, body.partitions);
-    kindMemory(kind, input.input);
+    askKind(kind, () => kind.memory(input.input));
     const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
     const id = body.id ?? randomUUID();
     return { record: { id, kind: kind.name, priority: body.priority, partitions, input: input.input, deadline }, explicitId: body.id !== undefined };
@@ -400,7 +400,7 @@ export class Service {
         return {
           device: d,
           name: this.devices[d]?.name ?? String(d),
-          kind: dc?.process ? 'process' : dc?.http ? 'http' : (dc?.kind ?? 'cpu'),
+          kind: !dc ? 'cpu' : deviceType(dc) === 'thread' ? dc.kind : deviceType(dc),
           completions: c?.completions ?? 0,
           busyS: (c?.busyMs ?? 0) / 1000,
           workers: workers.map((w, i) => ({
@@ -646,13 +646,7 @@ export function resultFields(result: unknown): { result: unknown; resultEncoding
 
 /** The job's partition count: given, or derived from the input by the kind (both: they must agree). */
 function partitionsOf(kind: LoadedKind, input: unknown, given: number | undefined): number {
-  let derived: number | undefined;
-  try {
-    derived = kind.partitions(input);
-  } catch (e) {
-    if (e instanceof KindModuleError) throw kindFailed(e);
-    throw invalid([{ path: 'input', message: `kind ${kind.name} refused the input: ${(e as Error).message}` }]);
-  }
+  const derived = askKind(kind, () => kind.partitions(input));
   if (derived === undefined) {
     if (given === undefined) throw invalid([{ path: 'partitions', message: `partitions must be a whole number from 1 to ${MAX_PARTITIONS}: kind ${kind.name} does not derive it from its input` }]);
     return given;
@@ -661,18 +655,14 @@ function partitionsOf(kind: LoadedKind, input: unknown, given: number | undefine
   return derived;
 }
 
-/** Checks that the kind's memory() works for this input (a kind's bug is the server's 500, a refusal the client's 400). */
-function kindMemory(kind: LoadedKind, input: unknown): void {
+/** Asks the kind about an input: a bad answer (the kind's bug) is the server's 500, a refusal (it throws) the client's 400. */
+function askKind<T>(kind: LoadedKind, ask: () => T): T {
   try {
-    kind.memory(input);
+    return ask();
   } catch (e) {
-    if (e instanceof KindModuleError) throw kindFailed(e);
+    if (e instanceof KindModuleError) throw new ServiceError(500, 'kind-failed', 'Kind module failed', `${e.message} — fix the kind module and restart the server`);
     throw invalid([{ path: 'input', message: `kind ${kind.name} refused the input: ${(e as Error).message}` }]);
   }
-}
-
-function kindFailed(e: KindModuleError): ServiceError {
-  return new ServiceError(500, 'kind-failed', 'Kind module failed', `${e.message} — fix the kind module and restart the server`);
 }
 
 /** Where a device's steps run: the shared device threads, its processes, or its endpoint. */
@@ -726,11 +716,11 @@ function invalid(errors: { path: string; message: string }[]): ServiceError {
   return new ServiceError(400, 'invalid-job', 'Invalid job', errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '), { errors });
 }
 
-/** A submission whose deadline has already passed (a retry of an accepted job is not one: it answers as before). */
-export function pastDeadline(deadline: number): ServiceError {
-  const when = new Date(deadline).toISOString();
-  const message = `deadline ${when} has passed (now ${new Date().toISOString()}): give a time in the future, or leave deadline out`;
-  return new ServiceError(400, 'invalid-job', 'Invalid job', `deadline: ${message}`, { errors: [{ path: 'deadline', message }] });
+/** Refuses a new job whose deadline has already passed (a retry of an accepted job is not new: it answers as before). */
+export function refusePastDeadline(deadline: number | null): void {
+  if (deadline === null || deadline > Date.now()) return;
+  const message = `deadline ${new Date(deadline).toISOString()} has passed (now ${new Date().toISOString()}): give a time in the future, or leave deadline out`;
+  throw new ServiceError(400, 'invalid-job', 'Invalid job', `deadline: ${message}`, { errors: [{ path: 'deadline', message }] });
 }
 
 export function shuttingDown(): ServiceError {
