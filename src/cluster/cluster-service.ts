@@ -318,6 +318,9 @@ export class ClusterService implements ApiService {
   timelineView(sinceMs: number, maxSpans?: number) {
     return this.local.timelineView(sinceMs, maxSpans);
   }
+  historyView(sinceMs: number) {
+    return this.local.historyView(sinceMs);
+  }
   trace(sinceMs: number) {
     return this.local.trace(sinceMs);
   }

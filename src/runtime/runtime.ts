@@ -1,4 +1,4 @@
-import { createPacer, Engine, StokerError, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
+import { createPacer, Engine, OccupancyMeter, StokerError, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
 import type { BufferPool } from './buffer-pool.js';
 import { systemClock, type Clock } from './clock.js';
 
@@ -104,6 +104,8 @@ interface Flight<P> {
  */
 export class Runtime<I, P, O, R> {
   readonly engine: Engine;
+  /** Each worker's busy time including the running part of its item: true in every window (see OccupancyMeter). */
+  private readonly occupancy: OccupancyMeter;
   private readonly clock: Clock;
   private readonly workload: Workload<I, P, O, R>;
   private readonly deviceTimeoutMs: number;
@@ -136,6 +138,12 @@ export class Runtime<I, P, O, R> {
       maxPreparing: Math.min(options.maxPreparing ?? Infinity, options.workload.prepareSlots ?? Infinity),
       retries: options.retries ?? 1,
     });
+    this.occupancy = new OccupancyMeter(options.devices.map((d) => d.workers));
+  }
+
+  /** Busy ms of each device worker up to now (`[device][worker]`), the running part of items in flight included: the busy time of any window between two reads is at most its length. */
+  workerBusyMs(): number[][] {
+    return this.occupancy.busyMs(this.clock.now());
   }
 
   /** Current time on the runtime's clock (deadlines are absolute times on it). */
@@ -227,6 +235,7 @@ export class Runtime<I, P, O, R> {
   private apply(event: EngineEvent, before?: () => void): void {
     const cmds = this.engine.apply(event);
     this.timeline?.record(event, cmds, this.engine.snapshot, this.engine.budget.held);
+    this.occupancy.record(event, cmds);
     before?.();
     for (const c of cmds) this.carryOut(c);
     this.syncPool();

@@ -7,6 +7,7 @@ import type { EventEmitter } from 'node:events';
 import type { Registry } from 'prom-client';
 import type { ChromeTrace } from '../web/chrome-trace.js';
 import type { ServeConfig } from './config.js';
+import type { HistorySample } from './history.js';
 import { notFound, ServiceError, type JobView, type KindView, type ServiceEvent, type TimelineView } from './service.js';
 
 type MaybePromise<T> = T | Promise<T>;
@@ -27,6 +28,7 @@ export interface ApiService {
   status(): MaybePromise<object>;
   kindList(): KindView[];
   timelineView(sinceMs: number, maxSpans?: number): TimelineView;
+  historyView(sinceMs: number): { now: number; intervalS: number; samples: HistorySample[] };
   trace(sinceMs: number): ChromeTrace;
   /** Cluster mode only: `GET /v1/cluster`. */
   cluster?(): Promise<object>;
@@ -211,6 +213,7 @@ export function buildApp(service: ApiService): FastifyInstance {
 
   app.get<{ Querystring: { since?: string; limit?: string } }>('/v1/timeline', (req) => service.timelineView(sinceOf(req.query.since), intOf(req.query.limit, 'limit', 0, 50_000, 10_000)));
 
+  app.get<{ Querystring: { since?: string } }>('/v1/history', (req) => service.historyView(req.query.since === undefined ? 600_000 : sinceOf(req.query.since)));
   app.get<{ Querystring: { since?: string } }>('/v1/trace', (req, reply) =>
     reply.header('content-disposition', 'inline; filename="stoker-trace.json"').send(service.trace(sinceOf(req.query.since))),
   );

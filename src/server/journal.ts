@@ -145,7 +145,8 @@ CREATE TABLE partition_outputs (
 
 const UNFINISHED = `state IN ('queued', 'running')`;
 const PRIORITIES: ReadonlySet<string> = new Set(['critical', 'high', 'normal', 'low']);
-const JOB_STATES: ReadonlySet<string> = new Set(['queued', 'running', 'done', 'failed', 'cancelled']);
+const STATE_LIST: readonly JobState[] = ['queued', 'running', 'done', 'failed', 'cancelled'];
+const JOB_STATES: ReadonlySet<string> = new Set(STATE_LIST);
 
 interface JobRow {
   id: string; kind: string; priority: JournalJob['priority']; partitions: number; input: string;
@@ -218,12 +219,11 @@ function prepareStatements(db: Database.Database) {
     dropOutputs: db.prepare('DELETE FROM partition_outputs WHERE job_id = ?'),
     resumed: db.prepare(`UPDATE jobs SET resumes = resumes + 1 WHERE id = ? AND ${UNFINISHED}`),
     unfinished: db.prepare<[], JobRow>(`SELECT * FROM jobs WHERE ${UNFINISHED} ORDER BY seq`),
-    counts: db.prepare<[], { state: JobState; n: number }>('SELECT state, COUNT(*) AS n FROM jobs GROUP BY state'),
     countsByKind: db.prepare<[], { kind: string; state: JobState; n: number }>('SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state ORDER BY kind, state'),
-    pending: db.prepare<[], { n: number }>(`SELECT COUNT(*) AS n FROM jobs WHERE ${UNFINISHED}`),
     recent: db.prepare<[number], JobRow>('SELECT * FROM jobs ORDER BY seq DESC LIMIT ?'),
     recentIn: db.prepare<[string, number], JobRow>('SELECT * FROM jobs WHERE state IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?'),
     purge: db.prepare(`DELETE FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ?`),
+    purgeCounts: db.prepare<[number], { kind: string; state: JobState; n: number }>(`SELECT kind, state, COUNT(*) AS n FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ? GROUP BY kind, state`),
   };
 }
 
@@ -235,11 +235,20 @@ export class Journal {
   readonly #now: () => number;
   #closed = false;
   readonly #s: Statements;
+  /** Jobs by kind and state, counted once at open and kept as jobs change: status and scrapes cost nothing per journaled job. */
+  readonly #counts = new Map<string, Record<JobState, number>>();
 
   private constructor(db: Database.Database, now: () => number) {
     this.#db = db;
     this.#now = now;
     this.#s = prepareStatements(db);
+    for (const r of this.#s.countsByKind.all()) this.#count(r.kind, r.state, r.n);
+  }
+
+  #count(kind: string, state: JobState, n: number): void {
+    let c = this.#counts.get(kind);
+    if (!c) this.#counts.set(kind, (c = { queued: 0, running: 0, done: 0, failed: 0, cancelled: 0 }));
+    c[state] += n;
   }
 
   /**
@@ -307,8 +316,12 @@ export class Journal {
 
   /** The statements, after checking that the journal is open. */
   private get stmts(): Statements {
-    if (this.#closed) throw new JournalError('E_JOURNAL_CLOSED', 'the journal is closed: open it again with Journal.open');
+    this.#checkOpen();
     return this.#s;
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw new JournalError('E_JOURNAL_CLOSED', 'the journal is closed: open it again with Journal.open');
   }
 
   /** The row of job `id`, or `E_JOURNAL_UNKNOWN_JOB`. */
@@ -344,14 +357,18 @@ export class Journal {
         id: job.id, kind: job.kind, priority: job.priority, partitions: job.partitions,
         input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, now: this.#now(),
       });
+      this.#count(job.kind, 'queued', 1);
       return { job: fromRow(this.row(job.id)), created: true };
     }));
   }
 
   /** Marks a `queued` job `running`, stamping `startedAt`; a no-op in any other state. */
   markRunning(id: string): void {
-    this.row(id);
-    this.#write(`the start of job ${JSON.stringify(id)}`, () => this.stmts.markRunning.run(this.#now(), id));
+    const { kind } = this.row(id);
+    if (this.#write(`the start of job ${JSON.stringify(id)}`, () => this.stmts.markRunning.run(this.#now(), id)).changes === 1) {
+      this.#count(kind, 'queued', -1);
+      this.#count(kind, 'running', 1);
+    }
   }
 
   /**
@@ -392,12 +409,16 @@ export class Journal {
     const params = outcome.state === 'done'
       ? { id, state: 'done', result: toStored(outcome.result, `the result of job ${JSON.stringify(id)}`), code: null, reason: null }
       : { id, state: outcome.state, result: 'null', code: outcome.code, reason: outcome.reason };
-    return this.#write(`the end of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
-      this.row(id);
-      if (s.finish.run({ ...params, now: this.#now() }).changes === 0) return false;
+    const ended = this.#write(`the end of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
+      const row = this.row(id);
+      if (s.finish.run({ ...params, now: this.#now() }).changes === 0) return undefined;
       s.dropOutputs.run(id);
-      return true;
+      return row;
     }));
+    if (!ended) return false;
+    this.#count(ended.kind, ended.state, -1);
+    this.#count(ended.kind, outcome.state, 1);
+    return true;
   }
 
   /** Counts one more resume of an unfinished job after a restart; a no-op for an ended job. */
@@ -433,26 +454,37 @@ export class Journal {
     return s.recentIn.all(JSON.stringify([...new Set(states)]), limit).map(fromRow);
   }
 
-  /** How many jobs are in each state. */
+  /** How many jobs are in each state (kept in memory: no query). */
   counts(): Record<JobState, number> {
+    this.#checkOpen();
     const counts: Record<JobState, number> = { queued: 0, running: 0, done: 0, failed: 0, cancelled: 0 };
-    for (const { state, n } of this.stmts.counts.all()) counts[state] = n;
+    for (const c of this.#counts.values()) for (const st of STATE_LIST) counts[st] += c[st];
     return counts;
   }
 
-  /** Jobs by kind and state (states without jobs are left out). */
+  /** Jobs by kind and state, every state of every kind ever journaled (0 included), kinds in name order (kept in memory: no query). */
   countsByKind(): { kind: string; state: JobState; count: number }[] {
-    return this.stmts.countsByKind.all().map((r) => ({ kind: r.kind, state: r.state, count: r.n }));
+    this.#checkOpen();
+    return [...this.#counts.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).flatMap(([kind, c]) => STATE_LIST.map((state) => ({ kind, state, count: c[state] })));
   }
 
   /** How many jobs are unfinished (`queued` + `running`). */
   pending(): number {
-    return this.stmts.pending.get()?.n ?? 0;
+    const c = this.counts();
+    return c.queued + c.running;
   }
 
   /** Deletes the ended jobs with `finishedAt < now − olderThanMs`; returns how many. */
   purgeFinished(olderThanMs: number): number {
-    return this.#write('the purge of ended jobs', () => this.stmts.purge.run(this.#now() - olderThanMs).changes);
+    const s = this.stmts;
+    const before = this.#now() - olderThanMs;
+    const purged = this.#write('the purge of ended jobs', this.#db.transaction(() => {
+      const gone = s.purgeCounts.all(before);
+      s.purge.run(before);
+      return gone;
+    }));
+    for (const r of purged) this.#count(r.kind, r.state, -r.n);
+    return purged.reduce((a, r) => a + r.n, 0);
   }
 
   /** Closes the file and releases the data dir; idempotent. Any later call throws `E_JOURNAL_CLOSED`. */

@@ -59,8 +59,8 @@ export interface RouterHooks {
   started(jobId: string): void;
   /** A partition's device step returned this output. */
   partitionDone(jobId: string, partition: number, output: unknown): void;
-  /** A stage's time: preparation latency, or the device time the worker measured (with the worker). */
-  observe(stage: 'prepare' | 'device', ms: number, worker?: { device: number; worker: number }): void;
+  /** A stage's time for a partition of a kind: preparation latency, or the device time the worker measured. */
+  observe(stage: 'prepare' | 'device', kind: string, ms: number): void;
 }
 
 /** A Uint8Array for any bytes value (a view of the pooled shared buffer is copied: the buffer is reused); anything else as it is. */
@@ -116,7 +116,7 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
       signal: task.signal,
       ...(handoff ? { handoff } : {}),
     });
-    this.hooks.observe('prepare', performance.now() - t0);
+    this.hooks.observe('prepare', input.kind, performance.now() - t0);
     return prepared;
   }
 
@@ -139,7 +139,7 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
       signal: task.signal,
     });
     const output = normalizeBytes(r.output);
-    this.hooks.observe('device', r.busyMs, { device: task.device, worker: task.worker });
+    this.hooks.observe('device', input.kind, r.busyMs);
     this.hooks.partitionDone(task.jobId, partition, output);
     return { output, busyMs: r.busyMs };
   }

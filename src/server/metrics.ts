@@ -1,164 +1,144 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { Engine, PacerSnapshot, PacerState } from '../core/index.js';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { PacerSnapshot, PacerState } from '../core/index.js';
 import type { BufferPoolStats } from '../runtime/buffer-pool.js';
 import type { ServeConfig } from './config.js';
 import type { JobState } from './journal.js';
 
-/** What the gauges read when scraped (the Service is one): each gauge only what it shows. */
+const STAGES = ['queued', 'preparing', 'waiting', 'on-device'] as const;
+
+/** What the metrics read when scraped (the Service is one): each only what it shows, none of it per journaled job. */
 export interface MetricsSource {
   readonly config: Pick<ServeConfig, 'engine'>;
   readonly pool: { stats(): BufferPoolStats };
   /** The engine counters. */
   readonly counters: PacerSnapshot;
+  /** The kinds this server runs. */
+  kindNames(): string[];
+  /** The devices' names, in engine order. */
+  deviceNames(): string[];
+  /** Jobs by kind and state (kept incrementally by the journal). */
   jobCounts(): { kind: string; state: JobState; count: number }[];
-  partitionsByKind(): ReturnType<Engine['partitionsByKind']>;
-  workerStates(): ReturnType<Engine['workerStates']>;
+  /** Jobs ended since this server started, by kind and state. */
+  endedCounts(): { kind: string; state: string; count: number }[];
+  partitionsByKind(): Record<string, Record<(typeof STAGES)[number], number>>;
+  workerStates(): { alive: boolean; item: unknown }[][];
+  /** Busy ms of each worker so far, the running part of items in flight included. */
+  workerBusyMs(): number[][];
   pacerState(): PacerState;
 }
 
 /**
+ * Bucket bounds in seconds: a geometric ladder 1 ms × 2^(k/4) up to `maxS` (four buckets per
+ * doubling). histogram_quantile interpolates inside one bucket, so a quantile reads at most
+ * 2^(1/4) − 1 ≈ 19 % off, from a 5 ms device step to hour-long synthesis.
+ */
+export function stageBuckets(maxS: number): number[] {
+  const out: number[] = [];
+  for (let k = 0; ; k++) {
+    const b = Number((0.001 * 2 ** (k / 4)).toPrecision(4));
+    out.push(b);
+    if (b >= maxS) return out;
+  }
+}
+
+/** A counter read from the source when scraped (its value is monotone there). */
+function readCounter<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[], read: () => { labels: Record<L, string>; value: number }[]): void {
+  new Counter({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const { labels, value } of read()) this.inc(labels as never, value);
+    },
+  });
+}
+
+function readGauge<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[], read: () => { labels: Record<L, string>; value: number }[]): void {
+  new Gauge({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    collect() {
+      for (const { labels, value } of read()) this.set(labels as never, value);
+    },
+  });
+}
+
+/**
  * Prometheus metrics of a service (prom-client, one registry per service): names `stoker_*` in
- * base units. Gauges are read from the service when scraped; histograms and counters are fed as
- * partitions and jobs complete.
+ * base units, counters only for what only grows, every labelled series there from the start (at
+ * 0: `increase()` sees the first event), none vanishing; plus prom-client's process metrics
+ * (CPU, heap, event-loop lag). A scrape reads what the service keeps, never the journal.
  */
 export class ServiceMetrics {
   readonly registry = new Registry();
-  private readonly prepareSeconds: Histogram;
-  private readonly deviceSeconds: Histogram;
-  private readonly jobSeconds: Histogram;
-  private readonly jobsEnded: Counter<'kind' | 'state'>;
-  private readonly workerBusy: Counter<'device' | 'worker'>;
+  private readonly prepareSeconds: Histogram<'kind'>;
+  private readonly deviceSeconds: Histogram<'kind'>;
+  private readonly jobSeconds: Histogram<'kind' | 'state'>;
 
   constructor(service: MetricsSource) {
-    const r = [this.registry];
-    // Each gauge reads only what it shows: a scrape must not build the whole status once per gauge.
-    new Gauge({
-      name: 'stoker_jobs',
-      help: 'Jobs in the journal by kind and state (queued, running, done, failed, cancelled)',
-      labelNames: ['kind', 'state'],
-      registers: r,
-      collect() {
-        this.reset();
-        for (const c of service.jobCounts()) this.set({ kind: c.kind, state: c.state }, c.count);
-      },
+    const r = this.registry;
+    collectDefaultMetrics({ register: r });
+    const devices = () => service.deviceNames();
+    const one = (value: number) => [{ labels: {}, value }];
+    readGauge(r, 'stoker_jobs', 'Jobs in the journal by kind and state (queued, running, done, failed, cancelled)', ['kind', 'state'], () => {
+      const byKind = new Map<string, Map<string, number>>();
+      for (const k of service.kindNames()) byKind.set(k, new Map());
+      for (const c of service.jobCounts()) (byKind.get(c.kind) ?? byKind.set(c.kind, new Map()).get(c.kind))?.set(c.state, c.count);
+      return [...byKind].flatMap(([kind, m]) => ['queued', 'running', 'done', 'failed', 'cancelled'].map((state) => ({ labels: { kind, state }, value: m.get(state) ?? 0 })));
     });
-    new Gauge({
-      name: 'stoker_partitions',
-      help: 'Partitions of live jobs by kind and stage (queued, preparing, waiting, on-device)',
-      labelNames: ['kind', 'stage'],
-      registers: r,
-      collect() {
-        this.reset();
-        for (const [kind, stages] of Object.entries(service.partitionsByKind())) for (const [stage, n] of Object.entries(stages)) this.set({ kind, stage }, n);
-      },
+    readGauge(r, 'stoker_partitions', 'Partitions of live jobs by kind and stage (queued, preparing, waiting, on-device)', ['kind', 'stage'], () => {
+      const now = service.partitionsByKind();
+      const kinds = new Set([...service.kindNames(), ...Object.keys(now)]);
+      return [...kinds].flatMap((kind) => STAGES.map((stage) => ({ labels: { kind, stage }, value: now[kind]?.[stage] ?? 0 })));
     });
-    new Gauge({
-      name: 'stoker_waiting_partitions',
-      help: 'Prepared partitions waiting for a device',
-      registers: r,
-      collect() {
-        this.set(service.counters.waiting);
-      },
+    readGauge(r, 'stoker_waiting_partitions', 'Prepared partitions waiting for a device', [], () => one(service.counters.waiting));
+    readGauge(r, 'stoker_waiting_target_partitions', "The pacer's target for partitions waiting for a device", [], () => one(service.config.engine.targetWaiting));
+    readGauge(r, 'stoker_device_workers', 'Live workers per device', ['device'], () =>
+      service.workerStates().map((ws, d) => ({ labels: { device: devices()[d] ?? String(d) }, value: ws.filter((w) => w.alive).length })),
+    );
+    readGauge(r, 'stoker_device_worker_busy', 'Whether each device worker runs a partition now (1) or not (0); stoker_device_worker_busy_seconds_total gives occupancy', ['device', 'worker'], () =>
+      service.workerStates().flatMap((ws, d) => ws.map((w, i) => ({ labels: { device: devices()[d] ?? String(d), worker: String(i) }, value: w.alive && w.item ? 1 : 0 }))),
+    );
+    readCounter(r, 'stoker_device_worker_busy_seconds_total', 'Time each worker was busy, the running part of its item included: rate() of it is that worker’s occupancy (≤ 1 in every window)', ['device', 'worker'], () =>
+      service.workerBusyMs().flatMap((row, d) => row.map((ms, i) => ({ labels: { device: devices()[d] ?? String(d), worker: String(i) }, value: ms / 1000 }))),
+    );
+    readCounter(r, 'stoker_device_busy_seconds_total', "Device time the workers measured themselves for finished partitions, per device: the pacer's input (rate() ÷ workers is occupancy, booked at each partition's end)", ['device'], () =>
+      service.counters.devices.map((d, i) => ({ labels: { device: devices()[i] ?? String(i) }, value: d.busyMs / 1000 })),
+    );
+    readGauge(r, 'stoker_pacer_capacity_partitions_per_second', "The pacer's estimate of the devices' capacity (0 until measured)", [], () => one(service.pacerState().ratePerSec ?? 0));
+    readGauge(r, 'stoker_pacer_target_dispatch_partitions_per_second', 'The dispatch rate the pacer aims at now (0 while it waits for events): a target; rate(stoker_dispatched_partitions_total) is what was dispatched', [], () => {
+      const i = service.pacerState().intervalMs;
+      return one(i === null ? 0 : 1000 / i);
     });
-    new Gauge({
-      name: 'stoker_waiting_target_partitions',
-      help: "The pacer's target for partitions waiting for a device",
-      registers: r,
-      collect() {
-        this.set(service.config.engine.targetWaiting);
-      },
+    readCounter(r, 'stoker_dispatched_partitions_total', 'Partitions dispatched to preparation', [], () => one(service.counters.dispatched));
+    readCounter(r, 'stoker_completed_partitions_total', 'Partitions completed on a device', [], () => one(service.counters.deviceCompletions));
+    readGauge(r, 'stoker_budget_used_bytes', 'Memory reserved by partitions in flight', [], () => one(service.counters.budgetUsedBytes));
+    readGauge(r, 'stoker_budget_bytes', 'The memory budget (+Inf when unlimited)', [], () => one(service.counters.budgetTotalBytes));
+    readGauge(r, 'stoker_pool_bytes', 'Shared buffer pool bytes by state (leased, idle)', ['state'], () => {
+      const p = service.pool.stats();
+      return [{ labels: { state: 'leased' }, value: p.leasedBytes }, { labels: { state: 'idle' }, value: p.idleBytes }];
     });
-    new Gauge({
-      name: 'stoker_device_worker_busy_ratio',
-      help: 'Whether each device worker is running a partition now (1) or not (0); see stoker_device_worker_busy_seconds_total for occupancy',
-      labelNames: ['device', 'worker'],
-      registers: r,
-      collect() {
-        this.reset();
-        service.workerStates().forEach((workers, d) => workers.forEach((w, i) => this.set({ device: String(d), worker: String(i) }, w.alive && w.item ? 1 : 0)));
-      },
-    });
-    new Gauge({
-      name: 'stoker_device_busy_seconds_total',
-      help: 'Device time the workers measured themselves, per device (rate() of it ÷ workers is occupancy)',
-      labelNames: ['device'],
-      registers: r,
-      collect() {
-        service.counters.devices.forEach((d, i) => this.set({ device: String(i) }, d.busyMs / 1000));
-      },
-    });
-    new Gauge({
-      name: 'stoker_capacity_partitions_per_second',
-      help: "The pacer's measured device capacity (0 until measured)",
-      registers: r,
-      collect() {
-        this.set(service.pacerState().ratePerSec ?? 0);
-      },
-    });
-    new Gauge({
-      name: 'stoker_dispatch_rate_partitions_per_second',
-      help: "The pacer's current dispatch rate (0 when holding)",
-      registers: r,
-      collect() {
-        const i = service.pacerState().intervalMs;
-        this.set(i === null ? 0 : 1000 / i);
-      },
-    });
-    new Gauge({
-      name: 'stoker_dispatched_partitions_total',
-      help: 'Partitions dispatched to preparation',
-      registers: r,
-      collect() {
-        this.set(service.counters.dispatched);
-      },
-    });
-    new Gauge({
-      name: 'stoker_budget_used_bytes',
-      help: 'Memory reserved by partitions in flight',
-      registers: r,
-      collect() {
-        this.set(service.counters.budgetUsedBytes);
-      },
-    });
-    new Gauge({
-      name: 'stoker_budget_bytes',
-      help: 'The memory budget (+Inf when unlimited)',
-      registers: r,
-      collect() {
-        this.set(service.counters.budgetTotalBytes);
-      },
-    });
-    new Gauge({
-      name: 'stoker_pool_bytes',
-      help: 'Shared buffer pool bytes by state (leased, idle)',
-      labelNames: ['state'],
-      registers: r,
-      collect() {
-        const p = service.pool.stats();
-        this.set({ state: 'leased' }, p.leasedBytes);
-        this.set({ state: 'idle' }, p.idleBytes);
-      },
-    });
-    const buckets = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300];
-    this.prepareSeconds = new Histogram({ name: 'stoker_prepare_seconds', help: 'Preparation latency per partition', buckets, registers: r });
-    this.deviceSeconds = new Histogram({ name: 'stoker_device_seconds', help: 'Device time per partition, as the worker measured it', buckets, registers: r });
-    this.jobSeconds = new Histogram({ name: 'stoker_job_seconds', help: 'Job latency, submission to end', labelNames: ['kind', 'state'], buckets: [...buckets, 1800, 3600], registers: r });
-    this.workerBusy = new Counter({
-      name: 'stoker_device_worker_busy_seconds_total',
-      help: 'Device time each worker measured itself (rate() of it is that worker’s occupancy, 0–1)',
-      labelNames: ['device', 'worker'],
-      registers: r,
-    });
-    this.jobsEnded = new Counter({ name: 'stoker_jobs_ended_total', help: 'Jobs ended since start, by kind and state', labelNames: ['kind', 'state'], registers: r });
+    readCounter(r, 'stoker_jobs_ended_total', 'Jobs ended since start, by kind and state', ['kind', 'state'], () => service.endedCounts().map((c) => ({ labels: { kind: c.kind, state: c.state }, value: c.count })));
+    const stage = stageBuckets(3600);
+    this.prepareSeconds = new Histogram({ name: 'stoker_prepare_seconds', help: 'Preparation latency per partition, by kind', labelNames: ['kind'], buckets: stage, registers: [r] });
+    this.deviceSeconds = new Histogram({ name: 'stoker_device_seconds', help: 'Device time per partition as the worker measured it, by kind', labelNames: ['kind'], buckets: stage, registers: [r] });
+    this.jobSeconds = new Histogram({ name: 'stoker_job_seconds', help: 'Job latency, submission to end, by kind and state', labelNames: ['kind', 'state'], buckets: stageBuckets(6 * 3600), registers: [r] });
+    for (const kind of service.kindNames()) {
+      this.prepareSeconds.zero({ kind });
+      this.deviceSeconds.zero({ kind });
+      for (const state of ['done', 'failed', 'cancelled']) this.jobSeconds.zero({ kind, state });
+    }
   }
 
-  observeStage(stage: 'prepare' | 'device', ms: number, worker?: { device: number; worker: number }): void {
-    (stage === 'prepare' ? this.prepareSeconds : this.deviceSeconds).observe(ms / 1000);
-    if (worker) this.workerBusy.inc({ device: String(worker.device), worker: String(worker.worker) }, ms / 1000);
+  observeStage(stage: 'prepare' | 'device', kind: string, ms: number): void {
+    (stage === 'prepare' ? this.prepareSeconds : this.deviceSeconds).observe({ kind }, ms / 1000);
   }
 
   jobEnded(kind: string, state: string, seconds: number): void {
-    this.jobsEnded.inc({ kind, state });
     this.jobSeconds.observe({ kind, state }, seconds);
   }
 }

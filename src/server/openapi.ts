@@ -89,6 +89,20 @@ export function openApiDocument(maxWaitS: number): object {
           responses: { '200': json('Timeline', { $ref: '#/components/schemas/Timeline' }), '400': problemResponse('A since that is not a duration') },
         },
       },
+      '/v1/history': {
+        get: {
+          summary: 'One sample a second of the last hour (default since=10m): per-device and per-worker occupancy (≤ 1, running items included), dispatch and completion rates, the pacer (capacity, target dispatch rate, mode), levels, memory, jobs ended, per kind; what the dashboard draws on load',
+          parameters: [sinceParam],
+          responses: {
+            '200': json('History', {
+              type: 'object',
+              required: ['now', 'intervalS', 'samples'],
+              properties: { now: { type: 'number', description: 'epoch ms' }, intervalS: { type: 'number' }, samples: { type: 'array', items: { type: 'object', required: ['t', 'windowS', 'occupancy', 'workerOccupancy', 'dispatchedPerS', 'completedPerS', 'partitions', 'memory', 'jobsEnded', 'kinds'] } } },
+            }),
+            '400': problemResponse('A since that is not a duration'),
+          },
+        },
+      },
       '/v1/trace': {
         get: {
           summary: 'Chrome trace event JSON of a recent window (opens in Perfetto): a track per preparation slot and device worker, a slice per partition and stage, level counters',

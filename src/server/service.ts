@@ -16,6 +16,7 @@ import { ConfigError, deviceType, type DeviceConfig, type ServeConfig } from './
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { KindRouter, type RoutedInput } from './kinds.js';
+import { History, type HistoryReading, type HistorySample } from './history.js';
 import { ServiceMetrics } from './metrics.js';
 
 /**
@@ -142,8 +143,11 @@ export class Service {
   private readonly runs = new Map<string, number[]>();
   /** Resumed jobs (engine partition i is the job's partition run[i]): kept after the end for the timeline. */
   private readonly resumedRuns = new Map<string, number[]>();
-  /** Device time each worker measured itself, ms, by device and worker. */
-  private readonly workerBusyMs: number[][];
+  /** One sample a second of levels and rates, for `GET /v1/history` (the dashboard's charts on load). */
+  readonly history = new History();
+  /** Per kind: jobs ended since start by state, and their summed latency (s). */
+  private readonly endedByKind = new Map<string, { ended: { done: number; failed: number; cancelled: number }; jobSeconds: number }>();
+  private readonly historyTimer: NodeJS.Timeout;
   private closing = false;
   private journalClosed = false;
   /** Ends of jobs a full journal could not record yet (readers see them; retried every second). */
@@ -166,7 +170,7 @@ export class Service {
     this.devices = [['default', config.device] as const, ...Object.entries(config.devices ?? {})].map(([name, d]) => ({ name, config: d }));
     const several = this.devices.length > 1;
     const engineDevices = this.devices.map(({ name, config: d }) => ({ workers: d.workers, ...(several ? { kinds: [...kinds.values()].filter((k) => k.device === name).map((k) => k.name) } : {}) }));
-    this.workerBusyMs = engineDevices.map((d) => new Array<number>(d.workers).fill(0));
+    for (const name of kinds.keys()) this.endedByKind.set(name, { ended: { done: 0, failed: 0, cancelled: 0 }, jobSeconds: 0 });
     // Mesa reads EGL_PLATFORM from the process environment, which a worker thread's process.env
     // does not change: set it here, in the main thread, for WebGPU's software fallback.
     if (this.devices.some((d) => d.config.kind === 'webgpu' && deviceType(d.config) === 'thread')) process.env['EGL_PLATFORM'] ??= 'surfaceless';
@@ -192,13 +196,7 @@ export class Service {
         // On a full disk the output stays in memory only (after a crash that partition runs again).
         if (ignoreFull(() => this.journal.recordPartition(jobId, partition, output))) this.emit({ type: 'job.partition', id: jobId, partition });
       },
-      observe: (stage, ms, worker) => {
-        this.metrics.observeStage(stage, ms, worker);
-        if (worker) {
-          const row = this.workerBusyMs[worker.device];
-          if (row && worker.worker < row.length) row[worker.worker] = (row[worker.worker] ?? 0) + ms;
-        }
-      },
+      observe: (stage, kind, ms) => this.metrics.observeStage(stage, kind, ms),
     }, (kind) => this.handoffs[this.devices.findIndex((d) => d.name === kind.device)]);
     this.router = router;
     this.runtime = new Runtime({
@@ -215,6 +213,42 @@ export class Service {
     this.pacerTimer = setInterval(() => {
       if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...this.runtime.engine.pacer.state() });
     }, 1000).unref();
+    this.history.record(this.reading());
+    this.historyTimer = setInterval(() => this.history.record(this.reading()), 1000).unref();
+  }
+
+  /** What a history sample is computed from: cumulative counts and the levels now. */
+  private reading(): HistoryReading {
+    const s = this.runtime.engine.snapshot;
+    const byKind = this.partitionsByKind();
+    const kinds: HistoryReading['kinds'] = {};
+    for (const [name, e] of this.endedByKind) {
+      const p = byKind[name];
+      kinds[name] = { ended: { ...e.ended }, jobSeconds: e.jobSeconds, partitions: { queued: p?.queued ?? 0, preparing: p?.preparing ?? 0, waiting: p?.waiting ?? 0, onDevice: p?.['on-device'] ?? 0 } };
+    }
+    return {
+      t: Date.now(),
+      workerBusyMs: this.runtime.workerBusyMs(),
+      workerAlive: this.workerStates().map((ws) => ws.map((w) => w.alive)),
+      dispatched: s.dispatched,
+      completed: s.deviceCompletions,
+      kinds,
+      partitions: { queued: s.backlog, preparing: s.preparing, waiting: s.waiting, onDevice: s.onDevice },
+      pacer: this.pacerState(),
+      waitingTarget: this.config.engine.targetWaiting,
+      memory: { reservedBytes: s.budgetUsedBytes, idlePoolBytes: this.runtime.engine.budget.held, budgetBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null },
+    };
+  }
+
+  /** The history samples of the last `sinceMs` (see {@link History}). */
+  historyView(sinceMs: number): { now: number; intervalS: number; samples: HistorySample[] } {
+    const now = Date.now();
+    return { now, intervalS: 1, samples: this.history.samples(now - sinceMs) };
+  }
+
+  /** Jobs ended since this server started, by kind and state (every loaded kind, 0 included). */
+  endedCounts(): { kind: string; state: 'done' | 'failed' | 'cancelled'; count: number }[] {
+    return [...this.endedByKind].flatMap(([kind, e]) => (['done', 'failed', 'cancelled'] as const).map((state) => ({ kind, state, count: e.ended[state] })));
   }
 
   /** Opens the journal in `config.dataDir` and resumes its unfinished jobs, running the given kinds (see loadKinds). */
@@ -375,6 +409,7 @@ export class Service {
   /** The whole engine: jobs, partitions per kind and stage, workers, pacer, budget, pool. */
   status() {
     const s = this.runtime.engine.snapshot;
+    const workerBusy = this.runtime.workerBusyMs();
     const counts = this.journal.counts();
     return {
       time: new Date().toISOString(),
@@ -395,7 +430,7 @@ export class Service {
       targetWaiting: this.config.engine.targetWaiting,
       devices: this.workerStates().map((workers, d) => {
         const c = s.devices[d];
-        const busyMs = this.workerBusyMs[d] ?? [];
+        const busyMs = workerBusy[d] ?? [];
         const dc = this.devices[d]?.config;
         return {
           device: d,
@@ -420,6 +455,21 @@ export class Service {
   /** Partitions of live jobs by kind and stage (for status and metrics). */
   partitionsByKind(): ReturnType<Engine['partitionsByKind']> {
     return this.runtime.engine.partitionsByKind();
+  }
+
+  /** The kinds this service runs, by name (for metrics). */
+  kindNames(): string[] {
+    return [...this.kinds.keys()];
+  }
+
+  /** The devices' names in engine order: "default", then each [devices.NAME] (for metrics). */
+  deviceNames(): string[] {
+    return this.devices.map((d) => d.name);
+  }
+
+  /** Busy ms of each worker so far, the running part of items in flight included (for metrics). */
+  workerBusyMs(): number[][] {
+    return this.runtime.workerBusyMs();
   }
 
   /** Each device's workers: alive or lost, and what each runs (for status and metrics). */
@@ -452,6 +502,7 @@ export class Service {
     this.closing = true;
     clearInterval(this.purgeTimer);
     clearInterval(this.pacerTimer);
+    clearInterval(this.historyTimer);
     await this.runtime.close(timeoutMs, { drain: true });
     // Ends the full disk kept from the journal get one more try; the rest resume on the next start.
     this.landEnds();
@@ -549,7 +600,12 @@ export class Service {
   }
 
   private announceEnd(id: string, kind: string, submittedAt: number, finishedAt: number, outcome: Outcome): void {
-    this.metrics.jobEnded(kind, outcome.state, (finishedAt - submittedAt) / 1000);
+    const seconds = (finishedAt - submittedAt) / 1000;
+    let e = this.endedByKind.get(kind);
+    if (!e) this.endedByKind.set(kind, (e = { ended: { done: 0, failed: 0, cancelled: 0 }, jobSeconds: 0 }));
+    e.ended[outcome.state]++;
+    e.jobSeconds += seconds;
+    this.metrics.jobEnded(kind, outcome.state, seconds);
     this.emit(outcome.state === 'done' ? { type: 'job.done', id } : { type: `job.${outcome.state}`, id, code: outcome.code, reason: outcome.reason });
     const set = this.waiters.get(id);
     if (set) for (const wake of [...set]) wake();

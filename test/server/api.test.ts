@@ -514,8 +514,8 @@ describe('stoker serve (shared server)', () => {
         // The worker's busy ratio in /metrics agrees.
         const busyWorker = dev.workers.findIndex((w) => w.state === 'busy');
         const text = await metrics(url);
-        expect(metric(text, `stoker_device_worker_busy_ratio{device="0",worker="${busyWorker}"}`)).toBe(1);
-        expect(metric(text, `stoker_device_worker_busy_ratio{device="0",worker="${1 - busyWorker}"}`)).toBe(0);
+        expect(metric(text, `stoker_device_worker_busy{device="default",worker="${busyWorker}"}`)).toBe(1);
+        expect(metric(text, `stoker_device_worker_busy{device="default",worker="${1 - busyWorker}"}`)).toBe(0);
         expect(metric(text, 'stoker_partitions{kind="sleep",stage="on-device"}')).toBe(1);
       }
     });
@@ -534,13 +534,14 @@ describe('stoker serve (shared server)', () => {
       expect(r.status).toBe(200);
       expect(r.body.openapi).toBe('3.1.0');
       const paths = r.body.paths as Record<string, Record<string, unknown>>;
-      expect(Object.keys(paths).sort()).toEqual(['/', '/assets/{file}', '/metrics', '/v1/events', '/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/result', '/v1/kinds', '/v1/openapi.json', '/v1/status', '/v1/timeline', '/v1/trace']);
+      expect(Object.keys(paths).sort()).toEqual(['/', '/assets/{file}', '/metrics', '/v1/events', '/v1/history', '/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/result', '/v1/kinds', '/v1/openapi.json', '/v1/status', '/v1/timeline', '/v1/trace']);
       expect(Object.entries(paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`)).sort()).toEqual([
         'DELETE /v1/jobs/{id}',
         'GET /',
         'GET /assets/{file}',
         'GET /metrics',
         'GET /v1/events',
+        'GET /v1/history',
         'GET /v1/jobs',
         'GET /v1/jobs/{id}',
         'GET /v1/jobs/{id}/result',
@@ -852,14 +853,16 @@ describe('GET /metrics (fresh server)', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
     const t0 = res.body as string;
-    expect(metric(t0, 'stoker_jobs{kind="sleep",state="done"}')).toBeUndefined();
+    // Every labelled series exists from the start, at 0 (increase() then sees the first job).
+    expect(metric(t0, 'stoker_jobs{kind="sleep",state="done"}')).toBe(0);
+    expect(metric(t0, 'stoker_jobs_ended_total{kind="sleep",state="failed"}')).toBe(0);
     expect(metric(t0, 'stoker_waiting_target_partitions')).toBe(4);
     expect(metric(t0, 'stoker_waiting_partitions')).toBe(0);
-    expect(metric(t0, 'stoker_capacity_partitions_per_second')).toBe(0);
-    expect(metric(t0, 'stoker_device_worker_busy_ratio{device="0",worker="0"}')).toBe(0);
-    expect(metric(t0, 'stoker_device_worker_busy_ratio{device="0",worker="1"}')).toBe(0);
-    expect(metric(t0, 'stoker_prepare_seconds_count')).toBe(0);
-    expect(metric(t0, 'stoker_device_seconds_count')).toBe(0);
+    expect(metric(t0, 'stoker_pacer_capacity_partitions_per_second')).toBe(0);
+    expect(metric(t0, 'stoker_device_worker_busy{device="default",worker="0"}')).toBe(0);
+    expect(metric(t0, 'stoker_device_worker_busy{device="default",worker="1"}')).toBe(0);
+    expect(metric(t0, 'stoker_prepare_seconds_count{kind="sleep"}')).toBe(0);
+    expect(metric(t0, 'stoker_device_seconds_count{kind="sleep"}')).toBe(0);
     expect(t0).toContain('# TYPE stoker_job_seconds histogram');
 
     const jobs: [string, number, number][] = [
@@ -876,7 +879,7 @@ describe('GET /metrics (fresh server)', () => {
 
     const t1 = await until('a measured capacity', async () => {
       const t = await metrics(s.url);
-      return (metric(t, 'stoker_capacity_partitions_per_second') ?? 0) > 0 ? t : undefined;
+      return (metric(t, 'stoker_pacer_capacity_partitions_per_second') ?? 0) > 0 ? t : undefined;
     });
     expect(metric(t1, 'stoker_jobs{kind="sleep",state="done"}')).toBe(4);
     expect(metric(t1, 'stoker_jobs{kind="sleep",state="cancelled"}')).toBe(1);
@@ -886,21 +889,21 @@ describe('GET /metrics (fresh server)', () => {
     expect(metric(t1, 'stoker_job_seconds_bucket{le="+Inf",kind="sleep",state="done"}')).toBe(4);
     expect(metric(t1, 'stoker_job_seconds_sum{kind="sleep",state="done"}')).toBeGreaterThan(4 * 0.015);
     // 9 partitions ran to the end; m-cancel's preparations were aborted, never measured.
-    expect(metric(t1, 'stoker_prepare_seconds_count')).toBe(9);
-    expect(metric(t1, 'stoker_device_seconds_count')).toBe(9);
-    expect(metric(t1, 'stoker_prepare_seconds_sum')).toBeGreaterThanOrEqual(9 * 0.014);
-    expect(metric(t1, 'stoker_device_seconds_sum')).toBeGreaterThan(0);
+    expect(metric(t1, 'stoker_prepare_seconds_count{kind="sleep"}')).toBe(9);
+    expect(metric(t1, 'stoker_device_seconds_count{kind="sleep"}')).toBe(9);
+    expect(metric(t1, 'stoker_prepare_seconds_sum{kind="sleep"}')).toBeGreaterThanOrEqual(9 * 0.014);
+    expect(metric(t1, 'stoker_device_seconds_sum{kind="sleep"}')).toBeGreaterThan(0);
     expect(metric(t1, 'stoker_waiting_partitions')).toBe(0);
     expect(metric(t1, 'stoker_waiting_target_partitions')).toBe(4);
-    expect(metric(t1, 'stoker_device_worker_busy_ratio{device="0",worker="0"}')).toBe(0);
-    expect(metric(t1, 'stoker_device_worker_busy_ratio{device="0",worker="1"}')).toBe(0);
-    expect(metric(t1, 'stoker_device_busy_seconds_total{device="0"}')).toBeGreaterThan(0);
+    expect(metric(t1, 'stoker_device_worker_busy{device="default",worker="0"}')).toBe(0);
+    expect(metric(t1, 'stoker_device_worker_busy{device="default",worker="1"}')).toBe(0);
+    expect(metric(t1, 'stoker_device_busy_seconds_total{device="default"}')).toBeGreaterThan(0);
     expect(metric(t1, 'stoker_dispatched_partitions_total')).toBeGreaterThanOrEqual(9);
     expect(metric(t1, 'stoker_budget_used_bytes')).toBe(0);
     expect(t1).toContain('stoker_budget_bytes +Inf');
     const st = await status(s.url);
     expect(st.devices[0]?.completions).toBe(9);
-    expect(metric(t1, 'stoker_capacity_partitions_per_second')).toBeGreaterThan(0);
+    expect(metric(t1, 'stoker_pacer_capacity_partitions_per_second')).toBeGreaterThan(0);
   });
 });
 
@@ -1030,8 +1033,8 @@ describe('graceful shutdown', () => {
     // Only the partitions unfinished at the stop ran again.
     const text = await metrics(b.url);
     expect(metric(text, 'stoker_dispatched_partitions_total')).toBe(6 - doneAtStop);
-    expect(metric(text, 'stoker_prepare_seconds_count')).toBe(6 - doneAtStop);
-    expect(metric(text, 'stoker_device_seconds_count')).toBe(6 - doneAtStop);
+    expect(metric(text, 'stoker_prepare_seconds_count{kind="sleep"}')).toBe(6 - doneAtStop);
+    expect(metric(text, 'stoker_device_seconds_count{kind="sleep"}')).toBe(6 - doneAtStop);
     expect(metric(text, 'stoker_jobs{kind="sleep",state="done"}')).toBe(1);
 
     expect(await within(b.stop(), 15_000, 'second stop')).toBe(0);

@@ -1,0 +1,124 @@
+import type { PacerState } from '../core/index.js';
+
+type Ended = { done: number; failed: number; cancelled: number };
+type Levels = { queued: number; preparing: number; waiting: number; onDevice: number };
+
+/** What the service reads once per sample: cumulative counts and the levels now. */
+export interface HistoryReading {
+  /** Epoch ms. */
+  t: number;
+  /** Busy ms of each worker of each device so far, running items included (monotone: see OccupancyMeter). */
+  workerBusyMs: number[][];
+  /** Whether each worker is alive now. */
+  workerAlive: boolean[][];
+  /** Partitions dispatched to preparation and completed on a device, so far. */
+  dispatched: number;
+  completed: number;
+  /** Per kind: jobs ended so far, and their summed latency in seconds. */
+  kinds: Record<string, { ended: Ended; jobSeconds: number; partitions: Levels }>;
+  partitions: Levels;
+  pacer: PacerState;
+  waitingTarget: number;
+  memory: { reservedBytes: number; idlePoolBytes: number; budgetBytes: number | null };
+}
+
+/** One sample of the server's history: the levels at `t` and the rates over the window before it. */
+export interface HistorySample {
+  /** Epoch ms: the end of the window. */
+  t: number;
+  /** The window's length in seconds (the time since the previous sample). */
+  windowS: number;
+  /** Per device: the mean occupancy of its live workers over the window (busy time ÷ time, ≤ 1); null with no live worker. */
+  occupancy: (number | null)[];
+  /** Per device, per worker: its occupancy over the window (0 for a lost worker). */
+  workerOccupancy: number[][];
+  /** Partitions dispatched to preparation / completed on a device per second, over the window. */
+  dispatchedPerS: number;
+  completedPerS: number;
+  /** The pacer's measured device capacity (null until measured), the dispatch rate it aims at now (null: waits for events), and its mode. */
+  capacityPerS: number | null;
+  pacerTargetPerS: number | null;
+  pacerMode: string;
+  partitions: Levels;
+  waitingTarget: number;
+  /** The pacer's smoothed waiting and inventory need (Little's law), where it has them. */
+  waitingAvg: number | null;
+  need: number | null;
+  memory: { reservedBytes: number; idlePoolBytes: number; budgetBytes: number | null };
+  /** Jobs that ended in the window. */
+  jobsEnded: Ended;
+  /** Per kind: the partitions in each stage now, and the jobs that ended in the window with their summed latency. */
+  kinds: Record<string, { partitions: Levels; jobsEnded: Ended; jobSeconds: number }>;
+}
+
+const finite = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+
+/**
+ * The server's recent history: one sample per interval, kept for `keepMs` — what the dashboard
+ * draws when it opens (`GET /v1/history`), whatever happened before anyone looked. Rates are
+ * over the real window between two readings, never extrapolated.
+ */
+export class History {
+  private list: HistorySample[] = [];
+  private last: HistoryReading | undefined;
+
+  constructor(private readonly keepMs = 3_600_000) {}
+
+  /** Takes a reading; from the second one on, adds a sample for the window since the previous one. */
+  record(r: HistoryReading): void {
+    const prev = this.last;
+    this.last = r;
+    if (!prev || r.t <= prev.t) return;
+    const dtMs = r.t - prev.t;
+    const dtS = dtMs / 1000;
+    const workerOccupancy = r.workerBusyMs.map((row, d) => row.map((busy, w) => (r.workerAlive[d]?.[w] ? Math.max(0, busy - (prev.workerBusyMs[d]?.[w] ?? 0)) / dtMs : 0)));
+    const occupancy = workerOccupancy.map((row, d) => {
+      const live = row.filter((_, w) => r.workerAlive[d]?.[w]);
+      return live.length === 0 ? null : live.reduce((a, b) => a + b, 0) / live.length;
+    });
+    const jobsEnded: Ended = { done: 0, failed: 0, cancelled: 0 };
+    const kinds: HistorySample['kinds'] = {};
+    for (const [name, k] of Object.entries(r.kinds)) {
+      const before = prev.kinds[name];
+      const ended: Ended = { done: 0, failed: 0, cancelled: 0 };
+      for (const st of ['done', 'failed', 'cancelled'] as const) {
+        ended[st] = k.ended[st] - (before?.ended[st] ?? 0);
+        jobsEnded[st] += ended[st];
+      }
+      kinds[name] = { partitions: { ...k.partitions }, jobsEnded: ended, jobSeconds: k.jobSeconds - (before?.jobSeconds ?? 0) };
+    }
+    const terms = r.pacer.terms ?? {};
+    this.list.push({
+      t: r.t,
+      windowS: dtS,
+      occupancy,
+      workerOccupancy,
+      dispatchedPerS: (r.dispatched - prev.dispatched) / dtS,
+      completedPerS: (r.completed - prev.completed) / dtS,
+      capacityPerS: finite(r.pacer.ratePerSec),
+      pacerTargetPerS: r.pacer.intervalMs === null ? null : 1000 / r.pacer.intervalMs,
+      pacerMode: r.pacer.mode,
+      partitions: { ...r.partitions },
+      waitingTarget: r.waitingTarget,
+      waitingAvg: finite(terms['waitingAvg']),
+      need: finite(terms['inventoryTarget']),
+      memory: { ...r.memory },
+      jobsEnded,
+      kinds,
+    });
+    const cut = r.t - this.keepMs;
+    if (this.list.length > 64 && (this.list[32] as HistorySample).t < cut) this.list = this.list.filter((x) => x.t >= cut);
+  }
+
+  /** The samples at or after `since` (epoch ms), oldest first. */
+  samples(since = -Infinity): HistorySample[] {
+    let lo = 0;
+    let hi = this.list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((this.list[mid] as HistorySample).t < since) lo = mid + 1;
+      else hi = mid;
+    }
+    return this.list.slice(lo);
+  }
+}
