@@ -78,11 +78,6 @@ export class OccupancyMeter {
     return out;
   }
 
-  /** Busy ms of all workers together up to `now`. */
-  totalBusyMs(now: number): number {
-    return this.busyMs(now).reduce((a, row) => row.reduce((b, v) => b + v, a), 0);
-  }
-
   private end(item: number, r: Running, creditMs: number): void {
     this.running.delete(item);
     const row = this.done[r.device];

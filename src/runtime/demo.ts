@@ -76,13 +76,13 @@ export interface DemoBackend {
   /** The engine's live counters. */
   readonly snapshot: PacerSnapshot;
   pacerState(): PacerState;
-  /** Device time all workers measured so far, ms. */
-  busyMs(): number;
+  /** Busy time of all workers up to `at` (performance.now() ms), the running part of items in flight included: the busy time of a window between two calls is at most workers × its length. */
+  busyMs(at: number): number;
   readonly pool: BufferPool;
   close(): Promise<void>;
 }
 
-/** The ntt-proof workload on the runtime: the device threads' Atomics counters give busy time. */
+/** The ntt-proof workload on the runtime. */
 export function runtimeBackend(opts: DemoOptions): DemoBackend {
   const devices = [{ workers: opts.workers }];
   const pool = new BufferPool();
@@ -96,10 +96,15 @@ export function runtimeBackend(opts: DemoOptions): DemoBackend {
     submit: (j) => rt.submit({ id: `job-${j}`, kind: 'ntt-proof', partitions: opts.partitions, memory }, input(j)).then(() => undefined),
     snapshot: rt.engine.snapshot,
     pacerState: () => rt.engine.pacer.state(),
-    busyMs: () => workload.deviceCounters().reduce((a, c) => a + c.busyMs, 0),
+    busyMs: (at) => sum(rt.workerBusyMs(at)),
     pool,
     close: () => rt.close(),
   };
+}
+
+/** The sum of every worker's busy ms. */
+export function sum(rows: readonly (readonly number[])[]): number {
+  return rows.reduce((a, row) => row.reduce((b, v) => b + v, a), 0);
 }
 
 /**
@@ -138,7 +143,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   };
   for (let i = 0; i < opts.jobsInFlight; i++) submit();
 
-  // Sampling: occupancy from the device threads' Atomics counters, waiting from the engine.
+  // Sampling: occupancy from the workers' busy time (running items included), waiting from the engine.
   let peakReserved = 0;
   let waitingIntegral = 0;
   let sampledMs = 0;
@@ -148,9 +153,9 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   let steadyEnd = NaN;
   let lastT = t0;
   let last = { busy: 0, dispatched: 0, done: 0, t: t0 };
-  const busyMs = () => backend.busyMs();
   const sampler = setInterval(() => {
     const now = performance.now();
+    const busyMs = () => backend.busyMs(now);
     const s = backend.snapshot;
     peakReserved = Math.max(peakReserved, s.budgetUsedBytes);
     if (now > stopAt && Number.isNaN(steadyEnd)) {
@@ -189,7 +194,6 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   });
   await Promise.all(all);
   clearInterval(sampler);
-  // Busy time counts when an item completes, so the window's edges blur by one item per worker.
   const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) ? 0 : (busyAtStop - busyAtSteady) / ((steadyEnd - steadyStart) * opts.workers);
   await backend.close();
   const sorted = [...latencies].sort((a, b) => a - b);

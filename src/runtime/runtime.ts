@@ -142,8 +142,8 @@ export class Runtime<I, P, O, R> {
   }
 
   /** Busy ms of each device worker up to now (`[device][worker]`), the running part of items in flight included: the busy time of any window between two reads is at most its length. */
-  workerBusyMs(): number[][] {
-    return this.occupancy.busyMs(this.clock.now());
+  workerBusyMs(at = this.clock.now()): number[][] {
+    return this.occupancy.busyMs(at);
   }
 
   /** Current time on the runtime's clock (deadlines are absolute times on it). */

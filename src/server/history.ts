@@ -51,6 +51,7 @@ export interface HistorySample {
   kinds: Record<string, { partitions: Levels; jobsEnded: Ended; jobSeconds: number }>;
 }
 
+const round6 = (v: number) => Math.round(v * 1e6) / 1e6;
 const finite = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
 /**
@@ -71,10 +72,11 @@ export class History {
     if (!prev || r.t <= prev.t) return;
     const dtMs = r.t - prev.t;
     const dtS = dtMs / 1000;
-    const workerOccupancy = r.workerBusyMs.map((row, d) => row.map((busy, w) => (r.workerAlive[d]?.[w] ? Math.max(0, busy - (prev.workerBusyMs[d]?.[w] ?? 0)) / dtMs : 0)));
+    // Six decimals: what the sums of float milliseconds can tell apart (1 + 3e-15 is 1).
+    const workerOccupancy = r.workerBusyMs.map((row, d) => row.map((busy, w) => (r.workerAlive[d]?.[w] ? round6(Math.max(0, busy - (prev.workerBusyMs[d]?.[w] ?? 0)) / dtMs) : 0)));
     const occupancy = workerOccupancy.map((row, d) => {
       const live = row.filter((_, w) => r.workerAlive[d]?.[w]);
-      return live.length === 0 ? null : live.reduce((a, b) => a + b, 0) / live.length;
+      return live.length === 0 ? null : round6(live.reduce((a, b) => a + b, 0) / live.length);
     });
     const jobsEnded: Ended = { done: 0, failed: 0, cancelled: 0 };
     const kinds: HistorySample['kinds'] = {};

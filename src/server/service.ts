@@ -468,8 +468,8 @@ export class Service {
   }
 
   /** Busy ms of each worker so far, the running part of items in flight included (for metrics). */
-  workerBusyMs(): number[][] {
-    return this.runtime.workerBusyMs();
+  workerBusyMs(at?: number): number[][] {
+    return this.runtime.workerBusyMs(at);
   }
 
   /** Each device's workers: alive or lost, and what each runs (for status and metrics). */

@@ -1,4 +1,4 @@
-import { Engine, IndexedHeap, type TimelineRecorder, type Command, type EngineEvent, type HeapNode, type JobSpec, type Pacer, type PacerOptions } from '../core/index.js';
+import { Engine, IndexedHeap, type TimelineRecorder, type Command, type EngineEvent, type HeapNode, type JobSpec, type Pacer, type PacerOptions, type PacerSnapshot } from '../core/index.js';
 import { Recorder, type Metrics, type Series } from './metrics.js';
 import { Rng } from './random.js';
 import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Scenario, type ScenarioEvent } from './scenario.js';
@@ -65,6 +65,8 @@ export interface SimulateOptions {
   seed?: number;
   /** Records every engine step (spans per preparation slot and device worker, level samples) in virtual time, ms. */
   timeline?: TimelineRecorder;
+  /** Called after every engine step with its event and commands (virtual time is `event.time`): to drive meters as the runtime does. */
+  onStep?: (event: EngineEvent, commands: readonly Command[], snapshot: PacerSnapshot) => void;
 }
 
 export interface JobFailure {
@@ -344,6 +346,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     events++;
     const cmds = engine.apply(e);
     if (timeline) timeline.record(e, cmds, engine.snapshot, 0);
+    options.onStep?.(e, cmds, engine.snapshot);
     carryOut(cmds);
     recorder.step(now, engine.snapshot, capacity, pacer);
   };
