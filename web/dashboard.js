@@ -7,11 +7,11 @@
 
 const { uPlot } = window;
 
-/** Seconds of history the charts keep. */
-const WINDOW_S = 300;
+/** Seconds of history the charts show (the server keeps an hour). */
+const WINDOW_S = 600;
 /** Seconds the waterfall shows. */
 const WATERFALL_S = 180;
-/** Seconds over which counters become rates (occupancy, dispatch and completion rates). */
+/** Seconds over which the dispatch and completion rates are smoothed (history samples are 1 s apart). */
 const RATE_WINDOW_S = 5;
 
 const $ = (id) => document.getElementById(id);
@@ -125,13 +125,15 @@ class Chart {
     this.series = series;
     this.data = [[], ...series.map(() => [])];
     this.fmt = fmt;
+    /** The x axis ends at the server's now and spans what there is (at least a minute, at most the window): distinct tick labels from the first poll. */
+    this.until = Date.now() / 1000;
     const opts = {
       width: Math.max(300, this.el.clientWidth),
       height: 200,
       legend: { live: false },
       cursor: { drag: { x: false, y: false } },
       scales: {
-        x: { time: true },
+        x: { time: true, range: () => [Math.max(this.until - WINDOW_S, Math.min(this.data[0][0] ?? this.until, this.until - 60)), this.until] },
         y: {
           range: (_u, min, max) => {
             const hi = yMax ?? Math.max(max ?? 0, yMin + 1e-9);
@@ -165,7 +167,7 @@ class Chart {
     }).observe(this.el);
   }
 
-  /** Appends one point (values in series order; null for none) and drops points older than the window. */
+  /** Appends one point (values in series order; null for none) and drops points older than the window; showUntil() draws. */
   push(t, values) {
     const xs = this.data[0];
     if (xs.length > 0 && t <= xs[xs.length - 1]) return;
@@ -174,9 +176,15 @@ class Chart {
     let drop = 0;
     while (drop < xs.length && xs[drop] < t - WINDOW_S) drop++;
     if (drop > 0) for (const arr of this.data) arr.splice(0, drop);
-    this.plot.setData(this.data);
     this.el.dataset.points = String(xs.length);
+    this.el.dataset.t = String(t);
     this.el.dataset.last = JSON.stringify(values.map((v) => (typeof v === 'number' ? Math.round(v * 1000) / 1000 : v)));
+  }
+
+  /** Draws the points held, the x axis ending at `nowS` (epoch s). */
+  showUntil(nowS) {
+    this.until = nowS;
+    this.plot.setData(this.data);
   }
 }
 
@@ -190,118 +198,148 @@ function readout(id, parts) {
   });
 }
 
-// ─── Status: tiles, charts, pacer ─────────────────────────────────────────────────────────────
+// ─── History and status: charts, tiles, pacer ─────────────────────────────────────────────────
 
-/** Past status polls, newest last: { t (epoch s), s (the status) }. */
-const history = [];
+/** The server's history samples (GET v1/history), oldest first: what the charts draw. */
+const samples = [];
+/** The devices of the history's per-device arrays: [{ name, workers }]. */
+let historyDevices = null;
 let charts = null;
+/** The latest status (GET v1/status) and when it arrived (Date.now() ms). */
+let latest = null;
+let latestAt = 0;
 
-/** The poll at least `seconds` before the newest one (or the oldest there is). */
-function pollBefore(seconds) {
-  const last = history[history.length - 1];
-  for (let i = history.length - 2; i >= 0; i--) if (last.t - history[i].t >= seconds) return history[i];
-  return history.length > 1 ? history[0] : null;
-}
-
-function workerList(s) {
-  return s.devices.flatMap((d) => d.workers.map((w, i) => ({ ...w, device: d.device, worker: i })));
-}
-
-function makeCharts(s) {
-  const workers = workerList(s);
+function makeCharts(devices) {
   const occSeries = [
-    ...s.devices.map((d) => ({ label: `device ${d.device}`, width: 2.5 })),
-    ...workers.map((w) => ({ label: `d${w.device} / worker ${w.worker}`, width: 1, dash: [4, 3] })),
+    ...devices.map((d) => ({ label: d.name, width: 2.5 })),
+    ...devices.flatMap((d) => Array.from({ length: d.workers }, (_, w) => ({ label: `${d.name} / worker ${w}`, width: 1, dash: [4, 3] }))),
   ];
   return {
     occupancy: new Chart('chart-occupancy', occSeries, { yMax: 1, fmt: fmtPct }),
     rates: new Chart('chart-rates', [
-      { label: 'measured capacity', width: 2.5 },
-      { label: 'pacer dispatch rate', dash: [6, 3] },
+      { label: "pacer's capacity estimate", width: 2.5 },
+      { label: "pacer's target dispatch", dash: [6, 3] },
       { label: 'dispatched / s' },
       { label: 'completed / s' },
     ]),
     waiting: new Chart('chart-waiting', [{ label: 'waiting', width: 2, fill: 'rgba(31,95,191,0.08)' }, { label: 'target', stroke: '#d23c3c', dash: [6, 4] }, { label: 'waiting (pacer avg)', stroke: '#7c4dbf', width: 1 }], { fmt: (v) => fmtNum(v, 1) }),
     inventory: new Chart('chart-inventory', [{ label: 'inventory', width: 2, fill: 'rgba(31,95,191,0.08)' }, { label: "need (Little's law)", stroke: '#d23c3c', dash: [6, 4] }, { label: 'preparing', stroke: '#e07b1a', width: 1 }], { fmt: (v) => fmtNum(v, 1) }),
     memory: new Chart('chart-memory', [{ label: 'reserved', width: 2, fill: 'rgba(31,95,191,0.08)' }, { label: 'idle pooled', stroke: '#e07b1a' }, { label: 'budget', stroke: '#d23c3c', dash: [6, 4] }], { fmt: fmtBytes }),
-    jobs: new Chart('chart-jobs', [{ label: 'done', stroke: '#2e9b5a', width: 2 }, { label: 'failed', stroke: '#d23c3c' }, { label: 'cancelled', stroke: '#8a929c' }], { fmt: (v) => fmtNum(v, 1) }),
+    jobs: new Chart('chart-jobs', [{ label: 'done', stroke: '#2e9b5a', width: 2 }, { label: 'failed', stroke: '#d23c3c' }, { label: 'cancelled', stroke: '#8a929c' }], { fmt: (v) => fmtNum(v, 0) }),
   };
 }
 
+/** Samples in the `seconds` before sample i (i included): a real window, never extrapolated. */
+function windowBefore(i, seconds) {
+  const end = samples[i].t;
+  let j = i;
+  while (j > 0 && samples[j - 1].t > end - seconds * 1000) j--;
+  return samples.slice(j, i + 1);
+}
+
+/** A rate over up to RATE_WINDOW_S of samples: Σ (rate × window) ÷ Σ window. */
+function smoothed(win, key) {
+  const span = win.reduce((a, x) => a + x.windowS, 0);
+  return span > 0 ? win.reduce((a, x) => a + x[key] * x.windowS, 0) / span : null;
+}
+
+/** Jobs ended in the trailing minute (a count over the samples there are: fewer after a start). */
+function endedInMinute(i) {
+  const win = windowBefore(i, 60);
+  const sum = (k) => win.reduce((a, x) => a + x.jobsEnded[k], 0);
+  return { done: sum('done'), failed: sum('failed'), cancelled: sum('cancelled'), spanS: win.reduce((a, x) => a + x.windowS, 0) };
+}
+
+/** Whether there is work for the pacer: partitions queued, or any in flight. */
+const hasWork = (x) => x.partitions.queued + x.partitions.preparing + x.partitions.waiting + x.partitions.onDevice > 0;
+
+function pushSample(i) {
+  const x = samples[i];
+  const t = x.t / 1000;
+  charts.occupancy.push(t, [...x.occupancy, ...x.workerOccupancy.flat()]);
+  const win = windowBefore(i, RATE_WINDOW_S);
+  // The pacer's target means something only while partitions are queued.
+  charts.rates.push(t, [x.capacityPerS, x.partitions.queued > 0 ? x.pacerTargetPerS : null, smoothed(win, 'dispatchedPerS'), smoothed(win, 'completedPerS')]);
+  charts.waiting.push(t, [x.partitions.waiting, x.waitingTarget, x.waitingAvg]);
+  const inventory = x.partitions.preparing + x.partitions.waiting + x.partitions.onDevice;
+  charts.inventory.push(t, [inventory, hasWork(x) ? x.need : null, x.partitions.preparing]);
+  charts.memory.push(t, [x.memory.reservedBytes, x.memory.idlePoolBytes, x.memory.budgetBytes]);
+  const e = endedInMinute(i);
+  charts.jobs.push(t, [e.done, e.failed, e.cancelled]);
+}
+
+/** Adds the history samples newer than those held, and redraws the readouts from the newest. */
+function onHistory(h) {
+  historyDevices ??= h.devices;
+  charts ??= makeCharts(historyDevices);
+  const lastT = samples.length ? samples[samples.length - 1].t : -Infinity;
+  for (const x of h.samples) {
+    if (x.t <= lastT && samples.length) continue;
+    samples.push(x);
+    pushSample(samples.length - 1);
+  }
+  while (samples.length > 0 && samples[0].t < h.now - (WINDOW_S + 60) * 1000) samples.shift();
+  for (const c of Object.values(charts)) c.showUntil(h.now / 1000);
+  if (samples.length === 0) return;
+  const i = samples.length - 1;
+  const x = samples[i];
+  readout('r-occupancy', historyDevices.map((d, k) => [d.name, fmtPct(x.occupancy[k])]));
+  const win = windowBefore(i, RATE_WINDOW_S);
+  const completed = smoothed(win, 'completedPerS');
+  readout('r-rates', [
+    ['capacity', x.capacityPerS === null ? '–' : `${fmtNum(x.capacityPerS)}/s`],
+    ['target dispatch', x.partitions.queued > 0 && x.pacerTargetPerS !== null ? `${fmtNum(x.pacerTargetPerS)}/s` : '–'],
+    ['completed', completed === null ? '–' : `${fmtNum(completed)}/s`],
+  ]);
+  const e = endedInMinute(i);
+  const span = e.spanS >= 59 ? 'last 60 s' : `last ${fmtDuration(e.spanS)} (since start)`;
+  readout('r-jobs', [['done', String(e.done)], ['failed', String(e.failed)], ['cancelled', String(e.cancelled)], ['over', span]]);
+  $('t-jpm').textContent = String(e.done + e.failed + e.cancelled);
+  $('t-jpm-sub').textContent = `done ${e.done} · failed ${e.failed} · cancelled ${e.cancelled} · ${span}`;
+}
+
+function workerList(s) {
+  return s.devices.flatMap((d) => d.workers.map((w, i) => ({ ...w, device: d.device, worker: i })));
+}
+
 function onStatus(s) {
-  const t = Date.parse(s.time) / 1000;
-  history.push({ t, s });
-  while (history.length > 0 && history[0].t < t - WINDOW_S - 60) history.shift();
-  charts ??= makeCharts(s);
-
+  if (document.body.dataset.stale === 'true') setConnection('live', 'live');
+  latest = s;
+  latestAt = Date.now();
   const workers = workerList(s);
-  const prev = pollBefore(RATE_WINDOW_S);
-  const dt = prev ? t - prev.t : 0;
-  const rate = (now, before) => (dt > 0 && before !== undefined ? Math.max(0, (now - before) / dt) : null);
-
-  // Occupancy: device time measured by each worker, over the rate window.
-  const prevWorkers = prev ? workerList(prev.s) : [];
-  const workerOcc = workers.map((w, i) => {
-    const r = rate(w.busyS ?? 0, prevWorkers[i]?.busyS);
-    return r === null ? null : Math.min(1, r);
-  });
-  const deviceOcc = s.devices.map((d) => {
-    const idx = workers.map((w, i) => (w.device === d.device && w.state !== 'lost' ? i : -1)).filter((i) => i >= 0);
-    const vals = idx.map((i) => workerOcc[i]);
-    return vals.length === 0 || vals.some((v) => v === null) ? null : vals.reduce((a, b) => a + b, 0) / vals.length;
-  });
-  charts.occupancy.push(t, [...deviceOcc, ...workerOcc]);
-  readout('r-occupancy', s.devices.map((d, i) => [`device ${d.device}`, fmtPct(deviceOcc[i])]));
-
-  // Rates.
-  const p = s.pacer;
-  const dispatchRate = p.intervalMs ? 1000 / p.intervalMs : null;
-  const dispatched = rate(s.partitions.dispatched, prev?.s.partitions.dispatched);
-  const completed = rate(s.partitions.completed, prev?.s.partitions.completed);
-  charts.rates.push(t, [p.ratePerSec, dispatchRate, dispatched, completed]);
-  readout('r-rates', [['capacity', p.ratePerSec === null ? '–' : `${fmtNum(p.ratePerSec)}/s`], ['dispatch', dispatchRate === null ? '–' : `${fmtNum(dispatchRate)}/s`], ['completed', completed === null ? '–' : `${fmtNum(completed)}/s`]]);
-
-  // Levels.
-  const terms = p.terms ?? {};
-  const need = Number.isFinite(terms.inventoryTarget) ? terms.inventoryTarget : null;
-  const waitingAvg = Number.isFinite(terms.waitingAvg) ? terms.waitingAvg : null;
-  const inventory = s.partitions.preparing + s.partitions.waiting + s.partitions.onDevice;
-  charts.waiting.push(t, [s.partitions.waiting, s.targetWaiting, waitingAvg]);
-  readout('r-waiting', [['waiting', String(s.partitions.waiting)], ['target', String(s.targetWaiting)], ['on device', String(s.partitions.onDevice)]]);
-  charts.inventory.push(t, [inventory, need, s.partitions.preparing]);
-  readout('r-inventory', [['inventory', String(inventory)], ['need', need === null ? '–' : fmtNum(need, 1)], ['queued', String(s.partitions.queued)]]);
-
-  // Memory.
+  const p = s.partitions;
+  const inventory = p.preparing + p.waiting + p.onDevice;
+  const terms = s.pacer.terms ?? {};
+  const work = p.queued + inventory > 0;
+  const need = work && Number.isFinite(terms.inventoryTarget) ? terms.inventoryTarget : null;
+  readout('r-waiting', [['waiting', String(p.waiting)], ['target', String(s.targetWaiting)], ['on device', String(p.onDevice)]]);
+  readout('r-inventory', [['inventory', String(inventory)], ['need', need === null ? '–' : fmtNum(need, 1)], ['queued', String(p.queued)]]);
   const b = s.budget;
-  charts.memory.push(t, [b.usedBytes, b.idlePoolBytes ?? 0, b.totalBytes]);
   readout('r-memory', [['reserved', fmtBytes(b.usedBytes)], ['idle pooled', fmtBytes(b.idlePoolBytes ?? 0)], ['budget', b.totalBytes === null ? 'unlimited' : fmtBytes(b.totalBytes)], ['peak', fmtBytes(b.peakBytes)]]);
 
-  // Jobs finished per minute, over the trailing minute.
-  const minuteAgo = pollBefore(60);
-  const mdt = minuteAgo ? t - minuteAgo.t : 0;
-  const perMin = (k) => (minuteAgo && mdt >= 2 ? Math.max(0, ((s.jobs[k] - minuteAgo.s.jobs[k]) / mdt) * 60) : null);
-  const jpm = [perMin('done'), perMin('failed'), perMin('cancelled')];
-  charts.jobs.push(t, jpm);
-  readout('r-jobs', [['done', fmtNum(jpm[0], 1)], ['failed', fmtNum(jpm[1], 1)], ['cancelled', fmtNum(jpm[2], 1)], ['window', mdt > 0 ? `${mdt.toFixed(0)} s` : '–']]);
-
-  // Tiles.
   $('t-pending').textContent = String(s.jobs.pending);
   $('t-jobs-sub').textContent = `queued ${s.jobs.queued} · running ${s.jobs.running} · done ${s.jobs.done} · failed ${s.jobs.failed} · cancelled ${s.jobs.cancelled}`;
-  $('t-waiting').textContent = String(s.partitions.waiting);
-  $('t-waiting-sub').textContent = `target ${s.targetWaiting} · queued ${s.partitions.queued}`;
+  $('t-waiting').textContent = String(p.waiting);
+  $('t-waiting-sub').textContent = `target ${s.targetWaiting} · queued ${p.queued}`;
   $('t-inflight').textContent = String(inventory);
-  $('t-inflight-sub').textContent = `preparing ${s.partitions.preparing} · on device ${s.partitions.onDevice}`;
+  $('t-inflight-sub').textContent = `preparing ${p.preparing} · on device ${p.onDevice}`;
   const busy = workers.filter((w) => w.state === 'busy').length;
   const lost = workers.filter((w) => w.state === 'lost').length;
   $('t-workers').textContent = `${busy} / ${workers.length}`;
-  $('t-workers-sub').textContent = `${s.devices.length} ${s.devices[0]?.kind ?? ''} device${s.devices.length === 1 ? '' : 's'}${lost > 0 ? ` · ${lost} lost` : ''}`;
+  $('t-workers-sub').textContent = `${s.devices.map((d) => `${d.name} (${d.kind})`).join(' · ')}${lost > 0 ? ` · ${lost} lost` : ''}`;
   $('t-memory').textContent = fmtBytes(b.usedBytes);
   $('t-memory-sub').textContent = `of ${b.totalBytes === null ? 'unlimited' : fmtBytes(b.totalBytes)}${b.blocked ? ' · blocked' : ''} · pool ${fmtBytes(s.pool.totalBytes)}`;
-  $('t-jpm').textContent = fmtNum(jpm[0] === null ? null : jpm[0] + jpm[1] + jpm[2], 1);
-  $('t-jpm-sub').textContent = `uptime ${fmtDuration(s.uptimeS)}`;
-  $('server-info').textContent = `${s.closing ? 'shutting down · ' : ''}pacer ${p.name} · ${workers.length} ${s.devices[0]?.kind ?? ''} worker${workers.length === 1 ? '' : 's'}`;
+  $('server-info').textContent = `${s.closing ? 'shutting down · ' : ''}pacer ${s.pacer.name} · ${workers.length} worker${workers.length === 1 ? '' : 's'} · up ${fmtDuration(s.uptimeS)}`;
+  showPacer({ name: s.pacer.name, ...s.pacer }, workers.filter((w) => w.state !== 'lost').length, p);
+  showStale();
+}
 
-  showPacer({ name: p.name, ...p }, workers.filter((w) => w.state !== 'lost').length);
+/** Greys the figures (and says how old they are) when the last status is more than 3 s old. */
+function showStale() {
+  const age = latest ? (Date.now() - latestAt) / 1000 : Infinity;
+  const stale = age > 3;
+  document.body.dataset.stale = String(stale);
+  if (stale && latest) setConnection('down', `server unreachable · figures from ${fmtDuration(age)} ago`);
 }
 
 const TERM_NAMES = {
@@ -312,18 +350,42 @@ const TERM_NAMES = {
   credit: ['token credit', (v) => fmtNum(v, 2)],
 };
 
+/** The pacer's mode as words that say what it means (the raw mode stays in data-mode). */
+function modeWords(mode, partitions) {
+  const inFlight = partitions ? partitions.preparing + partitions.waiting + partitions.onDevice : 0;
+  switch (mode) {
+    case 'idle':
+      return inFlight > 0 ? ['all dispatched', 'nothing queued to dispatch; partitions in flight finish'] : ['idle', 'no work in the system'];
+    case 'bootstrap':
+      return ['measuring', 'no device time measured yet: dispatching a few partitions to measure it'];
+    case 'steady':
+      return ['pacing', 'dispatching at the measured device rate, corrected towards the waiting target'];
+    case 'hold':
+      return ['holding', 'enough is prepared or preparing: dispatch waits'];
+    case 'blocked':
+      return ['blocked', 'the memory budget or the preparation cap is full: dispatch waits for room'];
+    default:
+      return [mode ?? '–', ''];
+  }
+}
+
 let liveWorkers = 1;
-function showPacer(p, workers = liveWorkers) {
+let lastPartitions = null;
+function showPacer(p, workers = liveWorkers, partitions = lastPartitions) {
   liveWorkers = workers;
+  lastPartitions = partitions;
   if (p.name) $('pacer-name').textContent = p.name;
   const mode = $('pacer-mode');
-  mode.textContent = p.mode;
+  const [word, title] = modeWords(p.mode, partitions);
+  mode.textContent = word;
+  mode.title = title;
   mode.dataset.mode = p.mode;
+  const queued = partitions ? partitions.queued > 0 : true;
   $('p-capacity').textContent = p.ratePerSec === null ? '–' : `${fmtNum(p.ratePerSec)} /s`;
   // Each worker takes one item at a time: busy time per item = workers ÷ capacity.
   $('p-busy').textContent = p.ratePerSec ? fmtMs((workers / p.ratePerSec) * 1000) : '–';
-  $('p-interval').textContent = p.intervalMs === null ? 'on events' : fmtMs(p.intervalMs);
-  $('p-rate').textContent = p.intervalMs ? `${fmtNum(1000 / p.intervalMs)} /s` : '–';
+  $('p-interval').textContent = !queued ? '– (nothing queued)' : p.intervalMs === null ? 'on events' : fmtMs(p.intervalMs);
+  $('p-rate').textContent = queued && p.intervalMs ? `${fmtNum(1000 / p.intervalMs)} /s` : '–';
   const terms = $('p-terms');
   terms.replaceChildren(
     ...Object.entries(p.terms ?? {}).map(([k, v]) => {
@@ -503,6 +565,25 @@ function showMessage(text) {
   m.hidden = !text;
 }
 
+/** The first click arms the button ("confirm cancel?") for 4 s; the second cancels. */
+function cancelClicked(id, button) {
+  if (button.dataset.armed !== 'true') {
+    button.dataset.armed = 'true';
+    button.textContent = 'Confirm cancel?';
+    button.classList.add('armed');
+    setTimeout(() => {
+      if (button.dataset.armed !== 'true' || cancelling.has(id)) return;
+      button.dataset.armed = 'false';
+      button.textContent = 'Cancel';
+      button.classList.remove('armed');
+    }, 4000);
+    return;
+  }
+  button.dataset.armed = 'false';
+  button.classList.remove('armed');
+  void cancelJob(id, button);
+}
+
 async function cancelJob(id, button) {
   cancelling.add(id);
   button.disabled = true;
@@ -524,7 +605,7 @@ async function cancelJob(id, button) {
 
 function makeRow(job) {
   const button = el('button', { class: 'cancel', type: 'button', text: 'Cancel', title: `cancel job ${job.id}` });
-  button.addEventListener('click', () => void cancelJob(job.id, button));
+  button.addEventListener('click', () => cancelClicked(job.id, button));
   const tr = el(
     'tr',
     { 'data-job-id': job.id },
@@ -535,6 +616,7 @@ function makeRow(job) {
     el('td', { class: 'num progress' }),
     el('td', { class: 'num submitted' }),
     el('td', { class: 'num duration' }),
+    el('td', { class: 'reason' }),
     el('td', { class: 'action' }, button),
   );
   return { tr, button, key: '' };
@@ -551,7 +633,11 @@ function updateRow(job) {
   const stateEl = r.tr.querySelector('.state');
   stateEl.textContent = job.state;
   stateEl.dataset.state = job.state;
-  if (job.error) stateEl.title = `${job.error.code}: ${job.error.reason}`;
+  const reason = job.error ? `${job.error.code}: ${job.error.reason}` : '';
+  stateEl.title = reason;
+  const reasonEl = r.tr.querySelector('.reason');
+  reasonEl.textContent = reason;
+  reasonEl.title = reason;
   const key = `${job.state}|${(job.partitionStates ?? []).join(',')}|${job.partitionsDone}`;
   if (key !== r.key) {
     r.key = key;
@@ -564,7 +650,7 @@ function updateRow(job) {
   if (!cancelling.has(job.id)) {
     r.button.hidden = !isLive(job);
     r.button.disabled = !isLive(job);
-    r.button.textContent = 'Cancel';
+    if (r.button.dataset.armed !== 'true') r.button.textContent = 'Cancel';
   }
 }
 
@@ -597,14 +683,14 @@ function refreshJobsSoon() {
 
 // ─── Event stream ─────────────────────────────────────────────────────────────────────────────
 
-const EVENT_TYPES = ['job.submitted', 'job.started', 'job.partition', 'job.done', 'job.failed', 'job.cancelled', 'pacer'];
+const EVENT_TYPES = ['job.submitted', 'job.started', 'job.partition', 'job.done', 'job.failed', 'job.cancelled', 'pacer', 'gap'];
 const FEED_MAX = 40;
 
 function feed(e) {
   const list = $('events');
   const time = clock(Date.parse(e.time) / 1000);
-  const detail = e.type === 'job.submitted' ? `${e.kind}, ${e.partitions} partitions` : e.reason ? `${e.code}: ${e.reason}` : '';
-  const li = el('li', { class: `ev-${e.type.split('.')[1]}` }, el('span', { class: 't', text: time }), `${e.type} ${e.id ?? ''} ${detail}`);
+  const detail = e.type === 'job.submitted' ? `${e.kind}, ${e.partitions} partitions` : e.type === 'gap' ? `events missed while disconnected: ${e.reason}` : e.reason ? `${e.code}: ${e.reason}` : '';
+  const li = el('li', { class: `ev-${e.type.split('.')[1] ?? e.type}` }, el('span', { class: 't', text: time }), `${e.type} ${e.id ?? ''} ${detail}`);
   list.prepend(li);
   while (list.children.length > FEED_MAX) list.lastElementChild.remove();
 }
@@ -630,12 +716,19 @@ function connectEvents() {
 
 function start() {
   connectEvents();
+  // The charts open with the server's last WINDOW_S seconds, then take each new sample.
+  let historyLoaded = false;
+  every(1000, async () => {
+    onHistory(await getJson(`v1/history?since=${historyLoaded ? 10 : WINDOW_S}s`));
+    historyLoaded = true;
+  });
   every(1000, async () => {
     try {
       onStatus(await getJson('v1/status'));
       pollFailures = 0;
     } catch (e) {
       if (++pollFailures >= 2) setConnection('down', 'server unreachable');
+      showStale();
       throw e;
     }
   });
@@ -649,7 +742,7 @@ function start() {
   canvas.addEventListener('mouseleave', () => ($('wf-tip').hidden = true));
   new ResizeObserver(() => drawWaterfall()).observe(canvas.parentElement);
   // For tests and the curious: the charts' data.
-  window.stoker = { get charts() { return charts; }, history, wf };
+  window.stoker = { get charts() { return charts; }, samples, get status() { return latest; }, wf };
 }
 
 start();

@@ -21,6 +21,8 @@ import { formatMetric, formatTable } from './table.js';
 export interface Io {
   out: (s: string) => void;
   err: (s: string) => void;
+  /** Whether err is a terminal (progress then redraws one line). */
+  errIsTTY?: boolean;
 }
 
 /** Bad input from the command line (exit code 2); the message says what to write instead. */

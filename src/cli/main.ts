@@ -17,6 +17,7 @@ export type { Io } from './commands.js';
 const defaultIo: Io = {
   out: (s) => void process.stdout.write(s),
   err: (s) => void process.stderr.write(s),
+  errIsTTY: process.stderr.isTTY,
 };
 
 function version(): string {
@@ -147,7 +148,8 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .description("wait for a job's end and print its result (exit 0 done, 1 failed or cancelled, 3 timed out)")
     .argument('<id>', 'a job id')
     .option('--timeout <duration>', 'give up after this long (30s, 5m, 1h)', '1h')
-    .action(async (id: string, flags: ClientFlags & { timeout: string }) => {
+    .option('--progress', "show the job's partitions as they move, on stderr (a bar on a terminal, a line per change otherwise)")
+    .action(async (id: string, flags: ClientFlags & { timeout: string; progress?: boolean }) => {
       setExit(await waitCommand(id, flags, io));
     });
 

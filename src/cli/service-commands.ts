@@ -182,8 +182,17 @@ export function durationMs(text: string, what: string): number {
 }
 
 /** `stoker wait <id>`: long-polls until the job ends; exit 0 when done, 1 when failed or cancelled, 3 on timeout. */
-export async function waitCommand(id: string, flags: ClientFlags & { timeout: string }, io: Io): Promise<number> {
+export async function waitCommand(id: string, flags: ClientFlags & { timeout: string; progress?: boolean }, io: Io): Promise<number> {
   const deadline = Date.now() + durationMs(flags.timeout, '--timeout');
+  if (flags.progress) {
+    const ended = await followProgress(id, flags, io, deadline);
+    if (ended) {
+      show(io, ended);
+      return ended.state === 'done' ? 0 : 1;
+    }
+    io.err(`job ${id} is still running after --timeout ${flags.timeout}\n`);
+    return 3;
+  }
   for (;;) {
     const left = deadline - Date.now();
     // In ms: whole seconds would round the last second down to wait=0s and poll in a busy loop.
@@ -199,6 +208,77 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
       return 3;
     }
   }
+}
+
+interface ProgressEvent {
+  type: 'progress' | 'end';
+  state?: string;
+  partitions?: number;
+  counts?: Record<string, number>;
+  job?: { state: string; partitions: number };
+}
+
+/** One progress line: a bar of done partitions on a terminal, the counts after it. */
+export function progressLine(e: Required<Pick<ProgressEvent, 'state' | 'partitions' | 'counts'>>, bar: boolean): string {
+  const c = e.counts;
+  const done = c['done'] ?? 0;
+  const parts = [['preparing', 'preparing'], ['waiting', 'waiting'], ['on-device', 'on device'], ['queued', 'queued'], ['failed', 'failed'], ['cancelled', 'cancelled']]
+    .filter(([k]) => (c[k as string] ?? 0) > 0)
+    .map(([k, label]) => `${c[k as string]} ${label}`);
+  const width = 30;
+  const filled = e.partitions > 0 ? Math.round((done / e.partitions) * width) : 0;
+  const head = bar ? `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ` : '';
+  return `${head}${done}/${e.partitions} done${parts.length ? ` · ${parts.join(' · ')}` : ''} · ${e.state}`;
+}
+
+/**
+ * Follows GET /v1/jobs/:id/events until the job ends (returns its view) or the deadline (returns
+ * undefined), drawing progress on stderr; a dropped stream is opened again (its first event is
+ * the whole picture, so nothing is missed).
+ */
+async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: number): Promise<{ state: string } | undefined> {
+  const url = new URL(`v1/jobs/${encodeURIComponent(id)}/events`, flags.server.endsWith('/') ? flags.server : `${flags.server}/`);
+  const tty = io.errIsTTY === true;
+  let lastLine = '';
+  while (Date.now() < deadline) {
+    const ac = new AbortController();
+    const timer = setTimeout(() => ac.abort(), Math.max(0, deadline - Date.now()));
+    try {
+      const res = await fetch(url, { signal: ac.signal, headers: { accept: 'text/event-stream' } });
+      if (res.status === 404) throw new ClientError(`404 Not found: no job has id ${JSON.stringify(id)}`, 2);
+      if (res.status !== 200 || !res.body) throw new Error(`GET ${url.pathname} answered ${res.status}`);
+      let buf = '';
+      for await (const chunk of res.body.pipeThrough(new TextDecoderStream())) {
+        buf += chunk;
+        let i: number;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const data = buf.slice(0, i).split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
+          buf = buf.slice(i + 2);
+          if (!data) continue;
+          const e = JSON.parse(data) as ProgressEvent;
+          if (e.type === 'end' && e.job) {
+            if (tty && lastLine) io.err('\n');
+            return e.job;
+          }
+          if (e.type === 'progress' && e.counts && e.partitions !== undefined && e.state) {
+            const line = progressLine({ state: e.state, partitions: e.partitions, counts: e.counts }, tty);
+            if (line === lastLine) continue;
+            lastLine = line;
+            io.err(tty ? `\r\x1b[2K${id}: ${line}` : `${id}: ${line}\n`);
+          }
+        }
+      }
+    } catch (e) {
+      if (e instanceof ClientError) throw e;
+      if (ac.signal.aborted) break;
+      // The server went away or restarted: try again in a second (until the deadline).
+      await new Promise((r) => setTimeout(r, 1000));
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+  if (tty && lastLine) io.err('\n');
+  return undefined;
 }
 
 /** `stoker cancel <id>`. */

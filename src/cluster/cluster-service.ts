@@ -230,6 +230,9 @@ export class ClusterService implements ApiService {
   get events() {
     return this.local.events;
   }
+  replay(lastEventId: string) {
+    return this.local.replay(lastEventId);
+  }
   get metrics() {
     return this.local.metrics;
   }

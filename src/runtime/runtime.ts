@@ -72,6 +72,8 @@ export interface RuntimeOptions<I, P, O, R> {
   clock?: Clock;
   /** Records every engine step (what ran where, and the pipeline's levels) for a waterfall or a trace. */
   timeline?: TimelineRecorder;
+  /** Called after every engine step with its event and the commands it returned, before they are carried out. */
+  onStep?: (event: EngineEvent, commands: readonly Command[]) => void;
 }
 
 export interface RuntimeStatus {
@@ -110,6 +112,7 @@ export class Runtime<I, P, O, R> {
   private readonly workload: Workload<I, P, O, R>;
   private readonly deviceTimeoutMs: number;
   private readonly timeline: TimelineRecorder | undefined;
+  private readonly onStep: ((event: EngineEvent, commands: readonly Command[]) => void) | undefined;
   private readonly jobs = new Map<string, JobCtx<I, O, R>>();
   /** Jobs whose engine part has ended but whose finish() is still running. */
   private finishing = 0;
@@ -129,6 +132,7 @@ export class Runtime<I, P, O, R> {
     this.clock = options.clock ?? systemClock;
     this.deviceTimeoutMs = options.deviceTimeoutMs ?? Infinity;
     this.timeline = options.timeline;
+    this.onStep = options.onStep;
     if (!(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be > 0 (got ${String(options.deviceTimeoutMs)})`);
     const pacer = typeof options.pacer === 'object' ? options.pacer : createPacer(options.pacer ?? 'stoker', options.pacerOptions ?? {});
     this.engine = new Engine({
@@ -236,6 +240,7 @@ export class Runtime<I, P, O, R> {
     const cmds = this.engine.apply(event);
     this.timeline?.record(event, cmds, this.engine.snapshot, this.engine.budget.held);
     this.occupancy.record(event, cmds);
+    this.onStep?.(event, cmds);
     before?.();
     for (const c of cmds) this.carryOut(c);
     this.syncPool();

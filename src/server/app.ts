@@ -7,8 +7,9 @@ import type { EventEmitter } from 'node:events';
 import type { Registry } from 'prom-client';
 import type { ChromeTrace } from '../web/chrome-trace.js';
 import type { ServeConfig } from './config.js';
-import type { HistorySample } from './history.js';
-import { notFound, ServiceError, type JobView, type KindView, type ServiceEvent, type TimelineView } from './service.js';
+import type { Replay } from './event-log.js';
+import type { HistoryView } from './history.js';
+import { countPartitions, isFinal, notFound, partitionStatesOf, ServiceError, type JobProgressEvent, type JobView, type KindView, type ServiceEvent, type TimelineView } from './service.js';
 
 type MaybePromise<T> = T | Promise<T>;
 
@@ -18,7 +19,10 @@ type MaybePromise<T> = T | Promise<T>;
  */
 export interface ApiService {
   readonly config: ServeConfig;
+  /** Emits `event` (a ServiceEvent and its SSE id) and `close`. */
   readonly events: EventEmitter;
+  /** The events after a client's Last-Event-ID, or the gap it must be told of. */
+  replay(lastEventId: string): Replay<ServiceEvent>;
   readonly metrics: { readonly registry: Registry };
   submit(raw: unknown): MaybePromise<{ job: JobView; created: boolean }>;
   job(id: string): MaybePromise<JobView | undefined>;
@@ -28,8 +32,10 @@ export interface ApiService {
   status(): MaybePromise<object>;
   kindList(): KindView[];
   timelineView(sinceMs: number, maxSpans?: number): TimelineView;
-  historyView(sinceMs: number): { now: number; intervalS: number; samples: HistorySample[] };
+  historyView(sinceMs: number): HistoryView;
   trace(sinceMs: number): ChromeTrace;
+  /** One job's progress as it happens (see Service.watchJob); without it, `GET /v1/jobs/:id/events` polls the job's view. */
+  watchJob?(id: string, listener: (e: JobProgressEvent) => void): () => void;
   /** Cluster mode only: `GET /v1/cluster`. */
   cluster?(): Promise<object>;
 }
@@ -69,6 +75,29 @@ export function parseSince(text: string): number | string {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
   if (!m) return `since must be a duration such as 30s, 5m or 1h (got ${JSON.stringify(text)})`;
   return Number(m[1]) * ({ ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's'] as number);
+}
+
+/** Job progress by polling the job's view every 500 ms (a service that cannot watch, e.g. a cluster's job on another node). */
+function pollJob(service: ApiService, id: string, listener: (e: JobProgressEvent) => void): () => void {
+  let last: string[] = [];
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  const tick = async () => {
+    const v = await service.job(id);
+    if (stopped || !v) return;
+    const states = partitionStatesOf(v);
+    const changes = states.flatMap((stage, partition) => (last[partition] === stage ? [] : [{ partition, stage }]));
+    last = states;
+    const time = new Date().toISOString();
+    if (changes.length > 0) listener({ type: 'progress', time, job: id, state: v.state, partitions: v.partitions, counts: countPartitions(states), changes });
+    if (isFinal(v.state)) listener({ type: 'end', time, job: v });
+    else timer = setTimeout(() => void tick(), 500);
+  };
+  void tick();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
 }
 
 /** Whether an Accept header asks for raw bytes rather than JSON (application/octet-stream ranked above application/json). */
@@ -241,12 +270,57 @@ export function buildApp(service: ApiService): FastifyInstance {
     return reply.type(service.metrics.registry.contentType).send(text);
   });
 
-  app.get('/v1/events', (req, reply) => {
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/events', async (req, reply) => {
+    const id = req.params.id;
+    // An unknown job is a 404 problem, before the stream starts.
+    if (!(await service.job(id))) throw notFound(id);
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
-    res.write(': stoker events\n\n');
-    const send = (e: ServiceEvent) => res.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
+    res.write(': stoker job events\nretry: 2000\n\n');
+    const ping = setInterval(() => res.write(': ping\n\n'), 15_000);
+    let unwatch: (() => void) | undefined;
+    let stopped = false;
+    const stop = () => {
+      if (stopped) return;
+      stopped = true;
+      clearInterval(ping);
+      unwatch?.();
+      service.events.off('close', stop);
+      res.end();
+    };
+    const send = (e: JobProgressEvent) => {
+      if (stopped) return;
+      res.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
+      if (e.type === 'end') stop();
+    };
+    req.raw.on('close', stop);
+    service.events.once('close', stop);
+    try {
+      const u = service.watchJob ? service.watchJob(id, send) : pollJob(service, id, send);
+      if (stopped) u();
+      else unwatch = u;
+    } catch (e) {
+      // The job went (purged) between the check and the watch.
+      res.write(`event: error\ndata: ${JSON.stringify({ type: 'error', detail: e instanceof Error ? e.message : String(e) })}\n\n`);
+      stop();
+    }
+  });
+
+  app.get<{ Querystring: { lastEventId?: string } }>('/v1/events', (req, reply) => {
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    // Reconnect after 2 s; every event has an id, so a reconnecting client says where it was.
+    res.write(': stoker events\nretry: 2000\n\n');
+    const send = (e: ServiceEvent, eventId: string) => res.write(`id: ${eventId}\nevent: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
+    const last = req.headers['last-event-id'] ?? req.query.lastEventId;
+    if (typeof last === 'string' && last !== '') {
+      const r = service.replay(last);
+      // A gap carries the latest id: the client's position moves to now.
+      if ('gap' in r) res.write(`id: ${r.now}\nevent: gap\ndata: ${JSON.stringify({ type: 'gap', time: new Date().toISOString(), ...r.gap })}\n\n`);
+      else for (const { event, eventId } of r.events) send(event, eventId);
+    }
     const ping = setInterval(() => res.write(': ping\n\n'), 15_000);
     service.events.on('event', send);
     const stop = () => {

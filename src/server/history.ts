@@ -51,6 +51,17 @@ export interface HistorySample {
   kinds: Record<string, { partitions: Levels; jobsEnded: Ended; jobSeconds: number }>;
 }
 
+/** `GET /v1/history`: the samples of a recent window, oldest first. */
+export interface HistoryView {
+  /** The server's now, epoch ms. */
+  now: number;
+  /** Seconds between samples. */
+  intervalS: number;
+  /** The devices in the order of the samples' per-device arrays. */
+  devices: { name: string; workers: number }[];
+  samples: HistorySample[];
+}
+
 const round6 = (v: number) => Math.round(v * 1e6) / 1e6;
 const finite = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 

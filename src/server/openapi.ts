@@ -81,7 +81,14 @@ export function openApiDocument(maxWaitS: number): object {
           },
         },
       },
-      '/v1/events': { get: { summary: 'Server-sent events: job.submitted, job.started, job.partition, job.done, job.failed, job.cancelled, pacer (every second)', responses: { '200': { description: 'text/event-stream' } } } },
+      '/v1/jobs/{id}/events': {
+        get: {
+          summary: "Server-sent events of one job: 'progress' at once with every partition (counts by stage, changes), again whenever partitions move (preparing, waiting, on-device, done), then 'end' with the job's view; the stream then closes",
+          parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }],
+          responses: { '200': { description: 'text/event-stream' }, '404': problemResponse('No such job') },
+        },
+      },
+      '/v1/events': { get: { summary: "Server-sent events: job.submitted, job.started, job.partition, job.done, job.failed, job.cancelled, pacer (every second). Every event has an id; a client reconnecting with Last-Event-ID (header, or ?lastEventId=) gets the job events it missed (the last 10,000 are kept), or a 'gap' event saying why it cannot (the server restarted, or the buffer no longer holds them)", responses: { '200': { description: 'text/event-stream' } } } },
       '/v1/timeline': {
         get: {
           summary: 'What ran where over a recent window, and the pipeline levels (the dashboard waterfall); times in epoch ms',

@@ -16,7 +16,8 @@ import { ConfigError, deviceType, type DeviceConfig, type ServeConfig } from './
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { KindRouter, type RoutedInput } from './kinds.js';
-import { History, type HistoryReading, type HistorySample } from './history.js';
+import { EventLog, type Replay } from './event-log.js';
+import { History, type HistoryReading, type HistoryView } from './history.js';
 import { ServiceMetrics } from './metrics.js';
 
 /**
@@ -89,6 +90,41 @@ export interface JobView {
   error: { code: string; reason: string } | null;
 }
 
+/** Partitions of one job by stage. */
+export type PartitionCounts = Record<PartitionState, number>;
+
+/** What `GET /v1/jobs/:id/events` streams: the job's partitions as they move, then its end. */
+export type JobProgressEvent =
+  | {
+      type: 'progress';
+      time: string;
+      job: string;
+      state: JobState;
+      partitions: number;
+      /** Partitions by stage now. */
+      counts: PartitionCounts;
+      /** The partitions that moved since the last event (all of them in the first), and where to. */
+      changes: { partition: number; stage: PartitionState }[];
+    }
+  | { type: 'end'; time: string; job: JobView };
+
+const PARTITION_STATES: readonly PartitionState[] = ['queued', 'preparing', 'waiting', 'on-device', 'done', 'failed', 'cancelled'];
+
+/** Partitions by stage. */
+export function countPartitions(states: readonly PartitionState[]): PartitionCounts {
+  const c = Object.fromEntries(PARTITION_STATES.map((st) => [st, 0])) as PartitionCounts;
+  for (const st of states) c[st]++;
+  return c;
+}
+
+/** Each partition's stage as a job view shows it (from the recorded count once the job is not live here). */
+export function partitionStatesOf(v: JobView): PartitionState[] {
+  if (v.partitionStates) return v.partitionStates;
+  const rest: PartitionState = v.state === 'done' ? 'done' : v.state === 'queued' || v.state === 'running' ? 'queued' : v.state;
+  const done = v.state === 'done' ? v.partitions : Math.min(v.partitions, v.partitionsDone);
+  return Array.from({ length: v.partitions }, (_, i) => (i < done ? 'done' : rest));
+}
+
 /** A kind as `GET /v1/kinds` lists it. */
 export interface KindView {
   name: string;
@@ -129,7 +165,10 @@ const MAX_REMEMBERED_RUNS = 1000;
  * partitions; each job ends exactly once in the journal.
  */
 export class Service {
+  /** Emits `event` (a ServiceEvent and its SSE id) and `close`. */
   readonly events = new EventEmitter();
+  /** Every event numbered, the job events kept for clients that reconnect (`Last-Event-ID`). */
+  readonly eventLog = new EventLog<ServiceEvent>();
   readonly metrics: ServiceMetrics;
   readonly pool = new BufferPool();
   readonly startedAt = Date.now();
@@ -148,6 +187,8 @@ export class Service {
   /** Per kind: jobs ended since start by state, and their summed latency (s). */
   private readonly endedByKind = new Map<string, { ended: { done: number; failed: number; cancelled: number }; jobSeconds: number }>();
   private readonly historyTimer: NodeJS.Timeout;
+  /** Per watched job (`GET /v1/jobs/:id/events`): its listeners and the partition states last sent. */
+  private readonly watchers = new Map<string, { listeners: Set<(e: JobProgressEvent) => void>; last: PartitionState[] }>();
   private closing = false;
   private journalClosed = false;
   /** Ends of jobs a full journal could not record yet (readers see them; retried every second). */
@@ -208,6 +249,9 @@ export class Service {
       retries: config.engine.retries,
       deviceTimeoutMs: config.engine.deviceTimeoutS * 1000,
       timeline: this.timeline,
+      onStep: () => {
+        if (this.watchers.size > 0) for (const id of this.watchers.keys()) this.progress(id);
+      },
     });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     this.pacerTimer = setInterval(() => {
@@ -241,9 +285,58 @@ export class Service {
   }
 
   /** The history samples of the last `sinceMs` (see {@link History}). */
-  historyView(sinceMs: number): { now: number; intervalS: number; samples: HistorySample[] } {
+  historyView(sinceMs: number): HistoryView {
     const now = Date.now();
-    return { now, intervalS: 1, samples: this.history.samples(now - sinceMs) };
+    return { now, intervalS: 1, devices: this.devices.map((d) => ({ name: d.name, workers: d.config.workers })), samples: this.history.samples(now - sinceMs) };
+  }
+
+  /**
+   * Streams one job's progress to `listener`: at once a `progress` event with every partition,
+   * then one whenever partitions move, then `end` with the job's view (after which it is not
+   * called again). Returns the unsubscribe function.
+   * @throws {ServiceError} 404 for an unknown job.
+   */
+  watchJob(id: string, listener: (e: JobProgressEvent) => void): () => void {
+    const j = this.stored(id);
+    if (!j) throw notFound(id);
+    const v = this.view(j);
+    const states = partitionStatesOf(v);
+    const time = new Date().toISOString();
+    listener({ type: 'progress', time, job: id, state: v.state, partitions: v.partitions, counts: countPartitions(states), changes: states.map((stage, partition) => ({ partition, stage })) });
+    if (isFinal(v.state)) {
+      listener({ type: 'end', time, job: v });
+      return () => {};
+    }
+    let w = this.watchers.get(id);
+    if (!w) this.watchers.set(id, (w = { listeners: new Set(), last: states }));
+    w.listeners.add(listener);
+    return () => {
+      w.listeners.delete(listener);
+      if (w.listeners.size === 0 && this.watchers.get(id) === w) this.watchers.delete(id);
+    };
+  }
+
+  /** Sends a watched job's partitions that moved since the last event (or its end). */
+  private progress(id: string, ended = false): void {
+    const w = this.watchers.get(id);
+    const j = w && this.stored(id);
+    if (!w || !j) return;
+    const v = this.view(j);
+    const time = new Date().toISOString();
+    const states = partitionStatesOf(v);
+    const changes = states.flatMap((stage, partition) => (w.last[partition] === stage ? [] : [{ partition, stage }]));
+    w.last = states;
+    const events: JobProgressEvent[] = changes.length > 0 ? [{ type: 'progress', time, job: id, state: v.state, partitions: v.partitions, counts: countPartitions(states), changes }] : [];
+    if (ended || isFinal(v.state)) {
+      events.push({ type: 'end', time, job: v });
+      this.watchers.delete(id);
+    }
+    for (const e of events) for (const l of [...w.listeners]) l(e);
+  }
+
+  /** The events after `lastEventId` for a reconnecting client, or the gap it must know of. */
+  replay(lastEventId: string): Replay<ServiceEvent> {
+    return this.eventLog.since(lastEventId);
   }
 
   /** Jobs ended since this server started, by kind and state (every loaded kind, 0 included). */
@@ -606,6 +699,7 @@ export class Service {
     e.ended[outcome.state]++;
     e.jobSeconds += seconds;
     this.metrics.jobEnded(kind, outcome.state, seconds);
+    this.progress(id, true);
     this.emit(outcome.state === 'done' ? { type: 'job.done', id } : { type: `job.${outcome.state}`, id, code: outcome.code, reason: outcome.reason });
     const set = this.waiters.get(id);
     if (set) for (const wake of [...set]) wake();
@@ -648,7 +742,8 @@ export class Service {
   }
 
   private emit(e: Omit<ServiceEvent, 'time'>): void {
-    this.events.emit('event', { time: new Date().toISOString(), ...e });
+    const logged = this.eventLog.add({ time: new Date().toISOString(), ...e } as ServiceEvent, e.type === 'pacer');
+    this.events.emit('event', logged.event, logged.eventId);
   }
 
   private view(j: JournalJob): JobView {

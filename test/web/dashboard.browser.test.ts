@@ -68,11 +68,13 @@ describe.skipIf(!haveBrowser && !required)('the dashboard in headless chromium',
     // The job to cancel from the page: one long preparation per partition.
     const sleep = await http(base, 'POST', '/v1/jobs', { id: SLEEP_ID, kind: 'sleep', partitions: 2, input: { prepareMs: 60_000 } });
     expect(sleep.status, JSON.stringify(sleep.body)).toBe(202);
-    // Background load: a small ntt-proof job every ~300 ms while the test runs (bounded).
+    // Background load: a small ntt-proof job every ~300 ms while the test runs (bounded); for the
+    // README's picture, jobs of 2^19 coefficients (~0.1 s of device time a partition) keep the workers busy.
+    const logN = process.env['STOKER_SCREENSHOT_DIR'] ? 19 : 12;
     load = (async () => {
       for (let i = 0; !loadStop && i < 1000; i++) {
         try {
-          const r = await http(base, 'POST', '/v1/jobs', { id: `load-${i}`, kind: 'ntt-proof', partitions: 4, input: { logN: 12, synthesisMs: 200, seed: i } });
+          const r = await http(base, 'POST', '/v1/jobs', { id: `load-${i}`, kind: 'ntt-proof', partitions: 4, input: { logN, synthesisMs: 200, seed: i } });
           if (r.status === 202) submitted++;
           else loadErrors.push(`${r.status} ${JSON.stringify(r.body)}`);
         } catch (e) {
@@ -147,8 +149,9 @@ describe.skipIf(!haveBrowser && !required)('the dashboard in headless chromium',
       500,
     );
     // The pacer panel shows a mode and a measured capacity.
-    const mode = await page.textContent('#pacer-mode');
-    expect(['bootstrap', 'steady', 'idle', 'blocked', 'hold']).toContain(mode);
+    // The mode in words that say what it means; the raw mode stays in data-mode.
+    expect(['bootstrap', 'steady', 'idle', 'blocked', 'hold']).toContain(await page.getAttribute('#pacer-mode', 'data-mode'));
+    expect(['measuring', 'pacing', 'all dispatched', 'idle', 'blocked', 'holding']).toContain(await page.textContent('#pacer-mode'));
     await waitUntil(async () => ((await page.textContent('#p-capacity')) ?? '–').includes('/s') || undefined, 30_000, 'a measured capacity', 250);
   }, 180_000);
 
@@ -171,6 +174,11 @@ describe.skipIf(!haveBrowser && !required)('the dashboard in headless chromium',
     const row = page.locator(`tr[data-job-id="${SLEEP_ID}"]`);
     await row.waitFor({ state: 'attached', timeout: 30_000 });
     expect(['queued', 'running']).toContain(await row.getAttribute('data-state'));
+    // Cancel asks once more before it acts: the first click only arms the button.
+    await row.locator('button.cancel').click({ timeout: 30_000 });
+    expect(await row.locator('button.cancel').textContent()).toBe('Confirm cancel?');
+    await pause(300);
+    expect((await http(s.url, 'GET', `/v1/jobs/${SLEEP_ID}`)).body?.state).not.toBe('cancelled');
     await row.locator('button.cancel').click({ timeout: 30_000 });
     const job = await waitUntil(
       async () => {
@@ -184,7 +192,55 @@ describe.skipIf(!haveBrowser && !required)('the dashboard in headless chromium',
     expect(job.error?.code).toBe('E_CANCELLED');
     await waitUntil(async () => ((await row.getAttribute('data-state')) === 'cancelled' ? true : undefined), 10_000, 'the table to show cancelled', 100);
     expect(await row.locator('.state').textContent()).toBe('cancelled');
+    // The reason is in the table, not only in a tooltip.
+    expect(await row.locator('.reason').textContent()).toBe('E_CANCELLED: cancelled on request');
     await waitUntil(async () => ((await row.locator('button.cancel').isHidden()) ? true : undefined), 10_000, 'the Cancel button to go', 100);
+  }, 90_000);
+
+  it('shows the same occupancy as the API, and a reloaded page shows the history at once', async () => {
+    const s = server as ServerProcess;
+    // The chart's latest point is the history sample of the same time, to the 3 decimals it keeps.
+    const shown = await waitUntil(
+      async () => {
+        const t = Number(await page.getAttribute('#chart-occupancy', 'data-t'));
+        const last = JSON.parse((await page.getAttribute('#chart-occupancy', 'data-last')) ?? 'null') as number[] | null;
+        return t > 0 && last ? { t, last } : undefined;
+      },
+      30_000,
+      'an occupancy point',
+      250,
+    );
+    const h = (await http(s.url, 'GET', '/v1/history?since=15m')).body as { samples: { t: number; occupancy: number[]; workerOccupancy: number[][] }[] };
+    const sample = h.samples.find((x) => x.t === shown.t * 1000);
+    expect(sample, `a history sample at ${shown.t * 1000}`).toBeDefined();
+    const api = [...(sample?.occupancy ?? []), ...(sample?.workerOccupancy.flat() ?? [])];
+    expect(shown.last.length).toBe(api.length);
+    shown.last.forEach((v, i) => expect(Math.abs(v - (api[i] as number))).toBeLessThanOrEqual(0.0005));
+    for (const v of api) expect(v).toBeLessThanOrEqual(1);
+
+    // Reload: the charts fill from the server's history, not from what the new tab polls.
+    const held = await waitUntil(
+      async () => {
+        const n = ((await http(s.url, 'GET', '/v1/history?since=15m')).body as { samples: unknown[] }).samples.length;
+        return n >= 15 ? n : undefined;
+      },
+      30_000,
+      '15 s of history',
+      500,
+    );
+    const t0 = Date.now();
+    await page.reload({ timeout: 30_000 });
+    const points = await waitUntil(
+      async () => {
+        const n = (await chartState(page))['occupancy']?.points ?? 0;
+        return n >= held - 2 ? n : undefined;
+      },
+      10_000,
+      'the reloaded page to show the history',
+      100,
+    );
+    // Far more points than the seconds since the reload: they came from the history.
+    expect(points).toBeGreaterThan((Date.now() - t0) / 1000 + 5);
   }, 90_000);
 
   it('saves a screenshot, with no errors on the page and the load accepted', async () => {

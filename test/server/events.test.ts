@@ -1,0 +1,171 @@
+/**
+ * Events that can be resumed, and one job's progress. The event log numbers every event and keeps
+ * a bounded buffer of job events; a real EventSource (the `eventsource` package) reconnecting with
+ * Last-Event-ID gets what it missed, or a `gap` event after a server restart. GET /v1/jobs/:id/events
+ * streams a job's partitions as they move; `stoker wait --progress` draws them.
+ */
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import { EventSource } from 'eventsource';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EventLog } from '../../src/server/event-log.js';
+import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+
+describe('EventLog', () => {
+  it('replays what a client missed, and says when it cannot', () => {
+    const log = new EventLog<{ n: number }>(4);
+    const ids = Array.from({ length: 12 }, (_, n) => log.add({ n }, n % 4 === 3).eventId);
+    // Transient events (the periodic pacer ones) get ids but are not replayed.
+    const r = log.since(ids[8] as string);
+    expect('events' in r && r.events.map((e) => e.event.n)).toEqual([9, 10]);
+    expect(log.since(ids[11] as string)).toEqual({ events: [] });
+    // Kept events were dropped past the bound (4, trimmed at 5): older positions are a gap.
+    const old = log.since(ids[0] as string);
+    expect('gap' in old && old.gap.reason).toMatch(/no longer holds/);
+    expect('gap' in old && old.now).toBe(ids[11]);
+    const other = new EventLog<{ n: number }>();
+    const restart = other.since(ids[5] as string);
+    expect('gap' in restart && restart.gap.reason).toMatch(/server restarted/);
+    expect('gap' in log.since('nonsense') && true).toBe(true);
+    expect('gap' in log.since(`${log.boot}-99`) && true).toBe(true);
+  });
+});
+
+async function freePort(): Promise<number> {
+  const srv = net.createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => srv.close(() => r()));
+  return port;
+}
+
+/** Reads a whole SSE response of a stream that ends: each event's id, type and data. */
+async function readEvents(url: string, headers: Record<string, string> = {}, stopAfter = Infinity): Promise<{ id?: string; event?: string; data: any }[]> {
+  const ac = new AbortController();
+  const res = await fetch(url, { headers, signal: ac.signal });
+  const out: { id?: string; event?: string; data: any }[] = [];
+  let buf = '';
+  try {
+    for await (const chunk of (res.body as ReadableStream<Uint8Array>).pipeThrough(new TextDecoderStream())) {
+      buf += chunk;
+      let i: number;
+      while ((i = buf.indexOf('\n\n')) >= 0) {
+        const block = buf.slice(0, i).split('\n');
+        buf = buf.slice(i + 2);
+        const field = (f: string) => block.find((l) => l.startsWith(`${f}: `))?.slice(f.length + 2);
+        const data = field('data');
+        if (data === undefined) continue;
+        out.push({ id: field('id'), event: field('event'), data: JSON.parse(data) });
+        if (out.length >= stopAfter) {
+          ac.abort();
+          return out;
+        }
+      }
+    }
+  } catch (e) {
+    if (!ac.signal.aborted) throw e;
+  }
+  return out;
+}
+
+describe('GET /v1/events across a restart (a real EventSource)', () => {
+  let dir: string;
+  let server: ServerProcess | undefined;
+  beforeAll(() => {
+    dir = tempDataDir();
+  });
+  afterAll(async () => {
+    if (server && server.child.exitCode === null) await server.crash();
+    removeDir(dir);
+  });
+
+  it('gives every event an id, replays missed events to Last-Event-ID, and sends a gap after a restart', async () => {
+    const port = await freePort();
+    server = await startServer(dir, ['--port', String(port)]);
+    const base = server.url;
+    const seen: { type: string; lastEventId: string; data: any }[] = [];
+    const es = new EventSource(`${base}/v1/events`);
+    for (const type of ['job.submitted', 'job.started', 'job.done', 'gap']) es.addEventListener(type, (m) => seen.push({ type, lastEventId: m.lastEventId, data: JSON.parse(m.data) }));
+    try {
+      await new Promise<void>((resolve, reject) => {
+        es.onopen = () => resolve();
+        es.onerror = () => reject(new Error('the event stream did not open'));
+      });
+      es.onerror = null;
+      expect((await http(base, 'POST', '/v1/jobs', { id: 'ev-1', kind: 'sleep', partitions: 2, input: { prepareMs: 20 } })).status).toBe(202);
+      await waitUntil(async () => seen.find((e) => e.type === 'job.done' && e.data.id === 'ev-1'), 20_000, 'ev-1 done');
+      for (const e of seen) expect(e.lastEventId).toMatch(/^[0-9a-f]+-\d+$/);
+      // A reconnect from job.submitted replays what followed it, in order.
+      const submitted = seen.find((e) => e.type === 'job.submitted') as { lastEventId: string };
+      const replay = await readEvents(`${base}/v1/events`, { 'last-event-id': submitted.lastEventId }, 2);
+      expect(replay.map((e) => e.event)).toEqual(['job.started', 'job.partition']);
+      expect(replay[0]?.id).toBe(seen.find((e) => e.type === 'job.started')?.lastEventId);
+
+      // Restart on the same port: the EventSource reconnects by itself (retry: 2000) with its last id.
+      expect(await server.stop()).toBe(0);
+      server = await startServer(dir, ['--port', String(port)]);
+      const gap = await waitUntil(async () => seen.find((e) => e.type === 'gap'), 20_000, 'a gap event after the restart', 50);
+      expect(gap.data.reason).toMatch(/server restarted/);
+      expect(gap.data.lastEventId).toBe(seen.filter((e) => e.type !== 'gap').at(-1)?.lastEventId);
+      // And it goes on receiving the new server's events.
+      expect((await http(server.url, 'POST', '/v1/jobs', { id: 'ev-2', kind: 'sleep', partitions: 1 })).status).toBe(202);
+      await waitUntil(async () => seen.find((e) => e.type === 'job.done' && e.data.id === 'ev-2'), 20_000, 'ev-2 done on the new server');
+    } finally {
+      es.close();
+    }
+  }, 60_000);
+});
+
+describe('one job’s progress', () => {
+  let dir: string;
+  let server: ServerProcess;
+  beforeAll(async () => {
+    dir = tempDataDir();
+    server = await startServer(dir, [], { STOKER_DEVICE_WORKERS: '1' });
+  });
+  afterAll(async () => {
+    await server.stop();
+    removeDir(dir);
+  });
+
+  it('GET /v1/jobs/:id/events streams the partitions as they move, then the end', async () => {
+    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'pg-1', kind: 'sleep', partitions: 4, input: { prepareMs: 50, deviceMs: 30 } })).status).toBe(202);
+    const events = await readEvents(`${server.url}/v1/jobs/pg-1/events`);
+    const progress = events.filter((e) => e.event === 'progress').map((e) => e.data);
+    expect(progress.length).toBeGreaterThanOrEqual(4);
+    // The first event has every partition; each later one only those that moved, with the counts after.
+    expect(progress[0].changes).toHaveLength(4);
+    for (const p of progress) expect(Object.values(p.counts as Record<string, number>).reduce((a, b) => a + b, 0)).toBe(4);
+    const stages = new Set(progress.flatMap((p) => (p.changes as { stage: string }[]).map((c) => c.stage)));
+    for (const st of ['waiting', 'on-device', 'done']) expect(stages, st).toContain(st);
+    const last = events.at(-1);
+    expect(last?.event).toBe('end');
+    expect(last?.data.job).toMatchObject({ id: 'pg-1', state: 'done', partitionsDone: 4 });
+    // A finished job: its picture and its end at once.
+    const again = await readEvents(`${server.url}/v1/jobs/pg-1/events`);
+    expect(again.map((e) => e.event)).toEqual(['progress', 'end']);
+    expect(again[0]?.data.counts.done).toBe(4);
+    expectProblem404(await http(server.url, 'GET', '/v1/jobs/nope/events'));
+  }, 30_000);
+
+  it('stoker wait --progress prints a line per change off a terminal, then the result', async () => {
+    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'pg-2', kind: 'sleep', partitions: 3, input: { prepareMs: 1500, deviceMs: 200 } })).status).toBe(202);
+    const child = spawn(process.execPath, [CLI, 'wait', 'pg-2', '--progress', '--server', server.url], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    child.stderr.on('data', (b: Buffer) => (err += b.toString()));
+    const code = await new Promise<number | null>((r) => child.once('exit', r));
+    expect(code).toBe(0);
+    const lines = err.trim().split('\n');
+    expect(lines.length).toBeGreaterThanOrEqual(2);
+    for (const l of lines) expect(l).toMatch(/^pg-2: \d\/3 done/);
+    expect(lines.at(-1)).toMatch(/^pg-2: 3\/3 done/);
+    expect(JSON.parse(out)).toMatchObject({ id: 'pg-2', state: 'done' });
+  }, 30_000);
+});
+
+function expectProblem404(r: { status: number; body: any }): void {
+  expect(r.status).toBe(404);
+  expect(r.body.type).toMatch(/not-found$/);
+}
