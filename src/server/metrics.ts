@@ -82,6 +82,8 @@ export class ServiceMetrics {
   constructor(service: MetricsSource) {
     const r = this.registry;
     collectDefaultMetrics({ register: r });
+    // Gauges that prom-client names like counters (promtool rejects them); CPU, memory, heap, GC and event-loop lag stay.
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) r.removeSingleMetric(name);
     const devices = () => service.deviceNames();
     const one = (value: number) => [{ labels: {}, value }];
     readGauge(r, 'stoker_jobs', 'Jobs in the journal by kind and state (queued, running, done, failed, cancelled)', ['kind', 'state'], () => {
