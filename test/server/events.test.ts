@@ -39,11 +39,15 @@ async function freePort(): Promise<number> {
   return port;
 }
 
+// Event payloads are checked field by field.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Data = any;
+
 /** Reads a whole SSE response of a stream that ends: each event's id, type and data. */
-async function readEvents(url: string, headers: Record<string, string> = {}, stopAfter = Infinity): Promise<{ id?: string; event?: string; data: any }[]> {
+async function readEvents(url: string, headers: Record<string, string> = {}, stopAfter = Infinity): Promise<{ id?: string; event?: string; data: Data }[]> {
   const ac = new AbortController();
   const res = await fetch(url, { headers, signal: ac.signal });
-  const out: { id?: string; event?: string; data: any }[] = [];
+  const out: { id?: string; event?: string; data: Data }[] = [];
   let buf = '';
   try {
     for await (const chunk of (res.body as ReadableStream<Uint8Array>).pipeThrough(new TextDecoderStream())) {
@@ -83,7 +87,7 @@ describe('GET /v1/events across a restart (a real EventSource)', () => {
     const port = await freePort();
     server = await startServer(dir, ['--port', String(port)]);
     const base = server.url;
-    const seen: { type: string; lastEventId: string; data: any }[] = [];
+    const seen: { type: string; lastEventId: string; data: Data }[] = [];
     const es = new EventSource(`${base}/v1/events`);
     for (const type of ['job.submitted', 'job.started', 'job.done', 'gap']) es.addEventListener(type, (m) => seen.push({ type, lastEventId: m.lastEventId, data: JSON.parse(m.data) }));
     try {
@@ -165,7 +169,7 @@ describe('one job’s progress', () => {
   }, 30_000);
 });
 
-function expectProblem404(r: { status: number; body: any }): void {
+function expectProblem404(r: { status: number; body: Data }): void {
   expect(r.status).toBe(404);
   expect(r.body.type).toMatch(/not-found$/);
 }
