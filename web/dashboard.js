@@ -284,6 +284,7 @@ function onHistory(h) {
   const i = samples.length - 1;
   const x = samples[i];
   readout('r-occupancy', historyDevices.map((d, k) => [d.name, fmtPct(x.occupancy[k])]));
+  showKinds(i);
   const win = windowBefore(i, RATE_WINDOW_S);
   const completed = smoothed(win, 'completedPerS');
   readout('r-rates', [
@@ -296,6 +297,38 @@ function onHistory(h) {
   readout('r-jobs', [['done', String(e.done)], ['failed', String(e.failed)], ['cancelled', String(e.cancelled)], ['over', span]]);
   $('t-jpm').textContent = String(e.done + e.failed + e.cancelled);
   $('t-jpm-sub').textContent = `done ${e.done} · failed ${e.failed} · cancelled ${e.cancelled} · ${span}`;
+}
+
+/** The kinds table: each kind's partitions now and its jobs over the trailing minute. */
+function showKinds(i) {
+  const win = windowBefore(i, 60);
+  const x = samples[i];
+  const body = $('kinds').tBodies[0];
+  body.replaceChildren(
+    ...Object.entries(x.kinds).map(([name, k]) => {
+      const sum = (key) => win.reduce((a, y) => a + (y.kinds[name]?.jobsEnded[key] ?? 0), 0);
+      const ended = sum('done') + sum('failed') + sum('cancelled');
+      const latency = ended > 0 ? win.reduce((a, y) => a + (y.kinds[name]?.jobSeconds ?? 0), 0) / ended : null;
+      const num = (v) => el('td', { class: 'num', text: String(v) });
+      return el('tr', { 'data-kind': name }, el('td', { class: 'kind', text: name }), num(k.partitions.queued), num(k.partitions.preparing), num(k.partitions.waiting), num(k.partitions.onDevice), num(sum('done')), num(sum('failed')), num(sum('cancelled')), el('td', { class: 'num', text: latency === null ? '–' : fmtDuration(latency) }));
+    }),
+  );
+}
+
+/** The cluster table (cluster mode only: the status has a `cluster` part; a single server has no v1/cluster). */
+async function refreshCluster() {
+  const c = await getJson('v1/cluster');
+  $('cluster-panel').hidden = false;
+  const t = c.totals;
+  $('cluster-caption').textContent = `${t.nodes} live node${t.nodes === 1 ? '' : 's'} · ${t.workers} workers · occupancy ${fmtPct(t.occupancy)} · capacity ${fmtNum(t.capacity)}/s · ${t.inFlight} in flight · ${t.jobsHeld} jobs held · queued ${c.queue.waiting + c.queue.prioritized + c.queue.delayed}${c.unserved.length ? ` · no node runs: ${c.unserved.join(', ')}` : ''}`;
+  const num = (v) => el('td', { class: 'num', text: v });
+  $('cluster').tBodies[0].replaceChildren(
+    ...c.nodes.map((n) => {
+      const link = el('a', { href: n.url, text: n.nodeId });
+      const [word] = modeWords(n.pacerMode, null);
+      return el('tr', { 'data-node': n.nodeId, class: n.nodeId === c.node ? 'self' : '' }, el('td', {}, link), el('td', { text: n.kinds.join(', ') }), num(fmtPct(n.occupancy)), num(n.capacity === null ? '–' : `${fmtNum(n.capacity)}/s`), num(String(n.inFlight)), num(String(n.jobsHeld)), el('td', { text: word }), num(n.updatedAt ? ago(n.updatedAt) : '–'));
+    }),
+  );
 }
 
 function workerList(s) {
@@ -737,6 +770,10 @@ function start() {
     drawWaterfall();
   });
   every(2000, refreshJobs);
+  // Cluster mode: the whole cluster from any node.
+  every(2000, async () => {
+    if (latest?.cluster) await refreshCluster();
+  });
   const canvas = $('waterfall');
   canvas.addEventListener('mousemove', waterfallHover);
   canvas.addEventListener('mouseleave', () => ($('wf-tip').hidden = true));

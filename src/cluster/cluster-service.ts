@@ -99,8 +99,10 @@ export interface NodeInfo {
   url: string;
   /** The pacer's measured device rate, partitions/s (null before it measured). */
   capacity: number | null;
-  /** Busy fraction of the node's device workers over the last heartbeat interval. */
+  /** Busy fraction of the node's device workers over the last heartbeat interval (running partitions included: ≤ 1). */
   occupancy: number;
+  /** The node's pacer: its mode (bootstrap, steady, hold, blocked, idle). */
+  pacerMode: string;
   /** Partitions preparing, waiting or on a device. */
   inFlight: number;
   jobsHeld: number;
@@ -307,7 +309,8 @@ export class ClusterService implements ApiService {
   start(url: string): void {
     this.started = true;
     this.url = url;
-    this.lastBusy = { t: performance.now(), busyS: this.busyS() };
+    const t = performance.now();
+    this.lastBusy = { t, busyS: this.busyS(t) };
     void this.beat();
     this.heartbeat = setInterval(() => void this.beat(), this.config.cluster.heartbeatMs);
     for (const w of this.workers.values()) void w.startStalledCheckTimer();
@@ -461,6 +464,7 @@ export class ClusterService implements ApiService {
         url: h['url'] ?? '',
         capacity: h['capacity'] === '' || h['capacity'] === undefined ? null : Number(h['capacity']),
         occupancy: Number(h['occupancy'] ?? 0),
+        pacerMode: h['pacerMode'] ?? '',
         inFlight: Number(h['inFlight'] ?? 0),
         jobsHeld: Number(h['jobsHeld'] ?? 0),
         workers: Number(h['workers'] ?? 0),
@@ -489,7 +493,16 @@ export class ClusterService implements ApiService {
     }
     const queue = await this.counts(names, ...types);
     const unserved = kinds.filter((k) => k.nodes.length === 0 && k.queued > 0).map((k) => k.name);
-    return { node: this.nodeId, lockMs: this.config.cluster.lockMs, heartbeatMs: this.config.cluster.heartbeatMs, queue, nodes, kinds, unserved };
+    const workers = nodes.reduce((a, n) => a + n.workers, 0);
+    const totals = {
+      nodes: nodes.length,
+      workers,
+      capacity: nodes.reduce((a, n) => a + (n.capacity ?? 0), 0),
+      occupancy: workers > 0 ? nodes.reduce((a, n) => a + n.occupancy * n.workers, 0) / workers : null,
+      inFlight: nodes.reduce((a, n) => a + n.inFlight, 0),
+      jobsHeld: nodes.reduce((a, n) => a + n.jobsHeld, 0),
+    };
+    return { node: this.nodeId, lockMs: this.config.cluster.lockMs, heartbeatMs: this.config.cluster.heartbeatMs, queue, totals, nodes, kinds, unserved };
   }
 
   /** How many times each of these jobs' completion was recorded (tests: exactly once). */
@@ -720,19 +733,22 @@ export class ClusterService implements ApiService {
     });
   }
 
-  private busyS(): number {
-    return this.local.status().devices.reduce((a, d) => a + d.workers.reduce((b, w) => b + w.busyS, 0), 0);
+  /** Busy seconds of all the node's workers up to `at` (performance.now() ms), running partitions included. */
+  private busyS(at: number): number {
+    return this.local.workerBusyMs(at).reduce((a, row) => row.reduce((b, v) => b + v, a), 0) / 1000;
   }
 
   private async beat(): Promise<void> {
     if (this.closing) return;
-    const st = this.local.status();
     const now = performance.now();
-    const busyS = this.busyS();
-    const workers = st.devices.reduce((a, d) => a + d.workers.length, 0);
+    const busyS = this.busyS(now);
+    const workers = this.local.workerStates().reduce((a, ws) => a + ws.length, 0);
     const dt = (now - this.lastBusy.t) / 1000;
-    const occupancy = dt > 0 && workers > 0 ? Math.min(1, (busyS - this.lastBusy.busyS) / (dt * workers)) : 0;
+    // At most 1 without clamping: the meter gives no window more busy time than its length.
+    const occupancy = dt > 0 && workers > 0 ? (busyS - this.lastBusy.busyS) / (dt * workers) : 0;
     this.lastBusy = { t: now, busyS };
+    const counters = this.local.counters;
+    const pacer = this.local.pacerState();
     const key = K.node(this.nodeId);
     try {
       await this.redis
@@ -740,9 +756,10 @@ export class ClusterService implements ApiService {
         .hset(key, {
           nodeId: this.nodeId,
           url: this.url,
-          capacity: st.pacer.ratePerSec ?? '',
+          capacity: pacer.ratePerSec ?? '',
           occupancy: occupancy.toFixed(4),
-          inFlight: st.partitions.inFlight,
+          pacerMode: pacer.mode,
+          inFlight: counters.preparing + counters.waiting + counters.onDevice,
           jobsHeld: this.held.size,
           workers,
           busyS: busyS.toFixed(3),

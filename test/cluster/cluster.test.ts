@@ -108,6 +108,26 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
     }
   }, 30_000);
 
+  it('one node’s GET /v1/cluster shows every node at work: occupancy (≤ 1), pacer mode, capacity, and the totals', async () => {
+    // Long device steps on every node: 12 jobs of 4 partitions, 150 ms each on a device.
+    for (let i = 0; i < 12; i++) expect((await http([a, b, c][i % 3]!.url, 'POST', '/v1/jobs', sleepJob(`busy:${i}`, i, 4, { prepareMs: 5, deviceMs: 150 }))).status).toBe(202);
+    type Cluster = { totals: { nodes: number; workers: number; occupancy: number | null; inFlight: number; jobsHeld: number; capacity: number }; nodes: (NodeRow & { pacerMode: string; workers: number })[] };
+    const seen = await waitUntil(async () => {
+      const r = (await http(a.url, 'GET', '/v1/cluster')).body as Cluster;
+      return r.nodes.length === 3 && r.nodes.filter((n) => n.occupancy > 0.3).length >= 2 ? r : undefined;
+    }, 20_000, 'two busy nodes seen from n1', 100);
+    for (const n of seen.nodes) {
+      expect(n.occupancy).toBeLessThanOrEqual(1);
+      expect(['bootstrap', 'steady', 'hold', 'blocked', 'idle']).toContain(n.pacerMode);
+    }
+    expect(seen.totals.nodes).toBe(3);
+    expect(seen.totals.workers).toBe(seen.nodes.reduce((x, n) => x + n.workers, 0));
+    expect(seen.totals.inFlight).toBe(seen.nodes.reduce((x, n) => x + n.inFlight, 0));
+    expect(seen.totals.jobsHeld).toBe(seen.nodes.reduce((x, n) => x + n.jobsHeld, 0));
+    expect(seen.totals.occupancy).toBeCloseTo(seen.nodes.reduce((x, n) => x + n.occupancy * n.workers, 0) / seen.totals.workers, 6);
+    for (let i = 0; i < 12; i++) expect((await http(a.url, 'GET', `/v1/jobs/busy:${i}/result?wait=30s`)).body.state).toBe('done');
+  }, 60_000);
+
   it('submission is idempotent across nodes: same id and body → 200 and the same job, another body → 409', async () => {
     const body = sleepJob('idem:1', 7, 1, { prepareMs: 10, deviceMs: 1 });
     expect((await http(a.url, 'POST', '/v1/jobs', body)).status).toBe(202);

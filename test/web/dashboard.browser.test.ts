@@ -218,6 +218,11 @@ describe.skipIf(!haveBrowser && !required)('the dashboard in headless chromium',
     shown.last.forEach((v, i) => expect(Math.abs(v - (api[i] as number))).toBeLessThanOrEqual(0.0005));
     for (const v of api) expect(v).toBeLessThanOrEqual(1);
 
+    // Per kind: a row for each kind the server runs; the cluster panel only in cluster mode.
+    await page.locator('#kinds tr[data-kind="ntt-proof"]').waitFor({ state: 'attached', timeout: 10_000 });
+    expect(await page.locator('#kinds tr[data-kind="sleep"]').count()).toBe(1);
+    expect(await page.locator('#cluster-panel').isHidden()).toBe(true);
+
     // Reload: the charts fill from the server's history, not from what the new tab polls.
     const held = await waitUntil(
       async () => {
