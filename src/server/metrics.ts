@@ -108,7 +108,7 @@ export class ServiceMetrics {
     readCounter(r, 'stoker_device_worker_busy_seconds_total', 'Time each worker was busy, the running part of its item included: rate() of it is that worker’s occupancy (≤ 1 in every window)', ['device', 'worker'], () =>
       service.workerBusyMs().flatMap((row, d) => row.map((ms, i) => ({ labels: { device: devices()[d] ?? String(d), worker: String(i) }, value: ms / 1000 }))),
     );
-    readCounter(r, 'stoker_device_busy_seconds_total', "Device time the workers measured themselves for finished partitions, per device: the pacer's input (rate() ÷ workers is occupancy, booked at each partition's end)", ['device'], () =>
+    readCounter(r, 'stoker_device_busy_seconds_total', "Device time the workers measured themselves for finished partitions, per device: the pacer's input, booked when each partition ends (for occupancy use stoker_device_worker_busy_seconds_total)", ['device'], () =>
       service.counters.devices.map((d, i) => ({ labels: { device: devices()[i] ?? String(i) }, value: d.busyMs / 1000 })),
     );
     readGauge(r, 'stoker_pacer_capacity_partitions_per_second', "The pacer's estimate of the devices' capacity (0 until measured)", [], () => one(service.pacerState().ratePerSec ?? 0));
