@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
+import type { PartitionState } from '../core/index.js';
 import type { JobState } from './journal.js';
 import { openApiDocument } from './openapi.js';
 import type { EventEmitter } from 'node:events';
@@ -9,7 +10,7 @@ import type { ChromeTrace } from '../web/chrome-trace.js';
 import type { ServeConfig } from './config.js';
 import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';
-import { countPartitions, isFinal, notFound, partitionStatesOf, ServiceError, type JobProgressEvent, type JobView, type KindView, type ServiceEvent, type TimelineView } from './service.js';
+import { isFinal, notFound, progressEvents, ServiceError, type JobProgressEvent, type JobView, type KindView, type ServiceEvent, type TimelineView } from './service.js';
 
 type MaybePromise<T> = T | Promise<T>;
 
@@ -79,19 +80,16 @@ export function parseSince(text: string): number | string {
 
 /** Job progress by polling the job's view every 500 ms (a service that cannot watch, e.g. a cluster's job on another node). */
 function pollJob(service: ApiService, id: string, listener: (e: JobProgressEvent) => void): () => void {
-  let last: string[] = [];
+  let last: PartitionState[] = [];
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
   const tick = async () => {
     const v = await service.job(id);
     if (stopped || !v) return;
-    const states = partitionStatesOf(v);
-    const changes = states.flatMap((stage, partition) => (last[partition] === stage ? [] : [{ partition, stage }]));
-    last = states;
-    const time = new Date().toISOString();
-    if (changes.length > 0) listener({ type: 'progress', time, job: id, state: v.state, partitions: v.partitions, counts: countPartitions(states), changes });
-    if (isFinal(v.state)) listener({ type: 'end', time, job: v });
-    else timer = setTimeout(() => void tick(), 500);
+    const p = progressEvents(v, last);
+    last = p.states;
+    for (const e of p.events) listener(e);
+    if (!isFinal(v.state)) timer = setTimeout(() => void tick(), 500);
   };
   void tick();
   return () => {

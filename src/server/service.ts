@@ -125,6 +125,20 @@ export function partitionStatesOf(v: JobView): PartitionState[] {
   return Array.from({ length: v.partitions }, (_, i) => (i < done ? 'done' : rest));
 }
 
+/**
+ * The progress events for a job view against the partition states last sent (`[]` for none yet:
+ * every partition is a change): a `progress` event when partitions moved, then `end` when the job
+ * has ended. Returns the states to remember.
+ */
+export function progressEvents(v: JobView, last: readonly PartitionState[]): { events: JobProgressEvent[]; states: PartitionState[] } {
+  const states = partitionStatesOf(v);
+  const changes = states.flatMap((stage, partition) => (last[partition] === stage ? [] : [{ partition, stage }]));
+  const time = new Date().toISOString();
+  const events: JobProgressEvent[] = changes.length > 0 ? [{ type: 'progress', time, job: v.id, state: v.state, partitions: v.partitions, counts: countPartitions(states), changes }] : [];
+  if (isFinal(v.state)) events.push({ type: 'end', time, job: v });
+  return { events, states };
+}
+
 /** A kind as `GET /v1/kinds` lists it. */
 export interface KindView {
   name: string;
@@ -299,14 +313,9 @@ export class Service {
   watchJob(id: string, listener: (e: JobProgressEvent) => void): () => void {
     const j = this.stored(id);
     if (!j) throw notFound(id);
-    const v = this.view(j);
-    const states = partitionStatesOf(v);
-    const time = new Date().toISOString();
-    listener({ type: 'progress', time, job: id, state: v.state, partitions: v.partitions, counts: countPartitions(states), changes: states.map((stage, partition) => ({ partition, stage })) });
-    if (isFinal(v.state)) {
-      listener({ type: 'end', time, job: v });
-      return () => {};
-    }
+    const { events, states } = progressEvents(this.view(j), []);
+    for (const e of events) listener(e);
+    if (isFinal(j.state)) return () => {};
     let w = this.watchers.get(id);
     if (!w) this.watchers.set(id, (w = { listeners: new Set(), last: states }));
     w.listeners.add(listener);
@@ -316,21 +325,14 @@ export class Service {
     };
   }
 
-  /** Sends a watched job's partitions that moved since the last event (or its end). */
-  private progress(id: string, ended = false): void {
+  /** Sends a watched job's partitions that moved since the last event, and its end. */
+  private progress(id: string): void {
     const w = this.watchers.get(id);
     const j = w && this.stored(id);
     if (!w || !j) return;
-    const v = this.view(j);
-    const time = new Date().toISOString();
-    const states = partitionStatesOf(v);
-    const changes = states.flatMap((stage, partition) => (w.last[partition] === stage ? [] : [{ partition, stage }]));
+    const { events, states } = progressEvents(this.view(j), w.last);
     w.last = states;
-    const events: JobProgressEvent[] = changes.length > 0 ? [{ type: 'progress', time, job: id, state: v.state, partitions: v.partitions, counts: countPartitions(states), changes }] : [];
-    if (ended || isFinal(v.state)) {
-      events.push({ type: 'end', time, job: v });
-      this.watchers.delete(id);
-    }
+    if (isFinal(j.state)) this.watchers.delete(id);
     for (const e of events) for (const l of [...w.listeners]) l(e);
   }
 
@@ -699,7 +701,7 @@ export class Service {
     e.ended[outcome.state]++;
     e.jobSeconds += seconds;
     this.metrics.jobEnded(kind, outcome.state, seconds);
-    this.progress(id, true);
+    this.progress(id);
     this.emit(outcome.state === 'done' ? { type: 'job.done', id } : { type: `job.${outcome.state}`, id, code: outcome.code, reason: outcome.reason });
     const set = this.waiters.get(id);
     if (set) for (const wake of [...set]) wake();

@@ -5,11 +5,10 @@
  * streams a job's partitions as they move; `stoker wait --progress` draws them.
  */
 import { spawn } from 'node:child_process';
-import net from 'node:net';
 import { EventSource } from 'eventsource';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventLog } from '../../src/server/event-log.js';
-import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+import { CLI, freePort, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
 describe('EventLog', () => {
   it('replays what a client missed, and says when it cannot', () => {
@@ -30,14 +29,6 @@ describe('EventLog', () => {
     expect('gap' in log.since(`${log.boot}-99`) && true).toBe(true);
   });
 });
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 // Event payloads are checked field by field.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any

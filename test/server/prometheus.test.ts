@@ -10,24 +10,15 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+import { freePort, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
 const PROMETHEUS = '/usr/bin/prometheus';
 const PROMTOOL = '/usr/bin/promtool';
 const have = fs.existsSync(PROMETHEUS) && fs.existsSync(PROMTOOL);
 const required = process.env['STOKER_REQUIRE_PROMETHEUS'] === '1';
 if (!have && !required) console.warn('SKIPPED: test/server/prometheus.test.ts: prometheus is not installed (apt-get install prometheus; with STOKER_REQUIRE_PROMETHEUS=1 this fails instead)');
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 describe.skipIf(!have && !required)('metrics scraped by a real Prometheus', () => {
   let dir: string;
