@@ -283,10 +283,16 @@ function onHistory(h) {
   if (samples.length === 0) return;
   const i = samples.length - 1;
   const x = samples[i];
-  readout('r-occupancy', historyDevices.map((d, k) => [d.name, fmtPct(x.occupancy[k])]));
+  // Each device's measured capacity over the rate window: live workers × completions ÷ device time.
+  const rateWin = windowBefore(i, RATE_WINDOW_S);
+  readout('r-occupancy', historyDevices.map((d, k) => {
+    const busyS = rateWin.reduce((a, y) => a + (y.devices[k]?.busyS ?? 0), 0);
+    const done = rateWin.reduce((a, y) => a + (y.devices[k]?.completions ?? 0), 0);
+    const cap = busyS > 0 ? ((x.devices[k]?.workers ?? 0) * done) / busyS : null;
+    return [d.name, `${fmtPct(x.occupancy[k])}${cap === null ? '' : ` · capacity ${fmtNum(cap)}/s`}`];
+  }));
   showKinds(i);
-  const win = windowBefore(i, RATE_WINDOW_S);
-  const completed = smoothed(win, 'completedPerS');
+  const completed = smoothed(rateWin, 'completedPerS');
   readout('r-rates', [
     ['capacity', x.capacityPerS === null ? '–' : `${fmtNum(x.capacityPerS)}/s`],
     ['target dispatch', x.partitions.queued > 0 && x.pacerTargetPerS !== null ? `${fmtNum(x.pacerTargetPerS)}/s` : '–'],

@@ -14,6 +14,8 @@ export interface HistoryReading {
   /** Partitions dispatched to preparation and completed on a device, so far. */
   dispatched: number;
   completed: number;
+  /** Per device: partitions completed so far, the device time measured for them (ms), and live workers now. */
+  devices: { completions: number; busyMs: number; workers: number }[];
   /** Per kind: jobs ended so far, and their summed latency in seconds. */
   kinds: Record<string, { ended: Ended; jobSeconds: number; partitions: Levels }>;
   partitions: Levels;
@@ -35,6 +37,12 @@ export interface HistorySample {
   /** Partitions dispatched to preparation / completed on a device per second, over the window. */
   dispatchedPerS: number;
   completedPerS: number;
+  /**
+   * Per device, over the window: partitions completed and the device time measured for them (s) —
+   * live workers × completions ÷ busy is the device's measured capacity (partitions/s at full
+   * occupancy; sum a few windows for a steadier figure) — and its live workers.
+   */
+  devices: { completions: number; busyS: number; workers: number }[];
   /** The pacer's measured device capacity (null until measured), the dispatch rate it aims at now (null: waits for events), and its mode. */
   capacityPerS: number | null;
   pacerTargetPerS: number | null;
@@ -108,6 +116,7 @@ export class History {
       workerOccupancy,
       dispatchedPerS: (r.dispatched - prev.dispatched) / dtS,
       completedPerS: (r.completed - prev.completed) / dtS,
+      devices: r.devices.map((d, i) => ({ completions: d.completions - (prev.devices[i]?.completions ?? 0), busyS: (d.busyMs - (prev.devices[i]?.busyMs ?? 0)) / 1000, workers: d.workers })),
       capacityPerS: finite(r.pacer.ratePerSec),
       pacerTargetPerS: r.pacer.intervalMs === null ? null : 1000 / r.pacer.intervalMs,
       pacerMode: r.pacer.mode,

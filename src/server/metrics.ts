@@ -111,6 +111,9 @@ export class ServiceMetrics {
     readCounter(r, 'stoker_device_busy_seconds_total', "Device time the workers measured themselves for finished partitions, per device: the pacer's input, booked when each partition ends (for occupancy use stoker_device_worker_busy_seconds_total)", ['device'], () =>
       service.counters.devices.map((d, i) => ({ labels: { device: devices()[i] ?? String(i) }, value: d.busyMs / 1000 })),
     );
+    readCounter(r, 'stoker_device_completed_partitions_total', 'Partitions completed per device: with stoker_device_busy_seconds_total, stoker_device_workers × rate(completed) ÷ rate(busy) is the device’s measured capacity', ['device'], () =>
+      service.counters.devices.map((d, i) => ({ labels: { device: devices()[i] ?? String(i) }, value: d.completions })),
+    );
     readGauge(r, 'stoker_pacer_capacity_partitions_per_second', "The pacer's estimate of the devices' capacity (0 until measured)", [], () => one(service.pacerState().ratePerSec ?? 0));
     readGauge(r, 'stoker_pacer_target_dispatch_partitions_per_second', 'The dispatch rate the pacer aims at now (0 while it waits for events): a target; rate(stoker_dispatched_partitions_total) is what was dispatched', [], () => {
       const i = service.pacerState().intervalMs;

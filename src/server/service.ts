@@ -290,6 +290,7 @@ export class Service {
       workerAlive: this.workerStates().map((ws) => ws.map((w) => w.alive)),
       dispatched: s.dispatched,
       completed: s.deviceCompletions,
+      devices: s.devices.map((d) => ({ completions: d.completions, busyMs: d.busyMs, workers: d.workers })),
       kinds,
       partitions: { queued: s.backlog, preparing: s.preparing, waiting: s.waiting, onDevice: s.onDevice },
       pacer: this.pacerState(),

@@ -111,6 +111,7 @@ describe('history in simulation equals the trace-derived truth', () => {
           const workerBusyMs = meter.busyMs(e.time);
           history.record({
             t: e.time, workerBusyMs, workerAlive: workerBusyMs.map((row) => row.map(() => true)), dispatched: snap.dispatched, completed: snap.deviceCompletions, kinds: {},
+            devices: snap.devices.map((d) => ({ completions: d.completions, busyMs: d.busyMs, workers: d.workers })),
             partitions: { queued: snap.backlog, preparing: snap.preparing, waiting: snap.waiting, onDevice: snap.onDevice }, pacer, waitingTarget: 2,
             memory: { reservedBytes: snap.budgetUsedBytes, idlePoolBytes: 0, budgetBytes: null },
           });
@@ -143,6 +144,13 @@ describe('history in simulation equals the trace-derived truth', () => {
         expect(x.completedPerS * x.windowS).toBeCloseTo(completed, 6);
       }
       expect(worst).toBeLessThanOrEqual(0.01);
+      // Per device: the completions and measured device time the windows add up to are the trace's.
+      for (const d of [0, 1]) {
+        const done = spans.filter((sp) => sp.kind === 'device' && sp.outcome === 'done' && lanes[sp.lane]?.device === d && (sp.end as number) <= (samples.at(-1) as HistorySample).t);
+        expect(samples.reduce((a, x) => a + (x.devices[d]?.completions ?? 0), 0)).toBe(done.length);
+        const busy = done.reduce((a, sp) => a + ((sp.end as number) - sp.start), 0) / 1000;
+        expect(samples.reduce((a, x) => a + (x.devices[d]?.busyS ?? 0), 0)).toBeCloseTo(busy, 6);
+      }
       expect(busyWindows).toBeGreaterThan(20);
     });
   }
