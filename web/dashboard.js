@@ -88,8 +88,37 @@ function jobColour(id, alpha = 1) {
 
 // ─── Fetching ─────────────────────────────────────────────────────────────────────────────────
 
+// A server started with server.token answers 401: the page asks for the token once per tab
+// (kept in sessionStorage) and sends it as a bearer token; the event stream takes it as ?access_token=.
+let token = sessionStorage.getItem('stoker-token');
+let tokenRefused = false;
+let asking = null;
+
+function askToken() {
+  asking ??= Promise.resolve().then(() => {
+    const t = tokenRefused ? null : window.prompt('This stoker server needs its token (server.token):');
+    if (!t) {
+      tokenRefused = true;
+      setConnection('down', 'token needed: reload the page to enter it');
+      return false;
+    }
+    token = t.trim();
+    sessionStorage.setItem('stoker-token', token);
+    connectEvents();
+    return true;
+  }).finally(() => (asking = null));
+  return asking;
+}
+
+async function api(path, opts = {}) {
+  const headers = { ...(opts.headers ?? {}), ...(token ? { authorization: `Bearer ${token}` } : {}) };
+  const res = await fetch(path, { cache: 'no-store', ...opts, headers });
+  if (res.status === 401 && (await askToken())) return api(path, opts);
+  return res;
+}
+
 async function getJson(path) {
-  const res = await fetch(path, { cache: 'no-store' });
+  const res = await api(path);
   if (!res.ok) throw new Error(`${path}: ${res.status}`);
   return res.json();
 }
@@ -628,7 +657,7 @@ async function cancelJob(id, button) {
   button.disabled = true;
   button.textContent = 'cancelling…';
   try {
-    const res = await fetch(`v1/jobs/${encodeURIComponent(id)}`, { method: 'DELETE' });
+    const res = await api(`v1/jobs/${encodeURIComponent(id)}`, { method: 'DELETE' });
     const body = await res.json();
     if (!res.ok) throw new Error(body.detail ?? `${res.status}`);
     showMessage('');
@@ -734,8 +763,11 @@ function feed(e) {
   while (list.children.length > FEED_MAX) list.lastElementChild.remove();
 }
 
+let events = null;
 function connectEvents() {
-  const es = new EventSource('v1/events');
+  events?.close();
+  const es = new EventSource(`v1/events${token ? `?access_token=${encodeURIComponent(token)}` : ''}`);
+  events = es;
   es.onopen = () => setConnection('live', 'live');
   es.onerror = () => setConnection('down', 'reconnecting…');
   for (const type of EVENT_TYPES) {

@@ -109,13 +109,17 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .action((flags: SpeedFlags) => speedCommand(flags, io));
 
   const server = (cmd: Command) =>
-    cmd.option('--server <url>', 'the stoker server (env STOKER_SERVER)', process.env['STOKER_SERVER'] ?? 'http://127.0.0.1:7070').option('--json', 'print the reply as JSON');
+    cmd
+      .option('--server <url>', 'the stoker server (env STOKER_SERVER)', process.env['STOKER_SERVER'] ?? 'http://127.0.0.1:7070')
+      .option('--token-file <file>', "the server's token (server.token), from the file's first line; else env STOKER_SERVER_TOKEN")
+      .option('--json', 'print the reply as JSON');
   const configured = (cmd: Command) =>
     cmd
       .option('-c, --config <file>', 'a TOML config file (see `stoker config print`)')
       .option('--host <host>', 'interface to listen on (default 127.0.0.1: this machine only)')
       .option('--port <n>', 'port to listen on (0: a free one)')
       .option('--data <dir>', 'the journal directory')
+      .option('--token-file <file>', 'server.token from the first line of this file: every API call then needs Authorization: Bearer <token>')
       .option('-k, --kind <file>', 'a job kind module (an ES module exporting name, prepare, run; see the README); repeatable', (v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
 
   configured(p.command('serve'))

@@ -12,13 +12,24 @@ export interface ConfigFlags {
   cluster?: string;
   /** --kind FILE, repeatable. */
   kind?: string[];
+  /** --token-file FILE: server.token from a file (its first line). */
+  tokenFile?: string;
+}
+
+/** The first line of a token file; a file that cannot be read is a usage error naming it. */
+function readToken(file: string, flag: string): string {
+  try {
+    return (fs.readFileSync(file, 'utf8').split('\n')[0] ?? '').trim();
+  } catch (e) {
+    throw new UsageError(`${flag} ${file}: cannot read it (${(e as NodeJS.ErrnoException).code ?? String(e)}): give a file whose first line is the token`);
+  }
 }
 
 function config(flags: ConfigFlags) {
   return loadConfig({
     ...(flags.config === undefined ? {} : { file: flags.config }),
     env: process.env,
-    flags: { ...(flags.host === undefined ? {} : { host: flags.host }), ...(flags.port === undefined ? {} : { port: flags.port }), ...(flags.data === undefined ? {} : { dataDir: flags.data }), ...(flags.cluster === undefined ? {} : { cluster: flags.cluster }), ...(flags.kind === undefined ? {} : { kinds: flags.kind }) },
+    flags: { ...(flags.host === undefined ? {} : { host: flags.host }), ...(flags.port === undefined ? {} : { port: flags.port }), ...(flags.data === undefined ? {} : { dataDir: flags.data }), ...(flags.cluster === undefined ? {} : { cluster: flags.cluster }), ...(flags.kind === undefined ? {} : { kinds: flags.kind }), ...(flags.tokenFile === undefined ? {} : { token: readToken(flags.tokenFile, '--token-file') }) },
   });
 }
 
@@ -79,13 +90,21 @@ export class ClientError extends Error {
 export interface ClientFlags {
   server: string;
   json?: boolean;
+  /** --token-file FILE; else $STOKER_SERVER_TOKEN. */
+  tokenFile?: string;
+}
+
+/** The Authorization header for a server with a token (from --token-file, else STOKER_SERVER_TOKEN). */
+function authHeader(flags: ClientFlags): Record<string, string> {
+  const token = flags.tokenFile !== undefined ? readToken(flags.tokenFile, '--token-file') : process.env['STOKER_SERVER_TOKEN'];
+  return token ? { authorization: `Bearer ${token}` } : {};
 }
 
 async function call(flags: ClientFlags, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
   const url = new URL(path, flags.server.endsWith('/') ? flags.server : `${flags.server}/`);
   let res: Response;
   try {
-    res = await fetch(url, { method, ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }) });
+    res = await fetch(url, { method, headers: { ...authHeader(flags), ...(body === undefined ? {} : { 'content-type': 'application/json' }) }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
   } catch (e) {
     const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e instanceof Error ? e.message : String(e));
     throw new ClientError(`cannot reach the server at ${flags.server} (${cause}): start it with \`stoker serve\`, or pass --server / set STOKER_SERVER`, 1);
@@ -244,7 +263,8 @@ async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: 
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(), Math.max(0, deadline - Date.now()));
     try {
-      const res = await fetch(url, { signal: ac.signal, headers: { accept: 'text/event-stream' } });
+      const res = await fetch(url, { signal: ac.signal, headers: { accept: 'text/event-stream', ...authHeader(flags) } });
+      if (res.status === 401) throw new ClientError('401 Unauthorized: this server needs a token: pass --token-file FILE or set STOKER_SERVER_TOKEN', 2);
       if (res.status === 404) throw new ClientError(`404 Not found: no job has id ${JSON.stringify(id)}`, 2);
       if (res.status !== 200 || !res.body) throw new Error(`GET ${url.pathname} answered ${res.status}`);
       let buf = '';

@@ -8,7 +8,7 @@ import type { ServeConfig } from '../server/config.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
 import { fileURLToPath } from 'node:url';
 import { compileInput, KindModuleError, moduleHash, type LoadedKind } from '../server/kind-module.js';
-import { loadServerKinds, type RunningServer } from '../server/serve.js';
+import { listen, loadServerKinds, refuseExposure, type RunningServer } from '../server/serve.js';
 import { conflict, isFinal, notFound, refusePastDeadline, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent } from '../server/service.js';
 
 /**
@@ -820,13 +820,14 @@ async function openLocal(config: ServeConfig): Promise<Service> {
 
 /** `stoker serve --cluster redis://…`: a cluster node. */
 export async function startClusterServer(config: ServeConfig): Promise<RunningServer> {
+  refuseExposure(config);
   const local = await openLocal(config);
   const cluster = new ClusterService(config, local);
   const app = buildApp(cluster);
   let address: string;
   try {
     await cluster.connect();
-    address = await app.listen({ host: config.server.host, port: config.server.port });
+    address = await listen(app, config);
   } catch (e) {
     await cluster.close();
     throw e;

@@ -1,9 +1,11 @@
 import { readFile } from 'node:fs/promises';
+import http from 'node:http';
 import { createRequire } from 'node:module';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { PartitionState } from '../core/index.js';
 import type { JobState } from './journal.js';
 import { openApiDocument } from './openapi.js';
+import { installAccess } from './access.js';
 import type { EventEmitter } from 'node:events';
 import type { Registry } from 'prom-client';
 import type { ChromeTrace } from '../web/chrome-trace.js';
@@ -166,8 +168,22 @@ const ASSETS: Record<string, { file: () => string | URL; type: string }> = {
 
 /** The HTTP API over a service (fastify). Every error is a problem-details body. */
 export function buildApp(service: ApiService): FastifyInstance {
+  const srv = service.config.server;
   const app = Fastify({
-    bodyLimit: service.config.server.bodyLimitBytes,
+    bodyLimit: srv.bodyLimitBytes,
+    // Slow clients: headers must arrive within headersTimeoutS, the whole request within
+    // requestTimeoutS, an idle keep-alive connection closes after keepAliveTimeoutS; Node checks
+    // every second (its default, 30 s, let a slow client hold a socket that long past its limit).
+    serverFactory: (handler) => {
+      const server = http.createServer({
+        requestTimeout: srv.requestTimeoutS * 1000,
+        headersTimeout: Math.min(srv.headersTimeoutS, srv.requestTimeoutS) * 1000,
+        keepAliveTimeout: srv.keepAliveTimeoutS * 1000,
+        connectionsCheckingInterval: 1000,
+      }, handler);
+      server.maxConnections = srv.maxConnections;
+      return server;
+    },
     logger: false,
     return503OnClosing: true,
     // Job ids are up to 200 characters, up to 3× that percent-encoded: the default (100) made
@@ -181,6 +197,18 @@ export function buildApp(service: ApiService): FastifyInstance {
   // the submit validation (a confusing 400 "expected object") instead of answering 415.
   app.removeContentTypeParser('text/plain');
 
+  installAccess(app, srv);
+  /** Open event streams, at most server.maxEventStreams. */
+  let streams = 0;
+  const openStream = (): (() => void) => {
+    if (streams >= srv.maxEventStreams) throw new ServiceError(503, 'too-many-streams', 'Too many event streams', `${streams} event streams are open (server.maxEventStreams): close one, or retry later`, { retryAfterS: srv.retryAfterS });
+    streams++;
+    let closed = false;
+    return () => {
+      if (!closed) streams--;
+      closed = true;
+    };
+  };
   app.setErrorHandler((err: FastifyError, _req, reply) => {
     if (err instanceof ServiceError) {
       return sendProblem(reply, { type: err.type, title: err.title, status: err.status, detail: err.detail, ...(err.extra.errors ? { errors: err.extra.errors } : {}) }, err.extra.retryAfterS);
@@ -272,6 +300,7 @@ export function buildApp(service: ApiService): FastifyInstance {
     const id = req.params.id;
     // An unknown job is a 404 problem, before the stream starts.
     if (!(await service.job(id))) throw notFound(id);
+    const release = openStream();
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
@@ -282,6 +311,7 @@ export function buildApp(service: ApiService): FastifyInstance {
     const stop = () => {
       if (stopped) return;
       stopped = true;
+      release();
       clearInterval(ping);
       unwatch?.();
       service.events.off('close', stop);
@@ -306,6 +336,7 @@ export function buildApp(service: ApiService): FastifyInstance {
   });
 
   app.get<{ Querystring: { lastEventId?: string } }>('/v1/events', (req, reply) => {
+    const release = openStream();
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
@@ -322,8 +353,10 @@ export function buildApp(service: ApiService): FastifyInstance {
     const ping = setInterval(() => res.write(': ping\n\n'), 15_000);
     service.events.on('event', send);
     const stop = () => {
+      release();
       clearInterval(ping);
       service.events.off('event', send);
+      service.events.off('close', stop);
       res.end();
     };
     req.raw.on('close', stop);

@@ -37,6 +37,22 @@ export interface ServerConfig {
   shutdownTimeoutS: number;
   /** Longest long-poll (seconds, > 0): a client asking for longer gets 202 after this and polls again. @default 300 */
   maxWaitS: number;
+  /** When set (≥ 16 characters), every API route needs `Authorization: Bearer <token>` (401 otherwise); the dashboard page and its assets stay public. `""`: none. @default "" */
+  token: string;
+  /** More names the `Host` header may give (besides loopback names and the bound address); a request naming another host gets 421, a state-changing one from a foreign `Origin` 403. @default [] */
+  allowedHosts: string[];
+  /** Listen on a non-loopback address without a token (otherwise refused at start). @default false */
+  openWithoutToken: boolean;
+  /** Seconds (> 0) a client may take to send a whole request; a slower one is cut off (408). @default 30 */
+  requestTimeoutS: number;
+  /** Seconds (> 0) a client may take to send the request headers. @default 10 */
+  headersTimeoutS: number;
+  /** Seconds (> 0) an idle keep-alive connection stays open. @default 5 */
+  keepAliveTimeoutS: number;
+  /** Most open connections (≥ 1); more are refused. @default 1024 */
+  maxConnections: number;
+  /** Most open event streams (`/v1/events`, `/v1/jobs/:id/events`; ≥ 1); more get 503 with Retry-After. @default 256 */
+  maxEventStreams: number;
 }
 
 /** The pacing engine. */
@@ -186,7 +202,7 @@ export interface LoadConfigOptions {
   /** The environment; `process.env` when omitted. An empty value counts as unset. */
   env?: NodeJS.ProcessEnv | Record<string, string | undefined>;
   /** Flags already parsed by the CLI. */
-  flags?: { host?: string; port?: string | number; dataDir?: string; cluster?: string; kinds?: readonly string[] };
+  flags?: { host?: string; port?: string | number; dataDir?: string; cluster?: string; kinds?: readonly string[]; /** The token read from --token-file. */ token?: string };
   /** Base of relative paths from the environment, the flags and the defaults. @default process.cwd() */
   cwd?: string;
 }
@@ -245,6 +261,24 @@ const serverShape = {
     return z.number(e).min(0, e).optional();
   })(),
   maxWaitS: positive('a number of seconds > 0', 'use e.g. 300'),
+  token: z
+    .string(err('a token of at least 16 characters, or ""', 'use e.g. the output of `openssl rand -hex 32`, or "" for none'))
+    .refine((v) => v === '' || (v.length >= 16 && !/\s/.test(v)), err('a token of at least 16 characters (no spaces), or ""', 'use e.g. the output of `openssl rand -hex 32`, or "" for none'))
+    .optional(),
+  allowedHosts: z
+    .preprocess(
+      (v) => (typeof v === 'string' ? v.split(',').map((h) => h.trim()).filter((h) => h !== '') : v),
+      z.array(z.string().regex(/^[A-Za-z0-9.\-:[\]]+$/), err('a list of host names', 'write e.g. allowedHosts = ["stoker.internal", "10.0.0.5"] (env: comma-separated)')),
+    )
+    .optional(),
+  openWithoutToken: z
+    .preprocess((v) => (v === 'true' ? true : v === 'false' ? false : v), z.boolean(err('true or false', 'use true only where the network itself keeps strangers out')))
+    .optional(),
+  requestTimeoutS: positive('a number of seconds > 0', 'use e.g. 30'),
+  headersTimeoutS: positive('a number of seconds > 0', 'use e.g. 10'),
+  keepAliveTimeoutS: positive('a number of seconds > 0', 'use e.g. 5'),
+  maxConnections: int(1, undefined, 'an integer ≥ 1', 'use e.g. 1024'),
+  maxEventStreams: int(1, undefined, 'an integer ≥ 1', 'use e.g. 256'),
 };
 const engineShape = {
   pacer: z
@@ -580,7 +614,7 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
   return { layer, base: cwd };
 }
 
-const FLAGS = { host: ['server.host', '--host'], port: ['server.port', '--port'], dataDir: ['dataDir', '--data'], cluster: ['cluster.redis', '--cluster'] } as const;
+const FLAGS = { host: ['server.host', '--host'], port: ['server.port', '--port'], dataDir: ['dataDir', '--data'], cluster: ['cluster.redis', '--cluster'], token: ['server.token', '--token-file'] } as const;
 
 function flagLayer(flags: NonNullable<LoadConfigOptions['flags']>, cwd: string, issues: ConfigIssue[]): Source {
   const layer: Layer = {};
@@ -599,7 +633,10 @@ function flagLayer(flags: NonNullable<LoadConfigOptions['flags']>, cwd: string, 
 function defaults(cwd: string): ServeConfig {
   return {
     dataDir: path.resolve(cwd, './stoker-data'),
-    server: { host: '127.0.0.1', port: 7070, bodyLimitBytes: 1_048_576, maxPendingJobs: 10_000, retryAfterS: 5, resultTtlS: 86_400, shutdownTimeoutS: 30, maxWaitS: 300 },
+    server: {
+      host: '127.0.0.1', port: 7070, bodyLimitBytes: 1_048_576, maxPendingJobs: 10_000, retryAfterS: 5, resultTtlS: 86_400, shutdownTimeoutS: 30, maxWaitS: 300,
+      token: '', allowedHosts: [], openWithoutToken: false, requestTimeoutS: 30, headersTimeoutS: 10, keepAliveTimeoutS: 5, maxConnections: 1024, maxEventStreams: 256,
+    },
     engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
     device: { kind: 'cpu', workers: 2 },
     prepare: { threads: defaultThreads(), concurrency: 64 },
@@ -731,7 +768,8 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
   const { budgetBytes, deviceTimeoutS, pacerOptions, ...engine } = c.engine;
   const doc = {
     dataDir: c.dataDir,
-    server: { ...c.server },
+    // The token is a secret: it is never printed (set it again from its file or variable).
+    server: { ...c.server, token: '' },
     engine: {
       ...engine,
       budgetBytes: Number.isFinite(budgetBytes) ? budgetBytes : 'unlimited',
@@ -746,7 +784,8 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
     ...(c.devices ? { devices: Object.fromEntries(Object.entries(c.devices).map(([n, d]) => [n, deviceToml(d)])) } : {}),
     ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module, ...(k.device === undefined ? {} : { device: k.device }) }])) } : {}),
   };
-  return `# stoker serve: the effective configuration (defaults < file < environment < flags)\n${stringify(doc).trim()}\n`;
+  const secret = c.server.token ? '# server.token is set and not printed: give it again (STOKER_SERVER_TOKEN or --token-file)\n' : '';
+  return `# stoker serve: the effective configuration (defaults < file < environment < flags)\n${secret}${stringify(doc).trim()}\n`;
 }
 
 // ─── Documentation ────────────────────────────────────────────────────────────────────────────
@@ -761,6 +800,14 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'server.resultTtlS': ['86400', 'seconds a finished job is kept'],
   'server.shutdownTimeoutS': ['30', 'seconds the partitions in flight may finish on shutdown (the rest resume on restart)'],
   'server.maxWaitS': ['300', 'longest long-poll (s); a longer wait is cut to it'],
+  'server.token': ['""', 'when set (≥ 16 chars), the API needs Authorization: Bearer <token> (flag --token-file)'],
+  'server.allowedHosts': ['[]', 'more names the Host header may give (env: comma-separated); others get 421'],
+  'server.openWithoutToken': ['false', 'listen off loopback without a token (otherwise refused at start)'],
+  'server.requestTimeoutS': ['30', 'seconds a client may take to send a whole request'],
+  'server.headersTimeoutS': ['10', 'seconds a client may take to send the headers'],
+  'server.keepAliveTimeoutS': ['5', 'seconds an idle keep-alive connection stays open'],
+  'server.maxConnections': ['1024', 'most open connections'],
+  'server.maxEventStreams': ['256', 'most open event streams; more get 503'],
   'engine.pacer': ['"stoker"', `a built-in pacer: ${PACER_NAMES.join(', ')}`],
   'engine.targetWaiting': ['4', 'items waiting for a device the pacer aims at (> 0)'],
   'engine.budgetBytes': ['"unlimited"', 'memory budget in bytes (> 0) or "unlimited"'],

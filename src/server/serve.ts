@@ -2,7 +2,8 @@ import { pathToFileURL } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { requireOptional } from '../runtime/optional.js';
 import { buildApp, type ApiService } from './app.js';
-import { deviceType, deviceTypes, type ServeConfig } from './config.js';
+import { exposureProblem } from './access.js';
+import { ConfigError, deviceType, deviceTypes, type ServeConfig } from './config.js';
 import type { LoadedKind } from './kind-module.js';
 import { loadKinds, type KindSource } from './kinds.js';
 import { Service } from './service.js';
@@ -35,16 +36,34 @@ export function loadServerKinds(config: ServeConfig): Promise<Map<string, Loaded
  * anything starts), resumes its unfinished jobs, and listens. Local mode only: a cluster node is
  * `startClusterServer` (stoker/cluster).
  */
+/** Refuses (a ConfigError: exit 2) to listen beyond loopback without a token. */
+export function refuseExposure(config: ServeConfig): void {
+  const why = exposureProblem(config.server);
+  if (why) throw new ConfigError([{ source: 'configuration', path: 'server.token', message: why }]);
+}
+
+/**
+ * Listens and returns the URL to reach the server: the address really bound, e.g.
+ * http://0.0.0.0:7070 for every interface (fastify's own answer names 127.0.0.1 there).
+ */
+export async function listen(app: FastifyInstance, config: ServeConfig): Promise<string> {
+  await app.listen({ host: config.server.host, port: config.server.port });
+  const a = app.server.address();
+  if (a === null || typeof a === 'string') return String(a);
+  return `http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`;
+}
+
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
   if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${config.cluster.redis}: start a cluster node with startClusterServer from stoker/cluster`);
   const webgpu = [config.device, ...Object.values(config.devices ?? {})].some((d) => d.kind === 'webgpu' && deviceType(d) === 'thread');
   if (webgpu) requireOptional('the WebGPU device (kind = "webgpu")', ['webgpu']);
+  refuseExposure(config);
   const kinds = await loadServerKinds(config);
   const service = Service.open(config, kinds);
   const app = buildApp(service);
   let address: string;
   try {
-    address = await app.listen({ host: config.server.host, port: config.server.port });
+    address = await listen(app, config);
   } catch (e) {
     await service.close(0);
     throw e;

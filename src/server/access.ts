@@ -1,0 +1,88 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import os from 'node:os';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { ServerConfig } from './config.js';
+import { ServiceError } from './service.js';
+
+/** Whether a listen address reaches this machine only. */
+export function isLoopback(host: string): boolean {
+  const h = host.trim().toLowerCase().replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
+const WILDCARDS = new Set(['0.0.0.0', '::', '[::]']);
+
+/**
+ * Why the server must not start as configured: listening beyond loopback with no token lets
+ * anyone who reaches the port run and cancel jobs. Undefined when it may.
+ */
+export function exposureProblem(server: ServerConfig): string | undefined {
+  if (isLoopback(server.host) || server.token !== '' || server.openWithoutToken) return undefined;
+  return `server.host is ${server.host}, which other machines can reach, and server.token is not set: set server.token (STOKER_SERVER_TOKEN, or --token-file FILE) so that callers must send it, or set server.openWithoutToken = true where the network itself keeps strangers out`;
+}
+
+/** The host names a request's Host (and a state-changing request's Origin) may give: loopback names, the bound address (every interface's when it is a wildcard), and server.allowedHosts. */
+export function allowedHostNames(server: ServerConfig): Set<string> {
+  const names = new Set(['localhost', '127.0.0.1', '::1', ...server.allowedHosts.map((h) => h.toLowerCase().replace(/^\[|\]$/g, ''))]);
+  const bound = server.host.toLowerCase().replace(/^\[|\]$/g, '');
+  if (WILDCARDS.has(server.host)) {
+    for (const list of Object.values(os.networkInterfaces())) for (const a of list ?? []) names.add(a.address.toLowerCase());
+    names.add(os.hostname().toLowerCase());
+  } else names.add(bound);
+  return names;
+}
+
+/** The host name of a Host header value (`name:port`, `[v6]:port`), lower-case. */
+export function hostName(value: string): string {
+  const v = value.trim().toLowerCase();
+  if (v.startsWith('[')) return v.slice(1, v.indexOf(']') < 0 ? undefined : v.indexOf(']'));
+  const colon = v.indexOf(':');
+  // An IPv6 address without brackets has several colons: then there is no port.
+  return colon >= 0 && v.indexOf(':', colon + 1) < 0 ? v.slice(0, colon) : v;
+}
+
+const digest = (s: string) => createHash('sha256').update(s).digest();
+
+/** Routes without data, served to anyone: the dashboard's page and files (it asks for the token itself). */
+const isPublic = (req: FastifyRequest) => req.method === 'GET' && (req.url === '/' || req.url.startsWith('/assets/'));
+/** Event streams: a browser's EventSource cannot send a header, so these take `?access_token=` too. */
+const isStream = (path: string) => path === '/v1/events' || /^\/v1\/jobs\/[^/]+\/events$/.test(path);
+
+/**
+ * Who may call: the Host header must name this server (421 otherwise: a DNS-rebinding page
+ * names its own domain), a state-changing request from a foreign Origin gets 403, and with a
+ * token every route but the dashboard's files needs `Authorization: Bearer <token>` (401,
+ * compared in constant time).
+ */
+export function installAccess(app: FastifyInstance, server: ServerConfig): void {
+  const hosts = allowedHostNames(server);
+  const token = server.token === '' ? undefined : digest(server.token);
+  app.addHook('onRequest', async (req, reply) => {
+    const host = req.headers.host;
+    if (host !== undefined && !hosts.has(hostName(host))) {
+      throw new ServiceError(421, 'misdirected-request', 'Misdirected request', `this server does not answer for the host ${JSON.stringify(hostName(host))}: use its own address, or add the name to server.allowedHosts`);
+    }
+    const origin = req.headers.origin;
+    if (origin !== undefined && req.method !== 'GET' && req.method !== 'HEAD' && req.method !== 'OPTIONS') {
+      let name: string | undefined;
+      try {
+        name = new URL(origin).hostname.replace(/^\[|\]$/g, '').toLowerCase();
+      } catch {
+        name = undefined;
+      }
+      if (name === undefined || !hosts.has(name)) throw new ServiceError(403, 'forbidden-origin', 'Forbidden origin', `a ${req.method} from the page at ${origin} is refused: only this server's own pages (or server.allowedHosts) may change jobs`);
+    }
+    if (!token || isPublic(req)) return;
+    const path = req.url.split('?')[0] ?? '';
+    const auth = req.headers.authorization;
+    let given = auth?.startsWith('Bearer ') ? auth.slice(7).trim() : undefined;
+    if (given === undefined && isStream(path)) {
+      const q = (req.query as Record<string, unknown> | undefined)?.['access_token'];
+      if (typeof q === 'string') given = q;
+    }
+    if (given === undefined || !timingSafeEqual(digest(given), token)) {
+      void reply.header('www-authenticate', 'Bearer realm="stoker"');
+      throw new ServiceError(401, 'unauthorized', 'Unauthorized', given === undefined ? 'this server needs a token: send Authorization: Bearer <server.token>' : 'the token is wrong: send the server.token the server was started with');
+    }
+  });
+}
