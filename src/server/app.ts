@@ -6,6 +6,7 @@ import type { PartitionState } from '../core/index.js';
 import type { JobState } from './journal.js';
 import { openApiDocument } from './openapi.js';
 import { installAccess } from './access.js';
+import { parseStrictJson, StrictJsonError } from './strict-json.js';
 import type { EventEmitter } from 'node:events';
 import type { Registry } from 'prom-client';
 import type { ChromeTrace } from '../web/chrome-trace.js';
@@ -198,6 +199,15 @@ export function buildApp(service: ApiService): FastifyInstance {
   app.removeContentTypeParser('text/plain');
 
   installAccess(app, srv);
+  // Request bodies: duplicate keys and __proto__ are refused, naming the key (see strict-json.ts).
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    try {
+      done(null, parseStrictJson(body as string));
+    } catch (e) {
+      done(e instanceof StrictJsonError ? new ServiceError(400, 'bad-request', 'Bad request', e.message) : (e as Error), undefined);
+    }
+  });
   /** Open event streams, at most server.maxEventStreams. */
   let streams = 0;
   const openStream = (): (() => void) => {

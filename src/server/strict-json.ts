@@ -1,0 +1,66 @@
+/**
+ * JSON for request bodies, stricter than JSON.parse: a key that appears twice in one object (JSON
+ * says nothing; JSON.parse keeps the last, so two readers of one body can disagree) and the key
+ * `__proto__` (it sets an object's prototype in code that merges objects) are refused, each with
+ * the path of the key. Returns the value, or throws a StrictJsonError saying what to send instead.
+ */
+export class StrictJsonError extends Error {
+  override readonly name = 'StrictJsonError';
+}
+
+interface Frame {
+  /** An object's keys so far; null for an array. */
+  keys: Set<string> | null;
+  path: string;
+  /** The key whose value comes next (objects), or the index of the next element (arrays). */
+  key: string;
+  index: number;
+}
+
+const at = (path: string) => (path === '' ? '$' : `$${path}`);
+const member = (path: string, key: string) => (/^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`);
+
+export function parseStrictJson(text: string): unknown {
+  if (text.trim() === '') throw new StrictJsonError('the body is empty: send a JSON object, e.g. {"kind":"sleep","partitions":1}');
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new StrictJsonError(`the body is not valid JSON (${(e as Error).message}): send a JSON object, e.g. {"kind":"sleep","partitions":1}`);
+  }
+  // The text is valid JSON: walk its tokens for the keys of each object.
+  const stack: Frame[] = [];
+  let expectKey = false;
+  const childPath = () => {
+    const top = stack.at(-1);
+    if (!top) return '';
+    return top.keys ? member(top.path, top.key) : `${top.path}[${top.index}]`;
+  };
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      const top = stack.at(-1);
+      if (expectKey && top?.keys) {
+        const key = JSON.parse(text.slice(i, j + 1)) as string;
+        if (key === '__proto__') throw new StrictJsonError(`the key "__proto__" at ${at(member(top.path, key))} is not allowed: remove it`);
+        if (top.keys.has(key)) throw new StrictJsonError(`the key ${JSON.stringify(key)} appears twice at ${at(member(top.path, key))}: give each key once`);
+        top.keys.add(key);
+        top.key = key;
+        expectKey = false;
+      }
+      i = j;
+    } else if (c === '{' || c === '[') {
+      stack.push({ keys: c === '{' ? new Set() : null, path: childPath(), key: '', index: 0 });
+      expectKey = c === '{';
+    } else if (c === '}' || c === ']') {
+      stack.pop();
+    } else if (c === ',') {
+      const top = stack.at(-1);
+      if (top?.keys) expectKey = true;
+      else if (top) top.index++;
+    }
+  }
+  return value;
+}
