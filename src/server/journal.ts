@@ -10,7 +10,7 @@
  * output or a result that is bytes (a Uint8Array) as a BLOB in the same column.
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 
@@ -94,7 +94,9 @@ export type JournalErrorCode =
   /** The journal was closed. */
   | 'E_JOURNAL_CLOSED'
   /** The disk (or the journal's maxBytes) is full: the write did not happen; retry once there is room. */
-  | 'E_JOURNAL_FULL';
+  | 'E_JOURNAL_FULL'
+  /** The file is damaged, or holds fewer jobs than were acknowledged (a damaged WAL dropped some): the journal refuses to open rather than resume fewer jobs silently. */
+  | 'E_JOURNAL_DAMAGED';
 
 /** The error class of the journal: `code` is stable, `message` says what to do. */
 export class JournalError extends Error {
@@ -203,6 +205,80 @@ function fromRow(r: JobRow): JournalJob {
   };
 }
 
+// ─── Integrity ────────────────────────────────────────────────────────────────────────────────
+
+/** A WAL file starts with one of these magic numbers (big-endian), then the format version 3007000. */
+const WAL_MAGIC = new Set([0x377f0682, 0x377f0683]);
+const WAL_HEADER_BYTES = 32;
+/** The high-water mark: the seq of the last acknowledged job, as 20 digits and a newline, beside the journal. */
+const MARK_BYTES = 21;
+
+/**
+ * Before SQLite opens the file: a WAL whose header is not a WAL header holds transactions SQLite
+ * would drop without a word (jobs that were acknowledged). Refuse, and say how to go on.
+ */
+function checkWal(path: string): void {
+  const wal = `${path}-wal`;
+  let fd: number;
+  try {
+    fd = openSync(wal, 'r');
+  } catch {
+    return; // no WAL: nothing to check
+  }
+  try {
+    const size = fstatSync(fd).size;
+    if (size === 0) return;
+    const head = Buffer.alloc(WAL_HEADER_BYTES);
+    const n = readSync(fd, head, 0, WAL_HEADER_BYTES, 0);
+    if (n === WAL_HEADER_BYTES && WAL_MAGIC.has(head.readUInt32BE(0)) && head.readUInt32BE(4) === 3007000) return;
+    throw new JournalError('E_JOURNAL_DAMAGED', `the journal's write-ahead log ${wal} (${size} bytes) is damaged: its header is not a SQLite WAL header, so SQLite would drop the jobs acknowledged since the last checkpoint without a word. Keep a copy of the data dir; to start with what ${path} holds, and lose those jobs, move ${wal} away`);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** PRAGMA quick_check, and the acknowledged high-water mark against the jobs the file holds. */
+function checkIntegrity(db: Database.Database, path: string): void {
+  const rows = db.pragma('quick_check') as { quick_check: string }[];
+  if (rows.length !== 1 || rows[0]?.quick_check !== 'ok') {
+    throw new JournalError('E_JOURNAL_DAMAGED', `the journal ${path} is damaged (PRAGMA quick_check: ${rows.slice(0, 3).map((r) => r.quick_check).join('; ')}): keep a copy of the data dir, then recover it with \`sqlite3 ${path} .recover\` into a new file, or move it away to start afresh`);
+  }
+  const acknowledged = readMark(`${path}.mark`);
+  const held = heldSeq(db);
+  if (acknowledged > held) {
+    throw new JournalError('E_JOURNAL_DAMAGED', `the journal ${path} holds jobs up to number ${held}, but job number ${acknowledged} was acknowledged: ${acknowledged - held} accepted job(s) are gone (the file went back in time: a damaged or deleted WAL, or a restored copy). Keep a copy of the data dir; to start with what the file holds, and accept the loss, move ${path}.mark away`);
+  }
+}
+
+function readMark(file: string): number {
+  try {
+    const n = Number(readFileSync(file, 'utf8').trim());
+    return Number.isSafeInteger(n) && n > 0 ? n : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Opens the mark file for writing, with the file's own high-water mark in it (a fresh or moved-away mark starts there). */
+function openMark(path: string, db: Database.Database): number {
+  const before = readMark(`${path}.mark`);
+  const fd = openSync(`${path}.mark`, constants.O_RDWR | constants.O_CREAT, 0o644);
+  ftruncateSync(fd, MARK_BYTES);
+  writeMark(fd, Math.max(heldSeq(db), before));
+  fsyncSync(fd);
+  return fd;
+}
+
+/** The mark: fixed width, written in place. */
+function writeMark(fd: number, seq: number): void {
+  writeSync(fd, `${String(seq).padStart(MARK_BYTES - 1, '0')}\n`, 0);
+}
+
+/** The highest job number the file has ever given (AUTOINCREMENT's: purges do not lower it). */
+function heldSeq(db: Database.Database): number {
+  return (db.prepare(`SELECT seq FROM sqlite_sequence WHERE name = 'jobs'`).get() as { seq: number } | undefined)?.seq ?? 0;
+}
+
 /** The prepared statements of a journal, created once at open. */
 function prepareStatements(db: Database.Database) {
   return {
@@ -238,11 +314,29 @@ export class Journal {
   /** Jobs by kind and state, counted once at open and kept as jobs change: status and scrapes cost nothing per journaled job. */
   readonly #counts = new Map<string, Record<JobState, number>>();
 
-  private constructor(db: Database.Database, now: () => number) {
+  /** The high-water mark file: the seq of the last acknowledged job, rewritten after each insert (see openMark). */
+  readonly #mark: number;
+  #markDirty = false;
+  readonly #markTimer: NodeJS.Timeout;
+
+  private constructor(db: Database.Database, now: () => number, mark: number) {
     this.#db = db;
     this.#now = now;
     this.#s = prepareStatements(db);
+    this.#mark = mark;
+    // The mark is written on every insert (page cache: a kill -9 keeps it) and synced once a second.
+    this.#markTimer = setInterval(() => this.#syncMark(), 1000).unref();
     for (const r of this.#s.countsByKind.all()) this.#count(r.kind, r.state, r.n);
+  }
+
+  #syncMark(): void {
+    if (!this.#markDirty) return;
+    this.#markDirty = false;
+    try {
+      fsyncSync(this.#mark);
+    } catch {
+      // A failing disk shows in the journal's own writes; the mark is a check, not the record.
+    }
   }
 
   #count(kind: string, state: JobState, n: number): void {
@@ -260,8 +354,10 @@ export class Journal {
   static open(dir: string, options: JournalOptions = {}): Journal {
     const path = join(dir, 'stoker.db');
     let db: Database.Database | undefined;
+    let mark: number | undefined;
     try {
       mkdirSync(dir, { recursive: true });
+      checkWal(path);
       const conn = new Database(path, { timeout: 0 });
       db = conn;
       conn.pragma('locking_mode = EXCLUSIVE');
@@ -282,9 +378,12 @@ export class Journal {
         const page = conn.pragma('page_size', { simple: true }) as number;
         conn.pragma(`max_page_count = ${Math.max(1, Math.floor(options.maxBytes / page))}`);
       }
-      return new Journal(conn, options.now ?? Date.now);
+      checkIntegrity(conn, path);
+      mark = openMark(path, conn);
+      return new Journal(conn, options.now ?? Date.now, mark);
     } catch (err) {
       db?.close();
+      if (mark !== undefined) closeSync(mark);
       if (err instanceof JournalError) throw err;
       const code = err instanceof Error && 'code' in err ? err.code : undefined;
       if (typeof code === 'string' && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'))) {
@@ -345,21 +444,27 @@ export class Journal {
       throw new JournalError('E_JOURNAL_BAD_INPUT', `job ${JSON.stringify(id)} is malformed: it needs a non-empty id, a kind, a priority of critical|high|normal|low, a positive integer of partitions and a deadline that is epoch ms or null`);
     }
     const bodyHash = Journal.hash(job);
-    return this.#write(`job ${JSON.stringify(job.id)}`, this.#db.transaction(() => {
+    const result = this.#write(`job ${JSON.stringify(job.id)}`, this.#db.transaction(() => {
       const existing = s.get.get(job.id);
       if (existing) {
         if (existing.body_hash !== bodyHash) {
           throw new JournalError('E_JOURNAL_CONFLICT', `job ${JSON.stringify(job.id)} exists with a different body: resubmit the same body to retry, or use a new id`);
         }
-        return { job: fromRow(existing), created: false };
+        return { job: fromRow(existing), created: false, seq: 0 };
       }
-      s.insert.run({
+      const { lastInsertRowid } = s.insert.run({
         id: job.id, kind: job.kind, priority: job.priority, partitions: job.partitions,
         input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, now: this.#now(),
       });
-      this.#count(job.kind, 'queued', 1);
-      return { job: fromRow(this.row(job.id)), created: true };
+      return { job: fromRow(this.row(job.id)), created: true, seq: Number(lastInsertRowid) };
     }));
+    // Committed (a commit that fails throws above, and nothing is counted).
+    if (result.created) {
+      this.#count(job.kind, 'queued', 1);
+      writeMark(this.#mark, result.seq);
+      this.#markDirty = true;
+    }
+    return { job: result.job, created: result.created };
   }
 
   /** Marks a `queued` job `running`, stamping `startedAt`; a no-op in any other state. */
@@ -491,6 +596,9 @@ export class Journal {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
+    clearInterval(this.#markTimer);
+    this.#syncMark();
+    closeSync(this.#mark);
     this.#db.close();
   }
 }
