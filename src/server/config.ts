@@ -29,6 +29,8 @@ export interface ServerConfig {
   bodyLimitBytes: number;
   /** Admission: most jobs accepted and not yet finished; beyond it a submission gets 429. @default 10000 */
   maxPendingJobs: number;
+  /** Admission: most partitions of unfinished jobs (each costs memory from submission on); beyond it a submission gets 429, a single job above it 400. @default 200000 */
+  maxPendingPartitions: number;
   /** The `Retry-After` (seconds, ≥ 1) of a 429. @default 5 */
   retryAfterS: number;
   /** How long (seconds, > 0) a finished job's result is kept. @default 86400 */
@@ -254,6 +256,7 @@ const serverShape = {
   port: int(0, 65535, 'an integer from 0 to 65535', 'use e.g. 7070, or 0 to pick a free port'),
   bodyLimitBytes: int(1024, undefined, 'an integer ≥ 1024 (bytes)', 'use e.g. 1048576 (1 MiB)'),
   maxPendingJobs: int(1, undefined, 'an integer ≥ 1', 'use e.g. 10000'),
+  maxPendingPartitions: int(1, undefined, 'an integer ≥ 1', 'use e.g. 200000'),
   retryAfterS: int(1, undefined, 'an integer ≥ 1 (seconds)', 'use e.g. 5'),
   resultTtlS: positive('a number of seconds > 0', 'use e.g. 86400 (one day)'),
   shutdownTimeoutS: (() => {
@@ -634,7 +637,7 @@ function defaults(cwd: string): ServeConfig {
   return {
     dataDir: path.resolve(cwd, './stoker-data'),
     server: {
-      host: '127.0.0.1', port: 7070, bodyLimitBytes: 1_048_576, maxPendingJobs: 10_000, retryAfterS: 5, resultTtlS: 86_400, shutdownTimeoutS: 30, maxWaitS: 300,
+      host: '127.0.0.1', port: 7070, bodyLimitBytes: 1_048_576, maxPendingJobs: 10_000, maxPendingPartitions: 200_000, retryAfterS: 5, resultTtlS: 86_400, shutdownTimeoutS: 30, maxWaitS: 300,
       token: '', allowedHosts: [], openWithoutToken: false, requestTimeoutS: 30, headersTimeoutS: 10, keepAliveTimeoutS: 5, maxConnections: 1024, maxEventStreams: 256,
     },
     engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
@@ -796,6 +799,7 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'server.port': ['7070', 'TCP port, 0–65535 (0 picks a free port)'],
   'server.bodyLimitBytes': ['1048576', 'largest request body in bytes (≥ 1024)'],
   'server.maxPendingJobs': ['10000', 'unfinished jobs accepted; beyond it submissions get 429'],
+  'server.maxPendingPartitions': ['200000', 'partitions of unfinished jobs; beyond it submissions get 429 (a larger job alone: 400)'],
   'server.retryAfterS': ['5', 'the Retry-After (s) of a 429'],
   'server.resultTtlS': ['86400', 'seconds a finished job is kept'],
   'server.shutdownTimeoutS': ['30', 'seconds the partitions in flight may finish on shutdown (the rest resume on restart)'],

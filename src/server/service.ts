@@ -381,6 +381,20 @@ export class Service {
     });
   }
 
+  /**
+   * Partitions cost memory from submission on: a job larger than server.maxPendingPartitions is
+   * refused (400: it never fits), one that does not fit beside the pending ones gets 429.
+   */
+  private refuseTooManyPartitions(partitions: number): void {
+    const max = this.config.server.maxPendingPartitions;
+    if (partitions > max) throw new ServiceError(400, 'too-many-partitions', 'Too many partitions', `partitions is ${partitions}, more than server.maxPendingPartitions (${max}): split the job, or raise the limit`);
+    const s = this.runtime.engine.snapshot;
+    const pending = s.backlog + s.preparing + s.waiting + s.onDevice;
+    if (pending + partitions > max) {
+      throw new ServiceError(429, 'too-many-partitions', 'Too many pending partitions', `${pending} partitions are pending and this job has ${partitions}: more than server.maxPendingPartitions (${max}); retry after ${this.config.server.retryAfterS} s`, { retryAfterS: this.config.server.retryAfterS });
+    }
+  }
+
   /** Validates, journals (durable when this returns) and starts a job. Same id and body: the same job. */
   submit(raw: unknown): { job: JobView; created: boolean } {
     if (this.closing) throw shuttingDown();
@@ -394,6 +408,7 @@ export class Service {
       }
     }
     refusePastDeadline(record.deadline);
+    this.refuseTooManyPartitions(partitions);
     if (this.journal.pending() >= this.config.server.maxPendingJobs) {
       throw new ServiceError(429, 'too-many-jobs', 'Too many pending jobs', `${this.config.server.maxPendingJobs} jobs are pending (server.maxPendingJobs): retry after ${this.config.server.retryAfterS} s`, {
         retryAfterS: this.config.server.retryAfterS,
