@@ -118,6 +118,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** The pull loop's recheck of a node that does not want a job, when no local event came first. */
 const RECHECK_MS = 50;
+/** How long an API call waits for Redis before it answers 503. */
+const REDIS_ANSWER_MS = 3000;
 /** How long a node whose journal is full stops pulling before it tries again. */
 const FULL_PAUSE_MS = 5000;
 /** How long an idle node waits before it asks its queues again when no job-added message woke it (jobs returned by the stalled check announce nothing). */
@@ -333,7 +335,53 @@ export class ClusterService implements ApiService {
 
   // ─── The API ──────────────────────────────────────────────────────────────────────────────
 
-  async submit(raw: unknown): Promise<{ job: JobView; created: boolean }> {
+  /**
+   * Runs an API call that needs Redis: while Redis is away, or when it does not answer within
+   * REDIS_ANSWER_MS, the caller gets 503 with Retry-After at once instead of a request that hangs
+   * until Redis returns (ioredis would queue the commands for as long as it takes).
+   */
+  private async withRedis<T>(fn: () => Promise<T>): Promise<T> {
+    const down = (why: string) =>
+      new ServiceError(503, 'redis-unavailable', 'Redis unavailable', `the cluster's Redis (${this.config.cluster.redis}) ${why}: jobs can be neither taken nor read now; retry after ${this.config.server.retryAfterS} s (the jobs this node holds go on)`, { retryAfterS: this.config.server.retryAfterS });
+    if (this.redis.status !== 'ready') throw down(`is unreachable (connection ${this.redis.status})`);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([fn(), new Promise<never>((_, reject) => (timer = setTimeout(() => reject(down(`did not answer within ${REDIS_ANSWER_MS / 1000} s`)), REDIS_ANSWER_MS)))]);
+    } catch (e) {
+      if (!(e instanceof ServiceError) && this.redis.status !== 'ready') throw down(`went away during the request (${e instanceof Error ? e.message : String(e)})`);
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  submit(raw: unknown): Promise<{ job: JobView; created: boolean }> {
+    return this.withRedis(() => this.submitNow(raw));
+  }
+
+  job(id: string): Promise<JobView | undefined> {
+    return this.withRedis(async () => (await this.find(id))?.view);
+  }
+
+  jobs(options: { limit?: number; states?: readonly JobState[] } = {}): Promise<JobView[]> {
+    return this.withRedis(() => this.jobsNow(options));
+  }
+
+  cancel(id: string): Promise<JobView> {
+    // Not under the answer timeout: a running job's cancel waits up to 10 s for its holder (each read is).
+    if (this.redis.status !== 'ready') return this.withRedis(() => this.cancelNow(id));
+    return this.cancelNow(id);
+  }
+
+  status(): Promise<object> {
+    return this.withRedis(() => this.statusNow());
+  }
+
+  cluster(): Promise<object> {
+    return this.withRedis(() => this.clusterNow());
+  }
+
+  private async submitNow(raw: unknown): Promise<{ job: JobView; created: boolean }> {
     if (this.closing) throw shuttingDown();
     const name = (raw as { kind?: unknown } | null)?.kind;
     const other = typeof name === 'string' && !this.workers.has(name) ? await this.remoteKind(name) : undefined;
@@ -375,11 +423,7 @@ export class ClusterService implements ApiService {
     return { job: now.view, created: now.data.nonce === data.nonce };
   }
 
-  async job(id: string): Promise<JobView | undefined> {
-    return (await this.find(id))?.view;
-  }
-
-  async jobs(options: { limit?: number; states?: readonly JobState[] } = {}): Promise<JobView[]> {
+  private async jobsNow(options: { limit?: number; states?: readonly JobState[] }): Promise<JobView[]> {
     const limit = options.limit ?? 50;
     if (limit === 0) return [];
     const want = new Set<JobState>(options.states ?? ['queued', 'running', 'done', 'failed', 'cancelled']);
@@ -415,8 +459,8 @@ export class ClusterService implements ApiService {
   }
 
   /** Queued: removed and recorded cancelled. Running: the holder (whichever node) is told and fails it as cancelled. */
-  async cancel(id: string): Promise<JobView> {
-    const found = await this.find(id);
+  private async cancelNow(id: string): Promise<JobView> {
+    const found = await this.withRedis(() => this.find(id));
     if (!found) throw notFound(id);
     const { view, job } = found;
     if (view.state === 'cancelled') return view;
@@ -444,7 +488,7 @@ export class ClusterService implements ApiService {
     return v ?? view;
   }
 
-  async status(): Promise<object> {
+  private async statusNow(): Promise<object> {
     const queue = await this.counts(await this.allKinds(), 'waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed');
     return { ...this.local.status(), cluster: { node: this.nodeId, redis: this.config.cluster.redis, queue, jobsHeld: this.held.size, maxHeld: this.maxHeld, kinds: [...this.workers.keys()] } };
   }
@@ -481,7 +525,7 @@ export class ClusterService implements ApiService {
    * module's hash, the nodes that run it and its queue — `unserved` names the kinds with queued
    * jobs that no live node runs (they wait until one joins).
    */
-  async cluster(): Promise<object> {
+  private async clusterNow(): Promise<object> {
     const nodes = await this.liveNodes();
     const names = await this.allKinds();
     const types = ['waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed'] as const;

@@ -34,8 +34,8 @@ export interface RedisProcess {
 }
 
 /** A private, throw-away redis-server on a free loopback port (no persistence). */
-export async function startRedis(bin: string): Promise<RedisProcess> {
-  const port = await freePort();
+export async function startRedis(bin: string, port?: number): Promise<RedisProcess> {
+  port ??= await freePort();
   const child = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));

@@ -1,9 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+/** A TCP port free on loopback now (for a server that must come back on the same port). */
+export { freePort } from '../../src/cluster/redis-server.js';
 
 /** The built CLI (npm test builds it first: `pretest`). */
 export const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
@@ -21,15 +23,6 @@ export interface ServerProcess {
   stop(): Promise<number | string>;
   /** kill -9. */
   crash(): Promise<number | string>;
-}
-
-/** A TCP port free on loopback now (for a server that must come back on the same port). */
-export async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
 }
 
 /** A fresh temporary data dir; remove it with {@link removeDir}. */

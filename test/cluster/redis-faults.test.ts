@@ -1,0 +1,54 @@
+/**
+ * Redis faults, against a real redis-server on loopback: while Redis is away a cluster node
+ * answers every API call that needs it with 503 and Retry-After within a few seconds (before, the
+ * calls hung until Redis came back), and serves again once it returns.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
+import { http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
+
+const bin = redisServerPath();
+if (!bin) {
+  if (process.env['STOKER_REQUIRE_REDIS'] === '1') throw new Error('STOKER_REQUIRE_REDIS=1 but redis-server was not found (apt-get install redis-server)');
+  console.warn('SKIPPED: redis-server not found (apt-get install redis-server)');
+}
+
+describe.skipIf(!bin)('a cluster node while Redis is away', () => {
+  let redis: RedisProcess;
+  let node: ServerProcess;
+  let dir: string;
+  beforeAll(async () => {
+    redis = await startRedis(bin as string);
+    dir = tempDataDir();
+    node = await startServer(dir, ['--cluster', redis.url], { STOKER_CLUSTER_NODE_ID: 'rf', STOKER_CLUSTER_HEARTBEAT_MS: '300', STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '1' });
+  }, 30_000);
+  afterAll(async () => {
+    const t = setTimeout(() => node.child.kill('SIGKILL'), 8000);
+    await node.stop();
+    clearTimeout(t);
+    await redis.stop();
+    removeDir(dir);
+  }, 30_000);
+
+  it('answers 503 with Retry-After within seconds, and serves again when Redis is back', async () => {
+    expect((await http(node.url, 'POST', '/v1/jobs', { id: 'rf-1', kind: 'sleep', partitions: 1 })).status).toBe(202);
+    expect((await http(node.url, 'GET', '/v1/jobs/rf-1/result?wait=10s')).body.state).toBe('done');
+    await redis.stop();
+    const calls: [string, string, unknown?][] = [['GET', '/v1/status'], ['POST', '/v1/jobs', { kind: 'sleep', partitions: 1 }], ['GET', '/v1/jobs/rf-1'], ['GET', '/v1/jobs'], ['GET', '/v1/jobs/rf-1/result?wait=30s'], ['DELETE', '/v1/jobs/rf-1'], ['GET', '/v1/cluster']];
+    for (const [method, p, body] of calls) {
+      const t0 = performance.now();
+      const r = await http(node.url, method, p, body);
+      const ms = performance.now() - t0;
+      expect(r.status, `${method} ${p}: ${JSON.stringify(r.body)}`).toBe(503);
+      expect(r.headers.get('retry-after')).toBe('5');
+      expect(r.body.detail).toContain(redis.url);
+      expect(ms, `${method} ${p} answered after ${ms.toFixed(0)} ms`).toBeLessThan(4000);
+    }
+    // Local views need no Redis.
+    expect((await http(node.url, 'GET', '/v1/history?since=1m')).status).toBe(200);
+    redis = await startRedis(bin as string, redis.port);
+    await waitUntil(async () => ((await http(node.url, 'GET', '/v1/status')).status === 200 ? true : undefined), 20_000, 'the node to serve again', 200);
+    expect((await http(node.url, 'POST', '/v1/jobs', { id: 'rf-2', kind: 'sleep', partitions: 1 })).status).toBe(202);
+    expect((await http(node.url, 'GET', '/v1/jobs/rf-2/result?wait=10s')).body.state).toBe('done');
+  }, 60_000);
+});
