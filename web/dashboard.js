@@ -597,6 +597,8 @@ const cancelling = new Set();
 function partitionView(job) {
   const n = job.partitions;
   if (job.partitionStates) return job.partitionStates;
+  // A big job in a list: its counts by stage (drawn as one bar).
+  if (job.partitionCounts) return Object.entries(job.partitionCounts).flatMap(([st, c]) => Array.from({ length: c }, () => st));
   const rest = job.state === 'done' ? 'done' : job.state === 'queued' || job.state === 'running' ? 'queued' : job.state;
   const done = job.state === 'done' ? n : Math.min(n, job.partitionsDone);
   return Array.from({ length: n }, (_, i) => (i < done ? 'done' : rest));
@@ -706,12 +708,12 @@ function updateRow(job) {
   const reasonEl = r.tr.querySelector('.reason');
   reasonEl.textContent = reason;
   reasonEl.title = reason;
-  const key = `${job.state}|${(job.partitionStates ?? []).join(',')}|${job.partitionsDone}`;
+  const key = `${job.state}|${(job.partitionStates ?? []).join(',')}|${JSON.stringify(job.partitionCounts)}|${job.partitionsDone}`;
   if (key !== r.key) {
     r.key = key;
     r.tr.querySelector('.parts').replaceChildren(partitionCells(job));
   }
-  const done = job.state === 'done' ? job.partitions : job.partitionStates ? job.partitionStates.filter((s) => s === 'done').length : job.partitionsDone;
+  const done = job.state === 'done' ? job.partitions : job.partitionCounts ? job.partitionCounts.done : job.partitionsDone;
   r.tr.querySelector('.progress').textContent = `${done} / ${job.partitions}`;
   r.tr.querySelector('.submitted').textContent = ago(job.submittedAt);
   r.tr.querySelector('.duration').textContent = job.durationS !== null ? fmtDuration(job.durationS) : `${fmtDuration((Date.now() - Date.parse(job.submittedAt)) / 1000)} …`;

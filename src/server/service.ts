@@ -79,8 +79,14 @@ export interface JobView {
   durationS: number | null;
   /** Partitions whose output is recorded (survives restarts). */
   partitionsDone: number;
-  /** Per partition, while the job runs: queued, preparing, waiting, on-device or done; null once it ended. */
+  /**
+   * Per partition, while the job runs: queued, preparing, waiting, on-device or done; null once it
+   * ended. Lists and submit answers give it only for jobs of at most {@link LIST_STATES_MAX}
+   * partitions (a list of big jobs stays small): `partitionCounts` always says how many are where.
+   */
   partitionStates: PartitionState[] | null;
+  /** While the job runs: its partitions by stage; null once it ended. */
+  partitionCounts: PartitionCounts | null;
   /** How often the job was resumed after a restart. */
   resumes: number;
   /** The job's result: a JSON value, or bytes as base64 (then `resultEncoding` is `"base64"`). */
@@ -92,6 +98,9 @@ export interface JobView {
 
 /** Partitions of one job by stage. */
 export type PartitionCounts = Record<PartitionState, number>;
+
+/** The most partitions whose states a list (or a submit answer) gives per job; the job's own view gives all. */
+export const LIST_STATES_MAX = 96;
 
 /** What `GET /v1/jobs/:id/events` streams: the job's partitions as they move, then its end. */
 export type JobProgressEvent =
@@ -120,6 +129,7 @@ export function countPartitions(states: readonly PartitionState[]): PartitionCou
 /** Each partition's stage as a job view shows it (from the recorded count once the job is not live here). */
 export function partitionStatesOf(v: JobView): PartitionState[] {
   if (v.partitionStates) return v.partitionStates;
+  if (v.partitionCounts) return PARTITION_STATES.flatMap((st) => new Array<PartitionState>(v.partitionCounts?.[st] ?? 0).fill(st));
   const rest: PartitionState = v.state === 'done' ? 'done' : v.state === 'queued' || v.state === 'running' ? 'queued' : v.state;
   const done = v.state === 'done' ? v.partitions : Math.min(v.partitions, v.partitionsDone);
   return Array.from({ length: v.partitions }, (_, i) => (i < done ? 'done' : rest));
@@ -404,7 +414,7 @@ export class Service {
       const existing = this.stored(id);
       if (existing) {
         if (existing.bodyHash !== Journal.hash(record)) throw conflict(id);
-        return { job: this.view(existing), created: false };
+        return { job: this.view(existing, LIST_STATES_MAX), created: false };
       }
     }
     refusePastDeadline(record.deadline);
@@ -428,7 +438,7 @@ export class Service {
       this.emit({ type: 'job.submitted', id, kind: kindName, partitions });
       this.start(inserted.job, range(partitions), new Map());
     }
-    return { job: this.view(inserted.job), created: inserted.created };
+    return { job: this.view(inserted.job, LIST_STATES_MAX), created: inserted.created };
   }
 
   /**
@@ -462,7 +472,7 @@ export class Service {
 
   /** Recently submitted jobs, newest first (at most `limit`; only those in `states` when given). */
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): JobView[] {
-    return this.journal.list(options).map((j) => this.view(this.overlay(j)));
+    return this.journal.list(options).map((j) => this.view(this.overlay(j), LIST_STATES_MAX));
   }
 
   /** The timeline of the last `sinceMs` (spans that ended in it or still run, samples in it), times in epoch ms. */
@@ -764,14 +774,20 @@ export class Service {
     this.events.emit('event', logged.event, logged.eventId);
   }
 
-  private view(j: JournalJob): JobView {
+  /** The API's view of a job; `maxStates`: the most partitions whose states it lists (more: counts only). */
+  private view(j: JournalJob, maxStates = Infinity): JobView {
     let partitionStates: PartitionState[] | null = null;
+    let partitionCounts: PartitionCounts | null = null;
     const run = this.runs.get(j.id);
     const live = this.runtime.engine.job(j.id);
     if (!isFinal(j.state) && run && live) {
       // Partitions outside this run finished before a restart.
-      partitionStates = new Array<PartitionState>(j.partitions).fill('done');
-      live.partitions.forEach((st, i) => (partitionStates![run[i] as number] = st));
+      const states = new Array<PartitionState>(j.partitions).fill('done');
+      live.partitions.forEach((st, i) => (states[run[i] as number] = st));
+      partitionCounts = countPartitions(states);
+      if (j.partitions <= maxStates) partitionStates = states;
+    } else if (!isFinal(j.state)) {
+      partitionCounts = { ...countPartitions([]), done: j.partitionsDone, queued: j.partitions - j.partitionsDone };
     }
     return {
       id: j.id,
@@ -787,6 +803,7 @@ export class Service {
       durationS: j.finishedAt === null ? null : (j.finishedAt - j.submittedAt) / 1000,
       partitionsDone: j.partitionsDone,
       partitionStates,
+      partitionCounts,
       resumes: j.resumes,
       ...resultFields(j.result),
       error: j.errorCode === null ? null : { code: j.errorCode, reason: j.errorReason ?? '' },

@@ -1,8 +1,9 @@
 /**
  * Bounded cost per request: partitions cost memory from submission on, so the server caps the
  * partitions of unfinished jobs (server.maxPendingPartitions): a job that could never fit gets 400,
- * one that does not fit now 429 with Retry-After. The test also prints how long a submit of the
- * default limit's worth of partitions holds the event loop (what a request sent meanwhile waits).
+ * one that does not fit now 429 with Retry-After. Lists and submit answers give a big job's counts
+ * by stage, not a state per partition. The test also prints how long a submit of the default
+ * limit's worth of partitions holds the event loop (what a request sent meanwhile waits).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http, removeDir, startServer, tempDataDir, type ServerProcess } from './helpers.js';
@@ -62,5 +63,17 @@ describe('a submit at the default limit', () => {
     console.log(`a 200,000-partition submit: answered after ${(performance.now() - t0).toFixed(0)} ms; a status request sent meanwhile waited ${waited.toFixed(0)} ms`);
     const over = await http(server.url, 'POST', '/v1/jobs', { kind: 'sleep', partitions: 1 });
     expect(over.status).toBe(429);
+    // Lists and submit answers stay small: counts by stage, the states only on the job's own view.
+    const submitted = (await submit).body as { partitionStates: unknown; partitionCounts: Record<string, number> };
+    expect(submitted.partitionStates).toBeNull();
+    expect(Object.values(submitted.partitionCounts).reduce((a, b) => a + b, 0)).toBe(200_000);
+    const list = await fetch(`${server.url}/v1/jobs?limit=50`).then((r) => r.text());
+    const listed = (JSON.parse(list) as { id: string; partitionStates: unknown; partitionCounts: Record<string, number> }[]).find((j) => j.id === 'huge');
+    expect(listed?.partitionStates).toBeNull();
+    expect(Object.values(listed?.partitionCounts ?? {}).reduce((a, b) => a + b, 0)).toBe(200_000);
+    expect(list.length).toBeLessThan(10_000);
+    const one = (await http(server.url, 'GET', '/v1/jobs/huge')).body as { partitionStates: string[] };
+    expect(one.partitionStates).toHaveLength(200_000);
+    console.log(`GET /v1/jobs?limit=50 with the 200,000-partition job: ${list.length} bytes`);
   }, 60_000);
 });
