@@ -1,3 +1,4 @@
+import type { FastifyInstance } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { Job, Queue, Worker } from 'bullmq';
@@ -869,9 +870,10 @@ export async function startClusterServer(config: ServeConfig): Promise<RunningSe
   refuseExposure(config);
   const local = await openLocal(config);
   const cluster = new ClusterService(config, local);
-  const app = buildApp(cluster);
+  let app: FastifyInstance;
   let address: string;
   try {
+    app = buildApp(cluster);
     await cluster.connect();
     address = await listen(app, config);
   } catch (e) {

@@ -1,5 +1,7 @@
 import { readFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import { createRequire } from 'node:module';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { PartitionState } from '../core/index.js';
@@ -10,7 +12,7 @@ import { parseStrictJson, StrictJsonError } from './strict-json.js';
 import type { EventEmitter } from 'node:events';
 import type { Registry } from 'prom-client';
 import type { ChromeTrace } from '../web/chrome-trace.js';
-import type { ServeConfig } from './config.js';
+import { ConfigError, type ServeConfig } from './config.js';
 import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';
 import { isFinal, notFound, progressEvents, ServiceError, type JobProgressEvent, type JobView, type KindView, type ServiceEvent, type TimelineView } from './service.js';
@@ -175,13 +177,20 @@ export function buildApp(service: ApiService): FastifyInstance {
     // Slow clients: headers must arrive within headersTimeoutS, the whole request within
     // requestTimeoutS, an idle keep-alive connection closes after keepAliveTimeoutS; Node checks
     // every second (its default, 30 s, let a slow client hold a socket that long past its limit).
+    // With server.tlsCert and tlsKey: HTTPS.
     serverFactory: (handler) => {
-      const server = http.createServer({
+      const limits = {
         requestTimeout: srv.requestTimeoutS * 1000,
         headersTimeout: Math.min(srv.headersTimeoutS, srv.requestTimeoutS) * 1000,
         keepAliveTimeout: srv.keepAliveTimeoutS * 1000,
         connectionsCheckingInterval: 1000,
-      }, handler);
+      };
+      let server: http.Server;
+      try {
+        server = srv.tlsCert ? https.createServer({ ...limits, cert: readFileSync(srv.tlsCert), key: readFileSync(srv.tlsKey) }, handler) : http.createServer(limits, handler);
+      } catch (e) {
+        throw new ConfigError([{ source: 'configuration', path: 'server.tlsCert', message: `HTTPS cannot start with ${srv.tlsCert} and ${srv.tlsKey} (${(e as Error).message}) — give a PEM certificate chain and its private key` }]);
+      }
       server.maxConnections = srv.maxConnections;
       return server;
     },

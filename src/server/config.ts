@@ -55,6 +55,10 @@ export interface ServerConfig {
   maxConnections: number;
   /** Most open event streams (`/v1/events`, `/v1/jobs/:id/events`; ≥ 1); more get 503 with Retry-After. @default 256 */
   maxEventStreams: number;
+  /** HTTPS: the certificate chain (PEM file; relative in a file: to the file's directory); with tlsKey. `""`: plain HTTP. @default "" */
+  tlsCert: string;
+  /** HTTPS: the private key (PEM file); with tlsCert. @default "" */
+  tlsKey: string;
 }
 
 /** The pacing engine. */
@@ -282,6 +286,8 @@ const serverShape = {
   keepAliveTimeoutS: positive('a number of seconds > 0', 'use e.g. 5'),
   maxConnections: int(1, undefined, 'an integer ≥ 1', 'use e.g. 1024'),
   maxEventStreams: int(1, undefined, 'an integer ≥ 1', 'use e.g. 256'),
+  tlsCert: z.string(err('a PEM file path, or ""', 'write e.g. tlsCert = "/etc/stoker/cert.pem"')).optional(),
+  tlsKey: z.string(err('a PEM file path, or ""', 'write e.g. tlsKey = "/etc/stoker/key.pem"')).optional(),
 };
 const engineShape = {
   pacer: z
@@ -638,7 +644,7 @@ function defaults(cwd: string): ServeConfig {
     dataDir: path.resolve(cwd, './stoker-data'),
     server: {
       host: '127.0.0.1', port: 7070, bodyLimitBytes: 1_048_576, maxPendingJobs: 10_000, maxPendingPartitions: 200_000, retryAfterS: 5, resultTtlS: 86_400, shutdownTimeoutS: 30, maxWaitS: 300,
-      token: '', allowedHosts: [], openWithoutToken: false, requestTimeoutS: 30, headersTimeoutS: 10, keepAliveTimeoutS: 5, maxConnections: 1024, maxEventStreams: 256,
+      token: '', allowedHosts: [], openWithoutToken: false, requestTimeoutS: 30, headersTimeoutS: 10, keepAliveTimeoutS: 5, maxConnections: 1024, maxEventStreams: 256, tlsCert: '', tlsKey: '',
     },
     engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
     device: { kind: 'cpu', workers: 2 },
@@ -681,6 +687,10 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     if (kinds.length > 0) c.kinds = kinds;
     const { budgetBytes, deviceTimeoutS, ...engine } = layer.engine ?? {};
     Object.assign(c.server, defined(layer.server));
+    for (const f of ['tlsCert', 'tlsKey'] as const) {
+      const v = layer.server?.[f];
+      if (v) c.server[f] = path.resolve(base, v);
+    }
     Object.assign(c.engine, defined(engine));
     if (budgetBytes !== undefined) c.engine.budgetBytes = finiteOr(budgetBytes);
     if (deviceTimeoutS !== undefined) c.engine.deviceTimeoutS = finiteOr(deviceTimeoutS);
@@ -697,6 +707,13 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     Object.assign(c.cluster, defined(layer.cluster));
   }
   c.engine.pacerOptions = { ...c.engine.pacerOptions };
+  const { tlsCert, tlsKey } = c.server;
+  if ((tlsCert === '') !== (tlsKey === '')) {
+    throw new ConfigError([{ source: 'configuration', path: tlsCert === '' ? 'server.tlsCert' : 'server.tlsKey', message: `server.${tlsCert === '' ? 'tlsKey' : 'tlsCert'} is set without server.${tlsCert === '' ? 'tlsCert' : 'tlsKey'} — HTTPS needs both the certificate chain and its private key (PEM files)` }]);
+  }
+  for (const [field, file] of [['tlsCert', tlsCert], ['tlsKey', tlsKey]] as const) {
+    if (file !== '' && !fs.existsSync(file)) throw new ConfigError([{ source: 'configuration', path: `server.${field}`, message: `${file} does not exist — give a PEM file (relative in a file: to the file's folder)` }]);
+  }
   for (const [name, d] of [['device', c.device], ...Object.entries(c.devices ?? {}).map(([n, dv]) => [`devices.${n}`, dv])] as [string, DeviceConfig][]) {
     const deviceCwd = d.process?.cwd;
     if (deviceCwd !== undefined && !fs.existsSync(deviceCwd)) {
@@ -812,6 +829,8 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'server.keepAliveTimeoutS': ['5', 'seconds an idle keep-alive connection stays open'],
   'server.maxConnections': ['1024', 'most open connections'],
   'server.maxEventStreams': ['256', 'most open event streams; more get 503'],
+  'server.tlsCert': ['""', 'HTTPS: certificate chain, a PEM file (with server.tlsKey); "": plain HTTP'],
+  'server.tlsKey': ['""', 'HTTPS: private key, a PEM file (with server.tlsCert)'],
   'engine.pacer': ['"stoker"', `a built-in pacer: ${PACER_NAMES.join(', ')}`],
   'engine.targetWaiting': ['4', 'items waiting for a device the pacer aims at (> 0)'],
   'engine.budgetBytes': ['"unlimited"', 'memory budget in bytes (> 0) or "unlimited"'],

@@ -50,7 +50,7 @@ export async function listen(app: FastifyInstance, config: ServeConfig): Promise
   await app.listen({ host: config.server.host, port: config.server.port });
   const a = app.server.address();
   if (a === null || typeof a === 'string') return String(a);
-  return `http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`;
+  return `${config.server.tlsCert ? 'https' : 'http'}://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`;
 }
 
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
@@ -60,9 +60,10 @@ export async function startServer(config: ServeConfig): Promise<RunningServer> {
   refuseExposure(config);
   const kinds = await loadServerKinds(config);
   const service = Service.open(config, kinds);
-  const app = buildApp(service);
+  let app: FastifyInstance;
   let address: string;
   try {
+    app = buildApp(service);
     address = await listen(app, config);
   } catch (e) {
     await service.close(0);

@@ -39,7 +39,7 @@ describe('defaults', () => {
       dataDir: path.join(dir, 'stoker-data'),
       server: {
         host: '127.0.0.1', port: 7070, bodyLimitBytes: 1_048_576, maxPendingJobs: 10_000, maxPendingPartitions: 200_000, retryAfterS: 5, resultTtlS: 86_400, shutdownTimeoutS: 30, maxWaitS: 300,
-        token: '', allowedHosts: [], openWithoutToken: false, requestTimeoutS: 30, headersTimeoutS: 10, keepAliveTimeoutS: 5, maxConnections: 1024, maxEventStreams: 256,
+        token: '', allowedHosts: [], openWithoutToken: false, requestTimeoutS: 30, headersTimeoutS: 10, keepAliveTimeoutS: 5, maxConnections: 1024, maxEventStreams: 256, tlsCert: '', tlsKey: '',
       },
       engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
       device: { kind: 'cpu', workers: 2 },
@@ -175,7 +175,7 @@ describe('errors name the source, the field and the fix', () => {
     const e = configError(() => loadConfig({ file, env: {}, cwd: dir }));
     const lines = e.message.split('\n');
     expect(lines).toHaveLength(5);
-    expect(lines).toContain(`${file}: server.prot: unknown key in [server] — did you mean "port"? the keys in [server] are: host, port, bodyLimitBytes, maxPendingJobs, maxPendingPartitions, retryAfterS, resultTtlS, shutdownTimeoutS, maxWaitS, token, allowedHosts, openWithoutToken, requestTimeoutS, headersTimeoutS, keepAliveTimeoutS, maxConnections, maxEventStreams`);
+    expect(lines).toContain(`${file}: server.prot: unknown key in [server] — did you mean "port"? the keys in [server] are: host, port, bodyLimitBytes, maxPendingJobs, maxPendingPartitions, retryAfterS, resultTtlS, shutdownTimeoutS, maxWaitS, token, allowedHosts, openWithoutToken, requestTimeoutS, headersTimeoutS, keepAliveTimeoutS, maxConnections, maxEventStreams, tlsCert, tlsKey`);
     expect(e.message).toContain(`${file}: server.max_pending_jobs: unknown key in [server] — did you mean "maxPendingJobs"?`);
     expect(e.message).toContain(`${file}: server.zzz: unknown key in [server] — remove it; the keys in [server] are: host, port,`);
     expect(e.message).toContain(`${file}: data_dir: unknown key at the top level — did you mean "dataDir"?`);
@@ -258,7 +258,7 @@ describe('configToToml', () => {
       dataDir: path.join(dir, 'journal dir'),
       server: {
         host: '0.0.0.0', port: 0, bodyLimitBytes: 4096, maxPendingJobs: 3, maxPendingPartitions: 7, retryAfterS: 1, resultTtlS: 0.5, shutdownTimeoutS: 0, maxWaitS: 12.25,
-        token: '', allowedHosts: ['stoker.internal', '10.0.0.5'], openWithoutToken: true, requestTimeoutS: 2.5, headersTimeoutS: 1, keepAliveTimeoutS: 0.5, maxConnections: 10, maxEventStreams: 3,
+        token: '', allowedHosts: ['stoker.internal', '10.0.0.5'], openWithoutToken: true, requestTimeoutS: 2.5, headersTimeoutS: 1, keepAliveTimeoutS: 0.5, maxConnections: 10, maxEventStreams: 3, tlsCert: '', tlsKey: '',
       },
       engine: { pacer: 'interval-pi', targetWaiting: 1.5, budgetBytes: 412316860416, retries: 10, deviceTimeoutS: 90, pacerOptions: { window: 32, gain: 0.25, 'odd key': 1 } },
       device: { kind: 'webgpu', workers: 64 },

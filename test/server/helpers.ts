@@ -48,7 +48,7 @@ export function startServer(dataDir: string, args: string[] = [], env: Record<st
   return new Promise((resolve, reject) => {
     const onData = (b: Buffer) => {
       out += b.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(out);
+      const m = /listening on (https?:\/\/\S+)/.exec(out);
       if (m) {
         child.stdout?.off('data', onData);
         child.stdout?.on('data', (d: Buffer) => (out += d.toString()));

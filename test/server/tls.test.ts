@@ -1,0 +1,58 @@
+/**
+ * HTTPS: with server.tlsCert and server.tlsKey the server speaks TLS (a self-signed certificate
+ * made by openssl for the test), the start line says https://, and a half-configured or broken
+ * pair is refused at start naming the field.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import https from 'node:https';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLI, removeDir, startServer, tempDataDir, type ServerProcess } from './helpers.js';
+
+const haveOpenssl = spawnSync('openssl', ['version']).status === 0;
+if (!haveOpenssl) console.warn('SKIPPED: test/server/tls.test.ts: openssl is not installed (apt-get install openssl)');
+
+describe.skipIf(!haveOpenssl)('HTTPS', () => {
+  let dir: string;
+  let server: ServerProcess;
+  let cert: string;
+  let key: string;
+  beforeAll(async () => {
+    dir = tempDataDir();
+    cert = path.join(dir, 'cert.pem');
+    key = path.join(dir, 'key.pem');
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+    server = await startServer(path.join(dir, 'data'), [], { STOKER_SERVER_TLS_CERT: cert, STOKER_SERVER_TLS_KEY: key });
+  }, 30_000);
+  afterAll(async () => {
+    await server?.stop();
+    if (dir) removeDir(dir);
+  });
+
+  it('serves the API over TLS and says https:// on its start line', async () => {
+    expect(server.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+    const body = await new Promise<string>((resolve, reject) => {
+      https
+        .get(`${server.url}/v1/status`, { ca: fs.readFileSync(cert) }, (res) => {
+          let b = '';
+          res.on('data', (d: Buffer) => (b += d.toString()));
+          res.on('end', () => (res.statusCode === 200 ? resolve(b) : reject(new Error(String(res.statusCode)))));
+        })
+        .on('error', reject);
+    });
+    expect(JSON.parse(body)).toHaveProperty('jobs');
+  });
+
+  it('refuses a certificate without its key, and a file that is not PEM, naming the field', () => {
+    const run = (env: Record<string, string>) => spawnSync(process.execPath, [CLI, 'serve', '--port', '0', '--data', path.join(dir, 'other')], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 20_000 });
+    const half = run({ STOKER_SERVER_TLS_CERT: cert });
+    expect(half.status).toBe(2);
+    expect(half.stderr).toContain('server.tlsCert is set without server.tlsKey');
+    const junk = path.join(dir, 'junk.pem');
+    fs.writeFileSync(junk, 'not a certificate\n');
+    const bad = run({ STOKER_SERVER_TLS_CERT: junk, STOKER_SERVER_TLS_KEY: key });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain('server.tlsCert: HTTPS cannot start with');
+  }, 30_000);
+});
