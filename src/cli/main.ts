@@ -162,6 +162,26 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .argument('<id>', 'a job id')
     .action((id: string, flags: ClientFlags) => cancelCommand(id, flags, io));
 
+  p.command('chaos')
+    .description('kill -9 a stoker serve at random moments under a stream of jobs and restart it; every acknowledged job must end once with its result (exit 1 when any is lost, wrong or duplicated)')
+    .option('--seconds <s>', 'how long jobs arrive and kills happen', '60')
+    .option('--seed <n>', 'the seed of the run', '1')
+    .option('--json', 'print the report as JSON')
+    .action(async (f: { seconds: string; seed: string; json?: boolean }) => {
+      const seconds = Number(f.seconds);
+      const seed = Number(f.seed);
+      if (!(seconds > 0)) throw new UsageError(`--seconds must be a number > 0 (got ${f.seconds})`);
+      if (!Number.isSafeInteger(seed)) throw new UsageError(`--seed must be a whole number (got ${f.seed})`);
+      const { chaosRun } = await import('./chaos.js');
+      const r = await chaosRun({ seconds, seed, progress: (line) => io.err(`${line}\n`) });
+      if (f.json) io.out(`${JSON.stringify(r, null, 2)}\n`);
+      else {
+        const failed = Object.entries(r.failed).map(([code, n]) => `${n} ${code}`).join(', ') || '0';
+        io.out(`chaos: ${r.faults} kill -9 in ${seconds} s · ${r.accepted} jobs acknowledged · ${r.done} done · failed ${failed} · lost ${r.lost} · wrong ${r.wrong} · duplicated ${r.duplicated}\n`);
+      }
+      setExit(r.lost + r.wrong + r.duplicated > 0 ? 1 : 0);
+    });
+
   p.command('cluster-bench')
     .description('cluster mode throughput: a private redis-server, then 1, 2, 3 `serve --cluster` nodes with sleep devices; jobs/s and each node\'s occupancy')
     .option('--nodes <n>', 'up to this many nodes', '3')
