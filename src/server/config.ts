@@ -133,7 +133,7 @@ export interface PrepareConfig {
 export interface ClusterConfig {
   /** `redis://host:port[/db]` of the shared Redis, or `"none"` (local mode: nothing about Redis is touched). @default "none" */
   redis: string;
-  /** How long (ms, ≥ 100) a node's hold on a job lasts without renewal; a dead node's jobs return to the queue after it. @default 30000 */
+  /** How long (ms, ≥ 100) a node's hold on a job lasts without renewal; a dead node's jobs return to the queue after it. @default 6000 */
   lockMs: number;
   /** How often (ms, ≥ 50) a node writes its heartbeat (it lives 3× as long). @default 2000 */
   heartbeatMs: number;
@@ -336,7 +336,7 @@ const clusterShape = {
     .string(err('a redis:// URL or "none"', 'use e.g. "redis://127.0.0.1:6379/0", or "none" for local mode'))
     .refine((v) => v === 'none' || /^rediss?:\/\/[^\s/]+(\/\d+)?$/.test(v), err('a redis:// URL or "none"', 'use e.g. "redis://127.0.0.1:6379/0", or "none" for local mode'))
     .optional(),
-  lockMs: int(100, undefined, 'an integer ≥ 100 (ms)', 'use e.g. 30000'),
+  lockMs: int(100, undefined, 'an integer ≥ 100 (ms)', 'use e.g. 6000'),
   heartbeatMs: int(50, undefined, 'an integer ≥ 50 (ms)', 'use e.g. 2000'),
   nodeId: z
     .string(err('a node name', 'use e.g. "gpu-box-1" (letters, digits, . _ -)'))
@@ -649,7 +649,7 @@ function defaults(cwd: string): ServeConfig {
     engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
     device: { kind: 'cpu', workers: 2 },
     prepare: { threads: defaultThreads(), concurrency: 64 },
-    cluster: { redis: 'none', lockMs: 30_000, heartbeatMs: 2000, nodeId: defaultNodeId() },
+    cluster: { redis: 'none', lockMs: 6000, heartbeatMs: 2000, nodeId: defaultNodeId() },
   };
 }
 
@@ -844,7 +844,7 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'prepare.threads': ['cores − 1', 'preparation threads (≥ 1)'],
   'prepare.concurrency': ['64', 'preparations one thread runs at once (≥ 1)'],
   'cluster.redis': ['"none"', 'cluster mode: redis://host:port[/db] of the shared Redis (flag --cluster), or "none"'],
-  'cluster.lockMs': ['30000', "ms a node's hold on a job lasts unrenewed (a dead node's jobs return after it)"],
+  'cluster.lockMs': ['6000', "ms a node's hold on a job lasts unrenewed, renewed every third of it (a dead node's jobs run elsewhere about 1.5× this after its death)"],
   'cluster.heartbeatMs': ['2000', "ms between a node's heartbeats (each lives 3× as long)"],
   'cluster.nodeId': ['"<host>-<pid>"', "this node's name in the cluster"],
 };

@@ -44,7 +44,7 @@ describe('defaults', () => {
       engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
       device: { kind: 'cpu', workers: 2 },
       prepare: { threads: Math.max(1, os.availableParallelism() - 1), concurrency: 64 },
-      cluster: { redis: 'none', lockMs: 30_000, heartbeatMs: 2000, nodeId: `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 80) || 'node'}-${process.pid}` },
+      cluster: { redis: 'none', lockMs: 6000, heartbeatMs: 2000, nodeId: `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 80) || 'node'}-${process.pid}` },
     } satisfies ServeConfig);
   });
 
@@ -64,7 +64,7 @@ describe('defaults', () => {
   it('cluster mode is off by default; --cluster and STOKER_CLUSTER_* set it, bad values are named', () => {
     const c = loadConfig({ env: {}, cwd: dir });
     expect(c.cluster.redis).toBe('none');
-    expect(c.cluster.lockMs).toBe(30_000);
+    expect(c.cluster.lockMs).toBe(6000);
     expect(c.cluster.heartbeatMs).toBe(2000);
     expect(c.cluster.nodeId).toMatch(new RegExp(`-${process.pid}$`));
     const d = loadConfig({ env: { STOKER_CLUSTER_LOCK_MS: '3000', STOKER_CLUSTER_NODE_ID: 'n1', STOKER_CLUSTER_REDIS: 'redis://a:1' }, flags: { cluster: 'redis://127.0.0.1:6380/2' }, cwd: dir });
