@@ -259,19 +259,34 @@ function readMark(file: string): number {
   }
 }
 
-/** Opens the mark file for writing, with the file's own high-water mark in it (a fresh or moved-away mark starts there). */
-function openMark(path: string, db: Database.Database): number {
+/**
+ * Opens the mark file for writing, with the file's own high-water mark in it (a fresh or
+ * moved-away mark starts there). Undefined when it cannot be written (a full disk): the journal
+ * then opens without the check, as it did before there was one.
+ */
+function openMark(path: string, db: Database.Database): number | undefined {
   const before = readMark(`${path}.mark`);
-  const fd = openSync(`${path}.mark`, constants.O_RDWR | constants.O_CREAT, 0o644);
-  ftruncateSync(fd, MARK_BYTES);
-  writeMark(fd, Math.max(heldSeq(db), before));
-  fsyncSync(fd);
-  return fd;
+  let fd: number | undefined;
+  try {
+    fd = openSync(`${path}.mark`, constants.O_RDWR | constants.O_CREAT, 0o644);
+    ftruncateSync(fd, MARK_BYTES);
+    writeMark(fd, Math.max(heldSeq(db), before));
+    fsyncSync(fd);
+    return fd;
+  } catch {
+    if (fd !== undefined) closeSync(fd);
+    return undefined;
+  }
 }
 
-/** The mark: fixed width, written in place. */
-function writeMark(fd: number, seq: number): void {
-  writeSync(fd, `${String(seq).padStart(MARK_BYTES - 1, '0')}\n`, 0);
+/** The mark: fixed width, written in place (a failed write leaves the older, lower mark: never a false alarm). */
+function writeMark(fd: number | undefined, seq: number): void {
+  if (fd === undefined) return;
+  try {
+    writeSync(fd, `${String(seq).padStart(MARK_BYTES - 1, '0')}\n`, 0);
+  } catch {
+    // a full disk: the journal's own writes say so
+  }
 }
 
 /** The highest job number the file has ever given (AUTOINCREMENT's: purges do not lower it). */
@@ -315,11 +330,11 @@ export class Journal {
   readonly #counts = new Map<string, Record<JobState, number>>();
 
   /** The high-water mark file: the seq of the last acknowledged job, rewritten after each insert (see openMark). */
-  readonly #mark: number;
+  readonly #mark: number | undefined;
   #markDirty = false;
   readonly #markTimer: NodeJS.Timeout;
 
-  private constructor(db: Database.Database, now: () => number, mark: number) {
+  private constructor(db: Database.Database, now: () => number, mark: number | undefined) {
     this.#db = db;
     this.#now = now;
     this.#s = prepareStatements(db);
@@ -330,7 +345,7 @@ export class Journal {
   }
 
   #syncMark(): void {
-    if (!this.#markDirty) return;
+    if (!this.#markDirty || this.#mark === undefined) return;
     this.#markDirty = false;
     try {
       fsyncSync(this.#mark);
@@ -598,7 +613,7 @@ export class Journal {
     this.#closed = true;
     clearInterval(this.#markTimer);
     this.#syncMark();
-    closeSync(this.#mark);
+    if (this.#mark !== undefined) closeSync(this.#mark);
     this.#db.close();
   }
 }
