@@ -8,8 +8,8 @@
 import { spawn } from 'node:child_process';
 import http from 'node:http';
 import net from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CLI, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { CLI, removeDir, startServer, tempDataDir, useServer, waitUntil } from './helpers.js';
 
 const TOKEN = 'test-token-0123456789abcdef';
 
@@ -46,76 +46,67 @@ function run(args: string[], env: Record<string, string> = {}): Promise<{ code: 
 }
 
 describe('a server with a token', () => {
-  let dir: string;
-  let server: ServerProcess;
-  beforeAll(async () => {
-    dir = tempDataDir();
-    server = await startServer(dir, [], { STOKER_SERVER_TOKEN: TOKEN, STOKER_SERVER_ALLOWED_HOSTS: 'stoker.internal', STOKER_SERVER_MAX_EVENT_STREAMS: '2' });
-  });
-  afterAll(async () => {
-    await server.stop();
-    removeDir(dir);
-  });
+  const fixture = useServer([], { STOKER_SERVER_TOKEN: TOKEN, STOKER_SERVER_ALLOWED_HOSTS: 'stoker.internal', STOKER_SERVER_MAX_EVENT_STREAMS: '2' });
 
   it('answers 401 without the token or with a wrong one, and serves with it; the dashboard files stay public', async () => {
-    const none = await request(server.url, { path: '/v1/status' });
+    const none = await request(fixture.server.url, { path: '/v1/status' });
     expect(none.status).toBe(401);
     expect(none.headers['www-authenticate']).toBe('Bearer realm="stoker"');
     expect(JSON.parse(none.body)).toMatchObject({ status: 401, detail: expect.stringContaining('Authorization: Bearer') });
-    expect((await request(server.url, { path: '/v1/status', headers: { authorization: 'Bearer wrong-token-0123456789' } })).status).toBe(401);
-    expect((await request(server.url, { path: '/metrics' })).status).toBe(401);
-    expect((await request(server.url, { method: 'POST', path: '/v1/jobs', body: JSON.stringify({ kind: 'sleep', partitions: 1 }) })).status).toBe(401);
+    expect((await request(fixture.server.url, { path: '/v1/status', headers: { authorization: 'Bearer wrong-token-0123456789' } })).status).toBe(401);
+    expect((await request(fixture.server.url, { path: '/metrics' })).status).toBe(401);
+    expect((await request(fixture.server.url, { method: 'POST', path: '/v1/jobs', body: JSON.stringify({ kind: 'sleep', partitions: 1 }) })).status).toBe(401);
     const auth = { authorization: `Bearer ${TOKEN}` };
-    expect((await request(server.url, { path: '/v1/status', headers: auth })).status).toBe(200);
-    expect((await request(server.url, { path: '/metrics', headers: auth })).status).toBe(200);
-    expect((await request(server.url, { method: 'POST', path: '/v1/jobs', headers: auth, body: JSON.stringify({ id: 't-1', kind: 'sleep', partitions: 1 }) })).status).toBe(202);
-    expect((await request(server.url, { path: '/' })).status).toBe(200);
-    expect((await request(server.url, { path: '/assets/dashboard.js' })).status).toBe(200);
+    expect((await request(fixture.server.url, { path: '/v1/status', headers: auth })).status).toBe(200);
+    expect((await request(fixture.server.url, { path: '/metrics', headers: auth })).status).toBe(200);
+    expect((await request(fixture.server.url, { method: 'POST', path: '/v1/jobs', headers: auth, body: JSON.stringify({ id: 't-1', kind: 'sleep', partitions: 1 }) })).status).toBe(202);
+    expect((await request(fixture.server.url, { path: '/' })).status).toBe(200);
+    expect((await request(fixture.server.url, { path: '/assets/dashboard.js' })).status).toBe(200);
     // An EventSource cannot send a header: the event streams take ?access_token= (and only they).
-    expect((await request(server.url, { path: `/v1/events?access_token=${TOKEN}` })).status).toBe(200);
-    expect((await request(server.url, { path: `/v1/status?access_token=${TOKEN}` })).status).toBe(401);
+    expect((await request(fixture.server.url, { path: `/v1/events?access_token=${TOKEN}` })).status).toBe(200);
+    expect((await request(fixture.server.url, { path: `/v1/status?access_token=${TOKEN}` })).status).toBe(401);
   });
 
   it('the CLI sends the token from STOKER_SERVER_TOKEN or --token-file, and says what is missing without it', async () => {
-    const ok = await run(['status', 't-1', '--server', server.url, '--json'], { STOKER_SERVER_TOKEN: TOKEN });
+    const ok = await run(['status', 't-1', '--server', fixture.server.url, '--json'], { STOKER_SERVER_TOKEN: TOKEN });
     expect(ok.code).toBe(0);
     expect(JSON.parse(ok.out)).toMatchObject({ id: 't-1' });
-    const file = `${dir}/token`;
+    const file = `${fixture.server.dataDir}/token`;
     (await import('node:fs')).writeFileSync(file, `${TOKEN}\n`);
-    expect((await run(['wait', 't-1', '--server', server.url, '--token-file', file], { STOKER_SERVER_TOKEN: '' })).code).toBe(0);
-    const denied = await run(['status', '--server', server.url], { STOKER_SERVER_TOKEN: '' });
+    expect((await run(['wait', 't-1', '--server', fixture.server.url, '--token-file', file], { STOKER_SERVER_TOKEN: '' })).code).toBe(0);
+    const denied = await run(['status', '--server', fixture.server.url], { STOKER_SERVER_TOKEN: '' });
     expect(denied.code).toBe(2);
     expect(denied.err).toContain('401');
   }, 30_000);
 
   it('refuses a Host that does not name the server (421), and a state-changing request from a foreign Origin (403)', async () => {
     const auth = { authorization: `Bearer ${TOKEN}` };
-    const port = new URL(server.url).port;
-    const foreign = await request(server.url, { path: '/v1/status', headers: { ...auth, host: 'attacker.example' } });
+    const port = new URL(fixture.server.url).port;
+    const foreign = await request(fixture.server.url, { path: '/v1/status', headers: { ...auth, host: 'attacker.example' } });
     expect(foreign.status).toBe(421);
     expect(JSON.parse(foreign.body).detail).toContain('server.allowedHosts');
-    expect((await request(server.url, { path: '/', headers: { host: `attacker.example:${port}` } })).status).toBe(421);
-    expect((await request(server.url, { path: '/v1/status', headers: { ...auth, host: `localhost:${port}` } })).status).toBe(200);
-    expect((await request(server.url, { path: '/v1/status', headers: { ...auth, host: 'stoker.internal' } })).status).toBe(200);
-    const post = (origin: string) => request(server.url, { method: 'POST', path: '/v1/jobs', headers: { ...auth, origin }, body: JSON.stringify({ kind: 'sleep', partitions: 1 }) });
+    expect((await request(fixture.server.url, { path: '/', headers: { host: `attacker.example:${port}` } })).status).toBe(421);
+    expect((await request(fixture.server.url, { path: '/v1/status', headers: { ...auth, host: `localhost:${port}` } })).status).toBe(200);
+    expect((await request(fixture.server.url, { path: '/v1/status', headers: { ...auth, host: 'stoker.internal' } })).status).toBe(200);
+    const post = (origin: string) => request(fixture.server.url, { method: 'POST', path: '/v1/jobs', headers: { ...auth, origin }, body: JSON.stringify({ kind: 'sleep', partitions: 1 }) });
     const evil = await post('http://attacker.example');
     expect(evil.status).toBe(403);
     expect(JSON.parse(evil.body).type).toMatch(/forbidden-origin$/);
     expect((await post('null')).status).toBe(403);
     expect((await post(`http://127.0.0.1:${port}`)).status).toBe(202);
-    expect((await request(server.url, { method: 'DELETE', path: '/v1/jobs/t-1', headers: { ...auth, origin: 'https://attacker.example' } })).status).toBe(403);
+    expect((await request(fixture.server.url, { method: 'DELETE', path: '/v1/jobs/t-1', headers: { ...auth, origin: 'https://attacker.example' } })).status).toBe(403);
   });
 
   it('keeps at most server.maxEventStreams event streams open: one more gets 503 with Retry-After', async () => {
     const open = () =>
       new Promise<http.ClientRequest>((resolve, reject) => {
-        const u = new URL(server.url);
+        const u = new URL(fixture.server.url);
         const req = http.get({ host: u.hostname, port: u.port, path: '/v1/events', headers: { authorization: `Bearer ${TOKEN}` } }, (res) => (res.statusCode === 200 ? resolve(req) : reject(new Error(String(res.statusCode)))));
       });
     const a = await open();
     const b = await open();
     try {
-      const third = await request(server.url, { path: '/v1/events', headers: { authorization: `Bearer ${TOKEN}` } });
+      const third = await request(fixture.server.url, { path: '/v1/events', headers: { authorization: `Bearer ${TOKEN}` } });
       expect(third.status).toBe(503);
       expect(third.headers['retry-after']).toBe('5');
       expect(JSON.parse(third.body).detail).toContain('server.maxEventStreams');
@@ -124,7 +115,7 @@ describe('a server with a token', () => {
       b.destroy();
     }
     // Closed streams free their places.
-    await waitUntil(async () => ((await request(server.url, { path: '/v1/events', headers: { authorization: `Bearer ${TOKEN}` } })).status === 200 ? true : undefined), 5000, 'a stream place to free', 50);
+    await waitUntil(async () => ((await request(fixture.server.url, { path: '/v1/events', headers: { authorization: `Bearer ${TOKEN}` } })).status === 200 ? true : undefined), 5000, 'a stream place to free', 50);
   });
 });
 
@@ -149,19 +140,10 @@ describe('listening beyond loopback', () => {
 });
 
 describe('slow clients', () => {
-  let dir: string;
-  let server: ServerProcess;
-  beforeAll(async () => {
-    dir = tempDataDir();
-    server = await startServer(dir, [], { STOKER_SERVER_REQUEST_TIMEOUT_S: '1', STOKER_SERVER_HEADERS_TIMEOUT_S: '1' });
-  });
-  afterAll(async () => {
-    await server.stop();
-    removeDir(dir);
-  });
+  const fixture = useServer([], { STOKER_SERVER_REQUEST_TIMEOUT_S: '1', STOKER_SERVER_HEADERS_TIMEOUT_S: '1' });
 
   it('closes connections whose body or headers never finish, within the timeouts', async () => {
-    const u = new URL(server.url);
+    const u = new URL(fixture.server.url);
     const t0 = performance.now();
     const sockets = Array.from({ length: 40 }, (_, i) => {
       const s = net.connect(Number(u.port), u.hostname);
@@ -175,6 +157,6 @@ describe('slow clients', () => {
     expect(closedAfter, 'every slow connection closed within 10 s').not.toBe('open');
     console.log(`40 slow connections closed after ${Math.max(...(closedAfter as number[])).toFixed(0)} ms (requestTimeoutS = headersTimeoutS = 1)`);
     // The server still answers.
-    expect((await request(server.url, { path: '/v1/status' })).status).toBe(200);
+    expect((await request(fixture.server.url, { path: '/v1/status' })).status).toBe(200);
   }, 30_000);
 });

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { EventSource } from 'eventsource';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventLog } from '../../src/server/event-log.js';
-import { CLI, freePort, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+import { CLI, freePort, http, removeDir, startServer, tempDataDir, useServer, waitUntil, type ServerProcess } from './helpers.js';
 
 describe('EventLog', () => {
   it('replays what a client missed, and says when it cannot', () => {
@@ -112,20 +112,11 @@ describe('GET /v1/events across a restart (a real EventSource)', () => {
 });
 
 describe('one job’s progress', () => {
-  let dir: string;
-  let server: ServerProcess;
-  beforeAll(async () => {
-    dir = tempDataDir();
-    server = await startServer(dir, [], { STOKER_DEVICE_WORKERS: '1' });
-  });
-  afterAll(async () => {
-    await server.stop();
-    removeDir(dir);
-  });
+  const fixture = useServer([], { STOKER_DEVICE_WORKERS: '1' });
 
   it('GET /v1/jobs/:id/events streams the partitions as they move, then the end', async () => {
-    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'pg-1', kind: 'sleep', partitions: 4, input: { prepareMs: 50, deviceMs: 30 } })).status).toBe(202);
-    const events = await readEvents(`${server.url}/v1/jobs/pg-1/events`);
+    expect((await http(fixture.server.url, 'POST', '/v1/jobs', { id: 'pg-1', kind: 'sleep', partitions: 4, input: { prepareMs: 50, deviceMs: 30 } })).status).toBe(202);
+    const events = await readEvents(`${fixture.server.url}/v1/jobs/pg-1/events`);
     const progress = events.filter((e) => e.event === 'progress').map((e) => e.data);
     expect(progress.length).toBeGreaterThanOrEqual(4);
     // The first event has every partition; each later one only those that moved, with the counts after.
@@ -137,15 +128,15 @@ describe('one job’s progress', () => {
     expect(last?.event).toBe('end');
     expect(last?.data.job).toMatchObject({ id: 'pg-1', state: 'done', partitionsDone: 4 });
     // A finished job: its picture and its end at once.
-    const again = await readEvents(`${server.url}/v1/jobs/pg-1/events`);
+    const again = await readEvents(`${fixture.server.url}/v1/jobs/pg-1/events`);
     expect(again.map((e) => e.event)).toEqual(['progress', 'end']);
     expect(again[0]?.data.counts.done).toBe(4);
-    expectProblem404(await http(server.url, 'GET', '/v1/jobs/nope/events'));
+    expectProblem404(await http(fixture.server.url, 'GET', '/v1/jobs/nope/events'));
   }, 30_000);
 
   it('stoker wait --progress prints a line per change off a terminal, then the result', async () => {
-    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'pg-2', kind: 'sleep', partitions: 3, input: { prepareMs: 1500, deviceMs: 200 } })).status).toBe(202);
-    const child = spawn(process.execPath, [CLI, 'wait', 'pg-2', '--progress', '--server', server.url], { stdio: ['ignore', 'pipe', 'pipe'] });
+    expect((await http(fixture.server.url, 'POST', '/v1/jobs', { id: 'pg-2', kind: 'sleep', partitions: 3, input: { prepareMs: 1500, deviceMs: 200 } })).status).toBe(202);
+    const child = spawn(process.execPath, [CLI, 'wait', 'pg-2', '--progress', '--server', fixture.server.url], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.on('data', (b: Buffer) => (out += b.toString()));

@@ -3,8 +3,8 @@
  * panel query (and template variable) appears in a scrape of a real server after a job ran.
  */
 import fs from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, removeDir, startServer, tempDataDir, type ServerProcess } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { http, useServer } from './helpers.js';
 
 const DASHBOARD = new URL('../../docs/grafana-dashboard.json', import.meta.url);
 
@@ -28,16 +28,7 @@ export function metricNames(expr: string): string[] {
 }
 
 describe('the Grafana dashboard in docs/', () => {
-  let dir: string;
-  let server: ServerProcess;
-  beforeAll(async () => {
-    dir = tempDataDir();
-    server = await startServer(dir);
-  });
-  afterAll(async () => {
-    await server.stop();
-    removeDir(dir);
-  });
+  const fixture = useServer();
 
   it('parses metric names out of PromQL', () => {
     expect(metricNames('histogram_quantile(0.99, sum by (kind, le) (rate(stoker_job_seconds_bucket{job=~"$job", state="done"}[5m])))')).toEqual(['stoker_job_seconds_bucket']);
@@ -46,9 +37,9 @@ describe('the Grafana dashboard in docs/', () => {
   });
 
   it('reads only metrics a scrape has', async () => {
-    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'g-1', kind: 'sleep', partitions: 2 })).status).toBe(202);
-    expect((await http(server.url, 'GET', '/v1/jobs/g-1/result?wait=20s')).body.state).toBe('done');
-    const scrape = await (await fetch(`${server.url}/metrics`)).text();
+    expect((await http(fixture.server.url, 'POST', '/v1/jobs', { id: 'g-1', kind: 'sleep', partitions: 2 })).status).toBe(202);
+    expect((await http(fixture.server.url, 'GET', '/v1/jobs/g-1/result?wait=20s')).body.state).toBe('done');
+    const scrape = await (await fetch(`${fixture.server.url}/metrics`)).text();
     const exported = new Set(scrape.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => /^[A-Za-z_:][A-Za-z0-9_:]*/.exec(l)?.[0]));
     const dash = JSON.parse(fs.readFileSync(DASHBOARD, 'utf8')) as { panels: { title: string; targets: { expr: string }[] }[]; templating: { list: { query?: unknown }[] } };
     const exprs = [...dash.panels.flatMap((p) => p.targets.map((t) => ({ where: p.title, expr: t.expr }))), ...dash.templating.list.filter((v) => typeof v.query === 'string' && v.query.includes('(')).map((v) => ({ where: 'templating', expr: String(v.query).replace(/^label_values\((.*),\s*\w+\)$/, '$1') }))];

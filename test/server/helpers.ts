@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll } from 'vitest';
 
 /** A TCP port free on loopback now (for a server that must come back on the same port). */
 export { freePort } from '../../src/cluster/redis-server.js';
@@ -165,6 +166,29 @@ export async function collectEvents(base: string): Promise<{ events: StreamedEve
     close: async () => {
       ac.abort();
       await pump;
+    },
+  };
+}
+
+/**
+ * A `stoker serve` for the tests of one describe block: started in beforeAll on a fresh data dir
+ * (with these args and environment), stopped and its dir removed in afterAll. Read `.server`
+ * inside the tests.
+ */
+export function useServer(args: string[] = [], env: Record<string, string> = {}): { readonly server: ServerProcess } {
+  const ref: { server?: ServerProcess; dir?: string } = {};
+  beforeAll(async () => {
+    ref.dir = tempDataDir();
+    ref.server = await startServer(ref.dir, args, env);
+  }, 30_000);
+  afterAll(async () => {
+    await ref.server?.stop();
+    if (ref.dir) removeDir(ref.dir);
+  }, 30_000);
+  return {
+    get server() {
+      if (!ref.server) throw new Error('the server is not started yet: read .server inside a test');
+      return ref.server;
     },
   };
 }

@@ -4,9 +4,9 @@
  * hold braces, quotes and escapes that a key scanner must not trip on).
  */
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseStrictJson, StrictJsonError } from '../../src/server/strict-json.js';
-import { http, removeDir, startServer, tempDataDir, type ServerProcess } from './helpers.js';
+import { http, useServer } from './helpers.js';
 
 const refused = (text: string) => {
   try {
@@ -47,25 +47,16 @@ describe('parseStrictJson', () => {
 });
 
 describe('POST /v1/jobs with such bodies', () => {
-  let dir: string;
-  let server: ServerProcess;
-  beforeAll(async () => {
-    dir = tempDataDir();
-    server = await startServer(dir);
-  });
-  afterAll(async () => {
-    await server.stop();
-    removeDir(dir);
-  });
+  const fixture = useServer();
 
   it('answers 400 naming the key; nothing is journaled', async () => {
-    const dup = await http(server.url, 'POST', '/v1/jobs', '{"id":"d-1","kind":"sleep","partitions":1,"partitions":2}');
+    const dup = await http(fixture.server.url, 'POST', '/v1/jobs', '{"id":"d-1","kind":"sleep","partitions":1,"partitions":2}');
     expect(dup.status).toBe(400);
     expect(dup.body).toMatchObject({ title: 'Bad request', detail: 'the key "partitions" appears twice at $.partitions: give each key once' });
-    const proto = await http(server.url, 'POST', '/v1/jobs', '{"id":"d-2","kind":"sleep","partitions":1,"input":{"__proto__":{"prepareMs":5}}}');
+    const proto = await http(fixture.server.url, 'POST', '/v1/jobs', '{"id":"d-2","kind":"sleep","partitions":1,"input":{"__proto__":{"prepareMs":5}}}');
     expect(proto.status).toBe(400);
     expect(proto.body.detail).toBe('the key "__proto__" at $.input.__proto__ is not allowed: remove it');
-    expect((await http(server.url, 'GET', '/v1/jobs/d-1')).status).toBe(404);
-    expect((await http(server.url, 'GET', '/v1/jobs/d-2')).status).toBe(404);
+    expect((await http(fixture.server.url, 'GET', '/v1/jobs/d-1')).status).toBe(404);
+    expect((await http(fixture.server.url, 'GET', '/v1/jobs/d-2')).status).toBe(404);
   });
 });
