@@ -83,7 +83,7 @@ export function openApiDocument(maxWaitS: number): object {
       },
       '/v1/jobs/{id}/events': {
         get: {
-          summary: "Server-sent events of one job: 'progress' at once with every partition (counts by stage, changes), again whenever partitions move (preparing, waiting, on-device, done), then 'end' with the job's view; the stream then closes",
+          summary: "Server-sent events of one job: 'progress' at once with every partition (counts by stage, changes), again whenever partitions moved (preparing, waiting, on-device, done; at most every 50 ms), then 'end' with the job's view; the stream then closes",
           parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }],
           responses: { '200': { description: 'text/event-stream' }, '404': problemResponse('No such job') },
         },

@@ -180,6 +180,9 @@ export interface TimelineView {
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
+/** How often at most (ms) a watched job's progress is looked at: 20 events a second at most. */
+const PROGRESS_MS = 50;
+
 /** Resumed jobs whose partition numbering is remembered for the timeline after they end. */
 const MAX_REMEMBERED_RUNS = 1000;
 
@@ -213,6 +216,8 @@ export class Service {
   private readonly historyTimer: NodeJS.Timeout;
   /** Per watched job (`GET /v1/jobs/:id/events`): its listeners and the partition states last sent. */
   private readonly watchers = new Map<string, { listeners: Set<(e: JobProgressEvent) => void>; last: PartitionState[] }>();
+  private progressTimer: NodeJS.Timeout | undefined;
+  private progressAt = -Infinity;
   private closing = false;
   private journalClosed = false;
   /** Ends of jobs a full journal could not record yet (readers see them; retried every second). */
@@ -273,8 +278,14 @@ export class Service {
       retries: config.engine.retries,
       deviceTimeoutMs: config.engine.deviceTimeoutS * 1000,
       timeline: this.timeline,
+      // A watched job's view costs O(its partitions): looked at on an engine step when the last
+      // look is PROGRESS_MS old, else once more when it is (steps come thousands a second);
+      // a job's end is sent at once (announceEnd).
       onStep: () => {
-        if (this.watchers.size > 0) for (const id of this.watchers.keys()) this.progress(id);
+        if (this.watchers.size === 0 || this.progressTimer) return;
+        const wait = this.progressAt + PROGRESS_MS - performance.now();
+        if (wait <= 0) this.progressAll();
+        else this.progressTimer = setTimeout(() => this.progressAll(), wait);
       },
     });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
@@ -334,6 +345,13 @@ export class Service {
       w.listeners.delete(listener);
       if (w.listeners.size === 0 && this.watchers.get(id) === w) this.watchers.delete(id);
     };
+  }
+
+  /** Looks at every watched job (see onStep). */
+  private progressAll(): void {
+    this.progressTimer = undefined;
+    this.progressAt = performance.now();
+    for (const id of [...this.watchers.keys()]) this.progress(id);
   }
 
   /** Sends a watched job's partitions that moved since the last event, and its end. */
@@ -624,6 +642,7 @@ export class Service {
     clearInterval(this.purgeTimer);
     clearInterval(this.pacerTimer);
     clearInterval(this.historyTimer);
+    clearTimeout(this.progressTimer);
     await this.runtime.close(timeoutMs, { drain: true });
     // Ends the full disk kept from the journal get one more try; the rest resume on the next start.
     this.landEnds();

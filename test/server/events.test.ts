@@ -115,7 +115,7 @@ describe('one job’s progress', () => {
   const fixture = useServer([], { STOKER_DEVICE_WORKERS: '1' });
 
   it('GET /v1/jobs/:id/events streams the partitions as they move, then the end', async () => {
-    expect((await http(fixture.server.url, 'POST', '/v1/jobs', { id: 'pg-1', kind: 'sleep', partitions: 4, input: { prepareMs: 50, deviceMs: 30 } })).status).toBe(202);
+    expect((await http(fixture.server.url, 'POST', '/v1/jobs', { id: 'pg-1', kind: 'sleep', partitions: 4, input: { prepareMs: 100, deviceMs: 250 } })).status).toBe(202);
     const events = await readEvents(`${fixture.server.url}/v1/jobs/pg-1/events`);
     const progress = events.filter((e) => e.event === 'progress').map((e) => e.data);
     expect(progress.length).toBeGreaterThanOrEqual(4);
