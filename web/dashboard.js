@@ -111,9 +111,13 @@ function askToken() {
 }
 
 async function api(path, opts = {}) {
-  const headers = { ...(opts.headers ?? {}), ...(token ? { authorization: `Bearer ${token}` } : {}) };
+  const used = token;
+  const headers = { ...(opts.headers ?? {}), ...(used ? { authorization: `Bearer ${used}` } : {}) };
   const res = await fetch(path, { cache: 'no-store', ...opts, headers });
-  if (res.status === 401 && (await askToken())) return api(path, opts);
+  if (res.status !== 401) return res;
+  // Sent before the token was given (polls run side by side): retry with it, do not ask again.
+  if (token && token !== used) return api(path, opts);
+  if (await askToken()) return api(path, opts);
   return res;
 }
 

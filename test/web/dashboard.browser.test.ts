@@ -270,3 +270,48 @@ describe.skipIf(!haveBrowser && !required)('the dashboard in headless chromium',
     expect(submitted).toBeGreaterThan(10);
   }, 180_000);
 });
+
+describe.skipIf(!haveBrowser && !required)('the dashboard of a server with a token', () => {
+  const TOKEN = 'browser-token-0123456789abcdef';
+  let server: ServerProcess | undefined;
+  let dataDir: string | undefined;
+  let profileDir: string | undefined;
+  let context: BrowserContext | undefined;
+
+  beforeAll(async () => {
+    if (!haveBrowser) throw new Error(`${CHROMIUM} is not installed and STOKER_REQUIRE_BROWSER=1: install it: apt-get install chromium`);
+    dataDir = tempDataDir();
+    server = await startServer(dataDir, [], { STOKER_SERVER_TOKEN: TOKEN, STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '2' });
+    profileDir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-chromium-'));
+    context = await chromium.launchPersistentContext(profileDir, { executablePath: CHROMIUM, headless: true, args: FLAGS, viewport: { width: 1200, height: 900 }, timeout: 60_000 });
+  }, 120_000);
+
+  afterAll(async () => {
+    if (context) await within(context.close(), 20_000);
+    if (server) {
+      const code = await within(server.stop(), 30_000);
+      if (code === undefined) await server.crash();
+    }
+    if (profileDir) removeDir(profileDir);
+    if (dataDir) removeDir(dataDir);
+  }, 90_000);
+
+  it('asks for the token once, then shows the data and follows the event stream', async () => {
+    const page = (context as BrowserContext).pages()[0] ?? (await (context as BrowserContext).newPage());
+    const prompts: string[] = [];
+    page.on('dialog', (d) => {
+      prompts.push(d.message());
+      void d.accept(TOKEN);
+    });
+    const res = await page.goto(`${(server as ServerProcess).url}/`, { timeout: 30_000 });
+    expect(res?.status()).toBe(200);
+    // The charts fill (the API answered with the token) and the event stream is live.
+    await waitUntil(async () => (((await chartState(page))['occupancy']?.points ?? 0) >= 2 ? true : undefined), 30_000, 'charts with data', 250);
+    await waitUntil(async () => ((await page.getAttribute('#conn', 'data-state')) === 'live' ? true : undefined), 15_000, 'the event stream live', 250);
+    // A job submitted now shows up through the stream (its events carry ?access_token=).
+    expect((await http((server as ServerProcess).url, 'POST', '/v1/jobs', { id: 'tok-1', kind: 'sleep', partitions: 1 }, { authorization: `Bearer ${TOKEN}` })).status).toBe(202);
+    await page.locator('tr[data-job-id="tok-1"]').waitFor({ state: 'attached', timeout: 15_000 });
+    expect(prompts).toHaveLength(1);
+    expect(prompts[0]).toContain('server.token');
+  }, 90_000);
+});
