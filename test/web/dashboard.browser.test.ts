@@ -33,6 +33,17 @@ function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   return Promise.race([p, new Promise<undefined>((resolve) => (t = setTimeout(() => resolve(undefined), ms)))]).finally(() => clearTimeout(t));
 }
 
+/** Closes the browser, stops the server (kill -9 if it does not stop in 30 s), removes both folders. */
+async function tearDown(context: BrowserContext | undefined, server: ServerProcess | undefined, profileDir: string | undefined, dataDir: string | undefined): Promise<void> {
+  if (context) await within(context.close(), 20_000);
+  if (server) {
+    const code = await within(server.stop(), 30_000);
+    if (code === undefined) await server.crash();
+  }
+  if (profileDir) removeDir(profileDir);
+  if (dataDir) removeDir(dataDir);
+}
+
 /** Each chart's data-points and data-last. */
 async function chartState(page: Page): Promise<Record<string, { points: number; last: string | null; canvases: number }>> {
   return page.evaluate((names) => {
@@ -97,13 +108,7 @@ describe.skipIf(!haveBrowser && !required)('the dashboard in headless chromium',
   afterAll(async () => {
     loadStop = true;
     await within(load ?? Promise.resolve(), 10_000);
-    if (context) await within(context.close(), 20_000);
-    if (server) {
-      const code = await within(server.stop(), 30_000);
-      if (code === undefined) await server.crash();
-    }
-    if (profileDir) removeDir(profileDir);
-    if (dataDir) removeDir(dataDir);
+    await tearDown(context, server, profileDir, dataDir);
   }, 90_000);
 
   it('renders every chart with live, changing data', async () => {
@@ -287,13 +292,7 @@ describe.skipIf(!haveBrowser && !required)('the dashboard of a server with a tok
   }, 120_000);
 
   afterAll(async () => {
-    if (context) await within(context.close(), 20_000);
-    if (server) {
-      const code = await within(server.stop(), 30_000);
-      if (code === undefined) await server.crash();
-    }
-    if (profileDir) removeDir(profileDir);
-    if (dataDir) removeDir(dataDir);
+    await tearDown(context, server, profileDir, dataDir);
   }, 90_000);
 
   it('asks for the token once, then shows the data and follows the event stream', async () => {
