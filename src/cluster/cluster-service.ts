@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { Job, Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import type { Priority } from '../core/index.js';
+import { totalBusyMs, type Priority } from '../core/index.js';
 import { buildApp, type ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
@@ -782,7 +782,7 @@ export class ClusterService implements ApiService {
 
   /** Busy seconds of all the node's workers up to `at` (performance.now() ms), running partitions included. */
   private busyS(at: number): number {
-    return this.local.workerBusyMs(at).reduce((a, row) => row.reduce((b, v) => b + v, a), 0) / 1000;
+    return totalBusyMs(this.local.workerBusyMs(at)) / 1000;
   }
 
   private async beat(): Promise<void> {

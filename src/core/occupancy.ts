@@ -7,6 +7,11 @@ interface Running {
   since: number;
 }
 
+/** All workers' busy ms together, from a `[device][worker]` reading. */
+export function totalBusyMs(rows: readonly (readonly number[])[]): number {
+  return rows.reduce((a, row) => row.reduce((b, v) => b + v, a), 0);
+}
+
 /**
  * Device busy time that is true in every window, for what operators see (progress lines,
  * metrics, the dashboard, history). Booking an item's busy time when it completes gives the whole

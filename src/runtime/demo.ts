@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import type { PacerSnapshot, PacerState, TimelineRecorder } from '../core/index.js';
+import { totalBusyMs, type PacerSnapshot, type PacerState, type TimelineRecorder } from '../core/index.js';
 import { BufferPool } from './buffer-pool.js';
 import { Runtime } from './runtime.js';
 import { createNttProofWorkload, nttBufferBytes, type NttProofInput } from './workloads/ntt-proof.js';
@@ -96,15 +96,10 @@ export function runtimeBackend(opts: DemoOptions): DemoBackend {
     submit: (j) => rt.submit({ id: `job-${j}`, kind: 'ntt-proof', partitions: opts.partitions, memory }, input(j)).then(() => undefined),
     snapshot: rt.engine.snapshot,
     pacerState: () => rt.engine.pacer.state(),
-    busyMs: (at) => sum(rt.workerBusyMs(at)),
+    busyMs: (at) => totalBusyMs(rt.workerBusyMs(at)),
     pool,
     close: () => rt.close(),
   };
-}
-
-/** The sum of every worker's busy ms. */
-export function sum(rows: readonly (readonly number[])[]): number {
-  return rows.reduce((a, row) => row.reduce((b, v) => b + v, a), 0);
 }
 
 /**

@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { sum, type DemoBackend, type DemoOptions } from '../runtime/demo.js';
+import { totalBusyMs } from '../core/index.js';
+import type { DemoBackend, DemoOptions } from '../runtime/demo.js';
 import { loadConfig } from './config.js';
 import { startServer } from './serve.js';
 import { isFinal } from './service.js';
@@ -42,7 +43,7 @@ export async function serviceBackend(opts: DemoOptions, listen: { host: string; 
     },
     snapshot: service.counters,
     pacerState: () => service.pacerState(),
-    busyMs: (at) => sum(service.workerBusyMs(at)),
+    busyMs: (at) => totalBusyMs(service.workerBusyMs(at)),
     pool: service.pool,
     async close() {
       await server.close();
