@@ -37,7 +37,16 @@ interface Job extends HeapNode {
   readonly submittedAt: number;
   /** Bytes granted at dispatch: max(prepareBytes, deviceBytes). */
   readonly reservation: number;
-  readonly items: Item[];
+  /**
+   * Partitions are made lazily: those from `next` on exist only as this number (queued, never
+   * dispatched), so a job of 10⁶ partitions costs O(1) until they are dispatched. The backlog
+   * holds the job's partition `next − 1` (its frontier) while it waits, and the next one is made
+   * when that one is dispatched; `live` holds the made partitions that have not finished.
+   */
+  next: number;
+  readonly live: Map<number, Item>;
+  /** Item ids are `firstId + partition`: dense in submission order, as if all were made at submit. */
+  readonly firstId: number;
   remaining: number;
 }
 
@@ -166,20 +175,32 @@ export class Engine {
   }
 
   /** Partitions of live jobs by kind and state (queued, preparing, waiting, on-device). */
-  partitionsByKind(): Record<string, Record<'queued' | 'preparing' | 'waiting' | 'on-device', number>> {
-    const out: Record<string, Record<'queued' | 'preparing' | 'waiting' | 'on-device', number>> = {};
+  partitionsByKind(): Record<string, LiveCounts> {
+    const out: Record<string, LiveCounts> = {};
     for (const job of this.jobs.values()) {
       const c = (out[job.spec.kind] ??= { queued: 0, preparing: 0, waiting: 0, 'on-device': 0 });
-      for (const item of job.items) if (item.state === 'queued' || item.state === 'preparing' || item.state === 'waiting' || item.state === 'on-device') c[item.state]++;
+      countLive(job, c);
     }
     return out;
   }
 
-  /** A live job's status, or undefined once it has ended (the core forgets ended jobs). */
+  /**
+   * A live job's status, or undefined once it has ended (the core forgets ended jobs). O(its
+   * partitions): {@link jobCounts} is O(its partitions in flight).
+   */
   job(id: string): JobStatus | undefined {
     const j = this.jobs.get(id);
     if (!j) return undefined;
-    return { id: j.spec.id, kind: j.spec.kind, priority: j.spec.priority, seq: j.seq, submittedAt: j.submittedAt, partitions: j.items.map((i) => i.state) };
+    const partitions = Array.from({ length: j.spec.partitions }, (_, p): PartitionState => (p >= j.next ? 'queued' : (j.live.get(p)?.state ?? 'done')));
+    return { id: j.spec.id, kind: j.spec.kind, priority: j.spec.priority, seq: j.seq, submittedAt: j.submittedAt, partitions };
+  }
+
+  /** A live job's partitions by stage (done: finished in this engine), or undefined once it has ended. */
+  jobCounts(id: string): (LiveCounts & { done: number }) | undefined {
+    const j = this.jobs.get(id);
+    if (!j) return undefined;
+    const c = countLive(j, { queued: 0, preparing: 0, waiting: 0, 'on-device': 0 });
+    return { ...c, done: j.spec.partitions - c.queued - c.preparing - c.waiting - c['on-device'] };
   }
 
   /**
@@ -303,39 +324,43 @@ export class Engine {
 
   private submit(norm: NormalJob, out: Command[]): void {
     const reservation = Math.max(norm.memory.prepareBytes, norm.memory.deviceBytes);
-    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, items: [], remaining: norm.partitions, heapIndex: -1 };
-    for (let p = 0; p < norm.partitions; p++) {
-      job.items.push({
-        id: this.itemSeq++,
-        job,
-        jobId: norm.id,
-        kind: norm.kind,
-        partition: p,
-        priority: norm.priority,
-        rank: RANK[norm.priority],
-        seq: job.seq,
-        state: 'queued',
-        attempt: 0,
-        failures: 0,
-        reservedBytes: 0,
-        startedAt: 0,
-        device: -1,
-        worker: -1,
-        heapIndex: -1,
-      });
-    }
+    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, next: 0, live: new Map(), firstId: this.itemSeq, remaining: norm.partitions, heapIndex: -1 };
+    this.itemSeq += norm.partitions;
     this.jobs.set(norm.id, job);
     this.countKind(norm.kind, 1);
+    this.snapshot.backlog += norm.partitions;
     if (!this.budget.fits(reservation)) {
       this.endJob(job, 'failed', 'E_OVERSIZE', `each partition needs ${reservation} bytes but the whole memory budget is ${this.budget.totalBytes} bytes: raise budgetBytes or split the job into smaller partitions`, out);
       return;
     }
-    for (const item of job.items) {
-      this.items.set(item.id, item);
-      this.backlog.push(item);
-    }
-    this.snapshot.backlog += norm.partitions;
+    this.makeNext(job);
     if (Number.isFinite(norm.deadline)) this.deadlines.push(job);
+  }
+
+  /** Makes the job's next partition and queues it (it was counted in the backlog at submit). */
+  private makeNext(job: Job): void {
+    const partition = job.next++;
+    const item: Item = {
+      id: job.firstId + partition,
+      job,
+      jobId: job.spec.id,
+      kind: job.spec.kind,
+      partition,
+      priority: job.spec.priority,
+      rank: RANK[job.spec.priority],
+      seq: job.seq,
+      state: 'queued',
+      attempt: 0,
+      failures: 0,
+      reservedBytes: 0,
+      startedAt: 0,
+      device: -1,
+      worker: -1,
+      heapIndex: -1,
+    };
+    job.live.set(item.partition, item);
+    this.items.set(item.id, item);
+    this.backlog.push(item);
   }
 
   /** The live item for an event, or undefined when the event is stale (cancelled, retried, lost). */
@@ -374,6 +399,7 @@ export class Engine {
     item.state = 'done';
     this.items.delete(item.id);
     const job = item.job;
+    job.live.delete(item.partition);
     if (--job.remaining === 0) this.endJob(job, 'done', undefined, undefined, out);
   }
 
@@ -444,7 +470,8 @@ export class Engine {
     const s = this.snapshot;
     const itemEnd: PartitionState = state === 'cancelled' ? 'cancelled' : 'failed';
     if (state !== 'done') {
-      for (const item of job.items) {
+      s.backlog -= job.spec.partitions - job.next; // never made
+      for (const item of job.live.values()) {
         switch (item.state) {
           case 'queued':
             if (this.backlog.remove(item)) s.backlog--;
@@ -574,6 +601,8 @@ export class Engine {
       }
       this.backlog.pop();
       s.backlog--;
+      // The job's frontier leaves the backlog: its next partition takes that place.
+      if (head.attempt === 0 && head.job.next < head.job.spec.partitions) this.makeNext(head.job);
       s.budgetUsedBytes = this.budget.used;
       head.reservedBytes = head.job.reservation;
       head.state = 'preparing';
@@ -590,6 +619,15 @@ export class Engine {
 }
 
 type NormalJob = Job['spec'];
+
+type LiveCounts = Record<'queued' | 'preparing' | 'waiting' | 'on-device', number>;
+
+/** Adds a job's unfinished partitions by stage to `c`: O(its partitions in flight). */
+function countLive(job: Job, c: LiveCounts): LiveCounts {
+  c.queued += job.spec.partitions - job.next;
+  for (const item of job.live.values()) if (item.state === 'queued' || item.state === 'preparing' || item.state === 'waiting' || item.state === 'on-device') c[item.state]++;
+  return c;
+}
 
 function invalid(field: string, problem: string): StokerError {
   return new StokerError('E_INVALID_JOB', `job.${field} ${problem}`);

@@ -29,7 +29,7 @@ export interface ServerConfig {
   bodyLimitBytes: number;
   /** Admission: most jobs accepted and not yet finished; beyond it a submission gets 429. @default 10000 */
   maxPendingJobs: number;
-  /** Admission: most partitions of unfinished jobs (each costs memory from submission on); beyond it a submission gets 429, a single job above it 400. @default 200000 */
+  /** Admission: most partitions of unfinished jobs (a bound on the backlog: a partition costs memory only once dispatched); beyond it a submission gets 429, a single job above it 400. @default 200000 */
   maxPendingPartitions: number;
   /** The `Retry-After` (seconds, ≥ 1) of a 429. @default 5 */
   retryAfterS: number;

@@ -47,8 +47,11 @@ export interface RoutedInput {
   input: unknown;
   /** The job's partition count. */
   total: number;
-  /** Engine partition i is the job's partition `partitions[i]` (a resumed job runs only its unfinished ones). */
-  partitions: number[];
+  /**
+   * Engine partition i is the job's partition `partitions[i]` (a resumed job runs only its
+   * unfinished ones); null: the run covers every partition, engine partition i is partition i.
+   */
+  partitions: readonly number[] | null;
   /** Outputs of partitions finished before a restart, by partition. */
   recorded: Map<number, unknown>;
 }
@@ -148,7 +151,7 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
     const { input } = job;
     const outputs = new Array<unknown>(input.total);
     for (const [p, o] of input.recorded) outputs[p] = o;
-    job.outputs.forEach((o, i) => (outputs[input.partitions[i] as number] = o));
+    job.outputs.forEach((o, i) => (outputs[input.partitions === null ? i : (input.partitions[i] as number)] = o));
     return normalizeBytes(await this.kind(input.kind).finish(outputs, input.input, job.jobId));
   }
 
@@ -162,7 +165,8 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
 }
 
 function realPartition(task: PartitionTask<RoutedInput>): number {
-  const p = task.input.partitions[task.partition];
-  if (p === undefined) throw new Error(`partition ${task.partition} is outside the job's ${task.input.partitions.length} partitions`);
+  const run = task.input.partitions;
+  const p = run === null ? (task.partition < task.input.total ? task.partition : undefined) : run[task.partition];
+  if (p === undefined) throw new Error(`partition ${task.partition} is outside the job's ${run?.length ?? task.input.total} partitions`);
   return p;
 }

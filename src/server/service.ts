@@ -205,8 +205,8 @@ export class Service {
   private readonly router: KindRouter;
   private readonly waiters = new Map<string, Set<() => void>>();
   private readonly started = new Set<string>();
-  /** Live jobs: the job's partition behind each engine partition of this run. */
-  private readonly runs = new Map<string, number[]>();
+  /** Live jobs: the job's partition behind each engine partition of this run (null: the same partition). */
+  private readonly runs = new Map<string, readonly number[] | null>();
   /** Resumed jobs (engine partition i is the job's partition run[i]): kept after the end for the timeline. */
   private readonly resumedRuns = new Map<string, number[]>();
   /** One sample a second of levels and rates, for `GET /v1/history` (the dashboard's charts on load). */
@@ -410,8 +410,9 @@ export class Service {
   }
 
   /**
-   * Partitions cost memory from submission on: a job larger than server.maxPendingPartitions is
-   * refused (400: it never fits), one that does not fit beside the pending ones gets 429.
+   * Bounds the backlog (a partition costs memory only once dispatched, but a backlog of millions
+   * is a mistake): a job larger than server.maxPendingPartitions is refused (400: it never fits),
+   * one that does not fit beside the pending ones gets 429.
    */
   private refuseTooManyPartitions(partitions: number): void {
     const max = this.config.server.maxPendingPartitions;
@@ -454,7 +455,7 @@ export class Service {
     }
     if (inserted.created) {
       this.emit({ type: 'job.submitted', id, kind: kindName, partitions });
-      this.start(inserted.job, range(partitions), new Map());
+      this.start(inserted.job, null, new Map());
     }
     return { job: this.view(inserted.job, LIST_STATES_MAX), created: inserted.created };
   }
@@ -655,7 +656,7 @@ export class Service {
     this.journal.close();
   }
 
-  private start(job: JournalJob, partitions: number[], recorded: Map<number, unknown>): void {
+  private start(job: JournalJob, partitions: readonly number[] | null, recorded: Map<number, unknown>): void {
     const kind = this.kinds.get(job.kind);
     if (!kind) {
       // Journaled by a server that had this kind; this one was started without its module.
@@ -672,7 +673,7 @@ export class Service {
     const deadline = job.deadline === null ? undefined : this.runtime.now() + (job.deadline - Date.now());
     const routed: RoutedInput = { kind: job.kind, input: job.input, total: job.partitions, partitions, recorded };
     this.runs.set(job.id, partitions);
-    const spec = { id: job.id, kind: job.kind, priority: job.priority, partitions: partitions.length, memory, ...(deadline === undefined ? {} : { deadline }) };
+    const spec = { id: job.id, kind: job.kind, priority: job.priority, partitions: partitions?.length ?? job.partitions, memory, ...(deadline === undefined ? {} : { deadline }) };
     this.runtime.submit(spec, routed).then(
       (result) => this.end(job.id, { state: 'done', result }),
       (e: unknown) => {
@@ -691,13 +692,13 @@ export class Service {
   /** A job from the journal, unfinished at the last stop: its unfinished partitions start again. */
   private resume(job: JournalJob): void {
     const recorded = this.journal.partitionOutputs(job.id);
-    const left = range(job.partitions).filter((p) => !recorded.has(p));
     ignoreFull(() => this.journal.markResumed(job.id));
+    if (recorded.size === 0) return this.start(job, null, recorded);
+    const left: number[] = [];
+    for (let p = 0; p < job.partitions; p++) if (!recorded.has(p)) left.push(p);
     if (left.length > 0) {
-      if (left.length < job.partitions) {
-        this.resumedRuns.set(job.id, left);
-        if (this.resumedRuns.size > MAX_REMEMBERED_RUNS) this.resumedRuns.delete(this.resumedRuns.keys().next().value as string);
-      }
+      this.resumedRuns.set(job.id, left);
+      if (this.resumedRuns.size > MAX_REMEMBERED_RUNS) this.resumedRuns.delete(this.resumedRuns.keys().next().value as string);
       this.start(job, left, recorded);
       return;
     }
@@ -798,13 +799,15 @@ export class Service {
     let partitionStates: PartitionState[] | null = null;
     let partitionCounts: PartitionCounts | null = null;
     const run = this.runs.get(j.id);
-    const live = this.runtime.engine.job(j.id);
-    if (!isFinal(j.state) && run && live) {
+    const counts = isFinal(j.state) || run === undefined ? undefined : this.runtime.engine.jobCounts(j.id);
+    if (run !== undefined && counts) {
       // Partitions outside this run finished before a restart.
-      const states = new Array<PartitionState>(j.partitions).fill('done');
-      live.partitions.forEach((st, i) => (states[run[i] as number] = st));
-      partitionCounts = countPartitions(states);
-      if (j.partitions <= maxStates) partitionStates = states;
+      partitionCounts = { ...countPartitions([]), ...counts, done: counts.done + j.partitions - (run?.length ?? j.partitions) };
+      const live = j.partitions <= maxStates ? this.runtime.engine.job(j.id) : undefined;
+      if (live) {
+        partitionStates = new Array<PartitionState>(j.partitions).fill('done');
+        for (let i = 0; i < live.partitions.length; i++) partitionStates[run === null ? i : (run[i] as number)] = live.partitions[i] as PartitionState;
+      }
     } else if (!isFinal(j.state)) {
       partitionCounts = { ...countPartitions([]), done: j.partitionsDone, queued: j.partitions - j.partitionsDone };
     }
@@ -901,10 +904,6 @@ function handoffFolder(base: string, dataDir: string, minBytes: number, field: s
 
 export function isFinal(state: JobState): boolean {
   return state === 'done' || state === 'failed' || state === 'cancelled';
-}
-
-function range(n: number): number[] {
-  return Array.from({ length: n }, (_, i) => i);
 }
 
 /** Zod issues of the body as `errors[]`; an unknown key is named in the path, one error per key. */

@@ -321,6 +321,48 @@ describe('Engine: order', () => {
   });
 });
 
+describe('Engine: partitions made lazily', () => {
+  it('a job of 10⁶ partitions is counted at once but makes only the partitions it dispatches', () => {
+    const r = new Run(engine({ maxPreparing: 3 }));
+    const heap0 = process.memoryUsage().heapUsed;
+    for (let i = 0; i < 20; i++) r.submit(i, job(`big${i}`, 1_000_000));
+    // 20 × 10⁶ partitions made eagerly would be gigabytes; made lazily, a few objects.
+    expect(process.memoryUsage().heapUsed - heap0).toBeLessThan(50e6);
+    expect(r.e.snapshot.backlog).toBe(20_000_000 - 3);
+    expect(r.e.jobCounts('big0')).toEqual({ queued: 999_997, preparing: 3, waiting: 0, 'on-device': 0, done: 0 });
+    expect(r.e.jobCounts('big1')).toEqual({ queued: 1_000_000, preparing: 0, waiting: 0, 'on-device': 0, done: 0 });
+    expect(r.e.partitionsByKind()).toEqual({ k: { queued: 20_000_000 - 3, preparing: 3, waiting: 0, 'on-device': 0 } });
+    r.apply({ type: 'cancel', time: 30, jobId: 'big0' });
+    expect(r.e.snapshot.backlog).toBe(19_000_000 - 3);
+    expect(r.e.jobCounts('big0')).toBeUndefined();
+    // The cancel freed three preparation slots: the next job's first partitions, in order.
+    expect([...r.items.keys()].filter((k) => k.startsWith('big1:'))).toEqual(['big1:0', 'big1:1', 'big1:2']);
+  });
+
+  it('item ids are dense in submission order (job base + partition), whether or not a partition was made', () => {
+    const r = new Run(engine({ maxPreparing: 1 }));
+    r.submit(0, job('a', 3));
+    r.submit(1, job('b', 2));
+    expect(r.item('a:0').id).toBe(0);
+    r.prepared(2, 'a:0');
+    r.done(3, 'a:0');
+    expect(r.item('a:1').id).toBe(1);
+    r.apply({ type: 'cancel', time: 4, jobId: 'a' });
+    expect(r.item('b:0').id).toBe(3);
+  });
+
+  it('a retried partition keeps its key: it runs before the later partitions of its job, which are made only as they are dispatched', () => {
+    const r = new Run(engine({ maxPreparing: 1, retries: 1 }));
+    r.submit(0, job('a', 3));
+    const a0 = r.item('a:0');
+    const out = r.apply({ type: 'prepareFailed', time: 1, item: a0.id, attempt: a0.attempt, reason: 'flaky' });
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(r.e.job('a')!.partitions).toEqual(['preparing', 'queued', 'queued']);
+    expect(prepared(r.prepared(2, 'a:0'))).toEqual(['a:1']);
+    expect(r.e.job('a')!.partitions).toEqual(['on-device', 'preparing', 'queued']);
+  });
+});
+
 describe('Engine: memory', () => {
   it('counts memoryHeld bytes against the budget: the head waits until they are freed', () => {
     const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
