@@ -695,7 +695,7 @@ export class ClusterService implements ApiService {
       }
       try {
         // Synchronous: the engine's backlog counts it before the pull loop looks again.
-        const { job: started } = this.local.submit({ id, kind: r.kind, priority: r.priority, partitions: r.partitions, input: r.input, ...(r.deadline === null ? {} : { deadline: r.deadline }) });
+        const { job: started } = this.local.submitNow({ id, kind: r.kind, priority: r.priority, partitions: r.partitions, input: r.input, ...(r.deadline === null ? {} : { deadline: r.deadline }) });
         ended = isFinal(started.state) ? Promise.resolve(started) : this.localEnd(id);
       } catch (e) {
         const err = e instanceof ServiceError ? e : undefined;

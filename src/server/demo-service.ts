@@ -32,7 +32,7 @@ export async function serviceBackend(opts: DemoOptions, listen: { host: string; 
     async submit(j) {
       const id = `demo-${j}`;
       // Each job its own witness: the seed stream names the job.
-      service.submit({ id, kind: 'ntt-proof', partitions: opts.partitions, input: { seed: (opts.seed * 1_000_003 + j) % 2 ** 31, logN: opts.logN, synthesisMs: opts.synthesisMs } });
+      await service.submit({ id, kind: 'ntt-proof', partitions: opts.partitions, input: { seed: (opts.seed * 1_000_003 + j) % 2 ** 31, logN: opts.logN, synthesisMs: opts.synthesisMs } });
       for (;;) {
         const job = await service.wait(id, 60_000);
         if (!job) throw new Error(`job ${id} vanished from the journal`);

@@ -14,6 +14,8 @@ import { HttpDevice } from '../runtime/http-device.js';
 import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
 import { ConfigError, deviceType, type DeviceConfig, type ServeConfig } from './config.js';
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
+import { GroupCommit, type WriteResult } from './group-commit.js';
+import { AdmissionGate } from './admission.js';
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { KindRouter, type RoutedInput } from './kinds.js';
 import { EventLog, type Replay } from './event-log.js';
@@ -223,6 +225,15 @@ export class Service {
   /** Ends of jobs a full journal could not record yet (readers see them; retried every second). */
   private readonly unjournaled = new Map<string, { outcome: Outcome; at: number }>();
   private landTimer: NodeJS.Timeout | undefined;
+  /** Journal writes asked for in one turn of the event loop, committed together on the next. */
+  private readonly commits: GroupCommit;
+  /** Submissions checked and waiting for their group commit (they count as pending). */
+  private readonly admitting = { jobs: 0, partitions: 0 };
+  /** Paces submissions while the engine has work (a flood must not starve it). */
+  private readonly gate = new AdmissionGate(() => {
+    const s = this.runtime.engine.snapshot;
+    return s.backlog + s.preparing + s.waiting + s.onDevice > 0;
+  });
   /** The devices by index, as the engine numbers them: [device] ("default"), then each [devices.NAME]. */
   private readonly devices: { name: string; config: DeviceConfig }[];
   /** Per device, a process device's handoff files: this server's own folder, emptied at start and at close. */
@@ -236,6 +247,7 @@ export class Service {
     private readonly kinds: ReadonlyMap<string, LoadedKind>,
   ) {
     this.events.setMaxListeners(0);
+    this.commits = new GroupCommit(journal);
     // Device 0 is [device] ("default"), then each [devices.NAME]; each runs the kinds that name it.
     this.devices = [['default', config.device] as const, ...Object.entries(config.devices ?? {})].map(([name, d]) => ({ name, config: d }));
     const several = this.devices.length > 1;
@@ -259,12 +271,14 @@ export class Service {
       started: (jobId) => {
         if (this.started.has(jobId)) return;
         this.started.add(jobId);
-        ignoreFull(() => this.journal.markRunning(jobId));
-        this.emit({ type: 'job.started', id: jobId });
+        this.later(() => this.journal.markRunning(jobId), () => this.emit({ type: 'job.started', id: jobId }));
       },
       partitionDone: (jobId, partition, output) => {
         // On a full disk the output stays in memory only (after a crash that partition runs again).
-        if (ignoreFull(() => this.journal.recordPartition(jobId, partition, output))) this.emit({ type: 'job.partition', id: jobId, partition });
+        this.later(
+          () => this.journal.recordPartition(jobId, partition, output),
+          (recorded) => recorded && this.emit({ type: 'job.partition', id: jobId, partition }),
+        );
       },
       observe: (stage, kind, ms) => this.metrics.observeStage(stage, kind, ms),
     }, (kind) => this.handoffs[this.devices.findIndex((d) => d.name === kind.device)]);
@@ -418,46 +432,87 @@ export class Service {
     const max = this.config.server.maxPendingPartitions;
     if (partitions > max) throw new ServiceError(400, 'too-many-partitions', 'Too many partitions', `partitions is ${partitions}, more than server.maxPendingPartitions (${max}): split the job, or raise the limit`);
     const s = this.runtime.engine.snapshot;
-    const pending = s.backlog + s.preparing + s.waiting + s.onDevice;
+    const pending = s.backlog + s.preparing + s.waiting + s.onDevice + this.admitting.partitions;
     if (pending + partitions > max) {
       throw new ServiceError(429, 'too-many-partitions', 'Too many pending partitions', `${pending} partitions are pending and this job has ${partitions}: more than server.maxPendingPartitions (${max}); retry after ${this.config.server.retryAfterS} s`, { retryAfterS: this.config.server.retryAfterS });
     }
   }
 
-  /** Validates, journals (durable when this returns) and starts a job. Same id and body: the same job. */
-  submit(raw: unknown): { job: JobView; created: boolean } {
+  /**
+   * Validates, journals and starts a job; resolves once the job is durable. While the engine
+   * has work, submissions are let in at a pace that leaves it the event loop (AdmissionGate);
+   * those that arrive together are journaled in one group commit. Same id and body: the same job.
+   */
+  async submit(raw: unknown): Promise<{ job: JobView; created: boolean }> {
+    await this.gate.enter();
+    const checked = this.admission(raw);
+    if ('answer' in checked) return checked.answer;
+    const { record } = checked;
+    this.admitting.jobs++;
+    this.admitting.partitions += record.partitions;
+    return new Promise((resolve, reject) => {
+      this.commits.add({
+        write: () => this.journal.insert(record),
+        after: (r) => {
+          this.admitting.jobs--;
+          this.admitting.partitions -= record.partitions;
+          if (r.ok) resolve(this.admitted(r.value));
+          else reject(this.insertError(r.error, record.id));
+        },
+      });
+    });
+  }
+
+  /** {@link submit} in one synchronous step, its own commit: durable when this returns. */
+  submitNow(raw: unknown): { job: JobView; created: boolean } {
+    const checked = this.admission(raw);
+    if ('answer' in checked) return checked.answer;
+    let inserted: { job: JournalJob; created: boolean };
+    try {
+      inserted = this.journal.insert(checked.record);
+    } catch (e) {
+      throw this.insertError(e, checked.record.id);
+    }
+    return this.admitted(inserted);
+  }
+
+  /** A submission's checks before it is journaled: the record to journal, or the answer for a job that exists. */
+  private admission(raw: unknown): { record: JournalJobInput } | { answer: { job: JobView; created: boolean } } {
     if (this.closing) throw shuttingDown();
     const { record, explicitId } = this.parseSubmission(raw);
-    const { id, kind: kindName, partitions } = record;
     if (explicitId) {
-      const existing = this.stored(id);
+      const existing = this.stored(record.id);
       if (existing) {
-        if (existing.bodyHash !== Journal.hash(record)) throw conflict(id);
-        return { job: this.view(existing, LIST_STATES_MAX), created: false };
+        if (existing.bodyHash !== Journal.hash(record)) throw conflict(record.id);
+        return { answer: { job: this.view(existing, LIST_STATES_MAX), created: false } };
       }
     }
     refusePastDeadline(record.deadline);
-    this.refuseTooManyPartitions(partitions);
-    if (this.journal.pending() >= this.config.server.maxPendingJobs) {
+    this.refuseTooManyPartitions(record.partitions);
+    if (this.journal.pending() + this.admitting.jobs >= this.config.server.maxPendingJobs) {
       throw new ServiceError(429, 'too-many-jobs', 'Too many pending jobs', `${this.config.server.maxPendingJobs} jobs are pending (server.maxPendingJobs): retry after ${this.config.server.retryAfterS} s`, {
         retryAfterS: this.config.server.retryAfterS,
       });
     }
-    let inserted: { job: JournalJob; created: boolean };
-    try {
-      inserted = this.journal.insert(record);
-    } catch (e) {
-      if (e instanceof JournalError && e.code === 'E_JOURNAL_CONFLICT') throw conflict(id);
-      if (e instanceof JournalError && e.code === 'E_JOURNAL_FULL') {
-        throw new ServiceError(507, 'insufficient-storage', 'Insufficient storage', `the journal cannot take the job (${e.message}): nothing was accepted; retry once space is freed`, { retryAfterS: this.config.server.retryAfterS });
-      }
-      throw e;
+    return { record };
+  }
+
+  private insertError(e: unknown, id: string): unknown {
+    if (e instanceof JournalError && e.code === 'E_JOURNAL_CONFLICT') return conflict(id);
+    if (e instanceof JournalError && e.code === 'E_JOURNAL_FULL') {
+      return new ServiceError(507, 'insufficient-storage', 'Insufficient storage', `the journal cannot take the job (${e.message}): nothing was accepted; retry once space is freed`, { retryAfterS: this.config.server.retryAfterS });
     }
+    return e;
+  }
+
+  /** A journaled submission: a new job starts (unless shutdown began meanwhile: then it resumes on the next start). */
+  private admitted(inserted: { job: JournalJob; created: boolean }): { job: JobView; created: boolean } {
+    const j = inserted.job;
     if (inserted.created) {
-      this.emit({ type: 'job.submitted', id, kind: kindName, partitions });
-      this.start(inserted.job, null, new Map());
+      this.emit({ type: 'job.submitted', id: j.id, kind: j.kind, partitions: j.partitions });
+      if (!this.closing) this.start(j, null, new Map());
     }
-    return { job: this.view(inserted.job, LIST_STATES_MAX), created: inserted.created };
+    return { job: this.view(j, LIST_STATES_MAX), created: inserted.created };
   }
 
   /**
@@ -543,6 +598,7 @@ export class Service {
     this.runtime.cancel(id);
     // The runtime answers asynchronously; the journal records the end now so the reply is final.
     this.end(id, { state: 'cancelled', code: 'E_CANCELLED', reason: 'cancelled on request' });
+    this.commits.flush();
     return this.view(this.stored(id) as JournalJob);
   }
 
@@ -640,11 +696,13 @@ export class Service {
   async close(timeoutMs = this.config.server.shutdownTimeoutS * 1000, beforeJournalCloses?: () => Promise<void>): Promise<void> {
     if (this.closing) return;
     this.closing = true;
+    this.gate.close();
     clearInterval(this.purgeTimer);
     clearInterval(this.pacerTimer);
     clearInterval(this.historyTimer);
     clearTimeout(this.progressTimer);
     await this.runtime.close(timeoutMs, { drain: true });
+    this.commits.flush();
     // Ends the full disk kept from the journal get one more try; the rest resume on the next start.
     this.landEnds();
     clearInterval(this.landTimer);
@@ -652,6 +710,7 @@ export class Service {
     this.events.emit('close');
     for (const h of this.handoffs) if (h) fs.rmSync(h.dir, { recursive: true, force: true });
     await beforeJournalCloses?.();
+    this.commits.flush();
     this.journalClosed = true;
     this.journal.close();
   }
@@ -711,17 +770,35 @@ export class Service {
       );
   }
 
+  /**
+   * A journal write that can wait for the next group commit (the state it records is in memory
+   * meanwhile); on a full disk it is skipped (see ignoreFull), `then` gets undefined.
+   */
+  private later<T>(write: () => T, then: (value: T | undefined) => void): void {
+    if (this.journalClosed) return;
+    this.commits.add({
+      write,
+      after: (r) => {
+        if (!r.ok && !(r.error instanceof JournalError && r.error.code === 'E_JOURNAL_FULL')) throw r.error;
+        then(r.ok ? r.value : undefined);
+      },
+    });
+  }
+
   private end(id: string, outcome: Outcome): void {
     this.started.delete(id);
     this.runs.delete(id);
     // A finish that settles after shutdown closed the journal: the job stays unfinished there and
     // its finish runs again, from the recorded outputs, on the next start.
     if (this.journalClosed) return;
+    this.commits.add({ write: () => this.journal.finish(id, outcome), after: (r) => this.ended(id, outcome, r) });
+  }
+
+  /** A job's end, once the group commit that journals it ran: announced, or kept for a full disk. */
+  private ended(id: string, outcome: Outcome, r: WriteResult<boolean>): void {
     const job = this.journal.get(id);
-    let finished: boolean;
-    try {
-      finished = this.journal.finish(id, outcome);
-    } catch (e) {
+    if (!r.ok) {
+      const e = r.error;
       if (e instanceof JournalError && e.code === 'E_JOURNAL_FULL') {
         // The job has ended; the journal cannot say so yet: readers see the end from memory, and
         // the record is retried until it lands (after a crash meanwhile, the job runs again).
@@ -735,9 +812,7 @@ export class Service {
       if (!(outcome.state === 'done' && e instanceof JournalError && e.code === 'E_JOURNAL_BAD_INPUT')) throw e;
       return this.end(id, { state: 'failed', code: 'E_FINISH_FAILED', reason: `job ${id}: its result cannot be stored: ${e.message}` });
     }
-    if (!finished || !job) return;
-    const ended = this.journal.get(id) as JournalJob;
-    this.announceEnd(id, ended.kind, ended.submittedAt, ended.finishedAt ?? Date.now(), outcome);
+    if (r.value && job) this.announceEnd(id, job.kind, job.submittedAt, job.finishedAt ?? Date.now(), outcome);
   }
 
   private announceEnd(id: string, kind: string, submittedAt: number, finishedAt: number, outcome: Outcome): void {

@@ -90,7 +90,7 @@ describe('jobs of 10⁶ partitions', () => {
         `the event loop's longest delay meanwhile: ${(metricValue(after, 'nodejs_eventloop_lag_max_seconds') * 1000).toFixed(1)} ms`,
     );
     expect(grew).toBeLessThan(100e6);
-    const status = (await http(fixture.server.url, 'GET', '/v1/status')).body as { partitions: { queued: number } };
+    const status = (await http(fixture.server.url, 'GET', '/v1/status')).body as { partitions: { queued: number; preparing: number } };
     expect(status.partitions.queued).toBe(5_000_000 - status.partitions.preparing);
     // The single-job view still gives every state (computed when asked).
     const one = (await http(fixture.server.url, 'GET', '/v1/jobs/m-4')).body as { partitionStates: string[]; partitionCounts: Record<string, number> };
