@@ -59,6 +59,7 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const device = (d: DeviceConfig) => `${d.workers} ${d.process ? `process (${[d.process.command, ...d.process.args].join(' ')})` : d.http ? `http (${d.http.url})` : d.kind} device workers`;
   const devices = [device(cfg.device), ...Object.entries(cfg.devices ?? {}).map(([n, d]) => `${n}: ${device(d)}`)].join(', ');
   io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
+  for (const note of server.notes ?? []) io.out(`stoker serve: ${note}\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.off('SIGTERM', onTerm);

@@ -43,6 +43,10 @@ const K = {
   cancelRequest: (id: string) => `${PREFIX}:cluster:cancel-request:${id}`,
   /** How many times a node recorded the job's completion (1: exactly once). */
   completions: (id: string) => `${PREFIX}:cluster:completions:${id}`,
+  /** A finished job's view, republished by the node that ran it after Redis lost its data (JSON JobView). */
+  result: (id: string) => `${PREFIX}:cluster:result:${id}`,
+  /** Set once per Redis dataset: a node that sees it change (or vanish) knows Redis lost its data. */
+  epoch: `${PREFIX}:cluster:epoch`,
   /** The node that took the job last. */
   holder: (id: string) => `${PREFIX}:cluster:holder:${id}`,
   /** The kind of a job (which queue holds it), set once at submission. */
@@ -125,6 +129,10 @@ const REDIS_ANSWER_MS = 3000;
 const FULL_PAUSE_MS = 5000;
 /** How long an idle node waits before it asks its queues again when no job-added message woke it (jobs returned by the stalled check announce nothing). */
 const IDLE_RECHECK_MS = 1000;
+/** How often a node checks the jobs it accepted against Redis (ended: forgotten; lost: queued again). */
+const SWEEP_MS = 2000;
+/** The most accepted jobs one sweep looks at (the oldest first). */
+const SWEEP_MAX = 500;
 
 function codeOf(reason: string): { code: string; reason: string } {
   const m = /^(E_[A-Z0-9_]+): ([\s\S]*)$/.exec(reason);
@@ -168,11 +176,22 @@ export class ClusterService implements ApiService {
   /** Until then this node pulls nothing: its journal was full (see hold). */
   private fullUntil = 0;
   private readonly conns: Redis[] = [];
+  /** The Redis dataset this node last saw (K.epoch); another value, or none, means Redis lost its data. */
+  private epoch: string | null = null;
+  private sweeper: NodeJS.Timeout | undefined;
+  private sweeping: Promise<void> | undefined;
+  /** What Redis's persistence settings mean for the cluster's jobs (said at start). */
+  persistence = '';
   url = '';
 
+  /**
+   * `accepted`: this node's journal of the submissions it acknowledged, kept until their jobs end
+   * (a Redis restart without persistence loses the queue: each node queues its own again).
+   */
   constructor(
     readonly config: ServeConfig,
     readonly local: Service,
+    private readonly accepted: Journal,
   ) {
     const c = config.cluster;
     this.nodeId = c.nodeId;
@@ -259,11 +278,31 @@ export class ClusterService implements ApiService {
       clearTimeout(timer);
     }
     await this.register();
+    await this.redis.set(K.epoch, randomUUID(), 'NX');
+    this.epoch = await this.redis.get(K.epoch);
+    this.persistence = await this.persistenceNote();
     await this.sub.subscribe(K.cancelChannel, K.addedChannel);
     this.sub.on('message', (ch: string, msg: string) => {
       if (ch === K.cancelChannel && this.held.has(msg)) this.cancelLocal(msg);
       if (ch === K.addedChannel && this.workers.has(msg)) this.wake?.();
     });
+  }
+
+  /** Redis's persistence settings, and what they mean for the jobs. */
+  private async persistenceNote(): Promise<string> {
+    let aof: string | undefined;
+    let save: string | undefined;
+    try {
+      const a = (await this.redis.config('GET', 'appendonly')) as string[];
+      const v = (await this.redis.config('GET', 'save')) as string[];
+      aof = a[1];
+      save = v[1];
+    } catch {
+      return `Redis persistence: unknown (CONFIG GET refused); should Redis lose its data, each node queues again the jobs it accepted and republishes the results it holds`;
+    }
+    if (aof === 'yes') return 'Redis persistence: appendonly yes: the queue survives a Redis restart';
+    const snap = save ? `RDB snapshots (save ${save}): a restart loses what came after the last snapshot` : 'none (save "", appendonly no): a restart loses the whole queue';
+    return `Redis persistence: ${snap}; each node then queues again the jobs it accepted (from its journal) and republishes the results it holds`;
   }
 
   /** Enters this node's kinds in the registry, or refuses to join when live nodes run another version of one. */
@@ -319,6 +358,8 @@ export class ClusterService implements ApiService {
     for (const w of this.workers.values()) void w.startStalledCheckTimer();
     this.local.events.on('event', this.onLocalEvent);
     this.pulling = this.pullLoop();
+    this.sweeper = setInterval(() => void this.sweep(), SWEEP_MS);
+    void this.sweep();
   }
 
   kindList() {
@@ -421,7 +462,15 @@ export class ClusterService implements ApiService {
     const now = await this.find(record.id);
     if (!now) throw new ServiceError(500, 'internal', 'Internal error', `job ${record.id} vanished right after it was queued`);
     if (now.data.hash !== hash) throw conflict(record.id);
-    return { job: now.view, created: now.data.nonce === data.nonce };
+    const created = now.data.nonce === data.nonce;
+    if (created) {
+      try {
+        this.accepted.insert(record);
+      } catch {
+        // A full disk here: the job is in Redis (as without this journal); only a Redis data loss could lose it.
+      }
+    }
+    return { job: now.view, created };
   }
 
   private async jobsNow(options: { limit?: number; states?: readonly JobState[] }): Promise<JobView[]> {
@@ -566,9 +615,15 @@ export class ClusterService implements ApiService {
     const job = state === 'unknown' || !queue ? undefined : await Job.fromId<JobData>(queue, bullId(id));
     if (job?.data?.record) return { view: await this.viewOf(job, state), data: job.data, job };
     const raw = await this.redis.get(K.cancelled(id));
-    if (raw === null) return undefined;
-    const rec = JSON.parse(raw) as CancelledRecord;
-    return { view: this.cancelledView(rec), data: rec.data };
+    if (raw !== null) {
+      const rec = JSON.parse(raw) as CancelledRecord;
+      return { view: this.cancelledView(rec), data: rec.data };
+    }
+    const republished = await this.redis.get(K.result(id));
+    if (republished === null) return undefined;
+    const view = JSON.parse(republished) as JobView & { node: string | null };
+    const record: JournalJobInput = { id: view.id, kind: view.kind, priority: view.priority, partitions: view.partitions, input: view.input, deadline: view.deadline === null ? null : Date.parse(view.deadline) };
+    return { view, data: { record, hash: Journal.hash(record), submittedAt: Date.parse(view.submittedAt), nonce: '' } };
   }
 
   private async viewOf(job: Job<JobData>, known?: string): Promise<JobView & { node: string | null }> {
@@ -626,6 +681,66 @@ export class ClusterService implements ApiService {
       error: { code: 'E_CANCELLED', reason: 'cancelled on request' },
       node: null,
     };
+  }
+
+  // ─── Redis data loss ──────────────────────────────────────────────────────────────────────
+
+  /**
+   * Checks the jobs this node accepted against Redis: those that ended are forgotten (kept as
+   * ended until server.resultTtlS); those Redis no longer has (a restart without persistence) are
+   * queued again, as they were submitted. When the dataset changed (K.epoch), the node also
+   * registers its kinds again and republishes the ended jobs its own journal holds, so a reader
+   * on any node still gets their results.
+   */
+  private sweep(): Promise<void> {
+    this.sweeping ??= this.sweepNow()
+      .catch(() => undefined) // Redis away: the next sweep tries again
+      .finally(() => (this.sweeping = undefined));
+    return this.sweeping;
+  }
+
+  private async sweepNow(): Promise<void> {
+    if (this.closing || this.redis.status !== 'ready') return;
+    await this.redis.set(K.epoch, randomUUID(), 'NX');
+    const epoch = await this.redis.get(K.epoch);
+    if (epoch !== this.epoch) {
+      await this.register();
+      await this.republish();
+      this.epoch = epoch;
+    }
+    const expired = Date.now() - this.ttlMs;
+    for (const j of this.accepted.unfinished().slice(0, SWEEP_MAX)) {
+      if (this.closing) return;
+      const found = await this.find(j.id);
+      if (found && isFinal(found.view.state)) this.forget(j.id, found.view);
+      else if (!found && j.submittedAt < expired) this.forget(j.id, undefined);
+      else if (!found) await this.requeue(j);
+    }
+    this.accepted.purgeFinished(this.ttlMs);
+  }
+
+  private forget(id: string, view: JobView | undefined): void {
+    const state = view?.state === 'failed' || view?.state === 'cancelled' ? view.state : 'done';
+    this.accepted.finish(id, state === 'done' ? { state, result: null } : { state, code: view?.error?.code ?? 'E_INTERNAL', reason: view?.error?.reason ?? '' });
+  }
+
+  /** Queues again a job Redis lost, as it was submitted (BullMQ keeps the first of two adds of one id). */
+  private async requeue(j: JournalJobInput & { submittedAt: number }): Promise<void> {
+    const record: JournalJobInput = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
+    const data: JobData = { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() };
+    const ttl = { age: this.ttlMs / 1000 };
+    await this.redis.set(K.kindOf(j.id), j.kind, 'NX');
+    await this.queueOf(j.kind).add('job', data, { jobId: bullId(j.id), priority: BULL_PRIORITY[j.priority], attempts: 1, removeOnComplete: ttl, removeOnFail: ttl });
+    void this.redis.publish(K.addedChannel, j.kind).catch(() => undefined);
+  }
+
+  /** After a Redis data loss: the ended jobs this node ran (its journal has their results) readable again from any node. */
+  private async republish(): Promise<void> {
+    for (const v of this.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
+      if (this.closing) return;
+      if (await this.find(v.id)) continue;
+      await this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.nodeId }), 'PX', this.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.ttlMs).exec();
+    }
   }
 
   // ─── The dispatcher ───────────────────────────────────────────────────────────────────────
@@ -834,9 +949,12 @@ export class ClusterService implements ApiService {
       for (const w of this.workers.values()) void w.close(true).catch(() => undefined);
       for (const q of this.queues.values()) void q.close().catch(() => undefined);
       for (const r of this.conns) r.disconnect();
+      this.accepted.close();
       return;
     }
     this.wake?.();
+    clearInterval(this.sweeper);
+    await this.sweeping;
     // Pausing the workers makes later getNextJob calls return nothing and stops their stalled checks.
     await Promise.all([...this.workers.values()].map((w) => w.pause().catch(() => undefined)));
     await this.pulling;
@@ -848,6 +966,7 @@ export class ClusterService implements ApiService {
     await Promise.all([...this.workers.values()].map((w) => w.close().catch(() => undefined)));
     await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => undefined)));
     for (const r of this.conns) r.disconnect();
+    this.accepted.close();
   }
 }
 
@@ -869,7 +988,14 @@ async function openLocal(config: ServeConfig): Promise<Service> {
 export async function startClusterServer(config: ServeConfig): Promise<RunningServer> {
   refuseExposure(config);
   const local = await openLocal(config);
-  const cluster = new ClusterService(config, local);
+  let accepted: Journal;
+  try {
+    accepted = Journal.open(path.join(config.dataDir, 'accepted'));
+  } catch (e) {
+    await local.close(0);
+    throw e;
+  }
+  const cluster = new ClusterService(config, local, accepted);
   let app: FastifyInstance;
   let address: string;
   try {
@@ -887,6 +1013,7 @@ export async function startClusterServer(config: ServeConfig): Promise<RunningSe
     api: cluster,
     app,
     url: address,
+    notes: [cluster.persistence],
     close: () => (closed ??= cluster.close(() => app.close())),
   };
 }

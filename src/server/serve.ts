@@ -16,6 +16,8 @@ export interface RunningServer {
   app: FastifyInstance;
   /** http://host:port the server listens on (the real port when config.server.port is 0). */
   url: string;
+  /** Lines to tell the operator at start (cluster mode: what Redis's persistence means for the jobs). */
+  notes?: string[];
   /** Graceful shutdown: stop accepting jobs, let in-flight partitions finish (up to server.shutdownTimeoutS), journal the rest as unfinished, answer every waiter, close. */
   close(): Promise<void>;
 }

@@ -1,11 +1,13 @@
 /**
  * Redis faults, against a real redis-server on loopback: while Redis is away a cluster node
  * answers every API call that needs it with 503 and Retry-After within a few seconds (before, the
- * calls hung until Redis came back), and serves again once it returns.
+ * calls hung until Redis came back), and serves again once it returns. A Redis restarted without
+ * persistence loses the whole queue: the nodes queue again what they accepted and republish the
+ * results they hold (before, every one of 30 accepted jobs was a 404).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
-import { http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
+import { http, removeDir, sleepTotal, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
 
 const bin = redisServerPath();
 if (!bin) {
@@ -87,4 +89,51 @@ describe.skipIf(!bin)('failover with the default settings', () => {
     console.log(`failover with the defaults (cluster.lockMs 6000, heartbeatMs 2000): the dead node's job ran on another node ${s.toFixed(1)} s after the kill`);
     expect(s).toBeLessThan(20);
   }, 60_000);
+});
+
+describe.skipIf(!bin)('a Redis restart without persistence', () => {
+  let redis: RedisProcess;
+  const dirs: string[] = [];
+  const nodes: ServerProcess[] = [];
+  afterAll(async () => {
+    for (const n of nodes) if (n.child.exitCode === null && n.child.signalCode === null) await n.crash();
+    await redis?.stop();
+    for (const d of dirs) removeDir(d);
+  }, 30_000);
+
+  it('loses no accepted job: the accepting nodes queue them again, the results of those already done are readable on every node', async () => {
+    redis = await startRedis(bin as string);
+    const node = async (id: string) => {
+      const dir = tempDataDir();
+      dirs.push(dir);
+      const s = await startServer(dir, ['--cluster', redis.url], { STOKER_CLUSTER_NODE_ID: id, STOKER_CLUSTER_HEARTBEAT_MS: '300', STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0' });
+      nodes.push(s);
+      return s;
+    };
+    const a = await node('rr-a');
+    const b = await node('rr-b');
+    expect(a.output()).toContain('Redis persistence: none (save "", appendonly no): a restart loses the whole queue');
+    // 10 quick jobs that end before the restart, then 20 slow ones that are queued or running when it comes.
+    const ids: string[] = [];
+    for (let i = 0; i < 30; i++) {
+      const id = `rr-${i}`;
+      ids.push(id);
+      const r = await http((i % 2 ? a : b).url, 'POST', '/v1/jobs', { id, kind: 'sleep', partitions: 2, input: { seed: i, prepareMs: i < 10 ? 1 : 400, deviceMs: 1 } });
+      expect(r.status).toBe(202);
+      if (i === 9) for (const done of ids) expect((await http(a.url, 'GET', `/v1/jobs/${done}/result?wait=10s`)).body.state).toBe('done');
+    }
+    await redis.stop();
+    redis = await startRedis(bin as string, redis.port);
+    const t0 = performance.now();
+    for (const [i, id] of ids.entries()) {
+      for (const n of [a, b]) {
+        const r = await waitUntil(async () => {
+          const x = await http(n.url, 'GET', `/v1/jobs/${id}/result?wait=5s`);
+          return x.status === 200 ? x : undefined;
+        }, 60_000, `${id} done, read on ${n === a ? 'rr-a' : 'rr-b'}`, 200);
+        expect(r.body, id).toMatchObject({ state: 'done', result: { partitions: 2, total: sleepTotal(i, 2) } });
+      }
+    }
+    console.log(`Redis restarted without persistence: all 30 accepted jobs done and readable on both nodes ${((performance.now() - t0) / 1000).toFixed(1)} s later`);
+  }, 120_000);
 });
