@@ -45,6 +45,8 @@ const K = {
   completions: (id: string) => `${PREFIX}:cluster:completions:${id}`,
   /** A finished job's view, republished by the node that ran it after Redis lost its data (JSON JobView). */
   result: (id: string) => `${PREFIX}:cluster:result:${id}`,
+  /** Outputs of a running job's finished partitions (hash: partition → JSON {@link SharedOutput}): a node that takes the job over runs only the rest. */
+  outputs: (id: string) => `${PREFIX}:cluster:outputs:${id}`,
   /** Set once per Redis dataset: a node that sees it change (or vanish) knows Redis lost its data. */
   epoch: `${PREFIX}:cluster:epoch`,
   /** The node that took the job last. */
@@ -67,6 +69,31 @@ interface KindEntry {
   description: string;
   /** The node that registered this version. */
   node: string;
+}
+
+/**
+ * The largest partition output shared through Redis (bytes of its JSON): a larger one is not
+ * shared, and a node that takes the job over runs that partition again.
+ */
+const MAX_SHARED_OUTPUT_BYTES = 4 * 1024 * 1024;
+
+/** A partition output as Redis keeps it: JSON as it is, bytes as base64. */
+type SharedOutput = { json: unknown } | { base64: string };
+
+function shareOutput(output: unknown): string | undefined {
+  const shared: SharedOutput = output instanceof Uint8Array ? { base64: Buffer.from(output.buffer, output.byteOffset, output.byteLength).toString('base64') } : { json: output };
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(shared);
+  } catch {
+    return undefined; // not JSON (the local journal refuses it too)
+  }
+  return text !== undefined && text.length <= MAX_SHARED_OUTPUT_BYTES ? text : undefined;
+}
+
+function sharedOutput(text: string): unknown {
+  const s = JSON.parse(text) as SharedOutput;
+  return 'base64' in s ? new Uint8Array(Buffer.from(s.base64, 'base64')) : s.json;
 }
 
 /** BullMQ's priority: lower runs first (0 would mean "none", a separate FIFO). */
@@ -214,6 +241,7 @@ export class ClusterService implements ApiService {
       this.queueOf(kind);
     }
     this.pullOrder = [...this.workers.keys()];
+    local.onPartitionOutput = (id, partition, output) => this.share(id, partition, output);
     this.ttlMs = Math.max(1, Math.round(config.server.resultTtlS)) * 1000;
     this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
   }
@@ -808,9 +836,17 @@ export class ClusterService implements ApiService {
         await job.moveToFailed(new Error(`E_DEADLINE: job ${id} missed its deadline ${new Date(r.deadline).toISOString()}`), token, false);
         return;
       }
+      // Partitions another node finished before it died: they do not run again.
+      const recorded = new Map<number, unknown>();
+      try {
+        for (const [p, text] of Object.entries(await this.redis.hgetall(K.outputs(id)))) recorded.set(Number(p), sharedOutput(text));
+      } catch {
+        // Redis away or an output unreadable: the job runs whole.
+        recorded.clear();
+      }
       try {
         // Synchronous: the engine's backlog counts it before the pull loop looks again.
-        const { job: started } = this.local.submitNow({ id, kind: r.kind, priority: r.priority, partitions: r.partitions, input: r.input, ...(r.deadline === null ? {} : { deadline: r.deadline }) });
+        const { job: started } = this.local.submitNow({ id, kind: r.kind, priority: r.priority, partitions: r.partitions, input: r.input, ...(r.deadline === null ? {} : { deadline: r.deadline }) }, recorded);
         ended = isFinal(started.state) ? Promise.resolve(started) : this.localEnd(id);
       } catch (e) {
         const err = e instanceof ServiceError ? e : undefined;
@@ -836,10 +872,10 @@ export class ClusterService implements ApiService {
           const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
           await job.moveToCompleted(stored, token, false);
           // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
-          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.ttlMs).pexpire(K.holder(id), this.ttlMs).pexpire(K.kindOf(id), this.ttlMs).exec();
+          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.ttlMs).pexpire(K.holder(id), this.ttlMs).pexpire(K.kindOf(id), this.ttlMs).del(K.outputs(id)).exec();
         } else {
           await job.moveToFailed(new Error(`${v.error?.code ?? 'E_INTERNAL'}: ${v.error?.reason ?? ''}`), token, false);
-          const m = this.redis.multi().pexpire(K.holder(id), this.ttlMs).pexpire(K.kindOf(id), this.ttlMs);
+          const m = this.redis.multi().pexpire(K.holder(id), this.ttlMs).pexpire(K.kindOf(id), this.ttlMs).del(K.outputs(id));
           await (v.state === 'cancelled' ? m.del(K.cancelRequest(id)) : m).exec();
         }
       } catch {
@@ -864,6 +900,14 @@ export class ClusterService implements ApiService {
       const t = setTimeout(done, ms);
       this.wake = done;
     });
+  }
+
+  /** Shares a held job's finished partition (fire and forget: an output Redis misses is run again on takeover). */
+  private share(id: string, partition: number, output: unknown): void {
+    if (!this.held.has(id)) return;
+    const text = shareOutput(output);
+    if (text === undefined) return;
+    void this.redis.multi().hset(K.outputs(id), String(partition), text).pexpire(K.outputs(id), this.ttlMs).exec().catch(() => undefined);
   }
 
   private cancelLocal(id: string): void {

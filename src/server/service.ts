@@ -229,6 +229,8 @@ export class Service {
   private readonly commits: GroupCommit;
   /** Submissions checked and waiting for their group commit (they count as pending). */
   private readonly admitting = { jobs: 0, partitions: 0 };
+  /** Called with each finished partition's output (cluster mode shares them, so another node can resume the job). */
+  onPartitionOutput: ((jobId: string, partition: number, output: unknown) => void) | undefined;
   /** Paces submissions while the engine has work (a flood must not starve it). */
   private readonly gate = new AdmissionGate(() => {
     const s = this.runtime.engine.snapshot;
@@ -274,6 +276,7 @@ export class Service {
         this.later(() => this.journal.markRunning(jobId), () => this.emit({ type: 'job.started', id: jobId }));
       },
       partitionDone: (jobId, partition, output) => {
+        this.onPartitionOutput?.(jobId, partition, output);
         // On a full disk the output stays in memory only (after a crash that partition runs again).
         this.later(
           () => this.journal.recordPartition(jobId, partition, output),
@@ -463,8 +466,12 @@ export class Service {
     });
   }
 
-  /** {@link submit} in one synchronous step, its own commit: durable when this returns. */
-  submitNow(raw: unknown): { job: JobView; created: boolean } {
+  /**
+   * {@link submit} in one synchronous step, its own commit: durable when this returns.
+   * `recorded`: outputs of partitions finished elsewhere (a cluster job another node began):
+   * only the other partitions run, and the kind's finish gets these outputs too.
+   */
+  submitNow(raw: unknown, recorded: ReadonlyMap<number, unknown> = new Map()): { job: JobView; created: boolean } {
     const checked = this.admission(raw);
     if ('answer' in checked) return checked.answer;
     let inserted: { job: JournalJob; created: boolean };
@@ -473,7 +480,7 @@ export class Service {
     } catch (e) {
       throw this.insertError(e, checked.record.id);
     }
-    return this.admitted(inserted);
+    return this.admitted(inserted, recorded);
   }
 
   /** A submission's checks before it is journaled: the record to journal, or the answer for a job that exists. */
@@ -506,11 +513,11 @@ export class Service {
   }
 
   /** A journaled submission: a new job starts (unless shutdown began meanwhile: then it resumes on the next start). */
-  private admitted(inserted: { job: JournalJob; created: boolean }): { job: JobView; created: boolean } {
+  private admitted(inserted: { job: JournalJob; created: boolean }, recorded: ReadonlyMap<number, unknown> = new Map()): { job: JobView; created: boolean } {
     const j = inserted.job;
     if (inserted.created) {
       this.emit({ type: 'job.submitted', id: j.id, kind: j.kind, partitions: j.partitions });
-      if (!this.closing) this.start(j, null, new Map());
+      if (!this.closing) this.startWith(j, new Map([...recorded].filter(([p]) => Number.isInteger(p) && p >= 0 && p < j.partitions)));
     }
     return { job: this.view(j, LIST_STATES_MAX), created: inserted.created };
   }
@@ -752,6 +759,11 @@ export class Service {
   private resume(job: JournalJob): void {
     const recorded = this.journal.partitionOutputs(job.id);
     ignoreFull(() => this.journal.markResumed(job.id));
+    this.startWith(job, recorded);
+  }
+
+  /** Starts a job whose partitions in `recorded` already finished: only the others run. */
+  private startWith(job: JournalJob, recorded: Map<number, unknown>): void {
     if (recorded.size === 0) return this.start(job, null, recorded);
     const left: number[] = [];
     for (let p = 0; p < job.partitions; p++) if (!recorded.has(p)) left.push(p);

@@ -137,3 +137,49 @@ describe.skipIf(!bin)('a Redis restart without persistence', () => {
     console.log(`Redis restarted without persistence: all 30 accepted jobs done and readable on both nodes ${((performance.now() - t0) / 1000).toFixed(1)} s later`);
   }, 120_000);
 });
+
+describe.skipIf(!bin)('a job taken over by another node', () => {
+  let redis: RedisProcess;
+  const dirs: string[] = [];
+  const nodes: ServerProcess[] = [];
+  afterAll(async () => {
+    for (const n of nodes) if (n.child.exitCode === null && n.child.signalCode === null) await n.crash();
+    await redis?.stop();
+    for (const d of dirs) removeDir(d);
+  }, 30_000);
+
+  it('runs only its unfinished partitions: the dead holder’s finished outputs are in Redis', async () => {
+    redis = await startRedis(bin as string);
+    // One preparation at a time: the partitions finish one by one, 300 ms apart.
+    const node = async (id: string) => {
+      const dir = tempDataDir();
+      dirs.push(dir);
+      const s = await startServer(dir, ['--cluster', redis.url], { STOKER_CLUSTER_NODE_ID: id, STOKER_PREPARE_THREADS: '1', STOKER_PREPARE_CONCURRENCY: '1', STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0' });
+      nodes.push(s);
+      return s;
+    };
+    const both = [await node('to-a'), await node('to-b')];
+    await waitUntil(async () => (((await http(both[0]!.url, 'GET', '/v1/cluster')).body.nodes as unknown[]).length === 2 ? true : undefined), 10_000, 'two nodes', 100);
+    const seed = 42;
+    expect((await http(both[0]!.url, 'POST', '/v1/jobs', { id: 'to-1', kind: 'sleep', partitions: 10, input: { seed, prepareMs: 300, deviceMs: 1 } })).status).toBe(202);
+    const holder = await waitUntil(async () => {
+      const n = (await http(both[0]!.url, 'GET', '/v1/jobs/to-1')).body.node as string | null;
+      return n === null ? undefined : n;
+    }, 10_000, 'a node to take the job', 20);
+    const [a, b] = holder === 'to-a' ? both : [both[1]!, both[0]!];
+    await waitUntil(async () => (((await http(a!.url, 'GET', '/v1/jobs/to-1')).body.partitionsDone as number) >= 7 ? true : undefined), 30_000, `${holder} to finish 7 partitions`, 20);
+    const doneOnA = (await http(a!.url, 'GET', '/v1/jobs/to-1')).body.partitionsDone as number;
+    await a!.crash();
+    const r = await waitUntil(async () => {
+      const x = await http(b!.url, 'GET', '/v1/jobs/to-1/result?wait=5s');
+      return x.status === 200 ? x : undefined;
+    }, 60_000, 'to-1 done on the other node', 100);
+    expect(r.body).toMatchObject({ state: 'done', result: { partitions: 10, total: sleepTotal(seed, 10) } });
+    expect((await http(b!.url, 'GET', '/v1/jobs/to-1')).body.node).not.toBe(holder);
+    const spans = ((await http(b!.url, 'GET', '/v1/timeline?since=10m')).body as { spans: { kind: string; jobId: string; partition: number }[] }).spans.filter((sp) => sp.jobId === 'to-1' && sp.kind === 'prepare');
+    const ranOnB = [...new Set(spans.map((sp) => sp.partition))].sort((x, y) => x - y);
+    console.log(`takeover: ${holder} finished ${doneOnA} of 10 partitions before kill -9; the other node ran partitions ${ranOnB.join(', ')}`);
+    expect(ranOnB.length).toBeLessThanOrEqual(10 - doneOnA);
+    expect(ranOnB.length).toBeGreaterThan(0);
+  }, 120_000);
+});
