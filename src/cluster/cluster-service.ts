@@ -10,7 +10,7 @@ import { Journal, type JobState, type JournalJobInput } from '../server/journal.
 import { fileURLToPath } from 'node:url';
 import { compileInput, KindModuleError, moduleHash, type LoadedKind } from '../server/kind-module.js';
 import { listen, loadServerKinds, refuseExposure, type RunningServer } from '../server/serve.js';
-import { conflict, isFinal, notFound, refusePastDeadline, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent } from '../server/service.js';
+import { conflict, isFinal, notFound, refusePastDeadline, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent, type StatesPage } from '../server/service.js';
 
 /**
  * Cluster mode: every node's HTTP API submits into a BullMQ queue per job kind on a shared Redis;
@@ -429,8 +429,8 @@ export class ClusterService implements ApiService {
     return this.withRedis(() => this.submitNow(raw));
   }
 
-  job(id: string): Promise<JobView | undefined> {
-    return this.withRedis(async () => (await this.find(id))?.view);
+  job(id: string, page?: StatesPage): Promise<JobView | undefined> {
+    return this.withRedis(async () => (await this.find(id, page))?.view);
   }
 
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): Promise<JobView[]> {
@@ -635,13 +635,13 @@ export class ClusterService implements ApiService {
 
   // ─── Views ────────────────────────────────────────────────────────────────────────────────
 
-  private async find(id: string): Promise<{ view: JobView & { node: string | null }; data: JobData; job?: Job<JobData> } | undefined> {
+  private async find(id: string, page?: StatesPage): Promise<{ view: JobView & { node: string | null }; data: JobData; job?: Job<JobData> } | undefined> {
     // The state first: a job read before it completes would show `done` without its result.
     const kind = await this.redis.get(K.kindOf(id));
     const queue = kind === null ? undefined : this.queueOf(kind);
     const state = queue ? await queue.getJobState(bullId(id)) : 'unknown';
     const job = state === 'unknown' || !queue ? undefined : await Job.fromId<JobData>(queue, bullId(id));
-    if (job?.data?.record) return { view: await this.viewOf(job, state), data: job.data, job };
+    if (job?.data?.record) return { view: await this.viewOf(job, state, page), data: job.data, job };
     const raw = await this.redis.get(K.cancelled(id));
     if (raw !== null) {
       const rec = JSON.parse(raw) as CancelledRecord;
@@ -654,7 +654,7 @@ export class ClusterService implements ApiService {
     return { view, data: { record, hash: Journal.hash(record), submittedAt: Date.parse(view.submittedAt), nonce: '' } };
   }
 
-  private async viewOf(job: Job<JobData>, known?: string): Promise<JobView & { node: string | null }> {
+  private async viewOf(job: Job<JobData>, known?: string, page?: StatesPage): Promise<JobView & { node: string | null }> {
     const [bull, node] = await Promise.all([known ?? job.getState(), this.redis.get(K.holder(job.data.record.id))]);
     const r = job.data.record;
     let state: JobState = bull === 'active' ? 'running' : bull === 'completed' ? 'done' : bull === 'failed' ? 'failed' : 'queued';
@@ -663,7 +663,7 @@ export class ClusterService implements ApiService {
       error = codeOf(job.failedReason ?? '');
       if (error.code === 'E_CANCELLED') state = 'cancelled';
     }
-    const localView = state === 'running' && this.held.has(r.id) ? this.local.job(r.id) : undefined;
+    const localView = state === 'running' && this.held.has(r.id) ? this.local.job(r.id, page) : undefined;
     const finishedAt = isFinal(state) ? (job.finishedOn ?? null) : null;
     return {
       id: r.id,
@@ -1014,14 +1014,17 @@ export class ClusterService implements ApiService {
   }
 }
 
-/** Clears this node's own journal (it only mirrors cluster jobs): a job it held before a restart is the cluster's, not resumed here. */
+/**
+ * Opens this node's own journal (it mirrors the cluster jobs it ran): a job it held unfinished
+ * before a restart is the cluster's, not resumed here, so it is forgotten (taken again, it runs
+ * afresh); the ended ones keep their results, to republish should Redis lose them.
+ */
 async function openLocal(config: ServeConfig): Promise<Service> {
   const kinds = await loadServerKinds(config);
   const dataDir = path.join(config.dataDir, 'node');
   const journal = Journal.open(dataDir);
   try {
-    for (const j of journal.unfinished()) journal.finish(j.id, { state: 'cancelled', code: 'E_CANCELLED', reason: 'node restarted: the cluster queue has the job' });
-    journal.purgeFinished(-60_000);
+    for (const j of journal.unfinished()) journal.forget(j.id);
   } finally {
     journal.close();
   }

@@ -191,8 +191,18 @@ export class Engine {
   job(id: string): JobStatus | undefined {
     const j = this.jobs.get(id);
     if (!j) return undefined;
-    const partitions = Array.from({ length: j.spec.partitions }, (_, p): PartitionState => (p >= j.next ? 'queued' : (j.live.get(p)?.state ?? 'done')));
-    return { id: j.spec.id, kind: j.spec.kind, priority: j.spec.priority, seq: j.seq, submittedAt: j.submittedAt, partitions };
+    return { id: j.spec.id, kind: j.spec.kind, priority: j.spec.priority, seq: j.seq, submittedAt: j.submittedAt, partitions: this.jobStates(id, 0, j.spec.partitions) ?? [] };
+  }
+
+  /** A live job's partition states from `from` up to (not including) `to`: O(to − from). */
+  jobStates(id: string, from: number, to: number): PartitionState[] | undefined {
+    const j = this.jobs.get(id);
+    if (!j) return undefined;
+    const lo = Math.max(0, from);
+    return Array.from({ length: Math.max(0, Math.min(to, j.spec.partitions) - lo) }, (_, i): PartitionState => {
+      const p = lo + i;
+      return p >= j.next ? 'queued' : (j.live.get(p)?.state ?? 'done');
+    });
   }
 
   /** A live job's partitions by stage (done: finished in this engine), or undefined once it has ended. */

@@ -4,7 +4,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { createRequire } from 'node:module';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
-import type { PartitionState } from '../core/index.js';
+import { MAX_PARTITIONS, type PartitionState } from '../core/index.js';
 import type { JobState } from './journal.js';
 import { openApiDocument } from './openapi.js';
 import { installAccess } from './access.js';
@@ -15,7 +15,7 @@ import type { ChromeTrace } from '../web/chrome-trace.js';
 import { ConfigError, type ServeConfig } from './config.js';
 import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';
-import { isFinal, notFound, progressEvents, ServiceError, type JobProgressEvent, type JobView, type KindView, type ServiceEvent, type TimelineView } from './service.js';
+import { isFinal, notFound, progressEvents, ServiceError, type JobProgressEvent, type JobView, type KindView, type ServiceEvent, type StatesPage, type TimelineView, STATES_PAGE_MAX } from './service.js';
 
 type MaybePromise<T> = T | Promise<T>;
 
@@ -31,7 +31,7 @@ export interface ApiService {
   replay(lastEventId: string): Replay<ServiceEvent>;
   readonly metrics: { readonly registry: Registry };
   submit(raw: unknown): MaybePromise<{ job: JobView; created: boolean }>;
-  job(id: string): MaybePromise<JobView | undefined>;
+  job(id: string, page?: StatesPage): MaybePromise<JobView | undefined>;
   jobs(options: { limit?: number; states?: readonly JobState[] }): MaybePromise<JobView[]>;
   wait(id: string, waitMs: number): Promise<JobView | undefined>;
   cancel(id: string): MaybePromise<JobView>;
@@ -257,8 +257,9 @@ export function buildApp(service: ApiService): FastifyInstance {
       .send(job);
   });
 
-  app.get<{ Params: { id: string } }>('/v1/jobs/:id', async (req) => {
-    const job = await service.job(req.params.id);
+  app.get<{ Params: { id: string }; Querystring: { statesFrom?: string; statesLimit?: string } }>('/v1/jobs/:id', async (req) => {
+    const page = { from: intOf(req.query.statesFrom, 'statesFrom', 0, MAX_PARTITIONS, 0), limit: intOf(req.query.statesLimit, 'statesLimit', 0, STATES_PAGE_MAX, STATES_PAGE_MAX) };
+    const job = await service.job(req.params.id, page);
     if (!job) throw notFound(req.params.id);
     return job;
   });

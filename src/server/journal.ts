@@ -308,6 +308,7 @@ function prepareStatements(db: Database.Database) {
     finish: db.prepare(`UPDATE jobs SET state = @state, finished_at = @now, result = @result, error_code = @code, error_reason = @reason
       WHERE id = @id AND ${UNFINISHED}`),
     dropOutputs: db.prepare('DELETE FROM partition_outputs WHERE job_id = ?'),
+    forget: db.prepare('DELETE FROM jobs WHERE id = ?'),
     resumed: db.prepare(`UPDATE jobs SET resumes = resumes + 1 WHERE id = ? AND ${UNFINISHED}`),
     unfinished: db.prepare<[], JobRow>(`SELECT * FROM jobs WHERE ${UNFINISHED} ORDER BY seq`),
     countsByKind: db.prepare<[], { kind: string; state: JobState; n: number }>('SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state ORDER BY kind, state'),
@@ -642,6 +643,21 @@ export class Journal {
     }));
     for (const r of purged) this.#change(r.kind, r.state, -r.n);
     return purged.reduce((a, r) => a + r.n, 0);
+  }
+
+  /** Removes a job (in any state) and its partition outputs, as if it had never been journaled; false when unknown. */
+  forget(id: string): boolean {
+    const s = this.stmts;
+    const row = this.#write(`the removal of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
+      const r = s.get.get(id);
+      if (!r) return undefined;
+      s.dropOutputs.run(id);
+      s.forget.run(id);
+      return r;
+    }));
+    if (!row) return false;
+    this.#change(row.kind, row.state, -1);
+    return true;
   }
 
   /** Closes the file and releases the data dir; idempotent. Any later call throws `E_JOURNAL_CLOSED`. */

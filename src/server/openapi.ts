@@ -39,7 +39,15 @@ export function openApiDocument(maxWaitS: number): object {
         },
       },
       '/v1/jobs/{id}': {
-        get: { summary: 'A job: state, per-partition states, timings', parameters: [idParam], responses: { '200': json('The job', { $ref: '#/components/schemas/Job' }), '404': problemResponse('No such job') } },
+        get: {
+          summary: 'A job: state, per-partition states, timings',
+          parameters: [
+            idParam,
+            { name: 'statesFrom', in: 'query', required: false, schema: { type: 'integer', minimum: 0 }, description: 'The first partition whose state `partitionStates` gives (default 0)' },
+            { name: 'statesLimit', in: 'query', required: false, schema: { type: 'integer', minimum: 0, maximum: 100_000 }, description: 'How many partition states it gives (default and most: 100,000; page with statesFrom)' },
+          ],
+          responses: { '200': json('The job', { $ref: '#/components/schemas/Job' }), '404': problemResponse('No such job') },
+        },
         delete: {
           summary: 'Cancel a job',
           description: 'Withdraws its queued and in-flight partitions and frees their memory; waiters get state cancelled.',
@@ -158,7 +166,7 @@ export function openApiDocument(maxWaitS: number): object {
             finishedAt: { type: ['string', 'null'], format: 'date-time' },
             durationS: { type: ['number', 'null'] },
             partitionsDone: { type: 'integer' },
-            partitionStates: { type: ['array', 'null'], items: { enum: ['queued', 'preparing', 'waiting', 'on-device', 'done'] }, description: 'while it runs; in lists and submit answers only for jobs of at most 96 partitions' },
+            partitionStates: { type: ['array', 'null'], items: { enum: ['queued', 'preparing', 'waiting', 'on-device', 'done'] }, description: 'while it runs; in lists and submit answers only for jobs of at most 96 partitions; a job view gives a page (statesFrom, statesLimit) of at most 100,000' },
             partitionCounts: { type: ['object', 'null'], additionalProperties: { type: 'integer' }, description: 'while it runs: partitions by stage' },
             resumes: { type: 'integer' },
             result: { description: 'A JSON value, or base64 of bytes when resultEncoding is base64' },

@@ -101,6 +101,15 @@ export interface JobView {
 /** Partitions of one job by stage. */
 export type PartitionCounts = Record<PartitionState, number>;
 
+/** Which partitions' states a job's own view gives: `limit` of them from `from`. */
+export interface StatesPage {
+  from: number;
+  limit: number;
+}
+
+/** The most partition states one job view gives (`?statesFrom=` pages through more). */
+export const STATES_PAGE_MAX = 100_000;
+
 /** The most partitions whose states a list (or a submit answer) gives per job; the job's own view gives all. */
 export const LIST_STATES_MAX = 96;
 
@@ -545,10 +554,10 @@ export class Service {
     return { record: { id, kind: kind.name, priority: body.priority, partitions, input: input.input, deadline }, explicitId: body.id !== undefined };
   }
 
-  /** The job, or undefined when unknown (or purged after server.resultTtlS). */
-  job(id: string): JobView | undefined {
+  /** The job, or undefined when unknown (or purged); `page`: which partitions' states to give (default the first 100,000). */
+  job(id: string, page?: StatesPage): JobView | undefined {
     const j = this.stored(id);
-    return j && this.view(j);
+    return j && this.view(j, Infinity, page);
   }
 
   /** Recently submitted jobs, newest first (at most `limit`; only those in `states` when given). */
@@ -882,7 +891,7 @@ export class Service {
   }
 
   /** The API's view of a job; `maxStates`: the most partitions whose states it lists (more: counts only). */
-  private view(j: JournalJob, maxStates = Infinity): JobView {
+  private view(j: JournalJob, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }): JobView {
     let partitionStates: PartitionState[] | null = null;
     let partitionCounts: PartitionCounts | null = null;
     const run = this.runs.get(j.id);
@@ -890,10 +899,15 @@ export class Service {
     if (run !== undefined && counts) {
       // Partitions outside this run finished before a restart.
       partitionCounts = { ...countPartitions([]), ...counts, done: counts.done + j.partitions - (run?.length ?? j.partitions) };
-      const live = j.partitions <= maxStates ? this.runtime.engine.job(j.id) : undefined;
-      if (live) {
-        partitionStates = new Array<PartitionState>(j.partitions).fill('done');
-        for (let i = 0; i < live.partitions.length; i++) partitionStates[run === null ? i : (run[i] as number)] = live.partitions[i] as PartitionState;
+      if (j.partitions <= maxStates) {
+        const to = Math.min(j.partitions, page.from + page.limit);
+        if (run === null) partitionStates = this.runtime.engine.jobStates(j.id, page.from, to) ?? null;
+        else {
+          // A resumed job: engine partition i is the job's partition run[i].
+          const all = new Array<PartitionState>(j.partitions).fill('done');
+          (this.runtime.engine.jobStates(j.id, 0, run.length) ?? []).forEach((st, i) => (all[run[i] as number] = st));
+          partitionStates = all.slice(page.from, to);
+        }
       }
     } else if (!isFinal(j.state)) {
       partitionCounts = { ...countPartitions([]), done: j.partitionsDone, queued: j.partitions - j.partitionsDone };

@@ -57,8 +57,15 @@ describe('a submit at the default limit', () => {
     expect(listed?.partitionStates).toBeNull();
     expect(Object.values(listed?.partitionCounts ?? {}).reduce((a, b) => a + b, 0)).toBe(200_000);
     expect(list.length).toBeLessThan(10_000);
+    // The job's own view gives the states a page at a time: 100,000 at most.
     const one = (await http(fixture.server.url, 'GET', '/v1/jobs/huge')).body as { partitionStates: string[]; partitionCounts: Record<string, number> };
-    expect(one.partitionStates).toHaveLength(200_000);
+    expect(one.partitionStates).toHaveLength(100_000);
+    const rest = (await http(fixture.server.url, 'GET', '/v1/jobs/huge?statesFrom=100000&statesLimit=100000')).body as { partitionStates: string[] };
+    expect(rest.partitionStates).toHaveLength(100_000);
+    expect(rest.partitionStates.every((st) => st === 'queued')).toBe(true);
+    const page = (await http(fixture.server.url, 'GET', '/v1/jobs/huge?statesFrom=2&statesLimit=3')).body as { partitionStates: string[] };
+    expect(page.partitionStates).toEqual(one.partitionStates.slice(2, 5));
+    expect((await http(fixture.server.url, 'GET', '/v1/jobs/huge?statesLimit=100001')).status).toBe(400);
     // Dispatched in partition order: the first ones preparing, the rest (never made yet) queued.
     const preparing = one.partitionCounts.preparing as number;
     expect(preparing).toBeGreaterThan(0);
@@ -92,9 +99,9 @@ describe('jobs of 10⁶ partitions', () => {
     expect(grew).toBeLessThan(100e6);
     const status = (await http(fixture.server.url, 'GET', '/v1/status')).body as { partitions: { queued: number; preparing: number } };
     expect(status.partitions.queued).toBe(5_000_000 - status.partitions.preparing);
-    // The single-job view still gives every state (computed when asked).
-    const one = (await http(fixture.server.url, 'GET', '/v1/jobs/m-4')).body as { partitionStates: string[]; partitionCounts: Record<string, number> };
-    expect(one.partitionStates).toHaveLength(1_000_000);
+    // The single-job view gives a page of states (computed when asked), the last page too.
+    const one = (await http(fixture.server.url, 'GET', '/v1/jobs/m-4?statesFrom=950000')).body as { partitionStates: string[]; partitionCounts: Record<string, number> };
+    expect(one.partitionStates).toHaveLength(50_000);
     expect((one.partitionCounts.queued as number) + (one.partitionCounts.preparing as number)).toBe(1_000_000);
   }, 60_000);
 });
