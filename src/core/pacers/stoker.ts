@@ -12,7 +12,8 @@ import { numberOption, type Pacer, type PacerMode, type PacerOptions, type Pacer
  *   moves the inventory by at most half the waiting target: min(w, 2 / (n + 1)) with
  *   n = (2 · λ_device · latency · cv / targetWaiting)². @default 0.3
  * - `slowerSmoothing` — the weight of news that the device is slower: it must shrink the
- *   inventory at once. @default 0.5
+ *   inventory at once. @default 0.5 (On a skewed device, cv > 0.5, there is no news, and no
+ *   starved discount: see SKEWED_CV2.)
  * - `starvedWeight` — relative weight of a sample taken while the device had idle workers (once
  *   it has been seen saturated), unless it is news of a slower device: under contention an item
  *   runs faster on a starved device, so such a sample overstates the saturated rate. @default 0.05
@@ -68,6 +69,19 @@ const QUIET_CV2 = 0.0025;
 const MIN_SERVICE_MS = 1e-3;
 /** Weight of each saturated sample in the noise (cv²) estimate. */
 const VARIANCE_WEIGHT = 0.05;
+/**
+ * Weight of each sample in the slow noise estimate that sets the weight of samples within the
+ * noise: were it the fast one, a long sample of a skewed distribution would raise it and so
+ * lower the weight of the (mostly short) samples after it, biasing the estimate slow.
+ */
+const SLOW_VARIANCE_WEIGHT = 0.005;
+/**
+ * Above this cv² (cv 0.5) a device counts as skewed: which samples complete while it is short of
+ * work then depends on their length (a run of short items drains the queue), so discounting them
+ * (starvedWeight) would discount short samples and bias the estimate slow; and news of a slower
+ * device weighs as news of a faster one (a run of long items is not a slowdown).
+ */
+const SKEWED_CV2 = 0.25;
 
 interface DeviceEstimate {
   /** Whether a sample was ever taken with every worker busy (evidence of the saturated speed). */
@@ -78,6 +92,8 @@ interface DeviceEstimate {
   serviceMs: number;
   /** Smoothed squared relative deviation of saturated samples from the estimate (cv²). */
   variance: number;
+  /** The same, smoothed over many more samples (SLOW_VARIANCE_WEIGHT). */
+  varianceSlow: number;
   /** Whether the last sample was beyond the noise: −1 faster, 1 slower, 0 within it. */
   lastBeyond: number;
   /** Smoothed fraction of this device's workers that are busy. */
@@ -189,7 +205,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, variance: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, variance: 0, varianceSlow: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -258,15 +274,16 @@ class StokerPacer implements Pacer {
         // fast sample taken while workers sit idle overstates the saturated rate: it is weighed
         // less. Before that, fast samples are all the evidence there is (a first sample slowed
         // by warm-up must not keep the estimate low and the device starved).
-        const slower = sample > d.serviceMs;
+        const skewed = d.varianceSlow > SKEWED_CV2;
+        const slower = sample > d.serviceMs && !skewed;
         const saturated = c.busy >= c.workers;
         if (saturated) d.sawSaturated = true;
-        const starved = !saturated && d.sawSaturated;
+        const starved = !saturated && d.sawSaturated && !skewed;
         // News is a sample beyond the noise: at once on a quiet device; on a noisy one only when the
         // previous sample was beyond it on the same side too (one outlier of a skewed distribution is not news).
         const dev = d.serviceMs > 0 ? (sample - d.serviceMs) / d.serviceMs : 0;
         const beyond = Math.abs(dev) <= NOISE_Z * Math.sqrt(d.variance / dc) + NOISE_FLOOR ? 0 : Math.sign(dev);
-        const news = beyond !== 0 && (d.variance < QUIET_CV2 || d.lastBeyond === beyond);
+        const news = beyond !== 0 && !skewed && (d.variance < QUIET_CV2 || d.lastBeyond === beyond);
         d.lastBeyond = beyond;
         let weight: number;
         if (news) weight = slower ? this.slowerWeight : starved ? this.serviceW * this.starvedWeight : this.serviceW;
@@ -275,6 +292,7 @@ class StokerPacer implements Pacer {
         if (!starved && d.serviceMs > 0) {
           const clip = NOISE_Z * NOISE_Z * Math.max(d.variance, NOISE_FLOOR * NOISE_FLOOR);
           d.variance += VARIANCE_WEIGHT * (Math.min(dev * dev * dc, clip) - d.variance);
+          d.varianceSlow += (1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dc)) * (Math.min(dev * dev * dc, clip) - d.varianceSlow);
         }
         const w = 1 - Math.pow(1 - weight, dc);
         d.serviceMs = d.serviceMs > 0 ? d.serviceMs + w * (sample - d.serviceMs) : sample;
@@ -297,7 +315,7 @@ class StokerPacer implements Pacer {
    */
   private quietWeight(d: DeviceEstimate, workers: number): number {
     const lambda = d.serviceMs > 0 ? workers / d.serviceMs : 0;
-    const spread = (lambda * this.latency * Math.sqrt(d.variance)) / (0.5 * this.target);
+    const spread = (lambda * this.latency * Math.sqrt(d.varianceSlow)) / (0.5 * this.target);
     return Math.min(this.serviceW, 2 / (spread * spread + 1));
   }
 
