@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { createPacer, PACER_NAMES, PACERS, StokerError, type Pacer, type PacerFactory, type PacerOptions, type PacerSnapshot, type PacerState } from '../core/index.js';
+import { createPacer, PACER_NAMES, PACERS, StokerError, type Pacer, type PacerFactory, type PacerMode, type PacerOptions, type PacerSnapshot, type PacerState } from '../core/index.js';
 
 /** A user pacer module that cannot be used; the message names the file and what to change. */
 export class PacerModuleError extends Error {
@@ -79,13 +79,32 @@ function checkPacer(value: unknown, file: string, fallbackName: string): Pacer {
   if (p.state !== undefined && typeof p.state !== 'function') throw new PacerModuleError(`the pacer created by ${file} has a state that is not a function; make state() return { mode, ratePerSec, intervalMs, terms } or leave it out`);
   const name = typeof p.name === 'string' && p.name !== '' ? p.name : fallbackName;
   const pacer = value as Pacer;
-  if (name === p.name && typeof p.state === 'function') return pacer;
-  // Delegate rather than copy, so that class instances keep their prototype methods and `this`.
+  // Delegate rather than copy, so that class instances keep their prototype methods and `this`;
+  // what state() returns is checked on every call (the measures and the dashboard read it).
   return {
     name,
     observe: (s: PacerSnapshot) => pacer.observe(s),
     nextDispatchAt: (s: PacerSnapshot) => pacer.nextDispatchAt(s),
     onDispatch: (s: PacerSnapshot) => pacer.onDispatch(s),
-    state: typeof p.state === 'function' ? () => pacer.state() : steadyState,
+    state: typeof p.state === 'function' ? () => checkState(pacer.state(), file) : steadyState,
   };
+}
+
+const MODES: readonly PacerMode[] = ['bootstrap', 'steady', 'idle', 'blocked', 'hold'];
+
+/** A user pacer's state(), checked field by field (a wrong shape once made the settle measure read 0). */
+function checkState(st: unknown, file: string): PacerState {
+  const bad = (field: string, want: string, got: unknown) =>
+    new PacerModuleError(`the pacer created by ${file}: state().${field} must be ${want} (got ${got === undefined ? 'undefined' : JSON.stringify(got)}); state() returns { mode, ratePerSec, intervalMs, terms }`);
+  if (typeof st !== 'object' || st === null) throw bad('', 'an object', st);
+  const o = st as Record<string, unknown>;
+  if (!MODES.includes(o['mode'] as PacerMode)) throw bad('mode', `one of ${MODES.join(', ')}`, o['mode']);
+  for (const f of ['ratePerSec', 'intervalMs']) {
+    const v = o[f];
+    if (v !== null && !(typeof v === 'number' && v >= 0 && !Number.isNaN(v))) throw bad(f, 'a number ≥ 0 or null', v);
+  }
+  const terms = o['terms'];
+  if (typeof terms !== 'object' || terms === null || Array.isArray(terms)) throw bad('terms', 'an object of numbers', terms);
+  for (const [k, v] of Object.entries(terms)) if (typeof v !== 'number') throw bad(`terms.${k}`, 'a number', v);
+  return st as PacerState;
 }

@@ -96,6 +96,21 @@ describe('resolvePacer', () => {
     expect(p.nextDispatchAt(snap)).toBe(5);
   });
 
+  it('checks what state() returns, naming the field', async () => {
+    // Each check reloads the module under a fresh name (import caches by URL).
+    let n = 0;
+    const pacerWith = async (state: string) => {
+      tmp.file(`st${++n}.mjs`, `export default () => ({ observe() {}, nextDispatchAt: (s) => s.now, onDispatch() {}, state: () => (${state}) });\n`);
+      return (await resolvePacer(path.join(tmp.dir, `st${n}.mjs`)))({});
+    };
+    expect((await pacerWith("{ mode: 'steady', ratePerSec: 2, intervalMs: null, terms: { x: 1 } }")).state()).toEqual({ mode: 'steady', ratePerSec: 2, intervalMs: null, terms: { x: 1 } });
+    await expect(pacerWith("{ mode: 'fast', ratePerSec: 1, intervalMs: 1, terms: {} }").then((p) => p.state())).rejects.toThrow(/state\(\)\.mode must be one of bootstrap, steady, idle, blocked, hold \(got "fast"\)/);
+    await expect(pacerWith("{ mode: 'steady', rate: 1, intervalMs: 1, terms: {} }").then((p) => p.state())).rejects.toThrow(/state\(\)\.ratePerSec must be a number ≥ 0 or null \(got undefined\)/);
+    await expect(pacerWith("{ mode: 'steady', ratePerSec: null, intervalMs: 'soon', terms: {} }").then((p) => p.state())).rejects.toThrow(/state\(\)\.intervalMs must be a number/);
+    await expect(pacerWith("{ mode: 'steady', ratePerSec: null, intervalMs: null, terms: { gain: 'high' } }").then((p) => p.state())).rejects.toThrow(/state\(\)\.terms\.gain must be a number/);
+    await expect(pacerWith("{ mode: 'steady', ratePerSec: null, intervalMs: null }").then((p) => p.state())).rejects.toThrow(/state\(\)\.terms must be an object of numbers/);
+  });
+
   it('rejects a factory that returns something other than an object', async () => {
     tmp.file('num.mjs', 'export default () => 42;\n');
     const create = await resolvePacer(path.join(tmp.dir, 'num.mjs'));
