@@ -108,6 +108,25 @@ const inputs: ScenarioInput[] = [
       { type: 'workerReturned', atS: 900, device: 0, worker: 1 },
     ],
   }),
+  seedLike('worker-flap', 'seed stages, 150 jobs; worker 1 is down for 30 s of every minute (lost and back within one preparation latency)', {
+    arrivals: [{ atS: 0, jobs: 150, partitions: 10, kind: 'proof' }],
+    events: Array.from({ length: 29 }, (_, k) => 60 * (k + 1)).flatMap((atS) => [
+      { type: 'workerLost' as const, atS, device: 0, worker: 1 },
+      { type: 'workerReturned' as const, atS: atS + 30, device: 0, worker: 1 },
+    ]),
+  }),
+  seedLike('bimodal-service', 'seed stages, 100 jobs; the device takes 0.5 s for 80 % of items and 3 s for 20 % (mean 1 s)', {
+    arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
+    devices: [{ workers: 2, service: { type: 'empirical', values: [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 3, 3] }, contention: [1, 1.2] }],
+  }),
+  seedLike('heavy-tail-service', 'seed stages, 100 jobs; lognormal device time, median 0.6 s, σ 1 (mean 0.99 s)', {
+    arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
+    devices: [{ workers: 2, service: { type: 'lognormal', median: 0.6, sigma: 1 }, contention: [1, 1.2] }],
+  }),
+  seedLike('budget-binding', 'seed stages, 100 jobs, a 60 GiB budget: 60 partitions in flight where the devices want ~80', {
+    budgetBytes: 60 * GiB,
+    arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
+  }),
   seedLike('priority', 'seed stages: 12 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
     arrivals: [
       { atS: 0, jobs: 12, partitions: 10, kind: 'proof' },

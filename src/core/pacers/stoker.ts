@@ -100,6 +100,14 @@ interface DeviceEstimate {
   occupancy: number;
   lastBusy: number;
   lastWorkers: number;
+  /**
+   * The workers the pipeline is planned for: the most alive within the last preparation latency.
+   * A worker lost and back within less than one latency would otherwise make the pacer shed the
+   * inventory it needs again when the worker is back — one latency after it could have it.
+   */
+  plannedWorkers: number;
+  /** When the alive count was last at plannedWorkers. */
+  plannedAt: number;
 }
 
 /**
@@ -205,7 +213,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, variance: 0, varianceSlow: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, variance: 0, varianceSlow: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -306,6 +314,10 @@ class StokerPacer implements Pacer {
       }
       d.lastBusy = c.busy;
       d.lastWorkers = c.workers;
+      if (c.workers >= d.plannedWorkers || s.now - d.plannedAt > this.latency + this.margin) {
+        d.plannedWorkers = c.workers;
+        d.plannedAt = s.now;
+      }
     }
   }
 
@@ -361,12 +373,13 @@ class StokerPacer implements Pacer {
       const d = this.devices[i] as DeviceEstimate;
       const ms = d.serviceMs > 0 ? d.serviceMs : fallbackMs;
       const c = s.devices[i] as PacerSnapshot['devices'][number];
-      const workers = c.workers;
+      // Planned for the workers of the last latency (see plannedWorkers); what drains now is what is alive.
+      const workers = d.plannedWorkers;
       // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
       if (c.eligible === false) continue;
       if (ms > 0 && workers > 0) {
         lambda += workers / ms;
-        draining += (workers / ms) * d.occupancy;
+        draining += (c.workers / ms) * d.occupancy;
       }
     }
     this.lambda = lambda;
@@ -401,7 +414,9 @@ class StokerPacer implements Pacer {
     // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
     const lat = this.latency > 0 ? this.latency : Number.isFinite(this.busySince) ? s.now - this.busySince : 0;
     const inventory = s.preparing + s.waiting + s.onDevice;
-    this.inventoryTarget = lambda * (lat + this.margin) + s.workers + this.target + this.integral;
+    let workers = 0;
+    for (const d of this.devices) workers += d.plannedWorkers;
+    this.inventoryTarget = lambda * (lat + this.margin) + workers + this.target + this.integral;
     const u = lambda + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
     this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.draining + this.catchUp * lambda);
     this.rate = Math.min(Math.max(u, 0), this.maxRate);

@@ -1,0 +1,69 @@
+/**
+ * The stoker pacer in harder regimes (issue 12), each bound over 10 seeds on a built-in scenario;
+ * the figures are printed (the README quotes them).
+ * - worker-flap: a worker lost and back within one preparation latency (30 s of every minute);
+ *   the pacer plans for the workers of the last latency, so throughput stays ≥ 0.97 (it was 0.87).
+ * - budget-binding, budget-bound: when the memory budget is the limit, the pacer is no reason to
+ *   finish less: within 0.5 % of `unpaced` under the same budget.
+ * - bimodal-service, heavy-tail-service: the mean rate estimate within 2 % of the true rate.
+ */
+import { describe, expect, it } from 'vitest';
+import { createPacer } from '../../src/core/index.js';
+import { SCENARIOS, simulate } from '../../src/sim/index.js';
+
+const SEEDS = Array.from({ length: 10 }, (_, i) => i + 1);
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+const scenario = (name: string) => {
+  const s = SCENARIOS.get(name);
+  if (!s) throw new Error(`no built-in scenario ${name}`);
+  return s;
+};
+const throughput = (name: string, pacer: string, seed: number) => simulate(scenario(name), { seed, pacer: (o) => createPacer(pacer, o) }).metrics.throughputRatio as number;
+
+describe('the stoker pacer in harder regimes, over 10 seeds', () => {
+  it('worker-flap: throughput ≥ 0.97 with one worker down half of every minute', () => {
+    const tp = SEEDS.map((seed) => throughput('worker-flap', 'stoker', seed));
+    console.log(`worker-flap: stoker throughput mean ${mean(tp).toFixed(4)}, min ${Math.min(...tp).toFixed(4)}`);
+    expect(mean(tp)).toBeGreaterThanOrEqual(0.97);
+  });
+
+  for (const name of ['budget-binding', 'budget-bound']) {
+    it(`${name}: within 0.5 % of unpaced under the same budget`, () => {
+      const ratios = SEEDS.map((seed) => throughput(name, 'stoker', seed) / throughput(name, 'unpaced', seed));
+      console.log(`${name}: stoker / unpaced throughput mean ${mean(ratios).toFixed(4)}, min ${Math.min(...ratios).toFixed(4)}`);
+      expect(mean(ratios)).toBeGreaterThanOrEqual(0.995);
+    });
+  }
+
+  // Both workers busy: each item takes 1.2 × its own time, so the saturated rate is 2 / (1.2 · mean).
+  for (const [name, meanS] of [
+    ['bimodal-service', 1],
+    ['heavy-tail-service', 0.6 * Math.exp(0.5)],
+  ] as const) {
+    it(`${name}: the mean rate estimate is within 2 % of the true rate`, () => {
+      const truth = 2 / (1.2 * meanS);
+      const ratios = SEEDS.map((seed) => {
+        let pacer: ReturnType<typeof createPacer> | undefined;
+        let sum = 0;
+        let n = 0;
+        simulate(scenario(name), {
+          seed,
+          pacer: (o) => (pacer = createPacer('stoker', o)),
+          onStep: (e) => {
+            const rate = pacer?.state().ratePerSec;
+            // After the first few hundred completions (the estimate's own averaging window).
+            if (e.time > 200_000 && rate) {
+              sum += rate;
+              n++;
+            }
+          },
+        });
+        return sum / n / truth;
+      });
+      // Not yet bounded (the devices still starve now and then): printed for the README.
+      const tp = mean(SEEDS.map((seed) => throughput(name, 'stoker', seed) / throughput(name, 'unpaced', seed)));
+      console.log(`${name}: estimate / true rate mean ${mean(ratios).toFixed(4)}, each ${ratios.map((r) => r.toFixed(3)).join(' ')}; throughput ${tp.toFixed(3)} of unpaced's`);
+      expect(Math.abs(mean(ratios) - 1)).toBeLessThanOrEqual(0.02);
+    });
+  }
+});
