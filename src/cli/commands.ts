@@ -7,6 +7,7 @@ import { resolveScenario } from '../sim/load-scenario.js';
 import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js';
 import { BENCH_SCENARIOS, SCENARIOS } from '../sim/scenarios.js';
 import { simulate, type SimResult } from '../sim/simulator.js';
+import type { Scenario } from '../sim/scenario.js';
 import { measureSpeed } from '../sim/speed.js';
 import { DEMO_DEFAULTS, runDemo, type DemoBackend, type DemoOptions, type DemoSummary } from '../runtime/demo.js';
 import { serviceBackend } from '../server/demo-service.js';
@@ -188,6 +189,8 @@ export interface BenchFlags {
   scenarios?: string;
   pacers?: string;
   seed?: string;
+  /** Runs each pair over this many seeds (from --seed, or the scenario's) and reports mean ± sd. */
+  seeds?: string;
   json?: boolean;
   out?: string;
   /** A self-contained HTML report. */
@@ -215,9 +218,13 @@ const BENCH_COLUMNS: [string, (r: SimResult) => string][] = [
 
 export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
   const seed = flags.seed === undefined ? undefined : parseInteger('--seed', flags.seed);
+  const seeds = flags.seeds === undefined ? 1 : parseInteger('--seeds', flags.seeds);
+  if (seeds < 1) throw new UsageError(`--seeds must be ≥ 1 (got ${seeds})`);
+  if (seeds > 1 && (flags.out !== undefined || flags.html !== undefined)) throw new UsageError('--seeds with --out or --html: the charts are of one run; leave out --seeds (or use --seed n) for them');
   const scenarios = (flags.scenarios === undefined ? BENCH_SCENARIOS : parseList('--scenarios', flags.scenarios)).map((s) => resolveScenario(s));
   const pacerSpecs = flags.pacers === undefined ? PACER_NAMES : parseList('--pacers', flags.pacers);
   const factories = await resolvePacers(pacerSpecs);
+  if (seeds > 1) return benchSeeds(scenarios, factories, seed, seeds, flags.json === true, io);
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
   const total = scenarios.length * factories.length;
   const results: SimResult[] = [];
@@ -238,6 +245,41 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
     const title = `stoker bench: ${scenarios.length} scenario${scenarios.length === 1 ? '' : 's'} × ${factories.length} pacer${factories.length === 1 ? '' : 's'}`;
     writeOutputFile('--html', flags.html, renderHtmlReport(results, { title, summary, descriptions }), io);
   }
+}
+
+/** The metrics `--seeds` reports as mean ± sd. */
+const SEED_METRICS = ['throughputRatio', 'occupancy', 'waitingMean', 'waitingStd', 'inventoryRatio', 'peakMemoryBytes', 'jobLatencyP50Ms', 'jobLatencyP99Ms'] as const;
+
+/** `stoker bench --seeds N`: each scenario × pacer over N seeds, mean ± sd (sample) of each metric. */
+function benchSeeds(scenarios: Scenario[], factories: PacerFactory[], from: number | undefined, n: number, json: boolean, io: Io): void {
+  const rows: { scenario: string; pacer: string; seeds: number[]; metrics: Record<string, { mean: number; sd: number } | null> }[] = [];
+  const total = scenarios.length * factories.length;
+  for (const scenario of scenarios) {
+    for (const pacer of factories) {
+      const t0 = performance.now();
+      const list = Array.from({ length: n }, (_, i) => (from ?? scenario.seed) + i);
+      const results = list.map((seed) => simulate(scenario, { pacer, seed }));
+      const metrics: Record<string, { mean: number; sd: number } | null> = {};
+      for (const key of SEED_METRICS) {
+        const xs = results.map((r) => r.metrics[key]);
+        if (xs.some((x) => x === null)) metrics[key] = null;
+        else {
+          const v = xs as number[];
+          const mean = v.reduce((a, b) => a + b, 0) / v.length;
+          metrics[key] = { mean, sd: Math.sqrt(v.reduce((a, b) => a + (b - mean) ** 2, 0) / Math.max(1, v.length - 1)) };
+        }
+      }
+      rows.push({ scenario: scenario.name, pacer: (results[0] as SimResult).pacer, seeds: list, metrics });
+      io.err(`[${rows.length}/${total}] ${scenario.name} × ${(results[0] as SimResult).pacer}, ${n} seeds … ${Math.round(performance.now() - t0)} ms\n`);
+    }
+  }
+  if (json) {
+    io.out(toJson(rows));
+    return;
+  }
+  const cell = (key: (typeof SEED_METRICS)[number], m: { mean: number; sd: number } | null) => (m === null ? '–' : `${formatMetric(key, m.mean)} ± ${formatMetric(key, m.sd)}`);
+  io.out(`${n} seeds per row (from each scenario's own seed, or --seed): mean ± sd\n`);
+  io.out(formatTable(['scenario', 'pacer', ...SEED_METRICS], rows.map((r) => [r.scenario, r.pacer, ...SEED_METRICS.map((k) => cell(k, r.metrics[k] ?? null))])));
 }
 
 export interface SpeedFlags {

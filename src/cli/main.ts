@@ -62,7 +62,8 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--scenarios <list>', 'comma-separated scenarios (default: all but seed-day)')
     .option('--pacers <list>', 'comma-separated pacers (default: all built-ins)')
     .option('-s, --seed <n>', "override every scenario's seed (an integer)")
-    .option('--json', 'print [{ scenario, pacer, metrics }] as JSON')
+    .option('--seeds <n>', 'run each pair over n seeds (from --seed, or each scenario\'s) and print mean ± sd')
+    .option('--json', 'print [{ scenario, pacer, metrics }] as JSON (with --seeds: metrics as { mean, sd })')
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
     .option('--html <file>', 'write a self-contained HTML report: the table, and per scenario its metrics and charts')
     .action((flags: BenchFlags) => benchCommand(flags, io));

@@ -261,6 +261,23 @@ describe('stoker bench', () => {
     expect(progress[3]).toMatch(/^\[4\/4\] failure × unpaced … \d+ ms$/);
   });
 
+  it('--seeds n runs each pair over n seeds and reports mean ± sd (sample), equal to the seeds run one by one', async () => {
+    const r = await run('bench', '--scenarios', 'seed', '--pacers', 'stoker', '--seeds', '3', '--seed', '5', '--json');
+    expect(r.code).toBe(0);
+    const [entry] = JSON.parse(r.out) as { scenario: string; pacer: string; seeds: number[]; metrics: Record<string, { mean: number; sd: number } | null> }[];
+    expect(entry?.seeds).toEqual([5, 6, 7]);
+    const one = await Promise.all([5, 6, 7].map(async (seed) => (JSON.parse((await run('simulate', 'seed', '--seed', String(seed), '--json')).out) as { metrics: RunRecord['metrics'] }).metrics.throughputRatio as number));
+    const mean = one.reduce((a, b) => a + b, 0) / 3;
+    const sd = Math.sqrt(one.reduce((a, b) => a + (b - mean) ** 2, 0) / 2);
+    expect(entry?.metrics['throughputRatio']?.mean).toBeCloseTo(mean, 12);
+    expect(entry?.metrics['throughputRatio']?.sd).toBeCloseTo(sd, 12);
+    const table = await run('bench', '--scenarios', 'seed', '--pacers', 'stoker,unpaced', '--seeds', '2');
+    expect(table.out).toMatch(/^2 seeds per row/);
+    expect(table.out).toMatch(/\nseed\s+stoker\s+\d\.\d{3} ± \d\.\d{3}/);
+    expect((await run('bench', '--scenarios', 'seed', '--seeds', '0')).code).toBe(2);
+    expect((await run('bench', '--scenarios', 'seed', '--seeds', '2', '--html', path.join(tmp.dir, 'x.html'))).err).toContain('--seeds with --out or --html');
+  });
+
   it('prints a table with one row per scenario × pacer', async () => {
     const r = await run('bench', '--scenarios', 'cancel', '--pacers', 'stoker,classic');
     expect(r.code).toBe(0);
