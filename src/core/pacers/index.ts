@@ -4,7 +4,7 @@ import { createBurstPacer, createUnpacedPacer, createWindowPacer } from './basel
 import { createPiPacer } from './pi.js';
 import { createStokerPacer } from './stoker.js';
 
-export { createStokerPacer, type StokerPacerOptions } from './stoker.js';
+export { createStokerPacer, STOKER_DEFAULTS, type StokerPacerOptions } from './stoker.js';
 export { createPiPacer, type PiInput, type PiPacerConfig } from './pi.js';
 export { createBurstPacer, createUnpacedPacer, createWindowPacer } from './baselines.js';
 

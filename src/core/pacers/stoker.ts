@@ -1,8 +1,8 @@
 import { numberOption, type Pacer, type PacerMode, type PacerOptions, type PacerSnapshot, type PacerState } from '../pacer.js';
 
 /**
- * Options of the `stoker` pacer (beyond {@link PacerOptions}). The defaults are the ones the
- * built-in scenarios were tuned on (`stoker bench`); each has one job.
+ * Options of the `stoker` pacer (beyond {@link PacerOptions}); their defaults are
+ * {@link STOKER_DEFAULTS}. Each has one job.
  *
  * Estimates
  * - `serviceSmoothing` — weight of each device completion in the busy-time-per-item estimate
@@ -10,36 +10,36 @@ import { numberOption, type Pacer, type PacerMode, type PacerOptions, type Pacer
  *   beyond the device's measured noise (3 σ of its samples; on a noisy device, two samples in a
  *   row on the same side). A sample within the noise weighs less, so that the estimate's own noise
  *   moves the inventory by at most half the waiting target: min(w, 2 / (n + 1)) with
- *   n = (2 · λ_device · latency · cv / targetWaiting)². @default 0.3
+ *   n = (2 · λ_device · latency · cv / targetWaiting)².
  * - `slowerSmoothing` — the weight of news that the device is slower: it must shrink the
- *   inventory at once. @default 0.5 (On a skewed device, cv > 0.5, there is no news, and no
+ *   inventory at once. (On a skewed device, cv > 0.5, there is no news, and no
  *   starved discount: see SKEWED_CV2.)
  * - `starvedWeight` — relative weight of a sample taken while the device had idle workers (once
  *   it has been seen saturated), unless it is news of a slower device: under contention an item
- *   runs faster on a starved device, so such a sample overstates the saturated rate. @default 0.05
- * - `latencySmoothing` — weight of each preparation completion in the latency estimate. @default 0.03
- * - `occupancyTauMs` — time constant of the smoothed device occupancy. @default 5000
- * - `waitingTauMs` — time constant of the smoothed waiting queue (feedback input). @default 10000
+ *   runs faster on a starved device, so such a sample overstates the saturated rate.
+ * - `latencySmoothing` — weight of each preparation completion in the latency estimate.
+ * - `occupancyTauMs` — time constant of the smoothed device occupancy.
+ * - `waitingTauMs` — time constant of the smoothed waiting queue (feedback input).
  *
  * Control
- * - `fillFraction` — the inventory gap closes with time constant fillFraction × latency. @default 0.25
+ * - `fillFraction` — the inventory gap closes with time constant fillFraction × latency.
  * - `safetyZ` — the inventory target uses the latency estimate plus safetyZ standard errors of it
- *   (σ ÷ √samples): safety stock against an estimate made from few samples. @default 2
+ *   (σ ÷ √samples): safety stock against an estimate made from few samples.
  * - `catchUp` — the dispatch rate never exceeds max(λ, what the devices drain + catchUp × λ): an
  *   empty pipeline fills at the service rate (a faster fill only piles the surplus up one latency
- *   later), a running one closes a gap at up to catchUp × λ more than it drains. @default 0.2
+ *   later), a running one closes a gap at up to catchUp × λ more than it drains.
  * - `headStart` — an emptied pipeline may take headStart × σ(latency) × λ items at up to 4λ
- *   first: the quickest preparations then cover the devices while slow ones still run. @default 3
+ *   first: the quickest preparations then cover the devices while slow ones still run.
  * - `integralFraction` — the waiting feedback integrates with time constant integralFraction ×
  *   latency, and only after the inventory target has held within `settleBand` for `settleLatencies`
- *   latencies (transients pass through the waiting queue one dead time later). @default 4
- * - `settleLatencies` — see integralFraction. @default 2
+ *   latencies (transients pass through the waiting queue one dead time later).
+ * - `settleLatencies` — see integralFraction.
  * - `settleBand` — how far (a fraction) the inventory target may move and still count as the same
- *   regime; a speed change moves it far more, measurement noise less. @default 0.25
- * - `burst` — most dispatches back to back after a pause (token bucket size). @default 2
- * - `bootstrapItems` — items sent before anything is measured (no prior). @default workers + targetWaiting
+ *   regime; a speed change moves it far more, measurement noise less.
+ * - `burst` — most dispatches back to back after a pause (token bucket size).
+ * - `bootstrapItems` — items sent before anything is measured (no prior).
  * - `bootstrapSpacingMs` — they go in groups of one item per worker, so the devices can show
- *   their contended speed, groups this far apart. @default 1000
+ *   their contended speed, groups this far apart.
  */
 export interface StokerPacerOptions extends PacerOptions {
   serviceSmoothing?: number;
@@ -59,6 +59,30 @@ export interface StokerPacerOptions extends PacerOptions {
   bootstrapItems?: number;
   bootstrapSpacingMs?: number;
 }
+
+/**
+ * The stoker pacer's defaults, one place (the reasons are in {@link StokerPacerOptions}; the
+ * built-in scenarios were tuned on them: `stoker bench`). `bootstrapItems` defaults to
+ * workers + targetWaiting, known only from the snapshot.
+ */
+export const STOKER_DEFAULTS = {
+  targetWaiting: 4,
+  serviceSmoothing: 0.3,
+  slowerSmoothing: 0.5,
+  starvedWeight: 0.05,
+  headStart: 3,
+  latencySmoothing: 0.03,
+  occupancyTauMs: 5_000,
+  waitingTauMs: 10_000,
+  fillFraction: 0.25,
+  integralFraction: 4,
+  settleLatencies: 2,
+  settleBand: 0.25,
+  safetyZ: 2,
+  catchUp: 0.2,
+  burst: 2,
+  bootstrapSpacingMs: 1000,
+} as const;
 
 /** A service sample is beyond the noise past NOISE_Z σ, and never within NOISE_FLOOR (2 %) of the estimate. */
 const NOISE_Z = 3;
@@ -187,24 +211,25 @@ class StokerPacer implements Pacer {
   private margin = 0;
 
   constructor(options: StokerPacerOptions) {
-    this.target = numberOption(options, 'targetWaiting', 4);
+    const D = STOKER_DEFAULTS;
+    this.target = numberOption(options, 'targetWaiting', D.targetWaiting);
     this.prior = numberOption(options, 'priorServiceMs', NaN);
-    this.serviceW = numberOption(options, 'serviceSmoothing', 0.3);
-    this.starvedWeight = numberOption(options, 'starvedWeight', 0.05);
-    this.slowerWeight = numberOption(options, 'slowerSmoothing', 0.5);
-    this.headStart = numberOption(options, 'headStart', 3);
-    this.latencyW = numberOption(options, 'latencySmoothing', 0.03);
-    this.occTau = numberOption(options, 'occupancyTauMs', 5_000, 1);
-    this.waitTau = numberOption(options, 'waitingTauMs', 10_000, 1);
-    this.fillFraction = numberOption(options, 'fillFraction', 0.25, 0.01);
-    this.integralFraction = numberOption(options, 'integralFraction', 4, 0.01);
-    this.settleLatencies = numberOption(options, 'settleLatencies', 2);
-    this.settleBand = numberOption(options, 'settleBand', 0.25);
-    this.safetyZ = numberOption(options, 'safetyZ', 2);
-    this.catchUp = numberOption(options, 'catchUp', 0.2);
-    this.burst = numberOption(options, 'burst', 2, 1);
+    this.serviceW = numberOption(options, 'serviceSmoothing', D.serviceSmoothing);
+    this.starvedWeight = numberOption(options, 'starvedWeight', D.starvedWeight);
+    this.slowerWeight = numberOption(options, 'slowerSmoothing', D.slowerSmoothing);
+    this.headStart = numberOption(options, 'headStart', D.headStart);
+    this.latencyW = numberOption(options, 'latencySmoothing', D.latencySmoothing);
+    this.occTau = numberOption(options, 'occupancyTauMs', D.occupancyTauMs, 1);
+    this.waitTau = numberOption(options, 'waitingTauMs', D.waitingTauMs, 1);
+    this.fillFraction = numberOption(options, 'fillFraction', D.fillFraction, 0.01);
+    this.integralFraction = numberOption(options, 'integralFraction', D.integralFraction, 0.01);
+    this.settleLatencies = numberOption(options, 'settleLatencies', D.settleLatencies);
+    this.settleBand = numberOption(options, 'settleBand', D.settleBand);
+    this.safetyZ = numberOption(options, 'safetyZ', D.safetyZ);
+    this.catchUp = numberOption(options, 'catchUp', D.catchUp);
+    this.burst = numberOption(options, 'burst', D.burst, 1);
     this.bootstrapItems = options['bootstrapItems'] === undefined ? undefined : numberOption(options, 'bootstrapItems', 0, 1);
-    this.bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', 1000);
+    this.bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', D.bootstrapSpacingMs);
     this.waitingAvg = this.target;
     this.hasEstimate = this.prior > 0;
   }
