@@ -5,7 +5,6 @@ import {
   PACER_NAMES,
   createBurstPacer,
   createPacer,
-  createPiPacer,
   createStokerPacer,
   createUnpacedPacer,
   createWindowPacer,
@@ -13,7 +12,6 @@ import {
   type Command,
   type ItemView,
   type JobSpec,
-  type Pacer,
 } from '../../src/core/index.js';
 import { expectStokerError, ofType, prepared, snapshot } from './helpers.js';
 
@@ -397,22 +395,85 @@ describe('stoker pacer', () => {
 });
 
 describe('PI pacers', () => {
-  it('classic bootstraps one item every 3 s before it has measured anything', () => {
-    const d = new Driver(new Engine({ devices: [{ workers: 2 }], pacer: createPacer('classic') }));
+  it('classic bootstraps `target` items, each after a 3 s sleep, then waits for the first completion and dispatches at once', () => {
+    const d = new Driver(new Engine({ devices: [{ workers: 2 }], pacer: createPacer('classic', { targetWaiting: 4 }) }));
     const out = d.apply({ type: 'submit', time: 0, job: job('a', 10) });
-    expect(prepared(out)).toEqual(['a:0']);
+    // The dispatcher's first loop sleeps 3 s before it dispatches.
+    expect(prepared(out)).toEqual([]);
     expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: 3000 }]);
-    expect(d.apply({ type: 'tick', time: 2999 })).toEqual([{ type: 'wakeAt', time: 3000 }]);
-    expect(runTicks(d, 9000, 3000)).toEqual([3000, 6000, 9000]);
-    expect(d.e.pacer.state()).toMatchObject({ mode: 'bootstrap', intervalMs: 3000, ratePerSec: null });
+    expect(runTicks(d, 20_000, 3000)).toEqual([3000, 6000, 9000, 12000]);
+    expect(d.e.pacer.state()).toMatchObject({ mode: 'bootstrap', ratePerSec: null });
+    expect(d.e.pacer.nextDispatchAt(d.e.snapshot)).toBe(Infinity);
+    d.prepare(13_000, 0);
+    // The first completion gives the rate (1.5 s per partition, 2 workers) and a dispatch at once.
+    expect(prepared(d.done(20_000, 0, 1500))).toEqual(['a:4']);
+    expect(d.e.pacer.state().ratePerSec).toBeCloseTo(2 / 1.5, 12);
   });
 
-  it('classic measures busy time per item ÷ workers (not time between completions)', () => {
-    const p = createPiPacer({ name: 'classic', input: 'busy', rearm: true });
-    p.observe(snapshot({ now: 0, workers: 2, onDevice: 2, backlog: 5 }));
-    // 2 completions, 1000 ms of device time each, on 2 workers: 500 ms per item device-wide.
-    p.observe(snapshot({ now: 60_000, workers: 2, onDevice: 2, backlog: 5, deviceCompletions: 2, deviceBusyMs: 2000 }));
-    expect(p.state().ratePerSec).toBeCloseTo(2, 10);
+  it('classic, step by step: EMAs updated at the loop top only; the steady interval; a completion re-arms the sleep (hand-computed)', () => {
+    const p = createPacer('classic', { targetWaiting: 1 });
+    const at = (over: Parameters<typeof snapshot>[0]) => snapshot({ workers: 2, backlog: 5, ...over });
+    p.observe(at({ now: 0 })); // loop top: ema_waiting 0, integral 0.001; bootstrap sleep 3 s
+    expect(p.nextDispatchAt(at({ now: 0 }))).toBe(3000);
+    p.observe(at({ now: 3000 }));
+    expect(p.nextDispatchAt(at({ now: 3000 }))).toBe(3000);
+    p.onDispatch(at({ now: 3000 })); // bootstrap spent, rate unknown: integral 0.001 + 1 × 3 s = 3.001
+    expect(p.nextDispatchAt(at({ now: 3000 }))).toBe(Infinity);
+    // The first completion: 1.2 s per partition; ema_waiting 0.15 × 2 = 0.3; integral += 0.7 × 7 s.
+    p.observe(at({ now: 10_000, waiting: 2, deviceCompletions: 1, deviceBusyMs: 1200 }));
+    expect(p.state().terms).toMatchObject({ waitingEma: 0.3 });
+    expect(p.state().terms['integral']).toBeCloseTo(7.901, 12);
+    expect(p.nextDispatchAt(at({ now: 10_000 }))).toBe(10_000);
+    // Loop top after the dispatch: ema_waiting 0.555, integral 7.901445; interval
+    // (1.2 s / 2) / (1 + 0.5 × 0.445 + 0.001 × 7.901445) = 487.6 ms → 487.
+    p.onDispatch(at({ now: 10_000, waiting: 2, deviceCompletions: 1, deviceBusyMs: 1200 }));
+    expect(p.state().terms['waitingEma']).toBeCloseTo(0.555, 12);
+    expect(p.state().intervalMs).toBe(487);
+    expect(p.nextDispatchAt(at({ now: 10_000 }))).toBe(10_487);
+    // An event that is not a completion changes nothing (no update off the loop top).
+    p.observe(at({ now: 10_100, waiting: 9, deviceCompletions: 1, deviceBusyMs: 1200 }));
+    expect(p.state().terms['waitingEma']).toBeCloseTo(0.555, 12);
+    // A completion during the sleep restarts the loop: ema_waiting 0.15 × 6 + 0.85 × 0.555 = 1.37175,
+    // integral 7.901445 − 0.37175 × 0.2 = 7.827095; interval 600 / (1 − 0.185875 + 0.007827095) → 729,
+    // slept again from the completion.
+    p.observe(at({ now: 10_200, waiting: 6, deviceCompletions: 2, deviceBusyMs: 2400 }));
+    expect(p.state().terms['waitingEma']).toBeCloseTo(1.37175, 12);
+    expect(p.state().terms['integral']).toBeCloseTo(7.827095, 12);
+    expect(p.state().intervalMs).toBe(729);
+    expect(p.nextDispatchAt(at({ now: 10_200 }))).toBe(10_929);
+    expect(p.state()).toMatchObject({ mode: 'steady', ratePerSec: 2 / 1.2 });
+  });
+
+  it('classic re-bootstraps once the pipeline drained: every dispatch completed and ema_waiting < 1 — integral reset, spacing max(2 s, EMA / N)', () => {
+    const p = createPacer('classic', { targetWaiting: 1 });
+    const at = (over: Parameters<typeof snapshot>[0]) => snapshot({ workers: 2, backlog: 5, ...over });
+    p.observe(at({ now: 0 }));
+    p.observe(at({ now: 3000 }));
+    p.onDispatch(at({ now: 3000 }));
+    p.observe(at({ now: 10_000, waiting: 2, deviceCompletions: 1, deviceBusyMs: 1200 }));
+    p.onDispatch(at({ now: 10_000, waiting: 2, deviceCompletions: 1, deviceBusyMs: 1200 }));
+    // Both dispatched partitions done, ema_waiting 0.15 × 1 + 0.85 × 0.555 = 0.62175 < 1.
+    p.observe(at({ now: 10_200, waiting: 1, deviceCompletions: 2, deviceBusyMs: 2400 }));
+    expect(p.state()).toMatchObject({ mode: 'bootstrap', intervalMs: 2000, terms: { integral: 0, bootstrapRemaining: 1 } });
+    expect(p.nextDispatchAt(at({ now: 10_200 }))).toBe(12_200);
+    // During bootstrap a completion dispatches at once.
+    p.observe(at({ now: 11_000, waiting: 1, deviceCompletions: 3, deviceBusyMs: 3600 }));
+    expect(p.nextDispatchAt(at({ now: 11_000 }))).toBe(11_000);
+  });
+
+  it('classic keeps its steady interval within [50 ms, 60 s]', () => {
+    const steadyInterval = (busyMs: number, waiting: number) => {
+      const p = createPacer('classic', { targetWaiting: 1 });
+      const at = (over: Parameters<typeof snapshot>[0]) => snapshot({ workers: 1, backlog: 5, ...over });
+      p.observe(at({ now: 0 }));
+      p.observe(at({ now: 3000 }));
+      p.onDispatch(at({ now: 3000 }));
+      p.observe(at({ now: 4000, waiting, deviceCompletions: 1, deviceBusyMs: busyMs }));
+      p.onDispatch(at({ now: 4000, waiting, deviceCompletions: 1, deviceBusyMs: busyMs }));
+      return p.state().intervalMs;
+    };
+    expect(steadyInterval(1, 5)).toBe(50);
+    expect(steadyInterval(1_000_000, 100)).toBe(60_000);
   });
 
   it('interval-pi feeds on the time between completions, idle gaps included', () => {
@@ -430,17 +491,6 @@ describe('PI pacers', () => {
     expect(p.state().ratePerSec).toBeNull();
     p.observe(snapshot({ now: 6000, onDevice: 1, backlog: 5, deviceCompletions: 3, waiting: 2 }));
     expect(p.state().ratePerSec).toBeCloseTo(1, 10);
-  });
-
-  it('PI interval stays within [50 ms, 60 s] once measured', () => {
-    const fast: Pacer = createPacer('classic');
-    fast.observe(snapshot({ now: 0, workers: 1, onDevice: 1, backlog: 5 }));
-    fast.observe(snapshot({ now: 10, workers: 1, onDevice: 1, backlog: 5, deviceCompletions: 1, deviceBusyMs: 1 }));
-    expect(fast.state().intervalMs).toBe(50);
-    const slow: Pacer = createPacer('classic');
-    slow.observe(snapshot({ now: 0, workers: 1, onDevice: 1, backlog: 5, waiting: 100 }));
-    slow.observe(snapshot({ now: 10, workers: 1, onDevice: 1, backlog: 5, waiting: 100, deviceCompletions: 1, deviceBusyMs: 1_000_000 }));
-    expect(slow.state().intervalMs).toBe(60_000);
   });
 });
 

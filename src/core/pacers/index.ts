@@ -1,22 +1,24 @@
 import { StokerError } from '../errors.js';
 import type { Pacer, PacerFactory, PacerOptions } from '../pacer.js';
 import { createBurstPacer, createUnpacedPacer, createWindowPacer } from './baselines.js';
+import { createClassicPacer } from './classic.js';
 import { createPiPacer } from './pi.js';
 import { createStokerPacer } from './stoker.js';
 
 export { createStokerPacer, STOKER_DEFAULTS, type StokerPacerOptions } from './stoker.js';
 export { createPiPacer, type PiInput, type PiPacerConfig } from './pi.js';
+export { createClassicPacer } from './classic.js';
 export { createBurstPacer, createUnpacedPacer, createWindowPacer } from './baselines.js';
 
 /** The built-in pacers by name, with one line each. */
 export const PACERS: Record<string, { describe: string; create: PacerFactory }> = {
   stoker: { describe: 'default: measured service rate + inventory (Little’s law) control + slow waiting feedback', create: createStokerPacer },
-  classic: { describe: 'the field engine’s PI pacer on the waiting queue, its constants and flaws kept', create: (o) => createPiPacer({ name: 'classic', input: 'busy', rearm: true }, o) },
+  classic: { describe: 'the field engine’s dispatch pacer (curio cuzk DispatchPacer), step for step: PI on the waiting queue, busy-time feed-forward', create: createClassicPacer },
   unpaced: { describe: 'no pacing: the memory budget alone limits dispatch', create: () => createUnpacedPacer() },
   window: { describe: 'a fixed maximum of items in flight (option window, default 32)', create: createWindowPacer },
   burst: { describe: 'on each completion dispatch target − waiting items at once', create: createBurstPacer },
-  'interval-pi': { describe: 'PI fed by the time between completions (idle gaps included)', create: (o) => createPiPacer({ name: 'interval-pi', input: 'interval', rearm: false }, o) },
-  'gated-interval': { describe: 'interval-pi, sampling only when items were waiting at a completion', create: (o) => createPiPacer({ name: 'gated-interval', input: 'gated-interval', rearm: false }, o) },
+  'interval-pi': { describe: 'PI fed by the time between completions (idle gaps included)', create: (o) => createPiPacer({ name: 'interval-pi', input: 'interval' }, o) },
+  'gated-interval': { describe: 'interval-pi, sampling only when items were waiting at a completion', create: (o) => createPiPacer({ name: 'gated-interval', input: 'gated-interval' }, o) },
 };
 
 export const PACER_NAMES = Object.keys(PACERS);

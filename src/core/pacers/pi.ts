@@ -2,8 +2,6 @@ import { numberOption, type Pacer, type PacerMode, type PacerOptions, type Pacer
 
 /** What a PI pacer measures as its base interval. */
 export type PiInput =
-  /** Busy time per item ÷ workers, from the device accumulators (the field engine). */
-  | 'busy'
   /** Time between device completions (idle gaps included). */
   | 'interval'
   /** Time between device completions, sampled only when items were waiting at the completion. */
@@ -12,21 +10,16 @@ export type PiInput =
 export interface PiPacerConfig {
   name: string;
   input: PiInput;
-  /** Re-arm the timer from every completion (the field engine's flaw) instead of keeping an absolute schedule. */
-  rearm: boolean;
 }
 
 const clamp = (v: number, lo: number, hi: number) => Math.min(Math.max(v, lo), hi);
 
 /**
- * The field engine's PI pacer, with its constants and its flaws kept on purpose, so it can be
- * compared on equal terms: per-event EMAs (α 0.15 on waiting, 0.2 on the interval input),
- * kp 0.5, ki 0.001 per second of error, integral clamped to [−20, 100], rate multiplier
- * clamped to [0.3, 3], interval clamped to [50 ms, 60 s], bootstrap spacing 3 s, and after the
- * pipeline runs dry a re-bootstrap spacing of max(2 s, busy/N). It sees only the waiting queue.
- *
- * With `input: 'interval'` / `'gated-interval'` it is the textbook alternative that feeds the
- * PI from the time between completions.
+ * The textbook alternative to the field engine's pacer (`classic`): the same PI constants on the
+ * waiting queue (per-event EMAs: α 0.15 on waiting, 0.2 on the input; kp 0.5, ki 0.001 per second
+ * of error, integral clamped to [−20, 100], rate multiplier to [0.3, 3], interval to [50 ms, 60 s];
+ * bootstrap spacing 3 s, after the pipeline runs dry max(2 s, the input)), fed by the time between
+ * device completions instead of the devices' busy time, on an absolute schedule.
  */
 export function createPiPacer(config: PiPacerConfig, options: PacerOptions = {}): Pacer {
   const target = numberOption(options, 'targetWaiting', 4);
@@ -39,7 +32,6 @@ export function createPiPacer(config: PiPacerConfig, options: PacerOptions = {})
   let lastDispatch = -Infinity;
   let lastCompletion = -Infinity;
   let completions = 0;
-  let busyMs = 0;
   let multiplier = 1;
   let interval = 3000;
   let mode: PacerMode = 'bootstrap';
@@ -53,11 +45,9 @@ export function createPiPacer(config: PiPacerConfig, options: PacerOptions = {})
       const dc = s.deviceCompletions - completions;
       if (dc > 0) {
         let sample = NaN;
-        if (config.input === 'busy') sample = (s.deviceBusyMs - busyMs) / dc / Math.max(1, s.workers);
-        else if (Number.isFinite(lastCompletion) && (config.input === 'interval' || s.waiting > 0)) sample = (s.now - lastCompletion) / dc;
+        if (Number.isFinite(lastCompletion) && (config.input === 'interval' || s.waiting > 0)) sample = (s.now - lastCompletion) / dc;
         if (sample >= 0) inputEma = Number.isNaN(inputEma) ? sample : 0.2 * sample + 0.8 * inputEma;
         completions = s.deviceCompletions;
-        busyMs = s.deviceBusyMs;
         lastCompletion = s.now;
       }
       const error = target - waitingEma;
@@ -76,8 +66,7 @@ export function createPiPacer(config: PiPacerConfig, options: PacerOptions = {})
       }
     },
     nextDispatchAt() {
-      const anchor = config.rearm ? Math.max(lastDispatch, lastCompletion) : lastDispatch;
-      return anchor + interval;
+      return lastDispatch + interval;
     },
     onDispatch(s) {
       lastDispatch = s.now;
