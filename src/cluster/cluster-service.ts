@@ -1060,7 +1060,7 @@ export async function startClusterServer(config: ServeConfig): Promise<RunningSe
     api: cluster,
     app,
     url: address,
-    notes: [cluster.persistence],
+    notes: [cluster.persistence, ...(local.priorsNote === undefined ? [] : [local.priorsNote])],
     close: () => (closed ??= cluster.close(() => app.close())),
   };
 }

@@ -93,6 +93,12 @@ export interface PacerOptions {
   targetWaiting?: number;
   /** A known device service time per item (ms, one worker's view), e.g. remembered from the last run. */
   priorServiceMs?: number;
+  /** Known service times per device (ms, by device index; 0 or absent: unknown), over priorServiceMs. */
+  priorDeviceServiceMs?: readonly number[];
+  /** A known mean preparation latency (ms), e.g. remembered from the last run. */
+  priorLatencyMs?: number;
+  /** Its known standard deviation (ms). */
+  priorLatencySdMs?: number;
   [key: string]: unknown;
 }
 

@@ -83,6 +83,11 @@ export interface DeviceConfig {
   kind: 'cpu' | 'webgpu';
   /** Pipelined workers on the device (1–64). @default 2 */
   workers: number;
+  /**
+   * A known device time per item (ms, > 0): the pacer starts from it instead of measuring first.
+   * Absent: the rate this server remembered from its last run (`<dataDir>/stoker.priors.json`), if any.
+   */
+  priorServiceMs?: number;
   /** `[device.process]`: the device is a process device, each worker a child process running `command` (docs/process-devices.md). Absent: a thread device. */
   process?: ProcessDeviceConfig;
   /** `[device.http]`: the device is an HTTP endpoint, each worker one request at a time. */
@@ -324,6 +329,7 @@ const httpShape = {
 const deviceShape = {
   kind: z.enum(['cpu', 'webgpu'], err('"cpu" or "webgpu"', 'use "cpu" or "webgpu"')).optional(),
   workers: int(1, 64, 'an integer from 1 to 64', 'use e.g. 2 (pipelined workers on the device)'),
+  priorServiceMs: positive('a number of ms > 0', 'use e.g. 1200 (the device time per item), or leave it out to use what the last run measured'),
   process: z.strictObject(processShape, err('a table [device.process]', 'write command = "python3" and args = ["device.py"] under a [device.process] header')).optional(),
   http: z.strictObject(httpShape, err('a table [device.http]', 'write url = "http://127.0.0.1:8000/embed" under a [device.http] header')).optional(),
 };
@@ -839,6 +845,7 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'engine.pacerOptions': ['{}', 'pacer options, name = number (env: JSON or name=value,…)'],
   'device.kind': ['"cpu"', '"cpu" or "webgpu"'],
   'device.workers': ['2', 'pipelined workers on the device (1–64)'],
+  'device.priorServiceMs': ['none', 'known device time per item (ms): the pacer starts from it (none: what the last run measured, in <dataDir>/stoker.priors.json)'],
   'device.process': ['none', 'a process device: [device.process] command, args, env, cwd, readyTimeoutS (30), maxFrameBytes (1 GiB), handoffDir (/dev/shm), handoffMinBytes (1 MiB) (env: JSON)'],
   'device.http': ['none', 'an HTTP device: [device.http] url, headers, timeoutS ("none"), maxResponseBytes (1 GiB) (env: JSON)'],
   'prepare.threads': ['cores − 1', 'preparation threads (≥ 1)'],

@@ -77,6 +77,7 @@ export async function startServer(config: ServeConfig): Promise<RunningServer> {
     api: service,
     app,
     url: address,
+    notes: service.priorsNote === undefined ? [] : [service.priorsNote],
     close: () => (closed ??= service.close(undefined, () => app.close())),
   };
 }

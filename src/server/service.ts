@@ -16,6 +16,7 @@ import { ConfigError, deviceType, type DeviceConfig, type ServeConfig } from './
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
 import { GroupCommit, type WriteResult } from './group-commit.js';
 import { AdmissionGate } from './admission.js';
+import { measuredPriors, readPriors, writePriors, type Priors } from './priors.js';
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { KindRouter, type RoutedInput } from './kinds.js';
 import { EventLog, type Replay } from './event-log.js';
@@ -194,6 +195,9 @@ const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOStrin
 /** How often at most (ms) a watched job's progress is looked at: 20 events a second at most. */
 const PROGRESS_MS = 50;
 
+/** How often (ms) the measured rates are saved for the next start (and once more at close). */
+const PRIORS_EVERY_MS = 10_000;
+
 /** Resumed jobs whose partition numbering is remembered for the timeline after they end. */
 const MAX_REMEMBERED_RUNS = 1000;
 
@@ -250,6 +254,11 @@ export class Service {
   /** Per device, a process device's handoff files: this server's own folder, emptied at start and at close. */
   private readonly handoffs: (Handoff | undefined)[];
   private readonly purgeTimer: NodeJS.Timeout;
+  /** What the last run measured (the pacer started from it), and what this run measures, saved every PRIORS_EVERY_MS and at close. */
+  private priors: Priors | undefined;
+  private readonly priorsTimer: NodeJS.Timeout;
+  /** Where the pacer's starting rates came from, for the start line (undefined: it measures first). */
+  readonly priorsNote: string | undefined;
   private readonly pacerTimer: NodeJS.Timeout;
 
   private constructor(
@@ -295,11 +304,22 @@ export class Service {
       observe: (stage, kind, ms) => this.metrics.observeStage(stage, kind, ms),
     }, (kind) => this.handoffs[this.devices.findIndex((d) => d.name === kind.device)]);
     this.router = router;
+    // The pacer starts from what the config says, else from what the last run measured.
+    this.priors = readPriors(config.dataDir);
+    const o = config.engine.pacerOptions;
+    const priorDeviceServiceMs = this.devices.map((d) => d.config.priorServiceMs ?? this.priors?.devices[d.name]?.serviceMs ?? 0);
+    const priorLatency: { priorLatencyMs?: number; priorLatencySdMs?: number } =
+      o['priorLatencyMs'] === undefined && this.priors?.latencyMs !== undefined ? { priorLatencyMs: this.priors.latencyMs, ...(this.priors.latencySdMs === undefined ? {} : { priorLatencySdMs: this.priors.latencySdMs }) } : {};
+    if (priorDeviceServiceMs.some((v) => v > 0) || priorLatency.priorLatencyMs !== undefined) {
+      const said = this.devices.flatMap((d, i) => ((priorDeviceServiceMs[i] ?? 0) > 0 ? [`${d.name} ${((priorDeviceServiceMs[i] as number) / 1000).toFixed(3)} s per item`] : []));
+      if (priorLatency.priorLatencyMs !== undefined) said.push(`preparation ${(priorLatency.priorLatencyMs / 1000).toFixed(1)} s`);
+      this.priorsNote = `the pacer starts from ${said.join(', ')} (${this.devices.some((d) => d.config.priorServiceMs !== undefined) ? 'the config, and ' : ''}what the last run measured: ${path.join(config.dataDir, 'stoker.priors.json')})`;
+    }
     this.runtime = new Runtime({
       workload: router,
       devices: engineDevices,
       pacer: config.engine.pacer,
-      pacerOptions: { ...config.engine.pacerOptions, targetWaiting: config.engine.targetWaiting },
+      pacerOptions: { ...priorLatency, ...o, priorDeviceServiceMs, targetWaiting: config.engine.targetWaiting },
       budgetBytes: config.engine.budgetBytes,
       retries: config.engine.retries,
       deviceTimeoutMs: config.engine.deviceTimeoutS * 1000,
@@ -320,6 +340,7 @@ export class Service {
     }, 1000).unref();
     this.history.record(this.reading());
     this.historyTimer = setInterval(() => this.history.record(this.reading()), 1000).unref();
+    this.priorsTimer = setInterval(() => this.savePriors(), PRIORS_EVERY_MS).unref();
   }
 
   /** What a history sample is computed from: cumulative counts and the levels now. */
@@ -713,6 +734,7 @@ export class Service {
     if (this.closing) return;
     this.closing = true;
     this.gate.close();
+    clearInterval(this.priorsTimer);
     clearInterval(this.purgeTimer);
     clearInterval(this.pacerTimer);
     clearInterval(this.historyTimer);
@@ -726,6 +748,7 @@ export class Service {
     this.events.emit('close');
     for (const h of this.handoffs) if (h) fs.rmSync(h.dir, { recursive: true, force: true });
     await beforeJournalCloses?.();
+    this.savePriors();
     this.commits.flush();
     this.journalClosed = true;
     this.journal.close();
@@ -762,6 +785,14 @@ export class Service {
         this.end(job.id, { state: 'failed', code, reason: said });
       },
     );
+  }
+
+  /** Saves what this run measured (over what it remembered) for the next start. */
+  private savePriors(): void {
+    const s = this.runtime.engine.snapshot;
+    if (s.deviceCompletions === 0 && s.prepareCompletions === 0) return; // nothing new
+    this.priors = measuredPriors(s, this.devices.map((d) => d.name), this.priors);
+    writePriors(this.config.dataDir, this.priors);
   }
 
   /** A job from the journal, unfinished at the last stop: its unfinished partitions start again. */

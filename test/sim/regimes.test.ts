@@ -6,10 +6,12 @@
  * - budget-binding, budget-bound: when the memory budget is the limit, the pacer is no reason to
  *   finish less: within 0.5 % of `unpaced` under the same budget.
  * - bimodal-service, heavy-tail-service: the mean rate estimate within 2 % of the true rate.
+ * - remembered rates: a burst on a pacer started from priors (what a restarted server remembers)
+ *   runs like the same burst on a warm pacer (burst-after-idle, whose first job taught it).
  */
 import { describe, expect, it } from 'vitest';
 import { createPacer } from '../../src/core/index.js';
-import { SCENARIOS, simulate } from '../../src/sim/index.js';
+import { parseScenario, SCENARIOS, simulate } from '../../src/sim/index.js';
 
 const SEEDS = Array.from({ length: 10 }, (_, i) => i + 1);
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
@@ -66,4 +68,33 @@ describe('the stoker pacer in harder regimes, over 10 seeds', () => {
       expect(Math.abs(mean(ratios) - 1)).toBeLessThanOrEqual(0.02);
     });
   }
+});
+
+describe('remembered rates (priors)', () => {
+  // burst-after-idle's burst alone, on a pacer that has measured nothing (cold) or starts from priors.
+  const burst = parseScenario(
+    {
+      name: 'burst-cold',
+      description: 'burst-after-idle without the first job',
+      targetWaiting: 6,
+      kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, memory: { prepareBytes: 2 ** 30, deviceBytes: 128 * 2 ** 20 } } },
+      devices: [{ workers: 2, service: { type: 'fixed', value: 1 }, contention: [1, 1.2] }],
+      arrivals: [{ atS: 0, jobs: 10, partitions: 10, kind: 'proof' }],
+    },
+    'burst-cold',
+  );
+  // What a server remembers from such a run: 1.2 s per item with both workers busy, 40 s ± 5.8 s of preparation.
+  const priors = { priorDeviceServiceMs: [1200], priorLatencyMs: 40_000, priorLatencySdMs: 20_000 / Math.sqrt(12) };
+
+  it('a burst on a pacer started from priors finishes like one on a warm pacer, not like a cold one', () => {
+    for (const seed of [1, 2, 3]) {
+      const p99 = (s: typeof burst, o = {}) => simulate(s, { seed, pacer: (x) => createPacer('stoker', { ...x, ...o }) }).metrics.jobLatencyP99Ms as number;
+      const warm = p99(scenario('burst-after-idle'));
+      const cold = p99(burst);
+      const primed = p99(burst, priors);
+      console.log(`seed ${seed}: burst p99 warm ${(warm / 1000).toFixed(1)} s, cold ${(cold / 1000).toFixed(1)} s, from priors ${(primed / 1000).toFixed(1)} s`);
+      expect(primed).toBeLessThanOrEqual(1.05 * warm);
+      expect(cold).toBeGreaterThan(1.2 * warm);
+    }
+  });
 });

@@ -1,3 +1,4 @@
+import { StokerError } from '../errors.js';
 import { numberOption, type Pacer, type PacerMode, type PacerOptions, type PacerSnapshot, type PacerState } from '../pacer.js';
 
 /**
@@ -156,6 +157,9 @@ class StokerPacer implements Pacer {
   // Options.
   private readonly target: number;
   private readonly prior: number;
+  private readonly priorByDevice: readonly number[];
+  /** Whether the latency estimate started from a remembered one (priorLatencyMs). */
+  private readonly latencyPrior: boolean;
   private readonly serviceW: number;
   private readonly starvedWeight: number;
   private readonly slowerWeight: number;
@@ -231,14 +235,27 @@ class StokerPacer implements Pacer {
     this.bootstrapItems = options['bootstrapItems'] === undefined ? undefined : numberOption(options, 'bootstrapItems', 0, 1);
     this.bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', D.bootstrapSpacingMs);
     this.waitingAvg = this.target;
-    this.hasEstimate = this.prior > 0;
+    const perDevice = options.priorDeviceServiceMs;
+    if (perDevice !== undefined && (!Array.isArray(perDevice) || perDevice.some((v) => typeof v !== 'number' || !(v >= 0)))) {
+      throw new StokerError('E_INVALID_OPTION', `pacer option priorDeviceServiceMs must be an array of numbers ≥ 0, one per device (got ${JSON.stringify(perDevice)})`);
+    }
+    this.priorByDevice = perDevice ?? [];
+    this.hasEstimate = this.prior > 0 || this.priorByDevice.some((v) => v > 0);
+    // A remembered latency counts as a full window of samples: measured ones move it as they would
+    // a warm estimate (the margin for its error is as small as after that many samples).
+    this.latency = numberOption(options, 'priorLatencyMs', 0);
+    const sd = numberOption(options, 'priorLatencySdMs', 0);
+    this.latencyPrior = this.latency > 0;
+    this.latencySq = this.latency * this.latency + sd * sd;
+    this.spread = sd;
+    this.margin = this.latencyPrior ? (this.safetyZ * sd) / Math.sqrt(2 / this.latencyW - 1) : 0;
   }
 
   observe(s: PacerSnapshot): void {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: this.prior, variance: 0, varianceSlow: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now }));
+      this.devices = s.devices.map((d, i) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: (this.priorByDevice[i] ?? 0) > 0 ? (this.priorByDevice[i] as number) : this.prior, variance: 0, varianceSlow: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -364,7 +381,8 @@ class StokerPacer implements Pacer {
     const sampleSq = (s.prepareLatencySqTotal - this.prepLatencySq) / dp;
     // Per sample, not per second (an idle hour says nothing new about latency), and never less
     // than a running mean's weight while few samples exist.
-    const w = Math.max(1 - Math.pow(1 - this.latencyW, dp), dp / s.prepareCompletions);
+    const ema = 1 - Math.pow(1 - this.latencyW, dp);
+    const w = this.latencyPrior ? ema : Math.max(ema, dp / s.prepareCompletions);
     // While a pipeline fills (two latencies from the start of a busy period) the quick
     // preparations finish first: a shorter sample then is survivorship, not news.
     const filling = s.now - this.busySince < 2 * this.latency;
@@ -377,7 +395,7 @@ class StokerPacer implements Pacer {
     this.prepLatencySq = s.prepareLatencySqTotal;
     // Safety stock for the error of the latency estimate: z standard errors of its mean.
     this.spread = Math.sqrt(Math.max(0, this.latencySq - this.latency * this.latency));
-    const samples = Math.min(this.prepCompletions, 2 / this.latencyW - 1);
+    const samples = this.latencyPrior ? 2 / this.latencyW - 1 : Math.min(this.prepCompletions, 2 / this.latencyW - 1);
     this.margin = (this.safetyZ * this.spread) / Math.sqrt(samples);
   }
 

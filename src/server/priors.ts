@@ -1,0 +1,73 @@
+/**
+ * Remembered rates: what the pacer needs to start warm, kept beside the journal
+ * (`<dataDir>/stoker.priors.json`) — each device's measured device time per item and the mean
+ * and spread of the preparation latency. A restarted server starts its pacer from them, so the
+ * first job after a restart does not pay a cold start (a bootstrap, then a whole preparation
+ * latency before the inventory is sized). Config values (`[device] priorServiceMs`,
+ * `engine.pacerOptions.priorLatencyMs`) take precedence.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { PacerSnapshot } from '../core/index.js';
+
+export interface Priors {
+  /** By device name: mean device time per item, ms. */
+  devices: Record<string, { serviceMs: number }>;
+  /** Mean and standard deviation of the preparation latency, ms. */
+  latencyMs?: number;
+  latencySdMs?: number;
+  savedAt: string;
+}
+
+const FILE = 'stoker.priors.json';
+
+const positive = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v > 0;
+
+/** The remembered priors, or undefined when there are none (or the file is not what this server writes). */
+export function readPriors(dataDir: string): Priors | undefined {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(fs.readFileSync(path.join(dataDir, FILE), 'utf8'));
+  } catch {
+    return undefined;
+  }
+  if (typeof raw !== 'object' || raw === null) return undefined;
+  const r = raw as Partial<Priors>;
+  const devices: Priors['devices'] = {};
+  for (const [name, d] of Object.entries(typeof r.devices === 'object' && r.devices !== null ? r.devices : {})) {
+    if (positive((d as { serviceMs?: unknown }).serviceMs)) devices[name] = { serviceMs: (d as { serviceMs: number }).serviceMs };
+  }
+  return {
+    devices,
+    ...(positive(r.latencyMs) ? { latencyMs: r.latencyMs } : {}),
+    ...(positive(r.latencySdMs) ? { latencySdMs: r.latencySdMs } : {}),
+    savedAt: typeof r.savedAt === 'string' ? r.savedAt : '',
+  };
+}
+
+/** What this run measured (from the engine's counters), over what was remembered where it measured nothing. */
+export function measuredPriors(s: PacerSnapshot, deviceNames: readonly string[], before: Priors | undefined): Priors {
+  const devices: Priors['devices'] = { ...before?.devices };
+  deviceNames.forEach((name, i) => {
+    const d = s.devices[i];
+    if (d && d.completions > 0 && d.busyMs > 0) devices[name] = { serviceMs: d.busyMs / d.completions };
+  });
+  const n = s.prepareCompletions;
+  const mean = n > 0 ? s.prepareLatencyMsTotal / n : before?.latencyMs;
+  const sd = n > 1 ? Math.sqrt(Math.max(0, s.prepareLatencySqTotal / n - (s.prepareLatencyMsTotal / n) ** 2)) : before?.latencySdMs;
+  return { devices, ...(positive(mean) ? { latencyMs: mean } : {}), ...(positive(sd) ? { latencySdMs: sd } : {}), savedAt: new Date().toISOString() };
+}
+
+/** Writes the priors (a new file renamed over the old: never half written); false when the disk refused. */
+export function writePriors(dataDir: string, p: Priors): boolean {
+  const file = path.join(dataDir, FILE);
+  const tmp = `${file}.tmp`;
+  try {
+    fs.writeFileSync(tmp, `${JSON.stringify(p, null, 2)}\n`);
+    fs.renameSync(tmp, file);
+    return true;
+  } catch {
+    fs.rmSync(tmp, { force: true });
+    return false; // a full disk: the journal's own writes say so; these are a convenience
+  }
+}

@@ -1,0 +1,82 @@
+/**
+ * Remembered rates: a server saves what it measured (device time per item, preparation latency)
+ * beside its journal and its next start begins the pacer from them — no bootstrap, a rate before
+ * the first completion, said on the start line. `[device] priorServiceMs` in the config wins.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { measuredPriors, readPriors, writePriors } from '../../src/server/priors.js';
+import { snapshot } from '../core/helpers.js';
+import { http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+
+const dirs: string[] = [];
+const servers: ServerProcess[] = [];
+afterAll(async () => {
+  for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await s.crash();
+  for (const d of dirs) removeDir(d);
+});
+
+describe('the priors file', () => {
+  it('round-trips; keeps what the run did not measure; ignores a file that is not one', () => {
+    const dir = tempDataDir();
+    dirs.push(dir);
+    expect(readPriors(dir)).toBeUndefined();
+    const s = snapshot({ devices: [{ workers: 2, busy: 0, completions: 4, busyMs: 400 }, { workers: 1, busy: 0, completions: 0, busyMs: 0 }], prepareCompletions: 2, prepareLatencyMsTotal: 600, prepareLatencySqTotal: 100 ** 2 + 500 ** 2 });
+    const p = measuredPriors(s, ['default', 'gpu'], { devices: { gpu: { serviceMs: 7 } }, savedAt: '' });
+    expect(p).toMatchObject({ devices: { default: { serviceMs: 100 }, gpu: { serviceMs: 7 } }, latencyMs: 300, latencySdMs: 200 });
+    expect(writePriors(dir, p)).toBe(true);
+    expect(readPriors(dir)).toEqual(p);
+    fs.writeFileSync(path.join(dir, 'stoker.priors.json'), '{"devices": {"default": {"serviceMs": -1}}, "latencyMs": "soon"}');
+    expect(readPriors(dir)).toEqual({ devices: {}, savedAt: '' });
+    fs.writeFileSync(path.join(dir, 'stoker.priors.json'), 'not json');
+    expect(readPriors(dir)).toBeUndefined();
+  });
+});
+
+describe('a restarted server', () => {
+  it('starts its pacer from the rates the last run measured', async () => {
+    const dir = tempDataDir();
+    dirs.push(dir);
+    const env = { STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '5' };
+    const first = await startServer(dir, [], env);
+    servers.push(first);
+    expect(first.output()).not.toContain('the pacer starts from');
+    // Cold: no rate before the first completion.
+    expect(((await http(first.url, 'GET', '/v1/status')).body as { pacer: { ratePerSec: number | null } }).pacer.ratePerSec).toBeNull();
+    for (let j = 0; j < 3; j++) {
+      expect((await http(first.url, 'POST', '/v1/jobs', { id: `p-${j}`, kind: 'sleep', partitions: 4, input: { seed: j, prepareMs: 200, deviceMs: 50 } })).status).toBe(202);
+    }
+    for (let j = 0; j < 3; j++) expect((await http(first.url, 'GET', `/v1/jobs/p-${j}/result?wait=30s`)).body.state).toBe('done');
+    expect(await first.stop()).toBe(0);
+    const saved = readPriors(dir);
+    // The sleep kind's device step reports its 50 ms; preparations take their 200 ms and a little more.
+    expect(saved?.devices['default']?.serviceMs).toBeGreaterThanOrEqual(50);
+    expect(saved?.devices['default']?.serviceMs).toBeLessThan(100);
+    expect(saved?.latencyMs).toBeGreaterThanOrEqual(200);
+    expect(saved?.latencyMs).toBeLessThan(1000);
+
+    const second = await startServer(dir, [], env);
+    servers.push(second);
+    await waitUntil(async () => (second.output().includes('the pacer starts from') ? true : undefined), 5000, 'the start line about the priors');
+    expect(second.output()).toMatch(/the pacer starts from default 0\.0\d\d s per item, preparation 0\.\d s \(what the last run measured: .*stoker\.priors\.json\)/);
+    // A job arrives; before any of it completes the pacer has a rate (2 workers at the remembered
+    // time per item) and the remembered latency, and does not bootstrap.
+    expect((await http(second.url, 'POST', '/v1/jobs', { id: 'q-0', kind: 'sleep', partitions: 4, input: { seed: 9, prepareMs: 3000, deviceMs: 50 } })).status).toBe(202);
+    const pacer = ((await http(second.url, 'GET', '/v1/status')).body as { pacer: { mode: string; ratePerSec: number | null; terms: { latencyMs: number } } }).pacer;
+    expect(pacer.mode).toBe('steady');
+    expect(pacer.ratePerSec).toBeCloseTo(2000 / (saved?.devices['default']?.serviceMs as number), 6);
+    expect(pacer.terms.latencyMs).toBeCloseTo(saved?.latencyMs as number, 6);
+    expect((await http(second.url, 'GET', '/v1/jobs/q-0/result?wait=30s')).body.state).toBe('done');
+    expect(await second.stop()).toBe(0);
+
+    // The config's prior wins over the remembered one.
+    const third = await startServer(dir, [], { ...env, STOKER_DEVICE_PRIOR_SERVICE_MS: '500', STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0' });
+    servers.push(third);
+    await waitUntil(async () => (third.output().includes('the pacer starts from') ? true : undefined), 5000, 'the start line about the priors');
+    expect(third.output()).toContain('the pacer starts from default 0.500 s per item');
+    expect((await http(third.url, 'POST', '/v1/jobs', { id: 'r-0', kind: 'sleep', partitions: 4, input: { seed: 9, prepareMs: 3000, deviceMs: 50 } })).status).toBe(202);
+    expect(((await http(third.url, 'GET', '/v1/status')).body as { pacer: { ratePerSec: number } }).pacer.ratePerSec).toBeCloseTo(4, 6);
+    expect(await third.stop()).toBe(0);
+  }, 60_000);
+});
