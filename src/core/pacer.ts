@@ -76,6 +76,12 @@ export interface PacerState {
   intervalMs: number | null;
   /** Any other terms worth showing (integral, inventory target, …). */
   terms: Record<string, number>;
+  /**
+   * Per device (by index), where the pacer checks its measurement: the feed-forward capacity
+   * (items/s), the last saturated window's observed ÷ estimated rate (null before one), and which
+   * of the two it plans with (`observed` once they kept disagreeing).
+   */
+  devices?: { estimatedPerSec: number | null; observedRatio: number | null; trusted: 'estimate' | 'observed' }[];
 }
 
 export interface Pacer {

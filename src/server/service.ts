@@ -175,7 +175,7 @@ export interface KindView {
 
 /** One server-sent event. */
 export interface ServiceEvent {
-  type: 'job.submitted' | 'job.started' | 'job.partition' | 'job.done' | 'job.failed' | 'job.cancelled' | 'pacer';
+  type: 'job.submitted' | 'job.started' | 'job.partition' | 'job.done' | 'job.failed' | 'job.cancelled' | 'pacer' | 'device.measurement';
   time: string;
   [k: string]: unknown;
 }
@@ -244,6 +244,8 @@ export class Service {
   private readonly admitting = { jobs: 0, partitions: 0 };
   /** Called with each finished partition's output (cluster mode shares them, so another node can resume the job). */
   onPartitionOutput: ((jobId: string, partition: number, output: unknown) => void) | undefined;
+  /** Per device, what the pacer last planned with (the self-check; see checkMeasurement). */
+  private readonly trusted: ('estimate' | 'observed')[] = [];
   /** Paces submissions while the engine has work (a flood must not starve it). */
   private readonly gate = new AdmissionGate(() => {
     const s = this.runtime.engine.snapshot;
@@ -336,7 +338,9 @@ export class Service {
     });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     this.pacerTimer = setInterval(() => {
-      if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...this.runtime.engine.pacer.state() });
+      const st = this.runtime.engine.pacer.state();
+      if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...st });
+      this.checkMeasurement(st);
     }, 1000).unref();
     this.history.record(this.reading());
     this.historyTimer = setInterval(() => this.history.record(this.reading()), 1000).unref();
@@ -785,6 +789,33 @@ export class Service {
         this.end(job.id, { state: 'failed', code, reason: said });
       },
     );
+  }
+
+  /**
+   * The pacer's measurement self-check, said once per change: a device whose completion rate
+   * while saturated kept disagreeing with its feed-forward capacity (workers ÷ busy time per item)
+   * gets a `device.measurement` event naming it, the two rates and the likely cause, and a line
+   * on stderr; the pacer then plans with the observed rate.
+   */
+  private checkMeasurement(st: PacerState): void {
+    st.devices?.forEach((d, i) => {
+      const name = this.devices[i]?.name ?? String(i);
+      if (this.trusted[i] === d.trusted) return;
+      const first = this.trusted[i] === undefined;
+      this.trusted[i] = d.trusted;
+      if (first && d.trusted === 'estimate') return;
+      const ratio = d.observedRatio ?? 1;
+      const observedPerSec = d.estimatedPerSec === null ? null : d.estimatedPerSec * ratio;
+      const cause =
+        d.trusted === 'estimate'
+          ? 'the observed rate agrees with the busy time again'
+          : ratio < 1
+            ? `it completes ${(1 / ratio).toFixed(2)}× slower than its ${this.devices[i]?.config.workers ?? '?'} workers' busy time says: the workers are not really concurrent (one GPU behind a lock?), or the busy time leaves out a wait (a lock, a queue) — report the time each item occupied its worker, or declare fewer workers`
+            : `it completes ${ratio.toFixed(2)}× faster than its busy time says: the busy time counts more than the item occupied (a wait before it started?), or more workers run than declared`;
+      const line = `device ${name}: ${d.trusted === 'observed' ? 'the pacer now plans with the observed rate' : 'the pacer plans with the busy time again'}: ${cause}`;
+      process.stderr.write(`stoker serve: ${line}\n`);
+      this.emit({ type: 'device.measurement', device: name, estimatedPerSec: d.estimatedPerSec, observedPerSec, trusted: d.trusted, reason: line });
+    });
   }
 
   /** Saves what this run measured (over what it remembered) for the next start. */

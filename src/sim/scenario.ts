@@ -49,6 +49,12 @@ const DeviceSchema = z.strictObject({
   service: DistSchema,
   /** Service slowdown by number of busy workers on the device (index 0: one busy). @default [1] */
   contention: Contention.default([1]),
+  /**
+   * What the device reports as an item's busy time: `held`, the time the item held its worker;
+   * or `own`, only its own service time, without the time lost to sharing the device (a workload
+   * that times only its kernel while its workers queue for one GPU). @default "held"
+   */
+  busyTime: z.enum(['held', 'own'], { error: 'busyTime must be "held" or "own"' }).default('held'),
   /** The kinds these devices run (items of other kinds never go to them). @default every kind */
   kinds: z.array(z.string({ error: 'kinds must list kind names' }), { error: 'kinds must be an array of kind names' }).min(1, { error: 'kinds must name at least one kind (leave it out for every kind)' }).optional(),
 });

@@ -127,6 +127,10 @@ const inputs: ScenarioInput[] = [
     budgetBytes: 60 * GiB,
     arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
   }),
+  seedLike('lock-busy', 'seed stages, 100 jobs; 2 workers declared on a device that serves one at a time (each takes 2× when both run) and reports only its own 1 s per item (a kernel timed behind a lock)', {
+    arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
+    devices: [{ workers: 2, service: { type: 'fixed', value: 1 }, contention: [1, 2], busyTime: 'own' }],
+  }),
   seedLike('priority', 'seed stages: 12 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
     arrivals: [
       { atS: 0, jobs: 12, partitions: 10, kind: 'proof' },

@@ -29,6 +29,8 @@ interface SimWorker {
   /** Work left, in ms of service at rate 1. */
   remaining: number;
   startedAt: number;
+  /** The item's own service time at the device's speed when it started, ms (what a busyTime "own" device reports). */
+  own: number;
   fail: boolean;
   ev: SimEvent | null;
 }
@@ -37,6 +39,8 @@ interface SimDevice {
   speed: number;
   contention: number[];
   service: Dist;
+  /** Reports each item's own service time instead of the time it held its worker (scenario busyTime "own"). */
+  ownBusy: boolean;
   workers: SimWorker[];
   busy: number;
   lastUpdate: number;
@@ -181,10 +185,11 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     speed: g.speed,
     contention: g.contention,
     service: g.service,
+    ownBusy: g.busyTime === 'own',
     busy: 0,
     lastUpdate: 0,
     dirty: false,
-    workers: Array.from({ length: g.workers }, () => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, fail: false, ev: null })),
+    workers: Array.from({ length: g.workers }, () => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: null })),
   }));
   const engine = new Engine({
     devices: workersPerDevice.map((workers, d) => ({ workers, ...(groups[d]?.kinds ? { kinds: groups[d].kinds } : {}) })),
@@ -304,6 +309,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           w.item = c.item.id;
           w.attempt = c.attempt;
           w.remaining = sampleMs(d.service, it.rng);
+          w.own = w.remaining / d.speed;
           w.startedAt = now;
           const p = kind?.deviceFailure ?? 0;
           w.fail = (p > 0 && it.rng.uniform() < p) || it.failDevice;
@@ -420,7 +426,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
         const item = w.item;
         const attempt = w.attempt;
         const fail = w.fail;
-        const busyMs = now - w.startedAt;
+        const busyMs = d.ownBusy ? w.own : now - w.startedAt;
         w.ev = null;
         release(d, ev.a, w);
         items[item] = undefined;

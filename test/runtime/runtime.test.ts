@@ -280,3 +280,42 @@ it('the stoker pacer finishes jobs whose device steps report busyMs 0', async ()
   }
   await expect(Promise.all(jobs)).resolves.toEqual(new Array(20).fill(3));
 });
+
+describe('the measurement self-check, on the runtime', () => {
+  it('two declared workers on a device that serves one at a time and times only its own step: the pacer finds the device half as fast as its busy time says, and plans with that', async () => {
+    const clock = new ManualClock();
+    const runMs = 20;
+    let lock: Promise<void> = Promise.resolve();
+    const workload: Workload<number, number, number, number> = {
+      prepare: () => new Promise((resolve) => clock.schedule(() => resolve(1), 200)),
+      // One at a time behind a lock; the busy time it reports leaves the wait out (a kernel timed alone).
+      run: () => {
+        const turn = lock.then(() => new Promise<void>((resolve) => clock.schedule(resolve, runMs)));
+        lock = turn;
+        return turn.then(() => ({ output: 1, busyMs: runMs }));
+      },
+      finish: (job) => job.outputs.length,
+      release: () => undefined,
+      close: () => Promise.resolve(),
+    };
+    const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'stoker', pacerOptions: { targetWaiting: 4 }, clock });
+    const done = rt.submit({ id: 'lock', kind: 'k', partitions: 600 }, 0);
+    for (let t = 0; t < 20_000; t += 5) {
+      clock.advance(5);
+      await tick();
+    }
+    const st = rt.engine.pacer.state();
+    // Busy time says 2 workers ÷ 20 ms = 100/s; the lock lets 50/s through.
+    expect(st.devices?.[0]).toMatchObject({ estimatedPerSec: 100, trusted: 'observed' });
+    expect(st.devices?.[0]?.observedRatio).toBeGreaterThan(0.45);
+    expect(st.devices?.[0]?.observedRatio).toBeLessThan(0.55);
+    expect(st.ratePerSec).toBeGreaterThan(45);
+    expect(st.ratePerSec).toBeLessThan(55);
+    for (let t = 0; t < 30_000 && rt.engine.activeJobs > 0; t += 5) {
+      clock.advance(5);
+      await tick();
+    }
+    expect(await done).toBe(600);
+    await rt.close(0);
+  });
+});

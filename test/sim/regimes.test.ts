@@ -70,6 +70,30 @@ describe('the stoker pacer in harder regimes, over 10 seeds', () => {
   }
 });
 
+describe('the measurement self-check', () => {
+  it('lock-busy: 2 workers declared, one served at a time, busy time of its own step only — the pacer plans with the observed rate (1/s, not 2/s)', () => {
+    const ratios = SEEDS.map((seed) => {
+      let pacer: ReturnType<typeof createPacer> | undefined;
+      const r = simulate(scenario('lock-busy'), { seed, pacer: (o) => (pacer = createPacer('stoker', o)) });
+      expect(pacer?.state().devices?.[0]?.trusted).toBe('observed');
+      expect(r.metrics.throughputRatio).toBeGreaterThanOrEqual(0.99);
+      return (pacer?.state().ratePerSec as number) / 1;
+    });
+    console.log(`lock-busy: planned rate / true capacity over 10 seeds: ${ratios.map((r) => r.toFixed(3)).join(' ')}`);
+    for (const r of ratios) expect(Math.abs(r - 1)).toBeLessThanOrEqual(0.1);
+  });
+
+  it('does not fire on any other built-in scenario', () => {
+    for (const [name, s] of SCENARIOS) {
+      if (name === 'lock-busy' || name === 'seed-day') continue;
+      let pacer: ReturnType<typeof createPacer> | undefined;
+      const fired = new Set<string>();
+      simulate(s, { pacer: (o) => (pacer = createPacer('stoker', o)), onStep: () => pacer?.state().devices?.forEach((d, i) => d.trusted === 'observed' && fired.add(`${name} device ${i}`)) });
+      expect([...fired]).toEqual([]);
+    }
+  });
+});
+
 describe('remembered rates (priors)', () => {
   // burst-after-idle's burst alone, on a pacer that has measured nothing (cold) or starts from priors.
   const burst = parseScenario(

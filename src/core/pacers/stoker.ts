@@ -92,6 +92,18 @@ const NOISE_FLOOR = 0.02;
 const QUIET_CV2 = 0.0025;
 /** The shortest service time per item believed, ms (1 µs): below it, a sample says "fast", not how fast. */
 const MIN_SERVICE_MS = 1e-3;
+/**
+ * The measurement self-check: while a device stays saturated (every worker busy, items waiting)
+ * its completion rate *is* its capacity. Over windows of at least CHECK_MIN_COMPLETIONS such
+ * completions (more on a noisy device, so that the window's own noise stays within a third of
+ * CHECK_TOLERANCE), the observed rate is compared with the feed-forward one (workers ÷ busy time
+ * per item); CHECK_WINDOWS windows in a row off by more than CHECK_TOLERANCE on the same side,
+ * and the pacer plans with the observed rate (until a window agrees again).
+ */
+const CHECK_MIN_COMPLETIONS = 30;
+const CHECK_TOLERANCE = 0.1;
+const CHECK_WINDOWS = 3;
+
 /** Weight of each saturated sample in the noise (cv²) estimate. */
 const VARIANCE_WEIGHT = 0.05;
 /**
@@ -133,6 +145,14 @@ interface DeviceEstimate {
   plannedWorkers: number;
   /** When the alive count was last at plannedWorkers. */
   plannedAt: number;
+  /** The self-check (CHECK_*): saturated time and completions in the current window, whether a saturated span is open. */
+  satMs: number;
+  satCompletions: number;
+  saturatedNow: boolean;
+  /** Windows in a row off the same side (signed), the last window's observed ÷ estimated rate, the factor planned with. */
+  checkStreak: number;
+  checkRatio: number;
+  correction: number;
 }
 
 /**
@@ -255,7 +275,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d, i) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: (this.priorByDevice[i] ?? 0) > 0 ? (this.priorByDevice[i] as number) : this.prior, variance: 0, varianceSlow: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now }));
+      this.devices = s.devices.map((d, i) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: (this.priorByDevice[i] ?? 0) > 0 ? (this.priorByDevice[i] as number) : this.prior, variance: 0, varianceSlow: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, checkStreak: 0, checkRatio: NaN, correction: 1 }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -305,7 +325,37 @@ class StokerPacer implements Pacer {
       ratePerSec: this.lambda > 0 ? this.lambda * 1000 : null,
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
       terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit },
+      devices: this.devices.map((d) => ({
+        estimatedPerSec: d.serviceMs > 0 ? (d.lastWorkers / d.serviceMs) * 1000 : null,
+        observedRatio: Number.isNaN(d.checkRatio) ? null : d.checkRatio,
+        trusted: d.correction === 1 ? 'estimate' : 'observed',
+      })),
     };
+  }
+
+  /** The measurement self-check of one device (see CHECK_*), before its estimate takes this event's samples. */
+  private selfCheck(d: DeviceEstimate, c: PacerSnapshot['devices'][number], s: PacerSnapshot, dt: number, dc: number): void {
+    // A span runs from a completion after which the device is saturated to the completion after
+    // which it is not: whole intervals between completions (a span begun at an arrival would end
+    // at the next completion, sooner than an interval on average, and read the device fast).
+    if (d.saturatedNow) {
+      d.satMs += dt;
+      d.satCompletions += Math.max(0, dc);
+    }
+    const saturated = c.workers > 0 && c.busy >= c.workers && s.waiting > 0;
+    if (!saturated) d.saturatedNow = false;
+    else if (dc > 0) d.saturatedNow = true;
+    const need = Math.max(CHECK_MIN_COMPLETIONS, (9 * d.varianceSlow) / ((CHECK_TOLERANCE / 3) * (CHECK_TOLERANCE / 3)));
+    if (d.satCompletions < need || !(d.serviceMs > 0) || d.satMs <= 0) return;
+    const observed = d.satCompletions / d.satMs;
+    const ratio = observed / (c.workers / d.serviceMs);
+    d.satMs = 0;
+    d.satCompletions = 0;
+    d.checkRatio = ratio;
+    const side = Math.abs(ratio - 1) <= CHECK_TOLERANCE ? 0 : Math.sign(ratio - 1);
+    d.checkStreak = side === 0 ? 0 : Math.sign(d.checkStreak) === side ? d.checkStreak + side : side;
+    if (d.checkStreak === 0) d.correction = 1;
+    else if (Math.abs(d.checkStreak) >= CHECK_WINDOWS) d.correction = ratio;
   }
 
   /** Service time per item from the busy-time accumulators (weighted per completion), and occupancy (smoothed in time). */
@@ -315,6 +365,7 @@ class StokerPacer implements Pacer {
       const d = this.devices[i] as DeviceEstimate;
       const c = s.devices[i] as PacerSnapshot['devices'][number];
       const dc = c.completions - d.completions;
+      this.selfCheck(d, c, s, dt, dc);
       if (dc > 0) {
         // A step that reports no busy time (a very fast one, or a workload that does not measure)
         // still takes some: a service time of 0 would make the rate 0 and hold dispatch for good.
@@ -421,8 +472,9 @@ class StokerPacer implements Pacer {
       // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
       if (c.eligible === false) continue;
       if (ms > 0 && workers > 0) {
-        lambda += workers / ms;
-        draining += (c.workers / ms) * d.occupancy;
+        // The self-check's factor: 1 unless saturated windows keep showing another capacity.
+        lambda += (workers / ms) * d.correction;
+        draining += (c.workers / ms) * d.correction * d.occupancy;
       }
     }
     this.lambda = lambda;
