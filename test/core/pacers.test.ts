@@ -38,7 +38,7 @@ class Driver {
 
 describe('createPacer and the registry', () => {
   it('lists the built-in pacers', () => {
-    expect(PACER_NAMES).toEqual(['stoker', 'classic', 'unpaced', 'window', 'burst', 'interval-pi', 'gated-interval']);
+    expect(PACER_NAMES).toEqual(['stoker', 'classic', 'unpaced', 'window', 'burst', 'interval-pi', 'gradient', 'vegas', 'gated-interval']);
     for (const name of PACER_NAMES) expect(PACERS[name]!.describe.length).toBeGreaterThan(10);
   });
 
@@ -491,6 +491,45 @@ describe('PI pacers', () => {
     expect(p.state().ratePerSec).toBeNull();
     p.observe(snapshot({ now: 6000, onDevice: 1, backlog: 5, deviceCompletions: 3, waiting: 2 }));
     expect(p.state().ratePerSec).toBeCloseTo(1, 10);
+  });
+});
+
+describe('gradient and vegas (Netflix concurrency-limits on the in-flight window)', () => {
+  /** Dispatches `n` at `t` (the window lets them in), in flight counted from `inFlight`. */
+  const dispatch = (p: ReturnType<typeof createPacer>, t: number, n: number, inFlight: number) => {
+    for (let i = 0; i < n; i++) {
+      const s = snapshot({ now: t, backlog: 100, preparing: inFlight + i + 1 });
+      expect(p.nextDispatchAt(snapshot({ now: t, backlog: 100, preparing: inFlight + i }))).toBe(t);
+      p.onDispatch(s);
+    }
+  };
+
+  it('gradient: the window stops at its limit; a sample near the limit moves it by Gradient2 (hand-computed)', () => {
+    const p = createPacer('gradient');
+    p.observe(snapshot({ now: 0, backlog: 100 }));
+    dispatch(p, 0, 20, 0);
+    expect(p.nextDispatchAt(snapshot({ now: 0, backlog: 100, preparing: 20 }))).toBe(Infinity);
+    // The first completion, 1 s after its dispatch with 1 in flight then: far below limit/2, no change.
+    p.observe(snapshot({ now: 1000, backlog: 100, preparing: 19, deviceCompletions: 1 }));
+    expect(p.state().terms['limit']).toBe(20);
+    // The 20th dispatch had 20 in flight: with RTT = the long RTT the gradient is min(1, 1.5) = 1,
+    // the limit 20 × 1 + 4 = 24, smoothed: 0.8 × 20 + 0.2 × 24 = 20.8.
+    const g = createPacer('gradient');
+    g.observe(snapshot({ now: 0, backlog: 100 }));
+    g.onDispatch(snapshot({ now: 0, backlog: 100, preparing: 20 }));
+    g.observe(snapshot({ now: 1000, backlog: 100, preparing: 19, deviceCompletions: 1 }));
+    expect(g.state().terms['limit']).toBeCloseTo(20.8, 12);
+  });
+
+  it('vegas: the first sample is the no-load RTT; twice it, with a queue of ⌈20 × ½⌉ = 10 > 6·log10(20), the limit drops by log10(20) = 1 (hand-computed)', () => {
+    const p = createPacer('vegas');
+    p.observe(snapshot({ now: 0, backlog: 100 }));
+    p.onDispatch(snapshot({ now: 0, backlog: 100, preparing: 20 }));
+    p.onDispatch(snapshot({ now: 0, backlog: 100, preparing: 20 }));
+    p.observe(snapshot({ now: 1000, backlog: 100, preparing: 19, deviceCompletions: 1 }));
+    expect(p.state().terms).toMatchObject({ limit: 20, rttNoLoadMs: 1000 });
+    p.observe(snapshot({ now: 2000, backlog: 100, preparing: 18, deviceCompletions: 2 }));
+    expect(p.state().terms['limit']).toBe(19);
   });
 });
 

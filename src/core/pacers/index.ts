@@ -2,12 +2,14 @@ import { StokerError } from '../errors.js';
 import type { Pacer, PacerFactory, PacerOptions } from '../pacer.js';
 import { createBurstPacer, createUnpacedPacer, createWindowPacer } from './baselines.js';
 import { createClassicPacer } from './classic.js';
+import { createGradientPacer, createVegasPacer } from './limits.js';
 import { createPiPacer } from './pi.js';
 import { createStokerPacer } from './stoker.js';
 
 export { createStokerPacer, STOKER_DEFAULTS, type StokerPacerOptions } from './stoker.js';
 export { createPiPacer, type PiInput, type PiPacerConfig } from './pi.js';
 export { createClassicPacer } from './classic.js';
+export { createGradientPacer, createVegasPacer } from './limits.js';
 export { createBurstPacer, createUnpacedPacer, createWindowPacer } from './baselines.js';
 
 /** The built-in pacers by name, with one line each. */
@@ -18,6 +20,8 @@ export const PACERS: Record<string, { describe: string; create: PacerFactory }> 
   window: { describe: 'a fixed maximum of items in flight (option window, default 32)', create: createWindowPacer },
   burst: { describe: 'on each completion dispatch target − waiting items at once', create: createBurstPacer },
   'interval-pi': { describe: 'PI fed by the time between completions (idle gaps included)', create: (o) => createPiPacer({ name: 'interval-pi', input: 'interval' }, o) },
+  gradient: { describe: 'Netflix concurrency-limits Gradient2 on the in-flight window (RTT: dispatch to device completion)', create: createGradientPacer },
+  vegas: { describe: 'Netflix concurrency-limits Vegas on the in-flight window (RTT: dispatch to device completion)', create: createVegasPacer },
   'gated-interval': { describe: 'interval-pi, sampling only when items were waiting at a completion', create: (o) => createPiPacer({ name: 'gated-interval', input: 'gated-interval' }, o) },
 };
 
