@@ -15,6 +15,29 @@ if (!bin) {
   console.warn('SKIPPED: redis-server not found (apt-get install redis-server)');
 }
 
+/**
+ * A private redis-server and the cluster nodes a test starts on it (`node(id)`, each with `env`
+ * beside its id and a zero shutdown timeout), all stopped afterwards.
+ */
+function useCluster(env: Record<string, string> = {}) {
+  const c = { redis: undefined as unknown as RedisProcess, dirs: [] as string[], nodes: [] as ServerProcess[] };
+  afterAll(async () => {
+    for (const n of c.nodes) if (n.child.exitCode === null && n.child.signalCode === null) await n.crash();
+    await c.redis?.stop();
+    for (const d of c.dirs) removeDir(d);
+  }, 30_000);
+  return Object.assign(c, {
+    start: async () => (c.redis = await startRedis(bin as string)),
+    node: async (id: string) => {
+      const dir = tempDataDir();
+      c.dirs.push(dir);
+      const s = await startServer(dir, ['--cluster', c.redis.url], { STOKER_CLUSTER_NODE_ID: id, STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0', ...env });
+      c.nodes.push(s);
+      return s;
+    },
+  });
+}
+
 describe.skipIf(!bin)('a cluster node while Redis is away', () => {
   let redis: RedisProcess;
   let node: ServerProcess;
@@ -56,24 +79,11 @@ describe.skipIf(!bin)('a cluster node while Redis is away', () => {
 });
 
 describe.skipIf(!bin)('failover with the default settings', () => {
-  let redis: RedisProcess;
-  const dirs: string[] = [];
-  const nodes: ServerProcess[] = [];
-  afterAll(async () => {
-    for (const n of nodes) if (n.child.exitCode === null && n.child.signalCode === null) await n.crash();
-    await redis?.stop();
-    for (const d of dirs) removeDir(d);
-  }, 30_000);
+  const cluster = useCluster();
 
   it('a kill -9ed node’s job runs on another node within seconds (it took 41.7 s with a 30 s lock)', async () => {
-    redis = await startRedis(bin as string);
-    const node = async (id: string) => {
-      const dir = tempDataDir();
-      dirs.push(dir);
-      const s = await startServer(dir, ['--cluster', redis.url], { STOKER_CLUSTER_NODE_ID: id, STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0' });
-      nodes.push(s);
-      return s;
-    };
+    await cluster.start();
+    const node = cluster.node;
     const a = await node('fo-a');
     expect((await http(a.url, 'POST', '/v1/jobs', { id: 'fo-1', kind: 'sleep', partitions: 1, input: { prepareMs: 60_000 } })).status).toBe(202);
     await waitUntil(async () => ((await http(a.url, 'GET', '/v1/jobs/fo-1')).body.node === 'fo-a' ? true : undefined), 10_000, 'fo-a to hold the job', 50);
@@ -92,24 +102,11 @@ describe.skipIf(!bin)('failover with the default settings', () => {
 });
 
 describe.skipIf(!bin)('a Redis restart without persistence', () => {
-  let redis: RedisProcess;
-  const dirs: string[] = [];
-  const nodes: ServerProcess[] = [];
-  afterAll(async () => {
-    for (const n of nodes) if (n.child.exitCode === null && n.child.signalCode === null) await n.crash();
-    await redis?.stop();
-    for (const d of dirs) removeDir(d);
-  }, 30_000);
+  const cluster = useCluster({ STOKER_CLUSTER_HEARTBEAT_MS: '300' });
 
   it('loses no accepted job: the accepting nodes queue them again, the results of those already done are readable on every node', async () => {
-    redis = await startRedis(bin as string);
-    const node = async (id: string) => {
-      const dir = tempDataDir();
-      dirs.push(dir);
-      const s = await startServer(dir, ['--cluster', redis.url], { STOKER_CLUSTER_NODE_ID: id, STOKER_CLUSTER_HEARTBEAT_MS: '300', STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0' });
-      nodes.push(s);
-      return s;
-    };
+    await cluster.start();
+    const node = cluster.node;
     const a = await node('rr-a');
     const b = await node('rr-b');
     expect(a.output()).toContain('Redis persistence: none (save "", appendonly no): a restart loses the whole queue');
@@ -122,8 +119,8 @@ describe.skipIf(!bin)('a Redis restart without persistence', () => {
       expect(r.status).toBe(202);
       if (i === 9) for (const done of ids) expect((await http(a.url, 'GET', `/v1/jobs/${done}/result?wait=10s`)).body.state).toBe('done');
     }
-    await redis.stop();
-    redis = await startRedis(bin as string, redis.port);
+    await cluster.redis.stop();
+    cluster.redis = await startRedis(bin as string, cluster.redis.port);
     const t0 = performance.now();
     for (const [i, id] of ids.entries()) {
       for (const n of [a, b]) {
@@ -139,25 +136,12 @@ describe.skipIf(!bin)('a Redis restart without persistence', () => {
 });
 
 describe.skipIf(!bin)('a job taken over by another node', () => {
-  let redis: RedisProcess;
-  const dirs: string[] = [];
-  const nodes: ServerProcess[] = [];
-  afterAll(async () => {
-    for (const n of nodes) if (n.child.exitCode === null && n.child.signalCode === null) await n.crash();
-    await redis?.stop();
-    for (const d of dirs) removeDir(d);
-  }, 30_000);
+  const cluster = useCluster({ STOKER_PREPARE_THREADS: '1', STOKER_PREPARE_CONCURRENCY: '1' });
 
   it('runs only its unfinished partitions: the dead holder’s finished outputs are in Redis', async () => {
-    redis = await startRedis(bin as string);
+    await cluster.start();
     // One preparation at a time: the partitions finish one by one, 300 ms apart.
-    const node = async (id: string) => {
-      const dir = tempDataDir();
-      dirs.push(dir);
-      const s = await startServer(dir, ['--cluster', redis.url], { STOKER_CLUSTER_NODE_ID: id, STOKER_PREPARE_THREADS: '1', STOKER_PREPARE_CONCURRENCY: '1', STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0' });
-      nodes.push(s);
-      return s;
-    };
+    const node = cluster.node;
     const both = [await node('to-a'), await node('to-b')];
     await waitUntil(async () => (((await http(both[0]!.url, 'GET', '/v1/cluster')).body.nodes as unknown[]).length === 2 ? true : undefined), 10_000, 'two nodes', 100);
     const seed = 42;
