@@ -499,6 +499,25 @@ class StokerPacer implements Pacer {
     }
   }
 
+  /**
+   * Safety stock for a skewed device's own variability (cv² > SKEWED_CV2): over one preparation
+   * latency L the devices take λL items on average, with a standard deviation of √(λL·cv²) (a
+   * renewal process) — more than the waiting target covers when cv is large, and the waiting
+   * feedback cannot help (the queue's spread, not its mean, starves the device). The target holds
+   * safetyZ of those more; on less noisy devices the waiting feedback trims the mean and this is 0.
+   */
+  private serviceStock(lambda: number, lat: number): number {
+    let cv2 = 0;
+    let rates = 0;
+    for (const d of this.devices) {
+      if (!(d.serviceMs > 0)) continue;
+      const r = d.plannedWorkers / d.serviceMs;
+      rates += r;
+      if (d.varianceSlow > SKEWED_CV2) cv2 += r * d.varianceSlow;
+    }
+    return rates > 0 && cv2 > 0 ? this.safetyZ * Math.sqrt((lambda * lat * cv2) / rates) : 0;
+  }
+
   /** The dispatch rate u for the current inventory. */
   private recompute(s: PacerSnapshot): void {
     const lambda = this.lambda;
@@ -511,7 +530,7 @@ class StokerPacer implements Pacer {
     const inventory = s.preparing + s.waiting + s.onDevice;
     let workers = 0;
     for (const d of this.devices) workers += d.plannedWorkers;
-    this.inventoryTarget = lambda * (lat + this.margin) + workers + this.target + this.integral;
+    this.inventoryTarget = lambda * (lat + this.margin) + this.serviceStock(lambda, lat) + workers + this.target + this.integral;
     const u = lambda + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
     this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.draining + this.catchUp * lambda);
     this.rate = Math.min(Math.max(u, 0), this.maxRate);
