@@ -757,13 +757,14 @@ function refreshJobsSoon() {
 
 // ─── Event stream ─────────────────────────────────────────────────────────────────────────────
 
-const EVENT_TYPES = ['job.submitted', 'job.started', 'job.partition', 'job.done', 'job.failed', 'job.cancelled', 'pacer', 'gap'];
+const EVENT_TYPES = ['job.submitted', 'job.started', 'job.partition', 'job.done', 'job.failed', 'job.cancelled', 'device.measurement', 'pacer', 'gap'];
 const FEED_MAX = 40;
 
 function feed(e) {
   const list = $('events');
   const time = clock(Date.parse(e.time) / 1000);
-  const detail = e.type === 'job.submitted' ? `${e.kind}, ${e.partitions} partitions` : e.type === 'gap' ? `events missed while disconnected: ${e.reason}` : e.reason ? `${e.code}: ${e.reason}` : '';
+  // device.measurement: the pacer found a device's busy time misleading (its reason names the device and the cause).
+  const detail = e.type === 'job.submitted' ? `${e.kind}, ${e.partitions} partitions` : e.type === 'gap' ? `events missed while disconnected: ${e.reason}` : e.type === 'device.measurement' ? e.reason : e.reason ? `${e.code}: ${e.reason}` : '';
   const li = el('li', { class: `ev-${e.type.split('.')[1] ?? e.type}` }, el('span', { class: 't', text: time }), `${e.type} ${e.id ?? ''} ${detail}`);
   list.prepend(li);
   while (list.children.length > FEED_MAX) list.lastElementChild.remove();
@@ -784,7 +785,7 @@ function connectEvents() {
         return;
       }
       if (type !== 'job.partition') feed(e);
-      refreshJobsSoon();
+      if (type !== 'device.measurement') refreshJobsSoon();
     });
   }
 }
