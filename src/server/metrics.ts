@@ -102,9 +102,10 @@ export class ServiceMetrics {
     readGauge(r, 'stoker_device_workers', 'Live workers per device', ['device'], () =>
       service.workerStates().map((ws, d) => ({ labels: { device: devices()[d] ?? String(d) }, value: ws.filter((w) => w.alive).length })),
     );
-    readGauge(r, 'stoker_device_observed_capacity_ratio', "A device's completion rate while saturated ÷ the pacer's feed-forward capacity (workers ÷ busy time per item), from its last saturated window (1 before one); far from 1, the busy time or the worker count misleads (see the device.measurement event)", ['device'], () =>
-      devices().map((name, d) => ({ labels: { device: name }, value: service.pacerState().devices?.[d]?.observedRatio ?? 1 })),
-    );
+    readGauge(r, 'stoker_device_observed_capacity_ratio', "A device's completion rate while saturated ÷ the pacer's feed-forward capacity (workers ÷ busy time per item), from its last saturated window (1 before one); far from 1, the busy time or the worker count misleads (see the device.measurement event)", ['device'], () => {
+      const checks = service.pacerState().devices;
+      return devices().map((name, d) => ({ labels: { device: name }, value: checks?.[d]?.observedRatio ?? 1 }));
+    });
     readGauge(r, 'stoker_device_worker_busy', 'Whether each device worker runs a partition now (1) or not (0); stoker_device_worker_busy_seconds_total gives occupancy', ['device', 'worker'], () =>
       service.workerStates().flatMap((ws, d) => ws.map((w, i) => ({ labels: { device: devices()[d] ?? String(d), worker: String(i) }, value: w.alive && w.item ? 1 : 0 }))),
     );

@@ -259,6 +259,8 @@ export class Service {
   /** What the last run measured (the pacer started from it), and what this run measures, saved every PRIORS_EVERY_MS and at close. */
   private priors: Priors | undefined;
   private readonly priorsTimer: NodeJS.Timeout;
+  /** Completions (device + preparation) counted at the last save of the priors. */
+  private priorsSavedAt = 0;
   /** Where the pacer's starting rates came from, for the start line (undefined: it measures first). */
   readonly priorsNote: string | undefined;
   private readonly pacerTimer: NodeJS.Timeout;
@@ -821,9 +823,10 @@ export class Service {
   /** Saves what this run measured (over what it remembered) for the next start. */
   private savePriors(): void {
     const s = this.runtime.engine.snapshot;
-    if (s.deviceCompletions === 0 && s.prepareCompletions === 0) return; // nothing new
+    const measured = s.deviceCompletions + s.prepareCompletions;
+    if (measured === this.priorsSavedAt) return; // nothing new since the last save
     this.priors = measuredPriors(s, this.devices.map((d) => d.name), this.priors);
-    writePriors(this.config.dataDir, this.priors);
+    if (writePriors(this.config.dataDir, this.priors)) this.priorsSavedAt = measured;
   }
 
   /** A job from the journal, unfinished at the last stop: its unfinished partitions start again. */
