@@ -740,14 +740,15 @@ export class ClusterService implements ApiService {
     for (const j of this.accepted.unfinished().slice(0, SWEEP_MAX)) {
       if (this.closing) return;
       const found = await this.find(j.id);
-      if (found && isFinal(found.view.state)) this.forget(j.id, found.view);
-      else if (!found && j.submittedAt < expired) this.forget(j.id, undefined);
+      if (found && isFinal(found.view.state)) this.acceptedEnded(j.id, found.view);
+      else if (!found && j.submittedAt < expired) this.acceptedEnded(j.id, undefined);
       else if (!found) await this.requeue(j);
     }
     this.accepted.purgeFinished(this.ttlMs);
   }
 
-  private forget(id: string, view: JobView | undefined): void {
+  /** A job this node accepted has ended (or is past its time to live): its acceptance record ends too. */
+  private acceptedEnded(id: string, view: JobView | undefined): void {
     const state = view?.state === 'failed' || view?.state === 'cancelled' ? view.state : 'done';
     this.accepted.finish(id, state === 'done' ? { state, result: null } : { state, code: view?.error?.code ?? 'E_INTERNAL', reason: view?.error?.reason ?? '' });
   }
