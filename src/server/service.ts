@@ -235,8 +235,12 @@ export class Service {
   private progressAt = -Infinity;
   private closing = false;
   private journalClosed = false;
-  /** Ends of jobs a full journal could not record yet (readers see them; retried every second). */
-  private readonly unjournaled = new Map<string, { outcome: Outcome; at: number }>();
+  /**
+   * Ends of jobs a full journal could not record yet, retried every second. Such a job stays
+   * unfinished for readers until its end lands (then it is announced): an end announced before it
+   * is durable would be announced again should a crash make the job run again.
+   */
+  private readonly unjournaled = new Map<string, Outcome>();
   private landTimer: NodeJS.Timeout | undefined;
   /** Journal writes asked for in one turn of the event loop, committed together on the next. */
   private readonly commits: GroupCommit;
@@ -589,7 +593,7 @@ export class Service {
 
   /** Recently submitted jobs, newest first (at most `limit`; only those in `states` when given). */
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): JobView[] {
-    return this.journal.list(options).map((j) => this.view(this.overlay(j), LIST_STATES_MAX));
+    return this.journal.list(options).map((j) => this.view(j, LIST_STATES_MAX));
   }
 
   /** The timeline of the last `sinceMs` (spans that ended in it or still run, samples in it), times in epoch ms. */
@@ -886,12 +890,12 @@ export class Service {
     if (!r.ok) {
       const e = r.error;
       if (e instanceof JournalError && e.code === 'E_JOURNAL_FULL') {
-        // The job has ended; the journal cannot say so yet: readers see the end from memory, and
-        // the record is retried until it lands (after a crash meanwhile, the job runs again).
+        // The job has ended; the journal cannot say so yet: it stays unfinished, and its end is
+        // retried until it lands, then announced (after a crash meanwhile, the job runs again).
         if (!job || isFinal(job.state) || this.unjournaled.has(id)) return;
-        this.unjournaled.set(id, { outcome, at: Date.now() });
+        this.unjournaled.set(id, outcome);
         this.landTimer ??= setInterval(() => this.landEnds(), 1000).unref();
-        return this.announceEnd(id, job.kind, job.submittedAt, Date.now(), outcome);
+        return;
       }
       // A result the journal cannot hold (bytes nested in JSON, a BigInt…) is the kind's fault:
       // the job fails saying so (before, the error escaped and ended the process, on every restart).
@@ -914,16 +918,19 @@ export class Service {
     if (set) for (const wake of [...set]) wake();
   }
 
-  /** Tries to journal the ends a full disk kept out; those that land (or are moot) are forgotten. */
+  /** Tries to journal the ends a full disk kept out; those that land are announced, the moot forgotten. */
   private landEnds(): void {
-    for (const [id, { outcome }] of this.unjournaled) {
+    for (const [id, outcome] of this.unjournaled) {
+      let landed = false;
       try {
-        this.journal.finish(id, outcome);
+        landed = this.journal.finish(id, outcome);
       } catch (e) {
         if (e instanceof JournalError && e.code === 'E_JOURNAL_FULL') return;
         if (!(e instanceof JournalError && e.code === 'E_JOURNAL_UNKNOWN_JOB')) throw e;
       }
       this.unjournaled.delete(id);
+      const j = landed ? this.journal.get(id) : undefined;
+      if (j) this.announceEnd(id, j.kind, j.submittedAt, j.finishedAt ?? Date.now(), outcome);
     }
     if (this.unjournaled.size === 0 && this.landTimer) {
       clearInterval(this.landTimer);
@@ -931,17 +938,9 @@ export class Service {
     }
   }
 
-  /** The job as the journal has it, with an end that a full disk kept out of it (see end()). */
+  /** The job as the journal has it. */
   private stored(id: string): JournalJob | undefined {
-    const j = this.journal.get(id);
-    return j && this.overlay(j);
-  }
-
-  private overlay(j: JournalJob): JournalJob {
-    const u = this.unjournaled.get(j.id);
-    if (!u || isFinal(j.state)) return j;
-    const o = u.outcome;
-    return o.state === 'done' ? { ...j, state: 'done', finishedAt: u.at, result: o.result } : { ...j, state: o.state, finishedAt: u.at, errorCode: o.code, errorReason: o.reason };
+    return this.journal.get(id);
   }
 
   /** The job's own partition behind an engine partition (they differ for a resumed job). */
