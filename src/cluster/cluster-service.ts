@@ -1029,7 +1029,8 @@ async function openLocal(config: ServeConfig): Promise<Service> {
   } finally {
     journal.close();
   }
-  return Service.open({ ...config, dataDir }, kinds);
+  // Its jobs' ends are recorded in Redis too: an end its full journal cannot take still reaches the cluster.
+  return Service.open({ ...config, dataDir }, kinds, { endsRecordedElsewhere: true });
 }
 
 /** `stoker serve --cluster redis://…`: a cluster node. */

@@ -238,9 +238,10 @@ export class Service {
   /**
    * Ends of jobs a full journal could not record yet, retried every second. Such a job stays
    * unfinished for readers until its end lands (then it is announced): an end announced before it
-   * is durable would be announced again should a crash make the job run again.
+   * is durable would be announced again should a crash make the job run again. (Unless its end
+   * is recorded elsewhere too — a cluster node's, in Redis: then readers see it from memory.)
    */
-  private readonly unjournaled = new Map<string, Outcome>();
+  private readonly unjournaled = new Map<string, { outcome: Outcome; at: number }>();
   private landTimer: NodeJS.Timeout | undefined;
   /** Journal writes asked for in one turn of the event loop, committed together on the next. */
   private readonly commits: GroupCommit;
@@ -273,6 +274,7 @@ export class Service {
     readonly config: ServeConfig,
     private readonly journal: Journal,
     private readonly kinds: ReadonlyMap<string, LoadedKind>,
+    private readonly endsRecordedElsewhere: boolean,
   ) {
     this.events.setMaxListeners(0);
     this.commits = new GroupCommit(journal);
@@ -433,11 +435,16 @@ export class Service {
   }
 
   /** Opens the journal in `config.dataDir` and resumes its unfinished jobs, running the given kinds (see loadKinds). */
-  static open(config: ServeConfig, kinds: ReadonlyMap<string, LoadedKind>): Service {
+  /**
+   * `endsRecordedElsewhere`: a job's end is made durable elsewhere too (a cluster node records it
+   * in Redis), so an end a full journal cannot take is shown and announced from memory at once —
+   * the cluster needs it to record the result — instead of keeping the job unfinished until it lands.
+   */
+  static open(config: ServeConfig, kinds: ReadonlyMap<string, LoadedKind>, options: { endsRecordedElsewhere?: boolean } = {}): Service {
     const journal = Journal.open(config.dataDir, config.journal ? { maxBytes: config.journal.maxBytes } : {});
     let service: Service;
     try {
-      service = new Service(config, journal, kinds);
+      service = new Service(config, journal, kinds, options.endsRecordedElsewhere ?? false);
     } catch (e) {
       journal.close();
       throw e;
@@ -593,7 +600,7 @@ export class Service {
 
   /** Recently submitted jobs, newest first (at most `limit`; only those in `states` when given). */
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): JobView[] {
-    return this.journal.list(options).map((j) => this.view(j, LIST_STATES_MAX));
+    return this.journal.list(options).map((j) => this.view(this.overlay(j), LIST_STATES_MAX));
   }
 
   /** The timeline of the last `sinceMs` (spans that ended in it or still run, samples in it), times in epoch ms. */
@@ -893,8 +900,9 @@ export class Service {
         // The job has ended; the journal cannot say so yet: it stays unfinished, and its end is
         // retried until it lands, then announced (after a crash meanwhile, the job runs again).
         if (!job || isFinal(job.state) || this.unjournaled.has(id)) return;
-        this.unjournaled.set(id, outcome);
+        this.unjournaled.set(id, { outcome, at: Date.now() });
         this.landTimer ??= setInterval(() => this.landEnds(), 1000).unref();
+        if (this.endsRecordedElsewhere) this.announceEnd(id, job.kind, job.submittedAt, Date.now(), outcome);
         return;
       }
       // A result the journal cannot hold (bytes nested in JSON, a BigInt…) is the kind's fault:
@@ -920,7 +928,7 @@ export class Service {
 
   /** Tries to journal the ends a full disk kept out; those that land are announced, the moot forgotten. */
   private landEnds(): void {
-    for (const [id, outcome] of this.unjournaled) {
+    for (const [id, { outcome }] of this.unjournaled) {
       let landed = false;
       try {
         landed = this.journal.finish(id, outcome);
@@ -929,7 +937,7 @@ export class Service {
         if (!(e instanceof JournalError && e.code === 'E_JOURNAL_UNKNOWN_JOB')) throw e;
       }
       this.unjournaled.delete(id);
-      const j = landed ? this.journal.get(id) : undefined;
+      const j = landed && !this.endsRecordedElsewhere ? this.journal.get(id) : undefined;
       if (j) this.announceEnd(id, j.kind, j.submittedAt, j.finishedAt ?? Date.now(), outcome);
     }
     if (this.unjournaled.size === 0 && this.landTimer) {
@@ -938,9 +946,17 @@ export class Service {
     }
   }
 
-  /** The job as the journal has it. */
+  /** The job as the journal has it (with an end a full disk kept out, where ends are recorded elsewhere too). */
   private stored(id: string): JournalJob | undefined {
-    return this.journal.get(id);
+    const j = this.journal.get(id);
+    return j && this.overlay(j);
+  }
+
+  private overlay(j: JournalJob): JournalJob {
+    const u = this.endsRecordedElsewhere ? this.unjournaled.get(j.id) : undefined;
+    if (!u || isFinal(j.state)) return j;
+    const o = u.outcome;
+    return o.state === 'done' ? { ...j, state: 'done', finishedAt: u.at, result: o.result } : { ...j, state: o.state, finishedAt: u.at, errorCode: o.code, errorReason: o.reason };
   }
 
   /** The job's own partition behind an engine partition (they differ for a resumed job). */
