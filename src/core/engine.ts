@@ -1,7 +1,7 @@
 import { MemoryBudget } from './budget.js';
 import { StokerError } from './errors.js';
 import { IndexedHeap, type HeapNode } from './heap.js';
-import type { DeviceCounters, Pacer, PacerSnapshot } from './pacer.js';
+import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot } from './pacer.js';
 import { keyLess, MAX_PARTITIONS, PartitionQueue, type KeyedNode } from './queue.js';
 import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
 
@@ -48,6 +48,9 @@ interface Job extends HeapNode {
   /** Item ids are `firstId + partition`: dense in submission order, as if all were made at submit. */
   readonly firstId: number;
   remaining: number;
+  /** This job's kind: its index in the snapshot's kinds, and its counters there. */
+  readonly kindIndex: number;
+  readonly kc: KindCounters;
 }
 
 interface Item extends ItemView, KeyedNode {
@@ -106,6 +109,8 @@ export class Engine {
   private readonly deviceKinds: (ReadonlySet<string> | null)[] | null;
   /** Live jobs by kind (kept only where devices name kinds): which devices have work at all. */
   private readonly liveByKind = new Map<string, number>();
+  /** Kinds by name: their index in the snapshot's kinds. */
+  private readonly kindIndexes = new Map<string, number>();
   private wake = Infinity;
   /** Set by a `drain` event: no more dispatches. */
   private draining = false;
@@ -148,6 +153,8 @@ export class Engine {
       deviceCompletions: 0,
       deviceBusyMs: 0,
       devices,
+      kinds: [],
+      nextKind: -1,
       prepareCompletions: 0,
       prepareLatencyMsTotal: 0,
       prepareLatencySqTotal: 0,
@@ -232,6 +239,7 @@ export class Engine {
     else this.handle(event, out);
     this.expireDeadlines(out); // a job submitted with a deadline already past
     this.assignDevices(out);
+    this.snapshot.nextKind = this.backlog.peek()?.job.kindIndex ?? -1;
     this.pacer.observe(this.snapshot);
     const pacerWake = this.dispatch(out);
     const next = Math.min(pacerWake, this.deadlines.peek()?.spec.deadline ?? Infinity);
@@ -334,7 +342,7 @@ export class Engine {
 
   private submit(norm: NormalJob, out: Command[]): void {
     const reservation = Math.max(norm.memory.prepareBytes, norm.memory.deviceBytes);
-    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, next: 0, live: new Map(), firstId: this.itemSeq, remaining: norm.partitions, heapIndex: -1 };
+    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, next: 0, live: new Map(), firstId: this.itemSeq, remaining: norm.partitions, kindIndex: this.kindIndex(norm.kind), kc: this.snapshot.kinds[this.kindIndex(norm.kind)] as KindCounters, heapIndex: -1 };
     this.itemSeq += norm.partitions;
     this.jobs.set(norm.id, job);
     this.countKind(norm.kind, 1);
@@ -384,6 +392,7 @@ export class Engine {
     if (!item) return;
     const s = this.snapshot;
     s.preparing--;
+    item.job.kc.preparing--;
     s.preparingStartMsTotal -= item.startedAt;
     s.prepareCompletions++;
     const latency = latencyMs ?? this.now - item.startedAt;
@@ -392,6 +401,7 @@ export class Engine {
     item.state = 'waiting';
     this.waitingQ.push(item);
     s.waiting++;
+    item.job.kc.waiting++;
   }
 
   private deviceDone(id: number, attempt: number, busyMs: number | undefined, out: Command[]): void {
@@ -402,6 +412,9 @@ export class Engine {
     const ms = busyMs ?? this.now - item.startedAt;
     dev.completions++;
     dev.busyMs += ms;
+    const kc = item.job.kc;
+    (kc.completions[item.device] as number)++;
+    (kc.busyMs[item.device] as number) += ms;
     s.deviceCompletions++;
     s.deviceBusyMs += ms;
     this.leaveDevice(item);
@@ -448,6 +461,7 @@ export class Engine {
     w.item = null;
     (this.snapshot.devices[item.device] as DeviceCounters).busy--;
     this.snapshot.onDevice--;
+    item.job.kc.onDevice--;
     item.device = -1;
     item.worker = -1;
   }
@@ -466,6 +480,7 @@ export class Engine {
       item.failures++;
       if (item.state === 'preparing') {
         this.snapshot.preparing--;
+        item.job.kc.preparing--;
         this.snapshot.preparingStartMsTotal -= item.startedAt;
       } else this.leaveDevice(item);
       this.requeue(item);
@@ -489,12 +504,14 @@ export class Engine {
           case 'preparing':
             out.push({ type: 'abort', item, stage: 'preparing', reason: reason ?? state });
             s.preparing--;
+            job.kc.preparing--;
             s.preparingStartMsTotal -= item.startedAt;
             break;
           case 'waiting':
             out.push({ type: 'abort', item, stage: 'waiting', reason: reason ?? state });
             this.waitingQ.remove(item);
             s.waiting--;
+            job.kc.waiting--;
             break;
           case 'on-device':
             out.push({ type: 'abort', item, stage: 'on-device', reason: reason ?? state });
@@ -543,6 +560,20 @@ export class Engine {
     for (const item of skipped) this.waitingQ.push(item);
   }
 
+  /** The index of `kind` in the snapshot's kinds, its counters made at its first job. */
+  private kindIndex(kind: string): number {
+    let i = this.kindIndexes.get(kind);
+    if (i === undefined) {
+      i = this.snapshot.kinds.length;
+      this.kindIndexes.set(kind, i);
+      const n = this.snapshot.devices.length;
+      const devices: number[] = [];
+      for (let d = 0; d < n; d++) if (!this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind)) devices.push(d);
+      this.snapshot.kinds.push({ name: kind, devices, preparing: 0, waiting: 0, onDevice: 0, completions: new Array<number>(n).fill(0), busyMs: new Array<number>(n).fill(0) });
+    }
+    return i;
+  }
+
   /** Counts a job of `kind` in or out, and marks which devices have work they can run (DeviceCounters.eligible). */
   private countKind(kind: string, delta: number): void {
     const dk = this.deviceKinds;
@@ -577,6 +608,7 @@ export class Engine {
     let wi = 0;
     while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null) wi++;
     s.waiting--;
+    item.job.kc.waiting--;
     const w = ws[wi] as Worker;
     w.item = item;
     item.state = 'on-device';
@@ -593,6 +625,7 @@ export class Engine {
     }
     (s.devices[device] as DeviceCounters).busy++;
     s.onDevice++;
+    item.job.kc.onDevice++;
     out.push({ type: 'startDevice', item, attempt: item.attempt, device, worker: wi });
   }
 
@@ -603,6 +636,7 @@ export class Engine {
     if (this.draining) return Infinity;
     for (let head = this.backlog.peek(); head; head = this.backlog.peek()) {
       if (s.preparing >= this.maxPreparing) return Infinity;
+      s.nextKind = head.job.kindIndex;
       const at = this.pacer.nextDispatchAt(s);
       if (!(at <= this.now)) return Number.isNaN(at) ? Infinity : at;
       if (!this.budget.tryReserve(head.job.reservation)) {
@@ -619,11 +653,13 @@ export class Engine {
       head.attempt++;
       head.startedAt = this.now;
       s.preparing++;
+      head.job.kc.preparing++;
       s.preparingStartMsTotal += this.now;
       s.dispatched++;
       out.push({ type: 'startPrepare', item: head, attempt: head.attempt });
       this.pacer.onDispatch(s);
     }
+    s.nextKind = -1;
     return Infinity;
   }
 }

@@ -24,6 +24,24 @@ export interface DeviceCounters {
 }
 
 /**
+ * Per job kind, in the order kinds were first submitted: where its items are, and what the
+ * devices measured for it — a kind several times heavier on the device than another has its own
+ * service time. Cumulative counters are read as deltas, like {@link DeviceCounters}.
+ */
+export interface KindCounters {
+  readonly name: string;
+  /** The devices that run this kind (by index; every device unless devices name their kinds). */
+  readonly devices: readonly number[];
+  /** This kind's items in preparation, waiting for a device, and on a device. */
+  preparing: number;
+  waiting: number;
+  onDevice: number;
+  /** Per device (by index): this kind's completions there, and the device time measured for them, ms. */
+  readonly completions: number[];
+  readonly busyMs: number[];
+}
+
+/**
  * What a pacer sees. The engine updates one object in place: read it during the call,
  * copy what you want to keep.
  */
@@ -48,6 +66,10 @@ export interface PacerSnapshot {
   deviceBusyMs: number;
   /** Per device. */
   devices: DeviceCounters[];
+  /** Per kind (see {@link KindCounters}); with a single kind its counters are the device ones. */
+  kinds: KindCounters[];
+  /** Index in `kinds` of the item the next dispatch would start; −1 when none is queued. */
+  nextKind: number;
   /** Preparations completed so far. */
   prepareCompletions: number;
   /** Sum of their latencies, ms. */
@@ -82,6 +104,8 @@ export interface PacerState {
    * of the two it plans with (`observed` once they kept disagreeing).
    */
   devices?: { estimatedPerSec: number | null; observedRatio: number | null; trusted: 'estimate' | 'observed' }[];
+  /** Per job kind (snapshot order), the device capacity the pacer believes in for items of that kind, items/s. */
+  kinds?: { name: string; estimatedPerSec: number | null }[];
 }
 
 export interface Pacer {
@@ -101,6 +125,8 @@ export interface PacerOptions {
   priorServiceMs?: number;
   /** Known service times per device (ms, by device index; 0 or absent: unknown), over priorServiceMs. */
   priorDeviceServiceMs?: readonly number[];
+  /** Known service times of a kind's items per device (ms, by kind name, then device index; 0: unknown), over the two above for that kind. */
+  priorKindServiceMs?: Readonly<Record<string, readonly number[]>>;
   /** A known mean preparation latency (ms), e.g. remembered from the last run. */
   priorLatencyMs?: number;
   /** Its known standard deviation (ms). */

@@ -99,6 +99,9 @@ export class ServiceMetrics {
     });
     readGauge(r, 'stoker_waiting_partitions', 'Prepared partitions waiting for a device', [], () => one(service.counters.waiting));
     readGauge(r, 'stoker_waiting_target_partitions', "The pacer's target for partitions waiting for a device", [], () => one(service.config.engine.targetWaiting));
+    readGauge(r, 'stoker_kind_estimated_capacity_per_second', "The device capacity the pacer believes in for partitions of each kind (all devices that run it), partitions/s: kinds several times heavier on the device get their own", ['kind'], () =>
+      (service.pacerState().kinds ?? []).flatMap((k) => (k.estimatedPerSec === null ? [] : [{ labels: { kind: k.name }, value: k.estimatedPerSec }])),
+    );
     readGauge(r, 'stoker_device_workers', 'Live workers per device', ['device'], () =>
       service.workerStates().map((ws, d) => ({ labels: { device: devices()[d] ?? String(d) }, value: ws.filter((w) => w.alive).length })),
     );

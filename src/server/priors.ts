@@ -1,7 +1,7 @@
 /**
  * Remembered rates: what the pacer needs to start warm, kept beside the journal
- * (`<dataDir>/stoker.priors.json`) — each device's measured device time per item and the mean
- * and spread of the preparation latency. A restarted server starts its pacer from them, so the
+ * (`<dataDir>/stoker.priors.json`) — each device's measured device time per item (and each
+ * kind's on each device) and the mean and spread of the preparation latency. A restarted server starts its pacer from them, so the
  * first job after a restart does not pay a cold start (a bootstrap, then a whole preparation
  * latency before the inventory is sized). Config values (`[device] priorServiceMs`,
  * `engine.pacerOptions.priorLatencyMs`) take precedence.
@@ -13,6 +13,8 @@ import type { PacerSnapshot } from '../core/index.js';
 export interface Priors {
   /** By device name: mean device time per item, ms. */
   devices: Record<string, { serviceMs: number }>;
+  /** By kind, then device name: mean device time per item of that kind, ms. */
+  kinds?: Record<string, Record<string, { serviceMs: number }>>;
   /** Mean and standard deviation of the preparation latency, ms. */
   latencyMs?: number;
   latencySdMs?: number;
@@ -33,12 +35,21 @@ export function readPriors(dataDir: string): Priors | undefined {
   }
   if (typeof raw !== 'object' || raw === null) return undefined;
   const r = raw as Partial<Priors>;
-  const devices: Priors['devices'] = {};
-  for (const [name, d] of Object.entries(typeof r.devices === 'object' && r.devices !== null ? r.devices : {})) {
-    if (positive((d as { serviceMs?: unknown }).serviceMs)) devices[name] = { serviceMs: (d as { serviceMs: number }).serviceMs };
+  const byName = (o: unknown) => {
+    const out: Record<string, { serviceMs: number }> = {};
+    for (const [name, d] of Object.entries(typeof o === 'object' && o !== null ? o : {})) {
+      if (positive((d as { serviceMs?: unknown }).serviceMs)) out[name] = { serviceMs: (d as { serviceMs: number }).serviceMs };
+    }
+    return out;
+  };
+  const kinds: NonNullable<Priors['kinds']> = {};
+  for (const [kind, ds] of Object.entries(typeof r.kinds === 'object' && r.kinds !== null ? r.kinds : {})) {
+    const devices = byName(ds);
+    if (Object.keys(devices).length > 0) kinds[kind] = devices;
   }
   return {
-    devices,
+    devices: byName(r.devices),
+    ...(Object.keys(kinds).length > 0 ? { kinds } : {}),
     ...(positive(r.latencyMs) ? { latencyMs: r.latencyMs } : {}),
     ...(positive(r.latencySdMs) ? { latencySdMs: r.latencySdMs } : {}),
     savedAt: typeof r.savedAt === 'string' ? r.savedAt : '',
@@ -52,10 +63,18 @@ export function measuredPriors(s: PacerSnapshot, deviceNames: readonly string[],
     const d = s.devices[i];
     if (d && d.completions > 0 && d.busyMs > 0) devices[name] = { serviceMs: d.busyMs / d.completions };
   });
+  const kinds: NonNullable<Priors['kinds']> = { ...before?.kinds };
+  for (const k of s.kinds) {
+    deviceNames.forEach((name, i) => {
+      const n = k.completions[i] ?? 0;
+      const ms = k.busyMs[i] ?? 0;
+      if (n > 0 && ms > 0) kinds[k.name] = { ...kinds[k.name], [name]: { serviceMs: ms / n } };
+    });
+  }
   const n = s.prepareCompletions;
   const mean = n > 0 ? s.prepareLatencyMsTotal / n : before?.latencyMs;
   const sd = n > 1 ? Math.sqrt(Math.max(0, s.prepareLatencySqTotal / n - (s.prepareLatencyMsTotal / n) ** 2)) : before?.latencySdMs;
-  return { devices, ...(positive(mean) ? { latencyMs: mean } : {}), ...(positive(sd) ? { latencySdMs: sd } : {}), savedAt: new Date().toISOString() };
+  return { devices, ...(Object.keys(kinds).length > 0 ? { kinds } : {}), ...(positive(mean) ? { latencyMs: mean } : {}), ...(positive(sd) ? { latencySdMs: sd } : {}), savedAt: new Date().toISOString() };
 }
 
 /** Writes the priors (a new file renamed over the old: never half written); false when the disk refused. */

@@ -106,5 +106,18 @@ function checkState(st: unknown, file: string): PacerState {
   const terms = o['terms'];
   if (typeof terms !== 'object' || terms === null || Array.isArray(terms)) throw bad('terms', 'an object of numbers', terms);
   for (const [k, v] of Object.entries(terms)) if (typeof v !== 'number') throw bad(`terms.${k}`, 'a number', v);
+  const rate = (v: unknown) => v === null || (typeof v === 'number' && v >= 0);
+  for (const [list, check] of [
+    ['devices', (d: Record<string, unknown>, f: string) => (!rate(d['estimatedPerSec']) ? bad(`${f}.estimatedPerSec`, 'a number ≥ 0 or null', d['estimatedPerSec']) : !rate(d['observedRatio']) ? bad(`${f}.observedRatio`, 'a number ≥ 0 or null', d['observedRatio']) : d['trusted'] !== 'estimate' && d['trusted'] !== 'observed' ? bad(`${f}.trusted`, '"estimate" or "observed"', d['trusted']) : null)],
+    ['kinds', (k: Record<string, unknown>, f: string) => (typeof k['name'] !== 'string' ? bad(`${f}.name`, 'a kind name', k['name']) : !rate(k['estimatedPerSec']) ? bad(`${f}.estimatedPerSec`, 'a number ≥ 0 or null', k['estimatedPerSec']) : null)],
+  ] as const) {
+    const v = o[list];
+    if (v === undefined) continue;
+    if (!Array.isArray(v)) throw bad(list, 'an array (or absent)', v);
+    v.forEach((e: unknown, i) => {
+      const err = typeof e === 'object' && e !== null ? check(e as Record<string, unknown>, `${list}[${i}]`) : bad(`${list}[${i}]`, 'an object', e);
+      if (err) throw err;
+    });
+  }
   return st as PacerState;
 }

@@ -2,7 +2,10 @@ import type { Command, Pacer, PacerSnapshot } from '../core/index.js';
 
 /** The benchmark contract (DESIGN §4). Steady measures use the steady window; the rest the whole run. */
 export interface Metrics {
-  /** Completions in the steady window ÷ (capacity integrated over it). Steady measures are null when the window is empty. */
+  /**
+   * Completions in the steady window ÷ (capacity integrated over it); an item of a kind with its
+   * own device time counts for its share of work. Steady measures are null when the window is empty.
+   */
   throughputRatio: number | null;
   /** Mean busy workers ÷ alive workers, steady window. */
   occupancy: number | null;
@@ -89,6 +92,8 @@ export class Recorder {
   // Whole run.
   private lastDispatched = 0;
   private lastCompletions = 0;
+  /** Completions weighed by their kind's device time (the simulator's `work`). */
+  private lastWork = 0;
   private readonly burst: number[] = [];
   private burstHead = 0;
   private burstMax = 0;
@@ -113,7 +118,7 @@ export class Recorder {
   constructor(private readonly cfg: RecorderConfig) {}
 
   /** Call after every engine step with the state it left. */
-  step(now: number, s: PacerSnapshot, capacity: number, pacer: Pacer): void {
+  step(now: number, s: PacerSnapshot, capacity: number, pacer: Pacer, work: number): void {
     if (!Number.isNaN(this.prev) && now > this.prev) this.integrate(this.prev, now);
     this.prev = now;
     const cfg = this.cfg;
@@ -134,7 +139,8 @@ export class Recorder {
     const dc = s.deviceCompletions - this.lastCompletions;
     if (dc > 0) {
       this.lastCompletions = s.deviceCompletions;
-      if (now >= cfg.window.fromMs && now < cfg.window.toMs) this.windowCompletions += dc;
+      if (now >= cfg.window.fromMs && now < cfg.window.toMs) this.windowCompletions += work - this.lastWork;
+      this.lastWork = work;
       if (now >= cfg.changeAtMs && now < cfg.window.toMs) {
         this.afterChange += dc;
         const est = pacer.state().ratePerSec;

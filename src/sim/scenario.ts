@@ -32,6 +32,11 @@ const KindSchema = z.strictObject({
   prepare: DistSchema,
   /** Latency multiplier by number of concurrent preparations (sampled at start). @default [1] */
   contention: Contention.default([1]),
+  /**
+   * Device time (seconds, one busy worker at speed 1) of this kind's items, overriding the
+   * device's own `service` for them (a kind several times heavier on the same device). @default the device's
+   */
+  service: DistSchema.optional(),
   memory: z.strictObject({ prepareBytes: nonNegative('prepareBytes').int().default(0), deviceBytes: nonNegative('deviceBytes').int().default(0) }).default({ prepareBytes: 0, deviceBytes: 0 }),
   /** Probability that a partition fails in preparation / on the device. @default 0 */
   prepareFailure: probability.default(0),

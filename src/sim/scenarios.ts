@@ -131,6 +131,14 @@ const inputs: ScenarioInput[] = [
     arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
     devices: [{ workers: 2, service: { type: 'fixed', value: 1 }, contention: [1, 2], busyTime: 'own' }],
   }),
+  seedLike('mixed-kinds', 'seed stages, two kinds on one device in blocks of 3 jobs × 10, 60 jobs: heavy items take 3.5–4.5 s of device time (×1.2 when both workers run), light ones 0.8–1.2 s', {
+    arrivals: Array.from({ length: 20 }, (_, b) => ({ atS: b * 0.001, jobs: 3, partitions: 10, kind: b % 2 === 0 ? 'heavy' : 'light' })),
+    devices: [{ workers: 2, service: { type: 'uniform', min: 0.8, max: 1.2 }, contention: [1, 1.2] }],
+    kinds: {
+      heavy: { prepare: { type: 'uniform', min: 30, max: 50 }, service: { type: 'uniform', min: 3.5, max: 4.5 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } },
+      light: { prepare: { type: 'uniform', min: 30, max: 50 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } },
+    },
+  }),
   seedLike('priority', 'seed stages: 12 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
     arrivals: [
       { atS: 0, jobs: 12, partitions: 10, kind: 'proof' },

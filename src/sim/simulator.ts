@@ -39,6 +39,10 @@ interface SimDevice {
   speed: number;
   contention: number[];
   service: Dist;
+  /** Per kind: its service time on this device (kinds.<name>.service, else the device's). */
+  serviceOf: Record<string, Dist>;
+  /** Per kind: its mean service time ÷ the device's own (the work an item of it counts for in the throughput ratio). */
+  workOf: Record<string, number>;
   /** Reports each item's own service time instead of the time it held its worker (scenario busyTime "own"). */
   ownBusy: boolean;
   workers: SimWorker[];
@@ -130,7 +134,11 @@ export function planArrivals(s: Scenario, seed: number): PlannedJob[] {
   });
 }
 
-/** Device capacity (items/ms) of the whole fleet for the given speeds and live workers: Σ max_k k·speed / (t·f(k)). */
+/**
+ * Device capacity of the whole fleet for the given speeds and live workers, in items/ms of each
+ * device's own service time t: Σ max_k k·speed / (t·f(k)). An item of a kind with its own service
+ * time counts for its share of work (workOf), so the throughput ratio weighs the mix.
+ */
 function capacityOf(devices: SimDevice[]): number {
   let total = 0;
   for (const d of devices) {
@@ -147,18 +155,37 @@ function capacityOf(devices: SimDevice[]): number {
  * the pipeline (2 × (p99 preparation latency + mean service time): a pacer that knows nothing
  * must see items complete once before it can fill the pipeline at the right rate), to the end
  * of an ideal fluid drain (every job prepared in the mean latency and served at full capacity)
- * minus the p99 latency. Scenarios may set it. A scenario too short to have a steady state gets
- * an empty window, and the steady measures are null.
+ * minus the p99 latency. Where kinds differ in device time (kinds.<name>.service), each kind is
+ * news to a pacer in the same way: the window starts two passes after the devices could first
+ * reach each kind's first job (the jobs that arrived before it served at full capacity). Scenarios may set it. A scenario too short to have
+ * a steady state gets an empty window, and the steady measures are null.
  */
 export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number): { fromMs: number; toMs: number } {
   if (s.steady) return { fromMs: s.steady.fromS * 1000, toMs: s.steady.toS * 1000 };
   const kinds = Object.values(s.kinds);
   const high = Math.max(...kinds.map((k) => highMs(k.prepare)));
   const mean = meanPrepareMs(s, jobs);
-  const service = Math.max(...s.devices.map((d) => meanMs(d.service) / d.speed));
-  const from = (jobs[0]?.atMs ?? 0) + 2 * (high + service);
+  const service = Math.max(...s.devices.flatMap((d) => [d.service, ...kinds.flatMap((k) => (k.service ? [k.service] : []))].map((x) => meanMs(x) / d.speed)));
+  // A kind's items take its share of work (its service time ÷ the device's, over the devices).
+  const groups = s.devices.flatMap((g) => Array.from({ length: g.count }, () => g));
+  const workOf = (kind: string) => {
+    const own = s.kinds[kind]?.service;
+    return own ? groups.reduce((sum, g) => sum + meanMs(own) / meanMs(g.service), 0) / groups.length : 1;
+  };
+  let reach = jobs[0]?.atMs ?? 0;
+  const differ = kinds.some((k) => k.service);
+  const seen = new Set<string>();
+  let ahead = 0;
+  for (const j of jobs) {
+    if (differ && !seen.has(j.spec.kind)) {
+      seen.add(j.spec.kind);
+      reach = Math.max(reach, j.atMs, ahead / capacity);
+    }
+    ahead += j.spec.partitions * workOf(j.spec.kind);
+  }
+  const from = reach + 2 * (high + service);
   let end = 0;
-  for (const j of jobs) end = Math.max(end, j.atMs + mean) + j.spec.partitions / capacity;
+  for (const j of jobs) end = Math.max(end, j.atMs + mean) + (j.spec.partitions * workOf(j.spec.kind)) / capacity;
   return { fromMs: from, toMs: Math.max(from, end - high) };
 }
 
@@ -185,6 +212,8 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     speed: g.speed,
     contention: g.contention,
     service: g.service,
+    serviceOf: Object.fromEntries(Object.entries(s.kinds).map(([name, k]) => [name, k.service ?? g.service])),
+    workOf: Object.fromEntries(Object.entries(s.kinds).map(([name, k]) => [name, k.service ? meanMs(k.service) / meanMs(g.service) : 1])),
     ownBusy: g.busyTime === 'own',
     busy: 0,
     lastUpdate: 0,
@@ -228,6 +257,8 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   let now = 0;
   let events = 0;
   let capacity = capacity0;
+  /** Completions weighed by their kind's device time (workOf): what the throughput ratio counts. */
+  let work = 0;
   const horizon = s.horizonS * 1000;
   let nextItemId = 0;
 
@@ -308,7 +339,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           const kind = s.kinds[it.kind];
           w.item = c.item.id;
           w.attempt = c.attempt;
-          w.remaining = sampleMs(d.service, it.rng);
+          w.remaining = sampleMs(d.serviceOf[it.kind] ?? d.service, it.rng);
           w.own = w.remaining / d.speed;
           w.startedAt = now;
           const p = kind?.deviceFailure ?? 0;
@@ -354,7 +385,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     if (timeline) timeline.record(e, cmds, engine.snapshot, 0);
     options.onStep?.(e, cmds, engine.snapshot);
     carryOut(cmds);
-    recorder.step(now, engine.snapshot, capacity, pacer);
+    recorder.step(now, engine.snapshot, capacity, pacer, work);
   };
 
   /** A job arrives: its partitions get their own random streams and their scenario faults. */
@@ -429,6 +460,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
         const busyMs = d.ownBusy ? w.own : now - w.startedAt;
         w.ev = null;
         release(d, ev.a, w);
+        if (!fail) work += d.workOf[(items[item] as SimItem).kind] ?? 1;
         items[item] = undefined;
         if (fail) apply({ type: 'deviceFailed', time: now, item, attempt, reason: 'simulated device error' });
         else {

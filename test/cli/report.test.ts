@@ -109,6 +109,9 @@ describe('resolvePacer', () => {
     await expect(pacerWith("{ mode: 'steady', ratePerSec: null, intervalMs: 'soon', terms: {} }").then((p) => p.state())).rejects.toThrow(/state\(\)\.intervalMs must be a number/);
     await expect(pacerWith("{ mode: 'steady', ratePerSec: null, intervalMs: null, terms: { gain: 'high' } }").then((p) => p.state())).rejects.toThrow(/state\(\)\.terms\.gain must be a number/);
     await expect(pacerWith("{ mode: 'steady', ratePerSec: null, intervalMs: null }").then((p) => p.state())).rejects.toThrow(/state\(\)\.terms must be an object of numbers/);
+    await expect(pacerWith("{ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {}, kinds: [{ name: 'a', estimatedPerSec: -1 }] }").then((p) => p.state())).rejects.toThrow(/state\(\)\.kinds\[0\]\.estimatedPerSec must be a number ≥ 0 or null \(got -1\)/);
+    await expect(pacerWith("{ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {}, devices: [{ estimatedPerSec: 1, observedRatio: null, trusted: 'maybe' }] }").then((p) => p.state())).rejects.toThrow(/state\(\)\.devices\[0\]\.trusted must be "estimate" or "observed"/);
+    await expect(pacerWith("{ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {}, kinds: {} }").then((p) => p.state())).rejects.toThrow(/state\(\)\.kinds must be an array \(or absent\)/);
   });
 
   it('rejects a factory that returns something other than an object', async () => {

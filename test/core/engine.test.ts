@@ -259,6 +259,47 @@ describe('Engine: the happy path', () => {
   });
 });
 
+describe('Engine: counters per kind', () => {
+  it('counts each kind’s items by stage and its device time per device, and names the next kind to dispatch', () => {
+    const gate = new GatePacer();
+    const r = new Run(engine({ devices: [{ workers: 1 }, { workers: 1, kinds: ['big'] }], pacer: gate }));
+    const s = r.e.snapshot;
+    gate.openAt = Infinity;
+    r.submit(0, job('a', 2, { kind: 'small' }));
+    r.submit(0, job('b', 2, { kind: 'big' }));
+    expect(s.kinds.map((k) => [k.name, k.devices])).toEqual([
+      ['small', [0]],
+      ['big', [0, 1]],
+    ]);
+    expect(s.nextKind).toBe(0);
+    gate.openAt = 0;
+    r.apply({ type: 'tick', time: 1 });
+    // Everything dispatched: no next kind.
+    expect(s.nextKind).toBe(-1);
+    expect(s.kinds.map((k) => [k.preparing, k.waiting, k.onDevice])).toEqual([
+      [2, 0, 0],
+      [2, 0, 0],
+    ]);
+    r.prepared(10, 'a:0');
+    r.prepared(10, 'a:1');
+    r.prepared(10, 'b:0');
+    // a:0 on device 0; b:0 on device 1 (big runs there); a:1 waits.
+    expect(s.kinds.map((k) => [k.preparing, k.waiting, k.onDevice])).toEqual([
+      [0, 1, 1],
+      [1, 0, 1],
+    ]);
+    r.done(30, 'a:0', 20);
+    r.done(50, 'b:0', 40);
+    expect(s.kinds[0]).toMatchObject({ preparing: 0, waiting: 0, onDevice: 1, completions: [1, 0], busyMs: [20, 0] });
+    expect(s.kinds[1]).toMatchObject({ preparing: 1, waiting: 0, onDevice: 0, completions: [0, 1], busyMs: [0, 40] });
+    // A cancelled job's items leave its kind's counts.
+    r.apply({ type: 'cancel', time: 60, jobId: 'b' });
+    expect(s.kinds[1]).toMatchObject({ preparing: 0, waiting: 0, onDevice: 0 });
+    // The sums over kinds are the totals.
+    expect(s.kinds.reduce((n, k) => n + k.preparing + k.waiting + k.onDevice, 0)).toBe(s.preparing + s.waiting + s.onDevice);
+  });
+});
+
 describe('Engine: order', () => {
   it('a critical job submitted after normal ones is dispatched first', () => {
     const r = new Run(engine({ maxPreparing: 1 }));

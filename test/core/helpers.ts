@@ -67,7 +67,7 @@ export class GatePacer implements Pacer {
   }
 }
 
-/** A hand-made pacer snapshot: one device with `workers` workers, everything else empty, overridable. */
+/** A hand-made pacer snapshot: one device with `workers` workers, no kinds listed (pacers read the device counters), everything else empty, overridable. */
 export function snapshot(over: Partial<PacerSnapshot> = {}): PacerSnapshot {
   const workers = over.workers ?? 2;
   return {
@@ -81,6 +81,8 @@ export function snapshot(over: Partial<PacerSnapshot> = {}): PacerSnapshot {
     deviceCompletions: 0,
     deviceBusyMs: 0,
     devices: [{ workers, busy: 0, completions: 0, busyMs: 0 }],
+    kinds: [],
+    nextKind: -1,
     prepareCompletions: 0,
     prepareLatencyMsTotal: 0,
     prepareLatencySqTotal: 0,

@@ -570,3 +570,64 @@ describe('stoker pacer: service-time estimate', () => {
     expect(rate).toBeLessThan(1.1 * (2000 / 60));
   });
 });
+
+describe('stoker pacer: kinds on the device', () => {
+  const kindCounters = (name: string, completions: number, busyMs: number, inFlight = 0) => ({ name, devices: [0], preparing: inFlight, waiting: 0, onDevice: 0, completions: [completions], busyMs: [busyMs] });
+
+  it('estimates each kind’s service time on its own: blocks of heavy and light items do not drag one estimate between them', () => {
+    const p = createPacer('stoker', { targetWaiting: 2 });
+    let heavy = 0;
+    let light = 0;
+    let now = 0;
+    // Saturated device (both workers busy); blocks of 10 heavy (400 ms) then 10 light (100 ms) items.
+    for (let block = 0; block < 6; block++) {
+      for (let i = 0; i < 10; i++) {
+        now += 100;
+        if (block % 2 === 0) heavy++;
+        else light++;
+        const kinds = [kindCounters('heavy', heavy, heavy * 400), kindCounters('light', light, light * 100)];
+        p.observe(snapshot({ now, backlog: 10, nextKind: block % 2, devices: [{ workers: 2, busy: 2, completions: heavy + light, busyMs: heavy * 400 + light * 100 }], kinds }));
+      }
+    }
+    expect(p.state().kinds).toEqual([
+      { name: 'heavy', estimatedPerSec: 5 },
+      { name: 'light', estimatedPerSec: 20 },
+    ]);
+    // The rate it reports is the next kind's.
+    expect(p.state().ratePerSec).toBe(20);
+  });
+
+  it('counts the items of other kinds in flight by their device time: light items in preparation fill less of the plan for heavy ones', () => {
+    // Plan for heavy items (400 ms each, 2 workers: 5/s) over a 10 s latency: about 54 in flight.
+    const rateWith = (inFlight: 'heavy' | 'light') => {
+      const p = createPacer('stoker', { targetWaiting: 2 });
+      const kinds = [kindCounters('heavy', 1, 400, inFlight === 'heavy' ? 100 : 0), kindCounters('light', 1, 100, inFlight === 'light' ? 100 : 0)];
+      const s = { backlog: 50, preparing: 100, nextKind: 0, prepareCompletions: 1, prepareLatencyMsTotal: 10_000, prepareLatencySqTotal: 1e8, devices: [{ workers: 2, busy: 2, completions: 2, busyMs: 500 }], kinds };
+      p.observe(snapshot({ now: 0, ...s, devices: [{ workers: 2, busy: 2, completions: 0, busyMs: 0 }], kinds: kinds.map((k) => ({ ...k, completions: [0], busyMs: [0] })) }));
+      p.observe(snapshot({ now: 1000, ...s }));
+      return p.state().intervalMs;
+    };
+    // 100 heavy items overfill it: no dispatch. 100 light ones are worth 25 heavy: dispatch goes on.
+    expect(rateWith('heavy')).toBeNull();
+    expect(rateWith('light')).toBeGreaterThan(0);
+  });
+
+  it('never holds a kind that only an unmeasured device runs: it borrows what was measured elsewhere', () => {
+    const e = new Engine({ devices: [{ workers: 1, kinds: ['a'] }, { workers: 1, kinds: ['b'] }], pacer: createStokerPacer({ targetWaiting: 1 }) });
+    const d = new Driver(e);
+    d.apply({ type: 'submit', time: 0, job: job('a1', 1, { kind: 'a' }) });
+    d.prepare(10, 0);
+    d.done(110, 0, 100);
+    // Kind b: only device 1 runs it, and it has measured nothing. Its partitions are dispatched
+    // on the engine's timer alone (no completion comes to restart a held pacer).
+    let out = d.apply({ type: 'submit', time: 1000, job: job('b1', 3, { kind: 'b' }) });
+    const started = prepared(out);
+    for (let i = 0; i < 20 && started.length < 3; i++) {
+      const wake = ofType(out, 'wakeAt').at(-1)?.time;
+      expect(wake, 'a timer while b1 waits').toBeLessThan(Infinity);
+      out = d.apply({ type: 'tick', time: wake as number });
+      started.push(...prepared(out));
+    }
+    expect(started).toEqual(['b1:0', 'b1:1', 'b1:2']);
+  });
+});

@@ -239,7 +239,8 @@ class Harness {
         const g = op.job;
         const spec = {
           id: `j${this.jobs.length}`,
-          kind: 'k',
+          // Two kinds, so the per-kind counters are checked against the totals.
+          kind: this.jobs.length % 3 === 2 ? 'other' : 'k',
           priority: g.priority,
           partitions: g.partitions,
           memory: { prepareBytes: g.prepareBytes, deviceBytes: g.deviceBytes },
@@ -550,6 +551,11 @@ class Harness {
     eq(s.deviceCompletions, this.deviceCompletions, 's.deviceCompletions');
     expectNear(s.deviceBusyMs, this.deviceBusy, 'deviceBusyMs');
     eq(e.activeJobs, this.liveJobs().length, 'e.activeJobs');
+    const sum = (f: (k: (typeof s.kinds)[number]) => number) => s.kinds.reduce((n, k) => n + f(k), 0);
+    eq(sum((k) => k.preparing), s.preparing, 'Σ kinds.preparing');
+    eq(sum((k) => k.waiting), s.waiting, 'Σ kinds.waiting');
+    eq(sum((k) => k.onDevice), s.onDevice, 'Σ kinds.onDevice');
+    s.devices.forEach((dc, d) => eq(sum((k) => k.completions[d] ?? NaN), dc.completions, `Σ kinds.completions[${d}]`));
     let alive = 0;
     this.workers.forEach((ws, d) => {
       const dc = s.devices[d]!;

@@ -905,6 +905,8 @@ describe('GET /metrics (fresh server)', () => {
     const st = await status(s.url);
     expect(st.devices[0]?.completions).toBe(9);
     expect(metric(t1, 'stoker_pacer_capacity_partitions_per_second')).toBeGreaterThan(0);
+    // One kind: its own capacity estimate is the pacer's.
+    expect(metric(t1, 'stoker_kind_estimated_capacity_per_second{kind="sleep"}')).toBe(metric(t1, 'stoker_pacer_capacity_partitions_per_second'));
   });
 });
 

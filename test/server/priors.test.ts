@@ -22,9 +22,14 @@ describe('the priors file', () => {
     const dir = tempDataDir();
     dirs.push(dir);
     expect(readPriors(dir)).toBeUndefined();
-    const s = snapshot({ devices: [{ workers: 2, busy: 0, completions: 4, busyMs: 400 }, { workers: 1, busy: 0, completions: 0, busyMs: 0 }], prepareCompletions: 2, prepareLatencyMsTotal: 600, prepareLatencySqTotal: 100 ** 2 + 500 ** 2 });
-    const p = measuredPriors(s, ['default', 'gpu'], { devices: { gpu: { serviceMs: 7 } }, savedAt: '' });
-    expect(p).toMatchObject({ devices: { default: { serviceMs: 100 }, gpu: { serviceMs: 7 } }, latencyMs: 300, latencySdMs: 200 });
+    // Two kinds on the default device: 3 × 40 ms and 1 × 280 ms.
+    const kinds = [
+      { name: 'small', devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, completions: [3, 0], busyMs: [120, 0] },
+      { name: 'big', devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, completions: [1, 0], busyMs: [280, 0] },
+    ];
+    const s = snapshot({ devices: [{ workers: 2, busy: 0, completions: 4, busyMs: 400 }, { workers: 1, busy: 0, completions: 0, busyMs: 0 }], kinds, prepareCompletions: 2, prepareLatencyMsTotal: 600, prepareLatencySqTotal: 100 ** 2 + 500 ** 2 });
+    const p = measuredPriors(s, ['default', 'gpu'], { devices: { gpu: { serviceMs: 7 } }, kinds: { big: { gpu: { serviceMs: 9 } } }, savedAt: '' });
+    expect(p).toMatchObject({ devices: { default: { serviceMs: 100 }, gpu: { serviceMs: 7 } }, kinds: { small: { default: { serviceMs: 40 } }, big: { default: { serviceMs: 280 }, gpu: { serviceMs: 9 } } }, latencyMs: 300, latencySdMs: 200 });
     expect(writePriors(dir, p)).toBe(true);
     expect(readPriors(dir)).toEqual(p);
     fs.writeFileSync(path.join(dir, 'stoker.priors.json'), '{"devices": {"default": {"serviceMs": -1}}, "latencyMs": "soon"}');
@@ -53,6 +58,8 @@ describe('a restarted server', () => {
     // The sleep kind's device step reports its 50 ms; preparations take their 200 ms and a little more.
     expect(saved?.devices['default']?.serviceMs).toBeGreaterThanOrEqual(50);
     expect(saved?.devices['default']?.serviceMs).toBeLessThan(100);
+    // One kind: its own time on the device is the device's.
+    expect(saved?.kinds?.['sleep']?.['default']?.serviceMs).toBe(saved?.devices['default']?.serviceMs);
     expect(saved?.latencyMs).toBeGreaterThanOrEqual(200);
     expect(saved?.latencyMs).toBeLessThan(1000);
 

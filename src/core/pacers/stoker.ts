@@ -1,5 +1,5 @@
 import { StokerError } from '../errors.js';
-import { numberOption, type Pacer, type PacerMode, type PacerOptions, type PacerSnapshot, type PacerState } from '../pacer.js';
+import { numberOption, type KindCounters, type Pacer, type PacerMode, type PacerOptions, type PacerSnapshot, type PacerState } from '../pacer.js';
 
 /**
  * Options of the `stoker` pacer (beyond {@link PacerOptions}); their defaults are
@@ -120,12 +120,11 @@ const SLOW_VARIANCE_WEIGHT = 0.005;
  */
 const SKEWED_CV2 = 0.25;
 
-interface DeviceEstimate {
-  /** Whether a sample was ever taken with every worker busy (evidence of the saturated speed). */
-  sawSaturated: boolean;
+/** The service time of one kind on one device, from that kind's busy-time counters there. */
+interface ServiceEstimate {
   completions: number;
   busyMs: number;
-  /** Smoothed device time per item, ms; NaN until measured. */
+  /** Smoothed device time per item, ms; NaN until measured (or the prior). */
   serviceMs: number;
   /** Smoothed squared relative deviation of saturated samples from the estimate (cv²). */
   variance: number;
@@ -133,6 +132,16 @@ interface DeviceEstimate {
   varianceSlow: number;
   /** Whether the last sample was beyond the noise: −1 faster, 1 slower, 0 within it. */
   lastBeyond: number;
+  /** Completions in the self-check's current window. */
+  satCompletions: number;
+}
+
+interface DeviceEstimate {
+  /** Whether a sample was ever taken with every worker busy (evidence of the saturated speed). */
+  sawSaturated: boolean;
+  completions: number;
+  /** Per kind (by the snapshot's kind index; one entry when the snapshot lists no kinds). */
+  services: ServiceEstimate[];
   /** Smoothed fraction of this device's workers that are busy. */
   occupancy: number;
   lastBusy: number;
@@ -145,9 +154,8 @@ interface DeviceEstimate {
   plannedWorkers: number;
   /** When the alive count was last at plannedWorkers. */
   plannedAt: number;
-  /** The self-check (CHECK_*): saturated time and completions in the current window, whether a saturated span is open. */
+  /** The self-check (CHECK_*): saturated time in the current window (completions: per kind), whether a saturated span is open. */
   satMs: number;
-  satCompletions: number;
   saturatedNow: boolean;
   /** Windows in a row off the same side (signed), the last window's observed ÷ estimated rate, the factor planned with. */
   checkStreak: number;
@@ -178,6 +186,7 @@ class StokerPacer implements Pacer {
   private readonly target: number;
   private readonly prior: number;
   private readonly priorByDevice: readonly number[];
+  private readonly priorByKind: Readonly<Record<string, readonly number[]>>;
   /** Whether the latency estimate started from a remembered one (priorLatencyMs). */
   private readonly latencyPrior: boolean;
   private readonly serviceW: number;
@@ -199,6 +208,11 @@ class StokerPacer implements Pacer {
 
   // Estimates.
   private devices: DeviceEstimate[] = [];
+  /** The kinds seen (snapshot order), and λ_k for each, items/ms (estimateRates). */
+  private readonly kindNames: string[] = [];
+  private readonly kindRates: number[] = [];
+  /** The kind the plan is counted in: the next to be dispatched (the last one while none is queued). */
+  private ref = 0;
   private last = NaN;
   private prepCompletions = 0;
   private prepLatencyTotal = 0;
@@ -260,6 +274,11 @@ class StokerPacer implements Pacer {
       throw new StokerError('E_INVALID_OPTION', `pacer option priorDeviceServiceMs must be an array of numbers ≥ 0, one per device (got ${JSON.stringify(perDevice)})`);
     }
     this.priorByDevice = perDevice ?? [];
+    const perKind = options.priorKindServiceMs;
+    if (perKind !== undefined && (typeof perKind !== 'object' || perKind === null || Object.values(perKind).some((v) => !Array.isArray(v) || v.some((x) => typeof x !== 'number' || !(x >= 0))))) {
+      throw new StokerError('E_INVALID_OPTION', `pacer option priorKindServiceMs must map kind names to arrays of numbers ≥ 0, one per device (got ${JSON.stringify(perKind)})`);
+    }
+    this.priorByKind = perKind ?? {};
     this.hasEstimate = this.prior > 0 || this.priorByDevice.some((v) => v > 0);
     // A remembered latency counts as a full window of samples: measured ones move it as they would
     // a warm estimate (the margin for its error is as small as after that many samples).
@@ -275,7 +294,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d, i) => ({ sawSaturated: false, completions: d.completions, busyMs: d.busyMs, serviceMs: (this.priorByDevice[i] ?? 0) > 0 ? (this.priorByDevice[i] as number) : this.prior, variance: 0, varianceSlow: 0, lastBeyond: 0, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, checkStreak: 0, checkRatio: NaN, correction: 1 }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, saturatedNow: false, checkStreak: 0, checkRatio: NaN, correction: 1 }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -320,37 +339,57 @@ class StokerPacer implements Pacer {
   }
 
   state(): PacerState {
-    return {
+    const ref = this.ref;
+    const st: PacerState = {
       mode: this.mode,
       ratePerSec: this.lambda > 0 ? this.lambda * 1000 : null,
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
       terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit },
-      devices: this.devices.map((d) => ({
-        estimatedPerSec: d.serviceMs > 0 ? (d.lastWorkers / d.serviceMs) * 1000 : null,
-        observedRatio: Number.isNaN(d.checkRatio) ? null : d.checkRatio,
-        trusted: d.correction === 1 ? 'estimate' : 'observed',
-      })),
+      devices: this.devices.map((d) => {
+        const ms = d.services[ref]?.serviceMs ?? NaN;
+        return {
+          estimatedPerSec: ms > 0 ? (d.lastWorkers / ms) * 1000 : null,
+          observedRatio: Number.isNaN(d.checkRatio) ? null : d.checkRatio,
+          trusted: d.correction === 1 ? 'estimate' : 'observed',
+        };
+      }),
     };
+    if (this.kindNames.length > 0) st.kinds = this.kindNames.map((name, k) => ({ name, estimatedPerSec: (this.kindRates[k] ?? 0) > 0 ? (this.kindRates[k] as number) * 1000 : null }));
+    return st;
   }
 
-  /** The measurement self-check of one device (see CHECK_*), before its estimate takes this event's samples. */
-  private selfCheck(d: DeviceEstimate, c: PacerSnapshot['devices'][number], s: PacerSnapshot, dt: number, dc: number): void {
+  /** The self-check of one device (see CHECK_*), before its estimates take this event's samples. */
+  private selfCheck(d: DeviceEstimate, c: PacerSnapshot['devices'][number], s: PacerSnapshot, dt: number, dc: number, device: number): void {
     // A span runs from a completion after which the device is saturated to the completion after
     // which it is not: whole intervals between completions (a span begun at an arrival would end
     // at the next completion, sooner than an interval on average, and read the device fast).
     if (d.saturatedNow) {
       d.satMs += dt;
-      d.satCompletions += Math.max(0, dc);
+      for (let k = 0; k < d.services.length; k++) {
+        const svc = d.services[k] as ServiceEstimate;
+        svc.satCompletions += Math.max(0, completionsOf(s, k, device) - svc.completions);
+      }
     }
     const saturated = c.workers > 0 && c.busy >= c.workers && s.waiting > 0;
     if (!saturated) d.saturatedNow = false;
     else if (dc > 0) d.saturatedNow = true;
-    const need = Math.max(CHECK_MIN_COMPLETIONS, (9 * d.varianceSlow) / ((CHECK_TOLERANCE / 3) * (CHECK_TOLERANCE / 3)));
-    if (d.satCompletions < need || !(d.serviceMs > 0) || d.satMs <= 0) return;
-    const observed = d.satCompletions / d.satMs;
-    const ratio = observed / (c.workers / d.serviceMs);
+    // The window's expected busy time: its completions of each kind at that kind's estimate.
+    let completions = 0;
+    let expectedMs = 0;
+    let variance = 0;
+    for (const svc of d.services) {
+      if (svc.satCompletions === 0) continue;
+      if (!(svc.serviceMs > 0)) return;
+      completions += svc.satCompletions;
+      expectedMs += svc.satCompletions * svc.serviceMs;
+      variance = Math.max(variance, svc.varianceSlow);
+    }
+    const need = Math.max(CHECK_MIN_COMPLETIONS, (9 * variance) / ((CHECK_TOLERANCE / 3) * (CHECK_TOLERANCE / 3)));
+    if (completions < need || d.satMs <= 0) return;
+    // Observed completions ÷ those the feed-forward (workers ÷ busy time per item) predicts.
+    const ratio = expectedMs / (c.workers * d.satMs);
     d.satMs = 0;
-    d.satCompletions = 0;
+    for (const svc of d.services) svc.satCompletions = 0;
     d.checkRatio = ratio;
     const side = Math.abs(ratio - 1) <= CHECK_TOLERANCE ? 0 : Math.sign(ratio - 1);
     d.checkStreak = side === 0 ? 0 : Math.sign(d.checkStreak) === side ? d.checkStreak + side : side;
@@ -358,48 +397,69 @@ class StokerPacer implements Pacer {
     else if (Math.abs(d.checkStreak) >= CHECK_WINDOWS) d.correction = ratio;
   }
 
-  /** Service time per item from the busy-time accumulators (weighted per completion), and occupancy (smoothed in time). */
+  /**
+   * Service time per item of each kind on each device, from the busy-time accumulators (weighted
+   * per completion), and each device's occupancy (smoothed in time).
+   */
   private observeDevices(s: PacerSnapshot, dt: number): void {
     const occKeep = dt > 0 ? Math.exp(-dt / this.occTau) : 1;
+    const kinds = Math.max(1, s.kinds.length);
+    for (let k = this.kindNames.length; k < s.kinds.length; k++) this.kindNames.push((s.kinds[k] as KindCounters).name);
     for (let i = 0; i < this.devices.length; i++) {
       const d = this.devices[i] as DeviceEstimate;
       const c = s.devices[i] as PacerSnapshot['devices'][number];
+      // A kind first seen starts from its prior on this device, else the device's, if any.
+      while (d.services.length < kinds) {
+        const k = d.services.length;
+        const own = s.kinds[k] ? (this.priorByKind[(s.kinds[k] as KindCounters).name]?.[i] ?? 0) : 0;
+        const prior = own > 0 ? own : (this.priorByDevice[i] ?? 0) > 0 ? (this.priorByDevice[i] as number) : this.prior;
+        if (prior > 0) this.hasEstimate = true;
+        d.services.push(newService(completionsOf(s, k, i), busyOf(s, k, i), prior));
+      }
       const dc = c.completions - d.completions;
-      this.selfCheck(d, c, s, dt, dc);
+      this.selfCheck(d, c, s, dt, dc, i);
       if (dc > 0) {
-        // A step that reports no busy time (a very fast one, or a workload that does not measure)
-        // still takes some: a service time of 0 would make the rate 0 and hold dispatch for good.
-        const sample = Math.max(MIN_SERVICE_MS, (c.busyMs - d.busyMs) / dc);
-        // A slower device is believed at once (memory first). Under contention an item runs
-        // faster when its device is short of work, so once the device has been seen saturated, a
-        // fast sample taken while workers sit idle overstates the saturated rate: it is weighed
-        // less. Before that, fast samples are all the evidence there is (a first sample slowed
-        // by warm-up must not keep the estimate low and the device starved).
-        const skewed = d.varianceSlow > SKEWED_CV2;
-        const slower = sample > d.serviceMs && !skewed;
         const saturated = c.busy >= c.workers;
         if (saturated) d.sawSaturated = true;
-        const starved = !saturated && d.sawSaturated && !skewed;
-        // News is a sample beyond the noise: at once on a quiet device; on a noisy one only when the
-        // previous sample was beyond it on the same side too (one outlier of a skewed distribution is not news).
-        const dev = d.serviceMs > 0 ? (sample - d.serviceMs) / d.serviceMs : 0;
-        const beyond = Math.abs(dev) <= NOISE_Z * Math.sqrt(d.variance / dc) + NOISE_FLOOR ? 0 : Math.sign(dev);
-        const news = beyond !== 0 && !skewed && (d.variance < QUIET_CV2 || d.lastBeyond === beyond);
-        d.lastBeyond = beyond;
-        let weight: number;
-        if (news) weight = slower ? this.slowerWeight : starved ? this.serviceW * this.starvedWeight : this.serviceW;
-        else weight = this.quietWeight(d, c.workers) * (starved ? this.starvedWeight : 1);
-        // The noise itself, from saturated samples, each clipped at 3 σ so a speed change barely moves it.
-        if (!starved && d.serviceMs > 0) {
-          const clip = NOISE_Z * NOISE_Z * Math.max(d.variance, NOISE_FLOOR * NOISE_FLOOR);
-          d.variance += VARIANCE_WEIGHT * (Math.min(dev * dev * dc, clip) - d.variance);
-          d.varianceSlow += (1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dc)) * (Math.min(dev * dev * dc, clip) - d.varianceSlow);
+        for (let k = 0; k < kinds; k++) {
+          const svc = d.services[k] as ServiceEstimate;
+          const completions = completionsOf(s, k, i);
+          const dk = completions - svc.completions;
+          if (dk <= 0) continue;
+          const busyMs = busyOf(s, k, i);
+          // A step that reports no busy time (a very fast one, or a workload that does not measure)
+          // still takes some: a service time of 0 would make the rate 0 and hold dispatch for good.
+          const sample = Math.max(MIN_SERVICE_MS, (busyMs - svc.busyMs) / dk);
+          // A slower device is believed at once (memory first). Under contention an item runs
+          // faster when its device is short of work, so once the device has been seen saturated, a
+          // fast sample taken while workers sit idle overstates the saturated rate: it is weighed
+          // less. Before that, fast samples are all the evidence there is (a first sample slowed
+          // by warm-up must not keep the estimate low and the device starved).
+          const skewed = svc.varianceSlow > SKEWED_CV2;
+          const slower = sample > svc.serviceMs && !skewed;
+          const starved = !saturated && d.sawSaturated && !skewed;
+          // News is a sample beyond the noise: at once on a quiet device; on a noisy one only when the
+          // previous sample was beyond it on the same side too (one outlier of a skewed distribution is not news).
+          const dev = svc.serviceMs > 0 ? (sample - svc.serviceMs) / svc.serviceMs : 0;
+          const beyond = Math.abs(dev) <= NOISE_Z * Math.sqrt(svc.variance / dk) + NOISE_FLOOR ? 0 : Math.sign(dev);
+          const news = beyond !== 0 && !skewed && (svc.variance < QUIET_CV2 || svc.lastBeyond === beyond);
+          svc.lastBeyond = beyond;
+          let weight: number;
+          if (news) weight = slower ? this.slowerWeight : starved ? this.serviceW * this.starvedWeight : this.serviceW;
+          else weight = this.quietWeight(svc, c.workers) * (starved ? this.starvedWeight : 1);
+          // The noise itself, from saturated samples, each clipped at 3 σ so a speed change barely moves it.
+          if (!starved && svc.serviceMs > 0) {
+            const clip = NOISE_Z * NOISE_Z * Math.max(svc.variance, NOISE_FLOOR * NOISE_FLOOR);
+            svc.variance += VARIANCE_WEIGHT * (Math.min(dev * dev * dk, clip) - svc.variance);
+            svc.varianceSlow += (1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dk)) * (Math.min(dev * dev * dk, clip) - svc.varianceSlow);
+          }
+          const w = 1 - Math.pow(1 - weight, dk);
+          svc.serviceMs = svc.serviceMs > 0 ? svc.serviceMs + w * (sample - svc.serviceMs) : sample;
+          svc.completions = completions;
+          svc.busyMs = busyMs;
         }
-        const w = 1 - Math.pow(1 - weight, dc);
-        d.serviceMs = d.serviceMs > 0 ? d.serviceMs + w * (sample - d.serviceMs) : sample;
         this.hasEstimate = true;
         d.completions = c.completions;
-        d.busyMs = c.busyMs;
       }
       if (dt > 0) {
         const held = d.lastWorkers > 0 ? d.lastBusy / d.lastWorkers : 0;
@@ -418,9 +478,9 @@ class StokerPacer implements Pacer {
    * Weight of a sample within the noise: an average over n samples, enough that the inventory
    * error the estimate's noise causes (λ_device · latency · cv / √n) stays within half the target.
    */
-  private quietWeight(d: DeviceEstimate, workers: number): number {
-    const lambda = d.serviceMs > 0 ? workers / d.serviceMs : 0;
-    const spread = (lambda * this.latency * Math.sqrt(d.varianceSlow)) / (0.5 * this.target);
+  private quietWeight(svc: ServiceEstimate, workers: number): number {
+    const lambda = svc.serviceMs > 0 ? workers / svc.serviceMs : 0;
+    const spread = (lambda * this.latency * Math.sqrt(svc.varianceSlow)) / (0.5 * this.target);
     return Math.min(this.serviceW, 2 / (spread * spread + 1));
   }
 
@@ -450,35 +510,65 @@ class StokerPacer implements Pacer {
     this.margin = (this.safetyZ * this.spread) / Math.sqrt(samples);
   }
 
-  /** λ: sum of per-device rates; a device not measured yet borrows the mean service time of the others. */
+  /**
+   * λ_k for each kind: the sum over the devices that run it of workers ÷ its service time there. A
+   * kind not measured on a device borrows its mean service time on the others, else the device's
+   * mean over its other kinds, else the mean of everything measured, else the prior (so once
+   * anything is known, every device that runs the next kind has a rate: dispatch never holds for
+   * want of one). The plan is made in items of the next kind to be
+   * dispatched (λ = its λ_k); the others count by their device time (see recompute).
+   */
   private estimateRates(s: PacerSnapshot): void {
-    let known = 0;
-    let knownMs = 0;
+    const kinds = Math.max(1, s.kinds.length);
+    if (s.nextKind >= 0 && s.nextKind < kinds) this.ref = s.nextKind;
+    else if (this.ref >= kinds) this.ref = 0;
+    let all = 0;
+    let allMs = 0;
     for (const d of this.devices) {
-      if (d.serviceMs > 0) {
-        known++;
-        knownMs += d.serviceMs;
+      for (const svc of d.services) {
+        if (svc.serviceMs > 0) {
+          all++;
+          allMs += svc.serviceMs;
+        }
       }
     }
-    const fallbackMs = known > 0 ? knownMs / known : this.prior;
-    let lambda = 0;
-    let draining = 0;
-    for (let i = 0; i < this.devices.length; i++) {
-      const d = this.devices[i] as DeviceEstimate;
-      const ms = d.serviceMs > 0 ? d.serviceMs : fallbackMs;
-      const c = s.devices[i] as PacerSnapshot['devices'][number];
-      // Planned for the workers of the last latency (see plannedWorkers); what drains now is what is alive.
-      const workers = d.plannedWorkers;
-      // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
-      if (c.eligible === false) continue;
-      if (ms > 0 && workers > 0) {
-        // The self-check's factor: 1 unless saturated windows keep showing another capacity.
-        lambda += (workers / ms) * d.correction;
-        draining += (c.workers / ms) * d.correction * d.occupancy;
+    const anyMs = all > 0 ? allMs / all : this.prior;
+    for (let k = 0; k < kinds; k++) {
+      let known = 0;
+      let knownMs = 0;
+      for (const d of this.devices) {
+        const ms = d.services[k]?.serviceMs ?? NaN;
+        if (ms > 0) {
+          known++;
+          knownMs += ms;
+        }
+      }
+      const kindMs = known > 0 ? knownMs / known : NaN;
+      const runsOn = s.kinds.length > 0 ? (s.kinds[k] as KindCounters).devices : null;
+      let lambda = 0;
+      let draining = 0;
+      for (let i = 0; i < this.devices.length; i++) {
+        if (runsOn && !runsOn.includes(i)) continue;
+        const d = this.devices[i] as DeviceEstimate;
+        const c = s.devices[i] as PacerSnapshot['devices'][number];
+        // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
+        if (c.eligible === false) continue;
+        const own = d.services[k]?.serviceMs ?? NaN;
+        const ms = own > 0 ? own : kindMs > 0 ? kindMs : deviceMeanMs(d, anyMs);
+        // Planned for the workers of the last latency (see plannedWorkers); what drains now is what is alive.
+        const workers = d.plannedWorkers;
+        if (ms > 0 && workers > 0) {
+          // The self-check's factor: 1 unless saturated windows keep showing another capacity.
+          lambda += (workers / ms) * d.correction;
+          draining += (c.workers / ms) * d.correction * d.occupancy;
+        }
+      }
+      this.kindRates[k] = lambda;
+      if (k === this.ref) {
+        this.lambda = lambda;
+        this.draining = draining;
       }
     }
-    this.lambda = lambda;
-    this.draining = draining;
   }
 
   /**
@@ -510,10 +600,11 @@ class StokerPacer implements Pacer {
     let cv2 = 0;
     let rates = 0;
     for (const d of this.devices) {
-      if (!(d.serviceMs > 0)) continue;
-      const r = d.plannedWorkers / d.serviceMs;
+      const svc = d.services[this.ref];
+      if (!svc || !(svc.serviceMs > 0)) continue;
+      const r = d.plannedWorkers / svc.serviceMs;
       rates += r;
-      if (d.varianceSlow > SKEWED_CV2) cv2 += r * d.varianceSlow;
+      if (svc.varianceSlow > SKEWED_CV2) cv2 += r * svc.varianceSlow;
     }
     return rates > 0 && cv2 > 0 ? this.safetyZ * Math.sqrt((lambda * lat * cv2) / rates) : 0;
   }
@@ -527,7 +618,13 @@ class StokerPacer implements Pacer {
     }
     // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
     const lat = this.latency > 0 ? this.latency : Number.isFinite(this.busySince) ? s.now - this.busySince : 0;
-    const inventory = s.preparing + s.waiting + s.onDevice;
+    // Items of other kinds count by their device time, in items of the next kind (λ ÷ λ_k each).
+    let inventory = s.preparing + s.waiting + s.onDevice;
+    for (let k = 0; k < s.kinds.length; k++) {
+      const kc = s.kinds[k] as KindCounters;
+      const rate = this.kindRates[k] as number;
+      if (k !== this.ref && rate > 0) inventory += (kc.preparing + kc.waiting + kc.onDevice) * (lambda / rate - 1);
+    }
     let workers = 0;
     for (const d of this.devices) workers += d.plannedWorkers;
     this.inventoryTarget = lambda * (lat + this.margin) + this.serviceStock(lambda, lat) + workers + this.target + this.integral;
@@ -535,4 +632,30 @@ class StokerPacer implements Pacer {
     this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.draining + this.catchUp * lambda);
     this.rate = Math.min(Math.max(u, 0), this.maxRate);
   }
+}
+
+function newService(completions: number, busyMs: number, serviceMs: number): ServiceEstimate {
+  return { completions, busyMs, serviceMs, variance: 0, varianceSlow: 0, lastBeyond: 0, satCompletions: 0 };
+}
+
+/** Kind k's completions on device d (a snapshot without kinds: the device's own). */
+function completionsOf(s: PacerSnapshot, k: number, d: number): number {
+  return s.kinds.length > 0 ? ((s.kinds[k] as KindCounters).completions[d] as number) : (s.devices[d] as PacerSnapshot['devices'][number]).completions;
+}
+
+function busyOf(s: PacerSnapshot, k: number, d: number): number {
+  return s.kinds.length > 0 ? ((s.kinds[k] as KindCounters).busyMs[d] as number) : (s.devices[d] as PacerSnapshot['devices'][number]).busyMs;
+}
+
+/** A device's mean service time over the kinds measured on it, else `fallback`. */
+function deviceMeanMs(d: DeviceEstimate, fallback: number): number {
+  let n = 0;
+  let sum = 0;
+  for (const svc of d.services) {
+    if (svc.serviceMs > 0) {
+      n++;
+      sum += svc.serviceMs;
+    }
+  }
+  return n > 0 ? sum / n : fallback;
 }
