@@ -159,6 +159,7 @@ export class Engine {
       prepareLatencyMsTotal: 0,
       prepareLatencySqTotal: 0,
       preparingStartMsTotal: 0,
+      preparingMsTotal: 0,
       budgetBlocked: false,
       budgetUsedBytes: 0,
       budgetTotalBytes: this.budget.totalBytes,
@@ -231,6 +232,7 @@ export class Engine {
     // Invalid input is rejected before anything changes, the clock included.
     const job = this.validate(event);
     const out: Command[] = [];
+    if (this.snapshot.preparing > 0) this.snapshot.preparingMsTotal += this.snapshot.preparing * (event.time - this.now);
     this.now = event.time;
     this.snapshot.now = event.time;
     // A deadline that passed before this event ends its job first: a completion after it is too late.
@@ -239,7 +241,6 @@ export class Engine {
     else this.handle(event, out);
     this.expireDeadlines(out); // a job submitted with a deadline already past
     this.assignDevices(out);
-    this.snapshot.nextKind = this.backlog.peek()?.job.kindIndex ?? -1;
     this.pacer.observe(this.snapshot);
     const pacerWake = this.dispatch(out);
     const next = Math.min(pacerWake, this.deadlines.peek()?.spec.deadline ?? Infinity);
@@ -635,8 +636,8 @@ export class Engine {
     s.budgetBlocked = false;
     if (this.draining) return Infinity;
     for (let head = this.backlog.peek(); head; head = this.backlog.peek()) {
-      if (s.preparing >= this.maxPreparing) return Infinity;
       s.nextKind = head.job.kindIndex;
+      if (s.preparing >= this.maxPreparing) return Infinity;
       const at = this.pacer.nextDispatchAt(s);
       if (!(at <= this.now)) return Number.isNaN(at) ? Infinity : at;
       if (!this.budget.tryReserve(head.job.reservation)) {

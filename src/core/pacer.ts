@@ -68,7 +68,7 @@ export interface PacerSnapshot {
   devices: DeviceCounters[];
   /** Per kind (see {@link KindCounters}); with a single kind its counters are the device ones. */
   kinds: KindCounters[];
-  /** Index in `kinds` of the item the next dispatch would start; −1 when none is queued. */
+  /** Index in `kinds` of the item the next dispatch would start, as of the last dispatch attempt; −1 when none was queued. */
   nextKind: number;
   /** Preparations completed so far. */
   prepareCompletions: number;
@@ -78,6 +78,8 @@ export interface PacerSnapshot {
   prepareLatencySqTotal: number;
   /** Sum of the start times of the items now in preparation, ms (mean age = now − this / preparing). */
   preparingStartMsTotal: number;
+  /** ∫ preparing dt, ms: item-ms spent in preparation so far (its delta ÷ elapsed time is the mean number preparing). */
+  preparingMsTotal: number;
   /** True when the head of the queue is waiting for memory. */
   budgetBlocked: boolean;
   /** Bytes reserved now, and the whole budget. */
@@ -131,6 +133,8 @@ export interface PacerOptions {
   priorLatencyMs?: number;
   /** Its known standard deviation (ms). */
   priorLatencySdMs?: number;
+  /** A known preparation limit (the most preparations worth running at once: where they stop finishing more), e.g. learned in the last run. */
+  priorPrepareLimit?: number;
   [key: string]: unknown;
 }
 

@@ -102,6 +102,10 @@ export class ServiceMetrics {
     readGauge(r, 'stoker_kind_estimated_capacity_per_second', "The device capacity the pacer believes in for partitions of each kind (all devices that run it), partitions/s: kinds several times heavier on the device get their own", ['kind'], () =>
       (service.pacerState().kinds ?? []).flatMap((k) => (k.estimatedPerSec === null ? [] : [{ labels: { kind: k.name }, value: k.estimatedPerSec }])),
     );
+    readGauge(r, 'stoker_pacer_prepare_limit_partitions', 'The most preparations the pacer lets run at once, where it found that more stop finishing more (absent when it holds no limit)', [], () => {
+      const limit = service.pacerState().terms['prepareLimit'];
+      return limit === undefined ? [] : one(limit);
+    });
     readGauge(r, 'stoker_device_workers', 'Live workers per device', ['device'], () =>
       service.workerStates().map((ws, d) => ({ labels: { device: devices()[d] ?? String(d) }, value: ws.filter((w) => w.alive).length })),
     );

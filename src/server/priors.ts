@@ -18,6 +18,8 @@ export interface Priors {
   /** Mean and standard deviation of the preparation latency, ms. */
   latencyMs?: number;
   latencySdMs?: number;
+  /** The preparation limit the pacer held (where more preparations at once stopped finishing more). */
+  prepareLimit?: number;
   savedAt: string;
 }
 
@@ -52,12 +54,16 @@ export function readPriors(dataDir: string): Priors | undefined {
     ...(Object.keys(kinds).length > 0 ? { kinds } : {}),
     ...(positive(r.latencyMs) ? { latencyMs: r.latencyMs } : {}),
     ...(positive(r.latencySdMs) ? { latencySdMs: r.latencySdMs } : {}),
+    ...(positive(r.prepareLimit) ? { prepareLimit: r.prepareLimit } : {}),
     savedAt: typeof r.savedAt === 'string' ? r.savedAt : '',
   };
 }
 
-/** What this run measured (from the engine's counters), over what was remembered where it measured nothing. */
-export function measuredPriors(s: PacerSnapshot, deviceNames: readonly string[], before: Priors | undefined): Priors {
+/**
+ * What this run measured (from the engine's counters, and the preparation limit the pacer holds
+ * now, if any), over what was remembered where it measured nothing.
+ */
+export function measuredPriors(s: PacerSnapshot, deviceNames: readonly string[], before: Priors | undefined, prepareLimit?: number): Priors {
   const devices: Priors['devices'] = { ...before?.devices };
   deviceNames.forEach((name, i) => {
     const d = s.devices[i];
@@ -74,7 +80,8 @@ export function measuredPriors(s: PacerSnapshot, deviceNames: readonly string[],
   const n = s.prepareCompletions;
   const mean = n > 0 ? s.prepareLatencyMsTotal / n : before?.latencyMs;
   const sd = n > 1 ? Math.sqrt(Math.max(0, s.prepareLatencySqTotal / n - (s.prepareLatencyMsTotal / n) ** 2)) : before?.latencySdMs;
-  return { devices, ...(Object.keys(kinds).length > 0 ? { kinds } : {}), ...(positive(mean) ? { latencyMs: mean } : {}), ...(positive(sd) ? { latencySdMs: sd } : {}), savedAt: new Date().toISOString() };
+  const limit = n > 0 ? prepareLimit : before?.prepareLimit;
+  return { devices, ...(Object.keys(kinds).length > 0 ? { kinds } : {}), ...(positive(limit) ? { prepareLimit: limit } : {}), ...(positive(mean) ? { latencyMs: mean } : {}), ...(positive(sd) ? { latencySdMs: sd } : {}), savedAt: new Date().toISOString() };
 }
 
 /** Writes the priors (a new file renamed over the old: never half written); false when the disk refused. */

@@ -30,7 +30,10 @@ const Contention = z.array(positive('a contention factor')).min(1, { error: 'lis
 const KindSchema = z.strictObject({
   /** Preparation latency (seconds) when it runs alone. */
   prepare: DistSchema,
-  /** Latency multiplier by number of concurrent preparations (sampled at start). @default [1] */
+  /**
+   * Latency multiplier by number of concurrent preparations, applied continuously (a fluid model:
+   * a preparation in flight slows down when more start, speeds up when they end). @default [1]
+   */
   contention: Contention.default([1]),
   /**
    * Device time (seconds, one busy worker at speed 1) of this kind's items, overriding the

@@ -28,6 +28,11 @@ function fieldTestbed(name: string, description: string, budgetBytes: number): S
   };
 }
 
+/** Preparation contention with a knee: 1 up to `knee` concurrent preparations, then (n / knee)^power (to 400 at once). */
+function kneeContention(knee: number, power: number): number[] {
+  return Array.from({ length: 400 }, (_, i) => Math.max(1, ((i + 1) / knee) ** power));
+}
+
 export const GAIN_SWEEP_SERVICE_S = [0.25, 0.5, 1, 2, 4] as const;
 
 function gainSweep(service: number): ScenarioInput {
@@ -138,6 +143,16 @@ const inputs: ScenarioInput[] = [
       heavy: { prepare: { type: 'uniform', min: 30, max: 50 }, service: { type: 'uniform', min: 3.5, max: 4.5 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } },
       light: { prepare: { type: 'uniform', min: 30, max: 50 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } },
     },
+  }),
+  seedLike('prep-knee', 'seed stages, 250 jobs, a 200 GiB budget; preparations share the machine: past 24 at once each slows as (n / 24)^1.3 (memory thrash), so preparation throughput peaks at 24 in flight (0.6/s, below the devices’ 1.67/s) and falls beyond', {
+    budgetBytes: 200 * GiB,
+    arrivals: [{ atS: 0, jobs: 250, partitions: 10, kind: 'proof' }],
+    kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, contention: kneeContention(24, 1.3), memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
+  }),
+  seedLike('prep-plateau', 'seed stages, 250 jobs, a 200 GiB budget; past 24 preparations at once each slows as n / 24 (24 cores): more in flight only adds latency and memory (0.6/s whatever the number)', {
+    budgetBytes: 200 * GiB,
+    arrivals: [{ atS: 0, jobs: 250, partitions: 10, kind: 'proof' }],
+    kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, contention: kneeContention(24, 1), memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
   }),
   seedLike('priority', 'seed stages: 12 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
     arrivals: [

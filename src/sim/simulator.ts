@@ -1,7 +1,7 @@
 import { Engine, IndexedHeap, type TimelineRecorder, type Command, type EngineEvent, type HeapNode, type JobSpec, type Pacer, type PacerOptions, type PacerSnapshot } from '../core/index.js';
 import { Recorder, type Metrics, type Series } from './metrics.js';
 import { Rng } from './random.js';
-import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Scenario, type ScenarioEvent } from './scenario.js';
+import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Kind, type Scenario, type ScenarioEvent } from './scenario.js';
 
 /**
  * Kinds of events in the simulator's heap. Arrivals and scenario events are already sorted and
@@ -39,10 +39,10 @@ interface SimDevice {
   speed: number;
   contention: number[];
   service: Dist;
-  /** Per kind: its service time on this device (kinds.<name>.service, else the device's). */
-  serviceOf: Record<string, Dist>;
-  /** Per kind: its mean service time ÷ the device's own (the work an item of it counts for in the throughput ratio). */
-  workOf: Record<string, number>;
+  /** By kind index (SimItem.kindIndex): its service time on this device (kinds.<name>.service, else the device's). */
+  serviceOf: Dist[];
+  /** By kind index: its mean service time ÷ the device's own (the work an item of it counts for in the throughput ratio). */
+  workOf: number[];
   /** Reports each item's own service time instead of the time it held its worker (scenario busyTime "own"). */
   ownBusy: boolean;
   workers: SimWorker[];
@@ -57,11 +57,14 @@ interface SimItem {
   /** Scenario faults aimed at this partition. */
   failPrepare: boolean;
   failDevice: boolean;
-  kind: string;
+  /** Its kind's index in the scenario's kinds (kindList, SimDevice.serviceOf, workOf). */
+  kindIndex: number;
   job: string;
   partition: number;
   /** The item's preparation event, reused across attempts; pending while it is in the heap. */
   prepEv: SimEvent | null;
+  /** Fluid preparation (see prepFluid): work left in ms at rate 1. */
+  prepRemaining: number;
   device: number;
   worker: number;
 }
@@ -184,9 +187,29 @@ export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number):
     ahead += j.spec.partitions * workOf(j.spec.kind);
   }
   const from = reach + 2 * (high + service);
+  // Where preparations contend, the drain goes no faster than they can at their best concurrency.
+  const rate = (kind: string) => Math.min(capacity / workOf(kind), prepareCapacity(s.kinds[kind]));
   let end = 0;
-  for (const j of jobs) end = Math.max(end, j.atMs + mean) + (j.spec.partitions * workOf(j.spec.kind)) / capacity;
+  for (const j of jobs) end = Math.max(end, j.atMs + mean) + j.spec.partitions / rate(j.spec.kind);
   return { fromMs: from, toMs: Math.max(from, end - high) };
+}
+
+/**
+ * Preparation throughput of a kind at its best concurrency, items/ms: max over n of n ÷ (mean
+ * latency × contention factor at n); Infinity when it still grows at the end of the list.
+ */
+function prepareCapacity(k: Scenario['kinds'][string] | undefined): number {
+  if (!k) return Infinity;
+  const list = k.contention;
+  let best = 0;
+  let at = 0;
+  list.forEach((f, i) => {
+    if ((i + 1) / f > best) {
+      best = (i + 1) / f;
+      at = i;
+    }
+  });
+  return at === list.length - 1 ? Infinity : best / meanMs(k.prepare);
 }
 
 /** Mean base preparation latency, weighted by the partitions of each kind. */
@@ -208,12 +231,14 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   const pacer = options.pacer({ ...s.pacerOptions, targetWaiting: s.targetWaiting });
   const workersPerDevice = deviceWorkers(s);
   const groups = s.devices.flatMap((g) => Array.from({ length: g.count }, () => g));
+  const kindIndex = new Map(Object.keys(s.kinds).map((name, i) => [name, i]));
+  const kindList = Object.values(s.kinds);
   const devices: SimDevice[] = groups.map((g) => ({
     speed: g.speed,
     contention: g.contention,
     service: g.service,
-    serviceOf: Object.fromEntries(Object.entries(s.kinds).map(([name, k]) => [name, k.service ?? g.service])),
-    workOf: Object.fromEntries(Object.entries(s.kinds).map(([name, k]) => [name, k.service ? meanMs(k.service) / meanMs(g.service) : 1])),
+    serviceOf: Object.values(s.kinds).map((k) => k.service ?? g.service),
+    workOf: Object.values(s.kinds).map((k) => (k.service ? meanMs(k.service) / meanMs(g.service) : 1)),
     ownBusy: g.busyTime === 'own',
     busy: 0,
     lastUpdate: 0,
@@ -254,6 +279,37 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   const failures: JobFailure[] = [];
   const firstStartMs: Record<string, number> = {};
   let preparing = 0;
+  /**
+   * Preparation contention as a fluid, like the devices': with k preparations in flight each one
+   * progresses at 1 / factor(its kind's contention, k), so a preparation already running slows
+   * down when more start (shared cores, memory bandwidth) and speeds up when they finish. Only
+   * where some kind's contention is not all 1s (otherwise latency is what was sampled).
+   */
+  const prepFluid = Object.values(s.kinds).some((k) => k.contention.some((f) => f !== 1));
+  const inPrep = new Set<SimItem>();
+  let prepAt = 0;
+  let prepDirty = false;
+  /** Brings every preparation's remaining work up to `now` at the concurrency it ran with. */
+  const advancePrep = () => {
+    const elapsed = now - prepAt;
+    if (elapsed > 0) for (const it of inPrep) it.prepRemaining = Math.max(0, it.prepRemaining - elapsed / factor((kindList[it.kindIndex] as Kind).contention, preparing));
+    prepAt = now;
+    prepDirty = true;
+  };
+  /** Re-times every preparation's end for the concurrency now (once per instant, like devices). */
+  const retimePrep = () => {
+    prepDirty = false;
+    for (const it of inPrep) {
+      const ev = it.prepEv as SimEvent;
+      const t = now + it.prepRemaining * factor((kindList[it.kindIndex] as Kind).contention, preparing);
+      if (ev.time !== t) {
+        heap.remove(ev);
+        ev.time = t;
+        ev.seq = seq++;
+        heap.push(ev);
+      }
+    }
+  };
   let now = 0;
   let events = 0;
   let capacity = capacity0;
@@ -316,10 +372,15 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
       switch (c.type) {
         case 'startPrepare': {
           const it = items[c.item.id] as SimItem;
+          if (prepFluid) advancePrep();
           preparing++;
-          const kind = s.kinds[it.kind];
-          if (!kind) throw new Error(`unknown kind ${it.kind}`);
-          const latency = sampleMs(kind.prepare, it.rng) * factor(kind.contention, preparing);
+          const kind = kindList[it.kindIndex] as Kind;
+          const base = sampleMs(kind.prepare, it.rng);
+          const latency = base * factor(kind.contention, preparing);
+          if (prepFluid) {
+            it.prepRemaining = base;
+            inPrep.add(it);
+          }
           const fail = (kind.prepareFailure > 0 && it.rng.uniform() < kind.prepareFailure) || it.failPrepare;
           const b = c.attempt * 2 + (fail ? 1 : 0);
           if (it.prepEv) {
@@ -336,10 +397,10 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           const d = devices[c.device] as SimDevice;
           advance(d);
           const w = d.workers[c.worker] as SimWorker;
-          const kind = s.kinds[it.kind];
+          const kind = kindList[it.kindIndex] as Kind;
           w.item = c.item.id;
           w.attempt = c.attempt;
-          w.remaining = sampleMs(d.serviceOf[it.kind] ?? d.service, it.rng);
+          w.remaining = sampleMs(d.serviceOf[it.kindIndex] as Dist, it.rng);
           w.own = w.remaining / d.speed;
           w.startedAt = now;
           const p = kind?.deviceFailure ?? 0;
@@ -354,6 +415,10 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           const it = items[c.item.id];
           if (!it) break;
           if (c.stage === 'preparing' && it.prepEv && heap.remove(it.prepEv)) {
+            if (prepFluid) {
+              advancePrep();
+              inPrep.delete(it);
+            }
             preparing--;
           } else if (c.stage === 'on-device') {
             const d = devices[it.device] as SimDevice;
@@ -395,7 +460,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
       const id = nextItemId++;
       const failPrepare = jobFaults?.some((f) => f.partition === p && f.stage === 'prepare') ?? false;
       const failDevice = jobFaults?.some((f) => f.partition === p && f.stage === 'device') ?? false;
-      items[id] = { rng: new Rng(seed, id), failPrepare, failDevice, kind: job.spec.kind, job: job.spec.id, partition: p, prepEv: null, device: -1, worker: -1 };
+      items[id] = { rng: new Rng(seed, id), failPrepare, failDevice, kindIndex: kindIndex.get(job.spec.kind) ?? 0, job: job.spec.id, partition: p, prepEv: null, prepRemaining: 0, device: -1, worker: -1 };
     }
     apply({ type: 'submit', time: now, job: job.spec });
   };
@@ -422,6 +487,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
 
   for (;;) {
     while (dirty.length) retime(dirty.pop() as number);
+    if (prepDirty) retimePrep();
     const job = jobs[nextJob];
     const scen = scenarioEvents[nextScenario];
     const top = heap.peek();
@@ -440,6 +506,10 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     } else if (topAt === next) {
       const ev = heap.pop() as SimEvent;
       if (ev.kind === PREP) {
+        if (prepFluid) {
+          advancePrep();
+          inPrep.delete(items[ev.a] as SimItem);
+        }
         preparing--;
         const attempt = ev.b >> 1;
         if (ev.b & 1) {
@@ -460,7 +530,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
         const busyMs = d.ownBusy ? w.own : now - w.startedAt;
         w.ev = null;
         release(d, ev.a, w);
-        if (!fail) work += d.workOf[(items[item] as SimItem).kind] ?? 1;
+        if (!fail) work += d.workOf[(items[item] as SimItem).kindIndex] as number;
         items[item] = undefined;
         if (fail) apply({ type: 'deviceFailed', time: now, item, attempt, reason: 'simulated device error' });
         else {

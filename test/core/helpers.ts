@@ -87,6 +87,7 @@ export function snapshot(over: Partial<PacerSnapshot> = {}): PacerSnapshot {
     prepareLatencyMsTotal: 0,
     prepareLatencySqTotal: 0,
     preparingStartMsTotal: 0,
+    preparingMsTotal: 0,
     budgetBlocked: false,
     budgetUsedBytes: 0,
     budgetTotalBytes: Infinity,

@@ -631,3 +631,22 @@ describe('stoker pacer: kinds on the device', () => {
     expect(started).toEqual(['b1:0', 'b1:1', 'b1:2']);
   });
 });
+
+describe('stoker pacer: the preparation limiter', () => {
+  it('starts from a remembered limit: no more than that many preparations at once, the next one when one ends', () => {
+    const e = new Engine({ devices: [{ workers: 2 }], pacer: createStokerPacer({ targetWaiting: 2, priorServiceMs: 100, priorLatencyMs: 1000, priorPrepareLimit: 3 }) });
+    const d = new Driver(e);
+    let out = d.apply({ type: 'submit', time: 0, job: job('a', 20) });
+    const started = prepared(out);
+    for (let t = 1; t < 500; t += 50) started.push(...prepared(d.apply({ type: 'tick', time: t })));
+    expect(started).toEqual(['a:0', 'a:1', 'a:2']);
+    expect(e.pacer.state().terms['prepareLimit']).toBe(3);
+    out = d.prepare(600, 0);
+    expect(prepared(out).length).toBeLessThanOrEqual(1);
+    expect(e.snapshot.preparing).toBeLessThanOrEqual(3);
+  });
+
+  it('rejects a limit that is not a number', () => {
+    expectStokerError(() => createStokerPacer({ priorPrepareLimit: 'ten' as unknown as number }), 'E_INVALID_OPTION', /priorPrepareLimit must be a number/);
+  });
+});

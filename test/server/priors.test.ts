@@ -28,8 +28,10 @@ describe('the priors file', () => {
       { name: 'big', devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, completions: [1, 0], busyMs: [280, 0] },
     ];
     const s = snapshot({ devices: [{ workers: 2, busy: 0, completions: 4, busyMs: 400 }, { workers: 1, busy: 0, completions: 0, busyMs: 0 }], kinds, prepareCompletions: 2, prepareLatencyMsTotal: 600, prepareLatencySqTotal: 100 ** 2 + 500 ** 2 });
-    const p = measuredPriors(s, ['default', 'gpu'], { devices: { gpu: { serviceMs: 7 } }, kinds: { big: { gpu: { serviceMs: 9 } } }, savedAt: '' });
-    expect(p).toMatchObject({ devices: { default: { serviceMs: 100 }, gpu: { serviceMs: 7 } }, kinds: { small: { default: { serviceMs: 40 } }, big: { default: { serviceMs: 280 }, gpu: { serviceMs: 9 } } }, latencyMs: 300, latencySdMs: 200 });
+    const p = measuredPriors(s, ['default', 'gpu'], { devices: { gpu: { serviceMs: 7 } }, kinds: { big: { gpu: { serviceMs: 9 } } }, prepareLimit: 40, savedAt: '' }, 25);
+    expect(p).toMatchObject({ devices: { default: { serviceMs: 100 }, gpu: { serviceMs: 7 } }, kinds: { small: { default: { serviceMs: 40 } }, big: { default: { serviceMs: 280 }, gpu: { serviceMs: 9 } } }, latencyMs: 300, latencySdMs: 200, prepareLimit: 25 });
+    // A run that prepared and held no limit forgets the remembered one.
+    expect(measuredPriors(s, ['default', 'gpu'], p).prepareLimit).toBeUndefined();
     expect(writePriors(dir, p)).toBe(true);
     expect(readPriors(dir)).toEqual(p);
     fs.writeFileSync(path.join(dir, 'stoker.priors.json'), '{"devices": {"default": {"serviceMs": -1}}, "latencyMs": "soon"}');

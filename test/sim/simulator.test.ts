@@ -86,6 +86,51 @@ describe('arrivals and the steady window', () => {
   });
 });
 
+describe('fluid contention', () => {
+  const preparedAt = (scenario: ScenarioInput) => {
+    const times: Record<string, number> = {};
+    simulate(parseScenario(scenario), {
+      pacer: (o) => createPacer('unpaced', o),
+      onStep: (e, cmds) => {
+        if (e.type === 'prepared') for (const c of cmds) if (c.type === 'startDevice') times[c.item.jobId] = e.time;
+      },
+    });
+    return times;
+  };
+
+  it('a preparation in flight slows down when another starts and speeds up when it ends (kinds.*.contention)', () => {
+    // 10 s alone, ×2 with two at once. A starts at 0; B at 5 s: A's last 5 s take 10 s (done at
+    // 15 s), then B runs alone: 5 s of its work done by then, 5 s more (done at 20 s).
+    const times = preparedAt({
+      name: 'two',
+      kinds: { k: { prepare: { type: 'fixed', value: 10 }, contention: [1, 2] } },
+      devices: [{ workers: 2, service: { type: 'fixed', value: 0.001 } }],
+      arrivals: [
+        { atS: 0, partitions: 1, kind: 'k' },
+        { atS: 5, partitions: 1, kind: 'k' },
+      ],
+    });
+    expect(times['job-0']).toBeCloseTo(15_000, 6);
+    expect(times['job-1']).toBeCloseTo(20_000, 6);
+  });
+
+  it('a kind’s own service time overrides the device’s for its items, and the throughput ratio weighs the mix', () => {
+    const s = parseScenario({
+      name: 'mix',
+      kinds: { light: { prepare: { type: 'fixed', value: 1 } }, heavy: { prepare: { type: 'fixed', value: 1 }, service: { type: 'fixed', value: 4 } } },
+      devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }],
+      arrivals: [
+        { atS: 0, jobs: 20, partitions: 10, kind: 'heavy' },
+        { atS: 0, jobs: 20, partitions: 10, kind: 'light' },
+      ],
+    });
+    const r = simulate(s, { pacer: (o) => createPacer('unpaced', o) });
+    // One worker, never idle: every second of device time is capacity used, heavy or light.
+    expect(r.metrics.throughputRatio).toBeCloseTo(1, 2);
+    expect(r.simulatedMs).toBeCloseTo(1000 + 200 * 4000 + 200 * 1000, -1);
+  });
+});
+
 describe('scenario validation', () => {
   const valid: ScenarioInput = {
     name: 'ok',

@@ -103,6 +103,7 @@ const MIN_SERVICE_MS = 1e-3;
 const CHECK_MIN_COMPLETIONS = 30;
 const CHECK_TOLERANCE = 0.1;
 const CHECK_WINDOWS = 3;
+const CHECK_OCCUPANCY = 0.9;
 
 /** Weight of each saturated sample in the noise (cv²) estimate. */
 const VARIANCE_WEIGHT = 0.05;
@@ -119,6 +120,70 @@ const SLOW_VARIANCE_WEIGHT = 0.005;
  * device weighs as news of a faster one (a run of long items is not a slowdown).
  */
 const SKEWED_CV2 = 0.25;
+
+/**
+ * The preparation limiter. Where preparations slow each other down (shared cores, memory
+ * bandwidth), sizing the inventory from the measured latency runs away: more in preparation →
+ * longer latency → a larger inventory target, and past the knee less finishes. Latency samples
+ * show it late (the quick preparations finish first, the rest crawl); the age of those in flight
+ * shows it at once: in a steady pipeline their mean age is E[L²] ÷ 2E[L].
+ *
+ * It takes over when all of these hold: the devices are short of
+ * work (smoothed occupancy below STARVED); the pipeline has filled (two latencies into the busy
+ * period, 2 × (workers + target) preparations measured in it); work is queued; at least that
+ * many are preparing; the latency estimate is LATENCY_UP × its lowest since the fill; and the
+ * preparations are on average OVERDUE × older than they should be, or the latency estimate
+ * OVERDUE × LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are
+ * steady again) — all for half a latency on end. It then caps the number preparing at what would
+ * finish as much at that lowest latency (Little's law, with the latency the ages imply; at most
+ * half), climbs down by STEP while a lower cap finishes as much (within EPS), and holds the best
+ * cap — REST + 1 measurements — between probes PROBE × above and below it: it moves up where a
+ * probe finishes EPS_UP more (more memory must buy more than a measurement's noise), down where
+ * one finishes as much within EPS.
+ *
+ * A cap is measured over whole turnovers: once the pipeline is within it, the first `cap`
+ * preparations flush what ran at the old cap, and the next TIMED × `cap` (at least TIMED_MIN)
+ * give the throughput there by Little's law (mean number preparing ÷ mean latency: steadier than
+ * counting completions, whose phase a cap change has bunched).
+ *
+ * It lets go when a measurement ends with the devices busy (preparation is not the bottleneck
+ * then), and after two moves up in a row, to where it took over, that each finish GAIN of the
+ * proportional gain more: that was no contention (a slower preparation, say).
+ */
+const STARVED = 0.9;
+const OVERDUE = 1.5;
+const LATENCY_UP = 1.3;
+const STEP = 0.7;
+const EPS = 0.02;
+const EPS_UP = 0.05;
+const PROBE = 1.12;
+const GAIN = 2 / 3;
+const TIMED = 2;
+const REST = 2;
+const TIMED_MIN = 30;
+
+interface PrepareLimiter {
+  /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
+  cap: number;
+  engagedAt: number;
+  best: number;
+  bestX: number;
+  /** Climbing down (false) or settled on `best`; settled, the last probe's side (+1 above, −1 below). */
+  settled: boolean;
+  side: number;
+  /** Moves up in a row with a nearly proportional gain; holds at the best since the last probe. */
+  ups: number;
+  rest: number;
+  /**
+   * The measurement: when the pipeline came within the cap, when its first turnover ended, and
+   * the snapshot's completions, ∫ preparing dt and latency total then.
+   */
+  from: number;
+  turnedAt: number;
+  mark: number;
+  preparingMs: number;
+  latencyMs: number;
+}
 
 /** The service time of one kind on one device, from that kind's busy-time counters there. */
 interface ServiceEstimate {
@@ -154,8 +219,9 @@ interface DeviceEstimate {
   plannedWorkers: number;
   /** When the alive count was last at plannedWorkers. */
   plannedAt: number;
-  /** The self-check (CHECK_*): saturated time in the current window (completions: per kind), whether a saturated span is open. */
+  /** The self-check (CHECK_*): saturated time and completions in the current window (and per kind), whether a saturated span is open. */
   satMs: number;
+  satCompletions: number;
   saturatedNow: boolean;
   /** Windows in a row off the same side (signed), the last window's observed ÷ estimated rate, the factor planned with. */
   checkStreak: number;
@@ -233,6 +299,8 @@ class StokerPacer implements Pacer {
   private inventoryTarget = 0;
   /** First dispatch of the current busy period. */
   private busySince = NaN;
+  /** Preparations completed when the busy period began. */
+  private busyFromCompletions = 0;
   private sentInBootstrap = 0;
   private lastBootstrapAt = -Infinity;
   /** Since when the inventory target has stayed within settleBand of settledTarget. */
@@ -247,6 +315,14 @@ class StokerPacer implements Pacer {
   /** σ of preparation latency and the safety margin on the latency, ms. */
   private spread = 0;
   private margin = 0;
+
+  /** The preparation limiter (STARVED …), while it holds a cap. */
+  private limiter: PrepareLimiter | null = null;
+  /** The lowest latency estimate since the pipeline filled (this busy period); since when the limiter's conditions hold. */
+  private latencyFloor = Infinity;
+  private overdueSince = NaN;
+  private filled = false;
+  private prepLimit = Infinity;
 
   constructor(options: StokerPacerOptions) {
     const D = STOKER_DEFAULTS;
@@ -288,13 +364,20 @@ class StokerPacer implements Pacer {
     this.latencySq = this.latency * this.latency + sd * sd;
     this.spread = sd;
     this.margin = this.latencyPrior ? (this.safetyZ * sd) / Math.sqrt(2 / this.latencyW - 1) : 0;
+    // A remembered preparation limit: the limiter starts there, settled (it lets go as usual).
+    const limit = numberOption(options, 'priorPrepareLimit', 0, 0);
+    if (limit >= 1) {
+      const cap = Math.round(limit);
+      this.limiter = { cap, engagedAt: cap, best: cap, bestX: 0, settled: true, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0 };
+      this.prepLimit = cap;
+    }
   }
 
   observe(s: PacerSnapshot): void {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, saturatedNow: false, checkStreak: 0, checkRatio: NaN, correction: 1 }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, checkStreak: 0, checkRatio: NaN, correction: 1 }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -303,11 +386,15 @@ class StokerPacer implements Pacer {
     const inFlight = s.preparing + s.waiting + s.onDevice;
     // Nothing measured and nothing in flight (the bootstrap items were withdrawn): bootstrap again.
     if (!this.hasEstimate && inFlight === 0) this.sentInBootstrap = 0;
-    const saturated = s.budgetBlocked || s.preparing >= s.maxPreparing;
+    this.limitPreparing(s);
+    const saturated = s.budgetBlocked || s.preparing >= s.maxPreparing || s.preparing >= this.prepLimit;
     if (dt > 0) this.waitingAvg += (1 - Math.exp(-dt / this.waitTau)) * (s.waiting - this.waitingAvg);
     this.feedback(s, dt, work && !saturated);
     if (work) {
-      if (Number.isNaN(this.busySince)) this.busySince = s.now;
+      if (Number.isNaN(this.busySince)) {
+        this.busySince = s.now;
+        this.busyFromCompletions = s.prepareCompletions;
+      }
       this.credit = Math.min(this.burst, this.credit + this.rate * dt);
     } else {
       // Idle: restart cleanly when work comes back (one item at once, no stored-up burst).
@@ -319,11 +406,18 @@ class StokerPacer implements Pacer {
   }
 
   nextDispatchAt(s: PacerSnapshot): number {
+    // The engine names the next item's kind just before it asks: plan in that kind's items.
+    if (s.nextKind >= 0 && s.nextKind !== this.ref && s.nextKind < s.kinds.length) {
+      this.estimateRates(s);
+      this.recompute(s);
+    }
     if (!this.hasEstimate) {
       const n = this.bootstrapItems ?? s.workers + this.target;
       if (this.sentInBootstrap >= n) return Infinity;
       return this.sentInBootstrap % Math.max(1, s.workers) === 0 ? Math.max(s.now, this.lastBootstrapAt + this.bootstrapSpacing) : s.now;
     }
+    // At the preparation limit a preparation ends before the next may start (so one is in flight).
+    if (s.preparing >= this.prepLimit) return Infinity;
     if (this.credit >= 1) return s.now;
     return this.rate > 0 ? s.now + (1 - this.credit) / this.rate : Infinity;
   }
@@ -344,7 +438,7 @@ class StokerPacer implements Pacer {
       mode: this.mode,
       ratePerSec: this.lambda > 0 ? this.lambda * 1000 : null,
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
-      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit },
+      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.prepLimit) ? { prepareLimit: this.prepLimit } : {}) },
       devices: this.devices.map((d) => {
         const ms = d.services[ref]?.serviceMs ?? NaN;
         return {
@@ -365,14 +459,20 @@ class StokerPacer implements Pacer {
     // at the next completion, sooner than an interval on average, and read the device fast).
     if (d.saturatedNow) {
       d.satMs += dt;
-      for (let k = 0; k < d.services.length; k++) {
-        const svc = d.services[k] as ServiceEstimate;
-        svc.satCompletions += Math.max(0, completionsOf(s, k, device) - svc.completions);
+      if (dc > 0) {
+        d.satCompletions += dc;
+        for (let k = 0; k < d.services.length; k++) {
+          const svc = d.services[k] as ServiceEstimate;
+          svc.satCompletions += Math.max(0, completionsOf(s, k, device) - svc.completions);
+        }
       }
     }
-    const saturated = c.workers > 0 && c.busy >= c.workers && s.waiting > 0;
+    // Saturated, in a device that stays so (smoothed occupancy ≥ CHECK_OCCUPANCY): the brief
+    // saturations of a starved device start in step (two items arriving together) and time nothing.
+    const saturated = c.workers > 0 && c.busy >= c.workers && s.waiting > 0 && d.occupancy >= CHECK_OCCUPANCY;
     if (!saturated) d.saturatedNow = false;
     else if (dc > 0) d.saturatedNow = true;
+    if (d.satCompletions < CHECK_MIN_COMPLETIONS) return;
     // The window's expected busy time: its completions of each kind at that kind's estimate.
     let completions = 0;
     let expectedMs = 0;
@@ -389,6 +489,7 @@ class StokerPacer implements Pacer {
     // Observed completions ÷ those the feed-forward (workers ÷ busy time per item) predicts.
     const ratio = expectedMs / (c.workers * d.satMs);
     d.satMs = 0;
+    d.satCompletions = 0;
     for (const svc of d.services) svc.satCompletions = 0;
     d.checkRatio = ratio;
     const side = Math.abs(ratio - 1) <= CHECK_TOLERANCE ? 0 : Math.sign(ratio - 1);
@@ -510,6 +611,109 @@ class StokerPacer implements Pacer {
     this.margin = (this.safetyZ * this.spread) / Math.sqrt(samples);
   }
 
+  /** The preparation limit for now (see STARVED … TIMED_MIN): Infinity unless the limiter holds one. */
+  private limitPreparing(s: PacerSnapshot): void {
+    const starved = this.lambda > 0 && this.draining < STARVED * this.lambda;
+    const lim = this.limiter;
+    // Idle: the next busy period starts from the best cap, settled (the knee is the machine's; a
+    // workload that does not contend there lets it go at its first measurement).
+    if (s.backlog + s.preparing + s.waiting + s.onDevice === 0) {
+      if (lim && !Number.isNaN(lim.from)) this.hold({ ...lim, settled: true, engagedAt: lim.best, rest: 0, ups: 0 }, lim.best, s);
+      this.latencyFloor = Infinity;
+      this.filled = false;
+      return;
+    }
+    // Filled: two latencies into the busy period, with workers + target preparations measured in
+    // it for the floor; to take over, twice that (the quickest finish first: fewer would be no
+    // evidence of slower ones).
+    const measured = s.prepareCompletions - this.busyFromCompletions;
+    // (Once filled, it stays so for the busy period: a latency that grows as fast as time passes must not unfill it.)
+    if (!this.filled) this.filled = s.now - this.busySince >= 2 * this.latency && measured >= s.workers + this.target;
+    const filled = this.filled;
+    if (filled && this.latency < this.latencyFloor) this.latencyFloor = this.latency;
+    if (!lim) {
+      // Work queued behind many preparations that take far longer than they did — more than the
+      // devices and the target hold, and the latency up on its floor: not a drain's last,
+      // slowest ones (nothing waits behind them), nor a small pipeline that a memory budget
+      // refills in bursts (ages bunch, latency stays). The cheap tests first: this runs on every event.
+      const many = 2 * (s.workers + this.target);
+      if (!(starved && filled && s.backlog > 0 && s.preparing >= many && measured >= many && this.latency >= LATENCY_UP * this.latencyFloor)) {
+        this.overdueSince = NaN;
+        return;
+      }
+      const expectedAge = this.latencySq / (2 * this.latency);
+      const age = s.now - s.preparingStartMsTotal / s.preparing;
+      const overdue = age > OVERDUE * expectedAge || this.latency >= OVERDUE * LATENCY_UP * this.latencyFloor;
+      // … for half a latency on end: arrivals that refill a draining pipeline bunch its ages for a moment too.
+      if (!overdue) this.overdueSince = NaN;
+      else if (Number.isNaN(this.overdueSince)) this.overdueSince = s.now;
+      if (overdue && s.now - this.overdueSince >= this.latency / 2) {
+        // What would finish as much as now at the floor latency (Little's law, with the latency
+        // the ages imply: mean age = E[L](1 + cv²) ÷ 2), at most half.
+        const cv2 = this.latencySq / (this.latency * this.latency) - 1;
+        const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
+        const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, this.latencyFloor / latencyNow)));
+        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, settled: false, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0 }, cap, s);
+      }
+      return;
+    }
+    // Within the cap: the first turnover starts; after it, the next ones are timed.
+    if (Number.isNaN(lim.from)) {
+      if (s.preparing <= lim.cap) {
+        lim.from = s.now;
+        lim.mark = s.prepareCompletions;
+      }
+      return;
+    }
+    if (s.prepareCompletions - lim.mark < (Number.isNaN(lim.turnedAt) ? lim.cap : Math.max(TIMED_MIN, TIMED * lim.cap))) return;
+    if (Number.isNaN(lim.turnedAt)) {
+      lim.turnedAt = s.now;
+      lim.mark = s.prepareCompletions;
+      lim.preparingMs = s.preparingMsTotal;
+      lim.latencyMs = s.prepareLatencyMsTotal;
+      return;
+    }
+    // Little's law over the timed turnovers: mean number preparing ÷ their mean latency (less
+    // noisy than counting completions in a window, whose phase the cap change has bunched).
+    const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
+    const x = meanPreparing / ((s.prepareLatencyMsTotal - lim.latencyMs) / (s.prepareCompletions - lim.mark));
+    if (!starved) {
+      this.limiter = null;
+      this.prepLimit = Infinity;
+      return;
+    }
+    const up = (c: number) => Math.max(c + 1, Math.round(c * PROBE));
+    const down = (c: number) => Math.max(1, Math.min(c - 1, Math.round(c / PROBE)));
+    if (!lim.settled) {
+      // Climbing down: a lower cap that finishes as much is better (less memory, shorter latency).
+      if (Number.isNaN(lim.best) || x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x }, Math.max(1, Math.floor(lim.cap * STEP)), s);
+      else this.hold({ ...lim, settled: true, side: -1 }, up(lim.best), s);
+    } else if (lim.cap === lim.best) {
+      // Holding the best: its throughput measured again (a mean over the holds there); every
+      // REST + 1 holds a probe, on the other side than the last.
+      const rest = lim.rest + 1;
+      const bestX = lim.rest > 0 ? (lim.bestX + x) / 2 : x;
+      if (rest <= REST) this.hold({ ...lim, bestX, rest }, lim.best, s);
+      else this.hold({ ...lim, bestX, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
+    } else if (lim.cap > lim.best) {
+      if (x >= lim.bestX * (1 + EPS_UP)) {
+        const ups = x >= lim.bestX * (1 + GAIN * (lim.cap / lim.best - 1)) ? lim.ups + 1 : 0;
+        if (ups >= 2 && lim.cap >= lim.engagedAt) {
+          this.limiter = null;
+          this.prepLimit = Infinity;
+          return;
+        }
+        this.hold({ ...lim, best: lim.cap, bestX: x, ups }, up(lim.cap), s);
+      } else this.hold({ ...lim, ups: 0 }, lim.best, s);
+    } else if (x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x, ups: 0 }, down(lim.cap), s);
+    else this.hold({ ...lim, ups: 0 }, lim.best, s);
+  }
+
+  private hold(lim: PrepareLimiter, cap: number, s: PacerSnapshot): void {
+    this.limiter = { ...lim, cap, from: NaN, turnedAt: NaN, mark: s.prepareCompletions };
+    this.prepLimit = cap;
+  }
+
   /**
    * λ_k for each kind: the sum over the devices that run it of workers ÷ its service time there. A
    * kind not measured on a device borrows its mean service time on the others, else the device's
@@ -522,29 +726,11 @@ class StokerPacer implements Pacer {
     const kinds = Math.max(1, s.kinds.length);
     if (s.nextKind >= 0 && s.nextKind < kinds) this.ref = s.nextKind;
     else if (this.ref >= kinds) this.ref = 0;
-    let all = 0;
-    let allMs = 0;
-    for (const d of this.devices) {
-      for (const svc of d.services) {
-        if (svc.serviceMs > 0) {
-          all++;
-          allMs += svc.serviceMs;
-        }
-      }
-    }
-    const anyMs = all > 0 ? allMs / all : this.prior;
     for (let k = 0; k < kinds; k++) {
-      let known = 0;
-      let knownMs = 0;
-      for (const d of this.devices) {
-        const ms = d.services[k]?.serviceMs ?? NaN;
-        if (ms > 0) {
-          known++;
-          knownMs += ms;
-        }
-      }
-      const kindMs = known > 0 ? knownMs / known : NaN;
-      const runsOn = s.kinds.length > 0 ? (s.kinds[k] as KindCounters).devices : null;
+      // The fallbacks, made only when a device has not measured this kind (-1: not yet made).
+      let kindMs = -1;
+      // (With one kind, a device that does not run it has no work: eligible says so.)
+      const runsOn = s.kinds.length > 1 ? (s.kinds[k] as KindCounters).devices : null;
       let lambda = 0;
       let draining = 0;
       for (let i = 0; i < this.devices.length; i++) {
@@ -553,8 +739,11 @@ class StokerPacer implements Pacer {
         const c = s.devices[i] as PacerSnapshot['devices'][number];
         // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
         if (c.eligible === false) continue;
-        const own = d.services[k]?.serviceMs ?? NaN;
-        const ms = own > 0 ? own : kindMs > 0 ? kindMs : deviceMeanMs(d, anyMs);
+        let ms = d.services[k]?.serviceMs ?? NaN;
+        if (!(ms > 0)) {
+          if (kindMs < 0) kindMs = this.meanServiceMs(k);
+          ms = kindMs > 0 ? kindMs : deviceMeanMs(d, this.meanServiceMs(-1));
+        }
         // Planned for the workers of the last latency (see plannedWorkers); what drains now is what is alive.
         const workers = d.plannedWorkers;
         if (ms > 0 && workers > 0) {
@@ -569,6 +758,22 @@ class StokerPacer implements Pacer {
         this.draining = draining;
       }
     }
+  }
+
+  /** The mean service time measured for kind k over the devices (k = −1: for any kind), else the prior (k = −1) or NaN. */
+  private meanServiceMs(k: number): number {
+    let n = 0;
+    let sum = 0;
+    for (const d of this.devices) {
+      for (let j = 0; j < d.services.length; j++) {
+        const ms = (d.services[j] as ServiceEstimate).serviceMs;
+        if ((k < 0 || j === k) && ms > 0) {
+          n++;
+          sum += ms;
+        }
+      }
+    }
+    return n > 0 ? sum / n : k < 0 ? this.prior : NaN;
   }
 
   /**
@@ -620,7 +825,7 @@ class StokerPacer implements Pacer {
     const lat = this.latency > 0 ? this.latency : Number.isFinite(this.busySince) ? s.now - this.busySince : 0;
     // Items of other kinds count by their device time, in items of the next kind (λ ÷ λ_k each).
     let inventory = s.preparing + s.waiting + s.onDevice;
-    for (let k = 0; k < s.kinds.length; k++) {
+    if (s.kinds.length > 1) for (let k = 0; k < s.kinds.length; k++) {
       const kc = s.kinds[k] as KindCounters;
       const rate = this.kindRates[k] as number;
       if (k !== this.ref && rate > 0) inventory += (kc.preparing + kc.waiting + kc.onDevice) * (lambda / rate - 1);
