@@ -103,7 +103,7 @@ const MIN_SERVICE_MS = 1e-3;
 const CHECK_MIN_COMPLETIONS = 30;
 const CHECK_TOLERANCE = 0.1;
 const CHECK_WINDOWS = 3;
-const CHECK_OCCUPANCY = 0.9;
+const CHECK_SPAN = 2;
 
 /** Weight of each saturated sample in the noise (cv²) estimate. */
 const VARIANCE_WEIGHT = 0.05;
@@ -197,8 +197,9 @@ interface ServiceEstimate {
   varianceSlow: number;
   /** Whether the last sample was beyond the noise: −1 faster, 1 slower, 0 within it. */
   lastBeyond: number;
-  /** Completions in the self-check's current window. */
+  /** Completions in the self-check's current window, and in the saturated span not yet in it. */
   satCompletions: number;
+  spanCompletions: number;
 }
 
 interface DeviceEstimate {
@@ -223,6 +224,9 @@ interface DeviceEstimate {
   satMs: number;
   satCompletions: number;
   saturatedNow: boolean;
+  /** The saturated span not yet in the window (see CHECK_SPAN). */
+  spanMs: number;
+  spanCompletions: number;
   /** Windows in a row off the same side (signed), the last window's observed ÷ estimated rate, the factor planned with. */
   checkStreak: number;
   checkRatio: number;
@@ -377,7 +381,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, checkStreak: 0, checkRatio: NaN, correction: 1 }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1 }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -457,21 +461,33 @@ class StokerPacer implements Pacer {
     // A span runs from a completion after which the device is saturated to the completion after
     // which it is not: whole intervals between completions (a span begun at an arrival would end
     // at the next completion, sooner than an interval on average, and read the device fast).
+    // A span counts in chunks of CHECK_SPAN completions per worker: the brief saturations of a
+    // starved device start in step (two items arriving together) and would time nothing.
     if (d.saturatedNow) {
-      d.satMs += dt;
+      d.spanMs += dt;
       if (dc > 0) {
-        d.satCompletions += dc;
+        d.spanCompletions += dc;
         for (let k = 0; k < d.services.length; k++) {
           const svc = d.services[k] as ServiceEstimate;
-          svc.satCompletions += Math.max(0, completionsOf(s, k, device) - svc.completions);
+          svc.spanCompletions += Math.max(0, completionsOf(s, k, device) - svc.completions);
         }
       }
+      if (d.spanCompletions >= CHECK_SPAN * c.workers) {
+        d.satMs += d.spanMs;
+        d.satCompletions += d.spanCompletions;
+        for (const svc of d.services) {
+          svc.satCompletions += svc.spanCompletions;
+          svc.spanCompletions = 0;
+        }
+        d.spanMs = d.spanCompletions = 0;
+      }
     }
-    // Saturated, in a device that stays so (smoothed occupancy ≥ CHECK_OCCUPANCY): the brief
-    // saturations of a starved device start in step (two items arriving together) and time nothing.
-    const saturated = c.workers > 0 && c.busy >= c.workers && s.waiting > 0 && d.occupancy >= CHECK_OCCUPANCY;
-    if (!saturated) d.saturatedNow = false;
-    else if (dc > 0) d.saturatedNow = true;
+    const saturated = c.workers > 0 && c.busy >= c.workers && s.waiting > 0;
+    if (!saturated) {
+      d.saturatedNow = false;
+      d.spanMs = d.spanCompletions = 0;
+      for (const svc of d.services) svc.spanCompletions = 0;
+    } else if (dc > 0) d.saturatedNow = true;
     if (d.satCompletions < CHECK_MIN_COMPLETIONS) return;
     // The window's expected busy time: its completions of each kind at that kind's estimate.
     let completions = 0;
@@ -840,7 +856,7 @@ class StokerPacer implements Pacer {
 }
 
 function newService(completions: number, busyMs: number, serviceMs: number): ServiceEstimate {
-  return { completions, busyMs, serviceMs, variance: 0, varianceSlow: 0, lastBeyond: 0, satCompletions: 0 };
+  return { completions, busyMs, serviceMs, variance: 0, varianceSlow: 0, lastBeyond: 0, satCompletions: 0, spanCompletions: 0 };
 }
 
 /** Kind k's completions on device d (a snapshot without kinds: the device's own). */
