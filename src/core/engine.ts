@@ -61,6 +61,8 @@ interface Item extends ItemView, KeyedNode {
   failures: number;
   reservedBytes: number;
   startedAt: number;
+  /** The device's ∫ busy dt when the item started on it. */
+  busyAtStart: number;
   device: number;
   worker: number;
 }
@@ -109,9 +111,14 @@ export class Engine {
   private readonly deviceKinds: (ReadonlySet<string> | null)[] | null;
   /** Live jobs by kind (kept only where devices name kinds): which devices have work at all. */
   private readonly liveByKind = new Map<string, number>();
+  /** Per device: ∫ busy workers dt up to busyAt (for DeviceCounters.concurrencyTotal). */
+  private readonly busyIntegral: number[];
+  private readonly busyAt: number[];
   /** Kinds by name: their index in the snapshot's kinds. */
   private readonly kindIndexes = new Map<string, number>();
   private wake = Infinity;
+  /** The pacer's workerLimit, if it has one. */
+  private readonly workerLimit: ((device: number) => number) | null;
   /** Set by a `drain` event: no more dispatches. */
   private draining = false;
 
@@ -139,9 +146,12 @@ export class Engine {
     }
     this.retries = retries;
     this.pacer = options.pacer;
+    this.workerLimit = typeof options.pacer.workerLimit === 'function' ? (d) => (options.pacer.workerLimit as (d: number) => number)(d) : null;
     this.budget = new MemoryBudget(options.budgetBytes ?? Infinity);
     this.workers = options.devices.map((d) => Array.from({ length: d.workers }, () => ({ alive: true, item: null })));
-    const devices: DeviceCounters[] = options.devices.map((d) => ({ workers: d.workers, busy: 0, completions: 0, busyMs: 0 }));
+    const devices: DeviceCounters[] = options.devices.map((d) => ({ workers: d.workers, busy: 0, completions: 0, busyMs: 0, concurrencyTotal: 0 }));
+    this.busyIntegral = options.devices.map(() => 0);
+    this.busyAt = options.devices.map(() => 0);
     this.snapshot = {
       now: 0,
       waiting: 0,
@@ -373,6 +383,7 @@ export class Engine {
       failures: 0,
       reservedBytes: 0,
       startedAt: 0,
+      busyAtStart: 0,
       device: -1,
       worker: -1,
       heapIndex: -1,
@@ -413,6 +424,9 @@ export class Engine {
     const ms = busyMs ?? this.now - item.startedAt;
     dev.completions++;
     dev.busyMs += ms;
+    // How many workers were busy, on average, while it ran (itself included).
+    const run = this.now - item.startedAt;
+    dev.concurrencyTotal = (dev.concurrencyTotal ?? 0) + (run > 0 ? (this.integrateBusy(item.device) - item.busyAtStart) / run : dev.busy);
     const kc = item.job.kc;
     (kc.completions[item.device] as number)++;
     (kc.busyMs[item.device] as number) += ms;
@@ -460,6 +474,7 @@ export class Engine {
   private leaveDevice(item: Item): void {
     const w = (this.workers[item.device] as Worker[])[item.worker] as Worker;
     w.item = null;
+    this.integrateBusy(item.device);
     (this.snapshot.devices[item.device] as DeviceCounters).busy--;
     this.snapshot.onDevice--;
     item.job.kc.onDevice--;
@@ -595,7 +610,10 @@ export class Engine {
     for (let d = 0; d < this.workers.length; d++) {
       const c = s.devices[d] as DeviceCounters;
       const runs = kind === null || !this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind);
-      if (runs && c.busy < c.workers && c.busy / c.workers < bestLoad) {
+      const limit = this.workerLimit ? this.workerLimit(d) : Infinity;
+      // At least one worker, whatever the pacer says (NaN: no limit).
+      const usable = limit >= 1 ? Math.min(c.workers, Math.floor(limit)) : Number.isNaN(limit) ? c.workers : 1;
+      if (runs && c.busy < usable && c.busy / c.workers < bestLoad) {
         best = d;
         bestLoad = c.busy / c.workers;
       }
@@ -603,8 +621,18 @@ export class Engine {
     return best;
   }
 
+  /** Brings the device's ∫ busy dt up to now; returns it. */
+  private integrateBusy(device: number): number {
+    const busy = (this.snapshot.devices[device] as DeviceCounters).busy;
+    const v = (this.busyIntegral[device] as number) + busy * (this.now - (this.busyAt[device] as number));
+    this.busyIntegral[device] = v;
+    this.busyAt[device] = this.now;
+    return v;
+  }
+
   private startOnDevice(item: Item, device: number, out: Command[]): void {
     const s = this.snapshot;
+    item.busyAtStart = this.integrateBusy(device);
     const ws = this.workers[device] as Worker[];
     let wi = 0;
     while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null) wi++;

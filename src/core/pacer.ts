@@ -17,6 +17,12 @@ export interface DeviceCounters {
   /** Sum of the device time the workers measured for those items, ms. */
   busyMs: number;
   /**
+   * Sum over those items of how many of the device's workers were busy, on average, while each
+   * ran (itself included): with busyMs, how service time grows with the workers in use. The
+   * engine keeps it; absent in a snapshot made by hand.
+   */
+  concurrencyTotal?: number;
+  /**
    * False while no job in the system is of a kind this device runs (only where devices name
    * their kinds): its rate serves none of the work, so a pacer should not count it. Absent: true.
    */
@@ -103,9 +109,10 @@ export interface PacerState {
   /**
    * Per device (by index), where the pacer checks its measurement: the feed-forward capacity
    * (items/s), the last saturated window's observed ÷ estimated rate (null before one), and which
-   * of the two it plans with (`observed` once they kept disagreeing).
+   * of the two it plans with (`observed` once they kept disagreeing); and the most workers it
+   * lets run at once (null: all; see {@link Pacer.workerLimit}).
    */
-  devices?: { estimatedPerSec: number | null; observedRatio: number | null; trusted: 'estimate' | 'observed' }[];
+  devices?: { estimatedPerSec: number | null; observedRatio: number | null; trusted: 'estimate' | 'observed'; workerLimit?: number | null }[];
   /** Per job kind (snapshot order), the device capacity the pacer believes in for items of that kind, items/s. */
   kinds?: { name: string; estimatedPerSec: number | null }[];
 }
@@ -113,6 +120,12 @@ export interface PacerState {
 export interface Pacer {
   readonly name: string;
   observe(s: PacerSnapshot): void;
+  /**
+   * Optional: the most workers of a device to run at once (the engine starts no item on it
+   * while that many are busy; at least 1 is always used). For devices where fewer busy workers
+   * finish more than all of them (memory thrash on a GPU). Absent: every live worker.
+   */
+  workerLimit?(device: number): number;
   /** Earliest time (ms) the next dispatch may happen; `Infinity` to wait for an event. */
   nextDispatchAt(s: PacerSnapshot): number;
   onDispatch(s: PacerSnapshot): void;

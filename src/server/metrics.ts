@@ -106,6 +106,9 @@ export class ServiceMetrics {
       const limit = service.pacerState().terms['prepareLimit'];
       return limit === undefined ? [] : one(limit);
     });
+    readGauge(r, 'stoker_device_worker_limit', 'The most workers of a device the pacer lets run at once, where it found that fewer finish more than all of them (absent while all run)', ['device'], () =>
+      (service.pacerState().devices ?? []).flatMap((d, i) => (typeof d.workerLimit === 'number' ? [{ labels: { device: devices()[i] ?? String(i) }, value: d.workerLimit }] : [])),
+    );
     readGauge(r, 'stoker_device_workers', 'Live workers per device', ['device'], () =>
       service.workerStates().map((ws, d) => ({ labels: { device: devices()[d] ?? String(d) }, value: ws.filter((w) => w.alive).length })),
     );

@@ -108,7 +108,7 @@ function checkState(st: unknown, file: string): PacerState {
   for (const [k, v] of Object.entries(terms)) if (typeof v !== 'number') throw bad(`terms.${k}`, 'a number', v);
   const rate = (v: unknown) => v === null || (typeof v === 'number' && v >= 0);
   for (const [list, check] of [
-    ['devices', (d: Record<string, unknown>, f: string) => (!rate(d['estimatedPerSec']) ? bad(`${f}.estimatedPerSec`, 'a number ≥ 0 or null', d['estimatedPerSec']) : !rate(d['observedRatio']) ? bad(`${f}.observedRatio`, 'a number ≥ 0 or null', d['observedRatio']) : d['trusted'] !== 'estimate' && d['trusted'] !== 'observed' ? bad(`${f}.trusted`, '"estimate" or "observed"', d['trusted']) : null)],
+    ['devices', (d: Record<string, unknown>, f: string) => (!rate(d['estimatedPerSec']) ? bad(`${f}.estimatedPerSec`, 'a number ≥ 0 or null', d['estimatedPerSec']) : !rate(d['observedRatio']) ? bad(`${f}.observedRatio`, 'a number ≥ 0 or null', d['observedRatio']) : d['trusted'] !== 'estimate' && d['trusted'] !== 'observed' ? bad(`${f}.trusted`, '"estimate" or "observed"', d['trusted']) : d['workerLimit'] !== undefined && d['workerLimit'] !== null && !(typeof d['workerLimit'] === 'number' && d['workerLimit'] >= 1) ? bad(`${f}.workerLimit`, 'a number ≥ 1 or null', d['workerLimit']) : null)],
     ['kinds', (k: Record<string, unknown>, f: string) => (typeof k['name'] !== 'string' ? bad(`${f}.name`, 'a kind name', k['name']) : !rate(k['estimatedPerSec']) ? bad(`${f}.estimatedPerSec`, 'a number ≥ 0 or null', k['estimatedPerSec']) : null)],
   ] as const) {
     const v = o[list];

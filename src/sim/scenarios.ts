@@ -154,6 +154,10 @@ const inputs: ScenarioInput[] = [
     arrivals: [{ atS: 0, jobs: 250, partitions: 10, kind: 'proof' }],
     kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, contention: kneeContention(24, 1), memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
   }),
+  seedLike('device-thrash', 'seed stages, 100 jobs; a device with 4 workers whose memory thrashes past 2 busy (×1.05 with 2, ×1.9 with 3, ×3.2 with 4): 2 at once finish 1.9/s, all 4 only 1.25/s', {
+    arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
+    devices: [{ workers: 4, service: { type: 'fixed', value: 1 }, contention: [1, 1.05, 1.9, 3.2] }],
+  }),
   seedLike('priority', 'seed stages: 12 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
     arrivals: [
       { atS: 0, jobs: 12, partitions: 10, kind: 'proof' },

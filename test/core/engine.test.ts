@@ -72,8 +72,8 @@ describe('Engine construction', () => {
     const e = new Engine({ devices: [{ workers: 2 }, { workers: 3 }], pacer: createUnpacedPacer(), budgetBytes: 1000, maxPreparing: 4 });
     expect(e.snapshot).toMatchObject({ waiting: 0, preparing: 0, onDevice: 0, backlog: 0, workers: 5, dispatched: 0, budgetTotalBytes: 1000, maxPreparing: 4, budgetBlocked: false });
     expect(e.snapshot.devices).toEqual([
-      { workers: 2, busy: 0, completions: 0, busyMs: 0 },
-      { workers: 3, busy: 0, completions: 0, busyMs: 0 },
+      { workers: 2, busy: 0, completions: 0, busyMs: 0, concurrencyTotal: 0 },
+      { workers: 3, busy: 0, completions: 0, busyMs: 0, concurrencyTotal: 0 },
     ]);
     expect(e.activeJobs).toBe(0);
     expect(e.budget.totalBytes).toBe(1000);
@@ -210,7 +210,7 @@ describe('Engine: the happy path', () => {
     expect(sd.item.attempt).toBe(2);
     expect(sd.item.state).toBe('on-device');
     expect(s).toMatchObject({ preparing: 2, waiting: 0, onDevice: 1, prepareCompletions: 1, prepareLatencyMsTotal: 10, prepareLatencySqTotal: 100, preparingStartMsTotal: 200 });
-    expect(s.devices[0]).toEqual({ workers: 2, busy: 1, completions: 0, busyMs: 0 });
+    expect(s.devices[0]).toEqual({ workers: 2, busy: 1, completions: 0, busyMs: 0, concurrencyTotal: 0 });
 
     out = r.prepared(120, 'a:1', 15); // the driver measured 15 ms itself
     expect(started(out)).toEqual(['a:1@0/1']);
@@ -222,22 +222,24 @@ describe('Engine: the happy path', () => {
     expect(s).toMatchObject({ preparing: 0, waiting: 1, onDevice: 2, prepareCompletions: 3, prepareLatencyMsTotal: 55, prepareLatencySqTotal: 1225, preparingStartMsTotal: 0 });
     expect(r.item('a:2').state).toBe('waiting');
 
+    // concurrencyTotal: a:0 ran 110–150, 10 ms alone and 30 beside a:1 (1.75 busy on average);
+    // a:1 120–160 beside another throughout (2); a:2 150–200, 10 ms beside a:1 then alone (1.2).
     out = r.done(150, 'a:0'); // 40 ms since its device start
     expect(started(out)).toEqual(['a:2@0/0']);
     expect(ofType(out, 'finishJob')).toEqual([]);
     expect(s).toMatchObject({ waiting: 0, onDevice: 2, deviceCompletions: 1, deviceBusyMs: 40 });
-    expect(s.devices[0]).toEqual({ workers: 2, busy: 2, completions: 1, busyMs: 40 });
+    expect(s.devices[0]).toEqual({ workers: 2, busy: 2, completions: 1, busyMs: 40, concurrencyTotal: 1.75 });
     expect(r.item('a:0').state).toBe('done');
 
     out = r.done(160, 'a:1', 5); // explicit busyMs wins over the 40 ms elapsed
     expect(out).toEqual([]);
     expect(s).toMatchObject({ onDevice: 1, deviceCompletions: 2, deviceBusyMs: 45 });
-    expect(s.devices[0]).toEqual({ workers: 2, busy: 1, completions: 2, busyMs: 45 });
+    expect(s.devices[0]).toEqual({ workers: 2, busy: 1, completions: 2, busyMs: 45, concurrencyTotal: 3.75 });
 
     out = r.done(200, 'a:2');
     expect(out).toEqual([{ type: 'finishJob', jobId: 'a', state: 'done', timeMs: 100 }]);
     expect(s).toMatchObject({ onDevice: 0, waiting: 0, preparing: 0, backlog: 0, deviceCompletions: 3, deviceBusyMs: 95, dispatched: 3 });
-    expect(s.devices[0]).toEqual({ workers: 2, busy: 0, completions: 3, busyMs: 95 });
+    expect(s.devices[0]).toEqual({ workers: 2, busy: 0, completions: 3, busyMs: 95, concurrencyTotal: 4.95 });
     expect(e.activeJobs).toBe(0);
     expect(e.job('a')).toBeUndefined();
 
@@ -256,6 +258,37 @@ describe('Engine: the happy path', () => {
     r.apply({ type: 'tick', time: 7 });
     expect(gate.observed).toEqual([0, 5, 7]);
     expect(gate.dispatchedAt).toEqual([0, 0]);
+  });
+});
+
+describe('Engine: the pacer’s worker limit', () => {
+  const limited = (limit: number) => {
+    const gate = new GatePacer();
+    const pacer = Object.assign(gate, { workerLimit: () => limit });
+    const r = new Run(engine({ devices: [{ workers: 3 }], pacer }));
+    r.submit(0, job('a', 3));
+    r.prepared(1, 'a:0');
+    r.prepared(1, 'a:1');
+    r.prepared(1, 'a:2');
+    return r.e.snapshot.devices[0]!.busy;
+  };
+
+  it('runs at most that many workers of a device; always at least one; NaN is no limit', () => {
+    expect(limited(2)).toBe(2);
+    expect(limited(2.7)).toBe(2);
+    expect(limited(0)).toBe(1);
+    expect(limited(Number.NaN)).toBe(3);
+    expect(limited(Infinity)).toBe(3);
+  });
+
+  it('counts, per device, how many workers were busy on average while each item ran', () => {
+    const r = new Run(engine({ devices: [{ workers: 2 }] }));
+    r.submit(0, job('a', 2));
+    r.prepared(0, 'a:0');
+    r.prepared(10, 'a:1');
+    r.done(20, 'a:0'); // ran 0–20: alone for 10 ms, then beside a:1: 1.5 on average
+    r.done(40, 'a:1'); // ran 10–40: 10 ms beside a:0, 20 alone: 4/3
+    expect(r.e.snapshot.devices[0]!.concurrencyTotal).toBeCloseTo(1.5 + 4 / 3, 12);
   });
 });
 
@@ -917,7 +950,7 @@ describe('Engine: deadlines and time', () => {
     expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
     expect(d0.state).toBe('failed');
     expect(r.e.snapshot).toMatchObject({ deviceCompletions: 0, deviceBusyMs: 0, onDevice: 0, budgetUsedBytes: 0 });
-    expect(r.e.snapshot.devices[0]).toEqual({ workers: 1, busy: 0, completions: 0, busyMs: 0 });
+    expect(r.e.snapshot.devices[0]).toEqual({ workers: 1, busy: 0, completions: 0, busyMs: 0, concurrencyTotal: 0 });
     expect(r.finishes()).toEqual([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
   });
 

@@ -7,6 +7,7 @@
  *   finish less: within 0.5 % of `unpaced` under the same budget.
  * - bimodal-service, heavy-tail-service: the mean rate estimate within 2 % of the true rate.
  * - mixed-kinds: kinds 4× apart on one device, in blocks: per-kind estimates, throughput ≥ 0.98.
+ * - device-thrash: 4 workers, fewer finish more; the pacer runs the best k (≥ 0.98 of its capacity).
  * - prep-knee, prep-plateau: preparations that slow each other past 24 at once; the limiter
  *   finds the knee (≥ 95 % of the best fixed cap once learned).
  * - remembered rates: a burst on a pacer started from priors (what a restarted server remembers)
@@ -157,6 +158,30 @@ describe('preparation contention: the knee', () => {
       expect(peak).toBeLessThanOrEqual(name === 'prep-knee' ? 1.25 * knee : 1.5 * knee);
     });
   }
+});
+
+describe('device concurrency: the best k', () => {
+  it('device-thrash: 4 workers, 2 at once finish the most; throughput ≥ 0.98 of the best-k capacity (all 4 give 0.66)', () => {
+    const rows = SEEDS.map((seed) => {
+      let pacer: ReturnType<typeof createPacer> | undefined;
+      const r = simulate(scenario('device-thrash'), { seed, pacer: (o) => (pacer = createPacer('stoker', o)) });
+      return { tp: r.metrics.throughputRatio as number, limit: pacer?.state().devices?.[0]?.workerLimit };
+    });
+    const unpaced = throughput('device-thrash', 'unpaced', 1);
+    console.log(`device-thrash: stoker throughput mean ${mean(rows.map((r) => r.tp)).toFixed(4)}, min ${Math.min(...rows.map((r) => r.tp)).toFixed(4)} of the best-k capacity (unpaced, all workers: ${unpaced.toFixed(3)}); worker limit at the end ${rows.map((r) => r.limit).join(' ')}`);
+    expect(mean(rows.map((r) => r.tp))).toBeGreaterThanOrEqual(0.98);
+    for (const r of rows) expect(r.limit).toBe(2);
+  });
+
+  it('never limits the workers on the other built-in scenarios', () => {
+    for (const [name, s] of SCENARIOS) {
+      if (name === 'device-thrash' || name === 'seed-day') continue;
+      let pacer: ReturnType<typeof createPacer> | undefined;
+      const limited = new Set<string>();
+      simulate(s, { pacer: (o) => (pacer = createPacer('stoker', o)), onStep: () => pacer?.state().devices?.forEach((d, i) => typeof d.workerLimit === 'number' && limited.add(`${name} device ${i}`)) });
+      expect([...limited]).toEqual([]);
+    }
+  });
 });
 
 describe('the measurement self-check', () => {

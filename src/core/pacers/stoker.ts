@@ -122,6 +122,19 @@ const SLOW_VARIANCE_WEIGHT = 0.005;
 const SKEWED_CV2 = 0.25;
 
 /**
+ * Device concurrency: where N busy workers finish less in total than k < N (memory thrash on a
+ * GPU), the device runs only the best k. Service time is binned by how many workers were busy
+ * while an item ran (each bin the mean of its last K_MEMORY samples, counted from K_MIN); k is
+ * chosen when its throughput k ÷ time(k) beats all workers' by K_GAIN plus two standard errors
+ * of the two means (a noisy device needs more samples to be believed).
+ */
+const K_MIN = 5;
+const K_MEMORY = 50;
+/** A bin is recent while the device has completed at most this many items since its last sample. */
+const K_FRESH = 500;
+const K_GAIN = 0.05;
+
+/**
  * The preparation limiter. Where preparations slow each other down (shared cores, memory
  * bandwidth), sizing the inventory from the measured latency runs away: more in preparation →
  * longer latency → a larger inventory target, and past the knee less finishes. Latency samples
@@ -202,12 +215,30 @@ interface ServiceEstimate {
   spanCompletions: number;
 }
 
+/** Service time with k workers busy: mean and mean square of its samples, ms, how many it holds, the device's completions at its last. */
+interface BusyBin {
+  ms: number;
+  sq: number;
+  n: number;
+  at: number;
+}
+
 interface DeviceEstimate {
   /** Whether a sample was ever taken with every worker busy (evidence of the saturated speed). */
   sawSaturated: boolean;
   completions: number;
   /** Per kind (by the snapshot's kind index; one entry when the snapshot lists no kinds). */
   services: ServiceEstimate[];
+  /**
+   * Device concurrency (K_*): service time by how many workers were busy (index k − 1), the
+   * counters last seen, and the most workers to run at once (Infinity: all).
+   */
+  byBusy: BusyBin[];
+  concurrencySeen: number;
+  busyMsSeen: number;
+  limit: number;
+  /** A lower limit tried for a while (Infinity: none). */
+  probe: number;
   /** Smoothed fraction of this device's workers that are busy. */
   occupancy: number;
   lastBusy: number;
@@ -381,7 +412,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1 }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], byBusy: [], concurrencySeen: d.concurrencyTotal ?? 0, busyMsSeen: d.busyMs, limit: Infinity, probe: Infinity, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1 }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -446,9 +477,10 @@ class StokerPacer implements Pacer {
       devices: this.devices.map((d) => {
         const ms = d.services[ref]?.serviceMs ?? NaN;
         return {
-          estimatedPerSec: ms > 0 ? (d.lastWorkers / ms) * 1000 : null,
+          estimatedPerSec: ms > 0 ? (Math.min(d.lastWorkers, d.limit) / ms) * 1000 : null,
           observedRatio: Number.isNaN(d.checkRatio) ? null : d.checkRatio,
           trusted: d.correction === 1 ? 'estimate' : 'observed',
+          workerLimit: Number.isFinite(d.limit) ? d.limit : null,
         };
       }),
     };
@@ -472,7 +504,7 @@ class StokerPacer implements Pacer {
           svc.spanCompletions += Math.max(0, completionsOf(s, k, device) - svc.completions);
         }
       }
-      if (d.spanCompletions >= CHECK_SPAN * c.workers) {
+      if (d.spanCompletions >= CHECK_SPAN * Math.min(c.workers, d.limit)) {
         d.satMs += d.spanMs;
         d.satCompletions += d.spanCompletions;
         for (const svc of d.services) {
@@ -482,7 +514,8 @@ class StokerPacer implements Pacer {
         d.spanMs = d.spanCompletions = 0;
       }
     }
-    const saturated = c.workers > 0 && c.busy >= c.workers && s.waiting > 0;
+    const usable = Math.min(c.workers, d.limit);
+    const saturated = usable > 0 && c.busy >= usable && s.waiting > 0;
     if (!saturated) {
       d.saturatedNow = false;
       d.spanMs = d.spanCompletions = 0;
@@ -503,7 +536,7 @@ class StokerPacer implements Pacer {
     const need = Math.max(CHECK_MIN_COMPLETIONS, (9 * variance) / ((CHECK_TOLERANCE / 3) * (CHECK_TOLERANCE / 3)));
     if (completions < need || d.satMs <= 0) return;
     // Observed completions ÷ those the feed-forward (workers ÷ busy time per item) predicts.
-    const ratio = expectedMs / (c.workers * d.satMs);
+    const ratio = expectedMs / (usable * d.satMs);
     d.satMs = 0;
     d.satCompletions = 0;
     for (const svc of d.services) svc.satCompletions = 0;
@@ -536,7 +569,9 @@ class StokerPacer implements Pacer {
       const dc = c.completions - d.completions;
       this.selfCheck(d, c, s, dt, dc, i);
       if (dc > 0) {
-        const saturated = c.busy >= c.workers;
+        const usable = Math.min(c.workers, d.limit);
+        const saturated = c.busy >= usable;
+        this.observeConcurrency(d, c, dc);
         if (saturated) d.sawSaturated = true;
         for (let k = 0; k < kinds; k++) {
           const svc = d.services[k] as ServiceEstimate;
@@ -563,7 +598,7 @@ class StokerPacer implements Pacer {
           svc.lastBeyond = beyond;
           let weight: number;
           if (news) weight = slower ? this.slowerWeight : starved ? this.serviceW * this.starvedWeight : this.serviceW;
-          else weight = this.quietWeight(svc, c.workers) * (starved ? this.starvedWeight : 1);
+          else weight = this.quietWeight(svc, usable) * (starved ? this.starvedWeight : 1);
           // The noise itself, from saturated samples, each clipped at 3 σ so a speed change barely moves it.
           if (!starved && svc.serviceMs > 0) {
             const clip = NOISE_Z * NOISE_Z * Math.max(svc.variance, NOISE_FLOOR * NOISE_FLOOR);
@@ -589,6 +624,65 @@ class StokerPacer implements Pacer {
         d.plannedAt = s.now;
       }
     }
+  }
+
+  /**
+   * Service time by the number of workers busy (from DeviceCounters.concurrencyTotal), and the
+   * device's worker limit: the k whose throughput k ÷ time(k) beats all workers' by K_GAIN,
+   * both measured over K_MIN samples at least (each bin the mean of its last K_MEMORY).
+   */
+  private observeConcurrency(d: DeviceEstimate, c: PacerSnapshot['devices'][number], dc: number): void {
+    const total = c.concurrencyTotal;
+    if (total === undefined) return;
+    const k = Math.min(c.workers, Math.max(1, Math.round((total - d.concurrencySeen) / dc)));
+    const sample = Math.max(MIN_SERVICE_MS, (c.busyMs - d.busyMsSeen) / dc);
+    d.concurrencySeen = total;
+    d.busyMsSeen = c.busyMs;
+    if (c.workers < 2) return;
+    while (d.byBusy.length < c.workers) d.byBusy.push({ ms: 0, sq: 0, n: 0, at: 0 });
+    const bin = d.byBusy[k - 1] as BusyBin;
+    bin.n = Math.min(bin.n + dc, K_MEMORY);
+    bin.ms += (dc / bin.n) * (sample - bin.ms);
+    bin.sq += (dc / bin.n) * (sample * sample - bin.sq);
+    bin.at = c.completions;
+    // Only recent bins compare (a bin from before a speed change would mislead); without a
+    // recent all-workers bin the limit stays as it is (the limited bin keeps itself recent, and
+    // corrects the limit if the device changed).
+    const fresh = (b: BusyBin) => b.n >= K_MIN && c.completions - b.at <= K_FRESH;
+    const all = d.byBusy[c.workers - 1] as BusyBin;
+    if (!fresh(all)) {
+      if (Number.isFinite(d.limit)) {
+        const held = d.byBusy[Math.min(d.limit, c.workers) - 1] as BusyBin;
+        // The limited bin against the all-workers one it was chosen over, however old.
+        if (all.n >= K_MIN && fresh(held) && Math.min(d.limit, c.workers) / held.ms < c.workers / all.ms) d.limit = Infinity;
+      }
+      return;
+    }
+    // The standard errors use the noisiest bin's spread: which items finish while workers sit idle
+    // depends on their length (a run of short ones drains the queue), so a bin can look steadier than the device is.
+    let spread = 0;
+    for (const b of d.byBusy) if (fresh(b)) spread = Math.max(spread, b.sq / (b.ms * b.ms) - 1);
+    const cv2 = (b: BusyBin) => spread / b.n;
+    const allX = c.workers / all.ms;
+    let best = c.workers;
+    let bestGain = 0;
+    for (let j = 1; j < c.workers; j++) {
+      const b = d.byBusy[j - 1] as BusyBin;
+      if (!fresh(b)) continue;
+      const gain = j / b.ms / allX - 1;
+      if (gain >= K_GAIN + 2 * Math.sqrt(cv2(b) + cv2(all)) && gain > bestGain) {
+        best = j;
+        bestGain = gain;
+      }
+    }
+    d.limit = best < c.workers ? best : Infinity;
+    // Limited to k, with nothing recent at k − 1: run k − 1 until its bin is (fewer might do better yet).
+    d.probe = best < c.workers && best > 1 && !fresh(d.byBusy[best - 2] as BusyBin) ? best - 1 : Infinity;
+  }
+
+  workerLimit(device: number): number {
+    const d = this.devices[device];
+    return d ? Math.min(d.limit, d.probe) : Infinity;
   }
 
   /**
@@ -761,7 +855,7 @@ class StokerPacer implements Pacer {
           ms = kindMs > 0 ? kindMs : deviceMeanMs(d, this.meanServiceMs(-1));
         }
         // Planned for the workers of the last latency (see plannedWorkers); what drains now is what is alive.
-        const workers = d.plannedWorkers;
+        const workers = Math.min(d.plannedWorkers, d.limit);
         if (ms > 0 && workers > 0) {
           // The self-check's factor: 1 unless saturated windows keep showing another capacity.
           lambda += (workers / ms) * d.correction;
@@ -823,7 +917,7 @@ class StokerPacer implements Pacer {
     for (const d of this.devices) {
       const svc = d.services[this.ref];
       if (!svc || !(svc.serviceMs > 0)) continue;
-      const r = d.plannedWorkers / svc.serviceMs;
+      const r = Math.min(d.plannedWorkers, d.limit) / svc.serviceMs;
       rates += r;
       if (svc.varianceSlow > SKEWED_CV2) cv2 += r * svc.varianceSlow;
     }
@@ -847,7 +941,7 @@ class StokerPacer implements Pacer {
       if (k !== this.ref && rate > 0) inventory += (kc.preparing + kc.waiting + kc.onDevice) * (lambda / rate - 1);
     }
     let workers = 0;
-    for (const d of this.devices) workers += d.plannedWorkers;
+    for (const d of this.devices) workers += Math.min(d.plannedWorkers, d.limit);
     this.inventoryTarget = lambda * (lat + this.margin) + this.serviceStock(lambda, lat) + workers + this.target + this.integral;
     const u = lambda + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
     this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.draining + this.catchUp * lambda);
