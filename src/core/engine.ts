@@ -562,6 +562,7 @@ export class Engine {
    * is passed over, keeping its place, for the next one that fits).
    */
   private assignDevices(out: Command[]): void {
+    if (this.waitingQ.size === 0) return;
     if (!this.deviceKinds) {
       for (let best = this.idleDeviceFor(null); best >= 0 && this.waitingQ.size > 0; best = this.idleDeviceFor(null)) this.startOnDevice(this.waitingQ.pop() as Item, best, out);
       return;

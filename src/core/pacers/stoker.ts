@@ -645,39 +645,38 @@ class StokerPacer implements Pacer {
     bin.ms += (dc / bin.n) * (sample - bin.ms);
     bin.sq += (dc / bin.n) * (sample * sample - bin.sq);
     bin.at = c.completions;
-    // Only recent bins compare (a bin from before a speed change would mislead); without a
-    // recent all-workers bin the limit stays as it is (the limited bin keeps itself recent, and
+    // Only recent bins compare (a bin from before a speed change would mislead: isFresh); without
+    // a recent all-workers bin the limit stays as it is (the limited bin keeps itself recent, and
     // corrects the limit if the device changed).
-    const fresh = (b: BusyBin) => b.n >= K_MIN && c.completions - b.at <= K_FRESH;
+    const now = c.completions;
     const all = d.byBusy[c.workers - 1] as BusyBin;
-    if (!fresh(all)) {
+    if (!isFresh(all, now)) {
       if (Number.isFinite(d.limit)) {
         const held = d.byBusy[Math.min(d.limit, c.workers) - 1] as BusyBin;
         // The limited bin against the all-workers one it was chosen over, however old.
-        if (all.n >= K_MIN && fresh(held) && Math.min(d.limit, c.workers) / held.ms < c.workers / all.ms) d.limit = Infinity;
+        if (all.n >= K_MIN && isFresh(held, now) && Math.min(d.limit, c.workers) / held.ms < c.workers / all.ms) d.limit = Infinity;
       }
       return;
     }
     // The standard errors use the noisiest bin's spread: which items finish while workers sit idle
     // depends on their length (a run of short ones drains the queue), so a bin can look steadier than the device is.
     let spread = 0;
-    for (const b of d.byBusy) if (fresh(b)) spread = Math.max(spread, b.sq / (b.ms * b.ms) - 1);
-    const cv2 = (b: BusyBin) => spread / b.n;
+    for (const b of d.byBusy) if (isFresh(b, now)) spread = Math.max(spread, b.sq / (b.ms * b.ms) - 1);
     const allX = c.workers / all.ms;
     let best = c.workers;
     let bestGain = 0;
     for (let j = 1; j < c.workers; j++) {
       const b = d.byBusy[j - 1] as BusyBin;
-      if (!fresh(b)) continue;
+      if (!isFresh(b, now)) continue;
       const gain = j / b.ms / allX - 1;
-      if (gain >= K_GAIN + 2 * Math.sqrt(cv2(b) + cv2(all)) && gain > bestGain) {
+      if (gain >= K_GAIN + 2 * Math.sqrt(spread / b.n + spread / all.n) && gain > bestGain) {
         best = j;
         bestGain = gain;
       }
     }
     d.limit = best < c.workers ? best : Infinity;
     // Limited to k, with nothing recent at k − 1: run k − 1 until its bin is (fewer might do better yet).
-    d.probe = best < c.workers && best > 1 && !fresh(d.byBusy[best - 2] as BusyBin) ? best - 1 : Infinity;
+    d.probe = best < c.workers && best > 1 && !isFresh(d.byBusy[best - 2] as BusyBin, now) ? best - 1 : Infinity;
   }
 
   workerLimit(device: number): number {
@@ -947,6 +946,11 @@ class StokerPacer implements Pacer {
     this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.draining + this.catchUp * lambda);
     this.rate = Math.min(Math.max(u, 0), this.maxRate);
   }
+}
+
+/** Whether a bin counts: K_MIN samples, the last within K_FRESH of the device's completions (`now`). */
+function isFresh(b: BusyBin, now: number): boolean {
+  return b.n >= K_MIN && now - b.at <= K_FRESH;
 }
 
 function newService(completions: number, busyMs: number, serviceMs: number): ServiceEstimate {
