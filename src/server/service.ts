@@ -843,7 +843,9 @@ export class Service {
     const s = this.runtime.engine.snapshot;
     const measured = s.deviceCompletions + s.prepareCompletions;
     if (measured === this.priorsSavedAt) return; // nothing new since the last save
-    this.priors = measuredPriors(s, this.devices.map((d) => d.name), this.priors, this.runtime.engine.pacer.state().terms['prepareLimit']);
+    const terms = this.runtime.engine.pacer.state().terms;
+    // The best cap the limiter measured (the one in force may be a probe around it).
+    this.priors = measuredPriors(s, this.devices.map((d) => d.name), this.priors, terms['prepareLimitBest'] ?? terms['prepareLimit']);
     if (writePriors(this.config.dataDir, this.priors)) this.priorsSavedAt = measured;
   }
 

@@ -314,6 +314,9 @@ class StokerPacer implements Pacer {
   private readonly kindRates: number[] = [];
   /** The kind the plan is counted in: the next to be dispatched (the last one while none is queued). */
   private ref = 0;
+  /** Whether the kinds run on different devices (kindsApart), for how many kinds that was worked out. */
+  private apart = false;
+  private apartFor = -1;
   private last = NaN;
   private prepCompletions = 0;
   private prepLatencyTotal = 0;
@@ -433,7 +436,15 @@ class StokerPacer implements Pacer {
       this.credit = Math.min(this.burst, this.credit + this.rate * dt);
     } else {
       // Idle: restart cleanly when work comes back (one item at once, no stored-up burst).
-      if (inFlight === 0) this.busySince = NaN;
+      if (inFlight === 0) {
+        this.busySince = NaN;
+        // The next workload may not thrash a device as this one did: its concurrency is learned anew.
+        for (const d of this.devices) {
+          if (d.byBusy.length === 0 && !Number.isFinite(d.limit)) continue;
+          d.byBusy = [];
+          d.limit = d.probe = Infinity;
+        }
+      }
       this.credit = 1;
     }
     this.recompute(s);
@@ -473,7 +484,7 @@ class StokerPacer implements Pacer {
       mode: this.mode,
       ratePerSec: this.lambda > 0 ? this.lambda * 1000 : null,
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
-      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.prepLimit) ? { prepareLimit: this.prepLimit } : {}) },
+      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.prepLimit) ? { prepareLimit: this.prepLimit } : {}), ...(this.limiter && Number.isFinite(this.limiter.best) ? { prepareLimitBest: this.limiter.best } : {}) },
       devices: this.devices.map((d) => {
         const ms = d.services[ref]?.serviceMs ?? NaN;
         return {
@@ -651,10 +662,11 @@ class StokerPacer implements Pacer {
     const now = c.completions;
     const all = d.byBusy[c.workers - 1] as BusyBin;
     if (!isFresh(all, now)) {
-      if (Number.isFinite(d.limit)) {
-        const held = d.byBusy[Math.min(d.limit, c.workers) - 1] as BusyBin;
-        // The limited bin against the all-workers one it was chosen over, however old.
-        if (all.n >= K_MIN && isFresh(held, now) && Math.min(d.limit, c.workers) / held.ms < c.workers / all.ms) d.limit = Infinity;
+      // Limited for K_FRESH completions: all workers again until they are measured anew (the
+      // device may have stopped thrashing), then the choice is made again.
+      if (Number.isFinite(d.limit) || Number.isFinite(d.probe)) {
+        d.limit = d.probe = Infinity;
+        all.n = 0;
       }
       return;
     }
@@ -724,12 +736,17 @@ class StokerPacer implements Pacer {
   private limitPreparing(s: PacerSnapshot): void {
     const starved = this.lambda > 0 && this.draining < STARVED * this.lambda;
     const lim = this.limiter;
-    // Idle: the next busy period starts from the best cap, settled (the knee is the machine's; a
-    // workload that does not contend there lets it go at its first measurement).
+    // Idle: the next busy period goes on from where this one left the limiter — settled, from
+    // the best cap (the knee is the machine's; a workload that does not contend there lets it go
+    // at its first measurement); still climbing down, from the step it had reached.
     if (s.backlog + s.preparing + s.waiting + s.onDevice === 0) {
-      if (lim && !Number.isNaN(lim.from)) this.hold({ ...lim, settled: true, engagedAt: lim.best, rest: 0, ups: 0 }, lim.best, s);
+      if (lim && !Number.isNaN(lim.from)) {
+        if (lim.settled) this.hold({ ...lim, engagedAt: lim.best, rest: 0, ups: 0 }, lim.best, s);
+        else this.hold(lim, lim.cap, s);
+      }
       this.latencyFloor = Infinity;
       this.filled = false;
+      this.overdueSince = NaN;
       return;
     }
     // Filled: two latencies into the busy period, with workers + target preparations measured in
@@ -746,7 +763,7 @@ class StokerPacer implements Pacer {
       // slowest ones (nothing waits behind them), nor a small pipeline that a memory budget
       // refills in bursts (ages bunch, latency stays). The cheap tests first: this runs on every event.
       const many = 2 * (s.workers + this.target);
-      if (!(starved && filled && s.backlog > 0 && s.preparing >= many && measured >= many && this.latency >= LATENCY_UP * this.latencyFloor)) {
+      if (!(starved && filled && s.backlog > 0 && s.preparing >= many && measured >= many && this.latencyFloor > 0 && this.latency >= LATENCY_UP * this.latencyFloor)) {
         this.overdueSince = NaN;
         return;
       }
@@ -787,15 +804,16 @@ class StokerPacer implements Pacer {
     const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
     const x = meanPreparing / ((s.prepareLatencyMsTotal - lim.latencyMs) / (s.prepareCompletions - lim.mark));
     if (!starved) {
-      this.limiter = null;
-      this.prepLimit = Infinity;
+      this.letGo();
       return;
     }
     const up = (c: number) => Math.max(c + 1, Math.round(c * PROBE));
     const down = (c: number) => Math.max(1, Math.min(c - 1, Math.round(c / PROBE)));
     if (!lim.settled) {
       // Climbing down: a lower cap that finishes as much is better (less memory, shorter latency).
-      if (Number.isNaN(lim.best) || x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x }, Math.max(1, Math.floor(lim.cap * STEP)), s);
+      // (At a cap of 1 there is nowhere lower to go: settled there.)
+      if (lim.cap === 1) this.hold({ ...lim, best: 1, bestX: x, settled: true, side: -1 }, up(1), s);
+      else if (Number.isNaN(lim.best) || x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x }, Math.max(1, Math.floor(lim.cap * STEP)), s);
       else this.hold({ ...lim, settled: true, side: -1 }, up(lim.best), s);
     } else if (lim.cap === lim.best) {
       // Holding the best: its throughput measured again (a mean over the holds there); every
@@ -808,8 +826,7 @@ class StokerPacer implements Pacer {
       if (x >= lim.bestX * (1 + EPS_UP)) {
         const ups = x >= lim.bestX * (1 + GAIN * (lim.cap / lim.best - 1)) ? lim.ups + 1 : 0;
         if (ups >= 2 && lim.cap >= lim.engagedAt) {
-          this.limiter = null;
-          this.prepLimit = Infinity;
+          this.letGo();
           return;
         }
         this.hold({ ...lim, best: lim.cap, bestX: x, ups }, up(lim.cap), s);
@@ -819,8 +836,20 @@ class StokerPacer implements Pacer {
   }
 
   private hold(lim: PrepareLimiter, cap: number, s: PacerSnapshot): void {
+    // A cap that is not a number of preparations (a latency of 0 upstream, say) is no cap.
+    if (!(cap >= 1 && Number.isFinite(cap))) {
+      this.letGo();
+      return;
+    }
     this.limiter = { ...lim, cap, from: NaN, turnedAt: NaN, mark: s.prepareCompletions };
     this.prepLimit = cap;
+    this.overdueSince = NaN;
+  }
+
+  private letGo(): void {
+    this.limiter = null;
+    this.prepLimit = Infinity;
+    this.overdueSince = NaN;
   }
 
   /**
@@ -867,6 +896,36 @@ class StokerPacer implements Pacer {
         this.draining = draining;
       }
     }
+    // Kinds on different devices (devices that name their kinds): the next kind's devices are not
+    // the only ones that drain, so one plan over every device with work, each at its mean service
+    // time over its kinds (as with one kind), and no weighting by kind.
+    if (this.kindsApart(s)) {
+      let lambda = 0;
+      let draining = 0;
+      for (let i = 0; i < this.devices.length; i++) {
+        const d = this.devices[i] as DeviceEstimate;
+        const c = s.devices[i] as PacerSnapshot['devices'][number];
+        if (c.eligible === false) continue;
+        const ms = deviceMeanMs(d, this.meanServiceMs(-1));
+        const workers = Math.min(d.plannedWorkers, d.limit);
+        if (ms > 0 && workers > 0) {
+          lambda += (workers / ms) * d.correction;
+          draining += (c.workers / ms) * d.correction * d.occupancy;
+        }
+      }
+      this.lambda = lambda;
+      this.draining = draining;
+    }
+  }
+
+  /** Whether the kinds seen run on different sets of devices (cached: a kind's devices never change). */
+  private kindsApart(s: PacerSnapshot): boolean {
+    if (this.apartFor !== s.kinds.length) {
+      this.apartFor = s.kinds.length;
+      const first = s.kinds[0]?.devices;
+      this.apart = s.kinds.some((k) => k.devices.length !== first?.length || k.devices.some((d, i) => d !== first[i]));
+    }
+    return this.apart;
   }
 
   /** The mean service time measured for kind k over the devices (k = −1: for any kind), else the prior (k = −1) or NaN. */
@@ -934,7 +993,7 @@ class StokerPacer implements Pacer {
     const lat = this.latency > 0 ? this.latency : Number.isFinite(this.busySince) ? s.now - this.busySince : 0;
     // Items of other kinds count by their device time, in items of the next kind (λ ÷ λ_k each).
     let inventory = s.preparing + s.waiting + s.onDevice;
-    if (s.kinds.length > 1) for (let k = 0; k < s.kinds.length; k++) {
+    if (s.kinds.length > 1 && !this.apart) for (let k = 0; k < s.kinds.length; k++) {
       const kc = s.kinds[k] as KindCounters;
       const rate = this.kindRates[k] as number;
       if (k !== this.ref && rate > 0) inventory += (kc.preparing + kc.waiting + kc.onDevice) * (lambda / rate - 1);
