@@ -146,7 +146,8 @@ export class Engine {
     }
     this.retries = retries;
     this.pacer = options.pacer;
-    this.workerLimit = typeof options.pacer.workerLimit === 'function' ? (d) => (options.pacer.workerLimit as (d: number) => number)(d) : null;
+    const pacer = options.pacer;
+    this.workerLimit = typeof pacer.workerLimit === 'function' ? (d) => pacer.workerLimit?.(d) ?? Infinity : null;
     this.budget = new MemoryBudget(options.budgetBytes ?? Infinity);
     this.workers = options.devices.map((d) => Array.from({ length: d.workers }, () => ({ alive: true, item: null })));
     const devices: DeviceCounters[] = options.devices.map((d) => ({ workers: d.workers, busy: 0, completions: 0, busyMs: 0, concurrencyTotal: 0 }));
@@ -353,7 +354,8 @@ export class Engine {
 
   private submit(norm: NormalJob, out: Command[]): void {
     const reservation = Math.max(norm.memory.prepareBytes, norm.memory.deviceBytes);
-    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, next: 0, live: new Map(), firstId: this.itemSeq, remaining: norm.partitions, kindIndex: this.kindIndex(norm.kind), kc: this.snapshot.kinds[this.kindIndex(norm.kind)] as KindCounters, heapIndex: -1 };
+    const kindIndex = this.kindIndex(norm.kind);
+    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, next: 0, live: new Map(), firstId: this.itemSeq, remaining: norm.partitions, kindIndex, kc: this.snapshot.kinds[kindIndex] as KindCounters, heapIndex: -1 };
     this.itemSeq += norm.partitions;
     this.jobs.set(norm.id, job);
     this.countKind(norm.kind, 1);

@@ -158,10 +158,12 @@ function capacityOf(devices: SimDevice[]): number {
  * the pipeline (2 × (p99 preparation latency + mean service time): a pacer that knows nothing
  * must see items complete once before it can fill the pipeline at the right rate), to the end
  * of an ideal fluid drain (every job prepared in the mean latency and served at full capacity)
- * minus the p99 latency. Where kinds differ in device time (kinds.<name>.service), each kind is
- * news to a pacer in the same way: the window starts two passes after the devices could first
- * reach each kind's first job (the jobs that arrived before it served at full capacity). Scenarios may set it. A scenario too short to have
- * a steady state gets an empty window, and the steady measures are null.
+ * minus the p99 latency (the drain goes no faster than the preparations can at their best
+ * concurrency, where they contend). Where kinds differ in device time (kinds.<name>.service),
+ * each kind is news to a pacer in the same way: the window starts two passes after the devices
+ * could first reach each kind's first job (the jobs that arrived before it served at full
+ * capacity). Scenarios may set it. A scenario too short to have a steady state gets an empty
+ * window, and the steady measures are null.
  */
 export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number): { fromMs: number; toMs: number } {
   if (s.steady) return { fromMs: s.steady.fromS * 1000, toMs: s.steady.toS * 1000 };

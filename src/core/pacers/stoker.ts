@@ -124,9 +124,12 @@ const SKEWED_CV2 = 0.25;
 /**
  * Device concurrency: where N busy workers finish less in total than k < N (memory thrash on a
  * GPU), the device runs only the best k. Service time is binned by how many workers were busy
- * while an item ran (each bin the mean of its last K_MEMORY samples, counted from K_MIN); k is
- * chosen when its throughput k ÷ time(k) beats all workers' by K_GAIN plus two standard errors
- * of the two means (a noisy device needs more samples to be believed).
+ * while an item ran (each bin the mean of its last K_MEMORY samples, counted from K_MIN, and only
+ * while recent: K_FRESH); k is chosen when its throughput k ÷ time(k) beats all workers' by
+ * K_GAIN plus two standard errors of the two means (a noisy device needs more samples to be
+ * believed). Limited to k, it tries k − 1 until that is measured; once the all-workers bin is no
+ * longer recent, all workers run again until it is (the device may have stopped thrashing); an
+ * idle device learns afresh.
  */
 const K_MIN = 5;
 const K_MEMORY = 50;
@@ -141,10 +144,9 @@ const K_GAIN = 0.05;
  * show it late (the quick preparations finish first, the rest crawl); the age of those in flight
  * shows it at once: in a steady pipeline their mean age is E[L²] ÷ 2E[L].
  *
- * It takes over when all of these hold: the devices are short of
- * work (smoothed occupancy below STARVED); the pipeline has filled (two latencies into the busy
- * period, 2 × (workers + target) preparations measured in it); work is queued; at least that
- * many are preparing; the latency estimate is LATENCY_UP × its lowest since the fill; and the
+ * It takes over when all of these hold: the devices are short of work (smoothed occupancy below
+ * STARVED); the pipeline has filled (two latencies into the busy period, 2 × (workers + target)
+ * preparations measured in it); work is queued; at least that many are preparing; the latency estimate is LATENCY_UP × its lowest since the fill; and the
  * preparations are on average OVERDUE × older than they should be, or the latency estimate
  * OVERDUE × LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are
  * steady again) — all for half a latency on end. It then caps the number preparing at what would
@@ -161,7 +163,8 @@ const K_GAIN = 0.05;
  *
  * It lets go when a measurement ends with the devices busy (preparation is not the bottleneck
  * then), and after two moves up in a row, to where it took over, that each finish GAIN of the
- * proportional gain more: that was no contention (a slower preparation, say).
+ * proportional gain more: that was no contention (a slower preparation, say). Over an idle
+ * pipeline it stays, and the next busy period goes on from its cap (the knee is the machine's).
  */
 const STARVED = 0.9;
 const OVERDUE = 1.5;
