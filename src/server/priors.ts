@@ -1,10 +1,12 @@
 /**
  * Remembered rates: what the pacer needs to start warm, kept beside the journal
  * (`<dataDir>/stoker.priors.json`) — each device's measured device time per item (and each
- * kind's on each device) and the mean and spread of the preparation latency. A restarted server starts its pacer from them, so the
- * first job after a restart does not pay a cold start (a bootstrap, then a whole preparation
- * latency before the inventory is sized). Config values (`[device] priorServiceMs`,
- * `engine.pacerOptions.priorLatencyMs`) take precedence.
+ * kind's on each device), the mean and spread of the preparation latency, and the preparation
+ * limit the pacer found. A restarted server starts its pacer from them, so the first job after a
+ * restart does not pay a cold start (a bootstrap, then a whole preparation latency before the
+ * inventory is sized; a preparation stage that contends run to the memory budget again). Config
+ * values (`[device] priorServiceMs`, `engine.pacerOptions.priorLatencyMs`, `priorPrepareLimit`)
+ * take precedence.
  */
 import fs from 'node:fs';
 import path from 'node:path';

@@ -320,23 +320,23 @@ export class Service {
     const priorDeviceServiceMs = this.devices.map((d) => d.config.priorServiceMs ?? this.priors?.devices[d.name]?.serviceMs ?? 0);
     // Each kind's own device time, where the config gives none for the device.
     const priorKindServiceMs = Object.fromEntries(Object.entries(this.priors?.kinds ?? {}).map(([kind, byDevice]) => [kind, this.devices.map((d) => (d.config.priorServiceMs === undefined ? (byDevice[d.name]?.serviceMs ?? 0) : 0))]));
-    const priorLatency: { priorLatencyMs?: number; priorLatencySdMs?: number; priorPrepareLimit?: number } = {
+    const remembered: { priorLatencyMs?: number; priorLatencySdMs?: number; priorPrepareLimit?: number } = {
       ...(o['priorLatencyMs'] === undefined && this.priors?.latencyMs !== undefined ? { priorLatencyMs: this.priors.latencyMs, ...(this.priors.latencySdMs === undefined ? {} : { priorLatencySdMs: this.priors.latencySdMs }) } : {}),
       ...(o['priorPrepareLimit'] === undefined && this.priors?.prepareLimit !== undefined ? { priorPrepareLimit: this.priors.prepareLimit } : {}),
     };
-    if (priorDeviceServiceMs.some((v) => v > 0) || priorLatency.priorLatencyMs !== undefined || priorLatency.priorPrepareLimit !== undefined) {
+    if (priorDeviceServiceMs.some((v) => v > 0) || remembered.priorLatencyMs !== undefined || remembered.priorPrepareLimit !== undefined) {
       const said = this.devices.flatMap((d, i) => ((priorDeviceServiceMs[i] ?? 0) > 0 ? [`${d.name} ${((priorDeviceServiceMs[i] as number) / 1000).toFixed(3)} s per item`] : []));
       const kinds = Object.values(priorKindServiceMs).filter((ms) => ms.some((v) => v > 0)).length;
       if (kinds > 1) said.push(`each of ${kinds} kinds' own device time`);
-      if (priorLatency.priorLatencyMs !== undefined) said.push(`preparation ${(priorLatency.priorLatencyMs / 1000).toFixed(1)} s`);
-      if (priorLatency.priorPrepareLimit !== undefined) said.push(`at most ${priorLatency.priorPrepareLimit} preparations at once`);
+      if (remembered.priorLatencyMs !== undefined) said.push(`preparation ${(remembered.priorLatencyMs / 1000).toFixed(1)} s`);
+      if (remembered.priorPrepareLimit !== undefined) said.push(`at most ${remembered.priorPrepareLimit} preparations at once`);
       this.priorsNote = `the pacer starts from ${said.join(', ')} (${this.devices.some((d) => d.config.priorServiceMs !== undefined) ? 'the config, and ' : ''}what the last run measured: ${path.join(config.dataDir, 'stoker.priors.json')})`;
     }
     this.runtime = new Runtime({
       workload: router,
       devices: engineDevices,
       pacer: config.engine.pacer,
-      pacerOptions: { ...priorLatency, ...o, priorDeviceServiceMs, priorKindServiceMs, targetWaiting: config.engine.targetWaiting },
+      pacerOptions: { ...remembered, ...o, priorDeviceServiceMs, priorKindServiceMs, targetWaiting: config.engine.targetWaiting },
       budgetBytes: config.engine.budgetBytes,
       retries: config.engine.retries,
       deviceTimeoutMs: config.engine.deviceTimeoutS * 1000,
