@@ -198,7 +198,9 @@ export class Recorder {
     const r0 = this.cfg.rampFromMs;
     if (b > r0) {
       for (let t = Math.max(a, r0); t < b; ) {
-        const i = Math.floor((t - r0) / RAMP_BIN);
+        let i = Math.floor((t - r0) / RAMP_BIN);
+        // A boundary r0 + i·RAMP_BIN may round below itself when measured back from r0: move on.
+        if (r0 + (i + 1) * RAMP_BIN <= t) i++;
         if (i >= 4 * 3600) break;
         const end = Math.min(b, r0 + (i + 1) * RAMP_BIN);
         while (this.rampBusy.length <= i) {

@@ -32,6 +32,23 @@ describe('determinism', () => {
   });
 });
 
+describe('measures', () => {
+  it('a ramp reference whose bin boundaries round back below themselves (39.025… ms) still ends', () => {
+    // (r0 + 1000) − r0 is just under 1000 for this r0: the ramp bins once looped forever on it.
+    const r0 = 0.039025426999413526;
+    expect(Math.floor((r0 * 1000 + 1000 - r0 * 1000) / 1000)).toBe(0);
+    const s = parseScenario({
+      name: 'ramp-rounding',
+      rampFromS: r0,
+      kinds: { proof: { prepare: { type: 'fixed', value: 3 } } },
+      devices: [{ workers: 2, service: { type: 'fixed', value: 1 } }],
+      arrivals: [{ atS: 0, jobs: 2, partitions: 10, kind: 'proof' }],
+    });
+    const r = simulate(s, { pacer: stoker });
+    expect(r.metrics.jobsDone).toBe(2);
+  });
+});
+
 describe('Rng', () => {
   it('is uniform on [0, 1) and normal with mean 0 and sd 1', () => {
     const rng = new Rng(42);
