@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
 import path from 'node:path';
 import { Job, Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -203,7 +204,10 @@ export class ClusterService implements ApiService {
   /** Until then this node pulls nothing: its journal was full (see hold). */
   private fullUntil = 0;
   private readonly conns: Redis[] = [];
-  /** The Redis dataset this node last saw (K.epoch); another value, or none, means Redis lost its data. */
+  /**
+   * The Redis dataset this node last republished its results to (K.epoch, kept in
+   * `<dataDir>/cluster-epoch` across restarts); another value, or none, means Redis lost its data.
+   */
   private epoch: string | null = null;
   private sweeper: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> | undefined;
@@ -306,8 +310,10 @@ export class ClusterService implements ApiService {
       clearTimeout(timer);
     }
     await this.register();
-    await this.redis.set(K.epoch, randomUUID(), 'NX');
-    this.epoch = await this.redis.get(K.epoch);
+    // The dataset this node republished to before it last stopped, not the current one: a node
+    // killed after Redis lost its data but before its sweep republished would otherwise take the
+    // new dataset as seen, and the results only its journal holds would stay unknown for good.
+    this.epoch = this.savedEpoch();
     this.persistence = await this.persistenceNote();
     await this.sub.subscribe(K.cancelChannel, K.addedChannel);
     this.sub.on('message', (ch: string, msg: string) => {
@@ -735,6 +741,7 @@ export class ClusterService implements ApiService {
       await this.register();
       await this.republish();
       this.epoch = epoch;
+      this.saveEpoch(epoch);
     }
     const expired = Date.now() - this.ttlMs;
     for (const j of this.accepted.unfinished().slice(0, SWEEP_MAX)) {
@@ -745,6 +752,31 @@ export class ClusterService implements ApiService {
       else if (!found) await this.requeue(j);
     }
     this.accepted.purgeFinished(this.ttlMs);
+  }
+
+  private get epochFile(): string {
+    return path.join(this.config.dataDir, 'cluster-epoch');
+  }
+
+  /** The dataset this node's last completed republish was for (null: none recorded). */
+  private savedEpoch(): string | null {
+    try {
+      return fs.readFileSync(this.epochFile, 'utf8').trim() || null;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Records that this node's results are republished to `epoch` (written whole, or not at all). */
+  private saveEpoch(epoch: string | null): void {
+    if (epoch === null) return;
+    const tmp = `${this.epochFile}.tmp`;
+    try {
+      fs.writeFileSync(tmp, epoch);
+      fs.renameSync(tmp, this.epochFile);
+    } catch {
+      // A full disk: the next start republishes again (harmless)
+    }
   }
 
   /** A job this node accepted has ended (or is past its time to live): its acceptance record ends too. */

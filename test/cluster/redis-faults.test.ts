@@ -28,9 +28,9 @@ function useCluster(env: Record<string, string> = {}) {
   }, 30_000);
   return Object.assign(c, {
     start: async () => (c.redis = await startRedis(bin as string)),
-    node: async (id: string) => {
-      const dir = tempDataDir();
-      c.dirs.push(dir);
+    /** `dir`: the data dir of a node started before (a restart), else a new one. */
+    node: async (id: string, dir?: string) => {
+      if (dir === undefined) c.dirs.push((dir = tempDataDir()));
       const s = await startServer(dir, ['--cluster', c.redis.url], { STOKER_CLUSTER_NODE_ID: id, STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0', ...env });
       c.nodes.push(s);
       return s;
@@ -133,6 +133,32 @@ describe.skipIf(!bin)('a Redis restart without persistence', () => {
     }
     console.log(`Redis restarted without persistence: all 30 accepted jobs done and readable on both nodes ${((performance.now() - t0) / 1000).toFixed(1)} s later`);
   }, 120_000);
+});
+
+describe.skipIf(!bin)('a node killed after Redis lost its data, before it republished', () => {
+  const cluster = useCluster({ STOKER_CLUSTER_HEARTBEAT_MS: '300' });
+
+  it('republishes the results only it holds once restarted (before, they were a 404 on every node for good)', async () => {
+    await cluster.start();
+    const a = await cluster.node('rk-a');
+    const ids = Array.from({ length: 5 }, (_, i) => `rk-${i}`);
+    for (const [i, id] of ids.entries()) expect((await http(a.url, 'POST', '/v1/jobs', { id, kind: 'sleep', partitions: 2, input: { seed: i, prepareMs: 1, deviceMs: 1 } })).status).toBe(202);
+    for (const id of ids) expect((await http(a.url, 'GET', `/v1/jobs/${id}/result?wait=10s`)).body.state).toBe('done');
+    // Two sweeps (every 2 s): the node has seen them end and no longer queues them again.
+    await new Promise((r) => setTimeout(r, 4500));
+    // Redis loses its data and the node dies before a sweep of its could see it (here: while Redis is away).
+    await cluster.redis.stop();
+    await a.crash();
+    cluster.redis = await startRedis(bin as string, cluster.redis.port);
+    const b = await cluster.node('rk-a', cluster.dirs[0]);
+    for (const [i, id] of ids.entries()) {
+      const r = await waitUntil(async () => {
+        const x = await http(b.url, 'GET', `/v1/jobs/${id}/result?wait=2s`);
+        return x.status === 200 ? x : undefined;
+      }, 15_000, `${id} readable after the restarts`, 200);
+      expect(r.body, id).toMatchObject({ state: 'done', result: { partitions: 2, total: sleepTotal(i, 2) } });
+    }
+  }, 90_000);
 });
 
 describe.skipIf(!bin)('a job taken over by another node', () => {
