@@ -13,6 +13,20 @@ export interface DeviceSpec {
    * its kind (a waiting item of a busy device's kind does not hold up one for an idle device).
    */
   kinds?: readonly string[];
+  /**
+   * Batches: a free worker takes up to `maxItems` waiting items of one kind at once (in queue
+   * order) and runs them as one step (`startBatch`), waiting up to `maxWaitMs` for more while
+   * fewer are waiting and more of that kind are in preparation (0: takes what is there). A batch
+   * reports its device time once. Absent: one item per step (`startDevice`).
+   */
+  batch?: BatchSpec;
+}
+
+export interface BatchSpec {
+  /** Most items in one batch (≥ 1). */
+  maxItems: number;
+  /** Longest wait for a fuller batch, ms (≥ 0). @default 0 */
+  maxWaitMs?: number;
 }
 
 export interface EngineOptions {
@@ -65,11 +79,32 @@ interface Item extends ItemView, KeyedNode {
   busyAtStart: number;
   device: number;
   worker: number;
+  /** The batch it runs in (on a batching device), else null. */
+  batch: Batch | null;
+  /** When it was last prepared (it waits for a batch from then). */
+  waitingSince: number;
+  /** Its batch failed without saying which item: it runs alone next time. */
+  solo: boolean;
+}
+
+/** Items run together on one worker (a `startBatch`). */
+interface Batch {
+  readonly id: number;
+  /** Every item it started with (its size); those still in it have `batch` pointing here. */
+  readonly items: readonly Item[];
+  /** Items still running in it. */
+  live: number;
+  readonly device: number;
+  readonly worker: number;
+  readonly startedAt: number;
+  /** The device's ∫ busy dt at its start. */
+  readonly busyAtStart: number;
 }
 
 interface Worker {
   alive: boolean;
   item: Item | null;
+  batch: Batch | null;
 }
 
 /** A live job as drivers and services see it. */
@@ -121,6 +156,14 @@ export class Engine {
   private readonly workerLimit: ((device: number) => number) | null;
   /** Set by a `drain` event: no more dispatches. */
   private draining = false;
+  /** Per device, its batching (null: one item per step); null when no device batches. */
+  private readonly batching: ({ maxItems: number; maxWaitMs: number } | null)[] | null;
+  private readonly batches = new Map<number, Batch>();
+  private batchSeq = 0;
+  /** Per device: holding its free worker for a fuller batch in the current assignment pass. */
+  private readonly holding: boolean[];
+  /** When the earliest held batch must start anyway (Infinity: none held). */
+  private batchWake = Infinity;
 
   constructor(options: EngineOptions) {
     if (!Array.isArray(options.devices) || options.devices.length === 0) {
@@ -133,7 +176,18 @@ export class Engine {
       if (d.kinds !== undefined && (!Array.isArray(d.kinds) || d.kinds.some((k) => typeof k !== 'string'))) {
         throw new StokerError('E_INVALID_OPTION', `devices[${i}].kinds must be an array of kind names, or absent for every kind`);
       }
+      const b = d.batch;
+      if (b !== undefined) {
+        if (typeof b !== 'object' || b === null || !Number.isInteger(b.maxItems) || b.maxItems < 1) {
+          throw new StokerError('E_INVALID_OPTION', `devices[${i}].batch.maxItems must be an integer ≥ 1 (got ${String((b as Partial<BatchSpec> | null)?.maxItems)}), e.g. { maxItems: 16, maxWaitMs: 5 }`);
+        }
+        if (b.maxWaitMs !== undefined && !(typeof b.maxWaitMs === 'number' && b.maxWaitMs >= 0 && Number.isFinite(b.maxWaitMs))) {
+          throw new StokerError('E_INVALID_OPTION', `devices[${i}].batch.maxWaitMs must be a finite number of ms ≥ 0 (got ${String(b.maxWaitMs)})`);
+        }
+      }
     });
+    this.batching = options.devices.some((d) => d.batch !== undefined) ? options.devices.map((d) => (d.batch ? { maxItems: d.batch.maxItems, maxWaitMs: d.batch.maxWaitMs ?? 0 } : null)) : null;
+    this.holding = options.devices.map(() => false);
     this.deviceKinds = options.devices.some((d) => d.kinds !== undefined) ? options.devices.map((d) => (d.kinds === undefined ? null : new Set(d.kinds))) : null;
     const maxPreparing = options.maxPreparing ?? Infinity;
     if (!(maxPreparing >= 1)) {
@@ -149,8 +203,15 @@ export class Engine {
     const pacer = options.pacer;
     this.workerLimit = typeof pacer.workerLimit === 'function' ? (d) => pacer.workerLimit?.(d) ?? Infinity : null;
     this.budget = new MemoryBudget(options.budgetBytes ?? Infinity);
-    this.workers = options.devices.map((d) => Array.from({ length: d.workers }, () => ({ alive: true, item: null })));
-    const devices: DeviceCounters[] = options.devices.map((d) => ({ workers: d.workers, busy: 0, completions: 0, busyMs: 0, concurrencyTotal: 0 }));
+    this.workers = options.devices.map((d) => Array.from({ length: d.workers }, () => ({ alive: true, item: null, batch: null })));
+    const devices: DeviceCounters[] = options.devices.map((d) => ({
+      workers: d.workers,
+      busy: 0,
+      completions: 0,
+      busyMs: 0,
+      concurrencyTotal: 0,
+      ...(d.batch ? { batch: { maxItems: d.batch.maxItems, batches: 0, items: 0 } } : {}),
+    }));
     this.busyIntegral = options.devices.map(() => 0);
     this.busyAt = options.devices.map(() => 0);
     this.snapshot = {
@@ -188,9 +249,19 @@ export class Engine {
     return this.now;
   }
 
-  /** Each device's workers: alive or lost, and the partition each one runs (null when idle). */
-  workerStates(): { alive: boolean; item: { jobId: string; partition: number } | null }[][] {
-    return this.workers.map((ws) => ws.map((w) => ({ alive: w.alive, item: w.item ? { jobId: w.item.jobId, partition: w.item.partition } : null })));
+  /**
+   * Each device's workers: alive or lost, and the partition each one runs (null when idle; in a
+   * batch, its first item still running, and `batch` the items still running in it).
+   */
+  workerStates(): { alive: boolean; item: { jobId: string; partition: number } | null; batch?: number }[][] {
+    return this.workers.map((ws) =>
+      ws.map((w) => {
+        const item = w.item ?? w.batch?.items.find((it) => it.batch === w.batch) ?? null;
+        const state: { alive: boolean; item: { jobId: string; partition: number } | null; batch?: number } = { alive: w.alive, item: item ? { jobId: item.jobId, partition: item.partition } : null };
+        if (w.batch) state.batch = w.batch.live;
+        return state;
+      }),
+    );
   }
 
   /** Partitions of live jobs by kind and state (queued, preparing, waiting, on-device). */
@@ -254,7 +325,7 @@ export class Engine {
     this.assignDevices(out);
     this.pacer.observe(this.snapshot);
     const pacerWake = this.dispatch(out);
-    const next = Math.min(pacerWake, this.deadlines.peek()?.spec.deadline ?? Infinity);
+    const next = Math.min(pacerWake, this.deadlines.peek()?.spec.deadline ?? Infinity, this.batchWake);
     if (next !== this.wake) {
       this.wake = next;
       out.push({ type: 'wakeAt', time: next });
@@ -288,6 +359,17 @@ export class Engine {
       case 'memoryHeld':
         if (!(event.bytes >= 0) || !Number.isFinite(event.bytes)) throw new StokerError('E_INVALID_EVENT', `memoryHeld.bytes must be a finite number ≥ 0 (got ${String(event.bytes)})`);
         return undefined;
+      case 'batchDone': {
+        if (event.failed === undefined) return undefined;
+        if (!Array.isArray(event.failed)) throw new StokerError('E_INVALID_EVENT', 'batchDone.failed must be an array of { item, reason }, or absent when every item is done');
+        const b = this.batches.get(event.batch);
+        for (const f of event.failed) {
+          if (typeof f !== 'object' || f === null || typeof f.item !== 'number' || typeof f.reason !== 'string') throw new StokerError('E_INVALID_EVENT', 'each batchDone.failed entry must be { item: <item id>, reason: <string> }');
+          if (b && !b.items.some((it) => it.id === f.item)) throw new StokerError('E_INVALID_EVENT', `batchDone.failed names item ${f.item}, which is not in batch ${event.batch}`);
+        }
+        return undefined;
+      }
+      case 'batchFailed':
       case 'cancel':
       case 'prepared':
       case 'prepareFailed':
@@ -297,7 +379,7 @@ export class Engine {
       case 'tick':
         return undefined;
       default:
-        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, deviceDone, deviceFailed, workerLost, workerReturned, memoryHeld, drain, tick`);
+        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, deviceDone, deviceFailed, batchDone, batchFailed, workerLost, workerReturned, memoryHeld, drain, tick`);
     }
   }
 
@@ -323,9 +405,15 @@ export class Engine {
         break;
       case 'deviceFailed': {
         const item = this.current(event.item, event.attempt, 'on-device');
-        if (item) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${item.device}: ${event.reason}`, out);
+        if (item && !item.batch) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${item.device}: ${event.reason}`, out);
         break;
       }
+      case 'batchDone':
+        this.batchDone(event.batch, event.busyMs, event.failed, out);
+        break;
+      case 'batchFailed':
+        this.batchFailed(event.batch, event.reason, out);
+        break;
       case 'workerLost':
         this.workerLost(event.device, event.worker, out);
         break;
@@ -388,6 +476,9 @@ export class Engine {
       busyAtStart: 0,
       device: -1,
       worker: -1,
+      batch: null,
+      waitingSince: 0,
+      solo: false,
       heapIndex: -1,
     };
     job.live.set(item.partition, item);
@@ -413,6 +504,7 @@ export class Engine {
     s.prepareLatencyMsTotal += latency;
     s.prepareLatencySqTotal += latency * latency;
     item.state = 'waiting';
+    item.waitingSince = this.now;
     this.waitingQ.push(item);
     s.waiting++;
     item.job.kc.waiting++;
@@ -420,7 +512,7 @@ export class Engine {
 
   private deviceDone(id: number, attempt: number, busyMs: number | undefined, out: Command[]): void {
     const item = this.current(id, attempt, 'on-device');
-    if (!item) return;
+    if (!item || item.batch) return;
     const s = this.snapshot;
     const dev = s.devices[item.device] as DeviceCounters;
     const ms = busyMs ?? this.now - item.startedAt;
@@ -435,6 +527,11 @@ export class Engine {
     s.deviceCompletions++;
     s.deviceBusyMs += ms;
     this.leaveDevice(item);
+    this.itemDone(item, out);
+  }
+
+  /** An item off its device is done: its memory freed, its job told. */
+  private itemDone(item: Item, out: Command[]): void {
     this.releaseAll(item);
     item.state = 'done';
     this.items.delete(item.id);
@@ -443,20 +540,86 @@ export class Engine {
     if (--job.remaining === 0) this.endJob(job, 'done', undefined, undefined, out);
   }
 
+  /**
+   * A batch finished: its busy time counts once for the device (and its kind), its items done
+   * except those named failed (each failed as a device failure of its own). Items withdrawn
+   * while it ran are already gone; a stale batch id is ignored.
+   */
+  private batchDone(id: number, busyMs: number | undefined, failed: readonly { item: number; reason: string }[] | undefined, out: Command[]): void {
+    const b = this.batches.get(id);
+    if (!b) return;
+    const s = this.snapshot;
+    const dev = s.devices[b.device] as DeviceCounters;
+    const ms = busyMs ?? this.now - b.startedAt;
+    const run = this.now - b.startedAt;
+    const concurrency = run > 0 ? (this.integrateBusy(b.device) - b.busyAtStart) / run : dev.busy;
+    const reasons = new Map((failed ?? []).map((f) => [f.item, f.reason]));
+    const live = b.items.filter((it) => it.batch === b);
+    const done = live.filter((it) => !reasons.has(it.id));
+    const stats = dev.batch as NonNullable<DeviceCounters['batch']>;
+    stats.batches++;
+    stats.items += b.items.length;
+    dev.completions += done.length;
+    dev.busyMs += ms;
+    dev.concurrencyTotal = (dev.concurrencyTotal ?? 0) + done.length * concurrency;
+    const kc = (b.items[0] as Item).job.kc;
+    (kc.completions[b.device] as number) += done.length;
+    (kc.busyMs[b.device] as number) += ms;
+    s.deviceCompletions += done.length;
+    s.deviceBusyMs += ms;
+    // Done items first: a failure that ends a job must not withdraw its items that finished.
+    for (const item of done) {
+      this.leaveDevice(item);
+      this.itemDone(item, out);
+    }
+    for (const item of live) {
+      const reason = reasons.get(item.id);
+      if (reason === undefined || item.batch !== b) continue;
+      this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${b.device}: ${reason}`, out);
+    }
+  }
+
+  /**
+   * A batch failed without naming its items: one item alone fails as itself; with several, each
+   * is prepared again and runs alone (its failure then is its own), no retry spent.
+   */
+  private batchFailed(id: number, reason: string, out: Command[]): void {
+    const b = this.batches.get(id);
+    if (!b) return;
+    const live = b.items.filter((it) => it.batch === b);
+    for (const item of live) {
+      if (item.batch !== b) continue; // its job ended with an earlier item's failure
+      if (b.items.length === 1) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${b.device}: ${reason}`, out);
+      else {
+        item.solo = true;
+        this.leaveDevice(item);
+        this.requeue(item);
+      }
+    }
+  }
+
   private workerLost(device: number, worker: number, out: Command[]): void {
     const w = this.worker(device, worker);
     if (!w.alive) return;
     w.alive = false;
     (this.snapshot.devices[device] as DeviceCounters).workers--;
     this.snapshot.workers--;
-    const item = w.item;
-    if (item) {
-      // The device had taken the prepared data (its bytes were released), so the item is prepared
-      // again: back to the queue under its old key, ahead of later work, with a fresh reservation.
-      out.push({ type: 'abort', item, stage: 'on-device', reason: `device ${device} worker ${worker} lost` });
-      this.leaveDevice(item);
+    // The device had taken the prepared data (its bytes were released), so its items are prepared
+    // again: back to the queue under their old keys, ahead of later work, with fresh reservations.
+    const items = w.item ? [w.item] : w.batch ? w.batch.items.filter((it) => it.batch === w.batch) : [];
+    for (const item of items) {
+      this.abortOnDevice(item, `device ${device} worker ${worker} lost`, out);
       this.requeue(item);
     }
+  }
+
+  /** Withdraws an item from its device with an abort command (that says what is left of its batch). */
+  private abortOnDevice(item: Item, reason: string, out: Command[]): void {
+    const cmd: Extract<Command, { type: 'abort' }> = { type: 'abort', item, stage: 'on-device', reason };
+    const b = item.batch;
+    out.push(cmd);
+    this.leaveDevice(item);
+    if (b) cmd.batch = { id: b.id, remaining: b.live };
   }
 
   /** Back to the queue under its old key (ahead of later work), its memory freed, to be prepared again. */
@@ -473,11 +636,21 @@ export class Engine {
     return w;
   }
 
+  /** Takes an item off its device; its worker is free once it holds nothing (a batch: its last item). */
   private leaveDevice(item: Item): void {
     const w = (this.workers[item.device] as Worker[])[item.worker] as Worker;
-    w.item = null;
-    this.integrateBusy(item.device);
-    (this.snapshot.devices[item.device] as DeviceCounters).busy--;
+    const b = item.batch;
+    if (b) {
+      item.batch = null;
+      if (--b.live === 0) {
+        w.batch = null;
+        this.batches.delete(b.id);
+      }
+    } else w.item = null;
+    if (!w.item && !w.batch) {
+      this.integrateBusy(item.device);
+      (this.snapshot.devices[item.device] as DeviceCounters).busy--;
+    }
     this.snapshot.onDevice--;
     item.job.kc.onDevice--;
     item.device = -1;
@@ -532,8 +705,7 @@ export class Engine {
             job.kc.waiting--;
             break;
           case 'on-device':
-            out.push({ type: 'abort', item, stage: 'on-device', reason: reason ?? state });
-            this.leaveDevice(item);
+            this.abortOnDevice(item, reason ?? state, out);
             break;
           default:
             continue;
@@ -564,19 +736,70 @@ export class Engine {
    * is passed over, keeping its place, for the next one that fits).
    */
   private assignDevices(out: Command[]): void {
+    this.batchWake = Infinity;
     if (this.waitingQ.size === 0) return;
-    if (!this.deviceKinds) {
+    if (!this.deviceKinds && !this.batching) {
       for (let best = this.idleDeviceFor(null); best >= 0 && this.waitingQ.size > 0; best = this.idleDeviceFor(null)) this.startOnDevice(this.waitingQ.pop() as Item, best, out);
       return;
     }
+    this.holding.fill(false);
     const skipped: Item[] = [];
     while (this.waitingQ.size > 0 && this.idleDeviceFor(null) >= 0) {
       const item = this.waitingQ.pop() as Item;
       const best = this.idleDeviceFor(item.kind);
+      const batch = best >= 0 ? this.batching?.[best] : null;
       if (best < 0) skipped.push(item);
+      else if (batch) this.startBatch(item, best, batch, out);
       else this.startOnDevice(item, best, out);
     }
     for (const item of skipped) this.waitingQ.push(item);
+  }
+
+  /**
+   * A batch for a free worker of `device`, led by `first`: the waiting items of its kind in key
+   * order, up to maxItems. With fewer, while more of the kind are in preparation and the oldest
+   * has waited less than maxWaitMs, the worker holds out (for this pass; the engine wakes at the
+   * flush time). An item whose batch failed unexplained runs alone.
+   */
+  private startBatch(first: Item, device: number, spec: { maxItems: number; maxWaitMs: number }, out: Command[]): void {
+    const items = [first];
+    if (!first.solo && spec.maxItems > 1) {
+      const passed: Item[] = [];
+      while (items.length < spec.maxItems && this.waitingQ.size > 0) {
+        const next = this.waitingQ.pop() as Item;
+        if (next.job.kindIndex === first.job.kindIndex && !next.solo) items.push(next);
+        else passed.push(next);
+      }
+      for (const item of passed) this.waitingQ.push(item);
+      if (items.length < spec.maxItems && spec.maxWaitMs > 0 && first.job.kc.preparing > 0) {
+        let oldest = Infinity;
+        for (const item of items) oldest = Math.min(oldest, item.waitingSince);
+        const flushAt = oldest + spec.maxWaitMs;
+        if (flushAt > this.now) {
+          for (const item of items) this.waitingQ.push(item);
+          this.holding[device] = true;
+          this.batchWake = Math.min(this.batchWake, flushAt);
+          return;
+        }
+      }
+    }
+    const s = this.snapshot;
+    const ws = this.workers[device] as Worker[];
+    let wi = 0;
+    while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null || (ws[wi] as Worker).batch !== null) wi++;
+    const b: Batch = { id: this.batchSeq++, items, live: items.length, device, worker: wi, startedAt: this.now, busyAtStart: this.integrateBusy(device) };
+    (ws[wi] as Worker).batch = b;
+    this.batches.set(b.id, b);
+    for (const item of items) {
+      s.waiting--;
+      item.job.kc.waiting--;
+      item.solo = false;
+      item.batch = b;
+      item.busyAtStart = b.busyAtStart;
+      this.onDevice(item, device, wi);
+    }
+    (s.devices[device] as DeviceCounters).busy++;
+    out.push({ type: 'startBatch', batch: b.id, items, device, worker: wi });
   }
 
   /** The index of `kind` in the snapshot's kinds, its counters made at its first job. */
@@ -613,6 +836,7 @@ export class Engine {
     for (let d = 0; d < this.workers.length; d++) {
       const c = s.devices[d] as DeviceCounters;
       const runs = kind === null || !this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind);
+      if (this.holding[d]) continue;
       const limit = this.workerLimit ? this.workerLimit(d) : Infinity;
       // At least one worker, whatever the pacer says (NaN: no limit).
       const usable = limit >= 1 ? Math.min(c.workers, Math.floor(limit)) : Number.isNaN(limit) ? c.workers : 1;
@@ -641,11 +865,18 @@ export class Engine {
     while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null) wi++;
     s.waiting--;
     item.job.kc.waiting--;
-    const w = ws[wi] as Worker;
-    w.item = item;
+    (ws[wi] as Worker).item = item;
+    this.onDevice(item, device, wi);
+    (s.devices[device] as DeviceCounters).busy++;
+    out.push({ type: 'startDevice', item, attempt: item.attempt, device, worker: wi });
+  }
+
+  /** An item (off the waiting queue) starts on a device worker: a new attempt, only its device-phase bytes kept. */
+  private onDevice(item: Item, device: number, worker: number): void {
+    const s = this.snapshot;
     item.state = 'on-device';
     item.device = device;
-    item.worker = wi;
+    item.worker = worker;
     item.attempt++;
     item.startedAt = this.now;
     // Phase one of the reservation ends: the device has the data; keep only the device-phase bytes.
@@ -655,10 +886,8 @@ export class Engine {
       s.budgetUsedBytes = this.budget.used;
       item.reservedBytes = keep;
     }
-    (s.devices[device] as DeviceCounters).busy++;
     s.onDevice++;
     item.job.kc.onDevice++;
-    out.push({ type: 'startDevice', item, attempt: item.attempt, device, worker: wi });
   }
 
   /** Pacer gate → head of the queue → budget grant → startPrepare. Returns the pacer's wake time. */

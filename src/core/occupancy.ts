@@ -7,6 +7,11 @@ interface Running {
   since: number;
 }
 
+/** Batches run under keys below any item id's. */
+function batchKey(batch: number): number {
+  return -1 - batch;
+}
+
 /** All workers' busy ms together, from a `[device][worker]` reading. */
 export function totalBusyMs(rows: readonly (readonly number[])[]): number {
   return rows.reduce((a, row) => row.reduce((b, v) => b + v, a), 0);
@@ -51,6 +56,12 @@ export class OccupancyMeter {
         const measured = event.type === 'deviceDone' && event.busyMs !== undefined ? event.busyMs : held;
         this.end(event.item, r, Math.min(held, measured));
       }
+    } else if (event.type === 'batchDone' || event.type === 'batchFailed') {
+      const r = this.running.get(batchKey(event.batch));
+      if (r) {
+        const held = Math.max(0, t - r.since);
+        this.end(batchKey(event.batch), r, Math.min(held, event.type === 'batchDone' && event.busyMs !== undefined ? event.busyMs : held));
+      }
     } else if (event.type === 'workerLost') {
       for (const [id, r] of this.running) if (r.device === event.device && r.worker === event.worker) this.end(id, r, Math.max(0, t - r.since));
     }
@@ -59,9 +70,13 @@ export class OccupancyMeter {
         const open = this.running.get(c.item.id);
         if (open) this.end(c.item.id, open, Math.max(0, t - open.since));
         this.running.set(c.item.id, { device: c.device, worker: c.worker, attempt: c.attempt, since: t });
+      } else if (c.type === 'startBatch') {
+        this.running.set(batchKey(c.batch), { device: c.device, worker: c.worker, attempt: 0, since: t });
       } else if (c.type === 'abort') {
-        const r = this.running.get(c.item.id);
-        if (r) this.end(c.item.id, r, Math.max(0, t - r.since));
+        // A batch's worker is busy until its last item is withdrawn.
+        const key = c.batch ? (c.batch.remaining === 0 ? batchKey(c.batch.id) : NaN) : c.item.id;
+        const r = this.running.get(key);
+        if (r) this.end(key, r, Math.max(0, t - r.since));
       }
     }
   }

@@ -23,6 +23,13 @@ export interface DeviceCounters {
    */
   concurrencyTotal?: number;
   /**
+   * A device that runs batches (DeviceSpec.batch): its largest batch, and how many batches it
+   * finished and how many items they started with (the engine reports one batch per event: with
+   * `busyMs`, each batch's size and busy time, from which a pacer fits busy time over batch size).
+   * Absent on a device that runs one item per step.
+   */
+  batch?: { readonly maxItems: number; batches: number; items: number };
+  /**
    * False while no job in the system is of a kind this device runs (only where devices name
    * their kinds): its rate serves none of the work, so a pacer should not count it. Absent: true.
    */
@@ -109,10 +116,17 @@ export interface PacerState {
   /**
    * Per device (by index), where the pacer checks its measurement: the feed-forward capacity
    * (items/s), the last saturated window's observed ÷ estimated rate (null before one), and which
-   * of the two it plans with (`observed` once they kept disagreeing); and the most workers it
-   * lets run at once (null: all; see {@link Pacer.workerLimit}).
+   * of the two it plans with (`observed` once they kept disagreeing); the most workers it lets
+   * run at once (null: all; see {@link Pacer.workerLimit}); and on a batching device its batch fit.
    */
-  devices?: { estimatedPerSec: number | null; observedRatio: number | null; trusted: 'estimate' | 'observed'; workerLimit?: number | null }[];
+  devices?: {
+    estimatedPerSec: number | null;
+    observedRatio: number | null;
+    trusted: 'estimate' | 'observed';
+    workerLimit?: number | null;
+    /** A batching device's fitted busy time per batch of n items, fixedMs + perItemMs × n (null until fitted). */
+    batch?: { fixedMs: number; perItemMs: number } | null;
+  }[];
   /** Per job kind (snapshot order), the device capacity the pacer believes in for items of that kind, items/s. */
   kinds?: { name: string; estimatedPerSec: number | null }[];
 }

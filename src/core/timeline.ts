@@ -28,6 +28,8 @@ export interface TimelineSpan {
   end: number | null;
   /** How it ended: done, failed, or aborted (cancel, timeout, lost worker, shutdown); null while it runs. */
   outcome: 'done' | 'failed' | 'aborted' | null;
+  /** A batch on a device: how many items ran in it (`jobId` and `partition` are its first item's). */
+  items?: number;
 }
 
 /** The pipeline's levels at one moment. */
@@ -95,6 +97,12 @@ export class TimelineRecorder {
       case 'deviceFailed':
         this.close(event.item, event.attempt, 'device', t, 'failed');
         break;
+      case 'batchDone':
+        this.end(-1 - event.batch, t, 'done');
+        break;
+      case 'batchFailed':
+        this.end(-1 - event.batch, t, 'failed');
+        break;
       case 'workerLost': {
         const lane = this.deviceLanes.get(`${event.device}/${event.worker}`);
         for (const [id, o] of this.open) if (o.span.lane === lane) this.end(id, t, 'aborted');
@@ -106,7 +114,17 @@ export class TimelineRecorder {
     for (const c of commands) {
       if (c.type === 'startPrepare') this.start(c.item.id, c.attempt, 'prepare', this.prepLane(), c.item.jobId, c.item.partition, t);
       else if (c.type === 'startDevice') this.start(c.item.id, c.attempt, 'device', this.deviceLane(c.device, c.worker), c.item.jobId, c.item.partition, t);
-      else if (c.type === 'abort' && this.open.has(c.item.id)) this.end(c.item.id, t, 'aborted');
+      else if (c.type === 'startBatch') {
+        const first = c.items[0];
+        // One span per batch (under a key below any item id's), named after its first item.
+        if (first) {
+          this.start(-1 - c.batch, 0, 'device', this.deviceLane(c.device, c.worker), first.jobId, first.partition, t);
+          (this.open.get(-1 - c.batch) as { span: TimelineSpan }).span.items = c.items.length;
+        }
+      } else if (c.type === 'abort') {
+        const key = c.batch ? (c.batch.remaining === 0 ? -1 - c.batch.id : NaN) : c.item.id;
+        if (this.open.has(key)) this.end(key, t, 'aborted');
+      }
     }
     if (t - this.lastSample >= this.sampleEvery) {
       this.lastSample = t;

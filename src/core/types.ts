@@ -57,6 +57,14 @@ export type EngineEvent =
   /** `busyMs`: the device time the worker measured itself; defaults to the time since startDevice. */
   | { type: 'deviceDone'; time: number; item: number; attempt: number; busyMs?: number }
   | { type: 'deviceFailed'; time: number; item: number; attempt: number; reason: string }
+  /**
+   * A batch (a `startBatch` command) finished: its device time `busyMs`, measured once for the
+   * whole batch (default: the time since startBatch); `failed` names the items that failed in it
+   * (the others are done).
+   */
+  | { type: 'batchDone'; time: number; batch: number; busyMs?: number; failed?: readonly { item: number; reason: string }[] }
+  /** A batch failed and the device did not say which items: with more than one, each runs again alone once before it counts as failed. */
+  | { type: 'batchFailed'; time: number; batch: number; reason: string }
   | { type: 'workerLost'; time: number; device: number; worker: number }
   | { type: 'workerReturned'; time: number; device: number; worker: number }
   /**
@@ -78,8 +86,17 @@ export type Command =
   | { type: 'startPrepare'; item: ItemView; attempt: number }
   /** Run this prepared item on the given device worker. */
   | { type: 'startDevice'; item: ItemView; attempt: number; device: number; worker: number }
-  /** Stop working on this item and drop its data; events about it will be ignored. */
-  | { type: 'abort'; item: ItemView; stage: 'preparing' | 'waiting' | 'on-device'; reason: string }
+  /**
+   * Run these prepared items, all of one kind, as one batch on the given device worker (devices
+   * with `batch`); answer with `batchDone` or `batchFailed` naming `batch`.
+   */
+  | { type: 'startBatch'; batch: number; items: readonly ItemView[]; device: number; worker: number }
+  /**
+   * Stop working on this item and drop its data; events about it will be ignored. An item of a
+   * batch carries `batch`: the batch's id and how many of its items still run; at 0 the whole
+   * batch step is withdrawn (stop it: its worker is free).
+   */
+  | { type: 'abort'; item: ItemView; stage: 'preparing' | 'waiting' | 'on-device'; reason: string; batch?: { id: number; remaining: number } }
   /** The job ended (exactly once per job). */
   | { type: 'finishJob'; jobId: string; state: JobEnd; code?: string; reason?: string; timeMs: number }
   /**

@@ -9,7 +9,7 @@ export function metricKind(name: string): MetricKind {
   if (/Ratio$/.test(name) || name === 'occupancy') return 'ratio';
   if (/Ms$/.test(name)) return 'ms';
   if (/Bytes$/.test(name)) return 'bytes';
-  if (/(Mean|Std)$/.test(name)) return 'mean';
+  if (/(Mean|Std|PerSec)$/.test(name)) return 'mean';
   return 'count';
 }
 

@@ -7,6 +7,10 @@ export interface Metrics {
    * own device time counts for its share of work. Steady measures are null when the window is empty.
    */
   throughputRatio: number | null;
+  /** Device completions per second (items, whatever their kind), steady window. */
+  itemsPerSec: number | null;
+  /** Mean items per batch of the batches finished in the steady window; null where no device batches (or none finished). */
+  batchItemsMean: number | null;
   /** Mean busy workers ÷ alive workers, steady window. */
   occupancy: number | null;
   /** Worker-ms idle while work existed anywhere in the pipeline, steady window. */
@@ -73,6 +77,8 @@ export class Recorder {
   private prev = NaN;
   // State held since `prev`.
   private busy = 0;
+  /** Whether devices batch (known at the first step). */
+  private batched: boolean | undefined;
   private workers = 0;
   private waiting = 0;
   private inventory = 0;
@@ -89,6 +95,10 @@ export class Recorder {
   private waitingMax = 0;
   private inventoryPeakRatio = 0;
   private windowCompletions = 0;
+  private windowItems = 0;
+  /** Batches and their items finished, all batching devices together: at the window's first step, and its last. */
+  private batchesFrom: [number, number] | null = null;
+  private batchesTo: [number, number] = [0, 0];
   // Whole run.
   private lastDispatched = 0;
   private lastCompletions = 0;
@@ -139,7 +149,10 @@ export class Recorder {
     const dc = s.deviceCompletions - this.lastCompletions;
     if (dc > 0) {
       this.lastCompletions = s.deviceCompletions;
-      if (now >= cfg.window.fromMs && now < cfg.window.toMs) this.windowCompletions += work - this.lastWork;
+      if (now >= cfg.window.fromMs && now < cfg.window.toMs) {
+        this.windowCompletions += work - this.lastWork;
+        this.windowItems += dc;
+      }
       this.lastWork = work;
       if (now >= cfg.changeAtMs && now < cfg.window.toMs) {
         this.afterChange += dc;
@@ -150,7 +163,23 @@ export class Recorder {
         }
       }
     }
-    this.busy = s.onDevice;
+    // Busy workers: the items on devices, unless devices batch (a batch holds one worker).
+    this.batched ??= s.devices.some((d) => d.batch !== undefined);
+    if (this.batched) {
+      let busy = 0;
+      let batches = 0;
+      let items = 0;
+      for (const d of s.devices) {
+        busy += d.busy;
+        batches += d.batch?.batches ?? 0;
+        items += d.batch?.items ?? 0;
+      }
+      this.busy = busy;
+      if (now >= cfg.window.fromMs && now < cfg.window.toMs) {
+        this.batchesFrom ??= [batches, items];
+        this.batchesTo = [batches, items];
+      }
+    } else this.busy = s.onDevice;
     this.workers = s.workers;
     this.waiting = s.waiting;
     this.inventory = s.preparing + s.waiting;
@@ -277,6 +306,8 @@ export class Recorder {
     const steady = this.windowMs > 0;
     return {
       throughputRatio: steady && this.capInt > 0 ? this.windowCompletions / this.capInt : null,
+      itemsPerSec: steady ? this.windowItems / (this.windowMs / 1000) : null,
+      batchItemsMean: steady && this.batchesFrom && this.batchesTo[0] > this.batchesFrom[0] ? (this.batchesTo[1] - this.batchesFrom[1]) / (this.batchesTo[0] - this.batchesFrom[0]) : null,
       occupancy: steady && this.workersInt > 0 ? this.busyInt / this.workersInt : null,
       starvedMs: steady ? this.starved : null,
       waitingMean: steady ? mean : null,

@@ -6,6 +6,8 @@ import type { SimResult } from './simulator.js';
 /** Every field of the benchmark contract (Metrics), in the interface's order. */
 export const METRIC_KEYS = [
   'throughputRatio',
+  'itemsPerSec',
+  'batchItemsMean',
   'occupancy',
   'starvedMs',
   'waitingMean',

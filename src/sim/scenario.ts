@@ -63,6 +63,19 @@ const DeviceSchema = z.strictObject({
    * that times only its kernel while its workers queue for one GPU). @default "held"
    */
   busyTime: z.enum(['held', 'own'], { error: 'busyTime must be "held" or "own"' }).default('held'),
+  /**
+   * Batches: a free worker takes up to `maxItems` waiting items of one kind at once, waiting up to
+   * `maxWaitS` for more while fewer wait and more are in preparation. A batch's device time is
+   * `fixed` (once per batch: a launch, a transfer) plus each item's own `service`: an affine cost,
+   * fixed + n × service. Absent: one item per step, no fixed part.
+   */
+  batch: z
+    .strictObject({
+      maxItems: count('batch.maxItems'),
+      maxWaitS: nonNegative('batch.maxWaitS (seconds)').default(0),
+      fixed: DistSchema.default({ type: 'fixed', value: 0 }),
+    })
+    .optional(),
   /** The kinds these devices run (items of other kinds never go to them). @default every kind */
   kinds: z.array(z.string({ error: 'kinds must list kind names' }), { error: 'kinds must be an array of kind names' }).min(1, { error: 'kinds must name at least one kind (leave it out for every kind)' }).optional(),
 });

@@ -28,6 +28,22 @@ function fieldTestbed(name: string, description: string, budgetBytes: number): S
   };
 }
 
+/**
+ * An inference-like batching device: CPU preprocessing of ~2 s, 2 GPU workers whose batch costs a
+ * fixed 0.2 s (launch, transfer) plus 10 ms per item, up to 16 items: 88.9 items/s at full
+ * batches, 9.5 items/s one at a time. 64 MiB per item until it is on the device.
+ */
+function inference(name: string, description: string, maxItems: number, arrivals: ScenarioInput['arrivals']): ScenarioInput {
+  return {
+    name,
+    description,
+    targetWaiting: 4,
+    kinds: { req: { prepare: { type: 'lognormal', median: 2, sigma: 0.3 }, memory: { prepareBytes: 64 * 1024 ** 2, deviceBytes: 0 } } },
+    devices: [{ workers: 2, service: { type: 'lognormal', median: 0.01, sigma: 0.2 }, batch: { maxItems, fixed: { type: 'lognormal', median: 0.2, sigma: 0.1 } } }],
+    arrivals,
+  };
+}
+
 /** Preparation contention with a knee: 1 up to `knee` concurrent preparations, then (n / knee)^power (to 400 at once). */
 function kneeContention(knee: number, power: number): number[] {
   return Array.from({ length: 400 }, (_, i) => Math.max(1, ((i + 1) / knee) ** power));
@@ -158,6 +174,9 @@ const inputs: ScenarioInput[] = [
     arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
     devices: [{ workers: 4, service: { type: 'fixed', value: 1 }, contention: [1, 1.05, 1.9, 3.2] }],
   }),
+  inference('batch-infer', 'inference-like batching device (0.2 s + 10 ms per item, batches of up to 16, 2 workers: 88.9 items/s): 40 jobs × 500 requests every 5 s, more than it takes', 16, [{ atS: 0, jobs: 40, partitions: 500, kind: 'req', everyS: 5 }]),
+  inference('batch-infer-single', 'batch-infer’s device one item at a time (0.21 s each: 9.5 items/s), the same work', 1, [{ atS: 0, jobs: 40, partitions: 500, kind: 'req', everyS: 5 }]),
+  inference('batch-infer-60', 'batch-infer’s device under Poisson arrivals at 60 % of its batched capacity (jobs of 10 requests) for 10 minutes', 16, [{ poisson: { ratePerS: (0.6 * 88.9) / 10, untilS: 600 }, partitions: 10, kind: 'req' }]),
   seedLike('priority', 'seed stages: 12 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
     arrivals: [
       { atS: 0, jobs: 12, partitions: 10, kind: 'proof' },

@@ -1,4 +1,4 @@
-import { Engine, IndexedHeap, type TimelineRecorder, type Command, type EngineEvent, type HeapNode, type JobSpec, type Pacer, type PacerOptions, type PacerSnapshot } from '../core/index.js';
+import { Engine, IndexedHeap, type TimelineRecorder, type Command, type EngineEvent, type HeapNode, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerSnapshot } from '../core/index.js';
 import { Recorder, type Metrics, type Series } from './metrics.js';
 import { Rng } from './random.js';
 import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Kind, type Scenario, type ScenarioEvent } from './scenario.js';
@@ -33,6 +33,10 @@ interface SimWorker {
   own: number;
   fail: boolean;
   ev: SimEvent | null;
+  /** The engine's batch it runs (−1: a single item), the batch's items still in it, and those that will fail. */
+  batch: number;
+  batchItems: number[];
+  batchFailed: number[];
 }
 
 interface SimDevice {
@@ -45,6 +49,8 @@ interface SimDevice {
   workOf: number[];
   /** Reports each item's own service time instead of the time it held its worker (scenario busyTime "own"). */
   ownBusy: boolean;
+  /** Batches (scenario devices[].batch): the most items in one, and the fixed part of a batch's time. */
+  batch: { maxItems: number; fixed: Dist } | null;
   workers: SimWorker[];
   busy: number;
   lastUpdate: number;
@@ -146,11 +152,17 @@ function capacityOf(devices: SimDevice[]): number {
   let total = 0;
   for (const d of devices) {
     const alive = d.workers.reduce((n, w) => n + (w.alive ? 1 : 0), 0);
+    const unit = unitMs(d.service, d.batch);
     let best = 0;
-    for (let k = 1; k <= alive; k++) best = Math.max(best, (k * d.speed) / (meanMs(d.service) * factor(d.contention, k)));
+    for (let k = 1; k <= alive; k++) best = Math.max(best, (k * d.speed) / (unit * factor(d.contention, k)));
     total += best;
   }
   return total;
+}
+
+/** Mean device time per item, ms: a batching device's at full batches (its fixed part shared by maxItems). */
+export function unitMs(service: Dist, batch: { maxItems: number; fixed: Dist } | null | undefined): number {
+  return batch ? (meanMs(batch.fixed) + batch.maxItems * meanMs(service)) / batch.maxItems : meanMs(service);
 }
 
 /**
@@ -170,7 +182,7 @@ export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number):
   const kinds = Object.values(s.kinds);
   const high = Math.max(...kinds.map((k) => highMs(k.prepare)));
   const mean = meanPrepareMs(s, jobs);
-  const service = Math.max(...s.devices.flatMap((d) => [d.service, ...kinds.flatMap((k) => (k.service ? [k.service] : []))].map((x) => meanMs(x) / d.speed)));
+  const service = Math.max(...s.devices.flatMap((d) => [d.service, ...kinds.flatMap((k) => (k.service ? [k.service] : []))].map((x) => (meanMs(x) + (d.batch ? meanMs(d.batch.fixed) : 0)) / d.speed)));
   // A kind's items take its share of work (its service time ÷ the device's, over the devices).
   const groups = s.devices.flatMap((g) => Array.from({ length: g.count }, () => g));
   const workOf = (kind: string) => {
@@ -242,13 +254,17 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     serviceOf: Object.values(s.kinds).map((k) => k.service ?? g.service),
     workOf: Object.values(s.kinds).map((k) => (k.service ? meanMs(k.service) / meanMs(g.service) : 1)),
     ownBusy: g.busyTime === 'own',
+    batch: g.batch ? { maxItems: g.batch.maxItems, fixed: g.batch.fixed } : null,
     busy: 0,
     lastUpdate: 0,
     dirty: false,
-    workers: Array.from({ length: g.workers }, () => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: null })),
+    workers: Array.from({ length: g.workers }, () => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: null, batch: -1, batchItems: [], batchFailed: [] })),
   }));
   const engine = new Engine({
-    devices: workersPerDevice.map((workers, d) => ({ workers, ...(groups[d]?.kinds ? { kinds: groups[d].kinds } : {}) })),
+    devices: workersPerDevice.map((workers, d) => {
+      const g = groups[d] as Scenario['devices'][number];
+      return { workers, ...(g.kinds ? { kinds: g.kinds } : {}), ...(g.batch ? { batch: { maxItems: g.batch.maxItems, maxWaitMs: g.batch.maxWaitS * 1000 } } : {}) };
+    }),
     pacer,
     budgetBytes: s.budgetBytes ?? Infinity,
     maxPreparing: s.maxPreparing ?? Infinity,
@@ -364,6 +380,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     if (w.ev) heap.remove(w.ev);
     w.ev = null;
     w.item = -1;
+    w.batch = -1;
     d.busy--;
     reschedule(d, di);
   };
@@ -413,9 +430,48 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           reschedule(d, c.device);
           break;
         }
+        case 'startBatch': {
+          const d = devices[c.device] as SimDevice;
+          advance(d);
+          const w = d.workers[c.worker] as SimWorker;
+          const first = items[(c.items[0] as ItemView).id] as SimItem;
+          // The fixed part draws from the first item's stream: the batch's draws depend only on its items.
+          let ms = sampleMs((d.batch as { fixed: Dist }).fixed, first.rng);
+          w.batchItems = [];
+          w.batchFailed = [];
+          for (const view of c.items) {
+            const it = items[view.id] as SimItem;
+            ms += sampleMs(d.serviceOf[it.kindIndex] as Dist, it.rng);
+            const p = (kindList[it.kindIndex] as Kind).deviceFailure;
+            if ((p > 0 && it.rng.uniform() < p) || it.failDevice) w.batchFailed.push(view.id);
+            it.device = c.device;
+            it.worker = c.worker;
+            w.batchItems.push(view.id);
+          }
+          w.item = (c.items[0] as ItemView).id;
+          w.batch = c.batch;
+          w.remaining = ms;
+          w.own = ms / d.speed;
+          w.startedAt = now;
+          w.fail = false;
+          d.busy++;
+          reschedule(d, c.device);
+          break;
+        }
         case 'abort': {
           const it = items[c.item.id];
           if (!it) break;
+          if (c.batch) {
+            // An item withdrawn from a batch: the batch runs on; withdrawn whole, its worker is free.
+            const d = devices[it.device] as SimDevice;
+            const w = d.workers[it.worker] as SimWorker;
+            if (w.batch === c.batch.id) {
+              w.batchItems = w.batchItems.filter((id) => id !== c.item.id);
+              if (c.batch.remaining === 0) release(d, it.device, w);
+            }
+            if (c.item.state === 'failed' || c.item.state === 'cancelled') items[c.item.id] = undefined;
+            break;
+          }
           if (c.stage === 'preparing' && it.prepEv && heap.remove(it.prepEv)) {
             if (prepFluid) {
               advancePrep();
@@ -523,6 +579,22 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           preparedEvent.attempt = attempt;
           apply(preparedEvent);
         }
+      } else if ((devices[ev.a] as SimDevice).workers[ev.b]?.batch !== -1) {
+        const d = devices[ev.a] as SimDevice;
+        const w = d.workers[ev.b] as SimWorker;
+        const batch = w.batch;
+        const live = w.batchItems;
+        const failed = w.batchFailed.filter((id) => live.includes(id));
+        const busyMs = d.ownBusy ? w.own : now - w.startedAt;
+        w.ev = null;
+        release(d, ev.a, w);
+        for (const id of live) {
+          if (!failed.includes(id)) work += d.workOf[(items[id] as SimItem).kindIndex] as number;
+          items[id] = undefined;
+        }
+        const e: Extract<EngineEvent, { type: 'batchDone' }> = { type: 'batchDone', time: now, batch, busyMs };
+        if (failed.length) e.failed = failed.map((item) => ({ item, reason: 'simulated device error' }));
+        apply(e);
       } else {
         const d = devices[ev.a] as SimDevice;
         const w = d.workers[ev.b] as SimWorker;

@@ -41,6 +41,8 @@ import { numberOption, type KindCounters, type Pacer, type PacerMode, type Pacer
  * - `bootstrapItems` — items sent before anything is measured (no prior).
  * - `bootstrapSpacingMs` — they go in groups of one item per worker, so the devices can show
  *   their contended speed, groups this far apart.
+ * - `targetBatches` — on devices that batch, the waiting target in batches (× the largest
+ *   batch) instead of `targetWaiting` items.
  */
 export interface StokerPacerOptions extends PacerOptions {
   serviceSmoothing?: number;
@@ -59,6 +61,7 @@ export interface StokerPacerOptions extends PacerOptions {
   burst?: number;
   bootstrapItems?: number;
   bootstrapSpacingMs?: number;
+  targetBatches?: number;
 }
 
 /**
@@ -136,6 +139,22 @@ const K_MEMORY = 50;
 /** A bin is recent while the device has completed at most this many items since its last sample. */
 const K_FRESH = 500;
 const K_GAIN = 0.05;
+
+/**
+ * Batches (DeviceCounters.batch): busy time per batch is binned by batch size n (each bin the
+ * mean of its last BATCH_MEMORY batches, and only while recent: BATCH_FRESH batches of the
+ * device), and fitted as a + b·n by least squares over the bins, each weighed by the batches it
+ * holds — so the full batches a fed device mostly runs set the level, and the few smaller ones
+ * (a start, a drain) keep the fixed part apart from the per-item part. From BATCH_MIN batches on;
+ * with one size only, busy time is taken as proportional to it. The pacer plans with the time per
+ * item at full batches, (a + b·maxItems) ÷ maxItems: what the device gives when it is fed enough
+ * to fill them. (Planned at the sizes it happens to get, a pacer feeds a batching device exactly
+ * what it drains at those sizes and never finds out it could do more: a batching device is busy
+ * at any feed.)
+ */
+const BATCH_MEMORY = 50;
+const BATCH_FRESH = 2000;
+const BATCH_MIN = 3;
 
 /**
  * The preparation limiter. Where preparations slow each other down (shared cores, memory
@@ -265,6 +284,20 @@ interface DeviceEstimate {
   checkStreak: number;
   checkRatio: number;
   correction: number;
+  /** A batching device's fit of busy time per batch (see BATCH_*); null on one that runs single items. */
+  fit: BatchFit | null;
+}
+
+/** A batching device's busy time per batch by its size (see BATCH_*), the counters last seen, and the fit a + b·n (NaN until made). */
+interface BatchFit {
+  readonly maxItems: number;
+  /** By batch size n: mean busy ms of its last batches, how many it holds (≤ BATCH_MEMORY), the device's batch count at its last. */
+  bins: ({ ms: number; n: number; at: number } | undefined)[];
+  batches: number;
+  items: number;
+  busyMs: number;
+  a: number;
+  b: number;
 }
 
 /**
@@ -309,6 +342,10 @@ class StokerPacer implements Pacer {
   private readonly burst: number;
   private readonly bootstrapItems: number | undefined;
   private readonly bootstrapSpacing: number;
+  private readonly targetBatches: number;
+  /** The waiting target in items, and the items the devices hold when every worker runs (full batches where they batch). */
+  private waitTarget: number;
+  private deviceItems = 0;
 
   // Estimates.
   private devices: DeviceEstimate[] = [];
@@ -385,6 +422,8 @@ class StokerPacer implements Pacer {
     this.burst = numberOption(options, 'burst', D.burst, 1);
     this.bootstrapItems = options['bootstrapItems'] === undefined ? undefined : numberOption(options, 'bootstrapItems', 0, 1);
     this.bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', D.bootstrapSpacingMs);
+    this.targetBatches = numberOption(options, 'targetBatches', NaN);
+    this.waitTarget = this.target;
     this.waitingAvg = this.target;
     const perDevice = options.priorDeviceServiceMs;
     if (perDevice !== undefined && (!Array.isArray(perDevice) || perDevice.some((v) => typeof v !== 'number' || !(v >= 0)))) {
@@ -418,7 +457,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], byBusy: [], concurrencySeen: d.concurrencyTotal ?? 0, busyMsSeen: d.busyMs, limit: Infinity, probe: Infinity, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1 }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], byBusy: [], concurrencySeen: d.concurrencyTotal ?? 0, busyMsSeen: d.busyMs, limit: Infinity, probe: Infinity, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1, fit: d.batch ? newFit(d) : null }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -461,9 +500,9 @@ class StokerPacer implements Pacer {
       this.recompute(s);
     }
     if (!this.hasEstimate) {
-      const n = this.bootstrapItems ?? s.workers + this.target;
+      const n = this.bootstrapItems ?? this.deviceItems + this.waitTarget;
       if (this.sentInBootstrap >= n) return Infinity;
-      return this.sentInBootstrap % Math.max(1, s.workers) === 0 ? Math.max(s.now, this.lastBootstrapAt + this.bootstrapSpacing) : s.now;
+      return this.sentInBootstrap % Math.max(1, this.deviceItems) === 0 ? Math.max(s.now, this.lastBootstrapAt + this.bootstrapSpacing) : s.now;
     }
     // At the preparation limit a preparation ends before the next may start (so one is in flight).
     if (s.preparing >= this.prepLimit) return Infinity;
@@ -473,7 +512,7 @@ class StokerPacer implements Pacer {
 
   onDispatch(s: PacerSnapshot): void {
     if (!this.hasEstimate) {
-      if (this.sentInBootstrap % Math.max(1, s.workers) === 0) this.lastBootstrapAt = s.now;
+      if (this.sentInBootstrap % Math.max(1, this.deviceItems) === 0) this.lastBootstrapAt = s.now;
       this.sentInBootstrap++;
       return;
     }
@@ -489,13 +528,16 @@ class StokerPacer implements Pacer {
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
       terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.prepLimit) ? { prepareLimit: this.prepLimit } : {}), ...(this.limiter && Number.isFinite(this.limiter.best) ? { prepareLimitBest: this.limiter.best } : {}) },
       devices: this.devices.map((d) => {
-        const ms = d.services[ref]?.serviceMs ?? NaN;
-        return {
+        const fitted = batchItemMs(d);
+        const ms = fitted > 0 ? fitted : (d.services[ref]?.serviceMs ?? NaN);
+        const out: NonNullable<PacerState['devices']>[number] = {
           estimatedPerSec: ms > 0 ? (Math.min(d.lastWorkers, d.limit) / ms) * 1000 : null,
           observedRatio: Number.isNaN(d.checkRatio) ? null : d.checkRatio,
           trusted: d.correction === 1 ? 'estimate' : 'observed',
           workerLimit: Number.isFinite(d.limit) ? d.limit : null,
         };
+        if (d.fit) out.batch = Number.isNaN(d.fit.a) ? null : { fixedMs: d.fit.a, perItemMs: d.fit.b };
+        return out;
       }),
     };
     if (this.kindNames.length > 0) st.kinds = this.kindNames.map((name, k) => ({ name, estimatedPerSec: (this.kindRates[k] ?? 0) > 0 ? (this.kindRates[k] as number) * 1000 : null }));
@@ -582,10 +624,12 @@ class StokerPacer implements Pacer {
       }
       const dc = c.completions - d.completions;
       this.selfCheck(d, c, s, dt, dc, i);
+      if (d.fit && c.batch) observeBatches(d.fit, c);
       if (dc > 0) {
         const usable = Math.min(c.workers, d.limit);
         const saturated = c.busy >= usable;
-        this.observeConcurrency(d, c, dc);
+        // (On a batching device the time per item follows the batch size, not the busy workers.)
+        if (!d.fit) this.observeConcurrency(d, c, dc);
         if (saturated) d.sawSaturated = true;
         for (let k = 0; k < kinds; k++) {
           const svc = d.services[k] as ServiceEstimate;
@@ -865,6 +909,18 @@ class StokerPacer implements Pacer {
    */
   private estimateRates(s: PacerSnapshot): void {
     const kinds = Math.max(1, s.kinds.length);
+    // Batching devices hold a batch per worker, and want a whole batch waiting when a worker
+    // frees: the waiting target (or targetBatches batches) plus half a batch (the mean of the
+    // queue's saw-tooth, which a full batch empties at each start).
+    let items = 0;
+    let largest = 1;
+    for (const c of s.devices) {
+      const n = c.batch ? c.batch.maxItems : 1;
+      items += c.workers * n;
+      if (c.eligible !== false) largest = Math.max(largest, n);
+    }
+    this.deviceItems = items;
+    this.waitTarget = largest > 1 ? (this.targetBatches >= 0 ? this.targetBatches * largest : this.target) + largest / 2 : this.target;
     if (s.nextKind >= 0 && s.nextKind < kinds) this.ref = s.nextKind;
     else if (this.ref >= kinds) this.ref = 0;
     for (let k = 0; k < kinds; k++) {
@@ -880,7 +936,8 @@ class StokerPacer implements Pacer {
         const c = s.devices[i] as PacerSnapshot['devices'][number];
         // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
         if (c.eligible === false) continue;
-        let ms = d.services[k]?.serviceMs ?? NaN;
+        let ms = batchItemMs(d);
+        if (!(ms > 0)) ms = d.services[k]?.serviceMs ?? NaN;
         if (!(ms > 0)) {
           if (kindMs < 0) kindMs = this.meanServiceMs(k);
           ms = kindMs > 0 ? kindMs : deviceMeanMs(d, this.meanServiceMs(-1));
@@ -909,7 +966,8 @@ class StokerPacer implements Pacer {
         const d = this.devices[i] as DeviceEstimate;
         const c = s.devices[i] as PacerSnapshot['devices'][number];
         if (c.eligible === false) continue;
-        const ms = deviceMeanMs(d, this.meanServiceMs(-1));
+        const fitted = batchItemMs(d);
+        const ms = fitted > 0 ? fitted : deviceMeanMs(d, this.meanServiceMs(-1));
         const workers = Math.min(d.plannedWorkers, d.limit);
         if (ms > 0 && workers > 0) {
           lambda += (workers / ms) * d.correction;
@@ -959,9 +1017,10 @@ class StokerPacer implements Pacer {
       this.settledSince = s.now;
       this.settledTarget = this.inventoryTarget;
     } else if (dt > 0 && s.now - this.settledSince >= this.settleLatencies * this.latency) {
-      const error = Math.min(Math.max(this.target - this.waitingAvg, -this.target), this.target);
+      const target = this.waitTarget;
+      const error = Math.min(Math.max(target - this.waitingAvg, -target), target);
       this.integral += (error * dt) / (this.integralFraction * this.latency);
-      this.integral = Math.min(Math.max(this.integral, -this.target), this.target + s.workers);
+      this.integral = Math.min(Math.max(this.integral, -target), target + s.workers);
     }
   }
 
@@ -977,7 +1036,8 @@ class StokerPacer implements Pacer {
     let rates = 0;
     for (const d of this.devices) {
       const svc = d.services[this.ref];
-      if (!svc || !(svc.serviceMs > 0)) continue;
+      // (A batching device's time per item spreads with the batch size, which is not noise.)
+      if (!svc || !(svc.serviceMs > 0) || d.fit) continue;
       const r = Math.min(d.plannedWorkers, d.limit) / svc.serviceMs;
       rates += r;
       if (svc.varianceSlow > SKEWED_CV2) cv2 += r * svc.varianceSlow;
@@ -1001,13 +1061,78 @@ class StokerPacer implements Pacer {
       const rate = this.kindRates[k] as number;
       if (k !== this.ref && rate > 0) inventory += (kc.preparing + kc.waiting + kc.onDevice) * (lambda / rate - 1);
     }
-    let workers = 0;
-    for (const d of this.devices) workers += Math.min(d.plannedWorkers, d.limit);
-    this.inventoryTarget = lambda * (lat + this.margin) + this.serviceStock(lambda, lat) + workers + this.target + this.integral;
+    // On the devices: an item per worker, a full batch per worker where they batch.
+    let onDevices = 0;
+    for (let i = 0; i < this.devices.length; i++) {
+      const d = this.devices[i] as DeviceEstimate;
+      onDevices += Math.min(d.plannedWorkers, d.limit) * (s.devices[i]?.batch?.maxItems ?? 1);
+    }
+    this.inventoryTarget = lambda * (lat + this.margin) + this.serviceStock(lambda, lat) + onDevices + this.waitTarget + this.integral;
     const u = lambda + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
     this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.draining + this.catchUp * lambda);
     this.rate = Math.min(Math.max(u, 0), this.maxRate);
   }
+}
+
+function newFit(c: PacerSnapshot['devices'][number]): BatchFit {
+  const b = c.batch as NonNullable<typeof c.batch>;
+  return { maxItems: b.maxItems, bins: [], batches: b.batches, items: b.items, busyMs: c.busyMs, a: NaN, b: NaN };
+}
+
+/** Takes a batching device's new batches into its bins and refits (see BATCH_*). */
+function observeBatches(f: BatchFit, c: PacerSnapshot['devices'][number]): void {
+  const b = c.batch as NonNullable<typeof c.batch>;
+  const db = b.batches - f.batches;
+  if (db <= 0) return;
+  // One batch per event, as the engine reports them: its size and busy time exactly (several: their means).
+  const size = Math.max(1, Math.round((b.items - f.items) / db));
+  const ms = Math.max(MIN_SERVICE_MS, (c.busyMs - f.busyMs) / db);
+  f.batches = b.batches;
+  f.items = b.items;
+  f.busyMs = c.busyMs;
+  const bin = (f.bins[size] ??= { ms, n: 0, at: 0 });
+  bin.n = Math.min(BATCH_MEMORY, bin.n + db);
+  bin.ms += (Math.min(db, bin.n) / bin.n) * (ms - bin.ms);
+  bin.at = b.batches;
+  // Weighted least squares of busy time on size over the recent bins.
+  let w = 0;
+  let sn = 0;
+  let st = 0;
+  let snn = 0;
+  let snt = 0;
+  f.bins.forEach((x, n) => {
+    if (!x || b.batches - x.at > BATCH_FRESH) return;
+    w += x.n;
+    sn += x.n * n;
+    st += x.n * x.ms;
+    snn += x.n * n * n;
+    snt += x.n * n * x.ms;
+  });
+  if (w < BATCH_MIN) return;
+  const n = sn / w;
+  const t = st / w;
+  const varN = snn / w - n * n;
+  // One size only (or nearly): proportional. Neither part is negative: a negative fixed part is
+  // a fit through the origin, a negative slope a constant.
+  const slope = varN > 1e-9 ? (snt / w - n * t) / varN : t / n;
+  if (slope < 0) {
+    f.a = t;
+    f.b = 0;
+  } else if (t - slope * n < 0) {
+    f.a = 0;
+    f.b = snt / snn;
+  } else {
+    f.a = t - slope * n;
+    f.b = slope;
+  }
+}
+
+/** A batching device's planned time per item: at full batches, from its fit (NaN: none yet, or it does not batch). */
+function batchItemMs(d: DeviceEstimate): number {
+  const f = d.fit;
+  if (!f || Number.isNaN(f.a)) return NaN;
+  const n = f.maxItems;
+  return Math.max(MIN_SERVICE_MS, (f.a + f.b * n) / n);
 }
 
 /** Whether a bin counts: K_MIN samples, the last within K_FRESH of the device's completions (`now`). */
