@@ -1,4 +1,4 @@
-import { createPacer, Engine, OccupancyMeter, StokerError, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
+import { createPacer, Engine, OccupancyMeter, StokerError, type BatchSpec, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
 import type { BufferPool } from './buffer-pool.js';
 import { systemClock, type Clock } from './clock.js';
 
@@ -37,6 +37,13 @@ export interface Workload<I, P, O, R> {
    * does nothing else. A value that is not a finite number ≥ 0 fails the step.
    */
   run(task: DeviceTask<I, P>): Promise<{ output: O; busyMs?: number }>;
+  /**
+   * Runs a batch of prepared partitions of one kind as one device step (devices with `batch`):
+   * one result per task, in order — `{ output }`, or `{ error }` for an item that failed alone.
+   * `busyMs` is the batch's busy time, once for all of them (left out: the step's wall time). A
+   * throw fails the whole batch: with several items, each then runs again alone.
+   */
+  runBatch?(tasks: DeviceTask<I, P>[]): Promise<{ results: BatchResult<O>[]; busyMs?: number }>;
   /** Turns the outputs of every partition (in partition order) into the job's result. */
   finish(job: { jobId: string; input: I; outputs: O[] }): Promise<R> | R;
   /** Frees prepared data that will not reach a device (withdrawn) or has been consumed. */
@@ -52,10 +59,13 @@ export interface Workload<I, P, O, R> {
   readonly pool?: Pick<BufferPool, 'stats' | 'trim'>;
 }
 
+/** One item's result in a batch: its output, or why it alone failed. */
+export type BatchResult<O> = { output: O } | { error: string };
+
 export interface RuntimeOptions<I, P, O, R> {
   workload: Workload<I, P, O, R>;
-  /** One entry per device: its pipelined workers. */
-  devices: { workers: number }[];
+  /** One entry per device: its pipelined workers, and its batching (the workload must have `runBatch`). */
+  devices: { workers: number; batch?: BatchSpec }[];
   /** A built-in pacer name or a pacer. @default 'stoker' */
   pacer?: string | Pacer;
   /** Options for a pacer given by name. */
@@ -135,6 +145,9 @@ export class Runtime<I, P, O, R> {
     this.onStep = options.onStep;
     if (!(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be > 0 (got ${String(options.deviceTimeoutMs)})`);
     const pacer = typeof options.pacer === 'object' ? options.pacer : createPacer(options.pacer ?? 'stoker', options.pacerOptions ?? {});
+    if (options.devices.some((d) => d.batch) && typeof options.workload.runBatch !== 'function') {
+      throw new StokerError('E_INVALID_OPTION', 'a device has batch, but the workload has no runBatch(tasks): give it one, or leave batch out');
+    }
     this.engine = new Engine({
       devices: options.devices,
       pacer,
@@ -283,6 +296,9 @@ export class Runtime<I, P, O, R> {
       case 'startDevice':
         this.startDevice(c.item, c.attempt, c.device, c.worker);
         break;
+      case 'startBatch':
+        this.startBatch(c.batch, c.items, c.device, c.worker);
+        break;
       case 'abort': {
         const f = this.flights.get(c.item.id);
         if (f) this.land(c.item.id, f, new StokerError('E_CANCELLED', c.reason));
@@ -371,6 +387,68 @@ export class Runtime<I, P, O, R> {
       (e: unknown) => {
         this.workload.release?.(prepared);
         if (this.flights.get(item.id) !== f) return this.syncPool();
+        failed(message(e));
+      },
+    );
+  }
+
+  /**
+   * Runs a batch as one device step. Each item has its own flight (a withdrawn item is aborted
+   * alone; the engine ends the batch when its last one goes); the answer names the batch.
+   */
+  private startBatch(batch: number, items: readonly ItemView[], device: number, worker: number): void {
+    const runBatch = this.workload.runBatch as NonNullable<Workload<I, P, O, R>['runBatch']>;
+    // The device takes each item's prepared data: a fresh flight per item for the device step.
+    const entries: { item: ItemView; f: Flight<P>; outputs: O[] }[] = [];
+    const tasks: DeviceTask<I, P>[] = [];
+    for (const item of items) {
+      const job = this.jobs.get(item.jobId);
+      const prev = this.flights.get(item.id);
+      if (!job || !prev || prev.prepared === undefined) continue;
+      const f: Flight<P> = { controller: new AbortController(), prepared: prev.prepared, onDevice: true };
+      this.flights.set(item.id, f);
+      entries.push({ item, f, outputs: job.outputs });
+      tasks.push({ jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, prepared: prev.prepared, device, worker, signal: f.controller.signal });
+    }
+    if (entries.length === 0) return;
+    /** The items still in this batch (not withdrawn, not yet answered). */
+    const live = () => entries.filter((e) => this.flights.get(e.item.id) === e.f);
+    const failed = (reason: string) => {
+      const still = live();
+      for (const e of still) this.land(e.item.id, e.f, new StokerError('E_DEVICE_FAILED', reason));
+      if (still.length > 0) this.apply({ type: 'batchFailed', time: this.clock.now(), batch, reason });
+    };
+    const timer = Number.isFinite(this.deviceTimeoutMs) ? this.clock.schedule(() => failed(`no answer within deviceTimeoutMs = ${this.deviceTimeoutMs} ms`), this.deviceTimeoutMs) : undefined;
+    // As with one item: the prepared data is reusable once the step settles, before the engine hears of it.
+    const settle = () => {
+      if (timer !== undefined) this.clock.cancel(timer);
+      for (const e of entries) this.workload.release?.(e.f.prepared as P);
+    };
+    const started = this.clock.now();
+    runBatch.call(this.workload, tasks).then(
+      ({ results, busyMs }) => {
+        settle();
+        if (live().length === 0) return this.syncPool();
+        const busy = busyMs === undefined ? this.clock.now() - started : busyMs;
+        if (typeof busy !== 'number' || !Number.isFinite(busy) || busy < 0) {
+          return failed(`the batch step returned busyMs = ${String(busy)}: busyMs must be a finite number ≥ 0 (ms the batch occupied the worker), or left out to use the step's wall time`);
+        }
+        if (!Array.isArray(results) || results.length !== tasks.length) {
+          return failed(`the batch step returned ${Array.isArray(results) ? results.length : 'no'} results for ${tasks.length} items: return one { output } or { error } per task, in order`);
+        }
+        const bad: { item: number; reason: string }[] = [];
+        entries.forEach((e, i) => {
+          if (this.flights.get(e.item.id) !== e.f) return;
+          const r = results[i];
+          if (typeof r === 'object' && r !== null && 'error' in r) bad.push({ item: e.item.id, reason: String(r.error) });
+          else e.outputs[e.item.partition] = (r as { output: O }).output;
+          this.land(e.item.id, e.f);
+        });
+        this.apply({ type: 'batchDone', time: this.clock.now(), batch, busyMs: busy, ...(bad.length ? { failed: bad } : {}) });
+      },
+      (e: unknown) => {
+        settle();
+        if (live().length === 0) return this.syncPool();
         failed(message(e));
       },
     );

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { StokerError } from '../../src/core/index.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { BufferPool, type PooledBuffer } from '../../src/runtime/buffer-pool.js';
-import { Runtime, type DeviceTask, type PartitionTask, type Workload } from '../../src/runtime/runtime.js';
+import { Runtime, type BatchResult, type DeviceTask, type PartitionTask, type Workload } from '../../src/runtime/runtime.js';
 
 /**
  * An in-process workload on a manual clock: preparation takes `prepareMs`, the device `runMs`;
@@ -317,5 +317,87 @@ describe('the measurement self-check, on the runtime', () => {
     }
     expect(await done).toBe(600);
     await rt.close(0);
+  });
+});
+
+/** FakeWorkload with a batch step: 20 ms + 2 ms per item; `failItem` fails one item alone, `failBatch` the whole batch. */
+class BatchWorkload extends FakeWorkload {
+  batches: number[] = [];
+  failItem: (t: DeviceTask<number, { value: number }>) => boolean = () => false;
+  failBatch = false;
+  private readonly c: ManualClock;
+
+  constructor(clock: ManualClock) {
+    super(clock);
+    this.c = clock;
+  }
+
+  runBatch(tasks: DeviceTask<number, { value: number }>[]): Promise<{ results: BatchResult<number>[]; busyMs: number }> {
+    this.batches.push(tasks.length);
+    const ms = 20 + 2 * tasks.length;
+    const whole = this.failBatch;
+    return new Promise((resolve, reject) => {
+      this.c.schedule(() => (whole ? reject(new Error('device reset')) : resolve({ results: tasks.map((t) => (this.failItem(t) ? { error: `bad partition ${t.partition}` } : { output: t.prepared.value })), busyMs: ms })), ms);
+    });
+  }
+}
+
+describe('Runtime with a batching device', () => {
+  function batchSetup(retries = 0) {
+    const clock = new ManualClock();
+    const workload = new BatchWorkload(clock);
+    const rt = new Runtime({ workload, devices: [{ workers: 1, batch: { maxItems: 4 } }], pacer: 'unpaced', clock, retries });
+    const run = async (ms: number, step = 5) => {
+      for (let t = 0; t < ms; t += step) {
+        clock.advance(step);
+        await tick();
+      }
+    };
+    return { workload, rt, run };
+  }
+
+  it('runs waiting items as batches, each output to its own partition, busy time once per batch', async () => {
+    const { rt, run, workload } = batchSetup();
+    const p = rt.submit(job('a', 9), 1);
+    await run(400);
+    await expect(p).resolves.toBe(9 * 10 + 36);
+    expect(workload.batches.reduce((a, b) => a + b, 0)).toBe(9);
+    expect(Math.max(...workload.batches)).toBe(4);
+    const d = rt.status().counters.devices[0];
+    expect(d?.completions).toBe(9);
+    expect(d?.batch?.batches).toBe(workload.batches.length);
+    expect(d?.busyMs).toBe(workload.batches.reduce((a, n) => a + 20 + 2 * n, 0));
+    expect(workload.held).toBe(0);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it('an item the batch step says failed fails only its job', async () => {
+    const { rt, run, workload } = batchSetup();
+    workload.failItem = (t) => t.jobId === 'bad' && t.partition === 1;
+    const good = rt.submit(job('good', 3), 1);
+    const bad = rt.submit(job('bad', 3), 2).catch((e: unknown) => e);
+    await run(400);
+    await expect(good).resolves.toBe(30 + 3);
+    expect(await bad).toMatchObject({ code: 'E_DEVICE_FAILED', message: expect.stringMatching(/partition 1 failed on device 0: bad partition 1/) });
+    expect(workload.held).toBe(0);
+  });
+
+  it('a batch step that throws: its items run again alone, and a job whose items then succeed is done', async () => {
+    const { rt, run, workload } = batchSetup();
+    const w = rt.submit(job('w', 1), 1);
+    const p = rt.submit(job('a', 3), 1);
+    await run(110); // all prepared at 100 ms: w:0 runs alone, a:0–2 wait for the worker
+    workload.failBatch = true;
+    await run(40); // a:0–2 run as one batch (from 122 ms), which throws
+    workload.failBatch = false;
+    await run(600);
+    await expect(w).resolves.toBe(10);
+    await expect(p).resolves.toBe(30 + 3);
+    expect(workload.batches).toEqual([1, 3, 1, 1, 1]);
+  });
+
+  it('refuses a batching device without runBatch', () => {
+    const clock = new ManualClock();
+    expect(() => new Runtime({ workload: new FakeWorkload(clock), devices: [{ workers: 1, batch: { maxItems: 2 } }], clock })).toThrow(/has no runBatch/);
   });
 });
