@@ -106,20 +106,71 @@ def _write_frame(stream, header, payload=None):
     stream.flush()
 
 
-def serve(handle):
-    """Serves items with ``handle(item)`` until stdin ends (the server closes it on shutdown)."""
+def _reply(out, id, output, extra):
+    if isinstance(output, (bytes, bytearray, memoryview)):
+        _write_frame(out, dict({"type": "result", "id": id, "ok": True, "bytes": True}, **extra), bytes(output))
+    else:
+        _write_frame(out, dict({"type": "result", "id": id, "ok": True, "output": output}, **extra))
+
+
+def _run_batch(out, handle, handle_batch, headers, payloads):
+    """A batch's items at once: one result per item (an Exception in an item's place fails it alone)."""
+    t0 = time.perf_counter_ns()
+    items = []
+    try:
+        items = [Item(h, p) for h, p in zip(headers, payloads)]
+        if handle_batch is not None:
+            outputs = list(handle_batch(items))
+        else:
+            outputs = []
+            for item in items:
+                try:
+                    outputs.append(handle(item))
+                except Exception as e:  # that item alone fails
+                    outputs.append(e)
+        if len(outputs) != len(items):
+            raise ValueError("handle_batch returned %d outputs for %d items: return one per item, in order" % (len(outputs), len(items)))
+        busy = time.perf_counter_ns() - t0
+        for index, output in enumerate(outputs):
+            if isinstance(output, BaseException):
+                _write_frame(out, {"type": "result", "id": headers[0].get("id"), "index": index, "ok": False, "busyNs": busy, "error": "%s: %s" % (type(output).__name__, output)})
+            else:
+                _reply(out, headers[0].get("id"), output, {"index": index, "busyNs": busy})
+    except Exception as e:  # the whole batch fails: stoker runs its items again alone
+        _write_frame(out, {"type": "result", "id": headers[0].get("id"), "ok": False, "busyNs": time.perf_counter_ns() - t0, "error": "%s: %s" % (type(e).__name__, e)})
+    finally:
+        for item in items:
+            item.close()
+
+
+def serve(handle, handle_batch=None):
+    """Serves items with ``handle(item)`` until stdin ends (the server closes it on shutdown).
+
+    On a device that batches (``[device.batch]``) the items of a batch come together:
+    ``handle_batch(items)`` gets them at once and returns one output per item, in order (an
+    Exception in an item's place fails that item alone; raising fails the batch, whose items then
+    run again alone). Without ``handle_batch`` a batch's items go through ``handle`` one after
+    another. Each batch is timed once."""
     # The protocol's own stdout; everything else printed goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     stdin = sys.stdin.buffer
     _write_frame(out, {"type": "ready", "protocol": PROTOCOL, "runtime": "python %d.%d" % sys.version_info[:2]})
+    batch = ([], [])
     while True:
         frame = _read_frame(stdin)
         if frame is None:
             return
         header, payload = frame
         if header.get("type") != "item":
+            continue
+        if header.get("batch") is not None:
+            batch[0].append(header)
+            batch[1].append(payload)
+            if len(batch[0]) == header["batch"]["size"]:
+                _run_batch(out, handle, handle_batch, *batch)
+                batch = ([], [])
             continue
         t0 = time.perf_counter_ns()
         item = None

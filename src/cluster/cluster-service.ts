@@ -375,6 +375,7 @@ export class ClusterService implements ApiService {
       partitions: () => undefined,
       derivesPartitions: entry.derivesPartitions,
       device: 'default',
+      steps: { run: false, runBatch: false },
       finish: () => Promise.reject(new Error(`kind ${name} runs on other nodes`)),
     };
     this.remote.set(name, { entry, kind });

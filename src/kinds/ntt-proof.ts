@@ -47,6 +47,13 @@ export async function run(meta: unknown, ctx: RunContext): Promise<NttPartitionO
   return device.run(ntt(ctx.input as Input), { jobId: c.jobId, partition: c.partition, buffer: c.buffer, meta, device: c.device, worker: c.worker });
 }
 
+/** On a batching device: the batch's partitions one after another (the NTT gains nothing from batching). */
+export async function runBatch(meta: unknown[], ctx: RunContext[]): Promise<NttPartitionOutput[]> {
+  const out: NttPartitionOutput[] = [];
+  for (let i = 0; i < meta.length; i++) out.push(await run(meta[i], ctx[i] as RunContext));
+  return out;
+}
+
 export function finish(outputs: NttPartitionOutput[], i: Input, ctx: { job: string }) {
   return finishNttProof({ jobId: ctx.job, input: ntt(i), outputs });
 }

@@ -12,7 +12,7 @@ interface SleepInput {
 }
 
 export const name = 'sleep';
-export const description = 'waits prepareMs, then deviceMs on a device worker; result { partitions, total } with total = Σ 2·(31·seed + p)';
+export const description = 'waits prepareMs, then deviceMs on a device worker (a batch: deviceMs once); result { partitions, total } with total = Σ 2·(31·seed + p)';
 
 export const input = {
   type: 'object',
@@ -32,6 +32,12 @@ export async function prepare(job: SleepInput, ctx: PrepareContext): Promise<num
 export async function run(prepared: number, ctx: { input: unknown }): Promise<number> {
   await wait((ctx.input as SleepInput).deviceMs);
   return 2 * prepared;
+}
+
+/** On a batching device: the whole batch waits the first item's deviceMs once (a batch of n costs what one does). */
+export async function runBatch(prepared: number[], ctx: { input: unknown }[]): Promise<number[]> {
+  await wait((ctx[0]?.input as SleepInput | undefined)?.deviceMs ?? 0);
+  return prepared.map((p) => 2 * p);
 }
 
 export function finish(outputs: number[]): { partitions: number; total: number } {

@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { asBytes } from './bytes.js';
 import { encodeFrame, FrameError, FrameReader, type Frame } from './frames.js';
 import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
+import type { BatchItemReply } from './threads/protocol.js';
 
 export interface ProcessDeviceOptions {
   /** The device's name, in log lines and errors. */
@@ -48,6 +49,10 @@ interface Step {
   resolve: (r: { output: unknown; busyMs: number }) => void;
   reject: (e: Error) => void;
   sentAt: number;
+  /** A batch of this many items (0: one item): its results by index, and the largest busyNs among them. */
+  size: number;
+  results: (BatchItemReply | undefined)[];
+  busyNs: number | undefined;
 }
 
 /** One worker's process, from spawn to exit. */
@@ -118,26 +123,43 @@ class WorkerProcess {
   }
 
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
+    return this.claim(call.signal, () => this.send([call], call.signal, false));
+  }
+
+  /** A batch as one step: its items' frames back to back, one result per item (see docs/process-devices.md). */
+  async runBatch(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }> {
+    // Withdrawn when every item of it is.
+    const all = new AbortController();
+    const check = () => {
+      if (calls.every((c) => c.signal.aborted)) all.abort(calls[0]?.signal.reason);
+    };
+    for (const c of calls) c.signal.addEventListener('abort', check, { once: true });
+    check();
+    const r = await this.claim(all.signal, () => this.send(calls, all.signal, true));
+    return { results: r.output as BatchItemReply[], busyMs: r.busyMs };
+  }
+
+  /** Holds the worker for one step, from the call until it settles (also while the process gets ready). */
+  private async claim<T>(signal: AbortSignal, step: () => Promise<T>): Promise<T> {
     if (this.closed) throw new Error('the device is closed');
     if (this.claimed) throw new Error(`${this.label} is already busy`);
     this.claimed = true;
     try {
       // Not started, not ready yet, or being ended (after a withdrawn step): wait for the next one.
-      if (!this.life?.ready || this.life.endedBecause) await this.untilReady(call.signal);
-      return await this.send(call);
+      if (!this.life?.ready || this.life.endedBecause) await this.untilReady(signal);
+      return await step();
     } finally {
       this.claimed = false;
     }
   }
 
-  private send(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
+  private send(calls: RunCall[], signal: AbortSignal, batch: boolean): Promise<{ output: unknown; busyMs: number }> {
     // Withdrawn while the process started: nothing was sent, the healthy process stays.
-    if (call.signal.aborted) return Promise.reject(new Error(`${this.label}: withdrawn before it was sent`));
+    if (signal.aborted) return Promise.reject(new Error(`${this.label}: withdrawn before it was sent`));
     const life = this.life as Life;
     const id = this.nextId++;
-    const { header, payload } = itemFrame(id, call);
     return new Promise((resolve, reject) => {
-      const step: Step = { id, resolve, reject, sentAt: performance.now() };
+      const step: Step = { id, resolve, reject, sentAt: performance.now(), size: batch ? calls.length : 0, results: [], busyNs: undefined };
       this.step = step;
       // Withdrawn (cancel, timeout, shutdown): the process may be deep in a kernel, so it is ended.
       // Its payload was copied into the pipe, so the step can settle at once and the worker take
@@ -145,19 +167,23 @@ class WorkerProcess {
       const abort = () => {
         if (this.step !== step) return;
         this.step = undefined;
-        const why = (call.signal.reason as Error | undefined)?.message ?? 'aborted';
+        const why = (signal.reason as Error | undefined)?.message ?? 'aborted';
         this.end(life, `the step was withdrawn (${why})`);
         reject(new Error(`${this.label}: aborted: ${why}`));
       };
-      call.signal.addEventListener('abort', abort, { once: true });
-      let frame: Buffer[];
+      signal.addEventListener('abort', abort, { once: true });
+      const frames: Buffer[] = [];
       try {
-        frame = encodeFrame(header, payload);
+        calls.forEach((call, index) => {
+          const { header, payload } = itemFrame(id, call);
+          if (batch) header['batch'] = { size: calls.length, index };
+          frames.push(...encodeFrame(header, payload));
+        });
       } catch (e) {
         this.step = undefined;
         return reject(e as Error);
       }
-      for (const b of frame) life.child.stdin?.write(b);
+      for (const b of frames) life.child.stdin?.write(b);
     });
   }
 
@@ -218,9 +244,42 @@ class WorkerProcess {
       if (type !== 'result' || !step || f.header['id'] !== step.id) {
         return this.end(life, `it sent ${JSON.stringify(f.header).slice(0, 100)} where the result of item ${step?.id ?? '(none running)'} was due`);
       }
-      this.step = undefined;
-      this.settle(step, f);
+      if (step.size === 0) {
+        this.step = undefined;
+        this.settle(step, f);
+      } else if (!this.batchResult(life, step, f)) return;
     }
+  }
+
+  /**
+   * One result of a batch: by its `index`; a result without one is the whole batch's failure.
+   * Settles the step when it is complete; false when the process broke the protocol (it is ended).
+   */
+  private batchResult(life: Life, step: Step, f: Frame): boolean {
+    const h = f.header;
+    const index = h['index'];
+    if (index === undefined && h['ok'] !== true) {
+      this.step = undefined;
+      this.failures = 0;
+      step.reject(new Error(`${this.label}: ${typeof h['error'] === 'string' ? h['error'] : 'the batch failed (no error message)'}`));
+      return true;
+    }
+    if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= step.size || step.results[index] !== undefined) {
+      this.end(life, `it sent ${JSON.stringify(h).slice(0, 100)} where a result of batch ${step.id} with a new index from 0 to ${step.size - 1} was due`);
+      return false;
+    }
+    const busyNs = h['busyNs'];
+    if (busyNs !== undefined && (typeof busyNs !== 'number' || !Number.isFinite(busyNs) || busyNs < 0)) {
+      this.end(life, `busyNs must be a finite number ≥ 0 (the ns the batch occupied the worker), got ${JSON.stringify(busyNs)}`);
+      return false;
+    }
+    if (typeof busyNs === 'number') step.busyNs = Math.max(step.busyNs ?? 0, busyNs);
+    step.results[index] = h['ok'] === true ? { output: f.payload ?? (h['bytes'] === true ? new Uint8Array(0) : (h['output'] ?? null)) } : { error: typeof h['error'] === 'string' ? h['error'] : 'the item failed (no error message)' };
+    if (step.results.filter((r) => r !== undefined).length < step.size) return true;
+    this.step = undefined;
+    this.failures = 0;
+    step.resolve({ output: step.results, busyMs: step.busyNs === undefined ? performance.now() - step.sentAt : step.busyNs / 1e6 });
+    return true;
   }
 
   private settle(step: Step, f: Frame): void {
@@ -319,6 +378,13 @@ export class ProcessDevice implements DeviceRunner {
     const w = this.workers[call.worker];
     if (!w) return Promise.reject(new Error(`no worker ${call.worker} on device ${call.device}`));
     return w.run(call);
+  }
+
+  runBatch(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }> {
+    const first = calls[0];
+    const w = first ? this.workers[first.worker] : undefined;
+    if (!first || !w) return Promise.reject(new Error(`no worker ${first?.worker} on device ${first?.device}`));
+    return w.runBatch(calls);
   }
 
   async close(): Promise<void> {

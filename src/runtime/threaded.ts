@@ -6,7 +6,7 @@ import { Piscina } from 'piscina';
 import { BufferPool, type PooledBuffer } from './buffer-pool.js';
 import type { DeviceTask, PartitionTask, Workload } from './runtime.js';
 import { rmSync } from 'node:fs';
-import type { CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, PrepareReply, PrepareRequest } from './threads/protocol.js';
+import type { BatchItemReply, CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, PrepareReply, PrepareRequest } from './threads/protocol.js';
 
 /** Where the stages run: the preparation pool and the device threads. */
 export interface StageThreadsOptions {
@@ -86,6 +86,8 @@ export interface RunCall extends StageCall {
 /** Where device steps run: the device threads, a device's processes, or an HTTP endpoint. */
 export interface DeviceRunner {
   run(call: RunCall): Promise<{ output: unknown; busyMs: number }>;
+  /** A batch on one worker as one step (calls of one kind, one device and worker): a result per call, busy time once. */
+  runBatch?(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }>;
   close(): Promise<void>;
 }
 
@@ -204,8 +206,19 @@ export class StageThreads implements DeviceRunner {
   }
 
   run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
+    return this.step([call], false);
+  }
+
+  /** A batch (kind modules' runBatch) as one step on the first call's worker; it is ended only when every call is withdrawn. */
+  async runBatch(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }> {
+    const { output, busyMs } = await this.step(calls, true);
+    return { results: output as BatchItemReply[], busyMs };
+  }
+
+  private step(calls: RunCall[], batch: boolean): Promise<{ output: unknown; busyMs: number }> {
+    const call = calls[0] as RunCall;
     if (this.closed) return Promise.reject(new Error('the workload is closed'));
-    if (call.signal.aborted) return Promise.reject(new Error('aborted before the device step started'));
+    if (calls.every((c) => c.signal.aborted)) return Promise.reject(new Error('aborted before the device step started'));
     const index = (this.slotBase[call.device] ?? 0) + call.worker;
     const slot = this.slots[index] as Slot;
     if (slot.busy >= 0) return Promise.reject(new Error(`device ${call.device} worker ${call.worker} is already busy`));
@@ -219,16 +232,18 @@ export class StageThreads implements DeviceRunner {
       slot: index,
       worker: call.worker,
       input: call.input,
-      ctx: { jobId: call.jobId, partition: call.partition, partitions: call.partitions, meta: call.prepared.meta, ...(call.prepared.buffer ? { buffer: call.prepared.buffer.buffer } : {}) },
+      ctx: threadCtx(call),
     };
+    if (batch) req.batch = calls.map((c) => ({ input: c.input, ctx: threadCtx(c) }));
     return new Promise<unknown>((resolve, reject) => {
       slot.busy = id;
       thread.pending.set(id, { slot: index, resolve, reject });
-      // Aborted (cancel, timeout, shutdown): the thread may be deep in a kernel, so it is ended and respawned on next use.
+      // Aborted (cancel, timeout, shutdown) — for a batch, every item of it: the thread may be deep
+      // in a kernel, so it is ended and respawned on next use.
       const abort = () => {
-        if (slot.busy === id) void this.kill(slot.thread, new Error(`aborted: ${(call.signal.reason as Error | undefined)?.message ?? 'withdrawn'}`));
+        if (slot.busy === id && calls.every((c) => c.signal.aborted)) void this.kill(slot.thread, new Error(`aborted: ${(call.signal.reason as Error | undefined)?.message ?? 'withdrawn'}`));
       };
-      call.signal.addEventListener('abort', abort, { once: true });
+      for (const c of calls) c.signal.addEventListener('abort', abort, { once: true });
       worker.postMessage(req);
     }).then((output) => {
       const busyNs = Atomics.load(this.counters, index * 2);
@@ -316,6 +331,11 @@ export class StageThreads implements DeviceRunner {
     void done.finally(() => this.killing.delete(done));
     return done;
   }
+}
+
+/** What a device thread builds a step's ctx from. */
+function threadCtx(call: RunCall): DeviceRequest['ctx'] {
+  return { jobId: call.jobId, partition: call.partition, partitions: call.partitions, meta: call.prepared.meta, ...(call.prepared.buffer ? { buffer: call.prepared.buffer.buffer } : {}) };
 }
 
 /**

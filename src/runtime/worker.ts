@@ -40,28 +40,58 @@ function write(header: Record<string, unknown>, payload?: Uint8Array): void {
 const isBytes = (v: unknown): v is ArrayBuffer | ArrayBufferView => v instanceof ArrayBuffer || ArrayBuffer.isView(v);
 const asBytes = (v: ArrayBuffer | ArrayBufferView) => (v instanceof ArrayBuffer ? new Uint8Array(v) : new Uint8Array(v.buffer, v.byteOffset, v.byteLength));
 
-/** Serves items until stdin ends (the server closes it on shutdown); resolves then. */
-export function serve(handle: (item: ProcessItem) => unknown): Promise<void> {
+/**
+ * Serves items until stdin ends (the server closes it on shutdown); resolves then. On a device
+ * that batches (`[device.batch]`), the items of a batch come together: `handleBatch(items)` gets
+ * them at once and returns one output per item, in order (an `Error` in an item's place fails it
+ * alone; a throw fails the batch, whose items then run again alone); without `handleBatch` the
+ * batch's items go through `handle` one after another. Each batch is timed once.
+ */
+export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (items: ProcessItem[]) => unknown[] | Promise<unknown[]>): Promise<void> {
   for (const m of ['log', 'info', 'debug'] as const) console[m] = console.error;
   const reader = new FrameReader(Number.MAX_SAFE_INTEGER);
   let queue = Promise.resolve();
+  /** The items of the batch now arriving (its frames come back to back). */
+  let batch: ProcessItem[] = [];
   write({ type: 'ready', protocol: 1, runtime: `node ${process.version}` });
+  const ok = (id: unknown, out: unknown, extra: Record<string, unknown>) => {
+    if (isBytes(out)) write({ type: 'result', id, ok: true, bytes: true, ...extra }, asBytes(out));
+    else write({ type: 'result', id, ok: true, output: out ?? null, ...extra });
+  };
   return new Promise((resolve) => {
     process.stdin.on('data', (chunk: Buffer) => {
       for (const f of reader.push(chunk)) {
         const h = f.header;
         if (h['type'] !== 'item') continue;
+        const path = typeof h['payloadPath'] === 'string' ? h['payloadPath'] : undefined;
+        const payload = path === undefined ? f.payload : new Uint8Array(readFileSync(path));
+        const item: ProcessItem = { job: h['job'] as string, kind: h['kind'] as string, partition: h['partition'] as number, partitions: h['partitions'] as number, input: h['input'], prepared: h['prepared'], ...(payload ? { payload } : {}), ...(path === undefined ? {} : { path }) };
+        const b = h['batch'] as { size: number; index: number } | undefined;
+        if (b) {
+          batch.push(item);
+          if (batch.length < b.size) continue;
+          const items = batch;
+          batch = [];
+          queue = queue.then(async () => {
+            const t0 = process.hrtime.bigint();
+            try {
+              const outs = handleBatch ? await handleBatch(items) : await sequential(handle, items);
+              if (!Array.isArray(outs) || outs.length !== items.length) throw new Error(`handleBatch returned ${Array.isArray(outs) ? outs.length : typeof outs} outputs for ${items.length} items: return one per item, in order`);
+              const busyNs = Number(process.hrtime.bigint() - t0);
+              outs.forEach((out, index) => (out instanceof Error ? write({ type: 'result', id: h['id'], index, ok: false, busyNs, error: out.message }) : ok(h['id'], out, { index, busyNs })));
+            } catch (e) {
+              write({ type: 'result', id: h['id'], ok: false, busyNs: Number(process.hrtime.bigint() - t0), error: e instanceof Error ? e.message : String(e) });
+            }
+          });
+          continue;
+        }
         // One item at a time, in order: the server sends the next only after this one's result.
         queue = queue.then(async () => {
           const t0 = process.hrtime.bigint();
           try {
-            const path = typeof h['payloadPath'] === 'string' ? h['payloadPath'] : undefined;
-            const payload = path === undefined ? f.payload : new Uint8Array(readFileSync(path));
-            const item: ProcessItem = { job: h['job'] as string, kind: h['kind'] as string, partition: h['partition'] as number, partitions: h['partitions'] as number, input: h['input'], prepared: h['prepared'], ...(payload ? { payload } : {}), ...(path === undefined ? {} : { path }) };
             const out = await handle(item);
             const busyNs = Number(process.hrtime.bigint() - t0);
-            if (isBytes(out)) write({ type: 'result', id: h['id'], ok: true, busyNs, bytes: true }, asBytes(out));
-            else write({ type: 'result', id: h['id'], ok: true, busyNs, output: out ?? null });
+            ok(h['id'], out, { busyNs });
           } catch (e) {
             write({ type: 'result', id: h['id'], ok: false, busyNs: Number(process.hrtime.bigint() - t0), error: e instanceof Error ? e.message : String(e) });
           }
@@ -70,4 +100,17 @@ export function serve(handle: (item: ProcessItem) => unknown): Promise<void> {
     });
     process.stdin.on('end', () => void queue.then(() => resolve()));
   });
+}
+
+/** A batch without handleBatch: its items through handle, one after another (an item that throws fails alone). */
+async function sequential(handle: (item: ProcessItem) => unknown, items: ProcessItem[]): Promise<unknown[]> {
+  const out: unknown[] = [];
+  for (const item of items) {
+    try {
+      out.push(await handle(item));
+    } catch (e) {
+      out.push(e instanceof Error ? e : new Error(String(e)));
+    }
+  }
+  return out;
 }

@@ -92,6 +92,20 @@ export interface DeviceConfig {
   process?: ProcessDeviceConfig;
   /** `[device.http]`: the device is an HTTP endpoint, each worker one request at a time. */
   http?: HttpDeviceConfig;
+  /**
+   * `[device.batch]`: a free worker takes up to `maxItems` waiting items of one kind as one step
+   * (thread devices: the kind's `runBatch`; process devices: a batch of item frames), waiting up
+   * to `maxWaitMs` for more while more are in preparation. Absent: one item per step.
+   */
+  batch?: DeviceBatchConfig;
+}
+
+/** A device's batching (`[device.batch]`). */
+export interface DeviceBatchConfig {
+  /** Most items in one batch (1–4096). */
+  maxItems: number;
+  /** Longest wait for a fuller batch, ms (≥ 0). @default 0 */
+  maxWaitMs: number;
 }
 
 /** An HTTP device's endpoint (`[device.http]`). */
@@ -326,12 +340,17 @@ const httpShape = {
   timeoutS: z.custom<number | string>((v) => v === 'none' || (typeof v === 'number' && Number.isFinite(v) && v > 0 && v <= 86_400), err('a number of seconds > 0 (at most 86400) or "none"', 'use e.g. 60, or "none"')).optional(),
   maxResponseBytes: int(1, undefined, 'an integer ≥ 1 (bytes)', 'use e.g. 1073741824 (1 GiB)'),
 };
+const batchShape = {
+  maxItems: int(1, 4096, 'an integer from 1 to 4096', 'use e.g. 16 (the most items one device step takes)'),
+  maxWaitMs: z.number(err('a number of ms ≥ 0', 'use e.g. 5, or 0 to take what is waiting')).min(0, err('a number of ms ≥ 0', 'use e.g. 5, or 0 to take what is waiting')).max(3_600_000, err('a number of ms ≥ 0 (at most 3600000)', 'use e.g. 5')).optional(),
+};
 const deviceShape = {
   kind: z.enum(['cpu', 'webgpu'], err('"cpu" or "webgpu"', 'use "cpu" or "webgpu"')).optional(),
   workers: int(1, 64, 'an integer from 1 to 64', 'use e.g. 2 (pipelined workers on the device)'),
   priorServiceMs: positive('a number of ms > 0', 'use e.g. 1200 (the device time per item), or leave it out to use what the last run measured'),
   process: z.strictObject(processShape, err('a table [device.process]', 'write command = "python3" and args = ["device.py"] under a [device.process] header')).optional(),
   http: z.strictObject(httpShape, err('a table [device.http]', 'write url = "http://127.0.0.1:8000/embed" under a [device.http] header')).optional(),
+  batch: z.strictObject({ ...batchShape, maxItems: batchShape.maxItems.unwrap() }, err('a table [device.batch]', 'write maxItems = 16 (and maxWaitMs = 5) under a [device.batch] header')).optional(),
 };
 const prepareShape = {
   threads: int(1, undefined, 'an integer ≥ 1', `use e.g. ${defaultThreads()} (this machine's cores − 1)`),
@@ -446,6 +465,7 @@ function knownKeys(at: string): string[] {
   if (at === '') return Object.keys(FileSchema.shape);
   if (at === 'device.process') return Object.keys(processShape);
   if (at === 'device.http') return Object.keys(httpShape);
+  if (at === 'device.batch' || /^devices\.[^.]+\.batch$/.test(at)) return Object.keys(batchShape);
   if (at.startsWith('kinds.')) return ['module', 'device'];
   if (at === 'journal') return ['maxBytes'];
   if (/^devices\.[^.]+$/.test(at)) return Object.keys(deviceShape);
@@ -576,12 +596,13 @@ function setField(layer: Layer, field: FieldPath, value: unknown): void {
 /** Sets `field` from the string (or number) `raw` of `source`, or records why not. */
 function setFromString(layer: Layer, field: FieldPath, raw: string | number, source: string, issues: ConfigIssue[]): void {
   let r: z.ZodSafeParseResult<unknown>;
-  if ((field === 'device.process' || field === 'device.http') && typeof raw === 'string') {
+  if ((field === 'device.process' || field === 'device.http' || field === 'device.batch') && typeof raw === 'string') {
     let value: unknown;
     try {
       value = JSON.parse(raw);
     } catch (e) {
-      issues.push({ source, path: field, message: `expected a JSON object, got ${show(raw)} (${(e as Error).message}) — write e.g. ${source}='${field === 'device.http' ? '{"url":"http://127.0.0.1:8000/embed"}' : '{"command":"python3","args":["device.py"]}'}'` });
+      const example = field === 'device.http' ? '{"url":"http://127.0.0.1:8000/embed"}' : field === 'device.batch' ? '{"maxItems":16,"maxWaitMs":5}' : '{"command":"python3","args":["device.py"]}';
+      issues.push({ source, path: field, message: `expected a JSON object, got ${show(raw)} (${(e as Error).message}) — write e.g. ${source}='${example}'` });
       return;
     }
     r = fieldSchema(field).safeParse(value);
@@ -728,6 +749,9 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     if (d.process && d.http) {
       throw new ConfigError([{ source: 'configuration', path: name, message: `both [${name}.process] and [${name}.http] are set — a device is one or the other: keep one of them` }]);
     }
+    if (d.http && d.batch) {
+      throw new ConfigError([{ source: 'configuration', path: `${name}.batch`, message: `an HTTP device takes one item per request: remove [${name}.batch], or batch on a thread or process device` }]);
+    }
   }
   return c;
 }
@@ -740,6 +764,7 @@ function mergeDevice(d: DeviceConfig, layer: NonNullable<Layer['device']> | unde
     const { timeoutS, ...rest } = http;
     d.http = { headers: {}, timeoutS: Infinity, maxResponseBytes: 2 ** 30, ...defined(rest), ...(timeoutS === undefined ? {} : { timeoutS: finiteOr(timeoutS) }) } as HttpDeviceConfig;
   }
+  if (layer?.batch) d.batch = { maxWaitMs: 0, ...defined(layer.batch) } as DeviceBatchConfig;
   const proc = layer?.process;
   if (proc) {
     const { cwd: dir, handoffDir, ...rest } = proc;
@@ -782,6 +807,7 @@ function deviceToml(d: DeviceConfig): object {
     ...d,
     ...(d.process ? { process: { ...d.process } } : {}),
     ...(d.http ? { http: { ...d.http, timeoutS: Number.isFinite(d.http.timeoutS) ? d.http.timeoutS : 'none' } } : {}),
+    ...(d.batch ? { batch: { ...d.batch } } : {}),
   };
 }
 
@@ -847,6 +873,7 @@ const DOCS: Record<FieldPath, [def: string, what: string]> = {
   'device.workers': ['2', 'pipelined workers on the device (1–64)'],
   'device.priorServiceMs': ['none', 'known device time per item (ms): the pacer starts from it (none: what the last run measured, in <dataDir>/stoker.priors.json)'],
   'device.process': ['none', 'a process device: [device.process] command, args, env, cwd, readyTimeoutS (30), maxFrameBytes (1 GiB), handoffDir (/dev/shm), handoffMinBytes (1 MiB) (env: JSON)'],
+  'device.batch': ['none', 'batches: [device.batch] maxItems (1–4096), maxWaitMs (0): a worker takes up to maxItems waiting items of one kind as one step (env: JSON)'],
   'device.http': ['none', 'an HTTP device: [device.http] url, headers, timeoutS ("none"), maxResponseBytes (1 GiB) (env: JSON)'],
   'prepare.threads': ['cores − 1', 'preparation threads (≥ 1)'],
   'prepare.concurrency': ['64', 'preparations one thread runs at once (≥ 1)'],

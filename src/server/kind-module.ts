@@ -72,6 +72,13 @@ export interface KindModule<Input = unknown, Prepared = unknown, Output = unknow
    * call returns), so return only once the device is free for the next item.
    */
   run?(prepared: Prepared, ctx: RunContext): Output | Promise<Output>;
+  /**
+   * The device step of a batch, on a thread device that batches (`[device.batch]`): several
+   * prepared partitions of this kind at once, one ctx each; returns one output per item, in order
+   * (an `Error` in an item's place fails that item alone; a throw fails the batch, whose items then
+   * run again alone). Timed like `run`, once for the batch. A batching device calls only this.
+   */
+  runBatch?(prepared: Prepared[], ctx: RunContext[]): (Output | Error)[] | Promise<(Output | Error)[]>;
   /** The device that runs the step, by name: `"default"` (the server's `[device]`, also when absent) or a `[devices.NAME]`; the config's `[kinds.NAME] device` overrides it. */
   device?: string;
   /**
@@ -118,6 +125,8 @@ export interface LoadedKind {
   readonly derivesPartitions: boolean;
   /** The device that runs its steps, by name ("default": the server's [device]). */
   readonly device: string;
+  /** Which device steps the module exports (thread devices): `run`, and `runBatch` for a batching device. */
+  readonly steps: { run: boolean; runBatch: boolean };
   finish(outputs: unknown[], input: unknown, job: string): Promise<unknown>;
 }
 
@@ -130,7 +139,7 @@ export type DeviceTypes = ReadonlyMap<string, DeviceType>;
 
 /** One thread device, "default": a server with only `[device]` and no `[device.process]`/`[device.http]`. */
 export const THREAD_DEVICE: DeviceTypes = new Map([['default', 'thread']]);
-const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'run', 'finish'] as const;
+const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'run', 'runBatch', 'finish'] as const;
 
 const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true });
 
@@ -164,13 +173,15 @@ export async function loadKind(url: string, shown: string = url, devices: Device
     const names = [...devices.keys()].map((d) => JSON.stringify(d)).join(', ');
     throw fail('device', `${JSON.stringify(named) ?? String(named)} names no device: this server has ${names} ([device] is "default", [devices.NAME] the others)${device === undefined ? '' : ' — fix [kinds.NAME] device in the config'}`);
   }
-  if (deviceType === 'thread' && typeof m['run'] !== 'function') throw fail('run', 'missing: export async function run(prepared, ctx) — the device step, run on a device worker thread');
+  if (deviceType === 'thread' && typeof m['run'] !== 'function' && typeof m['runBatch'] !== 'function') throw fail('run', 'missing: export async function run(prepared, ctx) — the device step, run on a device worker thread (or runBatch(prepared[], ctx[]) on a device that batches)');
   if (deviceType === 'http' && m['buffer'] !== undefined) {
     throw fail('buffer', 'an HTTP device is sent only the value prepare returns, not a pooled buffer: return the bytes (or JSON) from prepare instead');
   }
-  if (deviceType !== 'thread' && m['run'] !== undefined) {
-    const what = deviceType === 'process' ? 'a process device: its command does' : 'an HTTP device: its endpoint does';
-    throw fail('run', `its device ${JSON.stringify(named)} is ${what} the device step, so a kind has no run — remove run, or serve it on a thread device`);
+  for (const step of ['run', 'runBatch']) {
+    if (deviceType !== 'thread' && m[step] !== undefined) {
+      const what = deviceType === 'process' ? 'a process device: its command does' : 'an HTTP device: its endpoint does';
+      throw fail(step, `its device ${JSON.stringify(named)} is ${what} the device step, so a kind has no ${step} — remove ${step}, or serve it on a thread device`);
+    }
   }
   const description = m['description'];
   if (description !== undefined && typeof description !== 'string') throw fail('description', `must be a string (got ${typeof description})`);
@@ -184,6 +195,7 @@ export async function loadKind(url: string, shown: string = url, devices: Device
     bufferBytes: bufferOf(m, fail),
     partitions: partitionsOf(m, fail),
     device: named as string,
+    steps: { run: typeof m['run'] === 'function', runBatch: typeof m['runBatch'] === 'function' },
     derivesPartitions: typeof m['partitions'] === 'function',
     finish: finishOf(m),
   };

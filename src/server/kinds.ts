@@ -1,7 +1,7 @@
-import type { DeviceRunner, StageThreads, PreparedBuffer } from '../runtime/threaded.js';
+import type { DeviceRunner, StageThreads, PreparedBuffer, RunCall } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
 import { asBytes } from '../runtime/bytes.js';
-import type { DeviceTask, PartitionTask, Workload } from '../runtime/runtime.js';
+import type { BatchResult, DeviceTask, PartitionTask, Workload } from '../runtime/runtime.js';
 import { KindModuleError, loadKind, THREAD_DEVICE, type DeviceTypes, type LoadedKind } from './kind-module.js';
 
 /** The kinds every server runs, kind modules like any other (src/kinds). */
@@ -64,6 +64,8 @@ export interface RouterHooks {
   partitionDone(jobId: string, partition: number, output: unknown): void;
   /** A stage's time for a partition of a kind: preparation latency, or the device time the worker measured. */
   observe(stage: 'prepare' | 'device', kind: string, ms: number): void;
+  /** A batch of `items` ran on `device` (batching devices). */
+  batch?(device: number, items: number): void;
 }
 
 /** A Uint8Array for any bytes value (a view of the pooled shared buffer is copied: the buffer is reused); anything else as it is. */
@@ -124,27 +126,53 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
   }
 
   async run(task: DeviceTask<RoutedInput, PreparedBuffer>): Promise<{ output: unknown; busyMs: number }> {
-    const { input } = task;
-    const partition = realPartition(task);
+    const r = await this.runner(task).run(this.call(task));
+    const output = normalizeBytes(r.output);
+    this.hooks.observe('device', task.input.kind, r.busyMs);
+    this.hooks.partitionDone(task.jobId, realPartition(task), output);
+    return { output, busyMs: r.busyMs };
+  }
+
+  /** A batching device's batch (one kind, one worker) as one step: the kind's runBatch on a thread device, a batch of item frames on a process device. */
+  async runBatch(tasks: DeviceTask<RoutedInput, PreparedBuffer>[]): Promise<{ results: BatchResult<unknown>[]; busyMs: number }> {
+    const first = tasks[0] as DeviceTask<RoutedInput, PreparedBuffer>;
+    const device = this.runner(first);
+    if (!device.runBatch) throw new Error(`device ${first.device} does not run batches`);
+    const r = await device.runBatch(tasks.map((t) => this.call(t)));
+    const results = r.results.map((x, i): BatchResult<unknown> => {
+      if ('error' in x) return x;
+      const t = tasks[i] as DeviceTask<RoutedInput, PreparedBuffer>;
+      const output = normalizeBytes(x.output);
+      this.hooks.partitionDone(t.jobId, realPartition(t), output);
+      return { output };
+    });
+    // Device time per item: the batch's, shared by its items.
+    for (let i = 0; i < tasks.length; i++) this.hooks.observe('device', first.input.kind, r.busyMs / tasks.length);
+    this.hooks.batch?.(first.device, tasks.length);
+    return { results, busyMs: r.busyMs };
+  }
+
+  private runner(task: DeviceTask<RoutedInput, PreparedBuffer>): DeviceRunner {
     const device = this.devices[task.device];
     if (!device) throw new Error(`no device ${task.device}`);
-    const r = await device.run({
+    return device;
+  }
+
+  private call(task: DeviceTask<RoutedInput, PreparedBuffer>): RunCall {
+    const { input } = task;
+    return {
       kind: input.kind,
       module: this.kind(input.kind).url,
       style: 'kind',
       input: input.input,
       jobId: task.jobId,
-      partition,
+      partition: realPartition(task),
       partitions: input.total,
       prepared: task.prepared,
       device: task.device,
       worker: task.worker,
       signal: task.signal,
-    });
-    const output = normalizeBytes(r.output);
-    this.hooks.observe('device', input.kind, r.busyMs);
-    this.hooks.partitionDone(task.jobId, partition, output);
-    return { output, busyMs: r.busyMs };
+    };
   }
 
   async finish(job: { jobId: string; input: RoutedInput; outputs: unknown[] }): Promise<unknown> {

@@ -78,6 +78,8 @@ export class ServiceMetrics {
   private readonly prepareSeconds: Histogram<'kind'>;
   private readonly deviceSeconds: Histogram<'kind'>;
   private readonly jobSeconds: Histogram<'kind' | 'state'>;
+  private readonly batchItems: Histogram<'device'>;
+  private readonly deviceNames: () => string[];
 
   constructor(service: MetricsSource) {
     const r = this.registry;
@@ -146,6 +148,9 @@ export class ServiceMetrics {
     this.prepareSeconds = new Histogram({ name: 'stoker_prepare_seconds', help: 'Preparation latency per partition, by kind', labelNames: ['kind'], buckets: stage, registers: [r] });
     this.deviceSeconds = new Histogram({ name: 'stoker_device_seconds', help: 'Device time per partition as the worker measured it, by kind', labelNames: ['kind'], buckets: stage, registers: [r] });
     this.jobSeconds = new Histogram({ name: 'stoker_job_seconds', help: 'Job latency, submission to end, by kind and state', labelNames: ['kind', 'state'], buckets: stageBuckets(6 * 3600), registers: [r] });
+    // Batches by size (batching devices): items per device step, 1 … 4096.
+    this.batchItems = new Histogram({ name: 'stoker_device_batch_items', help: 'Items per batch on batching devices ([device.batch]), by device', labelNames: ['device'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096], registers: [r] });
+    this.deviceNames = devices;
     for (const kind of service.kindNames()) {
       this.prepareSeconds.zero({ kind });
       this.deviceSeconds.zero({ kind });
@@ -155,6 +160,11 @@ export class ServiceMetrics {
 
   observeStage(stage: 'prepare' | 'device', kind: string, ms: number): void {
     (stage === 'prepare' ? this.prepareSeconds : this.deviceSeconds).observe({ kind }, ms / 1000);
+  }
+
+  /** A batch of `items` ran on device `device` (by index). */
+  observeBatch(device: number, items: number): void {
+    this.batchItems.observe({ device: this.deviceNames()[device] ?? String(device) }, items);
   }
 
   jobEnded(kind: string, state: string, seconds: number): void {

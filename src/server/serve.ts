@@ -4,7 +4,7 @@ import { requireOptional } from '../runtime/optional.js';
 import { buildApp, type ApiService } from './app.js';
 import { exposureProblem } from './access.js';
 import { ConfigError, deviceType, deviceTypes, type ServeConfig } from './config.js';
-import type { LoadedKind } from './kind-module.js';
+import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { loadKinds, type KindSource } from './kinds.js';
 import { Service } from './service.js';
 
@@ -28,8 +28,22 @@ export function kindSources(config: ServeConfig): KindSource[] {
 }
 
 /** The kinds a server with this config runs: the built-ins (thread devices) and the config's modules, each checked. */
-export function loadServerKinds(config: ServeConfig): Promise<Map<string, LoadedKind>> {
-  return loadKinds(kindSources(config), deviceTypes(config));
+export async function loadServerKinds(config: ServeConfig): Promise<Map<string, LoadedKind>> {
+  const kinds = await loadKinds(kindSources(config), deviceTypes(config));
+  // A thread device calls a kind's runBatch when it batches, its run when it does not.
+  for (const kind of kinds.values()) {
+    const d = kind.device === 'default' ? config.device : config.devices?.[kind.device];
+    if (!d || deviceType(d) !== 'thread') continue;
+    const where = kind.device === 'default' ? '[device]' : `[devices.${kind.device}]`;
+    const shown = (kind as LoadedKind & { shown?: string }).shown ?? kind.url;
+    if (d.batch && !kind.steps.runBatch) {
+      throw new KindModuleError(shown, 'runBatch', `missing: its device ${where} batches ([${where.slice(1, -1)}.batch]), so it calls export async function runBatch(prepared[], ctx[]) — one output (or Error) per item — add it, or leave the device's batch out`);
+    }
+    if (!d.batch && !kind.steps.run) {
+      throw new KindModuleError(shown, 'run', `missing: its device ${where} runs one item per step, so it calls export async function run(prepared, ctx) — add it, or give the device a [${where.slice(1, -1)}.batch]`);
+    }
+  }
+  return kinds;
 }
 
 /**

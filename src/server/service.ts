@@ -281,7 +281,11 @@ export class Service {
     // Device 0 is [device] ("default"), then each [devices.NAME]; each runs the kinds that name it.
     this.devices = [['default', config.device] as const, ...Object.entries(config.devices ?? {})].map(([name, d]) => ({ name, config: d }));
     const several = this.devices.length > 1;
-    const engineDevices = this.devices.map(({ name, config: d }) => ({ workers: d.workers, ...(several ? { kinds: [...kinds.values()].filter((k) => k.device === name).map((k) => k.name) } : {}) }));
+    const engineDevices = this.devices.map(({ name, config: d }) => ({
+      workers: d.workers,
+      ...(several ? { kinds: [...kinds.values()].filter((k) => k.device === name).map((k) => k.name) } : {}),
+      ...(d.batch ? { batch: { maxItems: d.batch.maxItems, maxWaitMs: d.batch.maxWaitMs } } : {}),
+    }));
     for (const name of kinds.keys()) this.endedByKind.set(name, { ended: { done: 0, failed: 0, cancelled: 0 }, jobSeconds: 0 });
     // Mesa reads EGL_PLATFORM from the process environment, which a worker thread's process.env
     // does not change: set it here, in the main thread, for WebGPU's software fallback.
@@ -312,6 +316,7 @@ export class Service {
         );
       },
       observe: (stage, kind, ms) => this.metrics.observeStage(stage, kind, ms),
+      batch: (device, items) => this.metrics.observeBatch(device, items),
     }, (kind) => this.handoffs[this.devices.findIndex((d) => d.name === kind.device)]);
     this.router = router;
     // The pacer starts from what the config says, else from what the last run measured.

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { StokerError } from '../../src/core/index.js';
 import { ProcessDevice, type ProcessDeviceOptions } from '../../src/runtime/process-device.js';
-import type { PartitionTask } from '../../src/runtime/runtime.js';
+import { Runtime, type PartitionTask, type Workload } from '../../src/runtime/runtime.js';
 import type { PreparedBuffer } from '../../src/runtime/threaded.js';
 import { failure, runtimeOver, spec } from './device-helpers.js';
 
@@ -188,3 +188,50 @@ async function eventually(check: () => boolean, what: string, timeoutMs = 5000):
   }
 }
 
+
+describe('batches on a process device', () => {
+  /** A one-worker batching Runtime (up to 4 items a batch) over a ProcessDevice's runBatch. */
+  function batching(command: string, args: string[], sizes: number[] = []) {
+    const dev = new ProcessDevice({ name: 'gpu', workers: 1, command, args, readyTimeoutMs: 10_000, log: () => undefined });
+    const workload: Workload<Record<string, unknown>, PreparedBuffer, unknown, unknown[]> = {
+      prepare: async (t) => ({ meta: { p: t.partition } }),
+      run: () => Promise.reject(new Error('a batching device runs batches')),
+      runBatch: (tasks) => dev.runBatch(tasks.map((t) => ({ kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal }))),
+      finish: (j) => j.outputs,
+      close: () => dev.close(),
+    };
+    const rt = new Runtime({ workload, devices: [{ workers: 1, batch: { maxItems: 4 } }], pacer: 'unpaced', retries: 0, onStep: (_e, cmds) => cmds.forEach((c) => c.type === 'startBatch' && sizes.push(c.items.length)) });
+    closers.push(() => rt.close(1000));
+    return rt;
+  }
+
+  for (const [name, command, args] of [
+    ['Python (handle_batch)', 'python3', [path.join(FIXTURES, 'py-batch-device.py')]],
+    ['Node (handleBatch)', process.execPath, [path.join(FIXTURES, 'node-batch-device.mjs')]],
+  ] as const) {
+    it(`${name}: each item's output to its own partition; a failed item fails only its job`, async () => {
+      const rt = batching(command, [...args]);
+      const [good, bad] = await Promise.all([rt.submit(spec('g', 10), {}), failure(rt.submit(spec('b', 3), { failAt: 1 }))]);
+      const outs = good as { p: number; size: number }[];
+      expect(outs.map((o) => o.p)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+      // Items waited for the worker: some ran together.
+      expect(Math.max(...outs.map((o) => o.size))).toBeGreaterThan(1);
+      expect(bad.message).toMatch(/partition 1 failed on device 0: .*bad partition 1/);
+      const d = rt.status().counters.devices[0];
+      expect(d?.batch?.items).toBe(13);
+      expect(d?.batch?.batches).toBeLessThan(13);
+      expect(rt.engine.budget.used).toBe(0);
+    });
+  }
+
+  it('a batch that raises: its items run again alone, and their job is done', async () => {
+    const sizes: number[] = [];
+    const rt = batching('python3', [path.join(FIXTURES, 'py-batch-device.py')], sizes);
+    const outs = (await rt.submit(spec('r', 6), { raiseBatch: true })) as { p: number; size: number }[];
+    expect(outs.map((o) => o.p)).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(outs.every((o) => o.size === 1)).toBe(true);
+    // A batch of several did run (and raised): its items were started again, alone.
+    expect(Math.max(...sizes)).toBeGreaterThan(1);
+    expect(sizes.reduce((a, b) => a + b, 0)).toBeGreaterThan(6);
+  });
+});

@@ -6,31 +6,56 @@
  */
 import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
-import { moduleLoader, type DeviceModule, type DeviceRequest, type DeviceReply, type DeviceWorkerData } from './protocol.js';
+import { moduleLoader, type BatchItemReply, type DeviceModule, type DeviceRequest, type DeviceReply, type DeviceWorkerData } from './protocol.js';
 
 const init = workerData as DeviceWorkerData;
 const counters = new BigInt64Array(init.counters);
 const load = moduleLoader<DeviceModule>('device', 'run', (style) => (style === 'kind' ? 'run(prepared, ctx)' : 'run(input, ctx)'));
+const loadBatch = moduleLoader<{ runBatch(prepared: unknown[], ctx: unknown[]): unknown }>('device', 'runBatch', () => 'runBatch(prepared[], ctx[])');
 const port = parentPort;
 if (!port) throw new Error('device-worker.js runs as a worker thread');
 
+/** A kind module's ctx for one item of a step. */
+function kindCtx(req: DeviceRequest, input: unknown, c: DeviceRequest['ctx']) {
+  const { jobId, partition, partitions, buffer } = c;
+  return { job: jobId, jobId, partition, partitions, input, deviceKind: init.deviceKind, device: init.device, worker: req.worker, ...(buffer ? { buffer } : {}) };
+}
+
 /** The step's call: a workload module's run(input, ctx with meta), or a kind module's run(prepared, ctx with input). */
 function call(mod: DeviceModule, req: DeviceRequest): unknown {
-  const { jobId, partition, partitions, buffer, meta } = req.ctx;
-  const where = { device: init.device, worker: req.worker };
-  if (req.style === 'workload') return mod.run(req.input, { jobId, partition, buffer: buffer as SharedArrayBuffer, meta, ...where });
-  const ctx = { job: jobId, jobId, partition, partitions, input: req.input, deviceKind: init.deviceKind, ...where, ...(buffer ? { buffer } : {}) };
-  return (mod.run as unknown as (prepared: unknown, c: typeof ctx) => unknown)(meta, ctx);
+  const { jobId, partition, buffer, meta } = req.ctx;
+  if (req.style === 'workload') return mod.run(req.input, { jobId, partition, buffer: buffer as SharedArrayBuffer, meta, device: init.device, worker: req.worker });
+  return (mod.run as unknown as (prepared: unknown, c: unknown) => unknown)(meta, kindCtx(req, req.input, req.ctx));
+}
+
+/** A batch's call: a kind module's runBatch(prepared[], ctx[]); one output per item, an Error in its place failing that item alone. */
+async function callBatch(req: DeviceRequest, batch: NonNullable<DeviceRequest['batch']>): Promise<BatchItemReply[]> {
+  const m = loadBatch(req.module, req.style);
+  const mod = m instanceof Promise ? await m : m;
+  const outputs = await mod.runBatch(
+    batch.map((b) => b.ctx.meta),
+    batch.map((b) => kindCtx(req, b.input, b.ctx)),
+  );
+  if (!Array.isArray(outputs) || outputs.length !== batch.length) {
+    throw new Error(`runBatch returned ${Array.isArray(outputs) ? `${outputs.length} outputs` : typeof outputs} for ${batch.length} items: return an array with one output (or Error) per item, in order`);
+  }
+  return outputs.map((o: unknown) => (o instanceof Error ? { error: o.message } : { output: o }));
 }
 
 port.on('message', (req: DeviceRequest) => {
   void (async () => {
     let reply: DeviceReply;
     try {
-      const m = load(req.module, req.style);
+      // (The module is loaded before the step's clock starts.)
+      const batch = req.batch;
+      if (batch) {
+        const m = loadBatch(req.module, req.style);
+        if (m instanceof Promise) await m;
+      }
+      const m = batch ? undefined : load(req.module, req.style);
       const mod = m instanceof Promise ? await m : m;
       const t0 = performance.now();
-      const output = await call(mod, req);
+      const output = batch ? await callBatch(req, batch) : await call(mod as DeviceModule, req);
       const ns = BigInt(Math.round((performance.now() - t0) * 1e6));
       Atomics.add(counters, req.slot * 2, ns);
       Atomics.add(counters, req.slot * 2 + 1, 1n);

@@ -82,7 +82,12 @@ export interface DeviceRequest {
   worker: number;
   input: unknown;
   ctx: ThreadTaskContext & { meta: unknown };
+  /** A batch (kind modules' `runBatch(prepared[], ctx[])`): each item's input and context; then `input` and `ctx` are the first's. */
+  batch?: { input: unknown; ctx: ThreadTaskContext & { meta: unknown } }[];
 }
+
+/** A batch's answer: per item its output, or the message of the Error the module returned in its place. */
+export type BatchItemReply = { output: unknown } | { error: string };
 
 export type DeviceReply = { id: number; ok: true; output: unknown } | { id: number; ok: false; message: string };
 

@@ -1,0 +1,95 @@
+/**
+ * A batching thread device behind `stoker serve` (real server, device threads): a kind's runBatch
+ * gets several prepared partitions at once, each output lands on its own partition, an Error in an
+ * item's place fails only that item's job; kinds whose steps do not fit the device are refused at
+ * start with exit 2.
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLI, http, metricValue, removeDir, sleepTotal, startServer, tempDataDir, type ServerProcess } from './helpers.js';
+
+const BATCHED = `
+export const name = 'batched';
+export async function prepare(input, ctx) { await new Promise((r) => setTimeout(r, 2)); return { p: ctx.partition }; }
+// 40 ms a batch, whatever its size: items wait for the one worker, so batches form.
+export async function runBatch(prepared, ctx) {
+  await new Promise((r) => setTimeout(r, 40));
+  return prepared.map((x, i) => (ctx[i].input?.failAt === x.p ? new Error('bad partition ' + x.p) : { p: x.p, size: prepared.length, job: ctx[i].job, partition: ctx[i].partition }));
+}
+`;
+
+let tmp: string;
+beforeAll(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-batch-'));
+  fs.writeFileSync(path.join(tmp, 'batched.mjs'), BATCHED);
+  fs.writeFileSync(path.join(tmp, 'single.mjs'), "export const name = 'single'; export async function prepare() { return 1; } export function run(p) { return p; }");
+  fs.writeFileSync(path.join(tmp, 'batch-only.mjs'), "export const name = 'batchonly'; export async function prepare() { return 1; } export function runBatch(p) { return p; }");
+});
+afterAll(() => removeDir(tmp));
+
+const BATCH_ENV = { STOKER_DEVICE_WORKERS: '1', STOKER_DEVICE_BATCH: JSON.stringify({ maxItems: 4 }), STOKER_PREPARE_THREADS: '1' };
+
+describe('a thread device with [device.batch]', () => {
+  let server: ServerProcess;
+  let dir: string;
+  beforeAll(async () => {
+    dir = tempDataDir();
+    server = await startServer(dir, ['--kind', path.join(tmp, 'batched.mjs')], BATCH_ENV);
+  });
+  afterAll(async () => {
+    await server?.stop();
+    removeDir(dir);
+  });
+
+  it("runs a kind's runBatch: each output on its own partition, several items a step; a failed item fails only its job", async () => {
+    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'g', kind: 'batched', partitions: 12, input: {} })).status).toBe(202);
+    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'b', kind: 'batched', partitions: 3, input: { failAt: 1 } })).status).toBe(202);
+    const good = await http(server.url, 'GET', '/v1/jobs/g/result?wait=30s');
+    expect(good.body.state).toBe('done');
+    const outs = good.body.result as { p: number; size: number; job: string; partition: number }[];
+    expect(outs.map((o) => [o.p, o.partition, o.job])).toEqual(Array.from({ length: 12 }, (_, i) => [i, i, 'g']));
+    expect(Math.max(...outs.map((o) => o.size))).toBeGreaterThan(1);
+    const bad = await http(server.url, 'GET', '/v1/jobs/b/result?wait=30s');
+    expect(bad.body).toMatchObject({ state: 'failed', error: { code: 'E_DEVICE_FAILED', reason: expect.stringMatching(/partition 1 failed on device 0: bad partition 1 \(after 2 attempts\)/) } });
+    // The metrics count the batches and their sizes.
+    const metrics = await (await fetch(new URL('/metrics', server.url))).text();
+    expect(metricValue(metrics, 'stoker_device_batch_items_count', { device: 'default' })).toBeGreaterThan(0);
+    expect(metricValue(metrics, 'stoker_device_batch_items_count', { device: 'default' })).toBeLessThan(15);
+    expect(metricValue(metrics, 'stoker_device_batch_items_sum', { device: 'default' })).toBeGreaterThanOrEqual(15);
+  });
+
+  it('runs the built-in sleep kind in batches too', async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 's', kind: 'sleep', partitions: 8, input: { seed: 3, prepareMs: 1, deviceMs: 20 } });
+    const r = await http(server.url, 'GET', '/v1/jobs/s/result?wait=30s');
+    expect(r.body).toMatchObject({ state: 'done', result: { partitions: 8, total: sleepTotal(3, 8) } });
+  });
+});
+
+function serve(args: string[], env: Record<string, string>): Promise<{ code: number; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, 'serve', '--port', '0', ...args], { timeout: 30_000, env: { ...process.env, ...env } }, (err, _stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }));
+  });
+}
+
+describe('kinds whose device steps do not fit the device are refused at start', () => {
+  it('a kind with only run on a batching device', async () => {
+    const r = await serve(['--data', path.join(tmp, 'd1'), '--kind', path.join(tmp, 'single.mjs')], BATCH_ENV);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/single\.mjs: export runBatch: missing: its device \[device\] batches \(\[device\.batch\]\)/);
+  });
+
+  it('a kind with only runBatch on a device that does not batch', async () => {
+    const r = await serve(['--data', path.join(tmp, 'd2'), '--kind', path.join(tmp, 'batch-only.mjs')], { STOKER_PREPARE_THREADS: '1' });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/batch-only\.mjs: export run: missing: its device \[device\] runs one item per step/);
+  });
+
+  it('a batch on an HTTP device', async () => {
+    const r = await serve(['--data', path.join(tmp, 'd3')], { STOKER_DEVICE_HTTP: JSON.stringify({ url: 'http://127.0.0.1:9/x' }), STOKER_DEVICE_BATCH: JSON.stringify({ maxItems: 4 }) });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/device\.batch: an HTTP device takes one item per request/);
+  });
+});
