@@ -92,6 +92,16 @@ describe('batching devices, over 10 seeds', () => {
     expect(end).toBeLessThanOrEqual(0.05);
   });
 
+  it('targetBatches sets the waiting target in batches: 2 batches keep about one batch more waiting than the default', () => {
+    const base = scenario('batch-infer');
+    const two = parseScenario({ ...base, name: 'batch-infer-2', pacerOptions: { targetBatches: 2 } });
+    const waiting = (s: Scenario) => mean(SEEDS.map((seed) => simulate(s, { seed, pacer: (o) => createPacer('stoker', o) }).metrics.waitingMean as number));
+    const [dflt, batches] = [waiting(base), waiting(two)];
+    console.log(`batch-infer waiting mean: ${dflt.toFixed(2)} (targetWaiting 4 + half a batch), ${batches.toFixed(2)} with targetBatches 2 (32 + half a batch)`);
+    // The waiting target is 4 + 8 = 12 items by default, 32 + 8 = 40 with two batches.
+    expect(batches - dflt).toBeGreaterThan(16);
+  });
+
   it('batch-infer-60: below capacity nothing is held back (throughput and p99 latency as with unpaced)', () => {
     const ratio = SEEDS.map((seed) => (run('batch-infer-60', 'stoker', seed).itemsPerSec as number) / (run('batch-infer-60', 'unpaced', seed).itemsPerSec as number));
     const p99 = SEEDS.map((seed) => (run('batch-infer-60', 'stoker', seed).jobLatencyP99Ms as number) / (run('batch-infer-60', 'unpaced', seed).jobLatencyP99Ms as number));

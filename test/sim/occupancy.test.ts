@@ -85,6 +85,37 @@ function overlap(spans: { start: number; end: number | null }[], a: number, b: n
   return spans.reduce((acc, s) => acc + Math.max(0, Math.min(s.end ?? b, b) - Math.max(s.start, a)), 0);
 }
 
+describe('a batch on one worker', () => {
+  it('OccupancyMeter: busy from startBatch until the batch is answered (at most its measure), through withdrawn items', () => {
+    const meter = new OccupancyMeter([1]);
+    const batchItem = (id: number) => ({ id, jobId: 'j', partition: id }) as ItemView;
+    meter.record({ type: 'tick', time: 0 }, [{ type: 'startBatch', batch: 7, items: [batchItem(1), batchItem(2)], device: 0, worker: 0 }]);
+    // One item withdrawn: the worker still runs the other.
+    meter.record({ type: 'cancel', time: 10, jobId: 'j' }, [{ type: 'abort', item: batchItem(1), stage: 'on-device', reason: 'x', batch: { id: 7, remaining: 1 } }]);
+    expect(meter.busyMs(20)).toEqual([[20]]);
+    meter.record({ type: 'batchDone', time: 40, batch: 7, busyMs: 30 }, []);
+    expect(meter.busyMs(50)).toEqual([[30]]);
+    // Withdrawn whole: busy until its last item went.
+    meter.record({ type: 'tick', time: 50 }, [{ type: 'startBatch', batch: 8, items: [batchItem(3)], device: 0, worker: 0 }]);
+    meter.record({ type: 'cancel', time: 55, jobId: 'j' }, [{ type: 'abort', item: batchItem(3), stage: 'on-device', reason: 'x', batch: { id: 8, remaining: 0 } }]);
+    expect(meter.busyMs(90)).toEqual([[35]]);
+  });
+
+  it('TimelineRecorder: one span per batch on its worker’s lane, with its size, ended by its answer', () => {
+    const timeline = new TimelineRecorder({ maxSpans: 100, sampleEveryMs: 1e12 });
+    const s = simulate(parseScenario({ name: 'b', kinds: { k: { prepare: { type: 'fixed', value: 1 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 0.1 }, batch: { maxItems: 4 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 9, kind: 'k' }] }), { pacer: (o) => createPacer('unpaced', o), timeline });
+    expect(s.metrics.jobsDone).toBe(1);
+    const device = timeline.spans().filter((sp) => sp.kind === 'device');
+    // Nine items, prepared together: one alone (the worker was free), then batches of 4 and 4.
+    expect(device.map((sp) => [sp.items, sp.outcome])).toEqual([
+      [1, 'done'],
+      [4, 'done'],
+      [4, 'done'],
+    ]);
+    expect(device.map((sp) => (sp.end as number) - sp.start)).toEqual([100, 400, 400]);
+  });
+});
+
 describe('history in simulation equals the trace-derived truth', () => {
   for (const seed of [1, 2, 3, 4, 5]) {
     it(`seed ${seed}: per-worker and per-device occupancy, dispatch and completion rates per 1 s window`, () => {
