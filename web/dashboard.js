@@ -398,7 +398,9 @@ function onStatus(s) {
   const busy = workers.filter((w) => w.state === 'busy').length;
   const lost = workers.filter((w) => w.state === 'lost').length;
   $('t-workers').textContent = `${busy} / ${workers.length}`;
-  $('t-workers-sub').textContent = `${s.devices.map((d) => `${d.name} (${d.kind})`).join(' · ')}${lost > 0 ? ` · ${lost} lost` : ''}`;
+  // A batching device: its batches' mean size so far, of at most maxItems.
+  const batches = (d) => (d.batch ? `, batches ${d.batch.batches > 0 ? fmtNum(d.batch.items / d.batch.batches, 1) : '–'} of ≤ ${d.batch.maxItems}` : '');
+  $('t-workers-sub').textContent = `${s.devices.map((d) => `${d.name} (${d.kind}${batches(d)})`).join(' · ')}${lost > 0 ? ` · ${lost} lost` : ''}`;
   $('t-memory').textContent = fmtBytes(b.usedBytes);
   $('t-memory-sub').textContent = `of ${b.totalBytes === null ? 'unlimited' : fmtBytes(b.totalBytes)}${b.blocked ? ' · blocked' : ''} · pool ${fmtBytes(s.pool.totalBytes)}`;
   $('server-info').textContent = `${s.closing ? 'shutting down · ' : ''}pacer ${s.pacer.name} · ${workers.length} worker${workers.length === 1 ? '' : 's'} · up ${fmtDuration(s.uptimeS)}`;

@@ -99,6 +99,8 @@ interface Batch {
   readonly startedAt: number;
   /** The device's ∫ busy dt at its start. */
   readonly busyAtStart: number;
+  /** Answered (batchDone, batchFailed): an item of it withdrawn now has no step left to stop. */
+  answered: boolean;
 }
 
 interface Worker {
@@ -160,8 +162,8 @@ export class Engine {
   private readonly batching: ({ maxItems: number; maxWaitMs: number } | null)[] | null;
   private readonly batches = new Map<number, Batch>();
   private batchSeq = 0;
-  /** Per device: holding its free worker for a fuller batch in the current assignment pass. */
-  private readonly holding: boolean[];
+  /** Per device: the kind (index) it holds a free worker for, for a fuller batch, in the current assignment pass (−1: none). */
+  private readonly holding: number[];
   /** When the earliest held batch must start anyway (Infinity: none held). */
   private batchWake = Infinity;
 
@@ -187,7 +189,7 @@ export class Engine {
       }
     });
     this.batching = options.devices.some((d) => d.batch !== undefined) ? options.devices.map((d) => (d.batch ? { maxItems: d.batch.maxItems, maxWaitMs: d.batch.maxWaitMs ?? 0 } : null)) : null;
-    this.holding = options.devices.map(() => false);
+    this.holding = options.devices.map(() => -1);
     this.deviceKinds = options.devices.some((d) => d.kinds !== undefined) ? options.devices.map((d) => (d.kinds === undefined ? null : new Set(d.kinds))) : null;
     const maxPreparing = options.maxPreparing ?? Infinity;
     if (!(maxPreparing >= 1)) {
@@ -548,6 +550,7 @@ export class Engine {
   private batchDone(id: number, busyMs: number | undefined, failed: readonly { item: number; reason: string }[] | undefined, out: Command[]): void {
     const b = this.batches.get(id);
     if (!b) return;
+    b.answered = true;
     const s = this.snapshot;
     const dev = s.devices[b.device] as DeviceCounters;
     const ms = busyMs ?? this.now - b.startedAt;
@@ -586,6 +589,7 @@ export class Engine {
   private batchFailed(id: number, reason: string, out: Command[]): void {
     const b = this.batches.get(id);
     if (!b) return;
+    b.answered = true;
     const live = b.items.filter((it) => it.batch === b);
     for (const item of live) {
       if (item.batch !== b) continue; // its job ended with an earlier item's failure
@@ -619,7 +623,7 @@ export class Engine {
     const b = item.batch;
     out.push(cmd);
     this.leaveDevice(item);
-    if (b) cmd.batch = { id: b.id, remaining: b.live };
+    if (b && !b.answered) cmd.batch = { id: b.id, remaining: b.live };
   }
 
   /** Back to the queue under its old key (ahead of later work), its memory freed, to be prepared again. */
@@ -742,11 +746,11 @@ export class Engine {
       for (let best = this.idleDeviceFor(null); best >= 0 && this.waitingQ.size > 0; best = this.idleDeviceFor(null)) this.startOnDevice(this.waitingQ.pop() as Item, best, out);
       return;
     }
-    this.holding.fill(false);
+    this.holding.fill(-1);
     const skipped: Item[] = [];
     while (this.waitingQ.size > 0 && this.idleDeviceFor(null) >= 0) {
       const item = this.waitingQ.pop() as Item;
-      const best = this.idleDeviceFor(item.kind);
+      const best = this.idleDeviceFor(item.kind, item.job.kindIndex);
       const batch = best >= 0 ? this.batching?.[best] : null;
       if (best < 0) skipped.push(item);
       else if (batch) this.startBatch(item, best, batch, out);
@@ -777,7 +781,7 @@ export class Engine {
         const flushAt = oldest + spec.maxWaitMs;
         if (flushAt > this.now) {
           for (const item of items) this.waitingQ.push(item);
-          this.holding[device] = true;
+          this.holding[device] = first.job.kindIndex;
           this.batchWake = Math.min(this.batchWake, flushAt);
           return;
         }
@@ -787,7 +791,7 @@ export class Engine {
     const ws = this.workers[device] as Worker[];
     let wi = 0;
     while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null || (ws[wi] as Worker).batch !== null) wi++;
-    const b: Batch = { id: this.batchSeq++, items, live: items.length, device, worker: wi, startedAt: this.now, busyAtStart: this.integrateBusy(device) };
+    const b: Batch = { id: this.batchSeq++, items, live: items.length, device, worker: wi, startedAt: this.now, busyAtStart: this.integrateBusy(device), answered: false };
     (ws[wi] as Worker).batch = b;
     this.batches.set(b.id, b);
     for (const item of items) {
@@ -828,15 +832,19 @@ export class Engine {
     });
   }
 
-  /** The least-loaded device with an idle worker that runs `kind` (null: any kind), or −1. */
-  private idleDeviceFor(kind: string | null): number {
+  /**
+   * The least-loaded device with an idle worker that runs `kind` (null: any kind), or −1; not one
+   * that holds its worker for a fuller batch of that kind (`kindIndex`): another kind may use it.
+   */
+  private idleDeviceFor(kind: string | null, kindIndex = -1): number {
     const s = this.snapshot;
     let best = -1;
     let bestLoad = Infinity;
     for (let d = 0; d < this.workers.length; d++) {
       const c = s.devices[d] as DeviceCounters;
       const runs = kind === null || !this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind);
-      if (this.holding[d]) continue;
+      const held = this.holding[d] as number;
+      if (held >= 0 && kind !== null && held === kindIndex) continue;
       const limit = this.workerLimit ? this.workerLimit(d) : Infinity;
       // At least one worker, whatever the pacer says (NaN: no limit).
       const usable = limit >= 1 ? Math.min(c.workers, Math.floor(limit)) : Number.isNaN(limit) ? c.workers : 1;

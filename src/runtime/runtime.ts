@@ -401,16 +401,25 @@ export class Runtime<I, P, O, R> {
     // The device takes each item's prepared data: a fresh flight per item for the device step.
     const entries: { item: ItemView; f: Flight<P>; outputs: O[] }[] = [];
     const tasks: DeviceTask<I, P>[] = [];
+    /** Items whose prepared data is not here (never expected): they fail alone, the rest run. */
+    const missing: { item: number; reason: string }[] = [];
     for (const item of items) {
       const job = this.jobs.get(item.jobId);
       const prev = this.flights.get(item.id);
-      if (!job || !prev || prev.prepared === undefined) continue;
+      if (!job || !prev || prev.prepared === undefined) {
+        missing.push({ item: item.id, reason: 'its prepared data is not in this runtime' });
+        continue;
+      }
       const f: Flight<P> = { controller: new AbortController(), prepared: prev.prepared, onDevice: true };
       this.flights.set(item.id, f);
       entries.push({ item, f, outputs: job.outputs });
       tasks.push({ jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, prepared: prev.prepared, device, worker, signal: f.controller.signal });
     }
-    if (entries.length === 0) return;
+    if (entries.length === 0) {
+      // (Answered after the step that started it, as a device would.)
+      queueMicrotask(() => this.apply({ type: 'batchDone', time: this.clock.now(), batch, busyMs: 0, failed: missing }));
+      return;
+    }
     /** The items still in this batch (not withdrawn, not yet answered). */
     const live = () => entries.filter((e) => this.flights.get(e.item.id) === e.f);
     const failed = (reason: string) => {
@@ -436,12 +445,14 @@ export class Runtime<I, P, O, R> {
         if (!Array.isArray(results) || results.length !== tasks.length) {
           return failed(`the batch step returned ${Array.isArray(results) ? results.length : 'no'} results for ${tasks.length} items: return one { output } or { error } per task, in order`);
         }
-        const bad: { item: number; reason: string }[] = [];
+        const wrong = results.findIndex((r) => typeof r !== 'object' || r === null || !('output' in r || 'error' in r));
+        if (wrong >= 0) return failed(`the batch step's result ${wrong} is ${JSON.stringify(results[wrong]) ?? String(results[wrong])}: each result must be { output } or { error }`);
+        const bad = [...missing];
         entries.forEach((e, i) => {
           if (this.flights.get(e.item.id) !== e.f) return;
-          const r = results[i];
-          if (typeof r === 'object' && r !== null && 'error' in r) bad.push({ item: e.item.id, reason: String(r.error) });
-          else e.outputs[e.item.partition] = (r as { output: O }).output;
+          const r = results[i] as BatchResult<O>;
+          if ('error' in r) bad.push({ item: e.item.id, reason: String(r.error) });
+          else e.outputs[e.item.partition] = r.output;
           this.land(e.item.id, e.f);
         });
         this.apply({ type: 'batchDone', time: this.clock.now(), batch, busyMs: busy, ...(bad.length ? { failed: bad } : {}) });

@@ -14,7 +14,7 @@
  * them, prefixed with the worker's name).
  */
 import { readFileSync } from 'node:fs';
-import { encodeFrame, FrameReader } from './frames.js';
+import { encodeFrame, FrameReader, type Frame } from './frames.js';
 
 /** One item as the worker gets it. */
 export interface ProcessItem {
@@ -51,8 +51,8 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
   for (const m of ['log', 'info', 'debug'] as const) console[m] = console.error;
   const reader = new FrameReader(Number.MAX_SAFE_INTEGER);
   let queue = Promise.resolve();
-  /** The items of the batch now arriving (its frames come back to back). */
-  let batch: ProcessItem[] = [];
+  /** The frames of the batch now arriving (they come back to back). */
+  let batch: Frame[] = [];
   write({ type: 'ready', protocol: 1, runtime: `node ${process.version}` });
   const ok = (id: unknown, out: unknown, extra: Record<string, unknown>) => {
     if (isBytes(out)) write({ type: 'result', id, ok: true, bytes: true, ...extra }, asBytes(out));
@@ -63,18 +63,16 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
       for (const f of reader.push(chunk)) {
         const h = f.header;
         if (h['type'] !== 'item') continue;
-        const path = typeof h['payloadPath'] === 'string' ? h['payloadPath'] : undefined;
-        const payload = path === undefined ? f.payload : new Uint8Array(readFileSync(path));
-        const item: ProcessItem = { job: h['job'] as string, kind: h['kind'] as string, partition: h['partition'] as number, partitions: h['partitions'] as number, input: h['input'], prepared: h['prepared'], ...(payload ? { payload } : {}), ...(path === undefined ? {} : { path }) };
         const b = h['batch'] as { size: number; index: number } | undefined;
         if (b) {
-          batch.push(item);
+          batch.push(f);
           if (batch.length < b.size) continue;
-          const items = batch;
+          const frames = batch;
           batch = [];
           queue = queue.then(async () => {
             const t0 = process.hrtime.bigint();
             try {
+              const items = frames.map(itemOf);
               const outs = handleBatch ? await handleBatch(items) : await sequential(handle, items);
               if (!Array.isArray(outs) || outs.length !== items.length) throw new Error(`handleBatch returned ${Array.isArray(outs) ? outs.length : typeof outs} outputs for ${items.length} items: return one per item, in order`);
               const busyNs = Number(process.hrtime.bigint() - t0);
@@ -89,7 +87,7 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
         queue = queue.then(async () => {
           const t0 = process.hrtime.bigint();
           try {
-            const out = await handle(item);
+            const out = await handle(itemOf(f));
             const busyNs = Number(process.hrtime.bigint() - t0);
             ok(h['id'], out, { busyNs });
           } catch (e) {
@@ -100,6 +98,14 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
     });
     process.stdin.on('end', () => void queue.then(() => resolve()));
   });
+}
+
+/** The item a frame carries (its payload read from its file when it came by file). */
+function itemOf(f: Frame): ProcessItem {
+  const h = f.header;
+  const path = typeof h['payloadPath'] === 'string' ? h['payloadPath'] : undefined;
+  const payload = path === undefined ? f.payload : new Uint8Array(readFileSync(path));
+  return { job: h['job'] as string, kind: h['kind'] as string, partition: h['partition'] as number, partitions: h['partitions'] as number, input: h['input'], prepared: h['prepared'], ...(payload ? { payload } : {}), ...(path === undefined ? {} : { path }) };
 }
 
 /** A batch without handleBatch: its items through handle, one after another (an item that throws fails alone). */

@@ -143,7 +143,8 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
       if ('error' in x) return x;
       const t = tasks[i] as DeviceTask<RoutedInput, PreparedBuffer>;
       const output = normalizeBytes(x.output);
-      this.hooks.partitionDone(t.jobId, realPartition(t), output);
+      // (An item withdrawn while its batch ran is not its job's any more.)
+      if (!t.signal.aborted) this.hooks.partitionDone(t.jobId, realPartition(t), output);
       return { output };
     });
     // Device time per item: the batch's, shared by its items.

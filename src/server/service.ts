@@ -700,6 +700,8 @@ export class Service {
           kind: !dc ? 'cpu' : deviceType(dc) === 'thread' ? dc.kind : deviceType(dc),
           completions: c?.completions ?? 0,
           busyS: (c?.busyMs ?? 0) / 1000,
+          // A batching device: its largest batch, the batches it finished and the items they started with.
+          ...(c?.batch ? { batch: { maxItems: c.batch.maxItems, batches: c.batch.batches, items: c.batch.items } } : {}),
           workers: workers.map((w, i) => ({
             state: !w.alive ? 'lost' : w.item ? 'busy' : 'idle',
             job: w.item?.jobId ?? null,

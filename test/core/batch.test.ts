@@ -93,6 +93,14 @@ describe('Engine: batching devices', () => {
     expect(batches(r.prepared(122, 'a:5'))).toEqual(['1:[a:2 a:3 a:4 a:5]@0/0']);
   });
 
+  it('a worker held for a fuller batch of one kind takes another kind meanwhile', () => {
+    const r = batching({ maxItems: 4, maxWaitMs: 10 });
+    r.apply({ type: 'submit', time: 0, job: job('a', 3, 'a') });
+    r.apply({ type: 'submit', time: 0, job: job('b', 1, 'b') });
+    expect(batches(r.prepared(100, 'a:0'))).toEqual([]); // held: a:1, a:2 are in preparation
+    expect(batches(r.prepared(101, 'b:0'))).toEqual(['0:[b:0]@0/0']); // nothing more of b is coming
+  });
+
   it('does not wait when no more of the kind is in preparation', () => {
     const r = batching({ maxItems: 4, maxWaitMs: 1000 });
     r.apply({ type: 'submit', time: 0, job: job('a', 2) });
@@ -123,6 +131,8 @@ describe('Engine: batching devices', () => {
     const out = r.apply({ type: 'batchDone', time: 5, batch: 1, failed: [{ item: r.item('a:1').id, reason: 'bad input' }] });
     const ends = ofType(out, 'finishJob').map((c) => `${c.jobId}:${c.state}${c.reason ? ` ${c.reason}` : ''}`);
     expect(ends).toEqual(['b:done', 'a:failed job a: partition 1 failed on device 0: bad input']);
+    // The failed item's own abort names no batch: the batch was answered, there is no step left to stop.
+    expect(ofType(out, 'abort').map((c) => [c.item.partition, c.batch])).toEqual([[1, undefined]]);
     expect(r.e.snapshot.devices[0]?.busy).toBe(0);
     expect(r.e.snapshot.onDevice).toBe(0);
     expect(r.e.budget.used).toBe(0);

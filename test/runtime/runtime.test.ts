@@ -396,6 +396,29 @@ describe('Runtime with a batching device', () => {
     expect(workload.batches).toEqual([1, 3, 1, 1, 1]);
   });
 
+  it('a batch step whose results are not { output } or { error } fails the batch, naming the result; the items then run alone', async () => {
+    const { rt, run, workload } = batchSetup();
+    let broken = true;
+    const real = workload.runBatch.bind(workload);
+    workload.runBatch = async (tasks) => {
+      const r = await real(tasks);
+      if (broken && tasks.length > 1) {
+        broken = false;
+        return { ...r, results: r.results.map((x, i) => (i === 1 ? (null as unknown as BatchResult<number>) : x)) };
+      }
+      return r;
+    };
+    const w = rt.submit(job('w', 1), 1);
+    const p = rt.submit(job('a', 3), 1);
+    await run(900);
+    await expect(w).resolves.toBe(10);
+    await expect(p).resolves.toBe(30 + 3);
+    expect(broken).toBe(false);
+    expect(workload.batches).toEqual([1, 3, 1, 1, 1]);
+    expect(rt.engine.snapshot.onDevice).toBe(0);
+    expect(workload.held).toBe(0);
+  });
+
   it('refuses a batching device without runBatch', () => {
     const clock = new ManualClock();
     expect(() => new Runtime({ workload: new FakeWorkload(clock), devices: [{ workers: 1, batch: { maxItems: 2 } }], clock })).toThrow(/has no runBatch/);

@@ -54,6 +54,11 @@ describe('a thread device with [device.batch]', () => {
     expect(Math.max(...outs.map((o) => o.size))).toBeGreaterThan(1);
     const bad = await http(server.url, 'GET', '/v1/jobs/b/result?wait=30s');
     expect(bad.body).toMatchObject({ state: 'failed', error: { code: 'E_DEVICE_FAILED', reason: expect.stringMatching(/partition 1 failed on device 0: bad partition 1 \(after 2 attempts\)/) } });
+    // The status says how the batches ran (the dashboard shows their mean size).
+    const status = await http(server.url, 'GET', '/v1/status');
+    expect(status.body.devices[0].batch.maxItems).toBe(4);
+    expect(status.body.devices[0].batch.items).toBe(16); // 12 + 3, and the failed item once more (engine.retries = 1)
+    expect(status.body.devices[0].batch.batches).toBeLessThan(15);
     // The metrics count the batches and their sizes.
     const metrics = await (await fetch(new URL('/metrics', server.url))).text();
     expect(metricValue(metrics, 'stoker_device_batch_items_count', { device: 'default' })).toBeGreaterThan(0);
