@@ -474,6 +474,7 @@ export class ClusterService implements ApiService {
       const existing = await this.find(record.id);
       if (existing) {
         if (existing.data.hash !== hash) throw conflict(record.id);
+        this.keepAccepted(record, existing.view);
         return { job: existing.view, created: false };
       }
     }
@@ -498,14 +499,22 @@ export class ClusterService implements ApiService {
     if (!now) throw new ServiceError(500, 'internal', 'Internal error', `job ${record.id} vanished right after it was queued`);
     if (now.data.hash !== hash) throw conflict(record.id);
     const created = now.data.nonce === data.nonce;
-    if (created) {
-      try {
-        this.accepted.insert(record);
-      } catch {
-        // A full disk here: the job is in Redis (as without this journal); only a Redis data loss could lose it.
-      }
-    }
+    this.keepAccepted(record, now.view);
     return { job: now.view, created };
+  }
+
+  /**
+   * Keeps an unfinished job this node answered for in its accepted journal, so that it queues the
+   * job again should Redis lose it — also when the job was already there: the node that queued it
+   * may have died before its own journal had it (a client's retry then lands here).
+   */
+  private keepAccepted(record: JournalJobInput, view: JobView): void {
+    if (isFinal(view.state)) return;
+    try {
+      this.accepted.insert(record);
+    } catch {
+      // A full disk here: the job is in Redis (as without this journal); only a Redis data loss could lose it.
+    }
   }
 
   private async jobsNow(options: { limit?: number; states?: readonly JobState[] }): Promise<JobView[]> {

@@ -135,6 +135,30 @@ describe.skipIf(!bin)('a Redis restart without persistence', () => {
   }, 120_000);
 });
 
+describe.skipIf(!bin)('a job resubmitted to another node', () => {
+  const cluster = useCluster({ STOKER_CLUSTER_HEARTBEAT_MS: '300' });
+
+  it('is kept by that node too: when the accepting node is dead and Redis loses its data, the other queues it again', async () => {
+    await cluster.start();
+    const a = await cluster.node('rs-a');
+    const b = await cluster.node('rs-b');
+    const body = { id: 'rs-1', kind: 'sleep', partitions: 2, input: { seed: 5, prepareMs: 3000, deviceMs: 1 } };
+    expect((await http(a.url, 'POST', '/v1/jobs', body)).status).toBe(202);
+    // The client retries on another node (as after a lost answer): the same job, not created again.
+    const again = await http(b.url, 'POST', '/v1/jobs', body);
+    expect(again.status).toBe(200);
+    // The accepting node dies (here: as if before its own journal had the job), and Redis loses everything.
+    await a.crash();
+    await cluster.redis.stop();
+    cluster.redis = await startRedis(bin as string, cluster.redis.port);
+    const r = await waitUntil(async () => {
+      const x = await http(b.url, 'GET', '/v1/jobs/rs-1/result?wait=2s');
+      return x.status === 200 && x.body.state === 'done' ? x : undefined;
+    }, 40_000, 'rs-1 done on rs-b', 200);
+    expect(r.body).toMatchObject({ state: 'done', result: { partitions: 2, total: sleepTotal(5, 2) } });
+  }, 90_000);
+});
+
 describe.skipIf(!bin)('a node killed after Redis lost its data, before it republished', () => {
   const cluster = useCluster({ STOKER_CLUSTER_HEARTBEAT_MS: '300' });
 
