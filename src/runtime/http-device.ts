@@ -7,9 +7,15 @@
  * never a compute time the server reports about itself, which leaves out its queueing and the
  * transfer. A refused connection, a timeout, a 4xx/5xx answer or an oversized response fails
  * the item (the engine retries it).
+ *
+ * A batch (a device with `batch`) is one request: JSON `{ items: [{ job, kind, partition,
+ * partitions, prepared }] }` (bytes as `{ preparedBase64 }` instead of `prepared`), answered by
+ * JSON `{ results: [{ output } | { outputBase64 } | { error }] }`, one per item, in order; any
+ * other answer fails the whole batch.
  */
 import { asBytes } from './bytes.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
+import type { BatchItemReply } from './threads/protocol.js';
 
 export interface HttpDeviceOptions {
   /** The device's name, in errors. */
@@ -50,26 +56,55 @@ export class HttpDevice implements DeviceRunner {
     }
   }
 
+  /** A batch as one POST (see the file's comment): one result per item, the request's wall time once. */
+  async runBatch(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }> {
+    const first = calls[0] as RunCall;
+    const label = `${this.o.name}/${first.worker}`;
+    if (this.busy[first.worker] === undefined) throw new Error(`no worker ${first.worker} on device ${this.o.name}`);
+    if (this.busy[first.worker]) throw new Error(`${label} is already busy`);
+    this.busy[first.worker] = true;
+    try {
+      const items = calls.map((c) => {
+        const bytes = asBytes(c.prepared.meta);
+        const head = { job: c.jobId, kind: c.kind ?? '', partition: c.partition, partitions: c.partitions };
+        return bytes ? { ...head, preparedBase64: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64') } : { ...head, prepared: c.prepared.meta ?? null };
+      });
+      // Withdrawn when every item of it is.
+      const all = new AbortController();
+      const check = () => calls.every((c) => c.signal.aborted) && all.abort(first.signal.reason);
+      for (const c of calls) c.signal.addEventListener('abort', check, { once: true });
+      check();
+      const { data, json, busyMs } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, all.signal);
+      const results = (json as { results?: unknown } | undefined)?.results;
+      if (!Array.isArray(results) || results.length !== calls.length) {
+        throw new Error(`${label}: POST ${this.o.url} answered ${JSON.stringify(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
+      }
+      return {
+        busyMs,
+        results: results.map((r: unknown, i): BatchItemReply => {
+          const x = (typeof r === 'object' && r !== null ? r : {}) as Record<string, unknown>;
+          if (typeof x['error'] === 'string') return { error: x['error'] };
+          if (typeof x['outputBase64'] === 'string') return { output: new Uint8Array(Buffer.from(x['outputBase64'], 'base64')) };
+          if ('output' in x) return { output: x['output'] };
+          return { error: `the batch's result ${i} is ${JSON.stringify(r)}: give { "output" }, { "outputBase64" } or { "error" }` };
+        }),
+      };
+    } finally {
+      this.busy[first.worker] = false;
+    }
+  }
+
   close(): Promise<void> {
     return Promise.resolve();
   }
 
-  private async request(call: RunCall, label: string): Promise<{ output: unknown; busyMs: number }> {
-    const { meta } = call.prepared;
-    const body = asBytes(meta);
-    const headers: Record<string, string> = {
-      ...this.o.headers,
-      'content-type': body ? 'application/octet-stream' : 'application/json',
-      'stoker-job': encodeURIComponent(call.jobId),
-      'stoker-kind': encodeURIComponent(call.kind ?? ''),
-      'stoker-partition': String(call.partition),
-      'stoker-partitions': String(call.partitions),
-    };
-    const signals = [call.signal, ...(Number.isFinite(this.o.timeoutMs) ? [AbortSignal.timeout(this.o.timeoutMs)] : [])];
+  /** POSTs a body; the response's bytes (its JSON, when it says application/json) and the request's wall time. */
+  private async post(label: string, body: string | Uint8Array, extra: Record<string, string>, signal: AbortSignal): Promise<{ data: Uint8Array; json: unknown; busyMs: number }> {
+    const signals = [signal, ...(Number.isFinite(this.o.timeoutMs) ? [AbortSignal.timeout(this.o.timeoutMs)] : [])];
     const t0 = performance.now();
     let res: Response;
     try {
-      res = await fetch(this.o.url, { method: 'POST', headers, body: body ?? JSON.stringify(meta ?? null), signal: AbortSignal.any(signals) });
+      res = await fetch(this.o.url, { method: 'POST', headers: { ...this.o.headers, ...extra }, body, signal: AbortSignal.any(signals) });
     } catch (e) {
       throw new Error(`${label}: POST ${this.o.url} failed: ${reason(e, this.o.timeoutMs)}`);
     }
@@ -82,12 +117,26 @@ export class HttpDevice implements DeviceRunner {
     const busyMs = performance.now() - t0;
     const text = () => new TextDecoder().decode(data.subarray(0, BODY_EXCERPT));
     if (!res.ok) throw new Error(`${label}: POST ${this.o.url} answered ${res.status} ${res.statusText}: ${text()}`);
-    if (!/^application\/(.+\+)?json\b/i.test(res.headers.get('content-type') ?? '')) return { output: data, busyMs };
+    if (!/^application\/(.+\+)?json\b/i.test(res.headers.get('content-type') ?? '')) return { data, json: undefined, busyMs };
     try {
-      return { output: JSON.parse(new TextDecoder().decode(data)) as unknown, busyMs };
+      return { data, json: JSON.parse(new TextDecoder().decode(data)) as unknown, busyMs };
     } catch {
       throw new Error(`${label}: POST ${this.o.url} answered application/json that is not JSON: ${text()}`);
     }
+  }
+
+  private async request(call: RunCall, label: string): Promise<{ output: unknown; busyMs: number }> {
+    const { meta } = call.prepared;
+    const body = asBytes(meta);
+    const headers: Record<string, string> = {
+      'content-type': body ? 'application/octet-stream' : 'application/json',
+      'stoker-job': encodeURIComponent(call.jobId),
+      'stoker-kind': encodeURIComponent(call.kind ?? ''),
+      'stoker-partition': String(call.partition),
+      'stoker-partitions': String(call.partitions),
+    };
+    const { data, json, busyMs } = await this.post(label, body ?? JSON.stringify(meta ?? null), headers, call.signal);
+    return { output: json === undefined ? data : json, busyMs };
   }
 }
 

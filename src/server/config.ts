@@ -94,7 +94,8 @@ export interface DeviceConfig {
   http?: HttpDeviceConfig;
   /**
    * `[device.batch]`: a free worker takes up to `maxItems` waiting items of one kind as one step
-   * (thread devices: the kind's `runBatch`; process devices: a batch of item frames), waiting up
+   * (thread devices: the kind's `runBatch`; process devices: a batch of item frames; HTTP devices:
+   * one request with every item), waiting up
    * to `maxWaitMs` for more while more are in preparation. Absent: one item per step.
    */
   batch?: DeviceBatchConfig;
@@ -748,9 +749,6 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     }
     if (d.process && d.http) {
       throw new ConfigError([{ source: 'configuration', path: name, message: `both [${name}.process] and [${name}.http] are set — a device is one or the other: keep one of them` }]);
-    }
-    if (d.http && d.batch) {
-      throw new ConfigError([{ source: 'configuration', path: `${name}.batch`, message: `an HTTP device takes one item per request: remove [${name}.batch], or batch on a thread or process device` }]);
     }
   }
   return c;

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/cluster/redis-server.js';
 import { HttpDevice, type HttpDeviceOptions } from '../../src/runtime/http-device.js';
-import type { PartitionTask } from '../../src/runtime/runtime.js';
+import { Runtime, type PartitionTask, type Workload } from '../../src/runtime/runtime.js';
 import type { PreparedBuffer } from '../../src/runtime/threaded.js';
 import { failure, runtimeOver, spec } from './device-helpers.js';
 
@@ -78,5 +78,45 @@ describe('an HTTP device', () => {
     expect(e.message).toMatch(/after 2 attempts/);
     if (handler !== 'refused') expect(requests).toBe(2);
     expect(rt.engine.budget.used).toBe(0);
+  });
+});
+
+describe('batches on an HTTP device', () => {
+  it('one POST per batch: JSON items (bytes as base64), one result per item; an error result fails only its item', async () => {
+    const sizes: number[] = [];
+    const url = await serve((req, body, res) => {
+      const { items } = JSON.parse(body.toString()) as { items: { job: string; partition: number; prepared?: { p: number }; preparedBase64?: string }[] };
+      sizes.push(Number(req.headers['stoker-batch']));
+      const results = items.map((it) =>
+        it.job === 'bad' && it.partition === 1 ? { error: 'bad row' } : it.preparedBase64 !== undefined ? { outputBase64: Buffer.from([...Buffer.from(it.preparedBase64, 'base64')].reverse()).toString('base64') } : { output: { p: it.prepared?.p, n: items.length } },
+      );
+      setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ results })), 30);
+    });
+    const dev = new HttpDevice({ name: 'infer', workers: 1, url });
+    const workload: Workload<{ bytes?: boolean }, PreparedBuffer, unknown, unknown[]> = {
+      prepare: async (t) => ({ meta: t.input.bytes ? Uint8Array.of(1, 2, 3, t.partition) : { p: t.partition } }),
+      run: () => Promise.reject(new Error('a batching device runs batches')),
+      runBatch: (tasks) => dev.runBatch(tasks.map((t) => ({ kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal }))),
+      finish: (j) => j.outputs,
+      close: () => dev.close(),
+    };
+    const rt = new Runtime({ workload, devices: [{ workers: 1, batch: { maxItems: 4 } }], pacer: 'unpaced', retries: 0 });
+    closers.push(() => rt.close(1000));
+    const [good, bytes, bad] = await Promise.all([rt.submit(spec('g', 6), {}), rt.submit(spec('y', 2), { bytes: true }), failure(rt.submit(spec('bad', 2), {}))]);
+    expect((good as { p: number }[]).map((o) => o.p)).toEqual([0, 1, 2, 3, 4, 5]);
+    expect((bytes as Uint8Array[]).map((b) => [...b])).toEqual([
+      [0, 3, 2, 1],
+      [1, 3, 2, 1],
+    ]);
+    expect(bad.message).toMatch(/partition 1 failed on device 0: bad row/);
+    expect(Math.max(...sizes)).toBeGreaterThan(1);
+    expect(sizes.reduce((a, b) => a + b, 0)).toBe(10);
+  });
+
+  it('an answer that is not { results } of the right length fails the whole batch, saying what to answer', async () => {
+    const url = await serve((_req, _body, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"outputs":[]}'));
+    const dev = new HttpDevice({ name: 'infer', workers: 1, url });
+    const calls = [0, 1].map((p) => ({ kind: 'k', module: '', style: 'kind' as const, input: {}, jobId: 'j', partition: p, partitions: 2, prepared: { meta: { p } }, device: 0, worker: 0, signal: new AbortController().signal }));
+    await expect(dev.runBatch(calls)).rejects.toThrow(/answered "\{\\"outputs\\":\[\]\}" for a batch of 2: answer JSON \{ "results": \[\.\.\.\] \}/);
   });
 });

@@ -1,11 +1,13 @@
 /**
- * A batching thread device behind `stoker serve` (real server, device threads): a kind's runBatch
- * gets several prepared partitions at once, each output lands on its own partition, an Error in an
- * item's place fails only that item's job; kinds whose steps do not fit the device are refused at
- * start with exit 2.
+ * Batching devices behind `stoker serve` (real server, device threads, an HTTP endpoint): a kind's
+ * runBatch gets several prepared partitions at once, each output lands on its own partition, an
+ * Error in an item's place fails only that item's job; kinds whose steps do not fit the device are
+ * refused at start with exit 2; an HTTP device POSTs a batch as one request.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -92,9 +94,36 @@ describe('kinds whose device steps do not fit the device are refused at start', 
     expect(r.stderr).toMatch(/batch-only\.mjs: export run: missing: its device \[device\] runs one item per step/);
   });
 
-  it('a batch on an HTTP device', async () => {
-    const r = await serve(['--data', path.join(tmp, 'd3')], { STOKER_DEVICE_HTTP: JSON.stringify({ url: 'http://127.0.0.1:9/x' }), STOKER_DEVICE_BATCH: JSON.stringify({ maxItems: 4 }) });
-    expect(r.code, r.stderr).toBe(2);
-    expect(r.stderr).toMatch(/device\.batch: an HTTP device takes one item per request/);
+});
+
+describe('an HTTP device with [device.batch]', () => {
+  it('POSTs a batch as one request and puts each result on its partition', async () => {
+    const sizes: number[] = [];
+    const endpoint = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const { items } = JSON.parse(Buffer.concat(chunks).toString()) as { items: { partition: number; prepared: { p: number } }[] };
+        sizes.push(items.length);
+        setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ results: items.map((it) => ({ output: { p: it.prepared.p, partition: it.partition } })) })), 40);
+      });
+    });
+    await new Promise<void>((r) => endpoint.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(endpoint.address() as AddressInfo).port}/infer`;
+    fs.writeFileSync(path.join(tmp, 'http-kind.mjs'), "export const name = 'hb'; export async function prepare(input, ctx) { return { p: ctx.partition }; }");
+    const dir = tempDataDir();
+    const s = await startServer(dir, ['--kind', path.join(tmp, 'http-kind.mjs')], { ...BATCH_ENV, STOKER_DEVICE_HTTP: JSON.stringify({ url }) });
+    try {
+      await http(s.url, 'POST', '/v1/jobs', { id: 'h', kind: 'hb', partitions: 9, input: {} });
+      const r = await http(s.url, 'GET', '/v1/jobs/h/result?wait=30s');
+      expect(r.body.state).toBe('done');
+      expect((r.body.result as { p: number; partition: number }[]).map((o) => [o.p, o.partition])).toEqual(Array.from({ length: 9 }, (_, i) => [i, i]));
+      expect(Math.max(...sizes)).toBeGreaterThan(1);
+    } finally {
+      await s.stop();
+      removeDir(dir);
+      endpoint.closeAllConnections();
+      await new Promise((r) => endpoint.close(r));
+    }
   });
 });

@@ -11,15 +11,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { createPacer, type Pacer } from '../../src/core/index.js';
-import { parseScenario, SCENARIOS, simulate, type Scenario } from '../../src/sim/index.js';
+import { parseScenario, simulate, type Scenario } from '../../src/sim/index.js';
+import { mean, scenario, SEEDS } from './seeds.js';
 
-const SEEDS = Array.from({ length: 10 }, (_, i) => i + 1);
-const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-const scenario = (name: string) => {
-  const s = SCENARIOS.get(name);
-  if (!s) throw new Error(`no built-in scenario ${name}`);
-  return s;
-};
 const run = (name: string, pacer: string, seed: number) => simulate(scenario(name), { seed, pacer: (o) => createPacer(pacer, o) }).metrics;
 
 /** batch-infer's device: lognormal parts, so their means are median × e^(σ²/2), in ms. */

@@ -16,14 +16,8 @@
 import { describe, expect, it } from 'vitest';
 import { createPacer } from '../../src/core/index.js';
 import { parseScenario, SCENARIOS, simulate } from '../../src/sim/index.js';
+import { mean, scenario, SEEDS } from './seeds.js';
 
-const SEEDS = Array.from({ length: 10 }, (_, i) => i + 1);
-const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-const scenario = (name: string) => {
-  const s = SCENARIOS.get(name);
-  if (!s) throw new Error(`no built-in scenario ${name}`);
-  return s;
-};
 const throughput = (name: string, pacer: string, seed: number) => simulate(scenario(name), { seed, pacer: (o) => createPacer(pacer, o) }).metrics.throughputRatio as number;
 
 describe('the stoker pacer in harder regimes, over 10 seeds', () => {
