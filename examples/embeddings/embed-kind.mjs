@@ -141,6 +141,38 @@ export function run(prepared, ctx) {
   return new Uint8Array(vectors.buffer);
 }
 
+/**
+ * On a device that batches (`[device.batch]`): a batch's partitions through the model together,
+ * one forward pass over all their rows (per model setting — dim, maxTokens, seed — among them).
+ */
+export function runBatch(prepared, ctx) {
+  const out = new Array(prepared.length);
+  const groups = new Map();
+  prepared.forEach((_, i) => {
+    const { dim, maxTokens, seed } = ctx[i].input;
+    const key = `${dim}/${maxTokens}/${seed}`;
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(i);
+  });
+  for (const members of groups.values()) {
+    const { dim, maxTokens, seed } = ctx[members[0]].input;
+    const rows = members.map((i) => prepared[i].lengths.length);
+    const ids = new Int32Array(rows.reduce((a, b) => a + b, 0) * maxTokens);
+    let at = 0;
+    members.forEach((i, k) => {
+      ids.set(new Int32Array(ctx[i].buffer, 0, rows[k] * maxTokens), at);
+      at += rows[k] * maxTokens;
+    });
+    const vectors = forward(ids, at / maxTokens, maxTokens, dim, seed);
+    let row = 0;
+    members.forEach((i, k) => {
+      out[i] = new Uint8Array(vectors.buffer.slice(row * dim * 4, (row + rows[k]) * dim * 4));
+      row += rows[k];
+    });
+  }
+  return out;
+}
+
 /** The vectors of texts already tokenized (one array of token ids per text): what an inference server would compute. */
 export function embedTokens(rows, { dim = 64, maxTokens = 64, seed = 1 } = {}) {
   const ids = new Int32Array(rows.length * maxTokens).fill(-1);

@@ -8,6 +8,7 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { pathToFileURL } from 'node:url';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -31,6 +32,8 @@ beforeAll(() => {
   fs.writeFileSync(path.join(tmp, 'batch-only.mjs'), "export const name = 'batchonly'; export async function prepare() { return 1; } export function runBatch(p) { return p; }");
 });
 afterAll(() => removeDir(tmp));
+
+const EMBED = path.resolve(import.meta.dirname, '../../examples/embeddings/embed-kind.mjs');
 
 const BATCH_ENV = { STOKER_DEVICE_WORKERS: '1', STOKER_DEVICE_BATCH: JSON.stringify({ maxItems: 4 }), STOKER_PREPARE_THREADS: '1' };
 
@@ -66,6 +69,29 @@ describe('a thread device with [device.batch]', () => {
     expect(metricValue(metrics, 'stoker_device_batch_items_count', { device: 'default' })).toBeGreaterThan(0);
     expect(metricValue(metrics, 'stoker_device_batch_items_count', { device: 'default' })).toBeLessThan(15);
     expect(metricValue(metrics, 'stoker_device_batch_items_sum', { device: 'default' })).toBeGreaterThanOrEqual(15);
+  });
+
+  it("runs the embeddings example's runBatch: one forward pass per batch, embed()'s vectors", async () => {
+    const texts = ['a cat sat on the mat', 'the dog barked', 'stoker keeps accelerators fed', 'THE DOG BARKED', 'zk proofs', 'one more', 'and the last'];
+    // Up to 500 ms for a fuller batch: preparations finish one by one, faster than that.
+    const data = tempDataDir();
+    const s = await startServer(data, ['--kind', EMBED], { ...BATCH_ENV, STOKER_DEVICE_BATCH: JSON.stringify({ maxItems: 4, maxWaitMs: 500 }) });
+    try {
+      for (const [i, dim] of [16, 16, 32].entries()) await http(s.url, 'POST', '/v1/jobs', { id: `e${i}`, kind: 'embed', input: { texts, batch: 2, dim } });
+      const { embed } = (await import(pathToFileURL(EMBED).href)) as { embed(t: string[], o: { dim: number }): Float32Array };
+      for (const [i, dim] of [16, 16, 32].entries()) {
+        const res = await fetch(new URL(`/v1/jobs/e${i}/result?wait=30s`, s.url), { headers: { accept: 'application/octet-stream' } });
+        expect(res.status).toBe(200);
+        expect([...new Float32Array(await res.arrayBuffer())]).toEqual([...embed(texts, { dim })]);
+      }
+      const status = await http(s.url, 'GET', '/v1/status');
+      // 3 jobs × 4 partitions, and fewer steps than partitions: some ran together.
+      expect(status.body.devices[0].batch.items).toBe(12);
+      expect(status.body.devices[0].batch.batches).toBeLessThan(12);
+    } finally {
+      await s.stop();
+      removeDir(data);
+    }
   });
 
   it('runs the built-in sleep kind in batches too', async () => {
