@@ -14,6 +14,7 @@
  * other answer fails the whole batch.
  */
 import { asBytes } from './bytes.js';
+import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
 import type { BatchItemReply } from './threads/protocol.js';
 
@@ -69,12 +70,7 @@ export class HttpDevice implements DeviceRunner {
         const head = { job: c.jobId, kind: c.kind ?? '', partition: c.partition, partitions: c.partitions };
         return bytes ? { ...head, preparedBase64: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64') } : { ...head, prepared: c.prepared.meta ?? null };
       });
-      // Withdrawn when every item of it is.
-      const all = new AbortController();
-      const check = () => calls.every((c) => c.signal.aborted) && all.abort(first.signal.reason);
-      for (const c of calls) c.signal.addEventListener('abort', check, { once: true });
-      check();
-      const { data, json, busyMs } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, all.signal);
+      const { data, json, busyMs } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, batchSignal(calls));
       const results = (json as { results?: unknown } | undefined)?.results;
       if (!Array.isArray(results) || results.length !== calls.length) {
         throw new Error(`${label}: POST ${this.o.url} answered ${JSON.stringify(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);

@@ -12,6 +12,7 @@ import { delimiter } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { asBytes } from './bytes.js';
 import { encodeFrame, FrameError, FrameReader, type Frame } from './frames.js';
+import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
 import type { BatchItemReply } from './threads/protocol.js';
 
@@ -128,14 +129,8 @@ class WorkerProcess {
 
   /** A batch as one step: its items' frames back to back, one result per item (see docs/process-devices.md). */
   async runBatch(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }> {
-    // Withdrawn when every item of it is.
-    const all = new AbortController();
-    const check = () => {
-      if (calls.every((c) => c.signal.aborted)) all.abort(calls[0]?.signal.reason);
-    };
-    for (const c of calls) c.signal.addEventListener('abort', check, { once: true });
-    check();
-    const r = await this.claim(all.signal, () => this.send(calls, all.signal, true));
+    const signal = batchSignal(calls);
+    const r = await this.claim(signal, () => this.send(calls, signal, true));
     return { results: r.output as BatchItemReply[], busyMs: r.busyMs };
   }
 

@@ -6,6 +6,7 @@ import { Piscina } from 'piscina';
 import { BufferPool, type PooledBuffer } from './buffer-pool.js';
 import type { DeviceTask, PartitionTask, Workload } from './runtime.js';
 import { rmSync } from 'node:fs';
+import { batchSignal } from './batch-signal.js';
 import type { BatchItemReply, CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, PrepareReply, PrepareRequest } from './threads/protocol.js';
 
 /** Where the stages run: the preparation pool and the device threads. */
@@ -217,8 +218,9 @@ export class StageThreads implements DeviceRunner {
 
   private step(calls: RunCall[], batch: boolean): Promise<{ output: unknown; busyMs: number }> {
     const call = calls[0] as RunCall;
+    const signal = batchSignal(calls);
     if (this.closed) return Promise.reject(new Error('the workload is closed'));
-    if (calls.every((c) => c.signal.aborted)) return Promise.reject(new Error('aborted before the device step started'));
+    if (signal.aborted) return Promise.reject(new Error('aborted before the device step started'));
     const index = (this.slotBase[call.device] ?? 0) + call.worker;
     const slot = this.slots[index] as Slot;
     if (slot.busy >= 0) return Promise.reject(new Error(`device ${call.device} worker ${call.worker} is already busy`));
@@ -241,9 +243,9 @@ export class StageThreads implements DeviceRunner {
       // Aborted (cancel, timeout, shutdown) — for a batch, every item of it: the thread may be deep
       // in a kernel, so it is ended and respawned on next use.
       const abort = () => {
-        if (slot.busy === id && calls.every((c) => c.signal.aborted)) void this.kill(slot.thread, new Error(`aborted: ${(call.signal.reason as Error | undefined)?.message ?? 'withdrawn'}`));
+        if (slot.busy === id) void this.kill(slot.thread, new Error(`aborted: ${(signal.reason as Error | undefined)?.message ?? 'withdrawn'}`));
       };
-      for (const c of calls) c.signal.addEventListener('abort', abort, { once: true });
+      signal.addEventListener('abort', abort, { once: true });
       worker.postMessage(req);
     }).then((output) => {
       const busyNs = Atomics.load(this.counters, index * 2);

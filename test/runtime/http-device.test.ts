@@ -9,9 +9,9 @@ import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/cluster/redis-server.js';
 import { HttpDevice, type HttpDeviceOptions } from '../../src/runtime/http-device.js';
-import { Runtime, type PartitionTask, type Workload } from '../../src/runtime/runtime.js';
+import type { PartitionTask } from '../../src/runtime/runtime.js';
 import type { PreparedBuffer } from '../../src/runtime/threaded.js';
-import { failure, runtimeOver, spec } from './device-helpers.js';
+import { batchingRuntimeOver, failure, runtimeOver, spec } from './device-helpers.js';
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -93,14 +93,7 @@ describe('batches on an HTTP device', () => {
       setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ results })), 30);
     });
     const dev = new HttpDevice({ name: 'infer', workers: 1, url });
-    const workload: Workload<{ bytes?: boolean }, PreparedBuffer, unknown, unknown[]> = {
-      prepare: async (t) => ({ meta: t.input.bytes ? Uint8Array.of(1, 2, 3, t.partition) : { p: t.partition } }),
-      run: () => Promise.reject(new Error('a batching device runs batches')),
-      runBatch: (tasks) => dev.runBatch(tasks.map((t) => ({ kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal }))),
-      finish: (j) => j.outputs,
-      close: () => dev.close(),
-    };
-    const rt = new Runtime({ workload, devices: [{ workers: 1, batch: { maxItems: 4 } }], pacer: 'unpaced', retries: 0 });
+    const rt = batchingRuntimeOver<{ bytes?: boolean }>(dev, async (t) => ({ meta: t.input.bytes ? Uint8Array.of(1, 2, 3, t.partition) : { p: t.partition } }), 4);
     closers.push(() => rt.close(1000));
     const [good, bytes, bad] = await Promise.all([rt.submit(spec('g', 6), {}), rt.submit(spec('y', 2), { bytes: true }), failure(rt.submit(spec('bad', 2), {}))]);
     expect((good as { p: number }[]).map((o) => o.p)).toEqual([0, 1, 2, 3, 4, 5]);

@@ -10,9 +10,9 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { StokerError } from '../../src/core/index.js';
 import { ProcessDevice, type ProcessDeviceOptions } from '../../src/runtime/process-device.js';
-import { Runtime, type PartitionTask, type Workload } from '../../src/runtime/runtime.js';
+import type { PartitionTask } from '../../src/runtime/runtime.js';
 import type { PreparedBuffer } from '../../src/runtime/threaded.js';
-import { failure, runtimeOver, spec } from './device-helpers.js';
+import { batchingRuntimeOver, failure, runtimeOver, spec } from './device-helpers.js';
 
 const FIXTURES = path.resolve(import.meta.dirname, '../fixtures/devices');
 const PY = path.join(FIXTURES, 'py-device.py');
@@ -193,14 +193,7 @@ describe('batches on a process device', () => {
   /** A one-worker batching Runtime (up to 4 items a batch) over a ProcessDevice's runBatch. */
   function batching(command: string, args: string[], sizes: number[] = []) {
     const dev = new ProcessDevice({ name: 'gpu', workers: 1, command, args, readyTimeoutMs: 10_000, log: () => undefined });
-    const workload: Workload<Record<string, unknown>, PreparedBuffer, unknown, unknown[]> = {
-      prepare: async (t) => ({ meta: { p: t.partition } }),
-      run: () => Promise.reject(new Error('a batching device runs batches')),
-      runBatch: (tasks) => dev.runBatch(tasks.map((t) => ({ kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal }))),
-      finish: (j) => j.outputs,
-      close: () => dev.close(),
-    };
-    const rt = new Runtime({ workload, devices: [{ workers: 1, batch: { maxItems: 4 } }], pacer: 'unpaced', retries: 0, onStep: (_e, cmds) => cmds.forEach((c) => c.type === 'startBatch' && sizes.push(c.items.length)) });
+    const rt = batchingRuntimeOver<Record<string, unknown>>(dev, async (t) => ({ meta: { p: t.partition } }), 4, (_e, cmds) => cmds.forEach((c) => c.type === 'startBatch' && sizes.push(c.items.length)));
     closers.push(() => rt.close(1000));
     return rt;
   }
