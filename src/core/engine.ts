@@ -515,21 +515,28 @@ export class Engine {
   private deviceDone(id: number, attempt: number, busyMs: number | undefined, out: Command[]): void {
     const item = this.current(id, attempt, 'on-device');
     if (!item || item.batch) return;
-    const s = this.snapshot;
-    const dev = s.devices[item.device] as DeviceCounters;
-    const ms = busyMs ?? this.now - item.startedAt;
-    dev.completions++;
-    dev.busyMs += ms;
-    // How many workers were busy, on average, while it ran (itself included).
-    const run = this.now - item.startedAt;
-    dev.concurrencyTotal = (dev.concurrencyTotal ?? 0) + (run > 0 ? (this.integrateBusy(item.device) - item.busyAtStart) / run : dev.busy);
-    const kc = item.job.kc;
-    (kc.completions[item.device] as number)++;
-    (kc.busyMs[item.device] as number) += ms;
-    s.deviceCompletions++;
-    s.deviceBusyMs += ms;
+    this.countStep(item.device, item.job.kc, 1, busyMs ?? this.now - item.startedAt, item.startedAt, item.busyAtStart);
     this.leaveDevice(item);
     this.itemDone(item, out);
+  }
+
+  /**
+   * Counts a device step that finished `done` items of kind `kc` in `ms` of device time: the
+   * device's, the kind's and the totals, and how many workers were busy, on average, while it ran
+   * (itself included) from `startedAt`, when the device's ∫ busy dt was `busyAtStart`.
+   */
+  private countStep(device: number, kc: KindCounters, done: number, ms: number, startedAt: number, busyAtStart: number): void {
+    const s = this.snapshot;
+    const dev = s.devices[device] as DeviceCounters;
+    const run = this.now - startedAt;
+    const concurrency = run > 0 ? (this.integrateBusy(device) - busyAtStart) / run : dev.busy;
+    dev.completions += done;
+    dev.busyMs += ms;
+    dev.concurrencyTotal = (dev.concurrencyTotal ?? 0) + done * concurrency;
+    (kc.completions[device] as number) += done;
+    (kc.busyMs[device] as number) += ms;
+    s.deviceCompletions += done;
+    s.deviceBusyMs += ms;
   }
 
   /** An item off its device is done: its memory freed, its job told. */
@@ -551,25 +558,13 @@ export class Engine {
     const b = this.batches.get(id);
     if (!b) return;
     b.answered = true;
-    const s = this.snapshot;
-    const dev = s.devices[b.device] as DeviceCounters;
-    const ms = busyMs ?? this.now - b.startedAt;
-    const run = this.now - b.startedAt;
-    const concurrency = run > 0 ? (this.integrateBusy(b.device) - b.busyAtStart) / run : dev.busy;
+    const stats = (this.snapshot.devices[b.device] as DeviceCounters).batch as NonNullable<DeviceCounters['batch']>;
     const reasons = new Map((failed ?? []).map((f) => [f.item, f.reason]));
     const live = b.items.filter((it) => it.batch === b);
     const done = live.filter((it) => !reasons.has(it.id));
-    const stats = dev.batch as NonNullable<DeviceCounters['batch']>;
     stats.batches++;
     stats.items += b.items.length;
-    dev.completions += done.length;
-    dev.busyMs += ms;
-    dev.concurrencyTotal = (dev.concurrencyTotal ?? 0) + done.length * concurrency;
-    const kc = (b.items[0] as Item).job.kc;
-    (kc.completions[b.device] as number) += done.length;
-    (kc.busyMs[b.device] as number) += ms;
-    s.deviceCompletions += done.length;
-    s.deviceBusyMs += ms;
+    this.countStep(b.device, (b.items[0] as Item).job.kc, done.length, busyMs ?? this.now - b.startedAt, b.startedAt, b.busyAtStart);
     // Done items first: a failure that ends a job must not withdraw its items that finished.
     for (const item of done) {
       this.leaveDevice(item);
@@ -788,11 +783,9 @@ export class Engine {
       }
     }
     const s = this.snapshot;
-    const ws = this.workers[device] as Worker[];
-    let wi = 0;
-    while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null || (ws[wi] as Worker).batch !== null) wi++;
+    const wi = this.freeWorker(device);
     const b: Batch = { id: this.batchSeq++, items, live: items.length, device, worker: wi, startedAt: this.now, busyAtStart: this.integrateBusy(device), answered: false };
-    (ws[wi] as Worker).batch = b;
+    ((this.workers[device] as Worker[])[wi] as Worker).batch = b;
     this.batches.set(b.id, b);
     for (const item of items) {
       s.waiting--;
@@ -865,15 +858,21 @@ export class Engine {
     return v;
   }
 
+  /** A live worker of the device that runs nothing (the caller knows there is one). */
+  private freeWorker(device: number): number {
+    const ws = this.workers[device] as Worker[];
+    let wi = 0;
+    while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null || (ws[wi] as Worker).batch !== null) wi++;
+    return wi;
+  }
+
   private startOnDevice(item: Item, device: number, out: Command[]): void {
     const s = this.snapshot;
     item.busyAtStart = this.integrateBusy(device);
-    const ws = this.workers[device] as Worker[];
-    let wi = 0;
-    while (!(ws[wi] as Worker).alive || (ws[wi] as Worker).item !== null) wi++;
+    const wi = this.freeWorker(device);
     s.waiting--;
     item.job.kc.waiting--;
-    (ws[wi] as Worker).item = item;
+    ((this.workers[device] as Worker[])[wi] as Worker).item = item;
     this.onDevice(item, device, wi);
     (s.devices[device] as DeviceCounters).busy++;
     out.push({ type: 'startDevice', item, attempt: item.attempt, device, worker: wi });

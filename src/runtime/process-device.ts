@@ -50,9 +50,10 @@ interface Step {
   resolve: (r: { output: unknown; busyMs: number }) => void;
   reject: (e: Error) => void;
   sentAt: number;
-  /** A batch of this many items (0: one item): its results by index, and the largest busyNs among them. */
+  /** A batch of this many items (0: one item): its results by index (and how many came), and the largest busyNs among them. */
   size: number;
   results: (BatchItemReply | undefined)[];
+  received: number;
   busyNs: number | undefined;
 }
 
@@ -154,7 +155,7 @@ class WorkerProcess {
     const life = this.life as Life;
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      const step: Step = { id, resolve, reject, sentAt: performance.now(), size: batch ? calls.length : 0, results: [], busyNs: undefined };
+      const step: Step = { id, resolve, reject, sentAt: performance.now(), size: batch ? calls.length : 0, results: [], received: 0, busyNs: undefined };
       this.step = step;
       // Withdrawn (cancel, timeout, shutdown): the process may be deep in a kernel, so it is ended.
       // Its payload was copied into the pipe, so the step can settle at once and the worker take
@@ -264,13 +265,13 @@ class WorkerProcess {
       return false;
     }
     const busyNs = h['busyNs'];
-    if (busyNs !== undefined && (typeof busyNs !== 'number' || !Number.isFinite(busyNs) || busyNs < 0)) {
+    if (!validBusyNs(busyNs)) {
       this.end(life, `busyNs must be a finite number ≥ 0 (the ns the batch occupied the worker), got ${JSON.stringify(busyNs)}`);
       return false;
     }
-    if (typeof busyNs === 'number') step.busyNs = Math.max(step.busyNs ?? 0, busyNs);
-    step.results[index] = h['ok'] === true ? { output: f.payload ?? (h['bytes'] === true ? new Uint8Array(0) : (h['output'] ?? null)) } : { error: typeof h['error'] === 'string' ? h['error'] : 'the item failed (no error message)' };
-    if (step.results.filter((r) => r !== undefined).length < step.size) return true;
+    if (busyNs !== undefined) step.busyNs = Math.max(step.busyNs ?? 0, busyNs);
+    step.results[index] = h['ok'] === true ? { output: outputOf(f) } : { error: typeof h['error'] === 'string' ? h['error'] : 'the item failed (no error message)' };
+    if (++step.received < step.size) return true;
     this.step = undefined;
     this.failures = 0;
     step.resolve({ output: step.results, busyMs: step.busyNs === undefined ? performance.now() - step.sentAt : step.busyNs / 1e6 });
@@ -285,12 +286,11 @@ class WorkerProcess {
       return step.reject(new Error(`${this.label}: ${typeof h['error'] === 'string' ? h['error'] : 'the step failed (no error message)'}`));
     }
     const busyNs = h['busyNs'];
-    if (busyNs !== undefined && (typeof busyNs !== 'number' || !Number.isFinite(busyNs) || busyNs < 0)) {
+    if (!validBusyNs(busyNs)) {
       return step.reject(new Error(`${this.label}: busyNs must be a finite number ≥ 0 (the ns the item occupied the worker), got ${JSON.stringify(busyNs)}`));
     }
     this.failures = 0;
-    const output = f.payload ?? (h['bytes'] === true ? new Uint8Array(0) : (h['output'] ?? null));
-    step.resolve({ output, busyMs: busyNs === undefined ? wallMs : busyNs / 1e6 });
+    step.resolve({ output: outputOf(f), busyMs: busyNs === undefined ? wallMs : busyNs / 1e6 });
   }
 
   /** Ends a process the device no longer trusts; its exit fails the item it holds and starts it again. */
@@ -338,6 +338,16 @@ class WorkerProcess {
     this.stderrTail.push(line.length > 200 ? `${line.slice(0, 200)}…` : line);
     if (this.stderrTail.length > STDERR_TAIL) this.stderrTail.shift();
   }
+}
+
+/** A result's busyNs: absent, or a finite number ≥ 0. */
+function validBusyNs(v: unknown): v is number | undefined {
+  return v === undefined || (typeof v === 'number' && Number.isFinite(v) && v >= 0);
+}
+
+/** A successful result's output: its payload, empty bytes (`bytes` without one), or its JSON `output`. */
+function outputOf(f: Frame): unknown {
+  return f.payload ?? (f.header['bytes'] === true ? new Uint8Array(0) : (f.header['output'] ?? null));
 }
 
 /** The `item` frame of a step: small things in the header, the bytes (prepare's, or the partition's buffer) as the payload. */
