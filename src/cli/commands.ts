@@ -237,7 +237,7 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
     }
   }
   if (flags.json) io.out(toJson(results.map((r) => ({ scenario: r.scenario, pacer: r.pacer, metrics: resultRecord(r).metrics }))));
-  else io.out(formatTable(BENCH_COLUMNS.map((c) => c[0]), results.map((r) => BENCH_COLUMNS.map((c) => c[1](r)))));
+  else io.out(formatTable(BENCH_COLUMNS.map((c) => c[0]), results.map((r) => BENCH_COLUMNS.map((c) => c[1](r)))) + batchingTable(results));
   if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
   if (flags.html !== undefined) {
     const summary = { headers: BENCH_COLUMNS.map((c) => c[0]), rows: results.map((r) => BENCH_COLUMNS.map((c) => c[1](r))) };
@@ -245,6 +245,24 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
     const title = `stoker bench: ${scenarios.length} scenario${scenarios.length === 1 ? '' : 's'} × ${factories.length} pacer${factories.length === 1 ? '' : 's'}`;
     writeOutputFile('--html', flags.html, renderHtmlReport(results, { title, summary, descriptions }), io);
   }
+}
+
+/**
+ * Batched against one at a time: for each scenario X run with X-single (the same work, one item
+ * per step), per pacer, items/s and p99 job latency side by side with their ratios. Empty when no
+ * such pair ran.
+ */
+function batchingTable(results: readonly SimResult[]): string {
+  const rows: string[][] = [];
+  for (const r of results) {
+    const single = results.find((o) => o.scenario === `${r.scenario}-single` && o.pacer === r.pacer);
+    if (!single) continue;
+    const a = r.metrics;
+    const b = single.metrics;
+    const ratio = (x: number | null, y: number | null) => (x !== null && y !== null && y > 0 ? `×${(x / y).toFixed(2)}` : '–');
+    rows.push([r.scenario, r.pacer, formatMetric('itemsPerSec', a.itemsPerSec), formatMetric('itemsPerSec', b.itemsPerSec), ratio(a.itemsPerSec, b.itemsPerSec), formatMetric('jobLatencyP99Ms', a.jobLatencyP99Ms), formatMetric('jobLatencyP99Ms', b.jobLatencyP99Ms), ratio(a.jobLatencyP99Ms, b.jobLatencyP99Ms)]);
+  }
+  return rows.length ? `\nbatched vs one item per step (scenario X against X-single):\n${formatTable(['scenario', 'pacer', 'items/s', 'single items/s', 'ratio', 'latency p99', 'single p99', 'ratio'], rows)}` : '';
 }
 
 /** The metrics `--seeds` reports as mean ± sd. */

@@ -29,14 +29,29 @@ export interface BatchSpec {
   maxWaitMs?: number;
 }
 
+/** What the engine knows of a job kind beyond its name. */
+export interface KindSpec {
+  /**
+   * Preparation batches: up to `maxItems` queued items of this kind, in queue order, are prepared
+   * together as one step (`startPrepareBatch`), with memory reserved for all of them at once. When
+   * fewer are queued, the batch waits up to `maxWaitMs` (from when the pacer first let it start)
+   * for more to arrive; it starts at once when the queue holds other work behind it (another kind,
+   * or an item that must be prepared alone), which could not join it. A batch counts as one
+   * preparation for `maxPreparing`. Absent: one item per step.
+   */
+  prepareBatch?: BatchSpec;
+}
+
 export interface EngineOptions {
   /** The accelerators: one entry per device. */
   devices: DeviceSpec[];
+  /** Kinds by name that need more than their name (preparation batches). @default {} */
+  kinds?: Readonly<Record<string, KindSpec>>;
   /** The pacer that gates dispatch. */
   pacer: Pacer;
   /** Memory budget in bytes. @default Infinity */
   budgetBytes?: number;
-  /** Cap on concurrent preparations. @default Infinity */
+  /** Cap on concurrent preparation steps (a preparation batch is one). @default Infinity */
   maxPreparing?: number;
   /**
    * How often a failed partition (in preparation or on a device) is prepared again before its
@@ -85,6 +100,22 @@ interface Item extends ItemView, KeyedNode {
   waitingSince: number;
   /** Its batch failed without saying which item: it runs alone next time. */
   solo: boolean;
+  /** The preparation batch it is prepared in, else null. */
+  prepBatch: PrepBatch | null;
+  /** Its preparation batch failed without saying which item: it is prepared alone next time. */
+  prepSolo: boolean;
+}
+
+/** Items prepared together as one step (a `startPrepareBatch`). */
+interface PrepBatch {
+  readonly id: number;
+  /** Every item it started with; those still in it have `prepBatch` pointing here. */
+  readonly items: readonly Item[];
+  /** Items still in it. */
+  live: number;
+  readonly startedAt: number;
+  /** Answered (prepareBatchDone, prepareBatchFailed): its step is over. */
+  answered: boolean;
 }
 
 /** Items run together on one worker (a `startBatch`). */
@@ -166,6 +197,13 @@ export class Engine {
   private readonly holding: number[];
   /** When the earliest held batch must start anyway (Infinity: none held). */
   private batchWake = Infinity;
+  /** Preparation batching by kind name, as given; by kind index once a kind is seen (null: one item per step). */
+  private readonly prepSpecs: ReadonlyMap<string, { maxItems: number; maxWaitMs: number }>;
+  private readonly prepByKind: ({ maxItems: number; maxWaitMs: number } | null)[] = [];
+  /** By kind index: since when the pacer has let a preparation batch of it start while it waits for a fuller one (Infinity: not waiting). */
+  private readonly prepSince: number[] = [];
+  private readonly prepBatches = new Map<number, PrepBatch>();
+  private prepBatchSeq = 0;
 
   constructor(options: EngineOptions) {
     if (!Array.isArray(options.devices) || options.devices.length === 0) {
@@ -178,16 +216,18 @@ export class Engine {
       if (d.kinds !== undefined && (!Array.isArray(d.kinds) || d.kinds.some((k) => typeof k !== 'string'))) {
         throw new StokerError('E_INVALID_OPTION', `devices[${i}].kinds must be an array of kind names, or absent for every kind`);
       }
-      const b = d.batch;
-      if (b !== undefined) {
-        if (typeof b !== 'object' || b === null || !Number.isInteger(b.maxItems) || b.maxItems < 1) {
-          throw new StokerError('E_INVALID_OPTION', `devices[${i}].batch.maxItems must be an integer ≥ 1 (got ${String((b as Partial<BatchSpec> | null)?.maxItems)}), e.g. { maxItems: 16, maxWaitMs: 5 }`);
-        }
-        if (b.maxWaitMs !== undefined && !(typeof b.maxWaitMs === 'number' && b.maxWaitMs >= 0 && Number.isFinite(b.maxWaitMs))) {
-          throw new StokerError('E_INVALID_OPTION', `devices[${i}].batch.maxWaitMs must be a finite number of ms ≥ 0 (got ${String(b.maxWaitMs)})`);
-        }
-      }
+      if (d.batch !== undefined) checkBatch(d.batch, `devices[${i}].batch`, '{ maxItems: 16, maxWaitMs: 5 }');
     });
+    const kinds = options.kinds ?? {};
+    if (typeof kinds !== 'object' || kinds === null || Array.isArray(kinds)) throw new StokerError('E_INVALID_OPTION', 'kinds must be an object of kind name → { prepareBatch }, or absent');
+    const prepSpecs = new Map<string, { maxItems: number; maxWaitMs: number }>();
+    for (const [name, k] of Object.entries(kinds)) {
+      if (typeof k !== 'object' || k === null) throw new StokerError('E_INVALID_OPTION', `kinds.${name} must be an object such as { prepareBatch: { maxItems: 4, maxWaitMs: 10000 } }`);
+      if (k.prepareBatch === undefined) continue;
+      checkBatch(k.prepareBatch, `kinds.${name}.prepareBatch`, '{ maxItems: 4, maxWaitMs: 10000 }');
+      prepSpecs.set(name, { maxItems: k.prepareBatch.maxItems, maxWaitMs: k.prepareBatch.maxWaitMs ?? 0 });
+    }
+    this.prepSpecs = prepSpecs;
     this.batching = options.devices.some((d) => d.batch !== undefined) ? options.devices.map((d) => (d.batch ? { maxItems: d.batch.maxItems, maxWaitMs: d.batch.maxWaitMs ?? 0 } : null)) : null;
     this.holding = options.devices.map(() => -1);
     this.deviceKinds = options.devices.some((d) => d.kinds !== undefined) ? options.devices.map((d) => (d.kinds === undefined ? null : new Set(d.kinds))) : null;
@@ -220,6 +260,7 @@ export class Engine {
       now: 0,
       waiting: 0,
       preparing: 0,
+      preparingSteps: 0,
       onDevice: 0,
       backlog: 0,
       workers: devices.reduce((n, d) => n + d.workers, 0),
@@ -361,16 +402,13 @@ export class Engine {
       case 'memoryHeld':
         if (!(event.bytes >= 0) || !Number.isFinite(event.bytes)) throw new StokerError('E_INVALID_EVENT', `memoryHeld.bytes must be a finite number ≥ 0 (got ${String(event.bytes)})`);
         return undefined;
-      case 'batchDone': {
-        if (event.failed === undefined) return undefined;
-        if (!Array.isArray(event.failed)) throw new StokerError('E_INVALID_EVENT', 'batchDone.failed must be an array of { item, reason }, or absent when every item is done');
-        const b = this.batches.get(event.batch);
-        for (const f of event.failed) {
-          if (typeof f !== 'object' || f === null || typeof f.item !== 'number' || typeof f.reason !== 'string') throw new StokerError('E_INVALID_EVENT', 'each batchDone.failed entry must be { item: <item id>, reason: <string> }');
-          if (b && !b.items.some((it) => it.id === f.item)) throw new StokerError('E_INVALID_EVENT', `batchDone.failed names item ${f.item}, which is not in batch ${event.batch}`);
-        }
+      case 'batchDone':
+        checkFailed(event.failed, 'batchDone', this.batches.get(event.batch)?.items, event.batch);
         return undefined;
-      }
+      case 'prepareBatchDone':
+        checkFailed(event.failed, 'prepareBatchDone', this.prepBatches.get(event.batch)?.items, event.batch);
+        return undefined;
+      case 'prepareBatchFailed':
       case 'batchFailed':
       case 'cancel':
       case 'prepared':
@@ -381,7 +419,7 @@ export class Engine {
       case 'tick':
         return undefined;
       default:
-        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, deviceDone, deviceFailed, batchDone, batchFailed, workerLost, workerReturned, memoryHeld, drain, tick`);
+        throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, prepareBatchDone, prepareBatchFailed, deviceDone, deviceFailed, batchDone, batchFailed, workerLost, workerReturned, memoryHeld, drain, tick`);
     }
   }
 
@@ -399,9 +437,15 @@ export class Engine {
         break;
       case 'prepareFailed': {
         const item = this.current(event.item, event.attempt, 'preparing');
-        if (item) this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${event.reason}`, out);
+        if (item && !item.prepBatch) this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${event.reason}`, out);
         break;
       }
+      case 'prepareBatchDone':
+        this.prepareBatchDone(event.batch, event.latencyMs, event.failed, out);
+        break;
+      case 'prepareBatchFailed':
+        this.prepareBatchFailed(event.batch, event.reason, out);
+        break;
       case 'deviceDone':
         this.deviceDone(event.item, event.attempt, event.busyMs, out);
         break;
@@ -481,6 +525,8 @@ export class Engine {
       batch: null,
       waitingSince: 0,
       solo: false,
+      prepBatch: null,
+      prepSolo: false,
       heapIndex: -1,
     };
     job.live.set(item.partition, item);
@@ -496,13 +542,33 @@ export class Engine {
 
   private prepared(id: number, attempt: number, latencyMs: number | undefined): void {
     const item = this.current(id, attempt, 'preparing');
-    if (!item) return;
+    if (!item || item.prepBatch) return;
+    this.leavePreparing(item);
+    this.toWaiting(item, latencyMs ?? this.now - item.startedAt);
+  }
+
+  /** An item out of preparation (done, failed or withdrawn): the counters, and its step or its batch's. */
+  private leavePreparing(item: Item): void {
     const s = this.snapshot;
     s.preparing--;
     item.job.kc.preparing--;
     s.preparingStartMsTotal -= item.startedAt;
+    const b = item.prepBatch;
+    if (!b) s.preparingSteps--;
+    else {
+      item.prepBatch = null;
+      // Every item withdrawn before the batch answered: the step is withdrawn.
+      if (--b.live === 0 && !b.answered) {
+        this.prepBatches.delete(b.id);
+        s.preparingSteps--;
+      }
+    }
+  }
+
+  /** A prepared item joins the waiting queue; its preparation latency counts. */
+  private toWaiting(item: Item, latency: number): void {
+    const s = this.snapshot;
     s.prepareCompletions++;
-    const latency = latencyMs ?? this.now - item.startedAt;
     s.prepareLatencyMsTotal += latency;
     s.prepareLatencySqTotal += latency * latency;
     item.state = 'waiting';
@@ -510,6 +576,57 @@ export class Engine {
     this.waitingQ.push(item);
     s.waiting++;
     item.job.kc.waiting++;
+  }
+
+  /** A preparation batch answered: its step is over (events naming it again are stale). */
+  private answerPrep(id: number): { b: PrepBatch; live: Item[] } | undefined {
+    const b = this.prepBatches.get(id);
+    if (!b) return undefined;
+    b.answered = true;
+    this.prepBatches.delete(id);
+    this.snapshot.preparingSteps--;
+    return { b, live: b.items.filter((it) => it.prepBatch === b) };
+  }
+
+  /** A preparation batch finished: its items prepared (all with its latency) except those named failed. */
+  private prepareBatchDone(id: number, latencyMs: number | undefined, failed: readonly { item: number; reason: string }[] | undefined, out: Command[]): void {
+    const a = this.answerPrep(id);
+    if (!a) return;
+    const { b, live } = a;
+    const stats = (b.items[0] as Item).job.kc.prepareBatch as NonNullable<KindCounters['prepareBatch']>;
+    stats.batches++;
+    stats.items += b.items.length;
+    const reasons = new Map((failed ?? []).map((f) => [f.item, f.reason]));
+    const latency = latencyMs ?? this.now - b.startedAt;
+    // Prepared items first: a failure that ends a job must not withdraw its items that were prepared.
+    for (const item of live) {
+      if (reasons.has(item.id)) continue;
+      this.leavePreparing(item);
+      this.toWaiting(item, latency);
+    }
+    for (const item of live) {
+      const reason = reasons.get(item.id);
+      if (reason === undefined || item.prepBatch !== b) continue;
+      this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${reason}`, out);
+    }
+  }
+
+  /**
+   * A preparation batch failed without naming its items: one item alone fails as itself; with
+   * several, each is prepared again alone (its failure then is its own), no retry spent.
+   */
+  private prepareBatchFailed(id: number, reason: string, out: Command[]): void {
+    const a = this.answerPrep(id);
+    if (!a) return;
+    for (const item of a.live) {
+      if (item.prepBatch !== a.b) continue; // its job ended with an earlier item's failure
+      if (a.b.items.length === 1) this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${reason}`, out);
+      else {
+        item.prepSolo = true;
+        this.leavePreparing(item);
+        this.requeue(item);
+      }
+    }
   }
 
   private deviceDone(id: number, attempt: number, busyMs: number | undefined, out: Command[]): void {
@@ -668,11 +785,8 @@ export class Engine {
   private failItem(item: Item, code: string, reason: string, out: Command[]): void {
     if (item.failures < this.retries) {
       item.failures++;
-      if (item.state === 'preparing') {
-        this.snapshot.preparing--;
-        item.job.kc.preparing--;
-        this.snapshot.preparingStartMsTotal -= item.startedAt;
-      } else this.leaveDevice(item);
+      if (item.state === 'preparing') this.leavePreparing(item);
+      else this.leaveDevice(item);
       this.requeue(item);
       return;
     }
@@ -691,12 +805,14 @@ export class Engine {
           case 'queued':
             if (this.backlog.remove(item)) s.backlog--;
             break;
-          case 'preparing':
-            out.push({ type: 'abort', item, stage: 'preparing', reason: reason ?? state });
-            s.preparing--;
-            job.kc.preparing--;
-            s.preparingStartMsTotal -= item.startedAt;
+          case 'preparing': {
+            const cmd: Extract<Command, { type: 'abort' }> = { type: 'abort', item, stage: 'preparing', reason: reason ?? state };
+            const b = item.prepBatch;
+            out.push(cmd);
+            this.leavePreparing(item);
+            if (b && !b.answered) cmd.batch = { id: b.id, remaining: b.live };
             break;
+          }
           case 'waiting':
             out.push({ type: 'abort', item, stage: 'waiting', reason: reason ?? state });
             this.waitingQ.remove(item);
@@ -808,7 +924,10 @@ export class Engine {
       const n = this.snapshot.devices.length;
       const devices: number[] = [];
       for (let d = 0; d < n; d++) if (!this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind)) devices.push(d);
-      this.snapshot.kinds.push({ name: kind, devices, preparing: 0, waiting: 0, onDevice: 0, completions: new Array<number>(n).fill(0), busyMs: new Array<number>(n).fill(0) });
+      const prep = this.prepSpecs.get(kind) ?? null;
+      this.prepByKind.push(prep);
+      this.prepSince.push(Infinity);
+      this.snapshot.kinds.push({ name: kind, devices, preparing: 0, waiting: 0, onDevice: 0, completions: new Array<number>(n).fill(0), busyMs: new Array<number>(n).fill(0), ...(prep ? { prepareBatch: { maxItems: prep.maxItems, batches: 0, items: 0 } } : {}) });
     }
     return i;
   }
@@ -897,38 +1016,105 @@ export class Engine {
     item.job.kc.onDevice++;
   }
 
-  /** Pacer gate → head of the queue → budget grant → startPrepare. Returns the pacer's wake time. */
+  /**
+   * Pacer gate → head of the queue → budget grant → startPrepare (or, for a kind prepared in
+   * batches, startPrepareBatch). Returns the time to be woken: the pacer's, or a held
+   * preparation batch's flush time.
+   */
   private dispatch(out: Command[]): number {
     const s = this.snapshot;
     s.budgetBlocked = false;
     if (this.draining) return Infinity;
     for (let head = this.backlog.peek(); head; head = this.backlog.peek()) {
       s.nextKind = head.job.kindIndex;
-      if (s.preparing >= this.maxPreparing) return Infinity;
+      if (s.preparingSteps >= this.maxPreparing) return Infinity;
       const at = this.pacer.nextDispatchAt(s);
       if (!(at <= this.now)) return Number.isNaN(at) ? Infinity : at;
+      const spec = this.prepByKind[head.job.kindIndex] ?? null;
+      if (spec) {
+        const batch = this.collectPrepBatch(head, spec);
+        if (typeof batch === 'number') return batch;
+        const b: PrepBatch = { id: this.prepBatchSeq++, items: batch, live: batch.length, startedAt: this.now, answered: false };
+        this.prepBatches.set(b.id, b);
+        for (const item of batch) {
+          item.prepBatch = b;
+          this.startPreparing(item);
+        }
+        s.preparingSteps++;
+        out.push({ type: 'startPrepareBatch', batch: b.id, items: batch });
+        // As many dispatches as items, at one instant.
+        for (let i = 0; i < batch.length; i++) this.pacer.onDispatch(s);
+        continue;
+      }
       if (!this.budget.tryReserve(head.job.reservation)) {
         s.budgetBlocked = true;
         return Infinity;
       }
-      this.backlog.pop();
-      s.backlog--;
-      // The job's frontier leaves the backlog: its next partition takes that place.
-      if (head.attempt === 0 && head.job.next < head.job.spec.partitions) this.makeNext(head.job);
-      s.budgetUsedBytes = this.budget.used;
-      head.reservedBytes = head.job.reservation;
-      head.state = 'preparing';
-      head.attempt++;
-      head.startedAt = this.now;
-      s.preparing++;
-      head.job.kc.preparing++;
-      s.preparingStartMsTotal += this.now;
-      s.dispatched++;
+      this.take(head);
+      this.startPreparing(head);
+      s.preparingSteps++;
       out.push({ type: 'startPrepare', item: head, attempt: head.attempt });
       this.pacer.onDispatch(s);
     }
     s.nextKind = -1;
     return Infinity;
+  }
+
+  /** Takes an item off the backlog; the job's frontier leaving it makes the job's next partition take its place. */
+  private take(item: Item): void {
+    this.backlog.pop();
+    this.snapshot.backlog--;
+    if (item.partition === item.job.next - 1 && item.job.next < item.job.spec.partitions) this.makeNext(item.job);
+  }
+
+  /** An item taken off the backlog, its memory granted, starts preparation (a new attempt). */
+  private startPreparing(item: Item): void {
+    const s = this.snapshot;
+    s.budgetUsedBytes = this.budget.used;
+    item.reservedBytes = item.job.reservation;
+    item.prepSolo = false;
+    item.state = 'preparing';
+    item.attempt++;
+    item.startedAt = this.now;
+    s.preparing++;
+    item.job.kc.preparing++;
+    s.preparingStartMsTotal += this.now;
+    s.dispatched++;
+  }
+
+  /**
+   * The preparation batch `head` leads, taken off the backlog with its memory granted: the queued
+   * items of its kind that follow it in queue order, up to maxItems (and what the whole budget
+   * could ever hold at once), stopping at other work. With fewer, while nothing else is queued and
+   * it has waited less than maxWaitMs since the pacer first let it start, it waits (its items stay
+   * queued): returns the time to start it anyway. Returns Infinity while its memory is not free.
+   */
+  private collectPrepBatch(head: Item, spec: { maxItems: number; maxWaitMs: number }): Item[] | number {
+    const kind = head.job.kindIndex;
+    const items: Item[] = [];
+    let bytes = 0;
+    // An item whose batch failed unexplained is prepared alone (a batch of one), at once.
+    const most = head.prepSolo ? 1 : spec.maxItems;
+    for (let it = this.backlog.peek(); it && items.length < most; it = this.backlog.peek()) {
+      if (it.job.kindIndex !== kind || (it.prepSolo && it !== head) || bytes + it.job.reservation > this.budget.totalBytes) break;
+      this.take(it);
+      items.push(it);
+      bytes += it.job.reservation;
+    }
+    const since = (this.prepSince[kind] = Math.min(this.prepSince[kind] as number, this.now));
+    const flushAt = since + spec.maxWaitMs;
+    const hold = items.length < most && this.backlog.size === 0 && flushAt > this.now;
+    if (hold || !this.budget.tryReserve(bytes)) {
+      for (const it of items) {
+        this.backlog.push(it);
+        this.snapshot.backlog++;
+      }
+      if (hold) return flushAt;
+      this.snapshot.budgetBlocked = true;
+      return Infinity;
+    }
+    this.prepSince[kind] = Infinity;
+    return items;
   }
 }
 
@@ -941,6 +1127,27 @@ function countLive(job: Job, c: LiveCounts): LiveCounts {
   c.queued += job.spec.partitions - job.next;
   for (const item of job.live.values()) if (item.state === 'queued' || item.state === 'preparing' || item.state === 'waiting' || item.state === 'on-device') c[item.state]++;
   return c;
+}
+
+/** Checks a batch spec (`where`: its option path, `example`: a valid one for the error). */
+function checkBatch(b: BatchSpec, where: string, example: string): void {
+  if (typeof b !== 'object' || b === null || !Number.isInteger(b.maxItems) || b.maxItems < 1) {
+    throw new StokerError('E_INVALID_OPTION', `${where}.maxItems must be an integer ≥ 1 (got ${String((b as Partial<BatchSpec> | null)?.maxItems)}), e.g. ${example}`);
+  }
+  if (b.maxWaitMs !== undefined && !(typeof b.maxWaitMs === 'number' && b.maxWaitMs >= 0 && Number.isFinite(b.maxWaitMs))) {
+    throw new StokerError('E_INVALID_OPTION', `${where}.maxWaitMs must be a finite number of ms ≥ 0 (got ${String(b.maxWaitMs)})`);
+  }
+}
+
+/** Checks a batch answer's `failed` list against the batch's items (when the batch is still known). */
+function checkFailed(failed: unknown, type: string, items: readonly Item[] | undefined, batch: number): void {
+  if (failed === undefined) return;
+  if (!Array.isArray(failed)) throw new StokerError('E_INVALID_EVENT', `${type}.failed must be an array of { item, reason }, or absent when every item succeeded`);
+  for (const f of failed as unknown[]) {
+    const e = f as { item?: unknown; reason?: unknown } | null;
+    if (typeof e !== 'object' || e === null || typeof e.item !== 'number' || typeof e.reason !== 'string') throw new StokerError('E_INVALID_EVENT', `each ${type}.failed entry must be { item: <item id>, reason: <string> }`);
+    if (items && !items.some((it) => it.id === e.item)) throw new StokerError('E_INVALID_EVENT', `${type}.failed names item ${e.item}, which is not in batch ${batch}`);
+  }
 }
 
 function invalid(field: string, problem: string): StokerError {

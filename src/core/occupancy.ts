@@ -72,7 +72,7 @@ export class OccupancyMeter {
         this.running.set(c.item.id, { device: c.device, worker: c.worker, attempt: c.attempt, since: t });
       } else if (c.type === 'startBatch') {
         this.running.set(batchKey(c.batch), { device: c.device, worker: c.worker, attempt: 0, since: t });
-      } else if (c.type === 'abort') {
+      } else if (c.type === 'abort' && c.stage === 'on-device') {
         // A batch's worker is busy until its last item is withdrawn.
         const key = c.batch ? (c.batch.remaining === 0 ? batchKey(c.batch.id) : NaN) : c.item.id;
         const r = this.running.get(key);

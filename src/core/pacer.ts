@@ -52,6 +52,12 @@ export interface KindCounters {
   /** Per device (by index): this kind's completions there, and the device time measured for them, ms. */
   readonly completions: number[];
   readonly busyMs: number[];
+  /**
+   * A kind prepared in batches (EngineOptions.kinds.<name>.prepareBatch): its largest batch, and
+   * how many preparation batches finished and how many items they started with. Absent on a
+   * kind prepared one item per step.
+   */
+  prepareBatch?: { readonly maxItems: number; batches: number; items: number };
 }
 
 /**
@@ -65,6 +71,8 @@ export interface PacerSnapshot {
   waiting: number;
   /** Items in preparation. */
   preparing: number;
+  /** Preparation steps running: an item prepared alone is one, a preparation batch of several items is one (what `maxPreparing` caps). */
+  preparingSteps: number;
   /** Items running on a device. */
   onDevice: number;
   /** Items not yet dispatched (queued). */
@@ -98,7 +106,7 @@ export interface PacerSnapshot {
   /** Bytes reserved now, and the whole budget. */
   budgetUsedBytes: number;
   budgetTotalBytes: number;
-  /** Cap on concurrent preparations (`Infinity` when none). */
+  /** Cap on concurrent preparation steps, `preparingSteps` (`Infinity` when none). */
   maxPreparing: number;
 }
 

@@ -1,5 +1,5 @@
 import type { PacerSnapshot } from './pacer.js';
-import type { Command, EngineEvent } from './types.js';
+import type { Command, EngineEvent, ItemView } from './types.js';
 
 /**
  * A timeline of what ran where, recorded from the engine's own steps (the event applied and the
@@ -28,7 +28,7 @@ export interface TimelineSpan {
   end: number | null;
   /** How it ended: done, failed, or aborted (cancel, timeout, lost worker, shutdown); null while it runs. */
   outcome: 'done' | 'failed' | 'aborted' | null;
-  /** A batch on a device: how many items ran in it (`jobId` and `partition` are its first item's). */
+  /** A batch (on a device, or a preparation batch): how many items it started with (`jobId` and `partition` are its first item's). */
   items?: number;
 }
 
@@ -58,6 +58,10 @@ interface Open {
   span: TimelineSpan;
   attempt: number;
 }
+
+/** Span keys of batches, apart from item ids (≥ 0) and from each other: device batches odd, preparation batches even. */
+const batchKey = (id: number): number => -1 - 2 * id;
+const prepBatchKey = (id: number): number => -2 - 2 * id;
 
 /** Records spans and level samples from engine steps; bounded memory (oldest dropped first). */
 export class TimelineRecorder {
@@ -98,10 +102,16 @@ export class TimelineRecorder {
         this.close(event.item, event.attempt, 'device', t, 'failed');
         break;
       case 'batchDone':
-        this.end(-1 - event.batch, t, 'done');
+        this.end(batchKey(event.batch), t, 'done');
         break;
       case 'batchFailed':
-        this.end(-1 - event.batch, t, 'failed');
+        this.end(batchKey(event.batch), t, 'failed');
+        break;
+      case 'prepareBatchDone':
+        this.end(prepBatchKey(event.batch), t, 'done');
+        break;
+      case 'prepareBatchFailed':
+        this.end(prepBatchKey(event.batch), t, 'failed');
         break;
       case 'workerLost': {
         const lane = this.deviceLanes.get(`${event.device}/${event.worker}`);
@@ -114,15 +124,10 @@ export class TimelineRecorder {
     for (const c of commands) {
       if (c.type === 'startPrepare') this.start(c.item.id, c.attempt, 'prepare', this.prepLane(), c.item.jobId, c.item.partition, t);
       else if (c.type === 'startDevice') this.start(c.item.id, c.attempt, 'device', this.deviceLane(c.device, c.worker), c.item.jobId, c.item.partition, t);
-      else if (c.type === 'startBatch') {
-        const first = c.items[0];
-        // One span per batch (under a key below any item id's), named after its first item.
-        if (first) {
-          this.start(-1 - c.batch, 0, 'device', this.deviceLane(c.device, c.worker), first.jobId, first.partition, t);
-          (this.open.get(-1 - c.batch) as { span: TimelineSpan }).span.items = c.items.length;
-        }
-      } else if (c.type === 'abort') {
-        const key = c.batch ? (c.batch.remaining === 0 ? -1 - c.batch.id : NaN) : c.item.id;
+      else if (c.type === 'startBatch') this.startBatch(batchKey(c.batch), c.items, 'device', this.deviceLane(c.device, c.worker), t);
+      else if (c.type === 'startPrepareBatch') this.startBatch(prepBatchKey(c.batch), c.items, 'prepare', this.prepLane(), t);
+      else if (c.type === 'abort') {
+        const key = c.batch ? (c.batch.remaining === 0 ? (c.stage === 'preparing' ? prepBatchKey : batchKey)(c.batch.id) : NaN) : c.item.id;
         if (this.open.has(key)) this.end(key, t, 'aborted');
       }
     }
@@ -177,6 +182,14 @@ export class TimelineRecorder {
     // A stage starts only after the previous one ended; a span still open here was ended without an event.
     if (this.open.has(item)) this.end(item, t, 'done');
     this.open.set(item, { attempt, span: { lane, kind, jobId, partition, start: t, end: null, outcome: null } });
+  }
+
+  /** One span per batch (under a key below any item id's), named after its first item. */
+  private startBatch(key: number, items: readonly ItemView[], kind: 'prepare' | 'device', lane: number, t: number): void {
+    const first = items[0];
+    if (!first) return;
+    this.start(key, 0, kind, lane, first.jobId, first.partition, t);
+    (this.open.get(key) as { span: TimelineSpan }).span.items = items.length;
   }
 
   private close(item: number, attempt: number, kind: 'prepare' | 'device', t: number, outcome: 'done' | 'failed'): void {

@@ -54,6 +54,14 @@ export type EngineEvent =
   | { type: 'cancel'; time: number; jobId: string }
   | { type: 'prepared'; time: number; item: number; attempt: number; latencyMs?: number }
   | { type: 'prepareFailed'; time: number; item: number; attempt: number; reason: string }
+  /**
+   * A preparation batch (a `startPrepareBatch` command) finished: its latency `latencyMs`, once for
+   * the whole batch (default: the time since startPrepareBatch); `failed` names the items whose
+   * preparation failed in it (the others are prepared).
+   */
+  | { type: 'prepareBatchDone'; time: number; batch: number; latencyMs?: number; failed?: readonly { item: number; reason: string }[] }
+  /** A preparation batch failed without saying which items: with more than one, each is prepared again alone once before it counts as failed. */
+  | { type: 'prepareBatchFailed'; time: number; batch: number; reason: string }
   /** `busyMs`: the device time the worker measured itself; defaults to the time since startDevice. */
   | { type: 'deviceDone'; time: number; item: number; attempt: number; busyMs?: number }
   | { type: 'deviceFailed'; time: number; item: number; attempt: number; reason: string }
@@ -84,6 +92,12 @@ export type EngineEvent =
 export type Command =
   /** Begin preparing this item; its reservation is already granted. */
   | { type: 'startPrepare'; item: ItemView; attempt: number }
+  /**
+   * Prepare these items, all of one kind, together as one step (kinds with `prepareBatch`); their
+   * reservations are already granted. Answer with `prepareBatchDone` or `prepareBatchFailed`
+   * naming `batch` (ids of their own, apart from device batches).
+   */
+  | { type: 'startPrepareBatch'; batch: number; items: readonly ItemView[] }
   /** Run this prepared item on the given device worker. */
   | { type: 'startDevice'; item: ItemView; attempt: number; device: number; worker: number }
   /**
@@ -94,7 +108,8 @@ export type Command =
   /**
    * Stop working on this item and drop its data; events about it will be ignored. An item of a
    * batch carries `batch`: the batch's id and how many of its items still run; at 0 the whole
-   * batch step is withdrawn (stop it: its worker is free).
+   * batch step is withdrawn (stop it: its worker is free). At stage `preparing` that is a
+   * preparation batch (`startPrepareBatch`), on a device a device batch (`startBatch`).
    */
   | { type: 'abort'; item: ItemView; stage: 'preparing' | 'waiting' | 'on-device'; reason: string; batch?: { id: number; remaining: number } }
   /** The job ended (exactly once per job). */

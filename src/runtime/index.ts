@@ -1,4 +1,4 @@
-export { Runtime, type DeviceTask, type PartitionTask, type RuntimeOptions, type RuntimeStatus, type Workload } from './runtime.js';
+export { Runtime, type BatchResult, type DeviceTask, type PartitionTask, type PrepareResult, type RuntimeOptions, type RuntimeStatus, type Workload } from './runtime.js';
 export { systemClock, ManualClock, type Clock } from './clock.js';
 export { BufferPool, BufferPoolError, type BufferPoolOptions, type BufferPoolStats, type PooledBuffer } from './buffer-pool.js';
 export { ThreadedWorkload, type PreparedBuffer, type ThreadedWorkloadOptions } from './threaded.js';

@@ -1,4 +1,4 @@
-import { createPacer, Engine, OccupancyMeter, StokerError, type BatchSpec, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
+import { createPacer, Engine, OccupancyMeter, StokerError, type BatchSpec, type KindSpec, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerState, type PacerSnapshot } from '../core/index.js';
 import type { BufferPool } from './buffer-pool.js';
 import { systemClock, type Clock } from './clock.js';
 
@@ -28,6 +28,12 @@ export interface DeviceTask<I, P> extends PartitionTask<I> {
 export interface Workload<I, P, O, R> {
   /** Prepares one partition. */
   prepare(task: PartitionTask<I>): Promise<P>;
+  /**
+   * Prepares a batch of partitions of one kind together as one step (kinds with `prepareBatch`):
+   * one result per task, in order — `{ prepared }`, or `{ error }` for an item that failed alone.
+   * A throw fails the whole batch: with several items, each is then prepared again alone.
+   */
+  prepareBatch?(tasks: PartitionTask<I>[]): Promise<PrepareResult<P>[]>;
   /**
    * Runs one prepared partition on a device worker. `busyMs` is the worker's own measure of the
    * time the item *occupied* it: from taking the item until it can take the next — lock waits and
@@ -62,17 +68,22 @@ export interface Workload<I, P, O, R> {
 /** One item's result in a batch: its output, or why it alone failed. */
 export type BatchResult<O> = { output: O } | { error: string };
 
+/** One item's result in a preparation batch: its prepared data, or why it alone failed. */
+export type PrepareResult<P> = { prepared: P } | { error: string };
+
 export interface RuntimeOptions<I, P, O, R> {
   workload: Workload<I, P, O, R>;
   /** One entry per device: its pipelined workers, and its batching (the workload must have `runBatch`). */
   devices: { workers: number; batch?: BatchSpec }[];
+  /** Kinds by name that are prepared in batches (`{ prepareBatch: { maxItems, maxWaitMs } }`; the workload must have `prepareBatch`). */
+  kinds?: Readonly<Record<string, KindSpec>>;
   /** A built-in pacer name or a pacer. @default 'stoker' */
   pacer?: string | Pacer;
   /** Options for a pacer given by name. */
   pacerOptions?: PacerOptions;
   /** Memory budget in bytes. @default Infinity */
   budgetBytes?: number;
-  /** Most concurrent preparations. @default Infinity */
+  /** Most concurrent preparation steps (a preparation batch is one). @default Infinity */
   maxPreparing?: number;
   /** A failed partition is prepared again this many times before its job fails. @default 1 */
   retries?: number;
@@ -148,8 +159,13 @@ export class Runtime<I, P, O, R> {
     if (options.devices.some((d) => d.batch) && typeof options.workload.runBatch !== 'function') {
       throw new StokerError('E_INVALID_OPTION', 'a device has batch, but the workload has no runBatch(tasks): give it one, or leave batch out');
     }
+    const grouped = Object.entries(options.kinds ?? {}).find(([, k]) => k?.prepareBatch !== undefined);
+    if (grouped && typeof options.workload.prepareBatch !== 'function') {
+      throw new StokerError('E_INVALID_OPTION', `kinds.${grouped[0]} has prepareBatch, but the workload has no prepareBatch(tasks): give it one, or leave prepareBatch out`);
+    }
     this.engine = new Engine({
       devices: options.devices,
+      ...(options.kinds ? { kinds: options.kinds } : {}),
       pacer,
       budgetBytes: options.budgetBytes ?? Infinity,
       maxPreparing: Math.min(options.maxPreparing ?? Infinity, options.workload.prepareSlots ?? Infinity),
@@ -293,6 +309,9 @@ export class Runtime<I, P, O, R> {
       case 'startPrepare':
         this.startPrepare(c.item, c.attempt);
         break;
+      case 'startPrepareBatch':
+        this.startPrepareBatch(c.batch, c.items);
+        break;
       case 'startDevice':
         this.startDevice(c.item, c.attempt, c.device, c.worker);
         break;
@@ -348,6 +367,60 @@ export class Runtime<I, P, O, R> {
         this.flights.delete(item.id);
         this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason: message(e) });
       },
+    );
+  }
+
+  /**
+   * Prepares a batch as one step. Each item has its own flight (a withdrawn item is aborted alone;
+   * the engine withdraws the batch with its last one); the answer names the batch.
+   */
+  private startPrepareBatch(batch: number, items: readonly ItemView[]): void {
+    const prepareBatch = this.workload.prepareBatch as NonNullable<Workload<I, P, O, R>['prepareBatch']>;
+    const entries: { item: ItemView; f: Flight<P> }[] = [];
+    const tasks: PartitionTask<I>[] = [];
+    for (const item of items) {
+      const job = this.jobs.get(item.jobId) as JobCtx<I, O, R>;
+      const f: Flight<P> = { controller: new AbortController() };
+      this.flights.set(item.id, f);
+      entries.push({ item, f });
+      tasks.push({ jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, signal: f.controller.signal });
+    }
+    /** The items still in this batch (not withdrawn, not yet answered). */
+    const live = () => entries.filter((e) => this.flights.get(e.item.id) === e.f && !e.f.controller.signal.aborted);
+    const failed = (reason: string) => {
+      const still = live();
+      for (const e of still) this.flights.delete(e.item.id);
+      if (still.length > 0) this.apply({ type: 'prepareBatchFailed', time: this.clock.now(), batch, reason });
+    };
+    const started = this.clock.now();
+    prepareBatch.call(this.workload, tasks).then(
+      (results) => {
+        const ok = Array.isArray(results) && results.length === tasks.length;
+        const wrong = ok ? results.findIndex((r) => typeof r !== 'object' || r === null || !('prepared' in r || 'error' in r)) : -1;
+        if (!ok || wrong >= 0) {
+          // Whatever was prepared is released: nothing of a malformed answer is used.
+          if (Array.isArray(results)) for (const r of results) if (typeof r === 'object' && r !== null && 'prepared' in r) this.workload.release?.(r.prepared);
+          if (!ok) return failed(`the preparation batch returned ${Array.isArray(results) ? results.length : 'no'} results for ${tasks.length} items: return one { prepared } or { error } per task, in order`);
+          return failed(`the preparation batch's result ${wrong} is ${JSON.stringify(results[wrong]) ?? String(results[wrong])}: each result must be { prepared } or { error }`);
+        }
+        const still = new Set(live());
+        const bad: { item: number; reason: string }[] = [];
+        entries.forEach((e, i) => {
+          const r = results[i] as PrepareResult<P>;
+          if (!still.has(e)) {
+            if ('prepared' in r) this.workload.release?.(r.prepared);
+            return;
+          }
+          if ('prepared' in r) e.f.prepared = r.prepared;
+          else {
+            this.flights.delete(e.item.id);
+            bad.push({ item: e.item.id, reason: String(r.error) });
+          }
+        });
+        if (still.size === 0) return this.syncPool();
+        this.apply({ type: 'prepareBatchDone', time: this.clock.now(), batch, latencyMs: this.clock.now() - started, ...(bad.length ? { failed: bad } : {}) });
+      },
+      (e: unknown) => failed(message(e)),
     );
   }
 

@@ -41,6 +41,20 @@ const KindSchema = z.strictObject({
    */
   service: DistSchema.optional(),
   memory: z.strictObject({ prepareBytes: nonNegative('prepareBytes').int().default(0), deviceBytes: nonNegative('deviceBytes').int().default(0) }).default({ prepareBytes: 0, deviceBytes: 0 }),
+  /**
+   * Preparation batches (the field engine's batch collector): up to `maxItems` queued items of the
+   * kind are prepared together as one step, waiting up to `maxWaitS` for more to arrive while
+   * fewer are queued. A batch's latency is `fixed` (once per batch: a setup, a parameter load)
+   * plus each item's own `prepare`, and it counts as one preparation for `contention` and
+   * `maxPreparing`. Absent: one item per step.
+   */
+  prepareBatch: z
+    .strictObject({
+      maxItems: count('prepareBatch.maxItems'),
+      maxWaitS: nonNegative('prepareBatch.maxWaitS (seconds)').default(0),
+      fixed: DistSchema.default({ type: 'fixed', value: 0 }),
+    })
+    .optional(),
   /** Probability that a partition fails in preparation / on the device. @default 0 */
   prepareFailure: probability.default(0),
   deviceFailure: probability.default(0),
@@ -234,6 +248,18 @@ export function highMs(d: Dist): number {
     case 'empirical':
       return Math.max(...d.values) * 1000;
   }
+}
+
+/** Mean preparation latency of a kind's step, ms, and the items it prepares: a preparation batch's at full size. */
+export function prepareStep(k: Kind): { ms: number; items: number } {
+  const b = k.prepareBatch;
+  return b ? { ms: meanMs(b.fixed) + b.maxItems * meanMs(k.prepare), items: b.maxItems } : { ms: meanMs(k.prepare), items: 1 };
+}
+
+/** A high quantile (p99) of a kind's preparation latency, ms: a full preparation batch's, after its longest wait. */
+export function prepareHighMs(k: Kind): number {
+  const b = k.prepareBatch;
+  return b ? highMs(b.fixed) + b.maxItems * highMs(k.prepare) + b.maxWaitS * 1000 : highMs(k.prepare);
 }
 
 /** Factor for k concurrent users (k ≥ 1) from a contention list. */

@@ -44,6 +44,30 @@ function inference(name: string, description: string, maxItems: number, arrivals
   };
 }
 
+/**
+ * The field engine's batch collector: PoRep-like sectors (1 partition each) arrive one by one; a
+ * preparation batch of up to `maxItems` synthesises them together (a 6 s setup once, 8 s per
+ * sector), flushed when full, when other work is queued behind it, or after 30 s; two syntheses at
+ * once (maxPreparing); the GPU proves a batch in 4 s + 1 s per sector.
+ */
+function porep(name: string, description: string, maxItems: number): ScenarioInput {
+  return {
+    name,
+    description,
+    targetWaiting: 4,
+    maxPreparing: 2,
+    kinds: {
+      porep: {
+        prepare: { type: 'lognormal', median: 8, sigma: 0.2 },
+        prepareBatch: { maxItems, maxWaitS: 30, fixed: { type: 'lognormal', median: 6, sigma: 0.1 } },
+        memory: { prepareBytes: 14 * 1024 ** 3, deviceBytes: 4 * 1024 ** 3 },
+      },
+    },
+    devices: [{ workers: 2, service: { type: 'lognormal', median: 1, sigma: 0.2 }, batch: { maxItems, fixed: { type: 'fixed', value: 4 } } }],
+    arrivals: [{ poisson: { ratePerS: 0.18, untilS: 1800 }, partitions: 1, kind: 'porep' }],
+  };
+}
+
 /** Preparation contention with a knee: 1 up to `knee` concurrent preparations, then (n / knee)^power (to 400 at once). */
 function kneeContention(knee: number, power: number): number[] {
   return Array.from({ length: 400 }, (_, i) => Math.max(1, ((i + 1) / knee) ** power));
@@ -177,6 +201,8 @@ const inputs: ScenarioInput[] = [
   inference('batch-infer', 'inference-like batching device (0.2 s + 10 ms per item, batches of up to 16, 2 workers: 88.9 items/s): 40 jobs × 500 requests every 5 s, more than it takes', 16, [{ atS: 0, jobs: 40, partitions: 500, kind: 'req', everyS: 5 }]),
   inference('batch-infer-single', 'batch-infer’s device one item at a time (0.21 s each: 9.5 items/s), the same work', 1, [{ atS: 0, jobs: 40, partitions: 500, kind: 'req', everyS: 5 }]),
   inference('batch-infer-60', 'batch-infer’s device under Poisson arrivals at 60 % of its batched capacity (jobs of 10 requests) for 10 minutes', 16, [{ poisson: { ratePerS: (0.6 * 88.9) / 10, untilS: 600 }, partitions: 10, kind: 'req' }]),
+  porep('prep-batch', 'the field engine’s batch collector: sectors arrive (Poisson, 0.18/s for 30 min); batches of up to 4 are synthesised together (6 s + 8 s per sector, 2 at once, flushed after 30 s) and proved together (4 s + 1 s per sector)', 4),
+  porep('prep-batch-single', 'prep-batch one sector per step (14 s to synthesise, 5 s to prove each): the same arrivals', 1),
   seedLike('priority', 'seed stages: 12 normal jobs × 10 at t=0; a critical 1-partition job arrives at t=60 s behind the queued ones', {
     arrivals: [
       { atS: 0, jobs: 12, partitions: 10, kind: 'proof' },

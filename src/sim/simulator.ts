@@ -1,7 +1,7 @@
 import { Engine, IndexedHeap, type TimelineRecorder, type Command, type EngineEvent, type HeapNode, type ItemView, type JobSpec, type Pacer, type PacerOptions, type PacerSnapshot } from '../core/index.js';
 import { Recorder, type Metrics, type Series } from './metrics.js';
 import { Rng } from './random.js';
-import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Kind, type Scenario, type ScenarioEvent } from './scenario.js';
+import { deviceWorkers, factor, meanMs, prepareHighMs, prepareStep, sampleMs, type Dist, type Kind, type Scenario, type ScenarioEvent } from './scenario.js';
 
 /**
  * Kinds of events in the simulator's heap. Arrivals and scenario events are already sorted and
@@ -10,6 +10,8 @@ import { deviceWorkers, factor, highMs, meanMs, sampleMs, type Dist, type Kind, 
  */
 const PREP = 1;
 const DEV = 2;
+/** A preparation batch's end: `a` its engine batch id. */
+const PREP_BATCH = 3;
 
 class SimEvent implements HeapNode {
   heapIndex = -1;
@@ -180,7 +182,7 @@ export function unitMs(service: Dist, batch: { maxItems: number; fixed: Dist } |
 export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number): { fromMs: number; toMs: number } {
   if (s.steady) return { fromMs: s.steady.fromS * 1000, toMs: s.steady.toS * 1000 };
   const kinds = Object.values(s.kinds);
-  const high = Math.max(...kinds.map((k) => highMs(k.prepare)));
+  const high = Math.max(...kinds.map(prepareHighMs));
   const mean = meanPrepareMs(s, jobs);
   const service = Math.max(...s.devices.flatMap((d) => [d.service, ...kinds.flatMap((k) => (k.service ? [k.service] : []))].map((x) => (meanMs(x) + (d.batch ? meanMs(d.batch.fixed) : 0)) / d.speed)));
   // A kind's items take its share of work (its service time ÷ the device's, over the devices).
@@ -209,8 +211,9 @@ export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number):
 }
 
 /**
- * Preparation throughput of a kind at its best concurrency, items/ms: max over n of n ÷ (mean
- * latency × contention factor at n); Infinity when it still grows at the end of the list.
+ * Preparation throughput of a kind at its best concurrency, items/ms: max over n steps of n ×
+ * items per step ÷ (mean step latency × contention factor at n); Infinity when it still grows at
+ * the end of the list.
  */
 function prepareCapacity(k: Scenario['kinds'][string] | undefined): number {
   if (!k) return Infinity;
@@ -223,7 +226,8 @@ function prepareCapacity(k: Scenario['kinds'][string] | undefined): number {
       at = i;
     }
   });
-  return at === list.length - 1 ? Infinity : best / meanMs(k.prepare);
+  const step = prepareStep(k);
+  return at === list.length - 1 ? Infinity : (best * step.items) / step.ms;
 }
 
 /** Mean base preparation latency, weighted by the partitions of each kind. */
@@ -233,7 +237,7 @@ function meanPrepareMs(s: Scenario, jobs: PlannedJob[]): number {
   for (const j of jobs) {
     const k = s.kinds[j.spec.kind];
     if (!k) continue;
-    sum += meanMs(k.prepare) * j.spec.partitions;
+    sum += prepareStep(k).ms * j.spec.partitions;
     n += j.spec.partitions;
   }
   return n > 0 ? sum / n : 0;
@@ -268,6 +272,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     pacer,
     budgetBytes: s.budgetBytes ?? Infinity,
     maxPreparing: s.maxPreparing ?? Infinity,
+    kinds: Object.fromEntries(Object.entries(s.kinds).flatMap(([name, k]) => (k.prepareBatch ? [[name, { prepareBatch: { maxItems: k.prepareBatch.maxItems, maxWaitMs: k.prepareBatch.maxWaitS * 1000 } }]] : []))),
   });
   const jobs = planArrivals(s, seed);
   const capacity0 = capacityOf(devices);
@@ -305,6 +310,11 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
    */
   const prepFluid = Object.values(s.kinds).some((k) => k.contention.some((f) => f !== 1));
   const inPrep = new Set<SimItem>();
+  /**
+   * Preparation batches in flight by engine batch id: the items still in each, those that will
+   * fail, and a carrier holding the batch's event and fluid work (its first item's kind and stream).
+   */
+  const prepBatches = new Map<number, { carrier: SimItem; live: number[]; failed: number[] }>();
   let prepAt = 0;
   let prepDirty = false;
   /** Brings every preparation's remaining work up to `now` at the concurrency it ran with. */
@@ -394,7 +404,8 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           if (prepFluid) advancePrep();
           preparing++;
           const kind = kindList[it.kindIndex] as Kind;
-          const base = sampleMs(kind.prepare, it.rng);
+          // A kind prepared in batches pays its batch's fixed part alone too (drawn first, as in a batch).
+          const base = (kind.prepareBatch ? sampleMs(kind.prepareBatch.fixed, it.rng) : 0) + sampleMs(kind.prepare, it.rng);
           const latency = base * factor(kind.contention, preparing);
           if (prepFluid) {
             it.prepRemaining = base;
@@ -409,6 +420,27 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
             heap.push(it.prepEv);
           } else it.prepEv = push(now + latency, PREP, c.item.id, b);
           if (!(it.job in firstStartMs)) firstStartMs[it.job] = now;
+          break;
+        }
+        case 'startPrepareBatch': {
+          const first = items[(c.items[0] as ItemView).id] as SimItem;
+          const kind = kindList[first.kindIndex] as Kind;
+          if (prepFluid) advancePrep();
+          preparing++;
+          // The fixed part draws from the first item's stream: the batch's draws depend only on its items.
+          let base = sampleMs((kind.prepareBatch as { fixed: Dist }).fixed, first.rng);
+          const live: number[] = [];
+          const failed: number[] = [];
+          for (const view of c.items) {
+            const it = items[view.id] as SimItem;
+            base += sampleMs(kind.prepare, it.rng);
+            if ((kind.prepareFailure > 0 && it.rng.uniform() < kind.prepareFailure) || it.failPrepare) failed.push(view.id);
+            live.push(view.id);
+            if (!(it.job in firstStartMs)) firstStartMs[it.job] = now;
+          }
+          const carrier: SimItem = { ...first, prepRemaining: base, prepEv: push(now + base * factor(kind.contention, preparing), PREP_BATCH, c.batch) };
+          if (prepFluid) inPrep.add(carrier);
+          prepBatches.set(c.batch, { carrier, live, failed });
           break;
         }
         case 'startDevice': {
@@ -461,6 +493,24 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
         case 'abort': {
           const it = items[c.item.id];
           if (!it) break;
+          if (c.batch && c.stage === 'preparing') {
+            // An item withdrawn from a preparation batch: the batch runs on; withdrawn whole, it ends.
+            const pb = prepBatches.get(c.batch.id);
+            if (pb) {
+              pb.live = pb.live.filter((id) => id !== c.item.id);
+              if (c.batch.remaining === 0) {
+                heap.remove(pb.carrier.prepEv as SimEvent);
+                if (prepFluid) {
+                  advancePrep();
+                  inPrep.delete(pb.carrier);
+                }
+                preparing--;
+                prepBatches.delete(c.batch.id);
+              }
+            }
+            if (c.item.state === 'failed' || c.item.state === 'cancelled') items[c.item.id] = undefined;
+            break;
+          }
           if (c.batch) {
             // An item withdrawn from a batch: the batch runs on; withdrawn whole, its worker is free.
             const d = devices[it.device] as SimDevice;
@@ -563,7 +613,20 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
       scenarioEvent((scen as { e: ScenarioEvent }).e);
     } else if (topAt === next) {
       const ev = heap.pop() as SimEvent;
-      if (ev.kind === PREP) {
+      if (ev.kind === PREP_BATCH) {
+        const pb = prepBatches.get(ev.a) as { carrier: SimItem; live: number[]; failed: number[] };
+        prepBatches.delete(ev.a);
+        if (prepFluid) {
+          advancePrep();
+          inPrep.delete(pb.carrier);
+        }
+        preparing--;
+        const failed = pb.failed.filter((id) => pb.live.includes(id));
+        for (const id of failed) items[id] = undefined;
+        const e: Extract<EngineEvent, { type: 'prepareBatchDone' }> = { type: 'prepareBatchDone', time: now, batch: ev.a };
+        if (failed.length) e.failed = failed.map((item) => ({ item, reason: 'simulated preparation failure' }));
+        apply(e);
+      } else if (ev.kind === PREP) {
         if (prepFluid) {
           advancePrep();
           inPrep.delete(items[ev.a] as SimItem);

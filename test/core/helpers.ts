@@ -74,6 +74,7 @@ export function snapshot(over: Partial<PacerSnapshot> = {}): PacerSnapshot {
     now: 0,
     waiting: 0,
     preparing: 0,
+    preparingSteps: 0,
     onDevice: 0,
     backlog: 0,
     workers,

@@ -301,7 +301,7 @@ describe('stoker pacer', () => {
     expect(blocked.state().mode).toBe('blocked');
 
     const capped = createStokerPacer({ priorServiceMs: 100 });
-    capped.observe(snapshot({ backlog: 3, preparing: 2, maxPreparing: 2 }));
+    capped.observe(snapshot({ backlog: 3, preparing: 2, preparingSteps: 2, maxPreparing: 2 }));
     expect(capped.state().mode).toBe('blocked');
 
     const steady = createStokerPacer({ priorServiceMs: 100 });

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { StokerError } from '../../src/core/index.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { BufferPool, type PooledBuffer } from '../../src/runtime/buffer-pool.js';
-import { Runtime, type BatchResult, type DeviceTask, type PartitionTask, type Workload } from '../../src/runtime/runtime.js';
+import { Runtime, type BatchResult, type DeviceTask, type PartitionTask, type PrepareResult, type Workload } from '../../src/runtime/runtime.js';
 
 /**
  * An in-process workload on a manual clock: preparation takes `prepareMs`, the device `runMs`;
@@ -422,5 +422,126 @@ describe('Runtime with a batching device', () => {
   it('refuses a batching device without runBatch', () => {
     const clock = new ManualClock();
     expect(() => new Runtime({ workload: new FakeWorkload(clock), devices: [{ workers: 1, batch: { maxItems: 2 } }], clock })).toThrow(/has no runBatch/);
+  });
+});
+
+/** Prepares batches of partitions together: 50 ms + 10 ms per item; `failItem` names items that fail alone, `failBatch` fails a whole batch once. */
+class PrepareBatchWorkload extends FakeWorkload {
+  readonly groups: number[] = [];
+  failItem: (t: PartitionTask<number>) => boolean = () => false;
+  failBatch = false;
+  private readonly c: ManualClock;
+  constructor(clock: ManualClock) {
+    super(clock);
+    this.c = clock;
+  }
+
+  prepareBatch(tasks: PartitionTask<number>[]): Promise<PrepareResult<{ value: number }>[]> {
+    this.groups.push(tasks.length);
+    const whole = this.failBatch && tasks.length > 1;
+    if (whole) this.failBatch = false;
+    return new Promise((resolve, reject) => {
+      this.c.schedule(() => {
+        if (whole) return reject(new Error('synthesis ran out of memory'));
+        resolve(
+          tasks.map((t) => {
+            if (this.failItem(t)) return { error: `bad witness ${t.partition}` };
+            this.held++;
+            return { prepared: { value: t.input * 10 + t.partition } };
+          }),
+        );
+      }, 50 + 10 * tasks.length);
+    });
+  }
+}
+
+describe('Runtime with preparation batches', () => {
+  function groupSetup(retries = 0, maxWaitMs = 0) {
+    const clock = new ManualClock();
+    const workload = new PrepareBatchWorkload(clock);
+    const rt = new Runtime({ workload, devices: [{ workers: 1 }], kinds: { k: { prepareBatch: { maxItems: 4, maxWaitMs } } }, pacer: 'unpaced', maxPreparing: 1, clock, retries });
+    const run = async (ms: number, step = 5) => {
+      for (let t = 0; t < ms; t += step) {
+        clock.advance(step);
+        await tick();
+      }
+    };
+    return { workload, rt, run };
+  }
+
+  it('prepares queued items in batches, each prepared value to its own partition, one preparation step per batch', async () => {
+    const { rt, run, workload } = groupSetup();
+    const p = rt.submit(job('a', 9), 1);
+    await run(600);
+    await expect(p).resolves.toBe(9 * 10 + 36);
+    expect(workload.groups).toEqual([4, 4, 1]);
+    expect(workload.prepares).toBe(0);
+    const s = rt.status().counters;
+    expect(s.kinds[0]?.prepareBatch).toEqual({ maxItems: 4, batches: 3, items: 9 });
+    // Each item's latency is its batch's: 90 ms for the full ones, 60 ms for the last.
+    expect(s.prepareLatencyMsTotal).toBe(8 * 90 + 60);
+    expect(workload.held).toBe(0);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it('an item the batch says failed fails only its job; the others go on', async () => {
+    const { rt, run, workload } = groupSetup(0, 20);
+    workload.failItem = (t) => t.jobId === 'b';
+    const a = rt.submit(job('a', 2), 1);
+    const b = rt.submit(job('b', 1), 2).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    await run(300);
+    await expect(a).resolves.toBe(10 + 11);
+    expect(await b).toMatchObject({ code: 'E_PREPARE_FAILED', message: expect.stringMatching(/bad witness 0/) });
+    expect(workload.groups).toEqual([3]);
+    expect(workload.held).toBe(0);
+  });
+
+  it('a batch that throws: each item is prepared again alone, and the job still completes', async () => {
+    const { rt, run, workload } = groupSetup();
+    workload.failBatch = true;
+    const p = rt.submit(job('a', 3), 1);
+    await run(600);
+    await expect(p).resolves.toBe(30 + 3);
+    expect(workload.groups).toEqual([3, 1, 1, 1]);
+    expect(workload.held).toBe(0);
+  });
+
+  it('a cancelled job: its prepared values are released when the batch answers', async () => {
+    const { rt, run, workload } = groupSetup();
+    const p = rt.submit(job('a', 3), 1);
+    await run(10);
+    rt.cancel('a');
+    await expect(p).rejects.toMatchObject({ code: 'E_CANCELLED' });
+    await run(200);
+    expect(workload.groups).toEqual([3]);
+    expect(workload.held).toBe(0);
+    expect(rt.engine.snapshot.preparingSteps).toBe(0);
+  });
+
+  it('a malformed answer fails the batch, naming what to return', async () => {
+    const { rt, run, workload } = groupSetup();
+    const real = workload.prepareBatch.bind(workload);
+    let broken = true;
+    workload.prepareBatch = async (tasks) => {
+      const r = await real(tasks);
+      if (broken) {
+        broken = false;
+        return [...r, { bogus: 1 } as never];
+      }
+      return r;
+    };
+    const p = rt.submit(job('a', 2), 1);
+    await run(400);
+    await expect(p).resolves.toBe(20 + 1);
+    expect(workload.groups).toEqual([2, 1, 1]);
+    expect(workload.held).toBe(0);
+  });
+
+  it('refuses a kind with prepareBatch when the workload has no prepareBatch', () => {
+    const clock = new ManualClock();
+    expect(() => new Runtime({ workload: new FakeWorkload(clock), devices: [{ workers: 1 }], kinds: { k: { prepareBatch: { maxItems: 2 } } }, clock })).toThrow(/kinds\.k has prepareBatch, but the workload has no prepareBatch/);
   });
 });

@@ -467,7 +467,7 @@ class StokerPacer implements Pacer {
     // Nothing measured and nothing in flight (the bootstrap items were withdrawn): bootstrap again.
     if (!this.hasEstimate && inFlight === 0) this.sentInBootstrap = 0;
     this.limitPreparing(s);
-    const saturated = s.budgetBlocked || s.preparing >= s.maxPreparing || s.preparing >= this.prepLimit;
+    const saturated = s.budgetBlocked || s.preparingSteps >= s.maxPreparing || s.preparing >= this.prepLimit;
     if (dt > 0) this.waitingAvg += (1 - Math.exp(-dt / this.waitTau)) * (s.waiting - this.waitingAvg);
     this.feedback(s, dt, work && !saturated);
     if (work) {
