@@ -394,7 +394,9 @@ function onStatus(s) {
   $('t-waiting').textContent = String(p.waiting);
   $('t-waiting-sub').textContent = `target ${s.targetWaiting} · queued ${p.queued}`;
   $('t-inflight').textContent = String(inventory);
-  $('t-inflight-sub').textContent = `preparing ${p.preparing} · on device ${p.onDevice}`;
+  // Kinds prepared in batches: their batches' mean size so far, of at most maxItems.
+  const prepBatches = Object.entries(p.prepareBatches ?? {}).map(([kind, b]) => ` (${kind}: batches ${b.batches > 0 ? fmtNum(b.items / b.batches, 1) : '–'} of ≤ ${b.maxItems})`).join('');
+  $('t-inflight-sub').textContent = `preparing ${p.preparing}${prepBatches} · on device ${p.onDevice}`;
   const busy = workers.filter((w) => w.state === 'busy').length;
   const lost = workers.filter((w) => w.state === 'lost').length;
   $('t-workers').textContent = `${busy} / ${workers.length}`;

@@ -375,7 +375,8 @@ export class ClusterService implements ApiService {
       partitions: () => undefined,
       derivesPartitions: entry.derivesPartitions,
       device: 'default',
-      steps: { run: false, runBatch: false },
+      steps: { prepare: false, prepareBatch: false, run: false, runBatch: false },
+      prepareBatch: null,
       finish: () => Promise.reject(new Error(`kind ${name} runs on other nodes`)),
     };
     this.remote.set(name, { entry, kind });

@@ -4,10 +4,10 @@ import { performance } from 'node:perf_hooks';
 import { BroadcastChannel, Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { BufferPool, type PooledBuffer } from './buffer-pool.js';
-import type { DeviceTask, PartitionTask, Workload } from './runtime.js';
+import type { DeviceTask, PartitionTask, PrepareResult, Workload } from './runtime.js';
 import { rmSync } from 'node:fs';
 import { batchSignal } from './batch-signal.js';
-import type { BatchItemReply, CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, PrepareReply, PrepareRequest } from './threads/protocol.js';
+import type { BatchItemReply, CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, PrepareItemReply, PrepareReply, PrepareRequest } from './threads/protocol.js';
 
 /** Where the stages run: the preparation pool and the device threads. */
 export interface StageThreadsOptions {
@@ -203,6 +203,48 @@ export class StageThreads implements DeviceRunner {
       throw e;
     } finally {
       call.signal.removeEventListener('abort', withdraw);
+    }
+  }
+
+  /**
+   * A preparation batch (kind modules' prepareBatch) as one task on one preparation thread, each
+   * call with its own buffer; withdrawn only when every call is. One result per call, in order.
+   */
+  async prepareBatch(calls: PrepareCall[]): Promise<PrepareResult<PreparedBuffer>[]> {
+    if (this.closed) throw new Error('the workload is closed');
+    const first = calls[0] as PrepareCall;
+    const buffers = calls.map((c) => (c.bufferBytes > 0 ? this.pool.checkout(c.bufferBytes) : undefined));
+    const task = this.nextTask++;
+    const signal = batchSignal(calls);
+    const withdraw = () => this.abortChannel.postMessage(task);
+    signal.addEventListener('abort', withdraw, { once: true });
+    const ctx = (c: PrepareCall, i: number) => ({ jobId: c.jobId, partition: c.partition, partitions: c.partitions, ...(buffers[i] ? { buffer: (buffers[i] as PooledBuffer).buffer } : {}) });
+    try {
+      const req: PrepareRequest = {
+        module: first.module,
+        style: first.style,
+        input: first.input,
+        ctx: ctx(first, 0),
+        task,
+        abortChannel: this.abortChannel.name,
+        bufferBytes: first.bufferBytes,
+        batch: calls.map((c, i) => ({ input: c.input, ctx: ctx(c, i), bufferBytes: c.bufferBytes })),
+        ...(first.handoff ? { handoff: first.handoff } : {}),
+      };
+      const reply = (await this.piscina.run(req)) as PrepareReply;
+      return (reply.batch as PrepareItemReply[]).map((r, i): PrepareResult<PreparedBuffer> => {
+        const buffer = buffers[i];
+        // A failed item's buffer, and one whose data went to a file, serve the next preparation.
+        if ('error' in r || r.file) if (buffer) this.pool.checkin(buffer);
+        if ('error' in r) return { error: r.error };
+        if (r.file) return { prepared: { meta: r.meta, file: r.file } };
+        return { prepared: buffer ? { buffer, bytes: (calls[i] as PrepareCall).bufferBytes, meta: r.meta } : { meta: r.meta } };
+      });
+    } catch (e) {
+      for (const b of buffers) if (b) this.pool.checkin(b);
+      throw e;
+    } finally {
+      signal.removeEventListener('abort', withdraw);
     }
   }
 

@@ -101,7 +101,7 @@ export interface DeviceConfig {
   batch?: DeviceBatchConfig;
 }
 
-/** A device's batching (`[device.batch]`). */
+/** A device's batching (`[device.batch]`), or a kind's preparation batches (`[kinds.NAME.prepareBatch]`). */
 export interface DeviceBatchConfig {
   /** Most items in one batch (1–4096). */
   maxItems: number;
@@ -169,6 +169,12 @@ export interface KindConfig {
   name?: string;
   /** `[kinds.NAME] device`: the device that runs it, overriding the module's `device` export. */
   device?: string;
+  /**
+   * `[kinds.NAME.prepareBatch]`: up to `maxItems` queued partitions of the kind are prepared
+   * together by its `prepareBatch(inputs[], ctx[])`, one preparation step with memory reserved for
+   * all, waiting up to `maxWaitMs` for more while nothing else is queued.
+   */
+  prepareBatch?: DeviceBatchConfig;
 }
 
 /** The daemon's configuration, fully resolved: every field set, `dataDir` absolute, `Infinity` for unlimited / none. */
@@ -396,6 +402,7 @@ const kindsSchema = z
       {
         module: z.string(err('a path to an ES module', 'write module = "./my-kind.mjs" (relative to this file)')).min(1, err('a path to an ES module', 'write module = "./my-kind.mjs"')),
         device: z.string(err('a device name', 'write device = "default" or the NAME of a [devices.NAME]')).regex(KIND_NAME, err('a device name', 'write device = "default" or the NAME of a [devices.NAME]')).optional(),
+        prepareBatch: z.strictObject({ ...batchShape, maxItems: batchShape.maxItems.unwrap() }, err('a table [kinds.NAME.prepareBatch]', 'write maxItems = 4 (and maxWaitMs = 10000) under a [kinds.NAME.prepareBatch] header')).optional(),
       },
       kindErr,
     ),
@@ -467,7 +474,8 @@ function knownKeys(at: string): string[] {
   if (at === 'device.process') return Object.keys(processShape);
   if (at === 'device.http') return Object.keys(httpShape);
   if (at === 'device.batch' || /^devices\.[^.]+\.batch$/.test(at)) return Object.keys(batchShape);
-  if (at.startsWith('kinds.')) return ['module', 'device'];
+  if (/^kinds\.[^.]+\.prepareBatch$/.test(at)) return Object.keys(batchShape);
+  if (at.startsWith('kinds.')) return ['module', 'device', 'prepareBatch'];
   if (at === 'journal') return ['maxBytes'];
   if (/^devices\.[^.]+$/.test(at)) return Object.keys(deviceShape);
   if (/^devices\.[^.]+\.process$/.test(at)) return Object.keys(processShape);
@@ -710,7 +718,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
   for (const { layer, base, kindFiles } of sources) {
     if (layer.dataDir !== undefined) c.dataDir = path.resolve(base, layer.dataDir);
     // [kinds.NAME] of a later source replaces the same NAME of an earlier one; --kind files add.
-    const named = Object.entries(layer.kinds ?? {}).map(([name, k]) => ({ name, module: modulePath(base, k.module), ...(k.device === undefined ? {} : { device: k.device }) }));
+    const named = Object.entries(layer.kinds ?? {}).map(([name, k]) => ({ name, module: modulePath(base, k.module), ...(k.device === undefined ? {} : { device: k.device }), ...(k.prepareBatch ? { prepareBatch: { maxWaitMs: 0, ...defined(k.prepareBatch) } as DeviceBatchConfig } : {}) }));
     const kinds = [...(c.kinds ?? []).filter((k) => !named.some((n) => n.name === k.name)), ...named, ...(kindFiles ?? []).map((f) => ({ module: modulePath(base, f) }))];
     if (kinds.length > 0) c.kinds = kinds;
     const { budgetBytes, deviceTimeoutS, ...engine } = layer.engine ?? {};
@@ -832,7 +840,7 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
     cluster: { ...c.cluster },
     ...(c.journal ? { journal: { ...c.journal } } : {}),
     ...(c.devices ? { devices: Object.fromEntries(Object.entries(c.devices).map(([n, d]) => [n, deviceToml(d)])) } : {}),
-    ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module, ...(k.device === undefined ? {} : { device: k.device }) }])) } : {}),
+    ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module, ...(k.device === undefined ? {} : { device: k.device }), ...(k.prepareBatch ? { prepareBatch: { ...k.prepareBatch } } : {}) }])) } : {}),
   };
   const secret = c.server.token ? '# server.token is set and not printed: give it again (STOKER_SERVER_TOKEN or --token-file)\n' : '';
   return `# stoker serve: the effective configuration (defaults < file < environment < flags)\n${secret}${stringify(doc).trim()}\n`;
@@ -892,6 +900,7 @@ export const CONFIG_DOC: string = (() => {
     `  ${'devices.NAME'.padEnd(w0)}  ${'none'.padEnd(w1)}  ${''.padEnd(w2)}  more devices by name, each a table like [device] (kind, workers, process or http)`,
     `  ${'kinds.NAME.module'.padEnd(w0)}  ${'–'.padEnd(w1)}  ${'(--kind FILE)'.padEnd(w2)}  a kind module (path relative to the config file); --kind adds one, repeatable`,
     `  ${'kinds.NAME.device'.padEnd(w0)}  ${'"default"'.padEnd(w1)}  ${''.padEnd(w2)}  the device that runs the kind (overrides the module's device export)`,
+    `  ${'kinds.NAME.prepareBatch'.padEnd(w0)}  ${'none'.padEnd(w1)}  ${''.padEnd(w2)}  prepare up to maxItems (1–4096) partitions together with the kind's prepareBatch, waiting up to maxWaitMs (default 0)`,
   ];
   return ['Configuration (defaults < --config file.toml < environment < flags); field, default, variable:', ...lines, ...extra].join('\n');
 })();

@@ -64,7 +64,16 @@ export interface KindModule<Input = unknown, Prepared = unknown, Output = unknow
   /** The job's partition count from its input (then `partitions` may be left out of a submission). */
   partitions?(input: Input): number;
   /** Prepares one partition in a preparation thread (CPU work belongs here, never on the event loop); its value goes to `run`. */
-  prepare(input: Input, ctx: PrepareContext): Prepared | Promise<Prepared>;
+  prepare?(input: Input, ctx: PrepareContext): Prepared | Promise<Prepared>;
+  /**
+   * Prepares several partitions of this kind together, in one preparation thread, when the config
+   * gives the kind `[kinds.NAME.prepareBatch]` (the only step such a kind's preparation calls): one
+   * input and one ctx (each with its own buffer) per item; returns one prepared value per item, in
+   * order (an `Error` in an item's place fails that item alone; a throw fails the batch, whose items
+   * are then prepared again alone, as batches of one). `ctx.signal` fires once every item of the
+   * batch is withdrawn.
+   */
+  prepareBatch?(inputs: Input[], ctx: PrepareContext[]): (Prepared | Error)[] | Promise<(Prepared | Error)[]>;
   /**
    * The device step, in a device worker thread (thread devices only: on a process device the
    * device's program does it); its value is the partition's output. The thread
@@ -125,8 +134,10 @@ export interface LoadedKind {
   readonly derivesPartitions: boolean;
   /** The device that runs its steps, by name ("default": the server's [device]). */
   readonly device: string;
-  /** Which device steps the module exports (thread devices): `run`, and `runBatch` for a batching device. */
-  readonly steps: { run: boolean; runBatch: boolean };
+  /** Which steps the module exports: `prepare`, and `prepareBatch` for a kind prepared in batches; (thread devices) `run`, and `runBatch` for a batching device. */
+  readonly steps: { prepare: boolean; prepareBatch: boolean; run: boolean; runBatch: boolean };
+  /** Its preparation batches as the config gives them (`[kinds.NAME.prepareBatch]`), or null: one partition per step. */
+  readonly prepareBatch: { maxItems: number; maxWaitMs: number } | null;
   finish(outputs: unknown[], input: unknown, job: string): Promise<unknown>;
 }
 
@@ -139,7 +150,7 @@ export type DeviceTypes = ReadonlyMap<string, DeviceType>;
 
 /** One thread device, "default": a server with only `[device]` and no `[device.process]`/`[device.http]`. */
 export const THREAD_DEVICE: DeviceTypes = new Map([['default', 'thread']]);
-const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'run', 'runBatch', 'finish'] as const;
+const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'prepareBatch', 'run', 'runBatch', 'finish'] as const;
 
 const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true });
 
@@ -166,7 +177,7 @@ export async function loadKind(url: string, shown: string = url, devices: Device
   for (const f of FUNCTIONS) {
     if (m[f] !== undefined && typeof m[f] !== 'function') throw fail(f, `must be a function (got ${typeof m[f]})`);
   }
-  if (typeof m['prepare'] !== 'function') throw fail('prepare', 'missing: export async function prepare(input, ctx) — it prepares one partition in a preparation thread');
+  if (typeof m['prepare'] !== 'function' && typeof m['prepareBatch'] !== 'function') throw fail('prepare', 'missing: export async function prepare(input, ctx) — it prepares one partition in a preparation thread (or prepareBatch(inputs[], ctx[]) for a kind prepared in batches)');
   const named = device ?? m['device'] ?? 'default';
   const deviceType = typeof named === 'string' ? devices.get(named) : undefined;
   if (deviceType === undefined) {
@@ -195,8 +206,9 @@ export async function loadKind(url: string, shown: string = url, devices: Device
     bufferBytes: bufferOf(m, fail),
     partitions: partitionsOf(m, fail),
     device: named as string,
-    steps: { run: typeof m['run'] === 'function', runBatch: typeof m['runBatch'] === 'function' },
+    steps: { prepare: typeof m['prepare'] === 'function', prepareBatch: typeof m['prepareBatch'] === 'function', run: typeof m['run'] === 'function', runBatch: typeof m['runBatch'] === 'function' },
     derivesPartitions: typeof m['partitions'] === 'function',
+    prepareBatch: null,
     finish: finishOf(m),
   };
 }

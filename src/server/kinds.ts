@@ -1,7 +1,7 @@
 import type { DeviceRunner, StageThreads, PreparedBuffer, RunCall } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
 import { asBytes } from '../runtime/bytes.js';
-import type { BatchResult, DeviceTask, PartitionTask, Workload } from '../runtime/runtime.js';
+import type { BatchResult, DeviceTask, PartitionTask, PrepareResult, Workload } from '../runtime/runtime.js';
 import { KindModuleError, loadKind, THREAD_DEVICE, type DeviceTypes, type LoadedKind } from './kind-module.js';
 
 /** The kinds every server runs, kind modules like any other (src/kinds). */
@@ -18,6 +18,8 @@ export interface KindSource {
   name?: string;
   /** `[kinds.NAME] device`: the device that runs it (overrides the module's `device`). */
   device?: string;
+  /** `[kinds.NAME.prepareBatch]`: its partitions are prepared in batches. */
+  prepareBatch?: { maxItems: number; maxWaitMs: number };
 }
 
 /**
@@ -36,7 +38,7 @@ export async function loadKinds(sources: readonly KindSource[], devices: DeviceT
     }
     const clash = kinds.get(kind.name);
     if (clash) throw new KindModuleError(s.shown, 'name', `${JSON.stringify(kind.name)} is already the name of ${clash.shown}: give each kind its own name`);
-    kinds.set(kind.name, { ...kind, shown: s.shown });
+    kinds.set(kind.name, { ...kind, shown: s.shown, prepareBatch: s.prepareBatch ?? null });
   }
   return kinds;
 }
@@ -66,6 +68,8 @@ export interface RouterHooks {
   observe(stage: 'prepare' | 'device', kind: string, ms: number): void;
   /** A batch of `items` ran on `device` (batching devices). */
   batch?(device: number, items: number): void;
+  /** A preparation batch of `items` of `kind` was prepared (kinds prepared in batches). */
+  prepareBatch?(kind: string, items: number): void;
 }
 
 /** A Uint8Array for any bytes value (a view of the pooled shared buffer is copied: the buffer is reused); anything else as it is. */
@@ -123,6 +127,33 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
     });
     this.hooks.observe('prepare', input.kind, performance.now() - t0);
     return prepared;
+  }
+
+  /** A preparation batch (one kind, `[kinds.NAME.prepareBatch]`) as one step: the kind's prepareBatch in one preparation thread. */
+  async prepareBatch(tasks: PartitionTask<RoutedInput>[]): Promise<PrepareResult<PreparedBuffer>[]> {
+    const first = tasks[0] as PartitionTask<RoutedInput>;
+    const kind = this.kind(first.input.kind);
+    for (const t of tasks) this.hooks.started(t.jobId);
+    const handoff = this.handoffOf(kind);
+    const t0 = performance.now();
+    const results = await this.threads.prepareBatch(
+      tasks.map((t) => ({
+        module: kind.url,
+        style: 'kind' as const,
+        input: t.input.input,
+        jobId: t.jobId,
+        partition: realPartition(t),
+        partitions: t.input.total,
+        bufferBytes: kind.bufferBytes(t.input.input),
+        signal: t.signal,
+        ...(handoff ? { handoff } : {}),
+      })),
+    );
+    // Each item's preparation latency is its batch's.
+    const ms = performance.now() - t0;
+    for (let i = 0; i < tasks.length; i++) this.hooks.observe('prepare', kind.name, ms);
+    this.hooks.prepareBatch?.(kind.name, tasks.length);
+    return results;
   }
 
   async run(task: DeviceTask<RoutedInput, PreparedBuffer>): Promise<{ output: unknown; busyMs: number }> {

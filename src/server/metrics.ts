@@ -79,6 +79,7 @@ export class ServiceMetrics {
   private readonly deviceSeconds: Histogram<'kind'>;
   private readonly jobSeconds: Histogram<'kind' | 'state'>;
   private readonly batchItems: Histogram<'device'>;
+  private readonly prepareBatchItems: Histogram<'kind'>;
   private readonly deviceNames: () => string[];
 
   constructor(service: MetricsSource) {
@@ -150,6 +151,8 @@ export class ServiceMetrics {
     this.jobSeconds = new Histogram({ name: 'stoker_job_seconds', help: 'Job latency, submission to end, by kind and state', labelNames: ['kind', 'state'], buckets: stageBuckets(6 * 3600), registers: [r] });
     // Batches by size (batching devices): items per device step, 1 … 4096.
     this.batchItems = new Histogram({ name: 'stoker_device_batch_items', help: 'Items per batch on batching devices ([device.batch]), by device', labelNames: ['device'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096], registers: [r] });
+    // Preparation batches by size (kinds with [kinds.NAME.prepareBatch]): items per preparation step.
+    this.prepareBatchItems = new Histogram({ name: 'stoker_prepare_batch_items', help: 'Items per preparation batch of kinds prepared in batches ([kinds.NAME.prepareBatch]), by kind', labelNames: ['kind'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096], registers: [r] });
     this.deviceNames = devices;
     for (const kind of service.kindNames()) {
       this.prepareSeconds.zero({ kind });
@@ -165,6 +168,11 @@ export class ServiceMetrics {
   /** A batch of `items` ran on device `device` (by index). */
   observeBatch(device: number, items: number): void {
     this.batchItems.observe({ device: this.deviceNames()[device] ?? String(device) }, items);
+  }
+
+  /** A preparation batch of `items` of `kind` finished its step. */
+  observePrepareBatch(kind: string, items: number): void {
+    this.prepareBatchItems.observe({ kind }, items);
   }
 
   jobEnded(kind: string, state: string, seconds: number): void {

@@ -24,12 +24,22 @@ export interface RunningServer {
 
 /** The kind modules a config names (`[kinds.NAME]`, `--kind`), for {@link loadKinds}. */
 export function kindSources(config: ServeConfig): KindSource[] {
-  return (config.kinds ?? []).map((k) => ({ url: pathToFileURL(k.module).href, shown: k.module, ...(k.name === undefined ? {} : { name: k.name }), ...(k.device === undefined ? {} : { device: k.device }) }));
+  return (config.kinds ?? []).map((k) => ({ url: pathToFileURL(k.module).href, shown: k.module, ...(k.name === undefined ? {} : { name: k.name }), ...(k.device === undefined ? {} : { device: k.device }), ...(k.prepareBatch ? { prepareBatch: k.prepareBatch } : {}) }));
 }
 
 /** The kinds a server with this config runs: the built-ins (thread devices) and the config's modules, each checked. */
 export async function loadServerKinds(config: ServeConfig): Promise<Map<string, LoadedKind>> {
   const kinds = await loadKinds(kindSources(config), deviceTypes(config));
+  for (const kind of kinds.values()) {
+    // Preparation calls a kind's prepareBatch when it is prepared in batches, its prepare when it is not.
+    const shown = (kind as LoadedKind & { shown?: string }).shown ?? kind.url;
+    if (kind.prepareBatch && !kind.steps.prepareBatch) {
+      throw new KindModuleError(shown, 'prepareBatch', `missing: the config gives it [kinds.${kind.name}.prepareBatch], so its preparation calls export async function prepareBatch(inputs[], ctx[]) — one prepared value (or Error) per item — add it, or leave prepareBatch out`);
+    }
+    if (!kind.prepareBatch && !kind.steps.prepare) {
+      throw new KindModuleError(shown, 'prepare', `missing: it is prepared one partition per step, so its preparation calls export async function prepare(input, ctx) — add it, or give it [kinds.${kind.name}.prepareBatch] in the config`);
+    }
+  }
   // A thread device calls a kind's runBatch when it batches, its run when it does not.
   for (const kind of kinds.values()) {
     const d = kind.device === 'default' ? config.device : config.devices?.[kind.device];

@@ -317,6 +317,7 @@ export class Service {
       },
       observe: (stage, kind, ms) => this.metrics.observeStage(stage, kind, ms),
       batch: (device, items) => this.metrics.observeBatch(device, items),
+      prepareBatch: (kind, items) => this.metrics.observePrepareBatch(kind, items),
     }, (kind) => this.handoffs[this.devices.findIndex((d) => d.name === kind.device)]);
     this.router = router;
     // The pacer starts from what the config says, else from what the last run measured.
@@ -337,9 +338,11 @@ export class Service {
       if (remembered.priorPrepareLimit !== undefined) said.push(`at most ${remembered.priorPrepareLimit} preparations at once`);
       this.priorsNote = `the pacer starts from ${said.join(', ')} (${this.devices.some((d) => d.config.priorServiceMs !== undefined) ? 'the config, and ' : ''}what the last run measured: ${path.join(config.dataDir, 'stoker.priors.json')})`;
     }
+    const grouped = [...kinds.values()].filter((k) => k.prepareBatch);
     this.runtime = new Runtime({
       workload: router,
       devices: engineDevices,
+      ...(grouped.length ? { kinds: Object.fromEntries(grouped.map((k) => [k.name, { prepareBatch: k.prepareBatch as NonNullable<LoadedKind['prepareBatch']> }])) } : {}),
       pacer: config.engine.pacer,
       pacerOptions: { ...remembered, ...o, priorDeviceServiceMs, priorKindServiceMs, targetWaiting: config.engine.targetWaiting },
       budgetBytes: config.engine.budgetBytes,
@@ -684,6 +687,9 @@ export class Service {
         waiting: s.waiting,
         onDevice: s.onDevice,
         inFlight: s.preparing + s.waiting + s.onDevice,
+        // Preparation steps running (a preparation batch is one), and each batched kind's batches: its largest, how many finished, the items they started with.
+        preparingSteps: s.preparingSteps,
+        ...(s.kinds.some((k) => k.prepareBatch) ? { prepareBatches: Object.fromEntries(s.kinds.flatMap((k) => (k.prepareBatch ? [[k.name, { ...k.prepareBatch }]] : []))) } : {}),
         pending: s.backlog + s.preparing + s.waiting + s.onDevice,
         byKind: this.partitionsByKind(),
         dispatched: s.dispatched,

@@ -137,6 +137,27 @@ describe('a process device in the server', () => {
     removeDir(shm);
   });
 
+  it('a kind prepared in batches hands each item its own file', async () => {
+    const shm = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-shm-'));
+    const data = tempDataDir();
+    const kind = `[kinds.remote]\nmodule = ${JSON.stringify(path.join(ROOT, 'test/fixtures/kinds/remote-kind.mjs'))}\n[kinds.remote.prepareBatch]\nmaxItems = 4\nmaxWaitMs = 50\n`;
+    const s = await startServer(data, ['--config', config(`handoffDir = ${JSON.stringify(shm)}\nhandoffMinBytes = 1000\n${kind}`)]);
+    try {
+      const sum = (n: number) => Array.from({ length: n }, (_, i) => i % 251).reduce((a, b) => a + b, 0);
+      await http(s.url, 'POST', '/v1/jobs', { id: 'big', kind: 'remote', partitions: 4, input: { mode: 'inspect', size: 5000 } });
+      expect((await http(s.url, 'GET', '/v1/jobs/big/result?wait=30s')).body.result).toEqual(Array.from({ length: 4 }, () => ({ byPath: true, n: 5000, sum: sum(5000) })));
+      const status = await http(s.url, 'GET', '/v1/status');
+      expect(status.body.partitions.prepareBatches.remote.items).toBe(4);
+      expect(status.body.partitions.prepareBatches.remote.batches).toBeLessThan(4);
+      const folder = fs.readdirSync(shm).find((f) => f.startsWith('stoker-handoff-')) as string;
+      expect(fs.readdirSync(path.join(shm, folder))).toEqual([]);
+    } finally {
+      await s.stop();
+      removeDir(data);
+    }
+    removeDir(shm);
+  });
+
   it('a handoffDir that cannot be used stops the start with exit 2 naming it (nothing left running)', async () => {
     const file = path.join(dir, 'not-a-folder');
     fs.writeFileSync(file, 'x');

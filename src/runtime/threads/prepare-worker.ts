@@ -8,9 +8,10 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { threadId } from 'node:worker_threads';
 import { BroadcastChannel } from 'node:worker_threads';
-import { moduleLoader, type PrepareModule, type PrepareReply, type PrepareRequest } from './protocol.js';
+import { moduleLoader, type PrepareItemReply, type PrepareModule, type PrepareReply, type PrepareRequest } from './protocol.js';
 
 const load = moduleLoader<PrepareModule>('prepare', 'prepare', () => 'prepare(input, ctx)');
+const loadBatch = moduleLoader<{ prepareBatch(inputs: unknown[], ctx: unknown[]): unknown }>('prepare', 'prepareBatch', () => 'prepareBatch(inputs[], ctx[])');
 
 /** The running tasks' controllers, and withdrawals heard before their task started here. */
 const running = new Map<number, AbortController>();
@@ -42,12 +43,12 @@ const view = (v: ArrayBuffer | SharedArrayBuffer | ArrayBufferView) => (ArrayBuf
  * preparation thread (the server's event loop never copies them): those `prepare` returned, or
  * the partition's buffer.
  */
-function handOff(req: PrepareRequest, meta: unknown): PrepareReply['file'] | undefined {
+function handOff(req: PrepareRequest, meta: unknown, ctx = req.ctx, bufferBytes = req.bufferBytes, index = -1): PrepareReply['file'] | undefined {
   const h = req.handoff;
   if (!h) return undefined;
-  const bytes = isBytes(meta) ? view(meta) : req.ctx.buffer ? new Uint8Array(req.ctx.buffer, 0, req.bufferBytes) : undefined;
+  const bytes = isBytes(meta) ? view(meta) : ctx.buffer ? new Uint8Array(ctx.buffer, 0, bufferBytes) : undefined;
   if (!bytes || bytes.byteLength < h.minBytes) return undefined;
-  const path = join(h.dir, `${process.pid}-${threadId}-${req.task}.bin`);
+  const path = join(h.dir, `${process.pid}-${threadId}-${req.task}${index >= 0 ? `-${index}` : ''}.bin`);
   const t0 = performance.now();
   try {
     writeFileSync(path, bytes);
@@ -58,18 +59,53 @@ function handOff(req: PrepareRequest, meta: unknown): PrepareReply['file'] | und
   return { path, bytes: bytes.byteLength, writeMs: performance.now() - t0 };
 }
 
+/** A kind module's ctx for one item (the task's signal fires when the whole task is withdrawn). */
+function itemCtx(c: PrepareRequest['ctx'], signal: AbortSignal) {
+  const { jobId, partition, partitions, buffer } = c;
+  return { jobId, job: jobId, partition, partitions, signal, ...(buffer ? { buffer } : {}) };
+}
+
+/** A preparation batch: the kind module's prepareBatch(inputs[], ctx[]); one prepared value per item, an Error in its place failing that item alone. */
+async function prepareBatch(req: PrepareRequest, batch: NonNullable<PrepareRequest['batch']>, signal: AbortSignal): Promise<PrepareReply> {
+  const m = loadBatch(req.module, req.style);
+  const mod = m instanceof Promise ? await m : m;
+  const t0 = performance.now();
+  const out = await mod.prepareBatch(
+    batch.map((b) => b.input),
+    batch.map((b) => itemCtx(b.ctx, signal)),
+  );
+  if (!Array.isArray(out) || out.length !== batch.length) {
+    throw new Error(`prepareBatch returned ${Array.isArray(out) ? `${out.length} values` : typeof out} for ${batch.length} items: return an array with one prepared value (or Error) per item, in order`);
+  }
+  const files: string[] = [];
+  try {
+    const replies = out.map((meta: unknown, i): PrepareItemReply => {
+      if (meta instanceof Error) return { error: meta.message };
+      const b = batch[i] as (typeof batch)[number];
+      const file = handOff(req, meta, b.ctx, b.bufferBytes, i);
+      if (!file) return { meta };
+      files.push(file.path);
+      return { meta: isBytes(meta) ? null : meta, file };
+    });
+    return { meta: null, latencyMs: performance.now() - t0, batch: replies };
+  } catch (e) {
+    // A handoff file that could not be written fails the batch: those already written go.
+    for (const f of files) rmSync(f, { force: true });
+    throw e;
+  }
+}
+
 export default async function prepareTask(req: PrepareRequest): Promise<PrepareReply> {
   listen(req.abortChannel);
-  const m = load(req.module, req.style);
-  const mod = m instanceof Promise ? await m : m;
   const controller = new AbortController();
   if (early.delete(req.task)) controller.abort(new Error('the partition was withdrawn'));
   running.set(req.task, controller);
-  const { jobId, partition, partitions, buffer } = req.ctx;
-  const ctx = { jobId, job: jobId, partition, partitions, signal: controller.signal, ...(buffer ? { buffer } : {}) };
-  const t0 = performance.now();
   try {
-    const meta = await mod.prepare(req.input, ctx as Parameters<PrepareModule['prepare']>[1]);
+    if (req.batch) return await prepareBatch(req, req.batch, controller.signal);
+    const m = load(req.module, req.style);
+    const mod = m instanceof Promise ? await m : m;
+    const t0 = performance.now();
+    const meta = await mod.prepare(req.input, itemCtx(req.ctx, controller.signal) as Parameters<PrepareModule['prepare']>[1]);
     const file = handOff(req, meta);
     if (!file) return { meta, latencyMs: performance.now() - t0 };
     return { meta: isBytes(meta) ? null : meta, latencyMs: performance.now() - t0, file };

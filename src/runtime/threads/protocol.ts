@@ -49,6 +49,8 @@ export interface PrepareRequest {
   bufferBytes: number;
   /** For a process device: prepared bytes of at least `minBytes` go to a file in `dir` (its path to the worker), not through the pipe. */
   handoff?: Handoff;
+  /** A preparation batch (kind modules' `prepareBatch(inputs[], ctx[])`): each item's input, context and buffer bytes; then `input`, `ctx` and `bufferBytes` are the first's. */
+  batch?: { input: unknown; ctx: ThreadTaskContext; bufferBytes: number }[];
 }
 
 /** Where large prepared data is handed to a process device: a file in a memory-backed folder. */
@@ -63,7 +65,12 @@ export interface PrepareReply {
   latencyMs: number;
   /** The prepared bytes, in a handoff file (the buffer's, or those `prepare` returned: then meta is null). */
   file?: { path: string; bytes: number; writeMs: number };
+  /** A preparation batch's answer, per item (then `meta` is null). */
+  batch?: PrepareItemReply[];
 }
+
+/** One item of a preparation batch: what it prepared (and its handoff file), or the message of the Error the module returned in its place. */
+export type PrepareItemReply = { meta: unknown; file?: { path: string; bytes: number; writeMs: number } } | { error: string };
 
 export interface DeviceWorkerData {
   /** BigInt64Array layout: [busyNs, count] per worker slot. */
@@ -91,10 +98,10 @@ export type BatchItemReply = { output: unknown } | { error: string };
 
 export type DeviceReply = { id: number; ok: true; output: unknown } | { id: number; ok: false; message: string };
 
-/** A kind module's exports: its named exports, or its default export's properties when it has no `prepare` of its own. */
+/** A kind module's exports: its named exports, or its default export's properties when it has no `prepare` (or `prepareBatch`) of its own. */
 export function kindExports(mod: Record<string, unknown>): Record<string, unknown> {
   const d = mod['default'];
-  return typeof mod['prepare'] !== 'function' && d !== null && typeof d === 'object' ? (d as Record<string, unknown>) : mod;
+  return typeof mod['prepare'] !== 'function' && typeof mod['prepareBatch'] !== 'function' && d !== null && typeof d === 'object' ? (d as Record<string, unknown>) : mod;
 }
 
 /**
