@@ -34,8 +34,8 @@ export interface KindSpec {
   /**
    * Preparation batches: up to `maxItems` queued items of this kind, in queue order, are prepared
    * together as one step (`startPrepareBatch`), with memory reserved for all of them at once. When
-   * fewer are queued, the batch waits up to `maxWaitMs` (from when the pacer first let it start)
-   * for more to arrive; it starts at once when the queue holds other work behind it (another kind,
+   * fewer are queued, the batch waits up to `maxWaitMs` (from when the pacer first let its oldest
+   * item start) for more to arrive; it starts at once when the queue holds other work behind it (another kind,
    * or an item that must be prepared alone), which could not join it. A batch counts as one
    * preparation for `maxPreparing`. Absent: one item per step.
    */
@@ -104,6 +104,8 @@ interface Item extends ItemView, KeyedNode {
   prepBatch: PrepBatch | null;
   /** Its preparation batch failed without saying which item: it is prepared alone next time. */
   prepSolo: boolean;
+  /** Since when the pacer has let it start while it waits in a short preparation batch (Infinity: not waiting). */
+  heldSince: number;
 }
 
 /** Items prepared together as one step (a `startPrepareBatch`). */
@@ -200,8 +202,6 @@ export class Engine {
   /** Preparation batching by kind name, as given; by kind index once a kind is seen (null: one item per step). */
   private readonly prepSpecs: ReadonlyMap<string, { maxItems: number; maxWaitMs: number }>;
   private readonly prepByKind: ({ maxItems: number; maxWaitMs: number } | null)[] = [];
-  /** By kind index: since when the pacer has let a preparation batch of it start while it waits for a fuller one (Infinity: not waiting). */
-  private readonly prepSince: number[] = [];
   private readonly prepBatches = new Map<number, PrepBatch>();
   private prepBatchSeq = 0;
 
@@ -527,6 +527,7 @@ export class Engine {
       solo: false,
       prepBatch: null,
       prepSolo: false,
+      heldSince: Infinity,
       heapIndex: -1,
     };
     job.live.set(item.partition, item);
@@ -926,7 +927,6 @@ export class Engine {
       for (let d = 0; d < n; d++) if (!this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind)) devices.push(d);
       const prep = this.prepSpecs.get(kind) ?? null;
       this.prepByKind.push(prep);
-      this.prepSince.push(Infinity);
       this.snapshot.kinds.push({ name: kind, devices, preparing: 0, waiting: 0, onDevice: 0, completions: new Array<number>(n).fill(0), busyMs: new Array<number>(n).fill(0), ...(prep ? { prepareBatch: { maxItems: prep.maxItems, batches: 0, items: 0 } } : {}) });
     }
     return i;
@@ -1073,6 +1073,7 @@ export class Engine {
     s.budgetUsedBytes = this.budget.used;
     item.reservedBytes = item.job.reservation;
     item.prepSolo = false;
+    item.heldSince = Infinity;
     item.state = 'preparing';
     item.attempt++;
     item.startedAt = this.now;
@@ -1086,8 +1087,9 @@ export class Engine {
    * The preparation batch `head` leads, taken off the backlog with its memory granted: the queued
    * items of its kind that follow it in queue order, up to maxItems (and what the whole budget
    * could ever hold at once), stopping at other work. With fewer, while nothing else is queued and
-   * it has waited less than maxWaitMs since the pacer first let it start, it waits (its items stay
-   * queued): returns the time to start it anyway. Returns Infinity while its memory is not free.
+   * its oldest item has waited less than maxWaitMs since the pacer first let it start, it waits (its
+   * items stay queued): returns the time to start it anyway. Returns Infinity while its memory is
+   * not free.
    */
   private collectPrepBatch(head: Item, spec: { maxItems: number; maxWaitMs: number }): Item[] | number {
     const kind = head.job.kindIndex;
@@ -1101,7 +1103,8 @@ export class Engine {
       items.push(it);
       bytes += it.job.reservation;
     }
-    const since = (this.prepSince[kind] = Math.min(this.prepSince[kind] as number, this.now));
+    let since = Infinity;
+    for (const it of items) since = Math.min(since, (it.heldSince = Math.min(it.heldSince, this.now)));
     const flushAt = since + spec.maxWaitMs;
     const hold = items.length < most && this.backlog.size === 0 && flushAt > this.now;
     if (hold || !this.budget.tryReserve(bytes)) {
@@ -1113,7 +1116,6 @@ export class Engine {
       this.snapshot.budgetBlocked = true;
       return Infinity;
     }
-    this.prepSince[kind] = Infinity;
     return items;
   }
 }

@@ -378,12 +378,23 @@ export class Runtime<I, P, O, R> {
     const prepareBatch = this.workload.prepareBatch as NonNullable<Workload<I, P, O, R>['prepareBatch']>;
     const entries: { item: ItemView; f: Flight<P> }[] = [];
     const tasks: PartitionTask<I>[] = [];
+    /** Items whose job is not here (never expected): they fail alone, the rest are prepared. */
+    const missing: { item: number; reason: string }[] = [];
     for (const item of items) {
-      const job = this.jobs.get(item.jobId) as JobCtx<I, O, R>;
+      const job = this.jobs.get(item.jobId);
+      if (!job) {
+        missing.push({ item: item.id, reason: 'its job is not in this runtime' });
+        continue;
+      }
       const f: Flight<P> = { controller: new AbortController() };
       this.flights.set(item.id, f);
       entries.push({ item, f });
       tasks.push({ jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, signal: f.controller.signal });
+    }
+    if (entries.length === 0) {
+      // (Answered after the step that started it, as a preparation would be.)
+      queueMicrotask(() => this.apply({ type: 'prepareBatchDone', time: this.clock.now(), batch, failed: missing }));
+      return;
     }
     /** The items still in this batch (not withdrawn, not yet answered). */
     const live = () => entries.filter((e) => this.flights.get(e.item.id) === e.f && !e.f.controller.signal.aborted);
@@ -391,6 +402,7 @@ export class Runtime<I, P, O, R> {
       const still = live();
       for (const e of still) this.flights.delete(e.item.id);
       if (still.length > 0) this.apply({ type: 'prepareBatchFailed', time: this.clock.now(), batch, reason });
+      else this.syncPool();
     };
     const started = this.clock.now();
     prepareBatch.call(this.workload, tasks).then(
@@ -404,7 +416,7 @@ export class Runtime<I, P, O, R> {
           return failed(`the preparation batch's result ${wrong} is ${JSON.stringify(results[wrong]) ?? String(results[wrong])}: each result must be { prepared } or { error }`);
         }
         const still = new Set(live());
-        const bad: { item: number; reason: string }[] = [];
+        const bad = [...missing];
         entries.forEach((e, i) => {
           const r = results[i] as PrepareResult<P>;
           if (!still.has(e)) {

@@ -213,13 +213,15 @@ export class StageThreads implements DeviceRunner {
   async prepareBatch(calls: PrepareCall[]): Promise<PrepareResult<PreparedBuffer>[]> {
     if (this.closed) throw new Error('the workload is closed');
     const first = calls[0] as PrepareCall;
-    const buffers = calls.map((c) => (c.bufferBytes > 0 ? this.pool.checkout(c.bufferBytes) : undefined));
+    const buffers: (PooledBuffer | undefined)[] = [];
     const task = this.nextTask++;
     const signal = batchSignal(calls);
     const withdraw = () => this.abortChannel.postMessage(task);
     signal.addEventListener('abort', withdraw, { once: true });
     const ctx = (c: PrepareCall, i: number) => ({ jobId: c.jobId, partition: c.partition, partitions: c.partitions, ...(buffers[i] ? { buffer: (buffers[i] as PooledBuffer).buffer } : {}) });
     try {
+      // (Inside the try: a checkout that throws gives back those taken before it.)
+      for (const c of calls) buffers.push(c.bufferBytes > 0 ? this.pool.checkout(c.bufferBytes) : undefined);
       const req: PrepareRequest = {
         module: first.module,
         style: first.style,

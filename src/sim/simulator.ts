@@ -404,8 +404,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
           if (prepFluid) advancePrep();
           preparing++;
           const kind = kindList[it.kindIndex] as Kind;
-          // A kind prepared in batches pays its batch's fixed part alone too (drawn first, as in a batch).
-          const base = (kind.prepareBatch ? sampleMs(kind.prepareBatch.fixed, it.rng) : 0) + sampleMs(kind.prepare, it.rng);
+          const base = sampleMs(kind.prepare, it.rng);
           const latency = base * factor(kind.contention, preparing);
           if (prepFluid) {
             it.prepRemaining = base;

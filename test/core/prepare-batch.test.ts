@@ -164,3 +164,22 @@ describe('Engine: preparation batches', () => {
     expect(r.e.snapshot.preparing).toBe(2);
   });
 });
+
+describe('Engine: preparation batches wait from their oldest item', () => {
+  it('a held batch withdrawn leaves no wait behind: the next one waits its own maxWaitMs', () => {
+    const r = grouping({ maxItems: 4, maxWaitMs: 100 });
+    expect(wake(r.apply({ type: 'submit', time: 0, job: job('a', 1) }))).toBe(100);
+    r.apply({ type: 'cancel', time: 10, jobId: 'a' });
+    const out = r.apply({ type: 'submit', time: 5000, job: job('b', 1) });
+    expect(starts(out)).toEqual([]);
+    expect(wake(out)).toBe(5100);
+  });
+
+  it('items left queued after a full batch started keep the time they have waited', () => {
+    const r = grouping({ maxItems: 2, maxWaitMs: 100 });
+    r.apply({ type: 'submit', time: 0, job: job('a', 1) });
+    // A more urgent pair fills a batch at 50 and starts; a:0 still waits from 0.
+    expect(starts(r.apply({ type: 'submit', time: 50, job: job('u', 2, 'k', { priority: 'critical' }) }))).toEqual(['0:[u:0 u:1]']);
+    expect(starts(r.apply({ type: 'tick', time: 100 }))).toEqual(['1:[a:0]']);
+  });
+});

@@ -415,3 +415,19 @@ describe('ThreadedWorkload under the Runtime', () => {
     TIMEOUT,
   );
 });
+
+describe('StageThreads.prepareBatch', () => {
+  it('gives back the buffers it took when a later checkout fails (the pool is full)', async () => {
+    const { StageThreads } = await import('../../dist/runtime/threaded.js');
+    const { BufferPool } = await import('../../dist/runtime/buffer-pool.js');
+    const pool = new BufferPool({ maxBytes: 16_384 });
+    const threads = new StageThreads({ devices: [{ workers: 1 }], prepareThreads: 1, pool });
+    try {
+      const call = (partition: number) => ({ module: 'file:///nowhere.mjs', style: 'kind' as const, input: null, jobId: 'j', partition, partitions: 3, bufferBytes: 8192, signal: new AbortController().signal });
+      await expect(threads.prepareBatch([call(0), call(1), call(2)])).rejects.toThrow();
+      expect(pool.stats().leasedBytes).toBe(0);
+    } finally {
+      await threads.close();
+    }
+  });
+});
