@@ -36,5 +36,6 @@ export default tseslint.config(
     ['src/kinds/**/*.ts', ['../cluster/*', '../cli/*']],
     ['src/cluster/**/*.ts', ['../cli/*']],
     ['src/web/**/*.ts', ['../cli/*', '../server/*', '../cluster/*']],
+    ['src/plan/**/*.ts', ['../cli/*', '../server/*', '../cluster/*', '../kinds/*', '../runtime/*']],
   ].map(([files, patterns]) => ({ files: [files], rules: { 'no-restricted-imports': ['error', { patterns }] } })),
 );

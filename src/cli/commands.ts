@@ -129,7 +129,7 @@ export function traceFiles(file: string, pacers: string[]): string[] {
 
 /** Writes a timeline as Chrome trace JSON (the format Perfetto opens); `now` ends spans still running. */
 function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, io: Io): void {
-  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), title, now });
+  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title, now });
   writeOutputFile('--trace', file, `${JSON.stringify(trace)}\n`, io);
 }
 

@@ -10,6 +10,7 @@ import { DEMO_DEFAULTS } from '../runtime/demo.js';
 import { CONFIG_DOC, ConfigError } from '../server/config.js';
 import { KindModuleError } from '../server/kind-module.js';
 import { OptionalPackageError } from '../runtime/optional.js';
+import type { PlanFlags } from './plan-command.js';
 import { cancelCommand, ClientError, configPrintCommand, serveCommand, statusCommand, submitCommand, traceExportCommand, waitCommand, type ClientFlags, type ConfigFlags, type SubmitFlags, type TraceExportFlags } from './service-commands.js';
 
 export type { Io } from './commands.js';
@@ -67,6 +68,19 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
     .option('--html <file>', 'write a self-contained HTML report: the table, and per scenario its metrics and charts')
     .action((flags: BenchFlags) => benchCommand(flags, io));
+
+  p.command('plan')
+    .description('the settings to run: simulate a scenario (or one fitted from a trace of a real run) across target, budget, preparation cap, workers and pacers; print the frontier and the recommended setting with its config lines (progress on stderr)')
+    .argument('<scenario|trace.json>', 'a built-in scenario, a scenario .json file, or a Chrome trace of a run (stoker demo --trace, stoker trace export)')
+    .option('--seeds <n>', 'seeds per setting (from the scenario\'s own)', '3')
+    .option('--pacers <list>', 'comma-separated built-in pacers to try', 'stoker')
+    .option('--targets <list>', 'comma-separated waiting targets to try', '1,2,4,8')
+    .option('--json', 'print { fit, frontier: [...], recommended: {...} } as JSON')
+    .option('--scenario-out <file>', 'write the scenario planned on (the fitted one, from a trace) as JSON')
+    .action(async (spec: string, flags: PlanFlags) => {
+      const { planCommand } = await import('./plan-command.js');
+      await planCommand(spec, flags, io);
+    });
 
   p.command('demo')
     .description('run the ntt-proof workload on real threads (CPU or WebGPU devices) with live progress, then a summary')

@@ -1,5 +1,5 @@
 import type { PacerSnapshot } from './pacer.js';
-import type { Command, EngineEvent, ItemView } from './types.js';
+import type { Command, EngineEvent, ItemView, Priority } from './types.js';
 
 /**
  * A timeline of what ran where, recorded from the engine's own steps (the event applied and the
@@ -30,6 +30,17 @@ export interface TimelineSpan {
   outcome: 'done' | 'failed' | 'aborted' | null;
   /** A batch (on a device, or a preparation batch): how many items it started with (`jobId` and `partition` are its first item's). */
   items?: number;
+}
+
+/** A job as it was submitted: when, its kind, size, priority and memory per partition (what a fit of the run needs for arrivals). */
+export interface TimelineJob {
+  t: number;
+  id: string;
+  kind: string;
+  partitions: number;
+  priority: Priority;
+  prepareBytes: number;
+  deviceBytes: number;
 }
 
 /** The pipeline's levels at one moment. */
@@ -76,6 +87,9 @@ export class TimelineRecorder {
   /** Open spans by item id (an item is in at most one stage at a time). */
   private readonly open = new Map<number, Open>();
   private finished: TimelineSpan[] = [];
+  /** Jobs submitted, oldest first (bounded like the spans), and the ids among them. */
+  private jobList: TimelineJob[] = [];
+  private readonly jobIds = new Set<string>();
   private sampleList: TimelineSample[] = [];
   private lastSample = -Infinity;
 
@@ -89,6 +103,19 @@ export class TimelineRecorder {
   record(event: EngineEvent, commands: readonly Command[], s: PacerSnapshot, heldBytes = 0): void {
     const t = event.time;
     switch (event.type) {
+      case 'submit': {
+        // (An identical resubmit of a job already recorded — a client's retry — is the same job.)
+        const j = event.job;
+        if (this.jobIds.has(j.id)) break;
+        this.jobIds.add(j.id);
+        this.jobList.push({ t, id: j.id, kind: j.kind, partitions: j.partitions, priority: j.priority ?? 'normal', prepareBytes: j.memory?.prepareBytes ?? 0, deviceBytes: j.memory?.deviceBytes ?? 0 });
+        if (this.jobList.length > this.maxSpans * 1.25) {
+          const drop = this.jobList.length - this.maxSpans;
+          for (const old of this.jobList.slice(0, drop)) this.jobIds.delete(old.id);
+          this.jobList = this.jobList.slice(drop);
+        }
+        break;
+      }
       case 'prepared':
         this.close(event.item, event.attempt, 'prepare', t, 'done');
         break;
@@ -147,6 +174,11 @@ export class TimelineRecorder {
     const out = this.finished.filter((sp) => (sp.end as number) >= since);
     for (const o of this.open.values()) out.push({ ...o.span });
     return out.sort((a, b) => a.start - b.start);
+  }
+
+  /** Jobs submitted at or after `since`, oldest first. */
+  jobs(since = -Infinity): TimelineJob[] {
+    return this.jobList.filter((j) => j.t >= since).map((j) => ({ ...j }));
   }
 
   /** Samples at or after `since`. */

@@ -636,7 +636,9 @@ export class Service {
   /** The last `sinceMs` as Chrome trace event JSON (opens in Perfetto and chrome://tracing). */
   trace(sinceMs: number): ChromeTrace {
     const v = this.timelineView(sinceMs);
-    return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, title: 'stoker serve', now: v.now });
+    // The jobs submitted in the window, by their own partition numbering's size (what a plan fits arrivals from).
+    const jobs = this.timeline.jobs(this.runtime.now() - sinceMs).map((j) => ({ ...j, t: performance.timeOrigin + j.t }));
+    return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, jobs, title: 'stoker serve', now: v.now });
   }
 
   /** Resolves with the job once it has ended, or after `waitMs` with its state then. */

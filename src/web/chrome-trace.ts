@@ -1,14 +1,18 @@
-import type { TimelineLane, TimelineSample, TimelineSpan } from '../core/index.js';
+import { PRIORITIES, type Priority, type TimelineJob, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
 
 /**
  * Chrome trace event JSON (the format Perfetto and chrome://tracing open) from a timeline: one
  * track (tid) per preparation slot and per device worker, a complete event ("X") per partition
- * and stage, counter events ("C") for waiting, inventory and memory. Times in µs.
+ * and stage, counter events ("C") for waiting, inventory and memory, and an instant event ("i")
+ * per job submitted (its kind, size and memory: what `stoker plan` fits arrivals from). Times in
+ * µs. {@link fromChromeTrace} reads one back.
  */
 
 export interface ChromeTraceEvent {
   name: string;
-  ph: 'X' | 'C' | 'M';
+  ph: 'X' | 'C' | 'M' | 'i';
+  /** An instant event's scope ("p": the process). */
+  s?: 'p';
   pid: number;
   tid?: number;
   ts?: number;
@@ -27,6 +31,8 @@ export interface ChromeTraceInput {
   lanes: readonly TimelineLane[];
   spans: readonly TimelineSpan[];
   samples: readonly TimelineSample[];
+  /** The jobs submitted. @default none */
+  jobs?: readonly TimelineJob[];
   /** The trace's process name, e.g. "stoker demo (stoker pacer)". */
   title: string;
   /** Where a span still running ends in the trace (ms, the timeline's clock): usually now. */
@@ -68,8 +74,11 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
       ts: us(s.start - origin),
       // From the rounded ends, so a span that starts where the previous one ended on its track never overlaps it.
       dur: Math.max(0, us(end - origin) - us(s.start - origin)),
-      args: { job: s.jobId, partition: s.partition, outcome: s.outcome ?? 'running' },
+      args: { job: s.jobId, partition: s.partition, outcome: s.outcome ?? 'running', ...(s.items === undefined ? {} : { items: s.items }) },
     });
+  }
+  for (const j of input.jobs ?? []) {
+    events.push({ name: `submit ${j.id}`, cat: 'job', ph: 'i', s: 'p', pid: PID, tid: 0, ts: us(j.t - origin), args: { id: j.id, kind: j.kind, partitions: j.partitions, priority: j.priority, prepareBytes: j.prepareBytes, deviceBytes: j.deviceBytes } });
   }
   for (const x of input.samples) {
     const ts = us(x.t - origin);
@@ -78,4 +87,45 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
     events.push({ name: 'memory bytes', ph: 'C', pid: PID, tid: 0, ts, args: { reserved: x.budgetUsedBytes, idlePooled: x.budgetHeldBytes } });
   }
   return { traceEvents: events, displayTimeUnit: 'ms', otherData: { generator: 'stoker', originMs: String(origin) } };
+}
+
+/**
+ * A Chrome trace written by {@link toChromeTrace} read back: its lanes (from the track names), its
+ * spans and its jobs, in ms from the trace's start. Throws an Error naming what is wrong when the
+ * JSON is not such a trace.
+ */
+export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[] } {
+  const events = (raw as { traceEvents?: unknown } | null)?.traceEvents;
+  if (!Array.isArray(events)) throw new Error('not a Chrome trace: it has no traceEvents array (write one with stoker demo --trace, stoker simulate --trace or stoker trace export)');
+  const lanes: TimelineLane[] = [];
+  const laneOf = new Map<number, number>();
+  for (const e of events as ChromeTraceEvent[]) {
+    if (e?.ph !== 'M' || e.name !== 'thread_name' || typeof e.tid !== 'number' || e.tid === 0) continue;
+    const name = String((e.args as { name?: unknown } | undefined)?.name ?? '');
+    const dev = /^device (\d+) \/ worker (\d+)$/.exec(name);
+    const id = lanes.length;
+    laneOf.set(e.tid, id);
+    lanes.push(dev ? { id, kind: 'device', name, device: Number(dev[1]), worker: Number(dev[2]) } : { id, kind: 'prepare', name });
+  }
+  const spans: TimelineSpan[] = [];
+  const jobs: TimelineJob[] = [];
+  const num = (v: unknown, what: string): number => {
+    if (typeof v !== 'number' || !Number.isFinite(v)) throw new Error(`not a stoker trace: ${what} is ${JSON.stringify(v)}, not a number`);
+    return v;
+  };
+  for (const e of events as ChromeTraceEvent[]) {
+    if (e?.ph === 'X' && (e.cat === 'prepare' || e.cat === 'device')) {
+      const lane = laneOf.get(e.tid as number);
+      if (lane === undefined) continue;
+      const a = (e.args ?? {}) as { job?: unknown; partition?: unknown; outcome?: unknown; items?: unknown };
+      const start = num(e.ts, 'a span\'s ts') / 1000;
+      const outcome = a.outcome === 'done' || a.outcome === 'failed' || a.outcome === 'aborted' ? a.outcome : null;
+      spans.push({ lane, kind: e.cat, jobId: String(a.job), partition: num(a.partition, 'a span\'s partition'), start, end: outcome === null ? null : start + num(e.dur, 'a span\'s dur') / 1000, outcome, ...(typeof a.items === 'number' ? { items: a.items } : {}) });
+    } else if (e?.ph === 'i' && e.cat === 'job') {
+      const a = (e.args ?? {}) as Record<string, unknown>;
+      const priority = PRIORITIES.includes(a['priority'] as Priority) ? (a['priority'] as Priority) : 'normal';
+      jobs.push({ t: num(e.ts, 'a job\'s ts') / 1000, id: String(a['id']), kind: String(a['kind']), partitions: num(a['partitions'], 'a job\'s partitions'), priority, prepareBytes: num(a['prepareBytes'] ?? 0, 'a job\'s prepareBytes'), deviceBytes: num(a['deviceBytes'] ?? 0, 'a job\'s deviceBytes') });
+    }
+  }
+  return { lanes, spans, jobs };
 }

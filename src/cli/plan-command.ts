@@ -1,0 +1,120 @@
+import fs from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { createPacer, PACER_NAMES } from '../core/index.js';
+import { fitRun, PlanError, type FitReport } from '../plan/fit.js';
+import { configLines, frontier, planGrid, recommend, runSetting, type PlanRow } from '../plan/sweep.js';
+import { resolveScenario } from '../sim/load-scenario.js';
+import { parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
+import { fromChromeTrace } from '../web/chrome-trace.js';
+import { UsageError, type Io } from './commands.js';
+import { formatMetric, formatTable } from './table.js';
+
+export interface PlanFlags {
+  seeds?: string;
+  pacers?: string;
+  targets?: string;
+  json?: boolean;
+  /** Write the scenario planned on (fitted from a trace, or the one given) as JSON. */
+  scenarioOut?: string;
+}
+
+/** `stoker plan <scenario | trace.json>`: fit (from a trace), sweep, frontier, recommendation. */
+export async function planCommand(spec: string, flags: PlanFlags, io: Io): Promise<void> {
+  const seedCount = flags.seeds === undefined ? 3 : Number(flags.seeds);
+  if (!Number.isInteger(seedCount) || seedCount < 1 || seedCount > 50) throw new UsageError(`--seeds must be an integer from 1 to 50 (got ${flags.seeds})`);
+  const pacers = flags.pacers === undefined ? ['stoker'] : flags.pacers.split(',').map((p) => p.trim());
+  for (const p of pacers) if (!(PACER_NAMES as readonly string[]).includes(p)) throw new UsageError(`--pacers: unknown pacer ${JSON.stringify(p)}; use built-in ones: ${PACER_NAMES.join(', ')}`);
+  const targets = flags.targets === undefined ? undefined : flags.targets.split(',').map((t) => Number(t));
+  if (targets?.some((t) => !Number.isFinite(t) || t < 0)) throw new UsageError(`--targets must be numbers ≥ 0, comma-separated (got ${flags.targets})`);
+  const { scenario, fit } = load(spec);
+  if (flags.scenarioOut !== undefined) {
+    fs.writeFileSync(flags.scenarioOut, `${JSON.stringify(scenario, null, 2)}\n`);
+    io.err(`wrote ${flags.scenarioOut}\n`);
+  }
+  const seeds = Array.from({ length: seedCount }, (_, i) => scenario.seed + i);
+  // The scenario's own setting first: its peak memory and the items Little's law says a device needs in flight size the grid.
+  const base = simulate(scenario, { pacer: (o) => createPacer(pacers[0] as string, o) });
+  const latencyS = Math.max(...Object.values(scenario.kinds).map((k) => prepareStep(k).ms / prepareStep(k).items)) / 1000;
+  const littleItems = (base.metrics.itemsPerSec ?? 0) * latencyS;
+  const grid = planGrid(scenario, { peakMemoryBytes: base.metrics.peakMemoryBytes, littleItems }, { pacers, ...(targets ? { targets } : {}) });
+  const rows: PlanRow[] = [];
+  const t0 = performance.now();
+  for (const setting of grid) {
+    rows.push(runSetting(scenario, setting, seeds));
+    const r = rows.at(-1) as PlanRow;
+    io.err(`[${rows.length}/${grid.length}] ${describe(r)}: ${r.itemsPerSec.toFixed(3)} items/s, peak ${bytes(r.peakMemoryBytes)} (${Math.round(performance.now() - t0)} ms so far)\n`);
+  }
+  const front = frontier(rows);
+  const best = recommend(rows);
+  if (flags.json) {
+    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, settings: rows.length, frontier: front, recommended: best ? { ...best, config: configLines(best, scenario) } : null }, null, 2)}\n`);
+    return;
+  }
+  if (fit) io.out(fitText(fit));
+  io.out(`plan for ${scenario.name}: ${rows.length} settings × ${seeds.length} seeds (${seeds.join(', ')}); the frontier (no other setting has more throughput, less peak memory and less p99 latency):\n`);
+  io.out(formatTable(['pacer', 'target', 'budget', 'prep cap', 'workers', 'items/s', 'occupancy', 'waiting', 'peak memory', 'p99 latency'], front.map((r) => row(r, r === best))));
+  if (!best) {
+    io.out('\nno setting finished every job in the simulated runs: the scenario is more than these settings can serve\n');
+    return;
+  }
+  io.out(`\nrecommended (the least memory, then latency, within 1 % of the best throughput): ${describe(best)}\n${configLines(best, scenario).join('\n')}\n`);
+}
+
+function load(spec: string): { scenario: Scenario; fit: FitReport | null } {
+  if (spec.endsWith('.json') && fs.existsSync(spec)) {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(fs.readFileSync(spec, 'utf8'));
+    } catch (e) {
+      throw new UsageError(`${spec} is not JSON: ${(e as Error).message}`);
+    }
+    if (typeof raw === 'object' && raw !== null && 'traceEvents' in raw) {
+      try {
+        const { scenario, fit } = fitRun(fromChromeTrace(raw), `fitted from ${spec}`);
+        return { scenario: parseScenario(scenario, `the scenario fitted from ${spec}`), fit };
+      } catch (e) {
+        if (e instanceof PlanError) throw new UsageError(`${spec}: ${e.message}`);
+        throw e;
+      }
+    }
+  }
+  return { scenario: resolveScenario(spec), fit: null };
+}
+
+/** Bytes in GiB, or MiB below 1 GiB (a plan for small items must not read 0.1 GiB everywhere). */
+function bytes(n: number): string {
+  return n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${(n / 2 ** 20).toFixed(1)} MiB`;
+}
+
+function describe(r: PlanRow): string {
+  return `${r.pacer}, target ${r.targetWaiting}, budget ${r.budgetBytes === null ? 'none' : bytes(r.budgetBytes)}, prep cap ${r.maxPreparing ?? 'none'}, workers ${r.workers.join('/')}`;
+}
+
+function row(r: PlanRow, mark: boolean): string[] {
+  return [
+    `${mark ? '→ ' : ''}${r.pacer}`,
+    String(r.targetWaiting),
+    r.budgetBytes === null ? 'none' : bytes(r.budgetBytes),
+    r.maxPreparing === null ? 'none' : String(r.maxPreparing),
+    r.workers.join('/'),
+    r.itemsPerSec.toFixed(3),
+    formatMetric('occupancy', r.occupancy),
+    formatMetric('waitingMean', r.waitingMean),
+    bytes(r.peakMemoryBytes),
+    formatMetric('jobLatencyP99Ms', r.jobLatencyP99Ms),
+  ];
+}
+
+function fitText(f: FitReport): string {
+  const lines = [`fitted from ${f.jobs} jobs (${f.partitions} partitions) over ${f.spanS.toFixed(0)} s:`];
+  for (const [kind, k] of Object.entries(f.kinds)) {
+    const c = k.prepare.contention;
+    lines.push(`  kind ${kind}: ${k.jobs} jobs, ${k.prepare.samples} preparations, median ${k.prepare.medianS.toFixed(3)} s (p90 ${k.prepare.p90S.toFixed(3)} s), alone ${k.prepare.baseMedianS.toFixed(3)} s; slowdown by concurrent preparations ${c.length > 1 ? `×${(c.at(-1) as number).toFixed(2)} at ${c.length}` : 'none seen'}; memory ${k.prepareBytes} + ${k.deviceBytes} bytes per partition${k.service ? `; its own device time median ${k.service.medianS.toFixed(3)} s` : ''}`);
+  }
+  for (const d of f.devices) {
+    const c = d.service.contention;
+    lines.push(`  device ${d.device}: ${d.workers} workers, ${d.service.samples} steps, median ${d.service.medianS.toFixed(3)} s, alone ${d.service.baseMedianS.toFixed(3)} s; slowdown by busy workers ${c.length > 1 ? c.map((x) => x.toFixed(2)).join(', ') : 'none seen'}`);
+  }
+  for (const n of f.notes) lines.push(`  note: ${n}`);
+  return `${lines.join('\n')}\n\n`;
+}

@@ -1,0 +1,261 @@
+/**
+ * A scenario fitted from a recorded run (a timeline: what ran where, and the jobs submitted): per
+ * kind the preparation latencies and how they grow with concurrent preparations, per device its
+ * workers and service times and how they grow with busy workers, the arrivals as they came, and
+ * each kind's memory. Distributions are empirical (the measured values, deflated by the contention
+ * each one ran under), so the simulator replays the run's own spread.
+ */
+import type { TimelineJob, TimelineLane, TimelineSpan } from '../core/index.js';
+import type { ScenarioInput } from '../sim/index.js';
+
+/** What a recorded run gives the fitter (a timeline, or a Chrome trace read back). */
+export interface RecordedRun {
+  lanes: readonly TimelineLane[];
+  spans: readonly TimelineSpan[];
+  jobs: readonly TimelineJob[];
+}
+
+/** How one stage's time grows with concurrency: per level, the samples and their median (seconds). */
+export interface ContentionBin {
+  concurrency: number;
+  samples: number;
+  medianS: number;
+  factor: number;
+}
+
+export interface StageFit {
+  samples: number;
+  /** Of the times as measured, seconds. */
+  medianS: number;
+  p90S: number;
+  /** Of the times deflated to one user (what the scenario's distribution holds). */
+  baseMedianS: number;
+  bins: ContentionBin[];
+  contention: number[];
+}
+
+export interface FitReport {
+  jobs: number;
+  partitions: number;
+  /** From the first job to the last span's end, seconds. */
+  spanS: number;
+  kinds: Record<string, { jobs: number; partitions: number; prepareBytes: number; deviceBytes: number; prepare: StageFit; service: StageFit | null }>;
+  devices: { device: number; workers: number; service: StageFit }[];
+  notes: string[];
+}
+
+export class PlanError extends Error {
+  override readonly name = 'PlanError';
+}
+
+/** Fewest samples a stage needs to be fitted, and a contention level to count. */
+const MIN_SAMPLES = 10;
+const MIN_BIN = 5;
+/** Values kept per empirical distribution (evenly spaced order statistics: the shape, not the order). */
+const KEEP = 400;
+
+/**
+ * Fits a scenario to a recorded run. Throws a {@link PlanError} saying what is missing when the run
+ * is too short (fewer than 10 finished preparations or device steps) or lacks job records.
+ */
+export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioInput; fit: FitReport } {
+  if (run.jobs.length === 0) throw new PlanError('the run has no job records (a trace written before stoker recorded them, or an empty run): record the run again with this version');
+  if (run.spans.some((s) => (s.items ?? 1) > 1)) throw new PlanError('the run has batches (on a device or in preparation): fitting a batched run is not supported yet; plan from a scenario file instead');
+  const kindOf = new Map(run.jobs.map((j) => [j.id, j]));
+  const lanes = new Map(run.lanes.map((l) => [l.id, l]));
+  const done = run.spans.filter((s) => s.outcome === 'done' && s.end !== null && kindOf.has(s.jobId));
+  const prep = done.filter((s) => s.kind === 'prepare');
+  const dev = done.filter((s) => s.kind === 'device');
+  if (prep.length < MIN_SAMPLES || dev.length < MIN_SAMPLES) {
+    throw new PlanError(`the run holds ${prep.length} finished preparations and ${dev.length} finished device steps; a fit needs at least ${MIN_SAMPLES} of each: record a longer run`);
+  }
+  const notes: string[] = [];
+  // Preparation: concurrency over all preparations (they share the CPU whatever their kind).
+  const prepLevel = levels(run.spans.filter((s) => s.kind === 'prepare'));
+  const t0 = Math.min(...run.jobs.map((j) => j.t));
+  const kinds: FitReport['kinds'] = {};
+  const scenarioKinds: NonNullable<ScenarioInput['kinds']> = {};
+  const byKind = group(run.jobs, (j) => j.kind);
+  // Device steps by device (the lane says which).
+  const deviceOf = (s: TimelineSpan) => lanes.get(s.lane)?.device ?? 0;
+  const devSpans = group(dev, (s) => String(deviceOf(s)));
+  const deviceFits: FitReport['devices'] = [];
+  const deflatedByDevice = new Map<number, { spans: TimelineSpan[]; base: number[] }>();
+  for (const [d, spans] of [...devSpans.entries()].sort((a, b) => Number(a[0]) - Number(b[0]))) {
+    const device = Number(d);
+    const all = run.spans.filter((s) => s.kind === 'device' && deviceOf(s) === device);
+    const workers = new Set(run.lanes.filter((l) => l.kind === 'device' && (l.device ?? 0) === device).map((l) => l.worker ?? 0)).size;
+    const f = stageFit(spans, levels(all));
+    deviceFits.push({ device, workers: Math.max(1, workers), service: f.fit });
+    deflatedByDevice.set(device, { spans, base: f.base });
+  }
+  if (deviceFits.length === 0) throw new PlanError('the run has no finished device step on any device lane');
+  const several = byKind.size > 1;
+  for (const [kind, jobs] of byKind) {
+    const ps = prep.filter((s) => kindOf.get(s.jobId)?.kind === kind);
+    const first = jobs[0] as TimelineJob;
+    if (ps.length < MIN_SAMPLES) throw new PlanError(`kind ${kind} has ${ps.length} finished preparations; a fit needs at least ${MIN_SAMPLES}: record a longer run`);
+    const p = stageFit(ps, prepLevel);
+    // A kind's own device time, where kinds differ: its deflated service samples over every device.
+    let service: { fit: StageFit; base: number[] } | null = null;
+    if (several) {
+      const own = [...deflatedByDevice.values()].flatMap(({ spans, base }) => base.filter((_, i) => kindOf.get((spans[i] as TimelineSpan).jobId)?.kind === kind));
+      if (own.length >= MIN_SAMPLES) service = { fit: summary(own, own, [], [1]), base: own };
+      else notes.push(`kind ${kind}: ${own.length} device steps, too few for its own device time (it uses the device's)`);
+    }
+    const memory = { prepareBytes: first.prepareBytes, deviceBytes: first.deviceBytes };
+    if (jobs.some((j) => j.prepareBytes !== memory.prepareBytes || j.deviceBytes !== memory.deviceBytes)) notes.push(`kind ${kind}: jobs differ in memory per partition; the fit uses the first job's (${memory.prepareBytes} + ${memory.deviceBytes} bytes)`);
+    kinds[kind] = { jobs: jobs.length, partitions: jobs.reduce((n, j) => n + j.partitions, 0), ...memory, prepare: p.fit, service: service?.fit ?? null };
+    scenarioKinds[kind] = {
+      prepare: empirical(p.base),
+      contention: p.fit.contention,
+      memory,
+      ...(service ? { service: empirical(service.base) } : {}),
+    };
+  }
+  const end = Math.max(...done.map((s) => s.end as number));
+  const scenario: ScenarioInput = {
+    name,
+    description: `fitted from a recorded run: ${run.jobs.length} jobs, ${prep.length} preparations, ${dev.length} device steps over ${((end - t0) / 1000).toFixed(0)} s`,
+    kinds: scenarioKinds,
+    devices: deviceFits.map((d) => {
+      const base = (deflatedByDevice.get(d.device) as { base: number[] }).base;
+      return { workers: d.workers, service: empirical(base), contention: d.service.contention };
+    }),
+    arrivals: [...run.jobs].sort((a, b) => a.t - b.t).map((j) => ({ atS: (j.t - t0) / 1000, jobs: 1, partitions: j.partitions, kind: j.kind, priority: j.priority })),
+  };
+  const fit: FitReport = { jobs: run.jobs.length, partitions: run.jobs.reduce((n, j) => n + j.partitions, 0), spanS: (end - t0) / 1000, kinds, devices: deviceFits, notes };
+  return { scenario, fit };
+}
+
+/** How long a span ran at each concurrency level (level → ms; each span counts itself). */
+type Profile = (a: number, b: number) => Map<number, number>;
+
+/** The concurrency over time of a set of spans, as a {@link Profile}. */
+function levels(spans: readonly TimelineSpan[]): Profile {
+  const edges: [number, number][] = [];
+  for (const s of spans) {
+    if (s.end === null) continue;
+    edges.push([s.start, 1], [s.end, -1]);
+  }
+  // Ends before starts at one instant: a span that starts as another ends does not overlap it.
+  edges.sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+  // The level from each distinct time on.
+  const times: number[] = [];
+  const level: number[] = [];
+  let n = 0;
+  for (const [t, d] of edges) {
+    n += d;
+    if (times.length && times[times.length - 1] === t) level[level.length - 1] = n;
+    else {
+      times.push(t);
+      level.push(n);
+    }
+  }
+  return (a, b) => {
+    const out = new Map<number, number>();
+    // The last change at or before a.
+    let lo = 0;
+    let hi = times.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if ((times[mid] as number) <= a) lo = mid;
+      else hi = mid - 1;
+    }
+    for (let i = lo, from = a; from < b && i < times.length; i++) {
+      const to = Math.min(b, (times[i + 1] as number | undefined) ?? b);
+      if (to > from) out.set(Math.max(1, level[i] as number), (out.get(Math.max(1, level[i] as number)) ?? 0) + to - from);
+      from = Math.max(from, to);
+    }
+    return out;
+  };
+}
+
+/** Rounds of correcting the bins' factors (each converges in a few). */
+const ROUNDS = 20;
+
+/**
+ * One stage's fit under the fluid model the simulator runs: a span that spent t_k ms with k users
+ * did Σ t_k ÷ f_k ms of work at one user, and that work has one distribution whatever the
+ * concurrency. Spans are binned by their mean concurrency, rounded; the bins with enough spans
+ * give the levels measured. Starting from each bin's median time over the lowest bin's, each
+ * bin's factor is corrected until the median work of its spans equals the lowest bin's (spans
+ * straddle levels, so raw medians would blur neighbouring levels); factors below the lowest bin
+ * are 1, between bins interpolated, never falling, the last holding beyond. Each span's time is
+ * then deflated to its work.
+ */
+function stageFit(spans: readonly TimelineSpan[], profile: Profile): { fit: StageFit; base: number[] } {
+  const ms = spans.map((s) => (s.end as number) - s.start);
+  const profiles = spans.map((s) => profile(s.start, s.end as number));
+  const conc = profiles.map((p, i) => {
+    let area = 0;
+    for (const [c, t] of p) area += c * t;
+    return Math.max(1, Math.round((ms[i] as number) > 0 ? area / (ms[i] as number) : 1));
+  });
+  const bins = [...group(ms.map((v, i) => ({ v, c: conc[i] as number, i })), (x) => String(x.c)).entries()]
+    .map(([c, xs]) => ({ concurrency: Number(c), members: xs.map((x) => x.i), medianMs: median(xs.map((x) => x.v)), factor: 1 }))
+    .filter((b) => b.members.length >= MIN_BIN)
+    .sort((a, b) => a.concurrency - b.concurrency);
+  const ref = bins[0];
+  for (const b of bins) b.factor = ref ? b.medianMs / ref.medianMs : 1;
+  /** Factors per level 1 … the top bin's from the bins' (see above). */
+  const curve = (): number[] => {
+    if (bins.length < 2 || !ref) return [1];
+    const out: number[] = [];
+    for (let k = 1; k <= (bins[bins.length - 1] as (typeof bins)[number]).concurrency; k++) {
+      const below = [...bins].reverse().find((r) => r.concurrency <= k);
+      const above = bins.find((r) => r.concurrency >= k);
+      let f = 1;
+      if (below && above && k >= ref.concurrency) f = above.concurrency === below.concurrency ? below.factor : below.factor + ((above.factor - below.factor) * (k - below.concurrency)) / (above.concurrency - below.concurrency);
+      out.push(Math.max(1, out.at(-1) ?? 1, f));
+    }
+    return out;
+  };
+  const work = (f: number[]) =>
+    profiles.map((p, i) => {
+      let w = 0;
+      for (const [c, t] of p) w += t / (f[Math.min(c, f.length) - 1] as number);
+      return w > 0 ? w : (ms[i] as number);
+    });
+  let contention = curve();
+  for (let round = 0; round < ROUNDS && bins.length > 1 && ref; round++) {
+    const w = work(contention);
+    const m = median(ref.members.map((i) => w[i] as number));
+    for (const b of bins.slice(1)) b.factor *= median(b.members.map((i) => w[i] as number)) / m;
+    contention = curve();
+  }
+  const base = work(contention);
+  const factorAt = (c: number) => contention[Math.min(Math.max(c, 1), contention.length) - 1] as number;
+  const binRows = bins.map((r) => ({ concurrency: r.concurrency, samples: r.members.length, medianS: r.medianMs / 1000, factor: factorAt(r.concurrency) }));
+  return { fit: summary(ms, base, binRows, contention), base };
+}
+
+function summary(ms: readonly number[], base: readonly number[], bins: ContentionBin[], contention: number[]): StageFit {
+  const sorted = [...ms].sort((a, b) => a - b);
+  return { samples: ms.length, medianS: median(ms) / 1000, p90S: (sorted[Math.min(sorted.length - 1, Math.floor(0.9 * sorted.length))] as number) / 1000, baseMedianS: median(base) / 1000, bins, contention };
+}
+
+/** An empirical distribution of durations (ms in, seconds out), at most KEEP evenly spaced order statistics. */
+function empirical(ms: readonly number[]): { type: 'empirical'; values: number[] } {
+  const sorted = [...ms].sort((a, b) => a - b);
+  const n = Math.min(KEEP, sorted.length);
+  const values = Array.from({ length: n }, (_, i) => (sorted[Math.floor(((i + 0.5) * sorted.length) / n)] as number) / 1000);
+  return { type: 'empirical', values };
+}
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+}
+
+function group<T>(xs: readonly T[], key: (x: T) => string): Map<string, T[]> {
+  const out = new Map<string, T[]>();
+  for (const x of xs) {
+    const k = key(x);
+    const list = out.get(k);
+    if (list) list.push(x);
+    else out.set(k, [x]);
+  }
+  return out;
+}

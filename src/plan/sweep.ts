@@ -1,0 +1,140 @@
+/**
+ * The sweep behind `stoker plan`: a scenario simulated across settings an operator controls
+ * (target waiting, memory budget, preparation cap, device workers, pacer) over several seeds; the
+ * frontier of what each costs (throughput vs peak memory vs p99 job latency), and the setting to
+ * run: the least memory, then latency, that keeps throughput within 1 % of the best.
+ */
+import { createPacer } from '../core/index.js';
+import { parseScenario, simulate, type Scenario } from '../sim/index.js';
+
+export interface PlanSetting {
+  pacer: string;
+  targetWaiting: number;
+  /** null: no budget. */
+  budgetBytes: number | null;
+  /** null: no cap. */
+  maxPreparing: number | null;
+  /** Workers per device, by device group (as the scenario lists them). */
+  workers: number[];
+}
+
+export interface PlanRow extends PlanSetting {
+  /** Means over the seeds. */
+  itemsPerSec: number;
+  throughputRatio: number | null;
+  occupancy: number | null;
+  waitingMean: number | null;
+  peakMemoryBytes: number;
+  jobLatencyP99Ms: number | null;
+  /** Jobs that did not finish (failed, cancelled or cut off), summed over the seeds. */
+  unfinished: number;
+}
+
+export interface GridOptions {
+  pacers?: readonly string[];
+  targets?: readonly number[];
+}
+
+/**
+ * The settings to try: each pacer × target waiting (1, 2, 4, 8 by default) × budget (none, and
+ * ½ and ¾ of the peak memory the scenario's own setting reached with the first pacer) × cap on
+ * preparations (none, and the items a device needs in flight by Little's law, ×1 and ×1.5) ×
+ * workers (the scenario's; one fewer where it has more than one; one more where the device's
+ * contention list says how it slows with that many busy — beyond the list the simulator would
+ * hold its last factor, which is no measurement).
+ */
+export function planGrid(s: Scenario, base: { peakMemoryBytes: number; littleItems: number }, options: GridOptions = {}): PlanSetting[] {
+  const pacers = options.pacers ?? ['stoker'];
+  const targets = options.targets ?? [1, 2, 4, 8];
+  const budgets = [null, ...(base.peakMemoryBytes > 0 ? [0.5, 0.75].map((f) => Math.round(base.peakMemoryBytes * f)) : [])];
+  const caps = [null, ...new Set([1, 1.5].map((f) => Math.max(1, Math.ceil(base.littleItems * f))))];
+  const own = s.devices.map((d) => d.workers);
+  const more = s.devices.map((d) => (d.contention.length > d.workers ? d.workers + 1 : d.workers));
+  const workerSets = [own, ...(own.some((w) => w > 1) ? [own.map((w) => Math.max(1, w - 1))] : []), ...(more.some((w, i) => w !== own[i]) ? [more] : [])];
+  const out: PlanSetting[] = [];
+  for (const pacer of pacers) for (const targetWaiting of targets) for (const budgetBytes of budgets) for (const maxPreparing of caps) for (const workers of workerSets) out.push({ pacer, targetWaiting, budgetBytes, maxPreparing, workers });
+  return out;
+}
+
+/** The scenario with a setting applied (validated like a user's file). */
+export function applySetting(s: Scenario, p: PlanSetting): Scenario {
+  const rest: Partial<Scenario> = { ...s };
+  delete rest.budgetBytes;
+  delete rest.maxPreparing;
+  return parseScenario(
+    {
+      ...rest,
+      targetWaiting: p.targetWaiting,
+      ...(p.budgetBytes === null ? {} : { budgetBytes: p.budgetBytes }),
+      ...(p.maxPreparing === null ? {} : { maxPreparing: p.maxPreparing }),
+      devices: s.devices.map((d, i) => ({ ...d, workers: p.workers[i] ?? d.workers })),
+    },
+    `${s.name} with a plan setting`,
+  );
+}
+
+/** Simulates one setting over the seeds; the means of what the plan compares. */
+export function runSetting(s: Scenario, p: PlanSetting, seeds: readonly number[]): PlanRow {
+  const scenario = applySetting(s, p);
+  const runs = seeds.map((seed) => simulate(scenario, { seed, pacer: (o) => createPacer(p.pacer, o) }));
+  const mean = (xs: (number | null)[]) => (xs.some((x) => x === null) ? null : (xs as number[]).reduce((a, b) => a + b, 0) / xs.length);
+  return {
+    ...p,
+    // Without a steady window, the whole run's rate.
+    itemsPerSec: mean(runs.map((r) => r.metrics.itemsPerSec ?? (r.simulatedMs > 0 ? completed(r) / (r.simulatedMs / 1000) : 0))) as number,
+    throughputRatio: mean(runs.map((r) => r.metrics.throughputRatio)),
+    occupancy: mean(runs.map((r) => r.metrics.occupancy)),
+    waitingMean: mean(runs.map((r) => r.metrics.waitingMean)),
+    peakMemoryBytes: mean(runs.map((r) => r.metrics.peakMemoryBytes)) as number,
+    jobLatencyP99Ms: mean(runs.map((r) => r.metrics.jobLatencyP99Ms)),
+    unfinished: runs.reduce((n, r) => n + r.unfinishedJobs + r.failures.length, 0),
+  };
+}
+
+function completed(r: ReturnType<typeof simulate>): number {
+  return r.metrics.jobsDone;
+}
+
+/** Differences in throughput and p99 latency smaller than this fraction are the seeds' noise, not a reason to keep a setting. */
+const NOISE = 0.005;
+
+/**
+ * The settings no other beats on every count: none has as much throughput, no more peak memory
+ * and no more p99 latency (within 0.5 % on throughput and latency: seed noise), and is better in
+ * one. Of settings that ran identically (a cap or budget that never bound), the first in the grid
+ * (none before a value) stands for them. Sorted by peak memory.
+ */
+export function frontier(rows: readonly PlanRow[]): PlanRow[] {
+  const p99 = (r: PlanRow) => r.jobLatencyP99Ms ?? Infinity;
+  const beats = (a: PlanRow, b: PlanRow) =>
+    a.itemsPerSec >= b.itemsPerSec * (1 - NOISE) &&
+    a.peakMemoryBytes <= b.peakMemoryBytes &&
+    p99(a) <= p99(b) * (1 + NOISE) &&
+    (a.itemsPerSec > b.itemsPerSec * (1 + NOISE) || a.peakMemoryBytes < b.peakMemoryBytes || p99(a) < p99(b) * (1 - NOISE));
+  const same = (a: PlanRow, b: PlanRow) => a.itemsPerSec === b.itemsPerSec && a.peakMemoryBytes === b.peakMemoryBytes && a.jobLatencyP99Ms === b.jobLatencyP99Ms && a.waitingMean === b.waitingMean;
+  const usable = rows.filter((r, i) => r.unfinished === 0 && !rows.slice(0, i).some((o) => o.unfinished === 0 && same(o, r)));
+  return usable.filter((r) => !usable.some((o) => beats(o, r))).sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes || p99(a) - p99(b));
+}
+
+/** The least peak memory (then p99 latency, then fewer workers) among the settings within 1 % of the best throughput that finish every job; null when none does. */
+export function recommend(rows: readonly PlanRow[]): PlanRow | null {
+  const usable = rows.filter((r) => r.unfinished === 0);
+  if (usable.length === 0) return null;
+  const best = Math.max(...usable.map((r) => r.itemsPerSec));
+  const p99 = (r: PlanRow) => r.jobLatencyP99Ms ?? Infinity;
+  const workers = (r: PlanRow) => r.workers.reduce((a, b) => a + b, 0);
+  return [...usable.filter((r) => r.itemsPerSec >= 0.99 * best)].sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes || p99(a) - p99(b) || workers(a) - workers(b))[0] ?? null;
+}
+
+/**
+ * The recommended setting as `stoker serve` config lines. The preparation cap is the server's
+ * preparation slots, `[prepare] threads × concurrency` (threads for CPU-bound preparations; a
+ * preparation that awaits I/O can share a thread: raise concurrency and lower threads, keeping
+ * the product). Device groups after the first are named by their index (rename them to yours).
+ */
+export function configLines(r: PlanRow, s: Scenario): string[] {
+  const lines = ['[engine]', `pacer = ${JSON.stringify(r.pacer)}`, `targetWaiting = ${r.targetWaiting}`, `budgetBytes = ${r.budgetBytes === null ? '"unlimited"' : r.budgetBytes}`];
+  if (r.maxPreparing !== null) lines.push('[prepare]', `# at most ${r.maxPreparing} preparations at once: threads × concurrency = ${r.maxPreparing}`, `threads = ${r.maxPreparing}`, 'concurrency = 1');
+  s.devices.forEach((_d, i) => lines.push(i === 0 ? '[device]' : `[devices.group${i}]`, `workers = ${r.workers[i]}`));
+  return lines;
+}

@@ -1,0 +1,86 @@
+/**
+ * The fitter against the simulator: a known scenario is simulated with a timeline (the same
+ * recorder a real run uses), the run is fitted back, and the fit recovers the scenario's
+ * parameters within stated tolerances — preparation latency alone, its slowdown with concurrent
+ * preparations, the device's workers, service time and slowdown with busy workers, the arrivals
+ * and the memory. Both sides are deterministic (seeded), so the tolerances hold exactly as run.
+ */
+import { describe, expect, it } from 'vitest';
+import { createPacer, TimelineRecorder } from '../../src/core/index.js';
+import { fitRun, PlanError, type RecordedRun } from '../../src/plan/fit.js';
+import { parseScenario, simulate } from '../../src/sim/index.js';
+import { fromChromeTrace, toChromeTrace } from '../../src/web/chrome-trace.js';
+
+const MiB = 2 ** 20;
+/** Preparations slow by 1.2× with 2 at once, 1.5× with 3, 1.8× with 4 or more; the device 1.3× with both workers busy. */
+const known = parseScenario({
+  name: 'known',
+  targetWaiting: 4,
+  kinds: { proof: { prepare: { type: 'lognormal', median: 2, sigma: 0.2 }, contention: [1, 1.2, 1.5, 1.8], memory: { prepareBytes: 64 * MiB, deviceBytes: 8 * MiB } } },
+  devices: [{ workers: 2, service: { type: 'lognormal', median: 1, sigma: 0.1 }, contention: [1, 1.3] }],
+  // One-partition jobs at about 40 % of the device's capacity: preparations run alone and a few at
+  // once (a fit can only see the levels a run reached).
+  arrivals: [{ poisson: { ratePerS: 0.6, untilS: 1800 }, partitions: 1, kind: 'proof' }],
+});
+
+function recorded(seed = 1): { run: RecordedRun; jobs: number } {
+  const timeline = new TimelineRecorder({ maxSpans: 100_000 });
+  const r = simulate(known, { seed, timeline, pacer: (o) => createPacer('stoker', o) });
+  return { run: { lanes: timeline.lanes(), spans: timeline.spans(), jobs: timeline.jobs() }, jobs: r.jobsSubmitted };
+}
+
+const near = (got: number, want: number, tol: number) => expect(Math.abs(got / want - 1), `${got} vs ${want}`).toBeLessThanOrEqual(tol);
+
+describe('fitting a scenario from a recorded run', () => {
+  it('recovers preparation and device times, their slowdowns, the workers, the arrivals and the memory', () => {
+    const { run, jobs } = recorded();
+    const { scenario, fit } = fitRun(run, 'refit');
+    const k = fit.kinds['proof'];
+    if (!k) throw new Error('no fit for kind proof');
+    const d = fit.devices[0];
+    if (!d) throw new Error('no fit for device 0');
+    console.log(
+      `fit: preparation alone ${k.prepare.baseMedianS.toFixed(2)} s (true 2), contention ${k.prepare.contention.map((x) => x.toFixed(2)).join(' ')} (true 1 1.2 1.5 1.8), from ${k.prepare.samples} samples; device alone ${d.service.baseMedianS.toFixed(3)} s (true 1), contention ${d.service.contention.map((x) => x.toFixed(2)).join(' ')} (true 1 1.3), ${d.workers} workers`,
+    );
+    // Medians of lognormal times are the medians given; within 5 % and 3 %.
+    near(k.prepare.baseMedianS, 2, 0.05);
+    near(d.service.baseMedianS, 1, 0.03);
+    expect(d.workers).toBe(2);
+    // The slowdowns at the levels the run reached, within 8 % (spans straddle levels: the fit corrects for it, not exactly).
+    const c = k.prepare.contention;
+    expect(c.length).toBeGreaterThanOrEqual(3);
+    [1, 1.2, 1.5, 1.8].slice(0, c.length).forEach((want, i) => near(c[i] as number, want, 0.08));
+    near(d.service.contention[1] as number, 1.3, 0.05);
+    expect(fit.jobs).toBe(jobs);
+    expect(scenario.arrivals).toHaveLength(jobs);
+    expect(scenario.kinds?.['proof']?.memory).toEqual({ prepareBytes: 64 * MiB, deviceBytes: 8 * MiB });
+    // The fitted scenario is a valid one and replays the run's arrivals: simulated with its own
+    // draws it finishes the same jobs, the devices as busy (occupancy within 3 %).
+    const refit = parseScenario(scenario, 'the fitted scenario');
+    const a = simulate(known, { seed: 1, pacer: (o) => createPacer('stoker', o) });
+    const b = simulate(refit, { seed: 7, pacer: (o) => createPacer('stoker', o) });
+    expect(b.metrics.jobsDone).toBe(a.metrics.jobsDone);
+    near(b.metrics.occupancy as number, a.metrics.occupancy as number, 0.03);
+  });
+
+  it('reads the same run back from its Chrome trace', () => {
+    const { run } = recorded();
+    const trace = JSON.parse(JSON.stringify(toChromeTrace({ lanes: run.lanes, spans: run.spans, samples: [], jobs: run.jobs, title: 't', now: 0, originMs: 0 })));
+    const back = fromChromeTrace(trace);
+    const direct = fitRun(run).fit;
+    const viaTrace = fitRun(back).fit;
+    // Times round to µs in a trace.
+    near(viaTrace.kinds['proof']?.prepare.baseMedianS as number, direct.kinds['proof']?.prepare.baseMedianS as number, 1e-6);
+    expect(viaTrace.devices.map((d) => d.workers)).toEqual(direct.devices.map((d) => d.workers));
+    expect(viaTrace.jobs).toBe(direct.jobs);
+  });
+
+  it('refuses a run too short to fit, or one without job records, saying what to do', () => {
+    const { run } = recorded();
+    const short = { ...run, spans: run.spans.slice(0, 8) };
+    expect(() => fitRun(short)).toThrow(PlanError);
+    expect(() => fitRun(short)).toThrow(/a fit needs at least 10 of each: record a longer run/);
+    expect(() => fitRun({ ...run, jobs: [] })).toThrow(/no job records/);
+    expect(() => fromChromeTrace({ events: [] })).toThrow(/no traceEvents array/);
+  });
+});

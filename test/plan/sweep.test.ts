@@ -1,0 +1,89 @@
+/**
+ * The plan's sweep: the frontier and the recommendation on hand-made rows (exact), and `stoker
+ * plan` end to end — on a built-in scenario, and on a Chrome trace of a simulated run (the same
+ * trace format a real `stoker demo --trace` writes).
+ */
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { configLines, frontier, planGrid, recommend, type PlanRow } from '../../src/plan/sweep.js';
+import { SCENARIOS } from '../../src/sim/index.js';
+import { run, tempDir } from '../cli/helpers.js';
+
+const row = (over: Partial<PlanRow>): PlanRow => ({ pacer: 'stoker', targetWaiting: 4, budgetBytes: null, maxPreparing: null, workers: [2], itemsPerSec: 1, throughputRatio: 1, occupancy: 1, waitingMean: 4, peakMemoryBytes: 100, jobLatencyP99Ms: 1000, unfinished: 0, ...over });
+
+describe('frontier and recommendation', () => {
+  it('keeps the settings nothing beats, drops the dominated, the duplicates and those that left jobs unfinished', () => {
+    const a = row({ targetWaiting: 1, itemsPerSec: 0.9, peakMemoryBytes: 50 });
+    const b = row({ targetWaiting: 2, itemsPerSec: 1.0, peakMemoryBytes: 80 });
+    const dominated = row({ targetWaiting: 3, itemsPerSec: 0.95, peakMemoryBytes: 90 });
+    const same = row({ targetWaiting: 2, maxPreparing: 40, itemsPerSec: 1.0, peakMemoryBytes: 80 });
+    const lost = row({ targetWaiting: 8, itemsPerSec: 2, peakMemoryBytes: 10, unfinished: 1 });
+    const lowLatency = row({ targetWaiting: 8, itemsPerSec: 1.0, peakMemoryBytes: 120, jobLatencyP99Ms: 500 });
+    expect(frontier([a, b, dominated, same, lost, lowLatency]).map((r) => r.targetWaiting)).toEqual([1, 2, 8]);
+  });
+
+  it('recommends the least memory within 1 % of the best throughput, then the least latency', () => {
+    const best = row({ itemsPerSec: 1.0, peakMemoryBytes: 200 });
+    const close = row({ targetWaiting: 2, itemsPerSec: 0.991, peakMemoryBytes: 150, jobLatencyP99Ms: 900 });
+    const closeSlower = row({ targetWaiting: 3, itemsPerSec: 0.995, peakMemoryBytes: 150, jobLatencyP99Ms: 1200 });
+    const far = row({ targetWaiting: 1, itemsPerSec: 0.98, peakMemoryBytes: 50 });
+    expect(recommend([best, close, closeSlower, far])?.targetWaiting).toBe(2);
+    expect(recommend([row({ unfinished: 2 })])).toBeNull();
+  });
+
+  it('tries one more worker only where the device says how it slows with them', () => {
+    const seed = SCENARIOS.get('seed');
+    if (!seed) throw new Error('no seed scenario');
+    // seed's device lists [1, 1.2] for 2 workers: 1 and 2 are tried, not 3.
+    const workers = new Set(planGrid(seed, { peakMemoryBytes: 1000, littleItems: 10 }).map((s) => s.workers.join('/')));
+    expect([...workers].sort()).toEqual(['1', '2']);
+    const lines = configLines(row({ maxPreparing: 12, budgetBytes: 4096 }), seed);
+    expect(lines).toEqual(expect.arrayContaining(['[engine]', 'targetWaiting = 4', 'budgetBytes = 4096', '[prepare]', 'threads = 12', 'concurrency = 1', '[device]', 'workers = 2']));
+  });
+});
+
+describe('stoker plan', () => {
+  it('plan seed --json: a frontier of several settings and a recommendation with its config lines', async () => {
+    const r = await run('plan', 'seed', '--json', '--seeds', '2');
+    expect(r.code, r.err).toBe(0);
+    const out = JSON.parse(r.out) as { fit: unknown; frontier: PlanRow[]; recommended: (PlanRow & { config: string[] }) | null };
+    expect(out.fit).toBeNull();
+    expect(out.frontier.length).toBeGreaterThanOrEqual(5);
+    expect(out.recommended?.config).toContain('[engine]');
+    // Progress on stderr, one line per setting.
+    expect(r.err).toMatch(/\[1\/\d+\] stoker, target 1/);
+  });
+
+  it('plans from a Chrome trace of a run: the fit first, then the frontier', async () => {
+    const t = tempDir();
+    try {
+      const trace = path.join(t.dir, 'run.json');
+      expect((await run('simulate', 'jitter', '--trace', trace)).code).toBe(0);
+      const r = await run('plan', trace, '--seeds', '1', '--targets', '2,4', '--scenario-out', path.join(t.dir, 'fitted.json'));
+      expect(r.code, r.err).toBe(0);
+      expect(r.out).toMatch(/^fitted from \d+ jobs/);
+      expect(r.out).toMatch(/kind proof: \d+ jobs, \d+ preparations/);
+      expect(r.out).toMatch(/recommended \(the least memory/);
+      expect((await run('simulate', path.join(t.dir, 'fitted.json'))).code).toBe(0);
+      // The config lines it prints are a valid `stoker serve` config.
+      const lines = r.out.slice(r.out.indexOf('[engine]')).trim();
+      expect((await run('config', 'print', '--config', t.file('plan.toml', `${lines}\n`))).code).toBe(0);
+    } finally {
+      t.cleanup();
+    }
+  });
+
+  it('refuses a trace too short to fit, and a bad option, saying what to do', async () => {
+    const t = tempDir();
+    try {
+      const trace = t.file('empty.json', JSON.stringify({ traceEvents: [] }));
+      const r = await run('plan', trace);
+      expect(r.code).toBe(2);
+      expect(r.err).toMatch(/no job records/);
+      expect((await run('plan', 'seed', '--seeds', '0')).err).toMatch(/--seeds must be an integer from 1 to 50/);
+      expect((await run('plan', 'seed', '--pacers', 'nope')).err).toMatch(/unknown pacer "nope"/);
+    } finally {
+      t.cleanup();
+    }
+  });
+});
