@@ -33,8 +33,15 @@ function checkSchema(text: string): Map<string, Event[]> {
   const events = trace.traceEvents as Event[];
   for (const e of events) {
     expect(typeof e.name).toBe('string');
-    expect(['X', 'C', 'M']).toContain(e.ph);
+    expect(['X', 'C', 'M', 'i']).toContain(e.ph);
     expect(Number.isInteger(e.pid)).toBe(true);
+  }
+  // One instant event per job submitted, with what a plan fits arrivals from.
+  const submits = events.filter((x) => x.ph === 'i');
+  expect(submits.length).toBeGreaterThan(0);
+  for (const e of submits) {
+    expect(Number.isInteger(e.ts) && (e.ts as number) >= 0).toBe(true);
+    expect(e.args).toMatchObject({ id: expect.any(String), kind: expect.any(String), partitions: expect.any(Number), priority: expect.any(String), prepareBytes: expect.any(Number), deviceBytes: expect.any(Number) });
   }
   const threadNames = new Map<string, string>();
   for (const e of events.filter((x) => x.ph === 'M' && x.name === 'thread_name')) {
@@ -125,7 +132,7 @@ describe('Chrome trace', () => {
     const timeline = new TimelineRecorder({ sampleEveryMs: 50 });
     const summary = await runDemo({ ...DEMO_DEFAULTS, seconds: 3, logN: 12, synthesisMs: 50, progressMs: 0, jobsInFlight: 4, partitions: 4, timeline }, () => {});
     expect(summary.jobsDone).toBeGreaterThan(0);
-    const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), title: 'demo', now: performance.now() });
+    const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title: 'demo', now: performance.now() });
     const byTrack = checkSchema(JSON.stringify(trace));
     checkDeviceTracks(byTrack);
     // Every partition of every finished job ran on a device.
