@@ -140,6 +140,10 @@ describe('the packed tarball, installed into an empty folder', () => {
       expect(help.stdout).toMatch(/Usage: stoker/);
       const serveHelp = await sh(bin, ['serve', '--help'], d, 30_000);
       expect(serveHelp.stdout).toMatch(/--kind <file>/);
+      // A plan's sweep runs on worker threads from the installed files.
+      const plan = await sh(bin, ['plan', 'seed', '--seeds', '1', '--targets', '2,4', '--threads', '2', '--json'], d, 60_000);
+      expect(plan.code, plan.stderr).toBe(0);
+      expect((JSON.parse(plan.stdout) as { recommended: { config: string[] } | null }).recommended?.config).toContain('[engine]');
       // A feature whose optional package is missing says which one to install.
       const cluster = await sh(bin, ['serve', '--port', '0', '--data', path.join(d, 'cl'), '--cluster', 'redis://127.0.0.1:1'], d, 30_000);
       expect(cluster.code).toBe(2);

@@ -77,6 +77,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--targets <list>', 'comma-separated waiting targets to try', '1,2,4,8')
     .option('--json', 'print { fit, frontier: [...], recommended: {...} } as JSON')
     .option('--scenario-out <file>', 'write the scenario planned on (the fitted one, from a trace) as JSON')
+    .option('--threads <n>', 'worker threads for the sweep (default: every core)')
     .action(async (spec: string, flags: PlanFlags) => {
       const { planCommand } = await import('./plan-command.js');
       await planCommand(spec, flags, io);

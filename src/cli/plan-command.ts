@@ -2,7 +2,8 @@ import fs from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { createPacer, PACER_NAMES } from '../core/index.js';
 import { fitRun, PlanError, type FitReport } from '../plan/fit.js';
-import { configLines, frontier, planGrid, recommend, runSetting, type PlanRow } from '../plan/sweep.js';
+import { sweep } from '../plan/parallel.js';
+import { configLines, frontier, planGrid, recommend, type PlanRow } from '../plan/sweep.js';
 import { resolveScenario } from '../sim/load-scenario.js';
 import { parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
 import { fromChromeTrace } from '../web/chrome-trace.js';
@@ -16,6 +17,8 @@ export interface PlanFlags {
   json?: boolean;
   /** Write the scenario planned on (fitted from a trace, or the one given) as JSON. */
   scenarioOut?: string;
+  /** Worker threads for the sweep. */
+  threads?: string;
 }
 
 /** `stoker plan <scenario | trace.json>`: fit (from a trace), sweep, frontier, recommendation. */
@@ -24,6 +27,8 @@ export async function planCommand(spec: string, flags: PlanFlags, io: Io): Promi
   if (!Number.isInteger(seedCount) || seedCount < 1 || seedCount > 50) throw new UsageError(`--seeds must be an integer from 1 to 50 (got ${flags.seeds})`);
   const pacers = flags.pacers === undefined ? ['stoker'] : flags.pacers.split(',').map((p) => p.trim());
   for (const p of pacers) if (!(PACER_NAMES as readonly string[]).includes(p)) throw new UsageError(`--pacers: unknown pacer ${JSON.stringify(p)}; use built-in ones: ${PACER_NAMES.join(', ')}`);
+  const threads = flags.threads === undefined ? undefined : Number(flags.threads);
+  if (threads !== undefined && (!Number.isInteger(threads) || threads < 1 || threads > 256)) throw new UsageError(`--threads must be an integer from 1 to 256 (got ${flags.threads})`);
   const targets = flags.targets === undefined ? undefined : flags.targets.split(',').map((t) => Number(t));
   if (targets?.some((t) => !Number.isFinite(t) || t < 0)) throw new UsageError(`--targets must be numbers ≥ 0, comma-separated (got ${flags.targets})`);
   const { scenario, fit } = load(spec);
@@ -37,13 +42,11 @@ export async function planCommand(spec: string, flags: PlanFlags, io: Io): Promi
   const latencyS = Math.max(...Object.values(scenario.kinds).map((k) => prepareStep(k).ms / prepareStep(k).items)) / 1000;
   const littleItems = (base.metrics.itemsPerSec ?? 0) * latencyS;
   const grid = planGrid(scenario, { peakMemoryBytes: base.metrics.peakMemoryBytes, littleItems }, { pacers, ...(targets ? { targets } : {}) });
-  const rows: PlanRow[] = [];
   const t0 = performance.now();
-  for (const setting of grid) {
-    rows.push(runSetting(scenario, setting, seeds));
-    const r = rows.at(-1) as PlanRow;
-    io.err(`[${rows.length}/${grid.length}] ${describe(r)}: ${r.itemsPerSec.toFixed(3)} items/s, peak ${bytes(r.peakMemoryBytes)} (${Math.round(performance.now() - t0)} ms so far)\n`);
-  }
+  const rows = await sweep(scenario, grid, seeds, {
+    ...(threads === undefined ? {} : { threads }),
+    onRow: (r, done) => io.err(`[${done}/${grid.length}] ${describe(r)}: ${r.itemsPerSec.toFixed(3)} items/s, peak ${bytes(r.peakMemoryBytes)} (${Math.round(performance.now() - t0)} ms so far)\n`),
+  });
   const front = frontier(rows);
   const best = recommend(rows);
   if (flags.json) {

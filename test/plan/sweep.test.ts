@@ -1,7 +1,8 @@
 /**
  * The plan's sweep: the frontier and the recommendation on hand-made rows (exact), and `stoker
  * plan` end to end — on a built-in scenario, and on a Chrome trace of a simulated run (the same
- * trace format a real `stoker demo --trace` writes).
+ * trace format a real `stoker demo --trace` writes). In process from the sources, so on one thread
+ * (threads load the built worker: test/plan/parallel.test.ts).
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -44,7 +45,7 @@ describe('frontier and recommendation', () => {
 
 describe('stoker plan', () => {
   it('plan seed --json: a frontier of several settings and a recommendation with its config lines', async () => {
-    const r = await run('plan', 'seed', '--json', '--seeds', '2');
+    const r = await run('plan', 'seed', '--json', '--seeds', '2', '--threads', '1');
     expect(r.code, r.err).toBe(0);
     const out = JSON.parse(r.out) as { fit: unknown; frontier: PlanRow[]; recommended: (PlanRow & { config: string[] }) | null };
     expect(out.fit).toBeNull();
@@ -59,7 +60,7 @@ describe('stoker plan', () => {
     try {
       const trace = path.join(t.dir, 'run.json');
       expect((await run('simulate', 'jitter', '--trace', trace)).code).toBe(0);
-      const r = await run('plan', trace, '--seeds', '1', '--targets', '2,4', '--scenario-out', path.join(t.dir, 'fitted.json'));
+      const r = await run('plan', trace, '--seeds', '1', '--targets', '2,4', '--threads', '1', '--scenario-out', path.join(t.dir, 'fitted.json'));
       expect(r.code, r.err).toBe(0);
       expect(r.out).toMatch(/^fitted from \d+ jobs/);
       expect(r.out).toMatch(/kind proof: \d+ jobs, \d+ preparations/);
