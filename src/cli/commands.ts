@@ -344,6 +344,8 @@ export interface DemoFlags {
   partitions: string;
   jobsInFlight: string;
   target: string;
+  budgetBytes?: string;
+  maxPreparing?: string;
   seed: string;
   json?: boolean;
   quiet?: boolean;
@@ -376,6 +378,8 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
     partitions: positive('--partitions', flags.partitions),
     jobsInFlight: positive('--jobs-in-flight', flags.jobsInFlight),
     targetWaiting: parseInteger('--target', flags.target),
+    ...(flags.budgetBytes === undefined ? {} : { budgetBytes: positive('--budget-bytes', flags.budgetBytes) }),
+    ...(flags.maxPreparing === undefined ? {} : { maxPreparing: positive('--max-preparing', flags.maxPreparing) }),
     seed: parseInteger('--seed', flags.seed),
     progressMs: flags.quiet ? 0 : DEMO_DEFAULTS.progressMs,
   };

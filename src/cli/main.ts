@@ -75,7 +75,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--seeds <n>', 'seeds per setting (from the scenario\'s own)', '3')
     .option('--pacers <list>', 'comma-separated built-in pacers to try', 'stoker')
     .option('--targets <list>', 'comma-separated waiting targets to try', '1,2,4,8')
-    .option('--json', 'print { fit, frontier: [...], recommended: {...} } as JSON')
+    .option('--json', 'print { fit, frontier: [...], recommended: {...}, rows: [every setting] } as JSON')
     .option('--scenario-out <file>', 'write the scenario planned on (the fitted one, from a trace) as JSON')
     .option('--threads <n>', 'worker threads for the sweep (default: every core)')
     .action(async (spec: string, flags: PlanFlags) => {
@@ -94,6 +94,8 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--partitions <n>', 'partitions per job', String(DEMO_DEFAULTS.partitions))
     .option('--jobs-in-flight <n>', 'jobs kept in the system (a new one arrives when one finishes)', String(DEMO_DEFAULTS.jobsInFlight))
     .option('--target <n>', "the pacer's waiting target", String(DEMO_DEFAULTS.targetWaiting))
+    .option('--budget-bytes <n>', "the engine's memory budget in bytes (default: none)")
+    .option('--max-preparing <n>', 'most preparations at once (default: 64)')
     .option('--seed <n>', 'witness seed', String(DEMO_DEFAULTS.seed))
     .option('--json', 'print the summaries as JSON')
     .option('-q, --quiet', 'no progress lines')

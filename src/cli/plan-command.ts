@@ -50,7 +50,7 @@ export async function planCommand(spec: string, flags: PlanFlags, io: Io): Promi
   const front = frontier(rows);
   const best = recommend(rows);
   if (flags.json) {
-    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, settings: rows.length, frontier: front, recommended: best ? { ...best, config: configLines(best, scenario) } : null }, null, 2)}\n`);
+    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config: configLines(best, scenario) } : null, rows }, null, 2)}\n`);
     return;
   }
   if (fit) io.out(fitText(fit));

@@ -101,8 +101,8 @@ const NOISE = 0.005;
 /**
  * The settings no other beats on every count: none has as much throughput, no more peak memory
  * and no more p99 latency (within 0.5 % on throughput and latency: seed noise), and is better in
- * one. Of settings that ran identically (a cap or budget that never bound), the first in the grid
- * (none before a value) stands for them. Sorted by peak memory.
+ * one. Of settings that ran identically (a cap or budget that never bound), or within that noise
+ * and 1 % of memory of one listed, the first stands for them. Sorted by peak memory.
  */
 export function frontier(rows: readonly PlanRow[]): PlanRow[] {
   const p99 = (r: PlanRow) => r.jobLatencyP99Ms ?? Infinity;
@@ -113,17 +113,43 @@ export function frontier(rows: readonly PlanRow[]): PlanRow[] {
     (a.itemsPerSec > b.itemsPerSec * (1 + NOISE) || a.peakMemoryBytes < b.peakMemoryBytes || p99(a) < p99(b) * (1 - NOISE));
   const same = (a: PlanRow, b: PlanRow) => a.itemsPerSec === b.itemsPerSec && a.peakMemoryBytes === b.peakMemoryBytes && a.jobLatencyP99Ms === b.jobLatencyP99Ms && a.waitingMean === b.waitingMean;
   const usable = rows.filter((r, i) => r.unfinished === 0 && !rows.slice(0, i).some((o) => o.unfinished === 0 && same(o, r)));
-  return usable.filter((r) => !usable.some((o) => beats(o, r))).sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes || p99(a) - p99(b));
+  const front = usable.filter((r) => !usable.some((o) => beats(o, r))).sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes || p99(a) - p99(b));
+  // Settings within the noise of another (on all three counts) add nothing: of such a group the
+  // simplest stands for it (as the recommendation would choose).
+  const close = (a: PlanRow, b: PlanRow) => Math.abs(a.itemsPerSec / b.itemsPerSec - 1) <= NOISE && Math.abs(p99(a) / p99(b) - 1) <= NOISE && Math.abs(a.peakMemoryBytes / b.peakMemoryBytes - 1) <= 0.01;
+  const groups: PlanRow[][] = [];
+  for (const r of front) {
+    const g = groups.find((x) => close(x[0] as PlanRow, r));
+    if (g) g.push(r);
+    else groups.push([r]);
+  }
+  return groups.map((g) => [...g].sort(simpler)[0] as PlanRow);
 }
 
-/** The least peak memory (then p99 latency, then fewer workers) among the settings within 1 % of the best throughput that finish every job; null when none does. */
+/** Of settings that do as well, the simpler first: fewer workers, a smaller target, no cap, no budget. */
+function simpler(a: PlanRow, b: PlanRow): number {
+  const workers = (r: PlanRow) => r.workers.reduce((x, y) => x + y, 0);
+  const unset = (v: number | null) => (v === null ? 0 : 1);
+  return workers(a) - workers(b) || a.targetWaiting - b.targetWaiting || unset(a.maxPreparing) - unset(b.maxPreparing) || unset(a.budgetBytes) - unset(b.budgetBytes);
+}
+
+/**
+ * The setting to run: among those that finish every job with throughput within 1 % of the best,
+ * the least peak memory (within 1 %), then the least p99 latency (within seed noise), then the
+ * fewest workers, the smallest target, no cap and no budget before one (the simplest of equals);
+ * null when no setting finishes every job.
+ */
 export function recommend(rows: readonly PlanRow[]): PlanRow | null {
   const usable = rows.filter((r) => r.unfinished === 0);
   if (usable.length === 0) return null;
   const best = Math.max(...usable.map((r) => r.itemsPerSec));
   const p99 = (r: PlanRow) => r.jobLatencyP99Ms ?? Infinity;
-  const workers = (r: PlanRow) => r.workers.reduce((a, b) => a + b, 0);
-  return [...usable.filter((r) => r.itemsPerSec >= 0.99 * best)].sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes || p99(a) - p99(b) || workers(a) - workers(b))[0] ?? null;
+  let pool = usable.filter((r) => r.itemsPerSec >= 0.99 * best);
+  const memory = Math.min(...pool.map((r) => r.peakMemoryBytes));
+  pool = pool.filter((r) => r.peakMemoryBytes <= memory * 1.01);
+  const latency = Math.min(...pool.map(p99));
+  pool = pool.filter((r) => p99(r) <= latency * (1 + NOISE));
+  return [...pool].sort(simpler)[0] ?? null;
 }
 
 /**

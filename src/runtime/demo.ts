@@ -22,6 +22,10 @@ export interface DemoOptions {
   jobsInFlight: number;
   /** The pacer's waiting target. @default 4 */
   targetWaiting: number;
+  /** The engine's memory budget, bytes. @default Infinity (none) */
+  budgetBytes?: number;
+  /** Most preparations at once. @default 64 */
+  maxPreparing?: number;
   /** Progress lines (stderr): every this many ms; 0 for none. @default 1000 */
   progressMs: number;
   seed: number;
@@ -86,8 +90,8 @@ export interface DemoBackend {
 export function runtimeBackend(opts: DemoOptions): DemoBackend {
   const devices = [{ workers: opts.workers }];
   const pool = new BufferPool();
-  const workload = createNttProofWorkload({ devices, device: opts.device, prepareThreads: 1, prepareConcurrency: 64, pool });
-  const rt = new Runtime({ workload, devices, pacer: opts.pacer, pacerOptions: { ...opts.pacerOptions, targetWaiting: opts.targetWaiting }, timeline: opts.timeline });
+  const workload = createNttProofWorkload({ devices, device: opts.device, prepareThreads: 1, prepareConcurrency: opts.maxPreparing ?? 64, pool });
+  const rt = new Runtime({ workload, devices, pacer: opts.pacer, pacerOptions: { ...opts.pacerOptions, targetWaiting: opts.targetWaiting }, budgetBytes: opts.budgetBytes ?? Infinity, timeline: opts.timeline });
   const input = (jobIndex: number): NttProofInput => ({ seed: opts.seed, jobIndex, logN: opts.logN, synthesisMs: opts.synthesisMs });
   const bytes = nttBufferBytes(input(0));
   // The device step reads the pooled buffer until it ends: the bytes stay held on the device.

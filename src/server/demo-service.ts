@@ -16,9 +16,9 @@ export async function serviceBackend(opts: DemoOptions, listen: { host: string; 
   const base = loadConfig({ env: {}, flags: { host: listen.host, port: listen.port, dataDir } });
   const config = {
     ...base,
-    engine: { ...base.engine, pacer: opts.pacer, targetWaiting: opts.targetWaiting, pacerOptions: opts.pacerOptions ?? {} },
+    engine: { ...base.engine, pacer: opts.pacer, targetWaiting: opts.targetWaiting, budgetBytes: opts.budgetBytes ?? Infinity, pacerOptions: opts.pacerOptions ?? {} },
     device: { kind: opts.device, workers: opts.workers },
-    prepare: { threads: 1, concurrency: 64 },
+    prepare: { threads: 1, concurrency: opts.maxPreparing ?? 64 },
   };
   let server: Awaited<ReturnType<typeof startServer>>;
   try {
