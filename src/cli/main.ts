@@ -71,14 +71,17 @@ function program(io: Io, setExit: (code: number) => void): Command {
 
   p.command('plan')
     .description('the settings to run: simulate a scenario (or one fitted from a trace of a real run) across target, budget, preparation cap, workers and pacers; print the frontier and the recommended setting with its config lines (progress on stderr)')
-    .argument('<scenario|trace.json>', 'a built-in scenario, a scenario .json file, or a Chrome trace of a run (stoker demo --trace, stoker trace export)')
+    .argument('[scenario|trace.json]', 'a built-in scenario, a scenario .json file, or a Chrome trace of a run (stoker demo --trace, stoker trace export)')
+    .option('--server <url>', "instead: fit from a running server's recent history (its trace)")
+    .option('--since <duration>', 'with --server: how far back, e.g. 30m', '30m')
+    .option('--token-file <file>', "with --server: the server's token (else $STOKER_SERVER_TOKEN)")
     .option('--seeds <n>', 'seeds per setting (from the scenario\'s own)', '3')
     .option('--pacers <list>', 'comma-separated built-in pacers to try', 'stoker')
     .option('--targets <list>', 'comma-separated waiting targets to try', '1,2,4,8')
     .option('--json', 'print { fit, frontier: [...], recommended: {...}, rows: [every setting] } as JSON')
     .option('--scenario-out <file>', 'write the scenario planned on (the fitted one, from a trace) as JSON')
     .option('--threads <n>', 'worker threads for the sweep (default: every core)')
-    .action(async (spec: string, flags: PlanFlags) => {
+    .action(async (spec: string | undefined, flags: PlanFlags) => {
       const { planCommand } = await import('./plan-command.js');
       await planCommand(spec, flags, io);
     });

@@ -8,6 +8,7 @@ import { resolveScenario } from '../sim/load-scenario.js';
 import { parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
 import { fromChromeTrace } from '../web/chrome-trace.js';
 import { UsageError, type Io } from './commands.js';
+import { call, ClientError, durationMs } from './service-commands.js';
 import { formatMetric, formatTable } from './table.js';
 
 export interface PlanFlags {
@@ -19,10 +20,15 @@ export interface PlanFlags {
   scenarioOut?: string;
   /** Worker threads for the sweep. */
   threads?: string;
+  /** Fit from a running server's recent history (its trace) instead of a file. */
+  server?: string;
+  since?: string;
+  tokenFile?: string;
 }
 
-/** `stoker plan <scenario | trace.json>`: fit (from a trace), sweep, frontier, recommendation. */
-export async function planCommand(spec: string, flags: PlanFlags, io: Io): Promise<void> {
+/** `stoker plan <scenario | trace.json>` or `stoker plan --server URL`: fit (from a trace), sweep, frontier, recommendation. */
+export async function planCommand(spec: string | undefined, flags: PlanFlags, io: Io): Promise<void> {
+  if ((spec === undefined) === (flags.server === undefined)) throw new UsageError('give a scenario, a trace file (stoker demo --trace, stoker trace export) or --server URL — one of them');
   const seedCount = flags.seeds === undefined ? 3 : Number(flags.seeds);
   if (!Number.isInteger(seedCount) || seedCount < 1 || seedCount > 50) throw new UsageError(`--seeds must be an integer from 1 to 50 (got ${flags.seeds})`);
   const pacers = flags.pacers === undefined ? ['stoker'] : flags.pacers.split(',').map((p) => p.trim());
@@ -31,7 +37,7 @@ export async function planCommand(spec: string, flags: PlanFlags, io: Io): Promi
   if (threads !== undefined && (!Number.isInteger(threads) || threads < 1 || threads > 256)) throw new UsageError(`--threads must be an integer from 1 to 256 (got ${flags.threads})`);
   const targets = flags.targets === undefined ? undefined : flags.targets.split(',').map((t) => Number(t));
   if (targets?.some((t) => !Number.isFinite(t) || t < 0)) throw new UsageError(`--targets must be numbers ≥ 0, comma-separated (got ${flags.targets})`);
-  const { scenario, fit } = load(spec);
+  const { scenario, fit } = spec === undefined ? await fromServer(flags) : load(spec);
   if (flags.scenarioOut !== undefined) {
     fs.writeFileSync(flags.scenarioOut, `${JSON.stringify(scenario, null, 2)}\n`);
     io.err(`wrote ${flags.scenarioOut}\n`);
@@ -63,6 +69,26 @@ export async function planCommand(spec: string, flags: PlanFlags, io: Io): Promi
   io.out(`\nrecommended (the least memory, then latency, within 1 % of the best throughput): ${describe(best)}\n${configLines(best, scenario).join('\n')}\n`);
 }
 
+/** The fit of a running server's last `--since` (default 30 minutes), from its trace. */
+async function fromServer(flags: PlanFlags): Promise<{ scenario: Scenario; fit: FitReport }> {
+  const server = flags.server as string;
+  const ms = durationMs(flags.since ?? '30m', '--since');
+  const r = await call({ server, ...(flags.tokenFile === undefined ? {} : { tokenFile: flags.tokenFile }) }, 'GET', `v1/trace?since=${Math.round(ms)}ms`);
+  if (r.status !== 200) throw new ClientError(`GET ${server}/v1/trace answered ${r.status}: ${JSON.stringify(r.body)}`, 1);
+  return fitted(r.body, `${server}'s last ${flags.since ?? '30m'}`);
+}
+
+/** A scenario fitted from Chrome trace JSON; a run too short to fit is a usage error saying so. */
+function fitted(raw: unknown, from: string): { scenario: Scenario; fit: FitReport } {
+  try {
+    const { scenario, fit } = fitRun(fromChromeTrace(raw), `fitted from ${from}`);
+    return { scenario: parseScenario(scenario, `the scenario fitted from ${from}`), fit };
+  } catch (e) {
+    if (e instanceof PlanError) throw new UsageError(`${from}: ${e.message}`);
+    throw e;
+  }
+}
+
 function load(spec: string): { scenario: Scenario; fit: FitReport | null } {
   if (spec.endsWith('.json') && fs.existsSync(spec)) {
     let raw: unknown;
@@ -71,15 +97,7 @@ function load(spec: string): { scenario: Scenario; fit: FitReport | null } {
     } catch (e) {
       throw new UsageError(`${spec} is not JSON: ${(e as Error).message}`);
     }
-    if (typeof raw === 'object' && raw !== null && 'traceEvents' in raw) {
-      try {
-        const { scenario, fit } = fitRun(fromChromeTrace(raw), `fitted from ${spec}`);
-        return { scenario: parseScenario(scenario, `the scenario fitted from ${spec}`), fit };
-      } catch (e) {
-        if (e instanceof PlanError) throw new UsageError(`${spec}: ${e.message}`);
-        throw e;
-      }
-    }
+    if (typeof raw === 'object' && raw !== null && 'traceEvents' in raw) return fitted(raw, spec);
   }
   return { scenario: resolveScenario(spec), fit: null };
 }

@@ -101,7 +101,8 @@ function authHeader(flags: ClientFlags): Record<string, string> {
   return token ? { authorization: `Bearer ${token}` } : {};
 }
 
-async function call(flags: ClientFlags, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
+/** One request to a running server (its token from the flags); throws a ClientError when it cannot be reached. */
+export async function call(flags: ClientFlags, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
   const url = new URL(path, flags.server.endsWith('/') ? flags.server : `${flags.server}/`);
   let res: Response;
   try {

@@ -1,0 +1,33 @@
+/** `stoker plan --server URL`: a scenario fitted from a running server's recent history (its trace), then the sweep. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run } from '../cli/helpers.js';
+import { http, removeDir, startServer, tempDataDir, type ServerProcess } from './helpers.js';
+
+describe('stoker plan --server', () => {
+  let server: ServerProcess;
+  let dir: string;
+  beforeAll(async () => {
+    dir = tempDataDir();
+    server = await startServer(dir, [], { STOKER_PREPARE_THREADS: '1' });
+  });
+  afterAll(async () => {
+    await server?.stop();
+    removeDir(dir);
+  });
+
+  it("fits the server's last minutes of sleep jobs and recommends a setting", async () => {
+    for (let i = 0; i < 3; i++) expect((await http(server.url, 'POST', '/v1/jobs', { id: `s${i}`, kind: 'sleep', partitions: 8, input: { seed: i, prepareMs: 30, deviceMs: 5 } })).status).toBe(202);
+    for (let i = 0; i < 3; i++) expect((await http(server.url, 'GET', `/v1/jobs/s${i}/result?wait=30s`)).body.state).toBe('done');
+    const r = await run('plan', '--server', server.url, '--since', '5m', '--seeds', '1', '--targets', '2', '--threads', '1');
+    expect(r.code, r.err).toBe(0);
+    expect(r.out).toMatch(/^fitted from 3 jobs \(24 partitions\)/);
+    expect(r.out).toMatch(/kind sleep: 3 jobs, 24 preparations/);
+    expect(r.out).toMatch(/recommended/);
+  });
+
+  it('says what to give when neither a scenario nor --server is', async () => {
+    const r = await run('plan');
+    expect(r.code).toBe(2);
+    expect(r.err).toMatch(/give a scenario, a trace file .* or --server URL/);
+  });
+});
