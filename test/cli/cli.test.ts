@@ -2,29 +2,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PACER_NAMES } from '../../src/core/index.js';
-import { SCENARIOS } from '../../src/sim/index.js';
+import { METRIC_KEYS, SCENARIOS, type ResultRecord } from '../../src/sim/index.js';
 import { run, tempDir } from './helpers.js';
 
-const CONTRACT = [
-  'throughputRatio',
-  'occupancy',
-  'starvedMs',
-  'waitingMean',
-  'waitingStd',
-  'waitingP95',
-  'waitingMax',
-  'inventoryRatio',
-  'peakMemoryBytes',
-  'jobLatencyP50Ms',
-  'jobLatencyP99Ms',
-  'burstMax',
-  'settleCompletions',
-  'rampMs',
-  'leakedBytes',
-  'jobsDone',
-  'jobsFailed',
-  'jobsCancelled',
-];
+/** The JSON contract's measures, in order: the simulator's own list (a measure added there is checked here). */
+const CONTRACT = [...METRIC_KEYS];
 
 /** A user pacer: dispatch whenever fewer than 10 items are preparing or waiting. No name, no state. */
 const TEN_PACER = `export default function createPacer(options) {
@@ -46,16 +28,6 @@ const SMALL_SCENARIO = {
   arrivals: [{ atS: 0, jobs: 3, partitions: 4, kind: 'proof' }],
 };
 
-interface RunRecord {
-  scenario: string;
-  pacer: string;
-  seed: number;
-  window: { fromMs: number; toMs: number };
-  events: number;
-  simulatedMs: number;
-  metrics: { [k: string]: number | null };
-  failures: { job: string; state: string; code: string; reason: string }[];
-}
 
 let tmp: ReturnType<typeof tempDir>;
 beforeAll(() => {
@@ -88,16 +60,16 @@ describe('stoker simulate', () => {
     expect(a.err).toBe('');
     expect(a.out).toBe(b.out);
     expect(a.out.endsWith('}\n')).toBe(true);
-    const rec = JSON.parse(a.out) as RunRecord;
+    const rec = JSON.parse(a.out) as ResultRecord;
     expect(Object.keys(rec)).toEqual(['scenario', 'pacer', 'seed', 'window', 'events', 'simulatedMs', 'metrics', 'failures']);
     expect(rec).toMatchObject({ scenario: 'seed', pacer: 'stoker', seed: 1 });
-    expect(Object.keys(rec.metrics)).toEqual(expect.arrayContaining(CONTRACT));
+    expect(Object.keys(rec.metrics)).toEqual(CONTRACT);
     expect(rec.metrics.jobsDone).toBe(40);
   });
 
   it('--seed changes the results', async () => {
-    const one = JSON.parse((await run('simulate', 'seed', '--json')).out) as RunRecord;
-    const two = JSON.parse((await run('simulate', 'seed', '--json', '--seed', '2')).out) as RunRecord;
+    const one = JSON.parse((await run('simulate', 'seed', '--json')).out) as ResultRecord;
+    const two = JSON.parse((await run('simulate', 'seed', '--json', '--seed', '2')).out) as ResultRecord;
     expect(two.seed).toBe(2);
     expect(two.metrics).not.toEqual(one.metrics);
   });
@@ -105,7 +77,7 @@ describe('stoker simulate', () => {
   it('--pacer with a list gives an array, one record per pacer', async () => {
     const r = await run('simulate', 'cancel', '--pacer', 'stoker,classic', '--json');
     expect(r.code).toBe(0);
-    const recs = JSON.parse(r.out) as RunRecord[];
+    const recs = JSON.parse(r.out) as ResultRecord[];
     expect(recs.map((x) => x.pacer)).toEqual(['stoker', 'classic']);
     // The cancelled job is reported, with its reason.
     expect(recs[0]?.failures).toEqual([expect.objectContaining({ job: 'job-1', state: 'cancelled' })]);
@@ -155,7 +127,7 @@ describe('user pacer modules', () => {
     const r = await run('simulate', 'failure', '--pacer', `${file},stoker`, '--json');
     expect(r.err).toBe('');
     expect(r.code).toBe(0);
-    const [mine] = JSON.parse(r.out) as RunRecord[];
+    const [mine] = JSON.parse(r.out) as ResultRecord[];
     expect(mine?.pacer).toBe('ten');
     expect(mine?.metrics.jobsDone).toBe(8);
     expect(mine?.metrics.jobsFailed).toBe(2);
@@ -251,10 +223,10 @@ describe('stoker bench', () => {
   it('--json gives one entry per scenario × pacer; progress goes to stderr', async () => {
     const r = await run('bench', '--scenarios', 'seed,failure', '--pacers', 'stoker,unpaced', '--json');
     expect(r.code).toBe(0);
-    const entries = JSON.parse(r.out) as { scenario: string; pacer: string; metrics: RunRecord['metrics'] }[];
+    const entries = JSON.parse(r.out) as { scenario: string; pacer: string; metrics: ResultRecord['metrics'] }[];
     expect(entries.map((e) => `${e.scenario}/${e.pacer}`)).toEqual(['seed/stoker', 'seed/unpaced', 'failure/stoker', 'failure/unpaced']);
     expect(Object.keys(entries[0] ?? {})).toEqual(['scenario', 'pacer', 'metrics']);
-    expect(Object.keys(entries[0]?.metrics ?? {})).toEqual(expect.arrayContaining(CONTRACT));
+    expect(Object.keys(entries[0]?.metrics ?? {})).toEqual(CONTRACT);
     const progress = r.err.trimEnd().split('\n');
     expect(progress).toHaveLength(4);
     expect(progress[0]).toMatch(/^\[1\/4\] seed × stoker … \d+ ms$/);
@@ -266,7 +238,7 @@ describe('stoker bench', () => {
     expect(r.code).toBe(0);
     const [entry] = JSON.parse(r.out) as { scenario: string; pacer: string; seeds: number[]; metrics: Record<string, { mean: number; sd: number } | null> }[];
     expect(entry?.seeds).toEqual([5, 6, 7]);
-    const one = await Promise.all([5, 6, 7].map(async (seed) => (JSON.parse((await run('simulate', 'seed', '--seed', String(seed), '--json')).out) as { metrics: RunRecord['metrics'] }).metrics.throughputRatio as number));
+    const one = await Promise.all([5, 6, 7].map(async (seed) => (JSON.parse((await run('simulate', 'seed', '--seed', String(seed), '--json')).out) as { metrics: ResultRecord['metrics'] }).metrics.throughputRatio as number));
     const mean = one.reduce((a, b) => a + b, 0) / 3;
     const sd = Math.sqrt(one.reduce((a, b) => a + (b - mean) ** 2, 0) / 2);
     expect(entry?.metrics['throughputRatio']?.mean).toBeCloseTo(mean, 12);

@@ -9,26 +9,9 @@ import { request } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TimelineSpan } from '../../src/core/index.js';
+import type { TimelineLane as Lane, TimelineSpan as Span } from '../../src/core/index.js';
+import type { ChromeTraceEvent as TraceEvent } from '../../src/web/chrome-trace.js';
 import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
-
-type Span = TimelineSpan;
-interface Lane {
-  id: number;
-  kind: 'prepare' | 'device';
-  name: string;
-  device?: number;
-  worker?: number;
-}
-interface TraceEvent {
-  name: string;
-  ph: string;
-  tid?: number;
-  ts?: number;
-  dur?: number;
-  cat?: string;
-  args?: Record<string, unknown>;
-}
 
 let server: ServerProcess;
 let dataDir: string;
