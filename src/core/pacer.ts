@@ -175,8 +175,11 @@ export interface PacerOptions {
 
 export type PacerFactory = (options: PacerOptions) => Pacer;
 
+/** The option names a pacer's options type declares (not the index signature's any string): a misspelt name does not compile. */
+export type DeclaredOption<O> = keyof { [K in keyof O as string extends K ? never : number extends K ? never : K]: O[K] } & string;
+
 /** Reads a numeric option, checking it; names the option and the fix in the error. */
-export function numberOption(options: PacerOptions, name: string, fallback: number, min = 0): number {
+export function numberOption<O extends PacerOptions>(options: O, name: DeclaredOption<O>, fallback: number, min = 0): number {
   const v = options[name];
   if (v === undefined) return fallback;
   if (typeof v !== 'number' || !(v >= min)) {

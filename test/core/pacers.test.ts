@@ -105,7 +105,7 @@ describe('createPacer and the registry', () => {
   });
 
   it('numberOption returns the fallback when absent, the value when valid', () => {
-    expect(numberOption({}, 'x', 7)).toBe(7);
+    expect(numberOption<{ x?: number }>({}, 'x', 7)).toBe(7);
     expect(numberOption({ x: 0 }, 'x', 7)).toBe(0);
     expect(numberOption({ x: 2 }, 'x', 7, 2)).toBe(2);
     expectStokerError(() => numberOption({ x: 1 }, 'x', 7, 2), 'E_INVALID_OPTION', /x must be a number ≥ 2 \(got 1\)/);

@@ -16,7 +16,7 @@ export function createUnpacedPacer(): Pacer {
 }
 
 /** A fixed window: at most `window` items in flight (preparing + waiting + on device). @default window 32 */
-export function createWindowPacer(options: PacerOptions = {}): Pacer {
+export function createWindowPacer(options: PacerOptions & { window?: number } = {}): Pacer {
   const window = numberOption(options, 'window', 32, 1);
   return {
     name: 'window',

@@ -1,4 +1,5 @@
-import { numberOption, type Pacer, type PacerMode, type PacerOptions, type PacerSnapshot, type PacerState } from '../pacer.js';
+import { numberOption, type Pacer, type PacerMode, type PacerSnapshot, type PacerState } from '../pacer.js';
+import type { PiOptions } from './pi.js';
 
 const clamp = (v: number, lo: number, hi: number) => Math.min(Math.max(v, lo), hi);
 
@@ -35,7 +36,7 @@ const clamp = (v: number, lo: number, hi: number) => Math.min(Math.max(v, lo), h
  * Options: `targetWaiting` (the field engine's `gpu_queue_target`; 0: no pacing), `kp` (0.5),
  * `ki` (0.001).
  */
-export function createClassicPacer(options: PacerOptions = {}): Pacer {
+export function createClassicPacer(options: PiOptions = {}): Pacer {
   return new ClassicPacer(options);
 }
 
@@ -65,7 +66,7 @@ class ClassicPacer implements Pacer {
   private seenCompletions = 0;
   private backlog = 0;
 
-  constructor(options: PacerOptions) {
+  constructor(options: PiOptions) {
     this.target = numberOption(options, 'targetWaiting', 4);
     this.kp = numberOption(options, 'kp', 0.5);
     this.ki = numberOption(options, 'ki', 0.001);

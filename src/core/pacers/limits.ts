@@ -156,7 +156,7 @@ class LimitPacer implements Pacer {
 }
 
 /** `gradient`: Gradient2Limit on the in-flight window. Options: initialLimit, minLimit, maxLimit, smoothing, queueSize, rttTolerance. */
-export function createGradientPacer(options: PacerOptions = {}): Pacer {
+export function createGradientPacer(options: PacerOptions & { initialLimit?: number; minLimit?: number; maxLimit?: number; smoothing?: number; queueSize?: number; rttTolerance?: number } = {}): Pacer {
   return new LimitPacer(
     'gradient',
     new Gradient2({
@@ -171,7 +171,7 @@ export function createGradientPacer(options: PacerOptions = {}): Pacer {
 }
 
 /** `vegas`: VegasLimit on the in-flight window. Options: initialLimit, maxLimit, smoothing, probeMultiplier, seed (its probe jitter). */
-export function createVegasPacer(options: PacerOptions = {}): Pacer {
+export function createVegasPacer(options: PacerOptions & { initialLimit?: number; maxLimit?: number; smoothing?: number; probeMultiplier?: number; seed?: number } = {}): Pacer {
   return new LimitPacer(
     'vegas',
     new Vegas({

@@ -7,6 +7,14 @@ export type PiInput =
   /** Time between device completions, sampled only when items were waiting at the completion. */
   | 'gated-interval';
 
+/** The PI constants of `classic` and the PI baselines. */
+export interface PiOptions extends PacerOptions {
+  /** Proportional gain on the waiting queue's error. @default 0.5 */
+  kp?: number;
+  /** Integral gain, per second of error. @default 0.001 */
+  ki?: number;
+}
+
 export interface PiPacerConfig {
   name: string;
   input: PiInput;
@@ -21,7 +29,7 @@ const clamp = (v: number, lo: number, hi: number) => Math.min(Math.max(v, lo), h
  * bootstrap spacing 3 s, after the pipeline runs dry max(2 s, the input)), fed by the time between
  * device completions instead of the devices' busy time, on an absolute schedule.
  */
-export function createPiPacer(config: PiPacerConfig, options: PacerOptions = {}): Pacer {
+export function createPiPacer(config: PiPacerConfig, options: PiOptions = {}): Pacer {
   const target = numberOption(options, 'targetWaiting', 4);
   const kp = numberOption(options, 'kp', 0.5);
   const ki = numberOption(options, 'ki', 0.001);
