@@ -155,6 +155,21 @@ export interface JobStatus {
 const RANK: Record<Priority, number> = { critical: 0, high: 1, normal: 2, low: 3 };
 
 /**
+ * Every legal move of a partition: queued → preparing → waiting → on device → done; back to
+ * queued to be prepared again (a retry, a batch that failed unexplained, a lost worker); failed or
+ * cancelled from anywhere live (its job ended). Nothing leaves done, failed or cancelled.
+ */
+const MOVES: Record<PartitionState, Partial<Record<PartitionState, true>>> = {
+  queued: { preparing: true, failed: true, cancelled: true },
+  preparing: { waiting: true, queued: true, failed: true, cancelled: true },
+  waiting: { 'on-device': true, failed: true, cancelled: true },
+  'on-device': { done: true, queued: true, failed: true, cancelled: true },
+  done: {},
+  failed: {},
+  cancelled: {},
+};
+
+/**
  * The pipeline state machine: jobs → priority queue → pacer gate → budget → preparation →
  * waiting (key order) → device workers → done. Pure: no clock, no timers, no I/O. Feed it
  * {@link EngineEvent}s in time order; carry out the {@link Command}s it returns.
@@ -548,11 +563,9 @@ export class Engine {
     this.toWaiting(item, latencyMs ?? this.now - item.startedAt);
   }
 
-  /** An item out of preparation (done, failed or withdrawn): the counters, and its step or its batch's. */
+  /** An item leaves preparation (prepared, failed or withdrawn; its caller moves it on): its step, or its batch's. */
   private leavePreparing(item: Item): void {
     const s = this.snapshot;
-    s.preparing--;
-    item.job.kc.preparing--;
     s.preparingStartMsTotal -= item.startedAt;
     const b = item.prepBatch;
     if (!b) s.preparingSteps--;
@@ -572,11 +585,46 @@ export class Engine {
     s.prepareCompletions++;
     s.prepareLatencyMsTotal += latency;
     s.prepareLatencySqTotal += latency * latency;
-    item.state = 'waiting';
+    this.move(item, 'waiting');
     item.waitingSince = this.now;
     this.waitingQ.push(item);
-    s.waiting++;
-    item.job.kc.waiting++;
+  }
+
+  /**
+   * Moves a partition to another state: the one place states change for made partitions, and the
+   * counters with them (the backlog, preparing, waiting and on device, in all and per kind). A move
+   * {@link MOVES} does not list is an engine bug, and throws.
+   */
+  private move(item: Item, to: PartitionState): void {
+    const from = item.state;
+    if (MOVES[from][to] !== true) throw new Error(`stoker engine bug: partition ${item.partition} of job ${item.jobId} cannot go from ${from} to ${to}`);
+    this.count(item, from, -1);
+    this.count(item, to, 1);
+    item.state = to;
+  }
+
+  private count(item: Item, state: PartitionState, d: number): void {
+    const s = this.snapshot;
+    const kc = item.job.kc;
+    switch (state) {
+      case 'queued':
+        s.backlog += d;
+        break;
+      case 'preparing':
+        s.preparing += d;
+        kc.preparing += d;
+        break;
+      case 'waiting':
+        s.waiting += d;
+        kc.waiting += d;
+        break;
+      case 'on-device':
+        s.onDevice += d;
+        kc.onDevice += d;
+        break;
+      default:
+        break;
+    }
   }
 
   /** A preparation batch answered: its step is over (events naming it again are stale). */
@@ -660,7 +708,7 @@ export class Engine {
   /** An item off its device is done: its memory freed, its job told. */
   private itemDone(item: Item, out: Command[]): void {
     this.releaseAll(item);
-    item.state = 'done';
+    this.move(item, 'done');
     this.items.delete(item.id);
     const job = item.job;
     job.live.delete(item.partition);
@@ -742,9 +790,8 @@ export class Engine {
   /** Back to the queue under its old key (ahead of later work), its memory freed, to be prepared again. */
   private requeue(item: Item): void {
     this.releaseAll(item);
-    item.state = 'queued';
+    this.move(item, 'queued');
     this.backlog.push(item);
-    this.snapshot.backlog++;
   }
 
   private worker(device: number, worker: number): Worker {
@@ -753,7 +800,7 @@ export class Engine {
     return w;
   }
 
-  /** Takes an item off its device; its worker is free once it holds nothing (a batch: its last item). */
+  /** Takes an item off its device (its caller moves it on); its worker is free once it holds nothing (a batch: its last item). */
   private leaveDevice(item: Item): void {
     const w = (this.workers[item.device] as Worker[])[item.worker] as Worker;
     const b = item.batch;
@@ -768,8 +815,6 @@ export class Engine {
       this.integrateBusy(item.device);
       (this.snapshot.devices[item.device] as DeviceCounters).busy--;
     }
-    this.snapshot.onDevice--;
-    item.job.kc.onDevice--;
     item.device = -1;
     item.worker = -1;
   }
@@ -804,7 +849,7 @@ export class Engine {
       for (const item of job.live.values()) {
         switch (item.state) {
           case 'queued':
-            if (this.backlog.remove(item)) s.backlog--;
+            this.backlog.remove(item);
             break;
           case 'preparing': {
             const cmd: Extract<Command, { type: 'abort' }> = { type: 'abort', item, stage: 'preparing', reason: reason ?? state };
@@ -817,8 +862,6 @@ export class Engine {
           case 'waiting':
             out.push({ type: 'abort', item, stage: 'waiting', reason: reason ?? state });
             this.waitingQ.remove(item);
-            s.waiting--;
-            job.kc.waiting--;
             break;
           case 'on-device':
             this.abortOnDevice(item, reason ?? state, out);
@@ -827,7 +870,7 @@ export class Engine {
             continue;
         }
         this.releaseAll(item);
-        item.state = itemEnd;
+        this.move(item, itemEnd);
         this.items.delete(item.id);
       }
     }
@@ -905,8 +948,6 @@ export class Engine {
     ((this.workers[device] as Worker[])[wi] as Worker).batch = b;
     this.batches.set(b.id, b);
     for (const item of items) {
-      s.waiting--;
-      item.job.kc.waiting--;
       item.solo = false;
       item.batch = b;
       item.busyAtStart = b.busyAtStart;
@@ -989,8 +1030,6 @@ export class Engine {
     const s = this.snapshot;
     item.busyAtStart = this.integrateBusy(device);
     const wi = this.freeWorker(device);
-    s.waiting--;
-    item.job.kc.waiting--;
     ((this.workers[device] as Worker[])[wi] as Worker).item = item;
     this.onDevice(item, device, wi);
     (s.devices[device] as DeviceCounters).busy++;
@@ -1000,7 +1039,7 @@ export class Engine {
   /** An item (off the waiting queue) starts on a device worker: a new attempt, only its device-phase bytes kept. */
   private onDevice(item: Item, device: number, worker: number): void {
     const s = this.snapshot;
-    item.state = 'on-device';
+    this.move(item, 'on-device');
     item.device = device;
     item.worker = worker;
     item.attempt++;
@@ -1012,8 +1051,6 @@ export class Engine {
       s.budgetUsedBytes = this.budget.used;
       item.reservedBytes = keep;
     }
-    s.onDevice++;
-    item.job.kc.onDevice++;
   }
 
   /**
@@ -1060,10 +1097,9 @@ export class Engine {
     return Infinity;
   }
 
-  /** Takes an item off the backlog; the job's frontier leaving it makes the job's next partition take its place. */
+  /** Takes an item off the backlog (still queued until it starts); the job's frontier leaving it makes the job's next partition take its place. */
   private take(item: Item): void {
     this.backlog.pop();
-    this.snapshot.backlog--;
     if (item.partition === item.job.next - 1 && item.job.next < item.job.spec.partitions) this.makeNext(item.job);
   }
 
@@ -1074,11 +1110,9 @@ export class Engine {
     item.reservedBytes = item.job.reservation;
     item.prepSolo = false;
     item.heldSince = Infinity;
-    item.state = 'preparing';
+    this.move(item, 'preparing');
     item.attempt++;
     item.startedAt = this.now;
-    s.preparing++;
-    item.job.kc.preparing++;
     s.preparingStartMsTotal += this.now;
     s.dispatched++;
   }
@@ -1108,10 +1142,7 @@ export class Engine {
     const flushAt = since + spec.maxWaitMs;
     const hold = items.length < most && this.backlog.size === 0 && flushAt > this.now;
     if (hold || !this.budget.tryReserve(bytes)) {
-      for (const it of items) {
-        this.backlog.push(it);
-        this.snapshot.backlog++;
-      }
+      for (const it of items) this.backlog.push(it);
       if (hold) return flushAt;
       this.snapshot.budgetBlocked = true;
       return Infinity;
