@@ -55,7 +55,9 @@ export interface EngineOptions {
   maxPreparing?: number;
   /**
    * How often a failed partition (in preparation or on a device) is prepared again before its
-   * job fails. @default 0
+   * job fails. @default 0 — the core retries only what its driver asks for, so that a failure in a
+   * simulation or a test is the failure given (the runtime and the service, which meet real,
+   * often passing failures — a crashed worker, a full device — default to 1).
    */
   retries?: number;
 }

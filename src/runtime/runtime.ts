@@ -85,7 +85,7 @@ export interface RuntimeOptions<I, P, O, R> {
   budgetBytes?: number;
   /** Most concurrent preparation steps (a preparation batch is one). @default Infinity */
   maxPreparing?: number;
-  /** A failed partition is prepared again this many times before its job fails. @default 1 */
+  /** A failed partition is prepared again this many times before its job fails. @default 1 (real failures often pass: a crashed worker, a full device; the bare engine's default is 0) */
   retries?: number;
   /** A device step running longer than this fails (and is retried). @default Infinity */
   deviceTimeoutMs?: number;
