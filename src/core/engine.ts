@@ -732,7 +732,11 @@ export class Engine {
     const done = live.filter((it) => !reasons.has(it.id));
     stats.batches++;
     stats.items += b.items.length;
-    this.countStep(b.device, (b.items[0] as Item).job.kc, done.length, busyMs ?? this.now - b.startedAt, b.startedAt, b.busyAtStart);
+    const kc = (b.items[0] as Item).job.kc;
+    const byKind = kc.deviceBatches as NonNullable<KindCounters['deviceBatches']>;
+    (byKind.batches[b.device] as number)++;
+    (byKind.items[b.device] as number) += b.items.length;
+    this.countStep(b.device, kc, done.length, busyMs ?? this.now - b.startedAt, b.startedAt, b.busyAtStart);
     // Done items first: a failure that ends a job must not withdraw its items that finished.
     for (const item of done) {
       this.leaveDevice(item);
@@ -970,7 +974,17 @@ export class Engine {
       for (let d = 0; d < n; d++) if (!this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind)) devices.push(d);
       const prep = this.prepSpecs.get(kind) ?? null;
       this.prepByKind.push(prep);
-      this.snapshot.kinds.push({ name: kind, devices, preparing: 0, waiting: 0, onDevice: 0, completions: new Array<number>(n).fill(0), busyMs: new Array<number>(n).fill(0), ...(prep ? { prepareBatch: { maxItems: prep.maxItems, batches: 0, items: 0 } } : {}) });
+      this.snapshot.kinds.push({
+        name: kind,
+        devices,
+        preparing: 0,
+        waiting: 0,
+        onDevice: 0,
+        completions: new Array<number>(n).fill(0),
+        busyMs: new Array<number>(n).fill(0),
+        ...(this.batching ? { deviceBatches: { batches: new Array<number>(n).fill(0), items: new Array<number>(n).fill(0) } } : {}),
+        ...(prep ? { prepareBatch: { maxItems: prep.maxItems, batches: 0, items: 0 } } : {}),
+      });
     }
     return i;
   }

@@ -53,6 +53,12 @@ export interface KindCounters {
   readonly completions: number[];
   readonly busyMs: number[];
   /**
+   * Where some device batches: per device (by index), this kind's batches finished there and the
+   * items they started with (a batch is of one kind: with busyMs, each kind's own fit of busy
+   * time over batch size). Absent when no device batches.
+   */
+  readonly deviceBatches?: { readonly batches: number[]; readonly items: number[] };
+  /**
    * A kind prepared in batches (EngineOptions.kinds.<name>.prepareBatch): its largest batch, and
    * how many preparation batches finished and how many items they started with. Absent on a
    * kind prepared one item per step.

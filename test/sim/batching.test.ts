@@ -104,3 +104,36 @@ describe('batching devices, over 10 seeds', () => {
     expect(mean(p99)).toBeLessThanOrEqual(1.1);
   });
 });
+
+describe('two kinds on one batching device, over 10 seeds', () => {
+  // Kind a costs 10 ms per item, kind b 40 ms (kinds.b.service), both in batches of up to 16 after a 0.2 s fixed part; blocks of 500 of each arrive in turn.
+  const mixed = parseScenario({
+    name: 'batch-two-kinds',
+    targetWaiting: 4,
+    kinds: {
+      a: { prepare: { type: 'lognormal', median: 2, sigma: 0.3 } },
+      b: { prepare: { type: 'lognormal', median: 2, sigma: 0.3 }, service: { type: 'lognormal', median: 0.04, sigma: 0.2 } },
+    },
+    devices: [{ workers: 2, service: { type: 'lognormal', median: 0.01, sigma: 0.2 }, batch: { maxItems: 16, fixed: { type: 'lognormal', median: 0.2, sigma: 0.1 } } }],
+    arrivals: [
+      { atS: 0, jobs: 30, partitions: 500, kind: 'a', everyS: 10 },
+      { atS: 5, jobs: 30, partitions: 500, kind: 'b', everyS: 10 },
+    ],
+  });
+  /** Each kind's capacity at full batches, items/s: 2 workers × 16 ÷ (fixed + 16 × its time per item), lognormal means. */
+  const truth = [10, 40].map((ms) => ((2 * 16) / (FIXED_MS + 16 * ms * Math.exp(0.2 ** 2 / 2))) * 1000);
+
+  it("the pacer fits each kind's batches apart: its capacity estimate for each is within 3 % of the truth", () => {
+    let worst = 0;
+    const ratios: number[] = [];
+    for (const seed of SEEDS) {
+      let pacer: Pacer | undefined;
+      const m = simulate(mixed, { seed, pacer: (o) => (pacer = createPacer('stoker', o)) }).metrics;
+      const kinds = (pacer as Pacer).state().kinds ?? [];
+      kinds.forEach((k, i) => (worst = Math.max(worst, Math.abs((k.estimatedPerSec as number) / (truth[i] as number) - 1))));
+      ratios.push((m.itemsPerSec as number) / (simulate(mixed, { seed, pacer: (o) => createPacer('unpaced', o) }).metrics.itemsPerSec as number));
+    }
+    console.log(`batch-two-kinds: worst capacity estimate error ${(worst * 100).toFixed(2)} % (truth ${truth.map((t) => t.toFixed(1)).join(' and ')} items/s); stoker items/s ${mean(ratios).toFixed(3)} of unpaced's (min ${Math.min(...ratios).toFixed(3)}: short batches when the kinds take turns)`);
+    expect(worst).toBeLessThanOrEqual(0.03);
+  });
+});

@@ -286,6 +286,8 @@ interface DeviceEstimate {
   correction: number;
   /** A batching device's fit of busy time per batch (see BATCH_*); null on one that runs single items. */
   fit: BatchFit | null;
+  /** On a batching device, per kind (snapshot index): its own fit, from its own batches (a batch is of one kind). */
+  kindFits: (BatchFit | undefined)[];
 }
 
 /** A batching device's busy time per batch by its size (see BATCH_*), the counters last seen, and the fit a + b·n (NaN until made). */
@@ -457,7 +459,7 @@ class StokerPacer implements Pacer {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], byBusy: [], concurrencySeen: d.concurrencyTotal ?? 0, busyMsSeen: d.busyMs, limit: Infinity, probe: Infinity, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1, fit: d.batch ? newFit(d) : null }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], byBusy: [], concurrencySeen: d.concurrencyTotal ?? 0, busyMsSeen: d.busyMs, limit: Infinity, probe: Infinity, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1, fit: d.batch ? newFit(d) : null, kindFits: [] }));
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
@@ -546,6 +548,9 @@ class StokerPacer implements Pacer {
 
   /** The self-check of one device (see CHECK_*), before its estimates take this event's samples. */
   private selfCheck(d: DeviceEstimate, c: PacerSnapshot['devices'][number], s: PacerSnapshot, dt: number, dc: number, device: number): void {
+    // A batching device's time per item follows its batch sizes, which the fit plans with; the
+    // per-item estimates this check compares were measured at whatever sizes ran: no check.
+    if (d.fit) return;
     // A span runs from a completion after which the device is saturated to the completion after
     // which it is not: whole intervals between completions (a span begun at an arrival would end
     // at the next completion, sooner than an interval on average, and read the device fast).
@@ -624,7 +629,16 @@ class StokerPacer implements Pacer {
       }
       const dc = c.completions - d.completions;
       this.selfCheck(d, c, s, dt, dc, i);
-      if (d.fit && c.batch) observeBatches(d.fit, c);
+      if (d.fit && c.batch) {
+        observeBatches(d.fit, c.batch.batches, c.batch.items, c.busyMs);
+        for (let k = 0; k < s.kinds.length; k++) {
+          const kc = s.kinds[k] as KindCounters;
+          const byKind = kc.deviceBatches;
+          if (!byKind) continue;
+          const f = (d.kindFits[k] ??= { maxItems: d.fit.maxItems, bins: [], batches: byKind.batches[i] ?? 0, items: byKind.items[i] ?? 0, busyMs: kc.busyMs[i] ?? 0, a: NaN, b: NaN });
+          observeBatches(f, byKind.batches[i] ?? 0, byKind.items[i] ?? 0, kc.busyMs[i] ?? 0);
+        }
+      }
       if (dc > 0) {
         const usable = Math.min(c.workers, d.limit);
         const saturated = c.busy >= usable;
@@ -936,7 +950,7 @@ class StokerPacer implements Pacer {
         const c = s.devices[i] as PacerSnapshot['devices'][number];
         // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
         if (c.eligible === false) continue;
-        let ms = batchItemMs(d);
+        let ms = batchItemMs(d, k);
         if (!(ms > 0)) ms = d.services[k]?.serviceMs ?? NaN;
         if (!(ms > 0)) {
           if (kindMs < 0) kindMs = this.meanServiceMs(k);
@@ -1079,21 +1093,23 @@ function newFit(c: PacerSnapshot['devices'][number]): BatchFit {
   return { maxItems: b.maxItems, bins: [], batches: b.batches, items: b.items, busyMs: c.busyMs, a: NaN, b: NaN };
 }
 
-/** Takes a batching device's new batches into its bins and refits (see BATCH_*). */
-function observeBatches(f: BatchFit, c: PacerSnapshot['devices'][number]): void {
-  const b = c.batch as NonNullable<typeof c.batch>;
-  const db = b.batches - f.batches;
+/**
+ * Takes new batches into a fit's bins and refits (see BATCH_*): a device's (all its batches) or
+ * one kind's on it, from the cumulative batches, their items and their busy ms.
+ */
+function observeBatches(f: BatchFit, batches: number, items: number, busyMs: number): void {
+  const db = batches - f.batches;
   if (db <= 0) return;
   // One batch per event, as the engine reports them: its size and busy time exactly (several: their means).
-  const size = Math.max(1, Math.round((b.items - f.items) / db));
-  const ms = Math.max(MIN_SERVICE_MS, (c.busyMs - f.busyMs) / db);
-  f.batches = b.batches;
-  f.items = b.items;
-  f.busyMs = c.busyMs;
+  const size = Math.max(1, Math.round((items - f.items) / db));
+  const ms = Math.max(MIN_SERVICE_MS, (busyMs - f.busyMs) / db);
+  f.batches = batches;
+  f.items = items;
+  f.busyMs = busyMs;
   const bin = (f.bins[size] ??= { ms, n: 0, at: 0 });
   bin.n = Math.min(BATCH_MEMORY, bin.n + db);
   bin.ms += (Math.min(db, bin.n) / bin.n) * (ms - bin.ms);
-  bin.at = b.batches;
+  bin.at = batches;
   // Weighted least squares of busy time on size over the recent bins.
   let w = 0;
   let sn = 0;
@@ -1101,7 +1117,7 @@ function observeBatches(f: BatchFit, c: PacerSnapshot['devices'][number]): void 
   let snn = 0;
   let snt = 0;
   f.bins.forEach((x, n) => {
-    if (!x || b.batches - x.at > BATCH_FRESH) return;
+    if (!x || batches - x.at > BATCH_FRESH) return;
     w += x.n;
     sn += x.n * n;
     st += x.n * x.ms;
@@ -1127,9 +1143,13 @@ function observeBatches(f: BatchFit, c: PacerSnapshot['devices'][number]): void 
   }
 }
 
-/** A batching device's planned time per item: at full batches, from its fit (NaN: none yet, or it does not batch). */
-function batchItemMs(d: DeviceEstimate): number {
-  const f = d.fit;
+/**
+ * A batching device's planned time per item: at full batches, from its fit — kind k's own where
+ * it has one, else the device's over every kind (NaN: none yet, or it does not batch).
+ */
+function batchItemMs(d: DeviceEstimate, k = -1): number {
+  const own = k >= 0 ? d.kindFits[k] : undefined;
+  const f = own && !Number.isNaN(own.a) ? own : d.fit;
   if (!f || Number.isNaN(f.a)) return NaN;
   const n = f.maxItems;
   return Math.max(MIN_SERVICE_MS, (f.a + f.b * n) / n);
