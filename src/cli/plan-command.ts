@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import { createPacer, PACER_NAMES } from '../core/index.js';
 import { fitRun, PlanError, type FitReport } from '../plan/fit.js';
 import { sweep } from '../plan/parallel.js';
-import { configLines, frontier, planGrid, recommend, type PlanRow } from '../plan/sweep.js';
+import { applySetting, close, configLines, frontier, planGrid, recommend, settle, type PlanRow } from '../plan/sweep.js';
 import { resolveScenario } from '../sim/load-scenario.js';
 import { parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
 import { fromChromeTrace } from '../web/chrome-trace.js';
@@ -36,7 +36,8 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const threads = flags.threads === undefined ? undefined : Number(flags.threads);
   if (threads !== undefined && (!Number.isInteger(threads) || threads < 1 || threads > 256)) throw new UsageError(`--threads must be an integer from 1 to 256 (got ${flags.threads})`);
   const targets = flags.targets === undefined ? undefined : flags.targets.split(',').map((t) => Number(t));
-  if (targets?.some((t) => !Number.isFinite(t) || t < 0)) throw new UsageError(`--targets must be numbers ≥ 0, comma-separated (got ${flags.targets})`);
+  // (stoker serve takes a target > 0.)
+  if (targets?.some((t) => !Number.isFinite(t) || t <= 0)) throw new UsageError(`--targets must be numbers > 0, comma-separated (got ${flags.targets})`);
   const { scenario, fit } = spec === undefined ? await fromServer(flags) : load(spec);
   if (flags.scenarioOut !== undefined) {
     fs.writeFileSync(flags.scenarioOut, `${JSON.stringify(scenario, null, 2)}\n`);
@@ -48,13 +49,18 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const latencyS = Math.max(...Object.values(scenario.kinds).map((k) => prepareStep(k).ms / prepareStep(k).items)) / 1000;
   const littleItems = (base.metrics.itemsPerSec ?? 0) * latencyS;
   const grid = planGrid(scenario, { peakMemoryBytes: base.metrics.peakMemoryBytes, littleItems }, { pacers, ...(targets ? { targets } : {}) });
+  // Every setting is a valid scenario before any thread starts (an error keeps its kind here).
+  for (const setting of grid) applySetting(scenario, setting);
   const t0 = performance.now();
-  const rows = await sweep(scenario, grid, seeds, {
+  const swept = await sweep(scenario, grid, seeds, {
     ...(threads === undefined ? {} : { threads }),
     onRow: (r, done) => io.err(`[${done}/${grid.length}] ${describe(r)}: ${r.itemsPerSec.toFixed(3)} items/s, peak ${bytes(r.peakMemoryBytes)} (${Math.round(performance.now() - t0)} ms so far)\n`),
   });
-  const front = frontier(rows);
+  const rows = settle(swept);
   const best = recommend(rows);
+  // The recommendation is always shown, in its place by memory (folded into a setting within noise of it, it stands for that one).
+  let front = frontier(rows);
+  if (best && !front.includes(best)) front = [...front.filter((r) => !close(r, best)), best].sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes);
   if (flags.json) {
     io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config: configLines(best, scenario) } : null, rows }, null, 2)}\n`);
     return;
@@ -80,8 +86,14 @@ async function fromServer(flags: PlanFlags): Promise<{ scenario: Scenario; fit: 
 
 /** A scenario fitted from Chrome trace JSON; a run too short to fit is a usage error saying so. */
 function fitted(raw: unknown, from: string): { scenario: Scenario; fit: FitReport } {
+  let run: ReturnType<typeof fromChromeTrace>;
   try {
-    const { scenario, fit } = fitRun(fromChromeTrace(raw), `fitted from ${from}`);
+    run = fromChromeTrace(raw);
+  } catch (e) {
+    throw new UsageError(`${from}: ${(e as Error).message}`);
+  }
+  try {
+    const { scenario, fit } = fitRun(run, `fitted from ${from}`);
     return { scenario: parseScenario(scenario, `the scenario fitted from ${from}`), fit };
   } catch (e) {
     if (e instanceof PlanError) throw new UsageError(`${from}: ${e.message}`);

@@ -28,7 +28,7 @@ export interface StageFit {
   /** Of the times as measured, seconds. */
   medianS: number;
   p90S: number;
-  /** Of the times deflated to one user (what the scenario's distribution holds). */
+  /** Of the times deflated to the lowest concurrency measured (what the scenario's distribution holds: below that level the fit knows no slowdown). */
   baseMedianS: number;
   bins: ContentionBin[];
   contention: number[];
@@ -48,9 +48,10 @@ export class PlanError extends Error {
   override readonly name = 'PlanError';
 }
 
-/** Fewest samples a stage needs to be fitted, and a contention level to count. */
+/** Fewest samples a stage needs to be fitted; a contention level counts with at least MIN_BIN of them and MIN_BIN_SHARE of all (a few spans at the edges of a run mislead). */
 const MIN_SAMPLES = 10;
-const MIN_BIN = 5;
+const MIN_BIN = 20;
+const MIN_BIN_SHARE = 0.02;
 /** Values kept per empirical distribution (evenly spaced order statistics: the shape, not the order). */
 const KEEP = 400;
 
@@ -72,7 +73,9 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
   const notes: string[] = [];
   // Preparation: concurrency over all preparations (they share the CPU whatever their kind).
   const prepLevel = levels(run.spans.filter((s) => s.kind === 'prepare'));
-  const t0 = Math.min(...run.jobs.map((j) => j.t));
+  // (Loops, not Math.min(...): a long run has more values than a call takes arguments.)
+  let t0 = Infinity;
+  for (const j of run.jobs) t0 = Math.min(t0, j.t);
   const kinds: FitReport['kinds'] = {};
   const scenarioKinds: NonNullable<ScenarioInput['kinds']> = {};
   const byKind = group(run.jobs, (j) => j.kind);
@@ -85,7 +88,7 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
     const device = Number(d);
     const all = run.spans.filter((s) => s.kind === 'device' && deviceOf(s) === device);
     const workers = new Set(run.lanes.filter((l) => l.kind === 'device' && (l.device ?? 0) === device).map((l) => l.worker ?? 0)).size;
-    const f = stageFit(spans, levels(all));
+    const f = stageFit(spans, levels(all), (sp) => kindOf.get(sp.jobId)?.kind ?? '');
     deviceFits.push({ device, workers: Math.max(1, workers), service: f.fit });
     deflatedByDevice.set(device, { spans, base: f.base });
   }
@@ -95,7 +98,7 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
     const ps = prep.filter((s) => kindOf.get(s.jobId)?.kind === kind);
     const first = jobs[0] as TimelineJob;
     if (ps.length < MIN_SAMPLES) throw new PlanError(`kind ${kind} has ${ps.length} finished preparations; a fit needs at least ${MIN_SAMPLES}: record a longer run`);
-    const p = stageFit(ps, prepLevel);
+    const p = stageFit(ps, prepLevel, () => kind);
     // A kind's own device time, where kinds differ: its deflated service samples over every device.
     let service: { fit: StageFit; base: number[] } | null = null;
     if (several) {
@@ -113,7 +116,8 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       ...(service ? { service: empirical(service.base) } : {}),
     };
   }
-  const end = Math.max(...done.map((s) => s.end as number));
+  let end = -Infinity;
+  for (const sp of done) end = Math.max(end, sp.end as number);
   const scenario: ScenarioInput = {
     name,
     description: `fitted from a recorded run: ${run.jobs.length} jobs, ${prep.length} preparations, ${dev.length} device steps over ${((end - t0) / 1000).toFixed(0)} s`,
@@ -171,34 +175,62 @@ function levels(spans: readonly TimelineSpan[]): Profile {
   };
 }
 
-/** Rounds of correcting the bins' factors (each converges in a few). */
+/** A span measures a level when its concurrency stayed within this share of its lowest (or within one user). */
+const STEADY = 0.25;
+/** Rounds of correcting the bins' factors (each converges in a few), done only where the lowest level measured is at most DISCRETE users. */
+const DISCRETE = 4;
 const ROUNDS = 20;
 
 /**
  * One stage's fit under the fluid model the simulator runs: a span that spent t_k ms with k users
  * did Σ t_k ÷ f_k ms of work at one user, and that work has one distribution whatever the
- * concurrency. Spans are binned by their mean concurrency, rounded; the bins with enough spans
- * give the levels measured. Starting from each bin's median time over the lowest bin's, each
+ * concurrency, relative to its kind's (`keyOf`). Spans are binned by their mean concurrency,
+ * rounded; the bins with enough spans give the levels measured. Starting from each bin's median
+ * time (relative to its kind's) over the lowest bin's, each
  * bin's factor is corrected until the median work of its spans equals the lowest bin's (spans
- * straddle levels, so raw medians would blur neighbouring levels); factors below the lowest bin
- * are 1, between bins interpolated, never falling, the last holding beyond. Each span's time is
- * then deflated to its work.
+ * straddle levels, so raw medians would blur neighbouring levels), then made never to fall
+ * (isotonic); factors below the lowest bin are 1, between bins interpolated, the last holding
+ * beyond. Each span's time is then deflated to its work.
  */
-function stageFit(spans: readonly TimelineSpan[], profile: Profile): { fit: StageFit; base: number[] } {
+function stageFit(spans: readonly TimelineSpan[], profile: Profile, keyOf: (s: TimelineSpan) => string): { fit: StageFit; base: number[] } {
   const ms = spans.map((s) => (s.end as number) - s.start);
+  // Each span's time relative to its kind's median: kinds that differ in size would otherwise read
+  // as slowdown where they ran at different concurrencies.
+  const keys = spans.map(keyOf);
+  const relative = (v: readonly number[]): number[] => {
+    const med = new Map([...group(v.map((x, i) => ({ x, k: keys[i] as string })), (e) => e.k).entries()].map(([k, xs]) => [k, median(xs.map((e) => e.x))]));
+    return v.map((x, i) => x / ((med.get(keys[i] as string) as number) || 1));
+  };
+  const rel = relative(ms);
   const profiles = spans.map((s) => profile(s.start, s.end as number));
   const conc = profiles.map((p, i) => {
     let area = 0;
     for (const [c, t] of p) area += c * t;
     return Math.max(1, Math.round((ms[i] as number) > 0 ? area / (ms[i] as number) : 1));
   });
-  const bins = [...group(ms.map((v, i) => ({ v, c: conc[i] as number, i })), (x) => String(x.c)).entries()]
+  const least = Math.max(MIN_BIN, MIN_BIN_SHARE * spans.length);
+  // Only spans that ran at a steady concurrency measure a level: while a pipeline fills or drains,
+  // a long span sees more of the change than a short one, and its length would read as slowdown.
+  const steady = profiles.map((p) => {
+    let lo = Infinity;
+    let hi = 0;
+    for (const c of p.keys()) {
+      lo = Math.min(lo, c);
+      hi = Math.max(hi, c);
+    }
+    return hi - lo <= Math.max(1, STEADY * lo);
+  });
+  const bins = [...group(
+    ms.flatMap((v, i) => (steady[i] ? [{ v, c: conc[i] as number, i }] : [])),
+    (x) => String(x.c),
+  ).entries()]
     .map(([c, xs]) => ({ concurrency: Number(c), members: xs.map((x) => x.i), medianMs: median(xs.map((x) => x.v)), factor: 1 }))
-    .filter((b) => b.members.length >= MIN_BIN)
+    .filter((b) => b.members.length >= least)
     .sort((a, b) => a.concurrency - b.concurrency);
   const ref = bins[0];
-  for (const b of bins) b.factor = ref ? b.medianMs / ref.medianMs : 1;
-  /** Factors per level 1 … the top bin's from the bins' (see above). */
+  const relMedian = (members: readonly number[], v: readonly number[]) => median(members.map((i) => v[i] as number));
+  for (const b of bins) b.factor = ref ? relMedian(b.members, rel) / relMedian(ref.members, rel) : 1;
+  /** Factors per level 1 … the top bin's from the bins' factors: 1 below the lowest bin, interpolated between bins, the last holding beyond. */
   const curve = (): number[] => {
     if (bins.length < 2 || !ref) return [1];
     const out: number[] = [];
@@ -207,7 +239,7 @@ function stageFit(spans: readonly TimelineSpan[], profile: Profile): { fit: Stag
       const above = bins.find((r) => r.concurrency >= k);
       let f = 1;
       if (below && above && k >= ref.concurrency) f = above.concurrency === below.concurrency ? below.factor : below.factor + ((above.factor - below.factor) * (k - below.concurrency)) / (above.concurrency - below.concurrency);
-      out.push(Math.max(1, out.at(-1) ?? 1, f));
+      out.push(f);
     }
     return out;
   };
@@ -217,17 +249,43 @@ function stageFit(spans: readonly TimelineSpan[], profile: Profile): { fit: Stag
       for (const [c, t] of p) w += t / (f[Math.min(c, f.length) - 1] as number);
       return w > 0 ? w : (ms[i] as number);
     });
+  // The corrections run on the bins' own factors; that slowdown never falls with concurrency is
+  // imposed once, at the end (imposed in every round it would ratchet noise upwards). They matter
+  // only where a level is a large step (one user to two); among many users a span's mean level
+  // sums it up, and correcting between levels a few per cent apart feeds back on itself.
   let contention = curve();
-  for (let round = 0; round < ROUNDS && bins.length > 1 && ref; round++) {
-    const w = work(contention);
-    const m = median(ref.members.map((i) => w[i] as number));
-    for (const b of bins.slice(1)) b.factor *= median(b.members.map((i) => w[i] as number)) / m;
+  for (let round = 0; round < ROUNDS && bins.length > 1 && ref && ref.concurrency <= DISCRETE; round++) {
+    const w = relative(work(contention));
+    const m = relMedian(ref.members, w);
+    for (const b of bins.slice(1)) b.factor *= relMedian(b.members, w) / m;
     contention = curve();
   }
+  isotonic(bins);
+  contention = curve();
   const base = work(contention);
   const factorAt = (c: number) => contention[Math.min(Math.max(c, 1), contention.length) - 1] as number;
   const binRows = bins.map((r) => ({ concurrency: r.concurrency, samples: r.members.length, medianS: r.medianMs / 1000, factor: factorAt(r.concurrency) }));
   return { fit: summary(ms, base, binRows, contention), base };
+}
+
+/**
+ * Makes the bins' factors never fall with concurrency, at least 1 — the closest such sequence,
+ * weighted by the bins' spans (pool adjacent violators): noise between levels averages out
+ * instead of stepping up.
+ */
+function isotonic(bins: { factor: number; members: readonly number[] }[]): void {
+  const blocks: { sum: number; w: number; n: number }[] = [];
+  for (const b of bins) {
+    blocks.push({ sum: b.factor * b.members.length, w: b.members.length, n: 1 });
+    while (blocks.length > 1) {
+      const last = blocks[blocks.length - 1] as (typeof blocks)[number];
+      const prev = blocks[blocks.length - 2] as (typeof blocks)[number];
+      if (prev.sum / prev.w <= last.sum / last.w) break;
+      blocks.splice(blocks.length - 2, 2, { sum: prev.sum + last.sum, w: prev.w + last.w, n: prev.n + last.n });
+    }
+  }
+  let i = 0;
+  for (const blk of blocks) for (let j = 0; j < blk.n; j++) (bins[i++] as (typeof bins)[number]).factor = Math.max(1, blk.sum / blk.w);
 }
 
 function summary(ms: readonly number[], base: readonly number[], bins: ContentionBin[], contention: number[]): StageFit {

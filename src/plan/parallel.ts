@@ -28,11 +28,26 @@ export async function sweep(s: Scenario, settings: readonly PlanSetting[], seeds
     return rows;
   }
   let next = 0;
+  let failed = false;
+  const workers: Worker[] = [];
+  // The first thread that fails stops them all: no more settings are sent, the others are ended.
+  const stopAll = () => {
+    failed = true;
+    for (const w of workers) {
+      w.removeAllListeners('exit');
+      void w.terminate();
+    }
+  };
   const one = () =>
     new Promise<void>((resolve, reject) => {
       const w = new Worker(new URL('./sweep-worker.js', import.meta.url), { workerData: { scenario: s, seeds } });
+      workers.push(w);
+      const fail = (e: Error) => {
+        if (!failed) stopAll();
+        reject(e);
+      };
       const feed = () => {
-        if (next >= settings.length) {
+        if (failed || next >= settings.length) {
           w.removeAllListeners('exit');
           void w.terminate().then(() => resolve(), reject);
           return;
@@ -41,12 +56,13 @@ export async function sweep(s: Scenario, settings: readonly PlanSetting[], seeds
         w.postMessage({ i, setting: settings[i] });
       };
       w.on('message', (m: { i: number; row: PlanRow }) => {
+        if (failed) return;
         rows[m.i] = m.row;
         options.onRow?.(m.row, ++done);
         feed();
       });
-      w.on('error', reject);
-      w.on('exit', (code) => reject(new Error(`a sweep thread exited (code ${code}) before the sweep was done`)));
+      w.on('error', fail);
+      w.on('exit', (code) => fail(new Error(`a sweep thread exited (code ${code}) before the sweep was done`)));
       feed();
     });
   await Promise.all(Array.from({ length: threads }, one));

@@ -19,6 +19,8 @@ export interface PlanSetting {
 }
 
 export interface PlanRow extends PlanSetting {
+  /** Per seed, the jobs that failed or were cancelled (sorted ids): those every setting loses are the scenario's own (its faults, its cancels). */
+  failedJobs: string[][];
   /** Means over the seeds. */
   itemsPerSec: number;
   throughputRatio: number | null;
@@ -26,7 +28,9 @@ export interface PlanRow extends PlanSetting {
   waitingMean: number | null;
   peakMemoryBytes: number;
   jobLatencyP99Ms: number | null;
-  /** Jobs that did not finish (failed, cancelled or cut off), summed over the seeds. */
+  /** Jobs still unfinished when the run reached its horizon, summed over the seeds. */
+  cutOff: number;
+  /** Jobs this setting lost, summed over the seeds: cut off, or failed where some other setting did not (see {@link settle}; before it, every failure). */
   unfinished: number;
 }
 
@@ -50,7 +54,10 @@ export function planGrid(s: Scenario, base: { peakMemoryBytes: number; littleIte
   const caps = [null, ...new Set([1, 1.5].map((f) => Math.max(1, Math.ceil(base.littleItems * f))))];
   const own = s.devices.map((d) => d.workers);
   const more = s.devices.map((d) => (d.contention.length > d.workers ? d.workers + 1 : d.workers));
-  const workerSets = [own, ...(own.some((w) => w > 1) ? [own.map((w) => Math.max(1, w - 1))] : []), ...(more.some((w, i) => w !== own[i]) ? [more] : [])];
+  // Fewer workers only where no scenario event names a worker that would then not exist.
+  const highest = s.events.reduce((n, e) => (e.type === 'workerLost' || e.type === 'workerReturned' ? Math.max(n, e.worker) : n), -1);
+  const fewer = own.map((w) => Math.max(1, w - 1));
+  const workerSets = [own, ...(own.some((w) => w > 1) && fewer.every((w) => w > highest) ? [fewer] : []), ...(more.some((w, i) => w !== own[i]) ? [more] : [])];
   const out: PlanSetting[] = [];
   for (const pacer of pacers) for (const targetWaiting of targets) for (const budgetBytes of budgets) for (const maxPreparing of caps) for (const workers of workerSets) out.push({ pacer, targetWaiting, budgetBytes, maxPreparing, workers });
   return out;
@@ -87,8 +94,29 @@ export function runSetting(s: Scenario, p: PlanSetting, seeds: readonly number[]
     waitingMean: mean(runs.map((r) => r.metrics.waitingMean)),
     peakMemoryBytes: mean(runs.map((r) => r.metrics.peakMemoryBytes)) as number,
     jobLatencyP99Ms: mean(runs.map((r) => r.metrics.jobLatencyP99Ms)),
+    failedJobs: runs.map((r) => r.failures.map((f) => f.job).sort()),
+    cutOff: runs.reduce((n, r) => n + r.unfinishedJobs, 0),
     unfinished: runs.reduce((n, r) => n + r.unfinishedJobs + r.failures.length, 0),
   };
+}
+
+/**
+ * Counts against each setting only what it loses itself: the jobs still unfinished at the horizon
+ * and those that failed under it but not under every setting (a scenario's scripted faults and
+ * cancels fail whatever the setting).
+ */
+export function settle(rows: readonly PlanRow[]): PlanRow[] {
+  const seeds = rows[0]?.failedJobs.length ?? 0;
+  const always: Set<string>[] = [];
+  for (let i = 0; i < seeds; i++) {
+    let common = new Set<string>(rows[0]?.failedJobs[i] ?? []);
+    for (const r of rows) {
+      const mine = new Set<string>(r.failedJobs[i] ?? []);
+      common = new Set<string>([...common].filter((j) => mine.has(j)));
+    }
+    always.push(common);
+  }
+  return rows.map((r) => ({ ...r, unfinished: r.cutOff + r.failedJobs.reduce((n, jobs, i) => n + jobs.filter((j) => !(always[i] as Set<string>).has(j)).length, 0) }));
 }
 
 function completed(r: ReturnType<typeof simulate>): number {
@@ -100,23 +128,23 @@ const NOISE = 0.005;
 
 /**
  * The settings no other beats on every count: none has as much throughput, no more peak memory
- * and no more p99 latency (within 0.5 % on throughput and latency: seed noise), and is better in
- * one. Of settings that ran identically (a cap or budget that never bound), or within that noise
+ * and no more p99 latency (within 0.5 % on latency: seed noise), and is better in one. Of settings that ran identically (a cap or budget that never bound), or within that noise
  * and 1 % of memory of one listed, the first stands for them. Sorted by peak memory.
  */
 export function frontier(rows: readonly PlanRow[]): PlanRow[] {
   const p99 = (r: PlanRow) => r.jobLatencyP99Ms ?? Infinity;
+  // Throughput counts exactly (so the best setting is never dropped, and dominance stays
+  // transitive); latency within seed noise.
   const beats = (a: PlanRow, b: PlanRow) =>
-    a.itemsPerSec >= b.itemsPerSec * (1 - NOISE) &&
+    a.itemsPerSec >= b.itemsPerSec &&
     a.peakMemoryBytes <= b.peakMemoryBytes &&
     p99(a) <= p99(b) * (1 + NOISE) &&
-    (a.itemsPerSec > b.itemsPerSec * (1 + NOISE) || a.peakMemoryBytes < b.peakMemoryBytes || p99(a) < p99(b) * (1 - NOISE));
+    (a.itemsPerSec > b.itemsPerSec || a.peakMemoryBytes < b.peakMemoryBytes || p99(a) < p99(b) * (1 - NOISE));
   const same = (a: PlanRow, b: PlanRow) => a.itemsPerSec === b.itemsPerSec && a.peakMemoryBytes === b.peakMemoryBytes && a.jobLatencyP99Ms === b.jobLatencyP99Ms && a.waitingMean === b.waitingMean;
   const usable = rows.filter((r, i) => r.unfinished === 0 && !rows.slice(0, i).some((o) => o.unfinished === 0 && same(o, r)));
   const front = usable.filter((r) => !usable.some((o) => beats(o, r))).sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes || p99(a) - p99(b));
   // Settings within the noise of another (on all three counts) add nothing: of such a group the
   // simplest stands for it (as the recommendation would choose).
-  const close = (a: PlanRow, b: PlanRow) => Math.abs(a.itemsPerSec / b.itemsPerSec - 1) <= NOISE && Math.abs(p99(a) / p99(b) - 1) <= NOISE && Math.abs(a.peakMemoryBytes / b.peakMemoryBytes - 1) <= 0.01;
   const groups: PlanRow[][] = [];
   for (const r of front) {
     const g = groups.find((x) => close(x[0] as PlanRow, r));
@@ -124,6 +152,13 @@ export function frontier(rows: readonly PlanRow[]): PlanRow[] {
     else groups.push([r]);
   }
   return groups.map((g) => [...g].sort(simpler)[0] as PlanRow);
+}
+
+/** Whether two settings did the same within seed noise: throughput and p99 latency within 0.5 %, peak memory within 1 %. */
+export function close(a: PlanRow, b: PlanRow): boolean {
+  const p99 = (r: PlanRow) => r.jobLatencyP99Ms ?? Infinity;
+  const ratio = (x: number, y: number) => (x === y ? 0 : Math.abs(x / y - 1));
+  return ratio(a.itemsPerSec, b.itemsPerSec) <= NOISE && ratio(p99(a), p99(b)) <= NOISE && ratio(a.peakMemoryBytes, b.peakMemoryBytes) <= 0.01;
 }
 
 /** Of settings that do as well, the simpler first: fewer workers, a smaller target, no cap, no budget. */

@@ -6,11 +6,11 @@
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { configLines, frontier, planGrid, recommend, type PlanRow } from '../../src/plan/sweep.js';
+import { configLines, frontier, planGrid, recommend, settle, type PlanRow } from '../../src/plan/sweep.js';
 import { SCENARIOS } from '../../src/sim/index.js';
 import { run, tempDir } from '../cli/helpers.js';
 
-const row = (over: Partial<PlanRow>): PlanRow => ({ pacer: 'stoker', targetWaiting: 4, budgetBytes: null, maxPreparing: null, workers: [2], itemsPerSec: 1, throughputRatio: 1, occupancy: 1, waitingMean: 4, peakMemoryBytes: 100, jobLatencyP99Ms: 1000, unfinished: 0, ...over });
+const row = (over: Partial<PlanRow>): PlanRow => ({ pacer: 'stoker', targetWaiting: 4, budgetBytes: null, maxPreparing: null, workers: [2], itemsPerSec: 1, throughputRatio: 1, occupancy: 1, waitingMean: 4, peakMemoryBytes: 100, jobLatencyP99Ms: 1000, failedJobs: [[]], cutOff: 0, unfinished: 0, ...over });
 
 describe('frontier and recommendation', () => {
   it('keeps the settings nothing beats, drops the dominated, the duplicates and those that left jobs unfinished', () => {
@@ -21,6 +21,18 @@ describe('frontier and recommendation', () => {
     const lost = row({ targetWaiting: 8, itemsPerSec: 2, peakMemoryBytes: 10, unfinished: 1 });
     const lowLatency = row({ targetWaiting: 8, itemsPerSec: 1.0, peakMemoryBytes: 120, jobLatencyP99Ms: 500 });
     expect(frontier([a, b, dominated, same, lost, lowLatency]).map((r) => r.targetWaiting)).toEqual([1, 2, 8]);
+  });
+
+  it('never drops the best throughput, however settings chain within the noise', () => {
+    // Each 0.4 % below the last, memory falling: a noise-tolerant dominance on throughput would chain them away.
+    const chain = Array.from({ length: 6 }, (_, i) => row({ targetWaiting: i + 1, itemsPerSec: 1 - 0.004 * i, peakMemoryBytes: 100 - 10 * i }));
+    expect(frontier(chain).map((r) => r.itemsPerSec)).toContain(1);
+  });
+
+  it('counts against a setting only the jobs it loses itself, not those every setting loses (scripted faults)', () => {
+    const a = row({ targetWaiting: 1, failedJobs: [['job-3']], unfinished: 1 });
+    const b = row({ targetWaiting: 2, failedJobs: [['job-3', 'job-7']], unfinished: 2 });
+    expect(settle([a, b]).map((r) => r.unfinished)).toEqual([0, 1]);
   });
 
   it('recommends the least memory within 1 % of the best throughput, then the least latency', () => {
@@ -74,6 +86,33 @@ describe('stoker plan', () => {
     }
   });
 
+  it('plans scenarios with scripted worker losses and faults (no fewer workers than an event names; scripted failures count against no setting)', async () => {
+    for (const name of ['worker-loss', 'failure']) {
+      const r = await run('plan', name, '--seeds', '1', '--targets', '4', '--threads', '1');
+      expect(r.code, r.err).toBe(0);
+      expect(r.out).toMatch(/recommended \(the least memory/);
+    }
+  });
+
+  it('a trace of two kinds on one device: their device times apart, not read as slowdown', async () => {
+    const t = tempDir();
+    try {
+      const trace = path.join(t.dir, 'mixed.json');
+      expect((await run('simulate', 'mixed-kinds', '--trace', trace)).code).toBe(0);
+      const r = await run('plan', trace, '--seeds', '1', '--targets', '4', '--threads', '1', '--json');
+      expect(r.code, r.err).toBe(0);
+      const fit = (JSON.parse(r.out) as { fit: { kinds: Record<string, { service: { baseMedianS: number } }>; devices: { service: { contention: number[] } }[] } }).fit;
+      // Heavy items take 3.5–4.5 s, light ones 0.8–1.2 s (×1.2 with both workers busy, which this run always is).
+      const heavy = fit.kinds['heavy']?.service.baseMedianS as number;
+      const light = fit.kinds['light']?.service.baseMedianS as number;
+      expect(heavy / light).toBeGreaterThan(3.5);
+      expect(heavy / light).toBeLessThan(4.5);
+      expect(Math.max(...(fit.devices[0]?.service.contention ?? [1]))).toBeLessThan(1.3);
+    } finally {
+      t.cleanup();
+    }
+  });
+
   it('refuses a trace too short to fit, and a bad option, saying what to do', async () => {
     const t = tempDir();
     try {
@@ -83,6 +122,11 @@ describe('stoker plan', () => {
       expect(r.err).toMatch(/no job records/);
       expect((await run('plan', 'seed', '--seeds', '0')).err).toMatch(/--seeds must be an integer from 1 to 50/);
       expect((await run('plan', 'seed', '--pacers', 'nope')).err).toMatch(/unknown pacer "nope"/);
+      // stoker serve takes no target of 0.
+      expect((await run('plan', 'seed', '--targets', '0,2')).err).toMatch(/--targets must be numbers > 0/);
+      const odd = await run('plan', t.file('odd.json', JSON.stringify({ traceEvents: {} })));
+      expect(odd.code).toBe(2);
+      expect(odd.err).toMatch(/not a Chrome trace/);
     } finally {
       t.cleanup();
     }
