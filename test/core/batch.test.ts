@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { Engine, createUnpacedPacer, type Command, type DeviceSpec, type EngineEvent, type ItemView, type JobSpec } from '../../src/core/index.js';
-import { expectStokerError, ofType } from './helpers.js';
+import { Engine, createUnpacedPacer, type Command, type DeviceSpec, type JobSpec } from '../../src/core/index.js';
+import { EngineDriver, expectStokerError, ofType } from './helpers.js';
 
 /** An engine with one batching device; every item dispatched at once (unpaced). */
 function batching(batch: DeviceSpec['batch'], workers = 1, extra: Partial<DeviceSpec> = {}, retries = 0): Driver {
@@ -9,24 +9,7 @@ function batching(batch: DeviceSpec['batch'], workers = 1, extra: Partial<Device
 
 const job = (id: string, partitions: number, kind = 'k', extra: Partial<JobSpec> = {}): JobSpec => ({ id, kind, partitions, ...extra });
 
-class Driver {
-  readonly items = new Map<string, ItemView>();
-  readonly log: Command[] = [];
-  constructor(readonly e: Engine) {}
-
-  apply(event: EngineEvent): Command[] {
-    const out = this.e.apply(event);
-    for (const c of out) if (c.type === 'startPrepare') this.items.set(`${c.item.jobId}:${c.item.partition}`, c.item);
-    this.log.push(...out);
-    return out;
-  }
-
-  item(key: string): ItemView {
-    const it = this.items.get(key);
-    if (!it) throw new Error(`item ${key} was never dispatched`);
-    return it;
-  }
-
+class Driver extends EngineDriver {
   prepared(time: number, ...keys: string[]): Command[] {
     const out: Command[] = [];
     for (const key of keys) {

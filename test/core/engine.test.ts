@@ -6,10 +6,9 @@ import {
   normalizeJob,
   type Command,
   type EngineOptions,
-  type ItemView,
   type JobSpec,
 } from '../../src/core/index.js';
-import { GatePacer, aborts, expectStokerError, ofType, prepared, started } from './helpers.js';
+import { EngineDriver, GatePacer, aborts, expectStokerError, ofType, prepared, started } from './helpers.js';
 
 function engine(over: Partial<EngineOptions> = {}): Engine {
   return new Engine({ devices: [{ workers: 2 }], pacer: createUnpacedPacer(), ...over });
@@ -18,26 +17,7 @@ function engine(over: Partial<EngineOptions> = {}): Engine {
 const job = (id: string, partitions: number, extra: Partial<JobSpec> = {}): JobSpec => ({ id, kind: 'k', partitions, ...extra });
 
 /** Submits and returns the commands plus the items by `jobId:partition`. */
-class Run {
-  readonly items = new Map<string, ItemView>();
-  readonly log: Command[] = [];
-  constructor(readonly e: Engine) {}
-
-  apply(event: Parameters<Engine['apply']>[0]): Command[] {
-    const out = this.e.apply(event);
-    for (const c of out) {
-      if (c.type === 'startPrepare') this.items.set(`${c.item.jobId}:${c.item.partition}`, c.item);
-    }
-    this.log.push(...out);
-    return out;
-  }
-
-  item(key: string): ItemView {
-    const it = this.items.get(key);
-    if (!it) throw new Error(`item ${key} was never dispatched`);
-    return it;
-  }
-
+class Run extends EngineDriver {
   submit(time: number, spec: JobSpec): Command[] {
     return this.apply({ type: 'submit', time, job: spec });
   }

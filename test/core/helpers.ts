@@ -1,6 +1,29 @@
-/** Shared helpers for the core tests: command filters, a controllable pacer, snapshots. */
+/** Shared helpers for the core tests: command filters, an engine driver, a controllable pacer, snapshots. */
 import { expect } from 'vitest';
-import { StokerError, type Command, type Pacer, type PacerSnapshot, type PacerState, type StokerErrorCode } from '../../src/core/index.js';
+import { StokerError, type Command, type Engine, type EngineEvent, type ItemView, type Pacer, type PacerSnapshot, type PacerState, type StokerErrorCode } from '../../src/core/index.js';
+
+/** Feeds an engine and keeps its commands, and each item it started preparing (alone or in a batch) by `job:partition`. */
+export class EngineDriver {
+  readonly items = new Map<string, ItemView>();
+  readonly log: Command[] = [];
+  constructor(readonly e: Engine) {}
+
+  apply(event: EngineEvent): Command[] {
+    const out = this.e.apply(event);
+    for (const c of out) {
+      if (c.type === 'startPrepare') this.items.set(`${c.item.jobId}:${c.item.partition}`, c.item);
+      if (c.type === 'startPrepareBatch') for (const it of c.items) this.items.set(`${it.jobId}:${it.partition}`, it);
+    }
+    this.log.push(...out);
+    return out;
+  }
+
+  item(key: string): ItemView {
+    const it = this.items.get(key);
+    if (!it) throw new Error(`item ${key} was never dispatched`);
+    return it;
+  }
+}
 
 export type CommandOf<T extends Command['type']> = Extract<Command, { type: T }>;
 

@@ -1,35 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { Engine, createUnpacedPacer, type BatchSpec, type Command, type EngineEvent, type EngineOptions, type ItemView, type JobSpec } from '../../src/core/index.js';
-import { expectStokerError, ofType } from './helpers.js';
+import { Engine, createUnpacedPacer, type BatchSpec, type Command, type EngineOptions, type JobSpec } from '../../src/core/index.js';
+import { EngineDriver, expectStokerError, ofType } from './helpers.js';
 
 /** An engine whose kind `k` is prepared in batches; every item dispatched at once (unpaced). */
-function grouping(prepareBatch: BatchSpec, extra: Partial<EngineOptions> = {}): Driver {
-  return new Driver(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), kinds: { k: { prepareBatch } }, ...extra }));
+function grouping(prepareBatch: BatchSpec, extra: Partial<EngineOptions> = {}): EngineDriver {
+  return new EngineDriver(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), kinds: { k: { prepareBatch } }, ...extra }));
 }
 
 const job = (id: string, partitions: number, kind = 'k', extra: Partial<JobSpec> = {}): JobSpec => ({ id, kind, partitions, ...extra });
-
-class Driver {
-  readonly items = new Map<string, ItemView>();
-  readonly log: Command[] = [];
-  constructor(readonly e: Engine) {}
-
-  apply(event: EngineEvent): Command[] {
-    const out = this.e.apply(event);
-    for (const c of out) {
-      if (c.type === 'startPrepare') this.items.set(`${c.item.jobId}:${c.item.partition}`, c.item);
-      if (c.type === 'startPrepareBatch') for (const it of c.items) this.items.set(`${it.jobId}:${it.partition}`, it);
-    }
-    this.log.push(...out);
-    return out;
-  }
-
-  item(key: string): ItemView {
-    const it = this.items.get(key);
-    if (!it) throw new Error(`item ${key} was never dispatched`);
-    return it;
-  }
-}
 
 /** Each startPrepareBatch as `batch:[job:partition …]`, each startPrepare as `job:partition`. */
 function starts(cmds: readonly Command[]): string[] {
@@ -70,7 +48,7 @@ describe('Engine: preparation batches', () => {
 
   it('starts a short batch at once when other work is queued behind it (it could not grow), and prepares other kinds alone', () => {
     const e = new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), kinds: { k: { prepareBatch: { maxItems: 4, maxWaitMs: 1000 } } }, maxPreparing: 1 });
-    const d = new Driver(e);
+    const d = new EngineDriver(e);
     expect(starts(d.apply({ type: 'submit', time: 0, job: job('x', 1, 'other') }))).toEqual(['x:0']);
     d.apply({ type: 'submit', time: 1, job: job('a', 2) });
     d.apply({ type: 'submit', time: 1, job: job('b', 1, 'other') });
