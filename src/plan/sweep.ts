@@ -88,7 +88,7 @@ export function runSetting(s: Scenario, p: PlanSetting, seeds: readonly number[]
   return {
     ...p,
     // Without a steady window, the whole run's rate.
-    itemsPerSec: mean(runs.map((r) => r.metrics.itemsPerSec ?? (r.simulatedMs > 0 ? completed(r) / (r.simulatedMs / 1000) : 0))) as number,
+    itemsPerSec: mean(runs.map((r) => r.metrics.itemsPerSec ?? (r.simulatedMs > 0 ? r.completions / (r.simulatedMs / 1000) : 0))) as number,
     throughputRatio: mean(runs.map((r) => r.metrics.throughputRatio)),
     occupancy: mean(runs.map((r) => r.metrics.occupancy)),
     waitingMean: mean(runs.map((r) => r.metrics.waitingMean)),
@@ -117,10 +117,6 @@ export function settle(rows: readonly PlanRow[]): PlanRow[] {
     always.push(common);
   }
   return rows.map((r) => ({ ...r, unfinished: r.cutOff + r.failedJobs.reduce((n, jobs, i) => n + jobs.filter((j) => !(always[i] as Set<string>).has(j)).length, 0) }));
-}
-
-function completed(r: ReturnType<typeof simulate>): number {
-  return r.metrics.jobsDone;
 }
 
 /** Differences in throughput and p99 latency smaller than this fraction are the seeds' noise, not a reason to keep a setting. */

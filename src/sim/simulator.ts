@@ -103,6 +103,8 @@ export interface SimResult {
   window: { fromMs: number; toMs: number };
   /** Engine events processed. */
   events: number;
+  /** Items completed on devices, whole run. */
+  completions: number;
   /** Simulated time at the end, ms. */
   simulatedMs: number;
   metrics: Metrics;
@@ -690,6 +692,7 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
     seed,
     window,
     events,
+    completions: engine.snapshot.deviceCompletions,
     simulatedMs: now,
     metrics: recorder.metrics(engine.budget.peak, engine.budget.used),
     failures,
