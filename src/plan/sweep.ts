@@ -119,6 +119,9 @@ export function settle(rows: readonly PlanRow[]): PlanRow[] {
   return rows.map((r) => ({ ...r, unfinished: r.cutOff + r.failedJobs.reduce((n, jobs, i) => n + jobs.filter((j) => !(always[i] as Set<string>).has(j)).length, 0) }));
 }
 
+/** A setting's p99 job latency, ms; a run with no finished job ranks last. */
+const p99 = (r: PlanRow): number => r.jobLatencyP99Ms ?? Infinity;
+
 /** Differences in throughput and p99 latency smaller than this fraction are the seeds' noise, not a reason to keep a setting. */
 const NOISE = 0.005;
 
@@ -128,7 +131,6 @@ const NOISE = 0.005;
  * and 1 % of memory of one listed, the first stands for them. Sorted by peak memory.
  */
 export function frontier(rows: readonly PlanRow[]): PlanRow[] {
-  const p99 = (r: PlanRow) => r.jobLatencyP99Ms ?? Infinity;
   // Throughput counts exactly (so the best setting is never dropped, and dominance stays
   // transitive); latency within seed noise.
   const beats = (a: PlanRow, b: PlanRow) =>
@@ -152,7 +154,6 @@ export function frontier(rows: readonly PlanRow[]): PlanRow[] {
 
 /** Whether two settings did the same within seed noise: throughput and p99 latency within 0.5 %, peak memory within 1 %. */
 export function close(a: PlanRow, b: PlanRow): boolean {
-  const p99 = (r: PlanRow) => r.jobLatencyP99Ms ?? Infinity;
   const ratio = (x: number, y: number) => (x === y ? 0 : Math.abs(x / y - 1));
   return ratio(a.itemsPerSec, b.itemsPerSec) <= NOISE && ratio(p99(a), p99(b)) <= NOISE && ratio(a.peakMemoryBytes, b.peakMemoryBytes) <= 0.01;
 }
@@ -174,7 +175,6 @@ export function recommend(rows: readonly PlanRow[]): PlanRow | null {
   const usable = rows.filter((r) => r.unfinished === 0);
   if (usable.length === 0) return null;
   const best = Math.max(...usable.map((r) => r.itemsPerSec));
-  const p99 = (r: PlanRow) => r.jobLatencyP99Ms ?? Infinity;
   let pool = usable.filter((r) => r.itemsPerSec >= 0.99 * best);
   const memory = Math.min(...pool.map((r) => r.peakMemoryBytes));
   pool = pool.filter((r) => r.peakMemoryBytes <= memory * 1.01);
