@@ -27,6 +27,16 @@ export type Dist = z.infer<typeof DistSchema>;
 /** Multipliers by number of concurrent users (index 0: one user); the last value holds beyond the list. */
 const Contention = z.array(positive('a contention factor')).min(1, { error: 'list at least one factor, e.g. [1, 1.2]' });
 
+/** A batch of one step, on a device (`batch`) or in preparation (`prepareBatch`): the most items, the longest wait for more, the fixed part of its time. */
+const batchSchema = (field: string) =>
+  z
+    .strictObject({
+      maxItems: count(`${field}.maxItems`),
+      maxWaitS: nonNegative(`${field}.maxWaitS (seconds)`).default(0),
+      fixed: DistSchema.default({ type: 'fixed', value: 0 }),
+    })
+    .optional();
+
 const KindSchema = z.strictObject({
   /** Preparation latency (seconds) when it runs alone. */
   prepare: DistSchema,
@@ -48,13 +58,7 @@ const KindSchema = z.strictObject({
    * plus each item's own `prepare`, and it counts as one preparation for `contention` and
    * `maxPreparing`. Absent: one item per step.
    */
-  prepareBatch: z
-    .strictObject({
-      maxItems: count('prepareBatch.maxItems'),
-      maxWaitS: nonNegative('prepareBatch.maxWaitS (seconds)').default(0),
-      fixed: DistSchema.default({ type: 'fixed', value: 0 }),
-    })
-    .optional(),
+  prepareBatch: batchSchema('prepareBatch'),
   /** Probability that a partition fails in preparation / on the device. @default 0 */
   prepareFailure: probability.default(0),
   deviceFailure: probability.default(0),
@@ -83,13 +87,7 @@ const DeviceSchema = z.strictObject({
    * `fixed` (once per batch: a launch, a transfer) plus each item's own `service`: an affine cost,
    * fixed + n × service. Absent: one item per step, no fixed part.
    */
-  batch: z
-    .strictObject({
-      maxItems: count('batch.maxItems'),
-      maxWaitS: nonNegative('batch.maxWaitS (seconds)').default(0),
-      fixed: DistSchema.default({ type: 'fixed', value: 0 }),
-    })
-    .optional(),
+  batch: batchSchema('batch'),
   /** The kinds these devices run (items of other kinds never go to them). @default every kind */
   kinds: z.array(z.string({ error: 'kinds must list kind names' }), { error: 'kinds must be an array of kind names' }).min(1, { error: 'kinds must name at least one kind (leave it out for every kind)' }).optional(),
 });
