@@ -35,7 +35,7 @@ export default tseslint.config(
     ['src/server/**/*.ts', ['../cluster/*', '../cli/*', '../kinds/*']],
     ['src/kinds/**/*.ts', ['../cluster/*', '../cli/*']],
     ['src/cluster/**/*.ts', ['../cli/*']],
-    ['src/web/**/*.ts', ['../cli/*', '../server/*', '../cluster/*']],
+    ['src/report/**/*.ts', ['../cli/*', '../server/*', '../cluster/*']],
     ['src/plan/**/*.ts', ['../cli/*', '../server/*', '../cluster/*', '../kinds/*', '../runtime/*']],
   ].map(([files, patterns]) => ({ files: [files], rules: { 'no-restricted-imports': ['error', { patterns }] } })),
 );

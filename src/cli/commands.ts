@@ -14,8 +14,8 @@ import { serviceBackend } from '../server/demo-service.js';
 import { measureOverhead } from '../runtime/overhead.js';
 import { measureDeviceItems, measureHandoff } from '../runtime/device-bench.js';
 import { requireOptional } from '../runtime/optional.js';
-import { toChromeTrace } from '../web/chrome-trace.js';
-import { renderHtmlReport } from '../web/report-html.js';
+import { toChromeTrace } from '../report/chrome-trace.js';
+import { renderHtmlReport } from '../report/report-html.js';
 import { formatMetric, formatTable } from './table.js';
 
 /** Where a command writes: `out` is the result (stdout), `err` progress and diagnostics (stderr). */

@@ -6,7 +6,7 @@ import { sweep } from '../plan/parallel.js';
 import { applySetting, close, configLines, frontier, planGrid, recommend, settle, type PlanRow } from '../plan/sweep.js';
 import { resolveScenario } from '../sim/load-scenario.js';
 import { parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
-import { fromChromeTrace } from '../web/chrome-trace.js';
+import { fromChromeTrace } from '../report/chrome-trace.js';
 import { UsageError, type Io } from './commands.js';
 import { call, ClientError, durationMs } from './service-commands.js';
 import { formatMetric, formatTable } from './table.js';

@@ -11,7 +11,7 @@ import { installAccess } from './access.js';
 import { parseStrictJson, StrictJsonError } from './strict-json.js';
 import type { EventEmitter } from 'node:events';
 import type { Registry } from 'prom-client';
-import type { ChromeTrace } from '../web/chrome-trace.js';
+import type { ChromeTrace } from '../report/chrome-trace.js';
 import { ConfigError, type ServeConfig } from './config.js';
 import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';

@@ -11,7 +11,7 @@ import { StageThreads, type DeviceRunner } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
 import { ProcessDevice } from '../runtime/process-device.js';
 import { HttpDevice } from '../runtime/http-device.js';
-import { toChromeTrace, type ChromeTrace } from '../web/chrome-trace.js';
+import { toChromeTrace, type ChromeTrace } from '../report/chrome-trace.js';
 import { ConfigError, deviceType, type DeviceConfig, type ServeConfig } from './config.js';
 import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
 import { GroupCommit, type WriteResult } from './group-commit.js';

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { createPacer, TimelineRecorder } from '../../src/core/index.js';
 import { fitRun, PlanError, type RecordedRun } from '../../src/plan/fit.js';
 import { parseScenario, simulate } from '../../src/sim/index.js';
-import { fromChromeTrace, toChromeTrace } from '../../src/web/chrome-trace.js';
+import { fromChromeTrace, toChromeTrace } from '../../src/report/chrome-trace.js';
 
 const MiB = 2 ** 20;
 /** Preparations slow by 1.2× with 2 at once, 1.5× with 3, 1.8× with 4 or more; the device 1.3× with both workers busy. */

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TimelineLane as Lane, TimelineSpan as Span } from '../../src/core/index.js';
-import type { ChromeTraceEvent as TraceEvent } from '../../src/web/chrome-trace.js';
+import type { ChromeTraceEvent as TraceEvent } from '../../src/report/chrome-trace.js';
 import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
 let server: ServerProcess;

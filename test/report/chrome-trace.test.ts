@@ -10,7 +10,7 @@ import { performance } from 'node:perf_hooks';
 import { afterAll, describe, expect, it } from 'vitest';
 import { TimelineRecorder } from '../../dist/core/index.js';
 import { DEMO_DEFAULTS, runDemo } from '../../dist/runtime/demo.js';
-import { toChromeTrace } from '../../dist/web/chrome-trace.js';
+import { toChromeTrace } from '../../dist/report/chrome-trace.js';
 import { run, tempDir } from '../cli/helpers.js';
 
 const tmp = tempDir();

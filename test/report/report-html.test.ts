@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { formatMetric } from '../../src/cli/table.js';
 import type { Metrics } from '../../src/sim/metrics.js';
-import type { HtmlReportData } from '../../src/web/report-html.js';
+import type { HtmlReportData } from '../../src/report/report-html.js';
 import { run, tempDir } from '../cli/helpers.js';
 
 const tmp = tempDir();
