@@ -101,7 +101,7 @@ export function checkOutputFile(option: string, file: string): void {
 }
 
 /** Writes a file named by `option` and says so on stderr; a failure names the option and the file. */
-function writeOutputFile(option: string, file: string, text: string, io: Io): void {
+export function writeOutputFile(option: string, file: string, text: string, io: Io): void {
   try {
     fs.writeFileSync(file, text);
   } catch (e) {

@@ -80,6 +80,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--targets <list>', 'comma-separated waiting targets to try', '1,2,4,8')
     .option('--json', 'print { fit, frontier: [...], recommended: {...}, rows: [every setting] } as JSON')
     .option('--scenario-out <file>', 'write the scenario planned on (the fitted one, from a trace) as JSON')
+    .option('--html <file>', 'also write a self-contained HTML page: the fit, the frontier table, charts of every setting by peak memory (throughput, p99 latency), the recommendation')
     .option('--threads <n>', 'worker threads for the sweep (default: every core)')
     .action(async (spec: string | undefined, flags: PlanFlags) => {
       const { planCommand } = await import('./plan-command.js');

@@ -7,7 +7,8 @@ import { applySetting, close, configLines, frontier, planGrid, recommend, settle
 import { resolveScenario } from '../sim/load-scenario.js';
 import { parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
 import { fromChromeTrace } from '../report/chrome-trace.js';
-import { UsageError, type Io } from './commands.js';
+import { renderPlanHtml } from '../report/plan-html.js';
+import { checkOutputFile, UsageError, writeOutputFile, type Io } from './commands.js';
 import { call, ClientError, durationMs } from './service-commands.js';
 import { formatMetric, formatTable } from './table.js';
 
@@ -16,6 +17,8 @@ export interface PlanFlags {
   pacers?: string;
   targets?: string;
   json?: boolean;
+  /** Write a self-contained HTML page: the fit, the frontier table and chart, the recommendation. */
+  html?: string;
   /** Write the scenario planned on (fitted from a trace, or the one given) as JSON. */
   scenarioOut?: string;
   /** Worker threads for the sweep. */
@@ -38,10 +41,12 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const targets = flags.targets === undefined ? undefined : flags.targets.split(',').map((t) => Number(t));
   // (stoker serve takes a target > 0.)
   if (targets?.some((t) => !Number.isFinite(t) || t <= 0)) throw new UsageError(`--targets must be numbers > 0, comma-separated (got ${flags.targets})`);
+  // Output files are checked before anything runs (a sweep can take minutes).
+  if (flags.html !== undefined) checkOutputFile('--html', flags.html);
+  if (flags.scenarioOut !== undefined) checkOutputFile('--scenario-out', flags.scenarioOut);
   const { scenario, fit } = spec === undefined ? await fromServer(flags) : load(spec);
   if (flags.scenarioOut !== undefined) {
-    fs.writeFileSync(flags.scenarioOut, `${JSON.stringify(scenario, null, 2)}\n`);
-    io.err(`wrote ${flags.scenarioOut}\n`);
+    writeOutputFile('--scenario-out', flags.scenarioOut, `${JSON.stringify(scenario, null, 2)}\n`, io);
   }
   const seeds = Array.from({ length: seedCount }, (_, i) => scenario.seed + i);
   // The scenario's own setting first: its peak memory and the items Little's law says a device needs in flight size the grid.
@@ -61,18 +66,25 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   // The recommendation is always shown, in its place by memory (folded into a setting within noise of it, it stands for that one).
   let front = frontier(rows);
   if (best && !front.includes(best)) front = [...front.filter((r) => !close(r, best)), best].sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes);
+  const headers = ['pacer', 'target', 'budget', 'prep cap', 'workers', 'items/s', 'occupancy', 'waiting', 'peak memory', 'p99 latency'];
+  const summary = `plan for ${scenario.name}: ${rows.length} settings × ${seeds.length} seeds (${seeds.join(', ')}); the frontier (no other setting has more throughput, less peak memory and less p99 latency):`;
+  const recommendation = best
+    ? `recommended (the least memory, then latency, within 1 % of the best throughput): ${describe(best)}`
+    : 'no setting finished every job in the simulated runs: the scenario is more than these settings can serve';
+  const config = best ? configLines(best, scenario) : [];
+  if (flags.html !== undefined) {
+    const table = { headers, rows: front.map((r) => row(r, r === best)) };
+    const html = renderPlanHtml({ title: `stoker plan ${spec ?? `--server ${flags.server}`}`, fitLines: fit ? fitText(fit).trimEnd().split('\n') : [], summary, table, rows, frontier: front, recommended: best, recommendation, config, describe });
+    writeOutputFile('--html', flags.html, html, io);
+  }
   if (flags.json) {
-    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config: configLines(best, scenario) } : null, rows }, null, 2)}\n`);
+    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config } : null, rows }, null, 2)}\n`);
     return;
   }
   if (fit) io.out(fitText(fit));
-  io.out(`plan for ${scenario.name}: ${rows.length} settings × ${seeds.length} seeds (${seeds.join(', ')}); the frontier (no other setting has more throughput, less peak memory and less p99 latency):\n`);
-  io.out(formatTable(['pacer', 'target', 'budget', 'prep cap', 'workers', 'items/s', 'occupancy', 'waiting', 'peak memory', 'p99 latency'], front.map((r) => row(r, r === best))));
-  if (!best) {
-    io.out('\nno setting finished every job in the simulated runs: the scenario is more than these settings can serve\n');
-    return;
-  }
-  io.out(`\nrecommended (the least memory, then latency, within 1 % of the best throughput): ${describe(best)}\n${configLines(best, scenario).join('\n')}\n`);
+  io.out(`${summary}\n`);
+  io.out(formatTable(headers, front.map((r) => row(r, r === best))));
+  io.out(`\n${recommendation}\n${config.length ? `${config.join('\n')}\n` : ''}`);
 }
 
 /** The fit of a running server's last `--since` (default 30 minutes), from its trace. */

@@ -1,6 +1,5 @@
-import fs from 'node:fs';
-import { createRequire } from 'node:module';
 import { formatMetric } from '../sim/format.js';
+import { esc, htmlPage, tableHtml } from './html-page.js';
 import { METRIC_KEYS, orderedMetrics, PALETTE, scenarioCharts, timeUnit, type ChartData } from '../sim/report.js';
 import type { Metrics } from '../sim/metrics.js';
 import type { SimResult } from '../sim/simulator.js';
@@ -47,46 +46,7 @@ export interface HtmlReportData {
   }[];
 }
 
-let uplotAssets: { js: string; css: string } | undefined;
-
-/** uPlot's minified script and stylesheet from node_modules (read once). */
-function uplot(): { js: string; css: string } {
-  if (uplotAssets) return uplotAssets;
-  const require = createRequire(import.meta.url);
-  let jsFile: string;
-  let cssFile: string;
-  try {
-    jsFile = require.resolve('uplot/dist/uPlot.iife.min.js');
-    cssFile = require.resolve('uplot/dist/uPlot.min.css');
-  } catch {
-    throw new Error('the HTML report needs the uplot package (a dependency of stoker): run npm install');
-  }
-  const raw = fs.readFileSync(jsFile, 'utf8');
-  const version = /\(v([\d.]+)\)/.exec(raw.slice(0, 200))?.[1] ?? '1';
-  // The banner is a URL; the page names uPlot and its licence without one.
-  const js = `/* uPlot ${version}, MIT License, Copyright (c) Leon Sorokin */\n${raw.replace(/^\/\*![^*]*\*\/\s*/, '').replace(/<\/script/gi, '<\\/script')}`;
-  uplotAssets = { js, css: fs.readFileSync(cssFile, 'utf8') };
-  return uplotAssets;
-}
-
-function esc(s: string): string {
-  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
-}
-
-/** JSON that is safe inside a script element: no `</script`, no `<!--`. */
-function scriptJson(value: unknown): string {
-  return JSON.stringify(value).replace(/</g, '\\u003c');
-}
-
 const round = (v: number, digits: number) => (Number.isFinite(v) ? Number(v.toPrecision(digits)) : 0);
-
-function tableHtml(headers: string[], rows: string[][], className: string): string {
-  const head = headers.map((h) => `<th>${esc(h)}</th>`).join('');
-  // Numbers (and "–") right-aligned, names left-aligned.
-  const cell = (c: string) => (/^(?:[-+<∞–]|\d)/.test(c) ? `<td>${esc(c)}</td>` : `<td class="text">${esc(c)}</td>`);
-  const body = rows.map((r) => `<tr>${r.map((c, i) => (i === 0 ? `<th>${esc(c)}</th>` : cell(c))).join('')}</tr>`).join('\n');
-  return `<div class="table"><table class="${className}"><thead><tr>${head}</tr></thead><tbody>\n${body}\n</tbody></table></div>`;
-}
 
 function chartLines(c: ChartData, div: number, colours: Map<string, string>): { series: Line[]; reference: Line } {
   const toLine = (label: string, colour: string, pts: [number, number][]): Line => ({
@@ -155,45 +115,16 @@ export function renderHtmlReport(results: SimResult[], options: HtmlReportOption
     );
   });
 
-  const { js, css } = uplot();
-  return `<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="stoker">
-<title>${esc(options.title)}</title>
-<style>
-${css}
-</style>
-<style>
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; margin: 24px auto; max-width: 1400px; padding: 0 16px; }
-h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 36px; border-bottom: 1px solid #ddd; }
-.note { color: #666; margin: 4px 0; }
-table { border-collapse: collapse; margin: 12px 0; font-variant-numeric: tabular-nums; }
-th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
-th:first-child, thead th, td.text { text-align: left; } tbody th { font-weight: normal; }
-.table { overflow-x: auto; }
-.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 16px; }
-.chart { min-width: 0; overflow: hidden; } .chart .u-title { font-size: 14px; }
-.chart-note { color: #666; font-size: 12px; margin: 0 0 4px 8px; }
-</style>
-</head>
-<body>
-<h1>${esc(options.title)}</h1>
-<p class="note">Dashed: the reference (target, Little’s-law need, all workers busy, device capacity). Shaded: the steady window the measures use. Drag on a chart to zoom, double-click to reset.</p>
-${options.summary ? tableHtml(options.summary.headers, options.summary.rows, 'summary') : ''}
-${sections.join('\n')}
-<script type="application/json" id="stoker-data">${scriptJson(data)}</script>
-<script>
-${js}
-</script>
-<script>
-${PAGE_SCRIPT}
-</script>
-</body>
-</html>
-`;
+  return htmlPage({
+    title: options.title,
+    body: [
+      '<p class="note">Dashed: the reference (target, Little’s-law need, all workers busy, device capacity). Shaded: the steady window the measures use. Drag on a chart to zoom, double-click to reset.</p>',
+      options.summary ? tableHtml(options.summary.headers, options.summary.rows, 'summary') : '',
+      sections.join('\n'),
+    ].join('\n'),
+    data,
+    script: PAGE_SCRIPT,
+  });
 }
 
 /** Draws the charts from the embedded data (runs in the browser). */

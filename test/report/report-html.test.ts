@@ -5,6 +5,8 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { formatMetric } from '../../src/cli/table.js';
 import type { Metrics } from '../../src/sim/metrics.js';
+import type { PlanRow } from '../../src/plan/sweep.js';
+import type { PlanHtmlData } from '../../src/report/plan-html.js';
 import type { HtmlReportData } from '../../src/report/report-html.js';
 import { run, tempDir } from '../cli/helpers.js';
 
@@ -27,10 +29,10 @@ function checkSelfContained(html: string): void {
 }
 
 /** The JSON embedded in the page. */
-function embedded(html: string): HtmlReportData {
+function embedded<T = HtmlReportData>(html: string): T {
   const m = /<script type="application\/json" id="stoker-data">([^]*?)<\/script>/.exec(html);
   expect(m).not.toBeNull();
-  return JSON.parse((m as RegExpExecArray)[1] as string) as HtmlReportData;
+  return JSON.parse((m as RegExpExecArray)[1] as string) as T;
 }
 
 describe('HTML report', () => {
@@ -80,6 +82,40 @@ describe('HTML report', () => {
     expect(html).toContain('<table class="summary">');
     expect(html).toContain('<th>done/failed/cancelled</th>');
     for (const row of rows) expect(html).toContain(`<td>${formatMetric('throughputRatio', row.metrics.throughputRatio)}</td>`);
+  });
+
+  it('plan --html: the frontier table, every setting as a point, the frontier and the recommendation marked as --json gives them', async () => {
+    const file = path.join(tmp.dir, 'plan.html');
+    const r = await run('plan', 'seed', '--seeds', '1', '--targets', '2,4', '--threads', '1', '--json', '--html', file);
+    expect(r.code, r.err).toBe(0);
+    expect(r.err).toContain(`wrote ${file}`);
+    const html = fs.readFileSync(file, 'utf8');
+    checkSelfContained(html);
+    const out = JSON.parse(r.out) as { frontier: PlanRow[]; recommended: (PlanRow & { config: string[] }) | null; rows: PlanRow[] };
+    const data = embedded<PlanHtmlData>(html);
+    expect(data.memoryUnit).toBe('GiB');
+    expect(data.points).toHaveLength(out.rows.length);
+    const memory = data.points.map((p) => p.memory);
+    expect(memory).toEqual([...memory].sort((a, b) => a - b));
+    const key = (r: { itemsPerSec: number; memory: number }) => `${r.itemsPerSec.toPrecision(6)}@${r.memory.toPrecision(5)}`;
+    const asPoint = (row: PlanRow) => key({ itemsPerSec: row.itemsPerSec, memory: row.peakMemoryBytes / 2 ** 30 });
+    expect(data.points.filter((p) => p.frontier).map(key).sort()).toEqual(out.frontier.map(asPoint).sort());
+    const marked = data.points.filter((p) => p.recommended);
+    expect(marked).toHaveLength(1);
+    expect(key(marked[0] as PlanHtmlData['points'][number])).toBe(asPoint(out.recommended as PlanRow));
+    expect(marked[0]?.label).toBe(`stoker, target ${out.recommended?.targetWaiting}, budget none, prep cap ${out.recommended?.maxPreparing ?? 'none'}, workers ${out.recommended?.workers.join('/')}`);
+    // The visible page: one table row per frontier setting, the config lines to paste, two charts.
+    expect(html.match(/<table class="frontier">[^]*?<\/table>/)?.[0].match(/<tr>/g)).toHaveLength(out.frontier.length + 1);
+    expect(html).toContain(`<pre class="config">${(out.recommended?.config ?? []).join("\n").replace(/"/g, "&quot;")}</pre>`);
+    expect(html).toContain('id="chart-throughput"');
+    expect(html).toContain('id="chart-latency"');
+  });
+
+  it('plan --html to a path that cannot be written: exit 2 before the sweep', async () => {
+    const r = await run('plan', 'seed', '--seeds', '1', '--threads', '1', '--html', path.join(tmp.dir, 'missing', 'plan.html'));
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('does not exist');
+    expect(r.err).not.toContain('[1/');
   });
 
   it('names that look like markup stay text, and cannot end the data script', async () => {
