@@ -1,0 +1,113 @@
+import type { JobSpec } from '../core/index.js';
+import { Rng } from './random.js';
+import { deviceGroups } from './devices.js';
+import { meanMs, prepareHighMs, prepareStep, type Scenario } from './scenario.js';
+
+/** What a scenario gives before anything runs: its jobs in arrival order, and the window its steady measures use. */
+
+/** A job of the scenario's arrivals, and when it arrives. */
+export interface PlannedJob {
+  atMs: number;
+  spec: JobSpec;
+}
+
+/** Expands arrivals into concrete jobs (ids job-0, job-1, … in arrival order). */
+export function planArrivals(s: Scenario, seed: number): PlannedJob[] {
+  const rng = new Rng(seed, -1);
+  const raw: { atMs: number; partitions: number; kind: string; priority: JobSpec['priority'] }[] = [];
+  for (const a of s.arrivals) {
+    if ('poisson' in a) {
+      const mean = 1000 / a.poisson.ratePerS;
+      for (let t = a.poisson.fromS * 1000 + rng.exponential(mean); t < a.poisson.untilS * 1000; t += rng.exponential(mean)) {
+        raw.push({ atMs: t, partitions: a.partitions, kind: a.kind, priority: a.priority });
+      }
+    } else {
+      for (let j = 0; j < a.jobs; j++) raw.push({ atMs: (a.atS + j * a.everyS) * 1000, partitions: a.partitions, kind: a.kind, priority: a.priority });
+    }
+  }
+  // Stable sort keeps file order among equal times.
+  raw.sort((x, y) => x.atMs - y.atMs);
+  return raw.map((r, i) => {
+    const k = s.kinds[r.kind];
+    const spec: JobSpec = { id: `job-${i}`, kind: r.kind, priority: r.priority, partitions: r.partitions };
+    if (k) spec.memory = { prepareBytes: k.memory.prepareBytes, deviceBytes: k.memory.deviceBytes };
+    return { atMs: r.atMs, spec };
+  });
+}
+
+/**
+ * The steady window, the same rule for every pacer: from the first arrival + two passes through
+ * the pipeline (2 × (p99 preparation latency + mean service time): a pacer that knows nothing
+ * must see items complete once before it can fill the pipeline at the right rate), to the end
+ * of an ideal fluid drain (every job prepared in the mean latency and served at full capacity)
+ * minus the p99 latency (the drain goes no faster than the preparations can at their best
+ * concurrency, where they contend). Where kinds differ in device time (kinds.<name>.service),
+ * each kind is news to a pacer in the same way: the window starts two passes after the devices
+ * could first reach each kind's first job (the jobs that arrived before it served at full
+ * capacity). Scenarios may set it. A scenario too short to have a steady state gets an empty
+ * window, and the steady measures are null.
+ */
+export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number): { fromMs: number; toMs: number } {
+  if (s.steady) return { fromMs: s.steady.fromS * 1000, toMs: s.steady.toS * 1000 };
+  const kinds = Object.values(s.kinds);
+  const high = Math.max(...kinds.map(prepareHighMs));
+  const mean = meanPrepareMs(s, jobs);
+  const service = Math.max(...s.devices.flatMap((d) => [d.service, ...kinds.flatMap((k) => (k.service ? [k.service] : []))].map((x) => (meanMs(x) + (d.batch ? meanMs(d.batch.fixed) : 0)) / d.speed)));
+  // A kind's items take its share of work (its service time ÷ the device's, over the devices).
+  const groups = deviceGroups(s);
+  const workOf = (kind: string) => {
+    const own = s.kinds[kind]?.service;
+    return own ? groups.reduce((sum, g) => sum + meanMs(own) / meanMs(g.service), 0) / groups.length : 1;
+  };
+  let reach = jobs[0]?.atMs ?? 0;
+  const differ = kinds.some((k) => k.service);
+  const seen = new Set<string>();
+  let ahead = 0;
+  for (const j of jobs) {
+    if (differ && !seen.has(j.spec.kind)) {
+      seen.add(j.spec.kind);
+      reach = Math.max(reach, j.atMs, ahead / capacity);
+    }
+    ahead += j.spec.partitions * workOf(j.spec.kind);
+  }
+  const from = reach + 2 * (high + service);
+  // Where preparations contend, the drain goes no faster than they can at their best concurrency.
+  const rate = (kind: string) => Math.min(capacity / workOf(kind), prepareCapacity(s.kinds[kind]));
+  let end = 0;
+  for (const j of jobs) end = Math.max(end, j.atMs + mean) + j.spec.partitions / rate(j.spec.kind);
+  return { fromMs: from, toMs: Math.max(from, end - high) };
+}
+
+/**
+ * Preparation throughput of a kind at its best concurrency, items/ms: max over n steps of n ×
+ * items per step ÷ (mean step latency × contention factor at n); Infinity when it still grows at
+ * the end of the list.
+ */
+function prepareCapacity(k: Scenario['kinds'][string] | undefined): number {
+  if (!k) return Infinity;
+  const list = k.contention;
+  let best = 0;
+  let at = 0;
+  list.forEach((f, i) => {
+    if ((i + 1) / f > best) {
+      best = (i + 1) / f;
+      at = i;
+    }
+  });
+  const step = prepareStep(k);
+  return at === list.length - 1 ? Infinity : (best * step.items) / step.ms;
+}
+
+/** Mean base preparation latency, weighted by the partitions of each kind. */
+export function meanPrepareMs(s: Scenario, jobs: PlannedJob[]): number {
+  let sum = 0;
+  let n = 0;
+  for (const j of jobs) {
+    const k = s.kinds[j.spec.kind];
+    if (!k) continue;
+    sum += prepareStep(k).ms * j.spec.partitions;
+    n += j.spec.partitions;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
