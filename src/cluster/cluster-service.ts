@@ -11,7 +11,10 @@ import { Journal, type JobState, type JournalJobInput } from '../server/journal.
 import { fileURLToPath } from 'node:url';
 import { compileInput, KindModuleError, moduleHash, type LoadedKind } from '../server/kind-module.js';
 import { listen, loadServerKinds, refuseExposure, type RunningServer } from '../server/serve.js';
-import { conflict, isFinal, notFound, refusePastDeadline, Service, ServiceError, shuttingDown, type JobView, type ServiceEvent, type StatesPage } from '../server/service.js';
+import type { StatusView } from '../server/api.js';
+import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from '../server/errors.js';
+import type { JobView } from '../server/api.js';
+import { isFinal, Service, type ServiceEvent, type StatesPage } from '../server/service.js';
 
 /**
  * Cluster mode: every node's HTTP API submits into a BullMQ queue per job kind on a shared Redis;
@@ -451,7 +454,7 @@ export class ClusterService implements ApiService {
     return this.cancelNow(id);
   }
 
-  status(): Promise<object> {
+  status(): Promise<StatusView> {
     return this.withRedis(() => this.statusNow());
   }
 
@@ -484,9 +487,7 @@ export class ClusterService implements ApiService {
     const pending = Object.values(counts).reduce((a, b) => a + b, 0);
     const max = this.config.server.maxPendingJobs;
     if (pending >= max) {
-      throw new ServiceError(429, 'too-many-jobs', 'Too many pending jobs', `${max} jobs are pending in the cluster (server.maxPendingJobs): retry after ${this.config.server.retryAfterS} s`, {
-        retryAfterS: this.config.server.retryAfterS,
-      });
+      throw tooManyJobs(max, 'pending in the cluster', this.config.server.retryAfterS);
     }
     const data: JobData = { record, hash, submittedAt: Date.now(), nonce: randomUUID() };
     const ttl = { age: this.ttlMs / 1000 };
@@ -559,7 +560,7 @@ export class ClusterService implements ApiService {
     if (!found) throw notFound(id);
     const { view, job } = found;
     if (view.state === 'cancelled') return view;
-    if (isFinal(view.state)) throw new ServiceError(409, 'job-finished', 'Job already finished', `job ${id} has already ended (${view.state}); there is nothing to cancel`);
+    if (isFinal(view.state)) throw jobFinished(id, view.state);
     await this.redis.set(K.cancelRequest(id), '1', 'PX', this.ttlMs);
     if (job && view.state === 'queued') {
       const rec: CancelledRecord = { data: job.data, cancelledAt: Date.now() };
@@ -583,7 +584,7 @@ export class ClusterService implements ApiService {
     return v ?? view;
   }
 
-  private async statusNow(): Promise<object> {
+  private async statusNow(): Promise<StatusView> {
     const queue = await this.counts(await this.allKinds(), 'waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed');
     return { ...this.local.status(), cluster: { node: this.nodeId, redis: this.config.cluster.redis, queue, jobsHeld: this.held.size, maxHeld: this.maxHeld, kinds: [...this.workers.keys()] } };
   }
@@ -652,7 +653,7 @@ export class ClusterService implements ApiService {
 
   // ─── Views ────────────────────────────────────────────────────────────────────────────────
 
-  private async find(id: string, page?: StatesPage): Promise<{ view: JobView & { node: string | null }; data: JobData; job?: Job<JobData> } | undefined> {
+  private async find(id: string, page?: StatesPage): Promise<{ view: JobView; data: JobData; job?: Job<JobData> } | undefined> {
     // The state first: a job read before it completes would show `done` without its result.
     const kind = await this.redis.get(K.kindOf(id));
     const queue = kind === null ? undefined : this.queueOf(kind);
@@ -666,12 +667,12 @@ export class ClusterService implements ApiService {
     }
     const republished = await this.redis.get(K.result(id));
     if (republished === null) return undefined;
-    const view = JSON.parse(republished) as JobView & { node: string | null };
+    const view = JSON.parse(republished) as JobView;
     const record: JournalJobInput = { id: view.id, kind: view.kind, priority: view.priority, partitions: view.partitions, input: view.input, deadline: view.deadline === null ? null : Date.parse(view.deadline) };
     return { view, data: { record, hash: Journal.hash(record), submittedAt: Date.parse(view.submittedAt), nonce: '' } };
   }
 
-  private async viewOf(job: Job<JobData>, known?: string, page?: StatesPage): Promise<JobView & { node: string | null }> {
+  private async viewOf(job: Job<JobData>, known?: string, page?: StatesPage): Promise<JobView> {
     const [bull, node] = await Promise.all([known ?? job.getState(), this.redis.get(K.holder(job.data.record.id))]);
     const r = job.data.record;
     let state: JobState = bull === 'active' ? 'running' : bull === 'completed' ? 'done' : bull === 'failed' ? 'failed' : 'queued';
@@ -704,7 +705,7 @@ export class ClusterService implements ApiService {
     };
   }
 
-  private cancelledView(rec: CancelledRecord): JobView & { node: string | null } {
+  private cancelledView(rec: CancelledRecord): JobView {
     const r = rec.data.record;
     return {
       id: r.id,

@@ -2,7 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import os from 'node:os';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ServerConfig } from './config.js';
-import { ServiceError } from './service.js';
+import { ServiceError } from './errors.js';
 
 /** Whether a listen address reaches this machine only. */
 export function isLoopback(host: string): boolean {

@@ -15,7 +15,9 @@ import type { ChromeTrace } from '../report/chrome-trace.js';
 import { ConfigError, type ServeConfig } from './config.js';
 import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';
-import { isFinal, notFound, progressEvents, ServiceError, type JobProgressEvent, type JobView, type KindView, type ServiceEvent, type StatesPage, type TimelineView, STATES_PAGE_MAX } from './service.js';
+import type { JobView, ResultView, StatusView, TimelineView } from './api.js';
+import { notFound, ServiceError } from './errors.js';
+import { isFinal, progressEvents, type JobProgressEvent, type KindView, type ServiceEvent, type StatesPage, STATES_PAGE_MAX } from './service.js';
 
 type MaybePromise<T> = T | Promise<T>;
 
@@ -35,7 +37,7 @@ export interface ApiService {
   jobs(options: { limit?: number; states?: readonly JobState[] }): MaybePromise<JobView[]>;
   wait(id: string, waitMs: number): Promise<JobView | undefined>;
   cancel(id: string): MaybePromise<JobView>;
-  status(): MaybePromise<object>;
+  status(): MaybePromise<StatusView>;
   kindList(): KindView[];
   timelineView(sinceMs: number, maxSpans?: number): TimelineView;
   historyView(sinceMs: number): HistoryView;
@@ -275,7 +277,7 @@ export function buildApp(service: ApiService): FastifyInstance {
       if (job.resultEncoding !== 'base64') throw new ServiceError(406, 'not-bytes', 'Result is JSON', `job ${job.id}'s result is a JSON value, not bytes: ask with Accept: application/json`);
       return reply.code(200).type('application/octet-stream').send(Buffer.from(job.result as string, 'base64'));
     }
-    const body = { id: job.id, state: job.state, result: job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt };
+    const body: ResultView = { id: job.id, state: job.state, result: job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt };
     return reply.code(job.state === 'queued' || job.state === 'running' ? 202 : 200).send(body);
   });
 

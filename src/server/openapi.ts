@@ -1,7 +1,37 @@
-import { MAX_PARTITIONS, PRIORITIES } from '../core/index.js';
+import { z } from 'zod';
+import { JobView, Problem, ResultView, StatusView, SubmitBody, TimelineView } from './api.js';
 
 const problem = { $ref: '#/components/schemas/Problem' };
-const problemResponse = (description: string) => ({ description, content: { 'application/problem+json': { schema: problem } } });
+const retryAfter = { 'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 1 } } };
+const problemResponse = (description: string, headers?: object) => ({ description, ...(headers ? { headers } : {}), content: { 'application/problem+json': { schema: problem } } });
+/** The answer every route may give while the server shuts down. */
+const closing = { '503': problemResponse('Shutting down: retry against the restarted server') };
+
+/** A schema as JSON Schema 2020-12 (what OpenAPI 3.1 uses), without its $schema line. */
+function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
+  const out = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
+  delete out['$schema'];
+  return out;
+}
+
+/**
+ * A request body's schema: what a client may send. A field with a default is optional (zod's
+ * input side); the default is said in its description, not as `default` (client generators
+ * make a field with a default required).
+ */
+function requestSchema(schema: z.ZodType): Record<string, unknown> {
+  const strip = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.map(strip);
+    if (typeof v !== 'object' || v === null) return v;
+    return Object.fromEntries(Object.entries(v).flatMap(([k, x]) => (k === 'default' ? [] : [[k, strip(x)]])));
+  };
+  return strip(jsonSchema(schema, 'input')) as Record<string, unknown>;
+}
+
+/** A response's schema: every field the server always sends is required. */
+function responseSchema(schema: z.ZodType): Record<string, unknown> {
+  return jsonSchema(schema, 'output');
+}
 const json = (description: string, schema: object) => ({ description, content: { 'application/json': { schema } } });
 const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'string' } };
 const sinceParam = { name: 'since', in: 'query', required: false, schema: { type: 'string', default: '5m', examples: ['30s', '5m', '1h'] }, description: 'How far back to look' };
@@ -27,14 +57,15 @@ export function openApiDocument(maxWaitS: number): object {
           description: 'Durable (journaled) before the reply. The same id with the same body is the same job (200); with a different body, 409.',
           requestBody: { required: true, content: { 'application/json': { schema: { $ref: '#/components/schemas/SubmitBody' } } } },
           responses: {
-            '202': json('Accepted and journaled', { $ref: '#/components/schemas/Job' }),
-            '200': json('The same id and body were submitted before: that job', { $ref: '#/components/schemas/Job' }),
+            '202': { ...json('Accepted and journaled', { $ref: '#/components/schemas/Job' }), headers: { Location: { description: 'The job: /v1/jobs/{id}', schema: { type: 'string' } } } },
+            '200': { ...json('The same id and body were submitted before: that job', { $ref: '#/components/schemas/Job' }), headers: { Location: { description: 'The job: /v1/jobs/{id}', schema: { type: 'string' } } } },
             '400': problemResponse('Invalid body: `errors` lists each field'),
             '409': problemResponse('The id exists with a different body'),
             '413': problemResponse('Body over server.bodyLimitBytes'),
-            '429': problemResponse('server.maxPendingJobs jobs are pending: retry after the Retry-After header'),
-            '507': problemResponse('The journal is full (the disk, or journal.maxBytes): nothing was accepted; retry after the Retry-After header'),
-            '503': problemResponse('Shutting down'),
+            '415': problemResponse('A body that is not application/json'),
+            '429': problemResponse('server.maxPendingJobs jobs (or server.maxPendingPartitions partitions) are pending: retry after the Retry-After header', retryAfter),
+            '507': problemResponse('The journal is full (the disk, or journal.maxBytes): nothing was accepted; retry after the Retry-After header', retryAfter),
+            ...closing,
           },
         },
       },
@@ -68,7 +99,7 @@ export function openApiDocument(maxWaitS: number): object {
           },
         },
       },
-      '/v1/status': { get: { summary: 'The whole engine: jobs, partitions per kind and stage (pending counted exactly), workers, pacer, budget, buffer pool', responses: { '200': json('Status', { type: 'object' }) } } },
+      '/v1/status': { get: { summary: 'The whole engine: jobs, partitions per kind and stage (pending counted exactly), workers, pacer, budget, buffer pool', responses: { '200': json('Status', { $ref: '#/components/schemas/Status' }) } } },
       '/v1/kinds': {
         get: {
           summary: 'The job kinds this server runs (built in and from kind modules), each with its input schema and memory per partition',
@@ -93,10 +124,10 @@ export function openApiDocument(maxWaitS: number): object {
         get: {
           summary: "Server-sent events of one job: 'progress' at once with every partition (counts by stage, changes), again whenever partitions moved (preparing, waiting, on-device, done; at most every 50 ms), then 'end' with the job's view; the stream then closes",
           parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }],
-          responses: { '200': { description: 'text/event-stream' }, '404': problemResponse('No such job') },
+          responses: { '200': { description: 'text/event-stream' }, '404': problemResponse('No such job'), '503': problemResponse('server.maxEventStreams streams are open: retry after the Retry-After header', retryAfter) },
         },
       },
-      '/v1/events': { get: { summary: "Server-sent events: job.submitted, job.started, job.partition, job.done, job.failed, job.cancelled, pacer (every second). Every event has an id; a client reconnecting with Last-Event-ID (header, or ?lastEventId=) gets the job events it missed (the last 10,000 are kept), or a 'gap' event saying why it cannot (the server restarted, or the buffer no longer holds them)", responses: { '200': { description: 'text/event-stream' } } } },
+      '/v1/events': { get: { summary: "Server-sent events: job.submitted, job.started, job.partition, job.done, job.failed, job.cancelled, pacer (every second). Every event has an id; a client reconnecting with Last-Event-ID (header, or ?lastEventId=) gets the job events it missed (the last 10,000 are kept), or a 'gap' event saying why it cannot (the server restarted, or the buffer no longer holds them)", responses: { '200': { description: 'text/event-stream' }, '503': problemResponse('server.maxEventStreams streams are open: retry after the Retry-After header', retryAfter) } } },
       '/v1/timeline': {
         get: {
           summary: 'What ran where over a recent window, and the pipeline levels (the dashboard waterfall); times in epoch ms',
@@ -138,86 +169,12 @@ export function openApiDocument(maxWaitS: number): object {
     },
     components: {
       schemas: {
-        SubmitBody: {
-          type: 'object',
-          additionalProperties: false,
-          required: ['kind'],
-          properties: {
-            id: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$', description: 'Idempotency key; generated when absent' },
-            kind: { type: 'string', description: 'A kind from GET /v1/kinds (built in: ntt-proof, sleep)' },
-            priority: { enum: [...PRIORITIES], default: 'normal' },
-            partitions: { type: 'integer', minimum: 1, maximum: MAX_PARTITIONS, description: 'Required unless the kind derives it from its input (GET /v1/kinds: partitionsFromInput)' },
-            input: { description: "The kind's input, checked against its JSON Schema (GET /v1/kinds). ntt-proof: {seed, logN 4–20, synthesisMs}; sleep: {seed, prepareMs, deviceMs}" },
-            deadline: { oneOf: [{ type: 'integer', description: 'epoch ms' }, { type: 'string', format: 'date-time' }] },
-          },
-        },
-        Job: {
-          type: 'object',
-          properties: {
-            id: { type: 'string' },
-            kind: { type: 'string' },
-            priority: { enum: [...PRIORITIES] },
-            partitions: { type: 'integer' },
-            state: { enum: ['queued', 'running', 'done', 'failed', 'cancelled'] },
-            input: {},
-            deadline: { type: ['string', 'null'], format: 'date-time' },
-            submittedAt: { type: 'string', format: 'date-time' },
-            startedAt: { type: ['string', 'null'], format: 'date-time' },
-            finishedAt: { type: ['string', 'null'], format: 'date-time' },
-            durationS: { type: ['number', 'null'] },
-            partitionsDone: { type: 'integer' },
-            partitionStates: { type: ['array', 'null'], items: { enum: ['queued', 'preparing', 'waiting', 'on-device', 'done'] }, description: 'while it runs; in lists and submit answers only for jobs of at most 96 partitions; a job view gives a page (statesFrom, statesLimit) of at most 100,000' },
-            partitionCounts: { type: ['object', 'null'], additionalProperties: { type: 'integer' }, description: 'while it runs: partitions by stage' },
-            resumes: { type: 'integer' },
-            result: { description: 'A JSON value, or base64 of bytes when resultEncoding is base64' },
-            resultEncoding: { enum: ['base64'], description: 'Present only for a bytes result' },
-            error: { type: ['object', 'null'], properties: { code: { type: 'string' }, reason: { type: 'string' } } },
-          },
-        },
-        Timeline: {
-          type: 'object',
-          properties: {
-            now: { type: 'number', description: 'epoch ms' },
-            lanes: { type: 'array', items: { type: 'object', properties: { id: { type: 'integer' }, kind: { enum: ['prepare', 'device'] }, name: { type: 'string' }, device: { type: 'integer' }, worker: { type: 'integer' } } } },
-            spans: {
-              type: 'array',
-              items: {
-                type: 'object',
-                properties: {
-                  lane: { type: 'integer' },
-                  kind: { enum: ['prepare', 'device'] },
-                  jobId: { type: 'string' },
-                  partition: { type: 'integer' },
-                  start: { type: 'number', description: 'epoch ms' },
-                  end: { type: ['number', 'null'], description: 'epoch ms; null while it runs' },
-                  outcome: { enum: ['done', 'failed', 'aborted', null] },
-                },
-              },
-            },
-            samples: {
-              type: 'array',
-              items: {
-                type: 'object',
-                properties: { t: { type: 'number' }, waiting: { type: 'integer' }, preparing: { type: 'integer' }, onDevice: { type: 'integer' }, inventory: { type: 'integer' }, budgetUsedBytes: { type: 'number' }, budgetHeldBytes: { type: 'number' } },
-              },
-            },
-          },
-        },
-        Result: {
-          type: 'object',
-          properties: { id: { type: 'string' }, state: { type: 'string' }, result: {}, resultEncoding: { enum: ['base64'], description: 'Present only for a bytes result' }, error: { type: ['object', 'null'] }, finishedAt: { type: ['string', 'null'] } },
-        },
-        Problem: {
-          type: 'object',
-          required: ['type', 'title', 'status', 'detail'],
-          properties: {
-            type: { type: 'string' },
-            title: { type: 'string' },
-            status: { type: 'integer' },
-            detail: { type: 'string' },
-            errors: { type: 'array', items: { type: 'object', properties: { path: { type: 'string' }, message: { type: 'string' } } } },
-          },
-        },
+        SubmitBody: requestSchema(SubmitBody),
+        Job: responseSchema(JobView),
+        Timeline: responseSchema(TimelineView),
+        Result: responseSchema(ResultView),
+        Problem: responseSchema(Problem),
+        Status: responseSchema(StatusView),
       },
     },
   };

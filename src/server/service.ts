@@ -4,7 +4,7 @@ import path from 'node:path';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { z } from 'zod';
-import { MAX_PARTITIONS, PRIORITIES, StokerError, TimelineRecorder, type Engine, type PacerState, type PartitionState, type Priority, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
+import { MAX_PARTITIONS, StokerError, TimelineRecorder, type Engine, type PacerState, type PartitionState } from '../core/index.js';
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
 import { StageThreads, type DeviceRunner } from '../runtime/threaded.js';
@@ -22,82 +22,8 @@ import { KindRouter, type RoutedInput } from './kinds.js';
 import { EventLog, type Replay } from './event-log.js';
 import { History, type HistoryReading, type HistoryView } from './history.js';
 import { ServiceMetrics } from './metrics.js';
-
-/**
- * An error the API answers with a problem-details body: `status` is the HTTP status, `type` a
- * stable slug, `detail` says what was wrong and how to fix it.
- */
-export class ServiceError extends Error {
-  constructor(
-    readonly status: number,
-    readonly type: string,
-    readonly title: string,
-    readonly detail: string,
-    readonly extra: { errors?: { path: string; message: string }[]; retryAfterS?: number } = {},
-  ) {
-    super(detail);
-  }
-}
-
-const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
-
-/** The last epoch ms a Date can hold: a later deadline made every view of the job throw (500). */
-const MAX_DATE_MS = 8_640_000_000_000_000;
-
-const DEADLINE_ERROR = { error: 'deadline must be epoch milliseconds or an ISO 8601 time such as 2030-01-01T00:00:00Z' };
-
-/** The body of `POST /v1/jobs`. */
-export const SubmitBody = z.strictObject({
-  id: z.string({ error: 'id must be a string' }).regex(ID, { error: 'id must be 1–200 characters of A–Z a–z 0–9 . _ : - starting with a letter or digit' }).optional(),
-  kind: z.string({ error: 'kind must be a string naming a job kind (GET /v1/kinds lists them)' }),
-  priority: z.enum(PRIORITIES, { error: `priority must be one of ${PRIORITIES.join(', ')}` }).default('normal'),
-  /** Optional only for a kind that derives it from its input (`partitions(input)`). */
-  partitions: z
-    .number({ error: 'partitions must be a whole number' })
-    .int({ error: 'partitions must be a whole number' })
-    .min(1, { error: 'partitions must be ≥ 1' })
-    .max(MAX_PARTITIONS, { error: `partitions must be ≤ ${MAX_PARTITIONS}` })
-    .optional(),
-  input: z.unknown().optional(),
-  /** Epoch milliseconds or an ISO 8601 time. */
-  deadline: z
-    .union([z.number(DEADLINE_ERROR).int(DEADLINE_ERROR).positive(DEADLINE_ERROR).max(MAX_DATE_MS, DEADLINE_ERROR), z.iso.datetime({ offset: true, ...DEADLINE_ERROR })], DEADLINE_ERROR)
-    .optional(),
-});
-export type SubmitBody = z.input<typeof SubmitBody>;
-
-/** A job as the API shows it. */
-export interface JobView {
-  id: string;
-  kind: string;
-  priority: Priority;
-  partitions: number;
-  state: JobState;
-  input: unknown;
-  deadline: string | null;
-  submittedAt: string;
-  startedAt: string | null;
-  finishedAt: string | null;
-  /** Seconds from submission to the end (null while unfinished). */
-  durationS: number | null;
-  /** Partitions whose output is recorded (survives restarts). */
-  partitionsDone: number;
-  /**
-   * Per partition, while the job runs: queued, preparing, waiting, on-device or done; null once it
-   * ended. Lists and submit answers give it only for jobs of at most {@link LIST_STATES_MAX}
-   * partitions (a list of big jobs stays small): `partitionCounts` always says how many are where.
-   */
-  partitionStates: PartitionState[] | null;
-  /** While the job runs: its partitions by stage; null once it ended. */
-  partitionCounts: PartitionCounts | null;
-  /** How often the job was resumed after a restart. */
-  resumes: number;
-  /** The job's result: a JSON value, or bytes as base64 (then `resultEncoding` is `"base64"`). */
-  result: unknown;
-  /** Present only for a bytes result: `result` is its base64 (`GET …/result` with `Accept: application/octet-stream` gives the raw bytes). */
-  resultEncoding?: 'base64';
-  error: { code: string; reason: string } | null;
-}
+import { SubmitBody, type JobView, type StatusView, type TimelineView } from './api.js';
+import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from './errors.js';
 
 /** Partitions of one job by stage. */
 export type PartitionCounts = Record<PartitionState, number>;
@@ -178,16 +104,6 @@ export interface ServiceEvent {
   type: 'job.submitted' | 'job.started' | 'job.partition' | 'job.done' | 'job.failed' | 'job.cancelled' | 'pacer' | 'device.measurement';
   time: string;
   [k: string]: unknown;
-}
-
-/** What ran where, and the pipeline's levels, over a recent window: every time in epoch ms. */
-export interface TimelineView {
-  /** The server's now, epoch ms (a running span ends here). */
-  now: number;
-  lanes: TimelineLane[];
-  /** Spans that ended in the window or still run (end null), oldest start first. */
-  spans: TimelineSpan[];
-  samples: TimelineSample[];
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -559,9 +475,7 @@ export class Service {
     refusePastDeadline(record.deadline);
     this.refuseTooManyPartitions(record.partitions);
     if (this.journal.pending() + this.admitting.jobs >= this.config.server.maxPendingJobs) {
-      throw new ServiceError(429, 'too-many-jobs', 'Too many pending jobs', `${this.config.server.maxPendingJobs} jobs are pending (server.maxPendingJobs): retry after ${this.config.server.retryAfterS} s`, {
-        retryAfterS: this.config.server.retryAfterS,
-      });
+      throw tooManyJobs(this.config.server.maxPendingJobs, 'pending', this.config.server.retryAfterS);
     }
     return { record };
   }
@@ -665,7 +579,7 @@ export class Service {
     const j = this.stored(id);
     if (!j) throw notFound(id);
     if (j.state === 'cancelled') return this.view(j);
-    if (isFinal(j.state)) throw new ServiceError(409, 'job-finished', 'Job already finished', `job ${id} has already ended (${j.state}); there is nothing to cancel`);
+    if (isFinal(j.state)) throw jobFinished(id, j.state);
     this.runtime.cancel(id);
     // The runtime answers asynchronously; the journal records the end now so the reply is final.
     this.end(id, { state: 'cancelled', code: 'E_CANCELLED', reason: 'cancelled on request' });
@@ -674,7 +588,7 @@ export class Service {
   }
 
   /** The whole engine: jobs, partitions per kind and stage, workers, pacer, budget, pool. */
-  status() {
+  status(): StatusView {
     const s = this.runtime.engine.snapshot;
     const workerBusy = this.runtime.workerBusyMs();
     const counts = this.journal.counts();
@@ -1125,21 +1039,6 @@ function invalid(errors: { path: string; message: string }[]): ServiceError {
   return new ServiceError(400, 'invalid-job', 'Invalid job', errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '), { errors });
 }
 
-/** Refuses a new job whose deadline has already passed (a retry of an accepted job is not new: it answers as before). */
-export function refusePastDeadline(deadline: number | null): void {
-  if (deadline === null || deadline > Date.now()) return;
-  const message = `deadline ${new Date(deadline).toISOString()} has passed (now ${new Date().toISOString()}): give a time in the future, or leave deadline out`;
-  throw new ServiceError(400, 'invalid-job', 'Invalid job', `deadline: ${message}`, { errors: [{ path: 'deadline', message }] });
-}
 
-export function shuttingDown(): ServiceError {
-  return new ServiceError(503, 'shutting-down', 'Shutting down', 'the server is shutting down and accepts no jobs: retry against the restarted server');
-}
 
-export function conflict(id: string): ServiceError {
-  return new ServiceError(409, 'job-conflict', 'Job id in use', `job ${id} exists with a different body: resubmit the identical body (a no-op) or use a new id`);
-}
 
-export function notFound(id: string): ServiceError {
-  return new ServiceError(404, 'job-not-found', 'No such job', `no job ${JSON.stringify(id)}: it was never submitted, or it finished more than server.resultTtlS ago and was purged`);
-}

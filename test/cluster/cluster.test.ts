@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, removeDir, sleepTotal, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
+import { http, removeDir, sleepTotal, startServer, tempDataDir, undocumented, waitUntil, type OpenApiDoc, type ServerProcess } from '../server/helpers.js';
 import { redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
 
 const bin = redisServerPath();
@@ -139,6 +139,15 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
     const r = await http(b.url, 'GET', '/v1/jobs/idem:1/result?wait=10s');
     expect(r.body).toMatchObject({ state: 'done', result: { partitions: 1, total: sleepTotal(7, 1) } });
     expect((await http(a.url, 'POST', '/v1/jobs', { kind: 'sleep', partitions: 0 })).status).toBe(400);
+    // A cluster node's answers hold no field its OpenAPI document leaves out (node, cluster included).
+    const doc = (await http(b.url, 'GET', '/v1/openapi.json')).body as OpenApiDoc;
+    const job = (await http(b.url, 'GET', '/v1/jobs/idem:1')).body;
+    expect(job).toHaveProperty('node');
+    expect(undocumented(job, doc.components.schemas['Job'] as Record<string, unknown>, doc)).toEqual([]);
+    expect(undocumented(r.body, doc.components.schemas['Result'] as Record<string, unknown>, doc)).toEqual([]);
+    const status = (await http(b.url, 'GET', '/v1/status')).body;
+    expect(status).toHaveProperty('cluster');
+    expect(undocumented(status, doc.components.schemas['Status'] as Record<string, unknown>, doc)).toEqual([]);
   }, 30_000);
 
   it('a cancel on one node reaches the node that holds the job', async () => {

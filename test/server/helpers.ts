@@ -192,3 +192,25 @@ export function useServer(args: string[] = [], env: Record<string, string> = {})
     },
   };
 }
+
+/** The served OpenAPI document, as far as {@link undocumented} reads it. */
+export type OpenApiDoc = { components: { schemas: Record<string, Record<string, unknown>> } };
+
+/** The keys of `value` (deeply) that `schema` (JSON Schema, refs into `doc`) does not name. */
+export function undocumented(value: unknown, schema: Record<string, unknown>, doc: OpenApiDoc, at = ''): string[] {
+  const ref = schema['$ref'];
+  if (typeof ref === 'string') return undocumented(value, doc.components.schemas[ref.split('/').pop() as string] as Record<string, unknown>, doc, at);
+  for (const k of ['anyOf', 'oneOf'] as const) {
+    const alts = schema[k] as Record<string, unknown>[] | undefined;
+    if (alts) return alts.map((a) => undocumented(value, a, doc, at)).reduce((best, x) => (x.length < best.length ? x : best));
+  }
+  if (Array.isArray(value)) return value.flatMap((v, i) => (schema['items'] ? undocumented(v, schema['items'] as Record<string, unknown>, doc, `${at}[${i}]`) : []));
+  if (typeof value !== 'object' || value === null) return [];
+  const props = schema['properties'] as Record<string, Record<string, unknown>> | undefined;
+  const extra = schema['additionalProperties'] as Record<string, unknown> | boolean | undefined;
+  return Object.entries(value).flatMap(([k, v]) => {
+    const sub = props?.[k] ?? (typeof extra === 'object' ? extra : undefined);
+    if (sub) return undocumented(v, sub, doc, `${at}.${k}`);
+    return props || extra === false ? [`${at}.${k}`] : [];
+  });
+}

@@ -1,0 +1,187 @@
+import { z } from 'zod';
+import { MAX_PARTITIONS, PRIORITIES } from '../core/index.js';
+
+/**
+ * The HTTP API's wire contract: the submit body and the views the server answers with, as zod
+ * schemas. The TypeScript types the server and the cluster build their answers with are inferred
+ * from them, and the OpenAPI document's schemas are generated from them (openapi.ts): what the
+ * document says is what the code compiles against.
+ */
+
+const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
+
+/** The last epoch ms a Date can hold: a later deadline made every view of the job throw (500). */
+const MAX_DATE_MS = 8_640_000_000_000_000;
+
+const DEADLINE_ERROR = { error: 'deadline must be epoch milliseconds or an ISO 8601 time such as 2030-01-01T00:00:00Z' };
+
+export const JOB_STATES = ['queued', 'running', 'done', 'failed', 'cancelled'] as const;
+const PARTITION_STATES = ['queued', 'preparing', 'waiting', 'on-device', 'done', 'failed', 'cancelled'] as const;
+
+/** The body of `POST /v1/jobs`. */
+export const SubmitBody = z
+  .strictObject({
+    id: z
+      .string({ error: 'id must be a string' })
+      .regex(ID, { error: 'id must be 1–200 characters of A–Z a–z 0–9 . _ : - starting with a letter or digit' })
+      .optional()
+      .meta({ description: 'Idempotency key; generated when absent' }),
+    kind: z.string({ error: 'kind must be a string naming a job kind (GET /v1/kinds lists them)' }).meta({ description: 'A kind from GET /v1/kinds (built in: ntt-proof, sleep)' }),
+    priority: z
+      .enum(PRIORITIES, { error: `priority must be one of ${PRIORITIES.join(', ')}` })
+      .default('normal')
+      .meta({ description: 'The queue class (default normal)' }),
+    /** Optional only for a kind that derives it from its input (`partitions(input)`). */
+    partitions: z
+      .number({ error: 'partitions must be a whole number' })
+      .int({ error: 'partitions must be a whole number' })
+      .min(1, { error: 'partitions must be ≥ 1' })
+      .max(MAX_PARTITIONS, { error: `partitions must be ≤ ${MAX_PARTITIONS}` })
+      .optional()
+      .meta({ description: 'Required unless the kind derives it from its input (GET /v1/kinds: partitionsFromInput)' }),
+    input: z.unknown().optional().meta({ description: "The kind's input, checked against its JSON Schema (GET /v1/kinds). ntt-proof: {seed, logN 4–20, synthesisMs}; sleep: {seed, prepareMs, deviceMs}" }),
+    deadline: z
+      .union([z.number(DEADLINE_ERROR).int(DEADLINE_ERROR).positive(DEADLINE_ERROR).max(MAX_DATE_MS, DEADLINE_ERROR), z.iso.datetime({ offset: true, ...DEADLINE_ERROR })], DEADLINE_ERROR)
+      .optional()
+      .meta({ description: 'Epoch milliseconds or an ISO 8601 time; a job not done by then fails (E_DEADLINE)' }),
+  })
+  .meta({ description: 'A job: its kind, its partitions and its input' });
+export type SubmitBody = z.input<typeof SubmitBody>;
+
+const JobError = z.object({ code: z.string(), reason: z.string() }).meta({ description: 'Why the job failed or was cancelled' });
+
+/** A job as the API shows it. */
+export const JobView = z
+  .object({
+    id: z.string(),
+    kind: z.string(),
+    priority: z.enum(PRIORITIES),
+    partitions: z.number().int(),
+    state: z.enum(JOB_STATES),
+    input: z.unknown(),
+    deadline: z.string().nullable().meta({ description: 'ISO 8601' }),
+    submittedAt: z.string().meta({ description: 'ISO 8601' }),
+    startedAt: z.string().nullable(),
+    finishedAt: z.string().nullable(),
+    durationS: z.number().nullable().meta({ description: 'Seconds from submission to the end (null while unfinished)' }),
+    partitionsDone: z.number().int().meta({ description: 'Partitions whose output is recorded (survives restarts)' }),
+    partitionStates: z
+      .array(z.enum(PARTITION_STATES))
+      .nullable()
+      .meta({ description: 'Per partition while the job runs (null once it ended); in lists and submit answers only for jobs of at most 96 partitions; a job view gives a page (statesFrom, statesLimit) of at most 100,000' }),
+    partitionCounts: z
+      .record(z.enum(PARTITION_STATES), z.number().int())
+      .nullable()
+      .meta({ description: 'While the job runs: its partitions by stage; null once it ended' }),
+    resumes: z.number().int().meta({ description: 'How often the job was resumed after a restart' }),
+    result: z.unknown().meta({ description: 'A JSON value, or base64 of bytes when resultEncoding is base64' }),
+    resultEncoding: z.literal('base64').optional().meta({ description: 'Present only for a bytes result (GET …/result with Accept: application/octet-stream gives the raw bytes)' }),
+    error: JobError.nullable(),
+    node: z.string().nullable().optional().meta({ description: 'Cluster mode only: the node that holds or held the job (null: none yet)' }),
+  })
+  .meta({ description: 'A job: its state, its partitions, its timings and its result' });
+export type JobView = z.output<typeof JobView>;
+
+/** `GET /v1/jobs/:id/result`: the job's end (or its state after the wait). */
+export const ResultView = z.object({
+  id: z.string(),
+  state: z.enum(JOB_STATES),
+  result: z.unknown().meta({ description: 'A JSON value, or base64 of bytes when resultEncoding is base64 (null until done)' }),
+  resultEncoding: z.literal('base64').optional(),
+  error: JobError.nullable(),
+  finishedAt: z.string().nullable(),
+});
+export type ResultView = z.output<typeof ResultView>;
+
+/** An error answer (RFC 9457 problem details). */
+export const Problem = z.object({
+  type: z.string().meta({ description: 'A stable slug, e.g. invalid-job, too-many-jobs' }),
+  title: z.string(),
+  status: z.number().int(),
+  detail: z.string().meta({ description: 'What was wrong and how to fix it' }),
+  errors: z.array(z.object({ path: z.string(), message: z.string() })).optional().meta({ description: 'Each invalid field (400)' }),
+});
+
+const Counts = z.object({ queued: z.number(), preparing: z.number(), waiting: z.number(), 'on-device': z.number() });
+const BatchCounts = z.object({ maxItems: z.number(), batches: z.number(), items: z.number() });
+
+/** `GET /v1/status`: the whole engine. */
+export const StatusView = z.object({
+  time: z.string(),
+  uptimeS: z.number(),
+  closing: z.boolean().meta({ description: 'Shutting down: submissions get 503' }),
+  jobs: z.object({ queued: z.number(), running: z.number(), done: z.number(), failed: z.number(), cancelled: z.number(), pending: z.number(), maxPending: z.number() }),
+  partitions: z.object({
+    queued: z.number(),
+    preparing: z.number(),
+    waiting: z.number(),
+    onDevice: z.number(),
+    inFlight: z.number(),
+    preparingSteps: z.number().meta({ description: 'Preparation steps running (a preparation batch is one)' }),
+    prepareBatches: z.record(z.string(), BatchCounts).optional().meta({ description: 'Kinds prepared in batches: the largest batch, how many finished, the items they started with' }),
+    pending: z.number(),
+    byKind: z.record(z.string(), Counts),
+    dispatched: z.number(),
+    completed: z.number(),
+  }),
+  targetWaiting: z.number(),
+  devices: z.array(
+    z.object({
+      device: z.number(),
+      name: z.string(),
+      kind: z.string().meta({ description: 'cpu, webgpu, process or http' }),
+      completions: z.number(),
+      busyS: z.number(),
+      batch: BatchCounts.optional(),
+      workers: z.array(z.object({ state: z.enum(['lost', 'busy', 'idle']), job: z.string().nullable(), partition: z.number().nullable(), busyS: z.number() })),
+    }),
+  ),
+  pacer: z.object({
+    name: z.string(),
+    mode: z.enum(['bootstrap', 'steady', 'idle', 'blocked', 'hold']),
+    ratePerSec: z.number().nullable().meta({ description: 'The device rate the pacer believes in, items/s' }),
+    intervalMs: z.number().nullable(),
+    terms: z.record(z.string(), z.number()),
+    devices: z
+      .array(
+        z.object({
+          estimatedPerSec: z.number().nullable(),
+          observedRatio: z.number().nullable(),
+          trusted: z.enum(['estimate', 'observed']),
+          workerLimit: z.number().nullable().optional(),
+          batch: z.object({ fixedMs: z.number(), perItemMs: z.number() }).nullable().optional(),
+        }),
+      )
+      .optional(),
+    kinds: z.array(z.object({ name: z.string(), estimatedPerSec: z.number().nullable() })).optional(),
+  }),
+  budget: z.object({ usedBytes: z.number(), idlePoolBytes: z.number(), totalBytes: z.number().nullable(), peakBytes: z.number(), blocked: z.boolean() }),
+  pool: z.object({ leasedBytes: z.number(), idleBytes: z.number(), totalBytes: z.number(), highWaterBytes: z.number(), leased: z.number(), idle: z.number(), fresh: z.number(), reused: z.number(), freed: z.number() }),
+  cluster: z
+    .object({ node: z.string(), redis: z.string(), queue: z.record(z.string(), z.number()), jobsHeld: z.number(), maxHeld: z.number(), kinds: z.array(z.string()) })
+    .optional()
+    .meta({ description: 'Cluster mode: this node, its queue counts and the jobs it holds' }),
+});
+export type StatusView = z.output<typeof StatusView>;
+
+/** `GET /v1/timeline`: what ran where, and the pipeline's levels, over a recent window; every time in epoch ms. */
+export const TimelineView = z.object({
+  now: z.number().meta({ description: "The server's now, epoch ms (a running span ends here)" }),
+  lanes: z.array(z.object({ id: z.number(), kind: z.enum(['prepare', 'device']), name: z.string(), device: z.number().optional(), worker: z.number().optional() })),
+  spans: z
+    .array(
+      z.object({
+        lane: z.number(),
+        kind: z.enum(['prepare', 'device']),
+        jobId: z.string(),
+        partition: z.number(),
+        start: z.number(),
+        end: z.number().nullable().meta({ description: 'null while it runs' }),
+        outcome: z.enum(['done', 'failed', 'aborted']).nullable().meta({ description: 'aborted: cancel, timeout, lost worker, shutdown; null while it runs' }),
+        items: z.number().optional().meta({ description: 'A batch: how many items it started with (jobId and partition are its first item’s)' }),
+      }),
+    )
+    .meta({ description: 'Spans that ended in the window or still run, oldest start first' }),
+  samples: z.array(z.object({ t: z.number(), waiting: z.number(), preparing: z.number(), onDevice: z.number(), inventory: z.number(), budgetUsedBytes: z.number(), budgetHeldBytes: z.number() })),
+});
+export type TimelineView = z.output<typeof TimelineView>;

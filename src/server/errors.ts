@@ -1,0 +1,46 @@
+/** Every problem the API answers with: the error type, and a factory for each problem that more than one place raises. */
+
+/**
+ * An error the API answers with a problem-details body: `status` is the HTTP status, `type` a
+ * stable slug, `detail` says what was wrong and how to fix it.
+ */
+export class ServiceError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string,
+    readonly title: string,
+    readonly detail: string,
+    readonly extra: { errors?: { path: string; message: string }[]; retryAfterS?: number } = {},
+  ) {
+    super(detail);
+  }
+}
+
+/** Refuses a new job whose deadline has already passed (a retry of an accepted job is not new: it answers as before). */
+export function refusePastDeadline(deadline: number | null): void {
+  if (deadline === null || deadline > Date.now()) return;
+  const message = `deadline ${new Date(deadline).toISOString()} has passed (now ${new Date().toISOString()}): give a time in the future, or leave deadline out`;
+  throw new ServiceError(400, 'invalid-job', 'Invalid job', `deadline: ${message}`, { errors: [{ path: 'deadline', message }] });
+}
+
+export function shuttingDown(): ServiceError {
+  return new ServiceError(503, 'shutting-down', 'Shutting down', 'the server is shutting down and accepts no jobs: retry against the restarted server');
+}
+
+export function conflict(id: string): ServiceError {
+  return new ServiceError(409, 'job-conflict', 'Job id in use', `job ${id} exists with a different body: resubmit the identical body (a no-op) or use a new id`);
+}
+
+export function notFound(id: string): ServiceError {
+  return new ServiceError(404, 'job-not-found', 'No such job', `no job ${JSON.stringify(id)}: it was never submitted, or it finished more than server.resultTtlS ago and was purged`);
+}
+
+/** 429: the pending jobs are at server.maxPendingJobs (`where`: "pending", or "pending in the cluster"). */
+export function tooManyJobs(max: number, where: string, retryAfterS: number): ServiceError {
+  return new ServiceError(429, 'too-many-jobs', 'Too many pending jobs', `${max} jobs are ${where} (server.maxPendingJobs): retry after ${retryAfterS} s`, { retryAfterS });
+}
+
+/** 409: a cancel of a job that has already ended. */
+export function jobFinished(id: string, state: string): ServiceError {
+  return new ServiceError(409, 'job-finished', 'Job already finished', `job ${id} has already ended (${state}); there is nothing to cancel`);
+}
