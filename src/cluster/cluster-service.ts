@@ -4,7 +4,6 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Job, Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { totalBusyMs, type Priority } from '../core/index.js';
 import { buildApp, type ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
@@ -13,8 +12,10 @@ import { compileInput, KindModuleError, moduleHash, type LoadedKind } from '../s
 import { listen, loadServerKinds, refuseExposure, type RunningServer } from '../server/serve.js';
 import type { StatusView } from '../server/api.js';
 import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from '../server/errors.js';
-import type { JobView } from '../server/api.js';
-import { isFinal, Service, type ServiceEvent, type StatesPage } from '../server/service.js';
+import { jobView, type JobView } from '../server/api.js';
+import { isFinal, Service, type StatesPage } from '../server/service.js';
+import { Dispatcher } from './dispatcher.js';
+import { bullId, BULL_PRIORITY, failureOf, K, PREFIX, queueName, resultOf, type CancelledRecord, type JobData, type KindEntry, type StoredResult } from './keys.js';
 
 /**
  * Cluster mode: every node's HTTP API submits into a BullMQ queue per job kind on a shared Redis;
@@ -31,104 +32,6 @@ import { isFinal, Service, type ServiceEvent, type StatesPage } from '../server/
  * refuses to join, naming the kind; any node validates a submission of a kind it does not run
  * itself against the registry's schema.
  */
-
-const PREFIX = 'stoker';
-/** The BullMQ queue of a kind (kind names are letters, digits, `.`, `_`, `-`). */
-const queueName = (kind: string) => `jobs-${kind}`;
-const K = {
-  nodes: `${PREFIX}:cluster:nodes`,
-  node: (id: string) => `${PREFIX}:cluster:node:${id}`,
-  // Per-job bookkeeping: one key per job, each expiring after server.resultTtlS (see `ttlMs`).
-  /** A job cancelled while queued (removed from BullMQ): JSON {data, cancelledAt}. */
-  cancelled: (id: string) => `${PREFIX}:cluster:cancelled:${id}`,
-  /** Index of those for `GET /v1/jobs`: id scored by cancelledAt, trimmed by age. */
-  cancelledIndex: `${PREFIX}:cluster:cancelled-index`,
-  /** Set when the job's cancel was asked for (a node that takes it fails it as cancelled at once). */
-  cancelRequest: (id: string) => `${PREFIX}:cluster:cancel-request:${id}`,
-  /** How many times a node recorded the job's completion (1: exactly once). */
-  completions: (id: string) => `${PREFIX}:cluster:completions:${id}`,
-  /** A finished job's view, republished by the node that ran it after Redis lost its data (JSON JobView). */
-  result: (id: string) => `${PREFIX}:cluster:result:${id}`,
-  /** Outputs of a running job's finished partitions (hash: partition → JSON {@link SharedOutput}): a node that takes the job over runs only the rest. */
-  outputs: (id: string) => `${PREFIX}:cluster:outputs:${id}`,
-  /** Set once per Redis dataset: a node that sees it change (or vanish) knows Redis lost its data. */
-  epoch: `${PREFIX}:cluster:epoch`,
-  /** The node that took the job last. */
-  holder: (id: string) => `${PREFIX}:cluster:holder:${id}`,
-  /** The kind of a job (which queue holds it), set once at submission. */
-  kindOf: (id: string) => `${PREFIX}:cluster:kind:${id}`,
-  /** The registry of kinds: name → JSON {@link KindEntry}. */
-  kinds: `${PREFIX}:cluster:kinds`,
-  cancelChannel: `${PREFIX}:cluster:cancel`,
-  /** A job of this kind was queued: the nodes that run it wake. */
-  addedChannel: `${PREFIX}:cluster:added`,
-};
-
-/** A kind as the cluster knows it. */
-interface KindEntry {
-  /** sha256 of the module file. */
-  hash: string;
-  schema: object | null;
-  derivesPartitions: boolean;
-  description: string;
-  /** The node that registered this version. */
-  node: string;
-}
-
-/**
- * The largest partition output shared through Redis (bytes of its JSON): a larger one is not
- * shared, and a node that takes the job over runs that partition again.
- */
-const MAX_SHARED_OUTPUT_BYTES = 4 * 1024 * 1024;
-
-/** A partition output as Redis keeps it: JSON as it is, bytes as base64. */
-type SharedOutput = { json: unknown } | { base64: string };
-
-function shareOutput(output: unknown): string | undefined {
-  const shared: SharedOutput = output instanceof Uint8Array ? { base64: Buffer.from(output.buffer, output.byteOffset, output.byteLength).toString('base64') } : { json: output };
-  let text: string | undefined;
-  try {
-    text = JSON.stringify(shared);
-  } catch {
-    return undefined; // not JSON (the local journal refuses it too)
-  }
-  return text !== undefined && text.length <= MAX_SHARED_OUTPUT_BYTES ? text : undefined;
-}
-
-function sharedOutput(text: string): unknown {
-  const s = JSON.parse(text) as SharedOutput;
-  return 'base64' in s ? new Uint8Array(Buffer.from(s.base64, 'base64')) : s.json;
-}
-
-/** BullMQ's priority: lower runs first (0 would mean "none", a separate FIFO). */
-const BULL_PRIORITY: Record<Priority, number> = { critical: 1, high: 2, normal: 3, low: 4 };
-
-/** Our ids may contain `:` and be all digits; BullMQ's may be neither. `~` is not in our alphabet. */
-export const bullId = (id: string) => `~${id.replaceAll(':', '~')}`;
-
-interface JobData {
-  record: JournalJobInput;
-  /** {@link Journal.hash} of the body: a retried submission vs a conflicting one. */
-  hash: string;
-  submittedAt: number;
-  nonce: string;
-}
-
-/** A result as BullMQ keeps it (`returnvalue`): bytes as base64, marked. */
-interface StoredResult {
-  result: unknown;
-  encoding?: 'base64';
-}
-
-function resultOf(stored: StoredResult | null): Pick<JobView, 'result' | 'resultEncoding'> {
-  if (stored === null) return { result: null };
-  return stored.encoding ? { result: stored.result, resultEncoding: stored.encoding } : { result: stored.result ?? null };
-}
-
-interface CancelledRecord {
-  data: JobData;
-  cancelledAt: number;
-}
 
 export interface NodeInfo {
   nodeId: string;
@@ -152,23 +55,12 @@ export interface NodeInfo {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-/** The pull loop's recheck of a node that does not want a job, when no local event came first. */
-const RECHECK_MS = 50;
 /** How long an API call waits for Redis before it answers 503. */
 const REDIS_ANSWER_MS = 3000;
-/** How long a node whose journal is full stops pulling before it tries again. */
-const FULL_PAUSE_MS = 5000;
-/** How long an idle node waits before it asks its queues again when no job-added message woke it (jobs returned by the stalled check announce nothing). */
-const IDLE_RECHECK_MS = 1000;
 /** How often a node checks the jobs it accepted against Redis (ended: forgotten; lost: queued again). */
 const SWEEP_MS = 2000;
 /** The most accepted jobs one sweep looks at (the oldest first). */
 const SWEEP_MAX = 500;
-
-function codeOf(reason: string): { code: string; reason: string } {
-  const m = /^(E_[A-Z0-9_]+): ([\s\S]*)$/.exec(reason);
-  return m ? { code: m[1] as string, reason: m[2] as string } : { code: 'E_INTERNAL', reason };
-}
 
 function connect(url: string, name: string): Redis {
   const r = new Redis(url, { maxRetriesPerRequest: null, connectionName: name, lazyConnect: false });
@@ -186,26 +78,14 @@ export class ClusterService implements ApiService {
   private readonly queues = new Map<string, Queue<JobData>>();
   /** The kinds this node runs: a worker on each one's queue. */
   private readonly workers = new Map<string, Worker<JobData>>();
-  /** The order the pull loop asks the kinds' queues in (rotated after each take). */
-  private pullOrder: string[];
   /** Kinds of the registry, as last read (submission checks of kinds this node does not run). */
   private readonly remote = new Map<string, { entry: KindEntry; kind: LoadedKind }>();
-  private readonly held = new Map<string, { job: Job<JobData>; token: string }>();
-  private readonly holds = new Set<Promise<void>>();
+  private readonly dispatcher: Dispatcher;
   private readonly maxHeld: number;
   /** How long a finished job's bookkeeping lives: server.resultTtlS, as BullMQ's removeOnComplete/removeOnFail. */
   private readonly ttlMs: number;
-  /** Resolves the pull loop's wait for a local change (set while it waits). */
-  private wake: (() => void) | undefined;
-  private readonly onLocalEvent = () => this.wake?.();
   private closing = false;
-  private pulling: Promise<void> | undefined;
-  private heartbeat: NodeJS.Timeout | undefined;
-  private lastBusy = { t: performance.now(), busyS: 0 };
-  private tokens = 0;
   private started = false;
-  /** Until then this node pulls nothing: its journal was full (see hold). */
-  private fullUntil = 0;
   private readonly conns: Redis[] = [];
   /**
    * The Redis dataset this node last republished its results to (K.epoch, kept in
@@ -216,7 +96,6 @@ export class ClusterService implements ApiService {
   private sweeping: Promise<void> | undefined;
   /** What Redis's persistence settings mean for the cluster's jobs (said at start). */
   persistence = '';
-  url = '';
 
   /**
    * `accepted`: this node's journal of the submissions it acknowledged, kept until their jobs end
@@ -247,10 +126,10 @@ export class ClusterService implements ApiService {
       this.workers.set(kind, w);
       this.queueOf(kind);
     }
-    this.pullOrder = [...this.workers.keys()];
-    local.onPartitionOutput = (id, partition, output) => this.share(id, partition, output);
     this.ttlMs = Math.max(1, Math.round(config.server.resultTtlS)) * 1000;
     this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
+    this.dispatcher = new Dispatcher(local, this.redis, this.workers, { nodeId: c.nodeId, lockMs: c.lockMs, heartbeatMs: c.heartbeatMs, ttlMs: this.ttlMs, maxHeld: this.maxHeld });
+    local.onPartitionOutput = (id, partition, output) => this.dispatcher.share(id, partition, output);
   }
 
   private conn(name: string): Redis {
@@ -320,8 +199,8 @@ export class ClusterService implements ApiService {
     this.persistence = await this.persistenceNote();
     await this.sub.subscribe(K.cancelChannel, K.addedChannel);
     this.sub.on('message', (ch: string, msg: string) => {
-      if (ch === K.cancelChannel && this.held.has(msg)) this.cancelLocal(msg);
-      if (ch === K.addedChannel && this.workers.has(msg)) this.wake?.();
+      if (ch === K.cancelChannel) this.dispatcher.cancelHeld(msg);
+      if (ch === K.addedChannel && this.workers.has(msg)) this.dispatcher.wakeUp();
     });
   }
 
@@ -389,14 +268,8 @@ export class ClusterService implements ApiService {
   /** Starts the heartbeat, the stalled check and the pull loop. */
   start(url: string): void {
     this.started = true;
-    this.url = url;
-    const t = performance.now();
-    this.lastBusy = { t, busyS: this.busyS(t) };
-    void this.beat();
-    this.heartbeat = setInterval(() => void this.beat(), this.config.cluster.heartbeatMs);
     for (const w of this.workers.values()) void w.startStalledCheckTimer();
-    this.local.events.on('event', this.onLocalEvent);
-    this.pulling = this.pullLoop();
+    this.dispatcher.start(url);
     this.sweeper = setInterval(() => void this.sweep(), SWEEP_MS);
     void this.sweep();
   }
@@ -586,7 +459,7 @@ export class ClusterService implements ApiService {
 
   private async statusNow(): Promise<StatusView> {
     const queue = await this.counts(await this.allKinds(), 'waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed');
-    return { ...this.local.status(), cluster: { node: this.nodeId, redis: this.config.cluster.redis, queue, jobsHeld: this.held.size, maxHeld: this.maxHeld, kinds: [...this.workers.keys()] } };
+    return { ...this.local.status(), cluster: { node: this.nodeId, redis: this.config.cluster.redis, queue, jobsHeld: this.dispatcher.held.size, maxHeld: this.maxHeld, kinds: [...this.workers.keys()] } };
   }
 
   /** The nodes whose heartbeat is alive (a node whose hash expired is dropped from the set). */
@@ -678,55 +551,42 @@ export class ClusterService implements ApiService {
     let state: JobState = bull === 'active' ? 'running' : bull === 'completed' ? 'done' : bull === 'failed' ? 'failed' : 'queued';
     let error: JobView['error'] = null;
     if (bull === 'failed') {
-      error = codeOf(job.failedReason ?? '');
+      error = failureOf(job.failedReason ?? '');
       if (error.code === 'E_CANCELLED') state = 'cancelled';
     }
-    const localView = state === 'running' && this.held.has(r.id) ? this.local.job(r.id, page) : undefined;
+    const localView = state === 'running' && this.dispatcher.held.has(r.id) ? this.local.job(r.id, page) : undefined;
     const finishedAt = isFinal(state) ? (job.finishedOn ?? null) : null;
-    return {
-      id: r.id,
-      kind: r.kind,
-      priority: r.priority,
-      partitions: r.partitions,
+    return jobView({
+      record: r,
       state,
-      input: r.input,
-      deadline: r.deadline === null ? null : new Date(r.deadline).toISOString(),
-      submittedAt: new Date(job.data.submittedAt).toISOString(),
-      startedAt: job.processedOn ? new Date(job.processedOn).toISOString() : null,
-      finishedAt: finishedAt === null ? null : new Date(finishedAt).toISOString(),
-      durationS: finishedAt === null ? null : (finishedAt - job.data.submittedAt) / 1000,
+      submittedAt: job.data.submittedAt,
+      startedAt: job.processedOn || null,
+      finishedAt,
       partitionsDone: state === 'done' ? r.partitions : (localView?.partitionsDone ?? 0),
       partitionStates: localView?.partitionStates ?? null,
       partitionCounts: localView?.partitionCounts ?? null,
       resumes: job.stalledCounter ?? 0,
-      ...resultOf(state === 'done' ? (job.returnvalue as StoredResult | null) : null),
+      result: resultOf(state === 'done' ? (job.returnvalue as StoredResult | null) : null),
       error,
       node: node ?? null,
-    };
+    });
   }
 
   private cancelledView(rec: CancelledRecord): JobView {
-    const r = rec.data.record;
-    return {
-      id: r.id,
-      kind: r.kind,
-      priority: r.priority,
-      partitions: r.partitions,
+    return jobView({
+      record: rec.data.record,
       state: 'cancelled',
-      input: r.input,
-      deadline: r.deadline === null ? null : new Date(r.deadline).toISOString(),
-      submittedAt: new Date(rec.data.submittedAt).toISOString(),
+      submittedAt: rec.data.submittedAt,
       startedAt: null,
-      finishedAt: new Date(rec.cancelledAt).toISOString(),
-      durationS: (rec.cancelledAt - rec.data.submittedAt) / 1000,
+      finishedAt: rec.cancelledAt,
       partitionsDone: 0,
       partitionStates: null,
       partitionCounts: null,
       resumes: 0,
-      result: null,
+      result: { result: null },
       error: { code: 'E_CANCELLED', reason: 'cancelled on request' },
       node: null,
-    };
+    });
   }
 
   // ─── Redis data loss ──────────────────────────────────────────────────────────────────────
@@ -816,215 +676,6 @@ export class ClusterService implements ApiService {
     }
   }
 
-  // ─── The dispatcher ───────────────────────────────────────────────────────────────────────
-
-  /** The engine wants another job: nothing queued locally, the budget not blocking, room to hold one. */
-  private wantsJob(): boolean {
-    const s = this.local.counters;
-    return s.backlog === 0 && !s.budgetBlocked && this.held.size < this.maxHeld && Date.now() >= this.fullUntil;
-  }
-
-  /**
-   * Until the engine wants a job it waits for a local change: a job event (a partition started,
-   * finished…), a held job ending, or at most {@link RECHECK_MS} (the backlog also shrinks
-   * without an event, when a job's later partitions start). Then it asks the queues of its kinds
-   * in turn (the one it took from last goes to the back); when all are empty it waits for a
-   * job-added message of one of its kinds (published by the submitting node: it wakes at once) or
-   * {@link IDLE_RECHECK_MS}.
-   */
-  private async pullLoop(): Promise<void> {
-    while (!this.closing) {
-      if (!this.wantsJob()) {
-        await this.localChange(RECHECK_MS);
-        continue;
-      }
-      const token = `${this.nodeId}:${++this.tokens}`;
-      let job: Job<JobData> | undefined;
-      try {
-        for (const kind of this.pullOrder) {
-          job = await (this.workers.get(kind) as Worker<JobData>).getNextJob(token, { block: false });
-          if (job) {
-            this.pullOrder = [...this.pullOrder.filter((k) => k !== kind), kind];
-            break;
-          }
-        }
-      } catch {
-        await sleep(250);
-        continue;
-      }
-      if (this.closing && !job) return;
-      if (!job) {
-        await this.localChange(IDLE_RECHECK_MS);
-        continue;
-      }
-      if (this.closing) {
-        await job.moveToWait(token).catch(() => undefined);
-        return;
-      }
-      const p = this.hold(job, token).catch(() => undefined);
-      this.holds.add(p);
-      void p.finally(() => this.holds.delete(p));
-    }
-  }
-
-  /** Runs a pulled job on the local service, keeps its lock, records the outcome exactly once. */
-  private async hold(job: Job<JobData>, token: string): Promise<void> {
-    const r = job.data.record;
-    const id = r.id;
-    this.held.set(id, { job, token });
-    const lockMs = this.config.cluster.lockMs;
-    const renew = setInterval(() => void job.extendLock(token, lockMs).catch(() => undefined), Math.max(50, Math.floor(lockMs / 3)));
-    try {
-      let ended: Promise<JobView | undefined>;
-      // Its deadline passed while it was queued: it ends as a missed deadline (the local service refuses a past one).
-      if (r.deadline !== null && r.deadline <= Date.now()) {
-        await job.moveToFailed(new Error(`E_DEADLINE: job ${id} missed its deadline ${new Date(r.deadline).toISOString()}`), token, false);
-        return;
-      }
-      // Partitions another node finished before it died: they do not run again.
-      const recorded = new Map<number, unknown>();
-      try {
-        for (const [p, text] of Object.entries(await this.redis.hgetall(K.outputs(id)))) recorded.set(Number(p), sharedOutput(text));
-      } catch {
-        // Redis away or an output unreadable: the job runs whole.
-        recorded.clear();
-      }
-      try {
-        // Synchronous: the engine's backlog counts it before the pull loop looks again.
-        const { job: started } = this.local.submitNow({ id, kind: r.kind, priority: r.priority, partitions: r.partitions, input: r.input, ...(r.deadline === null ? {} : { deadline: r.deadline }) }, recorded);
-        ended = isFinal(started.state) ? Promise.resolve(started) : this.localEnd(id);
-      } catch (e) {
-        const err = e instanceof ServiceError ? e : undefined;
-        if (err?.status === 507) {
-          // This node's journal is full: the job goes back for another node, and this one stops pulling a while.
-          this.fullUntil = Date.now() + FULL_PAUSE_MS;
-          await job.moveToWait(token).catch(() => undefined);
-          return;
-        }
-        await job.moveToFailed(new Error(`${err?.status === 503 ? 'E_SHUTTING_DOWN' : 'E_INTERNAL'}: ${(e as Error).message}`), token, false);
-        return;
-      }
-      void this.redis.set(K.holder(id), this.nodeId, 'PX', this.ttlMs).catch(() => undefined);
-      if ((await this.redis.exists(K.cancelRequest(id))) === 1) this.cancelLocal(id);
-      const v = await ended;
-      if (!v || !isFinal(v.state)) {
-        // Shutdown cut it short: back to the queue for another node (or the lock expires).
-        await job.moveToWait(token).catch(() => undefined);
-        return;
-      }
-      try {
-        if (v.state === 'done') {
-          const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
-          await job.moveToCompleted(stored, token, false);
-          // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
-          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.ttlMs).pexpire(K.holder(id), this.ttlMs).pexpire(K.kindOf(id), this.ttlMs).del(K.outputs(id)).exec();
-        } else {
-          await job.moveToFailed(new Error(`${v.error?.code ?? 'E_INTERNAL'}: ${v.error?.reason ?? ''}`), token, false);
-          const m = this.redis.multi().pexpire(K.holder(id), this.ttlMs).pexpire(K.kindOf(id), this.ttlMs).del(K.outputs(id));
-          await (v.state === 'cancelled' ? m.del(K.cancelRequest(id)) : m).exec();
-        }
-      } catch {
-        // The lock was lost (this node stalled past cluster.lockMs): another node holds the job
-        // now and records its outcome; this one records nothing.
-      }
-    } finally {
-      clearInterval(renew);
-      this.held.delete(id);
-      this.wake?.();
-    }
-  }
-
-  /** Resolves on the next local job event, held job ending or close, or after `ms`. */
-  private localChange(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(t);
-        this.wake = undefined;
-        resolve();
-      };
-      const t = setTimeout(done, ms);
-      this.wake = done;
-    });
-  }
-
-  /** Shares a held job's finished partition (fire and forget: an output Redis misses is run again on takeover). */
-  private share(id: string, partition: number, output: unknown): void {
-    if (!this.held.has(id)) return;
-    const text = shareOutput(output);
-    if (text === undefined) return;
-    void this.redis.multi().hset(K.outputs(id), String(partition), text).pexpire(K.outputs(id), this.ttlMs).exec().catch(() => undefined);
-  }
-
-  private cancelLocal(id: string): void {
-    try {
-      this.local.cancel(id);
-    } catch {
-      // already ended
-    }
-  }
-
-  /** The local job's final view, or undefined when the local service closes first. */
-  private localEnd(id: string): Promise<JobView | undefined> {
-    return new Promise((resolve) => {
-      const onEvent = (e: ServiceEvent) => {
-        if (e['id'] !== id || (e.type !== 'job.done' && e.type !== 'job.failed' && e.type !== 'job.cancelled')) return;
-        cleanup();
-        resolve(this.local.job(id));
-      };
-      const onClose = () => {
-        cleanup();
-        resolve(undefined);
-      };
-      const cleanup = () => {
-        this.local.events.off('event', onEvent);
-        this.local.events.off('close', onClose);
-      };
-      this.local.events.on('event', onEvent);
-      this.local.events.once('close', onClose);
-    });
-  }
-
-  /** Busy seconds of all the node's workers up to `at` (performance.now() ms), running partitions included. */
-  private busyS(at: number): number {
-    return totalBusyMs(this.local.workerBusyMs(at)) / 1000;
-  }
-
-  private async beat(): Promise<void> {
-    if (this.closing) return;
-    const now = performance.now();
-    const busyS = this.busyS(now);
-    const workers = this.local.workerStates().reduce((a, ws) => a + ws.length, 0);
-    const dt = (now - this.lastBusy.t) / 1000;
-    // At most 1 without clamping: the meter gives no window more busy time than its length.
-    const occupancy = dt > 0 && workers > 0 ? (busyS - this.lastBusy.busyS) / (dt * workers) : 0;
-    this.lastBusy = { t: now, busyS };
-    const counters = this.local.counters;
-    const pacer = this.local.pacerState();
-    const key = K.node(this.nodeId);
-    try {
-      await this.redis
-        .multi()
-        .hset(key, {
-          nodeId: this.nodeId,
-          url: this.url,
-          capacity: pacer.ratePerSec ?? '',
-          occupancy: occupancy.toFixed(4),
-          pacerMode: pacer.mode,
-          inFlight: counters.preparing + counters.waiting + counters.onDevice,
-          jobsHeld: this.held.size,
-          workers,
-          busyS: busyS.toFixed(3),
-          kinds: [...this.workers.keys()].join(','),
-          updatedAt: new Date().toISOString(),
-        })
-        .pexpire(key, this.config.cluster.heartbeatMs * 3)
-        .sadd(K.nodes, this.nodeId)
-        .exec();
-    } catch {
-      // Redis away: the next beat tries again
-    }
-  }
-
   /**
    * Shutdown: stop pulling, let the held jobs finish (up to server.shutdownTimeoutS; their
    * outcomes are recorded), put the rest back in the queue, leave the cluster, close.
@@ -1041,17 +692,14 @@ export class ClusterService implements ApiService {
       this.accepted.close();
       return;
     }
-    this.wake?.();
+    this.dispatcher.stop();
     clearInterval(this.sweeper);
     await this.sweeping;
     // Pausing the workers makes later getNextJob calls return nothing and stops their stalled checks.
     await Promise.all([...this.workers.values()].map((w) => w.pause().catch(() => undefined)));
-    await this.pulling;
-    this.local.events.off('event', this.onLocalEvent);
-    if (this.heartbeat) clearInterval(this.heartbeat);
-    await this.redis.multi().del(K.node(this.nodeId)).srem(K.nodes, this.nodeId).exec().catch(() => undefined);
+    await this.dispatcher.leave();
     await this.local.close(undefined, beforeJournalCloses);
-    await Promise.allSettled([...this.holds]);
+    await this.dispatcher.settled();
     await Promise.all([...this.workers.values()].map((w) => w.close().catch(() => undefined)));
     await Promise.all([...this.queues.values()].map((q) => q.close().catch(() => undefined)));
     for (const r of this.conns) r.disconnect();

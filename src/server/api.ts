@@ -185,3 +185,47 @@ export const TimelineView = z.object({
   samples: z.array(z.object({ t: z.number(), waiting: z.number(), preparing: z.number(), onDevice: z.number(), inventory: z.number(), budgetUsedBytes: z.number(), budgetHeldBytes: z.number() })),
 });
 export type TimelineView = z.output<typeof TimelineView>;
+
+/** What a job's view is built from, wherever it lives (the journal, a cluster queue): times in epoch ms. */
+export interface JobFacts {
+  record: { id: string; kind: string; priority: JobView['priority']; partitions: number; input: unknown; deadline: number | null };
+  state: JobView['state'];
+  submittedAt: number;
+  startedAt: number | null;
+  finishedAt: number | null;
+  partitionsDone: number;
+  partitionStates: JobView['partitionStates'];
+  partitionCounts: JobView['partitionCounts'];
+  resumes: number;
+  result: Pick<JobView, 'result' | 'resultEncoding'>;
+  error: JobView['error'];
+  /** Cluster mode: the node that holds or held it. */
+  node?: string | null;
+}
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+/** The one builder of a job's view, for the local service and the cluster alike. */
+export function jobView(f: JobFacts): JobView {
+  const r = f.record;
+  return {
+    id: r.id,
+    kind: r.kind,
+    priority: r.priority,
+    partitions: r.partitions,
+    state: f.state,
+    input: r.input,
+    deadline: iso(r.deadline),
+    submittedAt: iso(f.submittedAt) as string,
+    startedAt: iso(f.startedAt),
+    finishedAt: iso(f.finishedAt),
+    durationS: f.finishedAt === null ? null : (f.finishedAt - f.submittedAt) / 1000,
+    partitionsDone: f.partitionsDone,
+    partitionStates: f.partitionStates,
+    partitionCounts: f.partitionCounts,
+    resumes: f.resumes,
+    ...f.result,
+    error: f.error,
+    ...(f.node === undefined ? {} : { node: f.node }),
+  };
+}

@@ -22,7 +22,7 @@ import { KindRouter, type RoutedInput } from './kinds.js';
 import { EventLog, type Replay } from './event-log.js';
 import { History, type HistoryReading, type HistoryView } from './history.js';
 import { ServiceMetrics } from './metrics.js';
-import { SubmitBody, type JobView, type StatusView, type TimelineView } from './api.js';
+import { jobView, SubmitBody, type JobView, type StatusView, type TimelineView } from './api.js';
 import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from './errors.js';
 
 /** Partitions of one job by stage. */
@@ -106,7 +106,6 @@ export interface ServiceEvent {
   [k: string]: unknown;
 }
 
-const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 /** How often at most (ms) a watched job's progress is looked at: 20 events a second at most. */
 const PROGRESS_MS = 50;
@@ -450,7 +449,24 @@ export class Service {
    * only the other partitions run, and the kind's finish gets these outputs too.
    */
   submitNow(raw: unknown, recorded: ReadonlyMap<number, unknown> = new Map()): { job: JobView; created: boolean } {
-    const checked = this.admission(raw);
+    return this.insertNow(this.admission(raw), recorded);
+  }
+
+  /**
+   * {@link submitNow} of a job already validated (cluster mode: the node that accepted it parsed
+   * the body and checked the input against the kind): its record goes through the admission
+   * checks, not through parsing again.
+   */
+  submitRecord(record: JournalJobInput, recorded: ReadonlyMap<number, unknown> = new Map()): { job: JobView; created: boolean } {
+    if (this.closing) throw shuttingDown();
+    const kind = this.kinds.get(record.kind);
+    if (!kind) throw invalid([{ path: 'kind', message: `kind ${JSON.stringify(record.kind)} is not loaded on this server: use one of ${[...this.kinds.keys()].join(', ')}` }]);
+    // This server's module must take the input too (the accepting node may not run the kind).
+    askKind(kind, () => kind.memory(record.input));
+    return this.insertNow(this.admit(record, true), recorded);
+  }
+
+  private insertNow(checked: ReturnType<Service['admit']>, recorded: ReadonlyMap<number, unknown>): { job: JobView; created: boolean } {
     if ('answer' in checked) return checked.answer;
     let inserted: { job: JournalJob; created: boolean };
     try {
@@ -465,6 +481,11 @@ export class Service {
   private admission(raw: unknown): { record: JournalJobInput } | { answer: { job: JobView; created: boolean } } {
     if (this.closing) throw shuttingDown();
     const { record, explicitId } = this.parseSubmission(raw);
+    return this.admit(record, explicitId);
+  }
+
+  /** The checks of a parsed submission: an existing job's answer (or 409), a past deadline, too many partitions or jobs pending. */
+  private admit(record: JournalJobInput, explicitId: boolean): { record: JournalJobInput } | { answer: { job: JobView; created: boolean } } {
     if (explicitId) {
       const existing = this.stored(record.id);
       if (existing) {
@@ -930,25 +951,19 @@ export class Service {
     } else if (!isFinal(j.state)) {
       partitionCounts = { ...countPartitions([]), done: j.partitionsDone, queued: j.partitions - j.partitionsDone };
     }
-    return {
-      id: j.id,
-      kind: j.kind,
-      priority: j.priority,
-      partitions: j.partitions,
+    return jobView({
+      record: j,
       state: j.state,
-      input: j.input,
-      deadline: iso(j.deadline),
-      submittedAt: iso(j.submittedAt) as string,
-      startedAt: iso(j.startedAt),
-      finishedAt: iso(j.finishedAt),
-      durationS: j.finishedAt === null ? null : (j.finishedAt - j.submittedAt) / 1000,
+      submittedAt: j.submittedAt,
+      startedAt: j.startedAt,
+      finishedAt: j.finishedAt,
       partitionsDone: j.partitionsDone,
       partitionStates,
       partitionCounts,
       resumes: j.resumes,
-      ...resultFields(j.result),
+      result: resultFields(j.result),
       error: j.errorCode === null ? null : { code: j.errorCode, reason: j.errorReason ?? '' },
-    };
+    });
   }
 }
 

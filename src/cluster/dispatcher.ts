@@ -1,0 +1,313 @@
+import { Redis } from 'ioredis';
+import type { Job, Worker } from 'bullmq';
+import { totalBusyMs } from '../core/index.js';
+import type { JobView } from '../server/api.js';
+import { ServiceError } from '../server/errors.js';
+import { isFinal, type Service, type ServiceEvent } from '../server/service.js';
+import { failure, K, shareOutput, sharedOutput, type JobData, type StoredResult } from './keys.js';
+
+/** What the dispatcher uses of this node's local service. */
+export type LocalNode = Pick<Service, 'counters' | 'submitRecord' | 'job' | 'cancel' | 'events' | 'workerBusyMs' | 'workerStates' | 'pacerState'>;
+
+export interface DispatcherOptions {
+  nodeId: string;
+  /** cluster.lockMs: a held job's lock, renewed every third of it. */
+  lockMs: number;
+  /** cluster.heartbeatMs: between this node's heartbeats. */
+  heartbeatMs: number;
+  /** How long a finished job's bookkeeping lives (server.resultTtlS), ms. */
+  ttlMs: number;
+  /** The most jobs held at once. */
+  maxHeld: number;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** The pull loop's recheck of a node that does not want a job, when no local event came first. */
+const RECHECK_MS = 50;
+/** How long a node whose journal is full stops pulling before it tries again. */
+const FULL_PAUSE_MS = 5000;
+/** How long an idle node waits before it asks its queues again when no job-added message woke it (jobs returned by the stalled check announce nothing). */
+const IDLE_RECHECK_MS = 1000;
+
+/**
+ * A node's dispatcher: it pulls the next job of its kinds from the cluster's queues only when
+ * the local engine wants one, runs it on the local service, keeps its lock, records its outcome
+ * exactly once, shares its finished partitions (a node that takes the job over runs only the
+ * rest), and writes the node's heartbeat.
+ */
+export class Dispatcher {
+  /** The jobs this node holds, by id. */
+  readonly held = new Map<string, { job: Job<JobData>; token: string }>();
+  private readonly holds = new Set<Promise<void>>();
+  /** The order the pull loop asks the kinds' queues in (rotated after each take). */
+  private pullOrder: string[];
+  /** Resolves the pull loop's wait for a local change (set while it waits). */
+  private wake: (() => void) | undefined;
+  private readonly onLocalEvent = () => this.wake?.();
+  private closing = false;
+  private pulling: Promise<void> | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private lastBusy = { t: performance.now(), busyS: 0 };
+  private tokens = 0;
+  /** Until then this node pulls nothing: its journal was full (see hold). */
+  private fullUntil = 0;
+  private url = '';
+
+  constructor(
+    private readonly local: LocalNode,
+    private readonly redis: Redis,
+    /** The kinds this node runs: a BullMQ worker on each one's queue. */
+    private readonly workers: ReadonlyMap<string, Worker<JobData>>,
+    private readonly o: DispatcherOptions,
+  ) {
+    this.pullOrder = [...workers.keys()];
+  }
+
+  /** Starts the heartbeat and the pull loop; `url` is this node's API, as the heartbeat tells the others. */
+  start(url: string): void {
+    this.url = url;
+    const t = performance.now();
+    this.lastBusy = { t, busyS: this.busyS(t) };
+    void this.beat();
+    this.heartbeat = setInterval(() => void this.beat(), this.o.heartbeatMs);
+    this.local.events.on('event', this.onLocalEvent);
+    this.pulling = this.pullLoop();
+  }
+
+  /** A job of one of this node's kinds was queued: the pull loop looks at once. */
+  wakeUp(): void {
+    this.wake?.();
+  }
+
+  /** Stops taking jobs: the pull loop ends at its next step. */
+  stop(): void {
+    this.closing = true;
+    this.wake?.();
+  }
+
+  /** After {@link stop}: waits for the pull loop, stops the heartbeat and takes this node out of the cluster's list. */
+  async leave(): Promise<void> {
+    await this.pulling;
+    this.local.events.off('event', this.onLocalEvent);
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    await this.redis.multi().del(K.node(this.o.nodeId)).srem(K.nodes, this.o.nodeId).exec().catch(() => undefined);
+  }
+
+  /** Resolves once every held job's outcome is recorded (or given back). */
+  settled(): Promise<unknown> {
+    return Promise.allSettled([...this.holds]);
+  }
+
+  /** The engine wants another job: nothing queued locally, the budget not blocking, room to hold one. */
+  private wantsJob(): boolean {
+    const s = this.local.counters;
+    return s.backlog === 0 && !s.budgetBlocked && this.held.size < this.o.maxHeld && Date.now() >= this.fullUntil;
+  }
+
+  /**
+   * Until the engine wants a job it waits for a local change: a job event (a partition started,
+   * finished…), a held job ending, or at most {@link RECHECK_MS} (the backlog also shrinks
+   * without an event, when a job's later partitions start). Then it asks the queues of its kinds
+   * in turn (the one it took from last goes to the back); when all are empty it waits for a
+   * job-added message of one of its kinds (published by the submitting node: it wakes at once) or
+   * {@link IDLE_RECHECK_MS}.
+   */
+  private async pullLoop(): Promise<void> {
+    while (!this.closing) {
+      if (!this.wantsJob()) {
+        await this.localChange(RECHECK_MS);
+        continue;
+      }
+      const token = `${this.o.nodeId}:${++this.tokens}`;
+      let job: Job<JobData> | undefined;
+      try {
+        for (const kind of this.pullOrder) {
+          job = await (this.workers.get(kind) as Worker<JobData>).getNextJob(token, { block: false });
+          if (job) {
+            this.pullOrder = [...this.pullOrder.filter((k) => k !== kind), kind];
+            break;
+          }
+        }
+      } catch {
+        await sleep(250);
+        continue;
+      }
+      if (this.closing && !job) return;
+      if (!job) {
+        await this.localChange(IDLE_RECHECK_MS);
+        continue;
+      }
+      if (this.closing) {
+        await job.moveToWait(token).catch(() => undefined);
+        return;
+      }
+      const p = this.hold(job, token).catch(() => undefined);
+      this.holds.add(p);
+      void p.finally(() => this.holds.delete(p));
+    }
+  }
+
+  /** Runs a pulled job on the local service, keeps its lock, records the outcome exactly once. */
+  private async hold(job: Job<JobData>, token: string): Promise<void> {
+    const r = job.data.record;
+    const id = r.id;
+    this.held.set(id, { job, token });
+    const lockMs = this.o.lockMs;
+    const renew = setInterval(() => void job.extendLock(token, lockMs).catch(() => undefined), Math.max(50, Math.floor(lockMs / 3)));
+    try {
+      let ended: Promise<JobView | undefined>;
+      // Its deadline passed while it was queued: it ends as a missed deadline (the local service refuses a past one).
+      if (r.deadline !== null && r.deadline <= Date.now()) {
+        await job.moveToFailed(failure('E_DEADLINE', `job ${id} missed its deadline ${new Date(r.deadline).toISOString()}`), token, false);
+        return;
+      }
+      // Partitions another node finished before it died: they do not run again.
+      const recorded = new Map<number, unknown>();
+      try {
+        for (const [p, text] of Object.entries(await this.redis.hgetall(K.outputs(id)))) recorded.set(Number(p), sharedOutput(text));
+      } catch {
+        // Redis away or an output unreadable: the job runs whole.
+        recorded.clear();
+      }
+      try {
+        // Synchronous: the engine's backlog counts it before the pull loop looks again.
+        const { job: started } = this.local.submitRecord(r, recorded);
+        ended = isFinal(started.state) ? Promise.resolve(started) : this.localEnd(id);
+      } catch (e) {
+        const err = e instanceof ServiceError ? e : undefined;
+        if (err?.status === 507) {
+          // This node's journal is full: the job goes back for another node, and this one stops pulling a while.
+          this.fullUntil = Date.now() + FULL_PAUSE_MS;
+          await job.moveToWait(token).catch(() => undefined);
+          return;
+        }
+        await job.moveToFailed(failure(err?.status === 503 ? 'E_SHUTTING_DOWN' : 'E_INTERNAL', (e as Error).message), token, false);
+        return;
+      }
+      void this.redis.set(K.holder(id), this.o.nodeId, 'PX', this.o.ttlMs).catch(() => undefined);
+      if ((await this.redis.exists(K.cancelRequest(id))) === 1) this.cancelLocal(id);
+      const v = await ended;
+      if (!v || !isFinal(v.state)) {
+        // Shutdown cut it short: back to the queue for another node (or the lock expires).
+        await job.moveToWait(token).catch(() => undefined);
+        return;
+      }
+      try {
+        if (v.state === 'done') {
+          const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
+          await job.moveToCompleted(stored, token, false);
+          // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
+          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.o.ttlMs).pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).exec();
+        } else {
+          await job.moveToFailed(failure(v.error?.code ?? 'E_INTERNAL', v.error?.reason ?? ''), token, false);
+          const m = this.redis.multi().pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id));
+          await (v.state === 'cancelled' ? m.del(K.cancelRequest(id)) : m).exec();
+        }
+      } catch {
+        // The lock was lost (this node stalled past cluster.lockMs): another node holds the job
+        // now and records its outcome; this one records nothing.
+      }
+    } finally {
+      clearInterval(renew);
+      this.held.delete(id);
+      this.wake?.();
+    }
+  }
+
+  /** Resolves on the next local job event, held job ending or close, or after `ms`. */
+  private localChange(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.wake = undefined;
+        resolve();
+      };
+      const t = setTimeout(done, ms);
+      this.wake = done;
+    });
+  }
+
+  /** Shares a held job's finished partition (fire and forget: an output Redis misses is run again on takeover). */
+  share(id: string, partition: number, output: unknown): void {
+    if (!this.held.has(id)) return;
+    const text = shareOutput(output);
+    if (text === undefined) return;
+    void this.redis.multi().hset(K.outputs(id), String(partition), text).pexpire(K.outputs(id), this.o.ttlMs).exec().catch(() => undefined);
+  }
+
+  /** Cancels a job this node holds (a cancel asked on another node). */
+  cancelHeld(id: string): void {
+    if (this.held.has(id)) this.cancelLocal(id);
+  }
+
+  private cancelLocal(id: string): void {
+    try {
+      this.local.cancel(id);
+    } catch {
+      // already ended
+    }
+  }
+
+  /** The local job's final view, or undefined when the local service closes first. */
+  private localEnd(id: string): Promise<JobView | undefined> {
+    return new Promise((resolve) => {
+      const onEvent = (e: ServiceEvent) => {
+        if (e['id'] !== id || (e.type !== 'job.done' && e.type !== 'job.failed' && e.type !== 'job.cancelled')) return;
+        cleanup();
+        resolve(this.local.job(id));
+      };
+      const onClose = () => {
+        cleanup();
+        resolve(undefined);
+      };
+      const cleanup = () => {
+        this.local.events.off('event', onEvent);
+        this.local.events.off('close', onClose);
+      };
+      this.local.events.on('event', onEvent);
+      this.local.events.once('close', onClose);
+    });
+  }
+
+  /** Busy seconds of all the node's workers up to `at` (performance.now() ms), running partitions included. */
+  private busyS(at: number): number {
+    return totalBusyMs(this.local.workerBusyMs(at)) / 1000;
+  }
+
+  private async beat(): Promise<void> {
+    if (this.closing) return;
+    const now = performance.now();
+    const busyS = this.busyS(now);
+    const workers = this.local.workerStates().reduce((a, ws) => a + ws.length, 0);
+    const dt = (now - this.lastBusy.t) / 1000;
+    // At most 1 without clamping: the meter gives no window more busy time than its length.
+    const occupancy = dt > 0 && workers > 0 ? (busyS - this.lastBusy.busyS) / (dt * workers) : 0;
+    this.lastBusy = { t: now, busyS };
+    const counters = this.local.counters;
+    const pacer = this.local.pacerState();
+    const key = K.node(this.o.nodeId);
+    try {
+      await this.redis
+        .multi()
+        .hset(key, {
+          nodeId: this.o.nodeId,
+          url: this.url,
+          capacity: pacer.ratePerSec ?? '',
+          occupancy: occupancy.toFixed(4),
+          pacerMode: pacer.mode,
+          inFlight: counters.preparing + counters.waiting + counters.onDevice,
+          jobsHeld: this.held.size,
+          workers,
+          busyS: busyS.toFixed(3),
+          kinds: [...this.workers.keys()].join(','),
+          updatedAt: new Date().toISOString(),
+        })
+        .pexpire(key, this.o.heartbeatMs * 3)
+        .sadd(K.nodes, this.o.nodeId)
+        .exec();
+    } catch {
+      // Redis away: the next beat tries again
+    }
+  }
+}

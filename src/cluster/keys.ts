@@ -1,0 +1,123 @@
+import type { JobView } from '../server/api.js';
+import type { JournalJobInput } from '../server/journal.js';
+import type { Priority } from '../core/index.js';
+
+/** The cluster's shared state in Redis: its key schema, what the BullMQ jobs carry, and how outputs and failures are written there. */
+
+export const PREFIX = 'stoker';
+/** The BullMQ queue of a kind (kind names are letters, digits, `.`, `_`, `-`). */
+export const queueName = (kind: string) => `jobs-${kind}`;
+export const K = {
+  nodes: `${PREFIX}:cluster:nodes`,
+  node: (id: string) => `${PREFIX}:cluster:node:${id}`,
+  // Per-job bookkeeping: one key per job, each expiring after server.resultTtlS (see `ttlMs`).
+  /** A job cancelled while queued (removed from BullMQ): JSON {data, cancelledAt}. */
+  cancelled: (id: string) => `${PREFIX}:cluster:cancelled:${id}`,
+  /** Index of those for `GET /v1/jobs`: id scored by cancelledAt, trimmed by age. */
+  cancelledIndex: `${PREFIX}:cluster:cancelled-index`,
+  /** Set when the job's cancel was asked for (a node that takes it fails it as cancelled at once). */
+  cancelRequest: (id: string) => `${PREFIX}:cluster:cancel-request:${id}`,
+  /** How many times a node recorded the job's completion (1: exactly once). */
+  completions: (id: string) => `${PREFIX}:cluster:completions:${id}`,
+  /** A finished job's view, republished by the node that ran it after Redis lost its data (JSON JobView). */
+  result: (id: string) => `${PREFIX}:cluster:result:${id}`,
+  /** Outputs of a running job's finished partitions (hash: partition → JSON {@link SharedOutput}): a node that takes the job over runs only the rest. */
+  outputs: (id: string) => `${PREFIX}:cluster:outputs:${id}`,
+  /** Set once per Redis dataset: a node that sees it change (or vanish) knows Redis lost its data. */
+  epoch: `${PREFIX}:cluster:epoch`,
+  /** The node that took the job last. */
+  holder: (id: string) => `${PREFIX}:cluster:holder:${id}`,
+  /** The kind of a job (which queue holds it), set once at submission. */
+  kindOf: (id: string) => `${PREFIX}:cluster:kind:${id}`,
+  /** The registry of kinds: name → JSON {@link KindEntry}. */
+  kinds: `${PREFIX}:cluster:kinds`,
+  cancelChannel: `${PREFIX}:cluster:cancel`,
+  /** A job of this kind was queued: the nodes that run it wake. */
+  addedChannel: `${PREFIX}:cluster:added`,
+};
+
+/** A kind as the cluster knows it. */
+export interface KindEntry {
+  /** sha256 of the module file. */
+  hash: string;
+  schema: object | null;
+  derivesPartitions: boolean;
+  description: string;
+  /** The node that registered this version. */
+  node: string;
+}
+
+/**
+ * The largest partition output shared through Redis (bytes of its JSON): a larger one is not
+ * shared, and a node that takes the job over runs that partition again.
+ */
+const MAX_SHARED_OUTPUT_BYTES = 4 * 1024 * 1024;
+
+/** A partition output as Redis keeps it: JSON as it is, bytes as base64. */
+type SharedOutput = { json: unknown } | { base64: string };
+
+export function shareOutput(output: unknown): string | undefined {
+  const shared: SharedOutput = output instanceof Uint8Array ? { base64: Buffer.from(output.buffer, output.byteOffset, output.byteLength).toString('base64') } : { json: output };
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(shared);
+  } catch {
+    return undefined; // not JSON (the local journal refuses it too)
+  }
+  return text !== undefined && text.length <= MAX_SHARED_OUTPUT_BYTES ? text : undefined;
+}
+
+export function sharedOutput(text: string): unknown {
+  const s = JSON.parse(text) as SharedOutput;
+  return 'base64' in s ? new Uint8Array(Buffer.from(s.base64, 'base64')) : s.json;
+}
+
+/** BullMQ's priority: lower runs first (0 would mean "none", a separate FIFO). */
+export const BULL_PRIORITY: Record<Priority, number> = { critical: 1, high: 2, normal: 3, low: 4 };
+
+/** Our ids may contain `:` and be all digits; BullMQ's may be neither. `~` is not in our alphabet. */
+export const bullId = (id: string) => `~${id.replaceAll(':', '~')}`;
+
+export interface JobData {
+  record: JournalJobInput;
+  /** {@link Journal.hash} of the body: a retried submission vs a conflicting one. */
+  hash: string;
+  submittedAt: number;
+  nonce: string;
+}
+
+/** A result as BullMQ keeps it (`returnvalue`): bytes as base64, marked. */
+export interface StoredResult {
+  result: unknown;
+  encoding?: 'base64';
+}
+
+export function resultOf(stored: StoredResult | null): Pick<JobView, 'result' | 'resultEncoding'> {
+  if (stored === null) return { result: null };
+  return stored.encoding ? { result: stored.result, resultEncoding: stored.encoding } : { result: stored.result ?? null };
+}
+
+export interface CancelledRecord {
+  data: JobData;
+  cancelledAt: number;
+}
+
+/**
+ * A failed job's code and reason as BullMQ keeps them (its failedReason is a string): JSON
+ * `{"code","reason"}`, so a reason holding any text reads back as it was.
+ */
+export function failure(code: string, reason: string): Error {
+  return new Error(JSON.stringify({ code, reason }));
+}
+
+/** A failed job's code and reason (`"E_X: reason"`: as nodes before the JSON form wrote it). */
+export function failureOf(failedReason: string): { code: string; reason: string } {
+  try {
+    const v = JSON.parse(failedReason) as { code?: unknown; reason?: unknown };
+    if (typeof v.code === 'string' && typeof v.reason === 'string') return { code: v.code, reason: v.reason };
+  } catch {
+    // the older form, or BullMQ's own reason (a stalled job given up)
+  }
+  const m = /^(E_[A-Z0-9_]+): ([\s\S]*)$/.exec(failedReason);
+  return m ? { code: m[1] as string, reason: m[2] as string } : { code: 'E_INTERNAL', reason: failedReason };
+}
