@@ -46,7 +46,7 @@ export async function configPrintCommand(flags: ConfigFlags, io: Io): Promise<vo
 /** A local server, or with cluster.redis a cluster node (src/cluster, loaded only then). */
 async function start(cfg: ServeConfig): Promise<RunningServer> {
   if (cfg.cluster.redis === 'none') return startServer(cfg);
-  const { startClusterServer } = await importOptional(() => import('../cluster/cluster-service.js'), 'cluster mode (--cluster, cluster.redis)', ['bullmq', 'ioredis']);
+  const { startClusterServer } = await importOptional(() => import('../cluster/serve-cluster.js'), 'cluster mode (--cluster, cluster.redis)', ['bullmq', 'ioredis']);
   return startClusterServer(cfg);
 }
 

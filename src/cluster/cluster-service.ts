@@ -1,21 +1,19 @@
-import type { FastifyInstance } from 'fastify';
 import { randomUUID } from 'node:crypto';
-import fs from 'node:fs';
-import path from 'node:path';
 import { Job, Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { buildApp, type ApiService } from '../server/app.js';
+import type { JobView, StatusView } from '../server/api.js';
+import type { ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
-import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
-import { fileURLToPath } from 'node:url';
-import { compileInput, KindModuleError, moduleHash, type LoadedKind } from '../server/kind-module.js';
-import { listen, loadServerKinds, refuseExposure, type RunningServer } from '../server/serve.js';
-import type { StatusView } from '../server/api.js';
 import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from '../server/errors.js';
-import { jobView, type JobView } from '../server/api.js';
+import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
 import { isFinal, Service, type StatesPage } from '../server/service.js';
 import { Dispatcher } from './dispatcher.js';
-import { bullId, BULL_PRIORITY, failureOf, K, PREFIX, queueName, resultOf, type CancelledRecord, type JobData, type KindEntry, type StoredResult } from './keys.js';
+import { bullId, BULL_PRIORITY, K, PREFIX, queueName, type CancelledRecord, type JobData, type KindEntry } from './keys.js';
+import { Recovery } from './recovery.js';
+import { Registry } from './registry.js';
+import { ClusterViews } from './views.js';
+
+export type { NodeInfo } from './registry.js';
 
 /**
  * Cluster mode: every node's HTTP API submits into a BullMQ queue per job kind on a shared Redis;
@@ -33,25 +31,6 @@ import { bullId, BULL_PRIORITY, failureOf, K, PREFIX, queueName, resultOf, type 
  * itself against the registry's schema.
  */
 
-export interface NodeInfo {
-  nodeId: string;
-  url: string;
-  /** The pacer's measured device rate, partitions/s (null before it measured). */
-  capacity: number | null;
-  /** Busy fraction of the node's device workers over the last heartbeat interval (running partitions included: ≤ 1). */
-  occupancy: number;
-  /** The node's pacer: its mode (bootstrap, steady, hold, blocked, idle). */
-  pacerMode: string;
-  /** Partitions preparing, waiting or on a device. */
-  inFlight: number;
-  jobsHeld: number;
-  workers: number;
-  /** Device time measured by its workers since it started, s. */
-  busyS: number;
-  /** The kinds it runs (it pulls only their jobs). */
-  kinds: string[];
-  updatedAt: string;
-}
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -59,8 +38,6 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const REDIS_ANSWER_MS = 3000;
 /** How often a node checks the jobs it accepted against Redis (ended: forgotten; lost: queued again). */
 const SWEEP_MS = 2000;
-/** The most accepted jobs one sweep looks at (the oldest first). */
-const SWEEP_MAX = 500;
 
 function connect(url: string, name: string): Redis {
   const r = new Redis(url, { maxRetriesPerRequest: null, connectionName: name, lazyConnect: false });
@@ -78,8 +55,7 @@ export class ClusterService implements ApiService {
   private readonly queues = new Map<string, Queue<JobData>>();
   /** The kinds this node runs: a worker on each one's queue. */
   private readonly workers = new Map<string, Worker<JobData>>();
-  /** Kinds of the registry, as last read (submission checks of kinds this node does not run). */
-  private readonly remote = new Map<string, { entry: KindEntry; kind: LoadedKind }>();
+  private readonly registry: Registry;
   private readonly dispatcher: Dispatcher;
   private readonly maxHeld: number;
   /** How long a finished job's bookkeeping lives: server.resultTtlS, as BullMQ's removeOnComplete/removeOnFail. */
@@ -87,13 +63,9 @@ export class ClusterService implements ApiService {
   private closing = false;
   private started = false;
   private readonly conns: Redis[] = [];
-  /**
-   * The Redis dataset this node last republished its results to (K.epoch, kept in
-   * `<dataDir>/cluster-epoch` across restarts); another value, or none, means Redis lost its data.
-   */
-  private epoch: string | null = null;
+  private readonly views: ClusterViews;
+  private readonly recovery: Recovery;
   private sweeper: NodeJS.Timeout | undefined;
-  private sweeping: Promise<void> | undefined;
   /** What Redis's persistence settings mean for the cluster's jobs (said at start). */
   persistence = '';
 
@@ -130,6 +102,20 @@ export class ClusterService implements ApiService {
     this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
     this.dispatcher = new Dispatcher(local, this.redis, this.workers, { nodeId: c.nodeId, lockMs: c.lockMs, heartbeatMs: c.heartbeatMs, ttlMs: this.ttlMs, maxHeld: this.maxHeld });
     local.onPartitionOutput = (id, partition, output) => this.dispatcher.share(id, partition, output);
+    this.registry = new Registry({ redis: this.redis, nodeId: c.nodeId, local });
+    this.views = new ClusterViews({ redis: this.redis, queueOf: (k) => this.queueOf(k), isHeld: (id) => this.dispatcher.held.has(id), local });
+    this.recovery = new Recovery({
+      redis: this.redis,
+      accepted,
+      views: this.views,
+      queueOf: (k) => this.queueOf(k),
+      register: () => this.registry.register(),
+      local,
+      nodeId: c.nodeId,
+      dataDir: config.dataDir,
+      ttlMs: this.ttlMs,
+      closing: () => this.closing,
+    });
   }
 
   private conn(name: string): Redis {
@@ -191,11 +177,7 @@ export class ClusterService implements ApiService {
       // A pending timer would hold a node that failed to join for 5 s more.
       clearTimeout(timer);
     }
-    await this.register();
-    // The dataset this node republished to before it last stopped, not the current one: a node
-    // killed after Redis lost its data but before its sweep republished would otherwise take the
-    // new dataset as seen, and the results only its journal holds would stay unknown for good.
-    this.epoch = this.savedEpoch();
+    await this.registry.register();
     this.persistence = await this.persistenceNote();
     await this.sub.subscribe(K.cancelChannel, K.addedChannel);
     this.sub.on('message', (ch: string, msg: string) => {
@@ -221,57 +203,17 @@ export class ClusterService implements ApiService {
     return `Redis persistence: ${snap}; each node then queues again the jobs it accepted (from its journal) and republishes the results it holds`;
   }
 
-  /** Enters this node's kinds in the registry, or refuses to join when live nodes run another version of one. */
-  private async register(): Promise<void> {
-    for (const [name, kind] of this.local.loadedKinds()) {
-      const hash = moduleHash(kind.url);
-      const raw = await this.redis.hget(K.kinds, name);
-      const known = raw === null ? undefined : (JSON.parse(raw) as KindEntry);
-      if (known && known.hash !== hash) {
-        const runners = (await this.liveNodes()).filter((n) => n.nodeId !== this.nodeId && n.kinds.includes(name)).map((n) => n.nodeId);
-        if (runners.length > 0) {
-          throw new KindModuleError(fileURLToPath(kind.url), undefined, `differs from the module the cluster runs as kind ${JSON.stringify(name)} (content hash ${hash.slice(0, 12)}… here, ${known.hash.slice(0, 12)}… on ${runners.join(', ')}): this node does not join — deploy the same module on every node, or give the kind another name`);
-        }
-      }
-      const entry: KindEntry = { hash, schema: kind.schema, derivesPartitions: kind.derivesPartitions, description: kind.description, node: this.nodeId };
-      await this.redis.hset(K.kinds, name, JSON.stringify(entry));
-    }
-  }
 
-  /** A kind of the registry that this node does not run, as a validator of submissions. */
-  private async remoteKind(name: string): Promise<LoadedKind | undefined> {
-    const raw = await this.redis.hget(K.kinds, name);
-    if (raw === null) return undefined;
-    const entry = JSON.parse(raw) as KindEntry;
-    const cached = this.remote.get(name);
-    if (cached && cached.entry.hash === entry.hash) return cached.kind;
-    const kind: LoadedKind = {
-      name,
-      description: entry.description,
-      url: '',
-      schema: entry.schema,
-      validate: entry.schema ? compileInput(entry.schema) : (input) => ({ ok: true, input }),
-      // Only the nodes that run it know these; they check them when they take the job.
-      memory: () => ({ prepareBytes: 0, deviceBytes: 0 }),
-      bufferBytes: () => 0,
-      partitions: () => undefined,
-      derivesPartitions: entry.derivesPartitions,
-      device: 'default',
-      steps: { prepare: false, prepareBatch: false, run: false, runBatch: false },
-      prepareBatch: null,
-      finish: () => Promise.reject(new Error(`kind ${name} runs on other nodes`)),
-    };
-    this.remote.set(name, { entry, kind });
-    return kind;
-  }
+
+
 
   /** Starts the heartbeat, the stalled check and the pull loop. */
   start(url: string): void {
     this.started = true;
     for (const w of this.workers.values()) void w.startStalledCheckTimer();
     this.dispatcher.start(url);
-    this.sweeper = setInterval(() => void this.sweep(), SWEEP_MS);
-    void this.sweep();
+    this.sweeper = setInterval(() => void this.recovery.sweep(), SWEEP_MS);
+    void this.recovery.sweep();
   }
 
   kindList() {
@@ -314,7 +256,7 @@ export class ClusterService implements ApiService {
   }
 
   job(id: string, page?: StatesPage): Promise<JobView | undefined> {
-    return this.withRedis(async () => (await this.find(id, page))?.view);
+    return this.withRedis(async () => (await this.views.find(id, page))?.view);
   }
 
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): Promise<JobView[]> {
@@ -338,7 +280,7 @@ export class ClusterService implements ApiService {
   private async submitNow(raw: unknown): Promise<{ job: JobView; created: boolean }> {
     if (this.closing) throw shuttingDown();
     const name = (raw as { kind?: unknown } | null)?.kind;
-    const other = typeof name === 'string' && !this.workers.has(name) ? await this.remoteKind(name) : undefined;
+    const other = typeof name === 'string' && !this.workers.has(name) ? await this.registry.remoteKind(name) : undefined;
     if (other?.derivesPartitions && (raw as { partitions?: unknown }).partitions === undefined) {
       throw new ServiceError(400, 'invalid-job', 'Invalid job', `partitions: kind ${other.name} derives its partitions from the input on the nodes that run it: give partitions, or submit to one of those nodes`, {
         errors: [{ path: 'partitions', message: `kind ${other.name} derives its partitions from the input on the nodes that run it: give partitions, or submit to one of those nodes` }],
@@ -348,7 +290,7 @@ export class ClusterService implements ApiService {
     const { record, explicitId } = this.local.parseSubmission(raw, { kind: (n) => (other && n === other.name ? other : undefined), names: () => kinds });
     const hash = Journal.hash({ kind: record.kind, priority: record.priority, partitions: record.partitions, input: record.input, deadline: record.deadline });
     if (explicitId) {
-      const existing = await this.find(record.id);
+      const existing = await this.views.find(record.id);
       if (existing) {
         if (existing.data.hash !== hash) throw conflict(record.id);
         this.keepAccepted(record, existing.view);
@@ -370,7 +312,7 @@ export class ClusterService implements ApiService {
     await this.queueOf(record.kind).add('job', data, { jobId: bullId(record.id), priority: BULL_PRIORITY[record.priority], attempts: 1, removeOnComplete: ttl, removeOnFail: ttl });
     void this.redis.publish(K.addedChannel, record.kind).catch(() => undefined);
     // Another node may have added the same id a moment earlier: BullMQ kept the first.
-    const now = await this.find(record.id);
+    const now = await this.views.find(record.id);
     if (!now) throw new ServiceError(500, 'internal', 'Internal error', `job ${record.id} vanished right after it was queued`);
     if (now.data.hash !== hash) throw conflict(record.id);
     const created = now.data.nonce === data.nonce;
@@ -406,14 +348,14 @@ export class ClusterService implements ApiService {
     const views: JobView[] = [];
     for (const j of jobs) {
       if (!j) continue;
-      const v = await this.viewOf(j);
+      const v = await this.views.viewOf(j);
       if (want.has(v.state)) views.push(v);
     }
     if (want.has('cancelled')) {
       await this.redis.zremrangebyscore(K.cancelledIndex, '-inf', Date.now() - this.ttlMs);
       const ids = await this.redis.zrevrange(K.cancelledIndex, 0, limit - 1);
       const raws = ids.length === 0 ? [] : await this.redis.mget(ids.map(K.cancelled));
-      for (const raw of raws) if (raw !== null) views.push(this.cancelledView(JSON.parse(raw) as CancelledRecord));
+      for (const raw of raws) if (raw !== null) views.push(this.views.cancelledView(JSON.parse(raw) as CancelledRecord));
     }
     return views.sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit);
   }
@@ -429,7 +371,7 @@ export class ClusterService implements ApiService {
 
   /** Queued: removed and recorded cancelled. Running: the holder (whichever node) is told and fails it as cancelled. */
   private async cancelNow(id: string): Promise<JobView> {
-    const found = await this.withRedis(() => this.find(id));
+    const found = await this.withRedis(() => this.views.find(id));
     if (!found) throw notFound(id);
     const { view, job } = found;
     if (view.state === 'cancelled') return view;
@@ -446,7 +388,7 @@ export class ClusterService implements ApiService {
           .zadd(K.cancelledIndex, rec.cancelledAt, id)
           .zremrangebyscore(K.cancelledIndex, '-inf', rec.cancelledAt - this.ttlMs)
           .exec();
-        return this.cancelledView(rec);
+        return this.views.cancelledView(rec);
       } catch {
         // A node took it meanwhile: tell the holder.
         await this.redis.del(K.cancelled(id));
@@ -462,32 +404,7 @@ export class ClusterService implements ApiService {
     return { ...this.local.status(), cluster: { node: this.nodeId, redis: this.config.cluster.redis, queue, jobsHeld: this.dispatcher.held.size, maxHeld: this.maxHeld, kinds: [...this.workers.keys()] } };
   }
 
-  /** The nodes whose heartbeat is alive (a node whose hash expired is dropped from the set). */
-  private async liveNodes(): Promise<NodeInfo[]> {
-    const ids = (await this.redis.smembers(K.nodes)).sort();
-    const nodes: NodeInfo[] = [];
-    for (const id of ids) {
-      const h = await this.redis.hgetall(K.node(id));
-      if (!h['nodeId']) {
-        await this.redis.srem(K.nodes, id);
-        continue;
-      }
-      nodes.push({
-        nodeId: h['nodeId'],
-        url: h['url'] ?? '',
-        capacity: h['capacity'] === '' || h['capacity'] === undefined ? null : Number(h['capacity']),
-        occupancy: Number(h['occupancy'] ?? 0),
-        pacerMode: h['pacerMode'] ?? '',
-        inFlight: Number(h['inFlight'] ?? 0),
-        jobsHeld: Number(h['jobsHeld'] ?? 0),
-        workers: Number(h['workers'] ?? 0),
-        busyS: Number(h['busyS'] ?? 0),
-        kinds: (h['kinds'] ?? '').split(',').filter((k) => k !== ''),
-        updatedAt: h['updatedAt'] ?? '',
-      });
-    }
-    return nodes;
-  }
+
 
   /**
    * `GET /v1/cluster`: live nodes (from their heartbeats), the queues summed, and per kind its
@@ -495,7 +412,7 @@ export class ClusterService implements ApiService {
    * jobs that no live node runs (they wait until one joins).
    */
   private async clusterNow(): Promise<object> {
-    const nodes = await this.liveNodes();
+    const nodes = await this.registry.liveNodes();
     const names = await this.allKinds();
     const types = ['waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed'] as const;
     const kinds = [];
@@ -524,158 +441,6 @@ export class ClusterService implements ApiService {
     return Object.fromEntries(ids.map((id, i) => [id, Number(v[i] ?? 0)]));
   }
 
-  // ─── Views ────────────────────────────────────────────────────────────────────────────────
-
-  private async find(id: string, page?: StatesPage): Promise<{ view: JobView; data: JobData; job?: Job<JobData> } | undefined> {
-    // The state first: a job read before it completes would show `done` without its result.
-    const kind = await this.redis.get(K.kindOf(id));
-    const queue = kind === null ? undefined : this.queueOf(kind);
-    const state = queue ? await queue.getJobState(bullId(id)) : 'unknown';
-    const job = state === 'unknown' || !queue ? undefined : await Job.fromId<JobData>(queue, bullId(id));
-    if (job?.data?.record) return { view: await this.viewOf(job, state, page), data: job.data, job };
-    const raw = await this.redis.get(K.cancelled(id));
-    if (raw !== null) {
-      const rec = JSON.parse(raw) as CancelledRecord;
-      return { view: this.cancelledView(rec), data: rec.data };
-    }
-    const republished = await this.redis.get(K.result(id));
-    if (republished === null) return undefined;
-    const view = JSON.parse(republished) as JobView;
-    const record: JournalJobInput = { id: view.id, kind: view.kind, priority: view.priority, partitions: view.partitions, input: view.input, deadline: view.deadline === null ? null : Date.parse(view.deadline) };
-    return { view, data: { record, hash: Journal.hash(record), submittedAt: Date.parse(view.submittedAt), nonce: '' } };
-  }
-
-  private async viewOf(job: Job<JobData>, known?: string, page?: StatesPage): Promise<JobView> {
-    const [bull, node] = await Promise.all([known ?? job.getState(), this.redis.get(K.holder(job.data.record.id))]);
-    const r = job.data.record;
-    let state: JobState = bull === 'active' ? 'running' : bull === 'completed' ? 'done' : bull === 'failed' ? 'failed' : 'queued';
-    let error: JobView['error'] = null;
-    if (bull === 'failed') {
-      error = failureOf(job.failedReason ?? '');
-      if (error.code === 'E_CANCELLED') state = 'cancelled';
-    }
-    const localView = state === 'running' && this.dispatcher.held.has(r.id) ? this.local.job(r.id, page) : undefined;
-    const finishedAt = isFinal(state) ? (job.finishedOn ?? null) : null;
-    return jobView({
-      record: r,
-      state,
-      submittedAt: job.data.submittedAt,
-      startedAt: job.processedOn || null,
-      finishedAt,
-      partitionsDone: state === 'done' ? r.partitions : (localView?.partitionsDone ?? 0),
-      partitionStates: localView?.partitionStates ?? null,
-      partitionCounts: localView?.partitionCounts ?? null,
-      resumes: job.stalledCounter ?? 0,
-      result: resultOf(state === 'done' ? (job.returnvalue as StoredResult | null) : null),
-      error,
-      node: node ?? null,
-    });
-  }
-
-  private cancelledView(rec: CancelledRecord): JobView {
-    return jobView({
-      record: rec.data.record,
-      state: 'cancelled',
-      submittedAt: rec.data.submittedAt,
-      startedAt: null,
-      finishedAt: rec.cancelledAt,
-      partitionsDone: 0,
-      partitionStates: null,
-      partitionCounts: null,
-      resumes: 0,
-      result: { result: null },
-      error: { code: 'E_CANCELLED', reason: 'cancelled on request' },
-      node: null,
-    });
-  }
-
-  // ─── Redis data loss ──────────────────────────────────────────────────────────────────────
-
-  /**
-   * Checks the jobs this node accepted against Redis: those that ended are forgotten (kept as
-   * ended until server.resultTtlS); those Redis no longer has (a restart without persistence) are
-   * queued again, as they were submitted. When the dataset changed (K.epoch), the node also
-   * registers its kinds again and republishes the ended jobs its own journal holds, so a reader
-   * on any node still gets their results.
-   */
-  private sweep(): Promise<void> {
-    this.sweeping ??= this.sweepNow()
-      .catch(() => undefined) // Redis away: the next sweep tries again
-      .finally(() => (this.sweeping = undefined));
-    return this.sweeping;
-  }
-
-  private async sweepNow(): Promise<void> {
-    if (this.closing || this.redis.status !== 'ready') return;
-    await this.redis.set(K.epoch, randomUUID(), 'NX');
-    const epoch = await this.redis.get(K.epoch);
-    if (epoch !== this.epoch) {
-      await this.register();
-      await this.republish();
-      this.epoch = epoch;
-      this.saveEpoch(epoch);
-    }
-    const expired = Date.now() - this.ttlMs;
-    for (const j of this.accepted.unfinished().slice(0, SWEEP_MAX)) {
-      if (this.closing) return;
-      const found = await this.find(j.id);
-      if (found && isFinal(found.view.state)) this.acceptedEnded(j.id, found.view);
-      else if (!found && j.submittedAt < expired) this.acceptedEnded(j.id, undefined);
-      else if (!found) await this.requeue(j);
-    }
-    this.accepted.purgeFinished(this.ttlMs);
-  }
-
-  private get epochFile(): string {
-    return path.join(this.config.dataDir, 'cluster-epoch');
-  }
-
-  /** The dataset this node's last completed republish was for (null: none recorded). */
-  private savedEpoch(): string | null {
-    try {
-      return fs.readFileSync(this.epochFile, 'utf8').trim() || null;
-    } catch {
-      return null;
-    }
-  }
-
-  /** Records that this node's results are republished to `epoch` (written whole, or not at all). */
-  private saveEpoch(epoch: string | null): void {
-    if (epoch === null) return;
-    const tmp = `${this.epochFile}.tmp`;
-    try {
-      fs.writeFileSync(tmp, epoch);
-      fs.renameSync(tmp, this.epochFile);
-    } catch {
-      // A full disk: the next start republishes again (harmless)
-    }
-  }
-
-  /** A job this node accepted has ended (or is past its time to live): its acceptance record ends too. */
-  private acceptedEnded(id: string, view: JobView | undefined): void {
-    const state = view?.state === 'failed' || view?.state === 'cancelled' ? view.state : 'done';
-    this.accepted.finish(id, state === 'done' ? { state, result: null } : { state, code: view?.error?.code ?? 'E_INTERNAL', reason: view?.error?.reason ?? '' });
-  }
-
-  /** Queues again a job Redis lost, as it was submitted (BullMQ keeps the first of two adds of one id). */
-  private async requeue(j: JournalJobInput & { submittedAt: number }): Promise<void> {
-    const record: JournalJobInput = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
-    const data: JobData = { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() };
-    const ttl = { age: this.ttlMs / 1000 };
-    await this.redis.set(K.kindOf(j.id), j.kind, 'NX');
-    await this.queueOf(j.kind).add('job', data, { jobId: bullId(j.id), priority: BULL_PRIORITY[j.priority], attempts: 1, removeOnComplete: ttl, removeOnFail: ttl });
-    void this.redis.publish(K.addedChannel, j.kind).catch(() => undefined);
-  }
-
-  /** After a Redis data loss: the ended jobs this node ran (its journal has their results) readable again from any node. */
-  private async republish(): Promise<void> {
-    for (const v of this.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
-      if (this.closing) return;
-      if (await this.find(v.id)) continue;
-      await this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.nodeId }), 'PX', this.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.ttlMs).exec();
-    }
-  }
-
   /**
    * Shutdown: stop pulling, let the held jobs finish (up to server.shutdownTimeoutS; their
    * outcomes are recorded), put the rest back in the queue, leave the cluster, close.
@@ -694,7 +459,7 @@ export class ClusterService implements ApiService {
     }
     this.dispatcher.stop();
     clearInterval(this.sweeper);
-    await this.sweeping;
+    await this.recovery.idle();
     // Pausing the workers makes later getNextJob calls return nothing and stops their stalled checks.
     await Promise.all([...this.workers.values()].map((w) => w.pause().catch(() => undefined)));
     await this.dispatcher.leave();
@@ -705,56 +470,4 @@ export class ClusterService implements ApiService {
     for (const r of this.conns) r.disconnect();
     this.accepted.close();
   }
-}
-
-/**
- * Opens this node's own journal (it mirrors the cluster jobs it ran): a job it held unfinished
- * before a restart is the cluster's, not resumed here, so it is forgotten (taken again, it runs
- * afresh); the ended ones keep their results, to republish should Redis lose them.
- */
-async function openLocal(config: ServeConfig): Promise<Service> {
-  const kinds = await loadServerKinds(config);
-  const dataDir = path.join(config.dataDir, 'node');
-  const journal = Journal.open(dataDir);
-  try {
-    for (const j of journal.unfinished()) journal.forget(j.id);
-  } finally {
-    journal.close();
-  }
-  // Its jobs' ends are recorded in Redis too: an end its full journal cannot take still reaches the cluster.
-  return Service.open({ ...config, dataDir }, kinds, { endsRecordedElsewhere: true });
-}
-
-/** `stoker serve --cluster redis://…`: a cluster node. */
-export async function startClusterServer(config: ServeConfig): Promise<RunningServer> {
-  refuseExposure(config);
-  const local = await openLocal(config);
-  let accepted: Journal;
-  try {
-    accepted = Journal.open(path.join(config.dataDir, 'accepted'));
-  } catch (e) {
-    await local.close(0);
-    throw e;
-  }
-  const cluster = new ClusterService(config, local, accepted);
-  let app: FastifyInstance;
-  let address: string;
-  try {
-    app = buildApp(cluster);
-    await cluster.connect();
-    address = await listen(app, config);
-  } catch (e) {
-    await cluster.close();
-    throw e;
-  }
-  cluster.start(address);
-  let closed: Promise<void> | undefined;
-  return {
-    service: local,
-    api: cluster,
-    app,
-    url: address,
-    notes: [cluster.persistence, ...(local.priorsNote === undefined ? [] : [local.priorsNote])],
-    close: () => (closed ??= cluster.close(() => app.close())),
-  };
 }

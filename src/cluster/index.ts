@@ -8,4 +8,5 @@
  * const node = await startClusterServer(loadConfig({ values: { cluster: { redis: 'redis://127.0.0.1:6379' } } }));
  * ```
  */
-export { startClusterServer, ClusterService, type NodeInfo } from './cluster-service.js';
+export { ClusterService, type NodeInfo } from './cluster-service.js';
+export { startClusterServer } from './serve-cluster.js';

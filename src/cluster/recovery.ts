@@ -1,0 +1,140 @@
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { JobView } from '../server/api.js';
+import { Journal, type JournalJobInput } from '../server/journal.js';
+import { isFinal, type Service } from '../server/service.js';
+import { bullId, BULL_PRIORITY, K, type JobData } from './keys.js';
+import type { ClusterViews } from './views.js';
+
+/** The most accepted jobs one sweep looks at (the oldest first). */
+const SWEEP_MAX = 500;
+
+/** What the sweep uses. */
+export interface RecoverySources {
+  redis: Redis;
+  /** This node's journal of the submissions it acknowledged. */
+  accepted: Journal;
+  views: ClusterViews;
+  queueOf(kind: string): Queue<JobData>;
+  /** Enters this node's kinds in the registry (again, after a data loss). */
+  register(): Promise<void>;
+  local: Pick<Service, 'jobs'>;
+  nodeId: string;
+  dataDir: string;
+  ttlMs: number;
+  closing(): boolean;
+}
+
+/**
+ * What keeps a cluster's jobs through a Redis data loss (a restart without persistence): each
+ * node keeps the submissions it acknowledged until their jobs end and queues again those Redis
+ * no longer has, and republishes the results of the jobs it ran.
+ */
+export class Recovery {
+  /**
+   * The Redis dataset this node last republished its results to (K.epoch, kept in
+   * `<dataDir>/cluster-epoch` across restarts); another value, or none, means Redis lost its data.
+   * The dataset this node republished to before it last stopped, not the current one: a node
+   * killed after Redis lost its data but before its sweep republished would otherwise take the
+   * new dataset as seen, and the results only its journal holds would stay unknown for good.
+   */
+  private epoch: string | null;
+  private sweeping: Promise<void> | undefined;
+
+  constructor(private readonly d: RecoverySources) {
+    this.epoch = this.savedEpoch();
+  }
+
+  /** Resolves when a sweep running now is over. */
+  idle(): Promise<void> {
+    return this.sweeping ?? Promise.resolve();
+  }
+
+  /**
+   * Checks the jobs this node accepted against Redis: those that ended are forgotten (kept as
+   * ended until server.resultTtlS); those Redis no longer has (a restart without persistence) are
+   * queued again, as they were submitted. When the dataset changed (K.epoch), the node also
+   * registers its kinds again and republishes the ended jobs its own journal holds, so a reader
+   * on any node still gets their results.
+   */
+  sweep(): Promise<void> {
+    this.sweeping ??= this.sweepNow()
+      .catch(() => undefined) // Redis away: the next sweep tries again
+      .finally(() => (this.sweeping = undefined));
+    return this.sweeping;
+  }
+
+  private async sweepNow(): Promise<void> {
+    if (this.d.closing() || this.d.redis.status !== 'ready') return;
+    await this.d.redis.set(K.epoch, randomUUID(), 'NX');
+    const epoch = await this.d.redis.get(K.epoch);
+    if (epoch !== this.epoch) {
+      await this.d.register();
+      await this.republish();
+      this.epoch = epoch;
+      this.saveEpoch(epoch);
+    }
+    const expired = Date.now() - this.d.ttlMs;
+    for (const j of this.d.accepted.unfinished().slice(0, SWEEP_MAX)) {
+      if (this.d.closing()) return;
+      const found = await this.d.views.find(j.id);
+      if (found && isFinal(found.view.state)) this.acceptedEnded(j.id, found.view);
+      else if (!found && j.submittedAt < expired) this.acceptedEnded(j.id, undefined);
+      else if (!found) await this.requeue(j);
+    }
+    this.d.accepted.purgeFinished(this.d.ttlMs);
+  }
+
+  private get epochFile(): string {
+    return path.join(this.d.dataDir, 'cluster-epoch');
+  }
+
+  /** The dataset this node's last completed republish was for (null: none recorded). */
+  private savedEpoch(): string | null {
+    try {
+      return fs.readFileSync(this.epochFile, 'utf8').trim() || null;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Records that this node's results are republished to `epoch` (written whole, or not at all). */
+  private saveEpoch(epoch: string | null): void {
+    if (epoch === null) return;
+    const tmp = `${this.epochFile}.tmp`;
+    try {
+      fs.writeFileSync(tmp, epoch);
+      fs.renameSync(tmp, this.epochFile);
+    } catch {
+      // A full disk: the next start republishes again (harmless)
+    }
+  }
+
+  /** A job this node accepted has ended (or is past its time to live): its acceptance record ends too. */
+  private acceptedEnded(id: string, view: JobView | undefined): void {
+    const state = view?.state === 'failed' || view?.state === 'cancelled' ? view.state : 'done';
+    this.d.accepted.finish(id, state === 'done' ? { state, result: null } : { state, code: view?.error?.code ?? 'E_INTERNAL', reason: view?.error?.reason ?? '' });
+  }
+
+  /** Queues again a job Redis lost, as it was submitted (BullMQ keeps the first of two adds of one id). */
+  private async requeue(j: JournalJobInput & { submittedAt: number }): Promise<void> {
+    const record: JournalJobInput = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
+    const data: JobData = { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() };
+    const ttl = { age: this.d.ttlMs / 1000 };
+    await this.d.redis.set(K.kindOf(j.id), j.kind, 'NX');
+    await this.d.queueOf(j.kind).add('job', data, { jobId: bullId(j.id), priority: BULL_PRIORITY[j.priority], attempts: 1, removeOnComplete: ttl, removeOnFail: ttl });
+    void this.d.redis.publish(K.addedChannel, j.kind).catch(() => undefined);
+  }
+
+  /** After a Redis data loss: the ended jobs this node ran (its journal has their results) readable again from any node. */
+  private async republish(): Promise<void> {
+    for (const v of this.d.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
+      if (this.d.closing()) return;
+      if (await this.d.views.find(v.id)) continue;
+      await this.d.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.d.nodeId }), 'PX', this.d.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.d.ttlMs).exec();
+    }
+  }
+}

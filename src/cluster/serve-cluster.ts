@@ -1,0 +1,60 @@
+import type { FastifyInstance } from 'fastify';
+import path from 'node:path';
+import { buildApp } from '../server/app.js';
+import type { ServeConfig } from '../server/config.js';
+import { Journal } from '../server/journal.js';
+import { listen, loadServerKinds, refuseExposure, type RunningServer } from '../server/serve.js';
+import { Service } from '../server/service.js';
+import { ClusterService } from './cluster-service.js';
+
+/**
+ * Opens this node's own journal (it mirrors the cluster jobs it ran): a job it held unfinished
+ * before a restart is the cluster's, not resumed here, so it is forgotten (taken again, it runs
+ * afresh); the ended ones keep their results, to republish should Redis lose them.
+ */
+async function openLocal(config: ServeConfig): Promise<Service> {
+  const kinds = await loadServerKinds(config);
+  const dataDir = path.join(config.dataDir, 'node');
+  const journal = Journal.open(dataDir);
+  try {
+    for (const j of journal.unfinished()) journal.forget(j.id);
+  } finally {
+    journal.close();
+  }
+  // Its jobs' ends are recorded in Redis too: an end its full journal cannot take still reaches the cluster.
+  return Service.open({ ...config, dataDir }, kinds, { endsRecordedElsewhere: true });
+}
+
+/** `stoker serve --cluster redis://…`: a cluster node. */
+export async function startClusterServer(config: ServeConfig): Promise<RunningServer> {
+  refuseExposure(config);
+  const local = await openLocal(config);
+  let accepted: Journal;
+  try {
+    accepted = Journal.open(path.join(config.dataDir, 'accepted'));
+  } catch (e) {
+    await local.close(0);
+    throw e;
+  }
+  const cluster = new ClusterService(config, local, accepted);
+  let app: FastifyInstance;
+  let address: string;
+  try {
+    app = buildApp(cluster);
+    await cluster.connect();
+    address = await listen(app, config);
+  } catch (e) {
+    await cluster.close();
+    throw e;
+  }
+  cluster.start(address);
+  let closed: Promise<void> | undefined;
+  return {
+    service: local,
+    api: cluster,
+    app,
+    url: address,
+    notes: [cluster.persistence, ...(local.priorsNote === undefined ? [] : [local.priorsNote])],
+    close: () => (closed ??= cluster.close(() => app.close())),
+  };
+}

@@ -1,0 +1,86 @@
+import { Job, type Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { jobView, type JobView } from '../server/api.js';
+import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
+import { isFinal, type Service, type StatesPage } from '../server/service.js';
+import { bullId, failureOf, K, resultOf, type CancelledRecord, type JobData, type StoredResult } from './keys.js';
+
+/** What the views read: Redis, the kinds' queues, and the local service for the jobs this node holds. */
+export interface ViewSources {
+  redis: Redis;
+  queueOf(kind: string): Queue<JobData>;
+  isHeld(id: string): boolean;
+  local: Pick<Service, 'job'>;
+}
+
+/**
+ * A cluster job's view, wherever it is: a BullMQ job (queued, running — its partitions from the
+ * holder when that is this node —, done or failed), a job cancelled while queued, or a result a
+ * node republished after Redis lost its data.
+ */
+export class ClusterViews {
+  constructor(private readonly d: ViewSources) {}
+
+  async find(id: string, page?: StatesPage): Promise<{ view: JobView; data: JobData; job?: Job<JobData> } | undefined> {
+    // The state first: a job read before it completes would show `done` without its result.
+    const kind = await this.d.redis.get(K.kindOf(id));
+    const queue = kind === null ? undefined : this.d.queueOf(kind);
+    const state = queue ? await queue.getJobState(bullId(id)) : 'unknown';
+    const job = state === 'unknown' || !queue ? undefined : await Job.fromId<JobData>(queue, bullId(id));
+    if (job?.data?.record) return { view: await this.viewOf(job, state, page), data: job.data, job };
+    const raw = await this.d.redis.get(K.cancelled(id));
+    if (raw !== null) {
+      const rec = JSON.parse(raw) as CancelledRecord;
+      return { view: this.cancelledView(rec), data: rec.data };
+    }
+    const republished = await this.d.redis.get(K.result(id));
+    if (republished === null) return undefined;
+    const view = JSON.parse(republished) as JobView;
+    const record: JournalJobInput = { id: view.id, kind: view.kind, priority: view.priority, partitions: view.partitions, input: view.input, deadline: view.deadline === null ? null : Date.parse(view.deadline) };
+    return { view, data: { record, hash: Journal.hash(record), submittedAt: Date.parse(view.submittedAt), nonce: '' } };
+  }
+
+  async viewOf(job: Job<JobData>, known?: string, page?: StatesPage): Promise<JobView> {
+    const [bull, node] = await Promise.all([known ?? job.getState(), this.d.redis.get(K.holder(job.data.record.id))]);
+    const r = job.data.record;
+    let state: JobState = bull === 'active' ? 'running' : bull === 'completed' ? 'done' : bull === 'failed' ? 'failed' : 'queued';
+    let error: JobView['error'] = null;
+    if (bull === 'failed') {
+      error = failureOf(job.failedReason ?? '');
+      if (error.code === 'E_CANCELLED') state = 'cancelled';
+    }
+    const localView = state === 'running' && this.d.isHeld(r.id) ? this.d.local.job(r.id, page) : undefined;
+    const finishedAt = isFinal(state) ? (job.finishedOn ?? null) : null;
+    return jobView({
+      record: r,
+      state,
+      submittedAt: job.data.submittedAt,
+      startedAt: job.processedOn || null,
+      finishedAt,
+      partitionsDone: state === 'done' ? r.partitions : (localView?.partitionsDone ?? 0),
+      partitionStates: localView?.partitionStates ?? null,
+      partitionCounts: localView?.partitionCounts ?? null,
+      resumes: job.stalledCounter ?? 0,
+      result: resultOf(state === 'done' ? (job.returnvalue as StoredResult | null) : null),
+      error,
+      node: node ?? null,
+    });
+  }
+
+  cancelledView(rec: CancelledRecord): JobView {
+    return jobView({
+      record: rec.data.record,
+      state: 'cancelled',
+      submittedAt: rec.data.submittedAt,
+      startedAt: null,
+      finishedAt: rec.cancelledAt,
+      partitionsDone: 0,
+      partitionStates: null,
+      partitionCounts: null,
+      resumes: 0,
+      result: { result: null },
+      error: { code: 'E_CANCELLED', reason: 'cancelled on request' },
+      node: null,
+    });
+  }
+}
