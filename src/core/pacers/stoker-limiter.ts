@@ -1,0 +1,220 @@
+import type { PacerSnapshot } from '../pacer.js';
+
+/**
+ * The preparation limiter. Where preparations slow each other down (shared cores, memory
+ * bandwidth), sizing the inventory from the measured latency runs away: more in preparation →
+ * longer latency → a larger inventory target, and past the knee less finishes. Latency samples
+ * show it late (the quick preparations finish first, the rest crawl); the age of those in flight
+ * shows it at once: in a steady pipeline their mean age is E[L²] ÷ 2E[L].
+ *
+ * It takes over when all of these hold: the devices are short of work (smoothed occupancy below
+ * STARVED); the pipeline has filled (two latencies into the busy period, 2 × (workers + target)
+ * preparations measured in it); work is queued; at least that many are preparing; the latency estimate is LATENCY_UP × its lowest since the fill; and the
+ * preparations are on average OVERDUE × older than they should be, or the latency estimate
+ * OVERDUE × LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are
+ * steady again) — all for half a latency on end. It then caps the number preparing at what would
+ * finish as much at that lowest latency (Little's law, with the latency the ages imply; at most
+ * half), climbs down by STEP while a lower cap finishes as much (within EPS), and holds the best
+ * cap — REST + 1 measurements — between probes PROBE × above and below it: it moves up where a
+ * probe finishes EPS_UP more (more memory must buy more than a measurement's noise), down where
+ * one finishes as much within EPS.
+ *
+ * A cap is measured over whole turnovers: once the pipeline is within it, the first `cap`
+ * preparations flush what ran at the old cap, and the next TIMED × `cap` (at least TIMED_MIN)
+ * give the throughput there by Little's law (mean number preparing ÷ mean latency: steadier than
+ * counting completions, whose phase a cap change has bunched).
+ *
+ * It lets go when a measurement ends with the devices busy (preparation is not the bottleneck
+ * then), and after two moves up in a row, to where it took over, that each finish GAIN of the
+ * proportional gain more: that was no contention (a slower preparation, say). Over an idle
+ * pipeline it stays, and the next busy period goes on from its cap (the knee is the machine's).
+ */
+const STARVED = 0.9;
+const OVERDUE = 1.5;
+const LATENCY_UP = 1.3;
+const STEP = 0.7;
+const EPS = 0.02;
+const EPS_UP = 0.05;
+const PROBE = 1.12;
+const GAIN = 2 / 3;
+const TIMED = 2;
+const REST = 2;
+const TIMED_MIN = 30;
+
+export interface PrepareLimiter {
+  /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
+  cap: number;
+  engagedAt: number;
+  best: number;
+  bestX: number;
+  /** Climbing down (false) or settled on `best`; settled, the last probe's side (+1 above, −1 below). */
+  settled: boolean;
+  side: number;
+  /** Moves up in a row with a nearly proportional gain; holds at the best since the last probe. */
+  ups: number;
+  rest: number;
+  /**
+   * The measurement: when the pipeline came within the cap, when its first turnover ended, and
+   * the snapshot's completions, ∫ preparing dt and latency total then.
+   */
+  from: number;
+  turnedAt: number;
+  mark: number;
+  preparingMs: number;
+  latencyMs: number;
+}
+
+/** What the limiter reads of the pacer at each observation. */
+export interface PacerView {
+  /** The device rate planned with, and what the devices drain now (smoothed occupancy), items/ms. */
+  lambda: number;
+  draining: number;
+  /** The preparation latency estimate and its second moment, ms and ms². */
+  latency: number;
+  latencySq: number;
+  /** When the current busy period began (NaN: idle), and the preparations completed by then. */
+  busySince: number;
+  busyFromCompletions: number;
+  /** The waiting target. */
+  target: number;
+}
+
+/** The preparation limiter's state (see the constants above) and the cap it holds. */
+export class PrepareLimit {
+  /** The limiter while it holds a cap (null: no cap). */
+  state: PrepareLimiter | null = null;
+  /** The most preparations in flight it allows (Infinity: no cap). */
+  cap = Infinity;
+  /** The lowest latency estimate since the pipeline filled (this busy period); since when the limiter's conditions hold. */
+  private floor = Infinity;
+  private overdueSince = NaN;
+  private filled = false;
+
+  /** `prior`: a remembered preparation limit (≥ 1): the limiter starts there, settled (it lets go as usual). */
+  constructor(prior: number) {
+    if (prior >= 1) {
+      const cap = Math.round(prior);
+      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, settled: true, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0 };
+      this.cap = cap;
+    }
+  }
+
+  /** The preparation limit for now (see STARVED … TIMED_MIN): Infinity unless the limiter holds one. */
+  /** Called on every observation, after the pacer's estimates: takes over, measures, moves the cap, lets go. */
+  update(s: PacerSnapshot, p: PacerView): void {
+    const starved = p.lambda > 0 && p.draining < STARVED * p.lambda;
+    const lim = this.state;
+    // Idle: the next busy period goes on from where this one left the limiter — settled, from
+    // the best cap (the knee is the machine's; a workload that does not contend there lets it go
+    // at its first measurement); still climbing down, from the step it had reached.
+    if (s.backlog + s.preparing + s.waiting + s.onDevice === 0) {
+      if (lim && !Number.isNaN(lim.from)) {
+        if (lim.settled) this.hold({ ...lim, engagedAt: lim.best, rest: 0, ups: 0 }, lim.best, s);
+        else this.hold(lim, lim.cap, s);
+      }
+      this.floor = Infinity;
+      this.filled = false;
+      this.overdueSince = NaN;
+      return;
+    }
+    // Filled: two latencies into the busy period, with workers + target preparations measured in
+    // it for the floor; to take over, twice that (the quickest finish first: fewer would be no
+    // evidence of slower ones).
+    const measured = s.prepareCompletions - p.busyFromCompletions;
+    // (Once filled, it stays so for the busy period: a latency that grows as fast as time passes must not unfill it.)
+    if (!this.filled) this.filled = s.now - p.busySince >= 2 * p.latency && measured >= s.workers + p.target;
+    const filled = this.filled;
+    if (filled && p.latency < this.floor) this.floor = p.latency;
+    if (!lim) {
+      // Work queued behind many preparations that take far longer than they did — more than the
+      // devices and the target hold, and the latency up on its floor: not a drain's last,
+      // slowest ones (nothing waits behind them), nor a small pipeline that a memory budget
+      // refills in bursts (ages bunch, latency stays). The cheap tests first: this runs on every event.
+      const many = 2 * (s.workers + p.target);
+      if (!(starved && filled && s.backlog > 0 && s.preparing >= many && measured >= many && this.floor > 0 && p.latency >= LATENCY_UP * this.floor)) {
+        this.overdueSince = NaN;
+        return;
+      }
+      const expectedAge = p.latencySq / (2 * p.latency);
+      const age = s.now - s.preparingStartMsTotal / s.preparing;
+      const overdue = age > OVERDUE * expectedAge || p.latency >= OVERDUE * LATENCY_UP * this.floor;
+      // … for half a latency on end: arrivals that refill a draining pipeline bunch its ages for a moment too.
+      if (!overdue) this.overdueSince = NaN;
+      else if (Number.isNaN(this.overdueSince)) this.overdueSince = s.now;
+      if (overdue && s.now - this.overdueSince >= p.latency / 2) {
+        // What would finish as much as now at the floor latency (Little's law, with the latency
+        // the ages imply: mean age = E[L](1 + cv²) ÷ 2), at most half.
+        const cv2 = p.latencySq / (p.latency * p.latency) - 1;
+        const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
+        const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, this.floor / latencyNow)));
+        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, settled: false, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0 }, cap, s);
+      }
+      return;
+    }
+    // Within the cap: the first turnover starts; after it, the next ones are timed.
+    if (Number.isNaN(lim.from)) {
+      if (s.preparing <= lim.cap) {
+        lim.from = s.now;
+        lim.mark = s.prepareCompletions;
+      }
+      return;
+    }
+    if (s.prepareCompletions - lim.mark < (Number.isNaN(lim.turnedAt) ? lim.cap : Math.max(TIMED_MIN, TIMED * lim.cap))) return;
+    if (Number.isNaN(lim.turnedAt)) {
+      lim.turnedAt = s.now;
+      lim.mark = s.prepareCompletions;
+      lim.preparingMs = s.preparingMsTotal;
+      lim.latencyMs = s.prepareLatencyMsTotal;
+      return;
+    }
+    // Little's law over the timed turnovers: mean number preparing ÷ their mean latency (less
+    // noisy than counting completions in a window, whose phase the cap change has bunched).
+    const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
+    const x = meanPreparing / ((s.prepareLatencyMsTotal - lim.latencyMs) / (s.prepareCompletions - lim.mark));
+    if (!starved) {
+      this.letGo();
+      return;
+    }
+    const up = (c: number) => Math.max(c + 1, Math.round(c * PROBE));
+    const down = (c: number) => Math.max(1, Math.min(c - 1, Math.round(c / PROBE)));
+    if (!lim.settled) {
+      // Climbing down: a lower cap that finishes as much is better (less memory, shorter latency).
+      // (At a cap of 1 there is nowhere lower to go: settled there.)
+      if (lim.cap === 1) this.hold({ ...lim, best: 1, bestX: x, settled: true, side: -1 }, up(1), s);
+      else if (Number.isNaN(lim.best) || x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x }, Math.max(1, Math.floor(lim.cap * STEP)), s);
+      else this.hold({ ...lim, settled: true, side: -1 }, up(lim.best), s);
+    } else if (lim.cap === lim.best) {
+      // Holding the best: its throughput measured again (a mean over the holds there); every
+      // REST + 1 holds a probe, on the other side than the last.
+      const rest = lim.rest + 1;
+      const bestX = lim.rest > 0 ? (lim.bestX + x) / 2 : x;
+      if (rest <= REST) this.hold({ ...lim, bestX, rest }, lim.best, s);
+      else this.hold({ ...lim, bestX, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
+    } else if (lim.cap > lim.best) {
+      if (x >= lim.bestX * (1 + EPS_UP)) {
+        const ups = x >= lim.bestX * (1 + GAIN * (lim.cap / lim.best - 1)) ? lim.ups + 1 : 0;
+        if (ups >= 2 && lim.cap >= lim.engagedAt) {
+          this.letGo();
+          return;
+        }
+        this.hold({ ...lim, best: lim.cap, bestX: x, ups }, up(lim.cap), s);
+      } else this.hold({ ...lim, ups: 0 }, lim.best, s);
+    } else if (x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x, ups: 0 }, down(lim.cap), s);
+    else this.hold({ ...lim, ups: 0 }, lim.best, s);
+  }
+  private hold(lim: PrepareLimiter, cap: number, s: PacerSnapshot): void {
+    // A cap that is not a number of preparations (a latency of 0 upstream, say) is no cap.
+    if (!(cap >= 1 && Number.isFinite(cap))) {
+      this.letGo();
+      return;
+    }
+    this.state = { ...lim, cap, from: NaN, turnedAt: NaN, mark: s.prepareCompletions };
+    this.cap = cap;
+    this.overdueSince = NaN;
+  }
+  private letGo(): void {
+    this.state = null;
+    this.cap = Infinity;
+    this.overdueSince = NaN;
+  }
+}
