@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import type { Job, Worker } from 'bullmq';
-import { totalBusyMs } from '../core/index.js';
+import { totalBusyMs, windowOccupancy } from '../core/index.js';
 import type { JobView } from '../server/api.js';
 import { ServiceError } from '../server/errors.js';
 import { isFinal, type Service, type ServiceEvent } from '../server/service.js';
@@ -282,7 +282,7 @@ export class Dispatcher {
     const workers = this.local.workerStates().reduce((a, ws) => a + ws.length, 0);
     const dt = (now - this.lastBusy.t) / 1000;
     // At most 1 without clamping: the meter gives no window more busy time than its length.
-    const occupancy = dt > 0 && workers > 0 ? (busyS - this.lastBusy.busyS) / (dt * workers) : 0;
+    const occupancy = windowOccupancy(busyS - this.lastBusy.busyS, dt, workers);
     this.lastBusy = { t: now, busyS };
     const counters = this.local.counters;
     const pacer = this.local.pacerState();

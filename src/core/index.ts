@@ -7,4 +7,4 @@ export { PartitionQueue, keyLess, MAX_PARTITIONS, type KeyedNode } from './queue
 export { IndexedHeap, type HeapNode } from './heap.js';
 export * from './pacers/index.js';
 export { TimelineRecorder, type TimelineJob, type TimelineLane, type TimelineOptions, type TimelineSample, type TimelineSpan } from './timeline.js';
-export { OccupancyMeter, totalBusyMs } from './occupancy.js';
+export { OccupancyMeter, totalBusyMs, windowOccupancy } from './occupancy.js';

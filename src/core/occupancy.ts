@@ -12,6 +12,17 @@ function batchKey(batch: number): number {
   return -1 - batch;
 }
 
+/**
+ * Occupancy over a window: the busy time the workers' meters gained in it ÷ (its length ×
+ * workers); 0 for an empty window or no workers. With {@link OccupancyMeter}'s readings it is at
+ * most 1 by construction. The one formula behind every occupancy an operator sees (the demo's
+ * progress and result, the cluster heartbeat, the history's samples); the simulator integrates
+ * the same quantity exactly, busy workers × time ÷ live workers × time.
+ */
+export function windowOccupancy(busyMs: number, windowMs: number, workers: number): number {
+  return windowMs > 0 && workers > 0 ? busyMs / (windowMs * workers) : 0;
+}
+
 /** All workers' busy ms together, from a `[device][worker]` reading. */
 export function totalBusyMs(rows: readonly (readonly number[])[]): number {
   return rows.reduce((a, row) => row.reduce((b, v) => b + v, a), 0);

@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { totalBusyMs, type PacerSnapshot, type PacerState, type TimelineRecorder } from '../core/index.js';
+import { totalBusyMs, windowOccupancy, type PacerSnapshot, type PacerState, type TimelineRecorder } from '../core/index.js';
 import { BufferPool } from './buffer-pool.js';
 import { Runtime } from './runtime.js';
 import { createNttProofWorkload, nttBufferBytes, type NttProofInput } from './workloads/ntt-proof.js';
@@ -177,7 +177,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
       const st = backend.pacerState();
       const stats = pool.stats();
       progress(
-        `${((now - t0) / 1000).toFixed(0).padStart(4)} s  jobs ${String(done).padStart(4)}  occupancy ${((busy - last.busy) / (dt * opts.workers)).toFixed(2)}  ` +
+        `${((now - t0) / 1000).toFixed(0).padStart(4)} s  jobs ${String(done).padStart(4)}  occupancy ${windowOccupancy(busy - last.busy, dt, opts.workers).toFixed(2)}  ` +
           `waiting ${String(s.waiting).padStart(3)} (target ${opts.targetWaiting})  preparing ${String(s.preparing).padStart(3)}  ` +
           `dispatch ${(((s.dispatched - last.dispatched) / dt) * 1000).toFixed(1)}/s  capacity ${st.ratePerSec === null ? '–' : `${st.ratePerSec.toFixed(1)}/s`}  ` +
           `pool ${(stats.totalBytes / 2 ** 20).toFixed(0)} MiB  ${st.mode}`,
@@ -193,7 +193,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   });
   await Promise.all(all);
   clearInterval(sampler);
-  const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) ? 0 : (busyAtStop - busyAtSteady) / ((steadyEnd - steadyStart) * opts.workers);
+  const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) ? 0 : windowOccupancy(busyAtStop - busyAtSteady, steadyEnd - steadyStart, opts.workers);
   await backend.close();
   const sorted = [...latencies].sort((a, b) => a - b);
   const pct = (p: number) => (sorted.length ? (sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)] as number) : null);

@@ -1,4 +1,4 @@
-import type { PacerState } from '../core/index.js';
+import { windowOccupancy, type PacerState } from '../core/index.js';
 
 type Ended = { done: number; failed: number; cancelled: number };
 type Levels = { queued: number; preparing: number; waiting: number; onDevice: number };
@@ -92,7 +92,7 @@ export class History {
     const dtMs = r.t - prev.t;
     const dtS = dtMs / 1000;
     // Six decimals: what the sums of float milliseconds can tell apart (1 + 3e-15 is 1).
-    const workerOccupancy = r.workerBusyMs.map((row, d) => row.map((busy, w) => (r.workerAlive[d]?.[w] ? round6(Math.max(0, busy - (prev.workerBusyMs[d]?.[w] ?? 0)) / dtMs) : 0)));
+    const workerOccupancy = r.workerBusyMs.map((row, d) => row.map((busy, w) => (r.workerAlive[d]?.[w] ? round6(windowOccupancy(Math.max(0, busy - (prev.workerBusyMs[d]?.[w] ?? 0)), dtMs, 1)) : 0)));
     const occupancy = workerOccupancy.map((row, d) => {
       const live = row.filter((_, w) => r.workerAlive[d]?.[w]);
       return live.length === 0 ? null : round6(live.reduce((a, b) => a + b, 0) / live.length);

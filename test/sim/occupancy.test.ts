@@ -6,12 +6,21 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createPacer, OccupancyMeter, TimelineRecorder, type Command, type EngineEvent, type ItemView } from '../../src/core/index.js';
+import { createPacer, OccupancyMeter, TimelineRecorder, windowOccupancy, type Command, type EngineEvent, type ItemView } from '../../src/core/index.js';
 import { parseScenario } from '../../src/sim/scenario.js';
 import { simulate } from '../../src/sim/simulator.js';
 import { History, type HistorySample } from '../../src/server/history.js';
 
 const item = (id: number) => ({ id }) as ItemView;
+
+describe('windowOccupancy', () => {
+  it('is the busy time gained ÷ (window × workers), and 0 for an empty window or no workers', () => {
+    expect(windowOccupancy(1500, 1000, 2)).toBe(0.75);
+    expect(windowOccupancy(1000, 1000, 1)).toBe(1);
+    expect(windowOccupancy(10, 0, 2)).toBe(0);
+    expect(windowOccupancy(10, 1000, 0)).toBe(0);
+  });
+});
 
 describe('OccupancyMeter', () => {
   it('credits the running part of an item, and never more than a window’s length per worker', () => {
