@@ -1,235 +1,33 @@
-// The stoker serve dashboard: plain browser JavaScript, no build step. Charts are uPlot (loaded
-// as a global by index.html). Data: the server's event stream (GET v1/events) for job and pacer
-// events, and polls of v1/status (1 s), v1/timeline (2 s) and v1/jobs (2 s).
+// The stoker serve dashboard: plain browser JavaScript as native ES modules, no build step
+// (format, api, charts, waterfall, jobs, feed; this one draws the history, the status tiles and
+// the pacer, and starts the polls). Charts are uPlot (loaded as a global by index.html). Data:
+// the server's event stream (GET v1/events) for job and pacer events, and polls of v1/history
+// and v1/status (1 s), v1/timeline (2 s) and v1/jobs (2 s). Every figure is the server's: the
+// page only smooths rates over a few history samples and formats.
 //
 // Every chart element carries data-points (points it holds) and data-last (its latest values);
 // the waterfall canvas carries data-bars (bars drawn). The browser test reads them.
 
-const { uPlot } = window;
+import { every, getJson, onTokenChange, setConnection } from './api.js';
+import { Chart, readout, WINDOW_S } from './charts.js';
+import { connectEvents } from './feed.js';
+import { $, ago, el, fmtBytes, fmtDuration, fmtMs, fmtNum, fmtPct } from './format.js';
+import { refreshJobs } from './jobs.js';
+import { drawWaterfall, WATERFALL_S, waterfallHover, wf } from './waterfall.js';
 
-/** Seconds of history the charts show (the server keeps an hour). */
-const WINDOW_S = 600;
-/** Seconds the waterfall shows. */
-const WATERFALL_S = 180;
+/**
+ * GET v1/status, as far as the page reads it (the OpenAPI document's Status schema is the whole):
+ * @typedef {{ mode: 'bootstrap' | 'steady' | 'idle' | 'blocked' | 'hold', ratePerSec: number | null, intervalMs: number | null, terms: Record<string, number>, name?: string }} PacerState
+ * @typedef {{ state: 'lost' | 'busy' | 'idle', job: string | null, partition: number | null, busyS: number }} WorkerState
+ * @typedef {{ device: number, name: string, kind: string, completions: number, busyS: number, batch?: { maxItems: number, batches: number, items: number }, workers: WorkerState[] }} DeviceState
+ * @typedef {{ queued: number, preparing: number, waiting: number, onDevice: number, inFlight: number, preparingSteps: number, pending: number, dispatched: number, completed: number, prepareBatches?: Record<string, { maxItems: number, batches: number, items: number }>, byKind: Record<string, Record<string, number>> }} Partitions
+ * @typedef {{ time: string, uptimeS: number, closing: boolean, jobs: Record<string, number>, partitions: Partitions, targetWaiting: number, devices: DeviceState[], pacer: PacerState, budget: { usedBytes: number, idlePoolBytes: number, totalBytes: number | null, peakBytes: number, blocked: boolean }, pool: Record<string, number>, cluster?: object }} Status
+ */
+
 /** Seconds over which the dispatch and completion rates are smoothed (history samples are 1 s apart). */
 const RATE_WINDOW_S = 5;
 
-const $ = (id) => document.getElementById(id);
-
-// ─── Formatting ───────────────────────────────────────────────────────────────────────────────
-
-function fmtNum(v, digits = 2) {
-  if (v === null || v === undefined || !Number.isFinite(v)) return '–';
-  const a = Math.abs(v);
-  if (a >= 1000) return Math.round(v).toLocaleString('en-US');
-  if (a >= 100) return v.toFixed(0);
-  if (a >= 10) return v.toFixed(Math.min(digits, 1));
-  return v.toFixed(digits);
-}
-
-function fmtBytes(v) {
-  if (v === null || v === undefined || !Number.isFinite(v)) return '–';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let i = 0;
-  let x = v;
-  while (Math.abs(x) >= 1024 && i < units.length - 1) {
-    x /= 1024;
-    i++;
-  }
-  return `${x >= 100 || i === 0 ? x.toFixed(0) : x.toFixed(1)} ${units[i]}`;
-}
-
-function fmtMs(ms) {
-  if (ms === null || ms === undefined || !Number.isFinite(ms)) return '–';
-  if (ms < 1) return `${(ms * 1000).toFixed(0)} µs`;
-  if (ms < 1000) return `${ms.toFixed(ms < 10 ? 2 : ms < 100 ? 1 : 0)} ms`;
-  return fmtDuration(ms / 1000);
-}
-
-function fmtDuration(s) {
-  if (s === null || s === undefined || !Number.isFinite(s)) return '–';
-  if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} m ${Math.floor(s % 60)} s`;
-  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} m`;
-}
-
-function fmtPct(v) {
-  return v === null || v === undefined || !Number.isFinite(v) ? '–' : `${(v * 100).toFixed(0)} %`;
-}
-
-/** Epoch seconds as a local wall-clock time, 14:05:30. */
-function clock(t) {
-  return new Date(t * 1000).toLocaleTimeString('en-GB', { hour12: false });
-}
-
-function el(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === 'class') e.className = v;
-    else if (k === 'text') e.textContent = v;
-    else if (k.startsWith('data-')) e.setAttribute(k, v);
-    else e[k] = v;
-  }
-  for (const c of children) e.append(c);
-  return e;
-}
-
-/** A stable colour per job id (an FNV-1a hash onto the hue circle). */
-function jobColour(id, alpha = 1) {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < id.length; i++) {
-    h ^= id.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  const hue = (h >>> 0) % 360;
-  const light = 42 + ((h >>> 9) % 3) * 8;
-  return `hsla(${hue}, 62%, ${light}%, ${alpha})`;
-}
-
-// ─── Fetching ─────────────────────────────────────────────────────────────────────────────────
-
-// A server started with server.token answers 401: the page asks for the token once per tab
-// (kept in sessionStorage) and sends it as a bearer token; the event stream takes it as ?access_token=.
-let token = sessionStorage.getItem('stoker-token');
-let tokenRefused = false;
-let asking = null;
-
-function askToken() {
-  asking ??= Promise.resolve().then(() => {
-    const t = tokenRefused ? null : window.prompt('This stoker server needs its token (server.token):');
-    if (!t) {
-      tokenRefused = true;
-      setConnection('down', 'token needed: reload the page to enter it');
-      return false;
-    }
-    token = t.trim();
-    sessionStorage.setItem('stoker-token', token);
-    connectEvents();
-    return true;
-  }).finally(() => (asking = null));
-  return asking;
-}
-
-async function api(path, opts = {}) {
-  const used = token;
-  const headers = { ...(opts.headers ?? {}), ...(used ? { authorization: `Bearer ${used}` } : {}) };
-  const res = await fetch(path, { cache: 'no-store', ...opts, headers });
-  if (res.status !== 401) return res;
-  // Sent before the token was given (polls run side by side): retry with it, do not ask again.
-  if (token && token !== used) return api(path, opts);
-  if (await askToken()) return api(path, opts);
-  return res;
-}
-
-async function getJson(path) {
-  const res = await api(path);
-  if (!res.ok) throw new Error(`${path}: ${res.status}`);
-  return res.json();
-}
-
-/** Runs `fn` now and then `ms` after each run ends (never two at once). */
-function every(ms, fn) {
-  const tick = async () => {
-    try {
-      await fn();
-    } catch (e) {
-      console.warn(e);
-    }
-    setTimeout(tick, ms);
-  };
-  void tick();
-}
-
 let pollFailures = 0;
-function setConnection(state, text) {
-  const c = $('conn');
-  c.dataset.state = state;
-  c.textContent = text;
-}
-
-// ─── Charts ───────────────────────────────────────────────────────────────────────────────────
-
-const PALETTE = ['#1f5fbf', '#e07b1a', '#2e9b5a', '#7c4dbf', '#d23c3c', '#0f8f8f', '#b0457d', '#6b7a1f'];
-
-/** A rolling uPlot line chart: x in epoch seconds, one array per series. */
-class Chart {
-  constructor(id, series, { yMin = 0, yMax = null, fmt = (v) => fmtNum(v) } = {}) {
-    this.el = $(id);
-    this.series = series;
-    this.data = [[], ...series.map(() => [])];
-    this.fmt = fmt;
-    /** The x axis ends at the server's now and spans what there is (at least a minute, at most the window): distinct tick labels from the first poll. */
-    this.until = Date.now() / 1000;
-    const opts = {
-      width: Math.max(300, this.el.clientWidth),
-      height: 200,
-      legend: { live: false },
-      cursor: { drag: { x: false, y: false } },
-      scales: {
-        x: { time: true, range: () => [Math.max(this.until - WINDOW_S, Math.min(this.data[0][0] ?? this.until, this.until - 60)), this.until] },
-        y: {
-          range: (_u, min, max) => {
-            const hi = yMax ?? Math.max(max ?? 0, yMin + 1e-9);
-            const top = yMax ?? (hi <= 0 ? 1 : hi * 1.1);
-            return [Math.min(yMin, min ?? yMin), top];
-          },
-        },
-      },
-      axes: [
-        { stroke: '#5f6b78', grid: { stroke: '#eef0f3' }, ticks: { stroke: '#d9dde3' }, space: 80, values: (_u, vals) => vals.map((v) => clock(v)) },
-        { stroke: '#5f6b78', grid: { stroke: '#eef0f3' }, ticks: { stroke: '#d9dde3' }, size: 76, values: (_u, vals) => vals.map((v) => fmt(v)) },
-      ],
-      series: [
-        {},
-        ...series.map((s, i) => ({
-          label: s.label,
-          stroke: s.stroke ?? PALETTE[i % PALETTE.length],
-          width: s.width ?? 1.5,
-          dash: s.dash,
-          fill: s.fill,
-          spanGaps: false,
-          points: { show: false },
-          value: (_u, v) => fmt(v),
-        })),
-      ],
-    };
-    this.plot = new uPlot(opts, this.data, this.el);
-    new ResizeObserver(() => {
-      const w = Math.max(300, this.el.clientWidth);
-      if (Math.abs(w - this.plot.width) > 2) this.plot.setSize({ width: w, height: 200 });
-    }).observe(this.el);
-  }
-
-  /** Appends one point (values in series order; null for none) and drops points older than the window; showUntil() draws. */
-  push(t, values) {
-    const xs = this.data[0];
-    if (xs.length > 0 && t <= xs[xs.length - 1]) return;
-    xs.push(t);
-    values.forEach((v, i) => this.data[i + 1].push(v === undefined || (typeof v === 'number' && !Number.isFinite(v)) ? null : v));
-    let drop = 0;
-    while (drop < xs.length && xs[drop] < t - WINDOW_S) drop++;
-    if (drop > 0) for (const arr of this.data) arr.splice(0, drop);
-    this.el.dataset.points = String(xs.length);
-    this.el.dataset.t = String(t);
-    this.el.dataset.last = JSON.stringify(values.map((v) => (typeof v === 'number' ? Math.round(v * 1000) / 1000 : v)));
-  }
-
-  /** Draws the points held, the x axis ending at `nowS` (epoch s). */
-  showUntil(nowS) {
-    this.until = nowS;
-    this.plot.setData(this.data);
-  }
-}
-
-/** A readout line: "label value · label value". */
-function readout(id, parts) {
-  const r = $(id);
-  r.replaceChildren();
-  parts.forEach(([label, value], i) => {
-    if (i > 0) r.append(' · ');
-    r.append(`${label} `, el('b', { text: value }));
-  });
-}
 
 // ─── History and status: charts, tiles, pacer ─────────────────────────────────────────────────
 
@@ -370,10 +168,12 @@ async function refreshCluster() {
   );
 }
 
+/** @param {Status} s */
 function workerList(s) {
   return s.devices.flatMap((d) => d.workers.map((w, i) => ({ ...w, device: d.device, worker: i })));
 }
 
+/** @param {Status} s */
 function onStatus(s) {
   if (document.body.dataset.stale === 'true') setConnection('live', 'live');
   latest = s;
@@ -447,6 +247,7 @@ function modeWords(mode, partitions) {
 
 let liveWorkers = 1;
 let lastPartitions = null;
+/** @param {PacerState} p @param {number} [workers] @param {Partitions | null} [partitions] */
 function showPacer(p, workers = liveWorkers, partitions = lastPartitions) {
   liveWorkers = workers;
   lastPartitions = partitions;
@@ -471,333 +272,12 @@ function showPacer(p, workers = liveWorkers, partitions = lastPartitions) {
   );
 }
 
-// ─── Waterfall ────────────────────────────────────────────────────────────────────────────────
-
-const wf = { timeline: null, boxes: [] };
-const LABEL_W = 150;
-const AXIS_H = 20;
-
-function drawWaterfall() {
-  const tl = wf.timeline;
-  const canvas = $('waterfall');
-  if (!tl) return;
-  const end = tl.now;
-  // Up to the last WATERFALL_S seconds: a server that started recently shows what it has, at least 30 s.
-  const first = tl.spans.reduce((m, s) => Math.min(m, s.start), end);
-  const start = Math.max(end - WATERFALL_S * 1000, Math.min(first, end - 30_000) - 1000);
-  const spanS = (end - start) / 1000;
-  const used = new Set(tl.spans.map((s) => s.lane));
-  // Device workers first, then the preparation slots that ran something in the window.
-  const lanes = tl.lanes
-    .filter((l) => l.kind === 'device' || used.has(l.id))
-    .sort((a, b) => (a.kind === b.kind ? a.id - b.id : a.kind === 'device' ? -1 : 1));
-  const laneH = lanes.length > 40 ? 8 : lanes.length > 20 ? 12 : 18;
-  const width = Math.max(400, canvas.parentElement.clientWidth);
-  const height = AXIS_H + Math.max(1, lanes.length) * laneH + 4;
-  const dpr = window.devicePixelRatio || 1;
-  canvas.style.height = `${height}px`;
-  canvas.width = Math.round(width * dpr);
-  canvas.height = Math.round(height * dpr);
-  const g = canvas.getContext('2d');
-  g.setTransform(dpr, 0, 0, dpr, 0, 0);
-  g.clearRect(0, 0, width, height);
-  g.font = '11px system-ui, "DejaVu Sans", sans-serif';
-  g.textBaseline = 'middle';
-  const plotW = width - LABEL_W - 8;
-  const x = (ms) => LABEL_W + ((ms - start) / (end - start)) * plotW;
-
-  // Time axis: ticks labelled as time before now.
-  g.strokeStyle = '#eef0f3';
-  g.fillStyle = '#5f6b78';
-  g.textAlign = 'center';
-  const step = [5, 10, 15, 30, 60].find((st) => spanS / st <= 8) ?? 60;
-  for (let s = 0; s <= spanS; s += step) {
-    const px = x(end - s * 1000);
-    g.beginPath();
-    g.moveTo(px, AXIS_H - 4);
-    g.lineTo(px, height);
-    g.stroke();
-    g.fillText(s === 0 ? 'now' : `−${s >= 60 ? `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}` : `${s} s`}`, Math.min(px, width - 16), 8);
-  }
-
-  // Lanes.
-  const row = new Map(lanes.map((l, i) => [l.id, i]));
-  g.textAlign = 'right';
-  lanes.forEach((l, i) => {
-    const y = AXIS_H + i * laneH;
-    if (i % 2 === 1) {
-      g.fillStyle = '#f7f8fa';
-      g.fillRect(LABEL_W, y, plotW, laneH);
-    }
-    if (laneH >= 12 || i % 2 === 0) {
-      g.fillStyle = l.kind === 'device' ? '#1d2329' : '#5f6b78';
-      g.fillText(l.name, LABEL_W - 8, y + laneH / 2);
-    }
-  });
-  const devices = lanes.filter((l) => l.kind === 'device').length;
-  if (devices > 0 && devices < lanes.length) {
-    g.strokeStyle = '#9aa4af';
-    g.beginPath();
-    g.moveTo(LABEL_W, AXIS_H + devices * laneH + 0.5);
-    g.lineTo(width, AXIS_H + devices * laneH + 0.5);
-    g.stroke();
-  }
-
-  // Bars.
-  const boxes = [];
-  for (const sp of tl.spans) {
-    const r = row.get(sp.lane);
-    if (r === undefined) continue;
-    const spEnd = sp.end ?? end;
-    if (spEnd < start) continue;
-    const x0 = x(Math.max(start, sp.start));
-    const x1 = Math.max(x0 + 1, x(spEnd));
-    const y = AXIS_H + r * laneH + 2;
-    const h = laneH - 4;
-    if (sp.outcome === 'aborted') {
-      g.fillStyle = '#c3c8cf';
-      g.fillRect(x0, y, x1 - x0, h);
-      g.strokeStyle = '#8a929c';
-      g.strokeRect(x0 + 0.5, y + 0.5, Math.max(0, x1 - x0 - 1), Math.max(0, h - 1));
-    } else {
-      g.fillStyle = jobColour(sp.jobId, sp.end === null ? 0.5 : 1);
-      g.fillRect(x0, y, x1 - x0, h);
-      if (sp.outcome === 'failed') {
-        g.strokeStyle = '#d23c3c';
-        g.lineWidth = 2;
-        g.strokeRect(x0 + 1, y + 1, Math.max(0, x1 - x0 - 2), Math.max(0, h - 2));
-        g.lineWidth = 1;
-      }
-    }
-    boxes.push({ x0, x1, y, h, sp, lane: lanes[r] });
-  }
-  wf.boxes = boxes;
-  canvas.dataset.bars = String(boxes.length);
-  canvas.dataset.lanes = String(lanes.length);
-  const jobs = new Set(tl.spans.map((s) => s.jobId)).size;
-  $('wf-info').textContent = `· ${boxes.length} bars, ${jobs} jobs, ${lanes.length} lanes`;
-}
-
-function waterfallHover(ev) {
-  const canvas = $('waterfall');
-  const tip = $('wf-tip');
-  const rect = canvas.getBoundingClientRect();
-  const mx = ev.clientX - rect.left;
-  const my = ev.clientY - rect.top;
-  const hit = wf.boxes.findLast((b) => mx >= b.x0 - 1 && mx <= b.x1 + 1 && my >= b.y && my <= b.y + b.h);
-  if (!hit) {
-    tip.hidden = true;
-    return;
-  }
-  const sp = hit.sp;
-  const dur = (sp.end ?? wf.timeline.now) - sp.start;
-  tip.textContent = `${sp.jobId} #${sp.partition} · ${hit.lane.name} · ${fmtMs(dur)} · ${sp.outcome ?? 'running'}`;
-  tip.hidden = false;
-  tip.style.left = `${Math.min(mx + 12, rect.width - tip.offsetWidth - 4)}px`;
-  tip.style.top = `${my + 14}px`;
-}
-
-// ─── Jobs table ───────────────────────────────────────────────────────────────────────────────
-
-const rows = new Map();
-const cancelling = new Set();
-
-function partitionView(job) {
-  const n = job.partitions;
-  if (job.partitionStates) return job.partitionStates;
-  // A big job in a list: its counts by stage (drawn as one bar).
-  if (job.partitionCounts) return Object.entries(job.partitionCounts).flatMap(([st, c]) => Array.from({ length: c }, () => st));
-  const rest = job.state === 'done' ? 'done' : job.state === 'queued' || job.state === 'running' ? 'queued' : job.state;
-  const done = job.state === 'done' ? n : Math.min(n, job.partitionsDone);
-  return Array.from({ length: n }, (_, i) => (i < done ? 'done' : rest));
-}
-
-function partitionCells(job) {
-  const states = partitionView(job);
-  if (states.length <= 96) return el('div', { class: 'cells' }, ...states.map((st, i) => el('span', { class: 'cell', 'data-s': st, title: `#${i} ${st}` })));
-  // Many partitions: one bar, a segment per state.
-  const counts = {};
-  for (const st of states) counts[st] = (counts[st] ?? 0) + 1;
-  const colours = { queued: 'var(--queued)', preparing: 'var(--preparing)', waiting: 'var(--waiting)', 'on-device': 'var(--on-device)', done: 'var(--done)', failed: 'var(--failed)', cancelled: 'var(--cancelled)' };
-  const bar = el('div', { class: 'stack', title: Object.entries(counts).map(([k, v]) => `${k} ${v}`).join(', ') });
-  for (const [st, c] of Object.entries(counts)) {
-    const seg = el('span');
-    seg.style.width = `${(c / states.length) * 100}%`;
-    seg.style.background = colours[st] ?? '#ccc';
-    bar.append(seg);
-  }
-  return bar;
-}
-
-function isLive(job) {
-  return job.state === 'queued' || job.state === 'running';
-}
-
-function ago(iso) {
-  return `${fmtDuration(Math.max(0, (Date.now() - Date.parse(iso)) / 1000))} ago`;
-}
-
-function showMessage(text) {
-  const m = $('jobs-message');
-  m.textContent = text;
-  m.hidden = !text;
-}
-
-/** The first click arms the button ("confirm cancel?") for 4 s; the second cancels. */
-function cancelClicked(id, button) {
-  if (button.dataset.armed !== 'true') {
-    button.dataset.armed = 'true';
-    button.textContent = 'Confirm cancel?';
-    button.classList.add('armed');
-    setTimeout(() => {
-      if (button.dataset.armed !== 'true' || cancelling.has(id)) return;
-      button.dataset.armed = 'false';
-      button.textContent = 'Cancel';
-      button.classList.remove('armed');
-    }, 4000);
-    return;
-  }
-  button.dataset.armed = 'false';
-  button.classList.remove('armed');
-  void cancelJob(id, button);
-}
-
-async function cancelJob(id, button) {
-  cancelling.add(id);
-  button.disabled = true;
-  button.textContent = 'cancelling…';
-  try {
-    const res = await api(`v1/jobs/${encodeURIComponent(id)}`, { method: 'DELETE' });
-    const body = await res.json();
-    if (!res.ok) throw new Error(body.detail ?? `${res.status}`);
-    showMessage('');
-    cancelling.delete(id);
-    updateRow(body);
-  } catch (e) {
-    showMessage(`cancel ${id}: ${e.message}`);
-    cancelling.delete(id);
-    const r = rows.get(id);
-    if (r) updateRow(r.job);
-  }
-}
-
-function makeRow(job) {
-  const button = el('button', { class: 'cancel', type: 'button', text: 'Cancel', title: `cancel job ${job.id}` });
-  button.addEventListener('click', () => cancelClicked(job.id, button));
-  const tr = el(
-    'tr',
-    { 'data-job-id': job.id },
-    el('td', { class: 'id', title: job.id, text: job.id }),
-    el('td', { class: 'kind', text: job.kind }),
-    el('td', {}, el('span', { class: 'state' })),
-    el('td', { class: 'parts' }),
-    el('td', { class: 'num progress' }),
-    el('td', { class: 'num submitted' }),
-    el('td', { class: 'num duration' }),
-    el('td', { class: 'reason' }),
-    el('td', { class: 'action' }, button),
-  );
-  return { tr, button, key: '' };
-}
-
-function updateRow(job) {
-  let r = rows.get(job.id);
-  if (!r) {
-    r = makeRow(job);
-    rows.set(job.id, r);
-  }
-  r.job = job;
-  r.tr.dataset.state = job.state;
-  const stateEl = r.tr.querySelector('.state');
-  stateEl.textContent = job.state;
-  stateEl.dataset.state = job.state;
-  const reason = job.error ? `${job.error.code}: ${job.error.reason}` : '';
-  stateEl.title = reason;
-  const reasonEl = r.tr.querySelector('.reason');
-  reasonEl.textContent = reason;
-  reasonEl.title = reason;
-  const key = `${job.state}|${(job.partitionStates ?? []).join(',')}|${JSON.stringify(job.partitionCounts)}|${job.partitionsDone}`;
-  if (key !== r.key) {
-    r.key = key;
-    r.tr.querySelector('.parts').replaceChildren(partitionCells(job));
-  }
-  const done = job.state === 'done' ? job.partitions : job.partitionCounts ? job.partitionCounts.done : job.partitionsDone;
-  r.tr.querySelector('.progress').textContent = `${done} / ${job.partitions}`;
-  r.tr.querySelector('.submitted').textContent = ago(job.submittedAt);
-  r.tr.querySelector('.duration').textContent = job.durationS !== null ? fmtDuration(job.durationS) : `${fmtDuration((Date.now() - Date.parse(job.submittedAt)) / 1000)} …`;
-  if (!cancelling.has(job.id)) {
-    r.button.hidden = !isLive(job);
-    r.button.disabled = !isLive(job);
-    if (r.button.dataset.armed !== 'true') r.button.textContent = 'Cancel';
-  }
-}
-
-async function refreshJobs() {
-  const [live, recent] = await Promise.all([getJson('v1/jobs?state=queued,running&limit=200'), getJson('v1/jobs?limit=50')]);
-  const byId = new Map();
-  for (const j of [...live, ...recent]) byId.set(j.id, j);
-  // Unfinished jobs first (the ones to act on), then the finished ones; newest first in each.
-  const list = [...byId.values()].sort((a, b) => Number(isLive(b)) - Number(isLive(a)) || Date.parse(b.submittedAt) - Date.parse(a.submittedAt));
-  for (const j of list) updateRow(j);
-  for (const id of [...rows.keys()]) if (!byId.has(id)) {
-    rows.get(id).tr.remove();
-    rows.delete(id);
-  }
-  const tbody = $('jobs').tBodies[0];
-  const order = list.map((j) => rows.get(j.id).tr);
-  if (order.some((tr, i) => tbody.children[i] !== tr)) tbody.append(...order);
-  $('jobs-caption').textContent = `${live.length} unfinished · ${list.length - live.length} most recent finished`;
-}
-
-let jobsTimer = null;
-/** A refresh soon (events arrive in bursts: at most one refresh a second). */
-function refreshJobsSoon() {
-  if (jobsTimer !== null) return;
-  jobsTimer = setTimeout(() => {
-    jobsTimer = null;
-    void refreshJobs().catch((e) => console.warn(e));
-  }, 1000);
-}
-
-// ─── Event stream ─────────────────────────────────────────────────────────────────────────────
-
-const EVENT_TYPES = ['job.submitted', 'job.started', 'job.partition', 'job.done', 'job.failed', 'job.cancelled', 'device.measurement', 'pacer', 'gap'];
-const FEED_MAX = 40;
-
-function feed(e) {
-  const list = $('events');
-  const time = clock(Date.parse(e.time) / 1000);
-  // device.measurement: the pacer found a device's busy time misleading (its reason names the device and the cause).
-  const detail = e.type === 'job.submitted' ? `${e.kind}, ${e.partitions} partitions` : e.type === 'gap' ? `events missed while disconnected: ${e.reason}` : e.type === 'device.measurement' ? e.reason : e.reason ? `${e.code}: ${e.reason}` : '';
-  const li = el('li', { class: `ev-${e.type.split('.')[1] ?? e.type}` }, el('span', { class: 't', text: time }), `${e.type} ${e.id ?? ''} ${detail}`);
-  list.prepend(li);
-  while (list.children.length > FEED_MAX) list.lastElementChild.remove();
-}
-
-let events = null;
-function connectEvents() {
-  events?.close();
-  const es = new EventSource(`v1/events${token ? `?access_token=${encodeURIComponent(token)}` : ''}`);
-  events = es;
-  es.onopen = () => setConnection('live', 'live');
-  es.onerror = () => setConnection('down', 'reconnecting…');
-  for (const type of EVENT_TYPES) {
-    es.addEventListener(type, (msg) => {
-      const e = JSON.parse(msg.data);
-      if (type === 'pacer') {
-        showPacer(e);
-        return;
-      }
-      if (type !== 'job.partition') feed(e);
-      if (type !== 'device.measurement') refreshJobsSoon();
-    });
-  }
-}
-
 // ─── Start ────────────────────────────────────────────────────────────────────────────────────
 
 function start() {
-  connectEvents();
+  const connect = () => connectEvents(showPacer);
+  onTokenChange(connect);
+  connect();
   // The charts open with the server's last WINDOW_S seconds, then take each new sample.
   let historyLoaded = false;
   every(1000, async () => {

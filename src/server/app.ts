@@ -158,14 +158,14 @@ function statesOf(value: unknown): JobState[] | undefined {
 }
 
 /**
- * The dashboard's files: its own page, script and style in `web/` at the package root (two
+ * The dashboard's files: its own page, script modules and style in `web/` at the package root (two
  * levels above both src/server/ and dist/server/), and uPlot's from node_modules. Only these
  * names are served.
  */
 const WEB = new URL('../../web/', import.meta.url);
 const require = createRequire(import.meta.url);
 const ASSETS: Record<string, { file: () => string | URL; type: string }> = {
-  'dashboard.js': { file: () => new URL('dashboard.js', WEB), type: 'text/javascript; charset=utf-8' },
+  ...Object.fromEntries(['dashboard.js', 'format.js', 'api.js', 'charts.js', 'waterfall.js', 'jobs.js', 'feed.js'].map((f) => [f, { file: () => new URL(f, WEB), type: 'text/javascript; charset=utf-8' }])),
   'dashboard.css': { file: () => new URL('dashboard.css', WEB), type: 'text/css; charset=utf-8' },
   'uPlot.iife.min.js': { file: () => require.resolve('uplot/dist/uPlot.iife.min.js'), type: 'text/javascript; charset=utf-8' },
   'uPlot.min.css': { file: () => require.resolve('uplot/dist/uPlot.min.css'), type: 'text/css; charset=utf-8' },

@@ -159,8 +159,8 @@ export function openApiDocument(maxWaitS: number): object {
       '/': { get: { summary: 'The dashboard (HTML)', responses: { '200': { description: 'text/html' } } } },
       '/assets/{file}': {
         get: {
-          summary: "The dashboard's script and style, and uPlot's",
-          parameters: [{ name: 'file', in: 'path', required: true, schema: { enum: ['dashboard.js', 'dashboard.css', 'uPlot.iife.min.js', 'uPlot.min.css'] } }],
+          summary: "The dashboard's script modules and style, and uPlot's",
+          parameters: [{ name: 'file', in: 'path', required: true, schema: { enum: ['dashboard.js', 'format.js', 'api.js', 'charts.js', 'waterfall.js', 'jobs.js', 'feed.js', 'dashboard.css', 'uPlot.iife.min.js', 'uPlot.min.css'] } }],
           responses: { '200': { description: 'text/javascript or text/css' }, '404': problemResponse('Not one of the dashboard assets') },
         },
       },
