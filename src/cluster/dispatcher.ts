@@ -3,7 +3,8 @@ import type { Job, Worker } from 'bullmq';
 import { totalBusyMs, windowOccupancy } from '../core/index.js';
 import type { JobView } from '../server/api.js';
 import { ServiceError } from '../server/errors.js';
-import { isFinal, type Service, type ServiceEvent } from '../server/service.js';
+import { isFinal } from '../server/progress.js';
+import type { Service, ServiceEvent } from '../server/service.js';
 import { failure, K, shareOutput, sharedOutput, type JobData, type StoredResult } from './keys.js';
 
 /** What the dispatcher uses of this node's local service. */

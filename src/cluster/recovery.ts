@@ -5,7 +5,8 @@ import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { JobView } from '../server/api.js';
 import { Journal, type JournalJobInput } from '../server/journal.js';
-import { isFinal, type Service } from '../server/service.js';
+import { isFinal } from '../server/progress.js';
+import type { Service } from '../server/service.js';
 import { bullId, BULL_PRIORITY, K, type JobData } from './keys.js';
 import type { ClusterViews } from './views.js';
 

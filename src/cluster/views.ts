@@ -2,7 +2,8 @@ import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { jobView, type JobView } from '../server/api.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
-import { isFinal, type Service, type StatesPage } from '../server/service.js';
+import { isFinal, type StatesPage } from '../server/progress.js';
+import type { Service } from '../server/service.js';
 import { bullId, failureOf, K, resultOf, type CancelledRecord, type JobData, type StoredResult } from './keys.js';
 
 /** What the views read: Redis, the kinds' queues, and the local service for the jobs this node holds. */

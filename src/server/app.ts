@@ -17,7 +17,8 @@ import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';
 import type { JobView, ResultView, StatusView, TimelineView } from './api.js';
 import { notFound, ServiceError } from './errors.js';
-import { isFinal, progressEvents, type JobProgressEvent, type KindView, type ServiceEvent, type StatesPage, STATES_PAGE_MAX } from './service.js';
+import { isFinal, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
+import type { KindView, ServiceEvent } from './service.js';
 
 type MaybePromise<T> = T | Promise<T>;
 

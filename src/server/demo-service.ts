@@ -5,7 +5,7 @@ import { totalBusyMs } from '../core/index.js';
 import type { DemoBackend, DemoOptions } from '../runtime/demo.js';
 import { loadConfig } from './config.js';
 import { startServer } from './serve.js';
-import { isFinal } from './service.js';
+import { isFinal } from './progress.js';
 
 /**
  * The demo's jobs through a real service (a journal in a temporary directory, the HTTP API and

@@ -1,91 +1,29 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { z } from 'zod';
-import { MAX_PARTITIONS, StokerError, TimelineRecorder, type Engine, type PacerState, type PartitionState } from '../core/index.js';
+import { StokerError, TimelineRecorder, type Engine, type PacerState, type PartitionState } from '../core/index.js';
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { Runtime } from '../runtime/runtime.js';
-import { StageThreads, type DeviceRunner } from '../runtime/threaded.js';
+import { StageThreads } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
-import { ProcessDevice } from '../runtime/process-device.js';
-import { HttpDevice } from '../runtime/http-device.js';
 import { toChromeTrace, type ChromeTrace } from '../report/chrome-trace.js';
-import { ConfigError, deviceType, type DeviceConfig, type ServeConfig } from './config.js';
-import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
+import { jobView, SubmitBody, type JobView, type StatusView, type TimelineView } from './api.js';
+import { deviceType, type DeviceConfig, type ServeConfig } from './config.js';
+import { deviceRunner, handoffFolder } from './device-runners.js';
+import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from './errors.js';
+import { EventLog, type Replay } from './event-log.js';
 import { GroupCommit, type WriteResult } from './group-commit.js';
 import { AdmissionGate } from './admission.js';
-import { measuredPriors, readPriors, writePriors, type Priors } from './priors.js';
-import { KindModuleError, type LoadedKind } from './kind-module.js';
-import { KindRouter, type RoutedInput } from './kinds.js';
-import { EventLog, type Replay } from './event-log.js';
 import { History, type HistoryReading, type HistoryView } from './history.js';
+import { Journal, JournalError, type JobState, type JournalJob, type JournalJobInput } from './journal.js';
+import type { LoadedKind } from './kind-module.js';
+import { KindRouter, type RoutedInput } from './kinds.js';
 import { ServiceMetrics } from './metrics.js';
-import { jobView, SubmitBody, type JobView, type StatusView, type TimelineView } from './api.js';
-import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from './errors.js';
-
-/** Partitions of one job by stage. */
-export type PartitionCounts = Record<PartitionState, number>;
-
-/** Which partitions' states a job's own view gives: `limit` of them from `from`. */
-export interface StatesPage {
-  from: number;
-  limit: number;
-}
-
-/** The most partition states one job view gives (`?statesFrom=` pages through more). */
-export const STATES_PAGE_MAX = 100_000;
-
-/** The most partitions whose states a list (or a submit answer) gives per job; the job's own view gives all. */
-export const LIST_STATES_MAX = 96;
-
-/** What `GET /v1/jobs/:id/events` streams: the job's partitions as they move, then its end. */
-export type JobProgressEvent =
-  | {
-      type: 'progress';
-      time: string;
-      job: string;
-      state: JobState;
-      partitions: number;
-      /** Partitions by stage now. */
-      counts: PartitionCounts;
-      /** The partitions that moved since the last event (all of them in the first), and where to. */
-      changes: { partition: number; stage: PartitionState }[];
-    }
-  | { type: 'end'; time: string; job: JobView };
-
-const PARTITION_STATES: readonly PartitionState[] = ['queued', 'preparing', 'waiting', 'on-device', 'done', 'failed', 'cancelled'];
-
-/** Partitions by stage. */
-export function countPartitions(states: readonly PartitionState[]): PartitionCounts {
-  const c = Object.fromEntries(PARTITION_STATES.map((st) => [st, 0])) as PartitionCounts;
-  for (const st of states) c[st]++;
-  return c;
-}
-
-/** Each partition's stage as a job view shows it (from the recorded count once the job is not live here). */
-export function partitionStatesOf(v: JobView): PartitionState[] {
-  if (v.partitionStates) return v.partitionStates;
-  if (v.partitionCounts) return PARTITION_STATES.flatMap((st) => new Array<PartitionState>(v.partitionCounts?.[st] ?? 0).fill(st));
-  const rest: PartitionState = v.state === 'done' ? 'done' : v.state === 'queued' || v.state === 'running' ? 'queued' : v.state;
-  const done = v.state === 'done' ? v.partitions : Math.min(v.partitions, v.partitionsDone);
-  return Array.from({ length: v.partitions }, (_, i) => (i < done ? 'done' : rest));
-}
-
-/**
- * The progress events for a job view against the partition states last sent (`[]` for none yet:
- * every partition is a change): a `progress` event when partitions moved, then `end` when the job
- * has ended. Returns the states to remember.
- */
-export function progressEvents(v: JobView, last: readonly PartitionState[]): { events: JobProgressEvent[]; states: PartitionState[] } {
-  const states = partitionStatesOf(v);
-  const changes = states.flatMap((stage, partition) => (last[partition] === stage ? [] : [{ partition, stage }]));
-  const time = new Date().toISOString();
-  const events: JobProgressEvent[] = changes.length > 0 ? [{ type: 'progress', time, job: v.id, state: v.state, partitions: v.partitions, counts: countPartitions(states), changes }] : [];
-  if (isFinal(v.state)) events.push({ type: 'end', time, job: v });
-  return { events, states };
-}
+import { measuredPriors, readPriors, writePriors, type Priors } from './priors.js';
+import { countPartitions, isFinal, LIST_STATES_MAX, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type PartitionCounts, type StatesPage } from './progress.js';
+import { askKind, fieldIssues, invalid, partitionsOf } from './submission.js';
 
 /** A kind as `GET /v1/kinds` lists it. */
 export interface KindView {
@@ -105,7 +43,6 @@ export interface ServiceEvent {
   time: string;
   [k: string]: unknown;
 }
-
 
 /** How often at most (ms) a watched job's progress is looked at: 20 events a second at most. */
 const PROGRESS_MS = 50;
@@ -985,75 +922,3 @@ export function resultFields(result: unknown): { result: unknown; resultEncoding
   if (result instanceof Uint8Array) return { result: Buffer.from(result.buffer, result.byteOffset, result.byteLength).toString('base64'), resultEncoding: 'base64' };
   return { result: result ?? null };
 }
-
-/** The job's partition count: given, or derived from the input by the kind (both: they must agree). */
-function partitionsOf(kind: LoadedKind, input: unknown, given: number | undefined): number {
-  const derived = askKind(kind, () => kind.partitions(input));
-  if (derived === undefined) {
-    if (given === undefined) throw invalid([{ path: 'partitions', message: `partitions must be a whole number from 1 to ${MAX_PARTITIONS}: kind ${kind.name} does not derive it from its input` }]);
-    return given;
-  }
-  if (given !== undefined && given !== derived) throw invalid([{ path: 'partitions', message: `kind ${kind.name} makes ${derived} partitions of this input: leave partitions out, or give ${derived}` }]);
-  return derived;
-}
-
-/** Asks the kind about an input: a bad answer (the kind's bug) is the server's 500, a refusal (it throws) the client's 400. */
-function askKind<T>(kind: LoadedKind, ask: () => T): T {
-  try {
-    return ask();
-  } catch (e) {
-    if (e instanceof KindModuleError) throw new ServiceError(500, 'kind-failed', 'Kind module failed', `${e.message} — fix the kind module and restart the server`);
-    throw invalid([{ path: 'input', message: `kind ${kind.name} refused the input: ${(e as Error).message}` }]);
-  }
-}
-
-/** Where a device's steps run: the shared device threads, its processes, or its endpoint. */
-function deviceRunner(name: string, d: DeviceConfig, threads: StageThreads): DeviceRunner {
-  if (d.http) return new HttpDevice({ name, workers: d.workers, url: d.http.url, headers: d.http.headers, timeoutMs: d.http.timeoutS * 1000, maxResponseBytes: d.http.maxResponseBytes });
-  const p = d.process;
-  if (!p) return threads;
-  return new ProcessDevice({ name, workers: d.workers, command: p.command, args: p.args, env: p.env, ...(p.cwd === undefined ? {} : { cwd: p.cwd }), readyTimeoutMs: p.readyTimeoutS * 1000, maxFrameBytes: p.maxFrameBytes });
-}
-
-/**
- * This server's folder for handoff files, named by its data dir (so a restart after a crash finds
- * and removes what the crashed run left), created empty and private: in a shared folder such as
- * /dev/shm, a folder of that name made by someone else is refused, never used.
- */
-function handoffFolder(base: string, dataDir: string, minBytes: number, field: string): Handoff {
-  const dir = path.join(base, `stoker-handoff-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`);
-  const fail = (why: string) =>
-    new ConfigError([{ source: 'configuration', path: `${field}.process.handoffDir`, message: `cannot use ${dir} for handoff files: ${why} — give a memory-backed folder this user may write (e.g. "/dev/shm"), or raise handoffMinBytes` }]);
-  try {
-    fs.rmSync(dir, { recursive: true, force: true });
-    // Not recursive: the base must exist, and a folder someone made meanwhile fails (EEXIST).
-    fs.mkdirSync(dir, { mode: 0o700 });
-  } catch (e) {
-    throw fail((e as Error).message);
-  }
-  const st = fs.lstatSync(dir);
-  if (!st.isDirectory() || (process.getuid && st.uid !== process.getuid())) throw fail('it is not a folder of this user');
-  return { dir, minBytes };
-}
-
-export function isFinal(state: JobState): boolean {
-  return state === 'done' || state === 'failed' || state === 'cancelled';
-}
-
-/** Zod issues of the body as `errors[]`; an unknown key is named in the path, one error per key. */
-function fieldIssues(error: z.ZodError): { path: string; message: string }[] {
-  const join = (p: PropertyKey[]) => p.map(String).join('.');
-  return error.issues.flatMap((i) =>
-    i.code === 'unrecognized_keys'
-      ? i.keys.map((k) => ({ path: join([...i.path, k]), message: `unknown field ${JSON.stringify(k)}: the fields are ${Object.keys(SubmitBody.shape).join(', ')}` }))
-      : [{ path: join(i.path), message: i.message }],
-  );
-}
-
-function invalid(errors: { path: string; message: string }[]): ServiceError {
-  return new ServiceError(400, 'invalid-job', 'Invalid job', errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '), { errors });
-}
-
-
-
-

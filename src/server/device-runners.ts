@@ -1,0 +1,37 @@
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { HttpDevice } from '../runtime/http-device.js';
+import { ProcessDevice } from '../runtime/process-device.js';
+import type { DeviceRunner, StageThreads } from '../runtime/threaded.js';
+import type { Handoff } from '../runtime/threads/protocol.js';
+import { ConfigError, type DeviceConfig } from './config.js';
+
+/** Where a device's steps run: the shared device threads, its processes, or its endpoint. */
+export function deviceRunner(name: string, d: DeviceConfig, threads: StageThreads): DeviceRunner {
+  if (d.http) return new HttpDevice({ name, workers: d.workers, url: d.http.url, headers: d.http.headers, timeoutMs: d.http.timeoutS * 1000, maxResponseBytes: d.http.maxResponseBytes });
+  const p = d.process;
+  if (!p) return threads;
+  return new ProcessDevice({ name, workers: d.workers, command: p.command, args: p.args, env: p.env, ...(p.cwd === undefined ? {} : { cwd: p.cwd }), readyTimeoutMs: p.readyTimeoutS * 1000, maxFrameBytes: p.maxFrameBytes });
+}
+
+/**
+ * This server's folder for handoff files, named by its data dir (so a restart after a crash finds
+ * and removes what the crashed run left), created empty and private: in a shared folder such as
+ * /dev/shm, a folder of that name made by someone else is refused, never used.
+ */
+export function handoffFolder(base: string, dataDir: string, minBytes: number, field: string): Handoff {
+  const dir = path.join(base, `stoker-handoff-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`);
+  const fail = (why: string) =>
+    new ConfigError([{ source: 'configuration', path: `${field}.process.handoffDir`, message: `cannot use ${dir} for handoff files: ${why} — give a memory-backed folder this user may write (e.g. "/dev/shm"), or raise handoffMinBytes` }]);
+  try {
+    fs.rmSync(dir, { recursive: true, force: true });
+    // Not recursive: the base must exist, and a folder someone made meanwhile fails (EEXIST).
+    fs.mkdirSync(dir, { mode: 0o700 });
+  } catch (e) {
+    throw fail((e as Error).message);
+  }
+  const st = fs.lstatSync(dir);
+  if (!st.isDirectory() || (process.getuid && st.uid !== process.getuid())) throw fail('it is not a folder of this user');
+  return { dir, minBytes };
+}

@@ -1,0 +1,42 @@
+import { MAX_PARTITIONS } from '../core/index.js';
+import { SubmitBody } from './api.js';
+import { ServiceError } from './errors.js';
+import { KindModuleError, type LoadedKind } from './kind-module.js';
+import type { z } from 'zod';
+
+/** Checks of a submission against its kind: its partitions, the kind's answers, the 400 that names each field. */
+
+/** The job's partition count: given, or derived from the input by the kind (both: they must agree). */
+export function partitionsOf(kind: LoadedKind, input: unknown, given: number | undefined): number {
+  const derived = askKind(kind, () => kind.partitions(input));
+  if (derived === undefined) {
+    if (given === undefined) throw invalid([{ path: 'partitions', message: `partitions must be a whole number from 1 to ${MAX_PARTITIONS}: kind ${kind.name} does not derive it from its input` }]);
+    return given;
+  }
+  if (given !== undefined && given !== derived) throw invalid([{ path: 'partitions', message: `kind ${kind.name} makes ${derived} partitions of this input: leave partitions out, or give ${derived}` }]);
+  return derived;
+}
+
+/** Asks the kind about an input: a bad answer (the kind's bug) is the server's 500, a refusal (it throws) the client's 400. */
+export function askKind<T>(kind: LoadedKind, ask: () => T): T {
+  try {
+    return ask();
+  } catch (e) {
+    if (e instanceof KindModuleError) throw new ServiceError(500, 'kind-failed', 'Kind module failed', `${e.message} — fix the kind module and restart the server`);
+    throw invalid([{ path: 'input', message: `kind ${kind.name} refused the input: ${(e as Error).message}` }]);
+  }
+}
+
+/** Zod issues of the body as `errors[]`; an unknown key is named in the path, one error per key. */
+export function fieldIssues(error: z.ZodError): { path: string; message: string }[] {
+  const join = (p: PropertyKey[]) => p.map(String).join('.');
+  return error.issues.flatMap((i) =>
+    i.code === 'unrecognized_keys'
+      ? i.keys.map((k) => ({ path: join([...i.path, k]), message: `unknown field ${JSON.stringify(k)}: the fields are ${Object.keys(SubmitBody.shape).join(', ')}` }))
+      : [{ path: join(i.path), message: i.message }],
+  );
+}
+
+export function invalid(errors: { path: string; message: string }[]): ServiceError {
+  return new ServiceError(400, 'invalid-job', 'Invalid job', errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '), { errors });
+}
