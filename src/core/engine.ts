@@ -734,8 +734,8 @@ export class Engine {
     stats.items += b.items.length;
     const kc = (b.items[0] as Item).job.kc;
     const byKind = kc.deviceBatches as NonNullable<KindCounters['deviceBatches']>;
-    (byKind.batches[b.device] as number)++;
-    (byKind.items[b.device] as number) += b.items.length;
+    byKind.batches[b.device] = (byKind.batches[b.device] as number) + 1;
+    byKind.items[b.device] = (byKind.items[b.device] as number) + b.items.length;
     this.countStep(b.device, kc, done.length, busyMs ?? this.now - b.startedAt, b.startedAt, b.busyAtStart);
     // Done items first: a failure that ends a job must not withdraw its items that finished.
     for (const item of done) {
