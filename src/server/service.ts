@@ -23,6 +23,7 @@ import { KindRouter, type RoutedInput } from './kinds.js';
 import { ServiceMetrics } from './metrics.js';
 import { measuredPriors, readPriors, writePriors, type Priors } from './priors.js';
 import { countPartitions, isFinal, LIST_STATES_MAX, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type PartitionCounts, type StatesPage } from './progress.js';
+import { buildStatus } from './status.js';
 import { askKind, fieldIssues, invalid, partitionsOf } from './submission.js';
 
 /** A kind as `GET /v1/kinds` lists it. */
@@ -547,54 +548,24 @@ export class Service {
 
   /** The whole engine: jobs, partitions per kind and stage, workers, pacer, budget, pool. */
   status(): StatusView {
-    const s = this.runtime.engine.snapshot;
-    const workerBusy = this.runtime.workerBusyMs();
-    const counts = this.journal.counts();
-    return {
-      time: new Date().toISOString(),
+    const engine = this.runtime.engine;
+    return buildStatus({
+      snapshot: engine.snapshot,
+      workerBusyMs: this.runtime.workerBusyMs(),
+      workerStates: this.workerStates(),
+      jobCounts: this.journal.counts(),
+      byKind: this.partitionsByKind(),
       uptimeS: (Date.now() - this.startedAt) / 1000,
       closing: this.closing,
-      jobs: { ...counts, pending: counts.queued + counts.running, maxPending: this.config.server.maxPendingJobs },
-      partitions: {
-        queued: s.backlog,
-        preparing: s.preparing,
-        waiting: s.waiting,
-        onDevice: s.onDevice,
-        inFlight: s.preparing + s.waiting + s.onDevice,
-        // Preparation steps running (a preparation batch is one), and each batched kind's batches: its largest, how many finished, the items they started with.
-        preparingSteps: s.preparingSteps,
-        ...(s.kinds.some((k) => k.prepareBatch) ? { prepareBatches: Object.fromEntries(s.kinds.flatMap((k) => (k.prepareBatch ? [[k.name, { ...k.prepareBatch }]] : []))) } : {}),
-        pending: s.backlog + s.preparing + s.waiting + s.onDevice,
-        byKind: this.partitionsByKind(),
-        dispatched: s.dispatched,
-        completed: s.deviceCompletions,
-      },
-      targetWaiting: this.config.engine.targetWaiting,
-      devices: this.workerStates().map((workers, d) => {
-        const c = s.devices[d];
-        const busyMs = workerBusy[d] ?? [];
-        const dc = this.devices[d]?.config;
-        return {
-          device: d,
-          name: this.devices[d]?.name ?? String(d),
-          kind: !dc ? 'cpu' : deviceType(dc) === 'thread' ? dc.kind : deviceType(dc),
-          completions: c?.completions ?? 0,
-          busyS: (c?.busyMs ?? 0) / 1000,
-          // A batching device: its largest batch, the batches it finished and the items they started with.
-          ...(c?.batch ? { batch: { maxItems: c.batch.maxItems, batches: c.batch.batches, items: c.batch.items } } : {}),
-          workers: workers.map((w, i) => ({
-            state: !w.alive ? 'lost' : w.item ? 'busy' : 'idle',
-            job: w.item?.jobId ?? null,
-            partition: w.item ? this.jobPartition(w.item.jobId, w.item.partition) : null,
-            busyS: (busyMs[i] ?? 0) / 1000,
-          })),
-        };
-      }),
-      pacer: { name: this.runtime.engine.pacer.name, ...this.runtime.engine.pacer.state() },
-      budget: { usedBytes: s.budgetUsedBytes, idlePoolBytes: this.runtime.engine.budget.held, totalBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null, peakBytes: this.runtime.engine.budget.peak, blocked: s.budgetBlocked },
+      config: this.config,
+      devices: this.devices,
+      jobPartition: (id, p) => this.jobPartition(id, p),
+      pacer: { name: engine.pacer.name, ...engine.pacer.state() },
+      budget: { held: engine.budget.held, peak: engine.budget.peak },
       pool: this.pool.stats(),
-    };
+    });
   }
+
 
   /** Partitions of live jobs by kind and stage (for status and metrics). */
   partitionsByKind(): ReturnType<Engine['partitionsByKind']> {
