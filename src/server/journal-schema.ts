@@ -1,0 +1,98 @@
+import { JournalError, type JobState, type JournalJob } from './journal-types.js';
+
+/** The journal's SQLite schema and how values are stored in it. */
+
+/**
+ * The schema version this code writes (`PRAGMA user_version`). 2: outputs and results may be
+ * BLOBs (bytes); the tables are those of 1, so a version-1 file is upgraded by the number alone.
+ */
+export const SCHEMA_VERSION = 2;
+
+export const SCHEMA = `
+CREATE TABLE jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  kind TEXT NOT NULL,
+  priority TEXT NOT NULL,
+  partitions INTEGER NOT NULL,
+  input TEXT NOT NULL,
+  deadline INTEGER,
+  body_hash TEXT NOT NULL,
+  state TEXT NOT NULL,
+  submitted_at INTEGER NOT NULL,
+  started_at INTEGER,
+  finished_at INTEGER,
+  result TEXT NOT NULL DEFAULT 'null',
+  error_code TEXT,
+  error_reason TEXT,
+  partitions_done INTEGER NOT NULL DEFAULT 0,
+  resumes INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX jobs_state ON jobs (state, seq);
+CREATE TABLE partition_outputs (
+  job_id TEXT NOT NULL,
+  partition INTEGER NOT NULL,
+  output TEXT NOT NULL,
+  PRIMARY KEY (job_id, partition)
+) WITHOUT ROWID;
+`;
+
+export const UNFINISHED = `state IN ('queued', 'running')`;
+export const PRIORITIES: ReadonlySet<string> = new Set(['critical', 'high', 'normal', 'low']);
+export const STATE_LIST: readonly JobState[] = ['queued', 'running', 'done', 'failed', 'cancelled'];
+export const JOB_STATES: ReadonlySet<string> = new Set(STATE_LIST);
+
+export interface JobRow {
+  id: string; kind: string; priority: JournalJob['priority']; partitions: number; input: string;
+  deadline: number | null; body_hash: string; state: JobState; submitted_at: number;
+  started_at: number | null; finished_at: number | null; result: string | Buffer; error_code: string | null;
+  error_reason: string | null; partitions_done: number; resumes: number;
+}
+
+/** Bytes are stored as they are (a BLOB); anything else as JSON text. */
+export function toStored(value: unknown, what: string): string | Buffer {
+  if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  return toJson(value, what);
+}
+
+/** A stored value back: a BLOB as a Uint8Array, TEXT parsed as JSON. */
+export function fromStored(v: string | Buffer): unknown {
+  return typeof v === 'string' ? (JSON.parse(v) as unknown) : new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+}
+
+/** JSON text of a value (`undefined` → `null`); a value JSON cannot hold throws `E_JOURNAL_BAD_INPUT`. */
+export function toJson(value: unknown, what: string): string {
+  try {
+    return JSON.stringify(value, refuseBytes) ?? 'null';
+  } catch (cause) {
+    throw new JournalError('E_JOURNAL_BAD_INPUT', `${what} is not JSON-serialisable (${String(cause)}): pass plain JSON data`, { cause });
+  }
+}
+
+/** A JSON.stringify replacer: bytes inside a JSON value would turn into an object of indices. */
+export function refuseBytes(this: unknown, key: string, value: unknown): unknown {
+  if (value instanceof ArrayBuffer || ArrayBuffer.isView(value) || (value !== null && typeof value === 'object' && (value as { type?: unknown }).type === 'Buffer' && Array.isArray((value as { data?: unknown }).data))) {
+    throw new Error(`it holds bytes at ${key === '' ? 'the top' : JSON.stringify(key)}: bytes may only be the whole value — return them alone, or encode them (base64) inside the JSON`);
+  }
+  return value;
+}
+
+/** JSON text with object keys sorted recursively, of a value that is already plain JSON. */
+export function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+export function fromRow(r: JobRow): JournalJob {
+  return {
+    id: r.id, kind: r.kind, priority: r.priority, partitions: r.partitions,
+    input: JSON.parse(r.input) as unknown, deadline: r.deadline, bodyHash: r.body_hash,
+    state: r.state, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
+    result: fromStored(r.result), errorCode: r.error_code, errorReason: r.error_reason,
+    partitionsDone: r.partitions_done, resumes: r.resumes,
+  };
+}

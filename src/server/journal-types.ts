@@ -1,0 +1,97 @@
+/** The journal's records, outcomes, options and errors (journal.ts is the journal itself). */
+
+/** Where a job is in its life: `queued` and `running` are unfinished, the others are final. */
+export type JobState = 'queued' | 'running' | 'done' | 'failed' | 'cancelled';
+
+/** A job as submitted: what {@link Journal.insert} takes. */
+export interface JournalJobInput {
+  /** The client's id of the job; the idempotency key of a submission. */
+  id: string;
+  /** The workload that runs the job. */
+  kind: string;
+  /** The job's priority class. */
+  priority: 'critical' | 'high' | 'normal' | 'low';
+  /** How many partitions the job has (a positive integer). */
+  partitions: number;
+  /** The job's input; any JSON value. */
+  input: unknown;
+  /** When the job should be done, epoch ms, or `null` for none. */
+  deadline: number | null;
+}
+
+/** A job as the journal holds it. */
+export interface JournalJob extends JournalJobInput {
+  /** {@link Journal.hash} of the job's body: tells a retried submission from a conflicting one. */
+  bodyHash: string;
+  /** Where the job is in its life. */
+  state: JobState;
+  /** When the job was inserted, epoch ms by the journal's clock. */
+  submittedAt: number;
+  /** When its first partition started ({@link Journal.markRunning}), or `null`. */
+  startedAt: number | null;
+  /** When it ended ({@link Journal.finish}), or `null`. */
+  finishedAt: number | null;
+  /** The result of a `done` job; `null` otherwise. */
+  result: unknown;
+  /** The error code of a `failed` or `cancelled` job; `null` otherwise. */
+  errorCode: string | null;
+  /** The reason of a `failed` or `cancelled` job; `null` otherwise. */
+  errorReason: string | null;
+  /** How many partitions have their output recorded ({@link Journal.recordPartition}). */
+  partitionsDone: number;
+  /** How many times the job was resumed after a restart ({@link Journal.markResumed}). */
+  resumes: number;
+}
+
+/** The body of a job, what {@link Journal.hash} covers: everything submitted but the id. */
+export type JournalJobBody = Omit<JournalJobInput, 'id'>;
+
+/** How a job ends: what {@link Journal.finish} takes. */
+export type JournalOutcome =
+  | { state: 'done'; result: unknown }
+  | { state: 'failed' | 'cancelled'; code: string; reason: string };
+
+/** Options of {@link Journal.open}. */
+export interface JournalOptions {
+  /**
+   * The journal's clock, epoch ms: stamps `submittedAt`, `startedAt`, `finishedAt` and is the
+   * "now" of {@link Journal.purgeFinished}.
+   * @default Date.now
+   */
+  now?: () => number;
+  /** The journal's largest size, bytes (SQLite's max_page_count): beyond it writes fail as on a full disk. @default unlimited */
+  maxBytes?: number;
+}
+
+/** Stable codes of {@link JournalError}. */
+export type JournalErrorCode =
+  /** Another connection (another `stoker serve`) holds the data dir. */
+  | 'E_JOURNAL_LOCKED'
+  /** The file was written by a newer stoker with a schema this one does not know. */
+  | 'E_JOURNAL_VERSION'
+  /** The data dir or the file cannot be created, read or written, or is not a database. */
+  | 'E_JOURNAL_OPEN'
+  /** A job with this id exists with a different body. */
+  | 'E_JOURNAL_CONFLICT'
+  /** No job has this id. */
+  | 'E_JOURNAL_UNKNOWN_JOB'
+  /** A job or a partition index is malformed, or a value is not JSON-serialisable. */
+  | 'E_JOURNAL_BAD_INPUT'
+  /** The journal was closed. */
+  | 'E_JOURNAL_CLOSED'
+  /** The disk (or the journal's maxBytes) is full: the write did not happen; retry once there is room. */
+  | 'E_JOURNAL_FULL'
+  /** The file is damaged, or holds fewer jobs than were acknowledged (a damaged WAL dropped some): the journal refuses to open rather than resume fewer jobs silently. */
+  | 'E_JOURNAL_DAMAGED';
+
+/** The error class of the journal: `code` is stable, `message` says what to do. */
+export class JournalError extends Error {
+  override readonly name = 'JournalError';
+  constructor(
+    readonly code: JournalErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
