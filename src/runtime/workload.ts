@@ -1,0 +1,108 @@
+import type { BatchSpec, Command, EngineEvent, KindSpec, Pacer, PacerOptions, PacerSnapshot, PacerState, TimelineRecorder } from '../core/index.js';
+import type { BufferPool } from './buffer-pool.js';
+import type { Clock } from './clock.js';
+
+/** The runtime's contract with the work it runs: the tasks a workload's stages get, what they answer, and the runtime's options and status. */
+
+/** One partition as the stages see it. */
+export interface PartitionTask<I> {
+  jobId: string;
+  kind: string;
+  partition: number;
+  /** The job's partition count. */
+  partitions: number;
+  /** The job's input, as given to submit(). */
+  input: I;
+  /** Fires when the engine withdraws the item (cancel, failure, timeout, shutdown). */
+  signal: AbortSignal;
+}
+
+export interface DeviceTask<I, P> extends PartitionTask<I> {
+  prepared: P;
+  device: number;
+  worker: number;
+}
+
+/**
+ * What a pipeline runs: preparation (CPU), the device step (accelerator) and the job's finish.
+ * Implementations decide where each runs (in process, worker threads, a GPU, a remote server).
+ */
+export interface Workload<I, P, O, R> {
+  /** Prepares one partition. */
+  prepare(task: PartitionTask<I>): Promise<P>;
+  /**
+   * Prepares a batch of partitions of one kind together as one step (kinds with `prepareBatch`):
+   * one result per task, in order — `{ prepared }`, or `{ error }` for an item that failed alone.
+   * A throw fails the whole batch: with several items, each is then prepared again alone.
+   */
+  prepareBatch?(tasks: PartitionTask<I>[]): Promise<PrepareResult<P>[]>;
+  /**
+   * Runs one prepared partition on a device worker. `busyMs` is the worker's own measure of the
+   * time the item *occupied* it: from taking the item until it can take the next — lock waits and
+   * a shared GPU included, idle time and work handed off after it is free excluded (the pacer's
+   * rate is Σ workers ÷ busy time per item). Leave it out and the runtime uses the step's wall
+   * time (from the call until the promise settles), which is that occupied time for a worker that
+   * does nothing else. A value that is not a finite number ≥ 0 fails the step.
+   */
+  run(task: DeviceTask<I, P>): Promise<{ output: O; busyMs?: number }>;
+  /**
+   * Runs a batch of prepared partitions of one kind as one device step (devices with `batch`):
+   * one result per task, in order — `{ output }`, or `{ error }` for an item that failed alone.
+   * `busyMs` is the batch's busy time, once for all of them (left out: the step's wall time). A
+   * throw fails the whole batch: with several items, each then runs again alone.
+   */
+  runBatch?(tasks: DeviceTask<I, P>[]): Promise<{ results: BatchResult<O>[]; busyMs?: number }>;
+  /** Turns the outputs of every partition (in partition order) into the job's result. */
+  finish(job: { jobId: string; input: I; outputs: O[] }): Promise<R> | R;
+  /** Frees prepared data that will not reach a device (withdrawn) or has been consumed. */
+  release?(prepared: P): void;
+  /** Stops every thread and connection. */
+  close?(): Promise<void>;
+  /** Preparations the workload can run at once; the runtime dispatches no more than that. */
+  readonly prepareSlots?: number;
+  /**
+   * The buffer pool prepared data lives in, if any: its idle bytes are charged to the memory
+   * budget, and freed (trimmed) when the budget would block on them.
+   */
+  readonly pool?: Pick<BufferPool, 'stats' | 'trim'>;
+}
+
+/** One item's result in a batch: its output, or why it alone failed. */
+export type BatchResult<O> = { output: O } | { error: string };
+
+/** One item's result in a preparation batch: its prepared data, or why it alone failed. */
+export type PrepareResult<P> = { prepared: P } | { error: string };
+
+export interface RuntimeOptions<I, P, O, R> {
+  workload: Workload<I, P, O, R>;
+  /** One entry per device: its pipelined workers, and its batching (the workload must have `runBatch`). */
+  devices: { workers: number; batch?: BatchSpec }[];
+  /** Kinds by name that are prepared in batches (`{ prepareBatch: { maxItems, maxWaitMs } }`; the workload must have `prepareBatch`). */
+  kinds?: Readonly<Record<string, KindSpec>>;
+  /** A built-in pacer name or a pacer. @default 'stoker' */
+  pacer?: string | Pacer;
+  /** Options for a pacer given by name. */
+  pacerOptions?: PacerOptions;
+  /** Memory budget in bytes. @default Infinity */
+  budgetBytes?: number;
+  /** Most concurrent preparation steps (a preparation batch is one). @default Infinity */
+  maxPreparing?: number;
+  /** A failed partition is prepared again this many times before its job fails. @default 1 (real failures often pass: a crashed worker, a full device; the bare engine's default is 0) */
+  retries?: number;
+  /** A device step running longer than this fails (and is retried). @default Infinity */
+  deviceTimeoutMs?: number;
+  /** @default the system clock */
+  clock?: Clock;
+  /** Records every engine step (what ran where, and the pipeline's levels) for a waterfall or a trace. */
+  timeline?: TimelineRecorder;
+  /** Called after every engine step with its event and the commands it returned, before they are carried out. */
+  onStep?: (event: EngineEvent, commands: readonly Command[]) => void;
+}
+
+export interface RuntimeStatus {
+  now: number;
+  jobs: number;
+  counters: PacerSnapshot;
+  pacer: PacerState;
+  closing: boolean;
+}
