@@ -103,21 +103,17 @@ export interface CancelledRecord {
 }
 
 /**
- * A failed job's code and reason as BullMQ keeps them (its failedReason is a string): JSON
- * `{"code","reason"}`, so a reason holding any text reads back as it was.
+ * A failed job's code and reason as BullMQ keeps them: its failedReason is one string,
+ * `"E_CODE: reason"` (the form every node version reads and writes, so a cluster can be
+ * upgraded one node at a time); the code is what comes before the first `": "`, the reason is
+ * the rest, whatever it holds. Written and read only here.
  */
 export function failure(code: string, reason: string): Error {
-  return new Error(JSON.stringify({ code, reason }));
+  return new Error(`${code}: ${reason}`);
 }
 
-/** A failed job's code and reason (`"E_X: reason"`: as nodes before the JSON form wrote it). */
+/** A failed job's code and reason; a reason BullMQ wrote itself (a stalled job given up, say) is E_INTERNAL. */
 export function failureOf(failedReason: string): { code: string; reason: string } {
-  try {
-    const v = JSON.parse(failedReason) as { code?: unknown; reason?: unknown };
-    if (typeof v.code === 'string' && typeof v.reason === 'string') return { code: v.code, reason: v.reason };
-  } catch {
-    // the older form, or BullMQ's own reason (a stalled job given up)
-  }
   const m = /^(E_[A-Z0-9_]+): ([\s\S]*)$/.exec(failedReason);
   return m ? { code: m[1] as string, reason: m[2] as string } : { code: 'E_INTERNAL', reason: failedReason };
 }

@@ -116,9 +116,19 @@ const PAGE_SCRIPT = `(function () {
       scales: { x: { time: false }, y: { range: function (u, min, max) { return [0, max > 0 ? max * 1.08 : 1]; } } },
       axes: [{ label: 'peak memory (' + data.memoryUnit + ')' }, { label: c[1] }],
       series: series,
-      hooks: { setCursor: [function (u) { var i = u.cursor.idx; hover.textContent = i === null || i === undefined ? '\\u00a0' : pts[i].label; }] },
     };
-    plots.push({ el: el, plot: new uPlot(opts, cols, el) });
+    var plot = new uPlot(opts, cols, el);
+    // Many settings share a peak memory: the hovered one is the point nearest the pointer on the plot, not the first at its x.
+    plot.over.addEventListener('mousemove', function (ev) {
+      var r = plot.over.getBoundingClientRect(), best = -1, bestD = Infinity;
+      pts.forEach(function (p, i) {
+        if (p[key] === null) return;
+        var dx = plot.valToPos(p.memory, 'x') - (ev.clientX - r.left), dy = plot.valToPos(p[key], 'y') - (ev.clientY - r.top), d = dx * dx + dy * dy;
+        if (d < bestD) { bestD = d; best = i; }
+      });
+      hover.textContent = best < 0 ? '\\u00a0' : pts[best].label;
+    });
+    plots.push({ el: el, plot: plot });
   });
   var pending = 0;
   window.addEventListener('resize', function () {

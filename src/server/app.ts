@@ -312,7 +312,7 @@ export function buildApp(service: ApiService): FastifyInstance {
   const cluster = service.cluster?.bind(service);
   if (cluster) app.get('/v1/cluster', () => cluster());
   app.get('/v1/kinds', () => service.kindList());
-  app.get('/v1/openapi.json', () => openApiDocument(service.config.server.maxWaitS));
+  app.get('/v1/openapi.json', () => openApiDocument(service.config.server.maxWaitS, { cluster: cluster !== undefined }));
 
   app.get('/metrics', async (_req, reply) => {
     const text = await service.metrics.registry.metrics();

@@ -4,7 +4,7 @@ import { JobView, Problem, ResultView, StatusView, SubmitBody, TimelineView } fr
 const problem = { $ref: '#/components/schemas/Problem' };
 const retryAfter = { 'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer', minimum: 1 } } };
 const problemResponse = (description: string, headers?: object) => ({ description, ...(headers ? { headers } : {}), content: { 'application/problem+json': { schema: problem } } });
-/** The answer every route may give while the server shuts down. */
+/** What a submission gets while the server shuts down. */
 const closing = { '503': problemResponse('Shutting down: retry against the restarted server') };
 
 /** A schema as JSON Schema 2020-12 (what OpenAPI 3.1 uses), without its $schema line. */
@@ -36,11 +36,31 @@ const json = (description: string, schema: object) => ({ description, content: {
 const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'string' } };
 const sinceParam = { name: 'since', in: 'query', required: false, schema: { type: 'string', default: '5m', examples: ['30s', '5m', '1h'] }, description: 'How far back to look' };
 
-/** The OpenAPI 3.1 document of the HTTP API (served at GET /v1/openapi.json). */
-export function openApiDocument(maxWaitS: number): object {
+/**
+ * The OpenAPI 3.1 document of the HTTP API (served at GET /v1/openapi.json). A cluster node's
+ * (`cluster`) also has GET /v1/cluster, and the 503 its routes answer while Redis does not.
+ */
+export function openApiDocument(maxWaitS: number, options: { cluster?: boolean } = {}): object {
+  const doc = base(maxWaitS) as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+  if (!options.cluster) return doc;
+  const away = problemResponse('Cluster mode: Redis did not answer (within 3 s, or it is away): retry after the Retry-After header', retryAfter);
+  for (const [p, method] of [['/v1/jobs', 'get'], ['/v1/jobs', 'post'], ['/v1/jobs/{id}', 'get'], ['/v1/jobs/{id}', 'delete'], ['/v1/jobs/{id}/result', 'get'], ['/v1/status', 'get']] as const) {
+    const responses = (doc.paths[p]?.[method] as { responses: Record<string, unknown> }).responses;
+    responses['503'] = responses['503'] ? problemResponse('Shutting down, or (cluster mode) Redis did not answer: retry after the Retry-After header', retryAfter) : away;
+  }
+  doc.paths['/v1/cluster'] = {
+    get: {
+      summary: 'The cluster from this node: every live node (capacity, occupancy, in flight, jobs held, its kinds), the queues by kind, the kinds no live node runs',
+      responses: { '200': json('Cluster', { type: 'object', required: ['node', 'queue', 'totals', 'nodes', 'kinds', 'unserved'] }), '503': away },
+    } as never,
+  };
+  return doc;
+}
+
+function base(maxWaitS: number): object {
   return {
     openapi: '3.1.0',
-    info: { title: 'Stoker', version: '1', description: 'Submit partitioned jobs to a paced CPU-preparation → accelerator pipeline; follow, await and cancel them.' },
+    info: { title: 'Stoker', version: '1', description: 'Submit partitioned jobs to a paced CPU-preparation → accelerator pipeline; follow, await and cancel them. Every error is a problem-details body, but in the moment the server stops listening (after its shutdown drain) any route may answer 503 with the HTTP framework\'s own JSON body {error, message, statusCode}.' },
     paths: {
       '/v1/jobs': {
         get: {

@@ -391,17 +391,20 @@ export class Service {
   }
 
   /**
-   * {@link submitNow} of a job already validated (cluster mode: the node that accepted it parsed
-   * the body and checked the input against the kind): its record goes through the admission
-   * checks, not through parsing again.
+   * {@link submitNow} of a job another node accepted (cluster mode): its record as that node
+   * journaled it, not a body to parse again. This node's own module for the kind still checks the
+   * input and the partitions it derives from it (the accepting node may not run the kind, or ran
+   * another version of it), as a submission here would.
    */
   submitRecord(record: JournalJobInput, recorded: ReadonlyMap<number, unknown> = new Map()): { job: JobView; created: boolean } {
     if (this.closing) throw shuttingDown();
     const kind = this.kinds.get(record.kind);
     if (!kind) throw invalid([{ path: 'kind', message: `kind ${JSON.stringify(record.kind)} is not loaded on this server: use one of ${[...this.kinds.keys()].join(', ')}` }]);
-    // This server's module must take the input too (the accepting node may not run the kind).
-    askKind(kind, () => kind.memory(record.input));
-    return this.insertNow(this.admit(record, true), recorded);
+    const input = kind.validate(record.input);
+    if (!input.ok) throw invalid(input.issues);
+    const partitions = partitionsOf(kind, input.input, record.partitions);
+    askKind(kind, () => kind.memory(input.input));
+    return this.insertNow(this.admit({ ...record, input: input.input, partitions }, true), recorded);
   }
 
   private insertNow(checked: ReturnType<Service['admit']>, recorded: ReadonlyMap<number, unknown>): { job: JobView; created: boolean } {

@@ -2,6 +2,7 @@ export * from './scenario.js';
 export * from './scenarios.js';
 export * from './simulator.js';
 export * from './window.js';
+export { unitMs } from './devices.js';
 export * from './metrics.js';
 export { Rng } from './random.js';
 export * from './load-scenario.js';

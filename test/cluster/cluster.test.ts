@@ -140,7 +140,10 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
     expect(r.body).toMatchObject({ state: 'done', result: { partitions: 1, total: sleepTotal(7, 1) } });
     expect((await http(a.url, 'POST', '/v1/jobs', { kind: 'sleep', partitions: 0 })).status).toBe(400);
     // A cluster node's answers hold no field its OpenAPI document leaves out (node, cluster included).
-    const doc = (await http(b.url, 'GET', '/v1/openapi.json')).body as OpenApiDoc;
+    const doc = (await http(b.url, 'GET', '/v1/openapi.json')).body as OpenApiDoc & { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+    // A node's document has its cluster route, and the 503 its routes answer while Redis does not.
+    expect(doc.paths['/v1/cluster']?.['get']).toBeDefined();
+    expect(Object.keys(doc.paths['/v1/status']?.['get']?.responses ?? {})).toContain('503');
     const job = (await http(b.url, 'GET', '/v1/jobs/idem:1')).body;
     expect(job).toHaveProperty('node');
     expect(undocumented(job, doc.components.schemas['Job'] as Record<string, unknown>, doc)).toEqual([]);

@@ -14,9 +14,10 @@ describe('failure codes in BullMQ', () => {
     }
   });
 
-  it('reads the "E_X: reason" form older nodes wrote, and gives anything else as E_INTERNAL', () => {
+  it('writes the "E_X: reason" form every node version reads, and gives anything else as E_INTERNAL', () => {
+    expect(failure('E_DEADLINE', 'job j missed its deadline').message).toBe('E_DEADLINE: job j missed its deadline');
     expect(failureOf('E_DEADLINE: job j missed its deadline')).toEqual({ code: 'E_DEADLINE', reason: 'job j missed its deadline' });
     expect(failureOf('job stalled more than allowable limit')).toEqual({ code: 'E_INTERNAL', reason: 'job stalled more than allowable limit' });
-    expect(failureOf('{"code": 1}')).toEqual({ code: 'E_INTERNAL', reason: '{"code": 1}' });
+    expect(failureOf('')).toEqual({ code: 'E_INTERNAL', reason: '' });
   });
 });
