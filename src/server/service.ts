@@ -24,7 +24,7 @@ import { ServiceMetrics } from './metrics.js';
 import { measuredPriors, readPriors, writePriors, type Priors } from './priors.js';
 import { countPartitions, isFinal, LIST_STATES_MAX, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type PartitionCounts, type StatesPage } from './progress.js';
 import { buildStatus } from './status.js';
-import { askKind, fieldIssues, invalid, partitionsOf } from './submission.js';
+import { checkedByKind, fieldIssues, invalid } from './submission.js';
 
 /** A kind as `GET /v1/kinds` lists it. */
 export interface KindView {
@@ -400,11 +400,7 @@ export class Service {
     if (this.closing) throw shuttingDown();
     const kind = this.kinds.get(record.kind);
     if (!kind) throw invalid([{ path: 'kind', message: `kind ${JSON.stringify(record.kind)} is not loaded on this server: use one of ${[...this.kinds.keys()].join(', ')}` }]);
-    const input = kind.validate(record.input);
-    if (!input.ok) throw invalid(input.issues);
-    const partitions = partitionsOf(kind, input.input, record.partitions);
-    askKind(kind, () => kind.memory(input.input));
-    return this.insertNow(this.admit({ ...record, input: input.input, partitions }, true), recorded);
+    return this.insertNow(this.admit({ ...record, ...checkedByKind(kind, record.input, record.partitions) }, true), recorded);
   }
 
   private insertNow(checked: ReturnType<Service['admit']>, recorded: ReadonlyMap<number, unknown>): { job: JobView; created: boolean } {
@@ -474,13 +470,10 @@ export class Service {
       const names = [...new Set([...this.kinds.keys(), ...(elsewhere?.names() ?? [])])];
       throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${names.join(', ')}` }]);
     }
-    const input = kind.validate(body.input ?? {});
-    if (!input.ok) throw invalid(input.issues);
-    const partitions = partitionsOf(kind, input.input, body.partitions);
-    askKind(kind, () => kind.memory(input.input));
+    const { input, partitions } = checkedByKind(kind, body.input ?? {}, body.partitions);
     const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
     const id = body.id ?? randomUUID();
-    return { record: { id, kind: kind.name, priority: body.priority, partitions, input: input.input, deadline }, explicitId: body.id !== undefined };
+    return { record: { id, kind: kind.name, priority: body.priority, partitions, input, deadline }, explicitId: body.id !== undefined };
   }
 
   /** The job, or undefined when unknown (or purged); `page`: which partitions' states to give (default the first 100,000). */

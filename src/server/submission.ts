@@ -7,7 +7,7 @@ import type { z } from 'zod';
 /** Checks of a submission against its kind: its partitions, the kind's answers, the 400 that names each field. */
 
 /** The job's partition count: given, or derived from the input by the kind (both: they must agree). */
-export function partitionsOf(kind: LoadedKind, input: unknown, given: number | undefined): number {
+function partitionsOf(kind: LoadedKind, input: unknown, given: number | undefined): number {
   const derived = askKind(kind, () => kind.partitions(input));
   if (derived === undefined) {
     if (given === undefined) throw invalid([{ path: 'partitions', message: `partitions must be a whole number from 1 to ${MAX_PARTITIONS}: kind ${kind.name} does not derive it from its input` }]);
@@ -18,7 +18,7 @@ export function partitionsOf(kind: LoadedKind, input: unknown, given: number | u
 }
 
 /** Asks the kind about an input: a bad answer (the kind's bug) is the server's 500, a refusal (it throws) the client's 400. */
-export function askKind<T>(kind: LoadedKind, ask: () => T): T {
+function askKind<T>(kind: LoadedKind, ask: () => T): T {
   try {
     return ask();
   } catch (e) {
@@ -39,4 +39,17 @@ export function fieldIssues(error: z.ZodError): { path: string; message: string 
 
 export function invalid(errors: { path: string; message: string }[]): ServiceError {
   return new ServiceError(400, 'invalid-job', 'Invalid job', errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '), { errors });
+}
+
+/**
+ * A job's input and partitions as its kind takes them: the input checked against the kind's
+ * schema (with its defaults filled in), the partition count given or derived, and the kind asked
+ * for the memory of that input. Each refusal is a 400 naming the field.
+ */
+export function checkedByKind(kind: LoadedKind, input: unknown, partitions: number | undefined): { input: unknown; partitions: number } {
+  const checked = kind.validate(input);
+  if (!checked.ok) throw invalid(checked.issues);
+  const n = partitionsOf(kind, checked.input, partitions);
+  askKind(kind, () => kind.memory(checked.input));
+  return { input: checked.input, partitions: n };
 }
