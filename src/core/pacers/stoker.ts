@@ -1,7 +1,8 @@
 import { StokerError } from '../errors.js';
 import { numberOption, type KindCounters, type Pacer, type PacerMode, type PacerSnapshot, type PacerState } from '../pacer.js';
-import { batchItemMs, busyOf, completionsOf, deviceMeanMs, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
+import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 import { PrepareLimit, type PacerView } from './stoker-limiter.js';
+import { KindPlan } from './stoker-rates.js';
 import { STOKER_DEFAULTS, type StokerPacerOptions } from './stoker-options.js';
 
 export { STOKER_DEFAULTS, type StokerPacerOptions } from './stoker-options.js';
@@ -49,20 +50,12 @@ class StokerPacer implements Pacer {
   private readonly bootstrapItems: number | undefined;
   private readonly bootstrapSpacing: number;
   private readonly targetBatches: number;
-  /** The waiting target in items, and the items the devices hold when every worker runs (full batches where they batch). */
-  private waitTarget: number;
-  private deviceItems = 0;
 
   // Estimates.
   private devices: DeviceEstimate[] = [];
-  /** The kinds seen (snapshot order), and λ_k for each, items/ms (estimateRates). */
+  /** The kinds seen (snapshot order), and the plan across them: λ_k of each, the kind planned in (stoker-rates.ts). */
   private readonly kindNames: string[] = [];
-  private readonly kindRates: number[] = [];
-  /** The kind the plan is counted in: the next to be dispatched (the last one while none is queued). */
-  private ref = 0;
-  /** Whether the kinds run on different devices (kindsApart), for how many kinds that was worked out. */
-  private apart = false;
-  private apartFor = -1;
+  private readonly plan: KindPlan;
   private last = NaN;
   private prepCompletions = 0;
   private prepLatencyTotal = 0;
@@ -92,10 +85,7 @@ class StokerPacer implements Pacer {
   private settledTarget = NaN;
   private mode: PacerMode = 'bootstrap';
 
-  // Derived from the estimates, refreshed when they change.
-  /** λ, items/ms, and λ weighted by device occupancy (what the devices drain now). */
-  private lambda = 0;
-  private draining = 0;
+  // Derived from the estimates, refreshed when they change (λ and what drains: this.plan).
   /** σ of preparation latency and the safety margin on the latency, ms. */
   private spread = 0;
   private margin = 0;
@@ -125,7 +115,7 @@ class StokerPacer implements Pacer {
     this.bootstrapItems = options['bootstrapItems'] === undefined ? undefined : numberOption(options, 'bootstrapItems', 0, 1);
     this.bootstrapSpacing = numberOption(options, 'bootstrapSpacingMs', D.bootstrapSpacingMs);
     this.targetBatches = numberOption(options, 'targetBatches', NaN);
-    this.waitTarget = this.target;
+    this.plan = new KindPlan(this.target, this.targetBatches, this.prior);
     this.waitingAvg = this.target;
     const perDevice = options.priorDeviceServiceMs;
     if (perDevice !== undefined && (!Array.isArray(perDevice) || perDevice.some((v) => typeof v !== 'number' || !(v >= 0)))) {
@@ -158,14 +148,14 @@ class StokerPacer implements Pacer {
     }
     this.observeDevices(s, dt);
     this.observeLatency(s);
-    this.estimateRates(s);
+    this.plan.estimate(s, this.devices);
     const work = s.backlog > 0;
     const inFlight = s.preparing + s.waiting + s.onDevice;
     // Nothing measured and nothing in flight (the bootstrap items were withdrawn): bootstrap again.
     if (!this.hasEstimate && inFlight === 0) this.sentInBootstrap = 0;
     const v = this.view;
-    v.lambda = this.lambda;
-    v.draining = this.draining;
+    v.lambda = this.plan.lambda;
+    v.draining = this.plan.draining;
     v.latency = this.latency;
     v.latencySq = this.latencySq;
     v.busySince = this.busySince;
@@ -200,14 +190,14 @@ class StokerPacer implements Pacer {
 
   nextDispatchAt(s: PacerSnapshot): number {
     // The engine names the next item's kind just before it asks: plan in that kind's items.
-    if (s.nextKind >= 0 && s.nextKind !== this.ref && s.nextKind < s.kinds.length) {
-      this.estimateRates(s);
+    if (s.nextKind >= 0 && s.nextKind !== this.plan.ref && s.nextKind < s.kinds.length) {
+      this.plan.estimate(s, this.devices);
       this.recompute(s);
     }
     if (!this.hasEstimate) {
-      const n = this.bootstrapItems ?? this.deviceItems + this.waitTarget;
+      const n = this.bootstrapItems ?? this.plan.deviceItems + this.plan.waitTarget;
       if (this.sentInBootstrap >= n) return Infinity;
-      return this.sentInBootstrap % Math.max(1, this.deviceItems) === 0 ? Math.max(s.now, this.lastBootstrapAt + this.bootstrapSpacing) : s.now;
+      return this.sentInBootstrap % Math.max(1, this.plan.deviceItems) === 0 ? Math.max(s.now, this.lastBootstrapAt + this.bootstrapSpacing) : s.now;
     }
     // At the preparation limit a preparation ends before the next may start (so one is in flight).
     if (s.preparing >= this.limit.cap) return Infinity;
@@ -217,7 +207,7 @@ class StokerPacer implements Pacer {
 
   onDispatch(s: PacerSnapshot): void {
     if (!this.hasEstimate) {
-      if (this.sentInBootstrap % Math.max(1, this.deviceItems) === 0) this.lastBootstrapAt = s.now;
+      if (this.sentInBootstrap % Math.max(1, this.plan.deviceItems) === 0) this.lastBootstrapAt = s.now;
       this.sentInBootstrap++;
       return;
     }
@@ -226,10 +216,10 @@ class StokerPacer implements Pacer {
   }
 
   state(): PacerState {
-    const ref = this.ref;
+    const ref = this.plan.ref;
     const st: PacerState = {
       mode: this.mode,
-      ratePerSec: this.lambda > 0 ? this.lambda * 1000 : null,
+      ratePerSec: this.plan.lambda > 0 ? this.plan.lambda * 1000 : null,
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
       terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.limit.cap) ? { prepareLimit: this.limit.cap } : {}), ...(this.limit.state && Number.isFinite(this.limit.state.best) ? { prepareLimitBest: this.limit.state.best } : {}) },
       devices: this.devices.map((d) => {
@@ -245,11 +235,9 @@ class StokerPacer implements Pacer {
         return out;
       }),
     };
-    if (this.kindNames.length > 0) st.kinds = this.kindNames.map((name, k) => ({ name, estimatedPerSec: (this.kindRates[k] ?? 0) > 0 ? (this.kindRates[k] as number) * 1000 : null }));
+    if (this.kindNames.length > 0) st.kinds = this.kindNames.map((name, k) => ({ name, estimatedPerSec: (this.plan.rates[k] ?? 0) > 0 ? (this.plan.rates[k] as number) * 1000 : null }));
     return st;
   }
-
-
 
   /**
    * Service time per item of each kind on each device, from the busy-time accumulators (weighted
@@ -341,8 +329,6 @@ class StokerPacer implements Pacer {
     }
   }
 
-
-
   workerLimit(device: number): number {
     const d = this.devices[device];
     return d ? Math.min(d.limit, d.probe) : Infinity;
@@ -384,118 +370,6 @@ class StokerPacer implements Pacer {
     this.margin = (this.safetyZ * this.spread) / Math.sqrt(samples);
   }
 
-
-
-
-
-
-
-  /**
-   * λ_k for each kind: the sum over the devices that run it of workers ÷ its service time there. A
-   * kind not measured on a device borrows its mean service time on the others, else the device's
-   * mean over its other kinds, else the mean of everything measured, else the prior (so once
-   * anything is known, every device that runs the next kind has a rate: dispatch never holds for
-   * want of one). The plan is made in items of the next kind to be
-   * dispatched (λ = its λ_k); the others count by their device time (see recompute).
-   */
-  private estimateRates(s: PacerSnapshot): void {
-    const kinds = Math.max(1, s.kinds.length);
-    // Batching devices hold a batch per worker, and want a whole batch waiting when a worker
-    // frees: the waiting target (or targetBatches batches) plus half a batch (the mean of the
-    // queue's saw-tooth, which a full batch empties at each start).
-    let items = 0;
-    let largest = 1;
-    for (const c of s.devices) {
-      const n = c.batch ? c.batch.maxItems : 1;
-      items += c.workers * n;
-      if (c.eligible !== false) largest = Math.max(largest, n);
-    }
-    this.deviceItems = items;
-    this.waitTarget = largest > 1 ? (this.targetBatches >= 0 ? this.targetBatches * largest : this.target) + largest / 2 : this.target;
-    if (s.nextKind >= 0 && s.nextKind < kinds) this.ref = s.nextKind;
-    else if (this.ref >= kinds) this.ref = 0;
-    for (let k = 0; k < kinds; k++) {
-      // The fallbacks, made only when a device has not measured this kind (-1: not yet made).
-      let kindMs = -1;
-      // (With one kind, a device that does not run it has no work: eligible says so.)
-      const runsOn = s.kinds.length > 1 ? (s.kinds[k] as KindCounters).devices : null;
-      let lambda = 0;
-      let draining = 0;
-      for (let i = 0; i < this.devices.length; i++) {
-        if (runsOn && !runsOn.includes(i)) continue;
-        const d = this.devices[i] as DeviceEstimate;
-        const c = s.devices[i] as PacerSnapshot['devices'][number];
-        // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
-        if (c.eligible === false) continue;
-        let ms = batchItemMs(d, k);
-        if (!(ms > 0)) ms = d.services[k]?.serviceMs ?? NaN;
-        if (!(ms > 0)) {
-          if (kindMs < 0) kindMs = this.meanServiceMs(k);
-          ms = kindMs > 0 ? kindMs : deviceMeanMs(d, this.meanServiceMs(-1));
-        }
-        // Planned for the workers of the last latency (see plannedWorkers); what drains now is what is alive.
-        const workers = Math.min(d.plannedWorkers, d.limit);
-        if (ms > 0 && workers > 0) {
-          // The self-check's factor: 1 unless saturated windows keep showing another capacity.
-          lambda += (workers / ms) * d.correction;
-          draining += (c.workers / ms) * d.correction * d.occupancy;
-        }
-      }
-      this.kindRates[k] = lambda;
-      if (k === this.ref) {
-        this.lambda = lambda;
-        this.draining = draining;
-      }
-    }
-    // Kinds on different devices (devices that name their kinds): the next kind's devices are not
-    // the only ones that drain, so one plan over every device with work, each at its mean service
-    // time over its kinds (as with one kind), and no weighting by kind.
-    if (this.kindsApart(s)) {
-      let lambda = 0;
-      let draining = 0;
-      for (let i = 0; i < this.devices.length; i++) {
-        const d = this.devices[i] as DeviceEstimate;
-        const c = s.devices[i] as PacerSnapshot['devices'][number];
-        if (c.eligible === false) continue;
-        const fitted = batchItemMs(d);
-        const ms = fitted > 0 ? fitted : deviceMeanMs(d, this.meanServiceMs(-1));
-        const workers = Math.min(d.plannedWorkers, d.limit);
-        if (ms > 0 && workers > 0) {
-          lambda += (workers / ms) * d.correction;
-          draining += (c.workers / ms) * d.correction * d.occupancy;
-        }
-      }
-      this.lambda = lambda;
-      this.draining = draining;
-    }
-  }
-
-  /** Whether the kinds seen run on different sets of devices (cached: a kind's devices never change). */
-  private kindsApart(s: PacerSnapshot): boolean {
-    if (this.apartFor !== s.kinds.length) {
-      this.apartFor = s.kinds.length;
-      const first = s.kinds[0]?.devices;
-      this.apart = s.kinds.some((k) => k.devices.length !== first?.length || k.devices.some((d, i) => d !== first[i]));
-    }
-    return this.apart;
-  }
-
-  /** The mean service time measured for kind k over the devices (k = −1: for any kind), else the prior (k = −1) or NaN. */
-  private meanServiceMs(k: number): number {
-    let n = 0;
-    let sum = 0;
-    for (const d of this.devices) {
-      for (let j = 0; j < d.services.length; j++) {
-        const ms = (d.services[j] as ServiceEstimate).serviceMs;
-        if ((k < 0 || j === k) && ms > 0) {
-          n++;
-          sum += ms;
-        }
-      }
-    }
-    return n > 0 ? sum / n : k < 0 ? this.prior : NaN;
-  }
-
   /**
    * The slow integral on the waiting queue. Transients (start-up, speed changes) pass through the
    * waiting queue one dead time later; integrating them would wind the trim up, so only a loop
@@ -508,37 +382,16 @@ class StokerPacer implements Pacer {
       this.settledSince = s.now;
       this.settledTarget = this.inventoryTarget;
     } else if (dt > 0 && s.now - this.settledSince >= this.settleLatencies * this.latency) {
-      const target = this.waitTarget;
+      const target = this.plan.waitTarget;
       const error = Math.min(Math.max(target - this.waitingAvg, -target), target);
       this.integral += (error * dt) / (this.integralFraction * this.latency);
       this.integral = Math.min(Math.max(this.integral, -target), target + s.workers);
     }
   }
 
-  /**
-   * Safety stock for a skewed device's own variability (cv² > SKEWED_CV2): over one preparation
-   * latency L the devices take λL items on average, with a standard deviation of √(λL·cv²) (a
-   * renewal process) — more than the waiting target covers when cv is large, and the waiting
-   * feedback cannot help (the queue's spread, not its mean, starves the device). The target holds
-   * safetyZ of those more; on less noisy devices the waiting feedback trims the mean and this is 0.
-   */
-  private serviceStock(lambda: number, lat: number): number {
-    let cv2 = 0;
-    let rates = 0;
-    for (const d of this.devices) {
-      const svc = d.services[this.ref];
-      // (A batching device's time per item spreads with the batch size, which is not noise.)
-      if (!svc || !(svc.serviceMs > 0) || d.fit) continue;
-      const r = Math.min(d.plannedWorkers, d.limit) / svc.serviceMs;
-      rates += r;
-      if (svc.varianceSlow > SKEWED_CV2) cv2 += r * svc.varianceSlow;
-    }
-    return rates > 0 && cv2 > 0 ? this.safetyZ * Math.sqrt((lambda * lat * cv2) / rates) : 0;
-  }
-
   /** The dispatch rate u for the current inventory. */
   private recompute(s: PacerSnapshot): void {
-    const lambda = this.lambda;
+    const lambda = this.plan.lambda;
     if (!(lambda > 0)) {
       this.rate = 0;
       return;
@@ -546,29 +399,17 @@ class StokerPacer implements Pacer {
     // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
     const lat = this.latency > 0 ? this.latency : Number.isFinite(this.busySince) ? s.now - this.busySince : 0;
     // Items of other kinds count by their device time, in items of the next kind (λ ÷ λ_k each).
-    let inventory = s.preparing + s.waiting + s.onDevice;
-    if (s.kinds.length > 1 && !this.apart) for (let k = 0; k < s.kinds.length; k++) {
-      const kc = s.kinds[k] as KindCounters;
-      const rate = this.kindRates[k] as number;
-      if (k !== this.ref && rate > 0) inventory += (kc.preparing + kc.waiting + kc.onDevice) * (lambda / rate - 1);
-    }
+    const inventory = this.plan.inventory(s);
     // On the devices: an item per worker, a full batch per worker where they batch.
     let onDevices = 0;
     for (let i = 0; i < this.devices.length; i++) {
       const d = this.devices[i] as DeviceEstimate;
       onDevices += Math.min(d.plannedWorkers, d.limit) * (s.devices[i]?.batch?.maxItems ?? 1);
     }
-    this.inventoryTarget = lambda * (lat + this.margin) + this.serviceStock(lambda, lat) + onDevices + this.waitTarget + this.integral;
+    this.inventoryTarget = lambda * (lat + this.margin) + this.plan.serviceStock(this.devices, lambda, lat, this.safetyZ) + onDevices + this.plan.waitTarget + this.integral;
     const u = lambda + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
-    this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.draining + this.catchUp * lambda);
+    this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.plan.draining + this.catchUp * lambda);
     this.rate = Math.min(Math.max(u, 0), this.maxRate);
   }
 }
-
-
-
-
-
-
-
 

@@ -1,0 +1,171 @@
+import type { KindCounters, PacerSnapshot } from '../pacer.js';
+import { batchItemMs, deviceMeanMs, SKEWED_CV2, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
+
+/**
+ * The stoker pacer's plan across kinds: the service rate λ_k of each kind over the devices that
+ * run it, the kind the plan is counted in (the next to be dispatched), and the inventory in that
+ * kind's items — an item of another kind counts by its device time — so that kinds whose device
+ * time differs several-fold, arriving in blocks, do not make the plan chase each block.
+ */
+export class KindPlan {
+  /** λ_k for each kind (snapshot order), items/ms. */
+  readonly rates: number[] = [];
+  /** The kind the plan is counted in: the next to be dispatched (the last one while none is queued). */
+  ref = 0;
+  /** λ of the plan's kind, items/ms, and λ weighted by device occupancy (what the devices drain now). */
+  lambda = 0;
+  draining = 0;
+  /** The items the devices hold when every worker runs (full batches where they batch), and the waiting target in items. */
+  deviceItems = 0;
+  waitTarget: number;
+  /** Whether the kinds run on different devices (kindsApart), for how many kinds that was worked out. */
+  private apart = false;
+  private apartFor = -1;
+
+  constructor(
+    private readonly target: number,
+    private readonly targetBatches: number,
+    /** The configured prior service time, ms (NaN: none): the last fallback of a kind's rate. */
+    private readonly prior: number,
+  ) {
+    this.waitTarget = target;
+  }
+
+  /** Items in flight (preparing, waiting, on a device), each of another kind counted as λ ÷ λ_k items of the plan's kind. */
+  inventory(s: PacerSnapshot): number {
+    let inventory = s.preparing + s.waiting + s.onDevice;
+    if (s.kinds.length > 1 && !this.apart) for (let k = 0; k < s.kinds.length; k++) {
+      const kc = s.kinds[k] as KindCounters;
+      const rate = this.rates[k] as number;
+      if (k !== this.ref && rate > 0) inventory += (kc.preparing + kc.waiting + kc.onDevice) * (this.lambda / rate - 1);
+    }
+    return inventory;
+  }
+
+  /**
+   * λ_k for each kind: the sum over the devices that run it of workers ÷ its service time there. A
+   * kind not measured on a device borrows its mean service time on the others, else the device's
+   * mean over its other kinds, else the mean of everything measured, else the prior (so once
+   * anything is known, every device that runs the next kind has a rate: dispatch never holds for
+   * want of one). The plan is made in items of the next kind to be
+   * dispatched (λ = its λ_k); the others count by their device time (see inventory).
+   */
+  estimate(s: PacerSnapshot, devices: readonly DeviceEstimate[]): void {
+    const kinds = Math.max(1, s.kinds.length);
+    // Batching devices hold a batch per worker, and want a whole batch waiting when a worker
+    // frees: the waiting target (or targetBatches batches) plus half a batch (the mean of the
+    // queue's saw-tooth, which a full batch empties at each start).
+    let items = 0;
+    let largest = 1;
+    for (const c of s.devices) {
+      const n = c.batch ? c.batch.maxItems : 1;
+      items += c.workers * n;
+      if (c.eligible !== false) largest = Math.max(largest, n);
+    }
+    this.deviceItems = items;
+    this.waitTarget = largest > 1 ? (this.targetBatches >= 0 ? this.targetBatches * largest : this.target) + largest / 2 : this.target;
+    if (s.nextKind >= 0 && s.nextKind < kinds) this.ref = s.nextKind;
+    else if (this.ref >= kinds) this.ref = 0;
+    for (let k = 0; k < kinds; k++) {
+      // The fallbacks, made only when a device has not measured this kind (-1: not yet made).
+      let kindMs = -1;
+      // (With one kind, a device that does not run it has no work: eligible says so.)
+      const runsOn = s.kinds.length > 1 ? (s.kinds[k] as KindCounters).devices : null;
+      let lambda = 0;
+      let draining = 0;
+      for (let i = 0; i < devices.length; i++) {
+        if (runsOn && !runsOn.includes(i)) continue;
+        const d = devices[i] as DeviceEstimate;
+        const c = s.devices[i] as PacerSnapshot['devices'][number];
+        // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
+        if (c.eligible === false) continue;
+        let ms = batchItemMs(d, k);
+        if (!(ms > 0)) ms = d.services[k]?.serviceMs ?? NaN;
+        if (!(ms > 0)) {
+          if (kindMs < 0) kindMs = this.meanServiceMs(devices, k);
+          ms = kindMs > 0 ? kindMs : deviceMeanMs(d, this.meanServiceMs(devices, -1));
+        }
+        // Planned for the workers of the last latency (see plannedWorkers); what drains now is what is alive.
+        const workers = Math.min(d.plannedWorkers, d.limit);
+        if (ms > 0 && workers > 0) {
+          // The self-check's factor: 1 unless saturated windows keep showing another capacity.
+          lambda += (workers / ms) * d.correction;
+          draining += (c.workers / ms) * d.correction * d.occupancy;
+        }
+      }
+      this.rates[k] = lambda;
+      if (k === this.ref) {
+        this.lambda = lambda;
+        this.draining = draining;
+      }
+    }
+    // Kinds on different devices (devices that name their kinds): the next kind's devices are not
+    // the only ones that drain, so one plan over every device with work, each at its mean service
+    // time over its kinds (as with one kind), and no weighting by kind.
+    if (this.kindsApart(s)) {
+      let lambda = 0;
+      let draining = 0;
+      for (let i = 0; i < devices.length; i++) {
+        const d = devices[i] as DeviceEstimate;
+        const c = s.devices[i] as PacerSnapshot['devices'][number];
+        if (c.eligible === false) continue;
+        const fitted = batchItemMs(d);
+        const ms = fitted > 0 ? fitted : deviceMeanMs(d, this.meanServiceMs(devices, -1));
+        const workers = Math.min(d.plannedWorkers, d.limit);
+        if (ms > 0 && workers > 0) {
+          lambda += (workers / ms) * d.correction;
+          draining += (c.workers / ms) * d.correction * d.occupancy;
+        }
+      }
+      this.lambda = lambda;
+      this.draining = draining;
+    }
+  }
+
+  /** Whether the kinds seen run on different sets of devices (cached: a kind's devices never change). */
+  private kindsApart(s: PacerSnapshot): boolean {
+    if (this.apartFor !== s.kinds.length) {
+      this.apartFor = s.kinds.length;
+      const first = s.kinds[0]?.devices;
+      this.apart = s.kinds.some((k) => k.devices.length !== first?.length || k.devices.some((d, i) => d !== first[i]));
+    }
+    return this.apart;
+  }
+
+  /** The mean service time measured for kind k over the devices (k = −1: for any kind), else the prior (k = −1) or NaN. */
+  private meanServiceMs(devices: readonly DeviceEstimate[], k: number): number {
+    let n = 0;
+    let sum = 0;
+    for (const d of devices) {
+      for (let j = 0; j < d.services.length; j++) {
+        const ms = (d.services[j] as ServiceEstimate).serviceMs;
+        if ((k < 0 || j === k) && ms > 0) {
+          n++;
+          sum += ms;
+        }
+      }
+    }
+    return n > 0 ? sum / n : k < 0 ? this.prior : NaN;
+  }
+
+  /**
+   * Safety stock for a skewed device's own variability (cv² > SKEWED_CV2): over one preparation
+   * latency L the devices take λL items on average, with a standard deviation of √(λL·cv²) (a
+   * renewal process) — more than the waiting target covers when cv is large, and the waiting
+   * feedback cannot help (the queue's spread, not its mean, starves the device). The target holds
+   * safetyZ of those more; on less noisy devices the waiting feedback trims the mean and this is 0.
+   */
+  serviceStock(devices: readonly DeviceEstimate[], lambda: number, lat: number, safetyZ: number): number {
+    let cv2 = 0;
+    let rates = 0;
+    for (const d of devices) {
+      const svc = d.services[this.ref];
+      // (A batching device's time per item spreads with the batch size, which is not noise.)
+      if (!svc || !(svc.serviceMs > 0) || d.fit) continue;
+      const r = Math.min(d.plannedWorkers, d.limit) / svc.serviceMs;
+      rates += r;
+      if (svc.varianceSlow > SKEWED_CV2) cv2 += r * svc.varianceSlow;
+    }
+    return rates > 0 && cv2 > 0 ? safetyZ * Math.sqrt((lambda * lat * cv2) / rates) : 0;
+  }
+}
