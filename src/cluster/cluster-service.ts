@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Job, Queue, Worker } from 'bullmq';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import type { JobView, StatusView } from '../server/api.js';
 import type { ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
@@ -11,6 +11,7 @@ import type { Service } from '../server/service.js';
 import { Dispatcher } from './dispatcher.js';
 import { bullId, BULL_PRIORITY, K, PREFIX, queueName, type CancelledRecord, type JobData, type KindEntry } from './keys.js';
 import { Recovery } from './recovery.js';
+import { connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
 import { Registry } from './registry.js';
 import { ClusterViews } from './views.js';
 
@@ -32,21 +33,10 @@ export type { NodeInfo } from './registry.js';
  * itself against the registry's schema.
  */
 
-
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-/** How long an API call waits for Redis before it answers 503. */
-const REDIS_ANSWER_MS = 3000;
 /** How often a node checks the jobs it accepted against Redis (ended: forgotten; lost: queued again). */
 const SWEEP_MS = 2000;
-
-function connect(url: string, name: string): Redis {
-  const r = new Redis(url, { maxRetriesPerRequest: null, connectionName: name, lazyConnect: false });
-  r.on('error', () => {
-    // ioredis reconnects by itself; commands fail while it is away
-  });
-  return r;
-}
 
 export class ClusterService implements ApiService {
   readonly nodeId: string;
@@ -120,7 +110,7 @@ export class ClusterService implements ApiService {
   }
 
   private conn(name: string): Redis {
-    const r = connect(this.config.cluster.redis, `stoker-${this.config.cluster.nodeId}${name}`);
+    const r = connectRedis(this.config.cluster.redis, `stoker-${this.config.cluster.nodeId}${name}`);
     this.conns.push(r);
     return r;
   }
@@ -168,45 +158,15 @@ export class ClusterService implements ApiService {
    * KindModuleError naming it), subscribes to cancels and to jobs added.
    */
   async connect(): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`cannot reach Redis at ${this.config.cluster.redis} within 5 s: start it, or fix --cluster / cluster.redis`)), 5000);
-    });
-    try {
-      await Promise.race([Promise.all([this.redis.ping(), this.sub.ping(), ...[...this.workers.values()].map((w) => w.waitUntilReady())]), timeout]);
-    } finally {
-      // A pending timer would hold a node that failed to join for 5 s more.
-      clearTimeout(timer);
-    }
+    await reachRedis(this.config.cluster.redis, Promise.all([this.redis.ping(), this.sub.ping(), ...[...this.workers.values()].map((w) => w.waitUntilReady())]));
     await this.registry.register();
-    this.persistence = await this.persistenceNote();
+    this.persistence = await persistenceNote(this.redis);
     await this.sub.subscribe(K.cancelChannel, K.addedChannel);
     this.sub.on('message', (ch: string, msg: string) => {
       if (ch === K.cancelChannel) this.dispatcher.cancelHeld(msg);
       if (ch === K.addedChannel && this.workers.has(msg)) this.dispatcher.wakeUp();
     });
   }
-
-  /** Redis's persistence settings, and what they mean for the jobs. */
-  private async persistenceNote(): Promise<string> {
-    let aof: string | undefined;
-    let save: string | undefined;
-    try {
-      const a = (await this.redis.config('GET', 'appendonly')) as string[];
-      const v = (await this.redis.config('GET', 'save')) as string[];
-      aof = a[1];
-      save = v[1];
-    } catch {
-      return `Redis persistence: unknown (CONFIG GET refused); should Redis lose its data, each node queues again the jobs it accepted and republishes the results it holds`;
-    }
-    if (aof === 'yes') return 'Redis persistence: appendonly yes: the queue survives a Redis restart';
-    const snap = save ? `RDB snapshots (save ${save}): a restart loses what came after the last snapshot` : 'none (save "", appendonly no): a restart loses the whole queue';
-    return `Redis persistence: ${snap}; each node then queues again the jobs it accepted (from its journal) and republishes the results it holds`;
-  }
-
-
-
-
 
   /** Starts the heartbeat, the stalled check and the pull loop. */
   start(url: string): void {
@@ -232,24 +192,9 @@ export class ClusterService implements ApiService {
 
   // ─── The API ──────────────────────────────────────────────────────────────────────────────
 
-  /**
-   * Runs an API call that needs Redis: while Redis is away, or when it does not answer within
-   * REDIS_ANSWER_MS, the caller gets 503 with Retry-After at once instead of a request that hangs
-   * until Redis returns (ioredis would queue the commands for as long as it takes).
-   */
-  private async withRedis<T>(fn: () => Promise<T>): Promise<T> {
-    const down = (why: string) =>
-      new ServiceError(503, 'redis-unavailable', 'Redis unavailable', `the cluster's Redis (${this.config.cluster.redis}) ${why}: jobs can be neither taken nor read now; retry after ${this.config.server.retryAfterS} s (the jobs this node holds go on)`, { retryAfterS: this.config.server.retryAfterS });
-    if (this.redis.status !== 'ready') throw down(`is unreachable (connection ${this.redis.status})`);
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      return await Promise.race([fn(), new Promise<never>((_, reject) => (timer = setTimeout(() => reject(down(`did not answer within ${REDIS_ANSWER_MS / 1000} s`)), REDIS_ANSWER_MS)))]);
-    } catch (e) {
-      if (!(e instanceof ServiceError) && this.redis.status !== 'ready') throw down(`went away during the request (${e instanceof Error ? e.message : String(e)})`);
-      throw e;
-    } finally {
-      clearTimeout(timer);
-    }
+  /** Runs an API call that needs Redis: a 503 at once while Redis is away or slow to answer (see {@link guardRedis}). */
+  private withRedis<T>(fn: () => Promise<T>): Promise<T> {
+    return guardRedis(this.redis, { url: this.config.cluster.redis, retryAfterS: this.config.server.retryAfterS }, fn);
   }
 
   submit(raw: unknown): Promise<{ job: JobView; created: boolean }> {

@@ -1,0 +1,74 @@
+/**
+ * A node's link to the cluster's Redis: opening its connections, waiting for Redis at start, an
+ * API call's 503 while Redis is away or slow, and what Redis's persistence settings mean for the
+ * cluster's jobs.
+ */
+import { Redis } from 'ioredis';
+import { ServiceError } from '../server/errors.js';
+
+/** How long an API call waits for Redis before it answers 503. */
+const REDIS_ANSWER_MS = 3000;
+
+/** Opens a connection named `name` to the Redis at `url`; it reconnects by itself and never throws on its own errors. */
+export function connectRedis(url: string, name: string): Redis {
+  const r = new Redis(url, { maxRetriesPerRequest: null, connectionName: name, lazyConnect: false });
+  r.on('error', () => {
+    // ioredis reconnects by itself; commands fail while it is away
+  });
+  return r;
+}
+
+/**
+ * Waits for `ready` (the connections' first answers); fails after 5 s with an error naming the
+ * Redis at `url` and the fix.
+ */
+export async function reachRedis(url: string, ready: Promise<unknown>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`cannot reach Redis at ${url} within 5 s: start it, or fix --cluster / cluster.redis`)), 5000);
+  });
+  try {
+    await Promise.race([ready, timeout]);
+  } finally {
+    // A pending timer would hold a node that failed to join for 5 s more.
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Runs an API call that needs Redis: while Redis is away, or when it does not answer within
+ * REDIS_ANSWER_MS, the caller gets 503 with Retry-After at once instead of a request that hangs
+ * until Redis returns (ioredis would queue the commands for as long as it takes). `url` and
+ * `retryAfterS` are said in the 503.
+ */
+export async function guardRedis<T>(redis: Redis, how: { url: string; retryAfterS: number }, fn: () => Promise<T>): Promise<T> {
+  const down = (why: string) =>
+    new ServiceError(503, 'redis-unavailable', 'Redis unavailable', `the cluster's Redis (${how.url}) ${why}: jobs can be neither taken nor read now; retry after ${how.retryAfterS} s (the jobs this node holds go on)`, { retryAfterS: how.retryAfterS });
+  if (redis.status !== 'ready') throw down(`is unreachable (connection ${redis.status})`);
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([fn(), new Promise<never>((_, reject) => (timer = setTimeout(() => reject(down(`did not answer within ${REDIS_ANSWER_MS / 1000} s`)), REDIS_ANSWER_MS)))]);
+  } catch (e) {
+    if (!(e instanceof ServiceError) && redis.status !== 'ready') throw down(`went away during the request (${e instanceof Error ? e.message : String(e)})`);
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Redis's persistence settings, and what they mean for the jobs (said when a node starts). */
+export async function persistenceNote(redis: Redis): Promise<string> {
+  let aof: string | undefined;
+  let save: string | undefined;
+  try {
+    const a = (await redis.config('GET', 'appendonly')) as string[];
+    const v = (await redis.config('GET', 'save')) as string[];
+    aof = a[1];
+    save = v[1];
+  } catch {
+    return `Redis persistence: unknown (CONFIG GET refused); should Redis lose its data, each node queues again the jobs it accepted and republishes the results it holds`;
+  }
+  if (aof === 'yes') return 'Redis persistence: appendonly yes: the queue survives a Redis restart';
+  const snap = save ? `RDB snapshots (save ${save}): a restart loses what came after the last snapshot` : 'none (save "", appendonly no): a restart loses the whole queue';
+  return `Redis persistence: ${snap}; each node then queues again the jobs it accepted (from its journal) and republishes the results it holds`;
+}
