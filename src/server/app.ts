@@ -18,7 +18,8 @@ import type { HistoryView } from './history.js';
 import type { JobView, ResultView, StatusView, TimelineView } from './api.js';
 import { notFound, ServiceError } from './errors.js';
 import { isFinal, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
-import type { KindView, ServiceEvent } from './service.js';
+import type { KindView } from './kinds.js';
+import type { ServiceEvent } from './service.js';
 
 type MaybePromise<T> = T | Promise<T>;
 

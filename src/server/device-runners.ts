@@ -1,11 +1,41 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import type { DeviceSpec } from '../core/index.js';
 import { HttpDevice } from '../runtime/http-device.js';
 import { ProcessDevice } from '../runtime/process-device.js';
 import type { DeviceRunner, StageThreads } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
-import { ConfigError, type DeviceConfig } from './config.js';
+import { ConfigError, type DeviceConfig, type ServeConfig } from './config.js';
+import type { LoadedKind } from './kind-module.js';
+
+/** The server's devices and where each one's steps run: their table in engine order, the engine's view of them, their runners and handoff folders. */
+
+/** A device as the server numbers it. */
+export interface ServiceDevice {
+  name: string;
+  config: DeviceConfig;
+}
+
+/** The devices by index, as the engine numbers them: [device] ("default"), then each [devices.NAME]. */
+export function serviceDevices(config: ServeConfig): ServiceDevice[] {
+  return [['default', config.device] as const, ...Object.entries(config.devices ?? {})].map(([name, d]) => ({ name, config: d }));
+}
+
+/** The devices as the engine takes them: workers, batching, and (with several devices) the kinds that name each one. */
+export function engineDevices(devices: readonly ServiceDevice[], kinds: ReadonlyMap<string, LoadedKind>): DeviceSpec[] {
+  const several = devices.length > 1;
+  return devices.map(({ name, config: d }) => ({
+    workers: d.workers,
+    ...(several ? { kinds: [...kinds.values()].filter((k) => k.device === name).map((k) => k.name) } : {}),
+    ...(d.batch ? { batch: { maxItems: d.batch.maxItems, maxWaitMs: d.batch.maxWaitMs } } : {}),
+  }));
+}
+
+/** Per device, a process device's handoff files: this server's own folder (see {@link handoffFolder}). */
+export function deviceHandoffs(devices: readonly ServiceDevice[], dataDir: string): (Handoff | undefined)[] {
+  return devices.map(({ name, config: d }) => (d.process ? handoffFolder(d.process.handoffDir, name === 'default' ? dataDir : `${dataDir}#${name}`, d.process.handoffMinBytes, name === 'default' ? 'device' : `devices.${name}`) : undefined));
+}
 
 /** Where a device's steps run: the shared device threads, its processes, or its endpoint. */
 export function deviceRunner(name: string, d: DeviceConfig, threads: StageThreads): DeviceRunner {

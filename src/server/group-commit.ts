@@ -5,7 +5,7 @@
  * which under a flood was most of the event loop's time. What depends on a write being durable
  * (a submit's 202, a job's end being announced) runs in its `after`, once the group committed.
  */
-import { JournalError, type Journal } from './journal.js';
+import { isJournalError, type Journal } from './journal.js';
 
 /** The outcome of one write in a group. */
 export type WriteResult<T> = { ok: true; value: T } | { ok: false; error: unknown };
@@ -20,8 +20,6 @@ export interface GroupWrite<T> {
 
 /** The most writes committed in one group (the rest go in the next turn's). */
 const MAX_GROUP = 1024;
-
-const isFull = (e: unknown) => e instanceof JournalError && e.code === 'E_JOURNAL_FULL';
 
 export class GroupCommit {
   private pending: GroupWrite<unknown>[] = [];
@@ -65,7 +63,7 @@ function attempt(w: GroupWrite<unknown>, inGroup: boolean): WriteResult<unknown>
   try {
     return { ok: true, value: w.write() };
   } catch (error) {
-    if (inGroup && isFull(error)) throw error;
+    if (inGroup && isJournalError(error, 'E_JOURNAL_FULL')) throw error;
     return { ok: false, error };
   }
 }

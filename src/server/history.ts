@@ -1,4 +1,4 @@
-import { windowOccupancy, type PacerState } from '../core/index.js';
+import { windowOccupancy, type Engine, type PacerState } from '../core/index.js';
 
 type Ended = { done: number; failed: number; cancelled: number };
 type Levels = { queued: number; preparing: number; waiting: number; onDevice: number };
@@ -143,4 +143,63 @@ export class History {
     }
     return this.list.slice(lo);
   }
+}
+
+/** Jobs ended since start, per kind: by state, and their summed latency (s); what the history and the metrics count ended jobs from. */
+export class EndedJobs {
+  private readonly byKind = new Map<string, { ended: Ended; jobSeconds: number }>();
+
+  /** `kinds`: the loaded kinds, each counted from 0 (a kind that ends a job later is added then). */
+  constructor(kinds: Iterable<string>) {
+    for (const kind of kinds) this.entry(kind);
+  }
+
+  /** A job of `kind` ended in `state`, `seconds` after it was submitted. */
+  add(kind: string, state: keyof Ended, seconds: number): void {
+    const e = this.entry(kind);
+    e.ended[state]++;
+    e.jobSeconds += seconds;
+  }
+
+  /** By kind and state (every loaded kind, 0 included). */
+  counts(): { kind: string; state: keyof Ended; count: number }[] {
+    return [...this.byKind].flatMap(([kind, e]) => (['done', 'failed', 'cancelled'] as const).map((state) => ({ kind, state, count: e.ended[state] })));
+  }
+
+  /** A reading's per-kind part: the counts so far, and each kind's partitions by stage now. */
+  reading(partitions: ReturnType<Engine['partitionsByKind']>): HistoryReading['kinds'] {
+    const kinds: HistoryReading['kinds'] = {};
+    for (const [name, e] of this.byKind) {
+      const p = partitions[name];
+      kinds[name] = { ended: { ...e.ended }, jobSeconds: e.jobSeconds, partitions: { queued: p?.queued ?? 0, preparing: p?.preparing ?? 0, waiting: p?.waiting ?? 0, onDevice: p?.['on-device'] ?? 0 } };
+    }
+    return kinds;
+  }
+
+  private entry(kind: string): { ended: Ended; jobSeconds: number } {
+    let e = this.byKind.get(kind);
+    if (!e) this.byKind.set(kind, (e = { ended: { done: 0, failed: 0, cancelled: 0 }, jobSeconds: 0 }));
+    return e;
+  }
+}
+
+/**
+ * A reading of the engine now: its cumulative counts and levels, with the workers' busy time so
+ * far (`workerBusyMs`, the running items included), the ended jobs by kind, and the waiting target.
+ */
+export function historyReading(engine: Engine, workerBusyMs: number[][], kinds: HistoryReading['kinds'], waitingTarget: number): HistoryReading {
+  const s = engine.snapshot;
+  return {
+    t: Date.now(),
+    workerBusyMs,
+    workerAlive: engine.workerStates().map((ws) => ws.map((w) => w.alive)),
+    dispatched: s.dispatched,
+    completed: s.deviceCompletions,
+    devices: s.devices.map((d) => ({ completions: d.completions, busyMs: d.busyMs, workers: d.workers })),
+    kinds,
+    partitions: { queued: s.backlog, preparing: s.preparing, waiting: s.waiting, onDevice: s.onDevice },
+    pacer: engine.pacer.state(),
+    waitingTarget,
+    memory: { reservedBytes: s.budgetUsedBytes, idlePoolBytes: engine.budget.held, budgetBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null },
+  };
 }

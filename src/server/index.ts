@@ -12,8 +12,8 @@
 export { startServer, type RunningServer } from './serve.js';
 export { loadConfig, configToToml, ConfigError, CONFIG_DOC, type ConfigIssue, type ConfigValues, type KindConfig, type LoadConfigOptions, type ServeConfig, type ServerConfig, type EngineConfig, type DeviceConfig, type PrepareConfig, type ClusterConfig } from './config.js';
 export { loadKind, KindModuleError, type Json, type KindModule, type LoadedKind, type PrepareContext, type RunContext } from './kind-module.js';
-export { BUILT_IN_KINDS, loadKinds, type KindSource } from './kinds.js';
-export { Service, type KindView, type ServiceEvent } from './service.js';
+export { BUILT_IN_KINDS, loadKinds, type KindSource, type KindView } from './kinds.js';
+export { Service, type ServiceEvent } from './service.js';
 export { ServiceError } from './errors.js';
 export { JobView, ResultView, StatusView, SubmitBody, TimelineView } from './api.js';
 export { buildApp, type ApiService } from './app.js';

@@ -95,3 +95,18 @@ export class JournalError extends Error {
     super(message, options);
   }
 }
+
+/** Whether `e` is the journal's error with this code. */
+export function isJournalError(e: unknown, code: JournalErrorCode): e is JournalError {
+  return e instanceof JournalError && e.code === code;
+}
+
+/** Runs a journal write whose failure on a full disk can wait (the state it records is also in memory); undefined then. */
+export function ignoreFull<T>(fn: () => T): T | undefined {
+  try {
+    return fn();
+  } catch (e) {
+    if (isJournalError(e, 'E_JOURNAL_FULL')) return undefined;
+    throw e;
+  }
+}

@@ -17,7 +17,7 @@ import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integri
 import { canonical, fromRow, fromStored, JOB_STATES, PRIORITIES, SCHEMA, SCHEMA_VERSION, STATE_LIST, toJson, toStored, UNFINISHED, type JobRow } from './journal-schema.js';
 import { JournalError, type JobState, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
 
-export { JournalError, type JobState, type JournalErrorCode, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
+export { ignoreFull, isJournalError, JournalError, type JobState, type JournalErrorCode, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
 
 /** The prepared statements of a journal, created once at open. */
 function prepareStatements(db: Database.Database) {

@@ -43,6 +43,30 @@ export async function loadKinds(sources: readonly KindSource[], devices: DeviceT
   return kinds;
 }
 
+/** A kind as `GET /v1/kinds` lists it. */
+export interface KindView {
+  name: string;
+  description: string;
+  /** The input's JSON Schema (null: any JSON input). */
+  input: object | null;
+  /** Bytes per partition for the input `{}` with its defaults (null when `{}` is not a valid input). */
+  memory: { prepareBytes: number; deviceBytes: number } | null;
+  /** Whether the kind derives the partition count from the input (then `partitions` may be left out). */
+  partitionsFromInput: boolean;
+}
+
+/** A loaded kind as `GET /v1/kinds` lists it. */
+export function kindView(k: LoadedKind): KindView {
+  const v = k.validate({});
+  let memory: KindView['memory'] = null;
+  try {
+    if (v.ok) memory = k.memory(v.input);
+  } catch {
+    // A kind whose memory() needs more than the defaults: nothing to show.
+  }
+  return { name: k.name, description: k.description, input: k.schema, memory, partitionsFromInput: k.derivesPartitions };
+}
+
 /** What the runtime carries for a job: the kind's input, and which partitions this run covers. */
 export interface RoutedInput {
   kind: string;

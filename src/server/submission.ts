@@ -1,10 +1,12 @@
+import { randomUUID } from 'node:crypto';
 import { MAX_PARTITIONS } from '../core/index.js';
 import { SubmitBody } from './api.js';
 import { ServiceError } from './errors.js';
+import type { JournalJobInput } from './journal.js';
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import type { z } from 'zod';
 
-/** Checks of a submission against its kind: its partitions, the kind's answers, the 400 that names each field. */
+/** Checks of a submission: its body parsed, then checked against its kind (its partitions, the kind's answers); the 400 that names each field. */
 
 /** The job's partition count: given, or derived from the input by the kind (both: they must agree). */
 function partitionsOf(kind: LoadedKind, input: unknown, given: number | undefined): number {
@@ -52,4 +54,30 @@ export function checkedByKind(kind: LoadedKind, input: unknown, partitions: numb
   const n = partitionsOf(kind, checked.input, partitions);
   askKind(kind, () => kind.memory(checked.input));
   return { input: checked.input, partitions: n };
+}
+
+/** Kinds a submission may name beyond this node's own (cluster mode: those other nodes run). */
+export interface OtherKinds {
+  kind(name: string): LoadedKind | undefined;
+  names(): string[];
+}
+
+/**
+ * Validates a submission's body (400 with every field's problem) against the kinds that may run
+ * it: the job's record, with a generated id when none was given.
+ */
+export function parseSubmission(raw: unknown, kinds: ReadonlyMap<string, LoadedKind>, elsewhere?: OtherKinds): { record: JournalJobInput; explicitId: boolean } {
+  const parsed = SubmitBody.safeParse(raw);
+  if (!parsed.success) throw invalid(fieldIssues(parsed.error));
+  const body = parsed.data;
+  // A kind this service runs, or (cluster mode) one that other nodes run.
+  const kind = kinds.get(body.kind) ?? elsewhere?.kind(body.kind);
+  if (!kind) {
+    const names = [...new Set([...kinds.keys(), ...(elsewhere?.names() ?? [])])];
+    throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${names.join(', ')}` }]);
+  }
+  const { input, partitions } = checkedByKind(kind, body.input ?? {}, body.partitions);
+  const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
+  const id = body.id ?? randomUUID();
+  return { record: { id, kind: kind.name, priority: body.priority, partitions, input, deadline }, explicitId: body.id !== undefined };
 }

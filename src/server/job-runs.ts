@@ -1,0 +1,200 @@
+/**
+ * Journaled jobs on the runtime: a job starts (a resumed one with only the partitions it had
+ * left), its start and each partition's output are journaled as they come, and it ends exactly
+ * once in the journal, then is announced. An end a full journal cannot take waits in
+ * {@link PendingEnds}; a finish that settles after the journal closed is left for the next start.
+ */
+import { StokerError } from '../core/index.js';
+import type { Runtime } from '../runtime/runtime.js';
+import type { GroupCommit, WriteResult } from './group-commit.js';
+import { ignoreFull, isJournalError, type Journal, type JournalJob, type JournalOutcome } from './journal.js';
+import type { LoadedKind } from './kind-module.js';
+import type { KindRouter, RoutedInput } from './kinds.js';
+import { PendingEnds, type Announce } from './pending-ends.js';
+
+/** Resumed jobs whose partition numbering is remembered for the timeline after they end. */
+const MAX_REMEMBERED_RUNS = 1000;
+
+/** What the runs are made of: the journal and its group commit, the kinds, the runtime and its workload. */
+export interface JobRunsParts {
+  journal: Journal;
+  commits: GroupCommit;
+  kinds: ReadonlyMap<string, LoadedKind>;
+  runtime: Runtime<RoutedInput, unknown, unknown, unknown>;
+  router: KindRouter;
+  /** See `Service.open`. */
+  endsRecordedElsewhere: boolean;
+  /** Says a job started, or a partition's output was journaled. */
+  emit(e: { type: 'job.started'; id: string } | { type: 'job.partition'; id: string; partition: number }): void;
+  announce: Announce;
+}
+
+/** The jobs of one service on its runtime, from their start (or resume) to their end. */
+export class JobRuns {
+  /** Jobs marked running by this run (at their first partition's start). */
+  private readonly started = new Set<string>();
+  /** Live jobs: the job's partition behind each engine partition of this run (null: the same partition). */
+  private readonly runs = new Map<string, readonly number[] | null>();
+  /** Resumed jobs (engine partition i is the job's partition run[i]): kept after the end for the timeline. */
+  private readonly resumedRuns = new Map<string, number[]>();
+  private readonly pending: PendingEnds;
+  private journalClosed = false;
+
+  constructor(private readonly p: JobRunsParts) {
+    this.pending = new PendingEnds(p.journal, p.endsRecordedElsewhere, p.announce);
+  }
+
+  /** A partition of the job starts preparing: the first one marks the job running. */
+  markStarted(jobId: string): void {
+    if (this.started.has(jobId)) return;
+    this.started.add(jobId);
+    this.later(() => this.p.journal.markRunning(jobId), () => this.p.emit({ type: 'job.started', id: jobId }));
+  }
+
+  /** A partition's output, journaled (on a full disk it stays in memory only: after a crash that partition runs again). */
+  partitionDone(jobId: string, partition: number, output: unknown): void {
+    this.later(
+      () => this.p.journal.recordPartition(jobId, partition, output),
+      (recorded) => recorded && this.p.emit({ type: 'job.partition', id: jobId, partition }),
+    );
+  }
+
+  /** A job from the journal, unfinished at the last stop: its unfinished partitions start again. */
+  resume(job: JournalJob): void {
+    const recorded = this.p.journal.partitionOutputs(job.id);
+    ignoreFull(() => this.p.journal.markResumed(job.id));
+    this.startWith(job, recorded);
+  }
+
+  /** Starts a job whose partitions in `recorded` already finished: only the others run. */
+  startWith(job: JournalJob, recorded: Map<number, unknown>): void {
+    if (recorded.size === 0) return this.start(job, null, recorded);
+    const left: number[] = [];
+    for (let p = 0; p < job.partitions; p++) if (!recorded.has(p)) left.push(p);
+    if (left.length > 0) {
+      this.resumedRuns.set(job.id, left);
+      if (this.resumedRuns.size > MAX_REMEMBERED_RUNS) this.resumedRuns.delete(this.resumedRuns.keys().next().value as string);
+      this.start(job, left, recorded);
+      return;
+    }
+    // Every partition finished before the stop: only the finish is left.
+    Promise.resolve()
+      .then(() => this.p.router.finish({ jobId: job.id, input: { kind: job.kind, input: job.input, total: job.partitions, partitions: [], recorded }, outputs: [] }))
+      .then(
+        (result) => this.end(job.id, { state: 'done', result }),
+        (e: unknown) => this.end(job.id, { state: 'failed', code: 'E_FINISH_FAILED', reason: e instanceof Error ? e.message : String(e) }),
+      );
+  }
+
+  /** Ends a job in the journal (once the group commit ran, it is announced, or kept for a full disk). */
+  end(id: string, outcome: JournalOutcome): void {
+    this.started.delete(id);
+    this.runs.delete(id);
+    // A finish that settles after shutdown closed the journal: the job stays unfinished there and
+    // its finish runs again, from the recorded outputs, on the next start.
+    if (this.journalClosed) return;
+    this.p.commits.add({ write: () => this.p.journal.finish(id, outcome), after: (r) => this.ended(id, outcome, r) });
+  }
+
+  /** The job as the journal has it (with an end a full disk kept out, where ends are recorded elsewhere too). */
+  stored(id: string): JournalJob | undefined {
+    const j = this.p.journal.get(id);
+    return j && this.pending.overlay(j);
+  }
+
+  /** A journaled job as readers see it (see {@link stored}). */
+  overlay(j: JournalJob): JournalJob {
+    return this.pending.overlay(j);
+  }
+
+  /** A job running here: its partition behind each engine partition (null: the same); undefined when not running here. */
+  live(jobId: string): readonly number[] | null | undefined {
+    return this.runs.get(jobId);
+  }
+
+  /** The job's own partition behind an engine partition (they differ for a resumed job). */
+  jobPartition(jobId: string, enginePartition: number): number {
+    const run = this.runs.get(jobId) ?? this.resumedRuns.get(jobId);
+    return run?.[enginePartition] ?? enginePartition;
+  }
+
+  /** Shutdown, once the runtime stopped: the ends a full disk kept from the journal get one more try; the rest resume on the next start. */
+  landPending(): void {
+    this.pending.close();
+  }
+
+  /** Closes the journal: what settles later is not journaled (see {@link end}). */
+  closeJournal(): void {
+    this.journalClosed = true;
+    this.p.journal.close();
+  }
+
+  private start(job: JournalJob, partitions: readonly number[] | null, recorded: Map<number, unknown>): void {
+    const kind = this.p.kinds.get(job.kind);
+    if (!kind) {
+      // Journaled by a server that had this kind; this one was started without its module.
+      this.end(job.id, { state: 'failed', code: 'E_UNKNOWN_KIND', reason: `kind ${JSON.stringify(job.kind)} is not loaded on this server: start it with --kind <module> (or [kinds.${job.kind}] in the config)` });
+      return;
+    }
+    let memory: ReturnType<LoadedKind['memory']>;
+    try {
+      memory = kind.memory(job.input);
+    } catch (e) {
+      this.end(job.id, { state: 'failed', code: 'E_KIND_FAILED', reason: (e as Error).message });
+      return;
+    }
+    const runtime = this.p.runtime;
+    const deadline = job.deadline === null ? undefined : runtime.now() + (job.deadline - Date.now());
+    const routed: RoutedInput = { kind: job.kind, input: job.input, total: job.partitions, partitions, recorded };
+    this.runs.set(job.id, partitions);
+    const spec = { id: job.id, kind: job.kind, priority: job.priority, partitions: partitions?.length ?? job.partitions, memory, ...(deadline === undefined ? {} : { deadline }) };
+    runtime.submit(spec, routed).then(
+      (result) => this.end(job.id, { state: 'done', result }),
+      (e: unknown) => this.failed(job, e),
+    );
+  }
+
+  /** A job the runtime failed: its end, but for a cancel (journaled by whoever cancelled, or a shutdown's: not the job's end). */
+  private failed(job: JournalJob, e: unknown): void {
+    const code = e instanceof StokerError ? e.code : 'E_INTERNAL';
+    const reason = e instanceof Error ? e.message : String(e);
+    // A client's cancel is journaled by Service.cancel itself; a shutdown's is not the job's end:
+    // the job stays unfinished and resumes on the next start.
+    if (code === 'E_CANCELLED') return;
+    // The engine names the deadline in its own clock: say it as the client gave it.
+    const said = code === 'E_DEADLINE' && job.deadline !== null ? `job ${job.id} missed its deadline ${new Date(job.deadline).toISOString()}` : reason;
+    this.end(job.id, { state: 'failed', code, reason: said });
+  }
+
+  /** A job's end, once the group commit that journals it ran: announced, or kept for a full disk. */
+  private ended(id: string, outcome: JournalOutcome, r: WriteResult<boolean>): void {
+    if (r.ok) {
+      const job = this.p.journal.get(id);
+      if (r.value && job) this.p.announce(job, job.finishedAt ?? Date.now(), outcome);
+      return;
+    }
+    const e = r.error;
+    // The job has ended; the journal cannot say so yet: it stays unfinished, and its end is
+    // retried until it lands, then announced (after a crash meanwhile, the job runs again).
+    if (isJournalError(e, 'E_JOURNAL_FULL')) return this.pending.keep(id, outcome);
+    // A result the journal cannot hold (bytes nested in JSON, a BigInt…) is the kind's fault:
+    // the job fails saying so (before, the error escaped and ended the process, on every restart).
+    if (!(outcome.state === 'done' && isJournalError(e, 'E_JOURNAL_BAD_INPUT'))) throw e;
+    this.end(id, { state: 'failed', code: 'E_FINISH_FAILED', reason: `job ${id}: its result cannot be stored: ${e.message}` });
+  }
+
+  /**
+   * A journal write that can wait for the next group commit (the state it records is in memory
+   * meanwhile); on a full disk it is skipped (see ignoreFull), `then` gets undefined.
+   */
+  private later<T>(write: () => T, then: (value: T | undefined) => void): void {
+    if (this.journalClosed) return;
+    this.p.commits.add({
+      write,
+      after: (r) => {
+        if (!r.ok && !isJournalError(r.error, 'E_JOURNAL_FULL')) throw r.error;
+        then(r.ok ? r.value : undefined);
+      },
+    });
+  }
+}

@@ -1,0 +1,59 @@
+/**
+ * A job's view on this node: the journal's record, with the engine's partition states and counts
+ * while the job runs here (a resumed job runs only the partitions it had left, numbered anew).
+ */
+import type { Engine, PartitionState } from '../core/index.js';
+import { jobView, type JobView } from './api.js';
+import type { JournalJob } from './journal.js';
+import { countPartitions, isFinal, STATES_PAGE_MAX, type PartitionCounts, type StatesPage } from './progress.js';
+
+/** What a view reads of the engine: a live job's counts and states by engine partition. */
+export type LiveJobs = Pick<Engine, 'jobCounts' | 'jobStates'>;
+
+/**
+ * The API's view of a job. `run`: the job's partition behind each engine partition of its run here
+ * (null: the same partition; undefined: not running here); `maxStates`: the most partitions whose
+ * states it lists (more: counts only); `page`: which partitions' states to give.
+ */
+export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }): JobView {
+  return jobView({
+    record: j,
+    state: j.state,
+    submittedAt: j.submittedAt,
+    startedAt: j.startedAt,
+    finishedAt: j.finishedAt,
+    partitionsDone: j.partitionsDone,
+    ...partitionsOf(j, engine, run, maxStates, page),
+    resumes: j.resumes,
+    result: resultFields(j.result),
+    error: j.errorCode === null ? null : { code: j.errorCode, reason: j.errorReason ?? '' },
+  });
+}
+
+/** A result for a view: JSON as it is, bytes as base64 with `resultEncoding`. */
+function resultFields(result: unknown): { result: unknown; resultEncoding?: 'base64' } {
+  if (result instanceof Uint8Array) return { result: Buffer.from(result.buffer, result.byteOffset, result.byteLength).toString('base64'), resultEncoding: 'base64' };
+  return { result: result ?? null };
+}
+
+/** The job's partitions by stage, and each one's state where they are few enough (none for an ended job). */
+function partitionsOf(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates: number, page: StatesPage): { partitionStates: PartitionState[] | null; partitionCounts: PartitionCounts | null } {
+  const counts = isFinal(j.state) || run === undefined ? undefined : engine.jobCounts(j.id);
+  if (run === undefined || !counts) {
+    // Not running here: what the journal counts.
+    return { partitionStates: null, partitionCounts: isFinal(j.state) ? null : { ...countPartitions([]), done: j.partitionsDone, queued: j.partitions - j.partitionsDone } };
+  }
+  // Partitions outside this run finished before a restart.
+  const partitionCounts = { ...countPartitions([]), ...counts, done: counts.done + j.partitions - (run?.length ?? j.partitions) };
+  return { partitionCounts, partitionStates: j.partitions <= maxStates ? statesOf(j, engine, run, page) : null };
+}
+
+/** A live job's partition states in `page`, by the job's own numbering. */
+function statesOf(j: JournalJob, engine: LiveJobs, run: readonly number[] | null, page: StatesPage): PartitionState[] | null {
+  const to = Math.min(j.partitions, page.from + page.limit);
+  if (run === null) return engine.jobStates(j.id, page.from, to) ?? null;
+  // A resumed job: engine partition i is the job's partition run[i].
+  const all = new Array<PartitionState>(j.partitions).fill('done');
+  (engine.jobStates(j.id, 0, run.length) ?? []).forEach((st, i) => (all[run[i] as number] = st));
+  return all.slice(page.from, to);
+}

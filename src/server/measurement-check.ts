@@ -1,0 +1,60 @@
+/**
+ * The pacer's measurement self-check, said once per change: a device whose completion rate while
+ * saturated kept disagreeing with its feed-forward capacity (workers ÷ busy time per item) gets a
+ * `device.measurement` event naming it, the two rates and the likely cause, and a line on stderr;
+ * the pacer then plans with the observed rate.
+ */
+import type { PacerState } from '../core/index.js';
+import type { ServiceDevice } from './device-runners.js';
+
+/** The `device.measurement` event, without its time. */
+export type MeasurementEvent = {
+  type: 'device.measurement';
+  device: string;
+  estimatedPerSec: number | null;
+  observedPerSec: number | null;
+  trusted: 'estimate' | 'observed';
+  reason: string;
+};
+
+type DeviceCheck = NonNullable<PacerState['devices']>[number];
+
+/** The self-check of one server's pacer: remembers what it last said of each device. */
+export class MeasurementCheck {
+  /** Per device, what the pacer last planned with. */
+  private readonly trusted: ('estimate' | 'observed')[] = [];
+
+  constructor(
+    private readonly devices: readonly ServiceDevice[],
+    private readonly say: (e: MeasurementEvent) => void,
+  ) {}
+
+  /** Looks at the pacer's state: each device whose trust changed is said (a first `estimate` is not news). */
+  check(st: PacerState): void {
+    st.devices?.forEach((d, i) => {
+      if (this.trusted[i] === d.trusted) return;
+      const first = this.trusted[i] === undefined;
+      this.trusted[i] = d.trusted;
+      if (!(first && d.trusted === 'estimate')) this.tell(d, i);
+    });
+  }
+
+  private tell(d: DeviceCheck, i: number): void {
+    const name = this.devices[i]?.name ?? String(i);
+    const ratio = d.observedRatio ?? 1;
+    const observedPerSec = d.estimatedPerSec === null ? null : d.estimatedPerSec * ratio;
+    const line = `device ${name}: ${d.trusted === 'observed' ? 'the pacer now plans with the observed rate' : 'the pacer plans with the busy time again'}: ${this.cause(d, i)}`;
+    process.stderr.write(`stoker serve: ${line}\n`);
+    this.say({ type: 'device.measurement', device: name, estimatedPerSec: d.estimatedPerSec, observedPerSec, trusted: d.trusted, reason: line });
+  }
+
+  /** Why the observed rate and the busy time disagree (or that they agree again). */
+  private cause(d: DeviceCheck, i: number): string {
+    const ratio = d.observedRatio ?? 1;
+    if (d.trusted === 'estimate') return 'the observed rate agrees with the busy time again';
+    if (ratio < 1) {
+      return `it completes ${(1 / ratio).toFixed(2)}× slower than its ${this.devices[i]?.config.workers ?? '?'} workers' busy time says: the workers are not really concurrent (one GPU behind a lock?), or the busy time leaves out a wait (a lock, a queue) — report the time each item occupied its worker, or declare fewer workers`;
+    }
+    return `it completes ${ratio.toFixed(2)}× faster than its busy time says: the busy time counts more than the item occupied (a wait before it started?), or more workers run than declared`;
+  }
+}

@@ -1,0 +1,71 @@
+/**
+ * The pacer's memory across restarts: a server starts its pacer from what the config says, else
+ * from what the last run measured (`priors.ts`), says so on its start line, and saves what this
+ * run measures for the next start.
+ */
+import path from 'node:path';
+import type { Engine, PacerOptions } from '../core/index.js';
+import type { ServiceDevice } from './device-runners.js';
+import { measuredPriors, readPriors, writePriors, type Priors } from './priors.js';
+
+/** The pacer options a remembered preparation latency and limit give (where the config gives none). */
+type Remembered = Pick<PacerOptions, 'priorLatencyMs' | 'priorLatencySdMs' | 'priorPrepareLimit'>;
+
+/** What one server remembers for its pacer: read at start, saved every few seconds and at close. */
+export class PacerMemory {
+  /** The pacer's options: the config's, over what the last run measured. */
+  readonly pacerOptions: PacerOptions;
+  /** Where the pacer's starting rates came from, for the start line (undefined: it measures first). */
+  readonly note: string | undefined;
+  /** What the last run measured, then what this run measures. */
+  private priors: Priors | undefined;
+  /** Completions (device + preparation) counted at the last save. */
+  private savedAt = 0;
+
+  /** `configured`: the config's `engine.pacerOptions`. */
+  constructor(
+    private readonly dataDir: string,
+    private readonly devices: readonly ServiceDevice[],
+    configured: Record<string, number>,
+  ) {
+    this.priors = readPriors(dataDir);
+    const priorDeviceServiceMs = devices.map((d) => d.config.priorServiceMs ?? this.priors?.devices[d.name]?.serviceMs ?? 0);
+    // Each kind's own device time, where the config gives none for the device.
+    const priorKindServiceMs = Object.fromEntries(Object.entries(this.priors?.kinds ?? {}).map(([kind, byDevice]) => [kind, devices.map((d) => (d.config.priorServiceMs === undefined ? (byDevice[d.name]?.serviceMs ?? 0) : 0))]));
+    const remembered = this.remembered(configured);
+    this.pacerOptions = { ...remembered, ...configured, priorDeviceServiceMs, priorKindServiceMs };
+    if (priorDeviceServiceMs.some((v) => v > 0) || remembered.priorLatencyMs !== undefined || remembered.priorPrepareLimit !== undefined) {
+      this.note = this.said(priorDeviceServiceMs, priorKindServiceMs, remembered);
+    }
+  }
+
+  /** Saves what this run measured (over what it remembered) for the next start. */
+  save(engine: Engine): void {
+    const s = engine.snapshot;
+    const measured = s.deviceCompletions + s.prepareCompletions;
+    if (measured === this.savedAt) return; // nothing new since the last save
+    const terms = engine.pacer.state().terms;
+    // The best cap the limiter measured (the one in force may be a probe around it).
+    this.priors = measuredPriors(s, this.devices.map((d) => d.name), this.priors, terms['prepareLimitBest'] ?? terms['prepareLimit']);
+    if (writePriors(this.dataDir, this.priors)) this.savedAt = measured;
+  }
+
+  /** The remembered preparation latency and limit, where the config gives none. */
+  private remembered(o: Record<string, number>): Remembered {
+    const p = this.priors;
+    return {
+      ...(o['priorLatencyMs'] === undefined && p?.latencyMs !== undefined ? { priorLatencyMs: p.latencyMs, ...(p.latencySdMs === undefined ? {} : { priorLatencySdMs: p.latencySdMs }) } : {}),
+      ...(o['priorPrepareLimit'] === undefined && p?.prepareLimit !== undefined ? { priorPrepareLimit: p.prepareLimit } : {}),
+    };
+  }
+
+  /** The start line's note: what the pacer starts from, and where that came from. */
+  private said(deviceMs: readonly number[], kindMs: Record<string, number[]>, remembered: Remembered): string {
+    const said = this.devices.flatMap((d, i) => ((deviceMs[i] ?? 0) > 0 ? [`${d.name} ${((deviceMs[i] as number) / 1000).toFixed(3)} s per item`] : []));
+    const kinds = Object.values(kindMs).filter((ms) => ms.some((v) => v > 0)).length;
+    if (kinds > 1) said.push(`each of ${kinds} kinds' own device time`);
+    if (remembered.priorLatencyMs !== undefined) said.push(`preparation ${(remembered.priorLatencyMs / 1000).toFixed(1)} s`);
+    if (remembered.priorPrepareLimit !== undefined) said.push(`at most ${remembered.priorPrepareLimit} preparations at once`);
+    return `the pacer starts from ${said.join(', ')} (${this.devices.some((d) => d.config.priorServiceMs !== undefined) ? 'the config, and ' : ''}what the last run measured: ${path.join(this.dataDir, 'stoker.priors.json')})`;
+  }
+}
