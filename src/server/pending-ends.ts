@@ -15,6 +15,8 @@ export type Announce = (job: JournalJob, finishedAt: number, outcome: JournalOut
 export class PendingEnds {
   private readonly ends = new Map<string, { outcome: JournalOutcome; at: number }>();
   private timer: NodeJS.Timeout | undefined;
+  /** After close: an end kept then waits for the next start (a retry would write to a closed journal). */
+  private closed = false;
 
   constructor(
     private readonly journal: Journal,
@@ -28,7 +30,7 @@ export class PendingEnds {
     const job = this.journal.get(id);
     if (!job || isFinal(job.state) || this.ends.has(id)) return;
     this.ends.set(id, { outcome, at: Date.now() });
-    this.timer ??= setInterval(() => this.land(), 1000).unref();
+    if (!this.closed) this.timer ??= setInterval(() => this.land(), 1000).unref();
     if (this.recordedElsewhere) this.announce(job, Date.now(), outcome);
   }
 
@@ -63,6 +65,8 @@ export class PendingEnds {
   /** Shutdown: one more try, then no more retries (the ends left resume on the next start). */
   close(): void {
     this.land();
+    this.closed = true;
     clearInterval(this.timer);
+    this.timer = undefined;
   }
 }
