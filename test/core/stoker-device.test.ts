@@ -594,6 +594,14 @@ describe('observeConcurrency: service time by busy workers, and the worker limit
     expect(r.d.byBusy[1]).toEqual({ ms: 41, sq: 1730, n: K_MEMORY, at: K_MEMORY + 1 });
   });
 
+  it('reads more than K_MEMORY completions in one event as the whole bin (their mean), never past it', () => {
+    const r = new BusyRig(2);
+    // 60 completions with 2 busy, 10 ms each: the bin is 10 ms (a weight of 60 ÷ 50 would overshoot to 12).
+    Object.assign(r.c, { completions: 60, busyMs: 600, concurrencyTotal: 120 });
+    observeConcurrency(r.d, r.c, 60);
+    expect(r.d.byBusy[1]).toEqual({ ms: 10, sq: 100, n: K_MEMORY, at: 60 });
+  });
+
   it('does nothing without the concurrency counter (a snapshot made by hand)', () => {
     const d = estimate({ concurrencySeen: 3, busyMsSeen: 7 });
     observeConcurrency(d, { workers: 2, busy: 2, completions: 1, busyMs: 17 }, 1);

@@ -328,8 +328,10 @@ export function observeConcurrency(d: DeviceEstimate, c: PacerSnapshot['devices'
   while (d.byBusy.length < c.workers) d.byBusy.push({ ms: 0, sq: 0, n: 0, at: 0 });
   const bin = d.byBusy[k - 1] as BusyBin;
   bin.n = Math.min(bin.n + dc, K_MEMORY);
-  bin.ms += (dc / bin.n) * (sample - bin.ms);
-  bin.sq += (dc / bin.n) * (sample * sample - bin.sq);
+  // (More than K_MEMORY at once replace the bin: their mean is the mean of its last K_MEMORY.)
+  const w = Math.min(dc, bin.n) / bin.n;
+  bin.ms += w * (sample - bin.ms);
+  bin.sq += w * (sample * sample - bin.sq);
   bin.at = c.completions;
   // Only recent bins compare (a bin from before a speed change would mislead: isFresh); without
   // a recent all-workers bin the limit stays as it is (the limited bin keeps itself recent, and
