@@ -18,5 +18,7 @@ export default {
   reporters: ['clear-text', 'progress', 'json'],
   jsonReporter: { fileName: 'reports/mutation/mutation.json' },
   tempDirName: '.stryker-tmp',
+  // Reports and other runs' sandboxes are not the project: copying them into a sandbox can race with their writers.
+  ignorePatterns: ['/reports', '/.stryker-tmp*'],
   incremental: false,
 };
