@@ -1,0 +1,638 @@
+/**
+ * The stoker pacer's preparation limiter (src/core/pacers/stoker-limiter.ts), driven alone:
+ * `new PrepareLimit(prior)` and `update(snapshot, view)` with hand-made snapshots and pacer views,
+ * every expected cap worked out by hand from the rules in the file's header comment.
+ *
+ * Throughout: two device workers and a waiting target of 2, so the pipeline fills once
+ * 2 + 2 = 4 preparations are measured in the busy period, and taking over needs
+ * 2 × (2 + 2) = 8 preparing and 8 measured. The devices are planned at λ = 1 item/ms; they are
+ * starved while they drain less than STARVED × λ = 0.9.
+ */
+import { describe, expect, it } from 'vitest';
+import type { PacerSnapshot } from '../../src/core/index.js';
+import { PrepareLimit, type PacerView } from '../../src/core/pacers/stoker-limiter.js';
+import { snapshot } from './helpers.js';
+
+/** The busy period of the take-over scenes began at 1000 ms, with 100 preparations completed by then. */
+const BUSY = 1000;
+const FROM = 100;
+
+/** One observation of a take-over scene (defaults: the standard overdue pipeline). */
+interface Obs {
+  now: number;
+  /** Preparations in flight (default 80) and their mean age, ms (default 400). */
+  preparing?: number;
+  age?: number;
+  backlog?: number;
+  /** Preparations completed in this busy period (default 8). */
+  measured?: number;
+  /** The latency estimate (default 160 ms) and its second moment (default latency²: no spread). */
+  latency?: number;
+  latencySq?: number;
+  lambda?: number;
+  draining?: number;
+  busySince?: number;
+}
+
+function observe(l: PrepareLimit, o: Obs): number {
+  const preparing = o.preparing ?? 80;
+  const latency = o.latency ?? 160;
+  const view: PacerView = { lambda: o.lambda ?? 1, draining: o.draining ?? 0.5, latency, latencySq: o.latencySq ?? latency * latency, busySince: o.busySince ?? BUSY, busyFromCompletions: FROM, target: 2 };
+  l.update(snapshot({ now: o.now, backlog: o.backlog ?? 50, preparing, prepareCompletions: FROM + (o.measured ?? 8), preparingStartMsTotal: preparing * (o.now - (o.age ?? 400)) }), view);
+  return l.cap;
+}
+
+/** An observation of an empty pipeline: nothing queued, preparing, waiting or on a device. */
+function idle(l: PrepareLimit, now: number): number {
+  l.update(snapshot({ now, prepareCompletions: 500 }), { lambda: 1, draining: 0, latency: 160, latencySq: 160 * 160, busySince: NaN, busyFromCompletions: 500, target: 2 });
+  return l.cap;
+}
+
+/**
+ * A limiter whose pipeline filled at 1200 ms: two latencies of 100 ms into the busy period, 8
+ * measured: the floor is 100 ms. (A latency of 100 is not 1.3 × that floor: no take-over yet.)
+ */
+function filled(fill: Partial<Obs> = {}): PrepareLimit {
+  const l = new PrepareLimit(0);
+  expect(observe(l, { now: BUSY + 200, latency: 100, age: 50, ...fill })).toBe(Infinity);
+  return l;
+}
+
+/**
+ * The standard overdue run: from 2000 ms the latency is 160 (1.6 × the floor of 100, under
+ * 1.5 × 1.3 × 100 = 195), and the 80 preparing are on average 400 ms old where a steady
+ * pipeline's would be E[L²] ÷ 2E[L] = 160² ÷ 320 = 80 ms (400 > 1.5 × 80 = 120: overdue). Half a
+ * latency is 80 ms: it takes over at 2080, not at 2079. The caps after each observation.
+ */
+function overdueRun(l: PrepareLimit, over: Partial<Obs> = {}, times = [2000, 2079, 2080]): number[] {
+  return times.map((now) => observe(l, { now, ...over }));
+}
+
+/**
+ * The standard take-over: the ages imply a latency of 2 × 400 ÷ (1 + cv² = 1) = 800 ms, 8 × the
+ * floor; what would finish as much at the floor is 80 × 100 ÷ 800 = 10 preparing.
+ */
+function engaged(): PrepareLimit {
+  const l = filled();
+  expect(overdueRun(l)).toEqual([Infinity, Infinity, 10]);
+  return l;
+}
+
+/**
+ * A pipeline under a limiter that holds a cap, its cumulative counters kept here. Its view is
+ * constant (λ = 1, latency 100); the devices drain 0.5 (starved) unless told.
+ */
+class Pipe {
+  now = 5000;
+  done = 1000;
+  preparingMs = 0;
+  latencyMs = 0;
+  constructor(readonly l: PrepareLimit) {}
+
+  see(preparing: number, draining = 0.5, over: Partial<PacerSnapshot> = {}): number {
+    this.l.update(
+      snapshot({ now: this.now, backlog: 50, preparing, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs, preparingStartMsTotal: preparing * (this.now - 50), ...over }),
+      { lambda: 1, draining, latency: 100, latencySq: 100 * 100, busySince: 0, busyFromCompletions: 0, target: 2 },
+    );
+    return this.l.cap;
+  }
+
+  idle(): number {
+    this.now += 10;
+    this.l.update(snapshot({ now: this.now, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs }), { lambda: 1, draining: 0, latency: 100, latencySq: 100 * 100, busySince: NaN, busyFromCompletions: this.done, target: 2 });
+    return this.l.cap;
+  }
+
+  /**
+   * One whole measurement at the cap in force: the pipeline comes within it, `cap` completions
+   * turn it over, then the timed ones (TIMED × cap, at least TIMED_MIN: max(30, 2 × cap)) finish
+   * in 1000 ms with `meanPreparing` preparing on average and a mean latency of `latency` ms: by
+   * Little's law a throughput of meanPreparing ÷ latency items/ms. The cap after it.
+   */
+  measure(meanPreparing: number, latency = 100, draining = 0.5): number {
+    const cap = this.l.cap;
+    this.see(cap);
+    this.now += 100;
+    this.done += cap;
+    this.preparingMs += cap * 100;
+    this.latencyMs += cap * latency;
+    this.see(cap);
+    const n = Math.max(30, 2 * cap);
+    this.now += 1000;
+    this.done += n;
+    this.preparingMs += meanPreparing * 1000;
+    this.latencyMs += n * latency;
+    return this.see(cap, draining);
+  }
+}
+
+describe('PrepareLimit: taking over', () => {
+  it('takes over after half a latency of overdue preparations, at the cap that would finish as much at the floor latency (Little)', () => {
+    const l = engaged();
+    expect(l.state).toMatchObject({ cap: 10, engagedAt: 80, settled: false });
+    expect(l.state?.best).toBeNaN();
+    expect(l.state?.from).toBeNaN();
+  });
+
+  it('holds no cap by default, nor from a prior limit under 1', () => {
+    for (const prior of [0, 0.99]) {
+      const l = new PrepareLimit(prior);
+      expect(l.cap).toBe(Infinity);
+      expect(l.state).toBeNull();
+    }
+  });
+
+  it('not while the devices drain STARVED × λ or more (0.9 of λ = 1: not starved; 0.89: starved)', () => {
+    expect(overdueRun(filled(), { draining: 0.9 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(filled(), { draining: 0.89 })).toEqual([Infinity, Infinity, 10]);
+    // With λ = 2 the line is at 1.8: draining 1.5 is starved (STARVED × λ, not STARVED ÷ λ = 0.45).
+    expect(overdueRun(filled({ lambda: 2 }), { lambda: 2, draining: 1.5 })).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('not before two latencies into the busy period: the floor is measured only from then', () => {
+    // Filled at 1199 (199 ms < 2 × 100 into the busy period): no floor. At 2000 the pipeline fills
+    // with the latency at 160, the floor 160, and 160 is not 1.3 × 160: it never takes over.
+    const early = new PrepareLimit(0);
+    expect(observe(early, { now: BUSY + 199, latency: 100, age: 50 })).toBe(Infinity);
+    expect(overdueRun(early)).toEqual([Infinity, Infinity, Infinity]);
+    // At 1200, exactly two latencies: filled, the floor 100 (the standard take-over).
+    const onTime = new PrepareLimit(0);
+    expect(observe(onTime, { now: BUSY + 200, latency: 100, age: 50 })).toBe(Infinity);
+    expect(overdueRun(onTime)).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('a latency seen before the fill is no floor', () => {
+    // At 1100 (100 ms < 2 × 60 into the busy period) a latency of 60 is not yet the floor; the fill
+    // at 1200 sets it at 100, and the take-over is the standard one (a floor of 60 would give 6).
+    const l = new PrepareLimit(0);
+    expect(observe(l, { now: BUSY + 100, latency: 60, age: 50 })).toBe(Infinity);
+    expect(observe(l, { now: BUSY + 200, latency: 100, age: 50 })).toBe(Infinity);
+    expect(overdueRun(l)).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('the floor is the lowest latency since the fill', () => {
+    // After the fill (floor 100) the latency dips to 90: the floor is 90, the cap 80 × 90 ÷ 800 = 9.
+    const l = filled();
+    expect(observe(l, { now: BUSY + 300, latency: 90, age: 50 })).toBe(Infinity);
+    expect(overdueRun(l)).toEqual([Infinity, Infinity, 9]);
+  });
+
+  it('once filled, the pipeline stays so for the busy period (a latency that grows does not unfill it)', () => {
+    // Filled at 1200 with the floor 100; at 1300 the latency is 160 and only 300 ms < 2 × 160 have
+    // passed since the busy period began: still filled. Ages 250 (> 1.5 × 80): overdue from 1300,
+    // over at 1380; the ages imply 2 × 250 = 500 ms: cap ⌊80 × 100 ÷ 500⌋ = 16.
+    const l = filled();
+    expect(overdueRun(l, { age: 250 }, [1300, 1379, 1380])).toEqual([Infinity, Infinity, 16]);
+  });
+
+  it('needs workers + target preparations measured in the busy period to fill, and twice that to take over', () => {
+    // 3 measured at 1200: not filled; it fills at 2000 with the latency at 160: no take-over.
+    expect(overdueRun(filled({ measured: 3 }))).toEqual([Infinity, Infinity, Infinity]);
+    // 4 measured at 1200: filled. Then 7 measured (< 8): no take-over; 8: the standard one.
+    expect(overdueRun(filled({ measured: 4 }), { measured: 7 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(filled({ measured: 4 }), { measured: 8 })).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('not without work queued', () => {
+    expect(overdueRun(filled(), { backlog: 0 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(filled(), { backlog: 1 })).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('not with fewer than 2 × (workers + target) preparing; with that many, a cap of at least 1', () => {
+    expect(overdueRun(filled(), { preparing: 7 })).toEqual([Infinity, Infinity, Infinity]);
+    // 8 preparing, ages 800 ms: they imply 1600 ms, 16 × the floor: ⌊8 ÷ 16⌋ = 0, at least 1.
+    expect(overdueRun(filled(), { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
+  });
+
+  it('not unless the latency estimate is LATENCY_UP (1.3) × its floor', () => {
+    // Latency 129: ages 400 are overdue (> 1.5 × 129² ÷ 258 = 96.75), but 129 < 130.
+    expect(overdueRun(filled(), { latency: 129 })).toEqual([Infinity, Infinity, Infinity]);
+    // Latency 130 = 1.3 × 100: overdue from 2000, over half a latency (65 ms) at 2065; the ages
+    // imply 800 ms: cap 10.
+    expect(overdueRun(filled(), { latency: 130 }, [2000, 2064, 2065])).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('not with a floor of 0 (no reference)', () => {
+    // The fill measures a latency of 0: whatever the later latency and ages, no take-over (a floor
+    // of 0 would otherwise give a cap of 80 × 0 ÷ 800 → 1).
+    expect(overdueRun(filled({ latency: 0, latencySq: 0 }))).toEqual([Infinity, Infinity, Infinity]);
+  });
+
+  it('overdue: a mean age over OVERDUE (1.5) × a steady pipeline’s E[L²] ÷ 2E[L]', () => {
+    // 160² ÷ 320 = 80; 1.5 × 80 = 120. Ages 120: not over it.
+    expect(overdueRun(filled(), { age: 120 })).toEqual([Infinity, Infinity, Infinity]);
+    // Ages 121: over. They imply 242 ms: ⌊80 × 100 ÷ 242⌋ = ⌊33.06⌋ = 33.
+    expect(overdueRun(filled(), { age: 121 })).toEqual([Infinity, Infinity, 33]);
+  });
+
+  it('overdue: or a latency OVERDUE × LATENCY_UP (1.95) × the floor, whatever the ages', () => {
+    // Floor 80 (filled at 1200 = two latencies of 80 in): 1.5 × 1.3 × 80 = 156 (exact in binary
+    // floating point). Ages 100 are under 1.5 × 156² ÷ 312 = 117: not overdue by age.
+    // Latency 155: not overdue at all.
+    expect(overdueRun(filled({ latency: 80 }), { latency: 155, age: 100 }, [2000, 2077, 2078, 2200])).toEqual([Infinity, Infinity, Infinity, Infinity]);
+    // Latency 156: overdue from 2000, over half a latency (78 ms) at 2078. The ages imply 200 ms:
+    // ⌊80 × 80 ÷ 200⌋ = 32.
+    expect(overdueRun(filled({ latency: 80 }), { latency: 156, age: 100 }, [2000, 2077, 2078])).toEqual([Infinity, Infinity, 32]);
+  });
+
+  it('overdue for half a latency on end: a break starts the wait again', () => {
+    // Overdue at 2000; at 2040 ages of 100 (≤ 120) are not; overdue again from 2050: not over at
+    // 2129 (79 ms), over at 2130 (80 ms) — counted from 2000 it would have been over at 2080.
+    const l = filled();
+    expect(overdueRun(l, {}, [2000])).toEqual([Infinity]);
+    expect(observe(l, { now: 2040, age: 100 })).toBe(Infinity);
+    expect(overdueRun(l, {}, [2050, 2080, 2129, 2130])).toEqual([Infinity, Infinity, Infinity, 10]);
+  });
+
+  it('overdue for half a latency on end: a break in the other conditions starts the wait again too', () => {
+    // As above, the break at 2040 being an empty queue (backlog 0) while the ages stay overdue.
+    const l = filled();
+    expect(overdueRun(l, {}, [2000])).toEqual([Infinity]);
+    expect(observe(l, { now: 2040, backlog: 0 })).toBe(Infinity);
+    expect(overdueRun(l, {}, [2050, 2080, 2129, 2130])).toEqual([Infinity, Infinity, Infinity, 10]);
+  });
+
+  it('takes at most half of those preparing', () => {
+    // Floor 80, latency 156 (overdue by latency), ages 60: they imply 120 ms, and 80 ÷ 120 = 2/3
+    // of the 80 preparing would finish as much; at most half: 40.
+    expect(overdueRun(filled({ latency: 80 }), { latency: 156, age: 60 }, [2000, 2078])).toEqual([Infinity, 40]);
+  });
+
+  it('reads the latency the ages imply with the spread: mean age = E[L](1 + cv²) ÷ 2', () => {
+    // E[L²] = 1.5 × 160² = 38400: cv² = 0.5. Steady mean age 38400 ÷ 320 = 120 (ages 400 > 180:
+    // overdue). Implied latency 2 × 400 ÷ 1.5 = 533.3 ms; 81 preparing: ⌊81 × 100 ÷ 533.3⌋ = ⌊15.19⌋ = 15.
+    expect(overdueRun(filled(), { preparing: 81, latencySq: 38400 })).toEqual([Infinity, Infinity, 15]);
+    // E[L²] = 0.75 × 160² = 19200: cv² = −0.25 counts as 0 (steady age 60, ages 400 > 90: overdue).
+    // Implied 800 ms: cap 10 (not ⌊80 × 100 ÷ 1066.7⌋ = 7).
+    expect(overdueRun(filled(), { latencySq: 19200 })).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('a cap that is not a number is no cap', () => {
+    // E[L²] not a number: the ages say nothing (not overdue by age), the latency 200 ≥ 195 is
+    // overdue; over half a latency at 2100 the cap would be NaN: none is taken.
+    const l = filled();
+    expect(overdueRun(l, { latency: 200, latencySq: NaN }, [2000, 2100])).toEqual([Infinity, Infinity]);
+    expect(l.state).toBeNull();
+  });
+});
+
+describe('PrepareLimit: a remembered prior limit', () => {
+  it('starts settled there, holding it as its best (rounded to a whole number of preparations)', () => {
+    const l = new PrepareLimit(20);
+    expect(l.cap).toBe(20);
+    expect(l.state).toMatchObject({ cap: 20, engagedAt: 20, best: 20, settled: true, rest: 0 });
+    expect(l.state?.from).toBeNaN();
+    expect(new PrepareLimit(2.6).cap).toBe(3);
+    expect(new PrepareLimit(1).cap).toBe(1);
+  });
+
+  it('measures the prior cap first and holds it (it does not climb down from it)', () => {
+    // Settled on 20: the first measurement (x = 18 ÷ 100 = 0.18) is its first hold there.
+    const p = new Pipe(new PrepareLimit(20));
+    expect(p.measure(18)).toBe(20);
+    expect(p.l.state).toMatchObject({ settled: true, best: 20, rest: 1 });
+    expect(p.l.state?.bestX).toBeCloseTo(0.18, 12);
+  });
+});
+
+describe('PrepareLimit: measuring a cap', () => {
+  it('from when the pipeline is within the cap: `cap` completions flush the old cap, the next TIMED × cap (40 at a cap of 20) are timed', () => {
+    const p = new Pipe(new PrepareLimit(20));
+    p.done = 50;
+    expect(p.see(21)).toBe(20);
+    expect(p.l.state?.from).toBeNaN();
+    p.now = 100;
+    p.see(20);
+    expect(p.l.state).toMatchObject({ from: 100, mark: 50 });
+    // 19 completions: not yet turned over; 20: turned over at 300, with the totals then.
+    p.now = 200;
+    p.done = 69;
+    p.see(20);
+    expect(p.l.state?.turnedAt).toBeNaN();
+    p.now = 300;
+    p.done = 70;
+    p.preparingMs = 5000;
+    p.latencyMs = 2000;
+    p.see(20);
+    expect(p.l.state).toMatchObject({ from: 100, turnedAt: 300, mark: 70, preparingMs: 5000, latencyMs: 2000 });
+    // 39 timed: no measurement yet. 40, 1000 ms after the turnover, 18 preparing on average
+    // (18 000 item-ms), latency 90 ms on average (3600 ms over 40): x = 18 ÷ 90 = 0.2 items/ms.
+    p.now = 1299;
+    p.done = 109;
+    p.see(20);
+    expect(p.l.state).toMatchObject({ turnedAt: 300, rest: 0 });
+    p.now = 1300;
+    p.done = 110;
+    p.preparingMs = 5000 + 18_000;
+    p.latencyMs = 2000 + 40 * 90;
+    expect(p.see(20)).toBe(20);
+    expect(p.l.state).toMatchObject({ rest: 1, mark: 110 });
+    expect(p.l.state?.bestX).toBeCloseTo(0.2, 12);
+    // The next measurement starts afresh: not yet within the cap.
+    expect(p.l.state?.from).toBeNaN();
+    expect(p.l.state?.turnedAt).toBeNaN();
+  });
+
+  it('times at least TIMED_MIN (30) completions at a small cap', () => {
+    // Cap 10: the turnover is 10 completions, then 30 (not 2 × 10 = 20) are timed.
+    const p = new Pipe(new PrepareLimit(10));
+    p.see(10);
+    p.done += 10;
+    p.see(10);
+    const turnedAt = p.l.state?.turnedAt;
+    expect(turnedAt).toBe(p.now);
+    p.now += 500;
+    p.done += 29;
+    p.preparingMs += 5000;
+    p.latencyMs += 29 * 100;
+    p.see(10);
+    expect(p.l.state).toMatchObject({ turnedAt, rest: 0 });
+    p.now += 500;
+    p.done += 1;
+    p.preparingMs += 5000;
+    p.latencyMs += 100;
+    p.see(10);
+    // 10 000 item-ms over 1000 ms: 10 preparing; latency 100: x = 0.1.
+    expect(p.l.state?.rest).toBe(1);
+    expect(p.l.state?.bestX).toBeCloseTo(0.1, 12);
+  });
+});
+
+describe('PrepareLimit: letting go', () => {
+  it('lets go when a measurement ends with the devices busy (draining ≥ 0.9 λ), not before it ends', () => {
+    const p = new Pipe(new PrepareLimit(20));
+    // Busy devices while the pipeline turns over: nothing is decided yet.
+    expect(p.see(20, 1)).toBe(20);
+    p.done += 20;
+    expect(p.see(20, 1)).toBe(20);
+    p.now += 1000;
+    p.done += 40;
+    p.preparingMs += 18_000;
+    p.latencyMs += 4000;
+    expect(p.see(20, 0.9)).toBe(Infinity);
+    expect(p.l.state).toBeNull();
+  });
+
+  it('keeps the cap when the measurement ends with the devices starved (draining 0.89 λ)', () => {
+    const p = new Pipe(new PrepareLimit(20));
+    expect(p.measure(18, 100, 0.89)).toBe(20);
+    expect(p.l.state).not.toBeNull();
+  });
+});
+
+describe('PrepareLimit: climbing down', () => {
+  it('steps down by STEP while a lower cap finishes as much within EPS, and settles on the best, probing PROBE × above it', () => {
+    const p = new Pipe(engaged());
+    // Cap 10: 10 preparing at 200 ms: x = 0.05. The first measured cap is the best so far: down to ⌊10 × 0.7⌋ = 7.
+    expect(p.measure(10, 200)).toBe(7);
+    expect(p.l.state).toMatchObject({ settled: false, best: 10, engagedAt: 80 });
+    expect(p.l.state?.bestX).toBeCloseTo(0.05, 12);
+    // Cap 7: 4.9 preparing at 100 ms: x = 0.049 = (1 − 0.02) × 0.05, as much within EPS: down to ⌊7 × 0.7⌋ = 4.
+    expect(p.measure(4.9, 100)).toBe(4);
+    expect(p.l.state).toMatchObject({ settled: false, best: 7 });
+    // Cap 4: 4 preparing at 84 ms: x = 0.0476 < 0.98 × 0.049 = 0.048: settled on 7, probing
+    // above it at max(7 + 1, round(7 × 1.12 = 7.84)) = 8.
+    expect(p.measure(4, 84)).toBe(8);
+    expect(p.l.state).toMatchObject({ settled: true, side: -1, best: 7, ups: 0 });
+    expect(p.l.state?.bestX).toBeCloseTo(0.049, 12);
+  });
+
+  it('settles at once when the first step down finishes less, probing round(PROBE × best) above it', () => {
+    const p = new Pipe(engaged());
+    expect(p.measure(10, 200)).toBe(7);
+    // Cap 7: x = 0.048 < 0.049: settled on 10, probing max(11, round(11.2)) = 11.
+    expect(p.measure(4.8, 100)).toBe(11);
+    expect(p.l.state).toMatchObject({ settled: true, best: 10 });
+  });
+
+  it('at a cap of 1 there is nowhere lower: settled there, probing 1 + 1 = 2', () => {
+    const l = filled();
+    expect(overdueRun(l, { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
+    const p = new Pipe(l);
+    expect(p.measure(1)).toBe(2);
+    expect(p.l.state).toMatchObject({ settled: true, best: 1, side: -1 });
+    expect(p.l.state?.bestX).toBeCloseTo(0.01, 12);
+  });
+
+  it('a cap of 2 steps down to ⌊2 × 0.7⌋ = 1', () => {
+    // 32 preparing, ages 800 (implied 1600 ms, 16 × the floor): cap ⌊32 ÷ 16⌋ = 2.
+    const l = filled();
+    expect(overdueRun(l, { preparing: 32, age: 800 })).toEqual([Infinity, Infinity, 2]);
+    const p = new Pipe(l);
+    expect(p.measure(2)).toBe(1);
+    expect(p.l.state?.settled).toBe(false);
+  });
+});
+
+/** A limiter settled on a prior 20 whose probe below failed, back on 20 measured at `bestMp` ÷ 100 and now probing above it at 22. */
+function probingAbove(bestMp: number): Pipe {
+  const p = new Pipe(new PrepareLimit(20));
+  for (let i = 0; i < 3; i++) p.measure(18);
+  expect(p.l.cap).toBe(18);
+  // Below: 0.17 < 0.98 × 0.18: back to 20.
+  expect(p.measure(17)).toBe(20);
+  for (let i = 0; i < 2; i++) expect(p.measure(bestMp)).toBe(20);
+  // The third hold: a probe on the other side than the last (below): above, max(21, round(22.4)) = 22.
+  expect(p.measure(bestMp)).toBe(22);
+  expect(p.l.state).toMatchObject({ best: 20, side: 1, rest: 0 });
+  return p;
+}
+
+describe('PrepareLimit: settled on the best', () => {
+  it('holds the best REST + 1 measurements, their running mean its throughput, then probes below (a prior’s last side is above)', () => {
+    const p = new Pipe(new PrepareLimit(20));
+    expect(p.measure(12)).toBe(20);
+    expect(p.l.state?.rest).toBe(1);
+    expect(p.l.state?.bestX).toBeCloseTo(0.12, 12);
+    expect(p.measure(20)).toBe(20);
+    // (0.12 + 0.2) ÷ 2 = 0.16.
+    expect(p.l.state?.rest).toBe(2);
+    expect(p.l.state?.bestX).toBeCloseTo(0.16, 12);
+    // (0.16 + 0.18) ÷ 2 = 0.17; probing below at max(1, min(19, round(20 ÷ 1.12 = 17.86))) = 18.
+    expect(p.measure(18)).toBe(18);
+    expect(p.l.state).toMatchObject({ best: 20, side: -1, rest: 0 });
+    expect(p.l.state?.bestX).toBeCloseTo(0.17, 12);
+  });
+
+  it('a probe below that finishes as much within EPS becomes the best, and the next probe is lower still', () => {
+    const p = new Pipe(new PrepareLimit(20));
+    for (let i = 0; i < 3; i++) p.measure(18);
+    // Cap 18: x = 0.1764 = 0.98 × 0.18: the best; next below max(1, min(17, round(16.07))) = 16.
+    expect(p.measure(17.64)).toBe(16);
+    expect(p.l.state).toMatchObject({ best: 18, settled: true });
+    expect(p.l.state?.bestX).toBeCloseTo(0.1764, 12);
+  });
+
+  it('a probe below that finishes less goes back to the best, measured there afresh', () => {
+    const p = new Pipe(new PrepareLimit(20));
+    for (let i = 0; i < 3; i++) p.measure(18);
+    // Cap 18: x = 0.176 < 0.1764: back to 20.
+    expect(p.measure(17.6)).toBe(20);
+    expect(p.l.state).toMatchObject({ best: 20, rest: 0 });
+    // Its first hold there replaces the throughput (0.16, not the mean with 0.18).
+    expect(p.measure(16)).toBe(20);
+    expect(p.l.state?.bestX).toBeCloseTo(0.16, 12);
+  });
+
+  it('a prior of 2 probes below at 2 − 1 = 1; a prior of 1 has nothing below and stays at 1', () => {
+    const two = new Pipe(new PrepareLimit(2));
+    for (let i = 0; i < 3; i++) two.measure(1.8);
+    expect(two.l.cap).toBe(1);
+    const one = new Pipe(new PrepareLimit(1));
+    for (let i = 0; i < 3; i++) one.measure(0.9);
+    expect(one.l.cap).toBe(1);
+    expect(one.l.state).toMatchObject({ best: 1, side: -1, rest: 0 });
+  });
+
+  it('a probe above moves up where it finishes EPS_UP (5 %) more', () => {
+    // Best 20 at 0.16; cap 22: x = 0.168 = 1.05 × 0.16: the best; next above max(23, round(24.64)) = 25.
+    const p = probingAbove(16);
+    expect(p.measure(16.8)).toBe(25);
+    expect(p.l.state).toMatchObject({ best: 22, ups: 0 });
+    expect(p.l.state?.bestX).toBeCloseTo(0.168, 12);
+  });
+
+  it('a probe above that finishes less than EPS_UP more goes back to the best', () => {
+    const p = probingAbove(16);
+    // 0.167 < 0.168.
+    expect(p.measure(16.7)).toBe(20);
+    expect(p.l.state).toMatchObject({ best: 20, ups: 0 });
+  });
+
+  it('lets go after two moves up in a row, to where it took over, each with GAIN of the proportional gain', () => {
+    // Best 20 at 0.18. Cap 22: proportional would be × 1.1; 1 + 2/3 × 0.1 = 1.0667: x = 0.192 =
+    // 1.0667 × 0.18 counts (one up). 22 is past where it took over (20), but one up is not two.
+    const p = probingAbove(18);
+    expect(p.measure(19.2)).toBe(25);
+    expect(p.l.state).toMatchObject({ best: 22, ups: 1 });
+    // Cap 25: 1 + 2/3 × (25/22 − 1) = 1.0909: x = 0.21 ≥ 1.0909 × 0.192 = 0.2095: two ups: no contention.
+    expect(p.measure(21)).toBe(Infinity);
+    expect(p.l.state).toBeNull();
+  });
+
+  it('a move up short of GAIN of the proportional gain does not count toward letting go', () => {
+    const p = probingAbove(18);
+    expect(p.measure(19.2)).toBe(25);
+    // Cap 25: x = 0.205 ≥ 1.05 × 0.192 = 0.2016 but < 0.2095: moves up, not counted; max(26, round(28)) = 28.
+    expect(p.measure(20.5)).toBe(28);
+    expect(p.l.state).toMatchObject({ best: 25, ups: 0 });
+  });
+
+  it('moves up in a row below where it took over do not let go; reaching it does', () => {
+    // Took over with 8 preparing at a cap of 1; throughput proportional to the cap (no contention).
+    const l = filled();
+    expect(overdueRun(l, { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
+    const p = new Pipe(l);
+    expect(p.measure(1)).toBe(2);
+    // Each probe above: max(c + 1, round(1.12 c)); x = c ÷ 100.
+    const caps = [2, 3, 4, 5, 6, 7, 8].map((c) => p.measure(c));
+    expect(caps).toEqual([3, 4, 5, 6, 7, 8, Infinity]);
+  });
+
+  it('the moves up must be in a row: one short of GAIN in between starts the count again', () => {
+    const l = filled();
+    expect(overdueRun(l, { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
+    const p = new Pipe(l);
+    expect(p.measure(1)).toBe(2);
+    for (const c of [2, 3, 4, 5, 6]) p.measure(c);
+    expect(p.l.cap).toBe(7);
+    // Cap 7: x = 0.065 ≥ 1.05 × 0.06 but < (1 + 2/3 × 1/6) × 0.06 = 0.0667: not counted.
+    expect(p.measure(6.5)).toBe(8);
+    expect(p.l.state?.ups).toBe(0);
+    // Cap 8 (where it took over): x = 0.08 ≥ (1 + 2/3 × 1/7) × 0.065 = 0.0712: one up, not two: on to 9.
+    expect(p.measure(8)).toBe(9);
+    // Cap 9: x = 0.09 ≥ (1 + 2/3 × 1/8) × 0.08 = 0.0867: two: let go.
+    expect(p.measure(9)).toBe(Infinity);
+  });
+});
+
+describe('PrepareLimit: over an idle pipeline', () => {
+  it('climbing down, it stays on the step it reached; the measurement starts again in the next busy period', () => {
+    const p = new Pipe(engaged());
+    p.see(10);
+    p.done += 10;
+    p.see(10);
+    expect(p.l.state?.turnedAt).toBe(p.now);
+    expect(p.idle()).toBe(10);
+    expect(p.l.state).toMatchObject({ cap: 10, settled: false, engagedAt: 80 });
+    expect(p.l.state?.from).toBeNaN();
+    expect(p.l.state?.turnedAt).toBeNaN();
+    // Busy again with more preparing than the cap: no measurement started.
+    p.see(11);
+    expect(p.l.state?.from).toBeNaN();
+    expect(p.measure(10, 200)).toBe(7);
+  });
+
+  it('settled, it goes back to the best, which becomes where it took over (moves up from there let it go)', () => {
+    const p = new Pipe(engaged());
+    p.measure(10, 200);
+    p.measure(4.9, 100);
+    expect(p.measure(4, 84)).toBe(8);
+    // Probing 8 above the best 7, within it, when the pipeline empties.
+    p.see(8);
+    expect(p.idle()).toBe(7);
+    expect(p.l.state).toMatchObject({ cap: 7, best: 7, engagedAt: 7, settled: true, rest: 0, ups: 0 });
+    // Three holds at 7 (x = 0.049), then above: 8 (side −1 last: now +1).
+    for (let i = 0; i < 2; i++) expect(p.measure(4.9)).toBe(7);
+    expect(p.measure(4.9)).toBe(8);
+    // Cap 8: x = 0.056 ≥ (1 + 2/3 × 1/7) × 0.049 = 0.0537: up to 9. Cap 9: x = 0.063 ≥
+    // (1 + 2/3 × 1/8) × 0.056 = 0.0607: two, and 9 ≥ 7: let go.
+    expect(p.measure(5.6)).toBe(9);
+    expect(p.measure(6.3)).toBe(Infinity);
+  });
+
+  it('settled, its holds at the best start again: REST + 1 more before the next probe', () => {
+    const p = new Pipe(new PrepareLimit(20));
+    p.measure(18);
+    p.measure(18);
+    expect(p.l.state?.rest).toBe(2);
+    p.see(20);
+    p.idle();
+    expect(p.l.state?.rest).toBe(0);
+    expect(p.measure(18)).toBe(20);
+    expect(p.measure(18)).toBe(20);
+    expect(p.measure(18)).toBe(18);
+  });
+
+  it('a cap the pipeline never came within is kept as it is (nothing was measured at it)', () => {
+    const p = new Pipe(new PrepareLimit(20));
+    for (let i = 0; i < 3; i++) p.measure(18);
+    // Probing 18 while 20 still prepare.
+    expect(p.l.cap).toBe(18);
+    const before = structuredClone(p.l.state);
+    expect(p.idle()).toBe(18);
+    expect(p.l.state).toEqual(before);
+  });
+
+  it('is not idle while anything is queued, preparing, waiting or on a device', () => {
+    const p = new Pipe(new PrepareLimit(20));
+    p.see(20);
+    const from = p.l.state?.from;
+    expect(from).toBe(p.now);
+    p.now += 10;
+    p.see(1, 0.5, { backlog: 1 });
+    p.see(1, 0.5, { backlog: 0, waiting: 1 });
+    p.see(0, 0.5, { backlog: 0, waiting: 1, onDevice: 1 });
+    expect(p.l.state?.from).toBe(from);
+  });
+
+  it('without a cap, the next busy period has its own floor', () => {
+    // Overdue at 2000 with the floor at 100; idle; the next busy period (from 3000) fills at 3300
+    // with the latency at 150: its floor is 150, and 160 < 1.3 × 150 = 195: no take-over.
+    const l = filled();
+    expect(overdueRun(l, {}, [2000])).toEqual([Infinity]);
+    expect(idle(l, 2010)).toBe(Infinity);
+    expect(observe(l, { now: 3300, latency: 150, age: 50, busySince: 3000 })).toBe(Infinity);
+    expect(overdueRun(l, { busySince: 3000 }, [3400, 3480, 3600])).toEqual([Infinity, Infinity, Infinity]);
+  });
+
+  it('without a cap, the next busy period fills anew: two latencies into it', () => {
+    // The next busy period from 3000: at 3050 (50 ms in) a latency of 100 is not yet a floor; at
+    // 3100…3300 (< 2 × 160 in) the pipeline has not filled: no take-over.
+    const l = filled();
+    expect(overdueRun(l, {}, [2000])).toEqual([Infinity]);
+    expect(idle(l, 2010)).toBe(Infinity);
+    expect(observe(l, { now: 3050, latency: 100, age: 50, busySince: 3000 })).toBe(Infinity);
+    expect(overdueRun(l, { busySince: 3000 }, [3100, 3180, 3300])).toEqual([Infinity, Infinity, Infinity]);
+  });
+});
