@@ -1,7 +1,7 @@
 import { MemoryBudget } from './budget.js';
 import { StokerError } from './errors.js';
 import { IndexedHeap, type HeapNode } from './heap.js';
-import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot } from './pacer.js';
+import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot, ReadonlySnapshot } from './pacer.js';
 import { keyLess, MAX_PARTITIONS, PartitionQueue, type KeyedNode } from './queue.js';
 import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
 
@@ -177,8 +177,8 @@ const MOVES: Record<PartitionState, Partial<Record<PartitionState, true>>> = {
  * {@link EngineEvent}s in time order; carry out the {@link Command}s it returns.
  */
 export class Engine {
-  /** The live counters the pacer reads (updated in place). */
-  readonly snapshot: PacerSnapshot;
+  /** The live counters (updated in place): the pacer reads them, and only the engine writes them. */
+  private readonly counters: PacerSnapshot;
   readonly budget: MemoryBudget;
   readonly pacer: Pacer;
   readonly maxPreparing: number;
@@ -221,6 +221,11 @@ export class Engine {
   private readonly prepByKind: ({ maxItems: number; maxWaitMs: number } | null)[] = [];
   private readonly prepBatches = new Map<number, PrepBatch>();
   private prepBatchSeq = 0;
+
+  /** The live counters, read-only: what telemetry (status, metrics, history, the simulator's measures) reads. */
+  get snapshot(): ReadonlySnapshot {
+    return this.counters;
+  }
 
   constructor(options: EngineOptions) {
     if (!Array.isArray(options.devices) || options.devices.length === 0) {
@@ -273,7 +278,7 @@ export class Engine {
     }));
     this.busyIntegral = options.devices.map(() => 0);
     this.busyAt = options.devices.map(() => 0);
-    this.snapshot = {
+    this.counters = {
       now: 0,
       waiting: 0,
       preparing: 0,
@@ -374,16 +379,16 @@ export class Engine {
     // Invalid input is rejected before anything changes, the clock included.
     const job = this.validate(event);
     const out: Command[] = [];
-    if (this.snapshot.preparing > 0) this.snapshot.preparingMsTotal += this.snapshot.preparing * (event.time - this.now);
+    if (this.counters.preparing > 0) this.counters.preparingMsTotal += this.counters.preparing * (event.time - this.now);
     this.now = event.time;
-    this.snapshot.now = event.time;
+    this.counters.now = event.time;
     // A deadline that passed before this event ends its job first: a completion after it is too late.
     this.expireDeadlines(out);
     if (job) this.submit(job, out);
     else this.handle(event, out);
     this.expireDeadlines(out); // a job submitted with a deadline already past
     this.assignDevices(out);
-    this.pacer.observe(this.snapshot);
+    this.pacer.observe(this.counters);
     const pacerWake = this.dispatch(out);
     const next = Math.min(pacerWake, this.deadlines.peek()?.spec.deadline ?? Infinity, this.batchWake);
     if (next !== this.wake) {
@@ -484,8 +489,8 @@ export class Engine {
         const w = this.worker(event.device, event.worker);
         if (!w.alive) {
           w.alive = true;
-          (this.snapshot.devices[event.device] as DeviceCounters).workers++;
-          this.snapshot.workers++;
+          (this.counters.devices[event.device] as DeviceCounters).workers++;
+          this.counters.workers++;
         }
         break;
       }
@@ -506,11 +511,11 @@ export class Engine {
   private submit(norm: NormalJob, out: Command[]): void {
     const reservation = Math.max(norm.memory.prepareBytes, norm.memory.deviceBytes);
     const kindIndex = this.kindIndex(norm.kind);
-    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, next: 0, live: new Map(), firstId: this.itemSeq, remaining: norm.partitions, kindIndex, kc: this.snapshot.kinds[kindIndex] as KindCounters, heapIndex: -1 };
+    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, next: 0, live: new Map(), firstId: this.itemSeq, remaining: norm.partitions, kindIndex, kc: this.counters.kinds[kindIndex] as KindCounters, heapIndex: -1 };
     this.itemSeq += norm.partitions;
     this.jobs.set(norm.id, job);
     this.countKind(norm.kind, 1);
-    this.snapshot.backlog += norm.partitions;
+    this.counters.backlog += norm.partitions;
     if (!this.budget.fits(reservation)) {
       this.endJob(job, 'failed', 'E_OVERSIZE', `each partition needs ${reservation} bytes but the whole memory budget is ${this.budget.totalBytes} bytes: raise budgetBytes or split the job into smaller partitions`, out);
       return;
@@ -567,7 +572,7 @@ export class Engine {
 
   /** An item leaves preparation (prepared, failed or withdrawn; its caller moves it on): its step, or its batch's. */
   private leavePreparing(item: Item): void {
-    const s = this.snapshot;
+    const s = this.counters;
     s.preparingStartMsTotal -= item.startedAt;
     const b = item.prepBatch;
     if (!b) s.preparingSteps--;
@@ -583,7 +588,7 @@ export class Engine {
 
   /** A prepared item joins the waiting queue; its preparation latency counts. */
   private toWaiting(item: Item, latency: number): void {
-    const s = this.snapshot;
+    const s = this.counters;
     s.prepareCompletions++;
     s.prepareLatencyMsTotal += latency;
     s.prepareLatencySqTotal += latency * latency;
@@ -606,7 +611,7 @@ export class Engine {
   }
 
   private count(item: Item, state: PartitionState, d: number): void {
-    const s = this.snapshot;
+    const s = this.counters;
     const kc = item.job.kc;
     switch (state) {
       case 'queued':
@@ -635,7 +640,7 @@ export class Engine {
     if (!b) return undefined;
     b.answered = true;
     this.prepBatches.delete(id);
-    this.snapshot.preparingSteps--;
+    this.counters.preparingSteps--;
     return { b, live: b.items.filter((it) => it.prepBatch === b) };
   }
 
@@ -694,7 +699,7 @@ export class Engine {
    * (itself included) from `startedAt`, when the device's ∫ busy dt was `busyAtStart`.
    */
   private countStep(device: number, kc: KindCounters, done: number, ms: number, startedAt: number, busyAtStart: number): void {
-    const s = this.snapshot;
+    const s = this.counters;
     const dev = s.devices[device] as DeviceCounters;
     const run = this.now - startedAt;
     const concurrency = run > 0 ? (this.integrateBusy(device) - busyAtStart) / run : dev.busy;
@@ -726,7 +731,7 @@ export class Engine {
     const b = this.batches.get(id);
     if (!b) return;
     b.answered = true;
-    const stats = (this.snapshot.devices[b.device] as DeviceCounters).batch as NonNullable<DeviceCounters['batch']>;
+    const stats = (this.counters.devices[b.device] as DeviceCounters).batch as NonNullable<DeviceCounters['batch']>;
     const reasons = new Map((failed ?? []).map((f) => [f.item, f.reason]));
     const live = b.items.filter((it) => it.batch === b);
     const done = live.filter((it) => !reasons.has(it.id));
@@ -773,8 +778,8 @@ export class Engine {
     const w = this.worker(device, worker);
     if (!w.alive) return;
     w.alive = false;
-    (this.snapshot.devices[device] as DeviceCounters).workers--;
-    this.snapshot.workers--;
+    (this.counters.devices[device] as DeviceCounters).workers--;
+    this.counters.workers--;
     // The device had taken the prepared data (its bytes were released), so its items are prepared
     // again: back to the queue under their old keys, ahead of later work, with fresh reservations.
     const items = w.item ? [w.item] : w.batch ? w.batch.items.filter((it) => it.batch === w.batch) : [];
@@ -819,7 +824,7 @@ export class Engine {
     } else w.item = null;
     if (!w.item && !w.batch) {
       this.integrateBusy(item.device);
-      (this.snapshot.devices[item.device] as DeviceCounters).busy--;
+      (this.counters.devices[item.device] as DeviceCounters).busy--;
     }
     item.device = -1;
     item.worker = -1;
@@ -828,7 +833,7 @@ export class Engine {
   private releaseAll(item: Item): void {
     if (item.reservedBytes > 0) {
       this.budget.release(item.reservedBytes);
-      this.snapshot.budgetUsedBytes = this.budget.used;
+      this.counters.budgetUsedBytes = this.budget.used;
       item.reservedBytes = 0;
     }
   }
@@ -848,7 +853,7 @@ export class Engine {
 
   /** Ends a job exactly once: withdraws its unfinished partitions wherever they are and frees their memory. */
   private endJob(job: Job, state: JobEnd, code: string | undefined, reason: string | undefined, out: Command[]): void {
-    const s = this.snapshot;
+    const s = this.counters;
     const itemEnd: PartitionState = state === 'cancelled' ? 'cancelled' : 'failed';
     if (state !== 'done') {
       s.backlog -= job.spec.partitions - job.next; // never made
@@ -948,7 +953,7 @@ export class Engine {
         }
       }
     }
-    const s = this.snapshot;
+    const s = this.counters;
     const wi = this.freeWorker(device);
     const b: Batch = { id: this.batchSeq++, items, live: items.length, device, worker: wi, startedAt: this.now, busyAtStart: this.integrateBusy(device), answered: false };
     ((this.workers[device] as Worker[])[wi] as Worker).batch = b;
@@ -967,14 +972,14 @@ export class Engine {
   private kindIndex(kind: string): number {
     let i = this.kindIndexes.get(kind);
     if (i === undefined) {
-      i = this.snapshot.kinds.length;
+      i = this.counters.kinds.length;
       this.kindIndexes.set(kind, i);
-      const n = this.snapshot.devices.length;
+      const n = this.counters.devices.length;
       const devices: number[] = [];
       for (let d = 0; d < n; d++) if (!this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind)) devices.push(d);
       const prep = this.prepSpecs.get(kind) ?? null;
       this.prepByKind.push(prep);
-      this.snapshot.kinds.push({
+      this.counters.kinds.push({
         name: kind,
         devices,
         preparing: 0,
@@ -997,7 +1002,7 @@ export class Engine {
     if (n > 0) this.liveByKind.set(kind, n);
     else this.liveByKind.delete(kind);
     dk.forEach((kinds, d) => {
-      (this.snapshot.devices[d] as DeviceCounters).eligible = kinds === null ? this.liveByKind.size > 0 : [...kinds].some((k) => this.liveByKind.has(k));
+      (this.counters.devices[d] as DeviceCounters).eligible = kinds === null ? this.liveByKind.size > 0 : [...kinds].some((k) => this.liveByKind.has(k));
     });
   }
 
@@ -1006,7 +1011,7 @@ export class Engine {
    * that holds its worker for a fuller batch of that kind (`kindIndex`): another kind may use it.
    */
   private idleDeviceFor(kind: string | null, kindIndex = -1): number {
-    const s = this.snapshot;
+    const s = this.counters;
     let best = -1;
     let bestLoad = Infinity;
     for (let d = 0; d < this.workers.length; d++) {
@@ -1027,7 +1032,7 @@ export class Engine {
 
   /** Brings the device's ∫ busy dt up to now; returns it. */
   private integrateBusy(device: number): number {
-    const busy = (this.snapshot.devices[device] as DeviceCounters).busy;
+    const busy = (this.counters.devices[device] as DeviceCounters).busy;
     const v = (this.busyIntegral[device] as number) + busy * (this.now - (this.busyAt[device] as number));
     this.busyIntegral[device] = v;
     this.busyAt[device] = this.now;
@@ -1043,7 +1048,7 @@ export class Engine {
   }
 
   private startOnDevice(item: Item, device: number, out: Command[]): void {
-    const s = this.snapshot;
+    const s = this.counters;
     item.busyAtStart = this.integrateBusy(device);
     const wi = this.freeWorker(device);
     ((this.workers[device] as Worker[])[wi] as Worker).item = item;
@@ -1054,7 +1059,7 @@ export class Engine {
 
   /** An item (off the waiting queue) starts on a device worker: a new attempt, only its device-phase bytes kept. */
   private onDevice(item: Item, device: number, worker: number): void {
-    const s = this.snapshot;
+    const s = this.counters;
     this.move(item, 'on-device');
     item.device = device;
     item.worker = worker;
@@ -1075,7 +1080,7 @@ export class Engine {
    * preparation batch's flush time.
    */
   private dispatch(out: Command[]): number {
-    const s = this.snapshot;
+    const s = this.counters;
     s.budgetBlocked = false;
     if (this.draining) return Infinity;
     for (let head = this.backlog.peek(); head; head = this.backlog.peek()) {
@@ -1121,7 +1126,7 @@ export class Engine {
 
   /** An item taken off the backlog, its memory granted, starts preparation (a new attempt). */
   private startPreparing(item: Item): void {
-    const s = this.snapshot;
+    const s = this.counters;
     s.budgetUsedBytes = this.budget.used;
     item.reservedBytes = item.job.reservation;
     item.prepSolo = false;
@@ -1160,7 +1165,7 @@ export class Engine {
     if (hold || !this.budget.tryReserve(bytes)) {
       for (const it of items) this.backlog.push(it);
       if (hold) return flushAt;
-      this.snapshot.budgetBlocked = true;
+      this.counters.budgetBlocked = true;
       return Infinity;
     }
     return items;

@@ -116,6 +116,12 @@ export interface PacerSnapshot {
   maxPreparing: number;
 }
 
+/** Read-only all the way down. */
+export type DeepReadonly<T> = T extends (infer E)[] ? readonly DeepReadonly<E>[] : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
+
+/** A snapshot as telemetry reads it ({@link Engine.snapshot}): the engine's live counters, which only the engine writes. */
+export type ReadonlySnapshot = DeepReadonly<PacerSnapshot>;
+
 export type PacerMode = 'bootstrap' | 'steady' | 'idle' | 'blocked' | 'hold';
 
 /** What a pacer reports about itself (for dashboards, metrics and the settle measure). */
@@ -147,7 +153,7 @@ export interface PacerState {
 
 export interface Pacer {
   readonly name: string;
-  observe(s: PacerSnapshot): void;
+  observe(s: ReadonlySnapshot): void;
   /**
    * Optional: the most workers of a device to run at once (the engine starts no item on it
    * while that many are busy; at least 1 is always used). For devices where fewer busy workers
@@ -155,8 +161,8 @@ export interface Pacer {
    */
   workerLimit?(device: number): number;
   /** Earliest time (ms) the next dispatch may happen; `Infinity` to wait for an event. */
-  nextDispatchAt(s: PacerSnapshot): number;
-  onDispatch(s: PacerSnapshot): void;
+  nextDispatchAt(s: ReadonlySnapshot): number;
+  onDispatch(s: ReadonlySnapshot): void;
   state(): PacerState;
 }
 

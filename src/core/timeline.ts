@@ -1,4 +1,4 @@
-import type { PacerSnapshot } from './pacer.js';
+import type { ReadonlySnapshot } from './pacer.js';
 import type { Command, EngineEvent, ItemView, Priority } from './types.js';
 
 /**
@@ -100,7 +100,7 @@ export class TimelineRecorder {
   }
 
   /** Feeds one engine step: the event, the commands it returned, and the snapshot after it. */
-  record(event: EngineEvent, commands: readonly Command[], s: PacerSnapshot, heldBytes = 0): void {
+  record(event: EngineEvent, commands: readonly Command[], s: ReadonlySnapshot, heldBytes = 0): void {
     const t = event.time;
     switch (event.type) {
       case 'submit': {

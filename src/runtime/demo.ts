@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { totalBusyMs, windowOccupancy, type PacerSnapshot, type PacerState, type TimelineRecorder } from '../core/index.js';
+import { totalBusyMs, windowOccupancy, type ReadonlySnapshot, type PacerState, type TimelineRecorder } from '../core/index.js';
 import { BufferPool } from './buffer-pool.js';
 import { Runtime } from './runtime.js';
 import { createNttProofWorkload, nttBufferBytes, type NttProofInput } from './workloads/ntt-proof.js';
@@ -78,7 +78,7 @@ export interface DemoBackend {
   /** Submits job number `j`; resolves when it is done, rejects when it fails. */
   submit(j: number): Promise<void>;
   /** The engine's live counters. */
-  readonly snapshot: PacerSnapshot;
+  readonly snapshot: ReadonlySnapshot;
   pacerState(): PacerState;
   /** Busy time of all workers up to `at` (performance.now() ms), the running part of items in flight included: the busy time of a window between two calls is at most workers × its length. */
   busyMs(at: number): number;

@@ -1,4 +1,4 @@
-import type { BatchSpec, Command, EngineEvent, KindSpec, Pacer, PacerOptions, PacerSnapshot, PacerState, TimelineRecorder } from '../core/index.js';
+import type { BatchSpec, Command, EngineEvent, KindSpec, Pacer, PacerOptions, ReadonlySnapshot, PacerState, TimelineRecorder } from '../core/index.js';
 import type { BufferPool } from './buffer-pool.js';
 import type { Clock } from './clock.js';
 
@@ -102,7 +102,7 @@ export interface RuntimeOptions<I, P, O, R> {
 export interface RuntimeStatus {
   now: number;
   jobs: number;
-  counters: PacerSnapshot;
+  counters: ReadonlySnapshot;
   pacer: PacerState;
   closing: boolean;
 }

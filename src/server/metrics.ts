@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { PacerSnapshot, PacerState } from '../core/index.js';
+import type { ReadonlySnapshot, PacerState } from '../core/index.js';
 import type { BufferPoolStats } from '../runtime/buffer-pool.js';
 import type { ServeConfig } from './config.js';
 import type { JobState } from './journal.js';
@@ -11,7 +11,7 @@ export interface MetricsSource {
   readonly config: Pick<ServeConfig, 'engine'>;
   readonly pool: { stats(): BufferPoolStats };
   /** The engine counters. */
-  readonly counters: PacerSnapshot;
+  readonly counters: ReadonlySnapshot;
   /** The kinds this server runs. */
   kindNames(): string[];
   /** The devices' names, in engine order. */

@@ -10,7 +10,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { PacerSnapshot } from '../core/index.js';
+import type { ReadonlySnapshot } from '../core/index.js';
 
 export interface Priors {
   /** By device name: mean device time per item, ms. */
@@ -65,7 +65,7 @@ export function readPriors(dataDir: string): Priors | undefined {
  * What this run measured (from the engine's counters, and the preparation limit the pacer holds
  * now, if any), over what was remembered where it measured nothing.
  */
-export function measuredPriors(s: PacerSnapshot, deviceNames: readonly string[], before: Priors | undefined, prepareLimit?: number): Priors {
+export function measuredPriors(s: ReadonlySnapshot, deviceNames: readonly string[], before: Priors | undefined, prepareLimit?: number): Priors {
   const devices: Priors['devices'] = { ...before?.devices };
   deviceNames.forEach((name, i) => {
     const d = s.devices[i];

@@ -1,4 +1,4 @@
-import type { Engine, PacerSnapshot, PacerState } from '../core/index.js';
+import type { Engine, ReadonlySnapshot, PacerState } from '../core/index.js';
 import type { BufferPoolStats } from '../runtime/buffer-pool.js';
 import type { StatusView } from './api.js';
 import { deviceType, type DeviceConfig, type ServeConfig } from './config.js';
@@ -6,7 +6,7 @@ import type { JobState } from './journal.js';
 
 /** What `GET /v1/status` is built from: the engine's counters, the workers' meters, the journal's counts, the service's settings. */
 export interface StatusSources {
-  snapshot: Readonly<PacerSnapshot>;
+  snapshot: ReadonlySnapshot;
   /** Busy ms of each worker so far, running partitions included ([device][worker]). */
   workerBusyMs: number[][];
   workerStates: ReturnType<Engine['workerStates']>;

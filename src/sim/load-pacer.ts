@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { createPacer, PACER_NAMES, PACERS, StokerError, type Pacer, type PacerFactory, type PacerMode, type PacerOptions, type PacerSnapshot, type PacerState } from '../core/index.js';
+import { createPacer, PACER_NAMES, PACERS, StokerError, type Pacer, type PacerFactory, type PacerMode, type PacerOptions, type ReadonlySnapshot, type PacerState } from '../core/index.js';
 
 /** A user pacer module that cannot be used; the message names the file and what to change. */
 export class PacerModuleError extends Error {
@@ -83,9 +83,9 @@ function checkPacer(value: unknown, file: string, fallbackName: string): Pacer {
   // what state() returns is checked on every call (the measures and the dashboard read it).
   return {
     name,
-    observe: (s: PacerSnapshot) => pacer.observe(s),
-    nextDispatchAt: (s: PacerSnapshot) => pacer.nextDispatchAt(s),
-    onDispatch: (s: PacerSnapshot) => pacer.onDispatch(s),
+    observe: (s: ReadonlySnapshot) => pacer.observe(s),
+    nextDispatchAt: (s: ReadonlySnapshot) => pacer.nextDispatchAt(s),
+    onDispatch: (s: ReadonlySnapshot) => pacer.onDispatch(s),
     state: typeof p.state === 'function' ? () => checkState(pacer.state(), file) : steadyState,
   };
 }

@@ -1,4 +1,4 @@
-import type { Command, Pacer, PacerSnapshot } from '../core/index.js';
+import type { Command, Pacer, ReadonlySnapshot } from '../core/index.js';
 
 /** The benchmark contract (DESIGN §4). Steady measures use the steady window; the rest the whole run. */
 export interface Metrics {
@@ -128,7 +128,7 @@ export class Recorder {
   constructor(private readonly cfg: RecorderConfig) {}
 
   /** Call after every engine step with the state it left. */
-  step(now: number, s: PacerSnapshot, capacity: number, pacer: Pacer, work: number): void {
+  step(now: number, s: ReadonlySnapshot, capacity: number, pacer: Pacer, work: number): void {
     if (!Number.isNaN(this.prev) && now > this.prev) this.integrate(this.prev, now);
     this.prev = now;
     const cfg = this.cfg;

@@ -1,4 +1,4 @@
-import { Engine, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type Pacer, type PacerOptions, type PacerSnapshot } from '../core/index.js';
+import { Engine, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type Pacer, type PacerOptions, type ReadonlySnapshot } from '../core/index.js';
 import { buildDevices, capacityOf, DeviceFluid, deviceGroups, type SimDevice, type SimWorker } from './devices.js';
 import { EventQueue, PREP, PREP_BATCH, type SimEvent } from './events.js';
 import { Recorder, type Metrics, type Series } from './metrics.js';
@@ -15,7 +15,7 @@ export interface SimulateOptions {
   /** Records every engine step (spans per preparation slot and device worker, level samples) in virtual time, ms. */
   timeline?: TimelineRecorder;
   /** Called after every engine step with its event and commands (virtual time is `event.time`): to drive meters as the runtime does. */
-  onStep?: (event: EngineEvent, commands: readonly Command[], snapshot: PacerSnapshot) => void;
+  onStep?: (event: EngineEvent, commands: readonly Command[], snapshot: ReadonlySnapshot) => void;
 }
 
 export interface JobFailure {

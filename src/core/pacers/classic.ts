@@ -1,4 +1,4 @@
-import { numberOption, type Pacer, type PacerMode, type PacerSnapshot, type PacerState } from '../pacer.js';
+import { numberOption, type Pacer, type PacerMode, type ReadonlySnapshot, type PacerState } from '../pacer.js';
 import type { PiOptions } from './pi.js';
 
 const clamp = (v: number, lo: number, hi: number) => Math.min(Math.max(v, lo), hi);
@@ -77,7 +77,7 @@ class ClassicPacer implements Pacer {
     return Math.max(1, Math.ceil(this.target));
   }
 
-  observe(s: PacerSnapshot): void {
+  observe(s: ReadonlySnapshot): void {
     this.backlog = s.backlog;
     if (!this.started) {
       // The dispatcher starts with the first event.
@@ -109,13 +109,13 @@ class ClassicPacer implements Pacer {
     } else if (s.backlog === 0) this.update(s); // waiting for work (not while waiting for memory)
   }
 
-  nextDispatchAt(s: PacerSnapshot): number {
+  nextDispatchAt(s: ReadonlySnapshot): number {
     if (this.target <= 0 || this.phase === 'ready') return s.now;
     if (this.phase === 'waitFirstCompletion') return Infinity;
     return Math.max(s.now, this.wakeAt);
   }
 
-  onDispatch(s: PacerSnapshot): void {
+  onDispatch(s: ReadonlySnapshot): void {
     if (this.bootstrapRemaining > 0) this.bootstrapRemaining--;
     this.totalDispatched++;
     if (this.target > 0) this.loopTop(s);
@@ -133,7 +133,7 @@ class ClassicPacer implements Pacer {
   }
 
   /** The top of the dispatcher loop: update, maybe re-bootstrap, then sleep (or wait for the first completion). */
-  private loopTop(s: PacerSnapshot): void {
+  private loopTop(s: ReadonlySnapshot): void {
     if (this.target <= 0) return;
     this.update(s);
     if (this.rateKnown && this.bootstrapRemaining === 0 && this.emaWaiting < 1 && this.totalDispatched <= s.deviceCompletions) {
@@ -149,7 +149,7 @@ class ClassicPacer implements Pacer {
   }
 
   /** DispatchPacer::update. */
-  private update(s: PacerSnapshot): void {
+  private update(s: ReadonlySnapshot): void {
     const newCompletions = s.deviceCompletions - this.prevCompletions;
     if (newCompletions > 0) {
       // A step that reports no busy time took at least 1 µs (see the deviations above).

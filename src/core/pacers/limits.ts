@@ -1,4 +1,4 @@
-import { numberOption, type Pacer, type PacerOptions, type PacerSnapshot, type PacerState } from '../pacer.js';
+import { numberOption, type Pacer, type PacerOptions, type ReadonlySnapshot, type PacerState } from '../pacer.js';
 
 /**
  * The adaptive concurrency limits a user would reach for, from Netflix's concurrency-limits
@@ -124,7 +124,7 @@ class LimitPacer implements Pacer {
     private readonly algorithm: Limit,
   ) {}
 
-  observe(s: PacerSnapshot): void {
+  observe(s: ReadonlySnapshot): void {
     this.idle = s.backlog === 0;
     for (let n = s.deviceCompletions - this.seen; n > 0; n--) {
       const d = this.outstanding[this.head];
@@ -142,11 +142,11 @@ class LimitPacer implements Pacer {
     }
   }
 
-  nextDispatchAt(s: PacerSnapshot): number {
+  nextDispatchAt(s: ReadonlySnapshot): number {
     return s.preparing + s.waiting + s.onDevice < Math.floor(this.algorithm.limit) ? s.now : Infinity;
   }
 
-  onDispatch(s: PacerSnapshot): void {
+  onDispatch(s: ReadonlySnapshot): void {
     this.outstanding.push({ at: s.now, inflight: s.preparing + s.waiting + s.onDevice });
   }
 

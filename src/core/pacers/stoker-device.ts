@@ -1,4 +1,4 @@
-import type { KindCounters, PacerSnapshot } from '../pacer.js';
+import type { KindCounters, ReadonlySnapshot } from '../pacer.js';
 
 /** What the stoker pacer measures of each device: its service time per kind, how that varies with the workers busy, a batching device's fit, and the self-check of the measurement. */
 
@@ -152,7 +152,7 @@ export interface BatchFit {
   b: number;
 }
 
-export function newFit(c: PacerSnapshot['devices'][number]): BatchFit {
+export function newFit(c: ReadonlySnapshot['devices'][number]): BatchFit {
   const b = c.batch as NonNullable<typeof c.batch>;
   return { maxItems: b.maxItems, bins: [], batches: b.batches, items: b.items, busyMs: c.busyMs, a: NaN, b: NaN };
 }
@@ -229,12 +229,12 @@ export function newService(completions: number, busyMs: number, serviceMs: numbe
 }
 
 /** Kind k's completions on device d (a snapshot without kinds: the device's own). */
-export function completionsOf(s: PacerSnapshot, k: number, d: number): number {
-  return s.kinds.length > 0 ? ((s.kinds[k] as KindCounters).completions[d] as number) : (s.devices[d] as PacerSnapshot['devices'][number]).completions;
+export function completionsOf(s: ReadonlySnapshot, k: number, d: number): number {
+  return s.kinds.length > 0 ? ((s.kinds[k] as KindCounters).completions[d] as number) : (s.devices[d] as ReadonlySnapshot['devices'][number]).completions;
 }
 
-export function busyOf(s: PacerSnapshot, k: number, d: number): number {
-  return s.kinds.length > 0 ? ((s.kinds[k] as KindCounters).busyMs[d] as number) : (s.devices[d] as PacerSnapshot['devices'][number]).busyMs;
+export function busyOf(s: ReadonlySnapshot, k: number, d: number): number {
+  return s.kinds.length > 0 ? ((s.kinds[k] as KindCounters).busyMs[d] as number) : (s.devices[d] as ReadonlySnapshot['devices'][number]).busyMs;
 }
 
 /** A device's mean service time over the kinds measured on it, else `fallback`. */
@@ -251,7 +251,7 @@ export function deviceMeanMs(d: DeviceEstimate, fallback: number): number {
 }
 
 /** The self-check of one device (see CHECK_*), before its estimates take this event's samples. */
-export function selfCheck(d: DeviceEstimate, c: PacerSnapshot['devices'][number], s: PacerSnapshot, dt: number, dc: number, device: number): void {
+export function selfCheck(d: DeviceEstimate, c: ReadonlySnapshot['devices'][number], s: ReadonlySnapshot, dt: number, dc: number, device: number): void {
   // A batching device's time per item follows its batch sizes, which the fit plans with; the
   // per-item estimates this check compares were measured at whatever sizes ran: no check.
   if (d.fit) return;
@@ -317,7 +317,7 @@ export function selfCheck(d: DeviceEstimate, c: PacerSnapshot['devices'][number]
  * device's worker limit: the k whose throughput k ÷ time(k) beats all workers' by K_GAIN,
  * both measured over K_MIN samples at least (each bin the mean of its last K_MEMORY).
  */
-export function observeConcurrency(d: DeviceEstimate, c: PacerSnapshot['devices'][number], dc: number): void {
+export function observeConcurrency(d: DeviceEstimate, c: ReadonlySnapshot['devices'][number], dc: number): void {
   const total = c.concurrencyTotal;
   if (total === undefined) return;
   const k = Math.min(c.workers, Math.max(1, Math.round((total - d.concurrencySeen) / dc)));

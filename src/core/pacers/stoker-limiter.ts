@@ -1,4 +1,4 @@
-import type { PacerSnapshot } from '../pacer.js';
+import type { ReadonlySnapshot } from '../pacer.js';
 
 /**
  * The preparation limiter. Where preparations slow each other down (shared cores, memory
@@ -101,7 +101,7 @@ export class PrepareLimit {
 
   /** The preparation limit for now (see STARVED … TIMED_MIN): Infinity unless the limiter holds one. */
   /** Called on every observation, after the pacer's estimates: takes over, measures, moves the cap, lets go. */
-  update(s: PacerSnapshot, p: PacerView): void {
+  update(s: ReadonlySnapshot, p: PacerView): void {
     const starved = p.lambda > 0 && p.draining < STARVED * p.lambda;
     const lim = this.state;
     // Idle: the next busy period goes on from where this one left the limiter — settled, from
@@ -202,7 +202,7 @@ export class PrepareLimit {
     } else if (x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x, ups: 0 }, down(lim.cap), s);
     else this.hold({ ...lim, ups: 0 }, lim.best, s);
   }
-  private hold(lim: PrepareLimiter, cap: number, s: PacerSnapshot): void {
+  private hold(lim: PrepareLimiter, cap: number, s: ReadonlySnapshot): void {
     // A cap that is not a number of preparations (a latency of 0 upstream, say) is no cap.
     if (!(cap >= 1 && Number.isFinite(cap))) {
       this.letGo();

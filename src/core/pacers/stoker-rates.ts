@@ -1,4 +1,4 @@
-import type { KindCounters, PacerSnapshot } from '../pacer.js';
+import type { KindCounters, ReadonlySnapshot } from '../pacer.js';
 import { batchItemMs, deviceMeanMs, SKEWED_CV2, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 
 /**
@@ -32,7 +32,7 @@ export class KindPlan {
   }
 
   /** Items in flight (preparing, waiting, on a device), each of another kind counted as λ ÷ λ_k items of the plan's kind. */
-  inventory(s: PacerSnapshot): number {
+  inventory(s: ReadonlySnapshot): number {
     let inventory = s.preparing + s.waiting + s.onDevice;
     if (s.kinds.length > 1 && !this.apart) for (let k = 0; k < s.kinds.length; k++) {
       const kc = s.kinds[k] as KindCounters;
@@ -50,7 +50,7 @@ export class KindPlan {
    * want of one). The plan is made in items of the next kind to be
    * dispatched (λ = its λ_k); the others count by their device time (see inventory).
    */
-  estimate(s: PacerSnapshot, devices: readonly DeviceEstimate[]): void {
+  estimate(s: ReadonlySnapshot, devices: readonly DeviceEstimate[]): void {
     const kinds = Math.max(1, s.kinds.length);
     // Batching devices hold a batch per worker, and want a whole batch waiting when a worker
     // frees: the waiting target (or targetBatches batches) plus half a batch (the mean of the
@@ -76,7 +76,7 @@ export class KindPlan {
       for (let i = 0; i < devices.length; i++) {
         if (runsOn && !runsOn.includes(i)) continue;
         const d = devices[i] as DeviceEstimate;
-        const c = s.devices[i] as PacerSnapshot['devices'][number];
+        const c = s.devices[i] as ReadonlySnapshot['devices'][number];
         // A device none of the jobs in the system can use (devices that name their kinds) serves none of the work.
         if (c.eligible === false) continue;
         let ms = batchItemMs(d, k);
@@ -107,7 +107,7 @@ export class KindPlan {
       let draining = 0;
       for (let i = 0; i < devices.length; i++) {
         const d = devices[i] as DeviceEstimate;
-        const c = s.devices[i] as PacerSnapshot['devices'][number];
+        const c = s.devices[i] as ReadonlySnapshot['devices'][number];
         if (c.eligible === false) continue;
         const fitted = batchItemMs(d);
         const ms = fitted > 0 ? fitted : deviceMeanMs(d, this.meanServiceMs(devices, -1));
@@ -123,7 +123,7 @@ export class KindPlan {
   }
 
   /** Whether the kinds seen run on different sets of devices (cached: a kind's devices never change). */
-  private kindsApart(s: PacerSnapshot): boolean {
+  private kindsApart(s: ReadonlySnapshot): boolean {
     if (this.apartFor !== s.kinds.length) {
       this.apartFor = s.kinds.length;
       const first = s.kinds[0]?.devices;

@@ -1,5 +1,5 @@
 import { StokerError } from '../errors.js';
-import { numberOption, type KindCounters, type Pacer, type PacerMode, type PacerSnapshot, type PacerState } from '../pacer.js';
+import { numberOption, type KindCounters, type Pacer, type PacerMode, type ReadonlySnapshot, type PacerState } from '../pacer.js';
 import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 import { PrepareLimit, type PacerView } from './stoker-limiter.js';
 import { KindPlan } from './stoker-rates.js';
@@ -140,7 +140,7 @@ class StokerPacer implements Pacer {
     this.limit = new PrepareLimit(numberOption(options, 'priorPrepareLimit', 0, 0));
   }
 
-  observe(s: PacerSnapshot): void {
+  observe(s: ReadonlySnapshot): void {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     this.last = s.now;
     if (this.devices.length !== s.devices.length) {
@@ -188,7 +188,7 @@ class StokerPacer implements Pacer {
     this.mode = !work ? 'idle' : saturated ? 'blocked' : !this.hasEstimate ? 'bootstrap' : this.rate > 0 ? 'steady' : 'hold';
   }
 
-  nextDispatchAt(s: PacerSnapshot): number {
+  nextDispatchAt(s: ReadonlySnapshot): number {
     // The engine names the next item's kind just before it asks: plan in that kind's items.
     if (s.nextKind >= 0 && s.nextKind !== this.plan.ref && s.nextKind < s.kinds.length) {
       this.plan.estimate(s, this.devices);
@@ -205,7 +205,7 @@ class StokerPacer implements Pacer {
     return this.rate > 0 ? s.now + (1 - this.credit) / this.rate : Infinity;
   }
 
-  onDispatch(s: PacerSnapshot): void {
+  onDispatch(s: ReadonlySnapshot): void {
     if (!this.hasEstimate) {
       if (this.sentInBootstrap % Math.max(1, this.plan.deviceItems) === 0) this.lastBootstrapAt = s.now;
       this.sentInBootstrap++;
@@ -243,13 +243,13 @@ class StokerPacer implements Pacer {
    * Service time per item of each kind on each device, from the busy-time accumulators (weighted
    * per completion), and each device's occupancy (smoothed in time).
    */
-  private observeDevices(s: PacerSnapshot, dt: number): void {
+  private observeDevices(s: ReadonlySnapshot, dt: number): void {
     const occKeep = dt > 0 ? Math.exp(-dt / this.occTau) : 1;
     const kinds = Math.max(1, s.kinds.length);
     for (let k = this.kindNames.length; k < s.kinds.length; k++) this.kindNames.push((s.kinds[k] as KindCounters).name);
     for (let i = 0; i < this.devices.length; i++) {
       const d = this.devices[i] as DeviceEstimate;
-      const c = s.devices[i] as PacerSnapshot['devices'][number];
+      const c = s.devices[i] as ReadonlySnapshot['devices'][number];
       // A kind first seen starts from its prior on this device, else the device's, if any.
       while (d.services.length < kinds) {
         const k = d.services.length;
@@ -345,7 +345,7 @@ class StokerPacer implements Pacer {
   }
 
   /** Preparation latency (mean and second moment) from its accumulators, weighted per sample. */
-  private observeLatency(s: PacerSnapshot): void {
+  private observeLatency(s: ReadonlySnapshot): void {
     const dp = s.prepareCompletions - this.prepCompletions;
     if (dp <= 0) return;
     const sample = (s.prepareLatencyMsTotal - this.prepLatencyTotal) / dp;
@@ -376,7 +376,7 @@ class StokerPacer implements Pacer {
    * that has held its inventory target within settleBand for settleLatencies latencies is integrated,
    * and never while idle, blocked or saturated (anti-windup).
    */
-  private feedback(s: PacerSnapshot, dt: number, free: boolean): void {
+  private feedback(s: ReadonlySnapshot, dt: number, free: boolean): void {
     const inControl = free && this.hasEstimate && this.latency > 0 && this.rate > 0 && this.rate < this.maxRate;
     if (!inControl || !(Math.abs(this.inventoryTarget - this.settledTarget) <= this.settleBand * this.settledTarget)) {
       this.settledSince = s.now;
@@ -390,7 +390,7 @@ class StokerPacer implements Pacer {
   }
 
   /** The dispatch rate u for the current inventory. */
-  private recompute(s: PacerSnapshot): void {
+  private recompute(s: ReadonlySnapshot): void {
     const lambda = this.plan.lambda;
     if (!(lambda > 0)) {
       this.rate = 0;
