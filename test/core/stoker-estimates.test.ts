@@ -282,3 +282,224 @@ describe('stoker pacer: kinds sharing devices', () => {
     ]);
   });
 });
+
+describe('stoker pacer: its options and priors', () => {
+  it('refuses per-device and per-kind priors that are not arrays of numbers ≥ 0, naming the option', () => {
+    for (const bad of [5, [1, -1], [1, 'x'], [NaN]]) {
+      expect(() => createStokerPacer({ priorDeviceServiceMs: bad as unknown as number[] })).toThrow(/priorDeviceServiceMs must be an array of numbers ≥ 0, one per device/);
+    }
+    for (const bad of [5, null, { a: 3 }, { a: [1, -2] }, { a: ['1'] }, { a: [1], b: [NaN] }]) {
+      expect(() => createStokerPacer({ priorKindServiceMs: bad as unknown as Record<string, number[]> })).toThrow(/priorKindServiceMs must map kind names to arrays of numbers ≥ 0/);
+    }
+    expect(() => createStokerPacer({ priorDeviceServiceMs: [0, 100], priorKindServiceMs: { a: [0, 50] } })).not.toThrow();
+  });
+
+  it('knows a rate from a per-device prior alone (no bootstrap), the device’s own over the global one, a kind’s own over both', () => {
+    const devices = [dev(0, 0, 0), dev(0, 0, 0)];
+    const p = createStokerPacer({ priorServiceMs: 1000, priorDeviceServiceMs: [0, 100] });
+    p.observe(snapshot({ now: 0, backlog: 1, devices }));
+    // Device 0 at the global 1000 ms, device 1 at its own 100 ms: 2 + 20 items/s.
+    expect(p.state().ratePerSec).toBe(22);
+    expect(p.state().mode).toBe('steady');
+    const only = createStokerPacer({ priorDeviceServiceMs: [0, 100] });
+    only.observe(snapshot({ now: 0, backlog: 1, devices }));
+    expect(only.state().ratePerSec).toBe(40); // device 0 borrows the 100 ms known on device 1
+    expect(only.state().mode).toBe('steady');
+    const none = createStokerPacer({ priorDeviceServiceMs: [0, 0] });
+    none.observe(snapshot({ now: 0, backlog: 1, devices }));
+    expect(none.state().mode).toBe('bootstrap');
+    // Kind b has its own prior on device 0 (50 ms); a has none and takes the device's.
+    const kinds = (['a', 'b'] as const).map((name) => ({ name, devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, completions: [0, 0], busyMs: [0, 0] }));
+    const byKind = createStokerPacer({ priorServiceMs: 1000, priorDeviceServiceMs: [0, 100], priorKindServiceMs: { b: [50, 0] } });
+    byKind.observe(snapshot({ now: 0, backlog: 1, nextKind: 0, devices, kinds }));
+    expect(byKind.state().kinds).toEqual([
+      { name: 'a', estimatedPerSec: 22 },
+      { name: 'b', estimatedPerSec: 60 },
+    ]);
+  });
+
+  it('starts its latency second moment from a remembered mean and spread, and sizes the margin from a full window of samples', () => {
+    // Prior 10 000 ± 1000; one sample of 12 000 (its square 1.44e8): weight 0.03.
+    const p = createStokerPacer({ priorServiceMs: 500, priorLatencyMs: 10_000, priorLatencySdMs: 1000, targetWaiting: 4 });
+    p.observe(prepSnap(0, 0, 0, 0, { backlog: 1 }));
+    p.observe(prepSnap(1, 1, 12_000, 1.44e8, { backlog: 1 }));
+    const mean = 10_000 + 0.03 * 2000;
+    const sq = 1e8 + 1e6 + 0.03 * (1.44e8 - 1e8 - 1e6);
+    const margin = (2 * Math.sqrt(sq - mean * mean)) / Math.sqrt(2 / 0.03 - 1);
+    expect(p.state().terms['latencyMs']).toBeCloseTo(mean, 9);
+    expect(p.state().terms['inventoryTarget']).toBeCloseTo(0.004 * (mean + margin) + 2 + 4, 9);
+  });
+
+  it('takes the mean square of several preparations in one event per preparation', () => {
+    // 10 000 alone, then two of 8000 and 12 000 (mean 10 000, mean square 1.04e8) with weight
+    // max(1 − 0.97², 2 ÷ 3): σ² = ⅔ (1.04e8 − 1e8), over 3 samples.
+    const p = createStokerPacer({ priorServiceMs: 500, targetWaiting: 4 });
+    p.observe(prepSnap(0, 1, 10_000, 1e8, { backlog: 1 }));
+    p.observe(prepSnap(1, 3, 30_000, 1e8 + 6.4e7 + 1.44e8, { backlog: 1 }));
+    const sd = Math.sqrt((2 / 3) * (1.04e8 - 1e8));
+    expect(p.state().terms['inventoryTarget']).toBeCloseTo(0.004 * (10_000 + (2 * sd) / Math.sqrt(3)) + 2 + 4, 9);
+  });
+});
+
+describe('stoker pacer: the rate cap and the waiting integral’s clamp', () => {
+  it('caps the rate at what the devices drain (smoothed occupancy, occupancyTauMs) plus catchUp × λ, at least λ', () => {
+    // λ = 2 ÷ 500 ms; both workers busy: the occupancy after 2 s of τ = 1 s is 1 − e^−2 = 0.865, so
+    // the cap is (0.865 + 0.2) λ. Nothing is in flight, so the rate is the cap.
+    const p = createStokerPacer({ priorServiceMs: 500, targetWaiting: 4, occupancyTauMs: 1000 });
+    for (const t of [0, 1000]) p.observe(snapshot({ now: t, backlog: 10, devices: [dev(0, 0, 2)] }));
+    expect(p.state().intervalMs).toBeCloseTo(1 / 0.004, 9); // (1 − e^−1) + 0.2 < 1: λ
+    p.observe(snapshot({ now: 2000, backlog: 10, devices: [dev(0, 0, 2)] }));
+    expect(p.state().intervalMs).toBeCloseTo(1 / ((1 - Math.exp(-2) + 0.2) * 0.004), 9);
+  });
+
+  it('holds the waiting integral within [−target, target + workers]', () => {
+    // As in the integral test above, with room to move: a cap of 11λ (catchUp 10) and a settle band that never breaks.
+    const p = createStokerPacer({ priorServiceMs: 500, priorLatencyMs: 1000, targetWaiting: 4, occupancyTauMs: 1, waitingTauMs: 1, catchUp: 10, settleBand: 10 });
+    const out: number[] = [];
+    for (let t = 0; t <= 10_000; t += 1000) {
+      p.observe(snapshot({ now: t, backlog: 10, waiting: 0, preparing: 8, onDevice: 2, devices: [dev(0, 0, 2)] }));
+      out.push(p.state().terms['integral'] as number);
+    }
+    expect(out).toEqual([0, 0, 0, 1, 2, 3, 4, 5, 6, 6, 6]);
+  });
+});
+
+describe('stoker pacer: the weight of a sample within the noise', () => {
+  it('is 2 ÷ (n² + 1) once the latency makes the estimate’s noise matter: n = λ_device · latency · cv ÷ (target ÷ 2)', () => {
+    // 100 ms, then 110 (news of a slower device, weight ½: 105; cv² slow 0.005 · 9 · 0.0004), then
+    // 105.5, within the noise: λ_device = 2 ÷ 105, latency 100 s, target 2.
+    const p = createStokerPacer({ targetWaiting: 2, priorLatencyMs: 100_000 });
+    p.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
+    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(1, 100)] }));
+    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 210)] }));
+    expect(2000 / (p.state().ratePerSec as number)).toBeCloseTo(105, 9);
+    p.observe(snapshot({ now: 300, backlog: 10, devices: [dev(3, 315.5)] }));
+    const n = ((2 / 105) * 100_000 * Math.sqrt(0.005 * 9 * 0.0004)) / 1;
+    const w = Math.min(0.3, 2 / (n * n + 1));
+    expect(2000 / (p.state().ratePerSec as number)).toBeCloseTo(105 + w * 0.5, 9);
+  });
+});
+
+describe('stoker pacer: batching devices, skewed devices, worker limits', () => {
+  it('plans a batching device at its fit’s time per item at full batches, each kind at its own fit', () => {
+    // Kind a's batches take 1 + n ms, b's 3 + 2n; each kind runs batches of 4, 2 and 1. The
+    // device's fit over all of them is 2 + 1.5n (the mean at each size): 8 ms a full batch of 4,
+    // 2 ms an item, 2 workers → 1000 items/s. Kind a: 5 ÷ 4 ms → 1600/s; b: 11 ÷ 4 ms → 727.27/s.
+    const p = createStokerPacer({ targetWaiting: 2 });
+    const cost = { a: (n: number) => 1 + n, b: (n: number) => 3 + 2 * n };
+    const count = { a: { n: 0, items: 0, busy: 0 }, b: { n: 0, items: 0, busy: 0 } };
+    const snap = (now: number) => {
+      const kinds = (['a', 'b'] as const).map((name) => ({ name, devices: [0], preparing: 0, waiting: 0, onDevice: 0, completions: [count[name].items], busyMs: [count[name].busy], deviceBatches: { batches: [count[name].n], items: [count[name].items] } }));
+      const all = { n: count.a.n + count.b.n, items: count.a.items + count.b.items, busy: count.a.busy + count.b.busy };
+      return snapshot({ now, backlog: 10, nextKind: 0, devices: [{ workers: 2, busy: 2, completions: all.items, busyMs: all.busy, batch: { maxItems: 4, batches: all.n, items: all.items } }], kinds });
+    };
+    p.observe(snap(0));
+    expect(p.state().devices?.[0]?.batch).toBeNull();
+    let t = 0;
+    for (const name of ['a', 'b'] as const) {
+      for (const n of [4, 2, 1]) {
+        count[name].n++;
+        count[name].items += n;
+        count[name].busy += cost[name](n);
+        p.observe(snap((t += 10)));
+      }
+    }
+    const d = p.state().devices?.[0];
+    expect(d?.batch?.fixedMs).toBeCloseTo(2, 9);
+    expect(d?.batch?.perItemMs).toBeCloseTo(1.5, 9);
+    expect(d?.estimatedPerSec).toBeCloseTo(1000, 6);
+    expect(p.state().kinds?.[0]?.estimatedPerSec).toBeCloseTo(1600, 6);
+    expect(p.state().kinds?.[1]?.estimatedPerSec).toBeCloseTo(8000 / 11, 6);
+    expect(p.state().ratePerSec).toBeCloseTo(1600, 6);
+  });
+
+  it('holds a safety stock for a skewed device’s own spread: safetyZ · √(λ · latency · cv²), none on a steady one', () => {
+    // Samples of 20 and 180 ms in turn (cv 0.8) on 2 saturated workers, nothing queued (no integral).
+    const stock = (latencyMs: number, safetyZ: number, skewed: boolean) => {
+      const p = createStokerPacer({ targetWaiting: 4, priorLatencyMs: latencyMs, safetyZ });
+      let busy = 0;
+      p.observe(snapshot({ now: 0, devices: [dev(0, 0)] }));
+      for (let i = 1; i <= 400; i++) {
+        busy += skewed ? (i % 2 === 0 ? 180 : 20) : 100;
+        p.observe(snapshot({ now: i * 50, devices: [dev(i, busy)] }));
+      }
+      const lambda = (p.state().ratePerSec as number) / 1000;
+      return { lambda, stock: (p.state().terms['inventoryTarget'] as number) - lambda * latencyMs - 2 - 4 };
+    };
+    const base = stock(1000, 2, true);
+    expect(stock(1000, 1, true).stock).toBeCloseTo(base.stock / 2, 9); // safetyZ
+    expect(stock(1000, 2, false).stock).toBeCloseTo(0, 9);
+    // The cv² it implies, (stock ÷ 2)² ÷ (λ · 1000 ms), is a skewed one (> 0.25) and at most the samples' own 0.64.
+    const cv2 = (base.stock / 2) ** 2 / (base.lambda * 1000);
+    expect(cv2).toBeGreaterThan(0.25);
+    expect(cv2).toBeLessThanOrEqual(0.64);
+  });
+
+  it('limits a thrashing device to its best number of busy workers, and learns afresh after idle', () => {
+    // 4 workers: 40 ms an item with 4 busy, 10 ms with 2 busy (2 ÷ 10 beats 4 ÷ 40 by 100 %). After
+    // K_MIN samples of each it runs 2, trying 1 until that is measured.
+    const p = createStokerPacer({ priorServiceMs: 40 });
+    let completions = 0;
+    let busyMs = 0;
+    let concurrency = 0;
+    p.observe(snapshot({ now: 0, backlog: 10, devices: [{ workers: 4, busy: 4, completions: 0, busyMs: 0, concurrencyTotal: 0 }] }));
+    const feed = (k: number, ms: number) => {
+      completions++;
+      busyMs += ms;
+      concurrency += k;
+      p.observe(snapshot({ now: completions * 10, backlog: 10, waiting: 1, devices: [{ workers: 4, busy: k, completions, busyMs, concurrencyTotal: concurrency }] }));
+    };
+    for (let i = 0; i < 5; i++) feed(4, 40);
+    for (let i = 0; i < 4; i++) feed(2, 10);
+    expect(p.workerLimit?.(0)).toBe(Infinity);
+    feed(2, 10);
+    expect(p.state().devices?.[0]?.workerLimit).toBe(2);
+    expect(p.workerLimit?.(0)).toBe(1);
+    // Nothing queued but items in flight: the limit stays.
+    p.observe(snapshot({ now: 1000, backlog: 0, onDevice: 2, devices: [{ workers: 4, busy: 2, completions, busyMs, concurrencyTotal: concurrency }] }));
+    expect(p.state().devices?.[0]?.workerLimit).toBe(2);
+    // Idle: the next workload may not thrash.
+    p.observe(snapshot({ now: 2000, backlog: 0, devices: [{ workers: 4, busy: 0, completions, busyMs, concurrencyTotal: concurrency }] }));
+    expect(p.state().devices?.[0]?.workerLimit).toBeNull();
+    expect(p.workerLimit?.(0)).toBe(Infinity);
+  });
+});
+
+describe('stoker pacer: the plan across kinds, exactly', () => {
+  const kindAt = (name: string, completions: number, busyMs: number, preparing = 0) => ({ name, devices: [0], preparing, waiting: 0, onDevice: 0, completions: [completions], busyMs: [busyMs] });
+
+  it('counts an item of another kind in flight as λ ÷ λ_k items of the kind planned in', () => {
+    // heavy 400 ms (λ 5/s), light 100 ms (20/s), 2 workers, planned in heavy. 20 light items in
+    // preparation count as 20 × ¼ = 5 heavy: J* = 2 + 2 = 4 (no latency yet), u = λ + (4 − 5) ÷ 1 s = 4/s.
+    const plan = (preparingKind: 0 | 1) => {
+      const p = createStokerPacer({ targetWaiting: 2 });
+      const at = (c: number, pre: number) => [kindAt('heavy', c, 400 * c, preparingKind === 0 ? pre : 0), kindAt('light', c, 100 * c, preparingKind === 1 ? pre : 0)];
+      p.observe(snapshot({ now: 0, nextKind: 0, devices: [dev(0, 0, 0)], kinds: at(0, 0) }));
+      p.observe(snapshot({ now: 100, backlog: 5, preparing: 20, nextKind: 0, devices: [dev(2, 500, 0)], kinds: at(1, 20) }));
+      return p.state();
+    };
+    expect(plan(1).intervalMs).toBeCloseTo(250, 9);
+    expect(plan(1).ratePerSec).toBe(5);
+    expect(plan(0).mode).toBe('hold'); // 20 heavy overfill it
+  });
+
+  it('keeps the kind it plans in while the next is unknown (−1 or out of range)', () => {
+    const p = createStokerPacer({ targetWaiting: 2 });
+    const kinds = [kindAt('heavy', 1, 400), kindAt('light', 1, 100)];
+    p.observe(snapshot({ now: 0, nextKind: 1, devices: [dev(0, 0)], kinds: [kindAt('heavy', 0, 0), kindAt('light', 0, 0)] }));
+    p.observe(snapshot({ now: 100, nextKind: 1, devices: [dev(2, 500)], kinds }));
+    expect(p.state().ratePerSec).toBe(20);
+    p.observe(snapshot({ now: 200, nextKind: -1, devices: [dev(2, 500)], kinds }));
+    expect(p.state().ratePerSec).toBe(20);
+    p.observe(snapshot({ now: 300, nextKind: 5, devices: [dev(2, 500)], kinds }));
+    expect(p.state().ratePerSec).toBe(20);
+    p.observe(snapshot({ now: 400, nextKind: 0, devices: [dev(2, 500)], kinds }));
+    expect(p.state().ratePerSec).toBe(5);
+  });
+
+  it('leaves out a device no queued job can use', () => {
+    const p = createStokerPacer({ priorServiceMs: 100 });
+    p.observe(snapshot({ now: 0, backlog: 1, devices: [dev(0, 0, 0), { ...dev(0, 0, 0), eligible: false }] }));
+    expect(p.state().ratePerSec).toBe(20);
+  });
+});
