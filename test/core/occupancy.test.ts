@@ -119,4 +119,32 @@ describe('OccupancyMeter', () => {
     m.record(done(100, 2), []);
     expect(m.busyMs(200)).toEqual([[0]]);
   });
+
+  it('keeps batches apart from items and from each other (keys below every item id), and ignores an answer for a batch it never saw', () => {
+    const m = new OccupancyMeter([3]);
+    const batch = (id: number, worker: number): Command => ({ type: 'startBatch', batch: id, items: [view(10 + id)], device: 0, worker });
+    m.record(tick(100), [start(2, 0, 0), batch(3, 1), batch(4, 2)]);
+    m.record({ type: 'batchDone', time: 300, batch: 3, busyMs: 150 }, []);
+    m.record({ type: 'batchDone', time: 300, batch: 9, busyMs: 150 }, []);
+    expect(m.busyMs(500)).toEqual([[400, 150, 400]]);
+  });
+
+  it('times from each start: a loss, a withdrawal and a restart credit the time since the item started, not since 0', () => {
+    const m = new OccupancyMeter([2, 1]);
+    m.record(tick(100), [start(1, 0, 0), start(2, 1, 0)]);
+    // Worker 0 of device 1 is lost, not worker 0 of device 0.
+    m.record({ type: 'workerLost', time: 400, device: 1, worker: 0 }, []);
+    expect(m.busyMs(500)).toEqual([[400, 0], [300]]);
+    m.record(tick(600), [start(1, 0, 1, 2)]); // item 1 again, on worker 1: its first run ends here
+    m.record({ type: 'cancel', time: 700, jobId: 'j' }, [{ type: 'abort', item: view(1), stage: 'on-device', reason: 'r' }]);
+    expect(m.busyMs(800)).toEqual([[500, 100], [300]]);
+  });
+
+  it('ignores a worker index one past the device’s last', () => {
+    const m = new OccupancyMeter([1]);
+    m.record(tick(0), [start(1, 0, 1)]);
+    expect(m.busyMs(100)).toEqual([[0]]);
+    m.record(done(100, 1), []);
+    expect(m.busyMs(200)).toEqual([[0]]);
+  });
 });
