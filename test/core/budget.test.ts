@@ -119,4 +119,60 @@ describe('MemoryBudget', () => {
     expect(b.fits(501)).toBe(false);
     expect(b.tryReserve(500)).toBe(false);
   });
+
+  it('held bytes count against the free bytes and the peak (reserved + held), and the peak stays', () => {
+    const b = new MemoryBudget(1000);
+    b.tryReserve(200);
+    b.setHeld(300);
+    expect(b.held).toBe(300);
+    expect(b.free).toBe(500); // 1000 − 200 − 300
+    expect(b.peak).toBe(500); // 200 reserved + 300 held
+    expect(b.tryReserve(501)).toBe(false);
+    expect(b.tryReserve(500)).toBe(true);
+    expect(b.peak).toBe(1000); // 700 reserved + 300 held
+    b.release(500);
+    b.setHeld(100); // fewer held: the peak stays at its high-water mark
+    expect(b.held).toBe(100);
+    expect(b.free).toBe(700);
+    expect(b.peak).toBe(1000);
+    b.setHeld(0);
+    expect(b.free).toBe(800);
+    expect(b.used).toBe(200); // held bytes never touch the reserved count
+  });
+
+  it('setHeld raises the peak by itself when reserved + held passes it', () => {
+    const b = new MemoryBudget(1000);
+    b.tryReserve(100);
+    b.release(100);
+    expect(b.peak).toBe(100);
+    b.setHeld(40); // 0 reserved + 40 held: below the peak
+    expect(b.peak).toBe(100);
+    b.tryReserve(50);
+    b.setHeld(70); // 50 + 70 = 120
+    expect(b.peak).toBe(120);
+  });
+
+  it.each([-1, NaN, Infinity])('setHeld(%s) throws E_INVALID_OPTION and keeps the held bytes', (bytes) => {
+    const b = new MemoryBudget(1000);
+    b.setHeld(10);
+    expectStokerError(() => b.setHeld(bytes), 'E_INVALID_OPTION', /held memory/);
+    expect(b.held).toBe(10);
+    expect(b.peak).toBe(10);
+  });
+
+  it('a zero reservation can be released like any other', () => {
+    const b = new MemoryBudget(10);
+    b.tryReserve(4);
+    expect(b.tryReserve(0)).toBe(true);
+    b.release(0);
+    expect(b.used).toBe(4);
+  });
+
+  it('setHeld(0) is allowed; a fresh budget holds nothing', () => {
+    const b = new MemoryBudget(10);
+    expect(b.held).toBe(0);
+    b.setHeld(0);
+    expect(b.held).toBe(0);
+    expect(b.free).toBe(10);
+  });
 });
