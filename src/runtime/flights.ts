@@ -1,8 +1,9 @@
 /**
  * Each item's work in flight for the runtime: starts the engine's preparations and device steps
  * (one item or a batch) on the workload, answers the engine once each settles, and aborts an
- * item's work when the engine withdraws it. The runtime keeps the jobs, the engine's timer and
- * the budget's view of the buffer pool, and hands them in as a {@link FlightsHost}.
+ * item's work when the engine withdraws it. The runtime keeps the engine, the jobs, its timer and
+ * the budget's view of the buffer pool; it hands in the workload, the clock, the device timeout,
+ * the jobs (read only) and two callbacks (apply an event, sync the pool) as a {@link FlightsHost}.
  */
 import { StokerError, type EngineEvent, type ItemView } from '../core/index.js';
 import type { Clock } from './clock.js';

@@ -1,3 +1,4 @@
+/** The server's devices and where each one's steps run: their table in engine order, the engine's view of them, their runners and handoff folders. */
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -8,8 +9,6 @@ import type { DeviceRunner, StageThreads } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
 import { ConfigError, type DeviceConfig, type ServeConfig } from './config.js';
 import type { LoadedKind } from './kind-module.js';
-
-/** The server's devices and where each one's steps run: their table in engine order, the engine's view of them, their runners and handoff folders. */
 
 /** A device as the server numbers it. */
 export interface ServiceDevice {

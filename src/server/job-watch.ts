@@ -64,7 +64,10 @@ export class JobWatch {
     for (const e of events) for (const l of [...w.listeners]) l(e);
   }
 
-  /** Stops the pending look (shutdown). */
+  /**
+   * Stops the pending look (shutdown). The cleared timer stays set on purpose: onStep then
+   * schedules no more looks while the runtime drains.
+   */
   close(): void {
     clearTimeout(this.timer);
   }

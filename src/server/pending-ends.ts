@@ -35,7 +35,7 @@ export class PendingEnds {
   }
 
   /** Tries to journal the ends kept; those that land are announced, the moot forgotten. */
-  land(): void {
+  private land(): void {
     for (const [id, { outcome }] of this.ends) {
       let landed = false;
       try {

@@ -7,6 +7,7 @@ import {
   type Command,
   type EngineOptions,
   type JobSpec,
+  type ReadonlySnapshot,
 } from '../../src/core/index.js';
 import { EngineDriver, GatePacer, aborts, expectStokerError, ofType, prepared, started } from './helpers.js';
 
@@ -1266,5 +1267,22 @@ describe('devices that name their kinds', () => {
     const mixed = new Run(engine({ devices: [{ workers: 1, kinds: ['gpu'] }, { workers: 1 }] }));
     mixed.submit(0, job('t', 1, { kind: 'tpu' }));
     expect(started(mixed.prepared(1, 't:0'))).toEqual(['t:0@1/0']);
+  });
+});
+
+describe('engine.snapshot', () => {
+  it('is the live counters, read-only all the way down: a write does not compile (npm run typecheck checks the @ts-expect-error lines)', () => {
+    const e = new Engine({ devices: [{ workers: 2 }], pacer: createUnpacedPacer() });
+    const writes = (s: ReadonlySnapshot): void => {
+      // @ts-expect-error the engine's counters are not the reader's to write
+      s.waiting = 1;
+      // @ts-expect-error nor a device's
+      (s.devices[0] as ReadonlySnapshot['devices'][number]).busy = 1;
+      // @ts-expect-error nor the device list
+      s.devices.push({ workers: 1, busy: 0, completions: 0, busyMs: 0 });
+    };
+    expect(writes).toBeTypeOf('function');
+    e.apply({ type: 'submit', time: 0, job: { id: 'a', kind: 'k', partitions: 3 } });
+    expect(e.snapshot.backlog + e.snapshot.preparing).toBe(3);
   });
 });

@@ -1,4 +1,4 @@
-import type { KindCounters, ReadonlySnapshot } from '../pacer.js';
+import type { ReadonlySnapshot } from '../pacer.js';
 
 /** What the stoker pacer measures of each device: its service time per kind, how that varies with the workers busy, a batching device's fit, and the self-check of the measurement. */
 
@@ -230,11 +230,11 @@ export function newService(completions: number, busyMs: number, serviceMs: numbe
 
 /** Kind k's completions on device d (a snapshot without kinds: the device's own). */
 export function completionsOf(s: ReadonlySnapshot, k: number, d: number): number {
-  return s.kinds.length > 0 ? ((s.kinds[k] as KindCounters).completions[d] as number) : (s.devices[d] as ReadonlySnapshot['devices'][number]).completions;
+  return s.kinds.length > 0 ? ((s.kinds[k] as ReadonlySnapshot['kinds'][number]).completions[d] as number) : (s.devices[d] as ReadonlySnapshot['devices'][number]).completions;
 }
 
 export function busyOf(s: ReadonlySnapshot, k: number, d: number): number {
-  return s.kinds.length > 0 ? ((s.kinds[k] as KindCounters).busyMs[d] as number) : (s.devices[d] as ReadonlySnapshot['devices'][number]).busyMs;
+  return s.kinds.length > 0 ? ((s.kinds[k] as ReadonlySnapshot['kinds'][number]).busyMs[d] as number) : (s.devices[d] as ReadonlySnapshot['devices'][number]).busyMs;
 }
 
 /** A device's mean service time over the kinds measured on it, else `fallback`. */

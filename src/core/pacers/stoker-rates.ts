@@ -1,4 +1,4 @@
-import type { KindCounters, ReadonlySnapshot } from '../pacer.js';
+import type { ReadonlySnapshot } from '../pacer.js';
 import { batchItemMs, deviceMeanMs, SKEWED_CV2, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 
 /**
@@ -35,7 +35,7 @@ export class KindPlan {
   inventory(s: ReadonlySnapshot): number {
     let inventory = s.preparing + s.waiting + s.onDevice;
     if (s.kinds.length > 1 && !this.apart) for (let k = 0; k < s.kinds.length; k++) {
-      const kc = s.kinds[k] as KindCounters;
+      const kc = s.kinds[k] as ReadonlySnapshot['kinds'][number];
       const rate = this.rates[k] as number;
       if (k !== this.ref && rate > 0) inventory += (kc.preparing + kc.waiting + kc.onDevice) * (this.lambda / rate - 1);
     }
@@ -70,7 +70,7 @@ export class KindPlan {
       // The fallbacks, made only when a device has not measured this kind (-1: not yet made).
       let kindMs = -1;
       // (With one kind, a device that does not run it has no work: eligible says so.)
-      const runsOn = s.kinds.length > 1 ? (s.kinds[k] as KindCounters).devices : null;
+      const runsOn = s.kinds.length > 1 ? (s.kinds[k] as ReadonlySnapshot['kinds'][number]).devices : null;
       let lambda = 0;
       let draining = 0;
       for (let i = 0; i < devices.length; i++) {

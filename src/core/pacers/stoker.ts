@@ -1,5 +1,5 @@
 import { StokerError } from '../errors.js';
-import { numberOption, type KindCounters, type Pacer, type PacerMode, type ReadonlySnapshot, type PacerState } from '../pacer.js';
+import { numberOption, type Pacer, type PacerMode, type ReadonlySnapshot, type PacerState } from '../pacer.js';
 import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 import { PrepareLimit, type PacerView } from './stoker-limiter.js';
 import { KindPlan } from './stoker-rates.js';
@@ -246,14 +246,14 @@ class StokerPacer implements Pacer {
   private observeDevices(s: ReadonlySnapshot, dt: number): void {
     const occKeep = dt > 0 ? Math.exp(-dt / this.occTau) : 1;
     const kinds = Math.max(1, s.kinds.length);
-    for (let k = this.kindNames.length; k < s.kinds.length; k++) this.kindNames.push((s.kinds[k] as KindCounters).name);
+    for (let k = this.kindNames.length; k < s.kinds.length; k++) this.kindNames.push((s.kinds[k] as ReadonlySnapshot['kinds'][number]).name);
     for (let i = 0; i < this.devices.length; i++) {
       const d = this.devices[i] as DeviceEstimate;
       const c = s.devices[i] as ReadonlySnapshot['devices'][number];
       // A kind first seen starts from its prior on this device, else the device's, if any.
       while (d.services.length < kinds) {
         const k = d.services.length;
-        const own = s.kinds[k] ? (this.priorByKind[(s.kinds[k] as KindCounters).name]?.[i] ?? 0) : 0;
+        const own = s.kinds[k] ? (this.priorByKind[(s.kinds[k] as ReadonlySnapshot['kinds'][number]).name]?.[i] ?? 0) : 0;
         const prior = own > 0 ? own : (this.priorByDevice[i] ?? 0) > 0 ? (this.priorByDevice[i] as number) : this.prior;
         if (prior > 0) this.hasEstimate = true;
         d.services.push(newService(completionsOf(s, k, i), busyOf(s, k, i), prior));
@@ -263,7 +263,7 @@ class StokerPacer implements Pacer {
       if (d.fit && c.batch) {
         observeBatches(d.fit, c.batch.batches, c.batch.items, c.busyMs);
         for (let k = 0; k < s.kinds.length; k++) {
-          const kc = s.kinds[k] as KindCounters;
+          const kc = s.kinds[k] as ReadonlySnapshot['kinds'][number];
           const byKind = kc.deviceBatches;
           if (!byKind) continue;
           const f = (d.kindFits[k] ??= { maxItems: d.fit.maxItems, bins: [], batches: byKind.batches[i] ?? 0, items: byKind.items[i] ?? 0, busyMs: kc.busyMs[i] ?? 0, a: NaN, b: NaN });
