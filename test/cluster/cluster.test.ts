@@ -234,7 +234,10 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
 
   it('priorities hold across nodes: a critical job submitted last overtakes the normal jobs queued ahead of it', async () => {
     const ids = Array.from({ length: 60 }, (_, i) => `prio:${i}`);
-    for (const [i, id] of ids.entries()) expect((await http((i % 2 ? fast : slow).url, 'POST', '/v1/jobs', sleepJob(id, 500 + i, 1, { prepareMs: 50, deviceMs: 200 }))).status).toBe(202);
+    // Submitted all at once: one by one, on a loaded machine, the submits came slower than the two
+    // nodes drained them and the queue never built up (the wait below timed out).
+    const accepted = await Promise.all(ids.map((id, i) => http((i % 2 ? fast : slow).url, 'POST', '/v1/jobs', sleepJob(id, 500 + i, 1, { prepareMs: 50, deviceMs: 200 }))));
+    for (const r of accepted) expect(r.status).toBe(202);
     // Both nodes saturated, plenty still queued in BullMQ.
     await waitUntil(async () => {
       const q = (await http(fast.url, 'GET', '/v1/status')).body.cluster.queue as Record<string, number>;
