@@ -219,6 +219,11 @@ export function batchItemMs(d: DeviceEstimate, k = -1): number {
   return Math.max(MIN_SERVICE_MS, (f.a + f.b * n) / n);
 }
 
+/** The workers a device is planned for: its planned workers (see DeviceEstimate.plannedWorkers), within its worker limit. */
+export function plannedWorkers(d: DeviceEstimate): number {
+  return Math.min(d.plannedWorkers, d.limit);
+}
+
 /** Whether a bin counts: K_MIN samples, the last within K_FRESH of the device's completions (`now`). */
 export function isFresh(b: BusyBin, now: number): boolean {
   return b.n >= K_MIN && now - b.at <= K_FRESH;

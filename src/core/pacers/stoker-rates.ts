@@ -1,5 +1,5 @@
 import type { ReadonlySnapshot } from '../pacer.js';
-import { batchItemMs, deviceMeanMs, SKEWED_CV2, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
+import { batchItemMs, deviceMeanMs, plannedWorkers, SKEWED_CV2, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 
 /**
  * The stoker pacer's plan across kinds: the service rate λ_k of each kind over the devices that
@@ -85,8 +85,8 @@ export class KindPlan {
           if (kindMs < 0) kindMs = this.meanServiceMs(devices, k);
           ms = kindMs > 0 ? kindMs : deviceMeanMs(d, this.meanServiceMs(devices, -1));
         }
-        // Planned for the workers of the last latency (see plannedWorkers); what drains now is what is alive.
-        const workers = Math.min(d.plannedWorkers, d.limit);
+        // Planned for the workers of the last latency; what drains now is what is alive.
+        const workers = plannedWorkers(d);
         if (ms > 0 && workers > 0) {
           // The self-check's factor: 1 unless saturated windows keep showing another capacity.
           lambda += (workers / ms) * d.correction;
@@ -111,7 +111,7 @@ export class KindPlan {
         if (c.eligible === false) continue;
         const fitted = batchItemMs(d);
         const ms = fitted > 0 ? fitted : deviceMeanMs(d, this.meanServiceMs(devices, -1));
-        const workers = Math.min(d.plannedWorkers, d.limit);
+        const workers = plannedWorkers(d);
         if (ms > 0 && workers > 0) {
           lambda += (workers / ms) * d.correction;
           draining += (c.workers / ms) * d.correction * d.occupancy;
@@ -162,7 +162,7 @@ export class KindPlan {
       const svc = d.services[this.ref];
       // (A batching device's time per item spreads with the batch size, which is not noise.)
       if (!svc || !(svc.serviceMs > 0) || d.fit) continue;
-      const r = Math.min(d.plannedWorkers, d.limit) / svc.serviceMs;
+      const r = plannedWorkers(d) / svc.serviceMs;
       rates += r;
       if (svc.varianceSlow > SKEWED_CV2) cv2 += r * svc.varianceSlow;
     }

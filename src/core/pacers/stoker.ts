@@ -1,6 +1,6 @@
 import { StokerError } from '../errors.js';
 import { numberOption, type Pacer, type PacerMode, type ReadonlySnapshot, type PacerState } from '../pacer.js';
-import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
+import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, plannedWorkers, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 import { PrepareLimit, type PacerView } from './stoker-limiter.js';
 import { KindPlan } from './stoker-rates.js';
 import { STOKER_DEFAULTS, type StokerPacerOptions } from './stoker-options.js';
@@ -404,7 +404,7 @@ class StokerPacer implements Pacer {
     let onDevices = 0;
     for (let i = 0; i < this.devices.length; i++) {
       const d = this.devices[i] as DeviceEstimate;
-      onDevices += Math.min(d.plannedWorkers, d.limit) * (s.devices[i]?.batch?.maxItems ?? 1);
+      onDevices += plannedWorkers(d) * (s.devices[i]?.batch?.maxItems ?? 1);
     }
     this.inventoryTarget = lambda * (lat + this.margin) + this.plan.serviceStock(this.devices, lambda, lat, this.safetyZ) + onDevices + this.plan.waitTarget + this.integral;
     const u = lambda + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
