@@ -81,8 +81,6 @@ export class Service {
   /** What the last run measured (the pacer started from it), and what this run measures, saved every PRIORS_EVERY_MS and at close. */
   private readonly memory: PacerMemory;
   private readonly priorsTimer: NodeJS.Timeout;
-  /** Where the pacer's starting rates came from, for the start line (undefined: it measures first). */
-  readonly priorsNote: string | undefined;
   private readonly pacerTimer: NodeJS.Timeout;
 
   private constructor(
@@ -113,7 +111,6 @@ export class Service {
     const router = this.routerOver(threads, runners);
     // The pacer starts from what the config says, else from what the last run measured.
     this.memory = new PacerMemory(config.dataDir, this.devices, config.engine.pacerOptions);
-    this.priorsNote = this.memory.note;
     const grouped = [...kinds.values()].filter((k) => k.prepareBatch);
     this.runtime = new Runtime({
       workload: router,
@@ -140,6 +137,11 @@ export class Service {
     this.history.record(this.reading());
     this.historyTimer = setInterval(() => this.history.record(this.reading()), 1000).unref();
     this.priorsTimer = setInterval(() => this.memory.save(this.runtime.engine), PRIORS_EVERY_MS).unref();
+  }
+
+  /** Where the pacer's starting rates came from, for the start line (undefined: it measures first). */
+  get priorsNote(): string | undefined {
+    return this.memory.note;
   }
 
   /** The one workload over every kind: its hooks journal a job's start and its partitions' outputs, and feed the metrics. */
