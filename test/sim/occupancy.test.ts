@@ -163,9 +163,11 @@ describe('history in simulation equals the trace-derived truth', () => {
       const lanes = timeline.lanes();
       let worst = 0;
       let busyWindows = 0;
-      for (const x of samples as HistorySample[]) {
+      (samples as HistorySample[]).forEach((x, i) => {
         const b = x.t;
-        const a = b - x.windowS * 1000;
+        // The window begins at the previous sample (b − windowS · 1000 may round below it, and
+        // count an item that ended at that sample in both windows).
+        const a = i > 0 ? (samples[i - 1] as HistorySample).t : b - x.windowS * 1000;
         for (const l of lanes.filter((l) => l.kind === 'device')) {
           const truth = overlap(spans.filter((sp) => sp.lane === l.id), a, b) / (b - a);
           const shown = x.workerOccupancy[l.device as number]?.[l.worker as number] as number;
@@ -182,7 +184,7 @@ describe('history in simulation equals the trace-derived truth', () => {
         const completed = spans.filter((sp) => sp.kind === 'device' && sp.outcome === 'done' && (sp.end as number) > a && (sp.end as number) <= b).length;
         expect(x.dispatchedPerS * x.windowS).toBeCloseTo(dispatched, 6);
         expect(x.completedPerS * x.windowS).toBeCloseTo(completed, 6);
-      }
+      });
       expect(worst).toBeLessThanOrEqual(0.01);
       // Per device: the completions and measured device time the windows add up to are the trace's.
       for (const d of [0, 1]) {
