@@ -87,7 +87,8 @@ describe('the constants the comments document', () => {
 
 describe('newService and newFit', () => {
   it('newService starts from the counters and the prior, with no noise and no self-check counts', () => {
-    expect(newService(3, 40, 12)).toStrictEqual({ completions: 3, busyMs: 40, serviceMs: 12, variance: 0, varianceSlow: 0, lastBeyond: 0, satCompletions: 0, spanCompletions: 0 });
+    expect(newService(3, 40, 12)).toStrictEqual({ completions: 3, busyMs: 40, serviceMs: 12, variance: 0, varianceSlow: 0, varianceTail: 0, samples: 0, firstMean: 0, firstM2: 0, prior: true, lastBeyond: 0, satCompletions: 0, spanCompletions: 0 });
+    expect(newService(0, 0, NaN).prior).toBe(false);
   });
 
   it('newFit starts from the device batch counters, with no bins and no fit', () => {

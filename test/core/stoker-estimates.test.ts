@@ -10,6 +10,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { createStokerPacer, type PacerSnapshot } from '../../src/core/index.js';
+import { newService, NOISE_SAMPLES } from '../../src/core/pacers/stoker-device.js';
+import { KindPlan } from '../../src/core/pacers/stoker-rates.js';
 import { snapshot } from './helpers.js';
 
 type Dev = PacerSnapshot['devices'][number];
@@ -68,35 +70,86 @@ describe('stoker pacer: the preparation latency estimate', () => {
 });
 
 describe('stoker pacer: the service time per item', () => {
-  /** A pacer that measured `first` ms per item on 2 saturated workers (no prior). */
+  const N = NOISE_SAMPLES;
+  /**
+   * A pacer that measured `first` ms per item on 2 saturated workers (no prior): ten items in one
+   * event (one that begins among the first NOISE_SAMPLES counts whole), so a quiet device, its
+   * noise known, and a running mean's weight (1 ÷ 11 next) below serviceSmoothing.
+   */
+  const M = 10;
   function measured(first: number, options: Parameters<typeof createStokerPacer>[0] = {}) {
     const p = createStokerPacer({ targetWaiting: 2, ...options });
     p.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
-    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(1, first)] }));
+    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(M, M * first)] }));
     return p;
   }
+  /** The counters of a pacer measured(first) after `n` more completions that took `ms` in all. */
+  const then = (first: number, n: number, ms: number, busy = 2) => dev(M + n, M * first + ms, busy);
   const serviceMs = (p: ReturnType<typeof createStokerPacer>) => 2000 / (p.state().ratePerSec as number);
 
   it('takes the first sample as it is', () => {
-    expect(serviceMs(measured(80))).toBeCloseTo(80, 9);
-    expect(measured(80).state().devices?.[0]?.estimatedPerSec).toBeCloseTo(25, 9);
+    const p = createStokerPacer({ targetWaiting: 2 });
+    p.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
+    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(1, 80)] }));
+    expect(serviceMs(p)).toBeCloseTo(80, 9);
+    expect(p.state().devices?.[0]?.estimatedPerSec).toBeCloseTo(25, 9);
+  });
+
+  it('judges the skew by the noise with its tail, from its first two samples on and with the sample at hand', () => {
+    // 100 on the saturated device, then 20 while it is starved: their sample variance, cv² =
+    // Σ (x − x̄)² ÷ (n − 1) ÷ x̄² = 3200 ÷ 3600 = 0.89, is a skewed device's, so the 20 is neither
+    // discounted as starved (weight 0.3 · 0.05 on a quiet device) nor is a long one news: each
+    // weighs as in a running mean (with a latency of 100 s the noise asks for thousands).
+    expect(N).toBe(2);
+    const p = createStokerPacer({ targetWaiting: 2, priorLatencyMs: 100_000 });
+    p.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
+    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(1, 100)] }));
+    expect(serviceMs(p)).toBeCloseTo(100, 9);
+    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 120, 1)] }));
+    expect(serviceMs(p)).toBeCloseTo(60, 9);
+    p.observe(snapshot({ now: 300, backlog: 10, devices: [dev(3, 420, 1)] }));
+    expect(serviceMs(p)).toBeCloseTo(60 + (300 - 60) / 3, 9);
+    // Two first samples that agree: a quiet device, the 20 discounted (the rules as ever).
+    const q = createStokerPacer({ targetWaiting: 2, priorLatencyMs: 100_000 });
+    q.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
+    q.observe(snapshot({ now: 100, backlog: 10, devices: [dev(2, 200)] }));
+    q.observe(snapshot({ now: 200, backlog: 10, devices: [dev(3, 220, 1)] }));
+    expect(serviceMs(q)).toBeCloseTo(100 + 0.3 * 0.05 * (20 - 100), 9);
+  });
+
+  it('takes a first long sample of a skewed device as one, not as news of a slower device', () => {
+    // Ten samples of 50 (no noise), then one of 2000 (39 σ… of nothing): with it the noise with
+    // its tail reads 25 ÷ 11 = 2.3 (clipped at TAIL_Z² · SKEWED_CV2, a running mean), a skewed
+    // device, so it weighs as a sample within the noise (serviceSmoothing: the noise that sets
+    // that weight is still ~0), not ½ as news of a slower device would.
+    const p = createStokerPacer({ targetWaiting: 2, priorLatencyMs: 100_000 });
+    p.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
+    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(10, 500)] }));
+    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(11, 2500)] }));
+    expect(serviceMs(p)).toBeCloseTo(50 + 0.3 * (2000 - 50), 9);
+    // A quiet device's slowdown early on (twice as slow) stays news: (1²) ÷ 11 is no skew.
+    const q = createStokerPacer({ targetWaiting: 2, priorLatencyMs: 100_000 });
+    q.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
+    q.observe(snapshot({ now: 100, backlog: 10, devices: [dev(10, 500)] }));
+    q.observe(snapshot({ now: 200, backlog: 10, devices: [dev(11, 600)] }));
+    expect(serviceMs(q)).toBeCloseTo(50 + 0.5 * 50, 9);
   });
 
   it('on a quiet device weighs news of a faster device serviceSmoothing, of a slower one slowerSmoothing', () => {
     const faster = measured(100);
-    faster.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 180)] }));
+    faster.observe(snapshot({ now: 200, backlog: 10, devices: [then(100, 1, 80)] }));
     expect(serviceMs(faster)).toBeCloseTo(100 + 0.3 * (80 - 100), 9);
     const slower = measured(100);
-    slower.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 220)] }));
+    slower.observe(snapshot({ now: 200, backlog: 10, devices: [then(100, 1, 120)] }));
     expect(serviceMs(slower)).toBeCloseTo(100 + 0.5 * (120 - 100), 9);
     const tuned = measured(100, { serviceSmoothing: 0.1, slowerSmoothing: 0.2 });
-    tuned.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 220)] }));
+    tuned.observe(snapshot({ now: 200, backlog: 10, devices: [then(100, 1, 120)] }));
     expect(serviceMs(tuned)).toBeCloseTo(104, 9);
   });
 
   it('weighs several completions in one event as that many samples: 1 − (1 − w)^n', () => {
     const p = measured(100);
-    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(4, 100 + 3 * 80)] }));
+    p.observe(snapshot({ now: 200, backlog: 10, devices: [then(100, 3, 3 * 80)] }));
     expect(serviceMs(p)).toBeCloseTo(100 + (1 - 0.7 ** 3) * (80 - 100), 9);
   });
 
@@ -108,23 +161,23 @@ describe('stoker pacer: the service time per item', () => {
 
   it('once it saw the device saturated, weighs a starved device’s faster sample starvedWeight times less, not a slower one', () => {
     const fast = measured(60);
-    fast.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 100, 1)] }));
+    fast.observe(snapshot({ now: 200, backlog: 10, devices: [then(60, 1, 40, 1)] }));
     expect(serviceMs(fast)).toBeCloseTo(60 + 0.3 * 0.05 * (40 - 60), 9);
     const slow = measured(60);
-    slow.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 150, 1)] }));
+    slow.observe(snapshot({ now: 200, backlog: 10, devices: [then(60, 1, 90, 1)] }));
     expect(serviceMs(slow)).toBeCloseTo(60 + 0.5 * (90 - 60), 9);
     // Never seen saturated: the starved device's sample is all the evidence there is.
     const p = createStokerPacer({ targetWaiting: 2 });
     p.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0, 1)] }));
-    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(1, 60, 1)] }));
-    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 100, 1)] }));
+    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(M, M * 60, 1)] }));
+    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(M + 1, M * 60 + 40, 1)] }));
     expect(serviceMs(p)).toBeCloseTo(60 + 0.3 * (40 - 60), 9);
   });
 
   it('within the noise (2 %), weighs a sample min(serviceSmoothing, 2 ÷ (n² + 1)), n the inventory noise over half the target', () => {
     // Without a latency estimate the inventory does not depend on the service time: the full weight.
     const p = measured(100);
-    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 201)] }));
+    p.observe(snapshot({ now: 200, backlog: 10, devices: [then(100, 1, 101)] }));
     expect(serviceMs(p)).toBeCloseTo(100 + 0.3 * 1, 9);
   });
 
@@ -134,8 +187,8 @@ describe('stoker pacer: the service time per item', () => {
     // (serviceSmoothing here, with no latency known). The second in a row is news of a slower
     // device: slowerSmoothing.
     const p = measured(100);
-    let busy = 100;
-    let n = 1;
+    let busy = M * 100;
+    let n = M;
     const step = (ms: number) => {
       busy += ms;
       n++;
@@ -352,6 +405,48 @@ describe('stoker pacer: the rate cap and the waiting integral’s clamp', () => 
     expect(p.state().intervalMs).toBeCloseTo(1 / ((1 - Math.exp(-2) + 0.2) * 0.004), 9);
   });
 
+  it('with a skewed device, caps it at what the devices were seen to complete (smoothed over occupancyTauMs) plus catchUp × λ, where that is more', () => {
+    // A skewed device (samples of 20 and 180 ms in turn, cv 0.8: a stock of some 40 items; λ ≈
+    // 2 ÷ 100 ms, latency 30 s), 60 in flight (beyond the head start), busy throughout: λ by the
+    // occupancy is about λ. Then 40 completions in one second (τ = 1 s): 0.04 per ms seen
+    // drained, and the cap 0.04 + 0.2 λ, below u = λ + (J* − J) ÷ 7.5 s.
+    const p = createStokerPacer({ targetWaiting: 4, priorLatencyMs: 30_000, occupancyTauMs: 1000 });
+    let busy = 0;
+    p.observe(snapshot({ now: 0, backlog: 10, preparing: 60, devices: [dev(0, 0)] }));
+    for (let i = 1; i <= 400; i++) {
+      busy += i % 2 === 0 ? 180 : 20;
+      p.observe(snapshot({ now: i * 50, backlog: 10, preparing: 60, devices: [dev(i, busy)] }));
+    }
+    p.observe(snapshot({ now: 21_000, backlog: 10, preparing: 60, deviceCompletions: 40, devices: [dev(400, busy)] }));
+    const lambda = (p.state().ratePerSec as number) / 1000;
+    expect((p.state().terms['inventoryTarget'] as number) - lambda * 30_000 - 6).toBeGreaterThan(30);
+    expect(p.state().intervalMs).toBeCloseTo(1 / (0.04 + 0.2 * lambda), 9);
+  });
+
+  it('aims the waiting integral at the waiting target plus a skewed device’s stock: the stock’s waiting is no error', () => {
+    // A skewed device (samples of 20 and 180 ms in turn, cv 0.8; latency 60 s) with a stock of over
+    // 20 items; 10 waiting, below target + stock, integrates upward once settled (aimed at the
+    // target alone it would integrate down: 10 is above 4); target + stock + 10 waiting, down.
+    const integral = (waiting: number) => {
+      const q = createStokerPacer({ targetWaiting: 4, priorLatencyMs: 60_000, occupancyTauMs: 1, waitingTauMs: 1, catchUp: 10, settleBand: 10 });
+      let b = 0;
+      for (let i = 0; i <= 400; i++) {
+        b += i === 0 ? 0 : i % 2 === 0 ? 180 : 20;
+        q.observe(snapshot({ now: i * 50, devices: [dev(i, b)] }));
+      }
+      const lambda = (q.state().ratePerSec as number) / 1000;
+      const stock = (q.state().terms['inventoryTarget'] as number) - lambda * 60_000 - 2 - 4;
+      const inFlight = Math.round((q.state().terms['inventoryTarget'] as number) - waiting - 2);
+      for (let t = 20_000; t <= 400_000; t += 1000) q.observe(snapshot({ now: t, backlog: 10, waiting, preparing: inFlight, onDevice: 2, devices: [dev(400, b, 2)] }));
+      return { stock, integral: q.state().terms['integral'] as number };
+    };
+    const low = integral(10);
+    expect(low.stock).toBeGreaterThan(20);
+    expect(low.integral).toBeGreaterThan(0);
+    const high = integral(low.stock + 4 + 10);
+    expect(high.integral).toBeLessThan(0);
+  });
+
   it('holds the waiting integral within [−target, target + workers]', () => {
     // As in the integral test above, with room to move: a cap of 11λ (catchUp 10) and a settle band that never breaks.
     const p = createStokerPacer({ priorServiceMs: 500, priorLatencyMs: 1000, targetWaiting: 4, occupancyTauMs: 1, waitingTauMs: 1, catchUp: 10, settleBand: 10 });
@@ -366,17 +461,30 @@ describe('stoker pacer: the rate cap and the waiting integral’s clamp', () => 
 
 describe('stoker pacer: the weight of a sample within the noise', () => {
   it('is 2 ÷ (n² + 1) once the latency makes the estimate’s noise matter: n = λ_device · latency · cv ÷ (target ÷ 2)', () => {
-    // 100 ms, then 110 (news of a slower device, weight ½: 105; cv² slow 0.005 · 9 · 0.0004), then
-    // 105.5, within the noise: λ_device = 2 ÷ 105, latency 100 s, target 2.
-    const p = createStokerPacer({ targetWaiting: 2, priorLatencyMs: 100_000 });
+    // From a prior of 100 ms (no running-mean floor): NOISE_SAMPLES samples of 100 (no noise), then
+    // 110 (news of a slower device, weight ½: 105; cv² slow 0.005 · 9 · 0.0004), then 105.5, within
+    // the noise: λ_device = 2 ÷ 105, latency 100 s, target 2.
+    const N = NOISE_SAMPLES;
+    const p = createStokerPacer({ targetWaiting: 2, priorServiceMs: 100, priorLatencyMs: 100_000 });
     p.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
-    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(1, 100)] }));
-    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(2, 210)] }));
+    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(N, N * 100)] }));
+    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(N + 1, N * 100 + 110)] }));
     expect(2000 / (p.state().ratePerSec as number)).toBeCloseTo(105, 9);
-    p.observe(snapshot({ now: 300, backlog: 10, devices: [dev(3, 315.5)] }));
+    p.observe(snapshot({ now: 300, backlog: 10, devices: [dev(N + 2, N * 100 + 215.5)] }));
     const n = ((2 / 105) * 100_000 * Math.sqrt(0.005 * 9 * 0.0004)) / 1;
     const w = Math.min(0.3, 2 / (n * n + 1));
     expect(2000 / (p.state().ratePerSec as number)).toBeCloseTo(105 + w * 0.5, 9);
+  });
+
+  it('is never less than a running mean’s weight, 1 ÷ samples, unless the estimate started from a prior', () => {
+    // As above, but measured from the start: 1 ÷ (N + 2) > 2 ÷ (n² + 1) = 0.030.
+    const N = NOISE_SAMPLES;
+    const p = createStokerPacer({ targetWaiting: 2, priorLatencyMs: 100_000 });
+    p.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
+    p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(N, N * 100)] }));
+    p.observe(snapshot({ now: 200, backlog: 10, devices: [dev(N + 1, N * 100 + 110)] }));
+    p.observe(snapshot({ now: 300, backlog: 10, devices: [dev(N + 2, N * 100 + 215.5)] }));
+    expect(2000 / (p.state().ratePerSec as number)).toBeCloseTo(105 + 0.5 / (N + 2), 9);
   });
 });
 
@@ -429,10 +537,55 @@ describe('stoker pacer: batching devices, skewed devices, worker limits', () => 
     const base = stock(1000, 2, true);
     expect(stock(1000, 1, true).stock).toBeCloseTo(base.stock / 2, 9); // safetyZ
     expect(stock(1000, 2, false).stock).toBeCloseTo(0, 9);
-    // The cv² it implies, (stock ÷ 2)² ÷ (λ · 1000 ms), is a skewed one (> 0.25) and at most the samples' own 0.64.
+    // The cv² it implies, (stock ÷ 2)² ÷ (λ · 1000 ms), is a skewed one (> 0.25) and about the
+    // samples' own 0.64: deviations are taken from the estimate, which is off over the first
+    // samples and then steps toward each sample by its weight (2 ÷ 65 here), so each reads a little
+    // larger (0.74 after 400 samples, still a running mean of them all).
     const cv2 = (base.stock / 2) ** 2 / (base.lambda * 1000);
-    expect(cv2).toBeGreaterThan(0.25);
-    expect(cv2).toBeLessThanOrEqual(0.64);
+    expect(cv2).toBeGreaterThan(0.6);
+    expect(cv2).toBeLessThanOrEqual(0.64 * 1.2);
+  });
+
+  it('judges the skew by the noise with its tail: rare long samples that the 3 σ clip would hide make a device skewed', () => {
+    // 49 samples of 50 ms, then one of 2000, over and over (mean 89 ms, cv² 9.4). Clipped at 3 σ of
+    // itself the noise would settle at 0.23 (not skewed: no stock, and each long sample news); the
+    // noise with its tail (clipped at TAIL_Z σ) reads it whole: a stock of safetyZ · √(λ · L · cv²).
+    const p = createStokerPacer({ targetWaiting: 4, priorLatencyMs: 10_000 });
+    let busy = 0;
+    p.observe(snapshot({ now: 0, devices: [dev(0, 0)] }));
+    for (let i = 1; i <= 1000; i++) {
+      busy += i % 50 === 0 ? 2000 : 50;
+      p.observe(snapshot({ now: i * 50, devices: [dev(i, busy)] }));
+    }
+    const lambda = (p.state().ratePerSec as number) / 1000;
+    const stock = (p.state().terms['inventoryTarget'] as number) - lambda * 10_000 - 2 - 4;
+    const cv2 = (stock / 2) ** 2 / (lambda * 10_000);
+    expect(cv2).toBeGreaterThan(3);
+    expect(cv2).toBeLessThan(12);
+    // The estimate is the mean, not dragged up by each long sample as news of a slower device.
+    expect(2000 / (p.state().ratePerSec as number)).toBeGreaterThan(89 * 0.8);
+    expect(2000 / (p.state().ratePerSec as number)).toBeLessThan(89 * 1.2);
+  });
+
+  it('fills a skewed device’s stock in the head start (at up to 4λ), not at catchUp × λ', () => {
+    // The skewed device of the stock test (cv 0.8, λ = 2 ÷ 100 ms, latency 10 s, no spread): a stock
+    // of 2 √(λ L cv²) ≈ 22.6 items. With 10 in flight (below the stock) the cap is 4λ; with more, λ
+    // (nothing drains: the devices show no occupancy and no completions after the first snapshot).
+    const rate = (inFlight: number) => {
+      const p = createStokerPacer({ targetWaiting: 4, priorLatencyMs: 10_000, occupancyTauMs: 1 });
+      let busy = 0;
+      p.observe(snapshot({ now: 0, devices: [dev(0, 0, 0)] }));
+      for (let i = 1; i <= 400; i++) {
+        busy += i % 2 === 0 ? 180 : 20;
+        p.observe(snapshot({ now: i * 50, devices: [dev(i, busy, 0)] }));
+      }
+      p.observe(snapshot({ now: 30_000, backlog: 10, preparing: inFlight, devices: [dev(400, busy, 0)] }));
+      return { interval: p.state().intervalMs as number, lambda: (p.state().ratePerSec as number) / 1000 };
+    };
+    const few = rate(10);
+    expect(few.interval).toBeCloseTo(1 / (4 * few.lambda), 9);
+    const more = rate(40);
+    expect(more.interval).toBeCloseTo(1 / more.lambda, 9);
   });
 
   it('limits a thrashing device to its best number of busy workers, and learns afresh after idle', () => {
@@ -481,6 +634,21 @@ describe('stoker pacer: the plan across kinds, exactly', () => {
     expect(plan(1).intervalMs).toBeCloseTo(250, 9);
     expect(plan(1).ratePerSec).toBe(5);
     expect(plan(0).mode).toBe('hold'); // 20 heavy overfill it
+  });
+
+  it('counts the completions of another kind by their device time too (what the devices drain, for the rate cap)', () => {
+    // Planned in heavy (λ 5/s, light 20/s): 1 heavy and 8 light done since the last look are 1 + 8 × ¼ = 3 heavy.
+    const plan = new KindPlan(2, NaN, NaN);
+    const at = (heavy: number, light: number) => snapshot({ nextKind: 0, devices: [dev(heavy + light, 400 * heavy + 100 * light)], kinds: [kindAt('heavy', heavy, 400 * heavy), kindAt('light', light, 100 * light)] });
+    const estimates = [{ sawSaturated: true, completions: 0, services: [newService(0, 0, 400), newService(0, 0, 100)], byBusy: [], concurrencySeen: 0, busyMsSeen: 0, limit: Infinity, probe: Infinity, occupancy: 1, lastBusy: 2, lastWorkers: 2, plannedWorkers: 2, plannedAt: 0, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1, fit: null, kindFits: [] }];
+    plan.estimate(at(0, 0), estimates);
+    expect(plan.completedSince(at(0, 0))).toBe(0);
+    expect(plan.completedSince(at(1, 8))).toBeCloseTo(3, 12);
+    expect(plan.completedSince(at(1, 8))).toBe(0);
+    // Without kinds: the devices' completions as they are.
+    const one = new KindPlan(2, NaN, NaN);
+    expect(one.completedSince(snapshot({ deviceCompletions: 7 }))).toBe(7);
+    expect(one.completedSince(snapshot({ deviceCompletions: 9 }))).toBe(2);
   });
 
   it('keeps the kind it plans in while the next is unknown (−1 or out of range)', () => {

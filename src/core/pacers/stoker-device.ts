@@ -34,9 +34,31 @@ export const SLOW_VARIANCE_WEIGHT = 0.005;
  * Above this cv² (cv 0.5) a device counts as skewed: which samples complete while it is short of
  * work then depends on their length (a run of short items drains the queue), so discounting them
  * (starvedWeight) would discount short samples and bias the estimate slow; and news of a slower
- * device weighs as news of a faster one (a run of long items is not a slowdown).
+ * device weighs as news of a faster one (a run of long items is not a slowdown). Judged by the
+ * noise with its tail (ServiceEstimate.varianceTail), with the sample at hand: the first long
+ * sample of a skewed device is not news of a slower one.
  */
 export const SKEWED_CV2 = 0.25;
+/**
+ * The noise with its tail (ServiceEstimate.varianceTail) starts as the sample variance of a
+ * service estimate's first this many samples (over n − 1), then goes on as a running mean of
+ * every sample. Judged by the noise that sets news — smoothed from 0, each sample clipped at 3 σ
+ * of what was learned so far, from saturated samples only — a skewed device's noise grew at most
+ * ×1.4 a saturated sample, and meanwhile the device counted as quiet: each long sample was news
+ * of a slowdown (weight 0.5) and each short one taken while it starved weighed 1.5 %, so the
+ * estimate stayed up to 2× slow, the device starved, and there were few saturated samples to
+ * learn from (heavy-tail-service, seed 1: planned at half its rate for the first 100 s, the skew
+ * still unknown at 190 s). Two are the fewest a variance needs.
+ */
+export const NOISE_SAMPLES = 2;
+/**
+ * The noise with its tail clips each sample at this many σ of itself (or of SKEWED_CV2, where that
+ * is more), not at NOISE_Z: a heavy tail's variance is mostly in samples beyond 3 σ (lognormal σ 1:
+ * cv² 1.72; clipped at 3 σ it settles at 0.78, at 10 σ at 1.53). The floor lets one long sample
+ * make a device that looked quiet a skewed one (clipped at 10 σ of almost nothing it would count
+ * for almost nothing), and no sample count for more than TAIL_Z² times a skewed device's noise.
+ */
+export const TAIL_Z = 10;
 
 /**
  * Device concurrency: where N busy workers finish less in total than k < N (memory thrash on a
@@ -80,6 +102,22 @@ export interface ServiceEstimate {
   variance: number;
   /** The same, smoothed over many more samples (SLOW_VARIANCE_WEIGHT). */
   varianceSlow: number;
+  /**
+   * The noise with its tail: the first NOISE_SAMPLES' sample variance, then smoothed as
+   * varianceSlow (a running mean over its first 1 ÷ SLOW_VARIANCE_WEIGHT samples), each sample
+   * clipped only at TAIL_Z σ, from every sample — a starved device's too: judged quiet while it
+   * starves, a skewed device would learn its noise from few samples, and slowly. (Contention
+   * makes a starved device's samples faster by up to 1 − 1 ÷ contention: squared, 0.03 at 1.2,
+   * 0.18 at 1.73 — below SKEWED_CV2 were every sample starved.) What the skew is judged by
+   * (SKEWED_CV2) and the skewed stock sized from.
+   */
+  varianceTail: number;
+  /** Samples taken (completions); the first NOISE_SAMPLES: their mean, ms, and sum of squared deviations, ms² (Welford). */
+  samples: number;
+  firstMean: number;
+  firstM2: number;
+  /** Whether the estimate started from a prior (a sample within the noise then weighs no more than the noise asks: no running mean). */
+  prior: boolean;
   /** Whether the last sample was beyond the noise: −1 faster, 1 slower, 0 within it. */
   lastBeyond: number;
   /** Completions in the self-check's current window, and in the saturated span not yet in it. */
@@ -230,7 +268,7 @@ export function isFresh(b: BusyBin, now: number): boolean {
 }
 
 export function newService(completions: number, busyMs: number, serviceMs: number): ServiceEstimate {
-  return { completions, busyMs, serviceMs, variance: 0, varianceSlow: 0, lastBeyond: 0, satCompletions: 0, spanCompletions: 0 };
+  return { completions, busyMs, serviceMs, variance: 0, varianceSlow: 0, varianceTail: 0, samples: 0, firstMean: 0, firstM2: 0, prior: serviceMs > 0, lastBeyond: 0, satCompletions: 0, spanCompletions: 0 };
 }
 
 /** Kind k's completions on device d (a snapshot without kinds: the device's own). */

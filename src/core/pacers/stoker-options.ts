@@ -18,7 +18,8 @@ import type { PacerOptions } from '../pacer.js';
  *   it has been seen saturated), unless it is news of a slower device: under contention an item
  *   runs faster on a starved device, so such a sample overstates the saturated rate.
  * - `latencySmoothing` — weight of each preparation completion in the latency estimate.
- * - `occupancyTauMs` — time constant of the smoothed device occupancy.
+ * - `occupancyTauMs` — time constant of the smoothed device occupancy, and of the devices'
+ *   observed completion rate (see catchUp).
  * - `waitingTauMs` — time constant of the smoothed waiting queue (feedback input).
  *
  * Control
@@ -27,9 +28,13 @@ import type { PacerOptions } from '../pacer.js';
  *   (σ ÷ √samples): safety stock against an estimate made from few samples.
  * - `catchUp` — the dispatch rate never exceeds max(λ, what the devices drain + catchUp × λ): an
  *   empty pipeline fills at the service rate (a faster fill only piles the surplus up one latency
- *   later), a running one closes a gap at up to catchUp × λ more than it drains.
- * - `headStart` — an emptied pipeline may take headStart × σ(latency) × λ items at up to 4λ
- *   first: the quickest preparations then cover the devices while slow ones still run.
+ *   later), a running one closes a gap at up to catchUp × λ more than it drains. What they drain:
+ *   λ by their occupancy; with a skewed device, the completions they were seen to make (smoothed
+ *   over occupancyTauMs) where more — its run of short items takes more than λ, and what it took
+ *   is replaced at once.
+ * - `headStart` — an emptied pipeline may take headStart × σ(latency) × λ items, and a skewed
+ *   device's stock, at up to 4λ first: the quickest preparations then cover the devices while
+ *   slow ones still run, and the stock is there from the first items on.
  * - `integralFraction` — the waiting feedback integrates with time constant integralFraction ×
  *   latency, and only after the inventory target has held within `settleBand` for `settleLatencies`
  *   latencies (transients pass through the waiting queue one dead time later).

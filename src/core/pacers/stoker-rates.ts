@@ -21,6 +21,8 @@ export class KindPlan {
   /** Whether the kinds run on different devices (kindsApart), for how many kinds that was worked out. */
   private apart = false;
   private apartFor = -1;
+  /** Device completions of each kind (snapshot order; [0] without kinds) at the last completedSince. */
+  private readonly seen: number[] = [];
 
   constructor(
     private readonly target: number,
@@ -40,6 +42,27 @@ export class KindPlan {
       if (k !== this.ref && rate > 0) inventory += (kc.preparing + kc.waiting + kc.onDevice) * (this.lambda / rate - 1);
     }
     return inventory;
+  }
+
+  /**
+   * The device completions since the last call, in items of the plan's kind (another kind's
+   * counted by its device time, λ ÷ λ_k each, as in inventory).
+   */
+  completedSince(s: ReadonlySnapshot): number {
+    if (s.kinds.length === 0) {
+      const done = s.deviceCompletions - (this.seen[0] ?? 0);
+      this.seen[0] = s.deviceCompletions;
+      return done;
+    }
+    let items = 0;
+    for (let k = 0; k < s.kinds.length; k++) {
+      const total = (s.kinds[k] as ReadonlySnapshot['kinds'][number]).completions.reduce((a, b) => a + b, 0);
+      const done = total - (this.seen[k] ?? 0);
+      this.seen[k] = total;
+      const rate = this.rates[k] as number;
+      items += s.kinds.length > 1 && !this.apart && k !== this.ref && rate > 0 ? done * (this.lambda / rate) : done;
+    }
+    return items;
   }
 
   /**
@@ -154,6 +177,8 @@ export class KindPlan {
    * renewal process) — more than the waiting target covers when cv is large, and the waiting
    * feedback cannot help (the queue's spread, not its mean, starves the device). The target holds
    * safetyZ of those more; on less noisy devices the waiting feedback trims the mean and this is 0.
+   * cv² is the noise with its tail (ServiceEstimate.varianceTail): clipped at 3 σ, a heavy tail's
+   * reads less than half of itself (lognormal σ 1: 0.78 of 1.72), and the stock 2/3 of its size.
    */
   serviceStock(devices: readonly DeviceEstimate[], lambda: number, lat: number, safetyZ: number): number {
     let cv2 = 0;
@@ -164,7 +189,7 @@ export class KindPlan {
       if (!svc || !(svc.serviceMs > 0) || d.fit) continue;
       const r = plannedWorkers(d) / svc.serviceMs;
       rates += r;
-      if (svc.varianceSlow > SKEWED_CV2) cv2 += r * svc.varianceSlow;
+      if (svc.varianceTail > SKEWED_CV2) cv2 += r * svc.varianceTail;
     }
     return rates > 0 && cv2 > 0 ? safetyZ * Math.sqrt((lambda * lat * cv2) / rates) : 0;
   }

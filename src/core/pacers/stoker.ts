@@ -1,6 +1,6 @@
 import { StokerError } from '../errors.js';
 import { numberOption, type Pacer, type PacerMode, type ReadonlySnapshot, type PacerState } from '../pacer.js';
-import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, plannedWorkers, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
+import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, plannedWorkers, NOISE_SAMPLES, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, TAIL_Z, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 import { PrepareLimit, type PacerView } from './stoker-limiter.js';
 import { KindPlan } from './stoker-rates.js';
 import { STOKER_DEFAULTS, type StokerPacerOptions } from './stoker-options.js';
@@ -89,6 +89,10 @@ class StokerPacer implements Pacer {
   /** σ of preparation latency and the safety margin on the latency, ms. */
   private spread = 0;
   private margin = 0;
+  /** The skewed stock in the inventory target (KindPlan.serviceStock), items. */
+  private stock = 0;
+  /** The devices' completions per ms, smoothed over occupancyTauMs (in items of the plan's kind). */
+  private drained = 0;
 
   /** The preparation limiter (stoker-limiter.ts), and what it reads of this pacer (updated before each call). */
   private readonly limit: PrepareLimit;
@@ -142,13 +146,17 @@ class StokerPacer implements Pacer {
 
   observe(s: ReadonlySnapshot): void {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
-    this.last = s.now;
     if (this.devices.length !== s.devices.length) {
       this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], byBusy: [], concurrencySeen: d.concurrencyTotal ?? 0, busyMsSeen: d.busyMs, limit: Infinity, probe: Infinity, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1, fit: d.batch ? newFit(d) : null, kindFits: [] }));
     }
+    const first = Number.isNaN(this.last);
+    this.last = s.now;
     this.observeDevices(s, dt);
     this.observeLatency(s);
     this.plan.estimate(s, this.devices);
+    // (The counters a pacer finds at its first snapshot were not drained in its time.)
+    const done = this.plan.completedSince(s);
+    this.drained = this.drained * (dt > 0 ? Math.exp(-dt / this.occTau) : 1) + (first ? 0 : done / this.occTau);
     const work = s.backlog > 0;
     const inFlight = s.preparing + s.waiting + s.onDevice;
     // Nothing measured and nothing in flight (the bootstrap items were withdrawn): bootstrap again.
@@ -285,31 +293,7 @@ class StokerPacer implements Pacer {
           // A step that reports no busy time (a very fast one, or a workload that does not measure)
           // still takes some: a service time of 0 would make the rate 0 and hold dispatch for good.
           const sample = Math.max(MIN_SERVICE_MS, (busyMs - svc.busyMs) / dk);
-          // A slower device is believed at once (memory first). Under contention an item runs
-          // faster when its device is short of work, so once the device has been seen saturated, a
-          // fast sample taken while workers sit idle overstates the saturated rate: it is weighed
-          // less. Before that, fast samples are all the evidence there is (a first sample slowed
-          // by warm-up must not keep the estimate low and the device starved).
-          const skewed = svc.varianceSlow > SKEWED_CV2;
-          const slower = sample > svc.serviceMs && !skewed;
-          const starved = !saturated && d.sawSaturated && !skewed;
-          // News is a sample beyond the noise: at once on a quiet device; on a noisy one only when the
-          // previous sample was beyond it on the same side too (one outlier of a skewed distribution is not news).
-          const dev = svc.serviceMs > 0 ? (sample - svc.serviceMs) / svc.serviceMs : 0;
-          const beyond = Math.abs(dev) <= NOISE_Z * Math.sqrt(svc.variance / dk) + NOISE_FLOOR ? 0 : Math.sign(dev);
-          const news = beyond !== 0 && !skewed && (svc.variance < QUIET_CV2 || svc.lastBeyond === beyond);
-          svc.lastBeyond = beyond;
-          let weight: number;
-          if (news) weight = slower ? this.slowerWeight : starved ? this.serviceW * this.starvedWeight : this.serviceW;
-          else weight = this.quietWeight(svc, usable) * (starved ? this.starvedWeight : 1);
-          // The noise itself, from saturated samples, each clipped at 3 σ so a speed change barely moves it.
-          if (!starved && svc.serviceMs > 0) {
-            const clip = NOISE_Z * NOISE_Z * Math.max(svc.variance, NOISE_FLOOR * NOISE_FLOOR);
-            svc.variance += VARIANCE_WEIGHT * (Math.min(dev * dev * dk, clip) - svc.variance);
-            svc.varianceSlow += (1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dk)) * (Math.min(dev * dev * dk, clip) - svc.varianceSlow);
-          }
-          const w = 1 - Math.pow(1 - weight, dk);
-          svc.serviceMs = svc.serviceMs > 0 ? svc.serviceMs + w * (sample - svc.serviceMs) : sample;
+          this.serviceSample(svc, sample, dk, usable, !saturated && d.sawSaturated);
           svc.completions = completions;
           svc.busyMs = busyMs;
         }
@@ -327,6 +311,71 @@ class StokerPacer implements Pacer {
         d.plannedAt = s.now;
       }
     }
+  }
+
+  /**
+   * One service sample (`dk` completions at `sample` ms each, their mean). A slower device is
+   * believed at once (memory first). Under contention an item runs faster when its device is
+   * short of work, so once the device has been seen saturated, a fast sample taken while workers
+   * sit idle (`starvedDevice`) overstates the saturated rate: it is weighed less. Before that, fast
+   * samples are all the evidence there is (a first sample slowed by warm-up must not keep the
+   * estimate low and the device starved). On a skewed device neither (see SKEWED_CV2), judged
+   * with this sample: the first long sample of a skewed device is not news of a slower one.
+   */
+  private serviceSample(svc: ServiceEstimate, sample: number, dk: number, workers: number, starvedDevice: boolean): void {
+    svc.samples += dk;
+    if (!(svc.serviceMs > 0)) {
+      svc.serviceMs = sample;
+      this.observeTail(svc, sample, dk, 0);
+      return;
+    }
+    const dev = (sample - svc.serviceMs) / svc.serviceMs;
+    this.observeTail(svc, sample, dk, dev);
+    const skewed = svc.varianceTail > SKEWED_CV2;
+    const slower = sample > svc.serviceMs && !skewed;
+    const starved = starvedDevice && !skewed;
+    // News is a sample beyond the noise: at once on a quiet device; on a noisy one only when the
+    // previous sample was beyond it on the same side too (one outlier of a skewed distribution is not news).
+    const beyond = Math.abs(dev) <= NOISE_Z * Math.sqrt(svc.variance / dk) + NOISE_FLOOR ? 0 : Math.sign(dev);
+    const news = beyond !== 0 && !skewed && (svc.variance < QUIET_CV2 || svc.lastBeyond === beyond);
+    svc.lastBeyond = beyond;
+    let weight: number;
+    if (news) weight = slower ? this.slowerWeight : starved ? this.serviceW * this.starvedWeight : this.serviceW;
+    else {
+      // Never less than a running mean's weight (not over a prior): an average over the samples
+      // there are until the noise asks for more. (Smoothed at once over the many a skewed device's
+      // noise asks for, the first samples' mean would hold for hundreds more, their error with it.)
+      const quiet = this.quietWeight(svc, workers);
+      weight = (svc.prior ? quiet : Math.max(quiet, dk / svc.samples)) * (starved ? this.starvedWeight : 1);
+    }
+    // The noise itself, from saturated samples, each clipped at 3 σ so a speed change barely moves it.
+    if (!starved) {
+      const clip = NOISE_Z * NOISE_Z * Math.max(svc.variance, NOISE_FLOOR * NOISE_FLOOR);
+      svc.variance += VARIANCE_WEIGHT * (Math.min(dev * dev * dk, clip) - svc.variance);
+      svc.varianceSlow += (1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dk)) * (Math.min(dev * dev * dk, clip) - svc.varianceSlow);
+    }
+    svc.serviceMs += (1 - Math.pow(1 - weight, dk)) * (sample - svc.serviceMs);
+  }
+
+  /**
+   * The noise with its tail (ServiceEstimate.varianceTail) takes a sample, `dev` from the estimate:
+   * over the first NOISE_SAMPLES (an event that begins among them counts whole) it is their sample
+   * variance (Welford, several completions in one event as that many at their mean); then it is
+   * smoothed as varianceSlow, but a running mean while that weighs more, each sample clipped at
+   * TAIL_Z σ of it, or of a skewed device's noise where that is more (see TAIL_Z).
+   */
+  private observeTail(svc: ServiceEstimate, sample: number, dk: number, dev: number): void {
+    if (svc.samples - dk < NOISE_SAMPLES) {
+      const delta = sample - svc.firstMean;
+      svc.firstMean += (dk / svc.samples) * delta;
+      svc.firstM2 += dk * delta * (sample - svc.firstMean);
+      const n = svc.samples;
+      svc.varianceTail = n > 1 ? svc.firstM2 / (n - 1) / (svc.firstMean * svc.firstMean) : 0;
+      return;
+    }
+    const weight = Math.max(1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dk), dk / svc.samples);
+    const clip = TAIL_Z * TAIL_Z * Math.max(svc.varianceTail, SKEWED_CV2);
+    svc.varianceTail += weight * (Math.min(dev * dev * dk, clip) - svc.varianceTail);
   }
 
   workerLimit(device: number): number {
@@ -382,8 +431,9 @@ class StokerPacer implements Pacer {
       this.settledSince = s.now;
       this.settledTarget = this.inventoryTarget;
     } else if (dt > 0 && s.now - this.settledSince >= this.settleLatencies * this.latency) {
+      // The waiting queue a skewed device's stock is for (see KindPlan.serviceStock) is no error.
       const target = this.plan.waitTarget;
-      const error = Math.min(Math.max(target - this.waitingAvg, -target), target);
+      const error = Math.min(Math.max(target + this.stock - this.waitingAvg, -target), target);
       this.integral += (error * dt) / (this.integralFraction * this.latency);
       this.integral = Math.min(Math.max(this.integral, -target), target + s.workers);
     }
@@ -406,9 +456,19 @@ class StokerPacer implements Pacer {
       const d = this.devices[i] as DeviceEstimate;
       onDevices += plannedWorkers(d) * (s.devices[i]?.batch?.maxItems ?? 1);
     }
-    this.inventoryTarget = lambda * (lat + this.margin) + this.plan.serviceStock(this.devices, lambda, lat, this.safetyZ) + onDevices + this.plan.waitTarget + this.integral;
+    this.stock = this.plan.serviceStock(this.devices, lambda, lat, this.safetyZ);
+    this.inventoryTarget = lambda * (lat + this.margin) + this.stock + onDevices + this.plan.waitTarget + this.integral;
     const u = lambda + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
-    this.maxRate = inventory < this.headStart * this.spread * lambda ? 4 * lambda : Math.max(lambda, this.plan.draining + this.catchUp * lambda);
+    // The head start takes a skewed device's stock too: it is there for the device's spread from
+    // its first items on (filled at catchUp · λ, it would come a minute late on heavy-tail-service).
+    // What the devices drain: λ by their occupancy; with a skewed device (a stock), what they were
+    // seen to complete where more — its run of short items takes more than λ, and what it took
+    // must be replaced (capped at the estimate, the pipeline stays that much short, and the device
+    // starves one latency later). (Elsewhere the two agree but for noise, and on a batching device
+    // for its batches' bursts.)
+    const head = this.headStart * this.spread * lambda + this.stock;
+    const drain = this.stock > 0 ? Math.max(this.plan.draining, this.drained) : this.plan.draining;
+    this.maxRate = inventory < head ? 4 * lambda : Math.max(lambda, drain + this.catchUp * lambda);
     this.rate = Math.min(Math.max(u, 0), this.maxRate);
   }
 }
