@@ -5,7 +5,8 @@
  *   the pacer plans for the workers of the last latency, so throughput stays ≥ 0.97 (it was 0.87).
  * - budget-binding, budget-bound: when the memory budget is the limit, the pacer is no reason to
  *   finish less: within 0.5 % of `unpaced` under the same budget.
- * - bimodal-service, heavy-tail-service: the mean rate estimate within 2 % of the true rate.
+ * - bimodal-service, heavy-tail-service: the mean rate estimate within 2 % of the true rate; the
+ *   device busy ≥ 99.5 % of the window, throughput ≥ 0.985 of unpaced's and ≥ 0.98 of capacity.
  * - mixed-kinds: kinds 4× apart on one device, in blocks: per-kind estimates, throughput ≥ 0.98.
  * - device-thrash: 4 workers, fewer finish more; the pacer runs the best k (≥ 0.98 of its capacity).
  * - prep-knee, prep-plateau: preparations that slow each other past 24 at once; the limiter
@@ -14,9 +15,48 @@
  *   runs like the same burst on a warm pacer (burst-after-idle, whose first job taught it).
  */
 import { describe, expect, it } from 'vitest';
-import { createPacer } from '../../src/core/index.js';
-import { parseScenario, SCENARIOS, simulate } from '../../src/sim/index.js';
+import { createPacer, type Pacer } from '../../src/core/index.js';
+import { parseScenario, SCENARIOS, simulate, type Dist } from '../../src/sim/index.js';
 import { mean, scenario, SEEDS } from './seeds.js';
+
+/**
+ * A pacer told the truth at the first completion: 8 items first (as stoker bootstraps with 2
+ * workers and a target of 6), then 100 in flight (preparing, waiting, on the device) from the
+ * first completion on — a base stock that keeps the seed-stage device of the skewed scenarios
+ * busy throughout the window. What a pacer that must measure before it fills can reach at best.
+ */
+function informedPacer(): Pacer {
+  let sent = 0;
+  let told = false;
+  return {
+    name: 'informed',
+    observe: (s) => {
+      told ||= s.deviceCompletions > 0;
+    },
+    nextDispatchAt: (s) => (told ? (s.preparing + s.waiting + s.onDevice < 100 ? s.now : Infinity) : sent < 8 ? s.now : Infinity),
+    onDispatch: () => {
+      sent++;
+    },
+    state: () => ({ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} }),
+  };
+}
+
+/** Dispatches at a fixed rate (items/s) from its first look on, whatever happens. */
+function openLoopPacer(perSec: number): Pacer {
+  let sent = 0;
+  let from = NaN;
+  return {
+    name: 'open-loop',
+    observe: (s) => {
+      if (Number.isNaN(from)) from = s.now;
+    },
+    nextDispatchAt: () => from + (sent * 1000) / perSec,
+    onDispatch: () => {
+      sent++;
+    },
+    state: () => ({ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} }),
+  };
+}
 
 const throughput = (name: string, pacer: string, seed: number) => simulate(scenario(name), { seed, pacer: (o) => createPacer(pacer, o) }).metrics.throughputRatio as number;
 
@@ -60,10 +100,63 @@ describe('the stoker pacer in harder regimes, over 10 seeds', () => {
         });
         return sum / n / truth;
       });
-      // Not yet bounded (the devices still starve now and then): printed for the README.
-      const tp = mean(SEEDS.map((seed) => throughput(name, 'stoker', seed) / throughput(name, 'unpaced', seed)));
-      console.log(`${name}: estimate / true rate mean ${mean(ratios).toFixed(4)}, each ${ratios.map((r) => r.toFixed(3)).join(' ')}; throughput ${tp.toFixed(3)} of unpaced's`);
+      console.log(`${name}: estimate / true rate mean ${mean(ratios).toFixed(4)}, each ${ratios.map((r) => r.toFixed(3)).join(' ')}`);
       expect(Math.abs(mean(ratios) - 1)).toBeLessThanOrEqual(0.02);
+    });
+
+    // throughputRatio is of the capacity (completions in the steady window ÷ capacity integrated
+    // over it). Which items fall in the window sets it as much as the pacer does, with lognormal σ 1
+    // by ±2 % a seed: a pacer told the truth at the first completion (informedPacer) keeps the
+    // device busy throughout the window and reaches 0.983 of capacity on heavy-tail-service over
+    // these seeds, `unpaced` (all 1000 items at t = 0: its device ~60 items further on when the
+    // window opens) 0.990. The issue's 0.985 of capacity is out of reach of any pacer that measures
+    // before it fills; bounded instead: ≥ 0.98 of capacity, ≥ 0.985 of unpaced's, and the device
+    // busy ≥ 99.5 % of the window (the pacer's own part).
+    it(`${name}: throughput ≥ 0.985 of unpaced's and ≥ 0.98 of capacity, the device busy ≥ 99.5 % of the window`, () => {
+      const runs = SEEDS.map((seed) => {
+        const s = simulate(scenario(name), { seed, pacer: (o) => createPacer('stoker', o) }).metrics;
+        return { tp: s.throughputRatio as number, unpaced: throughput(name, 'unpaced', seed), occupancy: s.occupancy as number, waitingMean: s.waitingMean as number, waitingStd: s.waitingStd as number, peakGiB: s.peakMemoryBytes / 1024 ** 3 };
+      });
+      const tp = mean(runs.map((r) => r.tp));
+      const ofUnpaced = mean(runs.map((r) => r.tp / r.unpaced));
+      const occupancy = mean(runs.map((r) => r.occupancy));
+      const informed = mean(SEEDS.map((seed) => simulate(scenario(name), { seed, pacer: informedPacer }).metrics.throughputRatio as number));
+      // The issue's reference for the waiting spread: an open-loop dispatcher at the true capacity (from t = 0).
+      const openLoop = mean(SEEDS.map((seed) => simulate(scenario(name), { seed, pacer: () => openLoopPacer(2 / (1.2 * meanS)) }).metrics.waitingStd as number));
+      console.log(
+        `${name}: stoker throughput ${tp.toFixed(4)} of capacity (unpaced ${mean(runs.map((r) => r.unpaced)).toFixed(4)}, informed after the first completion ${informed.toFixed(4)}), ${ofUnpaced.toFixed(4)} of unpaced's; occupancy ${occupancy.toFixed(4)}; waiting ${mean(runs.map((r) => r.waitingMean)).toFixed(1)} ± ${mean(runs.map((r) => r.waitingStd)).toFixed(1)} (open loop at the true capacity ± ${openLoop.toFixed(1)}); peak memory ${mean(runs.map((r) => r.peakGiB)).toFixed(0)} GiB (max ${Math.max(...runs.map((r) => r.peakGiB)).toFixed(0)})`,
+      );
+      expect(ofUnpaced).toBeGreaterThanOrEqual(0.985);
+      expect(tp).toBeGreaterThanOrEqual(0.98);
+      expect(occupancy).toBeGreaterThanOrEqual(0.995);
+    });
+  }
+});
+
+describe('other skews than the built-in ones', () => {
+  // heavy-tail-service's stages with other device-time distributions, each of mean 1 s: the device
+  // busy ≥ 99 % of the steady window over 10 seeds (0.948–0.976 before the skew was learned from
+  // the first samples on, with every sample). The Pareto one is a table of 200 quantiles.
+  const pareto = (a: number) => Array.from({ length: 200 }, (_, i) => ((a - 1) / a) * (1 - (i + 0.5) / 200) ** (-1 / a));
+  const skews: [string, Dist][] = [
+    ['lognormal σ 0.5', { type: 'lognormal', median: Math.exp(-0.125), sigma: 0.5 }],
+    ['lognormal σ 1.5', { type: 'lognormal', median: Math.exp(-1.125), sigma: 1.5 }],
+    ['bimodal 90/10 (0.5 s / 5.5 s)', { type: 'empirical', values: [...Array.from({ length: 9 }, () => 0.5), 5.5] }],
+    ['Pareto α 1.8', { type: 'empirical', values: pareto(1.8) }],
+  ];
+  for (const [name, service] of skews) {
+    it(`${name}: the device busy ≥ 99 % of the window`, () => {
+      const s = parseScenario({
+        name,
+        targetWaiting: 6,
+        kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, memory: { prepareBytes: 2 ** 30, deviceBytes: 128 * 2 ** 20 } } },
+        devices: [{ workers: 2, service, contention: [1, 1.2] }],
+        arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
+      });
+      const runs = SEEDS.map((seed) => simulate(s, { seed, pacer: (o) => createPacer('stoker', o) }).metrics);
+      const occupancy = mean(runs.map((m) => m.occupancy as number));
+      console.log(`${name}: stoker occupancy ${occupancy.toFixed(4)}, throughput ${mean(runs.map((m) => m.throughputRatio as number)).toFixed(4)} of capacity, waiting ${mean(runs.map((m) => m.waitingMean as number)).toFixed(1)} ± ${mean(runs.map((m) => m.waitingStd as number)).toFixed(1)}, peak memory ${mean(runs.map((m) => m.peakMemoryBytes / 2 ** 30)).toFixed(0)} GiB`);
+      expect(occupancy).toBeGreaterThanOrEqual(0.99);
     });
   }
 });
