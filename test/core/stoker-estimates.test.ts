@@ -419,7 +419,11 @@ describe('stoker pacer: the rate cap and the waiting integral’s clamp', () => 
     }
     p.observe(snapshot({ now: 21_000, backlog: 10, preparing: 60, deviceCompletions: 40, devices: [dev(400, busy)] }));
     const lambda = (p.state().ratePerSec as number) / 1000;
-    expect((p.state().terms['inventoryTarget'] as number) - lambda * 30_000 - 6).toBeGreaterThan(30);
+    // (λ·L at λ less its doubt: one standard error of a rate from 400 samples of cv² ≈ 0.64, 4 %.)
+    const doubt = p.state().terms['rateDoubt'] as number;
+    expect(doubt).toBeGreaterThan(0.95);
+    expect(doubt).toBeLessThan(0.97);
+    expect((p.state().terms['inventoryTarget'] as number) - lambda * doubt * 30_000 - 6).toBeGreaterThan(30);
     expect(p.state().intervalMs).toBeCloseTo(1 / (0.04 + 0.2 * lambda), 9);
   });
 
@@ -435,7 +439,7 @@ describe('stoker pacer: the rate cap and the waiting integral’s clamp', () => 
         q.observe(snapshot({ now: i * 50, devices: [dev(i, b)] }));
       }
       const lambda = (q.state().ratePerSec as number) / 1000;
-      const stock = (q.state().terms['inventoryTarget'] as number) - lambda * 60_000 - 2 - 4;
+      const stock = (q.state().terms['inventoryTarget'] as number) - lambda * (q.state().terms['rateDoubt'] as number) * 60_000 - 2 - 4;
       const inFlight = Math.round((q.state().terms['inventoryTarget'] as number) - waiting - 2);
       for (let t = 20_000; t <= 400_000; t += 1000) q.observe(snapshot({ now: t, backlog: 10, waiting, preparing: inFlight, onDevice: 2, devices: [dev(400, b, 2)] }));
       return { stock, integral: q.state().terms['integral'] as number };
@@ -532,7 +536,7 @@ describe('stoker pacer: batching devices, skewed devices, worker limits', () => 
         p.observe(snapshot({ now: i * 50, devices: [dev(i, busy)] }));
       }
       const lambda = (p.state().ratePerSec as number) / 1000;
-      return { lambda, stock: (p.state().terms['inventoryTarget'] as number) - lambda * latencyMs - 2 - 4 };
+      return { lambda, stock: (p.state().terms['inventoryTarget'] as number) - lambda * ((p.state().terms['rateDoubt'] as number | undefined) ?? 1) * latencyMs - 2 - 4 };
     };
     const base = stock(1000, 2, true);
     expect(stock(1000, 1, true).stock).toBeCloseTo(base.stock / 2, 9); // safetyZ
@@ -558,7 +562,7 @@ describe('stoker pacer: batching devices, skewed devices, worker limits', () => 
       p.observe(snapshot({ now: i * 50, devices: [dev(i, busy)] }));
     }
     const lambda = (p.state().ratePerSec as number) / 1000;
-    const stock = (p.state().terms['inventoryTarget'] as number) - lambda * 10_000 - 2 - 4;
+    const stock = (p.state().terms['inventoryTarget'] as number) - lambda * (p.state().terms['rateDoubt'] as number) * 10_000 - 2 - 4;
     const cv2 = (stock / 2) ** 2 / (lambda * 10_000);
     expect(cv2).toBeGreaterThan(3);
     expect(cv2).toBeLessThan(12);
@@ -567,10 +571,11 @@ describe('stoker pacer: batching devices, skewed devices, worker limits', () => 
     expect(2000 / (p.state().ratePerSec as number)).toBeLessThan(89 * 1.2);
   });
 
-  it('fills a skewed device’s stock in the head start (at up to 4λ), not at catchUp × λ', () => {
+  it('gives a skewed device no head start: with 10 in flight the cap is max(λ, drain + catchUp × λ), not 4λ', () => {
     // The skewed device of the stock test (cv 0.8, λ = 2 ÷ 100 ms, latency 10 s, no spread): a stock
-    // of 2 √(λ L cv²) ≈ 22.6 items. With 10 in flight (below the stock) the cap is 4λ; with more, λ
-    // (nothing drains: the devices show no occupancy and no completions after the first snapshot).
+    // of 2 √(λ L cv²) ≈ 22.6 items. Nothing drains (the devices show no occupancy and no completions
+    // after the first snapshot), so the cap is λ with 10 in flight as with 40: a λ read from a few
+    // samples of a skewed device may be several times the truth, and 4λ of it over-fills for minutes.
     const rate = (inFlight: number) => {
       const p = createStokerPacer({ targetWaiting: 4, priorLatencyMs: 10_000, occupancyTauMs: 1 });
       let busy = 0;
@@ -583,9 +588,36 @@ describe('stoker pacer: batching devices, skewed devices, worker limits', () => 
       return { interval: p.state().intervalMs as number, lambda: (p.state().ratePerSec as number) / 1000 };
     };
     const few = rate(10);
-    expect(few.interval).toBeCloseTo(1 / (4 * few.lambda), 9);
+    expect(few.interval).toBeCloseTo(1 / few.lambda, 9);
     const more = rate(40);
     expect(more.interval).toBeCloseTo(1 / more.lambda, 9);
+  });
+
+  it('plans λ·L of a skewed device at λ ÷ (1 + √(cv² ÷ n)) (one standard error of its rate), and a steady one at λ', () => {
+    // Samples of 20 and 180 ms in turn (cv² 0.64): after n samples the factor is 1 ÷ (1 + √(cv² ÷ n)),
+    // cv² the noise with its tail (it reads about the samples' own: see the stock test).
+    const doubt = (n: number, skewed: boolean) => {
+      const p = createStokerPacer({ targetWaiting: 4, priorLatencyMs: 10_000 });
+      let busy = 0;
+      p.observe(snapshot({ now: 0, devices: [dev(0, 0)] }));
+      for (let i = 1; i <= n; i++) {
+        busy += skewed ? (i % 2 === 0 ? 180 : 20) : 100;
+        p.observe(snapshot({ now: i * 50, devices: [dev(i, busy)] }));
+      }
+      return p.state().terms['rateDoubt'];
+    };
+    // (Over the first samples the deviations are from an estimate still far off, and read larger.)
+    expect(doubt(400, false)).toBeUndefined();
+    const ds = [16, 100, 400].map((n) => doubt(n, true) as number);
+    const cv2s = ds.map((d, i) => (1 / d - 1) ** 2 * ([16, 100, 400][i] as number));
+    expect(ds[0]).toBeLessThan(ds[1] as number);
+    expect(ds[1]).toBeLessThan(ds[2] as number);
+    expect(ds[2]).toBeLessThan(1);
+    for (const cv2 of cv2s) {
+      expect(cv2).toBeGreaterThan(0.5);
+      expect(cv2).toBeLessThan(1.2);
+    }
+    expect(cv2s[2]).toBeLessThan(0.64 * 1.2);
   });
 
   it('limits a thrashing device to its best number of busy workers, and learns afresh after idle', () => {

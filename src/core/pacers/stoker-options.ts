@@ -31,10 +31,11 @@ import type { PacerOptions } from '../pacer.js';
  *   later), a running one closes a gap at up to catchUp × λ more than it drains. What they drain:
  *   λ by their occupancy; with a skewed device, the completions they were seen to make (smoothed
  *   over occupancyTauMs) where more — its run of short items takes more than λ, and what it took
- *   is replaced at once.
- * - `headStart` — an emptied pipeline may take headStart × σ(latency) × λ items, and a skewed
- *   device's stock, at up to 4λ first: the quickest preparations then cover the devices while
- *   slow ones still run, and the stock is there from the first items on.
+ *   is replaced at once — and that, not λ, is the feed-forward with a skewed device.
+ * - `headStart` — an emptied pipeline may take headStart × σ(latency) × λ items at up to 4λ
+ *   first: the quickest preparations then cover the devices while slow ones still run. Not with
+ *   a skewed device: its λ, read from a few samples, may be several times the truth, and 4λ of it
+ *   over-fills the pipeline for minutes (its stock fills under the catchUp cap instead).
  * - `integralFraction` — the waiting feedback integrates with time constant integralFraction ×
  *   latency, and only after the inventory target has held within `settleBand` for `settleLatencies`
  *   latencies (transients pass through the waiting queue one dead time later).

@@ -1,5 +1,5 @@
 import type { ReadonlySnapshot } from '../pacer.js';
-import { batchItemMs, deviceMeanMs, plannedWorkers, SKEWED_CV2, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
+import { batchItemMs, deviceMeanMs, plannedWorkers, RATE_DOUBT_Z, SKEWED_CV2, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 
 /**
  * The stoker pacer's plan across kinds: the service rate λ_k of each kind over the devices that
@@ -192,5 +192,25 @@ export class KindPlan {
       if (svc.varianceTail > SKEWED_CV2) cv2 += r * svc.varianceTail;
     }
     return rates > 0 && cv2 > 0 ? safetyZ * Math.sqrt((lambda * lat * cv2) / rates) : 0;
+  }
+
+  /**
+   * The factor the latency's share of the inventory target (λ·L) is planned at: 1 ÷ (1 + RATE_DOUBT_Z
+   * standard errors of λ). A skewed device's rate is the inverse of a mean over n samples of cv²,
+   * off by √(cv² ÷ n) of itself (one standard error) — on heavy-tail-service its first 3–10
+   * samples, taken while the device starved, read it 1.3–3.4× high, and the surplus arrived one
+   * latency later and took minutes to drain. Rate-weighted over the devices; 1 where none is skewed.
+   */
+  rateDoubt(devices: readonly DeviceEstimate[]): number {
+    let err = 0;
+    let rates = 0;
+    for (const d of devices) {
+      const svc = d.services[this.ref];
+      if (!svc || !(svc.serviceMs > 0) || d.fit) continue;
+      const r = plannedWorkers(d) / svc.serviceMs;
+      rates += r;
+      if (svc.varianceTail > SKEWED_CV2 && svc.samples > 0) err += r * Math.sqrt(svc.varianceTail / svc.samples);
+    }
+    return rates > 0 ? 1 / (1 + (RATE_DOUBT_Z * err) / rates) : 1;
   }
 }
