@@ -87,11 +87,12 @@ class Pipe {
   done = 1000;
   preparingMs = 0;
   latencyMs = 0;
+  latencySqMs = 0;
   constructor(readonly l: PrepareLimit) {}
 
   see(preparing: number, draining = 0.5, over: Partial<PacerSnapshot> = {}): number {
     this.l.update(
-      snapshot({ now: this.now, backlog: 50, preparing, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs, preparingStartMsTotal: preparing * (this.now - 50), ...over }),
+      snapshot({ now: this.now, backlog: 50, preparing, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs, prepareLatencySqTotal: this.latencySqMs, preparingStartMsTotal: preparing * (this.now - 50), ...over }),
       { lambda: 1, draining, latency: 100, latencySq: 100 * 100, busySince: 0, busyFromCompletions: 0, target: 2 },
     );
     return this.l.cap;
@@ -107,22 +108,31 @@ class Pipe {
    * One whole measurement at the cap in force: the pipeline comes within it, `cap` completions
    * turn it over, then the timed ones (TIMED × cap, at least TIMED_MIN: max(30, 2 × cap)) finish
    * in 1000 ms with `meanPreparing` preparing on average and a mean latency of `latency` ms: by
-   * Little's law a throughput of meanPreparing ÷ latency items/ms. The cap after it.
+   * Little's law a throughput of meanPreparing ÷ latency items/ms. The cap after it. `sd`: the
+   * standard deviation of those latencies (0: none; the measurement's relative standard error is
+   * sd ÷ latency ÷ √(n − 1)).
    */
-  measure(meanPreparing: number, latency = 100, draining = 0.5): number {
+  measure(meanPreparing: number, latency = 100, draining = 0.5, sd = 0): number {
     const cap = this.l.cap;
     this.see(cap);
     this.now += 100;
     this.done += cap;
     this.preparingMs += cap * 100;
     this.latencyMs += cap * latency;
+    this.latencySqMs += cap * (latency * latency + sd * sd);
     this.see(cap);
     const n = Math.max(30, 2 * cap);
-    this.now += 1000;
-    this.done += n;
-    this.preparingMs += meanPreparing * 1000;
-    this.latencyMs += n * latency;
+    this.time(n, 1000, meanPreparing, latency, sd);
     return this.see(cap, draining);
+  }
+
+  /** `n` more timed completions over `ms`, `meanPreparing` on average, latencies of mean `latency` and standard deviation `sd`. */
+  time(n: number, ms: number, meanPreparing: number, latency: number, sd: number): void {
+    this.now += ms;
+    this.done += n;
+    this.preparingMs += meanPreparing * ms;
+    this.latencyMs += n * latency;
+    this.latencySqMs += n * (latency * latency + sd * sd);
   }
 }
 
@@ -355,6 +365,68 @@ describe('PrepareLimit: measuring a cap', () => {
     // 10 000 item-ms over 1000 ms: 10 preparing; latency 100: x = 0.1.
     expect(p.l.state?.rest).toBe(1);
     expect(p.l.state?.bestX).toBeCloseTo(0.1, 12);
+  });
+});
+
+describe('PrepareLimit: a measurement’s standard error', () => {
+  it('goes on while its relative standard error is over SE_MAX (1.5 %), and takes it into the best’s', () => {
+    // Cap 20: 40 timed latencies of mean 100 ms and standard deviation 12 ms: a standard error of
+    // 12 ÷ 100 ÷ √39 = 1.92 %: not yet. At 64: 12 % ÷ √63 = 1.51 %: not yet. At 66: 12 % ÷ √65 = 1.49 %: measured.
+    const p = new Pipe(new PrepareLimit(20));
+    p.see(20);
+    p.done += 20;
+    p.see(20);
+    p.time(40, 1000, 18, 100, 12);
+    p.see(20);
+    expect(p.l.state).toMatchObject({ rest: 0, mark: p.done - 40 });
+    p.time(24, 600, 18, 100, 12);
+    p.see(20);
+    expect(p.l.state?.rest).toBe(0);
+    p.time(2, 50, 18, 100, 12);
+    p.see(20);
+    expect(p.l.state?.rest).toBe(1);
+    expect(p.l.state?.bestX).toBeCloseTo(0.18, 12);
+    expect(p.l.state?.bestSe).toBeCloseTo(0.12 / Math.sqrt(65), 12);
+  });
+
+  it('for at most EXTEND (3) × its timed preparations', () => {
+    // Standard deviation 30 ms: 30 % ÷ √119 = 2.75 % at 120 = 3 × 40 timed: measured all the same.
+    const p = new Pipe(new PrepareLimit(20));
+    p.see(20);
+    p.done += 20;
+    p.see(20);
+    p.time(119, 3000, 18, 100, 30);
+    p.see(20);
+    expect(p.l.state?.rest).toBe(0);
+    p.time(1, 25, 18, 100, 30);
+    p.see(20);
+    expect(p.l.state?.rest).toBe(1);
+    expect(p.l.state?.bestSe).toBeCloseTo(0.3 / Math.sqrt(119), 12);
+  });
+
+  it('the holds at the best: a running mean, each new measurement’s variance weighing a quarter', () => {
+    // Two holds at 20, 40 timed each, standard errors 1.4 % (sd 8.743 ms) and 0.7 %: (1.4² + 0.7²)^½ ÷ 2 = 0.7826 %.
+    const p = new Pipe(new PrepareLimit(20));
+    p.measure(18, 100, 0.5, 1.4 * Math.sqrt(39));
+    expect(p.l.state?.bestSe).toBeCloseTo(0.014, 12);
+    p.measure(20, 100, 0.5, 0.7 * Math.sqrt(39));
+    expect(p.l.state?.bestX).toBeCloseTo(0.19, 12);
+    expect(p.l.state?.bestSe).toBeCloseTo(Math.hypot(0.014, 0.007) / 2, 12);
+  });
+
+  it('a lower cap finishes as much unless it is less by more than EPS and NOISE_Z (1) standard errors of the difference', () => {
+    // Cap 10: 30 timed at 200 ms ± 15 ms: x = 0.05, standard error 7.5 % ÷ √29 = 1.393 %. Cap 7:
+    // 30 timed at 100 ms ± 7.5 ms: the same. As much down to 0.05 × (1 − 0.02 − √2 × 1.393 %) = 0.048015.
+    const noisy = new Pipe(engaged());
+    expect(noisy.measure(10, 200, 0.5, 15)).toBe(7);
+    // x = 0.0481: as much (with EPS alone it would be less than 0.049): down to ⌊7 × 0.7⌋ = 4.
+    expect(noisy.measure(4.81, 100, 0.5, 7.5)).toBe(4);
+    expect(noisy.l.state).toMatchObject({ settled: false, best: 7 });
+    const less = new Pipe(engaged());
+    less.measure(10, 200, 0.5, 15);
+    // x = 0.0479: less: settled on 10, probing above it at 11.
+    expect(less.measure(4.79, 100, 0.5, 7.5)).toBe(11);
+    expect(less.l.state).toMatchObject({ settled: true, best: 10 });
   });
 });
 

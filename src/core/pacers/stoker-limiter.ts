@@ -14,15 +14,21 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * OVERDUE × LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are
  * steady again) — all for half a latency on end. It then caps the number preparing at what would
  * finish as much at that lowest latency (Little's law, with the latency the ages imply; at most
- * half), climbs down by STEP while a lower cap finishes as much (within EPS), and holds the best
- * cap — REST + 1 measurements — between probes PROBE × above and below it: it moves up where a
- * probe finishes EPS_UP more (more memory must buy more than a measurement's noise), down where
- * one finishes as much within EPS.
+ * half), climbs down by STEP while a lower cap finishes as much, and holds the best cap — REST + 1
+ * measurements — between probes PROBE × above and below it: it moves up where a probe finishes
+ * EPS_UP more (more memory must buy more than a measurement's noise), down where one finishes as
+ * much. A lower cap finishes "as much" unless it finishes less by more than EPS plus NOISE_Z
+ * standard errors of the difference: where throughput is flat past the knee, the lower cap, which
+ * holds less memory and gives shorter latencies, wins what the noise cannot tell apart (with EPS
+ * alone, a measurement that read high stopped the climb down above the knee).
  *
  * A cap is measured over whole turnovers: once the pipeline is within it, the first `cap`
  * preparations flush what ran at the old cap, and the next TIMED × `cap` (at least TIMED_MIN)
  * give the throughput there by Little's law (mean number preparing ÷ mean latency: steadier than
- * counting completions, whose phase a cap change has bunched).
+ * counting completions, whose phase a cap change has bunched). Its relative standard error is
+ * that of the mean latency of the timed preparations (the number preparing sits at the cap); while
+ * it is over SE_MAX the measurement goes on, up to EXTEND × as many preparations (a noisy
+ * preparation takes longer to measure, and the noise allowance of "as much" stays near SE_MAX).
  *
  * It lets go when a measurement ends with the devices busy (preparation is not the bottleneck
  * then), and after two moves up in a row, to where it took over, that each finish GAIN of the
@@ -40,6 +46,21 @@ const GAIN = 2 / 3;
 const TIMED = 2;
 const REST = 2;
 const TIMED_MIN = 30;
+/**
+ * "As much" allows NOISE_Z standard errors of the difference of two measurements: one standard
+ * error each way (a measurement that reads one standard error high is common; with EPS alone the
+ * climb down on a plateau stopped 1.33 × above the knee on average over 10 seeds of prep-plateau).
+ */
+const NOISE_Z = 1;
+/**
+ * A measurement goes on while its relative standard error is over SE_MAX, for at most EXTEND × its
+ * TIMED turnovers: with both measurements at SE_MAX, "as much" allows EPS + NOISE_Z × √2 × 1.5 %
+ * ≈ 4 % less (within the 5 % of throughput the limiter may give for memory). A latency with a
+ * coefficient of variation of 0.14 (uniform 30–50 s) needs (0.14 ÷ 0.015)² ≈ 90 timed preparations
+ * for it, about 4 turnovers at a cap of 24.
+ */
+const SE_MAX = 0.015;
+const EXTEND = 3;
 
 export interface PrepareLimiter {
   /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
@@ -47,6 +68,8 @@ export interface PrepareLimiter {
   engagedAt: number;
   best: number;
   bestX: number;
+  /** bestX's relative standard error (0: none known, a remembered limit's before it is measured). */
+  bestSe: number;
   /** Climbing down (false) or settled on `best`; settled, the last probe's side (+1 above, −1 below). */
   settled: boolean;
   side: number;
@@ -55,13 +78,14 @@ export interface PrepareLimiter {
   rest: number;
   /**
    * The measurement: when the pipeline came within the cap, when its first turnover ended, and
-   * the snapshot's completions, ∫ preparing dt and latency total then.
+   * the snapshot's completions, ∫ preparing dt and latency total and sum of squares then.
    */
   from: number;
   turnedAt: number;
   mark: number;
   preparingMs: number;
   latencyMs: number;
+  latencySqMs: number;
 }
 
 /** What the limiter reads of the pacer at each observation. */
@@ -94,7 +118,7 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, settled: true, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0 };
+      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, bestSe: 0, settled: true, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
       this.cap = cap;
     }
   }
@@ -147,7 +171,7 @@ export class PrepareLimit {
         const cv2 = p.latencySq / (p.latency * p.latency) - 1;
         const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
         const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, this.floor / latencyNow)));
-        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, settled: false, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0 }, cap, s);
+        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, settled: false, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       }
       return;
     }
@@ -159,37 +183,49 @@ export class PrepareLimit {
       }
       return;
     }
-    if (s.prepareCompletions - lim.mark < (Number.isNaN(lim.turnedAt) ? lim.cap : Math.max(TIMED_MIN, TIMED * lim.cap))) return;
+    const timed = Math.max(TIMED_MIN, TIMED * lim.cap);
+    const n = s.prepareCompletions - lim.mark;
+    if (n < (Number.isNaN(lim.turnedAt) ? lim.cap : timed)) return;
     if (Number.isNaN(lim.turnedAt)) {
       lim.turnedAt = s.now;
       lim.mark = s.prepareCompletions;
       lim.preparingMs = s.preparingMsTotal;
       lim.latencyMs = s.prepareLatencyMsTotal;
+      lim.latencySqMs = s.prepareLatencySqTotal;
       return;
     }
     // Little's law over the timed turnovers: mean number preparing ÷ their mean latency (less
-    // noisy than counting completions in a window, whose phase the cap change has bunched).
+    // noisy than counting completions in a window, whose phase the cap change has bunched); its
+    // relative standard error that of the mean latency (the spread of the timed latencies).
+    const meanLatency = (s.prepareLatencyMsTotal - lim.latencyMs) / n;
+    const varLatency = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / n - meanLatency * meanLatency);
+    const se = meanLatency > 0 ? Math.sqrt(varLatency / (n - 1)) / meanLatency : 0;
+    if (se > SE_MAX && n < EXTEND * timed) return;
     const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
-    const x = meanPreparing / ((s.prepareLatencyMsTotal - lim.latencyMs) / (s.prepareCompletions - lim.mark));
+    const x = meanPreparing / meanLatency;
     if (!starved) {
       this.letGo();
       return;
     }
+    // As much as the best: not less by more than EPS and the noise of the two measurements.
+    const asMuch = x >= lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(se, lim.bestSe));
     const up = (c: number) => Math.max(c + 1, Math.round(c * PROBE));
     const down = (c: number) => Math.max(1, Math.min(c - 1, Math.round(c / PROBE)));
     if (!lim.settled) {
       // Climbing down: a lower cap that finishes as much is better (less memory, shorter latency).
       // (At a cap of 1 there is nowhere lower to go: settled there.)
-      if (lim.cap === 1) this.hold({ ...lim, best: 1, bestX: x, settled: true, side: -1 }, up(1), s);
-      else if (Number.isNaN(lim.best) || x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x }, Math.max(1, Math.floor(lim.cap * STEP)), s);
+      if (lim.cap === 1) this.hold({ ...lim, best: 1, bestX: x, bestSe: se, settled: true, side: -1 }, up(1), s);
+      else if (Number.isNaN(lim.best) || asMuch) this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se }, Math.max(1, Math.floor(lim.cap * STEP)), s);
       else this.hold({ ...lim, settled: true, side: -1 }, up(lim.best), s);
     } else if (lim.cap === lim.best) {
-      // Holding the best: its throughput measured again (a mean over the holds there); every
-      // REST + 1 holds a probe, on the other side than the last.
+      // Holding the best: its throughput measured again (a running mean over the holds there:
+      // each new one weighs half, and so does its variance); every REST + 1 holds a probe, on the
+      // other side than the last.
       const rest = lim.rest + 1;
       const bestX = lim.rest > 0 ? (lim.bestX + x) / 2 : x;
-      if (rest <= REST) this.hold({ ...lim, bestX, rest }, lim.best, s);
-      else this.hold({ ...lim, bestX, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
+      const bestSe = lim.rest > 0 ? Math.hypot(lim.bestSe, se) / 2 : se;
+      if (rest <= REST) this.hold({ ...lim, bestX, bestSe, rest }, lim.best, s);
+      else this.hold({ ...lim, bestX, bestSe, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
     } else if (lim.cap > lim.best) {
       if (x >= lim.bestX * (1 + EPS_UP)) {
         const ups = x >= lim.bestX * (1 + GAIN * (lim.cap / lim.best - 1)) ? lim.ups + 1 : 0;
@@ -197,9 +233,9 @@ export class PrepareLimit {
           this.letGo();
           return;
         }
-        this.hold({ ...lim, best: lim.cap, bestX: x, ups }, up(lim.cap), s);
+        this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, ups }, up(lim.cap), s);
       } else this.hold({ ...lim, ups: 0 }, lim.best, s);
-    } else if (x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x, ups: 0 }, down(lim.cap), s);
+    } else if (asMuch) this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, ups: 0 }, down(lim.cap), s);
     else this.hold({ ...lim, ups: 0 }, lim.best, s);
   }
   private hold(lim: PrepareLimiter, cap: number, s: ReadonlySnapshot): void {
