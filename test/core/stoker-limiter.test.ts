@@ -389,8 +389,8 @@ describe('PrepareLimit: a measurement’s standard error', () => {
     expect(p.l.state?.bestSe).toBeCloseTo(0.12 / Math.sqrt(65), 12);
   });
 
-  it('for at most EXTEND (3) × its timed preparations', () => {
-    // Standard deviation 30 ms: 30 % ÷ √119 = 2.75 % at 120 = 3 × 40 timed: measured all the same.
+  it('for at most EXTEND (3) × its TIMED turnovers', () => {
+    // Standard deviation 30 ms: 30 % ÷ √119 = 2.75 % at 120 = 3 × 2 × 20 timed: measured all the same.
     const p = new Pipe(new PrepareLimit(20));
     p.see(20);
     p.done += 20;
@@ -402,6 +402,14 @@ describe('PrepareLimit: a measurement’s standard error', () => {
     p.see(20);
     expect(p.l.state?.rest).toBe(1);
     expect(p.l.state?.bestSe).toBeCloseTo(0.3 / Math.sqrt(119), 12);
+  });
+
+  it('a small cap is timed for TIMED_MIN (30) and no more where EXTEND × TIMED turnovers are fewer', () => {
+    // Cap 5: 30 timed (not 2 × 5), standard error 30 % ÷ √29 = 5.6 %, and 3 × 2 × 5 = 30 ≤ 30: measured.
+    const p = new Pipe(new PrepareLimit(5));
+    expect(p.measure(4.5, 100, 0.5, 30)).toBe(5);
+    expect(p.l.state?.rest).toBe(1);
+    expect(p.l.state?.bestSe).toBeCloseTo(0.3 / Math.sqrt(29), 12);
   });
 
   it('the holds at the best: a running mean, each new measurement’s variance weighing a quarter', () => {

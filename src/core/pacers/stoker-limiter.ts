@@ -27,7 +27,7 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * give the throughput there by Little's law (mean number preparing ÷ mean latency: steadier than
  * counting completions, whose phase a cap change has bunched). Its relative standard error is
  * that of the mean latency of the timed preparations (the number preparing sits at the cap); while
- * it is over SE_MAX the measurement goes on, up to EXTEND × as many preparations (a noisy
+ * it is over SE_MAX the measurement goes on, up to EXTEND × as many turnovers (a noisy
  * preparation takes longer to measure, and the noise allowance of "as much" stays near SE_MAX).
  *
  * It lets go when a measurement ends with the devices busy (preparation is not the bottleneck
@@ -200,7 +200,7 @@ export class PrepareLimit {
     const meanLatency = (s.prepareLatencyMsTotal - lim.latencyMs) / n;
     const varLatency = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / n - meanLatency * meanLatency);
     const se = meanLatency > 0 ? Math.sqrt(varLatency / (n - 1)) / meanLatency : 0;
-    if (se > SE_MAX && n < EXTEND * timed) return;
+    if (se > SE_MAX && n < EXTEND * TIMED * lim.cap) return;
     const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
     const x = meanPreparing / meanLatency;
     if (!starved) {
