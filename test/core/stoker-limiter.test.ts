@@ -432,9 +432,9 @@ describe('PrepareLimit: a measurement’s standard error', () => {
     expect(noisy.l.state).toMatchObject({ settled: false, best: 7 });
     const less = new Pipe(engaged());
     less.measure(10, 200, 0.5, 15);
-    // x = 0.0479: less: settled on 10, probing above it at 11.
-    expect(less.measure(4.79, 100, 0.5, 7.5)).toBe(11);
-    expect(less.l.state).toMatchObject({ settled: true, best: 10 });
+    // x = 0.0479: less: between 7 and 10, round(√70 = 8.37) = 8.
+    expect(less.measure(4.79, 100, 0.5, 7.5)).toBe(8);
+    expect(less.l.state).toMatchObject({ settled: false, best: 10, below: 7 });
   });
 });
 
@@ -461,28 +461,51 @@ describe('PrepareLimit: letting go', () => {
 });
 
 describe('PrepareLimit: climbing down', () => {
-  it('steps down by STEP while a lower cap finishes as much within EPS, and settles on the best, probing PROBE × above it', () => {
+  it('steps down by STEP while a lower cap finishes as much within EPS; past the first that finishes less, splits the difference; settles on the best, probing PROBE × above it', () => {
     const p = new Pipe(engaged());
     // Cap 10: 10 preparing at 200 ms: x = 0.05. The first measured cap is the best so far: down to ⌊10 × 0.7⌋ = 7.
     expect(p.measure(10, 200)).toBe(7);
     expect(p.l.state).toMatchObject({ settled: false, best: 10, engagedAt: 80 });
     expect(p.l.state?.bestX).toBeCloseTo(0.05, 12);
+    expect(p.l.state?.below).toBeNaN();
     // Cap 7: 4.9 preparing at 100 ms: x = 0.049 = (1 − 0.02) × 0.05, as much within EPS: down to ⌊7 × 0.7⌋ = 4.
     expect(p.measure(4.9, 100)).toBe(4);
     expect(p.l.state).toMatchObject({ settled: false, best: 7 });
-    // Cap 4: 4 preparing at 84 ms: x = 0.0476 < 0.98 × 0.049 = 0.048: settled on 7, probing
-    // above it at max(7 + 1, round(7 × 1.12 = 7.84)) = 8.
-    expect(p.measure(4, 84)).toBe(8);
-    expect(p.l.state).toMatchObject({ settled: true, side: -1, best: 7, ups: 0 });
-    expect(p.l.state?.bestX).toBeCloseTo(0.049, 12);
+    // Cap 4: 4 preparing at 84 ms: x = 0.0476 < 0.98 × 0.049 = 0.04802: less. 7 > 1.12 × 4: the
+    // geometric mean, round(√28 = 5.29) = 5.
+    expect(p.measure(4, 84)).toBe(5);
+    expect(p.l.state).toMatchObject({ settled: false, best: 7, below: 4 });
+    // Cap 5: x = 0.0485, as much: the best. round(√20 = 4.47) = 4 is no cap between 4 and 5:
+    // settled on 5, probing above it at max(5 + 1, round(5 × 1.12 = 5.6)) = 6.
+    expect(p.measure(4.85, 100)).toBe(6);
+    expect(p.l.state).toMatchObject({ settled: true, side: -1, best: 5, ups: 0 });
+    expect(p.l.state?.bestX).toBeCloseTo(0.0485, 12);
   });
 
-  it('settles at once when the first step down finishes less, probing round(PROBE × best) above it', () => {
+  it('past the first step that finishes less: a cap between that finishes less raises the lower end; within PROBE of the best, settled', () => {
     const p = new Pipe(engaged());
     expect(p.measure(10, 200)).toBe(7);
-    // Cap 7: x = 0.048 < 0.049: settled on 10, probing max(11, round(11.2)) = 11.
+    // Cap 7: x = 0.048 < 0.049: less; 10 > 1.12 × 7 = 7.84: round(√70 = 8.37) = 8.
+    expect(p.measure(4.8, 100)).toBe(8);
+    expect(p.l.state).toMatchObject({ settled: false, best: 10, below: 7 });
+    // Cap 8: x = 0.0485 < 0.049: less; 10 > 1.12 × 8 = 8.96: round(√80 = 8.94) = 9.
+    expect(p.measure(4.85, 100)).toBe(9);
+    expect(p.l.state).toMatchObject({ settled: false, best: 10, below: 8 });
+    // Cap 9: x = 0.0495, as much: the best; 9 > 8.96, but round(√72 = 8.49) = 8 is no cap between:
+    // settled on 9, probing max(10, round(10.08)) = 10.
+    expect(p.measure(4.95, 100)).toBe(10);
+    expect(p.l.state).toMatchObject({ settled: true, best: 9 });
+  });
+
+  it('settles at once where the step that finished less is within PROBE of the best, probing round(PROBE × best) above it', () => {
+    // 10 (x = 0.05), then 7, 8 and 9 each less (x = 0.048 < 0.049): 10 ≤ 1.12 × 9 = 10.08: settled
+    // on 10, probing max(11, round(11.2)) = 11.
+    const p = new Pipe(engaged());
+    expect(p.measure(10, 200)).toBe(7);
+    expect(p.measure(4.8, 100)).toBe(8);
+    expect(p.measure(4.8, 100)).toBe(9);
     expect(p.measure(4.8, 100)).toBe(11);
-    expect(p.l.state).toMatchObject({ settled: true, best: 10 });
+    expect(p.l.state).toMatchObject({ settled: true, best: 10, below: 9 });
   });
 
   it('at a cap of 1 there is nowhere lower: settled there, probing 1 + 1 = 2', () => {
@@ -647,7 +670,11 @@ describe('PrepareLimit: over an idle pipeline', () => {
     const p = new Pipe(engaged());
     p.measure(10, 200);
     p.measure(4.9, 100);
-    expect(p.measure(4, 84)).toBe(8);
+    expect(p.measure(4, 84)).toBe(5);
+    // Cap 5: x = 0.048 < 0.04802, less: round(√35 = 5.92) = 6. Cap 6: x = 0.047, less: round(√42 =
+    // 6.48) = 6 is no cap between 6 and 7: settled on 7, probing 8.
+    expect(p.measure(4.8)).toBe(6);
+    expect(p.measure(4.7)).toBe(8);
     // Probing 8 above the best 7, within it, when the pipeline empties.
     p.see(8);
     expect(p.idle()).toBe(7);

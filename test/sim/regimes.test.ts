@@ -147,9 +147,10 @@ describe('preparation contention: the knee', () => {
       expect(ratio).toBeGreaterThanOrEqual(0.95);
       expect(mean(primed.map((r) => r.perSec / best))).toBeGreaterThanOrEqual(0.95);
       if (name === 'prep-knee') expect(Math.max(...primed.map((r) => r.peak))).toBeLessThanOrEqual(1.25 * knee);
-      // prep-knee: near the knee. prep-plateau (throughput flat past it): not yet 1.25 × — it
-      // settles where noise stops its climb down; bounded well below the runaway's 200.
-      expect(peak).toBeLessThanOrEqual(name === 'prep-knee' ? 1.25 * knee : 1.5 * knee);
+      // Near the knee on both: past it prep-knee finishes less, prep-plateau only as much (there a
+      // lower cap wins what the measurements' noise cannot tell apart, and the climb down splits
+      // the difference past its first step that finishes less); the runaway reaches 200.
+      expect(peak).toBeLessThanOrEqual(1.25 * knee);
     });
   }
 });

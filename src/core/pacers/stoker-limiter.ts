@@ -14,7 +14,10 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * OVERDUE × LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are
  * steady again) — all for half a latency on end. It then caps the number preparing at what would
  * finish as much at that lowest latency (Little's law, with the latency the ages imply; at most
- * half), climbs down by STEP while a lower cap finishes as much, and holds the best cap — REST + 1
+ * half), and climbs down by STEP while a lower cap finishes as much. Past the first step that
+ * finishes less it splits the difference (the geometric mean of that cap and the best) until the
+ * two are within PROBE of each other: a STEP from above the knee lands below it, and the best it
+ * left may be up to 1 ÷ STEP = 1.43 × the knee. Then it holds the best cap — REST + 1
  * measurements — between probes PROBE × above and below it: it moves up where a probe finishes
  * EPS_UP more (more memory must buy more than a measurement's noise), down where one finishes as
  * much. A lower cap finishes "as much" unless it finishes less by more than EPS plus NOISE_Z
@@ -47,9 +50,10 @@ const TIMED = 2;
 const REST = 2;
 const TIMED_MIN = 30;
 /**
- * "As much" allows NOISE_Z standard errors of the difference of two measurements: one standard
- * error each way (a measurement that reads one standard error high is common; with EPS alone the
- * climb down on a plateau stopped 1.33 × above the knee on average over 10 seeds of prep-plateau).
+ * "As much" allows NOISE_Z standard errors of the difference of two measurements (one in six
+ * reads a standard error high). With EPS alone, on prep-plateau, a best that had read high made
+ * the lower caps read less: the peak preparing over the second half of the steady window averaged
+ * 1.46 × the knee over 10 seeds, one seed 2.2 ×; with the allowance 1.15 ×.
  */
 const NOISE_Z = 1;
 /**
@@ -72,6 +76,8 @@ export interface PrepareLimiter {
   bestSe: number;
   /** Climbing down (false) or settled on `best`; settled, the last probe's side (+1 above, −1 below). */
   settled: boolean;
+  /** Climbing down, the highest cap measured to finish less than the best (NaN: none yet). */
+  below: number;
   side: number;
   /** Moves up in a row with a nearly proportional gain; holds at the best since the last probe. */
   ups: number;
@@ -118,7 +124,7 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, bestSe: 0, settled: true, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
+      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, bestSe: 0, settled: true, below: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
       this.cap = cap;
     }
   }
@@ -171,7 +177,7 @@ export class PrepareLimit {
         const cv2 = p.latencySq / (p.latency * p.latency) - 1;
         const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
         const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, this.floor / latencyNow)));
-        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, settled: false, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
+        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, settled: false, below: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       }
       return;
     }
@@ -214,9 +220,20 @@ export class PrepareLimit {
     if (!lim.settled) {
       // Climbing down: a lower cap that finishes as much is better (less memory, shorter latency).
       // (At a cap of 1 there is nowhere lower to go: settled there.)
-      if (lim.cap === 1) this.hold({ ...lim, best: 1, bestX: x, bestSe: se, settled: true, side: -1 }, up(1), s);
-      else if (Number.isNaN(lim.best) || asMuch) this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se }, Math.max(1, Math.floor(lim.cap * STEP)), s);
-      else this.hold({ ...lim, settled: true, side: -1 }, up(lim.best), s);
+      if (lim.cap === 1) {
+        this.hold({ ...lim, best: 1, bestX: x, bestSe: se, settled: true, side: -1 }, up(1), s);
+        return;
+      }
+      const next = Number.isNaN(lim.best) || asMuch ? { ...lim, best: lim.cap, bestX: x, bestSe: se } : { ...lim, below: lim.cap };
+      if (Number.isNaN(next.below)) {
+        this.hold(next, Math.max(1, Math.floor(lim.cap * STEP)), s);
+        return;
+      }
+      // Past a step that finished less: the geometric mean of it and the best, until they are
+      // within PROBE (or a whole preparation apart); then settled on the best, probing above it.
+      const mid = Math.round(Math.sqrt(next.below * next.best));
+      if (next.best > PROBE * next.below && mid > next.below && mid < next.best) this.hold(next, mid, s);
+      else this.hold({ ...next, settled: true, side: -1 }, up(next.best), s);
     } else if (lim.cap === lim.best) {
       // Holding the best: its throughput measured again (a running mean over the holds there:
       // each new one weighs half, and so does its variance); every REST + 1 holds a probe, on the
