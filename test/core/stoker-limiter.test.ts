@@ -439,23 +439,22 @@ describe('PrepareLimit: a measurement’s standard error', () => {
 });
 
 describe('PrepareLimit: letting go', () => {
-  it('lets go when a measurement ends with the devices busy (draining ≥ 0.9 λ), not before it ends', () => {
+  it('lets go when a measurement finds the devices fed STARVED × λ (0.9 of λ = 1) or more, not before it ends', () => {
     const p = new Pipe(new PrepareLimit(20));
     // Busy devices while the pipeline turns over: nothing is decided yet.
     expect(p.see(20, 1)).toBe(20);
     p.done += 20;
     expect(p.see(20, 1)).toBe(20);
-    p.now += 1000;
-    p.done += 40;
-    p.preparingMs += 18_000;
-    p.latencyMs += 4000;
-    expect(p.see(20, 0.9)).toBe(Infinity);
+    // 18 preparing on average, latency 20 ms: x = 0.9 items/ms — even with the devices' smoothed occupancy low at the end.
+    p.time(40, 1000, 18, 20, 0);
+    expect(p.see(20, 0.5)).toBe(Infinity);
     expect(p.l.state).toBeNull();
   });
 
-  it('keeps the cap when the measurement ends with the devices starved (draining 0.89 λ)', () => {
+  it('keeps the cap when the measurement finds the devices fed less (x = 0.89 λ), even with them busy at its end', () => {
     const p = new Pipe(new PrepareLimit(20));
-    expect(p.measure(18, 100, 0.89)).toBe(20);
+    // 17.8 preparing at 20 ms: x = 0.89.
+    expect(p.measure(17.8, 20, 1)).toBe(20);
     expect(p.l.state).not.toBeNull();
   });
 });

@@ -33,8 +33,8 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * it is over SE_MAX the measurement goes on, up to EXTEND × as many turnovers (a noisy
  * preparation takes longer to measure, and the noise allowance of "as much" stays near SE_MAX).
  *
- * It lets go when a measurement ends with the devices busy (preparation is not the bottleneck
- * then), and after two moves up in a row, to where it took over, that each finish GAIN of the
+ * It lets go when a measurement finds the devices fed STARVED × λ or more (preparation is not the
+ * bottleneck then), and after two moves up in a row, to where it took over, that each finish GAIN of the
  * proportional gain more: that was no contention (a slower preparation, say). Over an idle
  * pipeline it stays, and the next busy period goes on from its cap (the knee is the machine's).
  */
@@ -209,7 +209,10 @@ export class PrepareLimit {
     if (se > SE_MAX && n < EXTEND * TIMED * lim.cap) return;
     const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
     const x = meanPreparing / meanLatency;
-    if (!starved) {
+    // The devices fed STARVED × λ or more over the measurement: preparation is not what limits
+    // them (at its last instant their smoothed occupancy says less: a few preparations that
+    // finish together fill them for a moment).
+    if (!(x < STARVED * p.lambda)) {
       this.letGo();
       return;
     }
