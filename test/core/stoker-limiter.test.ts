@@ -422,18 +422,18 @@ describe('PrepareLimit: a measurement’s standard error', () => {
     expect(p.l.state?.bestSe).toBeCloseTo(Math.hypot(0.014, 0.007) / 2, 12);
   });
 
-  it('a lower cap finishes as much unless it is less by more than EPS and NOISE_Z (1) standard errors of the difference', () => {
-    // Cap 10: 30 timed at 200 ms ± 15 ms: x = 0.05, standard error 7.5 % ÷ √29 = 1.393 %. Cap 7:
-    // 30 timed at 100 ms ± 7.5 ms: the same. As much down to 0.05 × (1 − 0.02 − √2 × 1.393 %) = 0.048015.
+  it('a lower cap finishes as much unless it is less by more than EPS and NOISE_Z (1.5) standard errors of the difference', () => {
+    // Cap 10: 30 timed at 200 ms ± 15 ms: x = 0.05, standard error 7.5 % ÷ √29 = 1.3927 %. Cap 7:
+    // 30 timed at 100 ms ± 7.5 ms: the same. As much down to 0.05 × (1 − 0.02 − 1.5 × √2 × 1.3927 %) = 0.047523.
     const noisy = new Pipe(engaged());
     expect(noisy.measure(10, 200, 0.5, 15)).toBe(7);
-    // x = 0.0481: as much (with EPS alone it would be less than 0.049): down to ⌊7 × 0.7⌋ = 4.
-    expect(noisy.measure(4.81, 100, 0.5, 7.5)).toBe(4);
+    // x = 0.0476: as much (with EPS alone it would be less than 0.049; with one standard error, than 0.048015): down to ⌊7 × 0.7⌋ = 4.
+    expect(noisy.measure(4.76, 100, 0.5, 7.5)).toBe(4);
     expect(noisy.l.state).toMatchObject({ settled: false, best: 7 });
     const less = new Pipe(engaged());
     less.measure(10, 200, 0.5, 15);
-    // x = 0.0479: less: between 7 and 10, round(√70 = 8.37) = 8.
-    expect(less.measure(4.79, 100, 0.5, 7.5)).toBe(8);
+    // x = 0.0475: less: between 7 and 10, round(√70 = 8.37) = 8.
+    expect(less.measure(4.75, 100, 0.5, 7.5)).toBe(8);
     expect(less.l.state).toMatchObject({ settled: false, best: 10, below: 7 });
   });
 });

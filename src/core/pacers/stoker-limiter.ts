@@ -50,18 +50,22 @@ const TIMED = 2;
 const REST = 2;
 const TIMED_MIN = 30;
 /**
- * "As much" allows NOISE_Z standard errors of the difference of two measurements (one in six
- * reads a standard error high). With EPS alone, on prep-plateau, a best that had read high made
- * the lower caps read less: the peak preparing over the second half of the steady window averaged
- * 1.46 × the knee over 10 seeds, one seed 2.2 ×; with the allowance 1.15 ×.
+ * "As much" allows NOISE_Z standard errors of the difference of two measurements. With both at
+ * SE_MAX, two caps that finish the same then read "less" about once in 140 comparisons
+ * (Φ(−EPS ÷ (√2 × SE_MAX) − NOISE_Z); with one standard error, once in 40), and a cap that
+ * finishes less reads "as much" while it is less by under EPS + NOISE_Z × √2 × SE_MAX ≈ 5 %. A
+ * false "less" costs more: the climb down stops above the knee there, and the probes take many
+ * measurements to undo it. With EPS alone, on prep-plateau, a best that had read high made the
+ * lower caps read less: the peak preparing over the second half of the steady window averaged
+ * 1.46 × the knee over 10 seeds, one seed 2.2 ×.
  */
-const NOISE_Z = 1;
+const NOISE_Z = 1.5;
 /**
  * A measurement goes on while its relative standard error is over SE_MAX, for at most EXTEND × its
- * TIMED turnovers: with both measurements at SE_MAX, "as much" allows EPS + NOISE_Z × √2 × 1.5 %
- * ≈ 4 % less (within the 5 % of throughput the limiter may give for memory). A latency with a
- * coefficient of variation of 0.14 (uniform 30–50 s) needs (0.14 ÷ 0.015)² ≈ 90 timed preparations
- * for it, about 4 turnovers at a cap of 24.
+ * TIMED turnovers: with both measurements at SE_MAX, "as much" allows about 5 % less (see
+ * NOISE_Z; the throughput the limiter may give for memory). A latency with a coefficient of
+ * variation of 0.14 (uniform 30–50 s) needs (0.14 ÷ 0.015)² ≈ 90 timed preparations for it, about
+ * 4 turnovers at a cap of 24.
  */
 const SE_MAX = 0.015;
 const EXTEND = 3;
