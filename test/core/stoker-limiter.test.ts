@@ -432,7 +432,7 @@ describe('PrepareLimit: a measurement’s standard error', () => {
     expect(noisy.l.state).toMatchObject({ settled: false, best: 7 });
     const less = new Pipe(engaged());
     less.measure(10, 200, 0.5, 15);
-    // x = 0.0475: less: between 7 and 10, round(√70 = 8.37) = 8.
+    // x = 0.0475: less: ⌈7 × 0.05 ÷ 0.0475 = 7.37⌉ = 8.
     expect(less.measure(4.75, 100, 0.5, 7.5)).toBe(8);
     expect(less.l.state).toMatchObject({ settled: false, best: 10, below: 7 });
   });
@@ -470,24 +470,40 @@ describe('PrepareLimit: climbing down', () => {
     // Cap 7: 4.9 preparing at 100 ms: x = 0.049 = (1 − 0.02) × 0.05, as much within EPS: down to ⌊7 × 0.7⌋ = 4.
     expect(p.measure(4.9, 100)).toBe(4);
     expect(p.l.state).toMatchObject({ settled: false, best: 7 });
-    // Cap 4: 4 preparing at 84 ms: x = 0.0476 < 0.98 × 0.049 = 0.04802: less. 7 > 1.12 × 4: the
-    // geometric mean, round(√28 = 5.29) = 5.
+    // Cap 4: 4 preparing at 84 ms: x = 0.0476 < 0.98 × 0.049 = 0.04802: less. 7 > 1.12 × 4: what
+    // would finish as much in proportion, ⌈4 × 0.049 ÷ 0.0476 = 4.12⌉ = 5.
     expect(p.measure(4, 84)).toBe(5);
     expect(p.l.state).toMatchObject({ settled: false, best: 7, below: 4 });
-    // Cap 5: x = 0.0485, as much: the best. round(√20 = 4.47) = 4 is no cap between 4 and 5:
+    // Cap 5: x = 0.0485, as much: the best. The geometric mean round(√20 = 4.47) = 4 is no cap between 4 and 5:
     // settled on 5, probing above it at max(5 + 1, round(5 × 1.12 = 5.6)) = 6.
     expect(p.measure(4.85, 100)).toBe(6);
     expect(p.l.state).toMatchObject({ settled: true, side: -1, best: 5, ups: 0 });
     expect(p.l.state?.bestX).toBeCloseTo(0.0485, 12);
   });
 
+  it('past the first step that finishes less, the cap that would finish as much as the best in proportion to it (on a plateau, the knee)', () => {
+    // A plateau past 6: x = 0.06 at caps 10 and 7, 0.01 per preparation below 6.
+    const p = new Pipe(engaged());
+    expect(p.measure(6, 100)).toBe(7);
+    expect(p.measure(6, 100)).toBe(4);
+    // Cap 4: x = 0.04, less: ⌈4 × 0.06 ÷ 0.04⌉ = 6 (the geometric mean would be round(√28) = 5).
+    expect(p.measure(4, 100)).toBe(6);
+    expect(p.l.state).toMatchObject({ settled: false, best: 7, below: 4 });
+    expect(p.l.state?.belowX).toBeCloseTo(0.04, 12);
+    // Cap 6: as much, the best; 6 > 1.12 × 4: now the geometric mean, round(√24 = 4.9) = 5.
+    expect(p.measure(6, 100)).toBe(5);
+    // Cap 5: x = 0.05, less; round(√30 = 5.48) = 5 is no cap between 5 and 6: settled on 6, probing 7.
+    expect(p.measure(5, 100)).toBe(7);
+    expect(p.l.state).toMatchObject({ settled: true, best: 6, below: 5 });
+  });
+
   it('past the first step that finishes less: a cap between that finishes less raises the lower end; within PROBE of the best, settled', () => {
     const p = new Pipe(engaged());
     expect(p.measure(10, 200)).toBe(7);
-    // Cap 7: x = 0.048 < 0.049: less; 10 > 1.12 × 7 = 7.84: round(√70 = 8.37) = 8.
+    // Cap 7: x = 0.048 < 0.049: less; 10 > 1.12 × 7 = 7.84: ⌈7 × 0.05 ÷ 0.048 = 7.29⌉ = 8.
     expect(p.measure(4.8, 100)).toBe(8);
     expect(p.l.state).toMatchObject({ settled: false, best: 10, below: 7 });
-    // Cap 8: x = 0.0485 < 0.049: less; 10 > 1.12 × 8 = 8.96: round(√80 = 8.94) = 9.
+    // Cap 8: x = 0.0485 < 0.049: less; 10 > 1.12 × 8 = 8.96: the geometric mean, round(√80 = 8.94) = 9.
     expect(p.measure(4.85, 100)).toBe(9);
     expect(p.l.state).toMatchObject({ settled: false, best: 10, below: 8 });
     // Cap 9: x = 0.0495, as much: the best; 9 > 8.96, but round(√72 = 8.49) = 8 is no cap between:

@@ -14,10 +14,13 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * OVERDUE × LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are
  * steady again) — all for half a latency on end. It then caps the number preparing at what would
  * finish as much at that lowest latency (Little's law, with the latency the ages imply; at most
- * half), and climbs down by STEP while a lower cap finishes as much. Past the first step that
- * finishes less it splits the difference (the geometric mean of that cap and the best) until the
- * two are within PROBE of each other: a STEP from above the knee lands below it, and the best it
- * left may be up to 1 ÷ STEP = 1.43 × the knee. Then it holds the best cap — REST + 1
+ * half), and climbs down by STEP while a lower cap finishes as much. A STEP from above the knee
+ * lands below it, and the best it left may be up to 1 ÷ STEP = 1.43 × the knee: past the first
+ * step that finishes less it tries the cap that would finish as much as the best were the
+ * throughput in proportion to the cap below the knee (Little's law with the latency no longer
+ * falling: that step's cap × the best's throughput ÷ its own; on a plateau, the knee), then splits
+ * the difference (the geometric mean of the highest cap that finished less and the best) until the
+ * two are within PROBE of each other. Then it holds the best cap — REST + 1
  * measurements — between probes PROBE × above and below it: it moves up where a probe finishes
  * EPS_UP more (more memory must buy more than a measurement's noise), down where one finishes as
  * much. A lower cap finishes "as much" unless it finishes less by more than EPS plus NOISE_Z
@@ -80,8 +83,9 @@ export interface PrepareLimiter {
   bestSe: number;
   /** Climbing down (false) or settled on `best`; settled, the last probe's side (+1 above, −1 below). */
   settled: boolean;
-  /** Climbing down, the highest cap measured to finish less than the best (NaN: none yet). */
+  /** Climbing down, the highest cap measured to finish less than the best (NaN: none yet) and its throughput. */
   below: number;
+  belowX: number;
   side: number;
   /** Moves up in a row with a nearly proportional gain; holds at the best since the last probe. */
   ups: number;
@@ -128,7 +132,7 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, bestSe: 0, settled: true, below: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
+      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, bestSe: 0, settled: true, below: NaN, belowX: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
       this.cap = cap;
     }
   }
@@ -181,7 +185,7 @@ export class PrepareLimit {
         const cv2 = p.latencySq / (p.latency * p.latency) - 1;
         const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
         const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, this.floor / latencyNow)));
-        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, settled: false, below: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
+        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       }
       return;
     }
@@ -231,14 +235,17 @@ export class PrepareLimit {
         this.hold({ ...lim, best: 1, bestX: x, bestSe: se, settled: true, side: -1 }, up(1), s);
         return;
       }
-      const next = Number.isNaN(lim.best) || asMuch ? { ...lim, best: lim.cap, bestX: x, bestSe: se } : { ...lim, below: lim.cap };
+      const next = Number.isNaN(lim.best) || asMuch ? { ...lim, best: lim.cap, bestX: x, bestSe: se } : { ...lim, below: lim.cap, belowX: x };
       if (Number.isNaN(next.below)) {
         this.hold(next, Math.max(1, Math.floor(lim.cap * STEP)), s);
         return;
       }
-      // Past a step that finished less: the geometric mean of it and the best, until they are
-      // within PROBE (or a whole preparation apart); then settled on the best, probing above it.
-      const mid = Math.round(Math.sqrt(next.below * next.best));
+      // Past the step that finished less: the cap that would finish as much as the best in
+      // proportion to it (rounded up: under the knee throughput falls in proportion, over it only
+      // memory is spent); past a cap tried between, the geometric mean of the highest that
+      // finished less and the best. Until they are within PROBE (or nothing lies between): then
+      // settled on the best, probing above it.
+      const mid = Number.isNaN(lim.below) ? Math.ceil((next.below * next.bestX) / next.belowX - 1e-9) : Math.round(Math.sqrt(next.below * next.best));
       if (next.best > PROBE * next.below && mid > next.below && mid < next.best) this.hold(next, mid, s);
       else this.hold({ ...next, settled: true, side: -1 }, up(next.best), s);
     } else if (lim.cap === lim.best) {
