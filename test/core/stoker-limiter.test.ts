@@ -114,12 +114,14 @@ class Pipe {
    */
   measure(meanPreparing: number, latency = 100, draining = 0.5, sd = 0): number {
     const cap = this.l.cap;
+    // The first measurement after taking over (no best yet) flushes FIRST_FLUSH (2) turnovers.
+    const flush = Number.isNaN(this.l.state?.best) ? 2 * cap : cap;
     this.see(cap);
     this.now += 100;
-    this.done += cap;
+    this.done += flush;
     this.preparingMs += cap * 100;
-    this.latencyMs += cap * latency;
-    this.latencySqMs += cap * (latency * latency + sd * sd);
+    this.latencyMs += flush * latency;
+    this.latencySqMs += flush * (latency * latency + sd * sd);
     this.see(cap);
     const n = Math.max(30, 2 * cap);
     this.time(n, 1000, meanPreparing, latency, sd);
@@ -365,6 +367,25 @@ describe('PrepareLimit: measuring a cap', () => {
     // 10 000 item-ms over 1000 ms: 10 preparing; latency 100: x = 0.1.
     expect(p.l.state?.rest).toBe(1);
     expect(p.l.state?.bestX).toBeCloseTo(0.1, 12);
+  });
+
+  it('the first measurement after taking over flushes FIRST_FLUSH (2) turnovers', () => {
+    // Cap 10: within it at 5000; 19 completions: not turned over; 20: turned over, then 30 timed.
+    const p = new Pipe(engaged());
+    p.see(10);
+    p.done += 10;
+    p.see(10);
+    expect(p.l.state?.turnedAt).toBeNaN();
+    p.done += 9;
+    p.see(10);
+    expect(p.l.state?.turnedAt).toBeNaN();
+    p.now += 100;
+    p.done += 1;
+    p.see(10);
+    expect(p.l.state?.turnedAt).toBe(p.now);
+    p.time(30, 1000, 10, 200, 0);
+    expect(p.see(10)).toBe(7);
+    expect(p.l.state?.bestX).toBeCloseTo(0.05, 12);
   });
 });
 
@@ -668,7 +689,8 @@ describe('PrepareLimit: over an idle pipeline', () => {
   it('climbing down, it stays on the step it reached; the measurement starts again in the next busy period', () => {
     const p = new Pipe(engaged());
     p.see(10);
-    p.done += 10;
+    // (The first measurement after taking over: FIRST_FLUSH × 10 completions turn it over.)
+    p.done += 20;
     p.see(10);
     expect(p.l.state?.turnedAt).toBe(p.now);
     expect(p.idle()).toBe(10);
