@@ -9,7 +9,7 @@
  * - mixed-kinds: kinds 4× apart on one device, in blocks: per-kind estimates, throughput ≥ 0.98.
  * - device-thrash: 4 workers, fewer finish more; the pacer runs the best k (≥ 0.98 of its capacity).
  * - prep-knee, prep-plateau: preparations that slow each other past 24 at once; the limiter
- *   finds the knee (≥ 95 % of the best fixed cap once learned).
+ *   finds the knee (≥ 95 % of the best fixed cap once learned, at most 1.25 × the knee preparing).
  * - remembered rates: a burst on a pacer started from priors (what a restarted server remembers)
  *   runs like the same burst on a warm pacer (burst-after-idle, whose first job taught it).
  */
