@@ -38,8 +38,8 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * allowance of "as much" stays near SE_MAX).
  *
  * It lets go when a measurement finds the devices fed STARVED × λ or more (preparation is not the
- * bottleneck then), and after two moves up in a row, to where it took over, that each finish GAIN of the
- * proportional gain more: that was no contention (a slower preparation, say). Over an idle
+ * bottleneck then), and after two moves up in a row, to where it took over, that each finish GAIN
+ * of the proportional gain more: that was no contention (a slower preparation, say). Over an idle
  * pipeline it stays, and the next busy period goes on from its cap (the knee is the machine's).
  */
 const STARVED = 0.9;
