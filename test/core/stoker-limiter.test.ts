@@ -425,6 +425,35 @@ describe('PrepareLimit: a measurement’s standard error', () => {
     expect(p.l.state?.bestSe).toBeCloseTo(0.3 / Math.sqrt(119), 12);
   });
 
+  it('a probe above is not timed on where NOISE_Z (1.5) of its standard errors fall short of EPS_UP more than the best', () => {
+    // Best 20 at 0.16 (no spread), probing 22: 44 timed, standard deviation 20 ms at 100 ms: a
+    // standard error of 20 % ÷ √43 = 3.05 %. The line is 1.05 × 0.16 = 0.168.
+    const clear = probingAbove(16);
+    // x = 0.2: 0.032 over the line, more than 1.5 × 3.05 % × 0.2 = 0.0092: measured, it moves up
+    // (GAIN of the proportional gain: one up) to max(23, round(24.64)) = 25.
+    expect(clear.measure(20, 100, 0.5, 20)).toBe(25);
+    expect(clear.l.state).toMatchObject({ best: 22, ups: 1 });
+    // x = 0.17: 0.002 over the line, within 1.5 × 3.05 % × 0.17 = 0.0078: timed on.
+    const close = probingAbove(16);
+    expect(close.measure(17, 100, 0.5, 20)).toBe(22);
+    expect(close.l.state?.best).toBe(20);
+    expect(close.l.state?.turnedAt).not.toBeNaN();
+    // To EXTEND × TIMED turnovers of 22 = 132 timed (standard error 20 % ÷ √131 = 1.75 %): x = 0.17 ≥ 0.168: up.
+    close.time(88, 2000, 17, 100, 20);
+    expect(close.see(22)).toBe(25);
+    expect(close.l.state?.bestSe).toBeCloseTo(0.2 / Math.sqrt(131), 12);
+  });
+
+  it('nor is a lower cap where NOISE_Z of its standard errors fall short of as much with both at SE_MAX', () => {
+    // Best 10 at 0.05 (no spread); cap 7: 30 timed at 100 ms ± 20 ms, standard error 20 % ÷ √29 =
+    // 3.71 %. The line: 0.05 × (1 − 0.02 − 1.5 × 1.5 %) = 0.047875. x = 0.04: 0.0079 under it, more
+    // than 1.5 × 3.71 % × 0.04 = 0.0022: measured, less: ⌈7 × 0.05 ÷ 0.04 = 8.75⌉ = 9.
+    const p = new Pipe(engaged());
+    expect(p.measure(10, 200)).toBe(7);
+    expect(p.measure(4, 100, 0.5, 20)).toBe(9);
+    expect(p.l.state).toMatchObject({ settled: false, best: 10, below: 7 });
+  });
+
   it('a small cap is timed for TIMED_MIN (30) and no more where EXTEND × TIMED turnovers are fewer', () => {
     // Cap 5: 30 timed (not 2 × 5), standard error 30 % ÷ √29 = 5.6 %, and 3 × 2 × 5 = 30 ≤ 30: measured.
     const p = new Pipe(new PrepareLimit(5));

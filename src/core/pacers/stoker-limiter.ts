@@ -35,7 +35,9 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * bunched). Its relative standard error is that of the mean latency of the timed preparations
  * (the number preparing sits at the cap); while it is over SE_MAX the measurement goes on, up to
  * EXTEND × as many turnovers (a noisy preparation takes longer to measure, and the noise
- * allowance of "as much" stays near SE_MAX).
+ * allowance of "as much" stays near SE_MAX) — unless it is a probe or a lower cap whose comparison
+ * with the best is clear already (NOISE_Z of its standard errors short of the line): under the
+ * knee the moves up, each a preparation or two at a small cap, pay far more than EPS_UP.
  *
  * It lets go when a measurement finds the devices fed STARVED × λ or more (preparation is not the
  * bottleneck then), and after two moves up in a row, to where it took over, that each finish GAIN
@@ -223,9 +225,15 @@ export class PrepareLimit {
     const meanLatency = (s.prepareLatencyMsTotal - lim.latencyMs) / n;
     const varLatency = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / n - meanLatency * meanLatency);
     const se = meanLatency > 0 ? Math.sqrt(varLatency / (n - 1)) / meanLatency : 0;
-    if (se > SE_MAX && n < EXTEND * TIMED * lim.cap) return;
     const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
     const x = meanPreparing / meanLatency;
+    // Timed on while its standard error is over SE_MAX, unless what it is compared with is
+    // already clear: NOISE_Z of its standard errors do not reach the line (above the best, EPS_UP
+    // more; below it, as much with both at SE_MAX). The best's own measurements go on.
+    if (se > SE_MAX && n < EXTEND * TIMED * lim.cap) {
+      const line = lim.settled && lim.cap > lim.best ? lim.bestX * (1 + EPS_UP) : !Number.isNaN(lim.best) && (!lim.settled || lim.cap < lim.best) ? lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(SE_MAX, lim.bestSe)) : NaN;
+      if (!(Math.abs(x - line) > NOISE_Z * se * x)) return;
+    }
     // The devices fed STARVED × λ or more over the measurement: preparation is not what limits
     // them (at its last instant their smoothed occupancy says less: a few preparations that
     // finish together fill them for a moment).
