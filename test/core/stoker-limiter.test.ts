@@ -87,11 +87,12 @@ class Pipe {
   done = 1000;
   preparingMs = 0;
   latencyMs = 0;
+  latencySqMs = 0;
   constructor(readonly l: PrepareLimit) {}
 
   see(preparing: number, draining = 0.5, over: Partial<PacerSnapshot> = {}): number {
     this.l.update(
-      snapshot({ now: this.now, backlog: 50, preparing, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs, preparingStartMsTotal: preparing * (this.now - 50), ...over }),
+      snapshot({ now: this.now, backlog: 50, preparing, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs, prepareLatencySqTotal: this.latencySqMs, preparingStartMsTotal: preparing * (this.now - 50), ...over }),
       { lambda: 1, draining, latency: 100, latencySq: 100 * 100, busySince: 0, busyFromCompletions: 0, target: 2 },
     );
     return this.l.cap;
@@ -107,22 +108,33 @@ class Pipe {
    * One whole measurement at the cap in force: the pipeline comes within it, `cap` completions
    * turn it over, then the timed ones (TIMED × cap, at least TIMED_MIN: max(30, 2 × cap)) finish
    * in 1000 ms with `meanPreparing` preparing on average and a mean latency of `latency` ms: by
-   * Little's law a throughput of meanPreparing ÷ latency items/ms. The cap after it.
+   * Little's law a throughput of meanPreparing ÷ latency items/ms. The cap after it. `sd`: the
+   * standard deviation of those latencies (0: none; the measurement's relative standard error is
+   * sd ÷ latency ÷ √(n − 1)).
    */
-  measure(meanPreparing: number, latency = 100, draining = 0.5): number {
+  measure(meanPreparing: number, latency = 100, draining = 0.5, sd = 0): number {
     const cap = this.l.cap;
+    // The first measurement after taking over (no best yet) flushes FIRST_FLUSH (2) turnovers.
+    const flush = Number.isNaN(this.l.state?.best) ? 2 * cap : cap;
     this.see(cap);
     this.now += 100;
-    this.done += cap;
+    this.done += flush;
     this.preparingMs += cap * 100;
-    this.latencyMs += cap * latency;
+    this.latencyMs += flush * latency;
+    this.latencySqMs += flush * (latency * latency + sd * sd);
     this.see(cap);
     const n = Math.max(30, 2 * cap);
-    this.now += 1000;
-    this.done += n;
-    this.preparingMs += meanPreparing * 1000;
-    this.latencyMs += n * latency;
+    this.time(n, 1000, meanPreparing, latency, sd);
     return this.see(cap, draining);
+  }
+
+  /** `n` more timed completions over `ms`, `meanPreparing` on average, latencies of mean `latency` and standard deviation `sd`. */
+  time(n: number, ms: number, meanPreparing: number, latency: number, sd: number): void {
+    this.now += ms;
+    this.done += n;
+    this.preparingMs += meanPreparing * ms;
+    this.latencyMs += n * latency;
+    this.latencySqMs += n * (latency * latency + sd * sd);
   }
 }
 
@@ -356,53 +368,209 @@ describe('PrepareLimit: measuring a cap', () => {
     expect(p.l.state?.rest).toBe(1);
     expect(p.l.state?.bestX).toBeCloseTo(0.1, 12);
   });
+
+  it('the first measurement after taking over flushes FIRST_FLUSH (2) turnovers', () => {
+    // Cap 10: within it at 5000; 19 completions: not turned over; 20: turned over, then 30 timed.
+    const p = new Pipe(engaged());
+    p.see(10);
+    p.done += 10;
+    p.see(10);
+    expect(p.l.state?.turnedAt).toBeNaN();
+    p.done += 9;
+    p.see(10);
+    expect(p.l.state?.turnedAt).toBeNaN();
+    p.now += 100;
+    p.done += 1;
+    p.see(10);
+    expect(p.l.state?.turnedAt).toBe(p.now);
+    p.time(30, 1000, 10, 200, 0);
+    expect(p.see(10)).toBe(7);
+    expect(p.l.state?.bestX).toBeCloseTo(0.05, 12);
+  });
+});
+
+describe('PrepareLimit: a measurement’s standard error', () => {
+  it('goes on while its relative standard error is over SE_MAX (1.5 %), and takes it into the best’s', () => {
+    // Cap 20: 40 timed latencies of mean 100 ms and standard deviation 12 ms: a standard error of
+    // 12 ÷ 100 ÷ √39 = 1.92 %: not yet. At 64: 12 % ÷ √63 = 1.51 %: not yet. At 66: 12 % ÷ √65 = 1.49 %: measured.
+    const p = new Pipe(new PrepareLimit(20));
+    p.see(20);
+    p.done += 20;
+    p.see(20);
+    p.time(40, 1000, 18, 100, 12);
+    p.see(20);
+    expect(p.l.state).toMatchObject({ rest: 0, mark: p.done - 40 });
+    p.time(24, 600, 18, 100, 12);
+    p.see(20);
+    expect(p.l.state?.rest).toBe(0);
+    p.time(2, 50, 18, 100, 12);
+    p.see(20);
+    expect(p.l.state?.rest).toBe(1);
+    expect(p.l.state?.bestX).toBeCloseTo(0.18, 12);
+    expect(p.l.state?.bestSe).toBeCloseTo(0.12 / Math.sqrt(65), 12);
+  });
+
+  it('for at most EXTEND (3) × its TIMED turnovers', () => {
+    // Standard deviation 30 ms: 30 % ÷ √119 = 2.75 % at 120 = 3 × 2 × 20 timed: measured all the same.
+    const p = new Pipe(new PrepareLimit(20));
+    p.see(20);
+    p.done += 20;
+    p.see(20);
+    p.time(119, 3000, 18, 100, 30);
+    p.see(20);
+    expect(p.l.state?.rest).toBe(0);
+    p.time(1, 25, 18, 100, 30);
+    p.see(20);
+    expect(p.l.state?.rest).toBe(1);
+    expect(p.l.state?.bestSe).toBeCloseTo(0.3 / Math.sqrt(119), 12);
+  });
+
+  it('a probe above is not timed on where NOISE_Z (1.5) of its standard errors fall short of EPS_UP more than the best', () => {
+    // Best 20 at 0.16 (no spread), probing 22: 44 timed, standard deviation 20 ms at 100 ms: a
+    // standard error of 20 % ÷ √43 = 3.05 %. The line is 1.05 × 0.16 = 0.168.
+    const clear = probingAbove(16);
+    // x = 0.2: 0.032 over the line, more than 1.5 × 3.05 % × 0.2 = 0.0092: measured, it moves up
+    // (GAIN of the proportional gain: one up) to max(23, round(24.64)) = 25.
+    expect(clear.measure(20, 100, 0.5, 20)).toBe(25);
+    expect(clear.l.state).toMatchObject({ best: 22, ups: 1 });
+    // x = 0.17: 0.002 over the line, within 1.5 × 3.05 % × 0.17 = 0.0078: timed on.
+    const close = probingAbove(16);
+    expect(close.measure(17, 100, 0.5, 20)).toBe(22);
+    expect(close.l.state?.best).toBe(20);
+    expect(close.l.state?.turnedAt).not.toBeNaN();
+    // To EXTEND × TIMED turnovers of 22 = 132 timed (standard error 20 % ÷ √131 = 1.75 %): x = 0.17 ≥ 0.168: up.
+    close.time(88, 2000, 17, 100, 20);
+    expect(close.see(22)).toBe(25);
+    expect(close.l.state?.bestSe).toBeCloseTo(0.2 / Math.sqrt(131), 12);
+  });
+
+  it('nor is a lower cap where NOISE_Z of its standard errors fall short of as much with both at SE_MAX', () => {
+    // Best 10 at 0.05 (no spread); cap 7: 30 timed at 100 ms ± 20 ms, standard error 20 % ÷ √29 =
+    // 3.71 %. The line: 0.05 × (1 − 0.02 − 1.5 × 1.5 %) = 0.047875. x = 0.04: 0.0079 under it, more
+    // than 1.5 × 3.71 % × 0.04 = 0.0022: measured, less: ⌈7 × 0.05 ÷ 0.04 = 8.75⌉ = 9.
+    const p = new Pipe(engaged());
+    expect(p.measure(10, 200)).toBe(7);
+    expect(p.measure(4, 100, 0.5, 20)).toBe(9);
+    expect(p.l.state).toMatchObject({ settled: false, best: 10, below: 7 });
+  });
+
+  it('a small cap is timed for TIMED_MIN (30) and no more where EXTEND × TIMED turnovers are fewer', () => {
+    // Cap 5: 30 timed (not 2 × 5), standard error 30 % ÷ √29 = 5.6 %, and 3 × 2 × 5 = 30 ≤ 30: measured.
+    const p = new Pipe(new PrepareLimit(5));
+    expect(p.measure(4.5, 100, 0.5, 30)).toBe(5);
+    expect(p.l.state?.rest).toBe(1);
+    expect(p.l.state?.bestSe).toBeCloseTo(0.3 / Math.sqrt(29), 12);
+  });
+
+  it('the holds at the best: a running mean, each new measurement’s variance weighing a quarter', () => {
+    // Two holds at 20, 40 timed each, standard errors 1.4 % (sd 8.743 ms) and 0.7 %: (1.4² + 0.7²)^½ ÷ 2 = 0.7826 %.
+    const p = new Pipe(new PrepareLimit(20));
+    p.measure(18, 100, 0.5, 1.4 * Math.sqrt(39));
+    expect(p.l.state?.bestSe).toBeCloseTo(0.014, 12);
+    p.measure(20, 100, 0.5, 0.7 * Math.sqrt(39));
+    expect(p.l.state?.bestX).toBeCloseTo(0.19, 12);
+    expect(p.l.state?.bestSe).toBeCloseTo(Math.hypot(0.014, 0.007) / 2, 12);
+  });
+
+  it('a lower cap finishes as much unless it is less by more than EPS and NOISE_Z (1.5) standard errors of the difference', () => {
+    // Cap 10: 30 timed at 200 ms ± 15 ms: x = 0.05, standard error 7.5 % ÷ √29 = 1.3927 %. Cap 7:
+    // 30 timed at 100 ms ± 7.5 ms: the same. As much down to 0.05 × (1 − 0.02 − 1.5 × √2 × 1.3927 %) = 0.047523.
+    const noisy = new Pipe(engaged());
+    expect(noisy.measure(10, 200, 0.5, 15)).toBe(7);
+    // x = 0.0476: as much (with EPS alone it would be less than 0.049; with one standard error, than 0.048015): down to ⌊7 × 0.7⌋ = 4.
+    expect(noisy.measure(4.76, 100, 0.5, 7.5)).toBe(4);
+    expect(noisy.l.state).toMatchObject({ settled: false, best: 7 });
+    const less = new Pipe(engaged());
+    less.measure(10, 200, 0.5, 15);
+    // x = 0.0475: less: ⌈7 × 0.05 ÷ 0.0475 = 7.37⌉ = 8.
+    expect(less.measure(4.75, 100, 0.5, 7.5)).toBe(8);
+    expect(less.l.state).toMatchObject({ settled: false, best: 10, below: 7 });
+  });
 });
 
 describe('PrepareLimit: letting go', () => {
-  it('lets go when a measurement ends with the devices busy (draining ≥ 0.9 λ), not before it ends', () => {
+  it('lets go when a measurement finds the devices fed STARVED × λ (0.9 of λ = 1) or more, not before it ends', () => {
     const p = new Pipe(new PrepareLimit(20));
     // Busy devices while the pipeline turns over: nothing is decided yet.
     expect(p.see(20, 1)).toBe(20);
     p.done += 20;
     expect(p.see(20, 1)).toBe(20);
-    p.now += 1000;
-    p.done += 40;
-    p.preparingMs += 18_000;
-    p.latencyMs += 4000;
-    expect(p.see(20, 0.9)).toBe(Infinity);
+    // 18 preparing on average, latency 20 ms: x = 0.9 items/ms — even with the devices' smoothed occupancy low at the end.
+    p.time(40, 1000, 18, 20, 0);
+    expect(p.see(20, 0.5)).toBe(Infinity);
     expect(p.l.state).toBeNull();
   });
 
-  it('keeps the cap when the measurement ends with the devices starved (draining 0.89 λ)', () => {
+  it('keeps the cap when the measurement finds the devices fed less (x = 0.89 λ), even with them busy at its end', () => {
     const p = new Pipe(new PrepareLimit(20));
-    expect(p.measure(18, 100, 0.89)).toBe(20);
+    // 17.8 preparing at 20 ms: x = 0.89.
+    expect(p.measure(17.8, 20, 1)).toBe(20);
     expect(p.l.state).not.toBeNull();
   });
 });
 
 describe('PrepareLimit: climbing down', () => {
-  it('steps down by STEP while a lower cap finishes as much within EPS, and settles on the best, probing PROBE × above it', () => {
+  it('steps down by STEP while a lower cap finishes as much within EPS; past the first that finishes less, splits the difference; settles on the best, probing PROBE × above it', () => {
     const p = new Pipe(engaged());
     // Cap 10: 10 preparing at 200 ms: x = 0.05. The first measured cap is the best so far: down to ⌊10 × 0.7⌋ = 7.
     expect(p.measure(10, 200)).toBe(7);
     expect(p.l.state).toMatchObject({ settled: false, best: 10, engagedAt: 80 });
     expect(p.l.state?.bestX).toBeCloseTo(0.05, 12);
+    expect(p.l.state?.below).toBeNaN();
     // Cap 7: 4.9 preparing at 100 ms: x = 0.049 = (1 − 0.02) × 0.05, as much within EPS: down to ⌊7 × 0.7⌋ = 4.
     expect(p.measure(4.9, 100)).toBe(4);
     expect(p.l.state).toMatchObject({ settled: false, best: 7 });
-    // Cap 4: 4 preparing at 84 ms: x = 0.0476 < 0.98 × 0.049 = 0.048: settled on 7, probing
-    // above it at max(7 + 1, round(7 × 1.12 = 7.84)) = 8.
-    expect(p.measure(4, 84)).toBe(8);
-    expect(p.l.state).toMatchObject({ settled: true, side: -1, best: 7, ups: 0 });
-    expect(p.l.state?.bestX).toBeCloseTo(0.049, 12);
+    // Cap 4: 4 preparing at 84 ms: x = 0.0476 < 0.98 × 0.049 = 0.04802: less. 7 > 1.12 × 4: what
+    // would finish as much in proportion, ⌈4 × 0.049 ÷ 0.0476 = 4.12⌉ = 5.
+    expect(p.measure(4, 84)).toBe(5);
+    expect(p.l.state).toMatchObject({ settled: false, best: 7, below: 4 });
+    // Cap 5: x = 0.0485, as much: the best. The geometric mean round(√20 = 4.47) = 4 is no cap between 4 and 5:
+    // settled on 5, probing above it at max(5 + 1, round(5 × 1.12 = 5.6)) = 6.
+    expect(p.measure(4.85, 100)).toBe(6);
+    expect(p.l.state).toMatchObject({ settled: true, side: -1, best: 5, ups: 0 });
+    expect(p.l.state?.bestX).toBeCloseTo(0.0485, 12);
   });
 
-  it('settles at once when the first step down finishes less, probing round(PROBE × best) above it', () => {
+  it('past the first step that finishes less, the cap that would finish as much as the best in proportion to it (on a plateau, the knee)', () => {
+    // A plateau past 6: x = 0.06 at caps 10 and 7, 0.01 per preparation below 6.
+    const p = new Pipe(engaged());
+    expect(p.measure(6, 100)).toBe(7);
+    expect(p.measure(6, 100)).toBe(4);
+    // Cap 4: x = 0.04, less: ⌈4 × 0.06 ÷ 0.04⌉ = 6 (the geometric mean would be round(√28) = 5).
+    expect(p.measure(4, 100)).toBe(6);
+    expect(p.l.state).toMatchObject({ settled: false, best: 7, below: 4 });
+    expect(p.l.state?.belowX).toBeCloseTo(0.04, 12);
+    // Cap 6: as much, the best; 6 > 1.12 × 4: now the geometric mean, round(√24 = 4.9) = 5.
+    expect(p.measure(6, 100)).toBe(5);
+    // Cap 5: x = 0.05, less; round(√30 = 5.48) = 5 is no cap between 5 and 6: settled on 6, probing 7.
+    expect(p.measure(5, 100)).toBe(7);
+    expect(p.l.state).toMatchObject({ settled: true, best: 6, below: 5 });
+  });
+
+  it('past the first step that finishes less: a cap between that finishes less raises the lower end; within PROBE of the best, settled', () => {
     const p = new Pipe(engaged());
     expect(p.measure(10, 200)).toBe(7);
-    // Cap 7: x = 0.048 < 0.049: settled on 10, probing max(11, round(11.2)) = 11.
+    // Cap 7: x = 0.048 < 0.049: less; 10 > 1.12 × 7 = 7.84: ⌈7 × 0.05 ÷ 0.048 = 7.29⌉ = 8.
+    expect(p.measure(4.8, 100)).toBe(8);
+    expect(p.l.state).toMatchObject({ settled: false, best: 10, below: 7 });
+    // Cap 8: x = 0.0485 < 0.049: less; 10 > 1.12 × 8 = 8.96: the geometric mean, round(√80 = 8.94) = 9.
+    expect(p.measure(4.85, 100)).toBe(9);
+    expect(p.l.state).toMatchObject({ settled: false, best: 10, below: 8 });
+    // Cap 9: x = 0.0495, as much: the best; 9 > 8.96, but round(√72 = 8.49) = 8 is no cap between:
+    // settled on 9, probing max(10, round(10.08)) = 10.
+    expect(p.measure(4.95, 100)).toBe(10);
+    expect(p.l.state).toMatchObject({ settled: true, best: 9 });
+  });
+
+  it('settles at once where the step that finished less is within PROBE of the best, probing round(PROBE × best) above it', () => {
+    // 10 (x = 0.05), then 7, 8 and 9 each less (x = 0.048 < 0.049): 10 ≤ 1.12 × 9 = 10.08: settled
+    // on 10, probing max(11, round(11.2)) = 11.
+    const p = new Pipe(engaged());
+    expect(p.measure(10, 200)).toBe(7);
+    expect(p.measure(4.8, 100)).toBe(8);
+    expect(p.measure(4.8, 100)).toBe(9);
     expect(p.measure(4.8, 100)).toBe(11);
-    expect(p.l.state).toMatchObject({ settled: true, best: 10 });
+    expect(p.l.state).toMatchObject({ settled: true, best: 10, below: 9 });
   });
 
   it('at a cap of 1 there is nowhere lower: settled there, probing 1 + 1 = 2', () => {
@@ -550,7 +718,8 @@ describe('PrepareLimit: over an idle pipeline', () => {
   it('climbing down, it stays on the step it reached; the measurement starts again in the next busy period', () => {
     const p = new Pipe(engaged());
     p.see(10);
-    p.done += 10;
+    // (The first measurement after taking over: FIRST_FLUSH × 10 completions turn it over.)
+    p.done += 20;
     p.see(10);
     expect(p.l.state?.turnedAt).toBe(p.now);
     expect(p.idle()).toBe(10);
@@ -567,7 +736,11 @@ describe('PrepareLimit: over an idle pipeline', () => {
     const p = new Pipe(engaged());
     p.measure(10, 200);
     p.measure(4.9, 100);
-    expect(p.measure(4, 84)).toBe(8);
+    expect(p.measure(4, 84)).toBe(5);
+    // Cap 5: x = 0.048 < 0.04802, less: round(√35 = 5.92) = 6. Cap 6: x = 0.047, less: round(√42 =
+    // 6.48) = 6 is no cap between 6 and 7: settled on 7, probing 8.
+    expect(p.measure(4.8)).toBe(6);
+    expect(p.measure(4.7)).toBe(8);
     // Probing 8 above the best 7, within it, when the pipeline empties.
     p.see(8);
     expect(p.idle()).toBe(7);

@@ -11,7 +11,7 @@
  * - mixed-kinds: kinds 4× apart on one device, in blocks: per-kind estimates, throughput ≥ 0.98.
  * - device-thrash: 4 workers, fewer finish more; the pacer runs the best k (≥ 0.98 of its capacity).
  * - prep-knee, prep-plateau: preparations that slow each other past 24 at once; the limiter
- *   finds the knee (≥ 95 % of the best fixed cap once learned).
+ *   finds the knee (≥ 95 % of the best fixed cap once learned, at most 1.25 × the knee preparing).
  * - remembered rates: a burst on a pacer started from priors (what a restarted server remembers)
  *   runs like the same burst on a warm pacer (burst-after-idle, whose first job taught it).
  */
@@ -245,9 +245,10 @@ describe('preparation contention: the knee', () => {
       expect(ratio).toBeGreaterThanOrEqual(0.95);
       expect(mean(primed.map((r) => r.perSec / best))).toBeGreaterThanOrEqual(0.95);
       if (name === 'prep-knee') expect(Math.max(...primed.map((r) => r.peak))).toBeLessThanOrEqual(1.25 * knee);
-      // prep-knee: near the knee. prep-plateau (throughput flat past it): not yet 1.25 × — it
-      // settles where noise stops its climb down; bounded well below the runaway's 200.
-      expect(peak).toBeLessThanOrEqual(name === 'prep-knee' ? 1.25 * knee : 1.5 * knee);
+      // Near the knee on both: past it prep-knee finishes less, prep-plateau only as much (there a
+      // lower cap wins what the measurements' noise cannot tell apart, and the climb down splits
+      // the difference past its first step that finishes less); the runaway reaches 200.
+      expect(peak).toBeLessThanOrEqual(1.25 * knee);
     });
   }
 });

@@ -14,19 +14,34 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * OVERDUE × LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are
  * steady again) — all for half a latency on end. It then caps the number preparing at what would
  * finish as much at that lowest latency (Little's law, with the latency the ages imply; at most
- * half), climbs down by STEP while a lower cap finishes as much (within EPS), and holds the best
- * cap — REST + 1 measurements — between probes PROBE × above and below it: it moves up where a
- * probe finishes EPS_UP more (more memory must buy more than a measurement's noise), down where
- * one finishes as much within EPS.
+ * half), and climbs down by STEP while a lower cap finishes as much. A STEP from above the knee
+ * lands below it, and the best it left may be up to 1 ÷ STEP = 1.43 × the knee: past the first
+ * step that finishes less it tries the cap that would finish as much as the best were the
+ * throughput in proportion to the cap below the knee (Little's law with the latency no longer
+ * falling: that step's cap × the best's throughput ÷ its own; on a plateau, the knee), then splits
+ * the difference (the geometric mean of the highest cap that finished less and the best) until the
+ * two are within PROBE of each other. Then it holds the best cap — REST + 1
+ * measurements — between probes PROBE × above and below it: it moves up where a probe finishes
+ * EPS_UP more (more memory must buy more than a measurement's noise), down where one finishes as
+ * much. A lower cap finishes "as much" unless it finishes less by more than EPS plus NOISE_Z
+ * standard errors of the difference: where throughput is flat past the knee, the lower cap, which
+ * holds less memory and gives shorter latencies, wins what the noise cannot tell apart (with EPS
+ * alone, a measurement that read high stopped the climb down above the knee).
  *
  * A cap is measured over whole turnovers: once the pipeline is within it, the first `cap`
- * preparations flush what ran at the old cap, and the next TIMED × `cap` (at least TIMED_MIN)
- * give the throughput there by Little's law (mean number preparing ÷ mean latency: steadier than
- * counting completions, whose phase a cap change has bunched).
+ * preparations flush what ran at the old cap (FIRST_FLUSH × `cap` after taking over), and the
+ * next TIMED × `cap` (at least TIMED_MIN) give the throughput there by Little's law (mean number
+ * preparing ÷ mean latency: steadier than counting completions, whose phase a cap change has
+ * bunched). Its relative standard error is that of the mean latency of the timed preparations
+ * (the number preparing sits at the cap); while it is over SE_MAX the measurement goes on, up to
+ * EXTEND × as many turnovers (a noisy preparation takes longer to measure, and the noise
+ * allowance of "as much" stays near SE_MAX) — unless it is a probe or a lower cap whose comparison
+ * with the best is clear already (NOISE_Z of its standard errors short of the line): under the
+ * knee the moves up, each a preparation or two at a small cap, pay far more than EPS_UP.
  *
- * It lets go when a measurement ends with the devices busy (preparation is not the bottleneck
- * then), and after two moves up in a row, to where it took over, that each finish GAIN of the
- * proportional gain more: that was no contention (a slower preparation, say). Over an idle
+ * It lets go when a measurement finds the devices fed STARVED × λ or more (preparation is not the
+ * bottleneck then), and after two moves up in a row, to where it took over, that each finish GAIN
+ * of the proportional gain more: that was no contention (a slower preparation, say). Over an idle
  * pipeline it stays, and the next busy period goes on from its cap (the knee is the machine's).
  */
 const STARVED = 0.9;
@@ -40,6 +55,34 @@ const GAIN = 2 / 3;
 const TIMED = 2;
 const REST = 2;
 const TIMED_MIN = 30;
+/**
+ * "As much" allows NOISE_Z standard errors of the difference of two measurements. With both at
+ * SE_MAX, two caps that finish the same then read "less" about once in 140 comparisons
+ * (Φ(−EPS ÷ (√2 × SE_MAX) − NOISE_Z); with one standard error, once in 40), and a cap that
+ * finishes less reads "as much" while it is less by under EPS + NOISE_Z × √2 × SE_MAX ≈ 5 %. A
+ * false "less" costs more: the climb down stops above the knee there, and the probes take many
+ * measurements to undo it. With EPS alone, on prep-plateau, a best that had read high made the
+ * lower caps read less: the peak preparing over the second half of the steady window averaged
+ * 1.46 × the knee over 10 seeds, one seed 2.2 ×.
+ */
+const NOISE_Z = 1.5;
+/**
+ * A measurement goes on while its relative standard error is over SE_MAX, for at most EXTEND × its
+ * TIMED turnovers: with both measurements at SE_MAX, "as much" allows about 5 % less (see
+ * NOISE_Z; the throughput the limiter may give for memory). A latency with a coefficient of
+ * variation of 0.14 (uniform 30–50 s) needs (0.14 ÷ 0.015)² ≈ 90 timed preparations for it, about
+ * 4 turnovers at a cap of 24.
+ */
+const SE_MAX = 0.015;
+const EXTEND = 3;
+/**
+ * The first measurement after taking over flushes FIRST_FLUSH turnovers: the drain from the
+ * runaway ends in a burst of completions (the old preparations speed up as fewer contend), so the
+ * next turnover starts bunched, and the first timed completions are its quick ones (Little's law
+ * over them read 3 % high on average over 30 seeds of a plateau at 48, 0.72 × the devices' rate;
+ * a best that reads high makes every lower cap read less). A turnover later the starts have spread.
+ */
+const FIRST_FLUSH = 2;
 
 export interface PrepareLimiter {
   /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
@@ -47,21 +90,27 @@ export interface PrepareLimiter {
   engagedAt: number;
   best: number;
   bestX: number;
+  /** bestX's relative standard error (0: none known, a remembered limit's before it is measured). */
+  bestSe: number;
   /** Climbing down (false) or settled on `best`; settled, the last probe's side (+1 above, −1 below). */
   settled: boolean;
+  /** Climbing down, the highest cap measured to finish less than the best (NaN: none yet) and its throughput. */
+  below: number;
+  belowX: number;
   side: number;
   /** Moves up in a row with a nearly proportional gain; holds at the best since the last probe. */
   ups: number;
   rest: number;
   /**
    * The measurement: when the pipeline came within the cap, when its first turnover ended, and
-   * the snapshot's completions, ∫ preparing dt and latency total then.
+   * the snapshot's completions, ∫ preparing dt and latency total and sum of squares then.
    */
   from: number;
   turnedAt: number;
   mark: number;
   preparingMs: number;
   latencyMs: number;
+  latencySqMs: number;
 }
 
 /** What the limiter reads of the pacer at each observation. */
@@ -94,7 +143,7 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, settled: true, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0 };
+      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, bestSe: 0, settled: true, below: NaN, belowX: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
       this.cap = cap;
     }
   }
@@ -147,7 +196,7 @@ export class PrepareLimit {
         const cv2 = p.latencySq / (p.latency * p.latency) - 1;
         const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
         const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, this.floor / latencyNow)));
-        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, settled: false, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0 }, cap, s);
+        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       }
       return;
     }
@@ -159,37 +208,72 @@ export class PrepareLimit {
       }
       return;
     }
-    if (s.prepareCompletions - lim.mark < (Number.isNaN(lim.turnedAt) ? lim.cap : Math.max(TIMED_MIN, TIMED * lim.cap))) return;
+    const timed = Math.max(TIMED_MIN, TIMED * lim.cap);
+    const n = s.prepareCompletions - lim.mark;
+    if (n < (Number.isNaN(lim.turnedAt) ? (Number.isNaN(lim.best) ? FIRST_FLUSH : 1) * lim.cap : timed)) return;
     if (Number.isNaN(lim.turnedAt)) {
       lim.turnedAt = s.now;
       lim.mark = s.prepareCompletions;
       lim.preparingMs = s.preparingMsTotal;
       lim.latencyMs = s.prepareLatencyMsTotal;
+      lim.latencySqMs = s.prepareLatencySqTotal;
       return;
     }
     // Little's law over the timed turnovers: mean number preparing ÷ their mean latency (less
-    // noisy than counting completions in a window, whose phase the cap change has bunched).
+    // noisy than counting completions in a window, whose phase the cap change has bunched); its
+    // relative standard error that of the mean latency (the spread of the timed latencies).
+    const meanLatency = (s.prepareLatencyMsTotal - lim.latencyMs) / n;
+    const varLatency = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / n - meanLatency * meanLatency);
+    const se = meanLatency > 0 ? Math.sqrt(varLatency / (n - 1)) / meanLatency : 0;
     const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
-    const x = meanPreparing / ((s.prepareLatencyMsTotal - lim.latencyMs) / (s.prepareCompletions - lim.mark));
-    if (!starved) {
+    const x = meanPreparing / meanLatency;
+    // Timed on while its standard error is over SE_MAX, unless what it is compared with is
+    // already clear: NOISE_Z of its standard errors do not reach the line (above the best, EPS_UP
+    // more; below it, as much with both at SE_MAX). The best's own measurements go on.
+    if (se > SE_MAX && n < EXTEND * TIMED * lim.cap) {
+      const line = lim.settled && lim.cap > lim.best ? lim.bestX * (1 + EPS_UP) : !Number.isNaN(lim.best) && (!lim.settled || lim.cap < lim.best) ? lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(SE_MAX, lim.bestSe)) : NaN;
+      if (!(Math.abs(x - line) > NOISE_Z * se * x)) return;
+    }
+    // The devices fed STARVED × λ or more over the measurement: preparation is not what limits
+    // them (at its last instant their smoothed occupancy says less: a few preparations that
+    // finish together fill them for a moment).
+    if (!(x < STARVED * p.lambda)) {
       this.letGo();
       return;
     }
+    // As much as the best: not less by more than EPS and the noise of the two measurements.
+    const asMuch = x >= lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(se, lim.bestSe));
     const up = (c: number) => Math.max(c + 1, Math.round(c * PROBE));
     const down = (c: number) => Math.max(1, Math.min(c - 1, Math.round(c / PROBE)));
     if (!lim.settled) {
       // Climbing down: a lower cap that finishes as much is better (less memory, shorter latency).
       // (At a cap of 1 there is nowhere lower to go: settled there.)
-      if (lim.cap === 1) this.hold({ ...lim, best: 1, bestX: x, settled: true, side: -1 }, up(1), s);
-      else if (Number.isNaN(lim.best) || x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x }, Math.max(1, Math.floor(lim.cap * STEP)), s);
-      else this.hold({ ...lim, settled: true, side: -1 }, up(lim.best), s);
+      if (lim.cap === 1) {
+        this.hold({ ...lim, best: 1, bestX: x, bestSe: se, settled: true, side: -1 }, up(1), s);
+        return;
+      }
+      const next = Number.isNaN(lim.best) || asMuch ? { ...lim, best: lim.cap, bestX: x, bestSe: se } : { ...lim, below: lim.cap, belowX: x };
+      if (Number.isNaN(next.below)) {
+        this.hold(next, Math.max(1, Math.floor(lim.cap * STEP)), s);
+        return;
+      }
+      // Past the step that finished less: the cap that would finish as much as the best in
+      // proportion to it (rounded up: under the knee throughput falls in proportion, over it only
+      // memory is spent); past a cap tried between, the geometric mean of the highest that
+      // finished less and the best. Until they are within PROBE (or nothing lies between): then
+      // settled on the best, probing above it.
+      const mid = Number.isNaN(lim.below) ? Math.ceil((next.below * next.bestX) / next.belowX - 1e-9) : Math.round(Math.sqrt(next.below * next.best));
+      if (next.best > PROBE * next.below && mid > next.below && mid < next.best) this.hold(next, mid, s);
+      else this.hold({ ...next, settled: true, side: -1 }, up(next.best), s);
     } else if (lim.cap === lim.best) {
-      // Holding the best: its throughput measured again (a mean over the holds there); every
-      // REST + 1 holds a probe, on the other side than the last.
+      // Holding the best: its throughput measured again (a running mean over the holds there:
+      // each new one weighs half, and so does its variance); every REST + 1 holds a probe, on the
+      // other side than the last.
       const rest = lim.rest + 1;
       const bestX = lim.rest > 0 ? (lim.bestX + x) / 2 : x;
-      if (rest <= REST) this.hold({ ...lim, bestX, rest }, lim.best, s);
-      else this.hold({ ...lim, bestX, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
+      const bestSe = lim.rest > 0 ? Math.hypot(lim.bestSe, se) / 2 : se;
+      if (rest <= REST) this.hold({ ...lim, bestX, bestSe, rest }, lim.best, s);
+      else this.hold({ ...lim, bestX, bestSe, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
     } else if (lim.cap > lim.best) {
       if (x >= lim.bestX * (1 + EPS_UP)) {
         const ups = x >= lim.bestX * (1 + GAIN * (lim.cap / lim.best - 1)) ? lim.ups + 1 : 0;
@@ -197,9 +281,9 @@ export class PrepareLimit {
           this.letGo();
           return;
         }
-        this.hold({ ...lim, best: lim.cap, bestX: x, ups }, up(lim.cap), s);
+        this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, ups }, up(lim.cap), s);
       } else this.hold({ ...lim, ups: 0 }, lim.best, s);
-    } else if (x >= lim.bestX * (1 - EPS)) this.hold({ ...lim, best: lim.cap, bestX: x, ups: 0 }, down(lim.cap), s);
+    } else if (asMuch) this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, ups: 0 }, down(lim.cap), s);
     else this.hold({ ...lim, ups: 0 }, lim.best, s);
   }
   private hold(lim: PrepareLimiter, cap: number, s: ReadonlySnapshot): void {
