@@ -73,6 +73,11 @@ function kneeContention(knee: number, power: number): number[] {
   return Array.from({ length: 400 }, (_, i) => Math.max(1, ((i + 1) / knee) ** power));
 }
 
+/** Preparation contention with a soft knee and no plateau: (1 + (n / knee)^power)^(1 / power) (to 400 at once): throughput n ÷ that still rises past the knee, ever more slowly. */
+function softKneeContention(knee: number, power: number): number[] {
+  return Array.from({ length: 400 }, (_, i) => (1 + ((i + 1) / knee) ** power) ** (1 / power));
+}
+
 export const GAIN_SWEEP_SERVICE_S = [0.25, 0.5, 1, 2, 4] as const;
 
 function gainSweep(service: number): ScenarioInput {
@@ -193,6 +198,11 @@ const inputs: ScenarioInput[] = [
     budgetBytes: 200 * GiB,
     arrivals: [{ atS: 0, jobs: 250, partitions: 10, kind: 'proof' }],
     kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, contention: kneeContention(24, 1), memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
+  }),
+  seedLike('prep-soft-knee', 'seed stages, 600 jobs, a 200 GiB budget; with n preparing each preparation slows as (1 + (n / 24)^4)^¼, a soft knee with no plateau: throughput still rises past 24, ever more slowly (0.84 of its 0.6/s limit at 24 in flight, 0.97 at 40, 0.99 at 60)', {
+    budgetBytes: 200 * GiB,
+    arrivals: [{ atS: 0, jobs: 600, partitions: 10, kind: 'proof' }],
+    kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, contention: softKneeContention(24, 4), memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
   }),
   seedLike('device-thrash', 'seed stages, 100 jobs; a device with 4 workers whose memory thrashes past 2 busy (×1.05 with 2, ×1.9 with 3, ×3.2 with 4): 2 at once finish 1.9/s, all 4 only 1.25/s', {
     arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],

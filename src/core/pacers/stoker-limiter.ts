@@ -18,15 +18,31 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * lands below it, and the best it left may be up to 1 ÷ STEP = 1.43 × the knee: past the first
  * step that finishes less it tries the cap that would finish as much as the best were the
  * throughput in proportion to the cap below the knee (Little's law with the latency no longer
- * falling: that step's cap × the best's throughput ÷ its own; on a plateau, the knee), then splits
- * the difference (the geometric mean of the highest cap that finished less and the best) until the
- * two are within PROBE of each other. Then it holds the best cap — REST + 1
- * measurements — between probes PROBE × above and below it: it moves up where a probe finishes
- * EPS_UP more (more memory must buy more than a measurement's noise), down where one finishes as
- * much. A lower cap finishes "as much" unless it finishes less by more than EPS plus NOISE_Z
- * standard errors of the difference: where throughput is flat past the knee, the lower cap, which
- * holds less memory and gives shorter latencies, wins what the noise cannot tell apart (with EPS
- * alone, a measurement that read high stopped the climb down above the knee).
+ * falling: that step's cap × the best's throughput ÷ its own; on a plateau, the knee). Where that
+ * finishes as much, it splits the difference (the geometric mean of the highest cap that finished
+ * less and the best) until the two are within PROBE of each other; where it finishes less too,
+ * there is no knee between (throughput falls all the way down, a gentle slope): it settles on the
+ * best. Then it holds the best cap — REST + 1 measurements — between probes PROBE × above and
+ * below it: it moves up where a probe finishes EPS_UP more (more memory must buy more than a
+ * measurement's noise), down where one finishes as much.
+ *
+ * A lower cap finishes "as much" unless it finishes less than some cap measured above it (since
+ * taking over: the latest measurement at each cap, the best's the running mean of its holds) by
+ * more than EPS plus NOISE_Z standard errors of the difference. The noise allowance: where
+ * throughput is flat past the knee, the lower cap, which holds less memory and gives shorter
+ * latencies, wins what the noise cannot tell apart (with EPS alone, a measurement that read high
+ * stopped the climb down above the knee). Every cap above, not only the best: on a gentle slope
+ * (throughput still rising, slowly, past the knee) each step down finishes a little less, within
+ * the allowance of the last, and judged against the last cap accepted those losses would add up
+ * down the slope; judged against the most measured above, they cannot pass one allowance. A step
+ * down the climb that finishes as much only within the noise (less by more than EPS than the
+ * most measured above) may be a slope's: the cap that most was measured at is measured again (a
+ * running mean with what it finished before) and the step judged against that. Held, the best
+ * stays as much as every cap measured above it: where its running mean falls short of one, it
+ * moves up to the least cap above that is (the probes below stop at the allowance; what is
+ * measured above — the climb, the probes above — keeps the best from settling further down). A
+ * hold that finishes less than the best's mean by more than EPS and the noise says the work or
+ * the machine changed: the caps above are forgotten.
  *
  * A cap is measured over whole turnovers: once the pipeline is within it, the first `cap`
  * preparations flush what ran at the old cap (FIRST_FLUSH × `cap` after taking over), and the
@@ -36,8 +52,8 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * (the number preparing sits at the cap); while it is over SE_MAX the measurement goes on, up to
  * EXTEND × as many turnovers (a noisy preparation takes longer to measure, and the noise
  * allowance of "as much" stays near SE_MAX) — unless it is a probe or a lower cap whose comparison
- * with the best is clear already (NOISE_Z of its standard errors short of the line): under the
- * knee the moves up, each a preparation or two at a small cap, pay far more than EPS_UP.
+ * with the caps above is clear already (NOISE_Z of its standard errors short of the line): under
+ * the knee the moves up, each a preparation or two at a small cap, pay far more than EPS_UP.
  *
  * It lets go when a measurement finds the devices fed STARVED × λ or more (preparation is not the
  * bottleneck then), and after two moves up in a row, to where it took over, that each finish GAIN
@@ -92,6 +108,15 @@ export interface PrepareLimiter {
   bestX: number;
   /** bestX's relative standard error (0: none known, a remembered limit's before it is measured). */
   bestSe: number;
+  /**
+   * The latest measurement at each cap measured since taking over (the best's: the running mean of
+   * its holds): a lower cap finishes "as much" only as every cap above it.
+   */
+  measured: readonly Measured[];
+  /** Climbing down, a step that finished as much only within the noise, judged again once the cap above it has been measured again (null: none). */
+  recheck: Measured | null;
+  /** Climbing down past the first step that finished less: the caps tried between it and the best (0: the proportional one is next). */
+  tries: number;
   /** Climbing down (false) or settled on `best`; settled, the last probe's side (+1 above, −1 below). */
   settled: boolean;
   /** Climbing down, the highest cap measured to finish less than the best (NaN: none yet) and its throughput. */
@@ -113,6 +138,13 @@ export interface PrepareLimiter {
   latencySqMs: number;
 }
 
+/** A cap's throughput (items/ms) and its relative standard error. */
+export interface Measured {
+  cap: number;
+  x: number;
+  se: number;
+}
+
 /** What the limiter reads of the pacer at each observation. */
 export interface PacerView {
   /** The device rate planned with, and what the devices drain now (smoothed occupancy), items/ms. */
@@ -126,6 +158,17 @@ export interface PacerView {
   busyFromCompletions: number;
   /** The waiting target. */
   target: number;
+}
+
+/**
+ * What a cap must finish, with a relative standard error `se`, to finish as much as every cap
+ * measured above it: not less than any by more than EPS and `z` standard errors of the difference
+ * (−Infinity: none measured above it).
+ */
+function asMuchLine(measured: readonly Measured[], cap: number, se: number, z: number): number {
+  let line = -Infinity;
+  for (const o of measured) if (o.cap > cap) line = Math.max(line, o.x * (1 - EPS - z * Math.hypot(se, o.se)));
+  return line;
 }
 
 /** The preparation limiter's state (see the constants above) and the cap it holds. */
@@ -143,7 +186,7 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, bestSe: 0, settled: true, below: NaN, belowX: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
+      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
       this.cap = cap;
     }
   }
@@ -196,7 +239,7 @@ export class PrepareLimit {
         const cv2 = p.latencySq / (p.latency * p.latency) - 1;
         const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
         const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, this.floor / latencyNow)));
-        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
+        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       }
       return;
     }
@@ -229,9 +272,11 @@ export class PrepareLimit {
     const x = meanPreparing / meanLatency;
     // Timed on while its standard error is over SE_MAX, unless what it is compared with is
     // already clear: NOISE_Z of its standard errors do not reach the line (above the best, EPS_UP
-    // more; below it, as much with both at SE_MAX). The best's own measurements go on.
+    // more; below it, as much as the caps above with both at SE_MAX). The best's own measurements
+    // go on, and so does a cap above measured again for a step down (`recheck`).
+    const lower = !Number.isNaN(lim.best) && (!lim.settled || lim.cap < lim.best);
     if (se > SE_MAX && n < EXTEND * TIMED * lim.cap) {
-      const line = lim.settled && lim.cap > lim.best ? lim.bestX * (1 + EPS_UP) : !Number.isNaN(lim.best) && (!lim.settled || lim.cap < lim.best) ? lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(SE_MAX, lim.bestSe)) : NaN;
+      const line = lim.settled && lim.cap > lim.best ? lim.bestX * (1 + EPS_UP) : lower && !lim.recheck ? asMuchLine(lim.measured, lim.cap, SE_MAX, NOISE_Z) : NaN;
       if (!(Math.abs(x - line) > NOISE_Z * se * x)) return;
     }
     // The devices fed STARVED × λ or more over the measurement: preparation is not what limits
@@ -241,39 +286,46 @@ export class PrepareLimit {
       this.letGo();
       return;
     }
-    // As much as the best: not less by more than EPS and the noise of the two measurements.
-    const asMuch = x >= lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(se, lim.bestSe));
+    // As much: not less than any cap measured above it by more than EPS and the noise of the two
+    // measurements (see the header). Each measurement is kept (`measured`), the latest at each cap.
+    const asMuch = x >= asMuchLine(lim.measured, lim.cap, se, NOISE_Z);
+    const kept = [...lim.measured.filter((o) => o.cap !== lim.cap), { cap: lim.cap, x, se }];
     const up = (c: number) => Math.max(c + 1, Math.round(c * PROBE));
     const down = (c: number) => Math.max(1, Math.min(c - 1, Math.round(c / PROBE)));
     if (!lim.settled) {
       // Climbing down: a lower cap that finishes as much is better (less memory, shorter latency).
+      if (lim.recheck) {
+        // The cap above a step that finished as much only within the noise, measured again: a
+        // running mean with what it finished before; the step judged again against that.
+        const was = lim.measured.find((o) => o.cap === lim.cap);
+        const again = was ? { cap: lim.cap, x: (was.x + x) / 2, se: Math.hypot(was.se, se) / 2 } : { cap: lim.cap, x, se };
+        const step = lim.recheck;
+        const checked = { ...lim, measured: [...lim.measured.filter((o) => o.cap !== lim.cap), again], recheck: null, ...(lim.cap === lim.best ? { bestX: again.x, bestSe: again.se } : {}) };
+        this.judge(checked, step, false, s);
+        return;
+      }
       // (At a cap of 1 there is nowhere lower to go: settled there.)
       if (lim.cap === 1) {
-        this.hold({ ...lim, best: 1, bestX: x, bestSe: se, settled: true, side: -1 }, up(1), s);
+        this.hold({ ...lim, best: 1, bestX: x, bestSe: se, measured: kept, settled: true, side: -1 }, up(1), s);
         return;
       }
-      const next = Number.isNaN(lim.best) || asMuch ? { ...lim, best: lim.cap, bestX: x, bestSe: se } : { ...lim, below: lim.cap, belowX: x };
-      if (Number.isNaN(next.below)) {
-        this.hold(next, Math.max(1, Math.floor(lim.cap * STEP)), s);
-        return;
-      }
-      // Past the step that finished less: the cap that would finish as much as the best in
-      // proportion to it (rounded up: under the knee throughput falls in proportion, over it only
-      // memory is spent); past a cap tried between, the geometric mean of the highest that
-      // finished less and the best. Until they are within PROBE (or nothing lies between): then
-      // settled on the best, probing above it.
-      const mid = Number.isNaN(lim.below) ? Math.ceil((next.below * next.bestX) / next.belowX - 1e-9) : Math.round(Math.sqrt(next.below * next.best));
-      if (next.best > PROBE * next.below && mid > next.below && mid < next.best) this.hold(next, mid, s);
-      else this.hold({ ...next, settled: true, side: -1 }, up(next.best), s);
+      this.judge({ ...lim, measured: kept }, { cap: lim.cap, x, se }, true, s);
     } else if (lim.cap === lim.best) {
       // Holding the best: its throughput measured again (a running mean over the holds there:
       // each new one weighs half, and so does its variance); every REST + 1 holds a probe, on the
-      // other side than the last.
+      // other side than the last. Less than the mean by more than EPS and the noise: the work or
+      // the machine changed, and what the caps above finished before is forgotten.
       const rest = lim.rest + 1;
       const bestX = lim.rest > 0 ? (lim.bestX + x) / 2 : x;
       const bestSe = lim.rest > 0 ? Math.hypot(lim.bestSe, se) / 2 : se;
-      if (rest <= REST) this.hold({ ...lim, bestX, bestSe, rest }, lim.best, s);
-      else this.hold({ ...lim, bestX, bestSe, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
+      const changed = x < lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(se, lim.bestSe));
+      const held = { ...lim, bestX, bestSe, measured: [...(changed ? [] : lim.measured.filter((o) => o.cap !== lim.best)), { cap: lim.best, x: bestX, se: bestSe }] };
+      // Not as much as a cap above it: up to the least cap above that is as much as every cap above it.
+      const asMuchHeld = (o: Measured) => o.x >= asMuchLine(held.measured, o.cap, o.se, NOISE_Z);
+      const to = asMuchHeld({ cap: held.best, x: bestX, se: bestSe }) ? undefined : held.measured.filter((o) => o.cap > held.best && asMuchHeld(o)).sort((a, b) => a.cap - b.cap)[0];
+      if (to) this.hold({ ...held, best: to.cap, bestX: to.x, bestSe: to.se, rest: 0, ups: 0 }, to.cap, s);
+      else if (rest <= REST) this.hold({ ...held, rest }, lim.best, s);
+      else this.hold({ ...held, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
     } else if (lim.cap > lim.best) {
       if (x >= lim.bestX * (1 + EPS_UP)) {
         const ups = x >= lim.bestX * (1 + GAIN * (lim.cap / lim.best - 1)) ? lim.ups + 1 : 0;
@@ -281,10 +333,44 @@ export class PrepareLimit {
           this.letGo();
           return;
         }
-        this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, ups }, up(lim.cap), s);
-      } else this.hold({ ...lim, ups: 0 }, lim.best, s);
-    } else if (asMuch) this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, ups: 0 }, down(lim.cap), s);
-    else this.hold({ ...lim, ups: 0 }, lim.best, s);
+        this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, measured: kept, ups }, up(lim.cap), s);
+      } else this.hold({ ...lim, measured: kept, ups: 0 }, lim.best, s);
+    } else if (asMuch) this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, measured: kept, ups: 0 }, down(lim.cap), s);
+    else this.hold({ ...lim, measured: kept, ups: 0 }, lim.best, s);
+  }
+  /**
+   * Climbing down, a lower cap measured (`step`, already in `lim.measured`): a step down, or a cap
+   * tried between the best and the highest that finished less. `mayRecheck`: not yet judged.
+   */
+  private judge(lim: PrepareLimiter, step: Measured, mayRecheck: boolean, s: ReadonlySnapshot): void {
+    const asMuch = step.x >= asMuchLine(lim.measured, step.cap, step.se, NOISE_Z);
+    if (Number.isNaN(lim.below)) {
+      // A step down. As much only within the noise (less by more than EPS than the most measured
+      // above it): that cap is measured again first, and the step judged again (`recheck`).
+      const most = lim.measured.reduce<Measured | null>((m, o) => (o.cap > step.cap && (!m || o.x > m.x) ? o : m), null);
+      if (mayRecheck && asMuch && most && step.x < most.x * (1 - EPS)) this.hold({ ...lim, recheck: step }, most.cap, s);
+      else if (asMuch) this.hold({ ...lim, best: step.cap, bestX: step.x, bestSe: step.se }, Math.max(1, Math.floor(step.cap * STEP)), s);
+      else this.split({ ...lim, below: step.cap, belowX: step.x }, s);
+      return;
+    }
+    // A cap tried between: as much, the best; less, the highest that finished less. Where the
+    // proportional one (the first) finishes less than the best itself, there is no knee between:
+    // settled on the best.
+    const next = asMuch ? { ...lim, best: step.cap, bestX: step.x, bestSe: step.se, tries: lim.tries + 1 } : { ...lim, below: step.cap, belowX: step.x, tries: lim.tries + 1 };
+    if (lim.tries === 0 && step.x < lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(step.se, lim.bestSe))) this.hold({ ...next, settled: true, side: -1 }, Math.max(next.best + 1, Math.round(next.best * PROBE)), s);
+    else this.split(next, s);
+  }
+  /**
+   * Past the climb down's first step that finished less (`below`): the cap that would finish as
+   * much as the best in proportion to it (rounded up: under the knee throughput falls in
+   * proportion, over it only memory is spent); past a cap tried between, the geometric mean of
+   * the highest that finished less and the best. Until they are within PROBE (or nothing lies
+   * between): then settled on the best, probing above it.
+   */
+  private split(lim: PrepareLimiter, s: ReadonlySnapshot): void {
+    const mid = lim.tries === 0 ? Math.ceil((lim.below * lim.bestX) / lim.belowX - 1e-9) : Math.round(Math.sqrt(lim.below * lim.best));
+    if (lim.best > PROBE * lim.below && mid > lim.below && mid < lim.best) this.hold(lim, mid, s);
+    else this.hold({ ...lim, settled: true, side: -1 }, Math.max(lim.best + 1, Math.round(lim.best * PROBE)), s);
   }
   private hold(lim: PrepareLimiter, cap: number, s: ReadonlySnapshot): void {
     // A cap that is not a number of preparations (a latency of 0 upstream, say) is no cap.
