@@ -41,7 +41,7 @@ export const SLOW_VARIANCE_WEIGHT = 0.005;
 export const SKEWED_CV2 = 0.25;
 /**
  * Standard errors of a skewed device's rate estimate its latency share of the inventory target
- * doubts (KindPlan.rateDoubt). Reading the rate high over-fills the pipeline (the surplus arrives
+ * doubts (KindPlan.skewAllowances). Reading the rate high over-fills the pipeline (the surplus arrives
  * a latency later and drains only as the estimate corrects: waiting and memory); reading it low by
  * the same amount starves nothing while the skewed stock lasts — and one standard error of λ·L,
  * λL·√(cv²/n), is at most √(λL·cv²), one of the stock's safetyZ σ of consumption, once the device

@@ -21,6 +21,9 @@ export class KindPlan {
   /** Whether the kinds run on different devices (kindsApart), for how many kinds that was worked out. */
   private apart = false;
   private apartFor = -1;
+  /** A skewed device's stock (items) and the doubt λ·L is planned at, from the last skewAllowances. */
+  stock = 0;
+  doubt = 1;
   /** Device completions of each kind (snapshot order; [0] without kinds) at the last completedSince. */
   private readonly seen: number[] = [];
 
@@ -172,16 +175,27 @@ export class KindPlan {
   }
 
   /**
-   * Safety stock for a skewed device's own variability (cv² > SKEWED_CV2): over one preparation
-   * latency L the devices take λL items on average, with a standard deviation of √(λL·cv²) (a
-   * renewal process) — more than the waiting target covers when cv is large, and the waiting
-   * feedback cannot help (the queue's spread, not its mean, starves the device). The target holds
-   * safetyZ of those more; on less noisy devices the waiting feedback trims the mean and this is 0.
-   * cv² is the noise with its tail (ServiceEstimate.varianceTail): clipped at 3 σ, a heavy tail's
-   * reads less than half of itself (lognormal σ 1: 0.78 of 1.72), and the stock 2/3 of its size.
+   * A skewed device's two allowances (cv² > SKEWED_CV2), from one pass over the devices that plan
+   * the next kind; `stock` and `doubt` hold them until the next call.
+   *
+   * The stock, for its own variability: over one preparation latency L the devices take λL items
+   * on average, with a standard deviation of √(λL·cv²) (a renewal process) — more than the waiting
+   * target covers when cv is large, and the waiting feedback cannot help (the queue's spread, not
+   * its mean, starves the device). The target holds safetyZ of those more; on less noisy devices
+   * the waiting feedback trims the mean and this is 0. cv² is the noise with its tail
+   * (ServiceEstimate.varianceTail): clipped at 3 σ, a heavy tail's reads less than half of itself
+   * (lognormal σ 1: 0.78 of 1.72), and the stock 2/3 of its size.
+   *
+   * The doubt, the factor the latency's share of the inventory target (λ·L) is planned at:
+   * 1 ÷ (1 + RATE_DOUBT_Z standard errors of λ). A skewed device's rate is the inverse of a mean
+   * over n samples of cv², off by √(cv² ÷ n) of itself (one standard error) — on
+   * heavy-tail-service its first 3–10 samples, taken while the device starved, read it 1.3–3.4×
+   * high, and the surplus arrived one latency later and took minutes to drain. Both rate-weighted
+   * over the devices; 0 and 1 where none is skewed.
    */
-  serviceStock(devices: readonly DeviceEstimate[], lambda: number, lat: number, safetyZ: number): number {
+  skewAllowances(devices: readonly DeviceEstimate[], lambda: number, lat: number, safetyZ: number): void {
     let cv2 = 0;
+    let err = 0;
     let rates = 0;
     for (const d of devices) {
       const svc = d.services[this.ref];
@@ -189,28 +203,12 @@ export class KindPlan {
       if (!svc || !(svc.serviceMs > 0) || d.fit) continue;
       const r = plannedWorkers(d) / svc.serviceMs;
       rates += r;
-      if (svc.varianceTail > SKEWED_CV2) cv2 += r * svc.varianceTail;
+      if (svc.varianceTail > SKEWED_CV2) {
+        cv2 += r * svc.varianceTail;
+        if (svc.samples > 0) err += r * Math.sqrt(svc.varianceTail / svc.samples);
+      }
     }
-    return rates > 0 && cv2 > 0 ? safetyZ * Math.sqrt((lambda * lat * cv2) / rates) : 0;
-  }
-
-  /**
-   * The factor the latency's share of the inventory target (λ·L) is planned at: 1 ÷ (1 + RATE_DOUBT_Z
-   * standard errors of λ). A skewed device's rate is the inverse of a mean over n samples of cv²,
-   * off by √(cv² ÷ n) of itself (one standard error) — on heavy-tail-service its first 3–10
-   * samples, taken while the device starved, read it 1.3–3.4× high, and the surplus arrived one
-   * latency later and took minutes to drain. Rate-weighted over the devices; 1 where none is skewed.
-   */
-  rateDoubt(devices: readonly DeviceEstimate[]): number {
-    let err = 0;
-    let rates = 0;
-    for (const d of devices) {
-      const svc = d.services[this.ref];
-      if (!svc || !(svc.serviceMs > 0) || d.fit) continue;
-      const r = plannedWorkers(d) / svc.serviceMs;
-      rates += r;
-      if (svc.varianceTail > SKEWED_CV2 && svc.samples > 0) err += r * Math.sqrt(svc.varianceTail / svc.samples);
-    }
-    return rates > 0 ? 1 / (1 + (RATE_DOUBT_Z * err) / rates) : 1;
+    this.stock = rates > 0 && cv2 > 0 ? safetyZ * Math.sqrt((lambda * lat * cv2) / rates) : 0;
+    this.doubt = rates > 0 ? 1 / (1 + (RATE_DOUBT_Z * err) / rates) : 1;
   }
 }

@@ -89,10 +89,6 @@ class StokerPacer implements Pacer {
   /** σ of preparation latency and the safety margin on the latency, ms. */
   private spread = 0;
   private margin = 0;
-  /** The skewed stock in the inventory target (KindPlan.serviceStock), items. */
-  private stock = 0;
-  /** The factor λ·L is planned at for the doubt of a skewed device's rate (KindPlan.rateDoubt; 1: none). */
-  private doubt = 1;
   /** The devices' completions per ms, smoothed over occupancyTauMs (in items of the plan's kind). */
   private drained = 0;
 
@@ -231,7 +227,7 @@ class StokerPacer implements Pacer {
       mode: this.mode,
       ratePerSec: this.plan.lambda > 0 ? this.plan.lambda * 1000 : null,
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
-      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.limit.cap) ? { prepareLimit: this.limit.cap } : {}), ...(this.limit.state && Number.isFinite(this.limit.state.best) ? { prepareLimitBest: this.limit.state.best } : {}), ...(this.doubt < 1 ? { rateDoubt: this.doubt } : {}) },
+      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.limit.cap) ? { prepareLimit: this.limit.cap } : {}), ...(this.limit.state && Number.isFinite(this.limit.state.best) ? { prepareLimitBest: this.limit.state.best } : {}), ...(this.plan.doubt < 1 ? { rateDoubt: this.plan.doubt } : {}) },
       devices: this.devices.map((d) => {
         const fitted = batchItemMs(d);
         const ms = fitted > 0 ? fitted : (d.services[ref]?.serviceMs ?? NaN);
@@ -433,9 +429,9 @@ class StokerPacer implements Pacer {
       this.settledSince = s.now;
       this.settledTarget = this.inventoryTarget;
     } else if (dt > 0 && s.now - this.settledSince >= this.settleLatencies * this.latency) {
-      // The waiting queue a skewed device's stock is for (see KindPlan.serviceStock) is no error.
+      // The waiting queue a skewed device's stock is for (see KindPlan.skewAllowances) is no error.
       const target = this.plan.waitTarget;
-      const error = Math.min(Math.max(target + this.stock - this.waitingAvg, -target), target);
+      const error = Math.min(Math.max(target + this.plan.stock - this.waitingAvg, -target), target);
       this.integral += (error * dt) / (this.integralFraction * this.latency);
       this.integral = Math.min(Math.max(this.integral, -target), target + s.workers);
     }
@@ -458,27 +454,27 @@ class StokerPacer implements Pacer {
       const d = this.devices[i] as DeviceEstimate;
       onDevices += plannedWorkers(d) * (s.devices[i]?.batch?.maxItems ?? 1);
     }
-    this.stock = this.plan.serviceStock(this.devices, lambda, lat, this.safetyZ);
-    // The latency's share at λ less its doubt on a skewed device (KindPlan.rateDoubt): read from a
+    this.plan.skewAllowances(this.devices, lambda, lat, this.safetyZ);
+    const { stock, doubt } = this.plan;
+    // The latency's share at λ less its doubt on a skewed device (KindPlan.skewAllowances): read from a
     // few samples, its rate reads high more often than not, and the surplus would arrive a latency later.
-    this.doubt = this.plan.rateDoubt(this.devices);
-    this.inventoryTarget = lambda * this.doubt * (lat + this.margin) + this.stock + onDevices + this.plan.waitTarget + this.integral;
+    this.inventoryTarget = lambda * doubt * (lat + this.margin) + stock + onDevices + this.plan.waitTarget + this.integral;
     // What the devices drain: λ by their occupancy; with a skewed device (a stock), what they were
     // seen to complete where more — its run of short items takes more than λ, and what it took
     // must be replaced (capped at the estimate, the pipeline stays that much short, and the device
     // starves one latency later). (Elsewhere the two agree but for noise, and on a batching device
     // for its batches' bursts.)
-    const drain = this.stock > 0 ? Math.max(this.plan.draining, this.drained) : this.plan.draining;
+    const drain = stock > 0 ? Math.max(this.plan.draining, this.drained) : this.plan.draining;
     // The feed-forward: λ; with a skewed device, what they drain. Its λ is the least known of the
     // plan (on heavy-tail-service, from the first samples, 1.3–3.4× the truth) and a starved device
     // drains less: fed at λ the surplus on top of the gap's own fill arrives a latency later.
-    const u = (this.stock > 0 ? drain : lambda) + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
+    const u = (stock > 0 ? drain : lambda) + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
     // The head start (at up to 4λ): none with a skewed device. It multiplies the error of a λ read
     // from a few samples by 4 — the over-fill it sent on heavy-tail-service arrived one latency
     // later and took minutes to drain (the waiting spread 14.4 → 13.2 without it, the device busy
     // 0.9987 → 0.9972); the stock fills at drain + catchUp · λ instead.
     const head = this.headStart * this.spread * lambda;
-    this.maxRate = inventory < head && this.stock === 0 ? 4 * lambda : Math.max(lambda, drain + this.catchUp * lambda);
+    this.maxRate = inventory < head && stock === 0 ? 4 * lambda : Math.max(lambda, drain + this.catchUp * lambda);
     this.rate = Math.min(Math.max(u, 0), this.maxRate);
   }
 }
