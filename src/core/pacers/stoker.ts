@@ -149,12 +149,14 @@ class StokerPacer implements Pacer {
     }
     const first = Number.isNaN(this.last);
     this.last = s.now;
-    this.observeDevices(s, dt);
+    // What the occupancy and the drained rate, both smoothed over occupancyTauMs, keep of the past.
+    const keep = dt > 0 ? Math.exp(-dt / this.occTau) : 1;
+    this.observeDevices(s, dt, keep);
     this.observeLatency(s);
     this.plan.estimate(s, this.devices);
     // (The counters a pacer finds at its first snapshot were not drained in its time.)
     const done = this.plan.completedSince(s);
-    this.drained = this.drained * (dt > 0 ? Math.exp(-dt / this.occTau) : 1) + (first ? 0 : done / this.occTau);
+    this.drained = this.drained * keep + (first ? 0 : done / this.occTau);
     const work = s.backlog > 0;
     const inFlight = s.preparing + s.waiting + s.onDevice;
     // Nothing measured and nothing in flight (the bootstrap items were withdrawn): bootstrap again.
@@ -247,10 +249,9 @@ class StokerPacer implements Pacer {
 
   /**
    * Service time per item of each kind on each device, from the busy-time accumulators (weighted
-   * per completion), and each device's occupancy (smoothed in time).
+   * per completion), and each device's occupancy (smoothed in time: `occKeep` of it kept over dt).
    */
-  private observeDevices(s: ReadonlySnapshot, dt: number): void {
-    const occKeep = dt > 0 ? Math.exp(-dt / this.occTau) : 1;
+  private observeDevices(s: ReadonlySnapshot, dt: number, occKeep: number): void {
     const kinds = Math.max(1, s.kinds.length);
     for (let k = this.kindNames.length; k < s.kinds.length; k++) this.kindNames.push((s.kinds[k] as ReadonlySnapshot['kinds'][number]).name);
     for (let i = 0; i < this.devices.length; i++) {
