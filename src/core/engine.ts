@@ -390,7 +390,8 @@ export class Engine {
     this.assignDevices(out);
     this.pacer.observe(this.counters);
     const pacerWake = this.dispatch(out);
-    const next = Math.min(pacerWake, this.deadlines.peek()?.spec.deadline ?? Infinity, this.batchWake);
+    const look = this.pacer.observeAgainAt?.(this.counters) ?? Infinity;
+    const next = Math.min(pacerWake, look > this.now ? look : Infinity, this.deadlines.peek()?.spec.deadline ?? Infinity, this.batchWake);
     if (next !== this.wake) {
       this.wake = next;
       out.push({ type: 'wakeAt', time: next });

@@ -162,6 +162,13 @@ export interface Pacer {
   workerLimit?(device: number): number;
   /** Earliest time (ms) the next dispatch may happen; `Infinity` to wait for an event. */
   nextDispatchAt(s: ReadonlySnapshot): number;
+  /**
+   * Optional: a time (ms, after `s.now`) to observe again even if no event comes and nothing is
+   * dispatched — while the memory budget blocks dispatch, say, when `nextDispatchAt` is not asked
+   * for a time. For a decision that time alone can change (the age of the work in flight).
+   * Absent, Infinity or not after `s.now`: none.
+   */
+  observeAgainAt?(s: ReadonlySnapshot): number;
   onDispatch(s: ReadonlySnapshot): void;
   state(): PacerState;
 }

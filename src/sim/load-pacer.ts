@@ -10,6 +10,8 @@ export class PacerModuleError extends Error {
 }
 
 const REQUIRED = ['observe', 'nextDispatchAt', 'onDispatch'] as const;
+const OPTIONAL = ['workerLimit', 'observeAgainAt'] as const;
+const OPTIONAL_SHAPE: Record<(typeof OPTIONAL)[number], string> = { workerLimit: 'workerLimit(device) → the most workers to run at once', observeAgainAt: 'observeAgainAt(snapshot) → time in ms' };
 
 const SHAPE = 'export default function createPacer(options) { return { name, observe(snapshot) {}, nextDispatchAt(snapshot) { return snapshot.now; }, onDispatch(snapshot) {}, state() {…} }; }';
 
@@ -77,17 +79,24 @@ function checkPacer(value: unknown, file: string, fallbackName: string): Pacer {
     throw new PacerModuleError(`the pacer created by ${file} is missing the method${missing.length > 1 ? 's' : ''} ${missing.join(', ')}; a pacer needs observe(snapshot), nextDispatchAt(snapshot) → time in ms, and onDispatch(snapshot)`);
   }
   if (p.state !== undefined && typeof p.state !== 'function') throw new PacerModuleError(`the pacer created by ${file} has a state that is not a function; make state() return { mode, ratePerSec, intervalMs, terms } or leave it out`);
+  for (const m of OPTIONAL) {
+    if (p[m] !== undefined && typeof p[m] !== 'function') throw new PacerModuleError(`the pacer created by ${file} has a ${m} that is not a function; make it a method (${OPTIONAL_SHAPE[m]}) or leave it out`);
+  }
   const name = typeof p.name === 'string' && p.name !== '' ? p.name : fallbackName;
   const pacer = value as Pacer;
   // Delegate rather than copy, so that class instances keep their prototype methods and `this`;
   // what state() returns is checked on every call (the measures and the dashboard read it).
-  return {
+  const out: Pacer = {
     name,
     observe: (s: ReadonlySnapshot) => pacer.observe(s),
     nextDispatchAt: (s: ReadonlySnapshot) => pacer.nextDispatchAt(s),
     onDispatch: (s: ReadonlySnapshot) => pacer.onDispatch(s),
     state: typeof p.state === 'function' ? () => checkState(pacer.state(), file) : steadyState,
   };
+  // The optional methods only where the module has them (the engine asks for them only then).
+  if (typeof p.workerLimit === 'function') out.workerLimit = (device: number) => pacer.workerLimit?.(device) ?? Infinity;
+  if (typeof p.observeAgainAt === 'function') out.observeAgainAt = (s: ReadonlySnapshot) => pacer.observeAgainAt?.(s) ?? Infinity;
+  return out;
 }
 
 const MODES: readonly PacerMode[] = ['bootstrap', 'steady', 'idle', 'blocked', 'hold'];

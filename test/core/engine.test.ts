@@ -273,6 +273,26 @@ describe('Engine: the pacer’s worker limit', () => {
   });
 });
 
+describe('Engine: the pacer’s observeAgainAt', () => {
+  it('a time after now is one more wake, even while the budget blocks dispatch; none at or before now, or absent', () => {
+    const gate = new GatePacer();
+    let look = 500;
+    const pacer = Object.assign(gate, { observeAgainAt: () => look });
+    // A budget for one item: the second is blocked, so nextDispatchAt gives no time to wake at.
+    const r = new Run(engine({ pacer, budgetBytes: 100 }));
+    expect(ofType(r.submit(0, job('a', 2, { memory: { prepareBytes: 100, deviceBytes: 0 } })), 'wakeAt')).toEqual([{ type: 'wakeAt', time: 500 }]);
+    expect(r.e.snapshot.budgetBlocked).toBe(true);
+    // The tick at 500 is observed; then no look after now: no timer asked for.
+    expect(ofType(r.apply({ type: 'tick', time: 500 }), 'wakeAt')).toEqual([]);
+    expect(gate.observed).toEqual([0, 500]);
+    // A dispatch time earlier than the look wins.
+    look = 900;
+    gate.openAt = 700;
+    const r2 = new Run(engine({ pacer, budgetBytes: 100 }));
+    expect(ofType(r2.submit(600, job('b', 1, { memory: { prepareBytes: 100, deviceBytes: 0 } })), 'wakeAt')).toEqual([{ type: 'wakeAt', time: 700 }]);
+  });
+});
+
 describe('Engine: counters per kind', () => {
   it('counts each kind’s items by stage and its device time per device, and names the next kind to dispatch', () => {
     const gate = new GatePacer();

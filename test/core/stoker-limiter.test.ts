@@ -197,12 +197,45 @@ describe('PrepareLimit: taking over', () => {
     expect(overdueRun(l, { age: 250 }, [1300, 1379, 1380])).toEqual([Infinity, Infinity, 16]);
   });
 
-  it('needs workers + target preparations measured in the busy period to fill, and twice that to take over', () => {
+  it('needs workers + target preparations measured in the busy period to fill, and twice that to take over (ages under AGES_ALONE × the floor)', () => {
+    // Ages 380, under AGES_ALONE (2 × 1.5 × 1.3 = 3.9) × 100 = 390: the ages alone are no evidence.
     // 3 measured at 1200: not filled; it fills at 2000 with the latency at 160: no take-over.
-    expect(overdueRun(filled({ measured: 3 }))).toEqual([Infinity, Infinity, Infinity]);
-    // 4 measured at 1200: filled. Then 7 measured (< 8): no take-over; 8: the standard one.
-    expect(overdueRun(filled({ measured: 4 }), { measured: 7 })).toEqual([Infinity, Infinity, Infinity]);
-    expect(overdueRun(filled({ measured: 4 }), { measured: 8 })).toEqual([Infinity, Infinity, 10]);
+    expect(overdueRun(filled({ measured: 3 }), { age: 380 })).toEqual([Infinity, Infinity, Infinity]);
+    // 4 measured at 1200: filled. Then 7 measured (< 8): no take-over; 8: the standard one (the
+    // ages imply 760 ms: ⌊80 × 100 ÷ 760⌋ = 10).
+    expect(overdueRun(filled({ measured: 4 }), { measured: 7, age: 380 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(filled({ measured: 4 }), { measured: 8, age: 380 })).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('with fewer measured, or not yet filled, when those in flight are AGES_ALONE (3.9) × older than the floor', () => {
+    // Filled (floor 100), 7 measured: ages 391 > 390 take over alone; they imply 782 ms: ⌊80 × 100 ÷ 782⌋ = 10.
+    expect(overdueRun(filled({ measured: 4 }), { measured: 7, age: 391 })).toEqual([Infinity, Infinity, 10]);
+    // Not filled (3 measured at 1200, and still at 2000): held against the lowest latency measured
+    // in the busy period (100), the same.
+    expect(overdueRun(filled({ measured: 3 }), { measured: 3, age: 391 })).toEqual([Infinity, Infinity, 10]);
+    // Nothing measured yet in the busy period (no latency known): nothing to hold them against.
+    const fresh = new PrepareLimit(0);
+    expect(overdueRun(fresh, { measured: 0, latency: 0, latencySq: 0, age: 5000 })).toEqual([Infinity, Infinity, Infinity]);
+  });
+
+  it('asks to be woken when time alone may decide it (checkAt): ages passing a line, half a latency overdue', () => {
+    const l = filled({ measured: 4 });
+    // 7 measured, ages 300 at 2000 (mean start 1700): the ages alone show it at 1700 + 390 (+ 1 ms).
+    expect(observe(l, { now: 2000, measured: 7, age: 300 })).toBe(Infinity);
+    expect(l.checkAt).toBe(2091);
+    // At 2091 the ages are 391: overdue from then; half a latency (80 ms) later it takes over.
+    expect(observe(l, { now: 2091, measured: 7, age: 391 })).toBe(Infinity);
+    expect(l.checkAt).toBe(2171);
+    expect(observe(l, { now: 2171, measured: 7, age: 471 })).toBe(Math.floor((80 * 100) / 942));
+    expect(l.checkAt).toBe(Infinity);
+    // Filled with 8 measured and the latency up (160), ages 100 are not yet overdue (> 1.5 × 80 =
+    // 120): they will be at 1900 + 120 (+ 1 ms) if nothing happens.
+    const m = filled();
+    expect(observe(m, { now: 2000, age: 100 })).toBe(Infinity);
+    expect(m.checkAt).toBe(2021);
+    // Nothing queued: nothing to decide.
+    expect(observe(m, { now: 2010, age: 100, backlog: 0 })).toBe(Infinity);
+    expect(m.checkAt).toBe(Infinity);
   });
 
   it('not without work queued', () => {
@@ -216,12 +249,12 @@ describe('PrepareLimit: taking over', () => {
     expect(overdueRun(filled(), { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
   });
 
-  it('not unless the latency estimate is LATENCY_UP (1.3) × its floor', () => {
-    // Latency 129: ages 400 are overdue (> 1.5 × 129² ÷ 258 = 96.75), but 129 < 130.
-    expect(overdueRun(filled(), { latency: 129 })).toEqual([Infinity, Infinity, Infinity]);
+  it('not unless the latency estimate is LATENCY_UP (1.3) × its floor (ages under AGES_ALONE × the floor)', () => {
+    // Latency 129: ages 380 are overdue (> 1.5 × 129² ÷ 258 = 96.75), but 129 < 130.
+    expect(overdueRun(filled(), { latency: 129, age: 380 })).toEqual([Infinity, Infinity, Infinity]);
     // Latency 130 = 1.3 × 100: overdue from 2000, over half a latency (65 ms) at 2065; the ages
-    // imply 800 ms: cap 10.
-    expect(overdueRun(filled(), { latency: 130 }, [2000, 2064, 2065])).toEqual([Infinity, Infinity, 10]);
+    // imply 760 ms: cap 10.
+    expect(overdueRun(filled(), { latency: 130, age: 380 }, [2000, 2064, 2065])).toEqual([Infinity, Infinity, 10]);
   });
 
   it('not with a floor of 0 (no reference)', () => {
@@ -849,6 +882,6 @@ describe('PrepareLimit: over an idle pipeline', () => {
     expect(overdueRun(l, {}, [2000])).toEqual([Infinity]);
     expect(idle(l, 2010)).toBe(Infinity);
     expect(observe(l, { now: 3050, latency: 100, age: 50, busySince: 3000 })).toBe(Infinity);
-    expect(overdueRun(l, { busySince: 3000 }, [3100, 3180, 3300])).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(l, { busySince: 3000, age: 380 }, [3100, 3180, 3300])).toEqual([Infinity, Infinity, Infinity]);
   });
 });

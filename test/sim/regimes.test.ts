@@ -14,6 +14,8 @@
  *   finds the knee (≥ 95 % of the best fixed cap once learned, at most 1.25 × the knee preparing).
  * - prep-soft-knee: throughput still rises past the knee, slowly; the limiter does not walk down
  *   the slope (≥ 95 % of the best fixed cap over the second half of the steady window).
+ * - a steep knee (prep-knee's stages, (n / 24)²): the limiter takes over before the first fill
+ *   reaches the memory budget (≥ 93 % of the best fixed cap over the window's second half).
  * - remembered rates: a burst on a pacer started from priors (what a restarted server remembers)
  *   runs like the same burst on a warm pacer (burst-after-idle, whose first job taught it).
  */
@@ -272,6 +274,31 @@ describe('preparation contention: a soft knee', () => {
     // noise and the small losses added up (0.942 here); against every cap measured above, they cannot.
     expect(ratio).toBeGreaterThanOrEqual(0.95);
     expect(peak).toBeLessThanOrEqual(1.25 * knee);
+  });
+});
+
+describe('preparation contention: a steep knee', () => {
+  it('past 24 each preparation slows as (n / 24)²: the limiter takes over before the first fill reaches the memory budget (≥ 93 % of the best fixed cap over the second half of the window, ≥ 70 % over the whole)', () => {
+    // prep-knee's stages with a steeper knee: twice the knee in flight finish half as much. The
+    // first fill (λ·L at the devices' 1.67/s, 130 or more) crawls: its completions come one a
+    // minute, too few to show a latency, and the memory budget (200) filled before the limiter
+    // took over (0.43 of the best fixed cap over the second half; runs that reached 200 took an
+    // hour to drain). The ages of those in flight show it, and the pacer looks at them in time.
+    const base = scenario('prep-knee');
+    const s = parseScenario({ ...base, kinds: { proof: { ...base.kinds['proof'], contention: Array.from({ length: 400 }, (_, i) => Math.max(1, ((i + 1) / 24) ** 2)) } } }, 'steep knee');
+    const caps = [20, 24, 28].map((cap) => ({ cap, perSec: mean(SEEDS.map((seed) => prepRun({ ...s, maxPreparing: cap }, 'unpaced', seed, 'window').perSec)) }));
+    const best = Math.max(...caps.map((c) => c.perSec));
+    const late = SEEDS.map((seed) => prepRun(s, 'stoker', seed, 'second half'));
+    const whole = SEEDS.map((seed) => prepRun(s, 'stoker', seed, 'window'));
+    const ratios = late.map((r) => r.perSec / best);
+    console.log(
+      `steep knee: fixed caps ${caps.map((c) => `${c.cap}: ${c.perSec.toFixed(3)}/s`).join(', ')}; stoker over the window's second half ${mean(ratios).toFixed(3)} of the best (min ${Math.min(...ratios).toFixed(3)}), peak preparing ${late.map((r) => r.peak).join(' ')}; over the whole window ${mean(whole.map((r) => r.perSec / best)).toFixed(3)}`,
+    );
+    expect(caps[1]?.perSec).toBe(best);
+    expect(mean(ratios)).toBeGreaterThanOrEqual(0.93);
+    expect(Math.min(...ratios)).toBeGreaterThanOrEqual(0.9);
+    expect(Math.max(...late.map((r) => r.peak))).toBeLessThanOrEqual(1.25 * 24);
+    expect(mean(whole.map((r) => r.perSec / best))).toBeGreaterThanOrEqual(0.7);
   });
 });
 

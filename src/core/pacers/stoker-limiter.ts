@@ -8,13 +8,17 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * shows it at once: in a steady pipeline their mean age is E[L²] ÷ 2E[L].
  *
  * It takes over when all of these hold: the devices are short of work (smoothed occupancy below
- * STARVED); the pipeline has filled (two latencies into the busy period, 2 × (workers + target)
- * preparations measured in it); work is queued; at least that many are preparing; the latency estimate is LATENCY_UP × its lowest since the fill; and the
- * preparations are on average OVERDUE × older than they should be, or the latency estimate
- * OVERDUE × LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are
- * steady again) — all for half a latency on end. It then caps the number preparing at what would
- * finish as much at that lowest latency (Little's law, with the latency the ages imply; at most
- * half), and climbs down by STEP while a lower cap finishes as much. A STEP from above the knee
+ * STARVED); work is queued; at least 2 × (workers + target) are preparing; the preparations are
+ * slower than they were — the pipeline has filled (two latencies into the busy period, workers +
+ * target preparations measured in it), twice that many are measured, and the latency estimate is
+ * LATENCY_UP × its lowest since the fill; or those in flight are on average AGES_ALONE × older
+ * than that lowest (not yet filled: than the lowest latency measured in the busy period); and
+ * they are on average OVERDUE × older than they should be, or the latency estimate OVERDUE ×
+ * LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are steady
+ * again) — all for half a latency on end. Ages grow with time alone: where no event would come
+ * to see them pass a line (`checkAt`), the pacer asks to observe again then. It then caps the
+ * number preparing at what would finish as much at that lowest latency (Little's law, with the
+ * latency the ages imply; at most half), and climbs down by STEP while a lower cap finishes as much. A STEP from above the knee
  * lands below it, and the best it left may be up to 1 ÷ STEP = 1.43 × the knee: past the first
  * step that finishes less it tries the cap that would finish as much as the best were the
  * throughput in proportion to the cap below the knee (Little's law with the latency no longer
@@ -99,6 +103,15 @@ const EXTEND = 3;
  * a best that reads high makes every lower cap read less). A turnover later the starts have spread.
  */
 const FIRST_FLUSH = 2;
+/**
+ * Those in flight AGES_ALONE × older than the floor latency on average are evidence enough to take
+ * over before `many` have finished (a steady pipeline's mean age is E[L](1 + cv²) ÷ 2: about the
+ * floor even where latencies spread as widely as an exponential's). On a knee where each doubling
+ * past it quarters the speed, the first fill put 130–200 in flight, the completions came one a
+ * minute, and waiting for 16 of them let the pipeline reach the memory budget and crawl for 20
+ * minutes more.
+ */
+const AGES_ALONE = 2 * OVERDUE * LATENCY_UP;
 
 export interface PrepareLimiter {
   /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
@@ -179,8 +192,17 @@ export class PrepareLimit {
   cap = Infinity;
   /** The lowest latency estimate since the pipeline filled (this busy period); since when the limiter's conditions hold. */
   private floor = Infinity;
+  /** The lowest latency estimate in this busy period, filled or not (the quick finish first: it may read low). */
+  private early = Infinity;
   private overdueSince = NaN;
   private filled = false;
+  /**
+   * When taking over may next be decided with no event in between (Infinity: not before an
+   * event): the ages of those in flight grow with time alone, and where nothing finishes or
+   * starts for minutes (past a steep knee, with the inventory at its target) no event would come.
+   * The pacer asks to be woken then.
+   */
+  checkAt = Infinity;
 
   /** `prior`: a remembered preparation limit (≥ 1): the limiter starts there, settled (it lets go as usual). */
   constructor(prior: number) {
@@ -191,11 +213,11 @@ export class PrepareLimit {
     }
   }
 
-  /** The preparation limit for now (see STARVED … TIMED_MIN): Infinity unless the limiter holds one. */
   /** Called on every observation, after the pacer's estimates: takes over, measures, moves the cap, lets go. */
   update(s: ReadonlySnapshot, p: PacerView): void {
     const starved = p.lambda > 0 && p.draining < STARVED * p.lambda;
     const lim = this.state;
+    this.checkAt = Infinity;
     // Idle: the next busy period goes on from where this one left the limiter — settled, from
     // the best cap (the knee is the machine's; a workload that does not contend there lets it go
     // at its first measurement); still climbing down, from the step it had reached.
@@ -205,6 +227,7 @@ export class PrepareLimit {
         else this.hold(lim, lim.cap, s);
       }
       this.floor = Infinity;
+      this.early = Infinity;
       this.filled = false;
       this.overdueSince = NaN;
       return;
@@ -217,30 +240,50 @@ export class PrepareLimit {
     if (!this.filled) this.filled = s.now - p.busySince >= 2 * p.latency && measured >= s.workers + p.target;
     const filled = this.filled;
     if (filled && p.latency < this.floor) this.floor = p.latency;
+    if (p.latency > 0 && p.latency < this.early) this.early = p.latency;
     if (!lim) {
       // Work queued behind many preparations that take far longer than they did — more than the
       // devices and the target hold, and the latency up on its floor: not a drain's last,
       // slowest ones (nothing waits behind them), nor a small pipeline that a memory budget
       // refills in bursts (ages bunch, latency stays). The cheap tests first: this runs on every event.
       const many = 2 * (s.workers + p.target);
-      if (!(starved && filled && s.backlog > 0 && s.preparing >= many && measured >= many && this.floor > 0 && p.latency >= LATENCY_UP * this.floor)) {
+      // The latency the ages are held against: the floor once filled, else the lowest measured.
+      const floor = filled ? this.floor : this.early;
+      if (!(starved && s.backlog > 0 && s.preparing >= many && floor > 0 && Number.isFinite(floor))) {
         this.overdueSince = NaN;
         return;
       }
       const expectedAge = p.latencySq / (2 * p.latency);
-      const age = s.now - s.preparingStartMsTotal / s.preparing;
-      const overdue = age > OVERDUE * expectedAge || p.latency >= OVERDUE * LATENCY_UP * this.floor;
-      // … for half a latency on end: arrivals that refill a draining pipeline bunch its ages for a moment too.
-      if (!overdue) this.overdueSince = NaN;
-      else if (Number.isNaN(this.overdueSince)) this.overdueSince = s.now;
-      if (overdue && s.now - this.overdueSince >= p.latency / 2) {
-        // What would finish as much as now at the floor latency (Little's law, with the latency
-        // the ages imply: mean age = E[L](1 + cv²) ÷ 2), at most half.
-        const cv2 = p.latencySq / (p.latency * p.latency) - 1;
-        const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
-        const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, this.floor / latencyNow)));
-        this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
+      const meanStart = s.preparingStartMsTotal / s.preparing;
+      const age = s.now - meanStart;
+      // Slower preparations: the latency estimate LATENCY_UP × its floor once filled, with `many`
+      // measured in the busy period (fewer are no evidence: the quick finish first), or those in
+      // flight AGES_ALONE × older than that floor — or, not yet filled, than the lowest latency
+      // measured in the busy period: past a steep knee they crawl, and the completions that would
+      // show it (and fill the pipeline) take many latencies to come, the floor they set the crawl's.
+      if (!(age > AGES_ALONE * floor || (filled && measured >= many && p.latency >= LATENCY_UP * floor))) {
+        this.overdueSince = NaN;
+        this.checkAt = meanStart + AGES_ALONE * floor + 1; // (a millisecond past it: the tests are strict)
+        return;
       }
+      const overdue = age > OVERDUE * expectedAge || p.latency >= OVERDUE * LATENCY_UP * floor;
+      // … for half a latency on end: arrivals that refill a draining pipeline bunch its ages for a moment too.
+      if (!overdue) {
+        this.overdueSince = NaN;
+        this.checkAt = meanStart + OVERDUE * expectedAge + 1;
+        return;
+      }
+      if (Number.isNaN(this.overdueSince)) this.overdueSince = s.now;
+      if (s.now - this.overdueSince < p.latency / 2) {
+        this.checkAt = this.overdueSince + p.latency / 2;
+        return;
+      }
+      // What would finish as much as now at the floor latency (Little's law, with the latency
+      // the ages imply: mean age = E[L](1 + cv²) ÷ 2), at most half.
+      const cv2 = p.latencySq / (p.latency * p.latency) - 1;
+      const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
+      const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, floor / latencyNow)));
+      this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       return;
     }
     // Within the cap: the first turnover starts; after it, the next ones are timed.

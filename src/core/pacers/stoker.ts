@@ -213,6 +213,11 @@ class StokerPacer implements Pacer {
     return this.rate > 0 ? s.now + (1 - this.credit) / this.rate : Infinity;
   }
 
+  /** When the preparation limiter may decide to take over with no event in between (PrepareLimit.checkAt). */
+  observeAgainAt(): number {
+    return this.limit.checkAt;
+  }
+
   onDispatch(s: ReadonlySnapshot): void {
     if (!this.hasEstimate) {
       if (this.sentInBootstrap % Math.max(1, this.plan.deviceItems) === 0) this.lastBootstrapAt = s.now;

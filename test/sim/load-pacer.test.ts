@@ -1,0 +1,57 @@
+/**
+ * A user's pacer module (`--pacer ./my-pacer.mjs`, `pacer` in a server config): what it has of
+ * the Pacer interface reaches the engine, the optional methods included.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createPacer, Engine, type ReadonlySnapshot } from '../../src/core/index.js';
+import { PacerModuleError, resolvePacer } from '../../src/sim/load-pacer.js';
+import { tempDir } from '../cli/helpers.js';
+
+let tmp: ReturnType<typeof tempDir>;
+beforeAll(() => {
+  tmp = tempDir();
+});
+afterAll(() => tmp.cleanup());
+
+const snap = { now: 10 } as ReadonlySnapshot;
+
+describe('user pacer modules: the optional methods', () => {
+  it('workerLimit and observeAgainAt are delegated to the module’s pacer, and the engine uses them', async () => {
+    const file = tmp.file(
+      'one-worker.mjs',
+      'export default () => ({ observe() {}, nextDispatchAt(s) { return s.now; }, onDispatch() {}, workerLimit(device) { return device === 0 ? 1 : 5; }, observeAgainAt(s) { return s.now + 250; } });\n',
+    );
+    const create = await resolvePacer(file);
+    const pacer = create({});
+    expect(pacer.workerLimit?.(0)).toBe(1);
+    expect(pacer.workerLimit?.(1)).toBe(5);
+    expect(pacer.observeAgainAt?.(snap)).toBe(260);
+    // Three items ready on a device of three workers: the module's limit runs one.
+    const e = new Engine({ devices: [{ workers: 3 }], pacer });
+    const out = e.apply({ type: 'submit', time: 0, job: { id: 'a', kind: 'k', partitions: 3 } });
+    expect(out.filter((c) => c.type === 'wakeAt')).toEqual([{ type: 'wakeAt', time: 250 }]);
+    for (let item = 0; item < 3; item++) e.apply({ type: 'prepared', time: 1, item, attempt: 1 });
+    expect(e.snapshot.devices[0]?.busy).toBe(1);
+  });
+
+  it('absent, they stay absent (every worker runs; no extra wake)', async () => {
+    const create = await resolvePacer(tmp.file('plain.mjs', 'export default () => ({ observe() {}, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n'));
+    const pacer = create({});
+    expect(pacer.workerLimit).toBeUndefined();
+    expect(pacer.observeAgainAt).toBeUndefined();
+  });
+
+  it('present but not a function: a clear error naming the method', async () => {
+    const create = await resolvePacer(tmp.file('bad-limit.mjs', 'export default () => ({ observe() {}, nextDispatchAt(s) { return s.now; }, onDispatch() {}, workerLimit: 2 });\n'));
+    expect(() => create({})).toThrow(PacerModuleError);
+    expect(() => create({})).toThrow(/has a workerLimit that is not a function; make it a method \(workerLimit\(device\)/);
+  });
+
+  it('a built-in pacer resolves to itself (the stoker pacer has both methods)', async () => {
+    const create = await resolvePacer('stoker');
+    const pacer = create({});
+    expect(typeof pacer.workerLimit).toBe('function');
+    expect(typeof pacer.observeAgainAt).toBe('function');
+    expect(createPacer('unpaced').observeAgainAt).toBeUndefined();
+  });
+});
