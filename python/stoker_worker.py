@@ -6,7 +6,7 @@ over stdout with the output and its own measure of the call (``busyNs``: the tim
 occupied this worker, lock waits included). stoker puts this file's folder on the PYTHONPATH of
 process devices.
 
-    # device.py, run by stoker as [device] type = "process", command = "python3", args = ["device.py"]
+    # device.py, run by stoker as [device.process] command = "python3", args = ["device.py"]
     import stoker_worker
 
     def handle(item):

@@ -390,7 +390,8 @@ export class Engine {
     this.assignDevices(out);
     this.pacer.observe(this.counters);
     const pacerWake = this.dispatch(out);
-    const look = this.pacer.observeAgainAt?.(this.counters) ?? Infinity;
+    // (Only while jobs are live: a pacer that always asks must not keep an idle engine ticking.)
+    const look = this.jobs.size > 0 ? (this.pacer.observeAgainAt?.(this.counters) ?? Infinity) : Infinity;
     const next = Math.min(pacerWake, look > this.now ? look : Infinity, this.deadlines.peek()?.spec.deadline ?? Infinity, this.batchWake);
     if (next !== this.wake) {
       this.wake = next;
@@ -426,17 +427,23 @@ export class Engine {
         if (!(event.bytes >= 0) || !Number.isFinite(event.bytes)) throw new StokerError('E_INVALID_EVENT', `memoryHeld.bytes must be a finite number ≥ 0 (got ${String(event.bytes)})`);
         return undefined;
       case 'batchDone':
+        checkMeasure(event.busyMs, 'batchDone.busyMs');
         checkFailed(event.failed, 'batchDone', this.batches.get(event.batch)?.items, event.batch);
         return undefined;
       case 'prepareBatchDone':
+        checkMeasure(event.latencyMs, 'prepareBatchDone.latencyMs');
         checkFailed(event.failed, 'prepareBatchDone', this.prepBatches.get(event.batch)?.items, event.batch);
+        return undefined;
+      case 'prepared':
+        checkMeasure(event.latencyMs, 'prepared.latencyMs');
+        return undefined;
+      case 'deviceDone':
+        checkMeasure(event.busyMs, 'deviceDone.busyMs');
         return undefined;
       case 'prepareBatchFailed':
       case 'batchFailed':
       case 'cancel':
-      case 'prepared':
       case 'prepareFailed':
-      case 'deviceDone':
       case 'deviceFailed':
       case 'drain':
       case 'tick':
@@ -1195,6 +1202,11 @@ function checkBatch(b: BatchSpec, where: string, example: string): void {
 }
 
 /** Checks a batch answer's `failed` list against the batch's items (when the batch is still known). */
+/** A measure a driver reports (a busy time, a latency): absent, or a finite number ≥ 0 (a negative or NaN one would corrupt every estimate made from it). */
+function checkMeasure(ms: number | undefined, field: string): void {
+  if (ms !== undefined && !(ms >= 0 && Number.isFinite(ms))) throw new StokerError('E_INVALID_EVENT', `${field} must be a finite number ≥ 0 in ms, or absent for the time the engine saw (got ${String(ms)})`);
+}
+
 function checkFailed(failed: unknown, type: string, items: readonly Item[] | undefined, batch: number): void {
   if (failed === undefined) return;
   if (!Array.isArray(failed)) throw new StokerError('E_INVALID_EVENT', `${type}.failed must be an array of { item, reason }, or absent when every item succeeded`);

@@ -165,8 +165,8 @@ export interface Pacer {
   /**
    * Optional: a time (ms, after `s.now`) to observe again even if no event comes and nothing is
    * dispatched — while the memory budget blocks dispatch, say, when `nextDispatchAt` is not asked
-   * for a time. For a decision that time alone can change (the age of the work in flight).
-   * Absent, Infinity or not after `s.now`: none.
+   * for a time. For a decision that time alone can change (the age of the work in flight); return
+   * Infinity when there is none. Asked only while jobs are live; Infinity or not after `s.now`: none.
    */
   observeAgainAt?(s: ReadonlySnapshot): number;
   onDispatch(s: ReadonlySnapshot): void;

@@ -5,7 +5,7 @@
  * its own measure of the call (`busyNs`: the time the item occupied this worker).
  *
  * ```js
- * // device.mjs, run by stoker as [device] type = "process", command = "node", args = ["device.mjs"]
+ * // device.mjs, run by stoker as [device.process] command = "node", args = ["device.mjs"]
  * import { serve } from 'stoker/worker';
  * await serve(async (item) => ({ sum: item.payload.reduce((a, b) => a + b, 0), partition: item.partition }));
  * ```

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { createPacer, PACER_NAMES, PACERS, StokerError, type Pacer, type PacerFactory, type PacerMode, type PacerOptions, type ReadonlySnapshot, type PacerState } from '../core/index.js';
+import { PACER_NAMES, PACERS, StokerError, type Pacer, type PacerFactory, type PacerMode, type PacerOptions, type ReadonlySnapshot, type PacerState } from '../core/index.js';
 
 /** A user pacer module that cannot be used; the message names the file and what to change. */
 export class PacerModuleError extends Error {
@@ -54,13 +54,8 @@ export async function resolvePacer(spec: string, cwd = process.cwd()): Promise<P
   return (options: PacerOptions) => checkPacer((create as (o: PacerOptions) => unknown)(options), file, fallbackName);
 }
 
+/** Where a module path is accepted (simulate, bench), the error says so; the core's lists the names alone. */
 function unknownPacer(spec: string): Error {
-  try {
-    createPacer(spec);
-  } catch (e) {
-    if (e instanceof StokerError) return e;
-  }
-  // Names such as "constructor" slip past a plain property lookup: report them the same way.
   return new StokerError('E_UNKNOWN_PACER', `unknown pacer ${JSON.stringify(spec)}: use one of ${PACER_NAMES.join(', ')}, or a path to a module whose default export is createPacer(options)`);
 }
 
@@ -96,6 +91,9 @@ function checkPacer(value: unknown, file: string, fallbackName: string): Pacer {
   // The optional methods only where the module has them (the engine asks for them only then).
   if (typeof p.workerLimit === 'function') out.workerLimit = (device: number) => pacer.workerLimit?.(device) ?? Infinity;
   if (typeof p.observeAgainAt === 'function') out.observeAgainAt = (s: ReadonlySnapshot) => pacer.observeAgainAt?.(s) ?? Infinity;
+  // Its shape checked once at once (a status request may ask before anything is observed), not
+  // only when something reads it: a simulation may never read it, and a wrong shape would pass.
+  out.state();
   return out;
 }
 

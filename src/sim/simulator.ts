@@ -5,7 +5,7 @@ import { Recorder, type Metrics, type Series } from './metrics.js';
 import { PrepFluid, type SimItem } from './preparations.js';
 import { Rng } from './random.js';
 import { deviceWorkers, sampleMs, type Dist, type Kind, type Scenario, type ScenarioEvent } from './scenario.js';
-import { meanPrepareMs, planArrivals, steadyWindow, type PlannedJob } from './window.js';
+import { checkJobRefs, meanPrepareMs, planArrivals, steadyWindow, type PlannedJob } from './window.js';
 
 export interface SimulateOptions {
   /** Creates the pacer; it receives the scenario's pacer options with targetWaiting filled in. */
@@ -121,6 +121,7 @@ class Simulation {
       kinds: Object.fromEntries(Object.entries(s.kinds).flatMap(([name, k]) => (k.prepareBatch ? [[name, { prepareBatch: { maxItems: k.prepareBatch.maxItems, maxWaitMs: k.prepareBatch.maxWaitS * 1000 } }]] : []))),
     });
     this.jobs = planArrivals(s, this.seed);
+    checkJobRefs(s, this.jobs, this.seed);
     const capacity0 = capacityOf(this.devices);
     this.capacity = capacity0;
     this.window = steadyWindow(s, this.jobs, capacity0);

@@ -1,7 +1,7 @@
 import type { JobSpec } from '../core/index.js';
 import { Rng } from './random.js';
 import { deviceGroups } from './devices.js';
-import { meanMs, prepareHighMs, prepareStep, type Scenario } from './scenario.js';
+import { meanMs, prepareHighMs, prepareStep, ScenarioError, type Scenario } from './scenario.js';
 
 /** What a scenario gives before anything runs: its jobs in arrival order, and the window its steady measures use. */
 
@@ -33,6 +33,26 @@ export function planArrivals(s: Scenario, seed: number): PlannedJob[] {
     if (k) spec.memory = { prepareBytes: k.memory.prepareBytes, deviceBytes: k.memory.deviceBytes };
     return { atMs: r.atMs, spec };
   });
+}
+
+/**
+ * Checks that the scenario's faults and cancel events name jobs (and partitions) of its arrivals
+ * with this seed (Poisson arrivals draw their number): a misspelt id would inject nothing, and a
+ * failure test would pass without testing anything.
+ */
+export function checkJobRefs(s: Scenario, jobs: readonly PlannedJob[], seed: number): void {
+  const partitions = new Map(jobs.map((j) => [j.spec.id, j.spec.partitions]));
+  const known = jobs.length === 0 ? 'it has none' : `its jobs are job-0 … job-${jobs.length - 1}${s.arrivals.some((a) => 'poisson' in a) ? ` with seed ${seed}` : ''}`;
+  const problems: string[] = [];
+  s.faults.forEach((f, i) => {
+    const n = partitions.get(f.job);
+    if (n === undefined) problems.push(`  faults[${i}].job: no job ${JSON.stringify(f.job)} arrives in this scenario (${known})`);
+    else if (f.partition >= n) problems.push(`  faults[${i}].partition: job ${JSON.stringify(f.job)} has ${n} partitions (0 … ${n - 1})`);
+  });
+  s.events.forEach((e, i) => {
+    if (e.type === 'cancel' && !partitions.has(e.job)) problems.push(`  events[${i}].job: no job ${JSON.stringify(e.job)} arrives in this scenario (${known})`);
+  });
+  if (problems.length) throw new ScenarioError(`scenario ${s.name} is invalid:\n${problems.join('\n')}`);
 }
 
 /**

@@ -62,6 +62,21 @@ describe('Engine construction', () => {
   });
 });
 
+describe('Engine.apply: measures a driver reports', () => {
+  it('a busy time or latency that is negative, NaN or infinite is refused, naming the field; nothing changes', () => {
+    const r = new Run(engine());
+    r.submit(0, job('a', 1));
+    const it0 = r.item('a:0');
+    for (const bad of [-5, Number.NaN, Infinity]) expectStokerError(() => r.apply({ type: 'prepared', time: 1, item: it0.id, attempt: it0.attempt, latencyMs: bad }), 'E_INVALID_EVENT', /prepared\.latencyMs must be a finite number ≥ 0/);
+    expect(r.e.snapshot.preparing).toBe(1);
+    r.prepared(1, 'a:0', 1);
+    expectStokerError(() => r.apply({ type: 'deviceDone', time: 2, item: it0.id, attempt: it0.attempt, busyMs: -5 }), 'E_INVALID_EVENT', /deviceDone\.busyMs must be a finite number ≥ 0 in ms, or absent/);
+    expect(r.e.snapshot.onDevice).toBe(1);
+    // 0 and absent are measures too.
+    expect(ofType(r.done(2, 'a:0', 0), 'finishJob').map((c) => c.state)).toEqual(['done']);
+  });
+});
+
 describe('Engine.apply: submit validation', () => {
   const cases: Array<[string, Record<string, unknown>, RegExp]> = [
     ['empty id', { id: '' }, /job\.id/],
@@ -290,6 +305,18 @@ describe('Engine: the pacer’s observeAgainAt', () => {
     gate.openAt = 700;
     const r2 = new Run(engine({ pacer, budgetBytes: 100 }));
     expect(ofType(r2.submit(600, job('b', 1, { memory: { prepareBytes: 100, deviceBytes: 0 } })), 'wakeAt')).toEqual([{ type: 'wakeAt', time: 700 }]);
+  });
+
+  it('asked only while jobs are live: a pacer that always asks does not keep an idle engine ticking', () => {
+    const gate = new GatePacer();
+    const pacer = Object.assign(gate, { observeAgainAt: (s: ReadonlySnapshot) => s.now + 5000 });
+    const r = new Run(engine({ pacer }));
+    expect(ofType(r.submit(0, job('a', 1)), 'wakeAt')).toEqual([{ type: 'wakeAt', time: 5000 }]);
+    r.prepared(10, 'a:0');
+    // The job ends with this completion: no more wakes (Infinity cancels the pending one).
+    const out = r.done(20, 'a:0');
+    expect(ofType(out, 'finishJob').map((c) => c.state)).toEqual(['done']);
+    expect(ofType(out, 'wakeAt')).toEqual([{ type: 'wakeAt', time: Infinity }]);
   });
 });
 

@@ -47,6 +47,11 @@ describe('user pacer modules: the optional methods', () => {
     expect(() => create({})).toThrow(/has a workerLimit that is not a function; make it a method \(workerLimit\(device\)/);
   });
 
+  it('a state() of the wrong shape is an error when the pacer is created, not only when something reads it', async () => {
+    const create = await resolvePacer(tmp.file('bad-state.mjs', "export default () => ({ observe() {}, nextDispatchAt(s) { return s.now; }, onDispatch() {}, state() { return { mode: 'running', ratePerSec: null, intervalMs: null, terms: {} }; } });\n"));
+    expect(() => create({})).toThrow(/state\(\)\.mode must be one of bootstrap, steady, idle, blocked, hold \(got "running"\)/);
+  });
+
   it('a built-in pacer resolves to itself (the stoker pacer has both methods)', async () => {
     const create = await resolvePacer('stoker');
     const pacer = create({});

@@ -202,3 +202,20 @@ describe('devices that run different kinds', () => {
     expect(() => parseScenario({ ...base, devices: [{ workers: 1, service: { type: 'fixed', value: 1 }, kinds: ['a', 'z'] }] })).toThrow(/devices\[0\]\.kinds: unknown kind "z"[\s\S]*kinds\.b: no device runs it/);
   });
 });
+
+describe('faults and cancels name jobs that arrive', () => {
+  const base = { name: 'x', seed: 1, kinds: { a: { prepare: { type: 'fixed', value: 1 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, jobs: 3, partitions: 2, kind: 'a' }] };
+  const run = (over: object) => simulate(parseScenario({ ...base, ...over }), { pacer: (o) => createPacer('unpaced', o) });
+
+  it('a misspelt job, a partition past the job’s, a cancel of no job: refused before the run, each named', () => {
+    expect(() => run({ faults: [{ job: 'job-9', partition: 0, stage: 'device' }, { job: 'job-1', partition: 2, stage: 'prepare' }], events: [{ type: 'cancel', atS: 1, job: 'job-42' }] })).toThrow(
+      /faults\[0\]\.job: no job "job-9" arrives in this scenario \(its jobs are job-0 … job-2\)\n {2}faults\[1\]\.partition: job "job-1" has 2 partitions \(0 … 1\)\n {2}events\[0\]\.job: no job "job-42"/,
+    );
+  });
+
+  it('ones that exist run as before (the fault fails its job)', () => {
+    const r = run({ faults: [{ job: 'job-2', partition: 1, stage: 'device' }] });
+    expect(r.metrics.jobsDone).toBe(2);
+    expect(r.failures.map((f) => f.job)).toEqual(['job-2']);
+  });
+});

@@ -30,6 +30,6 @@ export const PACER_NAMES = Object.keys(PACERS);
 /** Creates a built-in pacer by name; the error lists the names. */
 export function createPacer(name: string, options: PacerOptions = {}): Pacer {
   const entry = Object.hasOwn(PACERS, name) ? PACERS[name] : undefined;
-  if (!entry) throw new StokerError('E_UNKNOWN_PACER', `unknown pacer ${JSON.stringify(name)}: use one of ${PACER_NAMES.join(', ')}, or a path to a module whose default export is createPacer(options)`);
+  if (!entry) throw new StokerError('E_UNKNOWN_PACER', `unknown pacer ${JSON.stringify(name)}: use one of ${PACER_NAMES.join(', ')} (a pacer of your own: pass the Pacer object, or its module's path to \`stoker simulate --pacer\` or \`stoker bench --pacers\`)`);
   return entry.create(options);
 }
