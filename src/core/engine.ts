@@ -94,6 +94,8 @@ interface Item extends ItemView, KeyedNode {
   startedAt: number;
   /** The device's ∫ busy dt when the item started on it. */
   busyAtStart: number;
+  /** ∫ preparing dt when its preparation started (snapshot.preparingMsTotal). */
+  preparingAtStart: number;
   device: number;
   worker: number;
   /** The batch it runs in (on a batching device), else null. */
@@ -297,6 +299,7 @@ export class Engine {
       prepareLatencySqTotal: 0,
       preparingStartMsTotal: 0,
       preparingMsTotal: 0,
+      prepareConcurrencyTotal: 0,
       budgetBlocked: false,
       budgetUsedBytes: 0,
       budgetTotalBytes: this.budget.totalBytes,
@@ -550,6 +553,7 @@ export class Engine {
       reservedBytes: 0,
       startedAt: 0,
       busyAtStart: 0,
+      preparingAtStart: 0,
       device: -1,
       worker: -1,
       batch: null,
@@ -600,6 +604,10 @@ export class Engine {
     s.prepareCompletions++;
     s.prepareLatencyMsTotal += latency;
     s.prepareLatencySqTotal += latency * latency;
+    // The mean number preparing while it ran (itself included: it leaves preparing below; those
+    // preparing now where it took no time).
+    const ran = this.now - item.startedAt;
+    s.prepareConcurrencyTotal += ran > 0 ? (s.preparingMsTotal - item.preparingAtStart) / ran : s.preparing;
     this.move(item, 'waiting');
     item.waitingSince = this.now;
     this.waitingQ.push(item);
@@ -1142,6 +1150,7 @@ export class Engine {
     this.move(item, 'preparing');
     item.attempt++;
     item.startedAt = this.now;
+    item.preparingAtStart = s.preparingMsTotal;
     s.preparingStartMsTotal += this.now;
     s.dispatched++;
   }

@@ -107,6 +107,11 @@ export interface PacerSnapshot {
   preparingStartMsTotal: number;
   /** ∫ preparing dt, ms: item-ms spent in preparation so far (its delta ÷ elapsed time is the mean number preparing). */
   preparingMsTotal: number;
+  /**
+   * Sum over the preparations completed so far of the mean number preparing while each ran (itself
+   * included): its delta ÷ prepareCompletions' delta is the concurrency their latencies were measured at.
+   */
+  prepareConcurrencyTotal: number;
   /** True when the head of the queue is waiting for memory. */
   budgetBlocked: boolean;
   /** Bytes reserved now, and the whole budget. */

@@ -14,9 +14,9 @@ function driver(over: Partial<EngineOptions> = {}): EngineDriver {
 }
 
 /** Sends `prepared` for the item `key`. */
-function prepare(d: EngineDriver, time: number, key: string) {
+function prepare(d: EngineDriver, time: number, key: string, latencyMs?: number) {
   const it = d.item(key);
-  return d.apply({ type: 'prepared', time, item: it.id, attempt: it.attempt });
+  return d.apply({ type: 'prepared', time, item: it.id, attempt: it.attempt, ...(latencyMs === undefined ? {} : { latencyMs }) });
 }
 
 /** Sends `deviceDone` for the item `key`. */
@@ -94,6 +94,17 @@ describe('Engine: preparingMsTotal, ∫ preparing dt', () => {
     d.apply({ type: 'tick', time: 1000 }); // none preparing: unchanged
     expect(d.e.snapshot.preparingMsTotal).toBe(30);
     expect(d.e.snapshot.preparingStartMsTotal).toBe(0);
+  });
+
+  it('prepareConcurrencyTotal: the mean number preparing while each completed preparation ran, summed', () => {
+    const d = driver({ devices: [{ workers: 2 }] });
+    d.apply({ type: 'submit', time: 10, job: job('a', 3) }); // 3 preparing from t 10
+    prepare(d, 14, 'a:0'); // ran 10–14 with 3: 3
+    expect(d.e.snapshot.prepareConcurrencyTotal).toBe(3);
+    prepare(d, 20, 'a:1'); // ran 10–20: 3 for 4 ms, 2 for 6 ms: 24 ÷ 10 = 2.4
+    expect(d.e.snapshot.prepareConcurrencyTotal).toBeCloseTo(5.4, 12);
+    prepare(d, 20, 'a:2', 5); // ran 10–20 too (its reported latency is its own): 2.4
+    expect(d.e.snapshot.prepareConcurrencyTotal).toBeCloseTo(7.8, 12);
   });
 });
 

@@ -112,6 +112,7 @@ export function snapshot(over: Partial<PacerSnapshot> = {}): PacerSnapshot {
     prepareLatencySqTotal: 0,
     preparingStartMsTotal: 0,
     preparingMsTotal: 0,
+    prepareConcurrencyTotal: 0,
     budgetBlocked: false,
     budgetUsedBytes: 0,
     budgetTotalBytes: Infinity,

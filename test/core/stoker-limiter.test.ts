@@ -29,6 +29,8 @@ interface Obs {
   /** The latency estimate (default 160 ms) and its second moment (default latency²: no spread). */
   latency?: number;
   latencySq?: number;
+  /** The mean number preparing while the preparations behind the latency estimate ran (default 8: measured early in the fill). */
+  concurrency?: number;
   lambda?: number;
   draining?: number;
   busySince?: number;
@@ -37,14 +39,14 @@ interface Obs {
 function observe(l: PrepareLimit, o: Obs): number {
   const preparing = o.preparing ?? 80;
   const latency = o.latency ?? 160;
-  const view: PacerView = { lambda: o.lambda ?? 1, draining: o.draining ?? 0.5, latency, latencySq: o.latencySq ?? latency * latency, busySince: o.busySince ?? BUSY, busyFromCompletions: FROM, target: 2 };
+  const view: PacerView = { lambda: o.lambda ?? 1, draining: o.draining ?? 0.5, latency, latencySq: o.latencySq ?? latency * latency, latencyConcurrency: o.concurrency ?? 8, busySince: o.busySince ?? BUSY, busyFromCompletions: FROM, target: 2 };
   l.update(snapshot({ now: o.now, backlog: o.backlog ?? 50, preparing, prepareCompletions: FROM + (o.measured ?? 8), preparingStartMsTotal: preparing * (o.now - (o.age ?? 400)) }), view);
   return l.cap;
 }
 
 /** An observation of an empty pipeline: nothing queued, preparing, waiting or on a device. */
 function idle(l: PrepareLimit, now: number): number {
-  l.update(snapshot({ now, prepareCompletions: 500 }), { lambda: 1, draining: 0, latency: 160, latencySq: 160 * 160, busySince: NaN, busyFromCompletions: 500, target: 2 });
+  l.update(snapshot({ now, prepareCompletions: 500 }), { lambda: 1, draining: 0, latency: 160, latencySq: 160 * 160, latencyConcurrency: 20, busySince: NaN, busyFromCompletions: 500, target: 2 });
   return l.cap;
 }
 
@@ -93,14 +95,14 @@ class Pipe {
   see(preparing: number, draining = 0.5, over: Partial<PacerSnapshot> = {}): number {
     this.l.update(
       snapshot({ now: this.now, backlog: 50, preparing, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs, prepareLatencySqTotal: this.latencySqMs, preparingStartMsTotal: preparing * (this.now - 50), ...over }),
-      { lambda: 1, draining, latency: 100, latencySq: 100 * 100, busySince: 0, busyFromCompletions: 0, target: 2 },
+      { lambda: 1, draining, latency: 100, latencySq: 100 * 100, latencyConcurrency: 20, busySince: 0, busyFromCompletions: 0, target: 2 },
     );
     return this.l.cap;
   }
 
   idle(): number {
     this.now += 10;
-    this.l.update(snapshot({ now: this.now, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs }), { lambda: 1, draining: 0, latency: 100, latencySq: 100 * 100, busySince: NaN, busyFromCompletions: this.done, target: 2 });
+    this.l.update(snapshot({ now: this.now, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs }), { lambda: 1, draining: 0, latency: 100, latencySq: 100 * 100, latencyConcurrency: 20, busySince: NaN, busyFromCompletions: this.done, target: 2 });
     return this.l.cap;
   }
 
@@ -213,6 +215,8 @@ describe('PrepareLimit: taking over', () => {
     // Not filled (3 measured at 1200, and still at 2000): held against the lowest latency measured
     // in the busy period (100), the same.
     expect(overdueRun(filled({ measured: 3 }), { measured: 3, age: 391 })).toEqual([Infinity, Infinity, 10]);
+    // Not yet filled, 2 measured: the lowest latency counts from the EARLY_SAMPLES-th (3rd) only.
+    expect(overdueRun(filled({ measured: 2 }), { measured: 2, age: 391 })).toEqual([Infinity, Infinity, Infinity]);
     // Nothing measured yet in the busy period (no latency known): nothing to hold them against.
     const fresh = new PrepareLimit(0);
     expect(overdueRun(fresh, { measured: 0, latency: 0, latencySq: 0, age: 5000 })).toEqual([Infinity, Infinity, Infinity]);
@@ -553,6 +557,41 @@ describe('PrepareLimit: letting go', () => {
     // 17.8 preparing at 20 ms: x = 0.89.
     expect(p.measure(17.8, 20, 1)).toBe(20);
     expect(p.l.state).not.toBeNull();
+  });
+
+  /** Taken over at a cap of 10 on a floor of 100 ms measured while 20 were preparing on average; its first measurement's mean latency `latency`. */
+  const firstMeasurement = (latency: number): Pipe => {
+    const l = filled({ concurrency: 20 });
+    expect(overdueRun(l, { concurrency: 20 })).toEqual([Infinity, Infinity, 10]);
+    const p = new Pipe(l);
+    p.see(10);
+    p.done += 20;
+    p.see(10);
+    p.time(30, 1000, 10, latency, 0);
+    p.see(10);
+    return p;
+  };
+
+  it('lets go when the first measurement, at a cap no more than were preparing behind the floor, finds a latency LATENCY_UP (1.3) × the floor: no contention, a floor read low', () => {
+    // 130 ms at 10 preparing where the floor was 100 ms at 20: fewer in flight are no quicker.
+    const p = firstMeasurement(130);
+    expect(p.l.cap).toBe(Infinity);
+    expect(p.l.state).toBeNull();
+    // The floor stays at least 130 for the busy period: the standard overdue scene (latency 160,
+    // ages 400) no longer takes over: 160 < 1.3 × 130, and 400 < 3.9 × 130.
+    expect(overdueRun(p.l, {}, [p.now + 100, p.now + 179, p.now + 180])).toEqual([Infinity, Infinity, Infinity]);
+    // 129 ms: under the line, the measurement counts as any other (x = 10 ÷ 129; less than the floor's, no step judged yet: ⌊10 × 0.7⌋ = 7).
+    expect(firstMeasurement(129).l.cap).toBe(7);
+  });
+
+  it('not where the cap is above the number preparing behind the floor (past a steep knee a cap can be too)', () => {
+    // The floor measured while 8 were preparing (the default), the cap 10: a latency of 200 there is contention's.
+    const p = new Pipe(engaged());
+    p.see(10);
+    p.done += 20;
+    p.see(10);
+    p.time(30, 1000, 10, 200, 0);
+    expect(p.see(10)).toBe(7);
   });
 });
 

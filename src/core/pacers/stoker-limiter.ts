@@ -61,7 +61,9 @@ import type { ReadonlySnapshot } from '../pacer.js';
  *
  * It lets go when a measurement finds the devices fed STARVED × λ or more (preparation is not the
  * bottleneck then), and after two moves up in a row, to where it took over, that each finish GAIN
- * of the proportional gain more: that was no contention (a slower preparation, say). Over an idle
+ * of the proportional gain more: that was no contention (a slower preparation, say); and when its
+ * first measurement, at a cap no more than were preparing while the floor's preparations ran (the
+ * engine's prepareConcurrencyTotal), finds a latency LATENCY_UP × the floor: the floor read low. Over an idle
  * pipeline it stays, and the next busy period goes on from its cap (the knee is the machine's).
  */
 const STARVED = 0.9;
@@ -112,11 +114,24 @@ const FIRST_FLUSH = 2;
  * minutes more.
  */
 const AGES_ALONE = 2 * OVERDUE * LATENCY_UP;
+/**
+ * Before the fill, the lowest latency measured counts from the EARLY_SAMPLES-th preparation of the
+ * busy period: the first one or two of a heavy tail are its quickest (lognormal σ 1: 2 s where the
+ * mean is 49), and ages four times that took over 16 s into a busy period, at a cap of 1. (From the
+ * fourth, a knee as steep as (n/16)² was seen too late on some seeds.)
+ */
+const EARLY_SAMPLES = 3;
 
 export interface PrepareLimiter {
   /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
   cap: number;
   engagedAt: number;
+  /**
+   * When it took over: the floor latency the ages were held against, and the mean number preparing
+   * while the preparations it was measured from ran (NaN: started from a remembered limit).
+   */
+  floorMs: number;
+  floorPreparing: number;
   best: number;
   bestX: number;
   /** bestX's relative standard error (0: none known, a remembered limit's before it is measured). */
@@ -163,9 +178,10 @@ export interface PacerView {
   /** The device rate planned with, and what the devices drain now (smoothed occupancy), items/ms. */
   lambda: number;
   draining: number;
-  /** The preparation latency estimate and its second moment, ms and ms². */
+  /** The preparation latency estimate and its second moment, ms and ms², and the mean number preparing while those preparations ran. */
   latency: number;
   latencySq: number;
+  latencyConcurrency: number;
   /** When the current busy period began (NaN: idle), and the preparations completed by then. */
   busySince: number;
   busyFromCompletions: number;
@@ -194,6 +210,11 @@ export class PrepareLimit {
   private floor = Infinity;
   /** The lowest latency estimate in this busy period, filled or not (the quick finish first: it may read low). */
   private early = Infinity;
+  /** The mean number preparing while the preparations behind the floor, and behind the lowest latency measured, ran. */
+  private floorPreparing = 0;
+  private earlyPreparing = 0;
+  /** The least the floor may read for the rest of the busy period: what a cap that proved the floor wrong measured (0: none). */
+  private floorAtLeast = 0;
   private overdueSince = NaN;
   private filled = false;
   /**
@@ -208,7 +229,7 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      this.state = { cap, engagedAt: cap, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
+      this.state = { cap, engagedAt: cap, floorMs: NaN, floorPreparing: NaN, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
       this.cap = cap;
     }
   }
@@ -228,6 +249,7 @@ export class PrepareLimit {
       }
       this.floor = Infinity;
       this.early = Infinity;
+      this.floorAtLeast = 0;
       this.filled = false;
       this.overdueSince = NaN;
       return;
@@ -239,8 +261,14 @@ export class PrepareLimit {
     // (Once filled, it stays so for the busy period: a latency that grows as fast as time passes must not unfill it.)
     if (!this.filled) this.filled = s.now - p.busySince >= 2 * p.latency && measured >= s.workers + p.target;
     const filled = this.filled;
-    if (filled && p.latency < this.floor) this.floor = p.latency;
-    if (p.latency > 0 && p.latency < this.early) this.early = p.latency;
+    if (filled && p.latency < this.floor) {
+      this.floor = Math.max(p.latency, this.floorAtLeast);
+      this.floorPreparing = p.latencyConcurrency;
+    }
+    if (measured >= EARLY_SAMPLES && p.latency > 0 && p.latency < this.early) {
+      this.early = Math.max(p.latency, this.floorAtLeast);
+      this.earlyPreparing = p.latencyConcurrency;
+    }
     if (!lim) {
       // Work queued behind many preparations that take far longer than they did — more than the
       // devices and the target hold, and the latency up on its floor: not a drain's last,
@@ -283,7 +311,7 @@ export class PrepareLimit {
       const cv2 = p.latencySq / (p.latency * p.latency) - 1;
       const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
       const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, floor / latencyNow)));
-      this.hold({ cap, engagedAt: s.preparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
+      this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing: filled ? this.floorPreparing : this.earlyPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       return;
     }
     // Within the cap: the first turnover starts; after it, the next ones are timed.
@@ -321,6 +349,21 @@ export class PrepareLimit {
     if (se > SE_MAX && n < EXTEND * TIMED * lim.cap) {
       const line = lim.settled && lim.cap > lim.best ? lim.bestX * (1 + EPS_UP) : lower && !lim.recheck ? asMuchLine(lim.measured, lim.cap, SE_MAX, NOISE_Z) : NaN;
       if (!(Math.abs(x - line) > NOISE_Z * se * x)) return;
+    }
+    // The first measurement after taking over, at a cap no more than were preparing on average
+    // while the floor's preparations ran, found a latency LATENCY_UP × that floor: no contention
+    // explains a slower preparation with fewer in flight. The floor was wrong — where latencies
+    // have a heavy tail the quick ones finish first, and until the slow ones do, the floor is the
+    // quick ones' (lognormal σ 1, no contention at all: taken over 44 s into the busy period on a
+    // floor of 8 s, the mean 49 s, and held at 7–11 preparing for good, a third of the
+    // throughput). It lets go, and the floor stays at least what this cap measured for the rest
+    // of the busy period.
+    if (Number.isNaN(lim.best) && lim.measured.length === 0 && lim.cap <= lim.floorPreparing && meanLatency >= LATENCY_UP * lim.floorMs) {
+      this.floorAtLeast = meanLatency;
+      this.floor = Math.max(this.floor, meanLatency);
+      this.early = Math.max(this.early, meanLatency);
+      this.letGo();
+      return;
     }
     // The devices fed STARVED × λ or more over the measurement: preparation is not what limits
     // them (at its last instant their smoothed occupancy says less: a few preparations that

@@ -60,6 +60,9 @@ class StokerPacer implements Pacer {
   private prepCompletions = 0;
   private prepLatencyTotal = 0;
   private prepLatencySq = 0;
+  private prepConcurrency = 0;
+  /** The mean number preparing while the preparations behind the latency estimate ran, smoothed as it is. */
+  private latencyConcurrency = 0;
   /** Smoothed preparation latency, ms (0 until measured), and its second moment, ms². */
   private latency = 0;
   private latencySq = 0;
@@ -94,7 +97,7 @@ class StokerPacer implements Pacer {
 
   /** The preparation limiter (stoker-limiter.ts), and what it reads of this pacer (updated before each call). */
   private readonly limit: PrepareLimit;
-  private readonly view: PacerView = { lambda: 0, draining: 0, latency: 0, latencySq: 0, busySince: NaN, busyFromCompletions: 0, target: 0 };
+  private readonly view: PacerView = { lambda: 0, draining: 0, latency: 0, latencySq: 0, latencyConcurrency: 0, busySince: NaN, busyFromCompletions: 0, target: 0 };
 
   constructor(options: StokerPacerOptions) {
     const D = STOKER_DEFAULTS;
@@ -166,6 +169,7 @@ class StokerPacer implements Pacer {
     v.draining = this.plan.draining;
     v.latency = this.latency;
     v.latencySq = this.latencySq;
+    v.latencyConcurrency = this.latencyConcurrency;
     v.busySince = this.busySince;
     v.busyFromCompletions = this.busyFromCompletions;
     v.target = this.target;
@@ -403,6 +407,7 @@ class StokerPacer implements Pacer {
     if (dp <= 0) return;
     const sample = (s.prepareLatencyMsTotal - this.prepLatencyTotal) / dp;
     const sampleSq = (s.prepareLatencySqTotal - this.prepLatencySq) / dp;
+    const sampleConcurrency = (s.prepareConcurrencyTotal - this.prepConcurrency) / dp;
     // Per sample, not per second (an idle hour says nothing new about latency), and never less
     // than a running mean's weight while few samples exist.
     const ema = 1 - Math.pow(1 - this.latencyW, dp);
@@ -413,8 +418,10 @@ class StokerPacer implements Pacer {
     if (!(filling && sample < this.latency)) {
       this.latency += w * (sample - this.latency);
       this.latencySq += w * (sampleSq - this.latencySq);
+      this.latencyConcurrency += w * (sampleConcurrency - this.latencyConcurrency);
     }
     this.prepCompletions = s.prepareCompletions;
+    this.prepConcurrency = s.prepareConcurrencyTotal;
     this.prepLatencyTotal = s.prepareLatencyMsTotal;
     this.prepLatencySq = s.prepareLatencySqTotal;
     // Safety stock for the error of the latency estimate: z standard errors of its mean.
