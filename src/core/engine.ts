@@ -438,16 +438,20 @@ export class Engine {
         checkFailed(event.failed, 'prepareBatchDone', this.prepBatches.get(event.batch)?.items, event.batch);
         return undefined;
       case 'prepared':
+        checkItemId(event.item, 'prepared');
         checkMeasure(event.latencyMs, 'prepared.latencyMs');
         return undefined;
       case 'deviceDone':
+        checkItemId(event.item, 'deviceDone');
         checkMeasure(event.busyMs, 'deviceDone.busyMs');
+        return undefined;
+      case 'prepareFailed':
+      case 'deviceFailed':
+        checkItemId(event.item, event.type);
         return undefined;
       case 'prepareBatchFailed':
       case 'batchFailed':
       case 'cancel':
-      case 'prepareFailed':
-      case 'deviceFailed':
       case 'drain':
       case 'tick':
         return undefined;
@@ -1211,6 +1215,15 @@ function checkBatch(b: BatchSpec, where: string, example: string): void {
 }
 
 /** Checks a batch answer's `failed` list against the batch's items (when the batch is still known). */
+/**
+ * An item event's `item`: the id of a command's item (`command.item.id`). An id the engine no
+ * longer knows is a stale event (its item cancelled, retried or lost) and changes nothing; anything
+ * but an integer is a driver's mistake (the item object itself, say), which would too, silently.
+ */
+function checkItemId(item: unknown, type: string): void {
+  if (!Number.isInteger(item)) throw new StokerError('E_INVALID_EVENT', `${type}.item must be the item's id, an integer (command.item.id), not ${typeof item === 'object' ? 'an object' : JSON.stringify(item)}`);
+}
+
 /** A measure a driver reports (a busy time, a latency): absent, or a finite number ≥ 0 (a negative or NaN one would corrupt every estimate made from it). */
 function checkMeasure(ms: number | undefined, field: string): void {
   if (ms !== undefined && !(ms >= 0 && Number.isFinite(ms))) throw new StokerError('E_INVALID_EVENT', `${field} must be a finite number ≥ 0 in ms, or absent for the time the engine saw (got ${String(ms)})`);

@@ -75,6 +75,16 @@ describe('Engine.apply: measures a driver reports', () => {
     // 0 and absent are measures too.
     expect(ofType(r.done(2, 'a:0', 0), 'finishJob').map((c) => c.state)).toEqual(['done']);
   });
+
+  it('an item event naming its item by anything but its id is refused (an unknown id is a stale event: nothing happens)', () => {
+    const r = new Run(engine());
+    r.submit(0, job('a', 1));
+    const it0 = r.item('a:0');
+    expectStokerError(() => r.apply({ type: 'prepared', time: 1, item: it0 as unknown as number, attempt: it0.attempt }), 'E_INVALID_EVENT', /prepared\.item must be the item's id, an integer \(command\.item\.id\), not an object/);
+    expectStokerError(() => r.apply({ type: 'deviceFailed', time: 1, item: 'x' as unknown as number, attempt: 1, reason: 'r' }), 'E_INVALID_EVENT', /deviceFailed\.item must be/);
+    expect(r.apply({ type: 'prepared', time: 1, item: 999, attempt: 1 }).filter((c) => c.type !== 'wakeAt')).toEqual([]);
+    expect(r.e.snapshot.preparing).toBe(1);
+  });
 });
 
 describe('Engine.apply: submit validation', () => {
