@@ -2,6 +2,7 @@ import { MemoryBudget } from './budget.js';
 import { StokerError } from './errors.js';
 import { IndexedHeap, type HeapNode } from './heap.js';
 import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot, ReadonlySnapshot } from './pacer.js';
+import { NumberMap } from './number-map.js';
 import { keyLess, MAX_PARTITIONS, PartitionQueue, type KeyedNode } from './queue.js';
 import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
 
@@ -205,7 +206,7 @@ export class Engine {
   private seq = 0;
   private itemSeq = 0;
   private readonly jobs = new Map<string, Job>();
-  private readonly items = new Map<number, Item>();
+  private readonly items = new NumberMap<Item>();
   private readonly backlog = new PartitionQueue<Item>();
   /** Prepared items in key order; they come from the backlog, whose keys are already checked unique. */
   private readonly waitingQ = new IndexedHeap<Item>(keyLess);
