@@ -2,6 +2,7 @@ import { MemoryBudget } from './budget.js';
 import { StokerError } from './errors.js';
 import { IndexedHeap, type HeapNode } from './heap.js';
 import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot, ReadonlySnapshot } from './pacer.js';
+import { NumberMap } from './number-map.js';
 import { keyLess, MAX_PARTITIONS, PartitionQueue, type KeyedNode } from './queue.js';
 import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
 
@@ -65,6 +66,8 @@ export interface EngineOptions {
 interface Job extends HeapNode {
   readonly spec: Required<Pick<JobSpec, 'id' | 'kind' | 'priority' | 'partitions'>> & { memory: { prepareBytes: number; deviceBytes: number }; deadline: number };
   readonly seq: number;
+  /** Its priority's rank (RANK), looked up once rather than for every partition made. */
+  readonly rank: number;
   readonly submittedAt: number;
   /** Bytes granted at dispatch: max(prepareBytes, deviceBytes). */
   readonly reservation: number;
@@ -72,10 +75,13 @@ interface Job extends HeapNode {
    * Partitions are made lazily: those from `next` on exist only as this number (queued, never
    * dispatched), so a job of 10⁶ partitions costs O(1) until they are dispatched. The backlog
    * holds the job's partition `next − 1` (its frontier) while it waits, and the next one is made
-   * when that one is dispatched; `live` holds the made partitions that have not finished.
+   * when that one is dispatched; `liveHead` … `liveTail` lists the made partitions that have not
+   * finished, in the order they were made (linked through Item.prevLive/nextLive: a list costs no
+   * hash-table insert and delete per partition, as a map did).
    */
   next: number;
-  readonly live: Map<number, Item>;
+  liveHead: Item | null;
+  liveTail: Item | null;
   /** Item ids are `firstId + partition`: dense in submission order, as if all were made at submit. */
   readonly firstId: number;
   remaining: number;
@@ -108,6 +114,9 @@ interface Item extends ItemView, KeyedNode {
   prepBatch: PrepBatch | null;
   /** Its preparation batch failed without saying which item: it is prepared alone next time. */
   prepSolo: boolean;
+  /** Its neighbours in its job's list of live partitions (Job.liveHead). */
+  prevLive: Item | null;
+  nextLive: Item | null;
   /** Since when the pacer has let it start while it waits in a short preparation batch (Infinity: not waiting). */
   heldSince: number;
 }
@@ -163,15 +172,24 @@ const RANK: Record<Priority, number> = { critical: 0, high: 1, normal: 2, low: 3
  * queued to be prepared again (a retry, a batch that failed unexplained, a lost worker); failed or
  * cancelled from anywhere live (its job ended). Nothing leaves done, failed or cancelled.
  */
-const MOVES: Record<PartitionState, Partial<Record<PartitionState, true>>> = {
-  queued: { preparing: true, failed: true, cancelled: true },
-  preparing: { waiting: true, queued: true, failed: true, cancelled: true },
-  waiting: { 'on-device': true, failed: true, cancelled: true },
-  'on-device': { done: true, queued: true, failed: true, cancelled: true },
-  done: {},
-  failed: {},
-  cancelled: {},
-};
+function legalMove(from: PartitionState, to: PartitionState): boolean {
+  // A switch, not a table indexed by both names: that was a megamorphic keyed load twice per move.
+  switch (to) {
+    case 'preparing':
+      return from === 'queued';
+    case 'waiting':
+      return from === 'preparing';
+    case 'on-device':
+      return from === 'waiting';
+    case 'done':
+      return from === 'on-device';
+    case 'queued':
+      return from === 'preparing' || from === 'on-device';
+    case 'failed':
+    case 'cancelled':
+      return from === 'queued' || from === 'preparing' || from === 'waiting' || from === 'on-device';
+  }
+}
 
 /**
  * The pipeline state machine: jobs → priority queue → pacer gate → budget → preparation →
@@ -190,7 +208,7 @@ export class Engine {
   private seq = 0;
   private itemSeq = 0;
   private readonly jobs = new Map<string, Job>();
-  private readonly items = new Map<number, Item>();
+  private readonly items = new NumberMap<Item>();
   private readonly backlog = new PartitionQueue<Item>();
   /** Prepared items in key order; they come from the backlog, whose keys are already checked unique. */
   private readonly waitingQ = new IndexedHeap<Item>(keyLess);
@@ -359,7 +377,7 @@ export class Engine {
     const lo = Math.max(0, from);
     return Array.from({ length: Math.max(0, Math.min(to, j.spec.partitions) - lo) }, (_, i): PartitionState => {
       const p = lo + i;
-      return p >= j.next ? 'queued' : (j.live.get(p)?.state ?? 'done');
+      return p >= j.next ? 'queued' : (this.items.get(j.firstId + p)?.state ?? 'done');
     });
   }
 
@@ -526,7 +544,7 @@ export class Engine {
   private submit(norm: NormalJob, out: Command[]): void {
     const reservation = Math.max(norm.memory.prepareBytes, norm.memory.deviceBytes);
     const kindIndex = this.kindIndex(norm.kind);
-    const job: Job = { spec: norm, seq: this.seq++, submittedAt: this.now, reservation, next: 0, live: new Map(), firstId: this.itemSeq, remaining: norm.partitions, kindIndex, kc: this.counters.kinds[kindIndex] as KindCounters, heapIndex: -1 };
+    const job: Job = { spec: norm, seq: this.seq++, rank: RANK[norm.priority], submittedAt: this.now, reservation, next: 0, liveHead: null, liveTail: null, firstId: this.itemSeq, remaining: norm.partitions, kindIndex, kc: this.counters.kinds[kindIndex] as KindCounters, heapIndex: -1 };
     this.itemSeq += norm.partitions;
     this.jobs.set(norm.id, job);
     this.countKind(norm.kind, 1);
@@ -549,7 +567,7 @@ export class Engine {
       kind: job.spec.kind,
       partition,
       priority: job.spec.priority,
-      rank: RANK[job.spec.priority],
+      rank: job.rank,
       seq: job.seq,
       state: 'queued',
       attempt: 0,
@@ -566,9 +584,13 @@ export class Engine {
       prepBatch: null,
       prepSolo: false,
       heldSince: Infinity,
+      prevLive: job.liveTail,
+      nextLive: null,
       heapIndex: -1,
     };
-    job.live.set(item.partition, item);
+    if (job.liveTail) job.liveTail.nextLive = item;
+    else job.liveHead = item;
+    job.liveTail = item;
     this.items.set(item.id, item);
     this.backlog.push(item);
   }
@@ -620,11 +642,11 @@ export class Engine {
   /**
    * Moves a partition to another state: the one place states change for made partitions, and the
    * counters with them (the backlog, preparing, waiting and on device, in all and per kind). A move
-   * {@link MOVES} does not list is an engine bug, and throws.
+   * {@link legalMove} refuses is an engine bug, and throws.
    */
   private move(item: Item, to: PartitionState): void {
     const from = item.state;
-    if (MOVES[from][to] !== true) throw new Error(`stoker engine bug: partition ${item.partition} of job ${item.jobId} cannot go from ${from} to ${to}`);
+    if (!legalMove(from, to)) throw new Error(`stoker engine bug: partition ${item.partition} of job ${item.jobId} cannot go from ${from} to ${to}`);
     this.count(item, from, -1);
     this.count(item, to, 1);
     item.state = to;
@@ -738,7 +760,10 @@ export class Engine {
     this.move(item, 'done');
     this.items.delete(item.id);
     const job = item.job;
-    job.live.delete(item.partition);
+    if (item.prevLive) item.prevLive.nextLive = item.nextLive;
+    else job.liveHead = item.nextLive;
+    if (item.nextLive) item.nextLive.prevLive = item.prevLive;
+    else job.liveTail = item.prevLive;
     if (--job.remaining === 0) this.endJob(job, 'done', undefined, undefined, out);
   }
 
@@ -877,7 +902,7 @@ export class Engine {
     const itemEnd: PartitionState = state === 'cancelled' ? 'cancelled' : 'failed';
     if (state !== 'done') {
       s.backlog -= job.spec.partitions - job.next; // never made
-      for (const item of job.live.values()) {
+      for (let item = job.liveHead; item; item = item.nextLive) {
         switch (item.state) {
           case 'queued':
             this.backlog.remove(item);
@@ -1200,7 +1225,7 @@ type LiveCounts = Record<'queued' | 'preparing' | 'waiting' | 'on-device', numbe
 /** Adds a job's unfinished partitions by stage to `c`: O(its partitions in flight). */
 function countLive(job: Job, c: LiveCounts): LiveCounts {
   c.queued += job.spec.partitions - job.next;
-  for (const item of job.live.values()) if (item.state === 'queued' || item.state === 'preparing' || item.state === 'waiting' || item.state === 'on-device') c[item.state]++;
+  for (let item = job.liveHead; item; item = item.nextLive) if (item.state === 'queued' || item.state === 'preparing' || item.state === 'waiting' || item.state === 'on-device') c[item.state]++;
   return c;
 }
 

@@ -1,5 +1,6 @@
 import { IndexedHeap, type HeapNode } from './heap.js';
 import { StokerError } from './errors.js';
+import { NumberMap } from './number-map.js';
 
 /** The ordering key of a partition: priority class rank, then job sequence, then partition index. */
 export interface KeyedNode extends HeapNode {
@@ -24,7 +25,8 @@ export function keyLess(a: KeyedNode, b: KeyedNode): boolean {
  */
 export class PartitionQueue<T extends KeyedNode> {
   private readonly heap = new IndexedHeap<T>(keyLess);
-  private readonly keys = new Set<number>();
+  /** The keys present (to refuse a duplicate) in a table that, unlike a Set, does not re-allocate as keys come and go. */
+  private readonly keys = new NumberMap<T>();
 
   get size(): number {
     return this.heap.size;
@@ -40,7 +42,7 @@ export class PartitionQueue<T extends KeyedNode> {
       throw new StokerError('E_DUPLICATE_KEY', `queue already holds job sequence ${node.seq} partition ${node.partition}; keys are unique and never overwritten`);
     }
     this.heap.push(node);
-    this.keys.add(k);
+    this.keys.set(k, node);
   }
 
   pop(): T | undefined {

@@ -1,4 +1,4 @@
-import { DEV, type EventQueue, type SimEvent } from './events.js';
+import { DEV, SimEvent, type EventQueue } from './events.js';
 import { factor, meanMs, type Dist, type Scenario } from './scenario.js';
 
 export interface SimWorker {
@@ -11,7 +11,8 @@ export interface SimWorker {
   /** The item's own service time at the device's speed when it started, ms (what a busyTime "own" device reports). */
   own: number;
   fail: boolean;
-  ev: SimEvent | null;
+  /** Its completion event, made once and reused for every step it runs: pending while in the heap. */
+  ev: SimEvent;
   /** The engine's batch it runs (−1: a single item), the batch's items still in it, and those that will fail. */
   batch: number;
   batchItems: number[];
@@ -45,7 +46,7 @@ export function deviceGroups(s: Scenario): Scenario['devices'][number][] {
 /** One simulated device per device of the scenario, all workers alive and idle. */
 export function buildDevices(s: Scenario): SimDevice[] {
   const kinds = Object.values(s.kinds);
-  return deviceGroups(s).map((g) => ({
+  return deviceGroups(s).map((g, d) => ({
     speed: g.speed,
     contention: g.contention,
     service: g.service,
@@ -56,7 +57,7 @@ export function buildDevices(s: Scenario): SimDevice[] {
     busy: 0,
     lastUpdate: 0,
     dirty: false,
-    workers: Array.from({ length: g.workers }, () => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: null, batch: -1, batchItems: [], batchFailed: [] })),
+    workers: Array.from({ length: g.workers }, (_, wi) => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: new SimEvent(0, 0, DEV, d, wi), batch: -1, batchItems: [], batchFailed: [] })),
   }));
 }
 
@@ -122,8 +123,7 @@ export class DeviceFluid {
   /** Frees a worker (its item done or withdrawn): its pending completion goes. */
   release(d: SimDevice, index: number, w: SimWorker, now: number): void {
     this.advance(d, now);
-    if (w.ev) this.events.remove(w.ev);
-    w.ev = null;
+    this.events.remove(w.ev);
     w.item = -1;
     w.batch = -1;
     d.busy--;
@@ -138,7 +138,7 @@ export class DeviceFluid {
       const w = d.workers[wi] as SimWorker;
       if (w.item < 0) continue;
       const t = now + w.remaining / rate;
-      if (!w.ev) w.ev = this.events.push(t, DEV, index, wi);
+      if (w.ev.heapIndex < 0) this.events.schedule(w.ev, t);
       else this.events.move(w.ev, t);
     }
   }

@@ -13,13 +13,21 @@ export const PREP_BATCH = 3;
 /** An event in flight: a preparation's end (`a` its item, `b` attempt × 2 + failed) or a device worker's (`a` device, `b` worker). */
 export class SimEvent implements HeapNode {
   heapIndex = -1;
-  constructor(
-    public time: number,
-    public seq: number,
-    readonly kind: number,
-    readonly a: number,
-    public b: number,
-  ) {}
+  // Numbers from the start, not parameter properties: those are first defined as undefined (ES2022
+  // class fields), after which V8 stores every new `time` as a freshly allocated heap number.
+  time = 0;
+  seq = 0;
+  readonly kind: number = 0;
+  readonly a: number = 0;
+  b = 0;
+
+  constructor(time: number, seq: number, kind: number, a: number, b: number) {
+    this.time = time;
+    this.seq = seq;
+    this.kind = kind;
+    this.a = a;
+    this.b = b;
+  }
 }
 
 /**

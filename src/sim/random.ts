@@ -21,9 +21,12 @@ export class Rng {
 
   constructor(seed: number, stream = 0) {
     const base = mix32(mix32(seed | 0) ^ Math.imul(stream | 0, 0x9e3779b9));
-    const state = [mix32(base + 0x632be5ab), mix32(base + 0xc657cb56), mix32(base + 0x2983b101), mix32(base + 0x8caf96ac)];
-    if (!state.some((w) => w !== 0)) state[0] = 1;
-    this.gen = xoroshiro128plusFromState(state);
+    const s0 = mix32(base + 0x632be5ab);
+    const s1 = mix32(base + 0xc657cb56);
+    const s2 = mix32(base + 0x2983b101);
+    const s3 = mix32(base + 0x8caf96ac);
+    // An all-zero state would only ever give zeros.
+    this.gen = xoroshiro128plusFromState([(s0 | s1 | s2 | s3) === 0 ? 1 : s0, s1, s2, s3]);
   }
 
   /** Uniform in [0, 1). */

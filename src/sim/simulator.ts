@@ -84,6 +84,8 @@ class Simulation {
   private readonly prepBatches = new Map<number, PrepBatch>();
   private readonly failures: JobFailure[] = [];
   private readonly firstStartMs: Record<string, number> = {};
+  /** By planned job index: whether a partition of it has started preparing (spares a look-up by id in firstStartMs per start). */
+  private readonly started: Uint8Array;
   private readonly horizon: number;
   private nextJob = 0;
   private nextScenario = 0;
@@ -122,6 +124,7 @@ class Simulation {
     });
     this.jobs = planArrivals(s, this.seed);
     checkJobRefs(s, this.jobs, this.seed);
+    this.started = new Uint8Array(this.jobs.length);
     const capacity0 = capacityOf(this.devices);
     this.capacity = capacity0;
     this.window = steadyWindow(s, this.jobs, capacity0);
@@ -177,8 +180,7 @@ class Simulation {
     if (!(next <= this.horizon)) return false;
     this.now = next;
     if (jobAt === next) {
-      this.nextJob++;
-      this.arrive(job as PlannedJob);
+      this.arrive(job as PlannedJob, this.nextJob++);
     } else if (scenAt === next) {
       this.nextScenario++;
       this.scenarioEvent((scen as { e: ScenarioEvent }).e);
@@ -208,13 +210,14 @@ class Simulation {
   }
 
   /** A job arrives: its partitions get their own random streams and their scenario faults. */
-  private arrive(job: PlannedJob): void {
+  private arrive(job: PlannedJob, jobIndex: number): void {
     const jobFaults = this.faults.get(job.spec.id);
+    const kindIndex = this.kindIndex.get(job.spec.kind) ?? 0;
     for (let p = 0; p < job.spec.partitions; p++) {
       const id = this.nextItemId++;
       const failPrepare = jobFaults?.some((f) => f.partition === p && f.stage === 'prepare') ?? false;
       const failDevice = jobFaults?.some((f) => f.partition === p && f.stage === 'device') ?? false;
-      this.items[id] = { rng: new Rng(this.seed, id), failPrepare, failDevice, kindIndex: this.kindIndex.get(job.spec.kind) ?? 0, job: job.spec.id, partition: p, prepEv: null, prepRemaining: 0, device: -1, worker: -1 };
+      this.items[id] = { rng: new Rng(this.seed, id), failPrepare, failDevice, kindIndex, job: job.spec.id, jobIndex, partition: p, prepEv: null, prepRemaining: 0, device: -1, worker: -1 };
     }
     this.apply({ type: 'submit', time: this.now, job: job.spec });
   }
@@ -273,7 +276,6 @@ class Simulation {
     const attempt = w.attempt;
     const fail = w.fail;
     const busyMs = d.ownBusy ? w.own : this.now - w.startedAt;
-    w.ev = null;
     this.fleet.release(d, ev.a, w, this.now);
     if (!fail) this.work += d.workOf[(this.items[item] as SimItem).kindIndex] as number;
     this.items[item] = undefined;
@@ -295,7 +297,6 @@ class Simulation {
     const live = w.batchItems;
     const failed = w.batchFailed.filter((id) => live.includes(id));
     const busyMs = d.ownBusy ? w.own : this.now - w.startedAt;
-    w.ev = null;
     this.fleet.release(d, ev.a, w, this.now);
     for (const id of live) {
       if (!failed.includes(id)) this.work += d.workOf[(this.items[id] as SimItem).kindIndex] as number;
@@ -347,6 +348,12 @@ class Simulation {
       it.prepEv.b = b;
       this.events.schedule(it.prepEv, now + latency);
     } else it.prepEv = this.events.push(now + latency, PREP, c.item.id, b);
+    if (this.started[it.jobIndex] === 0) this.firstStart(it, now);
+  }
+
+  /** The first preparation start of the item's planned job (the first of its id, should ids repeat). */
+  private firstStart(it: SimItem, now: number): void {
+    this.started[it.jobIndex] = 1;
     if (!(it.job in this.firstStartMs)) this.firstStartMs[it.job] = now;
   }
 
@@ -362,7 +369,7 @@ class Simulation {
       base += sampleMs(kind.prepare, it.rng);
       if ((kind.prepareFailure > 0 && it.rng.uniform() < kind.prepareFailure) || it.failPrepare) failed.push(view.id);
       live.push(view.id);
-      if (!(it.job in this.firstStartMs)) this.firstStartMs[it.job] = this.now;
+      if (this.started[it.jobIndex] === 0) this.firstStart(it, this.now);
     }
     const carrier: SimItem = { ...first, prepEv: null };
     const latency = this.prep.start(carrier, base, this.now);
