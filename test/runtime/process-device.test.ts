@@ -86,10 +86,11 @@ describe('a Python process device (python/stoker_worker.py)', () => {
   });
 
   it('a process that hangs past deviceTimeoutMs is ended; once retries are spent the job fails naming the timeout', async () => {
-    const { rt, log } = setup({ command: 'python3', args: [PY] }, { retries: 1, deviceTimeoutMs: 400 });
+    // (1.5 s: a python3 that starts slowly on a loaded machine must have the step before it times out.)
+    const { rt, log } = setup({ command: 'python3', args: [PY] }, { retries: 1, deviceTimeoutMs: 1500 });
     const e = await failure(rt.submit(spec('h1'), { mode: 'hang' }));
     expect(e.code).toBe('E_DEVICE_FAILED');
-    expect(e.message).toMatch(/no answer within deviceTimeoutMs = 400 ms/);
+    expect(e.message).toMatch(/no answer within deviceTimeoutMs = 1500 ms/);
     // Ended, started again, and healthy.
     expect(log.join('\n')).toMatch(/the step was withdrawn/);
     await expect(rt.submit(spec('h2'), { mode: 'ok' })).resolves.toHaveLength(1);
@@ -103,11 +104,10 @@ describe('a Python process device (python/stoker_worker.py)', () => {
     await new Promise((r) => setTimeout(r, 200));
     rt.cancel('w1');
     expect(((await settled) as StokerError).code).toBe('E_CANCELLED');
-    const t0 = performance.now();
     const [out] = (await rt.submit(spec('w2'), { mode: 'ok' })) as { partition: number }[];
     expect(out?.partition).toBe(0);
-    // The one process started once (the second step waited for it, not for a restart).
-    expect(performance.now() - t0).toBeLessThan(2000);
+    // The one process started once: the second step waited for it, not for a restart (no wall-clock
+    // bound: on a loaded machine that measured the load).
     expect(log.filter((l) => l.includes('starting it again'))).toEqual([]);
   });
 
@@ -163,7 +163,9 @@ describe('processes that break the protocol', () => {
     ['wrong-id', /where the result of item \d+ was due/],
   ];
   it.each(cases)('%s: the item fails with the reason, the process is started again', async (how, reason) => {
-    const { rt, log } = setup({ command: 'python3', args: [BAD, how], readyTimeoutMs: 500, maxFrameBytes: 2 ** 20 }, { retries: 1 });
+    // A short ready timeout only where that is the fault: a python3 that starts slowly on a loaded
+    // machine must not read as never ready where another fault is meant.
+    const { rt, log } = setup({ command: 'python3', args: [BAD, how], readyTimeoutMs: how === 'never-ready' ? 500 : 10_000, maxFrameBytes: 2 ** 20 }, { retries: 1 });
     const e = await failure(rt.submit(spec(`b-${how}`), { mode: 'ok' }));
     expect(e.code).toBe('E_DEVICE_FAILED');
     expect(e.message).toMatch(/gpu\/0 \(python3\)/);
