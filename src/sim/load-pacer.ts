@@ -91,7 +91,7 @@ function checkPacer(value: unknown, file: string, fallbackName: string): Pacer {
   // The optional methods only where the module has them (the engine asks for them only then).
   if (typeof p.workerLimit === 'function') out.workerLimit = (device: number) => pacer.workerLimit?.(device) ?? Infinity;
   if (typeof p.observeAgainAt === 'function') out.observeAgainAt = (s: ReadonlySnapshot) => pacer.observeAgainAt?.(s) ?? Infinity;
-  // Its shape checked once at once (a status request may ask before anything is observed), not
+  // Its shape checked once, at creation (a status request may ask before anything is observed), not
   // only when something reads it: a simulation may never read it, and a wrong shape would pass.
   out.state();
   return out;
