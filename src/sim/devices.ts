@@ -137,9 +137,7 @@ export class DeviceFluid {
     for (let wi = 0; wi < d.workers.length; wi++) {
       const w = d.workers[wi] as SimWorker;
       if (w.item < 0) continue;
-      const t = now + w.remaining / rate;
-      if (w.ev.heapIndex < 0) this.events.schedule(w.ev, t);
-      else this.events.move(w.ev, t);
+      this.events.move(w.ev, now + w.remaining / rate);
     }
   }
 }

@@ -83,9 +83,8 @@ class Simulation {
   private readonly items: (SimItem | undefined)[] = [];
   private readonly prepBatches = new Map<number, PrepBatch>();
   private readonly failures: JobFailure[] = [];
-  private readonly firstStartMs: Record<string, number> = {};
-  /** By planned job index: whether a partition of it has started preparing (spares a look-up by id in firstStartMs per start). */
-  private readonly started: Uint8Array;
+  /** By planned job index: when a partition of it first started preparing (NaN: none yet). */
+  private readonly startedAt: Float64Array;
   private readonly horizon: number;
   private nextJob = 0;
   private nextScenario = 0;
@@ -124,7 +123,7 @@ class Simulation {
     });
     this.jobs = planArrivals(s, this.seed);
     checkJobRefs(s, this.jobs, this.seed);
-    this.started = new Uint8Array(this.jobs.length);
+    this.startedAt = new Float64Array(this.jobs.length).fill(NaN);
     const capacity0 = capacityOf(this.devices);
     this.capacity = capacity0;
     this.window = steadyWindow(s, this.jobs, capacity0);
@@ -161,7 +160,7 @@ class Simulation {
       failures: this.failures,
       jobsSubmitted: this.jobs.length,
       unfinishedJobs: engine.activeJobs,
-      firstStartMs: this.firstStartMs,
+      firstStartMs: this.firstStartMs(),
       series: this.recorder.series(),
     };
   }
@@ -348,13 +347,18 @@ class Simulation {
       it.prepEv.b = b;
       this.events.schedule(it.prepEv, now + latency);
     } else it.prepEv = this.events.push(now + latency, PREP, c.item.id, b);
-    if (this.started[it.jobIndex] === 0) this.firstStart(it, now);
+    if (Number.isNaN(this.startedAt[it.jobIndex])) this.startedAt[it.jobIndex] = now;
   }
 
-  /** The first preparation start of the item's planned job (the first of its id, should ids repeat). */
-  private firstStart(it: SimItem, now: number): void {
-    this.started[it.jobIndex] = 1;
-    if (!(it.job in this.firstStartMs)) this.firstStartMs[it.job] = now;
+  /** The first preparation start of each job id (the earliest of its planned jobs, should ids repeat). */
+  private firstStartMs(): Record<string, number> {
+    const out: Record<string, number> = {};
+    this.jobs.forEach((job, i) => {
+      const t = this.startedAt[i] as number;
+      const id = job.spec.id;
+      if (!Number.isNaN(t) && !(t >= (out[id] ?? Infinity))) out[id] = t;
+    });
+    return out;
   }
 
   private startPrepareBatch(c: Extract<Command, { type: 'startPrepareBatch' }>): void {
@@ -369,7 +373,7 @@ class Simulation {
       base += sampleMs(kind.prepare, it.rng);
       if ((kind.prepareFailure > 0 && it.rng.uniform() < kind.prepareFailure) || it.failPrepare) failed.push(view.id);
       live.push(view.id);
-      if (this.started[it.jobIndex] === 0) this.firstStart(it, this.now);
+      if (Number.isNaN(this.startedAt[it.jobIndex])) this.startedAt[it.jobIndex] = this.now;
     }
     const carrier: SimItem = { ...first, prepEv: null };
     const latency = this.prep.start(carrier, base, this.now);
