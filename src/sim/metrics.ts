@@ -68,6 +68,14 @@ export interface RecorderConfig {
   changeAtMs: number;
 }
 
+/** What the driver measures besides the engine's snapshot, read at every step. */
+export interface Meters {
+  /** Device capacity now, items/ms. */
+  capacity: number;
+  /** Completions weighed by their kind's device time (what the throughput ratio counts). */
+  work: number;
+}
+
 const MAX_BINS = 2000;
 const RAMP_BIN = 1000;
 const RAMP_WINDOW_BINS = 10;
@@ -125,10 +133,16 @@ export class Recorder {
   private readonly bins = { busy: [] as number[], workers: [] as number[], waiting: [] as number[], inventory: [] as number[], need: [] as number[], cap: [] as number[], budget: [] as number[], dispatches: [] as number[] };
   private readonly allBins = Object.values(this.bins);
 
-  constructor(private readonly cfg: RecorderConfig) {}
+  constructor(
+    private readonly cfg: RecorderConfig,
+    private readonly meters: Readonly<Meters>,
+    private readonly pacer: Pacer,
+  ) {}
 
-  /** Call after every engine step with the state it left. */
-  step(now: number, s: ReadonlySnapshot, capacity: number, pacer: Pacer, work: number): void {
+  /** Call after every engine step with the state it left (the meters as they are after it). */
+  step(s: ReadonlySnapshot): void {
+    const now = s.now;
+    const { capacity, work } = this.meters;
     if (!Number.isNaN(this.prev) && now > this.prev) this.integrate(this.prev, now);
     this.prev = now;
     const cfg = this.cfg;
@@ -156,7 +170,7 @@ export class Recorder {
       this.lastWork = work;
       if (now >= cfg.changeAtMs && now < cfg.window.toMs) {
         this.afterChange += dc;
-        const est = pacer.state().ratePerSec;
+        const est = this.pacer.state().ratePerSec;
         if (est !== null) {
           this.estimateSeen = true;
           if (Math.abs(est / 1000 - capacity) > 0.05 * capacity) this.lastOutside = this.afterChange;

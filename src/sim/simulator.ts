@@ -1,7 +1,7 @@
 import { Engine, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type Pacer, type PacerOptions, type ReadonlySnapshot } from '../core/index.js';
 import { buildDevices, capacityOf, DeviceFluid, deviceGroups, type SimDevice, type SimWorker } from './devices.js';
 import { EventQueue, PREP, PREP_BATCH, type SimEvent } from './events.js';
-import { Recorder, type Metrics, type Series } from './metrics.js';
+import { Recorder, type Meters, type Metrics, type Series } from './metrics.js';
 import { PrepFluid, type SimItem } from './preparations.js';
 import { Rng } from './random.js';
 import { deviceWorkers, sampleMs, type Dist, type Kind, type Scenario, type ScenarioEvent } from './scenario.js';
@@ -53,6 +53,17 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   return new Simulation(s, options).run();
 }
 
+/** The first preparation start of each job id (the earliest of its planned jobs, should ids repeat), from the starts by job index (NaN: none). */
+function firstStarts(jobs: readonly PlannedJob[], startedAt: Float64Array): Record<string, number> {
+  const out: Record<string, number> = {};
+  jobs.forEach((job, i) => {
+    const t = startedAt[i] as number;
+    const id = job.spec.id;
+    if (!Number.isNaN(t) && !(t >= (out[id] ?? Infinity))) out[id] = t;
+  });
+  return out;
+}
+
 /** A preparation batch in flight: the items still in it, those that will fail, and a carrier holding its event and fluid work (its first item's kind and stream). */
 interface PrepBatch {
   carrier: SimItem;
@@ -92,19 +103,23 @@ class Simulation {
   private wakeAt = Infinity;
   private now = 0;
   private steps = 0;
-  private capacity: number;
-  /** Completions weighed by their kind's device time (workOf): what the throughput ratio counts. */
-  private work = 0;
+  /** The capacity now and the work done, read by the recorder at every step. */
+  private readonly meters: Meters = { capacity: 0, work: 0 };
   private nextItemId = 0;
   // The three most frequent events reuse one object each (the engine keeps no event past apply).
   private readonly preparedEvent = { type: 'prepared' as const, time: 0, item: 0, attempt: 0 };
   private readonly doneEvent = { type: 'deviceDone' as const, time: 0, item: 0, attempt: 0, busyMs: 0 };
   private readonly tickEvent = { type: 'tick' as const, time: 0 };
 
+  private readonly timeline: TimelineRecorder | undefined;
+  private readonly onStep: SimulateOptions['onStep'];
+
   constructor(
     private readonly s: Scenario,
-    private readonly options: SimulateOptions,
+    options: SimulateOptions,
   ) {
+    this.timeline = options.timeline;
+    this.onStep = options.onStep;
     this.seed = options.seed ?? s.seed;
     this.pacer = options.pacer({ ...s.pacerOptions, targetWaiting: s.targetWaiting });
     const groups = deviceGroups(s);
@@ -125,13 +140,13 @@ class Simulation {
     checkJobRefs(s, this.jobs, this.seed);
     this.startedAt = new Float64Array(this.jobs.length).fill(NaN);
     const capacity0 = capacityOf(this.devices);
-    this.capacity = capacity0;
+    this.meters.capacity = capacity0;
     this.window = steadyWindow(s, this.jobs, capacity0);
     const speedEvents = s.events.filter((e) => e.type === 'speed');
     const changeAtMs = speedEvents.length ? Math.min(...speedEvents.map((e) => e.atS * 1000)) : NaN;
     const lastBatch = this.jobs.length ? (this.jobs[this.jobs.length - 1] as PlannedJob).atMs : 0;
     const rampFromMs = s.rampFromS !== undefined ? s.rampFromS * 1000 : Number.isNaN(changeAtMs) ? lastBatch : Math.max(...speedEvents.map((e) => e.atS * 1000));
-    this.recorder = new Recorder({ window: this.window, target: s.targetWaiting, meanPrepareMs: meanPrepareMs(s, this.jobs), capacity0, rampFromMs, changeAtMs });
+    this.recorder = new Recorder({ window: this.window, target: s.targetWaiting, meanPrepareMs: meanPrepareMs(s, this.jobs), capacity0, rampFromMs, changeAtMs }, this.meters, this.pacer);
     for (const f of s.faults) this.faults.set(f.job, [...(this.faults.get(f.job) ?? []), f]);
     this.scenarioEvents = s.events.map((e, i) => ({ e, i })).sort((x, y) => x.e.atS - y.e.atS || x.i - y.i);
     this.fleet = new DeviceFluid(this.devices, this.events);
@@ -147,7 +162,8 @@ class Simulation {
     while (this.next()) {
       // (next() handled one event.)
     }
-    const { engine, s } = this;
+    const { engine, s, jobs, startedAt } = this;
+    let firstStart: Record<string, number> | undefined;
     return {
       scenario: s.name,
       pacer: this.pacer.name,
@@ -160,7 +176,10 @@ class Simulation {
       failures: this.failures,
       jobsSubmitted: this.jobs.length,
       unfinishedJobs: engine.activeJobs,
-      firstStartMs: this.firstStartMs(),
+      // Built when read (few readers; a day has thousands of jobs).
+      get firstStartMs() {
+        return (firstStart ??= firstStarts(jobs, startedAt));
+      },
       series: this.recorder.series(),
     };
   }
@@ -202,10 +221,10 @@ class Simulation {
     this.steps++;
     const { engine } = this;
     const cmds = engine.apply(e);
-    this.options.timeline?.record(e, cmds, engine.snapshot, 0);
-    this.options.onStep?.(e, cmds, engine.snapshot);
+    this.timeline?.record(e, cmds, engine.snapshot, 0);
+    this.onStep?.(e, cmds, engine.snapshot);
     this.carryOut(cmds);
-    this.recorder.step(this.now, engine.snapshot, this.capacity, this.pacer, this.work);
+    this.recorder.step(engine.snapshot);
   }
 
   /** A job arrives: its partitions get their own random streams and their scenario faults. */
@@ -230,12 +249,12 @@ class Simulation {
         d.speed = e.speed;
         this.fleet.touch(d, i);
       });
-      this.capacity = capacityOf(this.devices);
+      this.meters.capacity = capacityOf(this.devices);
       this.apply({ type: 'tick', time: now });
     } else if (e.type === 'workerLost' || e.type === 'workerReturned') {
       const w = (this.devices[e.device] as SimDevice).workers[e.worker] as SimWorker;
       w.alive = e.type === 'workerReturned';
-      this.capacity = capacityOf(this.devices);
+      this.meters.capacity = capacityOf(this.devices);
       this.apply({ type: e.type, time: now, device: e.device, worker: e.worker });
     } else {
       this.apply({ type: 'cancel', time: now, jobId: e.job });
@@ -276,7 +295,7 @@ class Simulation {
     const fail = w.fail;
     const busyMs = d.ownBusy ? w.own : this.now - w.startedAt;
     this.fleet.release(d, ev.a, w, this.now);
-    if (!fail) this.work += d.workOf[(this.items[item] as SimItem).kindIndex] as number;
+    if (!fail) this.meters.work += d.workOf[(this.items[item] as SimItem).kindIndex] as number;
     this.items[item] = undefined;
     if (fail) this.apply({ type: 'deviceFailed', time: this.now, item, attempt, reason: 'simulated device error' });
     else {
@@ -298,7 +317,7 @@ class Simulation {
     const busyMs = d.ownBusy ? w.own : this.now - w.startedAt;
     this.fleet.release(d, ev.a, w, this.now);
     for (const id of live) {
-      if (!failed.includes(id)) this.work += d.workOf[(this.items[id] as SimItem).kindIndex] as number;
+      if (!failed.includes(id)) this.meters.work += d.workOf[(this.items[id] as SimItem).kindIndex] as number;
       this.items[id] = undefined;
     }
     const e: Extract<EngineEvent, { type: 'batchDone' }> = { type: 'batchDone', time: this.now, batch, busyMs };
@@ -348,17 +367,6 @@ class Simulation {
       this.events.schedule(it.prepEv, now + latency);
     } else it.prepEv = this.events.push(now + latency, PREP, c.item.id, b);
     if (Number.isNaN(this.startedAt[it.jobIndex])) this.startedAt[it.jobIndex] = now;
-  }
-
-  /** The first preparation start of each job id (the earliest of its planned jobs, should ids repeat). */
-  private firstStartMs(): Record<string, number> {
-    const out: Record<string, number> = {};
-    this.jobs.forEach((job, i) => {
-      const t = this.startedAt[i] as number;
-      const id = job.spec.id;
-      if (!Number.isNaN(t) && !(t >= (out[id] ?? Infinity))) out[id] = t;
-    });
-    return out;
   }
 
   private startPrepareBatch(c: Extract<Command, { type: 'startPrepareBatch' }>): void {
