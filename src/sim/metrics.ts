@@ -80,6 +80,11 @@ const MAX_BINS = 2000;
 const RAMP_BIN = 1000;
 const RAMP_WINDOW_BINS = 10;
 
+/** One chart series: MAX_BINS zeros (the bins stay within it, coarsened as time goes on). */
+function newBins(): Float64Array {
+  return new Float64Array(MAX_BINS);
+}
+
 /** Integrates the engine's state over time, event by event, into the measures and chart series. */
 export class Recorder {
   private prev = NaN;
@@ -130,7 +135,9 @@ export class Recorder {
   private readonly rampWorkers: number[] = [];
   // Chart bins.
   private binMs = 1000;
-  private readonly bins = { busy: [] as number[], workers: [] as number[], waiting: [] as number[], inventory: [] as number[], need: [] as number[], cap: [] as number[], budget: [] as number[], dispatches: [] as number[] };
+  /** Bins in use (each series' length); every series holds MAX_BINS, zeros past binCount. */
+  private binCount = 0;
+  private readonly bins = { busy: newBins(), workers: newBins(), waiting: newBins(), inventory: newBins(), need: newBins(), cap: newBins(), budget: newBins(), dispatches: newBins() };
   private readonly allBins = Object.values(this.bins);
 
   constructor(
@@ -280,18 +287,20 @@ export class Recorder {
       this.coarsen(i);
       i = Math.floor(t / this.binMs);
     }
-    const all = this.allBins;
-    while ((all[0] as number[]).length <= i) for (const arr of all) arr.push(0);
+    if (i >= this.binCount) this.binCount = i + 1;
     return i;
   }
 
   /** Doubles the bin width until index i fits. */
   private coarsen(i: number): void {
     while (i >= MAX_BINS) {
+      const n = this.binCount;
+      const half = Math.ceil(n / 2);
       for (const arr of this.allBins) {
-        for (let k = 0; k < arr.length; k += 2) arr[k >> 1] = (arr[k] as number) + (arr[k + 1] ?? 0);
-        arr.length = Math.ceil(arr.length / 2);
+        for (let k = 0; k < n; k += 2) arr[k >> 1] = (arr[k] as number) + (k + 1 < n ? (arr[k + 1] as number) : 0);
+        arr.fill(0, half, n);
       }
+      this.binCount = half;
       this.binMs *= 2;
       i >>= 1;
     }
@@ -362,7 +371,7 @@ export class Recorder {
 
   series(): Series {
     const b = this.bins;
-    const n = b.busy.length;
+    const n = this.binCount;
     const out: Series = { binMs: this.binMs, time: [], occupancy: [], waiting: [], inventory: [], need: [], dispatchRate: [], capacity: [], budgetUsed: [], target: this.cfg.target };
     for (let i = 0; i < n; i++) {
       const w = b.workers[i] ?? 0;
