@@ -10,10 +10,8 @@ export interface SimItem {
   failDevice: boolean;
   /** Its kind's index in the scenario's kinds (kindList, SimDevice.serviceOf, workOf). */
   kindIndex: number;
-  job: string;
   /** Its job's index in the planned arrivals. */
   jobIndex: number;
-  partition: number;
   /** The item's preparation event, reused across attempts; pending while it is in the heap. */
   prepEv: SimEvent | null;
   /** Fluid preparation (see PrepFluid): work left in ms at rate 1. */

@@ -235,7 +235,7 @@ class Simulation {
       const id = this.nextItemId++;
       const failPrepare = jobFaults?.some((f) => f.partition === p && f.stage === 'prepare') ?? false;
       const failDevice = jobFaults?.some((f) => f.partition === p && f.stage === 'device') ?? false;
-      this.items[id] = { rng: new Rng(this.seed, id), failPrepare, failDevice, kindIndex, job: job.spec.id, jobIndex, partition: p, prepEv: null, prepRemaining: 0, device: -1, worker: -1 };
+      this.items[id] = { rng: new Rng(this.seed, id), failPrepare, failDevice, kindIndex, jobIndex, prepEv: null, prepRemaining: 0, device: -1, worker: -1 };
     }
     this.apply({ type: 'submit', time: this.now, job: job.spec });
   }
