@@ -3,7 +3,7 @@ import { StokerError } from './errors.js';
 import { IndexedHeap, type HeapNode } from './heap.js';
 import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot, ReadonlySnapshot } from './pacer.js';
 import { NumberMap } from './number-map.js';
-import { keyLess, MAX_PARTITIONS, PartitionQueue, type KeyedNode } from './queue.js';
+import { KeyHeap, MAX_PARTITIONS, type KeyedNode } from './queue.js';
 import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
 
 export interface DeviceSpec {
@@ -209,9 +209,14 @@ export class Engine {
   private itemSeq = 0;
   private readonly jobs = new Map<string, Job>();
   private readonly items = new NumberMap<Item>();
-  private readonly backlog = new PartitionQueue<Item>();
-  /** Prepared items in key order; they come from the backlog, whose keys are already checked unique. */
-  private readonly waitingQ = new IndexedHeap<Item>(keyLess);
+  /**
+   * Queued items in key order. Keys are unique by construction (a job's seq is its own, and each
+   * of its partitions is made once), so this is a bare heap, not a PartitionQueue: that one's
+   * table of keys, to refuse a duplicate, cost three look-ups per partition.
+   */
+  private readonly backlog = new KeyHeap<Item>();
+  /** Prepared items in key order. */
+  private readonly waitingQ = new KeyHeap<Item>();
   private readonly deadlines = new IndexedHeap<Job>((a, b) => a.spec.deadline < b.spec.deadline || (a.spec.deadline === b.spec.deadline && a.seq < b.seq));
   private readonly workers: Worker[][];
   /** Per device, the kinds it runs (null: every kind); null when no device names kinds. */
