@@ -558,12 +558,12 @@ export class Engine {
       this.endJob(job, 'failed', 'E_OVERSIZE', `each partition needs ${reservation} bytes but the whole memory budget is ${this.budget.totalBytes} bytes: raise budgetBytes or split the job into smaller partitions`, out);
       return;
     }
-    this.makeNext(job);
+    this.backlog.push(this.makeNext(job));
     if (Number.isFinite(norm.deadline)) this.deadlines.push(job);
   }
 
-  /** Makes the job's next partition and queues it (it was counted in the backlog at submit). */
-  private makeNext(job: Job): void {
+  /** Makes the job's next partition, for the caller to queue (it was counted in the backlog at submit). */
+  private makeNext(job: Job): Item {
     const partition = job.next++;
     const item: Item = {
       id: job.firstId + partition,
@@ -597,7 +597,7 @@ export class Engine {
     else job.liveHead = item;
     job.liveTail = item;
     this.items.set(item.id, item);
-    this.backlog.push(item);
+    return item;
   }
 
   /** The live item for an event, or undefined when the event is stale (cancelled, retried, lost). */
@@ -1168,10 +1168,15 @@ export class Engine {
     return Infinity;
   }
 
-  /** Takes an item off the backlog (still queued until it starts); the job's frontier leaving it makes the job's next partition take its place. */
+  /**
+   * Takes an item, the backlog's top, off the backlog (still queued until it starts); the job's
+   * frontier leaving it makes the job's next partition take its place, which is then the top (the
+   * job's other queued items, requeued ones, sort before the frontier): one short sift.
+   */
   private take(item: Item): void {
-    this.backlog.pop();
-    if (item.partition === item.job.next - 1 && item.job.next < item.job.spec.partitions) this.makeNext(item.job);
+    const job = item.job;
+    if (item.partition === job.next - 1 && job.next < job.spec.partitions) this.backlog.replaceTop(this.makeNext(job));
+    else this.backlog.pop();
   }
 
   /** An item taken off the backlog, its memory granted, starts preparation (a new attempt). */

@@ -56,6 +56,23 @@ export class KeyHeap<T extends KeyedNode> {
     return true;
   }
 
+  /**
+   * Pops the top of a heap that is not empty and pushes `node`, in one step: when `node` sorts near
+   * the top, as a job's next partition does where its previous one was the top, this costs one
+   * short sift down, not a pop's full sift down and a push's full sift up. Returns the old top.
+   */
+  replaceTop(node: T): T {
+    if (node.heapIndex !== -1) throw new Error('KeyHeap.replaceTop: node is already in a heap');
+    const items = this.items;
+    const top = items[0];
+    if (top === undefined) throw new Error('KeyHeap.replaceTop: the heap is empty');
+    top.heapIndex = -1;
+    items[0] = node;
+    node.heapIndex = 0;
+    this.down(0);
+    return top;
+  }
+
   private removeAt(i: number): void {
     const items = this.items;
     const node = items[i] as T;
