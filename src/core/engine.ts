@@ -1066,15 +1066,21 @@ export class Engine {
     let bestLoad = Infinity;
     for (let d = 0; d < this.workers.length; d++) {
       const c = s.devices[d] as DeviceCounters;
-      const runs = kind === null || !this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind);
+      // The cheap tests first: under load every worker is busy on most events, and then neither
+      // the pacer's limit (never above the live workers) nor the device's kinds need asking.
+      if (c.busy >= c.workers) continue;
+      const load = c.busy / c.workers;
+      if (!(load < bestLoad)) continue;
       const held = this.holding[d] as number;
       if (held >= 0 && kind !== null && held === kindIndex) continue;
+      const kinds = this.deviceKinds?.[d] ?? null;
+      if (kind !== null && kinds !== null && !kinds.has(kind)) continue;
       const limit = this.workerLimit ? this.workerLimit(d) : Infinity;
       // At least one worker, whatever the pacer says (NaN: no limit).
       const usable = limit >= 1 ? Math.min(c.workers, Math.floor(limit)) : Number.isNaN(limit) ? c.workers : 1;
-      if (runs && c.busy < usable && c.busy / c.workers < bestLoad) {
+      if (c.busy < usable) {
         best = d;
-        bestLoad = c.busy / c.workers;
+        bestLoad = load;
       }
     }
     return best;
