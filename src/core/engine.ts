@@ -3,7 +3,7 @@ import { StokerError } from './errors.js';
 import { IndexedHeap, type HeapNode } from './heap.js';
 import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot, ReadonlySnapshot } from './pacer.js';
 import { NumberMap } from './number-map.js';
-import { keyLess, MAX_PARTITIONS, PartitionQueue, type KeyedNode } from './queue.js';
+import { KeyHeap, MAX_PARTITIONS, type KeyedNode } from './queue.js';
 import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
 
 export interface DeviceSpec {
@@ -209,9 +209,14 @@ export class Engine {
   private itemSeq = 0;
   private readonly jobs = new Map<string, Job>();
   private readonly items = new NumberMap<Item>();
-  private readonly backlog = new PartitionQueue<Item>();
-  /** Prepared items in key order; they come from the backlog, whose keys are already checked unique. */
-  private readonly waitingQ = new IndexedHeap<Item>(keyLess);
+  /**
+   * Queued items in key order. Keys are unique by construction (a job's seq is its own, and each
+   * of its partitions is made once), so this is a bare heap, not a PartitionQueue: that one's
+   * table of keys, to refuse a duplicate, cost three look-ups per partition.
+   */
+  private readonly backlog = new KeyHeap<Item>();
+  /** Prepared items in key order. */
+  private readonly waitingQ = new KeyHeap<Item>();
   private readonly deadlines = new IndexedHeap<Job>((a, b) => a.spec.deadline < b.spec.deadline || (a.spec.deadline === b.spec.deadline && a.seq < b.seq));
   private readonly workers: Worker[][];
   /** Per device, the kinds it runs (null: every kind); null when no device names kinds. */
@@ -553,12 +558,12 @@ export class Engine {
       this.endJob(job, 'failed', 'E_OVERSIZE', `each partition needs ${reservation} bytes but the whole memory budget is ${this.budget.totalBytes} bytes: raise budgetBytes or split the job into smaller partitions`, out);
       return;
     }
-    this.makeNext(job);
+    this.backlog.push(this.makeNext(job));
     if (Number.isFinite(norm.deadline)) this.deadlines.push(job);
   }
 
-  /** Makes the job's next partition and queues it (it was counted in the backlog at submit). */
-  private makeNext(job: Job): void {
+  /** Makes the job's next partition, for the caller to queue (it was counted in the backlog at submit). */
+  private makeNext(job: Job): Item {
     const partition = job.next++;
     const item: Item = {
       id: job.firstId + partition,
@@ -592,7 +597,7 @@ export class Engine {
     else job.liveHead = item;
     job.liveTail = item;
     this.items.set(item.id, item);
-    this.backlog.push(item);
+    return item;
   }
 
   /** The live item for an event, or undefined when the event is stale (cancelled, retried, lost). */
@@ -1061,15 +1066,21 @@ export class Engine {
     let bestLoad = Infinity;
     for (let d = 0; d < this.workers.length; d++) {
       const c = s.devices[d] as DeviceCounters;
-      const runs = kind === null || !this.deviceKinds || (this.deviceKinds[d] ?? null) === null || (this.deviceKinds[d] as ReadonlySet<string>).has(kind);
+      // The cheap tests first: under load every worker is busy on most events, and then neither
+      // the pacer's limit (never above the live workers) nor the device's kinds need asking.
+      if (c.busy >= c.workers) continue;
+      const load = c.busy / c.workers;
+      if (!(load < bestLoad)) continue;
       const held = this.holding[d] as number;
       if (held >= 0 && kind !== null && held === kindIndex) continue;
+      const kinds = this.deviceKinds?.[d] ?? null;
+      if (kind !== null && kinds !== null && !kinds.has(kind)) continue;
       const limit = this.workerLimit ? this.workerLimit(d) : Infinity;
       // At least one worker, whatever the pacer says (NaN: no limit).
       const usable = limit >= 1 ? Math.min(c.workers, Math.floor(limit)) : Number.isNaN(limit) ? c.workers : 1;
-      if (runs && c.busy < usable && c.busy / c.workers < bestLoad) {
+      if (c.busy < usable) {
         best = d;
-        bestLoad = c.busy / c.workers;
+        bestLoad = load;
       }
     }
     return best;
@@ -1163,10 +1174,15 @@ export class Engine {
     return Infinity;
   }
 
-  /** Takes an item off the backlog (still queued until it starts); the job's frontier leaving it makes the job's next partition take its place. */
+  /**
+   * Takes an item, the backlog's top, off the backlog (still queued until it starts); the job's
+   * frontier leaving it makes the job's next partition take its place, which is then the top (the
+   * job's other queued items, requeued ones, sort before the frontier): one short sift.
+   */
   private take(item: Item): void {
-    this.backlog.pop();
-    if (item.partition === item.job.next - 1 && item.job.next < item.job.spec.partitions) this.makeNext(item.job);
+    const job = item.job;
+    if (item.partition === job.next - 1 && job.next < job.spec.partitions) this.backlog.replaceTop(this.makeNext(job));
+    else this.backlog.pop();
   }
 
   /** An item taken off the backlog, its memory granted, starts preparation (a new attempt). */
