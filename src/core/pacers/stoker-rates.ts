@@ -59,7 +59,9 @@ export class KindPlan {
     }
     let items = 0;
     for (let k = 0; k < s.kinds.length; k++) {
-      const total = (s.kinds[k] as ReadonlySnapshot['kinds'][number]).completions.reduce((a, b) => a + b, 0);
+      const completions = (s.kinds[k] as ReadonlySnapshot['kinds'][number]).completions;
+      let total = 0;
+      for (let i = 0; i < completions.length; i++) total += completions[i] as number;
       const done = total - (this.seen[k] ?? 0);
       this.seen[k] = total;
       const rate = this.rates[k] as number;

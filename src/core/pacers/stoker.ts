@@ -1,6 +1,6 @@
 import { StokerError } from '../errors.js';
 import { numberOption, type Pacer, type PacerMode, type ReadonlySnapshot, type PacerState } from '../pacer.js';
-import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, plannedWorkers, NOISE_SAMPLES, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, TAIL_Z, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
+import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, plannedWorkers, NOISE_SAMPLES, QUIET_CV2, samplesWeight, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, TAIL_Z, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 import { PrepareLimit, type PacerView } from './stoker-limiter.js';
 import { KindPlan } from './stoker-rates.js';
 import { STOKER_DEFAULTS, type StokerPacerOptions } from './stoker-options.js';
@@ -360,9 +360,9 @@ class StokerPacer implements Pacer {
     if (!starved) {
       const clip = NOISE_Z * NOISE_Z * Math.max(svc.variance, NOISE_FLOOR * NOISE_FLOOR);
       svc.variance += VARIANCE_WEIGHT * (Math.min(dev * dev * dk, clip) - svc.variance);
-      svc.varianceSlow += (1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dk)) * (Math.min(dev * dev * dk, clip) - svc.varianceSlow);
+      svc.varianceSlow += samplesWeight(SLOW_VARIANCE_WEIGHT, dk) * (Math.min(dev * dev * dk, clip) - svc.varianceSlow);
     }
-    svc.serviceMs += (1 - Math.pow(1 - weight, dk)) * (sample - svc.serviceMs);
+    svc.serviceMs += samplesWeight(weight, dk) * (sample - svc.serviceMs);
   }
 
   /**
@@ -381,7 +381,7 @@ class StokerPacer implements Pacer {
       svc.varianceTail = n > 1 ? svc.firstM2 / (n - 1) / (svc.firstMean * svc.firstMean) : 0;
       return;
     }
-    const weight = Math.max(1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dk), dk / svc.samples);
+    const weight = Math.max(samplesWeight(SLOW_VARIANCE_WEIGHT, dk), dk / svc.samples);
     const clip = TAIL_Z * TAIL_Z * Math.max(svc.varianceTail, SKEWED_CV2);
     svc.varianceTail += weight * (Math.min(dev * dev * dk, clip) - svc.varianceTail);
   }
@@ -410,7 +410,7 @@ class StokerPacer implements Pacer {
     const sampleConcurrency = (s.prepareConcurrencyTotal - this.prepConcurrency) / dp;
     // Per sample, not per second (an idle hour says nothing new about latency), and never less
     // than a running mean's weight while few samples exist.
-    const ema = 1 - Math.pow(1 - this.latencyW, dp);
+    const ema = samplesWeight(this.latencyW, dp);
     const w = this.latencyPrior ? ema : Math.max(ema, dp / s.prepareCompletions);
     // While a pipeline fills (two latencies from the start of a busy period) the quick
     // preparations finish first: a shorter sample then is survivorship, not news.
