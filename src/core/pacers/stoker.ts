@@ -95,6 +95,15 @@ class StokerPacer implements Pacer {
   /** The devices' completions per ms, smoothed over occupancyTauMs (in items of the plan's kind). */
   private drained = 0;
 
+  // The plan recompute made at `plannedAt` (NaN: none) besides the inventory target: the feed-forward
+  // rate, the time the inventory error is closed over (ms), the inventory under which the head start
+  // holds, and the rate cap past it. A dispatch moves only the inventory: at that instant they stand (rerate).
+  private plannedAt = NaN;
+  private feedForward = 0;
+  private fillMs = 0;
+  private head = 0;
+  private cruiseRate = 0;
+
   /** The preparation limiter (stoker-limiter.ts), and what it reads of this pacer (updated before each call). */
   private readonly limit: PrepareLimit;
   private readonly view: PacerView = { lambda: 0, draining: 0, latency: 0, latencySq: 0, latencyConcurrency: 0, busySince: NaN, busyFromCompletions: 0, target: 0 };
@@ -229,7 +238,8 @@ class StokerPacer implements Pacer {
       return;
     }
     this.credit -= 1;
-    this.recompute(s);
+    if (s.now === this.plannedAt) this.rerate(s);
+    else this.recompute(s);
   }
 
   state(): PacerState {
@@ -450,17 +460,16 @@ class StokerPacer implements Pacer {
     }
   }
 
-  /** The dispatch rate u for the current inventory. */
+  /** The plan from the estimates (the inventory target, the feed-forward, the caps), and the dispatch rate u for the current inventory. */
   private recompute(s: ReadonlySnapshot): void {
     const lambda = this.plan.lambda;
     if (!(lambda > 0)) {
       this.rate = 0;
+      this.plannedAt = NaN;
       return;
     }
     // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
     const lat = this.latency > 0 ? this.latency : Number.isFinite(this.busySince) ? s.now - this.busySince : 0;
-    // Items of other kinds count by their device time, in items of the next kind (λ ÷ λ_k each).
-    const inventory = this.plan.inventory(s);
     // On the devices: an item per worker, a full batch per worker where they batch.
     let onDevices = 0;
     for (let i = 0; i < this.devices.length; i++) {
@@ -481,13 +490,24 @@ class StokerPacer implements Pacer {
     // The feed-forward: λ; with a skewed device, what they drain. Its λ is the least known of the
     // plan (on heavy-tail-service, from the first samples, 1.3–3.4× the truth) and a starved device
     // drains less: fed at λ the surplus on top of the gap's own fill arrives a latency later.
-    const u = (stock > 0 ? drain : lambda) + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
+    this.feedForward = stock > 0 ? drain : lambda;
+    this.fillMs = Math.max(1000, this.fillFraction * lat);
     // The head start (at up to 4λ): none with a skewed device. It multiplies the error of a λ read
     // from a few samples by 4 — the over-fill it sent on heavy-tail-service arrived one latency
     // later and took minutes to drain (the waiting spread 14.4 → 13.2 without it, the device busy
     // 0.9987 → 0.9972); the stock fills at drain + catchUp · λ instead.
-    const head = this.headStart * this.spread * lambda;
-    this.maxRate = inventory < head && stock === 0 ? 4 * lambda : Math.max(lambda, drain + this.catchUp * lambda);
+    this.head = this.headStart * this.spread * lambda;
+    this.cruiseRate = Math.max(lambda, drain + this.catchUp * lambda);
+    this.plannedAt = s.now;
+    this.rerate(s);
+  }
+
+  /** The dispatch rate u for the current inventory, on the plan recompute made. */
+  private rerate(s: ReadonlySnapshot): void {
+    // Items of other kinds count by their device time, in items of the next kind (λ ÷ λ_k each).
+    const inventory = this.plan.inventory(s);
+    const u = this.feedForward + (this.inventoryTarget - inventory) / this.fillMs;
+    this.maxRate = inventory < this.head && this.plan.stock === 0 ? 4 * this.plan.lambda : this.cruiseRate;
     this.rate = Math.min(Math.max(u, 0), this.maxRate);
   }
 }
