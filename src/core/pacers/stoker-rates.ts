@@ -17,7 +17,9 @@ export class KindPlan {
   draining = 0;
   /** The items the devices hold when every worker runs (full batches where they batch), and the waiting target in items. */
   deviceItems = 0;
-  waitTarget: number;
+  // (Initialised here, not only in the constructor: a field that starts undefined holds its
+  // numbers boxed, and this one is written on every event.)
+  waitTarget = 0;
   /** Whether the kinds run on different devices (kindsApart), for how many kinds that was worked out. */
   private apart = false;
   private apartFor = -1;

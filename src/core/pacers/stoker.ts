@@ -66,7 +66,9 @@ class StokerPacer implements Pacer {
   /** Smoothed preparation latency, ms (0 until measured), and its second moment, ms². */
   private latency = 0;
   private latencySq = 0;
-  private waitingAvg: number;
+  // (Initialised here, not only in the constructor: a field that starts undefined holds its
+  // numbers boxed, and this one is written on every event.)
+  private waitingAvg = 0;
   /** Whether any service time is known (measured or prior). */
   private hasEstimate: boolean;
 
