@@ -199,6 +199,15 @@ export interface BatchFit {
   b: number;
 }
 
+/**
+ * The weight n samples take together in an estimate that gives each `weight`: 1 − (1 − weight)ⁿ.
+ * (Most events bring one sample, and x¹ is x exactly: that case needs no Math.pow.)
+ */
+export function samplesWeight(weight: number, n: number): number {
+  const keep = 1 - weight;
+  return 1 - (n === 1 ? keep : Math.pow(keep, n));
+}
+
 export function newFit(c: ReadonlySnapshot['devices'][number]): BatchFit {
   const b = c.batch as NonNullable<typeof c.batch>;
   return { maxItems: b.maxItems, bins: [], batches: b.batches, items: b.items, busyMs: c.busyMs, a: NaN, b: NaN };

@@ -17,7 +17,9 @@ export class KindPlan {
   draining = 0;
   /** The items the devices hold when every worker runs (full batches where they batch), and the waiting target in items. */
   deviceItems = 0;
-  waitTarget: number;
+  // (Initialised here, not only in the constructor: a field that starts undefined holds its
+  // numbers boxed, and this one is written on every event.)
+  waitTarget = 0;
   /** Whether the kinds run on different devices (kindsApart), for how many kinds that was worked out. */
   private apart = false;
   private apartFor = -1;
@@ -59,7 +61,9 @@ export class KindPlan {
     }
     let items = 0;
     for (let k = 0; k < s.kinds.length; k++) {
-      const total = (s.kinds[k] as ReadonlySnapshot['kinds'][number]).completions.reduce((a, b) => a + b, 0);
+      const completions = (s.kinds[k] as ReadonlySnapshot['kinds'][number]).completions;
+      let total = 0;
+      for (let i = 0; i < completions.length; i++) total += completions[i] as number;
       const done = total - (this.seen[k] ?? 0);
       this.seen[k] = total;
       const rate = this.rates[k] as number;

@@ -1,6 +1,6 @@
 import { StokerError } from '../errors.js';
 import { numberOption, type Pacer, type PacerMode, type ReadonlySnapshot, type PacerState } from '../pacer.js';
-import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, plannedWorkers, NOISE_SAMPLES, QUIET_CV2, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, TAIL_Z, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
+import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, plannedWorkers, NOISE_SAMPLES, QUIET_CV2, samplesWeight, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, TAIL_Z, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 import { PrepareLimit, type PacerView } from './stoker-limiter.js';
 import { KindPlan } from './stoker-rates.js';
 import { STOKER_DEFAULTS, type StokerPacerOptions } from './stoker-options.js';
@@ -66,7 +66,9 @@ class StokerPacer implements Pacer {
   /** Smoothed preparation latency, ms (0 until measured), and its second moment, ms². */
   private latency = 0;
   private latencySq = 0;
-  private waitingAvg: number;
+  // (Initialised here, not only in the constructor: a field that starts undefined holds its
+  // numbers boxed, and this one is written on every event.)
+  private waitingAvg = 0;
   /** Whether any service time is known (measured or prior). */
   private hasEstimate: boolean;
 
@@ -94,6 +96,15 @@ class StokerPacer implements Pacer {
   private margin = 0;
   /** The devices' completions per ms, smoothed over occupancyTauMs (in items of the plan's kind). */
   private drained = 0;
+
+  // The plan recompute made at `plannedAt` (NaN: none) besides the inventory target: the feed-forward
+  // rate, the time the inventory error is closed over (ms), the inventory under which the head start
+  // holds, and the rate cap past it. A dispatch moves only the inventory: at that instant they stand (rerate).
+  private plannedAt = NaN;
+  private feedForward = 0;
+  private fillMs = 0;
+  private head = 0;
+  private cruiseRate = 0;
 
   /** The preparation limiter (stoker-limiter.ts), and what it reads of this pacer (updated before each call). */
   private readonly limit: PrepareLimit;
@@ -229,7 +240,8 @@ class StokerPacer implements Pacer {
       return;
     }
     this.credit -= 1;
-    this.recompute(s);
+    if (s.now === this.plannedAt) this.rerate(s);
+    else this.recompute(s);
   }
 
   state(): PacerState {
@@ -360,9 +372,9 @@ class StokerPacer implements Pacer {
     if (!starved) {
       const clip = NOISE_Z * NOISE_Z * Math.max(svc.variance, NOISE_FLOOR * NOISE_FLOOR);
       svc.variance += VARIANCE_WEIGHT * (Math.min(dev * dev * dk, clip) - svc.variance);
-      svc.varianceSlow += (1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dk)) * (Math.min(dev * dev * dk, clip) - svc.varianceSlow);
+      svc.varianceSlow += samplesWeight(SLOW_VARIANCE_WEIGHT, dk) * (Math.min(dev * dev * dk, clip) - svc.varianceSlow);
     }
-    svc.serviceMs += (1 - Math.pow(1 - weight, dk)) * (sample - svc.serviceMs);
+    svc.serviceMs += samplesWeight(weight, dk) * (sample - svc.serviceMs);
   }
 
   /**
@@ -381,7 +393,7 @@ class StokerPacer implements Pacer {
       svc.varianceTail = n > 1 ? svc.firstM2 / (n - 1) / (svc.firstMean * svc.firstMean) : 0;
       return;
     }
-    const weight = Math.max(1 - Math.pow(1 - SLOW_VARIANCE_WEIGHT, dk), dk / svc.samples);
+    const weight = Math.max(samplesWeight(SLOW_VARIANCE_WEIGHT, dk), dk / svc.samples);
     const clip = TAIL_Z * TAIL_Z * Math.max(svc.varianceTail, SKEWED_CV2);
     svc.varianceTail += weight * (Math.min(dev * dev * dk, clip) - svc.varianceTail);
   }
@@ -410,7 +422,7 @@ class StokerPacer implements Pacer {
     const sampleConcurrency = (s.prepareConcurrencyTotal - this.prepConcurrency) / dp;
     // Per sample, not per second (an idle hour says nothing new about latency), and never less
     // than a running mean's weight while few samples exist.
-    const ema = 1 - Math.pow(1 - this.latencyW, dp);
+    const ema = samplesWeight(this.latencyW, dp);
     const w = this.latencyPrior ? ema : Math.max(ema, dp / s.prepareCompletions);
     // While a pipeline fills (two latencies from the start of a busy period) the quick
     // preparations finish first: a shorter sample then is survivorship, not news.
@@ -450,17 +462,16 @@ class StokerPacer implements Pacer {
     }
   }
 
-  /** The dispatch rate u for the current inventory. */
+  /** The plan from the estimates (the inventory target, the feed-forward, the caps), and the dispatch rate u for the current inventory. */
   private recompute(s: ReadonlySnapshot): void {
     const lambda = this.plan.lambda;
     if (!(lambda > 0)) {
       this.rate = 0;
+      this.plannedAt = NaN;
       return;
     }
     // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
     const lat = this.latency > 0 ? this.latency : Number.isFinite(this.busySince) ? s.now - this.busySince : 0;
-    // Items of other kinds count by their device time, in items of the next kind (λ ÷ λ_k each).
-    const inventory = this.plan.inventory(s);
     // On the devices: an item per worker, a full batch per worker where they batch.
     let onDevices = 0;
     for (let i = 0; i < this.devices.length; i++) {
@@ -481,13 +492,24 @@ class StokerPacer implements Pacer {
     // The feed-forward: λ; with a skewed device, what they drain. Its λ is the least known of the
     // plan (on heavy-tail-service, from the first samples, 1.3–3.4× the truth) and a starved device
     // drains less: fed at λ the surplus on top of the gap's own fill arrives a latency later.
-    const u = (stock > 0 ? drain : lambda) + (this.inventoryTarget - inventory) / Math.max(1000, this.fillFraction * lat);
+    this.feedForward = stock > 0 ? drain : lambda;
+    this.fillMs = Math.max(1000, this.fillFraction * lat);
     // The head start (at up to 4λ): none with a skewed device. It multiplies the error of a λ read
     // from a few samples by 4 — the over-fill it sent on heavy-tail-service arrived one latency
     // later and took minutes to drain (the waiting spread 14.4 → 13.2 without it, the device busy
     // 0.9987 → 0.9972); the stock fills at drain + catchUp · λ instead.
-    const head = this.headStart * this.spread * lambda;
-    this.maxRate = inventory < head && stock === 0 ? 4 * lambda : Math.max(lambda, drain + this.catchUp * lambda);
+    this.head = this.headStart * this.spread * lambda;
+    this.cruiseRate = Math.max(lambda, drain + this.catchUp * lambda);
+    this.plannedAt = s.now;
+    this.rerate(s);
+  }
+
+  /** The dispatch rate u for the current inventory, on the plan recompute made. */
+  private rerate(s: ReadonlySnapshot): void {
+    // Items of other kinds count by their device time, in items of the next kind (λ ÷ λ_k each).
+    const inventory = this.plan.inventory(s);
+    const u = this.feedForward + (this.inventoryTarget - inventory) / this.fillMs;
+    this.maxRate = inventory < this.head && this.plan.stock === 0 ? 4 * this.plan.lambda : this.cruiseRate;
     this.rate = Math.min(Math.max(u, 0), this.maxRate);
   }
 }
