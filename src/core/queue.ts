@@ -1,4 +1,4 @@
-import type { HeapNode } from './heap.js';
+import { BinaryHeap, type HeapNode } from './heap.js';
 import { StokerError } from './errors.js';
 import { NumberMap } from './number-map.js';
 
@@ -18,107 +18,10 @@ export function keyLess(a: KeyedNode, b: KeyedNode): boolean {
   return a.partition < b.partition;
 }
 
-/**
- * A binary min-heap of keyed nodes in {@link keyLess} order: {@link IndexedHeap}'s algorithm with
- * the comparison written in. IndexedHeap calls its comparator through a field, and the engine's
- * queues, its deadlines and the simulator's events share that call site, so the call is never
- * inlined; here it is, which saves instructions on every push and pop of a partition.
- */
-export class KeyHeap<T extends KeyedNode> {
-  private readonly items: T[] = [];
-
-  get size(): number {
-    return this.items.length;
-  }
-
-  peek(): T | undefined {
-    return this.items[0];
-  }
-
-  push(node: T): void {
-    if (node.heapIndex !== -1) throw new Error('KeyHeap.push: node is already in a heap');
-    node.heapIndex = this.items.length;
-    this.items.push(node);
-    this.up(node.heapIndex);
-  }
-
-  pop(): T | undefined {
-    const top = this.items[0];
-    if (top !== undefined) this.removeAt(0);
-    return top;
-  }
-
-  /** Removes `node` if it is in this heap; returns whether it was. */
-  remove(node: T): boolean {
-    const i = node.heapIndex;
-    if (i < 0 || this.items[i] !== node) return false;
-    this.removeAt(i);
-    return true;
-  }
-
-  /**
-   * Pops the top of a heap that is not empty and pushes `node`, in one step: when `node` sorts near
-   * the top, as a job's next partition does where its previous one was the top, this costs one
-   * short sift down, not a pop's full sift down and a push's full sift up. Returns the old top.
-   */
-  replaceTop(node: T): T {
-    if (node.heapIndex !== -1) throw new Error('KeyHeap.replaceTop: node is already in a heap');
-    const items = this.items;
-    const top = items[0];
-    if (top === undefined) throw new Error('KeyHeap.replaceTop: the heap is empty');
-    top.heapIndex = -1;
-    items[0] = node;
-    node.heapIndex = 0;
-    this.down(0);
-    return top;
-  }
-
-  private removeAt(i: number): void {
-    const items = this.items;
-    const node = items[i] as T;
-    const last = items.pop() as T;
-    node.heapIndex = -1;
-    if (last !== node) {
-      items[i] = last;
-      last.heapIndex = i;
-      this.down(i);
-      this.up(last.heapIndex);
-    }
-  }
-
-  private up(i: number): void {
-    const items = this.items;
-    const node = items[i] as T;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      const parent = items[p] as T;
-      if (!keyLess(node, parent)) break;
-      items[i] = parent;
-      parent.heapIndex = i;
-      i = p;
-    }
-    items[i] = node;
-    node.heapIndex = i;
-  }
-
-  private down(i: number): void {
-    const items = this.items;
-    const n = items.length;
-    const node = items[i] as T;
-    for (;;) {
-      const l = 2 * i + 1;
-      if (l >= n) break;
-      const r = l + 1;
-      let c = l;
-      if (r < n && keyLess(items[r] as T, items[l] as T)) c = r;
-      const child = items[c] as T;
-      if (!keyLess(child, node)) break;
-      items[i] = child;
-      child.heapIndex = i;
-      i = c;
-    }
-    items[i] = node;
-    node.heapIndex = i;
+/** Partitions in {@link keyLess} order. */
+export class KeyHeap<T extends KeyedNode> extends BinaryHeap<T> {
+  protected less(a: T, b: T): boolean {
+    return keyLess(a, b);
   }
 }
 

@@ -1,3 +1,5 @@
+import { BinaryHeap, type HeapNode } from '../core/index.js';
+
 /**
  * Kinds of events in the simulator's heap. Arrivals and scenario events are already sorted and
  * are read from cursors, and the engine's single timer is a variable, so the heap holds only the
@@ -9,7 +11,7 @@ export const DEV = 2;
 export const PREP_BATCH = 3;
 
 /** An event in flight: a preparation's end (`a` its item, `b` attempt × 2 + failed) or a device worker's (`a` device, `b` worker). */
-export class SimEvent {
+export class SimEvent implements HeapNode {
   /** Its place in the queue's heap; −1 while in none. */
   heapIndex = -1;
   // Numbers from the start, not parameter properties: those are first defined as undefined (ES2022
@@ -29,18 +31,19 @@ export class SimEvent {
   }
 }
 
-/** Whether x comes before y: by time, ties by sequence number. */
-function before(x: SimEvent, y: SimEvent): boolean {
-  return x.time < y.time || (x.time === y.time && x.seq < y.seq);
+/** Events by time, ties by sequence number. */
+class EventHeap extends BinaryHeap<SimEvent> {
+  protected less(x: SimEvent, y: SimEvent): boolean {
+    return x.time < y.time || (x.time === y.time && x.seq < y.seq);
+  }
 }
 
 /**
  * The events in flight, by time; ties by a sequence number given at each (re)scheduling, so the
- * order is deterministic (a total order: the pops do not depend on the heap's layout). A binary
- * heap of its own rather than the core's generic one: the comparison inlined is most of a pop.
+ * order is deterministic (a total order: the pops do not depend on the heap's layout).
  */
 export class EventQueue {
-  private readonly heap: SimEvent[] = [];
+  private readonly heap = new EventHeap();
   private seq = 0;
 
   push(time: number, kind: number, a = 0, b = 0): SimEvent {
@@ -54,89 +57,28 @@ export class EventQueue {
     if (ev.heapIndex !== -1) throw new Error('EventQueue.schedule: the event is already pending');
     ev.time = time;
     ev.seq = this.seq++;
-    const i = this.heap.length;
     this.heap.push(ev);
-    this.up(ev, i);
   }
 
   /** Moves an event to `time` (a fresh sequence number keeps ties deterministic): unchanged when it is pending there already, scheduled when not pending. */
   move(ev: SimEvent, time: number): void {
     if (ev.heapIndex < 0) return this.schedule(ev, time);
     if (ev.time === time) return;
-    const later = time > ev.time;
     ev.time = time;
     ev.seq = this.seq++;
-    // Later (or, at the same time, a larger sequence number) can only sink; earlier only rise.
-    if (later) this.down(ev, ev.heapIndex);
-    else this.up(ev, ev.heapIndex);
+    this.heap.update(ev);
   }
 
   /** Takes a pending event out; false when it was not pending. */
   remove(ev: SimEvent): boolean {
-    const i = ev.heapIndex;
-    if (i < 0 || this.heap[i] !== ev) return false;
-    this.removeAt(i);
-    return true;
+    return this.heap.remove(ev);
   }
 
   peek(): SimEvent | undefined {
-    return this.heap[0];
+    return this.heap.peek();
   }
 
   pop(): SimEvent | undefined {
-    const top = this.heap[0];
-    if (top !== undefined) this.removeAt(0);
-    return top;
-  }
-
-  private removeAt(i: number): void {
-    const heap = this.heap;
-    const ev = heap[i] as SimEvent;
-    const last = heap.pop() as SimEvent;
-    ev.heapIndex = -1;
-    if (last === ev) return;
-    // The last event takes the hole: it sinks from there, or rises when it came before the hole's parent.
-    if (i > 0 && before(last, heap[(i - 1) >> 1] as SimEvent)) this.up(last, i);
-    else this.down(last, i);
-  }
-
-  /** Places `ev` at hole `i` or above. */
-  private up(ev: SimEvent, i: number): void {
-    const heap = this.heap;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      const parent = heap[p] as SimEvent;
-      if (!before(ev, parent)) break;
-      heap[i] = parent;
-      parent.heapIndex = i;
-      i = p;
-    }
-    heap[i] = ev;
-    ev.heapIndex = i;
-  }
-
-  /** Places `ev` at hole `i` or below. */
-  private down(ev: SimEvent, i: number): void {
-    const heap = this.heap;
-    const n = heap.length;
-    for (;;) {
-      const l = 2 * i + 1;
-      if (l >= n) break;
-      let c = l;
-      let child = heap[l] as SimEvent;
-      if (l + 1 < n) {
-        const right = heap[l + 1] as SimEvent;
-        if (before(right, child)) {
-          c = l + 1;
-          child = right;
-        }
-      }
-      if (!before(child, ev)) break;
-      heap[i] = child;
-      child.heapIndex = i;
-      i = c;
-    }
-    heap[i] = ev;
-    ev.heapIndex = i;
+    return this.heap.pop();
   }
 }
