@@ -57,7 +57,7 @@ export function buildDevices(s: Scenario): SimDevice[] {
     busy: 0,
     lastUpdate: 0,
     dirty: false,
-    workers: Array.from({ length: g.workers }, (_, wi) => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: new SimEvent(0, 0, DEV, d, wi), batch: -1, batchItems: [], batchFailed: [] })),
+    workers: Array.from({ length: g.workers }, (_, wi) => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: new SimEvent(DEV, d, wi), batch: -1, batchItems: [], batchFailed: [] })),
   }));
 }
 

@@ -16,15 +16,14 @@ export class SimEvent implements HeapNode {
   heapIndex = -1;
   // Numbers from the start, not parameter properties: those are first defined as undefined (ES2022
   // class fields), after which V8 stores every new `time` as a freshly allocated heap number.
+  /** When it happens, and its tie-breaking sequence number (both given by the queue at each scheduling). */
   time = 0;
   seq = 0;
   readonly kind: number = 0;
   readonly a: number = 0;
   b = 0;
 
-  constructor(time: number, seq: number, kind: number, a: number, b: number) {
-    this.time = time;
-    this.seq = seq;
+  constructor(kind: number, a: number, b: number) {
     this.kind = kind;
     this.a = a;
     this.b = b;
@@ -47,7 +46,7 @@ export class EventQueue {
   private seq = 0;
 
   push(time: number, kind: number, a = 0, b = 0): SimEvent {
-    const ev = new SimEvent(time, 0, kind, a, b);
+    const ev = new SimEvent(kind, a, b);
     this.schedule(ev, time);
     return ev;
   }

@@ -366,6 +366,11 @@ class Simulation {
       it.prepEv.b = b;
       this.events.schedule(it.prepEv, now + latency);
     } else it.prepEv = this.events.push(now + latency, PREP, c.item.id, b);
+    this.markStarted(it, now);
+  }
+
+  /** Notes the first preparation start of the item's planned job. */
+  private markStarted(it: SimItem, now: number): void {
     if (Number.isNaN(this.startedAt[it.jobIndex])) this.startedAt[it.jobIndex] = now;
   }
 
@@ -381,7 +386,7 @@ class Simulation {
       base += sampleMs(kind.prepare, it.rng);
       if ((kind.prepareFailure > 0 && it.rng.uniform() < kind.prepareFailure) || it.failPrepare) failed.push(view.id);
       live.push(view.id);
-      if (Number.isNaN(this.startedAt[it.jobIndex])) this.startedAt[it.jobIndex] = this.now;
+      this.markStarted(it, this.now);
     }
     const carrier: SimItem = { ...first, prepEv: null };
     const latency = this.prep.start(carrier, base, this.now);
