@@ -31,6 +31,8 @@ interface Obs {
   latencySq?: number;
   /** The mean number preparing while the preparations behind the latency estimate ran (default 8: measured early in the fill). */
   concurrency?: number;
+  /** The samples the latency estimate weighs (default 2 ÷ 0.03 − 1: a full smoothing window). */
+  samples?: number;
   lambda?: number;
   draining?: number;
   busySince?: number;
@@ -39,14 +41,14 @@ interface Obs {
 function observe(l: PrepareLimit, o: Obs): number {
   const preparing = o.preparing ?? 80;
   const latency = o.latency ?? 160;
-  const view: PacerView = { lambda: o.lambda ?? 1, draining: o.draining ?? 0.5, latency, latencySq: o.latencySq ?? latency * latency, latencyConcurrency: o.concurrency ?? 8, busySince: o.busySince ?? BUSY, busyFromCompletions: FROM, target: 2 };
+  const view: PacerView = { lambda: o.lambda ?? 1, draining: o.draining ?? 0.5, latency, latencySq: o.latencySq ?? latency * latency, latencyConcurrency: o.concurrency ?? 8, latencySamples: o.samples ?? 2 / 0.03 - 1, busySince: o.busySince ?? BUSY, busyFromCompletions: FROM, target: 2 };
   l.update(snapshot({ now: o.now, backlog: o.backlog ?? 50, preparing, prepareCompletions: FROM + (o.measured ?? 8), preparingStartMsTotal: preparing * (o.now - (o.age ?? 400)) }), view);
   return l.cap;
 }
 
 /** An observation of an empty pipeline: nothing queued, preparing, waiting or on a device. */
 function idle(l: PrepareLimit, now: number): number {
-  l.update(snapshot({ now, prepareCompletions: 500 }), { lambda: 1, draining: 0, latency: 160, latencySq: 160 * 160, latencyConcurrency: 20, busySince: NaN, busyFromCompletions: 500, target: 2 });
+  l.update(snapshot({ now, prepareCompletions: 500 }), { lambda: 1, draining: 0, latency: 160, latencySq: 160 * 160, latencyConcurrency: 20, latencySamples: 2 / 0.03 - 1, busySince: NaN, busyFromCompletions: 500, target: 2 });
   return l.cap;
 }
 
@@ -95,14 +97,14 @@ class Pipe {
   see(preparing: number, draining = 0.5, over: Partial<PacerSnapshot> = {}): number {
     this.l.update(
       snapshot({ now: this.now, backlog: 50, preparing, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs, prepareLatencySqTotal: this.latencySqMs, preparingStartMsTotal: preparing * (this.now - 50), ...over }),
-      { lambda: 1, draining, latency: 100, latencySq: 100 * 100, latencyConcurrency: 20, busySince: 0, busyFromCompletions: 0, target: 2 },
+      { lambda: 1, draining, latency: 100, latencySq: 100 * 100, latencyConcurrency: 20, latencySamples: 2 / 0.03 - 1, busySince: 0, busyFromCompletions: 0, target: 2 },
     );
     return this.l.cap;
   }
 
   idle(): number {
     this.now += 10;
-    this.l.update(snapshot({ now: this.now, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs }), { lambda: 1, draining: 0, latency: 100, latencySq: 100 * 100, latencyConcurrency: 20, busySince: NaN, busyFromCompletions: this.done, target: 2 });
+    this.l.update(snapshot({ now: this.now, prepareCompletions: this.done, preparingMsTotal: this.preparingMs, prepareLatencyMsTotal: this.latencyMs }), { lambda: 1, draining: 0, latency: 100, latencySq: 100 * 100, latencyConcurrency: 20, latencySamples: 2 / 0.03 - 1, busySince: NaN, busyFromCompletions: this.done, target: 2 });
     return this.l.cap;
   }
 
@@ -314,6 +316,29 @@ describe('PrepareLimit: taking over', () => {
     // E[L²] = 0.75 × 160² = 19200: cv² = −0.25 counts as 0 (steady age 60, ages 400 > 90: overdue).
     // Implied 800 ms: cap 10 (not ⌊80 × 100 ÷ 1066.7⌋ = 7).
     expect(overdueRun(filled(), { latencySq: 19200 })).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('where latencies spread, the latency line is at least 1 + FLOOR_Z (4) standard errors of the estimate above the floor', () => {
+    // cv² = 1 (E[L²] = 2 × 160²), 16 samples: 1 + 4 × √(1 ÷ 16) = 2 × the floor. The ages (380,
+    // under 3.9 × 100) are overdue (> 1.5 × 2 × 160² ÷ 320 = 240), but 160 < 200: no take-over.
+    expect(overdueRun(filled(), { latencySq: 2 * 160 * 160, samples: 16, age: 380 })).toEqual([Infinity, Infinity, Infinity]);
+    // 200 = 2 × the floor: it takes over half a latency on (100 ms); the ages imply 2 × 380 ÷ 2 =
+    // 380 ms: ⌊80 × 100 ÷ 380⌋ = 21.
+    expect(overdueRun(filled(), { latency: 200, latencySq: 2 * 200 * 200, samples: 16, age: 380 }, [2000, 2099, 2100])).toEqual([Infinity, Infinity, 21]);
+    // With a full window's samples (65.7) the line is 1 + 4 × √(1 ÷ 65.7) = 1.49 × the floor: 160 is over it.
+    expect(overdueRun(filled(), { latencySq: 2 * 160 * 160, age: 380 })).toEqual([Infinity, Infinity, 21]);
+  });
+
+  it('where latencies spread, the ages line scales with a steady pipeline’s mean age, E[L](1 + cv²) ÷ 2, where that is over E[L]', () => {
+    // cv² = 3 (E[L²] = 4 × 160²): AGES_ALONE × 2 = 7.8 × the floor. 7 measured (too few for the
+    // latency line): ages 391 no longer take over alone; 780 do not either, 781 do (overdue: over
+    // 1.5 × 4 × 160² ÷ 320 = 480). They imply 2 × 781 ÷ 4 = 390.5 ms: ⌊80 × 100 ÷ 390.5⌋ = 20.
+    const spread = { measured: 7, latencySq: 4 * 160 * 160 };
+    expect(overdueRun(filled({ measured: 4 }), { ...spread, age: 391 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(filled({ measured: 4 }), { ...spread, age: 780 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(filled({ measured: 4 }), { ...spread, age: 781 })).toEqual([Infinity, Infinity, 20]);
+    // cv² = 0.5: (1 + 0.5) ÷ 2 < 1, the line stays 3.9 × the floor (391 take over; they imply 2 × 391 ÷ 1.5 = 521.3 ms: ⌊15.3⌋ = 15).
+    expect(overdueRun(filled({ measured: 4 }), { measured: 7, latencySq: 1.5 * 160 * 160, age: 391 })).toEqual([Infinity, Infinity, 15]);
   });
 
   it('a cap that is not a number is no cap', () => {

@@ -17,7 +17,7 @@
  * - a steep knee (prep-knee's stages, (n / 24)²): the limiter takes over before the first fill
  *   reaches the memory budget (≥ 93 % of the best fixed cap over the window's second half).
  * - heavy-tailed preparation latencies (lognormal σ 1) and no contention: the limiter lets go of
- *   the caps it takes on the quick ones' floor (≥ 0.7 of unpaced's throughput on average).
+ *   the caps it takes on the quick ones' floor (≥ 0.8 of unpaced's throughput on average).
  * - remembered rates: a burst on a pacer started from priors (what a restarted server remembers)
  *   runs like the same burst on a warm pacer (burst-after-idle, whose first job taught it).
  */
@@ -308,17 +308,18 @@ describe('preparation contention: a steep knee', () => {
 });
 
 describe('preparation latencies with a heavy tail and no contention', () => {
-  it('lognormal σ 1 (the mean 1.65 × the median) and nothing slows with concurrency: the limiter lets go of the caps it takes on the quick ones’ floor (stoker ≥ 0.7 of unpaced’s throughput on average over 10 seeds)', () => {
+  it('lognormal σ 1 (the mean 1.65 × the median) and nothing slows with concurrency: the limiter lets go of the caps it takes on the quick ones’ floor (stoker ≥ 0.8 of unpaced’s throughput on average over 10 seeds)', () => {
     // prep-knee's stages without the knee. The quick preparations finish first, so the floor and
     // the ages read a slowdown that is only the slow ones still running: the limiter took over in
     // the first minute and held 9–38 preparing for good (0.28 of unpaced's throughput on average).
     // Capped at no more than were preparing behind the floor, the preparations were no quicker: it
-    // lets go, and the floor stays at what the cap measured.
+    // lets go, and the floor stays at what the cap measured (0.786). The lines widened with the
+    // spread (FLOOR_Z: a floor read low by the estimate's noise) take over less often (0.860).
     const base = scenario('prep-knee');
     const s = parseScenario({ ...base, kinds: { proof: { ...base.kinds['proof'], prepare: { type: 'lognormal', median: 30, sigma: 1 }, contention: [1] } } }, 'heavy-tailed preparation');
     const ratios = SEEDS.map((seed) => throughput2(s, 'stoker', seed) / throughput2(s, 'unpaced', seed));
     console.log(`heavy-tailed preparation, no contention: stoker / unpaced throughput ${mean(ratios).toFixed(3)} (each ${ratios.map((r) => r.toFixed(3)).join(' ')})`);
-    expect(mean(ratios)).toBeGreaterThanOrEqual(0.7);
+    expect(mean(ratios)).toBeGreaterThanOrEqual(0.8);
   });
 });
 

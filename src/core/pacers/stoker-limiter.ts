@@ -12,7 +12,8 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * slower than they were — the pipeline has filled (two latencies into the busy period, workers +
  * target preparations measured in it), twice that many are measured, and the latency estimate is
  * LATENCY_UP × its lowest since the fill; or those in flight are on average AGES_ALONE × older
- * than that lowest (not yet filled: than the lowest latency measured in the busy period); and
+ * than that lowest (not yet filled: than the lowest latency measured in the busy period) — both
+ * lines wider where latencies spread (FLOOR_Z); and
  * they are on average OVERDUE × older than they should be, or the latency estimate OVERDUE ×
  * LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are steady
  * again) — all for half a latency on end. Ages grow with time alone: where no event would come
@@ -121,6 +122,21 @@ const AGES_ALONE = 2 * OVERDUE * LATENCY_UP;
  * fourth, a knee as steep as (n/16)² was seen too late on some seeds.)
  */
 const EARLY_SAMPLES = 3;
+/**
+ * The lines above hold for latencies that spread little (uniform 30–50 s: cv 0.14). Where they
+ * spread more, the spread alone crosses them with no contention at all: the floor is the lowest
+ * the latency estimate read, and an estimate over n samples (PacerView.latencySamples) reads
+ * about FLOOR_Z of its standard errors (cv ÷ √n) low at its lowest over a long busy period, so
+ * the latency line is at least 1 + FLOOR_Z × cv ÷ √n above the floor; and a steady pipeline's
+ * mean age is E[L](1 + cv²) ÷ 2 (lognormal σ 1: 1.36 E[L]; two modes, 8 s for four in five and
+ * 150 s for the fifth: 1.72 E[L], and 7.8 × the floor the quick mode sets), so the ages line
+ * scales with it where that is over E[L]. With no contention at all, prep-knee's stages with lognormal σ 1
+ * latencies finished 0.786 of unpaced's throughput over 10 seeds with the fixed lines, 0.860
+ * with these; with two modes (8 s for four in five, 150 s for the fifth) 0.51 → 0.56 over 6
+ * seeds (still taken over in the first minute, on ages the slow mode makes). On the knees with
+ * uniform latencies nothing changes.
+ */
+const FLOOR_Z = 4;
 
 export interface PrepareLimiter {
   /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
@@ -182,6 +198,8 @@ export interface PacerView {
   latency: number;
   latencySq: number;
   latencyConcurrency: number;
+  /** How many samples the latency estimate weighs, in effect (its standard error is the latencies' spread ÷ √ of it). */
+  latencySamples: number;
   /** When the current busy period began (NaN: idle), and the preparations completed by then. */
   busySince: number;
   busyFromCompletions: number;
@@ -284,17 +302,22 @@ export class PrepareLimit {
       const expectedAge = p.latencySq / (2 * p.latency);
       const meanStart = s.preparingStartMsTotal / s.preparing;
       const age = s.now - meanStart;
+      // Where latencies spread (a heavy tail, two modes, kinds prepared for very different
+      // times), neither line may be crossed by the spread alone (see FLOOR_Z).
+      const cv2 = Math.max(0, p.latencySq / (p.latency * p.latency) - 1);
+      const up = Math.max(LATENCY_UP, 1 + FLOOR_Z * Math.sqrt(cv2 / p.latencySamples));
+      const agesAlone = AGES_ALONE * Math.max(1, (1 + cv2) / 2);
       // Slower preparations: the latency estimate LATENCY_UP × its floor once filled, with `many`
       // measured in the busy period (fewer are no evidence: the quick finish first), or those in
       // flight AGES_ALONE × older than that floor — or, not yet filled, than the lowest latency
       // measured in the busy period: past a steep knee they crawl, and the completions that would
       // show it (and fill the pipeline) take many latencies to come, the floor they set the crawl's.
-      if (!(age > AGES_ALONE * floor || (filled && measured >= many && p.latency >= LATENCY_UP * floor))) {
+      if (!(age > agesAlone * floor || (filled && measured >= many && p.latency >= up * floor))) {
         this.overdueSince = NaN;
-        this.checkAt = meanStart + AGES_ALONE * floor + 1; // (a millisecond past it: the tests are strict)
+        this.checkAt = meanStart + agesAlone * floor + 1; // (a millisecond past it: the tests are strict)
         return;
       }
-      const overdue = age > OVERDUE * expectedAge || p.latency >= OVERDUE * LATENCY_UP * floor;
+      const overdue = age > OVERDUE * expectedAge || p.latency >= OVERDUE * up * floor;
       // … for half a latency on end: arrivals that refill a draining pipeline bunch its ages for a moment too.
       if (!overdue) {
         this.overdueSince = NaN;
@@ -308,8 +331,7 @@ export class PrepareLimit {
       }
       // What would finish as much as now at the floor latency (Little's law, with the latency
       // the ages imply: mean age = E[L](1 + cv²) ÷ 2), at most half.
-      const cv2 = p.latencySq / (p.latency * p.latency) - 1;
-      const latencyNow = (2 * age) / (1 + Math.max(0, cv2));
+      const latencyNow = (2 * age) / (1 + cv2);
       const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, floor / latencyNow)));
       this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing: filled ? this.floorPreparing : this.earlyPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       return;

@@ -63,6 +63,8 @@ class StokerPacer implements Pacer {
   private prepConcurrency = 0;
   /** The mean number preparing while the preparations behind the latency estimate ran, smoothed as it is. */
   private latencyConcurrency = 0;
+  /** The latency estimate's samples in effect: as many as measured, up to an average's over the smoothing (2 ÷ latencySmoothing − 1). */
+  private latencySamples = 1;
   /** Smoothed preparation latency, ms (0 until measured), and its second moment, ms². */
   private latency = 0;
   private latencySq = 0;
@@ -108,7 +110,7 @@ class StokerPacer implements Pacer {
 
   /** The preparation limiter (stoker-limiter.ts), and what it reads of this pacer (updated before each call). */
   private readonly limit: PrepareLimit;
-  private readonly view: PacerView = { lambda: 0, draining: 0, latency: 0, latencySq: 0, latencyConcurrency: 0, busySince: NaN, busyFromCompletions: 0, target: 0 };
+  private readonly view: PacerView = { lambda: 0, draining: 0, latency: 0, latencySq: 0, latencyConcurrency: 0, latencySamples: 1, busySince: NaN, busyFromCompletions: 0, target: 0 };
 
   constructor(options: StokerPacerOptions) {
     const D = STOKER_DEFAULTS;
@@ -151,7 +153,8 @@ class StokerPacer implements Pacer {
     this.latencyPrior = this.latency > 0;
     this.latencySq = this.latency * this.latency + sd * sd;
     this.spread = sd;
-    this.margin = this.latencyPrior ? (this.safetyZ * sd) / Math.sqrt(2 / this.latencyW - 1) : 0;
+    if (this.latencyPrior) this.latencySamples = 2 / this.latencyW - 1;
+    this.margin = this.latencyPrior ? (this.safetyZ * sd) / Math.sqrt(this.latencySamples) : 0;
     // A remembered preparation limit: the limiter starts there, settled (it lets go as usual).
     this.limit = new PrepareLimit(numberOption(options, 'priorPrepareLimit', 0, 0));
   }
@@ -181,6 +184,7 @@ class StokerPacer implements Pacer {
     v.latency = this.latency;
     v.latencySq = this.latencySq;
     v.latencyConcurrency = this.latencyConcurrency;
+    v.latencySamples = this.latencySamples;
     v.busySince = this.busySince;
     v.busyFromCompletions = this.busyFromCompletions;
     v.target = this.target;
@@ -438,8 +442,8 @@ class StokerPacer implements Pacer {
     this.prepLatencySq = s.prepareLatencySqTotal;
     // Safety stock for the error of the latency estimate: z standard errors of its mean.
     this.spread = Math.sqrt(Math.max(0, this.latencySq - this.latency * this.latency));
-    const samples = this.latencyPrior ? 2 / this.latencyW - 1 : Math.min(this.prepCompletions, 2 / this.latencyW - 1);
-    this.margin = (this.safetyZ * this.spread) / Math.sqrt(samples);
+    this.latencySamples = this.latencyPrior ? 2 / this.latencyW - 1 : Math.min(this.prepCompletions, 2 / this.latencyW - 1);
+    this.margin = (this.safetyZ * this.spread) / Math.sqrt(this.latencySamples);
   }
 
   /**
