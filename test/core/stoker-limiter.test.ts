@@ -445,7 +445,9 @@ describe('PrepareLimit: measuring a cap', () => {
     p.done += 1;
     p.see(10);
     expect(p.l.state?.turnedAt).toBe(p.now);
-    p.time(30, 1000, 10, 200, 0);
+    p.time(8, 300, 10, 200, 0);
+    expect(p.see(10)).toBe(10);
+    p.time(22, 700, 10, 200, 0);
     expect(p.see(10)).toBe(7);
     expect(p.l.state?.bestX).toBeCloseTo(0.05, 12);
   });
@@ -609,13 +611,62 @@ describe('PrepareLimit: letting go', () => {
     expect(firstMeasurement(129).l.cap).toBe(7);
   });
 
+  it('looks from EARLY_LOOK (8) timed preparations on, letting go where they are LATENCY_UP × the floor with NOISE_Z (1.5) standard errors to spare', () => {
+    const start = (): Pipe => {
+      const l = filled({ concurrency: 20 });
+      expect(overdueRun(l, { concurrency: 20 })).toEqual([Infinity, Infinity, 10]);
+      const p = new Pipe(l);
+      p.see(10);
+      p.done += 20;
+      p.see(10);
+      return p;
+    };
+    // 7 timed at 200 ms: too few to look; the 8th: 200 ≥ 1.3 × 100, no spread: it lets go.
+    const p = start();
+    p.time(7, 100, 10, 200, 0);
+    expect(p.see(10)).toBe(10);
+    p.time(1, 100, 10, 200, 0);
+    expect(p.see(10)).toBe(Infinity);
+    // 8 at a mean of 140 ms, sd 40: a standard error of 40 ÷ √7 ÷ 140 = 10.8 %, and
+    // 140 × (1 − 1.5 × 0.108) = 117 < 130: it waits for the measurement's end — 30 timed, and
+    // with a standard error over SE_MAX on to EXTEND × TIMED × 10 = 60 — where 140 ≥ 130 lets go.
+    const q = start();
+    q.time(8, 100, 10, 140, 40);
+    expect(q.see(10)).toBe(10);
+    q.time(51, 900, 10, 140, 40);
+    expect(q.see(10)).toBe(10);
+    q.time(1, 10, 10, 140, 40);
+    expect(q.see(10)).toBe(Infinity);
+  });
+
+  it('a cap never measured, held over an idle pipeline, is timed from the first preparation after it (nothing ran at another cap)', () => {
+    const l = filled({ concurrency: 20 });
+    expect(overdueRun(l, { concurrency: 20 })).toEqual([Infinity, Infinity, 10]);
+    const p = new Pipe(l);
+    expect(p.idle()).toBe(10);
+    // The next busy period starts empty: no flush. 8 completions at 200 ms prove the floor wrong.
+    p.see(0);
+    p.time(8, 400, 10, 200, 0);
+    expect(p.see(10)).toBe(Infinity);
+    // In flight when it came within the cap (1 preparing): 2 × 10 flush first, so 8 are not timed yet.
+    const m = filled({ concurrency: 20 });
+    overdueRun(m, { concurrency: 20 });
+    const q = new Pipe(m);
+    q.idle();
+    q.see(1);
+    q.time(8, 400, 10, 200, 0);
+    expect(q.see(10)).toBe(10);
+  });
+
   it('not where the cap is above the number preparing behind the floor (past a steep knee a cap can be too)', () => {
     // The floor measured while 8 were preparing (the default), the cap 10: a latency of 200 there is contention's.
     const p = new Pipe(engaged());
     p.see(10);
     p.done += 20;
     p.see(10);
-    p.time(30, 1000, 10, 200, 0);
+    p.time(8, 300, 10, 200, 0);
+    expect(p.see(10)).toBe(10);
+    p.time(22, 700, 10, 200, 0);
     expect(p.see(10)).toBe(7);
   });
 });

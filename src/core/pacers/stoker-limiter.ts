@@ -137,6 +137,15 @@ const EARLY_SAMPLES = 3;
  * uniform latencies nothing changes.
  */
 const FLOOR_Z = 4;
+/**
+ * The first measurement after taking over looks from EARLY_LOOK timed preparations on whether
+ * they prove the floor wrong (the standard error of fewer says little). A burst of one-partition
+ * jobs with heavy-tailed preparation took it over and ended before its measurement could; the
+ * cap of 5 it left, held into the next burst (30 s preparations), needed 40 completions, four
+ * minutes of starved devices, to let go (0.33 of unpaced's throughput over 10 seeds; 0.78 with
+ * this look and no flush after idle). Two modes with no contention (above): 0.56 → 0.76.
+ */
+const EARLY_LOOK = 8;
 
 export interface PrepareLimiter {
   /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
@@ -341,18 +350,22 @@ export class PrepareLimit {
       if (s.preparing <= lim.cap) {
         lim.from = s.now;
         lim.mark = s.prepareCompletions;
+        // Nothing in flight (the cap held over an idle pipeline), nothing ran at another cap: the
+        // first measurement is timed from the start (a cap of 5 with 30 s preparations flushes
+        // for a minute).
+        if (s.preparing === 0 && Number.isNaN(lim.best) && lim.measured.length === 0) this.turn(lim, s);
       }
       return;
     }
     const timed = Math.max(TIMED_MIN, TIMED * lim.cap);
     const n = s.prepareCompletions - lim.mark;
-    if (n < (Number.isNaN(lim.turnedAt) ? (Number.isNaN(lim.best) ? FIRST_FLUSH : 1) * lim.cap : timed)) return;
+    // The first measurement after taking over, at a cap no more than were preparing behind the
+    // floor, may prove the floor wrong (below) from EARLY_LOOK timed preparations on.
+    const first = Number.isNaN(lim.best) && lim.measured.length === 0 && lim.cap <= lim.floorPreparing;
+    const early = first && !Number.isNaN(lim.turnedAt) && n >= EARLY_LOOK;
+    if (n < (Number.isNaN(lim.turnedAt) ? (Number.isNaN(lim.best) ? FIRST_FLUSH : 1) * lim.cap : timed) && !early) return;
     if (Number.isNaN(lim.turnedAt)) {
-      lim.turnedAt = s.now;
-      lim.mark = s.prepareCompletions;
-      lim.preparingMs = s.preparingMsTotal;
-      lim.latencyMs = s.prepareLatencyMsTotal;
-      lim.latencySqMs = s.prepareLatencySqTotal;
+      this.turn(lim, s);
       return;
     }
     // Little's law over the timed turnovers: mean number preparing ÷ their mean latency (less
@@ -361,6 +374,12 @@ export class PrepareLimit {
     const meanLatency = (s.prepareLatencyMsTotal - lim.latencyMs) / n;
     const varLatency = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / n - meanLatency * meanLatency);
     const se = meanLatency > 0 ? Math.sqrt(varLatency / (n - 1)) / meanLatency : 0;
+    // The floor proved wrong before the measurement ends: slower by LATENCY_UP with NOISE_Z
+    // standard errors to spare (a cap of a few with preparations of a minute takes minutes to time).
+    if (n < timed) {
+      if (meanLatency * (1 - NOISE_Z * se) >= LATENCY_UP * lim.floorMs) this.floorWrong(meanLatency);
+      return;
+    }
     const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
     const x = meanPreparing / meanLatency;
     // Timed on while its standard error is over SE_MAX, unless what it is compared with is
@@ -380,11 +399,8 @@ export class PrepareLimit {
     // floor of 8 s, the mean 49 s, and held at 7–11 preparing for good, a third of the
     // throughput). It lets go, and the floor stays at least what this cap measured for the rest
     // of the busy period.
-    if (Number.isNaN(lim.best) && lim.measured.length === 0 && lim.cap <= lim.floorPreparing && meanLatency >= LATENCY_UP * lim.floorMs) {
-      this.floorAtLeast = meanLatency;
-      this.floor = Math.max(this.floor, meanLatency);
-      this.early = Math.max(this.early, meanLatency);
-      this.letGo();
+    if (first && meanLatency >= LATENCY_UP * lim.floorMs) {
+      this.floorWrong(meanLatency);
       return;
     }
     // The devices fed STARVED × λ or more over the measurement: preparation is not what limits
@@ -489,6 +505,21 @@ export class PrepareLimit {
     this.state = { ...lim, cap, from: NaN, turnedAt: NaN, mark: s.prepareCompletions };
     this.cap = cap;
     this.overdueSince = NaN;
+  }
+  /** The first turnover at the cap ended: the timed ones start. */
+  private turn(lim: PrepareLimiter, s: ReadonlySnapshot): void {
+    lim.turnedAt = s.now;
+    lim.mark = s.prepareCompletions;
+    lim.preparingMs = s.preparingMsTotal;
+    lim.latencyMs = s.prepareLatencyMsTotal;
+    lim.latencySqMs = s.prepareLatencySqTotal;
+  }
+  /** The floor proved wrong by a cap that measured `latencyMs`: it lets go, and the floor stays at least that for the busy period. */
+  private floorWrong(latencyMs: number): void {
+    this.floorAtLeast = latencyMs;
+    this.floor = Math.max(this.floor, latencyMs);
+    this.early = Math.max(this.early, latencyMs);
+    this.letGo();
   }
   private letGo(): void {
     this.state = null;
