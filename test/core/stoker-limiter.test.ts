@@ -587,13 +587,18 @@ describe('PrepareLimit: letting go', () => {
   });
 
   /** Taken over at a cap of 10 on a floor of 100 ms measured while 20 were preparing on average; its first measurement's mean latency `latency`. */
-  const firstMeasurement = (latency: number): Pipe => {
+  /** Taken over at a cap of 10 on a floor of 100 ms measured at 20 preparing, its flush done: the timed preparations come next. */
+  const flushed = (): Pipe => {
     const l = filled({ concurrency: 20 });
     expect(overdueRun(l, { concurrency: 20 })).toEqual([Infinity, Infinity, 10]);
     const p = new Pipe(l);
     p.see(10);
     p.done += 20;
     p.see(10);
+    return p;
+  };
+  const firstMeasurement = (latency: number): Pipe => {
+    const p = flushed();
     p.time(30, 1000, 10, latency, 0);
     p.see(10);
     return p;
@@ -612,17 +617,8 @@ describe('PrepareLimit: letting go', () => {
   });
 
   it('looks from EARLY_LOOK (8) timed preparations on, letting go where they are LATENCY_UP × the floor with NOISE_Z (1.5) standard errors to spare', () => {
-    const start = (): Pipe => {
-      const l = filled({ concurrency: 20 });
-      expect(overdueRun(l, { concurrency: 20 })).toEqual([Infinity, Infinity, 10]);
-      const p = new Pipe(l);
-      p.see(10);
-      p.done += 20;
-      p.see(10);
-      return p;
-    };
     // 7 timed at 200 ms: too few to look; the 8th: 200 ≥ 1.3 × 100, no spread: it lets go.
-    const p = start();
+    const p = flushed();
     p.time(7, 100, 10, 200, 0);
     expect(p.see(10)).toBe(10);
     p.time(1, 100, 10, 200, 0);
@@ -630,7 +626,7 @@ describe('PrepareLimit: letting go', () => {
     // 8 at a mean of 140 ms, sd 40: a standard error of 40 ÷ √7 ÷ 140 = 10.8 %, and
     // 140 × (1 − 1.5 × 0.108) = 117 < 130: it waits for the measurement's end — 30 timed, and
     // with a standard error over SE_MAX on to EXTEND × TIMED × 10 = 60 — where 140 ≥ 130 lets go.
-    const q = start();
+    const q = flushed();
     q.time(8, 100, 10, 140, 40);
     expect(q.see(10)).toBe(10);
     q.time(51, 900, 10, 140, 40);
