@@ -190,6 +190,8 @@ export interface BenchFlags {
   out?: string;
   /** A self-contained HTML report. */
   html?: string;
+  /** Instead of the built-in scenarios, this many random ones (randomScenario's family, seed --seed). */
+  random?: string;
 }
 
 /** The bench table's columns: a header and how to print it from a result. */
@@ -215,6 +217,18 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
   const seed = flags.seed === undefined ? undefined : parseInteger('--seed', flags.seed);
   const seeds = flags.seeds === undefined ? 1 : parseInteger('--seeds', flags.seeds);
   if (seeds < 1) throw new UsageError(`--seeds must be ≥ 1 (got ${seeds})`);
+  if (flags.random !== undefined) {
+    const n = parseInteger('--random', flags.random);
+    if (n < 1) throw new UsageError(`--random must be ≥ 1 (got ${n})`);
+    for (const [option, given] of [['--scenarios', flags.scenarios], ['--seeds', flags.seeds], ['--out', flags.out], ['--html', flags.html]] as const) {
+      if (given !== undefined) throw new UsageError(`--random with ${option}: --random draws its own scenarios, one run each (--seed picks which); leave out ${option}`);
+    }
+    const names = flags.pacers === undefined ? [...PACER_NAMES] : parseList('--pacers', flags.pacers);
+    if (!names.includes('unpaced')) names.push('unpaced');
+    const { randomBench } = await import('./random-bench.js');
+    randomBench(n, seed ?? 1, await resolvePacers(names), names, flags.json === true, io);
+    return;
+  }
   if (seeds > 1 && (flags.out !== undefined || flags.html !== undefined)) throw new UsageError('--seeds with --out or --html: the charts are of one run; leave out --seeds (or use --seed n) for them');
   const scenarios = (flags.scenarios === undefined ? BENCH_SCENARIOS : parseList('--scenarios', flags.scenarios)).map((s) => resolveScenario(s));
   const pacerSpecs = flags.pacers === undefined ? PACER_NAMES : parseList('--pacers', flags.pacers);

@@ -68,6 +68,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--json', 'print [{ scenario, pacer, metrics }] as JSON (with --seeds: metrics as { mean, sd })')
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
     .option('--html <file>', 'write a self-contained HTML report: the table, and per scenario its metrics and charts')
+    .option('--random <n>', "instead of the built-in scenarios, n random ones (kinds, preparation laws and knees, devices, arrivals; --seed picks the draw, default 1), each pacer's speed, memory and p99 job latency against unpaced's")
     .action((flags: BenchFlags) => benchCommand(flags, io));
 
   p.command('plan')

@@ -233,6 +233,28 @@ describe('stoker bench', () => {
     expect(progress[3]).toMatch(/^\[4\/4\] failure × unpaced … \d+ ms$/);
   });
 
+  it('--random n runs n random scenarios under each pacer and unpaced, the reference; the speed is unpaced\'s time to finish ÷ the pacer\'s', async () => {
+    const r = await run('bench', '--random', '3', '--seed', '2', '--pacers', 'stoker', '--json');
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.out) as { seed: number; scenarios: number; summary: { pacer: string; speedMean: number; memoryMean: number }[]; rows: { scenario: { name: string }; outcomes: Record<string, { speed: number }> }[] };
+    expect(out.summary.map((s) => s.pacer)).toEqual(['stoker', 'unpaced']);
+    expect(out.summary[1]).toMatchObject({ speedMean: 1, memoryMean: 1 });
+    expect(out.rows.map((row) => row.scenario.name)).toEqual(['random-2-0', 'random-2-1', 'random-2-2']);
+    // Each row's input is a scenario file: simulated on its own, the two runs give the speed reported.
+    const first = out.rows[0] as (typeof out.rows)[number];
+    const file = path.join(tmp.dir, 'random.json');
+    fs.writeFileSync(file, JSON.stringify(first.scenario));
+    const ms = async (pacer: string) => (JSON.parse((await run('simulate', file, '--pacer', pacer, '--json')).out) as { simulatedMs: number }).simulatedMs;
+    expect(first.outcomes['stoker']?.speed).toBeCloseTo((await ms('unpaced')) / (await ms('stoker')), 12);
+    const table = await run('bench', '--random', '2', '--pacers', 'stoker,gradient');
+    expect(table.out).toMatch(/^2 random scenarios \(family seed 1\)/);
+    expect(table.out).toMatch(/\ngradient\s+\d\.\d{3}\s+\d\.\d{3}/);
+    expect((await run('bench', '--random', '0')).code).toBe(2);
+    const mixed = await run('bench', '--random', '2', '--scenarios', 'seed');
+    expect(mixed.code).toBe(2);
+    expect(mixed.err).toContain('--random with --scenarios');
+  });
+
   it('--seeds n runs each pair over n seeds and reports mean ± sd (sample), equal to the seeds run one by one', async () => {
     const r = await run('bench', '--scenarios', 'seed', '--pacers', 'stoker', '--seeds', '3', '--seed', '5', '--json');
     expect(r.code).toBe(0);
