@@ -204,6 +204,10 @@ const inputs: ScenarioInput[] = [
     arrivals: [{ atS: 0, jobs: 600, partitions: 10, kind: 'proof' }],
     kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, contention: softKneeContention(24, 4), memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
   }),
+  seedLike('prep-knee-arrivals', 'prep-knee’s stages with no memory budget, jobs of 10 partitions arriving one every 12 s for 50 minutes (0.83/s, more than preparation finishes at its knee of 24: 0.6/s): each job is dispatched as it comes, and the queue is empty between arrivals', {
+    arrivals: [{ atS: 0, jobs: 250, partitions: 10, kind: 'proof', everyS: 12 }],
+    kinds: { proof: { prepare: { type: 'uniform', min: 30, max: 50 }, contention: kneeContention(24, 1.3), memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } } },
+  }),
   seedLike('device-thrash', 'seed stages, 100 jobs; a device with 4 workers whose memory thrashes past 2 busy (×1.05 with 2, ×1.9 with 3, ×3.2 with 4): 2 at once finish 1.9/s, all 4 only 1.25/s', {
     arrivals: [{ atS: 0, jobs: 100, partitions: 10, kind: 'proof' }],
     devices: [{ workers: 4, service: { type: 'fixed', value: 1 }, contention: [1, 1.05, 1.9, 3.2] }],

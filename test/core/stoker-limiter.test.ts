@@ -36,13 +36,17 @@ interface Obs {
   lambda?: number;
   draining?: number;
   busySince?: number;
+  /** Per kind: its name's letter, how many are preparing, and how many of its preparations have finished (default: no kinds). */
+  kinds?: { preparing: number; done: number }[];
 }
+
+const kindsOf = (kinds: { preparing: number; done: number }[]) => kinds.map((k, i) => ({ name: String.fromCharCode(97 + i), devices: [0], preparing: k.preparing, waiting: 0, onDevice: 0, completions: [k.done], busyMs: [0] }));
 
 function observe(l: PrepareLimit, o: Obs): number {
   const preparing = o.preparing ?? 80;
   const latency = o.latency ?? 160;
   const view: PacerView = { lambda: o.lambda ?? 1, draining: o.draining ?? 0.5, latency, latencySq: o.latencySq ?? latency * latency, latencyConcurrency: o.concurrency ?? 8, latencySamples: o.samples ?? 2 / 0.03 - 1, busySince: o.busySince ?? BUSY, busyFromCompletions: FROM, target: 2 };
-  l.update(snapshot({ now: o.now, backlog: o.backlog ?? 50, preparing, prepareCompletions: FROM + (o.measured ?? 8), preparingStartMsTotal: preparing * (o.now - (o.age ?? 400)) }), view);
+  l.update(snapshot({ now: o.now, backlog: o.backlog ?? 50, preparing, prepareCompletions: FROM + (o.measured ?? 8), preparingStartMsTotal: preparing * (o.now - (o.age ?? 400)), kinds: kindsOf(o.kinds ?? []) }), view);
   return l.cap;
 }
 
@@ -239,14 +243,36 @@ describe('PrepareLimit: taking over', () => {
     const m = filled();
     expect(observe(m, { now: 2000, age: 100 })).toBe(Infinity);
     expect(m.checkAt).toBe(2021);
-    // Nothing queued: nothing to decide.
+    // Nothing queued: the ages are still timed (the wait runs on; only taking over needs work
+    // queued): ages 100 at 2010 pass the line at 1910 + 120 (+ 1 ms).
     expect(observe(m, { now: 2010, age: 100, backlog: 0 })).toBe(Infinity);
-    expect(m.checkAt).toBe(Infinity);
+    expect(m.checkAt).toBe(2031);
+    // Overdue for half a latency with nothing queued: nothing to decide until work arrives (an event).
+    const q = filled();
+    expect(overdueRun(q, { backlog: 0 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(q.checkAt).toBe(Infinity);
   });
 
-  it('not without work queued', () => {
-    expect(overdueRun(filled(), { backlog: 0 })).toEqual([Infinity, Infinity, Infinity]);
+  it('not without work queued, then at the first observation with work queued', () => {
+    const l = filled();
+    expect(overdueRun(l, { backlog: 0 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(l, { backlog: 0 }, [2500])).toEqual([Infinity]);
+    expect(overdueRun(l, { backlog: 1 }, [2501])).toEqual([10]);
     expect(overdueRun(filled(), { backlog: 1 })).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('not where more than UNKNOWN_MAX (half) of those preparing are of kinds with fewer than EARLY_SAMPLES (3) measured when the floor was set', () => {
+    // The floor set while kind a had 8 preparations measured and kind b 2.
+    const floorKinds = [
+      { preparing: 40, done: 8 },
+      { preparing: 40, done: 2 },
+    ];
+    // 41 of 80 preparing of kind b: a slower kind may be all the latency shows.
+    expect(overdueRun(filled({ kinds: floorKinds }), { kinds: [{ preparing: 39, done: 20 }, { preparing: 41, done: 20 }] })).toEqual([Infinity, Infinity, Infinity]);
+    // Half of them: taken over.
+    expect(overdueRun(filled({ kinds: floorKinds }), { kinds: [{ preparing: 40, done: 20 }, { preparing: 40, done: 20 }] })).toEqual([Infinity, Infinity, 10]);
+    // Kind b with 3 measured when the floor was set: known, taken over whatever the mix.
+    expect(overdueRun(filled({ kinds: [floorKinds[0] as { preparing: number; done: number }, { preparing: 40, done: 3 }] }), { kinds: [{ preparing: 0, done: 20 }, { preparing: 80, done: 20 }] })).toEqual([Infinity, Infinity, 10]);
   });
 
   it('not with fewer than 2 × (workers + target) preparing; with that many, a cap of at least 1', () => {
@@ -296,11 +322,19 @@ describe('PrepareLimit: taking over', () => {
   });
 
   it('overdue for half a latency on end: a break in the other conditions starts the wait again too', () => {
-    // As above, the break at 2040 being an empty queue (backlog 0) while the ages stay overdue.
+    // As above, the break at 2040 being devices fed (draining 0.9 of λ) while the ages stay overdue.
     const l = filled();
     expect(overdueRun(l, {}, [2000])).toEqual([Infinity]);
-    expect(observe(l, { now: 2040, backlog: 0 })).toBe(Infinity);
+    expect(observe(l, { now: 2040, draining: 0.9 })).toBe(Infinity);
     expect(overdueRun(l, {}, [2050, 2080, 2129, 2130])).toEqual([Infinity, Infinity, Infinity, 10]);
+  });
+
+  it('an empty queue is no break: under arrivals each dispatched as it comes, the wait runs on between them', () => {
+    // Overdue from 2000; the queue empty at 2040 and 2079, one arrival queued at 2080: half a latency on end, it takes over.
+    const l = filled();
+    expect(overdueRun(l, {}, [2000])).toEqual([Infinity]);
+    expect(overdueRun(l, { backlog: 0 }, [2040, 2079])).toEqual([Infinity, Infinity]);
+    expect(overdueRun(l, { backlog: 1 }, [2080])).toEqual([10]);
   });
 
   it('takes at most half of those preparing', () => {

@@ -8,7 +8,7 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * shows it at once: in a steady pipeline their mean age is E[L²] ÷ 2E[L].
  *
  * It takes over when all of these hold: the devices are short of work (smoothed occupancy below
- * STARVED); work is queued; at least 2 × (workers + target) are preparing; the preparations are
+ * STARVED); at least 2 × (workers + target) are preparing; the preparations are
  * slower than they were — the pipeline has filled (two latencies into the busy period, workers +
  * target preparations measured in it), twice that many are measured, and the latency estimate is
  * LATENCY_UP × its lowest since the fill; or those in flight are on average AGES_ALONE × older
@@ -16,7 +16,10 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * lines wider where latencies spread (FLOOR_Z); and
  * they are on average OVERDUE × older than they should be, or the latency estimate OVERDUE ×
  * LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are steady
- * again) — all for half a latency on end. Ages grow with time alone: where no event would come
+ * again) — all for half a latency on end; and then work is queued (a cap holds nothing back
+ * otherwise). An empty queue does not start the wait again: under a stream of arrivals each job
+ * is dispatched as it comes and the queue is empty between them (prep-knee-arrivals ran away to
+ * 1,300 preparing, as unpaced does, while each arrival restarted the wait). Ages grow with time alone: where no event would come
  * to see them pass a line (`checkAt`), the pacer asks to observe again then. It then caps the
  * number preparing at what would finish as much at that lowest latency (Little's law, with the
  * latency the ages imply; at most half), and climbs down by STEP while a lower cap finishes as much. A STEP from above the knee
@@ -146,6 +149,16 @@ const FLOOR_Z = 4;
  * this look and no flush after idle). Two modes with no contention (above): 0.56 → 0.76.
  */
 const EARLY_LOOK = 8;
+/**
+ * The latency estimate mixes the kinds (the snapshot gives no preparation latency per kind): a
+ * slower kind arriving reads as slower preparations. No take-over where more than UNKNOWN_MAX of
+ * those preparing are of kinds that had fewer than EARLY_SAMPLES preparations measured when the
+ * floor (or the lowest latency) was set: nothing says they are slower than they would be alone.
+ * With the wait no longer started again by an empty queue, a 7 s kind's floor took over when a
+ * 13–86 s kind followed it, at a cap of 1 (random scenario 145 of `bench --random 200`, seed 1:
+ * 0.45 of unpaced's speed, its p99 job latency 33 ×; 1.00 with this).
+ */
+const UNKNOWN_MAX = 0.5;
 
 export interface PrepareLimiter {
   /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
@@ -244,6 +257,8 @@ export class PrepareLimit {
   private floorAtLeast = 0;
   private overdueSince = NaN;
   private filled = false;
+  /** Per kind (snapshot order): whether its preparations had been measured when the floor or the lowest latency was set (this busy period). */
+  private known: boolean[] = [];
   /**
    * When taking over may next be decided with no event in between (Infinity: not before an
    * event): the ages of those in flight grow with time alone, and where nothing finishes or
@@ -279,6 +294,7 @@ export class PrepareLimit {
       this.floorAtLeast = 0;
       this.filled = false;
       this.overdueSince = NaN;
+      this.known = [];
       return;
     }
     // Filled: two latencies into the busy period, with workers + target preparations measured in
@@ -291,20 +307,23 @@ export class PrepareLimit {
     if (filled && p.latency < this.floor) {
       this.floor = Math.max(p.latency, this.floorAtLeast);
       this.floorPreparing = p.latencyConcurrency;
+      this.know(s);
     }
     if (measured >= EARLY_SAMPLES && p.latency > 0 && p.latency < this.early) {
       this.early = Math.max(p.latency, this.floorAtLeast);
       this.earlyPreparing = p.latencyConcurrency;
+      this.know(s);
     }
     if (!lim) {
-      // Work queued behind many preparations that take far longer than they did — more than the
-      // devices and the target hold, and the latency up on its floor: not a drain's last,
-      // slowest ones (nothing waits behind them), nor a small pipeline that a memory budget
-      // refills in bursts (ages bunch, latency stays). The cheap tests first: this runs on every event.
+      // Many preparations that take far longer than they did — more than the devices and the
+      // target hold, and the latency up on its floor (not a small pipeline that a memory budget
+      // refills in bursts: ages bunch, latency stays) — with work queued behind them at the end
+      // (not a drain's last, slowest ones: nothing waits behind them). The cheap tests first:
+      // this runs on every event.
       const many = 2 * (s.workers + p.target);
       // The latency the ages are held against: the floor once filled, else the lowest measured.
       const floor = filled ? this.floor : this.early;
-      if (!(starved && s.backlog > 0 && s.preparing >= many && floor > 0 && Number.isFinite(floor))) {
+      if (!(starved && s.preparing >= many && floor > 0 && Number.isFinite(floor))) {
         this.overdueSince = NaN;
         return;
       }
@@ -336,6 +355,13 @@ export class PrepareLimit {
       if (Number.isNaN(this.overdueSince)) this.overdueSince = s.now;
       if (s.now - this.overdueSince < p.latency / 2) {
         this.checkAt = this.overdueSince + p.latency / 2;
+        return;
+      }
+      // Nothing queued now: nothing a cap would hold back; the next arrival decides (the wait runs on).
+      if (s.backlog === 0) return;
+      // Most of those preparing are of kinds the floor never saw: a slower kind, not contention, may be all it shows.
+      if (this.unknownShare(s) > UNKNOWN_MAX) {
+        this.overdueSince = NaN;
         return;
       }
       // What would finish as much as now at the floor latency (Little's law, with the latency
@@ -505,6 +531,21 @@ export class PrepareLimit {
     this.state = { ...lim, cap, from: NaN, turnedAt: NaN, mark: s.prepareCompletions };
     this.cap = cap;
     this.overdueSince = NaN;
+  }
+  /** The kinds EARLY_SAMPLES of whose preparations have finished (on a device, waiting or done there) count as seen by the latency reference. */
+  private know(s: ReadonlySnapshot): void {
+    for (let k = 0; k < s.kinds.length; k++) {
+      const c = s.kinds[k] as ReadonlySnapshot['kinds'][number];
+      let done = c.waiting + c.onDevice;
+      for (const n of c.completions) done += n;
+      if (done >= EARLY_SAMPLES) this.known[k] = true;
+    }
+  }
+  /** The share of those preparing whose kind the latency reference never saw. */
+  private unknownShare(s: ReadonlySnapshot): number {
+    let unknown = 0;
+    for (let k = 0; k < s.kinds.length; k++) if (!this.known[k]) unknown += s.kinds[k]?.preparing ?? 0;
+    return s.preparing > 0 ? unknown / s.preparing : 0;
   }
   /** The first turnover at the cap ended: the timed ones start. */
   private turn(lim: PrepareLimiter, s: ReadonlySnapshot): void {
