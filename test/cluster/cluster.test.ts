@@ -214,7 +214,11 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
     [fast, slow] = await Promise.all([node('fast', { STOKER_DEVICE_WORKERS: '4' }), node('slow', { STOKER_DEVICE_WORKERS: '2' })]);
     await waitUntil(async () => ((await clusterNodes(fast.url)).length === 2 ? true : undefined), 5000, 'two nodes');
     const ids = Array.from({ length: 90 }, (_, i) => `het:${i}`);
-    for (const [i, id] of ids.entries()) expect((await http((i % 2 ? fast : slow).url, 'POST', '/v1/jobs', sleepJob(id, i, 1, { prepareMs: 50, deviceMs: 150 }))).status).toBe(202);
+    // Submitted all at once, so a queue builds and each node's capacity decides its share: one by
+    // one, on a loaded machine, the submits came slower than the nodes drained them and each node
+    // took what arrived (a ratio of 1.25 once, with a benchmark running beside the test).
+    const accepted = await Promise.all(ids.map((id, i) => http((i % 2 ? fast : slow).url, 'POST', '/v1/jobs', sleepJob(id, i, 1, { prepareMs: 50, deviceMs: 150 }))));
+    for (const r of accepted) expect(r.status).toBe(202);
     const views = await Promise.all(
       ids.map((id) =>
         waitUntil(async () => {
@@ -228,8 +232,8 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
     const bySlow = views.filter((v) => v.node === 'slow').length;
     console.log(`heterogeneous: fast node ${byFast} jobs, slow node ${bySlow} jobs, ratio ${(byFast / bySlow).toFixed(2)}`);
     expect(byFast + bySlow).toBe(90);
-    // Clearly more, about twice: both nodes share the machine's cores (a clean-clone CI run on a
-    // loaded 2-core machine read 1.43, two others 1.90 and 2.33), so the lower bound leaves room for that.
+    // Clearly more, about twice: both nodes share the machine's cores (clean-clone CI runs on a
+    // loaded 2-core machine read 1.43, 1.90 and 2.33 with one-by-one submits), so the lower bound leaves room for that.
     expect(byFast / bySlow).toBeGreaterThanOrEqual(1.3);
     expect(byFast / bySlow).toBeLessThanOrEqual(2.7);
   }, 60_000);
