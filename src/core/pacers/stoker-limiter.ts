@@ -17,10 +17,11 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * they are on average OVERDUE × older than they should be, or the latency estimate OVERDUE ×
  * LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are steady
  * again) — all for half a latency on end; and then work is queued (a cap holds nothing back
- * otherwise). An empty queue does not start the wait again: under a stream of arrivals each job
- * is dispatched as it comes and the queue is empty between them (prep-knee-arrivals ran away to
- * 1,300 preparing, as unpaced does, while each arrival restarted the wait). Ages grow with time alone: where no event would come
- * to see them pass a line (`checkAt`), the pacer asks to observe again then. It then caps the
+ * otherwise), most of those preparing of kinds the floor measured (UNKNOWN_MAX). An empty queue
+ * does not start the wait again: under a stream of arrivals each job is dispatched as it comes
+ * and the queue is empty between them (prep-knee-arrivals ran away to 1,300 preparing, as
+ * unpaced does, while each arrival restarted the wait). Ages grow with time alone: where no
+ * event would come to see them pass a line (`checkAt`), the pacer asks to observe again then. It then caps the
  * number preparing at what would finish as much at that lowest latency (Little's law, with the
  * latency the ages imply; at most half), and climbs down by STEP while a lower cap finishes as much. A STEP from above the knee
  * lands below it, and the best it left may be up to 1 ÷ STEP = 1.43 × the knee: past the first
