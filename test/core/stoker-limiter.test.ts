@@ -29,13 +29,15 @@ interface Obs {
   /** The latency estimate (default 160 ms) and its second moment (default latency²: no spread). */
   latency?: number;
   latencySq?: number;
-  /** The mean number preparing while the preparations behind the latency estimate ran (default 8: measured early in the fill). */
+  /** The mean number preparing while the preparations behind the latency estimate ran (default 16; `filled` sets the floor at 8, early in the fill, so that a slower latency comes with twice the concurrency: contention can explain it). */
   concurrency?: number;
   /** The samples the latency estimate weighs (default 2 ÷ 0.03 − 1: a full smoothing window). */
   samples?: number;
   lambda?: number;
   draining?: number;
   busySince?: number;
+  /** The snapshot's sum of preparation latencies, ms (default 0). */
+  latencyTotal?: number;
   /** Per kind: its name's letter, how many are preparing, and how many of its preparations have finished (default: no kinds). */
   kinds?: { preparing: number; done: number }[];
 }
@@ -45,8 +47,8 @@ const kindsOf = (kinds: { preparing: number; done: number }[]) => kinds.map((k, 
 function observe(l: PrepareLimit, o: Obs): number {
   const preparing = o.preparing ?? 80;
   const latency = o.latency ?? 160;
-  const view: PacerView = { lambda: o.lambda ?? 1, draining: o.draining ?? 0.5, latency, latencySq: o.latencySq ?? latency * latency, latencyConcurrency: o.concurrency ?? 8, latencySamples: o.samples ?? 2 / 0.03 - 1, busySince: o.busySince ?? BUSY, busyFromCompletions: FROM, target: 2 };
-  l.update(snapshot({ now: o.now, backlog: o.backlog ?? 50, preparing, prepareCompletions: FROM + (o.measured ?? 8), preparingStartMsTotal: preparing * (o.now - (o.age ?? 400)), kinds: kindsOf(o.kinds ?? []) }), view);
+  const view: PacerView = { lambda: o.lambda ?? 1, draining: o.draining ?? 0.5, latency, latencySq: o.latencySq ?? latency * latency, latencyConcurrency: o.concurrency ?? 16, latencySamples: o.samples ?? 2 / 0.03 - 1, busySince: o.busySince ?? BUSY, busyFromCompletions: FROM, target: 2 };
+  l.update(snapshot({ now: o.now, backlog: o.backlog ?? 50, preparing, prepareCompletions: FROM + (o.measured ?? 8), preparingStartMsTotal: preparing * (o.now - (o.age ?? 400)), prepareLatencyMsTotal: o.latencyTotal ?? 0, kinds: kindsOf(o.kinds ?? []) }), view);
   return l.cap;
 }
 
@@ -58,11 +60,11 @@ function idle(l: PrepareLimit, now: number): number {
 
 /**
  * A limiter whose pipeline filled at 1200 ms: two latencies of 100 ms into the busy period, 8
- * measured: the floor is 100 ms. (A latency of 100 is not 1.3 × that floor: no take-over yet.)
+ * measured: the floor is 100 ms, measured while 8 were preparing on average. (A latency of 100 is not 1.3 × that floor: no take-over yet.)
  */
 function filled(fill: Partial<Obs> = {}): PrepareLimit {
   const l = new PrepareLimit(0);
-  expect(observe(l, { now: BUSY + 200, latency: 100, age: 50, ...fill })).toBe(Infinity);
+  expect(observe(l, { now: BUSY + 200, latency: 100, age: 50, concurrency: 8, ...fill })).toBe(Infinity);
   return l;
 }
 
@@ -273,6 +275,33 @@ describe('PrepareLimit: taking over', () => {
     expect(overdueRun(filled({ kinds: floorKinds }), { kinds: [{ preparing: 40, done: 20 }, { preparing: 40, done: 20 }] })).toEqual([Infinity, Infinity, 10]);
     // Kind b with 3 measured when the floor was set: known, taken over whatever the mix.
     expect(overdueRun(filled({ kinds: [floorKinds[0] as { preparing: number; done: number }, { preparing: 40, done: 3 }] }), { kinds: [{ preparing: 0, done: 20 }, { preparing: 80, done: 20 }] })).toEqual([Infinity, Infinity, 10]);
+  });
+
+  it('not where the slowdown is more than ELASTICITY_MAX (3) times as steep as the growth in concurrency since the floor (100 ms, measured at 8 preparing)', () => {
+    // On the latency line alone (ages 250 under 3.9 × 100): 160 ÷ 100 = 1.6 at 9 preparing on
+    // average behind the estimate: (9 ÷ 8)³ = 1.42 explains less; at 10, (10 ÷ 8)³ = 1.95 explains
+    // it (the ages imply 500 ms: cap ⌊80 × 100 ÷ 500⌋ = 16).
+    expect(overdueRun(filled(), { age: 250, concurrency: 9 }, [2000, 2079, 2080])).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(filled(), { age: 250, concurrency: 10 }, [2000, 2079, 2080])).toEqual([Infinity, Infinity, 16]);
+    // On the ages alone (the estimate's concurrency that of the floor: no growth there): ages 400
+    // imply 800 ms, 8 × the floor; 12 preparing explain (12 ÷ 8)³ = 3.4 of it, 20 explain 15.6 (cap ⌊20 × 100 ÷ 800⌋ = 2).
+    expect(overdueRun(filled(), { preparing: 12, concurrency: 8 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(filled(), { preparing: 20, concurrency: 8 })).toEqual([Infinity, Infinity, 2]);
+  });
+
+  it('not where the quickest of the latest QUICK_SAMPLES (8) latencies, all measured since the floor was set, is under LATENCY_UP (1.3) × the quickest behind the floor: contention slows the quick ones too', () => {
+    // The floor's observation finds 108 finished at 100 ms each (the quickest behind the floor:
+    // 100); then `n` finish one by one at `latest` ms each (ages 50: nothing overdue yet), and the
+    // standard overdue run follows.
+    const scene = (latest: number, n = 8) => {
+      const l = filled({ latencyTotal: 108 * 100 });
+      for (let i = 1; i <= n; i++) observe(l, { now: 1300 + i, age: 50, measured: 8 + i, latencyTotal: 108 * 100 + i * latest });
+      return overdueRun(l, { measured: 8 + n, latencyTotal: 108 * 100 + n * latest });
+    };
+    expect(scene(129)).toEqual([Infinity, Infinity, Infinity]);
+    expect(scene(130)).toEqual([Infinity, Infinity, 10]);
+    // Seven since the floor: the eighth latest is the floor's own: no evidence either way.
+    expect(scene(100, 7)).toEqual([Infinity, Infinity, 10]);
   });
 
   it('not with fewer than 2 × (workers + target) preparing; with that many, a cap of at least 1', () => {

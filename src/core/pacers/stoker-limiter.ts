@@ -17,7 +17,9 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * they are on average OVERDUE × older than they should be, or the latency estimate OVERDUE ×
  * LATENCY_UP × that lowest (once the pipeline sits at the memory budget, its ages are steady
  * again) — all for half a latency on end; and then work is queued (a cap holds nothing back
- * otherwise), most of those preparing of kinds the floor measured (UNKNOWN_MAX). An empty queue
+ * otherwise), most of those preparing of kinds the floor measured (UNKNOWN_MAX), the slowdown
+ * one that the growth in concurrency since the floor can explain (ELASTICITY_MAX), and the latest
+ * preparations not as quick as those behind the floor (QUICK_SAMPLES). An empty queue
  * does not start the wait again: under a stream of arrivals each job is dispatched as it comes
  * and the queue is empty between them (prep-knee-arrivals ran away to 1,300 preparing, as
  * unpaced does, while each arrival restarted the wait). Ages grow with time alone: where no
@@ -161,6 +163,26 @@ const EARLY_LOOK = 8;
  */
 const UNKNOWN_MAX = 0.5;
 
+/**
+ * Contention slows preparations as the number in flight grows: past a knee, at most as
+ * (n ÷ n₀)^a for the laws met (a up to 2 for the steepest knee tested). A slowdown more than
+ * ELASTICITY_MAX as steep — the latency the ages imply, or the latency estimate, over the floor
+ * against the number preparing now, or the latency estimate's concurrency, over the floor's — is
+ * not contention: a slower mode or kind that has not finished yet (two modes, 12 s for four in
+ * five and 82 s for the fifth, started together: the quick ones set the floor while 8 were
+ * preparing, and with 10 preparing the slow ones' ages read 8 × it: taken over at a cap of 1,
+ * random scenario 99 of `bench --random 200`, seed 3, 0.46 of unpaced's speed; 0.92 with this).
+ */
+const ELASTICITY_MAX = 3;
+/**
+ * Contention slows every preparation, the quick ones too; a slower mode or kind only adds slow
+ * ones. Where the quickest of the latest QUICK_SAMPLES latencies (all measured since the floor
+ * was set) is under LATENCY_UP × the quickest of those behind the floor, no take-over (the same
+ * two modes, 8 preparing behind a floor measured while 3 were: (8 ÷ 3)³ explains the ages,
+ * while the quick mode still finishes in 12 s).
+ */
+const QUICK_SAMPLES = 8;
+
 export interface PrepareLimiter {
   /** The cap in force, the number preparing when the limiter took over, the best cap measured and its throughput (items/ms). */
   cap: number;
@@ -230,6 +252,11 @@ export interface PacerView {
   target: number;
 }
 
+/** Whether contention can explain a preparation `slowdown` at `growth` × the concurrency (at most ELASTICITY_MAX as steep as proportional). */
+function explained(slowdown: number, growth: number): boolean {
+  return growth > 1 && slowdown <= growth ** ELASTICITY_MAX;
+}
+
 /**
  * What a cap must finish, with a relative standard error `se`, to finish as much as every cap
  * measured above it: not less than any by more than EPS and `z` standard errors of the difference
@@ -260,6 +287,14 @@ export class PrepareLimit {
   private filled = false;
   /** Per kind (snapshot order): whether its preparations had been measured when the floor or the lowest latency was set (this busy period). */
   private known: boolean[] = [];
+  /** The latest QUICK_SAMPLES preparation latencies (one per observation: the mean of those that finished), ms; how many were pushed; and the snapshot's totals at the last. */
+  private readonly recent = new Float64Array(QUICK_SAMPLES).fill(Infinity);
+  private recentCount = 0;
+  private seenCompletions = 0;
+  private seenLatencyMs = 0;
+  /** The quickest of `recent` when the floor (or the lowest latency measured) was last set, and recentCount then. */
+  private floorQuickest = 0;
+  private floorQuickAt = 0;
   /**
    * When taking over may next be decided with no event in between (Infinity: not before an
    * event): the ages of those in flight grow with time alone, and where nothing finishes or
@@ -282,6 +317,7 @@ export class PrepareLimit {
     const starved = p.lambda > 0 && p.draining < STARVED * p.lambda;
     const lim = this.state;
     this.checkAt = Infinity;
+    this.sample(s);
     // Idle: the next busy period goes on from where this one left the limiter — settled, from
     // the best cap (the knee is the machine's; a workload that does not contend there lets it go
     // at its first measurement); still climbing down, from the step it had reached.
@@ -296,6 +332,7 @@ export class PrepareLimit {
       this.filled = false;
       this.overdueSince = NaN;
       this.known = [];
+      this.recent.fill(Infinity);
       return;
     }
     // Filled: two latencies into the busy period, with workers + target preparations measured in
@@ -309,11 +346,13 @@ export class PrepareLimit {
       this.floor = Math.max(p.latency, this.floorAtLeast);
       this.floorPreparing = p.latencyConcurrency;
       this.know(s);
+      this.markQuickest();
     }
     if (measured >= EARLY_SAMPLES && p.latency > 0 && p.latency < this.early) {
       this.early = Math.max(p.latency, this.floorAtLeast);
       this.earlyPreparing = p.latencyConcurrency;
       this.know(s);
+      this.markQuickest();
     }
     if (!lim) {
       // Many preparations that take far longer than they did — more than the devices and the
@@ -341,7 +380,9 @@ export class PrepareLimit {
       // flight AGES_ALONE × older than that floor — or, not yet filled, than the lowest latency
       // measured in the busy period: past a steep knee they crawl, and the completions that would
       // show it (and fill the pipeline) take many latencies to come, the floor they set the crawl's.
-      if (!(age > agesAlone * floor || (filled && measured >= many && p.latency >= up * floor))) {
+      const agesSlow = age > agesAlone * floor;
+      const latencySlow = filled && measured >= many && p.latency >= up * floor;
+      if (!(agesSlow || latencySlow)) {
         this.overdueSince = NaN;
         this.checkAt = meanStart + agesAlone * floor + 1; // (a millisecond past it: the tests are strict)
         return;
@@ -365,9 +406,17 @@ export class PrepareLimit {
         this.overdueSince = NaN;
         return;
       }
-      // What would finish as much as now at the floor latency (Little's law, with the latency
-      // the ages imply: mean age = E[L](1 + cv²) ÷ 2), at most half.
+      // The latency the ages imply (mean age = E[L](1 + cv²) ÷ 2).
       const latencyNow = (2 * age) / (1 + cv2);
+      // A slowdown more than the growth in concurrency since the floor could explain, or the
+      // latest preparations as quick as those behind the floor: a slower mode or kind, not contention.
+      const floorPreparing = filled ? this.floorPreparing : this.earlyPreparing;
+      const quickAsBefore = this.recentCount - this.floorQuickAt >= QUICK_SAMPLES && this.quickest() < LATENCY_UP * this.floorQuickest;
+      if (quickAsBefore || !((agesSlow && explained(latencyNow / floor, s.preparing / floorPreparing)) || (latencySlow && explained(p.latency / floor, p.latencyConcurrency / floorPreparing)))) {
+        this.overdueSince = NaN;
+        return;
+      }
+      // What would finish as much as now at the floor latency (Little's law, with that latency), at most half.
       const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, floor / latencyNow)));
       this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing: filled ? this.floorPreparing : this.earlyPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       return;
@@ -541,6 +590,25 @@ export class PrepareLimit {
       for (const n of c.completions) done += n;
       if (done >= EARLY_SAMPLES) this.known[k] = true;
     }
+  }
+  /** Notes the latency of the preparations finished since the last observation (their mean), if any. */
+  private sample(s: ReadonlySnapshot): void {
+    const done = s.prepareCompletions - this.seenCompletions;
+    if (done <= 0) return;
+    this.recent[this.recentCount++ % QUICK_SAMPLES] = (s.prepareLatencyMsTotal - this.seenLatencyMs) / done;
+    this.seenCompletions = s.prepareCompletions;
+    this.seenLatencyMs = s.prepareLatencyMsTotal;
+  }
+  /** The quickest of the latest QUICK_SAMPLES latencies (Infinity: none). */
+  private quickest(): number {
+    let q = Infinity;
+    for (const l of this.recent) q = Math.min(q, l);
+    return q;
+  }
+  /** The floor (or the lowest latency measured) was set: its quickest latencies, to hold the latest against. */
+  private markQuickest(): void {
+    this.floorQuickest = this.quickest();
+    this.floorQuickAt = this.recentCount;
   }
   /** The share of those preparing whose kind the latency reference never saw. */
   private unknownShare(s: ReadonlySnapshot): number {
