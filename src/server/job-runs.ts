@@ -7,7 +7,7 @@
 import { StokerError } from '../core/index.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { GroupCommit, WriteResult } from './group-commit.js';
-import { ignoreFull, isJournalError, type Journal, type JournalJob, type JournalOutcome } from './journal.js';
+import { ignoreFull, isJournalError, Journal, type JournalJob, type JournalOutcome } from './journal.js';
 import type { LoadedKind } from './kind-module.js';
 import type { KindRouter, RoutedInput } from './kinds.js';
 import { PendingEnds, type Announce } from './pending-ends.js';
@@ -51,10 +51,16 @@ export class JobRuns {
     this.later(() => this.p.journal.markRunning(jobId), () => this.p.emit({ type: 'job.started', id: jobId }));
   }
 
-  /** A partition's output, journaled (on a full disk it stays in memory only: after a crash that partition runs again). */
+  /**
+   * A partition's output, journaled (on a full disk it stays in memory only: after a crash that
+   * partition runs again). One the journal cannot hold (bytes nested in JSON, a BigInt…) throws
+   * `E_JOURNAL_BAD_INPUT` here, at once, so that its partition fails saying so (thrown from the
+   * group commit, it ended the process, and again on every restart).
+   */
   partitionDone(jobId: string, partition: number, output: unknown): void {
+    const stored = Journal.storedOutput(jobId, partition, output);
     this.later(
-      () => this.p.journal.recordPartition(jobId, partition, output),
+      () => this.p.journal.recordStored(jobId, partition, stored),
       (recorded) => recorded && this.p.emit({ type: 'job.partition', id: jobId, partition }),
     );
   }

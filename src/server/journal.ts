@@ -262,8 +262,21 @@ export class Journal {
    * not in `0 … partitions−1` or `output` is not JSON-serialisable.
    */
   recordPartition(id: string, partition: number, output: unknown): boolean {
+    return this.recordStored(id, partition, Journal.storedOutput(id, partition, output));
+  }
+
+  /**
+   * A partition's output as the journal stores it (see {@link recordStored}): a caller that must
+   * know at once whether the output can be stored, before the write itself.
+   * @throws {JournalError} `E_JOURNAL_BAD_INPUT` when `output` is not JSON-serialisable.
+   */
+  static storedOutput(id: string, partition: number, output: unknown): string | Buffer {
+    return toStored(output, `the output of partition ${partition} of job ${JSON.stringify(id)}`);
+  }
+
+  /** {@link recordPartition} with the output already in its stored form ({@link Journal.storedOutput}). */
+  recordStored(id: string, partition: number, json: string | Buffer): boolean {
     const s = this.stmts;
-    const json = toStored(output, `the output of partition ${partition} of job ${JSON.stringify(id)}`);
     return this.#write(`the output of partition ${partition} of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
       const row = this.row(id);
       if (!Number.isSafeInteger(partition) || partition < 0 || partition >= row.partitions) {

@@ -149,8 +149,9 @@ export class Service {
     return new KindRouter(this.kinds, threads, runners, {
       started: (jobId) => this.runs.markStarted(jobId),
       partitionDone: (jobId, partition, output) => {
-        this.onPartitionOutput?.(jobId, partition, output);
+        // (First: an output the journal cannot hold fails its partition before anyone sees it.)
         this.runs.partitionDone(jobId, partition, output);
+        this.onPartitionOutput?.(jobId, partition, output);
       },
       observe: (stage, kind, ms) => this.metrics.observeStage(stage, kind, ms),
       batch: (device, items) => this.metrics.observeBatch(device, items),

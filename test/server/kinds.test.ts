@@ -127,6 +127,13 @@ describe('a kind module with a thread device', () => {
     expect((await http(server.url, 'GET', '/v1/status')).status).toBe(200);
   });
 
+  it('a partition output the journal cannot hold (bytes inside JSON) fails its job, naming the output; the server stays up', async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 'n2', kind: 'probe', input: { items: 2, mode: 'nested-output' } });
+    const r = await http(server.url, 'GET', '/v1/jobs/n2/result?wait=20s');
+    expect(r.body).toMatchObject({ state: 'failed', error: { code: 'E_DEVICE_FAILED', reason: expect.stringMatching(/the output of partition \d of job "n2" is not JSON-serialisable .*bytes at "bytes"/) } });
+    expect((await http(server.url, 'GET', '/v1/status')).status).toBe(200);
+  });
+
   it("fires a withdrawn preparation's ctx.signal in its thread", async () => {
     await http(server.url, 'POST', '/v1/jobs', { id: 'h1', kind: 'probe', input: { items: 2, mode: 'hang', markerDir: markers } });
     await waitUntil(async () => ((await http(server.url, 'GET', '/v1/jobs/h1')).body.state === 'running' ? true : undefined), 10_000, 'h1 running');
