@@ -159,7 +159,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
   server(p.command('submit'))
     .description('submit a job to a running server')
     .requiredOption('-k, --kind <kind>', 'job kind (GET /v1/kinds lists them: ntt-proof, sleep and those from kind modules)')
-    .requiredOption('-n, --partitions <n>', 'number of partitions (a kind that derives it from its input checks that they agree)')
+    .option('-n, --partitions <n>', 'number of partitions; may be left out for a kind that derives it from its input (given, they must agree)')
     .option('--id <id>', 'job id (idempotency key); generated when absent')
     .option('--priority <p>', 'critical, high, normal or low')
     .option('--input <json>', `the kind's input as JSON, e.g. '{"prepareMs":100}'`)

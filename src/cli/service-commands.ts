@@ -130,7 +130,7 @@ const show = (io: Io, v: unknown) => io.out(`${JSON.stringify(v, null, 2)}\n`);
 
 export interface SubmitFlags extends ClientFlags {
   kind: string;
-  partitions: string;
+  partitions?: string;
   id?: string;
   priority?: string;
   input?: string;
@@ -151,7 +151,7 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
     }
   }
   const deadline = flags.deadline === undefined ? undefined : /^\d+$/.test(flags.deadline) ? Number(flags.deadline) : flags.deadline;
-  const body = { kind: flags.kind, partitions: Number(flags.partitions), ...(flags.id ? { id: flags.id } : {}), ...(flags.priority ? { priority: flags.priority } : {}), ...(input === undefined ? {} : { input }), ...(deadline === undefined ? {} : { deadline }) };
+  const body = { kind: flags.kind, ...(flags.partitions === undefined ? {} : { partitions: Number(flags.partitions) }), ...(flags.id ? { id: flags.id } : {}), ...(flags.priority ? { priority: flags.priority } : {}), ...(input === undefined ? {} : { input }), ...(deadline === undefined ? {} : { deadline }) };
   const r = await call(flags, 'POST', 'v1/jobs', body);
   if (flags.json) return show(io, r.body);
   const job = r.body as { id: string; state: string };

@@ -127,6 +127,14 @@ describe('a kind module with a thread device', () => {
     expect((await http(server.url, 'GET', '/v1/status')).status).toBe(200);
   });
 
+  it('stoker submit leaves -n out for a kind that derives its partitions from its input', async () => {
+    const r = await run(['submit', '--server', server.url, '-k', 'probe', '--id', 'no-n', '--input', '{"items":3}']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^accepted: no-n \((queued|running)\)\n$/);
+    expect((await http(server.url, 'GET', '/v1/jobs/no-n')).body).toMatchObject({ partitions: 3 });
+  });
+
   it('a partition output the journal cannot hold (bytes inside JSON) fails its job, naming the output; the server stays up', async () => {
     await http(server.url, 'POST', '/v1/jobs', { id: 'n2', kind: 'probe', input: { items: 2, mode: 'nested-output' } });
     const r = await http(server.url, 'GET', '/v1/jobs/n2/result?wait=20s');
