@@ -287,5 +287,8 @@ export class Flights<I, P, O, R> {
 
 /** An error's message, or the thrown value as a string. */
 export function errorMessage(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
+  if (e instanceof Error) return e.message;
+  // What piscina rejects with where a thread's value could not be sent back: an empty object.
+  if (e !== null && typeof e === 'object' && Object.keys(e).length === 0) return 'its thread gave no reason (a prepared value that cannot be sent between threads, such as a function or a promise, fails so): return plain data — objects, arrays, numbers, strings, typed arrays';
+  return String(e);
 }

@@ -142,6 +142,18 @@ describe('a kind module with a thread device', () => {
     expect((await http(server.url, 'GET', '/v1/status')).status).toBe(200);
   });
 
+  it('a prepared value or an output that cannot be sent between threads (a function) fails its job saying what to return; the device thread lives on', async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 'f1', kind: 'probe', input: { items: 1, mode: 'function-output' } });
+    const out = await http(server.url, 'GET', '/v1/jobs/f1/result?wait=20s');
+    expect(out.body).toMatchObject({ state: 'failed', error: { code: 'E_DEVICE_FAILED', reason: expect.stringMatching(/its output could not be sent from the device thread \(.*could not be cloned.*\): return plain data/) } });
+    await http(server.url, 'POST', '/v1/jobs', { id: 'f2', kind: 'probe', input: { items: 1, mode: 'function-prepared' } });
+    const prepared = await http(server.url, 'GET', '/v1/jobs/f2/result?wait=20s');
+    expect(prepared.body).toMatchObject({ state: 'failed', error: { code: 'E_PREPARE_FAILED', reason: expect.stringMatching(/cannot be sent between threads.*return plain data/) } });
+    // The device thread still runs steps.
+    await http(server.url, 'POST', '/v1/jobs', { id: 'f3', kind: 'probe', input: { items: 2 } });
+    expect((await http(server.url, 'GET', '/v1/jobs/f3/result?wait=20s')).body.state).toBe('done');
+  });
+
   it("fires a withdrawn preparation's ctx.signal in its thread", async () => {
     await http(server.url, 'POST', '/v1/jobs', { id: 'h1', kind: 'probe', input: { items: 2, mode: 'hang', markerDir: markers } });
     await waitUntil(async () => ((await http(server.url, 'GET', '/v1/jobs/h1')).body.state === 'running' ? true : undefined), 10_000, 'h1 running');

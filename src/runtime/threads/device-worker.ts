@@ -63,6 +63,11 @@ port.on('message', (req: DeviceRequest) => {
     } catch (e) {
       reply = { id: req.id, ok: false, message: e instanceof Error ? e.message : String(e) };
     }
-    port.postMessage(reply);
+    try {
+      port.postMessage(reply);
+    } catch (e) {
+      // An output a thread cannot send (a function, a promise…): its step fails saying so, the thread lives on.
+      port.postMessage({ id: req.id, ok: false, message: `its output could not be sent from the device thread (${e instanceof Error ? e.message : String(e)}): return plain data — objects, arrays, numbers, strings, typed arrays` });
+    }
   })();
 });
