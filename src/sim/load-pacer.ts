@@ -79,18 +79,38 @@ function checkPacer(value: unknown, file: string, fallbackName: string): Pacer {
   }
   const name = typeof p.name === 'string' && p.name !== '' ? p.name : fallbackName;
   const pacer = value as Pacer;
+  /** One of the module's methods called: what it throws names the module and the method. */
+  const call = <T>(method: string, f: () => T): T => {
+    try {
+      return f();
+    } catch (e) {
+      if (e instanceof PacerModuleError) throw e;
+      throw new PacerModuleError(`the pacer created by ${file} threw in ${method}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    }
+  };
+  /** A time it returned: a number, Infinity for none (NaN or another type once stalled a run silently). */
+  const time = (method: string, v: unknown): number => {
+    if (typeof v !== 'number' || Number.isNaN(v)) throw new PacerModuleError(`the pacer created by ${file}: ${method}(snapshot) must return a time in ms (a number; Infinity for none) (got ${typeof v === 'number' || v === undefined ? String(v) : (JSON.stringify(v) ?? String(v))})`);
+    return v;
+  };
   // Delegate rather than copy, so that class instances keep their prototype methods and `this`;
   // what state() returns is checked on every call (the measures and the dashboard read it).
   const out: Pacer = {
     name,
-    observe: (s: ReadonlySnapshot) => pacer.observe(s),
-    nextDispatchAt: (s: ReadonlySnapshot) => pacer.nextDispatchAt(s),
-    onDispatch: (s: ReadonlySnapshot) => pacer.onDispatch(s),
-    state: typeof p.state === 'function' ? () => checkState(pacer.state(), file) : steadyState,
+    observe: (s: ReadonlySnapshot) => call('observe', () => pacer.observe(s)),
+    nextDispatchAt: (s: ReadonlySnapshot) => time('nextDispatchAt', call('nextDispatchAt', () => pacer.nextDispatchAt(s))),
+    onDispatch: (s: ReadonlySnapshot) => call('onDispatch', () => pacer.onDispatch(s)),
+    state: typeof p.state === 'function' ? () => checkState(call('state', () => pacer.state()), file) : steadyState,
   };
   // The optional methods only where the module has them (the engine asks for them only then).
-  if (typeof p.workerLimit === 'function') out.workerLimit = (device: number) => pacer.workerLimit?.(device) ?? Infinity;
-  if (typeof p.observeAgainAt === 'function') out.observeAgainAt = (s: ReadonlySnapshot) => pacer.observeAgainAt?.(s) ?? Infinity;
+  if (typeof p.workerLimit === 'function') {
+    out.workerLimit = (device: number) => {
+      const v = call('workerLimit', () => pacer.workerLimit?.(device)) ?? Infinity;
+      if (typeof v !== 'number' || !(v >= 0)) throw new PacerModuleError(`the pacer created by ${file}: workerLimit(device) must return the most workers to run at once (a number ≥ 0; Infinity for all) (got ${JSON.stringify(v) ?? String(v)})`);
+      return v;
+    };
+  }
+  if (typeof p.observeAgainAt === 'function') out.observeAgainAt = (s: ReadonlySnapshot) => time('observeAgainAt', call('observeAgainAt', () => pacer.observeAgainAt?.(s)) ?? Infinity);
   // Its shape checked once, at creation (a status request may ask before anything is observed), not
   // only when something reads it: a simulation may never read it, and a wrong shape would pass.
   out.state();

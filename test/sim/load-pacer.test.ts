@@ -52,6 +52,30 @@ describe('user pacer modules: the optional methods', () => {
     expect(() => create({})).toThrow(/state\(\)\.mode must be one of bootstrap, steady, idle, blocked, hold \(got "running"\)/);
   });
 
+  it('a time that is not a number (NaN, a string) is an error naming the module and the method, not a silent stall', async () => {
+    for (const [i, body, got] of [
+      [0, 'nextDispatchAt() { return NaN; }', 'NaN'],
+      [1, "nextDispatchAt() { return 'soon'; }", '"soon"'],
+      [2, 'nextDispatchAt() {}', 'undefined'],
+    ] as const) {
+      const create = await resolvePacer(tmp.file(`bad-time-${i}.mjs`, `export default () => ({ observe() {}, ${body}, onDispatch() {} });\n`));
+      const pacer = create({});
+      expect(() => pacer.nextDispatchAt(snap)).toThrow(PacerModuleError);
+      expect(() => pacer.nextDispatchAt(snap)).toThrow(`bad-time-${i}.mjs: nextDispatchAt(snapshot) must return a time in ms (a number; Infinity for none) (got ${got})`);
+    }
+    const create = await resolvePacer(tmp.file('bad-again.mjs', "export default () => ({ observe() {}, nextDispatchAt(s) { return s.now; }, onDispatch() {}, observeAgainAt() { return 'later'; }, workerLimit() { return -1; } });\n"));
+    const pacer = create({});
+    expect(pacer.nextDispatchAt(snap)).toBe(10);
+    expect(() => pacer.observeAgainAt?.(snap)).toThrow(/observeAgainAt\(snapshot\) must return a time in ms .*\(got "later"\)/);
+    expect(() => pacer.workerLimit?.(0)).toThrow(/workerLimit\(device\) must return the most workers to run at once .*\(got -1\)/);
+  });
+
+  it('what a method throws names the module and the method', async () => {
+    const create = await resolvePacer(tmp.file('throws.mjs', "export default () => ({ observe() { throw new Error('pacer bug'); }, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n"));
+    const pacer = create({});
+    expect(() => pacer.observe(snap)).toThrow(/the pacer created by .*throws\.mjs threw in observe: pacer bug/);
+  });
+
   it('a built-in pacer resolves to itself (the stoker pacer has both methods)', async () => {
     const create = await resolvePacer('stoker');
     const pacer = create({});
