@@ -166,6 +166,10 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
     io.out(`\nsteady window ${seconds(first.window.fromMs)} – ${seconds(first.window.toMs)}; events / simulated time: ${runs}\n`);
     io.out(failureTable(results));
   }
+  // A run the horizon cut short measures only what ran before it: said, whatever the output.
+  for (const r of results) {
+    if (r.unfinishedJobs > 0) io.err(`warning: ${r.pacer}: ${r.unfinishedJobs} of ${r.jobsSubmitted} jobs unfinished when the horizon (horizonS = ${scenario.horizonS}) ended the run at ${seconds(r.simulatedMs)}; the measures cover only what ran before it (jobs still in flight hold their memory: leakedBytes): raise horizonS\n`);
+  }
   if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
   if (flags.trace !== undefined) {
     const files = traceFiles(

@@ -95,6 +95,15 @@ describe('stoker simulate', () => {
     expect(r.out).toMatch(/stoker\s+job-7\s+failed/);
   });
 
+  it('warns, naming horizonS, where the horizon ended the run with jobs unfinished (silent before)', async () => {
+    const seed = SCENARIOS.get('seed');
+    const file = tmp.file('short-horizon.json', JSON.stringify({ ...seed, name: 'short-horizon', horizonS: 100 }));
+    const r = await run('simulate', file, '--pacer', 'stoker');
+    expect(r.code).toBe(0);
+    expect(r.err).toMatch(/^warning: stoker: \d+ of 40 jobs unfinished when the horizon \(horizonS = 100\) ended the run at [\d.]+ s; .*raise horizonS$/m);
+    expect((await run('simulate', 'seed', '--pacer', 'stoker')).err).not.toContain('warning');
+  });
+
   it('--out writes report.json and four SVG charts per scenario', async () => {
     const dir = path.join(tmp.dir, 'report');
     const r = await run('simulate', 'cancel', '--pacer', 'stoker,classic', '--out', dir, '--json');
