@@ -126,9 +126,12 @@ function load(spec: string): { scenario: Scenario; fit: FitReport | null } {
   return { scenario: resolveScenario(spec), fit: null };
 }
 
-/** Bytes in GiB, or MiB below 1 GiB (a plan for small items must not read 0.1 GiB everywhere). */
+/** Bytes in the largest unit that keeps them ≥ 1 (a plan for items of kilobytes must not read 0.0 MiB everywhere). */
 function bytes(n: number): string {
-  return n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${(n / 2 ** 20).toFixed(1)} MiB`;
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let u = 0;
+  while (u < units.length - 1 && n >= 1024 ** (u + 1)) u++;
+  return u === 0 ? `${n} B` : `${(n / 1024 ** u).toFixed(1)} ${units[u]}`;
 }
 
 function describe(r: PlanRow): string {

@@ -86,6 +86,19 @@ describe('stoker plan', () => {
     }
   });
 
+  it('memory of kilobytes reads in KiB, not 0.0 MiB on every row', async () => {
+    const t = tempDir();
+    try {
+      const small = t.file('small.json', JSON.stringify({ name: 'small', kinds: { vec: { prepare: { type: 'fixed', value: 0.4 }, memory: { prepareBytes: 1280, deviceBytes: 128 } } }, devices: [{ workers: 2, service: { type: 'fixed', value: 0.1 } }], arrivals: [{ atS: 0, jobs: 20, partitions: 10, kind: 'vec' }] }));
+      const r = await run('plan', small, '--seeds', '1', '--targets', '2,4', '--threads', '1');
+      expect(r.code, r.err).toBe(0);
+      expect(r.out).not.toContain('0.0 MiB');
+      expect(r.out).toMatch(/\d+\.\d KiB/);
+    } finally {
+      t.cleanup();
+    }
+  });
+
   it('plans scenarios with scripted worker losses and faults (no fewer workers than an event names; scripted failures count against no setting)', async () => {
     for (const name of ['worker-loss', 'failure']) {
       const r = await run('plan', name, '--seeds', '1', '--targets', '4', '--threads', '1');
