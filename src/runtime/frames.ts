@@ -52,8 +52,13 @@ export class FrameReader {
     for (;;) {
       if (!this.pending) {
         if (this.buffered < 4) break;
-        const headerBytes = this.peek(4).readUInt32BE(0);
-        if (headerBytes === 0 || headerBytes > MAX_HEADER_BYTES) throw new FrameError(`a frame header length of ${headerBytes} bytes (the limit is ${MAX_HEADER_BYTES}): the stream is not stoker frames — is something else writing to stdout?`);
+        const head = this.peek(4);
+        const headerBytes = head.readUInt32BE(0);
+        if (headerBytes === 0 || headerBytes > MAX_HEADER_BYTES) {
+          // Text printed to stdout reads as a huge length: show those bytes as text too.
+          const text = /^[\x20-\x7e\t\r\n]{4}$/.test(head.toString('latin1')) ? ` (as text: ${JSON.stringify(head.toString('latin1'))}…)` : '';
+          throw new FrameError(`a frame header length of ${headerBytes} bytes${text} (the limit is ${MAX_HEADER_BYTES}): the stream is not stoker frames — is something else writing to stdout?`);
+        }
         if (this.buffered < 4 + headerBytes) break;
         this.take(4);
         const text = this.take(headerBytes).toString('utf8');

@@ -10,8 +10,8 @@
  * await serve(async (item) => ({ sum: item.payload.reduce((a, b) => a + b, 0), partition: item.partition }));
  * ```
  *
- * stdout carries the protocol, so `console.log` and friends are sent to stderr (the server logs
- * them, prefixed with the worker's name).
+ * stdout carries the protocol, so from the import on `console.log` and friends are sent to stderr
+ * (the server logs them, prefixed with the worker's name).
  */
 import { readFileSync } from 'node:fs';
 import { encodeFrame, FrameReader, type Frame } from './frames.js';
@@ -33,6 +33,9 @@ export interface ProcessItem {
   path?: string;
 }
 
+// stdout carries the protocol: from the import on (a console.log before serve() broke the first frame).
+for (const m of ['log', 'info', 'debug'] as const) console[m] = console.error;
+
 function write(header: Record<string, unknown>, payload?: Uint8Array): void {
   for (const b of encodeFrame(header, payload)) process.stdout.write(b);
 }
@@ -48,7 +51,6 @@ const asBytes = (v: ArrayBuffer | ArrayBufferView) => (v instanceof ArrayBuffer 
  * batch's items go through `handle` one after another. Each batch is timed once.
  */
 export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (items: ProcessItem[]) => unknown[] | Promise<unknown[]>): Promise<void> {
-  for (const m of ['log', 'info', 'debug'] as const) console[m] = console.error;
   const reader = new FrameReader(Number.MAX_SAFE_INTEGER);
   let queue = Promise.resolve();
   /** The frames of the batch now arriving (they come back to back). */

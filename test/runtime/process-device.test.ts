@@ -158,7 +158,7 @@ describe('processes that break the protocol', () => {
   const cases: [how: string, reason: RegExp][] = [
     ['never-ready', /did not say ready within 0.5 s/],
     ['exit-at-start', /it exited \(code 7\); its last stderr: CUDA error: no device found/],
-    ['garbage', /malformed frame: a frame header length of .* is something else writing to stdout/],
+    ['garbage', /malformed frame: a frame header length of \d+ bytes \(as text: "Load"…\) .* is something else writing to stdout/],
     ['oversized', /malformed frame: a frame payload of 2147483648 bytes is over the 1048576-byte limit/],
     ['wrong-id', /where the result of item \d+ was due/],
   ];
