@@ -1,0 +1,37 @@
+/** A job's progress stream (src/server/progress.ts) where its view gives only partition counts. */
+import { describe, expect, it } from 'vitest';
+import type { JobView } from '../../src/server/api.js';
+import { countPartitions, progressEvents } from '../../src/server/progress.js';
+import type { PartitionState } from '../../src/core/index.js';
+
+/** A running job's view of `n` partitions with counts only (as once the engine has let go of it). */
+function countsView(states: PartitionState[]): JobView {
+  return { id: 'j', state: 'running', partitions: states.length, partitionsDone: 0, partitionStates: null, partitionCounts: countPartitions(states) } as unknown as JobView;
+}
+
+describe('progress from counts alone', () => {
+  it('a partition once done stays done, though the counts lag by one (9 done, 1 queued after all 10 were sent done but the last)', () => {
+    const last: PartitionState[] = ['done', 'done', 'done', 'done', 'done', 'done', 'done', 'done', 'done', 'on-device'];
+    const { events, states } = progressEvents(countsView([...Array<PartitionState>(9).fill('done'), 'queued']), last);
+    // Numbered afresh, partition 0 was sent as queued; now only partition 9 moves, to the stage the counts hold besides done.
+    expect(states).toEqual([...Array<PartitionState>(9).fill('done'), 'queued']);
+    expect(events[0]).toMatchObject({ type: 'progress', changes: [{ partition: 9, stage: 'queued' }] });
+  });
+
+  it('where the counts hold fewer done than were sent, done partitions stay done and the stale count gives way', () => {
+    const last: PartitionState[] = ['done', 'done', 'on-device'];
+    const { states } = progressEvents(countsView(['done', 'queued', 'queued']), last);
+    expect(states).toEqual(['done', 'done', 'queued']);
+  });
+
+  it('each other partition keeps its stage where the counts still hold it', () => {
+    const last: PartitionState[] = ['waiting', 'preparing', 'on-device', 'queued'];
+    const { events, states } = progressEvents(countsView(['preparing', 'waiting', 'done', 'queued']), last);
+    expect(states).toEqual(['waiting', 'preparing', 'done', 'queued']);
+    expect(events[0]).toMatchObject({ changes: [{ partition: 2, stage: 'done' }] });
+  });
+
+  it('with nothing sent yet, the counts in stage order', () => {
+    expect(progressEvents(countsView(['done', 'queued']), []).states).toEqual(['queued', 'done']);
+  });
+});
