@@ -79,13 +79,13 @@ function checkPacer(value: unknown, file: string, fallbackName: string): Pacer {
   }
   const name = typeof p.name === 'string' && p.name !== '' ? p.name : fallbackName;
   const pacer = value as Pacer;
-  /** One of the module's methods called: what it throws names the module and the method. */
+  /** One of the module's methods called: what it throws names the module and the method (a failure of the run, not a module that does not fit). */
   const call = <T>(method: string, f: () => T): T => {
     try {
       return f();
     } catch (e) {
       if (e instanceof PacerModuleError) throw e;
-      throw new PacerModuleError(`the pacer created by ${file} threw in ${method}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+      throw new Error(`the pacer created by ${file} threw in ${method}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
     }
   };
   /** A time it returned: a number, Infinity for none (NaN or another type once stalled a run silently). */

@@ -168,21 +168,47 @@ function pathOf(path: readonly PropertyKey[]): string {
   return out || '(root)';
 }
 
+/**
+ * One schema issue as lines naming the field. An arrival that fits neither form is judged by the
+ * form it is closest to (`poisson` present: a Poisson stream, else a batch), naming its own wrong
+ * fields rather than both forms'.
+ */
+function issueLines(i: z.core.$ZodIssue, input: unknown, prefix: readonly PropertyKey[] = []): string[] {
+  const path = [...prefix, ...i.path];
+  if (i.code === 'invalid_union' && path.length === 2 && path[0] === 'arrivals') {
+    const raw = (input as { arrivals?: unknown[] }).arrivals?.[path[1] as number];
+    const branch = i.errors[raw !== null && typeof raw === 'object' && 'poisson' in raw ? 1 : 0] ?? [];
+    if (branch.length > 0) return branch.flatMap((j) => issueLines(j, input, path));
+  }
+  const msg =
+    i.code === 'unrecognized_keys'
+      ? `unknown field(s) ${i.keys.map((k) => JSON.stringify(k)).join(', ')}: remove them or check the spelling`
+      : i.code === 'invalid_type' && / received undefined$/.test(i.message)
+        ? `missing: this field is required (${i.expected})`
+        : i.message;
+  return [`  ${pathOf(path)}: ${msg}`];
+}
+
+/** Arrivals naming a kind the scenario does not define (read from the raw input too, so that they are listed beside the schema's problems). */
+function unknownKinds(arrivals: unknown, kinds: unknown): string[] {
+  if (!Array.isArray(arrivals) || kinds === null || typeof kinds !== 'object' || Array.isArray(kinds)) return [];
+  const names = Object.keys(kinds);
+  return arrivals.flatMap((a: unknown, i) => {
+    const kind = a !== null && typeof a === 'object' ? (a as { kind?: unknown }).kind : undefined;
+    return typeof kind === 'string' && kind !== '' && !Object.hasOwn(kinds, kind) ? [`  arrivals[${i}].kind: unknown kind ${JSON.stringify(kind)}; define it under "kinds" or use one of ${names.join(', ')}`] : [];
+  });
+}
+
 /** Validates a scenario; errors list every problem with the field path and what to write instead. */
 export function parseScenario(input: unknown, source = 'scenario'): Scenario {
   const r = ScenarioSchema.safeParse(input);
   if (!r.success) {
-    const lines = r.error.issues.map((i) => {
-      const msg = i.code === 'unrecognized_keys' ? `unknown field(s) ${i.keys.map((k) => JSON.stringify(k)).join(', ')}: remove them or check the spelling` : i.message;
-      return `  ${pathOf(i.path)}: ${msg}`;
-    });
+    const raw = (input ?? {}) as { arrivals?: unknown; kinds?: unknown };
+    const lines = [...r.error.issues.flatMap((i) => issueLines(i, input ?? {})), ...unknownKinds(raw.arrivals, raw.kinds)];
     throw new ScenarioError(`${source} is invalid:\n${lines.join('\n')}`);
   }
   const s = r.data;
-  const problems: string[] = [];
-  s.arrivals.forEach((a, i) => {
-    if (!(a.kind in s.kinds)) problems.push(`  arrivals[${i}].kind: unknown kind ${JSON.stringify(a.kind)}; define it under "kinds" or use one of ${Object.keys(s.kinds).join(', ')}`);
-  });
+  const problems: string[] = unknownKinds(s.arrivals, s.kinds);
   s.devices.forEach((d, i) => {
     for (const k of d.kinds ?? []) if (!(k in s.kinds)) problems.push(`  devices[${i}].kinds: unknown kind ${JSON.stringify(k)}; use one of ${Object.keys(s.kinds).join(', ')}`);
   });

@@ -166,11 +166,11 @@ describe('user pacer modules', () => {
     expect(r.err).toMatch(/not found/);
   });
 
-  it('a pacer that throws: exit 1 with its message, no stack', async () => {
+  it('a pacer that throws: exit 1 with its message, naming the module and the method, no stack', async () => {
     const file = tmp.file('throws.mjs', 'export default () => ({ observe() {}, nextDispatchAt() { throw new Error("boom in my pacer"); }, onDispatch() {} });\n');
     const r = await run('simulate', 'seed', '--pacer', file);
     expect(r.code).toBe(1);
-    expect(r.err).toBe('error: boom in my pacer\n');
+    expect(r.err).toBe(`error: the pacer created by ${file} threw in nextDispatchAt: boom in my pacer\n`);
   });
 });
 

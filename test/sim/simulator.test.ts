@@ -190,7 +190,14 @@ describe('scenario validation', () => {
     ['worker out of range', { ...valid, events: [{ type: 'workerLost', atS: 1, worker: 5 }] }, /events\[0\]\.worker: device 0 has 2 workers/],
     ['negative budget', { ...valid, budgetBytes: -1 }, /budgetBytes: budgetBytes must be ≥ 0/],
     ['no devices', { ...valid, devices: [] }, /devices: list at least one device group/],
+    ['a missing required field', { name: 'x', kinds: valid.kinds, devices: valid.devices }, /^ {2}arrivals: missing: this field is required \(array\)$/m],
+    ['a batch arrival with an unknown priority', { ...valid, arrivals: [{ atS: 0, partitions: 1, kind: 'k', priority: 'urgent' }] }, /^ {2}arrivals\[0\]\.priority: priority must be one of critical, high, normal, low$/m],
+    ['a Poisson arrival with a bad rate', { ...valid, arrivals: [{ poisson: { ratePerS: -1, untilS: 10 }, partitions: 1, kind: 'k' }] }, /^ {2}arrivals\[0\]\.poisson\.ratePerS: ratePerS must be > 0$/m],
   ];
+  it('lists every wrong field at once: an unknown arrival kind beside the schema’s problems', () => {
+    const input = { ...valid, targetWaiting: -1, arrivals: [{ atS: 0, partitions: 1, kind: 'nope', priority: 'urgent' }] };
+    expect(() => parseScenario(input, 'my.json')).toThrow(/targetWaiting: targetWaiting must be ≥ 0\n {2}arrivals\[0\]\.priority: priority must be one of .*\n {2}arrivals\[0\]\.kind: unknown kind "nope"/);
+  });
   it.each(cases)('rejects %s with the field path and the fix', (_name, input, message) => {
     expect(() => parseScenario(input, 'my.json')).toThrow(ScenarioError);
     expect(() => parseScenario(input, 'my.json')).toThrow(message);
