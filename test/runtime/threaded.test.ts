@@ -298,7 +298,7 @@ describe('ThreadedWorkload under the Runtime', () => {
 
         expect(performance.now() - t0).toBeGreaterThanOrEqual(590); // two attempts timed out
         expect(err.code).toBe('E_DEVICE_FAILED');
-        expect(err.message).toContain('deviceTimeoutMs = 300 ms');
+        expect(err.message).toContain("no answer within the device timeout, 300 ms (the runtime's deviceTimeoutMs");
         expect(err.message).toContain('after 2 attempts');
         expect(Atomics.load(new Int32Array(heartbeat), 0)).toBeGreaterThan(0);
         // Every hung thread, including the other worker's (aborted when the job failed), is gone.

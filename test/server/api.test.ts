@@ -717,9 +717,11 @@ describe('stoker serve (shared server)', () => {
       const json = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1', '--input', '{oops']);
       expect(json.code).toBe(2);
       expect(json.stderr).toMatch(/^error: --input must be JSON/);
+      // No -n for a kind that does not derive its partitions: the server says so.
       const missing = await cli(['submit', ...server(), '-k', 'sleep']);
       expect(missing.code).toBe(2);
-      expect(missing.stderr).toContain("required option '-n, --partitions <n>' not specified");
+      expect(missing.stderr).toContain('partitions: partitions must be a whole number from 1 to');
+      expect(missing.stderr).toContain('kind sleep does not derive it from its input');
     });
 
     it("wait long-polls for the time left, in ms, capped at 60 s: no busy loop in the last second", async () => {
