@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { PACER_NAMES, PACERS, TimelineRecorder, type PacerFactory } from '../core/index.js';
+import { PACER_NAMES, PACERS, TimelineRecorder, unreadOptions, type PacerFactory } from '../core/index.js';
 import { resolvePacer } from '../sim/load-pacer.js';
 import { resolveScenario } from '../sim/load-scenario.js';
 import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js';
@@ -146,6 +146,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
   const seed = flags.seed === undefined ? undefined : parseInteger('--seed', flags.seed);
   const scenario = resolveScenario(spec);
   const factories = await resolvePacers(parseList('--pacer', flags.pacer));
+  for (const k of unreadOptions(factories, scenario.pacerOptions)) io.err(`warning: pacerOptions.${k} is read by none of the pacers run (${parseList('--pacer', flags.pacer).join(', ')}): it changes nothing — check its spelling\n`);
   if (flags.trace !== undefined) checkOutputFile('--trace', flags.trace);
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
   const timelines: TimelineRecorder[] = [];

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse, stringify, TomlError } from 'smol-toml';
 import { z } from 'zod';
+import { optionsRead, PACERS, unreadOptions } from '../core/index.js';
 import { batchTable, dataDirSchema, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, suggest, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
 import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, HttpDeviceConfig, PrepareConfig, ProcessDeviceConfig, ServeConfig, ServerConfig } from './config-types.js';
 
@@ -355,6 +356,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     Object.assign(c.cluster, defined(layer.cluster));
   }
   c.engine.pacerOptions = { ...c.engine.pacerOptions };
+  checkPacerOptions(c.engine);
   const { tlsCert, tlsKey } = c.server;
   if ((tlsCert === '') !== (tlsKey === '')) {
     throw new ConfigError([{ source: 'configuration', path: tlsCert === '' ? 'server.tlsCert' : 'server.tlsKey', message: `server.${tlsCert === '' ? 'tlsKey' : 'tlsCert'} is set without server.${tlsCert === '' ? 'tlsCert' : 'tlsKey'} — HTTPS needs both the certificate chain and its private key (PEM files)` }]);
@@ -372,6 +374,26 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     }
   }
   return c;
+}
+
+/**
+ * `[engine.pacerOptions]` against the pacer they are for: a value it refuses, or a name it does
+ * not read (a misspelt option changed nothing, silently), is a config error naming the option.
+ */
+function checkPacerOptions(engine: EngineConfig): void {
+  const { pacer, pacerOptions } = engine;
+  if (Object.keys(pacerOptions).length === 0 || !Object.hasOwn(PACERS, pacer)) return;
+  const create = (PACERS[pacer] as (typeof PACERS)[string]).create;
+  let unread: string[];
+  try {
+    unread = unreadOptions([create], pacerOptions);
+  } catch (e) {
+    throw new ConfigError([{ source: 'configuration', path: 'engine.pacerOptions', message: e instanceof Error ? e.message : String(e) }]);
+  }
+  if (unread.length === 0) return;
+  const known = [...optionsRead(create)].filter((k) => k !== 'targetWaiting');
+  const them = known.length > 0 ? `its options are ${known.join(', ')}` : 'it takes no options';
+  throw new ConfigError(unread.map((k) => ({ source: 'configuration', path: `engine.pacerOptions.${k}`, message: `the ${pacer} pacer has no option ${k} (${them}): check the spelling, or remove it` })));
 }
 
 /** Merges one source's device table (`[device]` or a `[devices.NAME]`) into `d`, with the defaults of its process or http table. */

@@ -104,6 +104,14 @@ describe('stoker simulate', () => {
     expect((await run('simulate', 'seed', '--pacer', 'stoker')).err).not.toContain('warning');
   });
 
+  it('warns of a pacerOptions name none of the pacers run reads (a misspelt option changes nothing)', async () => {
+    const file = tmp.file('misspelt.json', JSON.stringify({ ...SCENARIOS.get('seed'), name: 'misspelt', pacerOptions: { headStrat: 1, kp: 0.4 } }));
+    const r = await run('simulate', file, '--pacer', 'stoker,classic');
+    expect(r.code).toBe(0);
+    // kp is classic's; headStrat is nobody's.
+    expect(r.err).toBe('warning: pacerOptions.headStrat is read by none of the pacers run (stoker, classic): it changes nothing — check its spelling\n');
+  });
+
   it('--out writes report.json and four SVG charts per scenario', async () => {
     const dir = path.join(tmp.dir, 'report');
     const r = await run('simulate', 'cancel', '--pacer', 'stoker,classic', '--out', dir, '--json');

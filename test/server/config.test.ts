@@ -88,7 +88,7 @@ pacer = "classic"
 targetWaiting = 6
 budgetBytes = 412316860416
 deviceTimeoutS = 120
-pacerOptions = { window = 32 }
+pacerOptions = { kp = 0.3 }
 [device]
 kind = "webgpu"
 workers = 4
@@ -100,7 +100,7 @@ concurrency = 8
     const fromFile = loadConfig({ file, env: {}, cwd: '/' });
     expect(fromFile.dataDir).toBe(path.join(dir, 'journal')); // relative to the file's directory
     expect(fromFile.server).toMatchObject({ host: '0.0.0.0', port: 8000, maxPendingJobs: 50, retryAfterS: 5 });
-    expect(fromFile.engine).toEqual({ pacer: 'classic', targetWaiting: 6, budgetBytes: 412316860416, retries: 1, deviceTimeoutS: 120, pacerOptions: { window: 32 } });
+    expect(fromFile.engine).toEqual({ pacer: 'classic', targetWaiting: 6, budgetBytes: 412316860416, retries: 1, deviceTimeoutS: 120, pacerOptions: { kp: 0.3 } });
     expect(fromFile.device).toEqual({ kind: 'webgpu', workers: 4 });
     expect(fromFile.prepare).toEqual({ threads: 3, concurrency: 8 });
 
@@ -109,26 +109,44 @@ concurrency = 8
       STOKER_SERVER_PORT: '9000',
       STOKER_SERVER_MAX_PENDING_JOBS: '75',
       STOKER_ENGINE_TARGET_WAITING: '2.5',
-      STOKER_ENGINE_PACER_OPTIONS: 'gain=0.5',
+      STOKER_ENGINE_PACER_OPTIONS: 'ki=0.002',
       STOKER_DEVICE_KIND: 'cpu',
     };
     const fromEnv = loadConfig({ file, env, cwd: dir });
     expect(fromEnv.dataDir).toBe(path.join(dir, 'env-data')); // relative to cwd
     expect(fromEnv.server).toMatchObject({ host: '0.0.0.0', port: 9000, maxPendingJobs: 75 });
-    expect(fromEnv.engine).toMatchObject({ pacer: 'classic', targetWaiting: 2.5, pacerOptions: { gain: 0.5 } }); // the table is replaced whole
+    expect(fromEnv.engine).toMatchObject({ pacer: 'classic', targetWaiting: 2.5, pacerOptions: { ki: 0.002 } }); // the table is replaced whole
     expect(fromEnv.device).toEqual({ kind: 'cpu', workers: 4 });
 
     const fromFlags = loadConfig({ file, env, flags: { host: '::1', port: '0', dataDir: '/srv/stoker' }, cwd: dir });
     expect(fromFlags.server).toMatchObject({ host: '::1', port: 0, maxPendingJobs: 75 });
     expect(fromFlags.dataDir).toBe(path.resolve('/srv/stoker'));
-    expect(loadConfig({ env, flags: { port: 7171 }, cwd: dir }).server.port).toBe(7171);
+    // (The environment's pacer options are classic's: without the file, the pacer named too.)
+    expect(loadConfig({ env: { ...env, STOKER_ENGINE_PACER: 'classic' }, flags: { port: 7171 }, cwd: dir }).server.port).toBe(7171);
   });
 
   it('environment strings stay strings where the field takes text, numbers are coerced elsewhere', () => {
-    const c = loadConfig({ env: { STOKER_SERVER_HOST: '10', STOKER_DATA_DIR: '2024', STOKER_ENGINE_BUDGET_BYTES: '1e9', STOKER_ENGINE_RETRIES: '0', STOKER_ENGINE_PACER_OPTIONS: '{"window": 16}' }, cwd: dir });
+    const c = loadConfig({ env: { STOKER_SERVER_HOST: '10', STOKER_DATA_DIR: '2024', STOKER_ENGINE_BUDGET_BYTES: '1e9', STOKER_ENGINE_RETRIES: '0', STOKER_ENGINE_PACER_OPTIONS: '{"headStart": 16}' }, cwd: dir });
     expect(c.server.host).toBe('10');
     expect(c.dataDir).toBe(path.join(dir, '2024'));
-    expect(c.engine).toMatchObject({ budgetBytes: 1e9, retries: 0, pacerOptions: { window: 16 } });
+    expect(c.engine).toMatchObject({ budgetBytes: 1e9, retries: 0, pacerOptions: { headStart: 16 } });
+  });
+});
+
+describe('[engine.pacerOptions] against the pacer they are for', () => {
+  it('a name the pacer does not read is an error naming it and listing the pacer’s options; a value it refuses, too', () => {
+    const bad = (pacer: string, pacerOptions: Record<string, number>) => {
+      try {
+        loadConfig({ values: { engine: { pacer, pacerOptions } }, env: {}, cwd: dir });
+      } catch (e) {
+        return (e as Error).message;
+      }
+      return '';
+    };
+    expect(bad('stoker', { headStrat: 2 })).toMatch(/^configuration: engine\.pacerOptions\.headStrat: the stoker pacer has no option headStrat \(its options are .*headStart.*\): check the spelling, or remove it$/);
+    expect(bad('unpaced', { window: 2 })).toBe('configuration: engine.pacerOptions.window: the unpaced pacer has no option window (it takes no options): check the spelling, or remove it');
+    expect(bad('stoker', { headStart: -2 })).toBe('configuration: engine.pacerOptions: pacer option headStart must be a number ≥ 0 (got -2)');
+    expect(bad('window', { window: 16 })).toBe('');
   });
 });
 
@@ -260,7 +278,7 @@ describe('configToToml', () => {
         host: '0.0.0.0', port: 0, bodyLimitBytes: 4096, maxPendingJobs: 3, maxPendingPartitions: 7, retryAfterS: 1, resultTtlS: 0.5, shutdownTimeoutS: 0, maxWaitS: 12.25,
         token: '', allowedHosts: ['stoker.internal', '10.0.0.5'], openWithoutToken: true, requestTimeoutS: 2.5, headersTimeoutS: 1, keepAliveTimeoutS: 0.5, maxConnections: 10, maxEventStreams: 3, tlsCert: '', tlsKey: '',
       },
-      engine: { pacer: 'interval-pi', targetWaiting: 1.5, budgetBytes: 412316860416, retries: 10, deviceTimeoutS: 90, pacerOptions: { window: 32, gain: 0.25, 'odd key': 1 } },
+      engine: { pacer: 'interval-pi', targetWaiting: 1.5, budgetBytes: 412316860416, retries: 10, deviceTimeoutS: 90, pacerOptions: { kp: 0.25, ki: 0.002 } },
       device: { kind: 'webgpu', workers: 64 },
       prepare: { threads: 7, concurrency: 1 },
       cluster: { redis: 'redis://10.0.0.5:6380/2', lockMs: 5000, heartbeatMs: 500, nodeId: 'gpu-box-1' },

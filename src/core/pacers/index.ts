@@ -33,3 +33,28 @@ export function createPacer(name: string, options: PacerOptions = {}): Pacer {
   if (!entry) throw new StokerError('E_UNKNOWN_PACER', `unknown pacer ${JSON.stringify(name)}: use one of ${PACER_NAMES.join(', ')} (a pacer of your own: pass the Pacer object, or its module's path to \`stoker simulate --pacer\` or \`stoker bench --pacers\`)`);
   return entry.create(options);
 }
+
+/** The option names a pacer reads when it is created with `options` (a built-in pacer reads each of its options then). */
+export function optionsRead(create: PacerFactory, options: Readonly<PacerOptions> = {}): Set<string> {
+  const read = new Set<string>();
+  const note = (k: string | symbol) => typeof k === 'string' && read.add(k);
+  create(
+    new Proxy({ ...options }, {
+      get: (t, k, r) => (note(k), Reflect.get(t, k, r)),
+      has: (t, k) => (note(k), Reflect.has(t, k)),
+      getOwnPropertyDescriptor: (t, k) => (note(k), Reflect.getOwnPropertyDescriptor(t, k)),
+    }),
+  );
+  return read;
+}
+
+/**
+ * The options in `options` that none of the pacers `creates` makes reads when it is created: most
+ * likely misspelt, since an option no pacer reads changes nothing. `targetWaiting` is left out
+ * (the engine's, given to every pacer).
+ */
+export function unreadOptions(creates: readonly PacerFactory[], options: Readonly<PacerOptions>): string[] {
+  const read = new Set<string>(['targetWaiting']);
+  for (const create of creates) for (const k of optionsRead(create, options)) read.add(k);
+  return Object.keys(options).filter((k) => !read.has(k));
+}
