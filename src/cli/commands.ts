@@ -145,8 +145,9 @@ export interface SimulateFlags {
 export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io): Promise<void> {
   const seed = flags.seed === undefined ? undefined : parseInteger('--seed', flags.seed);
   const scenario = resolveScenario(spec);
-  const factories = await resolvePacers(parseList('--pacer', flags.pacer));
-  for (const k of unreadOptions(factories, scenario.pacerOptions)) io.err(`warning: pacerOptions.${k} is read by none of the pacers run (${parseList('--pacer', flags.pacer).join(', ')}): it changes nothing — check its spelling\n`);
+  const pacers = parseList('--pacer', flags.pacer);
+  const factories = await resolvePacers(pacers);
+  for (const k of unreadOptions(factories, scenario.pacerOptions)) io.err(`warning: pacerOptions.${k} is read by none of the pacers run (${pacers.join(', ')}): it changes nothing — check its spelling\n`);
   if (flags.trace !== undefined) checkOutputFile('--trace', flags.trace);
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
   const timelines: TimelineRecorder[] = [];

@@ -418,7 +418,7 @@ export class PrepareLimit {
       }
       // What would finish as much as now at the floor latency (Little's law, with that latency), at most half.
       const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, floor / latencyNow)));
-      this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing: filled ? this.floorPreparing : this.earlyPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
+      this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
       return;
     }
     // Within the cap: the first turnover starts; after it, the next ones are timed.
