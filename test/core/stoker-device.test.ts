@@ -59,6 +59,7 @@ function estimate(over: Partial<DeviceEstimate> = {}): DeviceEstimate {
     spanMs: 0,
     spanCompletions: 0,
     checkStreak: 0,
+    sinceWindow: 0,
     checkRatio: NaN,
     correction: 1,
     fit: null,
@@ -382,6 +383,21 @@ describe('selfCheck: the observed rate of a saturated device against the estimat
     // A window that agrees (one per 5 ms: 320 / (2·160) = 1): back to the estimate.
     expect(r.run(32, 5)).toEqual([[161, 1]]);
     expect(r.d).toMatchObject({ checkRatio: 1, checkStreak: 0, correction: 1 });
+  });
+
+  it('plans with the busy time again after CHECK_STALE (10) windows’ worth of completions with none judged (a device kept short of work is never saturated)', () => {
+    const r = new CheckRig(2, [10]);
+    r.run(97, 10);
+    expect(r.d).toMatchObject({ checkStreak: -3, correction: 0.5, sinceWindow: 0 });
+    // Short of work (nothing waiting): 299 completions keep the correction, the 300th ends it.
+    for (let i = 0; i < 299; i++) r.step(10, 1, { waiting: 0 });
+    expect(r.d).toMatchObject({ correction: 0.5, sinceWindow: 299 });
+    r.step(10, 1, { waiting: 0 });
+    expect(r.d).toMatchObject({ correction: 1, checkStreak: 0 });
+    // Saturated again and still slow: three windows switch it back.
+    r.step(10, 1);
+    r.run(96, 10);
+    expect(r.d).toMatchObject({ checkStreak: -3, correction: 0.5 });
   });
 
   it('switches only after CHECK_WINDOWS windows off on the same side', () => {

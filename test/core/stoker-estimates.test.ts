@@ -672,7 +672,7 @@ describe('stoker pacer: the plan across kinds, exactly', () => {
     // Planned in heavy (λ 5/s, light 20/s): 1 heavy and 8 light done since the last look are 1 + 8 × ¼ = 3 heavy.
     const plan = new KindPlan(2, NaN, NaN);
     const at = (heavy: number, light: number) => snapshot({ nextKind: 0, devices: [dev(heavy + light, 400 * heavy + 100 * light)], kinds: [kindAt('heavy', heavy, 400 * heavy), kindAt('light', light, 100 * light)] });
-    const estimates = [{ sawSaturated: true, completions: 0, services: [newService(0, 0, 400), newService(0, 0, 100)], byBusy: [], concurrencySeen: 0, busyMsSeen: 0, limit: Infinity, probe: Infinity, occupancy: 1, lastBusy: 2, lastWorkers: 2, plannedWorkers: 2, plannedAt: 0, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1, fit: null, kindFits: [] }];
+    const estimates = [{ sawSaturated: true, completions: 0, services: [newService(0, 0, 400), newService(0, 0, 100)], byBusy: [], concurrencySeen: 0, busyMsSeen: 0, limit: Infinity, probe: Infinity, occupancy: 1, lastBusy: 2, lastWorkers: 2, plannedWorkers: 2, plannedAt: 0, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, sinceWindow: 0, checkRatio: NaN, correction: 1, fit: null, kindFits: [] }];
     plan.estimate(at(0, 0), estimates);
     expect(plan.completedSince(at(0, 0))).toBe(0);
     expect(plan.completedSince(at(1, 8))).toBeCloseTo(3, 12);

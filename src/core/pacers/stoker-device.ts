@@ -21,6 +21,16 @@ export const CHECK_MIN_COMPLETIONS = 30;
 export const CHECK_TOLERANCE = 0.1;
 export const CHECK_WINDOWS = 3;
 export const CHECK_SPAN = 2;
+/**
+ * The observed rate is planned with only while windows keep confirming it: after CHECK_STALE
+ * windows' worth of completions (CHECK_STALE × CHECK_MIN_COMPLETIONS) with no window judged, the
+ * pacer plans with the busy time again and the windows decide anew. Planned with a rate lower than
+ * the truth (the server's own cores busy with a burst of submits slowed a window or three), the
+ * pipeline keeps the device short of work, it is never saturated, and no window would ever clear
+ * it: 0.6 of the device's capacity until a restart. Where the device really is slower (workers
+ * behind one lock), planned with its observed rate it stays saturated and the windows keep coming.
+ */
+export const CHECK_STALE = 10;
 
 /** Weight of each saturated sample in the noise (cv²) estimate. */
 export const VARIANCE_WEIGHT = 0.05;
@@ -179,6 +189,8 @@ export interface DeviceEstimate {
   spanCompletions: number;
   /** Windows in a row off the same side (signed), the last window's observed ÷ estimated rate, the factor planned with. */
   checkStreak: number;
+  /** Completions since the last window was judged (see CHECK_STALE). */
+  sinceWindow: number;
   checkRatio: number;
   correction: number;
   /** A batching device's fit of busy time per batch (see BATCH_*); null on one that runs single items. */
@@ -340,6 +352,11 @@ export function selfCheck(d: DeviceEstimate, c: ReadonlySnapshot['devices'][numb
       d.spanMs = d.spanCompletions = 0;
     }
   }
+  d.sinceWindow += dc;
+  if (d.correction !== 1 && d.sinceWindow >= CHECK_STALE * CHECK_MIN_COMPLETIONS) {
+    d.correction = 1;
+    d.checkStreak = 0;
+  }
   const usable = Math.min(c.workers, d.limit);
   const saturated = usable > 0 && c.busy >= usable && s.waiting > 0;
   if (!saturated) {
@@ -367,6 +384,7 @@ export function selfCheck(d: DeviceEstimate, c: ReadonlySnapshot['devices'][numb
   d.satCompletions = 0;
   for (const svc of d.services) svc.satCompletions = 0;
   d.checkRatio = ratio;
+  d.sinceWindow = 0;
   const side = Math.abs(ratio - 1) <= CHECK_TOLERANCE ? 0 : Math.sign(ratio - 1);
   d.checkStreak = side === 0 ? 0 : Math.sign(d.checkStreak) === side ? d.checkStreak + side : side;
   if (d.checkStreak === 0) d.correction = 1;

@@ -162,7 +162,7 @@ class StokerPacer implements Pacer {
   observe(s: ReadonlySnapshot): void {
     const dt = Number.isNaN(this.last) ? 0 : s.now - this.last;
     if (this.devices.length !== s.devices.length) {
-      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], byBusy: [], concurrencySeen: d.concurrencyTotal ?? 0, busyMsSeen: d.busyMs, limit: Infinity, probe: Infinity, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, checkRatio: NaN, correction: 1, fit: d.batch ? newFit(d) : null, kindFits: [] }));
+      this.devices = s.devices.map((d) => ({ sawSaturated: false, completions: d.completions, services: [], byBusy: [], concurrencySeen: d.concurrencyTotal ?? 0, busyMsSeen: d.busyMs, limit: Infinity, probe: Infinity, occupancy: 0, lastBusy: d.busy, lastWorkers: d.workers, plannedWorkers: d.workers, plannedAt: s.now, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, sinceWindow: 0, checkRatio: NaN, correction: 1, fit: d.batch ? newFit(d) : null, kindFits: [] }));
     }
     const first = Number.isNaN(this.last);
     this.last = s.now;
