@@ -237,6 +237,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .command('export')
     .description('the last minutes of a running server as Chrome trace JSON (open it in Perfetto): a track per device worker and preparation slot')
     .option('--server <url>', 'the stoker server (env STOKER_SERVER)', process.env['STOKER_SERVER'] ?? 'http://127.0.0.1:7070')
+    .option('--token-file <file>', "the server's token (server.token), from the file's first line; else env STOKER_SERVER_TOKEN")
     .option('--since <duration>', 'how far back (30s, 5m, 1h)', '5m')
     .option('-o, --output <file>', 'write to this file instead of stdout')
     .action((flags: TraceExportFlags) => traceExportCommand(flags, io));

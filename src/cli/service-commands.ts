@@ -312,6 +312,8 @@ export async function cancelCommand(id: string, flags: ClientFlags, io: Io): Pro
 
 export interface TraceExportFlags {
   server: string;
+  /** --token-file FILE; else $STOKER_SERVER_TOKEN. */
+  tokenFile?: string;
   since: string;
   output?: string;
 }

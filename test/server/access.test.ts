@@ -74,6 +74,10 @@ describe('a server with a token', () => {
     const file = `${fixture.server.dataDir}/token`;
     (await import('node:fs')).writeFileSync(file, `${TOKEN}\n`);
     expect((await run(['wait', 't-1', '--server', fixture.server.url, '--token-file', file], { STOKER_SERVER_TOKEN: '' })).code).toBe(0);
+    // trace export too, as the README says to use it (it had no --token-file).
+    const trace = await run(['trace', 'export', '--server', fixture.server.url, '--token-file', file], { STOKER_SERVER_TOKEN: '' });
+    expect(trace.code).toBe(0);
+    expect(JSON.parse(trace.out)).toHaveProperty('traceEvents');
     const denied = await run(['status', '--server', fixture.server.url], { STOKER_SERVER_TOKEN: '' });
     expect(denied.code).toBe(2);
     expect(denied.err).toContain('401');
