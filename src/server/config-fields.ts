@@ -35,6 +35,15 @@ export const err = (expect: string, fix: string | ((input: unknown) => string)) 
   error: (iss: { input?: unknown }) => `expected ${expect}, got ${show(iss.input)} — ${typeof fix === 'string' ? fix : fix(iss.input)}`,
 });
 
+/** As {@link err}, for a secret: the error says its length and whether it holds white space, never the value (it goes to logs). */
+const secretErr = (expect: string, fix: string) => ({
+  error: (iss: { input?: unknown }) => {
+    const v = iss.input;
+    const got = typeof v === 'string' ? `a string of ${v.length} characters${/\s/.test(v) ? ' with white space' : ''} (not shown)` : show(v);
+    return `expected ${expect}, got ${got} — ${fix}`;
+  },
+});
+
 export function int(min: number, max: number | undefined, expect: string, fix: string) {
   const e = err(expect, fix);
   const s = z.number(e).int(e).min(min, e);
@@ -178,8 +187,8 @@ const SERVER = table<ServerConfig>()({
   maxWaitS: { schema: positive('a number of seconds > 0', 'use e.g. 300'), default: 300, doc: 'longest long-poll (s); a longer wait is cut to it' },
   token: {
     schema: z
-      .string(err('a token of at least 16 characters, or ""', 'use e.g. the output of `openssl rand -hex 32`, or "" for none'))
-      .refine((v) => v === '' || (v.length >= 16 && !/\s/.test(v)), err('a token of at least 16 characters (no spaces), or ""', 'use e.g. the output of `openssl rand -hex 32`, or "" for none'))
+      .string(secretErr('a token of at least 16 characters, or ""', 'use e.g. the output of `openssl rand -hex 32`, or "" for none'))
+      .refine((v) => v === '' || (v.length >= 16 && !/\s/.test(v)), secretErr('a token of at least 16 characters (no spaces), or ""', 'use e.g. the output of `openssl rand -hex 32`, or "" for none'))
       .optional(),
     default: '',
     doc: 'when set (≥ 16 chars), the API needs Authorization: Bearer <token> (flag --token-file)',

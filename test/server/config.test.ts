@@ -133,6 +133,22 @@ concurrency = 8
   });
 });
 
+describe('server.token', () => {
+  it('a token refused is described, never printed (the error goes to logs)', () => {
+    for (const token of ['short-secret', 'a long secret with spaces in it']) {
+      let message = '';
+      try {
+        loadConfig({ values: { server: { token } }, env: {}, cwd: dir });
+      } catch (e) {
+        message = (e as Error).message;
+      }
+      expect(message).toMatch(/^loadConfig\(\{ values \}\): server\.token: expected a token of at least 16 characters/);
+      expect(message).toContain(`got a string of ${token.length} characters`);
+      expect(message).not.toContain(token);
+    }
+  });
+});
+
 describe('[engine.pacerOptions] against the pacer they are for', () => {
   it('a name the pacer does not read is an error naming it and listing the pacer’s options; a value it refuses, too', () => {
     const bad = (pacer: string, pacerOptions: Record<string, number>) => {
