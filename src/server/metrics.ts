@@ -55,13 +55,18 @@ function readCounter<L extends string>(registry: Registry, name: string, help: s
   });
 }
 
-function readGauge<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[], read: () => { labels: Record<L, string>; value: number }[]): void {
+/**
+ * A gauge read at each scrape. `drop`: a series `read` no longer returns is gone (else it would
+ * keep its last value: a worker limit released went on reading as held); an unlabelled one reads 0.
+ */
+function readGauge<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[], read: () => { labels: Record<L, string>; value: number }[], drop = false): void {
   new Gauge({
     name,
     help,
     labelNames,
     registers: [registry],
     collect() {
+      if (drop) this.reset();
       for (const { labels, value } of read()) this.set(labels as never, value);
     },
   });
@@ -104,13 +109,22 @@ export class ServiceMetrics {
     readGauge(r, 'stoker_waiting_target_partitions', "The pacer's target for partitions waiting for a device", [], () => one(service.config.engine.targetWaiting));
     readGauge(r, 'stoker_kind_estimated_capacity_per_second', "The device capacity the pacer believes in for partitions of each kind (all devices that run it), partitions/s: kinds several times heavier on the device get their own", ['kind'], () =>
       (service.pacerState().kinds ?? []).flatMap((k) => (k.estimatedPerSec === null ? [] : [{ labels: { kind: k.name }, value: k.estimatedPerSec }])),
+      true,
     );
-    readGauge(r, 'stoker_pacer_prepare_limit_partitions', 'The most preparations the pacer lets run at once, where it found that more stop finishing more (absent when it holds no limit)', [], () => {
-      const limit = service.pacerState().terms['prepareLimit'];
-      return limit === undefined ? [] : one(limit);
-    });
+    readGauge(
+      r,
+      'stoker_pacer_prepare_limit_partitions',
+      'The most preparations the pacer lets run at once, where it found that more stop finishing more (0 while it holds no limit)',
+      [],
+      () => {
+        const limit = service.pacerState().terms['prepareLimit'];
+        return limit === undefined ? [] : one(limit);
+      },
+      true,
+    );
     readGauge(r, 'stoker_device_worker_limit', 'The most workers of a device the pacer lets run at once, where it found that fewer finish more than all of them (absent while all run)', ['device'], () =>
       (service.pacerState().devices ?? []).flatMap((d, i) => (typeof d.workerLimit === 'number' ? [{ labels: { device: devices()[i] ?? String(i) }, value: d.workerLimit }] : [])),
+      true,
     );
     readGauge(r, 'stoker_device_workers', 'Live workers per device', ['device'], () =>
       service.workerStates().map((ws, d) => ({ labels: { device: devices()[d] ?? String(d) }, value: ws.filter((w) => w.alive).length })),
@@ -132,9 +146,10 @@ export class ServiceMetrics {
       service.counters.devices.map((d, i) => ({ labels: { device: devices()[i] ?? String(i) }, value: d.completions })),
     );
     readGauge(r, 'stoker_pacer_capacity_partitions_per_second', "The pacer's estimate of the devices' capacity (0 until measured)", [], () => one(service.pacerState().ratePerSec ?? 0));
-    readGauge(r, 'stoker_pacer_target_dispatch_partitions_per_second', 'The dispatch rate the pacer aims at now (0 while it waits for events): a target; rate(stoker_dispatched_partitions_total) is what was dispatched', [], () => {
-      const i = service.pacerState().intervalMs;
-      return one(i === null ? 0 : 1000 / i);
+    readGauge(r, 'stoker_pacer_target_dispatch_partitions_per_second', 'The dispatch rate the pacer aims at now (0 while it waits for events, or has no work): a target; rate(stoker_dispatched_partitions_total) is what was dispatched', [], () => {
+      const st = service.pacerState();
+      // (Idle, a pacer keeps the rate it last planned: no work is dispatched at it.)
+      return one(st.intervalMs === null || st.mode === 'idle' ? 0 : 1000 / st.intervalMs);
     });
     readCounter(r, 'stoker_dispatched_partitions_total', 'Partitions dispatched to preparation', [], () => one(service.counters.dispatched));
     readCounter(r, 'stoker_completed_partitions_total', 'Partitions completed on a device', [], () => one(service.counters.deviceCompletions));
