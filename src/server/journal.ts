@@ -61,10 +61,15 @@ export class Journal {
   readonly #markTimer: NodeJS.Timeout;
   /** The group commit in progress: its count changes and its highest job seq, applied once it commits. */
   #group: { counts: [string, JobState, number][]; seq: number } | null = null;
+  /** journal.maxBytes where set (the database file's cap: its write-ahead log comes on top). */
+  readonly #maxBytes: number | undefined;
+  /** Writes refused because the journal was full, since it was opened (for the operator: a metric, a log line). */
+  fullRefusals = 0;
 
-  private constructor(db: Database.Database, now: () => number, mark: number | undefined) {
+  private constructor(db: Database.Database, now: () => number, mark: number | undefined, maxBytes: number | undefined) {
     this.#db = db;
     this.#now = now;
+    this.#maxBytes = maxBytes;
     this.#s = prepareStatements(db);
     this.#mark = mark;
     // The mark is written on every insert (page cache: a kill -9 keeps it) and synced once a second.
@@ -129,7 +134,7 @@ export class Journal {
       }
       checkIntegrity(conn, path);
       mark = openMark(path, conn);
-      return new Journal(conn, options.now ?? Date.now, mark);
+      return new Journal(conn, options.now ?? Date.now, mark, options.maxBytes);
     } catch (err) {
       db?.close();
       if (mark !== undefined) closeSync(mark);
@@ -156,10 +161,16 @@ export class Journal {
       return fn();
     } catch (e) {
       if ((e as { code?: unknown }).code === 'SQLITE_FULL') {
-        throw new JournalError('E_JOURNAL_FULL', `the journal is full (the disk, or journal.maxBytes): ${what} was not written — free space in the data dir`, { cause: e });
+        this.fullRefusals++;
+        throw new JournalError('E_JOURNAL_FULL', `${this.fullReason()}: ${what} was not written — ${this.#maxBytes === undefined ? 'free space on that disk' : 'raise journal.maxBytes, or let finished jobs be purged sooner (server.resultTtlS), or free space on the disk'}`, { cause: e });
       }
       throw e;
     }
+  }
+
+  /** Why the journal is full: its cap (journal.maxBytes), or the disk of its data dir (either may be it where a cap is set). */
+  fullReason(): string {
+    return this.#maxBytes === undefined ? 'the disk of the data dir is full' : `the journal is full: it reached journal.maxBytes (${this.#maxBytes} bytes, its write-ahead log not counted), or its disk is full`;
   }
 
   /**

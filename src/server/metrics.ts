@@ -18,6 +18,8 @@ export interface MetricsSource {
   deviceNames(): string[];
   /** Jobs by kind and state (kept incrementally by the journal). */
   jobCounts(): { kind: string; state: JobState; count: number }[];
+  /** Journal writes refused for a full journal (the disk, or journal.maxBytes) since the start. */
+  journalFullRefusals(): number;
   /** Jobs ended since this server started, by kind and state. */
   endedCounts(): { kind: string; state: string; count: number }[];
   partitionsByKind(): Record<string, Record<(typeof STAGES)[number], number>>;
@@ -151,6 +153,7 @@ export class ServiceMetrics {
       // (Idle, a pacer keeps the rate it last planned: no work is dispatched at it.)
       return one(st.intervalMs === null || st.mode === 'idle' ? 0 : 1000 / st.intervalMs);
     });
+    readCounter(r, 'stoker_journal_full_writes_total', 'Journal writes refused because the journal was full (its disk, or journal.maxBytes): submissions refused with 507, ends kept in memory until there is room; alert on any increase', [], () => one(service.journalFullRefusals()));
     readCounter(r, 'stoker_dispatched_partitions_total', 'Partitions dispatched to preparation', [], () => one(service.counters.dispatched));
     readCounter(r, 'stoker_completed_partitions_total', 'Partitions completed on a device', [], () => one(service.counters.deviceCompletions));
     readGauge(r, 'stoker_budget_used_bytes', 'Memory reserved by partitions in flight', [], () => one(service.counters.budgetUsedBytes));

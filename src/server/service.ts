@@ -129,10 +129,18 @@ export class Service {
     this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e));
+    const full = { said: 0, at: -Infinity };
     this.pacerTimer = setInterval(() => {
       const st = this.runtime.engine.pacer.state();
       if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...st });
       measurement.check(st);
+      // A full journal refuses submissions (507) and keeps ends in memory: said on stderr, at once and then once a minute while it lasts.
+      const refused = this.journal.fullRefusals;
+      if (refused > full.said && Date.now() - full.at >= 60_000) {
+        process.stderr.write(`stoker serve: ${this.journal.fullReason()}: ${refused - full.said} journal writes refused (submissions get 507; jobs already accepted go on, their ends kept in memory until there is room)\n`);
+        full.said = refused;
+        full.at = Date.now();
+      }
     }, 1000).unref();
     this.history.record(this.reading());
     this.historyTimer = setInterval(() => this.history.record(this.reading()), 1000).unref();
@@ -375,6 +383,11 @@ export class Service {
   /** Jobs in the journal by kind and state (for metrics). */
   jobCounts(): { kind: string; state: JobState; count: number }[] {
     return this.journal.countsByKind();
+  }
+
+  /** Journal writes refused for a full journal since the start (for metrics). */
+  journalFullRefusals(): number {
+    return this.journal.fullRefusals;
   }
 
   /** The engine counters (for metrics). */

@@ -299,7 +299,11 @@ it('a full journal (journal.maxBytes) answers submits 507 and keeps going: an en
     }
     expect(full?.status).toBe(507);
     expect(full?.headers.get('retry-after')).toBe('5');
-    expect(full?.body).toMatchObject({ type: 'https://stoker.dev/problems/insufficient-storage', detail: expect.stringMatching(/the journal is full .*nothing was accepted; retry once space is freed/) });
+    expect(full?.body).toMatchObject({ type: 'https://stoker.dev/problems/insufficient-storage', detail: expect.stringMatching(/the journal is full: it reached journal\.maxBytes \(65536 bytes.*raise journal\.maxBytes, or let finished jobs be purged sooner \(server\.resultTtlS\).*nothing was accepted; retry once space is freed/) });
+    // The operator sees it: a line on stderr (within the second) and a counter to alert on.
+    await waitUntil(async () => (/stoker serve: the journal is full: it reached journal\.maxBytes .* journal writes refused \(submissions get 507/.test(s.output()) ? true : undefined), 5000, 'the journal-full line');
+    const metrics = await fetch(new URL('/metrics', s.url)).then((r) => r.text());
+    expect(Number(/^stoker_journal_full_writes_total (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
     expect(accepted.length).toBeGreaterThan(2);
     // Each accepted job is done with its result once its end is journaled; one whose end the full
     // journal cannot take stays unfinished (its end is retried, announced only once it lands).

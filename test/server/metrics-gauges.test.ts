@@ -12,6 +12,7 @@ function source(state: () => PacerState): MetricsSource {
     kindNames: () => ['k'],
     deviceNames: () => ['gpu'],
     jobCounts: () => [],
+    journalFullRefusals: () => 0,
     endedCounts: () => [],
     partitionsByKind: () => ({}),
     workerStates: () => [[{ alive: true, item: null }]],
