@@ -269,7 +269,13 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
       continue;
     }
     const prefix = ENV_PREFIXES.find((p) => name.startsWith(p));
-    if (!prefix) continue;
+    if (!prefix) {
+      // A misspelt section (STOKER_SERVE_PORT) was ignored silently: refused where it is a near miss of
+      // a variable (other STOKER_* variables — the client's STOKER_SERVER, say — are not settings).
+      const near = name.startsWith('STOKER_') ? suggest(name, [...ENV_VARS.keys()]) : undefined;
+      if (near) issues.push({ source: name, path: '', message: `unknown setting — did you mean ${near}?` });
+      continue;
+    }
     const sec = prefix.slice('STOKER_'.length, -1).toLowerCase();
     const inSection = [...ENV_VARS.keys()].filter((v) => v.startsWith(prefix));
     const near = suggest(name, inSection);

@@ -133,6 +133,13 @@ concurrency = 8
   });
 });
 
+describe('environment variables', () => {
+  it('a misspelt section that is a near miss of a setting is refused, naming it (STOKER_SERVE_PORT was ignored); other STOKER_* variables are not settings', () => {
+    expect(() => loadConfig({ env: { STOKER_SERVE_PORT: '8000' }, cwd: dir })).toThrow('STOKER_SERVE_PORT: unknown setting — did you mean STOKER_SERVER_PORT?');
+    expect(() => loadConfig({ env: { STOKER_SERVER: 'http://127.0.0.1:7070', STOKER_DEBUG: '1', STOKER_REQUIRE_REDIS: '1', STOKER_INSTALLED_DIR: '/tmp/x', STOKER_WEBGPU_BACKEND: 'vulkan' }, cwd: dir })).not.toThrow();
+  });
+});
+
 describe('server.token', () => {
   it('a token refused is described, never printed (the error goes to logs)', () => {
     for (const token of ['short-secret', 'a long secret with spaces in it']) {
