@@ -67,7 +67,8 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
       const pending = server.service.status().partitions.inFlight;
       io.err(`stoker serve: ${signal}: finishing ${pending} partitions in flight (up to ${cfg.server.shutdownTimeoutS} s), then stopping\n`);
       void server.close().then(() => {
-        io.err('stoker serve: stopped; unfinished jobs resume on the next start\n');
+        // (In cluster mode the queue holds the jobs: the other nodes take them, not this node's next start.)
+        io.err(`stoker serve: stopped; ${cfg.cluster.redis === 'none' ? 'unfinished jobs resume on the next start' : "unfinished jobs stay in the cluster's queue for the other nodes (or this one, restarted)"}\n`);
         resolve();
       });
     };
