@@ -110,6 +110,10 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     res = await fetch(url, { method, headers: { ...authHeader(flags), ...(body === undefined ? {} : { 'content-type': 'application/json' }) }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
   } catch (e) {
     const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e instanceof Error ? e.message : String(e));
+    // A certificate the client does not trust: the server is there, starting one is not the fix.
+    if (/CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS/.test(cause)) {
+      throw new ClientError(`the server at ${flags.server} answered with a certificate this client does not trust (${cause}): give its CA (or the self-signed certificate) in NODE_EXTRA_CA_CERTS=/path/cert.pem`, 1);
+    }
     throw new ClientError(`cannot reach the server at ${flags.server} (${cause}): start it with \`stoker serve\`, or pass --server / set STOKER_SERVER`, 1);
   }
   const text = await res.text();

@@ -44,6 +44,15 @@ describe.skipIf(!haveOpenssl)('HTTPS', () => {
     expect(JSON.parse(body)).toHaveProperty('jobs');
   });
 
+  it('the CLI against a certificate it does not trust says so and how to trust it; with NODE_EXTRA_CA_CERTS it goes through', () => {
+    const status = (env: Record<string, string>) => spawnSync(process.execPath, [CLI, 'status', '--server', server.url], { env: { ...process.env, NODE_EXTRA_CA_CERTS: '', ...env }, encoding: 'utf8', timeout: 20_000 });
+    const untrusted = status({});
+    expect(untrusted.status).toBe(1);
+    expect(untrusted.stderr).toMatch(/answered with a certificate this client does not trust \(\w+\): give its CA .* NODE_EXTRA_CA_CERTS/);
+    expect(untrusted.stderr).not.toContain('start it with');
+    expect(status({ NODE_EXTRA_CA_CERTS: cert }).status).toBe(0);
+  });
+
   it('refuses a certificate without its key, and a file that is not PEM, naming the field', () => {
     const run = (env: Record<string, string>) => spawnSync(process.execPath, [CLI, 'serve', '--port', '0', '--data', path.join(dir, 'other')], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 20_000 });
     const half = run({ STOKER_SERVER_TLS_CERT: cert });
