@@ -213,7 +213,9 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
   if (flags.progress) {
     const ended = await followProgress(id, flags, io, deadline);
     if (ended) {
-      show(io, ended);
+      // What `wait` prints without --progress (the result's shape, not the job's view): a script reads one shape.
+      const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result`);
+      show(io, r.body);
       return ended.state === 'done' ? 0 : 1;
     }
     io.err(`job ${id} is still running after --timeout ${flags.timeout}\n`);

@@ -147,7 +147,10 @@ describe('one job’s progress', () => {
     expect(lines.length).toBeGreaterThanOrEqual(2);
     for (const l of lines) expect(l).toMatch(/^pg-2: \d\/3 done/);
     expect(lines.at(-1)).toMatch(/^pg-2: 3\/3 done/);
-    expect(JSON.parse(out)).toMatchObject({ id: 'pg-2', state: 'done' });
+    // The same shape as `stoker wait` prints without --progress (the result endpoint's).
+    const plain = (await http(fixture.server.url, 'GET', '/v1/jobs/pg-2/result')).body;
+    expect(JSON.parse(out)).toEqual(plain);
+    expect(Object.keys(JSON.parse(out) as object).sort()).toEqual(['error', 'finishedAt', 'id', 'result', 'state']);
   }, 30_000);
 });
 
