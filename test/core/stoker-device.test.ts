@@ -385,11 +385,16 @@ describe('selfCheck: the observed rate of a saturated device against the estimat
     expect(r.d).toMatchObject({ checkRatio: 1, checkStreak: 0, correction: 1 });
   });
 
-  it('plans with the busy time again after CHECK_STALE (10) windows’ worth of completions with none judged (a device kept short of work is never saturated)', () => {
+  it('plans with the busy time again after CHECK_STALE (10) windows’ worth of completions made short of work (occupancy under CHECK_STARVED, 0.9) with none judged', () => {
     const r = new CheckRig(2, [10]);
     r.run(97, 10);
     expect(r.d).toMatchObject({ checkStreak: -3, correction: 0.5, sinceWindow: 0 });
-    // Short of work (nothing waiting): 299 completions keep the correction, the 300th ends it.
+    // Fully occupied with nothing waiting (workers behind one lock each hold an item): no window, and the correction stays.
+    r.d.occupancy = 1;
+    for (let i = 0; i < 400; i++) r.step(10, 1, { waiting: 0 });
+    expect(r.d).toMatchObject({ correction: 0.5, sinceWindow: 0 });
+    // Short of work (occupancy 0.89, nothing waiting): 299 completions keep the correction, the 300th ends it.
+    r.d.occupancy = 0.89;
     for (let i = 0; i < 299; i++) r.step(10, 1, { waiting: 0 });
     expect(r.d).toMatchObject({ correction: 0.5, sinceWindow: 299 });
     r.step(10, 1, { waiting: 0 });

@@ -282,6 +282,41 @@ it('the stoker pacer finishes jobs whose device steps report busyMs 0', async ()
 });
 
 describe('the measurement self-check, on the runtime', () => {
+  it('a device slowed for a while (its first 200 steps behind one lock, the machine busy elsewhere) is planned with its busy time again once the observed rate keeps it short of work', async () => {
+    const clock = new ManualClock();
+    const runMs = 20;
+    let lock: Promise<void> = Promise.resolve();
+    let steps = 0;
+    const workload: Workload<number, number, number, number> = {
+      prepare: () => new Promise((resolve) => clock.schedule(() => resolve(1), 200)),
+      run: () => {
+        if (steps++ >= 200) return new Promise((resolve) => clock.schedule(() => resolve({ output: 1, busyMs: runMs }), runMs));
+        const turn = lock.then(() => new Promise<void>((resolve) => clock.schedule(resolve, runMs)));
+        lock = turn;
+        return turn.then(() => ({ output: 1, busyMs: runMs }));
+      },
+      finish: (job) => job.outputs.length,
+      release: () => undefined,
+      close: () => Promise.resolve(),
+    };
+    const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'stoker', pacerOptions: { targetWaiting: 4 }, clock });
+    const done = rt.submit({ id: 'slowed', kind: 'k', partitions: 1500 }, 0);
+    const trusted = new Set<string>();
+    for (let t = 0; t < 60_000 && rt.engine.activeJobs > 0; t += 5) {
+      clock.advance(5);
+      await tick();
+      trusted.add(rt.engine.pacer.state().devices?.[0]?.trusted ?? '');
+    }
+    expect(await done).toBe(1500);
+    // It did plan with the observed rate (half), and let go of it: 1500 items at 100/s after the
+    // slow start end by 21 s; held at 50/s they would take 30 s more.
+    expect(trusted).toContain('observed');
+    expect(rt.engine.pacer.state().devices?.[0]).toMatchObject({ trusted: 'estimate' });
+    expect(clock.now()).toBeLessThan(25_000);
+    await rt.close(0);
+  });
+
+
   it('two declared workers on a device that serves one at a time and times only its own step: the pacer finds the device half as fast as its busy time says, and plans with that', async () => {
     const clock = new ManualClock();
     const runMs = 20;

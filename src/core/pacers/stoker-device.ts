@@ -22,15 +22,18 @@ export const CHECK_TOLERANCE = 0.1;
 export const CHECK_WINDOWS = 3;
 export const CHECK_SPAN = 2;
 /**
- * The observed rate is planned with only while windows keep confirming it: after CHECK_STALE
- * windows' worth of completions (CHECK_STALE × CHECK_MIN_COMPLETIONS) with no window judged, the
- * pacer plans with the busy time again and the windows decide anew. Planned with a rate lower than
- * the truth (the server's own cores busy with a burst of submits slowed a window or three), the
- * pipeline keeps the device short of work, it is never saturated, and no window would ever clear
- * it: 0.6 of the device's capacity until a restart. Where the device really is slower (workers
- * behind one lock), planned with its observed rate it stays saturated and the windows keep coming.
+ * The observed rate is planned with only while the device is not kept short of work by it: after
+ * CHECK_STALE windows' worth of completions (CHECK_STALE × CHECK_MIN_COMPLETIONS) made while its
+ * smoothed occupancy was under CHECK_STARVED, with no window judged, the pacer plans with the busy
+ * time again and the windows decide anew. Planned with a rate lower than the truth (the server's
+ * own cores busy with a burst of submits slowed a window or three), the pipeline kept the device
+ * short of work, it was never saturated, and no window would ever clear it: 0.6 of the device's
+ * capacity until a restart. Where the device really is slower (workers behind one lock), planned
+ * with its observed rate it stays occupied — each worker holds an item, one of them waiting on the
+ * lock, so that nothing need wait for a device and no window may come — and the rate stays.
  */
 export const CHECK_STALE = 10;
+export const CHECK_STARVED = 0.9;
 
 /** Weight of each saturated sample in the noise (cv²) estimate. */
 export const VARIANCE_WEIGHT = 0.05;
@@ -189,7 +192,7 @@ export interface DeviceEstimate {
   spanCompletions: number;
   /** Windows in a row off the same side (signed), the last window's observed ÷ estimated rate, the factor planned with. */
   checkStreak: number;
-  /** Completions since the last window was judged (see CHECK_STALE). */
+  /** Completions made while the device was short of work since the last window was judged (see CHECK_STALE). */
   sinceWindow: number;
   checkRatio: number;
   correction: number;
@@ -352,7 +355,7 @@ export function selfCheck(d: DeviceEstimate, c: ReadonlySnapshot['devices'][numb
       d.spanMs = d.spanCompletions = 0;
     }
   }
-  d.sinceWindow += dc;
+  if (d.occupancy < CHECK_STARVED) d.sinceWindow += dc;
   if (d.correction !== 1 && d.sinceWindow >= CHECK_STALE * CHECK_MIN_COMPLETIONS) {
     d.correction = 1;
     d.checkStreak = 0;
