@@ -303,6 +303,17 @@ export class ClusterService implements ApiService {
       const raws = ids.length === 0 ? [] : await this.redis.mget(ids.map(K.cancelled));
       for (const raw of raws) if (raw !== null) views.push(this.views.cancelledView(JSON.parse(raw) as CancelledRecord));
     }
+    // The results the nodes republished after Redis lost its data: the queues no longer hold those jobs.
+    if (want.has('done') || want.has('failed') || want.has('cancelled')) {
+      await this.redis.zremrangebyscore(K.resultIndex, '-inf', Date.now() - this.ttlMs);
+      const ids = await this.redis.zrevrange(K.resultIndex, 0, limit - 1);
+      const raws = ids.length === 0 ? [] : await this.redis.mget(ids.map(K.result));
+      const listed = new Set(views.map((v) => v.id));
+      for (const raw of raws) {
+        const v = raw === null ? undefined : (JSON.parse(raw) as JobView);
+        if (v && want.has(v.state) && !listed.has(v.id)) views.push(v);
+      }
+    }
     return views.sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit);
   }
 

@@ -19,6 +19,8 @@ export const K = {
   cancelRequest: (id: string) => `${PREFIX}:cluster:cancel-request:${id}`,
   /** How many times a node recorded the job's completion (1: exactly once). */
   completions: (id: string) => `${PREFIX}:cluster:completions:${id}`,
+  /** The ids of the republished results (below), scored by when they were republished: what lists read (the queues lost them). */
+  resultIndex: `${PREFIX}:cluster:result-index`,
   /** A finished job's view, republished by the node that ran it after Redis lost its data (JSON JobView). */
   result: (id: string) => `${PREFIX}:cluster:result:${id}`,
   /** Outputs of a running job's finished partitions (hash: partition → JSON {@link SharedOutput}): a node that takes the job over runs only the rest. */

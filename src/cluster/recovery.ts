@@ -135,7 +135,7 @@ export class Recovery {
     for (const v of this.d.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
       if (this.d.closing()) return;
       if (await this.d.views.find(v.id)) continue;
-      await this.d.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.d.nodeId }), 'PX', this.d.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.d.ttlMs).exec();
+      await this.d.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.d.nodeId }), 'PX', this.d.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.d.ttlMs).zadd(K.resultIndex, Date.now(), v.id).exec();
     }
   }
 }
