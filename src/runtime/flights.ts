@@ -86,7 +86,7 @@ export class Flights<I, P, O, R> {
     this.flights.set(item.id, f);
     const started = this.clock.now();
     const task: PartitionTask<I> = { jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, signal: f.controller.signal };
-    this.workload.prepare(task).then(
+    settled(() => this.workload.prepare(task)).then(
       (prepared) => {
         if (this.flights.get(item.id) !== f || f.controller.signal.aborted) {
           this.release(prepared);
@@ -138,7 +138,7 @@ export class Flights<I, P, O, R> {
       else this.syncPool();
     };
     const started = this.clock.now();
-    prepareBatch.call(this.workload, tasks).then(
+    settled(() => prepareBatch.call(this.workload, tasks)).then(
       (results) => {
         const ok = Array.isArray(results) && results.length === tasks.length;
         const wrong = ok ? results.findIndex((r) => typeof r !== 'object' || r === null || !('prepared' in r || 'error' in r)) : -1;
@@ -191,10 +191,14 @@ export class Flights<I, P, O, R> {
     // may it be reused — and before the engine hears of it, so the next preparation can reuse it.
     // (The budget hears of the freed buffer after the engine has released the item's reservation.)
     const started = this.clock.now();
-    this.workload.run(task).then(
-      ({ output, busyMs }) => {
+    settled(() => this.workload.run(task)).then(
+      (r) => {
         this.workload.release?.(prepared);
         if (this.flights.get(item.id) !== f) return this.syncPool();
+        if (typeof r !== 'object' || r === null || !('output' in r)) {
+          return failed(`the device step returned ${JSON.stringify(r) ?? String(r)}: run() must resolve to { output, busyMs? }`);
+        }
+        const { output, busyMs } = r;
         const busy = busyMs === undefined ? this.clock.now() - started : busyMs;
         if (typeof busy !== 'number' || !Number.isFinite(busy) || busy < 0) {
           return failed(`the device step returned busyMs = ${String(busy)}: busyMs must be a finite number ≥ 0 (ms the item occupied the worker), or left out to use the step's wall time`);
@@ -253,10 +257,12 @@ export class Flights<I, P, O, R> {
       for (const e of entries) this.workload.release?.(e.f.prepared as P);
     };
     const started = this.clock.now();
-    runBatch.call(this.workload, tasks).then(
-      ({ results, busyMs }) => {
+    settled(() => runBatch.call(this.workload, tasks)).then(
+      (r) => {
         settle();
         if (live().length === 0) return this.syncPool();
+        if (typeof r !== 'object' || r === null) return failed(`the batch step returned ${JSON.stringify(r) ?? String(r)}: runBatch() must resolve to { results, busyMs? }`);
+        const { results, busyMs } = r;
         const busy = busyMs === undefined ? this.clock.now() - started : busyMs;
         if (typeof busy !== 'number' || !Number.isFinite(busy) || busy < 0) {
           return failed(`the batch step returned busyMs = ${String(busy)}: busyMs must be a finite number ≥ 0 (ms the batch occupied the worker), or left out to use the step's wall time`);
@@ -283,6 +289,14 @@ export class Flights<I, P, O, R> {
       },
     );
   }
+}
+
+/**
+ * A workload step's answer as a promise, whatever the step did: a plain value is resolved, a throw
+ * rejected (a stage that was not async crashed the process, or left its job and its memory held for good).
+ */
+function settled<T>(step: () => T | Promise<T>): Promise<T> {
+  return new Promise<T>((resolve) => resolve(step()));
 }
 
 /** Why a device step failed that did not answer in time (named both ways it is set). */

@@ -580,3 +580,47 @@ describe('Runtime with preparation batches', () => {
     expect(() => new Runtime({ workload: new FakeWorkload(clock), devices: [{ workers: 1 }], kinds: { k: { prepareBatch: { maxItems: 2 } } }, clock })).toThrow(/kinds\.k has prepareBatch, but the workload has no prepareBatch/);
   });
 });
+
+describe('stages that are not what the Workload type says (a JavaScript user’s)', () => {
+  /** Runs one job of 2 partitions on a workload whose stages are `prepare` and `run` as given, with a budget two partitions fill; then a good job. */
+  async function run(prepare: (t: PartitionTask<number>) => unknown, runStep: (t: DeviceTask<number, number>) => unknown): Promise<{ bad: unknown; good: unknown; used: number }> {
+    const clock = new ManualClock();
+    const workload = { prepare, run: runStep, finish: (j: { outputs: number[] }) => j.outputs.length } as unknown as Workload<number, number, number, number>;
+    const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'unpaced', clock, budgetBytes: 2000, retries: 0 });
+    const spec = (id: string) => ({ id, kind: 'k', partitions: 2, memory: { prepareBytes: 1000, deviceBytes: 100 } });
+    const bad = rt.submit(spec('bad'), 0).then((r) => r, (e: unknown) => e);
+    for (let i = 0; i < 20; i++) await tick();
+    const used = rt.engine.budget.used;
+    const good = rt.submit({ id: 'good', kind: 'k', partitions: 1 }, 0).then((r) => r, (e: unknown) => e);
+    for (let i = 0; i < 20; i++) await tick();
+    const out = { bad: await bad, good: await Promise.race([good, Promise.resolve('still waiting')]), used };
+    await rt.close(0);
+    return out;
+  }
+  const ok = (v: number) => Promise.resolve(v);
+
+  it('a plain (not async) run: its value is its answer; one that throws fails its partition, not the process', async () => {
+    expect(await run(ok, (t) => ({ output: t.partition, busyMs: 1 }))).toMatchObject({ bad: 2, good: 1 });
+    const r = await run(ok, () => {
+      throw new Error('sync boom');
+    });
+    expect(r.bad).toMatchObject({ code: 'E_DEVICE_FAILED', message: expect.stringContaining('sync boom') });
+    expect(r.used).toBe(0);
+    expect(r.good).toBeInstanceOf(StokerError);
+  });
+
+  it('a run that resolves to something other than { output }: the partition fails naming what it returned', async () => {
+    for (const [value, shown] of [[undefined, 'undefined'], [5, '5']] as const) {
+      const r = await run(ok, () => Promise.resolve(value));
+      expect(r.bad).toMatchObject({ code: 'E_DEVICE_FAILED', message: expect.stringContaining(`the device step returned ${shown}: run() must resolve to { output, busyMs? }`) });
+    }
+  });
+
+  it('a plain prepare that throws fails its partition with E_PREPARE_FAILED and frees its memory (the job was held for good)', async () => {
+    const r = await run(() => {
+      throw new Error('no input file');
+    }, ok as never);
+    expect(r.bad).toMatchObject({ code: 'E_PREPARE_FAILED', message: expect.stringContaining('no input file') });
+    expect(r.used).toBe(0);
+  });
+});
