@@ -1,6 +1,7 @@
 export * from './types.js';
 export * from './errors.js';
 export * from './pacer.js';
+export * from './pacer-check.js';
 export * from './engine.js';
 export { MemoryBudget } from './budget.js';
 export { PartitionQueue, keyLess, MAX_PARTITIONS, type KeyedNode } from './queue.js';

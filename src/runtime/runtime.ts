@@ -1,4 +1,4 @@
-import { createPacer, Engine, OccupancyMeter, StokerError, type TimelineRecorder, type Command, type EngineEvent, type JobSpec } from '../core/index.js';
+import { checkedPacer, createPacer, Engine, OccupancyMeter, StokerError, type TimelineRecorder, type Command, type EngineEvent, type JobSpec } from '../core/index.js';
 import { systemClock, type Clock } from './clock.js';
 import { errorMessage, Flights, type FlightJob } from './flights.js';
 import type { RuntimeOptions, RuntimeStatus, Workload } from './workload.js';
@@ -45,7 +45,11 @@ export class Runtime<I, P, O, R> {
     this.timeline = options.timeline;
     this.onStep = options.onStep;
     if (!(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be > 0 (got ${String(options.deviceTimeoutMs)})`);
-    const pacer = typeof options.pacer === 'object' ? options.pacer : createPacer(options.pacer ?? 'stoker', options.pacerOptions ?? {});
+    // A pacer object of the caller's is checked as a module's is (a NaN from nextDispatchAt stalled every job silently; one without state() broke status()).
+    const pacer =
+      typeof options.pacer === 'object'
+        ? checkedPacer(options.pacer, { origin: 'given to the Runtime', made: 'the pacer given to the Runtime is', fallbackName: 'custom', error: (message) => new StokerError('E_INVALID_OPTION', message) })
+        : createPacer(options.pacer ?? 'stoker', options.pacerOptions ?? {});
     if (options.devices.some((d) => d.batch) && typeof options.workload.runBatch !== 'function') {
       throw new StokerError('E_INVALID_OPTION', 'a device has batch, but the workload has no runBatch(tasks): give it one, or leave batch out');
     }

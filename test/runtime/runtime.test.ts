@@ -597,7 +597,7 @@ describe('stages that are not what the Workload type says (a JavaScript user’s
     await rt.close(0);
     return out;
   }
-  const ok = (v: number) => Promise.resolve(v);
+  const ok = () => Promise.resolve(1);
 
   it('a plain (not async) run: its value is its answer; one that throws fails its partition, not the process', async () => {
     expect(await run(ok, (t) => ({ output: t.partition, busyMs: 1 }))).toMatchObject({ bad: 2, good: 1 });
@@ -619,8 +619,22 @@ describe('stages that are not what the Workload type says (a JavaScript user’s
   it('a plain prepare that throws fails its partition with E_PREPARE_FAILED and frees its memory (the job was held for good)', async () => {
     const r = await run(() => {
       throw new Error('no input file');
-    }, ok as never);
+    }, ok);
     expect(r.bad).toMatchObject({ code: 'E_PREPARE_FAILED', message: expect.stringContaining('no input file') });
     expect(r.used).toBe(0);
+  });
+});
+
+describe('a pacer object given to the Runtime', () => {
+  const workload = { prepare: () => Promise.resolve(1), run: () => Promise.resolve({ output: 1, busyMs: 1 }), finish: (j: { outputs: number[] }) => j.outputs.length } as unknown as Workload<number, number, number, number>;
+  it('is checked as a module’s is: a state() it lacks is filled in, a time that is not a number is an error naming it (it stalled every job silently)', async () => {
+    // The README's example pacer, as an object: no state().
+    const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'cap-80', observe() {}, nextDispatchAt: (s) => s.now, onDispatch() {} } as never, clock: new ManualClock() });
+    expect(rt.status().pacer).toMatchObject({ mode: 'steady' });
+    await rt.close(0);
+    const nan = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'nan', observe() {}, nextDispatchAt: () => NaN, onDispatch() {}, state: () => ({ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} }) }, clock: new ManualClock() });
+    await expect(nan.submit({ id: 'a', kind: 'k', partitions: 1 }, 0)).rejects.toThrow('the pacer given to the Runtime: nextDispatchAt(snapshot) must return a time in ms (a number; Infinity for none) (got NaN)');
+    await nan.close(0);
+    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], pacer: { observe() {} } as never })).toThrow(/the pacer given to the Runtime is missing the methods nextDispatchAt, onDispatch/);
   });
 });
