@@ -399,7 +399,10 @@ export class Engine {
    * (and then changes nothing). The engine reads the event during the call and keeps no reference.
    */
   apply(event: EngineEvent): Command[] {
-    if (!(event.time >= this.now) || !Number.isFinite(event.time)) {
+    if (typeof event?.time !== 'number' || !Number.isFinite(event.time)) {
+      throw new StokerError('E_INVALID_EVENT', `event.time must be a finite number of ms (got ${event === null || typeof event !== 'object' ? `an event of ${String(event)}` : String(event.time)})`);
+    }
+    if (!(event.time >= this.now)) {
       throw new StokerError('E_TIME_BACKWARDS', `event time ${String(event.time)} is before the engine's time ${this.now}: feed events in time order`);
     }
     // Invalid input is rejected before anything changes, the clock included.

@@ -1124,8 +1124,11 @@ describe('Engine: deadlines and time', () => {
     expect(() => e.apply({ type: 'tick', time: 100 })).not.toThrow();
     expectStokerError(() => e.apply({ type: 'tick', time: 99 }), 'E_TIME_BACKWARDS', /99.*100/);
     expectStokerError(() => e.apply({ type: 'submit', time: 50, job: job('a', 1) }), 'E_TIME_BACKWARDS');
-    expectStokerError(() => e.apply({ type: 'tick', time: NaN }), 'E_TIME_BACKWARDS');
-    expectStokerError(() => e.apply({ type: 'tick', time: Infinity }), 'E_TIME_BACKWARDS');
+    // A time that is not a finite number is no time at all: named as such, not as time going backwards.
+    expectStokerError(() => e.apply({ type: 'tick', time: NaN }), 'E_INVALID_EVENT', /event\.time must be a finite number of ms \(got NaN\)/);
+    expectStokerError(() => e.apply({ type: 'tick', time: Infinity }), 'E_INVALID_EVENT', /got Infinity/);
+    expectStokerError(() => e.apply({ type: 'tick' } as never), 'E_INVALID_EVENT', /got undefined/);
+    expectStokerError(() => e.apply(null as never), 'E_INVALID_EVENT', /got an event of null/);
     expect(e.time).toBe(100);
     expect(e.activeJobs).toBe(0);
   });

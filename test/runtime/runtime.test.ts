@@ -629,7 +629,7 @@ describe('a pacer object given to the Runtime', () => {
   const workload = { prepare: () => Promise.resolve(1), run: () => Promise.resolve({ output: 1, busyMs: 1 }), finish: (j: { outputs: number[] }) => j.outputs.length } as unknown as Workload<number, number, number, number>;
   it('is checked as a module’s is: a state() it lacks is filled in, a time that is not a number is an error naming it (it stalled every job silently)', async () => {
     // The README's example pacer, as an object: no state().
-    const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'cap-80', observe() {}, nextDispatchAt: (s) => s.now, onDispatch() {} } as never, clock: new ManualClock() });
+    const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'cap-80', observe() {}, nextDispatchAt: (s: { now: number }) => s.now, onDispatch() {} } as never, clock: new ManualClock() });
     expect(rt.status().pacer).toMatchObject({ mode: 'steady' });
     await rt.close(0);
     const nan = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'nan', observe() {}, nextDispatchAt: () => NaN, onDispatch() {}, state: () => ({ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} }) }, clock: new ManualClock() });
