@@ -475,9 +475,11 @@ export class Engine {
       case 'deviceFailed':
         checkItemId(event.item, event.type);
         return undefined;
+      case 'cancel':
+        if (event.reason !== undefined && typeof event.reason !== 'string') throw new StokerError('E_INVALID_EVENT', `cancel.reason must be a string, or absent (got ${typeof event.reason})`);
+        return undefined;
       case 'prepareBatchFailed':
       case 'batchFailed':
-      case 'cancel':
       case 'drain':
       case 'tick':
         return undefined;
@@ -492,7 +494,7 @@ export class Engine {
         break; // an identical resubmit of a live job: nothing to do
       case 'cancel': {
         const job = this.jobs.get(event.jobId);
-        if (job) this.endJob(job, 'cancelled', 'E_CANCELLED', 'cancelled on request', out);
+        if (job) this.endJob(job, 'cancelled', 'E_CANCELLED', event.reason ?? 'cancelled on request', out);
         break;
       }
       case 'prepared':

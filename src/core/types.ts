@@ -51,7 +51,8 @@ export interface ItemView {
 /** Events a driver feeds into {@link Engine.apply}. Every event carries the driver's current time. */
 export type EngineEvent =
   | { type: 'submit'; time: number; job: JobSpec }
-  | { type: 'cancel'; time: number; jobId: string }
+  /** `reason`: why, as the job's end will say (default "cancelled on request"); the code is E_CANCELLED either way. */
+  | { type: 'cancel'; time: number; jobId: string; reason?: string }
   | { type: 'prepared'; time: number; item: number; attempt: number; latencyMs?: number }
   | { type: 'prepareFailed'; time: number; item: number; attempt: number; reason: string }
   /**

@@ -139,7 +139,7 @@ export class Runtime<I, P, O, R> {
         });
       });
       this.settleWaiter = undefined;
-      for (const id of [...this.jobs.keys()]) this.apply({ type: 'cancel', time: this.clock.now(), jobId: id });
+      for (const id of [...this.jobs.keys()]) this.apply({ type: 'cancel', time: this.clock.now(), jobId: id, reason: 'the runtime closed before the job ended (close())' });
       if (this.timer !== undefined) this.clock.cancel(this.timer);
       this.timer = undefined;
       await this.workload.close?.();

@@ -719,6 +719,11 @@ describe('Engine: cancel', () => {
     expect(aborts(out).sort()).toEqual(['x:0/on-device', 'x:1/waiting', 'x:2/preparing', 'x:3/preparing']);
     for (const c of ofType(out, 'abort')) expect(c.reason).toBe('cancelled on request');
     expect(ofType(out, 'finishJob')).toEqual([{ type: 'finishJob', jobId: 'x', state: 'cancelled', code: 'E_CANCELLED', reason: 'cancelled on request', timeMs: 3 }]);
+    // A driver may say why (a shutdown's cancel is not a user's); a reason that is not a string is refused.
+    const f = engine();
+    f.apply({ type: 'submit', time: 0, job: job('y', 1) });
+    expect(ofType(f.apply({ type: 'cancel', time: 1, jobId: 'y', reason: 'shutting down' }), 'finishJob')[0]).toMatchObject({ code: 'E_CANCELLED', reason: 'shutting down' });
+    expectStokerError(() => f.apply({ type: 'cancel', time: 2, jobId: 'y', reason: 7 } as never), 'E_INVALID_EVENT', /cancel\.reason must be a string/);
     expect(out.at(-1)!.type).toBe('finishJob');
     expect(r.e.budget.used).toBe(0);
     expect(r.e.snapshot).toMatchObject({ onDevice: 0, waiting: 0, preparing: 0, backlog: 0, budgetUsedBytes: 0, preparingStartMsTotal: 0 });

@@ -161,7 +161,8 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     await run(400);
     await closed;
     await expect(ok).resolves.toBe(10);
-    expect(await stuck).toMatchObject({ code: 'E_CANCELLED' });
+    // Said as a shutdown's, not as a user's cancel.
+    expect(await stuck).toMatchObject({ code: 'E_CANCELLED', message: expect.stringContaining('the runtime closed before the job ended (close())') });
     expect(workload.closed).toBe(true);
     expect(workload.held).toBe(0);
     expect(rt.engine.activeJobs).toBe(0);
