@@ -1,11 +1,9 @@
+/** The checks of a pacer of the user's (a module loaded by path, or an object given to the Runtime): see {@link checkedPacer}. */
 import type { Pacer, PacerMode, PacerState, ReadonlySnapshot } from './pacer.js';
-
-/** The checks of a pacer of the user's (a module loaded by path, or an object given to the library): see {@link checkedPacer}. */
 
 const REQUIRED = ['observe', 'nextDispatchAt', 'onDispatch'] as const;
 const OPTIONAL = ['workerLimit', 'observeAgainAt'] as const;
 const OPTIONAL_SHAPE: Record<(typeof OPTIONAL)[number], string> = { workerLimit: 'workerLimit(device) → the most workers to run at once', observeAgainAt: 'observeAgainAt(snapshot) → time in ms' };
-
 
 function steadyState(): PacerState {
   return { mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} };
@@ -45,7 +43,7 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
   }
   const name = typeof p.name === 'string' && p.name !== '' ? p.name : o.fallbackName;
   const pacer = value as Pacer;
-  /** One of the module's methods called: what it throws names the module and the method (a failure of the run, not a module that does not fit). */
+  /** One of the pacer's methods called: what it throws names the pacer and the method (a failure of the run, not a pacer that does not fit). */
   const call = <T>(method: string, f: () => T): T => {
     try {
       return f();
