@@ -282,24 +282,32 @@ it('the stoker pacer finishes jobs whose device steps report busyMs 0', async ()
   await expect(Promise.all(jobs)).resolves.toEqual(new Array(20).fill(3));
 });
 
+/**
+ * Preparations of 200 ms; device steps of 20 ms that queue behind one lock for the first `locked`
+ * of them (one at a time, each reporting only its own 20 ms: a kernel timed alone), then run side by side.
+ */
+function lockedWorkload(clock: ManualClock, locked: number): Workload<number, number, number, number> {
+  const runMs = 20;
+  let lock: Promise<void> = Promise.resolve();
+  let steps = 0;
+  return {
+    prepare: () => new Promise((resolve) => clock.schedule(() => resolve(1), 200)),
+    run: () => {
+      if (steps++ >= locked) return new Promise((resolve) => clock.schedule(() => resolve({ output: 1, busyMs: runMs }), runMs));
+      const turn = lock.then(() => new Promise<void>((resolve) => clock.schedule(resolve, runMs)));
+      lock = turn;
+      return turn.then(() => ({ output: 1, busyMs: runMs }));
+    },
+    finish: (job) => job.outputs.length,
+    release: () => undefined,
+    close: () => Promise.resolve(),
+  };
+}
+
 describe('the measurement self-check, on the runtime', () => {
   it('a device slowed for a while (its first 200 steps behind one lock, the machine busy elsewhere) is planned with its busy time again once the observed rate keeps it short of work', async () => {
     const clock = new ManualClock();
-    const runMs = 20;
-    let lock: Promise<void> = Promise.resolve();
-    let steps = 0;
-    const workload: Workload<number, number, number, number> = {
-      prepare: () => new Promise((resolve) => clock.schedule(() => resolve(1), 200)),
-      run: () => {
-        if (steps++ >= 200) return new Promise((resolve) => clock.schedule(() => resolve({ output: 1, busyMs: runMs }), runMs));
-        const turn = lock.then(() => new Promise<void>((resolve) => clock.schedule(resolve, runMs)));
-        lock = turn;
-        return turn.then(() => ({ output: 1, busyMs: runMs }));
-      },
-      finish: (job) => job.outputs.length,
-      release: () => undefined,
-      close: () => Promise.resolve(),
-    };
+    const workload = lockedWorkload(clock, 200);
     const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'stoker', pacerOptions: { targetWaiting: 4 }, clock });
     const done = rt.submit({ id: 'slowed', kind: 'k', partitions: 1500 }, 0);
     const trusted = new Set<string>();
@@ -317,23 +325,9 @@ describe('the measurement self-check, on the runtime', () => {
     await rt.close(0);
   });
 
-
   it('two declared workers on a device that serves one at a time and times only its own step: the pacer finds the device half as fast as its busy time says, and plans with that', async () => {
     const clock = new ManualClock();
-    const runMs = 20;
-    let lock: Promise<void> = Promise.resolve();
-    const workload: Workload<number, number, number, number> = {
-      prepare: () => new Promise((resolve) => clock.schedule(() => resolve(1), 200)),
-      // One at a time behind a lock; the busy time it reports leaves the wait out (a kernel timed alone).
-      run: () => {
-        const turn = lock.then(() => new Promise<void>((resolve) => clock.schedule(resolve, runMs)));
-        lock = turn;
-        return turn.then(() => ({ output: 1, busyMs: runMs }));
-      },
-      finish: (job) => job.outputs.length,
-      release: () => undefined,
-      close: () => Promise.resolve(),
-    };
+    const workload = lockedWorkload(clock, Infinity);
     const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'stoker', pacerOptions: { targetWaiting: 4 }, clock });
     const done = rt.submit({ id: 'lock', kind: 'k', partitions: 600 }, 0);
     for (let t = 0; t < 20_000; t += 5) {
