@@ -273,6 +273,15 @@ describe('PrepareLimit: taking over', () => {
     expect(overdueRun(filled({ kinds: floorKinds }), { kinds: [{ preparing: 39, done: 20 }, { preparing: 41, done: 20 }] })).toEqual([Infinity, Infinity, Infinity]);
     // Half of them: taken over.
     expect(overdueRun(filled({ kinds: floorKinds }), { kinds: [{ preparing: 40, done: 20 }, { preparing: 40, done: 20 }] })).toEqual([Infinity, Infinity, 10]);
+    // Unless those preparing are UNKNOWN_GROWTH (4) × as many as behind the floor (8) and their
+    // ages UNKNOWN_GROWTH × the line AGES_ALONE × the floor (4 × 390): nothing says the new kind
+    // is slower alone, but its preparations ran to 210 with none finished in 600 s past a knee
+    // of 10 (random scenario 20 of `bench --random 200`, seed 3). Ages 1600 imply 3200 ms:
+    // cap ⌊80 × 100 ÷ 3200⌋ = 2.
+    const unknown = { kinds: [{ preparing: 39, done: 20 }, { preparing: 41, done: 20 }] };
+    expect(overdueRun(filled({ kinds: floorKinds }), { ...unknown, age: 1560 })).toEqual([Infinity, Infinity, Infinity]);
+    expect(overdueRun(filled({ kinds: floorKinds }), { ...unknown, age: 1600 })).toEqual([Infinity, Infinity, 2]);
+    expect(overdueRun(filled({ kinds: floorKinds }), { ...unknown, age: 1600, preparing: 31 })).toEqual([Infinity, Infinity, Infinity]);
     // Kind b with 3 measured when the floor was set: known, taken over whatever the mix.
     expect(overdueRun(filled({ kinds: [floorKinds[0] as { preparing: number; done: number }, { preparing: 40, done: 3 }] }), { kinds: [{ preparing: 0, done: 20 }, { preparing: 80, done: 20 }] })).toEqual([Infinity, Infinity, 10]);
   });
@@ -289,19 +298,24 @@ describe('PrepareLimit: taking over', () => {
     expect(overdueRun(filled(), { preparing: 20, concurrency: 8 })).toEqual([Infinity, Infinity, 2]);
   });
 
-  it('not where the quickest of the latest QUICK_SAMPLES (8) latencies, all measured since the floor was set, is under LATENCY_UP (1.3) × the quickest behind the floor: contention slows the quick ones too', () => {
+  it('not where the quickest of the latest QUICK_SAMPLES (8) latencies, all measured since the floor was set and finished while those preparing ran, is under LATENCY_UP (1.3) × the quickest behind the floor: contention slows the quick ones too', () => {
     // The floor's observation finds 108 finished at 100 ms each (the quickest behind the floor:
-    // 100); then `n` finish one by one at `latest` ms each (ages 50: nothing overdue yet), and the
-    // standard overdue run follows.
-    const scene = (latest: number, n = 8) => {
+    // 100); then `n` finish one by one at `latest` ms each from `from` + 1 on (ages 50: nothing
+    // overdue yet), and the standard overdue run follows (ages 400: those preparing at its
+    // take-over, 2080, started at 1680 on average).
+    const scene = (latest: number, n = 8, from = 1700) => {
       const l = filled({ latencyTotal: 108 * 100 });
-      for (let i = 1; i <= n; i++) observe(l, { now: 1300 + i, age: 50, measured: 8 + i, latencyTotal: 108 * 100 + i * latest });
+      for (let i = 1; i <= n; i++) observe(l, { now: from + i, age: 50, measured: 8 + i, latencyTotal: 108 * 100 + i * latest });
       return overdueRun(l, { measured: 8 + n, latencyTotal: 108 * 100 + n * latest });
     };
     expect(scene(129)).toEqual([Infinity, Infinity, Infinity]);
     expect(scene(130)).toEqual([Infinity, Infinity, 10]);
     // Seven since the floor: the eighth latest is the floor's own: no evidence either way.
     expect(scene(100, 7)).toEqual([Infinity, Infinity, 10]);
+    // Quick ones that finished before those preparing now had started (on average) say nothing
+    // of them: where nothing finished since, a new kind crawling past the knee (random scenario
+    // 20 of `bench --random 200`, seed 3) ran to 210 preparing before the k0 quick ones aged out.
+    expect(scene(100, 8, 1300)).toEqual([Infinity, Infinity, 10]);
   });
 
   it('not with fewer than 2 × (workers + target) preparing; with that many, a cap of at least 1', () => {
@@ -1051,11 +1065,23 @@ describe('PrepareLimit: over an idle pipeline', () => {
 
   it('without a cap, the next busy period fills anew: two latencies into it', () => {
     // The next busy period from 3000: at 3050 (50 ms in) a latency of 100 is not yet a floor; at
-    // 3100…3300 (< 2 × 160 in) the pipeline has not filled: no take-over.
+    // 3100…3300 (< 2 × 160 in) the pipeline has not filled: no take-over on the latency line,
+    // and ages 380 are under AGES_ALONE × 100 = 390.
     const l = filled();
     expect(overdueRun(l, {}, [2000])).toEqual([Infinity]);
     expect(idle(l, 2010)).toBe(Infinity);
     expect(observe(l, { now: 3050, latency: 100, age: 50, busySince: 3000 })).toBe(Infinity);
     expect(overdueRun(l, { busySince: 3000, age: 380 }, [3100, 3180, 3300])).toEqual([Infinity, Infinity, Infinity]);
+  });
+
+  it('the next busy period holds the ages against the lowest latency of the last one until it measures its own (the knee belongs to the machine: it outlives an idle moment)', () => {
+    // Nothing measured yet in the busy period from 3000 (no completions since it began): the ages
+    // (400 > 3.9 × 100) are held against the floor of the last one; overdue from 3100, taken over
+    // half a latency later, at 3180 (cap ⌊80 × 100 ÷ 800⌋ = 10). With a new kind crawling past
+    // the knee, nothing finished for 600 s and nothing took over (random scenario 20 of
+    // `bench --random 200`, seed 3: 1.00 → 1.32 of unpaced's speed).
+    const l = filled();
+    expect(idle(l, 2010)).toBe(Infinity);
+    expect(overdueRun(l, { busySince: 3000, measured: 0 }, [3100, 3179, 3180])).toEqual([Infinity, Infinity, 10]);
   });
 });

@@ -72,6 +72,10 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * first measurement, at a cap no more than were preparing while the floor's preparations ran (the
  * engine's prepareConcurrencyTotal), finds a latency LATENCY_UP × the floor: the floor read low. Over an idle
  * pipeline it stays, and the next busy period goes on from its cap (the knee is the machine's).
+ * With no cap, the next busy period fills anew for its own floor, but until it measures a lower
+ * latency its ages are held against the lowest of the last one, and the kinds known then stay
+ * known: where the first preparations of a busy period crawl past the knee, none may finish for
+ * minutes (random scenario 20 of `bench --random 200`, seed 3: 1.00 → 1.32 of unpaced's speed).
  */
 const STARVED = 0.9;
 const OVERDUE = 1.5;
@@ -162,6 +166,15 @@ const EARLY_LOOK = 8;
  * 0.45 of unpaced's speed, its p99 job latency 33 ×; 1.00 with this).
  */
 const UNKNOWN_MAX = 0.5;
+/**
+ * … unless those preparing are UNKNOWN_GROWTH × as many as behind the floor, and their ages
+ * UNKNOWN_GROWTH × past the line AGES_ALONE draws: nothing says the new kind is slower alone, but
+ * a kind that arrived past a knee of 10 (39 s alone) ran to 210 preparing with none finished in
+ * 600 s, and nothing took over (random scenario 20 of `bench --random 200`, seed 3). Four times
+ * the evidence leaves a slower kind with no contention alone (random scenarios 183 of seed 1, 94
+ * of seed 4: taken over at once with the one line, 0.69 and 0.59 of unpaced's speed).
+ */
+const UNKNOWN_GROWTH = 4;
 
 /**
  * Contention slows preparations as the number in flight grows: past a knee, at most as
@@ -179,7 +192,8 @@ const ELASTICITY_MAX = 3;
  * ones. Where the quickest of the latest QUICK_SAMPLES latencies (all measured since the floor
  * was set) is under LATENCY_UP × the quickest of those behind the floor, no take-over (the same
  * two modes, 8 preparing behind a floor measured while 3 were: (8 ÷ 3)³ explains the ages,
- * while the quick mode still finishes in 12 s).
+ * while the quick mode still finishes in 12 s). Only those that finished while the ones preparing
+ * now ran (since their mean start) count: quick ones from before say nothing of them.
  */
 const QUICK_SAMPLES = 8;
 
@@ -276,7 +290,7 @@ export class PrepareLimit {
   cap = Infinity;
   /** The lowest latency estimate since the pipeline filled (this busy period); since when the limiter's conditions hold. */
   private floor = Infinity;
-  /** The lowest latency estimate in this busy period, filled or not (the quick finish first: it may read low). */
+  /** The lowest latency estimate in this busy period, filled or not (the quick finish first: it may read low), or carried over from the last one (its floor). */
   private early = Infinity;
   /** The mean number preparing while the preparations behind the floor, and behind the lowest latency measured, ran. */
   private floorPreparing = 0;
@@ -285,10 +299,11 @@ export class PrepareLimit {
   private floorAtLeast = 0;
   private overdueSince = NaN;
   private filled = false;
-  /** Per kind (snapshot order): whether its preparations had been measured when the floor or the lowest latency was set (this busy period). */
+  /** Per kind (snapshot order): whether its preparations had been measured when the floor or the lowest latency was set (in this busy period or an earlier one). */
   private known: boolean[] = [];
   /** The latest QUICK_SAMPLES preparation latencies (one per observation: the mean of those that finished), ms; how many were pushed; and the snapshot's totals at the last. */
   private readonly recent = new Float64Array(QUICK_SAMPLES).fill(Infinity);
+  private readonly recentAt = new Float64Array(QUICK_SAMPLES);
   private recentCount = 0;
   private seenCompletions = 0;
   private seenLatencyMs = 0;
@@ -326,13 +341,13 @@ export class PrepareLimit {
         if (lim.settled) this.hold({ ...lim, engagedAt: lim.best, rest: 0, ups: 0 }, lim.best, s);
         else this.hold(lim, lim.cap, s);
       }
+      if (this.floor < this.early) {
+        this.early = this.floor;
+        this.earlyPreparing = this.floorPreparing;
+      }
       this.floor = Infinity;
-      this.early = Infinity;
-      this.floorAtLeast = 0;
       this.filled = false;
       this.overdueSince = NaN;
-      this.known = [];
-      this.recent.fill(Infinity);
       return;
     }
     // Filled: two latencies into the busy period, with workers + target preparations measured in
@@ -402,7 +417,8 @@ export class PrepareLimit {
       // Nothing queued now: nothing a cap would hold back; the next arrival decides (the wait runs on).
       if (s.backlog === 0) return;
       // Most of those preparing are of kinds the floor never saw: a slower kind, not contention, may be all it shows.
-      if (this.unknownShare(s) > UNKNOWN_MAX) {
+      const floorPreparing = filled ? this.floorPreparing : this.earlyPreparing;
+      if (this.unknownShare(s) > UNKNOWN_MAX && !(s.preparing >= UNKNOWN_GROWTH * floorPreparing && age > UNKNOWN_GROWTH * agesAlone * floor)) {
         this.overdueSince = NaN;
         return;
       }
@@ -410,8 +426,7 @@ export class PrepareLimit {
       const latencyNow = (2 * age) / (1 + cv2);
       // A slowdown more than the growth in concurrency since the floor could explain, or the
       // latest preparations as quick as those behind the floor: a slower mode or kind, not contention.
-      const floorPreparing = filled ? this.floorPreparing : this.earlyPreparing;
-      const quickAsBefore = this.recentCount - this.floorQuickAt >= QUICK_SAMPLES && this.quickest() < LATENCY_UP * this.floorQuickest;
+      const quickAsBefore = this.recentCount - this.floorQuickAt >= QUICK_SAMPLES && this.quickest(meanStart) < LATENCY_UP * this.floorQuickest;
       if (quickAsBefore || !((agesSlow && explained(latencyNow / floor, s.preparing / floorPreparing)) || (latencySlow && explained(p.latency / floor, p.latencyConcurrency / floorPreparing)))) {
         this.overdueSince = NaN;
         return;
@@ -595,14 +610,15 @@ export class PrepareLimit {
   private sample(s: ReadonlySnapshot): void {
     const done = s.prepareCompletions - this.seenCompletions;
     if (done <= 0) return;
+    this.recentAt[this.recentCount % QUICK_SAMPLES] = s.now;
     this.recent[this.recentCount++ % QUICK_SAMPLES] = (s.prepareLatencyMsTotal - this.seenLatencyMs) / done;
     this.seenCompletions = s.prepareCompletions;
     this.seenLatencyMs = s.prepareLatencyMsTotal;
   }
   /** The quickest of the latest QUICK_SAMPLES latencies (Infinity: none). */
-  private quickest(): number {
+  private quickest(since = -Infinity): number {
     let q = Infinity;
-    for (const l of this.recent) q = Math.min(q, l);
+    for (let i = 0; i < QUICK_SAMPLES; i++) if ((this.recentAt[i] as number) >= since) q = Math.min(q, this.recent[i] as number);
     return q;
   }
   /** The floor (or the lowest latency measured) was set: its quickest latencies, to hold the latest against. */

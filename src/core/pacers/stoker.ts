@@ -178,6 +178,11 @@ class StokerPacer implements Pacer {
     const inFlight = s.preparing + s.waiting + s.onDevice;
     // Nothing measured and nothing in flight (the bootstrap items were withdrawn): bootstrap again.
     if (!this.hasEstimate && inFlight === 0) this.sentInBootstrap = 0;
+    // (Before the limiter reads it: at the first observation of a busy period the counters of the last one are not this one's.)
+    if (work && Number.isNaN(this.busySince)) {
+      this.busySince = s.now;
+      this.busyFromCompletions = s.prepareCompletions;
+    }
     const v = this.view;
     v.lambda = this.plan.lambda;
     v.draining = this.plan.draining;
@@ -193,10 +198,6 @@ class StokerPacer implements Pacer {
     if (dt > 0) this.waitingAvg += (1 - Math.exp(-dt / this.waitTau)) * (s.waiting - this.waitingAvg);
     this.feedback(s, dt, work && !saturated);
     if (work) {
-      if (Number.isNaN(this.busySince)) {
-        this.busySince = s.now;
-        this.busyFromCompletions = s.prepareCompletions;
-      }
       this.credit = Math.min(this.burst, this.credit + this.rate * dt);
     } else {
       // Idle: restart cleanly when work comes back (one item at once, no stored-up burst).
