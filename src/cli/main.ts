@@ -75,7 +75,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .description('the settings to run: simulate a scenario (or one fitted from a trace of a real run) across target, budget, preparation cap, workers and pacers; print the frontier and the recommended setting with its config lines (progress on stderr)')
     .argument('[scenario|trace.json]', 'a built-in scenario, a scenario .json file, or a Chrome trace of a run (stoker demo --trace, stoker trace export)')
     .option('--server <url>', "instead: fit from a running server's recent history (its trace)")
-    .option('--since <duration>', 'with --server: how far back, e.g. 30m', '30m')
+    .option('--since <duration>', 'with --server: how far back (default: 30m)')
     .option('--token-file <file>', "with --server: the server's token (else $STOKER_SERVER_TOKEN)")
     .option('--seeds <n>', 'seeds per setting (from the scenario\'s own)', '3')
     .option('--pacers <list>', 'comma-separated built-in pacers to try', 'stoker')

@@ -32,6 +32,7 @@ export interface PlanFlags {
 /** `stoker plan <scenario | trace.json>` or `stoker plan --server URL`: fit (from a trace), sweep, frontier, recommendation. */
 export async function planCommand(spec: string | undefined, flags: PlanFlags, io: Io): Promise<void> {
   if ((spec === undefined) === (flags.server === undefined)) throw new UsageError('give a scenario, a trace file (stoker demo --trace, stoker trace export) or --server URL — one of them');
+  if (flags.since !== undefined && flags.server === undefined) throw new UsageError('--since goes with --server (the span of its history to fit); a trace file or scenario holds its own span');
   const seedCount = flags.seeds === undefined ? 3 : Number(flags.seeds);
   if (!Number.isInteger(seedCount) || seedCount < 1 || seedCount > 50) throw new UsageError(`--seeds must be an integer from 1 to 50 (got ${flags.seeds})`);
   const pacers = flags.pacers === undefined ? ['stoker'] : flags.pacers.split(',').map((p) => p.trim());
@@ -49,10 +50,13 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
     writeOutputFile('--scenario-out', flags.scenarioOut, `${JSON.stringify(scenario, null, 2)}\n`, io);
   }
   const seeds = Array.from({ length: seedCount }, (_, i) => scenario.seed + i);
-  // The scenario's own setting first: its peak memory and the items Little's law says a device needs in flight size the grid.
+  // The scenario's own setting first: its peak memory sizes the budgets. With no budget and no
+  // cap, what it reaches: the items Little's law says the devices need in flight size the caps
+  // (under the scenario's budget they would be what that budget lets through, caps that never bind).
   const base = simulate(scenario, { pacer: (o) => createPacer(pacers[0] as string, o) });
+  const open = scenario.budgetBytes === undefined && scenario.maxPreparing === undefined ? base : simulate(applySetting(scenario, { pacer: pacers[0] as string, targetWaiting: scenario.targetWaiting, budgetBytes: null, maxPreparing: null, workers: scenario.devices.map((d) => d.workers) }), { pacer: (o) => createPacer(pacers[0] as string, o) });
   const latencyS = Math.max(...Object.values(scenario.kinds).map((k) => prepareStep(k).ms / prepareStep(k).items)) / 1000;
-  const littleItems = (base.metrics.itemsPerSec ?? 0) * latencyS;
+  const littleItems = (open.metrics.itemsPerSec ?? 0) * latencyS;
   const grid = planGrid(scenario, { peakMemoryBytes: base.metrics.peakMemoryBytes, littleItems }, { pacers, ...(targets ? { targets } : {}) });
   // Every setting is a valid scenario before any thread starts (an error keeps its kind here).
   for (const setting of grid) applySetting(scenario, setting);
@@ -67,7 +71,7 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   let front = frontier(rows);
   if (best && !front.includes(best)) front = [...front.filter((r) => !close(r, best)), best].sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes);
   const headers = ['pacer', 'target', 'budget', 'prep cap', 'workers', 'items/s', 'occupancy', 'waiting', 'peak memory', 'p99 latency'];
-  const summary = `plan for ${scenario.name}: ${rows.length} settings × ${seeds.length} seeds (${seeds.join(', ')}); the frontier (no other setting has more throughput, less peak memory and less p99 latency):`;
+  const summary = `plan for ${scenario.name}: ${rows.length} settings × ${seeds.length} seed${seeds.length === 1 ? '' : 's'} (${seeds.join(', ')}); the frontier (no other setting has more throughput, less peak memory and less p99 latency):`;
   const recommendation = best
     ? `recommended (the least memory, then latency, within 1 % of the best throughput): ${describe(best)}`
     : 'no setting finished every job in the simulated runs: the scenario is more than these settings can serve';

@@ -40,24 +40,27 @@ export interface GridOptions {
 }
 
 /**
- * The settings to try: each pacer × target waiting (1, 2, 4, 8 by default) × budget (none, and
- * ½ and ¾ of the peak memory the scenario's own setting reached with the first pacer) × cap on
- * preparations (none, and the items a device needs in flight by Little's law, ×1 and ×1.5) ×
- * workers (the scenario's; one fewer where it has more than one; one more where the device's
- * contention list says how it slows with that many busy — beyond the list the simulator would
- * hold its last factor, which is no measurement).
+ * The settings to try: each pacer × target waiting (1, 2, 4, 8 by default) × budget (the
+ * scenario's own — none where it sets none: a budget is the machine's memory, no setting may
+ * exceed it — and ½ and ¾ of the peak memory the scenario's own setting reached with the first
+ * pacer) × cap on preparations (none, and the items the devices need in flight by Little's law,
+ * ×1 and ×1.5: the throughput the scenario reaches with no budget and no cap × the slowest kind's
+ * preparation latency) × workers (the scenario's; one fewer where it has more than one; one more
+ * where the device's contention list says how it slows with that many busy — beyond the list the
+ * simulator would hold its last factor, which is no measurement).
  */
 export function planGrid(s: Scenario, base: { peakMemoryBytes: number; littleItems: number }, options: GridOptions = {}): PlanSetting[] {
   const pacers = options.pacers ?? ['stoker'];
   const targets = options.targets ?? [1, 2, 4, 8];
-  const budgets = [null, ...(base.peakMemoryBytes > 0 ? [0.5, 0.75].map((f) => Math.round(base.peakMemoryBytes * f)) : [])];
+  const own = s.budgetBytes ?? null;
+  const budgets = [own, ...new Set(base.peakMemoryBytes > 0 ? [0.5, 0.75].map((f) => Math.round(base.peakMemoryBytes * f)).filter((b) => own === null || b < own) : [])];
   const caps = [null, ...new Set([1, 1.5].map((f) => Math.max(1, Math.ceil(base.littleItems * f))))];
-  const own = s.devices.map((d) => d.workers);
+  const workersNow = s.devices.map((d) => d.workers);
   const more = s.devices.map((d) => (d.contention.length > d.workers ? d.workers + 1 : d.workers));
   // Fewer workers only where no scenario event names a worker that would then not exist.
   const highest = s.events.reduce((n, e) => (e.type === 'workerLost' || e.type === 'workerReturned' ? Math.max(n, e.worker) : n), -1);
-  const fewer = own.map((w) => Math.max(1, w - 1));
-  const workerSets = [own, ...(own.some((w) => w > 1) && fewer.every((w) => w > highest) ? [fewer] : []), ...(more.some((w, i) => w !== own[i]) ? [more] : [])];
+  const fewer = workersNow.map((w) => Math.max(1, w - 1));
+  const workerSets = [workersNow, ...(workersNow.some((w) => w > 1) && fewer.every((w) => w > highest) ? [fewer] : []), ...(more.some((w, i) => w !== workersNow[i]) ? [more] : [])];
   const out: PlanSetting[] = [];
   for (const pacer of pacers) for (const targetWaiting of targets) for (const budgetBytes of budgets) for (const maxPreparing of caps) for (const workers of workerSets) out.push({ pacer, targetWaiting, budgetBytes, maxPreparing, workers });
   return out;
@@ -187,11 +190,18 @@ export function recommend(rows: readonly PlanRow[]): PlanRow | null {
  * The recommended setting as `stoker serve` config lines. The preparation cap is the server's
  * preparation slots, `[prepare] threads × concurrency` (threads for CPU-bound preparations; a
  * preparation that awaits I/O can share a thread: raise concurrency and lower threads, keeping
- * the product). Device groups after the first are named by their index (rename them to yours).
+ * the product). Device groups after the first are named by their index (rename them to yours). A
+ * group of several devices is one server device with all their workers (a kind runs on one
+ * device; each worker process learns its index from STOKER_WORKER, to pin itself to its GPU).
  */
 export function configLines(r: PlanRow, s: Scenario): string[] {
   const lines = ['[engine]', `pacer = ${JSON.stringify(r.pacer)}`, `targetWaiting = ${r.targetWaiting}`, `budgetBytes = ${r.budgetBytes === null ? '"unlimited"' : r.budgetBytes}`];
   if (r.maxPreparing !== null) lines.push('[prepare]', `# at most ${r.maxPreparing} preparations at once: threads × concurrency = ${r.maxPreparing}`, `threads = ${r.maxPreparing}`, 'concurrency = 1');
-  s.devices.forEach((_d, i) => lines.push(i === 0 ? '[device]' : `[devices.group${i}]`, `workers = ${r.workers[i]}`));
+  s.devices.forEach((d, i) => {
+    const w = r.workers[i] as number;
+    lines.push(i === 0 ? '[device]' : `[devices.group${i}]`);
+    if (d.count > 1) lines.push(`# ${d.count} devices × ${w} worker${w === 1 ? '' : 's'} each, as one device: a process worker reads its index (0–${d.count * w - 1}) from STOKER_WORKER; worker i on device ⌊i ÷ ${w}⌋`);
+    lines.push(`workers = ${d.count * w}`);
+  });
   return lines;
 }

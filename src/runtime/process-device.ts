@@ -86,6 +86,8 @@ class WorkerProcess {
   constructor(
     private readonly o: Required<Omit<ProcessDeviceOptions, 'cwd'>> & { cwd?: string },
     private readonly label: string,
+    /** This worker's index on its device: a program on a machine of several GPUs pins itself to one by it. */
+    private readonly index: number,
   ) {}
 
   start(): void {
@@ -95,7 +97,7 @@ class WorkerProcess {
     this.stderrPartial = '';
     const { command, args, env, cwd } = this.o;
     const pythonPath = [PYTHON_HELPER_DIR, process.env['PYTHONPATH'], env['PYTHONPATH']].filter((p) => p).join(delimiter);
-    const child = spawn(command, args, { cwd, env: { ...process.env, ...env, PYTHONPATH: pythonPath }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(command, args, { cwd, env: { ...process.env, ...env, PYTHONPATH: pythonPath, STOKER_WORKER: String(this.index), STOKER_WORKERS: String(this.o.workers) }, stdio: ['pipe', 'pipe', 'pipe'] });
     const reader = new FrameReader(this.o.maxFrameBytes);
     let exit: () => void = () => undefined;
     const life: Life = {
@@ -375,7 +377,7 @@ export class ProcessDevice implements DeviceRunner {
       log: (line: string) => void process.stderr.write(`${line}\n`),
       ...options,
     };
-    this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`));
+    this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`, w));
     for (const w of this.workers) w.start();
   }
 

@@ -7,7 +7,9 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { configLines, frontier, planGrid, recommend, settle, type PlanRow } from '../../src/plan/sweep.js';
-import { SCENARIOS } from '../../src/sim/index.js';
+import { parseScenario, SCENARIOS } from '../../src/sim/index.js';
+
+const GiB = 2 ** 30;
 import { run, tempDir } from '../cli/helpers.js';
 
 const row = (over: Partial<PlanRow>): PlanRow => ({ pacer: 'stoker', targetWaiting: 4, budgetBytes: null, maxPreparing: null, workers: [2], itemsPerSec: 1, throughputRatio: 1, occupancy: 1, waitingMean: 4, peakMemoryBytes: 100, jobLatencyP99Ms: 1000, failedJobs: [[]], cutOff: 0, unfinished: 0, ...over });
@@ -52,6 +54,27 @@ describe('frontier and recommendation', () => {
     expect([...workers].sort()).toEqual(['1', '2']);
     const lines = configLines(row({ maxPreparing: 12, budgetBytes: 4096 }), seed);
     expect(lines).toEqual(expect.arrayContaining(['[engine]', 'targetWaiting = 4', 'budgetBytes = 4096', '[prepare]', 'threads = 12', 'concurrency = 1', '[device]', 'workers = 2']));
+  });
+
+  it("never tries a budget over the scenario's own (the machine's memory), and writes a group of devices as one device with all their workers", () => {
+    // Two GPUs of one worker each, 14 GiB per partition, a 100 GiB budget.
+    const prover = parseScenario(
+      {
+        name: 'prover',
+        kinds: { proof: { prepare: { type: 'uniform', min: 27, max: 33 }, memory: { prepareBytes: 14 * GiB, deviceBytes: GiB } } },
+        devices: [{ count: 2, workers: 1, service: { type: 'fixed', value: 3 } }],
+        arrivals: [{ atS: 0, jobs: 10, partitions: 10, kind: 'proof' }],
+        budgetBytes: 100 * GiB,
+      },
+      'prover',
+    );
+    const budgets = new Set(planGrid(prover, { peakMemoryBytes: 100 * GiB, littleItems: 20 }).map((s) => s.budgetBytes));
+    expect([...budgets]).toEqual([100 * GiB, 50 * GiB, 75 * GiB]);
+    // Without a budget of its own: none, and ½ and ¾ of the peak.
+    const open = { ...prover, budgetBytes: undefined };
+    expect(new Set(planGrid(open, { peakMemoryBytes: 300 * GiB, littleItems: 20 }).map((s) => s.budgetBytes))).toEqual(new Set([null, 150 * GiB, 225 * GiB]));
+    const lines = configLines(row({ workers: [1] }), prover);
+    expect(lines.slice(lines.indexOf('[device]'))).toEqual(['[device]', '# 2 devices × 1 worker each, as one device: a process worker reads its index (0–1) from STOKER_WORKER; worker i on device ⌊i ÷ 1⌋', 'workers = 2']);
   });
 });
 
@@ -126,6 +149,28 @@ describe('stoker plan', () => {
     }
   });
 
+  it('sizes the preparation caps by what the devices need, not by what the budget of the scenario lets through', async () => {
+    // Two GPUs of 3 s: 0.667 items/s; 30 s preparations: 20 in flight (×1.5: 30). Under the 100
+    // GiB budget only 7 prepare at once (14 GiB each): caps of 7 and 11 would never bind.
+    const t = tempDir();
+    const file = t.file(
+      'prover.json',
+      JSON.stringify({
+        name: 'prover',
+        kinds: { proof: { prepare: { type: 'fixed', value: 30 }, memory: { prepareBytes: 14 * GiB, deviceBytes: GiB } } },
+        devices: [{ count: 2, workers: 1, service: { type: 'fixed', value: 3 } }],
+        arrivals: [{ atS: 0, jobs: 20, partitions: 10, kind: 'proof' }],
+        budgetBytes: 100 * GiB,
+      }),
+    );
+    const r = await run('plan', file, '--json', '--seeds', '1', '--targets', '2', '--threads', '1');
+    expect(r.code, r.err).toBe(0);
+    const out = JSON.parse(r.out) as { rows: PlanRow[] };
+    expect(new Set(out.rows.map((x) => x.maxPreparing))).toEqual(new Set([null, 20, 30]));
+    expect(Math.max(...out.rows.map((x) => x.budgetBytes ?? Infinity))).toBe(100 * GiB);
+    t.cleanup();
+  });
+
   it('refuses a trace too short to fit, and a bad option, saying what to do', async () => {
     const t = tempDir();
     try {
@@ -137,6 +182,8 @@ describe('stoker plan', () => {
       expect((await run('plan', 'seed', '--pacers', 'nope')).err).toMatch(/unknown pacer "nope"/);
       // stoker serve takes no target of 0.
       expect((await run('plan', 'seed', '--targets', '0,2')).err).toMatch(/--targets must be numbers > 0/);
+      // --since spans a server's history; a file holds its own (it was ignored).
+      expect((await run('plan', 'seed', '--since', '5m')).err).toMatch(/--since goes with --server/);
       const odd = await run('plan', t.file('odd.json', JSON.stringify({ traceEvents: {} })));
       expect(odd.code).toBe(2);
       expect(odd.err).toMatch(/not a Chrome trace/);

@@ -46,10 +46,14 @@ function setup(device: Partial<ProcessDeviceOptions> & { command: string }, opti
 describe('a Python process device (python/stoker_worker.py)', () => {
   it('runs items with the prepared value and the payload; results are JSON or bytes', async () => {
     const { rt } = setup({ command: 'python3', args: [PY] }, { workers: 2 });
-    const out = (await rt.submit(spec('j1', 3), { mode: 'ok' })) as { partition: number; n: number; prepared: unknown; kind: string; job: string; pid: number }[];
+    const out = (await rt.submit(spec('j1', 3), { mode: 'ok' })) as { partition: number; n: number; prepared: unknown; kind: string; job: string; pid: number; worker: string; workers: string }[];
     expect(out.map((o) => o.partition)).toEqual([0, 1, 2]);
-    for (const [p, o] of out.entries()) expect(o).toMatchObject({ n: 0, prepared: { p, tag: 'prep' }, kind: 'k', job: 'j1' });
+    for (const [p, o] of out.entries()) expect(o).toMatchObject({ n: 0, prepared: { p, tag: 'prep' }, kind: 'k', job: 'j1', workers: '2' });
     expect(new Set(out.map((o) => o.pid)).size).toBeGreaterThanOrEqual(1);
+    // Each process knows its worker index (to pin itself to one of several GPUs): one index per process.
+    const byPid = new Map(out.map((o) => [o.pid, o.worker]));
+    for (const o of out) expect(['0', '1']).toContain(o.worker);
+    expect(new Set(byPid.values()).size).toBe(byPid.size);
     const bytes = (await rt.submit(spec('j2', 2), { mode: 'bytes', bytes: 5 })) as Uint8Array[];
     expect(bytes.map((b) => [...b])).toEqual([
       [4, 3, 2, 1, 0],
