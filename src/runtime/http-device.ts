@@ -16,6 +16,7 @@
 import { asBytes } from './bytes.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
+import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
 
 export interface HttpDeviceOptions {
@@ -37,57 +38,48 @@ export interface HttpDeviceOptions {
 const BODY_EXCERPT = 200;
 
 export class HttpDevice implements DeviceRunner {
-  private readonly busy: boolean[];
+  private readonly turns = new WorkerTurns();
   private readonly o: Required<HttpDeviceOptions>;
 
   constructor(options: HttpDeviceOptions) {
     this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, ...options };
-    this.busy = new Array<boolean>(options.workers).fill(false);
   }
 
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
     const label = `${this.o.name}/${call.worker}`;
-    if (this.busy[call.worker] === undefined) throw new Error(`no worker ${call.worker} on device ${this.o.name}`);
-    if (this.busy[call.worker]) throw new Error(`${label} is already busy`);
-    this.busy[call.worker] = true;
-    try {
-      return await this.request(call, label);
-    } finally {
-      this.busy[call.worker] = false;
-    }
+    if (!(call.worker >= 0 && call.worker < this.o.workers)) throw new Error(`no worker ${call.worker} on device ${this.o.name}`);
+    return this.turns.take(call.worker, () => this.request(call, label));
   }
 
   /** A batch as one POST (see the file's comment): one result per item, the request's wall time once. */
   async runBatch(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }> {
     const first = calls[0] as RunCall;
-    const label = `${this.o.name}/${first.worker}`;
-    if (this.busy[first.worker] === undefined) throw new Error(`no worker ${first.worker} on device ${this.o.name}`);
-    if (this.busy[first.worker]) throw new Error(`${label} is already busy`);
-    this.busy[first.worker] = true;
-    try {
-      const items = calls.map((c) => {
-        const bytes = asBytes(c.prepared.meta);
-        const head = { job: c.jobId, kind: c.kind ?? '', partition: c.partition, partitions: c.partitions };
-        return bytes ? { ...head, preparedBase64: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64') } : { ...head, prepared: c.prepared.meta ?? null };
-      });
-      const { data, json, busyMs } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, batchSignal(calls));
-      const results = (json as { results?: unknown } | undefined)?.results;
-      if (!Array.isArray(results) || results.length !== calls.length) {
-        throw new Error(`${label}: POST ${this.o.url} answered ${JSON.stringify(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
-      }
-      return {
-        busyMs,
-        results: results.map((r: unknown, i): BatchItemReply => {
-          const x = (typeof r === 'object' && r !== null ? r : {}) as Record<string, unknown>;
-          if (typeof x['error'] === 'string') return { error: x['error'] };
-          if (typeof x['outputBase64'] === 'string') return { output: new Uint8Array(Buffer.from(x['outputBase64'], 'base64')) };
-          if ('output' in x) return { output: x['output'] };
-          return { error: `the batch's result ${i} is ${JSON.stringify(r)}: give { "output" }, { "outputBase64" } or { "error" }` };
-        }),
-      };
-    } finally {
-      this.busy[first.worker] = false;
+    if (!(first.worker >= 0 && first.worker < this.o.workers)) throw new Error(`no worker ${first.worker} on device ${this.o.name}`);
+    return this.turns.take(first.worker, () => this.batch(calls, `${this.o.name}/${first.worker}`));
+  }
+
+  /** The batch's POST and its results (on the worker's turn). */
+  private async batch(calls: RunCall[], label: string): Promise<{ results: BatchItemReply[]; busyMs: number }> {
+    const items = calls.map((c) => {
+      const bytes = asBytes(c.prepared.meta);
+      const head = { job: c.jobId, kind: c.kind ?? '', partition: c.partition, partitions: c.partitions };
+      return bytes ? { ...head, preparedBase64: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64') } : { ...head, prepared: c.prepared.meta ?? null };
+    });
+    const { data, json, busyMs } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, batchSignal(calls));
+    const results = (json as { results?: unknown } | undefined)?.results;
+    if (!Array.isArray(results) || results.length !== calls.length) {
+      throw new Error(`${label}: POST ${this.o.url} answered ${JSON.stringify(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
     }
+    return {
+      busyMs,
+      results: results.map((r: unknown, i): BatchItemReply => {
+        const x = (typeof r === 'object' && r !== null ? r : {}) as Record<string, unknown>;
+        if (typeof x['error'] === 'string') return { error: x['error'] };
+        if (typeof x['outputBase64'] === 'string') return { output: new Uint8Array(Buffer.from(x['outputBase64'], 'base64')) };
+        if ('output' in x) return { output: x['output'] };
+        return { error: `the batch's result ${i} is ${JSON.stringify(r)}: give { "output" }, { "outputBase64" } or { "error" }` };
+      }),
+    };
   }
 
   close(): Promise<void> {

@@ -14,6 +14,7 @@ import { asBytes } from './bytes.js';
 import { encodeFrame, FrameError, FrameReader, type Frame } from './frames.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
+import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
 
 export interface ProcessDeviceOptions {
@@ -71,8 +72,8 @@ interface Life {
 class WorkerProcess {
   private life: Life | undefined;
   private step: Step | undefined;
-  /** A call holds the worker from run() until its step settles (also while it waits for ready). */
-  private claimed = false;
+  /** A call holds the worker from its turn until its step settles (also while it waits for ready); the next waits (one lane: this worker's). */
+  private readonly turns = new WorkerTurns();
   /** Calls waiting for the process to be ready. */
   private readonly waiting: { resolve: () => void; reject: (e: Error) => void }[] = [];
   /** Failures since the last item that succeeded: the backoff grows with them. */
@@ -137,18 +138,14 @@ class WorkerProcess {
     return { results: r.output as BatchItemReply[], busyMs: r.busyMs };
   }
 
-  /** Holds the worker for one step, from the call until it settles (also while the process gets ready). */
-  private async claim<T>(signal: AbortSignal, step: () => Promise<T>): Promise<T> {
-    if (this.closed) throw new Error('the device is closed');
-    if (this.claimed) throw new Error(`${this.label} is already busy`);
-    this.claimed = true;
-    try {
+  /** Holds the worker for one step, from its turn until it settles (also while the process gets ready). */
+  private claim<T>(signal: AbortSignal, step: () => Promise<T>): Promise<T> {
+    return this.turns.take(0, async () => {
+      if (this.closed) throw new Error('the device is closed');
       // Not started, not ready yet, or being ended (after a withdrawn step): wait for the next one.
       if (!this.life?.ready || this.life.endedBecause) await this.untilReady(signal);
-      return await step();
-    } finally {
-      this.claimed = false;
-    }
+      return step();
+    });
   }
 
   private send(calls: RunCall[], signal: AbortSignal, batch: boolean): Promise<{ output: unknown; busyMs: number }> {

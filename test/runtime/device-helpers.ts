@@ -1,6 +1,6 @@
 /** What the device tests share: a Runtime whose device steps go to a DeviceRunner, and a failed job's error. */
 import { expect } from 'vitest';
-import { StokerError } from '../../src/core/index.js';
+import { StokerError, type EngineEvent } from '../../src/core/index.js';
 import { Runtime, type DeviceTask, type PartitionTask, type RuntimeOptions, type Workload } from '../../src/runtime/runtime.js';
 import type { DeviceRunner, PreparedBuffer, RunCall } from '../../src/runtime/threaded.js';
 
@@ -24,14 +24,14 @@ export function batchingRuntimeOver<I>(device: DeviceRunner, prepare: (t: Partit
 }
 
 /** A one-device Runtime (pacer unpaced, budget 10,000 bytes) with in-process preparation; closed with `close()` (which closes the device too). */
-export function runtimeOver<I>(device: DeviceRunner, prepare: (t: PartitionTask<I>) => Promise<PreparedBuffer>, options: { workers: number; retries?: number; deviceTimeoutMs?: number }): Runtime<I, PreparedBuffer, unknown, unknown[]> {
+export function runtimeOver<I>(device: DeviceRunner, prepare: (t: PartitionTask<I>) => Promise<PreparedBuffer>, options: { workers: number; retries?: number; deviceTimeoutMs?: number; onStep?: (event: EngineEvent) => void }): Runtime<I, PreparedBuffer, unknown, unknown[]> {
   const workload: Workload<I, PreparedBuffer, unknown, unknown[]> = {
     prepare,
     run: (t) => device.run(callOf(t)),
     finish: (j) => j.outputs,
     close: () => device.close(),
   };
-  return new Runtime({ workload, devices: [{ workers: options.workers }], pacer: 'unpaced', budgetBytes: 10_000, retries: options.retries ?? 1, ...(options.deviceTimeoutMs ? { deviceTimeoutMs: options.deviceTimeoutMs } : {}) });
+  return new Runtime({ workload, devices: [{ workers: options.workers }], pacer: 'unpaced', budgetBytes: 10_000, retries: options.retries ?? 1, ...(options.deviceTimeoutMs ? { deviceTimeoutMs: options.deviceTimeoutMs } : {}), ...(options.onStep ? { onStep: options.onStep } : {}) });
 }
 
 /** A job of `partitions` partitions of 100 (preparing) / 10 (on the device) bytes. */

@@ -81,6 +81,21 @@ describe('an HTTP device', () => {
   });
 });
 
+describe('an HTTP device past the runtime device timeout', () => {
+  it('the retry waits for the timed-out request to end, then goes out on the same worker (it was refused as "already busy")', async () => {
+    // One worker; the first request is never answered, the second at once.
+    let requests = 0;
+    const url = await serve((_q, _b, res) => {
+      if (++requests > 1) res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+    });
+    const dev = new HttpDevice({ name: 'infer', workers: 1, url });
+    const rt = runtimeOver(dev, async () => ({ meta: { p: 0 } }), { workers: 1, retries: 1, deviceTimeoutMs: 300 });
+    closers.push(() => rt.close(1000));
+    await expect(rt.submit(spec('t1'), {})).resolves.toEqual([{ ok: true }]);
+    expect(requests).toBe(2);
+  });
+});
+
 describe('batches on an HTTP device', () => {
   it('one POST per batch: JSON items (bytes as base64), one result per item; an error result fails only its item', async () => {
     const sizes: number[] = [];

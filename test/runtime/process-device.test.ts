@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { StokerError } from '../../src/core/index.js';
+import type { EngineEvent, StokerError } from '../../src/core/index.js';
 import { ProcessDevice, type ProcessDeviceOptions } from '../../src/runtime/process-device.js';
 import type { PartitionTask } from '../../src/runtime/runtime.js';
 import type { PreparedBuffer } from '../../src/runtime/threaded.js';
@@ -33,7 +33,7 @@ afterEach(async () => {
 });
 
 /** A runtime whose preparation is in process and whose device is a ProcessDevice. */
-function setup(device: Partial<ProcessDeviceOptions> & { command: string }, options: { workers?: number; retries?: number; deviceTimeoutMs?: number } = {}) {
+function setup(device: Partial<ProcessDeviceOptions> & { command: string }, options: { workers?: number; retries?: number; deviceTimeoutMs?: number; onStep?: (event: EngineEvent) => void } = {}) {
   const log: string[] = [];
   const workers = options.workers ?? 1;
   const dev = new ProcessDevice({ name: 'gpu', workers, readyTimeoutMs: 10_000, log: (l) => log.push(l), ...device });
@@ -99,6 +99,18 @@ describe('a Python process device (python/stoker_worker.py)', () => {
     expect(log.join('\n')).toMatch(/the step was withdrawn/);
     await expect(rt.submit(spec('h2'), { mode: 'ok' })).resolves.toHaveLength(1);
     expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it('past deviceTimeoutMs, the next item waits for the ended process and runs on the new one (it was refused as "already busy")', async () => {
+    // One worker, two partitions: the first hangs, the second waits prepared; when the first times
+    // out the second goes to the worker at once, while its process is still being ended.
+    const marker = path.join(os.tmpdir(), `stoker-hang-${process.pid}-${Date.now()}`);
+    closers.push(async () => fs.rmSync(marker, { force: true }));
+    const failed: string[] = [];
+    const { rt } = setup({ command: 'python3', args: [PY] }, { retries: 1, deviceTimeoutMs: 1500, onStep: (e) => void (e.type === 'deviceFailed' && failed.push(e.reason)) });
+    const out = (await rt.submit(spec('t2', 2), { mode: 'hang-once', marker })) as { partition: number }[];
+    expect(out.map((o) => o.partition)).toEqual([0, 1]);
+    expect(failed).toEqual([expect.stringMatching(/no answer within the device timeout/)]);
   });
 
   it('a step withdrawn while the process starts is dropped without ending the process; the next step runs', async () => {
