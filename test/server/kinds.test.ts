@@ -148,7 +148,7 @@ describe('a kind module with a thread device', () => {
     expect(out.body).toMatchObject({ state: 'failed', error: { code: 'E_DEVICE_FAILED', reason: expect.stringMatching(/its output could not be sent from the device thread \(.*could not be cloned.*\): return plain data/) } });
     await http(server.url, 'POST', '/v1/jobs', { id: 'f2', kind: 'probe', input: { items: 1, mode: 'function-prepared' } });
     const prepared = await http(server.url, 'GET', '/v1/jobs/f2/result?wait=20s');
-    expect(prepared.body).toMatchObject({ state: 'failed', error: { code: 'E_PREPARE_FAILED', reason: expect.stringMatching(/cannot be sent between threads.*return plain data/) } });
+    expect(prepared.body).toMatchObject({ state: 'failed', error: { code: 'E_PREPARE_FAILED', reason: expect.stringMatching(/prepare returned a value that cannot be sent between threads: the prepared value \(a function\): return plain data/) } });
     // The device thread still runs steps.
     await http(server.url, 'POST', '/v1/jobs', { id: 'f3', kind: 'probe', input: { items: 2 } });
     expect((await http(server.url, 'GET', '/v1/jobs/f3/result?wait=20s')).body.state).toBe('done');
@@ -165,6 +165,24 @@ describe('a kind module with a thread device', () => {
     expect(seen).toEqual(['aborted-0', 'aborted-1']);
     expect(fs.readFileSync(path.join(markers, 'aborted-0'), 'utf8')).toBe('true');
   });
+});
+
+it("a prepared value that cannot be sent fails its own job only, not another job's preparations on the same thread", async () => {
+  // One preparation thread, no retries: g1's two preparations are in flight on it when g2's
+  // returns a function. The pool posting that value crashed the thread, and g1 failed with "its
+  // thread gave no reason" (a user trial: 1 run in 5; with a retry, the retry was spent).
+  const dir = tempDataDir();
+  const s = await startServer(dir, ['--kind', PROBE], { STOKER_PREPARE_THREADS: '1', STOKER_ENGINE_RETRIES: '0' });
+  try {
+    await http(s.url, 'POST', '/v1/jobs', { id: 'g1', kind: 'probe', input: { items: 2, mode: 'slow', delayMs: 1000 } });
+    await waitUntil(async () => ((await http(s.url, 'GET', '/v1/jobs/g1')).body.state === 'running' ? true : undefined), 10_000, 'g1 running');
+    await http(s.url, 'POST', '/v1/jobs', { id: 'g2', kind: 'probe', input: { items: 1, mode: 'function-prepared' } });
+    expect((await http(s.url, 'GET', '/v1/jobs/g2/result?wait=20s')).body).toMatchObject({ state: 'failed', error: { reason: expect.stringMatching(/\(a function\)/) } });
+    expect((await http(s.url, 'GET', '/v1/jobs/g1/result?wait=20s')).body).toMatchObject({ state: 'done' });
+  } finally {
+    await s.stop();
+    removeDir(dir);
+  }
 });
 
 it('a journaled job whose kind module is no longer given fails on resume with E_UNKNOWN_KIND; the others resume', async () => {

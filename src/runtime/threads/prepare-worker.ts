@@ -59,6 +59,46 @@ function handOff(req: PrepareRequest, meta: unknown, ctx = req.ctx, bufferBytes 
   return { path, bytes: bytes.byteLength, writeMs: performance.now() - t0 };
 }
 
+/**
+ * Where a prepared value holds something structured clone refuses (a function, a symbol, a
+ * promise, a weak collection), its path; null where there is none. The pool posts the reply
+ * itself, and a reply that cannot be cloned crashes the thread — failing every preparation on it,
+ * other jobs' too — so the value is checked here, and its own preparation fails, saying where.
+ */
+export function uncloneable(value: unknown, path = 'the prepared value', seen = new Set<object>()): string | null {
+  if (typeof value === 'function') return `${path} (a function)`;
+  if (typeof value === 'symbol') return `${path} (a symbol)`;
+  if (typeof value !== 'object' || value === null || isBytes(value) || seen.has(value)) return null;
+  if (value instanceof Promise) return `${path} (a promise: await it in prepare)`;
+  if (value instanceof WeakMap || value instanceof WeakSet || value instanceof WeakRef) return `${path} (a ${value.constructor.name})`;
+  if (value instanceof Date || value instanceof RegExp || value instanceof Error) return null;
+  seen.add(value);
+  if (value instanceof Map) {
+    for (const [k, v] of value) {
+      const bad = uncloneable(k, `${path}: a key of the Map`, seen) ?? uncloneable(v, `${path}.get(${typeof k === 'string' ? JSON.stringify(k) : '…'})`, seen);
+      if (bad) return bad;
+    }
+    return null;
+  }
+  if (value instanceof Set) {
+    for (const v of value) {
+      const bad = uncloneable(v, `${path}: a member of the Set`, seen);
+      if (bad) return bad;
+    }
+    return null;
+  }
+  for (const [k, v] of Object.entries(value)) {
+    const bad = uncloneable(v, Array.isArray(value) ? `${path}[${k}]` : `${path}.${k}`, seen);
+    if (bad) return bad;
+  }
+  return null;
+}
+
+/** The error for a prepared value that cannot be sent between threads (see uncloneable). */
+function notSendable(where: string): Error {
+  return new Error(`prepare returned a value that cannot be sent between threads: ${where}: return plain data — objects, arrays, numbers, strings, typed arrays`);
+}
+
 /** A kind module's ctx for one item (the task's signal fires when the whole task is withdrawn). */
 function itemCtx(c: PrepareRequest['ctx'], signal: AbortSignal) {
   const { jobId, partition, partitions, buffer } = c;
@@ -81,6 +121,8 @@ async function prepareBatch(req: PrepareRequest, batch: NonNullable<PrepareReque
   try {
     const replies = out.map((meta: unknown, i): PrepareItemReply => {
       if (meta instanceof Error) return { error: meta.message };
+      const bad = uncloneable(meta, `the prepared value of item ${i}`);
+      if (bad) return { error: notSendable(bad).message };
       const b = batch[i] as (typeof batch)[number];
       const file = handOff(req, meta, b.ctx, b.bufferBytes, i);
       if (!file) return { meta };
@@ -106,6 +148,8 @@ export default async function prepareTask(req: PrepareRequest): Promise<PrepareR
     const mod = m instanceof Promise ? await m : m;
     const t0 = performance.now();
     const meta = await mod.prepare(req.input, itemCtx(req.ctx, controller.signal) as Parameters<PrepareModule['prepare']>[1]);
+    const bad = uncloneable(meta);
+    if (bad) throw notSendable(bad);
     const file = handOff(req, meta);
     if (!file) return { meta, latencyMs: performance.now() - t0 };
     return { meta: isBytes(meta) ? null : meta, latencyMs: performance.now() - t0, file };
