@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { Ajv2020, type ErrorObject } from 'ajv/dist/2020.js';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { kindExports } from '../runtime/threads/protocol.js';
+import { suggest } from './config-fields.js';
 
 /** A JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -151,6 +152,8 @@ export type DeviceTypes = ReadonlyMap<string, DeviceType>;
 /** One thread device, "default": a server with only `[device]` and no `[device.process]`/`[device.http]`. */
 export const THREAD_DEVICE: DeviceTypes = new Map([['default', 'thread']]);
 const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'prepareBatch', 'run', 'runBatch', 'finish'] as const;
+/** Every export a kind module may give (KindModule's fields). */
+const EXPORTS = ['name', 'description', 'input', 'device', ...FUNCTIONS] as const;
 
 const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true });
 
@@ -170,6 +173,15 @@ export async function loadKind(url: string, shown: string = url, devices: Device
   }
   const m = kindExports(mod);
   const fail = (exp: string, what: string) => new KindModuleError(shown, exp, what);
+  if (typeof mod['default'] === 'function' && m === mod && m['name'] === undefined) {
+    throw fail('default', 'is a function: export the kind as named exports (export const name = "my-kind"; export async function prepare(input, ctx) …) or as one default object ({ name, prepare, run, … })');
+  }
+  // A misspelt export is read by nothing: it would change nothing, silently (no finish, no schema).
+  for (const key of Object.keys(m)) {
+    if ((EXPORTS as readonly string[]).includes(key)) continue;
+    const near = suggest(key, EXPORTS);
+    if (near !== undefined && m[near] === undefined) throw fail(key, `is not an export stoker reads — did you mean ${near}? (the exports a kind may give: ${EXPORTS.join(', ')})`);
+  }
   const name = m['name'];
   if (typeof name !== 'string' || !NAME.test(name)) {
     throw fail('name', `${name === undefined ? 'missing' : `got ${JSON.stringify(name) ?? String(name)}`}: export const name = "my-kind" (letters, digits, . _ -, at most 64), the kind in POST /v1/jobs`);

@@ -233,6 +233,10 @@ describe('bad kind modules are refused at start', () => {
     ['input-bad.mjs', `${ok} export const input = { type: "nope" };`, 'input', /is not a valid JSON Schema/],
     ['memory-value.mjs', `${ok} export const memory = { prepareBytes: 1 };`, 'memory', /must be a function \(got object\)/],
     ['clash.mjs', 'export const name = "sleep"; export async function prepare() {} export function run() {}', 'name', /"sleep" is already the name of built-in sleep/],
+    // A misspelt export is read by nothing (no finish, no schema): refused, with the name it is near.
+    ['typo-finish.mjs', `${ok} export function finsh(outputs) { return outputs; }`, 'finsh', /is not an export stoker reads — did you mean finish\?/],
+    ['typo-input.mjs', `${ok} export const inputs = { type: "object" };`, 'inputs', /did you mean input\?/],
+    ['default-function.mjs', 'export default function () { return 1; }', 'default', /is a function: export the kind as named exports .* or as one default object/],
   ];
 
   it.each(cases)('%s', async (file, source, exportName, message) => {
