@@ -194,7 +194,7 @@ export async function statusCommand(id: string | undefined, flags: ClientFlags, 
       `jobs        pending ${s.jobs['pending']}  (queued ${s.jobs['queued']}, running ${s.jobs['running']})  done ${s.jobs['done']}  failed ${s.jobs['failed']}  cancelled ${s.jobs['cancelled']}`,
       `partitions  queued ${s.partitions.queued}  preparing ${s.partitions.preparing}  waiting ${s.partitions.waiting} (target ${s.targetWaiting})  on device ${s.partitions.onDevice}`,
       `devices     ${busy}/${workers} workers busy`,
-      `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${s.pacer.ratePerSec === null ? '–' : `${s.pacer.ratePerSec.toFixed(2)}/s`}  dispatch ${s.pacer.intervalMs === null ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
+      `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${s.pacer.ratePerSec === null ? '–' : `${s.pacer.ratePerSec.toFixed(2)}/s`}  dispatch ${s.pacer.intervalMs === null || s.pacer.mode === 'idle' ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
       `budget      ${s.budget.usedBytes} bytes of ${s.budget.totalBytes === null ? 'unlimited' : s.budget.totalBytes}`,
     ].join('\n') + '\n',
   );

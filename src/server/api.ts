@@ -20,31 +20,34 @@ const PARTITION_STATES = ['queued', 'preparing', 'waiting', 'on-device', 'done',
 
 /** The body of `POST /v1/jobs`. */
 export const SubmitBody = z
-  .strictObject({
-    id: z
-      .string({ error: 'id must be a string' })
-      .regex(ID, { error: 'id must be 1–200 characters of A–Z a–z 0–9 . _ : - starting with a letter or digit' })
-      .optional()
-      .meta({ description: 'Idempotency key; generated when absent' }),
-    kind: z.string({ error: 'kind must be a string naming a job kind (GET /v1/kinds lists them)' }).meta({ description: 'A kind from GET /v1/kinds (built in: ntt-proof, sleep)' }),
-    priority: z
-      .enum(PRIORITIES, { error: `priority must be one of ${PRIORITIES.join(', ')}` })
-      .default('normal')
-      .meta({ description: 'The queue class (default normal)' }),
-    /** Optional only for a kind that derives it from its input (`partitions(input)`). */
-    partitions: z
-      .number({ error: 'partitions must be a whole number' })
-      .int({ error: 'partitions must be a whole number' })
-      .min(1, { error: 'partitions must be ≥ 1' })
-      .max(MAX_PARTITIONS, { error: `partitions must be ≤ ${MAX_PARTITIONS}` })
-      .optional()
-      .meta({ description: 'Required unless the kind derives it from its input (GET /v1/kinds: partitionsFromInput)' }),
-    input: z.unknown().optional().meta({ description: "The kind's input, checked against its JSON Schema (GET /v1/kinds). ntt-proof: {seed, logN 4–20, synthesisMs}; sleep: {seed, prepareMs, deviceMs}" }),
-    deadline: z
-      .union([z.number(DEADLINE_ERROR).int(DEADLINE_ERROR).positive(DEADLINE_ERROR).max(MAX_DATE_MS, DEADLINE_ERROR), z.iso.datetime({ offset: true, ...DEADLINE_ERROR })], DEADLINE_ERROR)
-      .optional()
-      .meta({ description: 'Epoch milliseconds or an ISO 8601 time; a job not done by then fails (E_DEADLINE)' }),
-  })
+  .strictObject(
+    {
+      id: z
+        .string({ error: 'id must be a string' })
+        .regex(ID, { error: 'id must be 1–200 characters of A–Z a–z 0–9 . _ : - starting with a letter or digit' })
+        .optional()
+        .meta({ description: 'Idempotency key; generated when absent' }),
+      kind: z.string({ error: 'kind must be a string naming a job kind (GET /v1/kinds lists them)' }).meta({ description: 'A kind from GET /v1/kinds (built in: ntt-proof, sleep)' }),
+      priority: z
+        .enum(PRIORITIES, { error: `priority must be one of ${PRIORITIES.join(', ')}` })
+        .default('normal')
+        .meta({ description: 'The queue class (default normal)' }),
+      /** Optional only for a kind that derives it from its input (`partitions(input)`). */
+      partitions: z
+        .number({ error: 'partitions must be a whole number' })
+        .int({ error: 'partitions must be a whole number' })
+        .min(1, { error: 'partitions must be ≥ 1' })
+        .max(MAX_PARTITIONS, { error: `partitions must be ≤ ${MAX_PARTITIONS}` })
+        .optional()
+        .meta({ description: 'Required unless the kind derives it from its input (GET /v1/kinds: partitionsFromInput)' }),
+      input: z.unknown().optional().meta({ description: "The kind's input, checked against its JSON Schema (GET /v1/kinds). ntt-proof: {seed, logN 4–20, synthesisMs}; sleep: {seed, prepareMs, deviceMs}" }),
+      deadline: z
+        .union([z.number(DEADLINE_ERROR).int(DEADLINE_ERROR).positive(DEADLINE_ERROR).max(MAX_DATE_MS, DEADLINE_ERROR), z.iso.datetime({ offset: true, ...DEADLINE_ERROR })], DEADLINE_ERROR)
+        .optional()
+        .meta({ description: 'Epoch milliseconds or an ISO 8601 time; a job not done by then fails (E_DEADLINE)' }),
+    },
+    { error: (issue) => (issue.code === 'invalid_type' ? 'the body must be a JSON object such as {"kind": "sleep", "partitions": 4, "input": {}}' : undefined) },
+  )
   .meta({ description: 'A job: its kind, its partitions and its input' });
 export type SubmitBody = z.input<typeof SubmitBody>;
 

@@ -69,22 +69,26 @@ function sendProblem(reply: FastifyReply, p: Omit<Problem, 'type'> & { type: str
     .send({ ...p, type: PROBLEM_BASE + p.type });
 }
 
+/** A duration — `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds — in ms; NaN where it is none. */
+function durationMs(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  return m ? Number(m[1]) * ({ ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's'] as number) : NaN;
+}
+
 /**
- * Parses a long-poll wait: `30s`, `500ms`, `2m`, or a bare number of seconds. Returns ms — cut to
- * `maxS` (server.maxWaitS: a client asking for longer simply polls again) — or an error message.
+ * Parses a long-poll wait (a duration). Returns ms — cut to `maxS` (server.maxWaitS: a client
+ * asking for longer simply polls again) — or an error message.
  */
 export function parseWait(text: string, maxS: number): number | string {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(text.trim());
-  if (!m) return `wait must be a duration such as 30s, 500ms or 2m (got ${JSON.stringify(text)})`;
-  const ms = Number(m[1]) * (m[2] === 'ms' ? 1 : m[2] === 'm' ? 60_000 : 1000);
+  const ms = durationMs(text);
+  if (Number.isNaN(ms)) return `wait must be a duration such as 30s, 500ms, 2m or 1h (got ${JSON.stringify(text)})`;
   return Math.min(ms, maxS * 1000);
 }
 
-/** Parses a look-back window: `5m`, `30s`, `500ms`, `1h`, or a bare number of seconds; ms, or an error message. */
+/** Parses a look-back window (a duration); ms, or an error message. */
 export function parseSince(text: string): number | string {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
-  if (!m) return `since must be a duration such as 30s, 5m or 1h (got ${JSON.stringify(text)})`;
-  return Number(m[1]) * ({ ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's'] as number);
+  const ms = durationMs(text);
+  return Number.isNaN(ms) ? `since must be a duration such as 30s, 5m or 1h (got ${JSON.stringify(text)})` : ms;
 }
 
 /** Job progress by polling the job's view every 500 ms (a service that cannot watch, e.g. a cluster's job on another node). */

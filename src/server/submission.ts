@@ -39,7 +39,9 @@ export function fieldIssues(error: z.ZodError): { path: string; message: string 
   );
 }
 
-export function invalid(errors: { path: string; message: string }[]): ServiceError {
+export function invalid(all: { path: string; message: string }[]): ServiceError {
+  // (One field can fail two checks with one message: a deadline of 1e20 is neither a safe integer nor under the last date.)
+  const errors = all.filter((e, i) => all.findIndex((o) => o.path === e.path && o.message === e.message) === i);
   return new ServiceError(400, 'invalid-job', 'Invalid job', errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '), { errors });
 }
 
