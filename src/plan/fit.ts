@@ -97,7 +97,13 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
   for (const [kind, jobs] of byKind) {
     const ps = prep.filter((s) => kindOf.get(s.jobId)?.kind === kind);
     const first = jobs[0] as TimelineJob;
-    if (ps.length < MIN_SAMPLES) throw new PlanError(`kind ${kind} has ${ps.length} finished preparations; a fit needs at least ${MIN_SAMPLES}: record a longer run`);
+    // A rare kind does not stop the fit of the others: with none finished it is left out (its
+    // arrivals too), with a few its preparation is what those few took.
+    if (ps.length === 0) {
+      notes.push(`kind ${kind}: no finished preparation: left out of the scenario, with its ${jobs.length} job${jobs.length === 1 ? '' : 's'}`);
+      continue;
+    }
+    if (ps.length < MIN_SAMPLES) notes.push(`kind ${kind}: ${ps.length} finished preparation${ps.length === 1 ? '' : 's'}, under ${MIN_SAMPLES}: its preparation time is those few`);
     const p = stageFit(ps, prepLevel, () => kind);
     // A kind's own device time, where kinds differ: its deflated service samples over every device.
     let service: { fit: StageFit; base: number[] } | null = null;
@@ -126,7 +132,10 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       const base = (deflatedByDevice.get(d.device) as { base: number[] }).base;
       return { workers: d.workers, service: empirical(base), contention: d.service.contention };
     }),
-    arrivals: [...run.jobs].sort((a, b) => a.t - b.t).map((j) => ({ atS: (j.t - t0) / 1000, jobs: 1, partitions: j.partitions, kind: j.kind, priority: j.priority })),
+    arrivals: [...run.jobs]
+      .filter((j) => j.kind in scenarioKinds)
+      .sort((a, b) => a.t - b.t)
+      .map((j) => ({ atS: (j.t - t0) / 1000, jobs: 1, partitions: j.partitions, kind: j.kind, priority: j.priority })),
   };
   const fit: FitReport = { jobs: run.jobs.length, partitions: run.jobs.reduce((n, j) => n + j.partitions, 0), spanS: (end - t0) / 1000, kinds, devices: deviceFits, notes };
   return { scenario, fit };

@@ -83,4 +83,20 @@ describe('fitting a scenario from a recorded run', () => {
     expect(() => fitRun({ ...run, jobs: [] })).toThrow(/no job records/);
     expect(() => fromChromeTrace({ events: [] })).toThrow(/no traceEvents array/);
   });
+
+  it('a rare kind does not stop the fit: with a few finished it is fitted from those, with none it is left out, each noted', () => {
+    // The run with two more kinds: "rare" with 2 finished preparations (copies of two proof
+    // spans, their jobs renamed), "lost" with a job whose preparation never finished.
+    const { run } = recorded();
+    const proofs = run.spans.filter((s) => s.kind === 'prepare' && s.outcome === 'done').slice(0, 2);
+    const rareJobs = proofs.map((s, i) => ({ ...(run.jobs.find((j) => j.id === s.jobId) as RecordedRun['jobs'][number]), id: `rare-${i}`, kind: 'rare' }));
+    const rareSpans = proofs.map((s, i) => ({ ...s, jobId: `rare-${i}` }));
+    const lost = { ...(run.jobs[0] as RecordedRun['jobs'][number]), id: 'lost-0', kind: 'lost' };
+    const { scenario, fit } = fitRun({ ...run, jobs: [...run.jobs, ...rareJobs, lost], spans: [...run.spans, ...rareSpans] });
+    expect(Object.keys(scenario.kinds).sort()).toEqual(['proof', 'rare']);
+    expect(scenario.arrivals.filter((a) => a.kind === 'rare')).toHaveLength(2);
+    expect(scenario.arrivals.some((a) => a.kind === 'lost')).toBe(false);
+    expect(fit.notes).toEqual(expect.arrayContaining(['kind rare: 2 finished preparations, under 10: its preparation time is those few', 'kind lost: no finished preparation: left out of the scenario, with its 1 job']));
+    expect(() => parseScenario(scenario)).not.toThrow();
+  });
 });
