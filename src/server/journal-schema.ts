@@ -63,16 +63,27 @@ export function fromStored(v: string | Buffer): unknown {
 /** JSON text of a value (`undefined` → `null`); a value JSON cannot hold throws `E_JOURNAL_BAD_INPUT`. */
 export function toJson(value: unknown, what: string): string {
   try {
-    return JSON.stringify(value, refuseBytes) ?? 'null';
+    return JSON.stringify(value, refuseLossy) ?? 'null';
   } catch (cause) {
     throw new JournalError('E_JOURNAL_BAD_INPUT', `${what} is not JSON-serialisable (${String(cause)}): pass plain JSON data`, { cause });
   }
 }
 
-/** A JSON.stringify replacer: bytes inside a JSON value would turn into an object of indices. */
-export function refuseBytes(this: unknown, key: string, value: unknown): unknown {
+/**
+ * A JSON.stringify replacer that refuses what JSON would change without a word: bytes inside a
+ * JSON value (an object of indices), a Map or a Set (an empty object), a number that is not
+ * finite (null). Stored so, an output would read back as other data than the step returned.
+ */
+function refuseLossy(this: unknown, key: string, value: unknown): unknown {
+  const at = key === '' ? 'the top' : JSON.stringify(key);
   if (value instanceof ArrayBuffer || ArrayBuffer.isView(value) || (value !== null && typeof value === 'object' && (value as { type?: unknown }).type === 'Buffer' && Array.isArray((value as { data?: unknown }).data))) {
-    throw new Error(`it holds bytes at ${key === '' ? 'the top' : JSON.stringify(key)}: bytes may only be the whole value — return them alone, or encode them (base64) inside the JSON`);
+    throw new Error(`it holds bytes at ${at}: bytes may only be the whole value — return them alone, or encode them (base64) inside the JSON`);
+  }
+  if (value instanceof Map || value instanceof Set) {
+    throw new Error(`it holds a ${value instanceof Map ? 'Map' : 'Set'} at ${at}, which JSON would store as {}: return ${value instanceof Map ? 'an object (Object.fromEntries(map))' : 'an array ([...set])'} instead`);
+  }
+  if (typeof value === 'number' && !Number.isFinite(value)) {
+    throw new Error(`it holds ${value} at ${at}, which JSON would store as null: return null, or a string, where a number is missing`);
   }
   return value;
 }

@@ -140,6 +140,11 @@ describe('a kind module with a thread device', () => {
     const r = await http(server.url, 'GET', '/v1/jobs/n2/result?wait=20s');
     expect(r.body).toMatchObject({ state: 'failed', error: { code: 'E_DEVICE_FAILED', reason: expect.stringMatching(/the output of partition \d of job "n2" is not JSON-serialisable .*bytes at "bytes"/) } });
     expect((await http(server.url, 'GET', '/v1/status')).status).toBe(200);
+    // What JSON would change without a word — a Map into {}, NaN into null — fails it too (it was stored so).
+    await http(server.url, 'POST', '/v1/jobs', { id: 'm2', kind: 'probe', input: { items: 1, mode: 'map-output' } });
+    expect((await http(server.url, 'GET', '/v1/jobs/m2/result?wait=20s')).body).toMatchObject({ state: 'failed', error: { reason: expect.stringMatching(/a Map at "counts", which JSON would store as \{\}: return an object \(Object.fromEntries\(map\)\)/) } });
+    await http(server.url, 'POST', '/v1/jobs', { id: 'nan2', kind: 'probe', input: { items: 1, mode: 'nan-output' } });
+    expect((await http(server.url, 'GET', '/v1/jobs/nan2/result?wait=20s')).body).toMatchObject({ state: 'failed', error: { reason: expect.stringMatching(/NaN at "score", which JSON would store as null/) } });
   });
 
   it('a prepared value or an output that cannot be sent between threads (a function) fails its job saying what to return; the device thread lives on', async () => {
