@@ -52,12 +52,13 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .description('run one scenario with one or more pacers and print the benchmark metrics')
     .argument('<scenario>', 'a built-in scenario name (see `stoker scenarios`) or a path to a scenario .json file')
     .option('-p, --pacer <list>', 'comma-separated pacers: built-in names or paths to .js/.mjs modules', 'stoker')
+    .option('--pacers <list>', 'the same as --pacer (as bench, plan and demo spell it)')
     .option('-s, --seed <n>', "override the scenario's seed (an integer)")
     .option('--json', 'print the results as JSON (deterministic: no timings)')
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
     .option('--trace <file>', 'write a Chrome trace (JSON; open in Perfetto) of each run; several pacers: <file>.<pacer>.json')
     .option('--html <file>', 'write a self-contained HTML report: the metrics and interactive charts')
-    .action((scenario: string, flags: SimulateFlags) => simulateCommand(scenario, flags, io));
+    .action((scenario: string, flags: SimulateFlags & { pacers?: string }) => simulateCommand(scenario, { ...flags, pacer: flags.pacers ?? flags.pacer }, io));
 
   p.command('bench')
     .description('run every scenario × pacer and print one row per pair (progress on stderr)')
@@ -139,12 +140,12 @@ function program(io: Io, setExit: (code: number) => void): Command {
       .option('--json', 'print the reply as JSON');
   const configured = (cmd: Command) =>
     cmd
-      .option('-c, --config <file>', 'a TOML config file (see `stoker config print`)')
+      .option('-c, --config <file>', 'a TOML config file (its keys: the README\'s Configuration; `stoker config print` shows the effective values)')
       .option('--host <host>', 'interface to listen on (default 127.0.0.1: this machine only)')
       .option('--port <n>', 'port to listen on (0: a free one)')
       .option('--data <dir>', 'the journal directory')
       .option('--token-file <file>', 'server.token from the first line of this file: every API call then needs Authorization: Bearer <token>')
-      .option('-k, --kind <file>', 'a job kind module (an ES module exporting name, prepare, run; see the README); repeatable', (v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
+      .option('-k, --kind <file>', 'a job kind module (an ES module exporting name and prepare, and run when its device is a thread device; see the README); repeatable', (v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
 
   configured(p.command('serve'))
     .option('--cluster <url>', 'cluster mode: share BullMQ queues (one per kind) on this Redis (redis://host:port[/db]) with other nodes')

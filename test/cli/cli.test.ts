@@ -81,6 +81,9 @@ describe('stoker simulate', () => {
     expect(recs.map((x) => x.pacer)).toEqual(['stoker', 'classic']);
     // The cancelled job is reported, with its reason.
     expect(recs[0]?.failures).toEqual([expect.objectContaining({ job: 'job-1', state: 'cancelled' })]);
+    // Spelt --pacers, as bench, plan and demo spell it: the same.
+    const alias = await run('simulate', 'cancel', '--pacers', 'stoker,classic', '--json');
+    expect(alias.out).toBe(r.out);
   });
 
   it('prints a table with every metric, the window line and the failures', async () => {
