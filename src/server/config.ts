@@ -126,10 +126,13 @@ function zodIssues(source: string, error: z.ZodError, base: readonly (string | n
       for (const key of iss.keys) {
         const near = suggest(key, known);
         const where = at === '' ? 'at the top level' : `in [${at}]`;
+        // A key of a section written at the top level (above every [header]): name its section.
+        const home = at === '' && !near ? SECTION_NAMES.find((sec) => Object.hasOwn(SHAPES[sec], key)) : undefined;
+        const fix = near ? `did you mean ${JSON.stringify(near)}? ` : home ? `it belongs in [${home}] (${home}.${key}): write it under the [${home}] header; ` : 'remove it; ';
         out.push({
           source,
           path: at === '' ? key : `${at}.${key}`,
-          message: `unknown key ${where} — ${near ? `did you mean ${JSON.stringify(near)}? ` : 'remove it; '}the keys ${where} are: ${known.join(', ')}`,
+          message: `unknown key ${where} — ${fix}the keys ${where} are: ${known.join(', ')}`,
         });
       }
     } else {
@@ -142,11 +145,23 @@ function zodIssues(source: string, error: z.ZodError, base: readonly (string | n
 // ─── Sources ──────────────────────────────────────────────────────────────────────────────────
 
 interface Source {
+  /** Where it came from, as errors name it: the file, the environment, the command line. */
+  name: string;
   layer: Layer;
   /** Kind modules from --kind, relative to `base`. */
   kindFiles?: readonly string[];
   /** Base of a relative dataDir. */
   base: string;
+}
+
+/** The last source that set `at` (a dotted path), as errors name it: a check across the merged sources names where its value came from. */
+function originOf(sources: readonly Source[], at: string): string {
+  for (let i = sources.length - 1; i >= 0; i--) {
+    let v: unknown = (sources[i] as Source).layer;
+    for (const key of at.split('.')) v = v !== null && typeof v === 'object' ? (v as Record<string, unknown>)[key] : undefined;
+    if (v !== undefined) return (sources[i] as Source).name;
+  }
+  return 'configuration';
 }
 
 function readFileLayer(file: string, cwd: string, issues: ConfigIssue[]): Source | undefined {
@@ -177,7 +192,7 @@ function readFileLayer(file: string, cwd: string, issues: ConfigIssue[]): Source
     issues.push(...zodIssues(file, r.error));
     return undefined;
   }
-  return { layer: r.data, base: path.dirname(abs) };
+  return { name: file, layer: r.data, base: path.dirname(abs) };
 }
 
 const ENV_PREFIXES = SECTION_NAMES.map((s) => `STOKER_${s.toUpperCase()}_`);
@@ -289,7 +304,7 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
       message: `unknown setting — ${near ? `did you mean ${near}? ` : 'unset it; '}the [${sec}] variables are: ${inSection.join(', ')}`,
     });
   }
-  return { layer, base: cwd };
+  return { name: 'the environment (STOKER_*)', layer, base: cwd };
 }
 
 const FLAGS = { host: ['server.host', '--host'], port: ['server.port', '--port'], dataDir: ['dataDir', '--data'], cluster: ['cluster.redis', '--cluster'], token: ['server.token', '--token-file'] } as const;
@@ -303,7 +318,7 @@ function flagLayer(flags: NonNullable<LoadConfigOptions['flags']>, cwd: string, 
   for (const f of flags.kinds ?? []) {
     if (f.trim() === '') issues.push({ source: '--kind', path: '', message: 'expected a path to a kind module, got "" — write e.g. --kind ./my-kind.mjs' });
   }
-  return { layer, base: cwd, kindFiles: flags.kinds ?? [] };
+  return { name: 'the command line', layer, base: cwd, kindFiles: flags.kinds ?? [] };
 }
 
 // ─── Loading ──────────────────────────────────────────────────────────────────────────────────
@@ -326,7 +341,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
   }
   if (opts.values !== undefined) {
     const r = FileSchema.safeParse(opts.values);
-    if (r.success) sources.push({ layer: r.data, base: cwd });
+    if (r.success) sources.push({ name: 'loadConfig({ values })', layer: r.data, base: cwd });
     else issues.push(...zodIssues('loadConfig({ values })', r.error));
   }
   sources.push(envLayer(opts.env ?? process.env, cwd, issues));
@@ -334,7 +349,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
   if (issues.length > 0) throw new ConfigError(issues);
 
   const c = defaults(cwd);
-  for (const { layer, base, kindFiles } of sources) {
+  for (const { name: from, layer, base, kindFiles } of sources) {
     if (layer.dataDir !== undefined) c.dataDir = path.resolve(base, layer.dataDir);
     // [kinds.NAME] of a later source replaces the same NAME of an earlier one; --kind files add.
     const named = Object.entries(layer.kinds ?? {}).map(([name, k]) => ({ name, module: modulePath(base, k.module), ...(k.device === undefined ? {} : { device: k.device }), ...(k.prepareBatch ? { prepareBatch: { ...subDefaults.batch(), ...defined(k.prepareBatch) } as DeviceBatchConfig } : {}) }));
@@ -352,7 +367,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     if (layer.journal?.maxBytes !== undefined) c.journal = { maxBytes: layer.journal.maxBytes };
     mergeDevice(c.device, layer.device, base);
     for (const [name, d] of Object.entries(layer.devices ?? {})) {
-      if (name === 'default') throw new ConfigError([{ source: 'configuration', path: 'devices.default', message: '"default" is [device]: give this one another name, or set it under [device]' }]);
+      if (name === 'default') throw new ConfigError([{ source: from, path: 'devices.default', message: '"default" is [device]: give this one another name, or set it under [device]' }]);
       // A [devices.NAME] of a later source replaces the earlier one whole.
       const device: DeviceConfig = defaults(base).device;
       mergeDevice(device, d, base);
@@ -362,21 +377,21 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     Object.assign(c.cluster, defined(layer.cluster));
   }
   c.engine.pacerOptions = { ...c.engine.pacerOptions };
-  checkPacerOptions(c.engine);
+  checkPacerOptions(c.engine, (at) => originOf(sources, at));
   const { tlsCert, tlsKey } = c.server;
   if ((tlsCert === '') !== (tlsKey === '')) {
-    throw new ConfigError([{ source: 'configuration', path: tlsCert === '' ? 'server.tlsCert' : 'server.tlsKey', message: `server.${tlsCert === '' ? 'tlsKey' : 'tlsCert'} is set without server.${tlsCert === '' ? 'tlsCert' : 'tlsKey'} — HTTPS needs both the certificate chain and its private key (PEM files)` }]);
+    throw new ConfigError([{ source: originOf(sources, tlsCert === '' ? 'server.tlsKey' : 'server.tlsCert'), path: tlsCert === '' ? 'server.tlsCert' : 'server.tlsKey', message: `server.${tlsCert === '' ? 'tlsKey' : 'tlsCert'} is set without server.${tlsCert === '' ? 'tlsCert' : 'tlsKey'} — HTTPS needs both the certificate chain and its private key (PEM files)` }]);
   }
   for (const [field, file] of [['tlsCert', tlsCert], ['tlsKey', tlsKey]] as const) {
-    if (file !== '' && !fs.existsSync(file)) throw new ConfigError([{ source: 'configuration', path: `server.${field}`, message: `${file} does not exist — give a PEM file (relative in a file: to the file's folder)` }]);
+    if (file !== '' && !fs.existsSync(file)) throw new ConfigError([{ source: originOf(sources, `server.${field}`), path: `server.${field}`, message: `${file} does not exist — give a PEM file (relative in a file: to the file's folder)` }]);
   }
   for (const [name, d] of [['device', c.device], ...Object.entries(c.devices ?? {}).map(([n, dv]) => [`devices.${n}`, dv])] as [string, DeviceConfig][]) {
     const deviceCwd = d.process?.cwd;
     if (deviceCwd !== undefined && !fs.existsSync(deviceCwd)) {
-      throw new ConfigError([{ source: 'configuration', path: `${name}.process.cwd`, message: `${deviceCwd} does not exist — give the folder the device's program runs in (relative in a file: to the file's folder)` }]);
+      throw new ConfigError([{ source: originOf(sources, `${name}.process.cwd`), path: `${name}.process.cwd`, message: `${deviceCwd} does not exist — give the folder the device's program runs in (relative in a file: to the file's folder)` }]);
     }
     if (d.process && d.http) {
-      throw new ConfigError([{ source: 'configuration', path: name, message: `both [${name}.process] and [${name}.http] are set — a device is one or the other: keep one of them` }]);
+      throw new ConfigError([{ source: originOf(sources, `${name}.http`), path: name, message: `both [${name}.process] and [${name}.http] are set — a device is one or the other: keep one of them` }]);
     }
   }
   return c;
@@ -386,7 +401,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
  * `[engine.pacerOptions]` against the pacer they are for: a value it refuses, or a name it does
  * not read (a misspelt option changed nothing, silently), is a config error naming the option.
  */
-function checkPacerOptions(engine: EngineConfig): void {
+function checkPacerOptions(engine: EngineConfig, origin: (at: string) => string): void {
   const { pacer, pacerOptions } = engine;
   if (Object.keys(pacerOptions).length === 0 || !Object.hasOwn(PACERS, pacer)) return;
   const create = (PACERS[pacer] as (typeof PACERS)[string]).create;
@@ -394,12 +409,12 @@ function checkPacerOptions(engine: EngineConfig): void {
   try {
     unread = unreadOptions([create], pacerOptions);
   } catch (e) {
-    throw new ConfigError([{ source: 'configuration', path: 'engine.pacerOptions', message: e instanceof Error ? e.message : String(e) }]);
+    throw new ConfigError([{ source: origin('engine.pacerOptions'), path: 'engine.pacerOptions', message: e instanceof Error ? e.message : String(e) }]);
   }
   if (unread.length === 0) return;
   const known = [...optionsRead(create)].filter((k) => k !== 'targetWaiting');
   const them = known.length > 0 ? `its options are ${known.join(', ')}` : 'it takes no options';
-  throw new ConfigError(unread.map((k) => ({ source: 'configuration', path: `engine.pacerOptions.${k}`, message: `the ${pacer} pacer has no option ${k} (${them}): check the spelling, or remove it` })));
+  throw new ConfigError(unread.map((k) => ({ source: origin(`engine.pacerOptions.${k}`), path: `engine.pacerOptions.${k}`, message: `the ${pacer} pacer has no option ${k} (${them}): check the spelling, or remove it` })));
 }
 
 /** Merges one source's device table (`[device]` or a `[devices.NAME]`) into `d`, with the defaults of its process or http table. */

@@ -166,10 +166,13 @@ describe('[engine.pacerOptions] against the pacer they are for', () => {
       }
       return '';
     };
-    expect(bad('stoker', { headStrat: 2 })).toMatch(/^configuration: engine\.pacerOptions\.headStrat: the stoker pacer has no option headStrat \(its options are .*headStart.*\): check the spelling, or remove it$/);
-    expect(bad('unpaced', { window: 2 })).toBe('configuration: engine.pacerOptions.window: the unpaced pacer has no option window (it takes no options): check the spelling, or remove it');
-    expect(bad('stoker', { headStart: -2 })).toBe('configuration: engine.pacerOptions: pacer option headStart must be a number ≥ 0 (got -2)');
+    expect(bad('stoker', { headStrat: 2 })).toMatch(/^loadConfig\(\{ values \}\): engine\.pacerOptions\.headStrat: the stoker pacer has no option headStrat \(its options are .*headStart.*\): check the spelling, or remove it$/);
+    expect(bad('unpaced', { window: 2 })).toBe('loadConfig({ values }): engine.pacerOptions.window: the unpaced pacer has no option window (it takes no options): check the spelling, or remove it');
+    expect(bad('stoker', { headStart: -2 })).toBe('loadConfig({ values }): engine.pacerOptions: pacer option headStart must be a number ≥ 0 (got -2)');
     expect(bad('window', { window: 16 })).toBe('');
+    // From a file: the file is named (it was "configuration").
+    const file = write('p.toml', '[engine.pacerOptions]\nheadStrat = 2\n');
+    expect(configError(() => loadConfig({ file, env: {}, cwd: dir })).message).toMatch(new RegExp(`^${file}: engine\\.pacerOptions\\.headStrat: the stoker pacer has no option headStrat`));
   });
 });
 
@@ -221,6 +224,11 @@ describe('errors name the source, the field and the fix', () => {
     expect(e.message).toContain(`${file}: server.zzz: unknown key in [server] — remove it; the keys in [server] are: host, port,`);
     expect(e.message).toContain(`${file}: data_dir: unknown key at the top level — did you mean "dataDir"?`);
     expect(e.message).toContain(`${file}: sever: unknown key at the top level — did you mean "server"?`);
+  });
+
+  it("a section's key written at the top level names its section", () => {
+    const file = write('t.toml', 'deviceTimeoutS = 5\n');
+    expect(configError(() => loadConfig({ file, env: {}, cwd: dir })).message).toMatch(new RegExp(`^${file}: deviceTimeoutS: unknown key at the top level — it belongs in \\[engine\\] \\(engine\\.deviceTimeoutS\\): write it under the \\[engine\\] header;`));
   });
 
   it('a bad number in the environment names the variable', () => {
