@@ -40,6 +40,8 @@ export interface ProcessDeviceOptions {
 export const PYTHON_HELPER_DIR = fileURLToPath(new URL('../../python/', import.meta.url));
 
 /** The longest pause before starting a process that keeps failing again. */
+/** Processes in a row ending before ready after which a step fails at once (one could be a fluke: a process killed as it started). */
+const UNREADY_FAIL_FAST = 2;
 const MAX_BACKOFF_MS = 30_000;
 /** Lines of a process's stderr kept to explain why it failed. */
 const STDERR_TAIL = 8;
@@ -78,6 +80,9 @@ class WorkerProcess {
   private readonly waiting: { resolve: () => void; reject: (e: Error) => void }[] = [];
   /** Failures since the last item that succeeded: the backoff grows with them. */
   private failures = 0;
+  /** Processes in a row that ended before they said ready, and why the last one ended. */
+  private unready = 0;
+  private lastFailure = '';
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly stderrTail: string[] = [];
   private stderrPartial = '';
@@ -142,8 +147,14 @@ class WorkerProcess {
   private claim<T>(signal: AbortSignal, step: () => Promise<T>): Promise<T> {
     return this.turns.take(0, async () => {
       if (this.closed) throw new Error('the device is closed');
-      // Not started, not ready yet, or being ended (after a withdrawn step): wait for the next one.
-      if (!this.life?.ready || this.life.endedBecause) await this.untilReady(signal);
+      // Not started, not ready yet, or being ended (after a withdrawn step): wait for the next one —
+      // unless processes keep ending before they are ready (a wrong command, a missing file): the
+      // step fails at once with why, rather than wait out restarts that back off to 30 s, its
+      // worker shown busy all along (or, with a device timeout, fail saying only that it timed out).
+      if (!this.life?.ready || this.life.endedBecause) {
+        if (this.unready >= UNREADY_FAIL_FAST) throw new Error(`${this.lastFailure} — it ended before it was ready ${this.unready} times in a row (it is started again in the background): check the device's command, args and cwd`);
+        await this.untilReady(signal);
+      }
       return step();
     });
   }
@@ -231,6 +242,7 @@ class WorkerProcess {
       if (!life.ready) {
         if (type !== 'ready') return this.end(life, `its first frame must be {"type":"ready"}, got ${JSON.stringify(f.header).slice(0, 100)}`);
         life.ready = true;
+        this.unready = 0;
         clearTimeout(life.readyTimer);
         for (const w of this.waiting.splice(0)) w.resolve();
         continue;
@@ -309,6 +321,8 @@ class WorkerProcess {
     step?.reject(failure);
     const wasReady = life.ready;
     if (!wasReady) for (const w of this.waiting.splice(0)) w.reject(failure);
+    this.unready = wasReady ? 0 : this.unready + 1;
+    this.lastFailure = failure.message;
     if (this.closed) return;
     // A withdrawn step's process was ended on purpose: start the next one at once.
     if (!life.endedBecause?.startsWith('the step was withdrawn')) this.failures++;

@@ -196,6 +196,17 @@ describe('processes that break the protocol', () => {
     const e = await failure(rt.submit(spec('nx'), { mode: 'ok' }));
     expect(e.message).toMatch(/could not be started: spawn no-such-program-xyz ENOENT — check the device's command/);
   });
+
+  it('a program that keeps ending before it is ready: steps fail at once with why, not after restarts backed off to 30 s', async () => {
+    // python3 with a script that is not there exits 2 at once, every time. The first job's two
+    // attempts each wait for a start (0, then 250 ms of backoff); after those two in a row the
+    // next job fails at once, quoting the program's own stderr.
+    const { rt } = setup({ command: 'python3', args: ['/nonexistent/device.py'] }, { retries: 1 });
+    const first = await failure(rt.submit(spec('u1'), { mode: 'ok' }));
+    expect(first.message).toMatch(/it exited \(code 2\).*can't open file/);
+    const second = await failure(rt.submit(spec('u2'), { mode: 'ok' }));
+    expect(second.message).toMatch(/can't open file.* — it ended before it was ready \d+ times in a row \(it is started again in the background\): check the device's command, args and cwd/);
+  });
 });
 
 async function eventually(check: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
