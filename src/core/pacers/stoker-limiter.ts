@@ -126,10 +126,14 @@ const FIRST_FLUSH = 2;
  */
 const AGES_ALONE = 2 * OVERDUE * LATENCY_UP;
 /**
- * Before the fill, the lowest latency measured counts from the EARLY_SAMPLES-th preparation of the
- * busy period: the first one or two of a heavy tail are its quickest (lognormal σ 1: 2 s where the
- * mean is 49), and ages four times that took over 16 s into a busy period, at a cap of 1. (From the
- * fourth, a knee as steep as (n/16)² was seen too late on some seeds.)
+ * Before the fill, the lowest latency measured counts from the EARLY_SAMPLES-th preparation
+ * measured (in this busy period or before: the estimate carries over): the first one or two of a
+ * heavy tail are its quickest (lognormal σ 1: 2 s where the mean is 49), and ages four times that
+ * took over 16 s into a busy period, at a cap of 1. (From the fourth, a knee as steep as (n/16)²
+ * was seen too late on some seeds.) Counted in the busy period alone, one-partition jobs a minute
+ * apart, each its own busy period, never set it: 17 measured alone at 36 s, then 561 at once past
+ * a knee of 16 ran with nothing to hold their ages against (random scenario 122 of
+ * `bench --random 200`, seed 5: 1.11 of unpaced's speed; 2.90 counted so).
  */
 const EARLY_SAMPLES = 3;
 /**
@@ -363,7 +367,7 @@ export class PrepareLimit {
       this.know(s);
       this.markQuickest();
     }
-    if (measured >= EARLY_SAMPLES && p.latency > 0 && p.latency < this.early) {
+    if (s.prepareCompletions >= EARLY_SAMPLES && p.latency > 0 && p.latency < this.early) {
       this.early = Math.max(p.latency, this.floorAtLeast);
       this.earlyPreparing = p.latencyConcurrency;
       this.know(s);
