@@ -230,6 +230,15 @@ describe('PrepareLimit: taking over', () => {
     // minute apart, each its own busy period, measured 36 s alone 17 times; then 561 at once past
     // a knee of 16: random scenario 122 of `bench --random 200`, seed 5, 1.11 → 2.90 of unpaced's speed).
     expect(overdueRun(filled({ measured: 2 }), { measured: 2, age: 391 })).toEqual([Infinity, Infinity, 10]);
+    // One measured in all (latency 100, at 1100, 8 preparing) and none after it: the estimate
+    // becomes the lowest measured once FIRST_ALONE (= AGES_ALONE, 3.9) latencies have passed (the
+    // limiter asks to be woken then); ages 400 are then overdue, taken over half a latency on.
+    const first = new PrepareLimit(0);
+    const one = { measured: 1, from: 0, latency: 100, concurrency: 8 };
+    expect(observe(first, { ...one, now: 1100, age: 50 })).toBe(Infinity);
+    expect(first.checkAt).toBe(1100 + 390 + 1);
+    expect(observe(first, { ...one, now: 1489, age: 389 })).toBe(Infinity);
+    expect(overdueRun(first, one, [1491, 1540, 1541])).toEqual([Infinity, Infinity, 10]);
     // Nothing measured yet in the busy period (no latency known): nothing to hold them against.
     const fresh = new PrepareLimit(0);
     expect(overdueRun(fresh, { measured: 0, latency: 0, latencySq: 0, age: 5000 })).toEqual([Infinity, Infinity, Infinity]);

@@ -137,6 +137,16 @@ const AGES_ALONE = 2 * OVERDUE * LATENCY_UP;
  */
 const EARLY_SAMPLES = 3;
 /**
+ * With fewer than EARLY_SAMPLES measured, the latency estimate (the first ones) becomes the lowest
+ * measured once AGES_ALONE × it has passed since the first with no more: a heavy tail's quick
+ * first ones are followed by more soon (a hundred preparing with a mean of 49 s finish two a
+ * second), while past a knee reached by the first fill the next may come half an hour later. The
+ * bootstrap's first (31 s, 6 preparing, a knee of 4) was followed by 175 preparing and the second
+ * 31 minutes on: nothing to hold their ages against (random scenario 1 of `bench --random 200`,
+ * seed 1: 1.06 of unpaced's speed, gradient 2.44).
+ */
+const FIRST_ALONE = AGES_ALONE;
+/**
  * The lines above hold for latencies that spread little (uniform 30–50 s: cv 0.14). Where they
  * spread more, the spread alone crosses them with no contention at all: the floor is the lowest
  * the latency estimate read, and an estimate over n samples (PacerView.latencySamples) reads
@@ -303,6 +313,8 @@ export class PrepareLimit {
   private floorAtLeast = 0;
   private overdueSince = NaN;
   private filled = false;
+  /** When the first preparation was measured, while fewer than EARLY_SAMPLES are (NaN: none yet). */
+  private firstAt = NaN;
   /** Per kind (snapshot order): whether its preparations had been measured when the floor or the lowest latency was set (in this busy period or an earlier one). */
   private known: boolean[] = [];
   /** The latest QUICK_SAMPLES preparation latencies (one per observation: the mean of those that finished), ms; how many were pushed; and the snapshot's totals at the last. */
@@ -367,12 +379,16 @@ export class PrepareLimit {
       this.know(s);
       this.markQuickest();
     }
-    if (s.prepareCompletions >= EARLY_SAMPLES && p.latency > 0 && p.latency < this.early) {
+    // From the EARLY_SAMPLES-th preparation measured — or, with fewer, once AGES_ALONE latencies
+    // have passed since the first with no more (see FIRST_ALONE).
+    const fewSince = s.prepareCompletions > 0 && s.prepareCompletions < EARLY_SAMPLES ? (this.firstAt = Number.isNaN(this.firstAt) ? s.now : this.firstAt) : NaN;
+    const silent = !Number.isNaN(fewSince) && s.now - fewSince >= FIRST_ALONE * p.latency;
+    if ((s.prepareCompletions >= EARLY_SAMPLES || silent) && p.latency > 0 && p.latency < this.early) {
       this.early = Math.max(p.latency, this.floorAtLeast);
       this.earlyPreparing = p.latencyConcurrency;
-      this.know(s);
+      this.know(s, silent ? 1 : EARLY_SAMPLES);
       this.markQuickest();
-    }
+    } else if (!Number.isNaN(fewSince) && this.early === Infinity && p.latency > 0) this.checkAt = fewSince + FIRST_ALONE * p.latency + 1;
     if (!lim) {
       // Many preparations that take far longer than they did — more than the devices and the
       // target hold, and the latency up on its floor (not a small pipeline that a memory budget
@@ -602,12 +618,12 @@ export class PrepareLimit {
     this.overdueSince = NaN;
   }
   /** The kinds EARLY_SAMPLES of whose preparations have finished (on a device, waiting or done there) count as seen by the latency reference. */
-  private know(s: ReadonlySnapshot): void {
+  private know(s: ReadonlySnapshot, samples = EARLY_SAMPLES): void {
     for (let k = 0; k < s.kinds.length; k++) {
       const c = s.kinds[k] as ReadonlySnapshot['kinds'][number];
       let done = c.waiting + c.onDevice;
       for (const n of c.completions) done += n;
-      if (done >= EARLY_SAMPLES) this.known[k] = true;
+      if (done >= samples) this.known[k] = true;
     }
   }
   /** Notes the latency of the preparations finished since the last observation (their mean), if any. */
