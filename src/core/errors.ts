@@ -12,7 +12,8 @@ export type StokerErrorCode =
   | 'E_DEVICE_FAILED'
   | 'E_DEADLINE'
   | 'E_CANCELLED'
-  | 'E_FINISH_FAILED';
+  | 'E_FINISH_FAILED'
+  | 'E_RUNTIME_FAILED';
 
 /** The one error class of the core: `code` is stable, `message` says what to do. */
 export class StokerError extends Error {

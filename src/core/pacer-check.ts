@@ -53,7 +53,7 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
   };
   /** A time it returned: a number, Infinity for none (NaN or another type once stalled a run silently). */
   const time = (method: string, v: unknown): number => {
-    if (typeof v !== 'number' || Number.isNaN(v)) throw o.error(`the pacer ${o.origin}: ${method}(snapshot) must return a time in ms (a number; Infinity for none) (got ${typeof v === 'number' || v === undefined ? String(v) : (JSON.stringify(v) ?? String(v))})`);
+    if (typeof v !== 'number' || Number.isNaN(v)) throw o.error(`the pacer ${o.origin}: ${method}(snapshot) must return a time in ms (a number; Infinity for none) (got ${shown(v)})`);
     return v;
   };
   // Delegate rather than copy, so that class instances keep their prototype methods and `this`;
@@ -69,7 +69,7 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
   if (typeof p.workerLimit === 'function') {
     out.workerLimit = (device: number) => {
       const v = call('workerLimit', () => pacer.workerLimit?.(device)) ?? Infinity;
-      if (typeof v !== 'number' || !(v >= 0)) throw o.error(`the pacer ${o.origin}: workerLimit(device) must return the most workers to run at once (a number ≥ 0; Infinity for all) (got ${JSON.stringify(v) ?? String(v)})`);
+      if (typeof v !== 'number' || !(v >= 0)) throw o.error(`the pacer ${o.origin}: workerLimit(device) must return the most workers to run at once (a number ≥ 0; Infinity for all) (got ${shown(v)})`);
       return v;
     };
   }
@@ -82,10 +82,15 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
 
 const MODES: readonly PacerMode[] = ['bootstrap', 'steady', 'idle', 'blocked', 'hold'];
 
+/** A value as an error shows it: numbers as they are (JSON would show NaN as null), the rest as JSON. */
+function shown(v: unknown): string {
+  return typeof v === 'number' || v === undefined || typeof v === 'function' || typeof v === 'symbol' || typeof v === 'bigint' ? String(v) : (JSON.stringify(v) ?? String(v));
+}
+
 /** A user pacer's state(), checked field by field (a wrong shape once made the settle measure read 0). */
 function checkState(st: unknown, origin: PacerOrigin): PacerState {
   const bad = (field: string, want: string, got: unknown) =>
-    origin.error(`the pacer ${origin.origin}: state().${field} must be ${want} (got ${got === undefined ? 'undefined' : JSON.stringify(got)}); state() returns { mode, ratePerSec, intervalMs, terms }`);
+    origin.error(`the pacer ${origin.origin}: state()${field === '' ? '' : `.${field}`} must be ${want} (got ${shown(got)}); state() returns { mode, ratePerSec, intervalMs, terms }`);
   if (typeof st !== 'object' || st === null) throw bad('', 'an object', st);
   const o = st as Record<string, unknown>;
   if (!MODES.includes(o['mode'] as PacerMode)) throw bad('mode', `one of ${MODES.join(', ')}`, o['mode']);

@@ -178,6 +178,12 @@ export interface Pacer {
   state(): PacerState;
 }
 
+/**
+ * A pacer of the user's as the Runtime and a pacer module give it: `name` and `state()` may be left
+ * out (checkedPacer fills them in and checks what the methods answer).
+ */
+export type UserPacer = Omit<Pacer, 'name' | 'state'> & { readonly name?: string; state?(): PacerState };
+
 /** Options every pacer accepts; each pacer documents its own extras. */
 export interface PacerOptions {
   /** Items the pacer aims to keep waiting for a device. @default 4 */

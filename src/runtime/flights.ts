@@ -64,6 +64,11 @@ export class Flights<I, P, O, R> {
     if (f) this.land(id, f, new StokerError('E_CANCELLED', reason));
   }
 
+  /** Stops and drops all work in flight (the runtime failed: see Runtime's E_RUNTIME_FAILED). */
+  abortAll(reason: string): void {
+    for (const [id, f] of [...this.flights]) this.land(id, f, new StokerError('E_CANCELLED', reason));
+  }
+
   /** Returns prepared data to the workload outside an engine step, then updates the budget's view of the pool. */
   private release(prepared: P): void {
     this.workload.release?.(prepared);

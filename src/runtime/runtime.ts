@@ -1,9 +1,13 @@
-import { checkedPacer, createPacer, Engine, OccupancyMeter, StokerError, type TimelineRecorder, type Command, type EngineEvent, type JobSpec } from '../core/index.js';
+import { isDeepStrictEqual } from 'node:util';
+import { checkedPacer, createPacer, Engine, OccupancyMeter, optionsRead, PACERS, StokerError, unreadOptions, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type JobSpec, type PacerState } from '../core/index.js';
 import { systemClock, type Clock } from './clock.js';
 import { errorMessage, Flights, type FlightJob } from './flights.js';
 import type { RuntimeOptions, RuntimeStatus, Workload } from './workload.js';
 
 export type { BatchResult, DeviceTask, PartitionTask, PrepareResult, RuntimeOptions, RuntimeStatus, Workload } from './workload.js';
+
+/** The engine's refusals of an event before anything changed (a submit that is not a valid job, events out of order): the caller's error, not the runtime's. */
+const REFUSED_UNCHANGED = new Set<StokerErrorCode>(['E_INVALID_JOB', 'E_DUPLICATE_JOB', 'E_DUPLICATE_KEY', 'E_OVERSIZE', 'E_INVALID_EVENT', 'E_TIME_BACKWARDS']);
 
 interface JobCtx<I, O, R> extends FlightJob<I, O> {
   resolve: (r: R) => void;
@@ -37,6 +41,10 @@ export class Runtime<I, P, O, R> {
   private syncingPool = false;
   /** While close() waits: checks after every event whether it may go on. */
   private settleWaiter: (() => void) | undefined;
+  /** The kinds prepared in batches (kinds.<name>.prepareBatch): the others need the workload's prepare. */
+  private readonly batchedKinds: ReadonlySet<string>;
+  /** Set when an engine step failed (a pacer that threw or answered out of contract): every job failed with it, and later ones do. */
+  private failed: StokerError | undefined;
 
   constructor(options: RuntimeOptions<I, P, O, R>) {
     this.workload = options.workload;
@@ -50,12 +58,21 @@ export class Runtime<I, P, O, R> {
       typeof options.pacer === 'object'
         ? checkedPacer(options.pacer, { origin: 'given to the Runtime', made: 'the pacer given to the Runtime is', fallbackName: 'custom', error: (message) => new StokerError('E_INVALID_OPTION', message) })
         : createPacer(options.pacer ?? 'stoker', options.pacerOptions ?? {});
+    // A misspelt pacer option would change nothing, silently (stoker serve refuses it too).
+    const name = typeof options.pacer === 'string' ? options.pacer : 'stoker';
+    const unread = typeof options.pacer === 'object' || !Object.hasOwn(PACERS, name) ? [] : unreadOptions([(PACERS[name] as (typeof PACERS)[string]).create], options.pacerOptions ?? {});
+    if (unread.length > 0) throw new StokerError('E_INVALID_OPTION', `pacerOptions.${unread[0] as string}: the ${name} pacer has no option ${unread[0] as string} (its options: ${[...optionsRead((PACERS[name] as (typeof PACERS)[string]).create)].filter((k) => k !== 'targetWaiting').join(', ') || 'none'}): check the spelling, or remove it`);
+    if (!options.workload) throw new StokerError('E_INVALID_OPTION', 'workload is missing: give the Runtime { workload: { prepare, run, finish }, devices, … } (a ThreadedWorkload, or an object of your own)');
     if (options.devices.some((d) => d.batch) && typeof options.workload.runBatch !== 'function') {
       throw new StokerError('E_INVALID_OPTION', 'a device has batch, but the workload has no runBatch(tasks): give it one, or leave batch out');
     }
     const grouped = Object.entries(options.kinds ?? {}).find(([, k]) => k?.prepareBatch !== undefined);
     if (grouped && typeof options.workload.prepareBatch !== 'function') {
       throw new StokerError('E_INVALID_OPTION', `kinds.${grouped[0]} has prepareBatch, but the workload has no prepareBatch(tasks): give it one, or leave prepareBatch out`);
+    }
+    this.batchedKinds = new Set(Object.entries(options.kinds ?? {}).filter(([, k]) => k?.prepareBatch !== undefined).map(([name]) => name));
+    if (typeof options.workload.prepare !== 'function' && this.batchedKinds.size === 0) {
+      throw new StokerError('E_INVALID_OPTION', 'the workload has no prepare(task): give it one (or prepareBatch(tasks) with kinds.<name>.prepareBatch for the kinds prepared in batches)');
     }
     this.engine = new Engine({
       devices: options.devices,
@@ -84,9 +101,19 @@ export class Runtime<I, P, O, R> {
    * fails or is cancelled. Invalid specs and duplicate ids reject at once.
    */
   submit(spec: JobSpec, input: I): Promise<R> {
+    if (this.failed) return Promise.reject(this.failed);
     if (this.closing) return Promise.reject(new StokerError('E_CANCELLED', `job ${JSON.stringify(spec.id)} not accepted: the runtime is shutting down`));
     return new Promise<R>((resolve, reject) => {
       const existing = this.jobs.get(spec.id);
+      // A resubmit shares the live job's result only where it is the same job: its input too (the other input's result was given).
+      if (typeof this.workload.prepare !== 'function' && !this.batchedKinds.has(spec.kind)) {
+        reject(new StokerError('E_INVALID_JOB', `job ${JSON.stringify(spec.id)}: kind ${JSON.stringify(spec.kind)} is not prepared in batches (kinds.<name>.prepareBatch: ${[...this.batchedKinds].join(', ')}), and the workload has no prepare(task) for it`));
+        return;
+      }
+      if (existing && !isDeepStrictEqual(existing.input, input)) {
+        reject(new StokerError('E_DUPLICATE_JOB', `job ${JSON.stringify(spec.id)} is live with another input: a resubmit shares the live job's result only with the same spec and input — give this job another id`));
+        return;
+      }
       try {
         this.apply({ type: 'submit', time: this.clock.now(), job: spec }, () => {
           if (!existing) this.jobs.set(spec.id, { input, partitions: spec.partitions, outputs: [], resolve, reject });
@@ -110,7 +137,9 @@ export class Runtime<I, P, O, R> {
   }
 
   status(): RuntimeStatus {
-    return { now: this.clock.now(), jobs: this.jobs.size, counters: this.engine.snapshot, pacer: this.engine.pacer.state(), closing: this.closing };
+    // (A failed runtime's pacer may be what failed: its state is not asked again.)
+    const pacer: PacerState = this.failed ? { mode: 'hold', ratePerSec: null, intervalMs: null, terms: {} } : this.engine.pacer.state();
+    return { now: this.clock.now(), jobs: this.jobs.size, counters: this.engine.snapshot, pacer, closing: this.closing };
   }
 
   /** Resolves when every job has been answered (useful for demos and tests). */
@@ -150,7 +179,8 @@ export class Runtime<I, P, O, R> {
   /** Resolves once no partition is preparing, waiting or on a device (checked after every event). */
   private drained(): Promise<void> {
     const s = this.engine.snapshot;
-    const empty = () => s.preparing + s.waiting + s.onDevice === 0;
+    // (A failed runtime withdrew its work: the engine's counts are no longer kept.)
+    const empty = () => this.failed !== undefined || s.preparing + s.waiting + s.onDevice === 0;
     if (empty()) return Promise.resolve();
     return new Promise((resolve) => {
       this.settleWaiter = () => {
@@ -159,9 +189,28 @@ export class Runtime<I, P, O, R> {
     });
   }
 
-  /** Applies one event and carries out its commands. `before` runs after validation, before the commands. */
+  /**
+   * Applies one event and carries out its commands. `before` runs after validation, before the
+   * commands. An event the engine refuses before anything changes (a submit that is not a valid
+   * job) throws to its caller; a step that fails past that (a pacer of the caller's that throws, or
+   * answers out of contract) leaves the engine's state unknown: the runtime fails — every job
+   * rejects with E_RUNTIME_FAILED naming why, its work in flight is withdrawn, later submits reject
+   * — rather than throw from a timer or a completion callback, which ended the process.
+   */
   private apply(event: EngineEvent, before?: () => void): void {
-    const cmds = this.engine.apply(event);
+    if (this.failed) {
+      if (event.type === 'submit') throw this.failed;
+      return;
+    }
+    let cmds: Command[];
+    try {
+      cmds = this.engine.apply(event);
+    } catch (e) {
+      if (e instanceof StokerError && REFUSED_UNCHANGED.has(e.code)) throw e;
+      this.fail(e);
+      if (event.type === 'submit') throw this.failed;
+      return;
+    }
     this.timeline?.record(event, cmds, this.engine.snapshot, this.engine.budget.held);
     this.occupancy.record(event, cmds);
     this.onStep?.(event, cmds);
@@ -223,6 +272,19 @@ export class Runtime<I, P, O, R> {
           : undefined;
         break;
     }
+  }
+
+  /** The runtime fails (see apply): every job rejects with why, the work in flight is withdrawn, the timer stops. */
+  private fail(e: unknown): void {
+    this.failed = new StokerError('E_RUNTIME_FAILED', `the runtime stopped: ${errorMessage(e)} — its jobs failed with it; fix the cause and start a new Runtime`);
+    if (this.timer !== undefined) this.clock.cancel(this.timer);
+    this.timer = undefined;
+    this.flights.abortAll('the runtime stopped');
+    const jobs = [...this.jobs.values()];
+    this.jobs.clear();
+    for (const job of jobs) job.reject(this.failed);
+    if (this.finishing === 0) for (const w of this.idleWaiters.splice(0)) w();
+    this.settleWaiter?.();
   }
 
   private finishJob(c: Extract<Command, { type: 'finishJob' }>): void {

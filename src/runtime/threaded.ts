@@ -265,7 +265,12 @@ export class StageThreads implements DeviceRunner {
     const signal = batchSignal(calls);
     if (this.closed) return Promise.reject(new Error('the workload is closed'));
     if (signal.aborted) return Promise.reject(new Error('aborted before the device step started'));
-    const index = (this.slotBase[call.device] ?? 0) + call.worker;
+    const base = this.slotBase[call.device];
+    const workers = (this.slotBase[call.device + 1] ?? this.slots.length) - (base ?? 0);
+    if (base === undefined || !(call.worker >= 0 && call.worker < workers)) {
+      return Promise.reject(new Error(`no device ${call.device} worker ${call.worker} in this ThreadedWorkload (its devices have ${this.slotBase.map((b, d) => (this.slotBase[d + 1] ?? this.slots.length) - b).join(', ')} workers): give the Runtime the same devices as the workload`));
+    }
+    const index = base + call.worker;
     const slot = this.slots[index] as Slot;
     if (slot.busy >= 0) return Promise.reject(new Error(`device ${call.device} worker ${call.worker} is already busy`));
     const thread = this.threads[slot.thread] as DeviceThread;

@@ -1,4 +1,4 @@
-import type { BatchSpec, Command, EngineEvent, KindSpec, Pacer, PacerOptions, ReadonlySnapshot, PacerState, TimelineRecorder } from '../core/index.js';
+import type { BatchSpec, Command, EngineEvent, KindSpec, PacerOptions, UserPacer, ReadonlySnapshot, PacerState, TimelineRecorder } from '../core/index.js';
 import type { BufferPool } from './buffer-pool.js';
 import type { Clock } from './clock.js';
 
@@ -80,7 +80,7 @@ export interface RuntimeOptions<I, P, O, R> {
   /** Kinds by name that are prepared in batches (`{ prepareBatch: { maxItems, maxWaitMs } }`; the workload must have `prepareBatch`). */
   kinds?: Readonly<Record<string, KindSpec>>;
   /** A built-in pacer name or a pacer. @default 'stoker' */
-  pacer?: string | Pacer;
+  pacer?: string | UserPacer;
   /** Options for a pacer given by name. */
   pacerOptions?: PacerOptions;
   /** Memory budget in bytes. @default Infinity */

@@ -75,7 +75,7 @@ export const JobView = z
     partitionCounts: z
       .record(z.enum(PARTITION_STATES), z.number().int())
       .nullable()
-      .meta({ description: 'While the job runs: its partitions by stage; null once it ended' }),
+      .meta({ description: 'While the job runs: its partitions by stage; null once it ended (or while its end is being recorded)' }),
     resumes: z.number().int().meta({ description: 'How often the job was resumed after a restart' }),
     result: z.unknown().meta({ description: 'A JSON value, or base64 of bytes when resultEncoding is base64' }),
     resultEncoding: z.literal('base64').optional().meta({ description: 'Present only for a bytes result (GET …/result with Accept: application/octet-stream gives the raw bytes)' }),

@@ -39,6 +39,10 @@ function resultFields(result: unknown): { result: unknown; resultEncoding?: 'bas
 /** The job's partitions by stage, and each one's state where they are few enough (none for an ended job). */
 function partitionsOf(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates: number, page: StatesPage): { partitionStates: PartitionState[] | null; partitionCounts: PartitionCounts | null } {
   const counts = isFinal(j.state) || run === undefined ? undefined : engine.jobCounts(j.id);
+  // Run here, and the engine has let go of it: it ended, its end is being recorded. The journal's
+  // count of done partitions lags it, and read as the rest queued, a finished partition went back
+  // to queued for a moment (on-device → queued → done in its progress stream): nothing is shown.
+  if (run !== undefined && !counts && !isFinal(j.state)) return { partitionStates: null, partitionCounts: null };
   if (run === undefined || !counts) {
     // Not running here: what the journal counts.
     return { partitionStates: null, partitionCounts: isFinal(j.state) ? null : { ...countPartitions([]), done: j.partitionsDone, queued: j.partitions - j.partitionsDone } };

@@ -98,6 +98,8 @@ function matchStates(fresh: readonly PartitionState[], last: readonly PartitionS
  * has ended. Returns the states to remember.
  */
 export function progressEvents(v: JobView, last: readonly PartitionState[]): { events: JobProgressEvent[]; states: PartitionState[] } {
+  // Not ended, and no partitions to show (its end is being recorded): nothing moved that can be told.
+  if (!isFinal(v.state) && !v.partitionStates && !v.partitionCounts && last.length === v.partitions) return { events: [], states: [...last] };
   const states = partitionStatesOf(v, last);
   const changes = states.flatMap((stage, partition) => (last[partition] === stage ? [] : [{ partition, stage }]));
   const time = new Date().toISOString();

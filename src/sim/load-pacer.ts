@@ -47,7 +47,16 @@ export async function resolvePacer(spec: string, cwd = process.cwd()): Promise<P
     throw new PacerModuleError(`pacer module ${file} ${what}; it must export its factory as the default export:\n  ${SHAPE}`);
   }
   const fallbackName = path.basename(file).replace(/\.[cm]?js$/, '');
-  return (options: PacerOptions) => checkedPacer((create as (o: PacerOptions) => unknown)(options), { origin: `created by ${file}`, made: `the default export of ${file} returned`, fallbackName, error: (message: string) => new PacerModuleError(message) });
+  return (options: PacerOptions) => {
+    let made: unknown;
+    try {
+      made = (create as (o: PacerOptions) => unknown)(options);
+    } catch (e) {
+      throw new PacerModuleError(`the default export of ${file} threw: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (made instanceof Promise) throw new PacerModuleError(`the default export of ${file} returned a Promise: make createPacer(options) return the pacer object itself (not an async function)`);
+    return checkedPacer(made, { origin: `created by ${file}`, made: `the default export of ${file} returned`, fallbackName, error: (message: string) => new PacerModuleError(message) });
+  };
 }
 
 /** Where a module path is accepted (simulate, bench), the error says so; the core's lists the names alone. */

@@ -624,12 +624,52 @@ describe('a pacer object given to the Runtime', () => {
   const workload = { prepare: () => Promise.resolve(1), run: () => Promise.resolve({ output: 1, busyMs: 1 }), finish: (j: { outputs: number[] }) => j.outputs.length } as unknown as Workload<number, number, number, number>;
   it('is checked as a module’s is: a state() it lacks is filled in, a time that is not a number is an error naming it (it stalled every job silently)', async () => {
     // The README's example pacer, as an object: no state().
-    const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'cap-80', observe() {}, nextDispatchAt: (s: { now: number }) => s.now, onDispatch() {} } as never, clock: new ManualClock() });
+    // (Typed as a UserPacer: no state(), as the README says; a Pacer would need one.)
+    const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'cap-80', observe() {}, nextDispatchAt: (s: { now: number }) => s.now, onDispatch() {} }, clock: new ManualClock() });
     expect(rt.status().pacer).toMatchObject({ mode: 'steady' });
     await rt.close(0);
     const nan = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'nan', observe() {}, nextDispatchAt: () => NaN, onDispatch() {}, state: () => ({ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} }) }, clock: new ManualClock() });
     await expect(nan.submit({ id: 'a', kind: 'k', partitions: 1 }, 0)).rejects.toThrow('the pacer given to the Runtime: nextDispatchAt(snapshot) must return a time in ms (a number; Infinity for none) (got NaN)');
     await nan.close(0);
     expect(() => new Runtime({ workload, devices: [{ workers: 1 }], pacer: { observe() {} } as never })).toThrow(/the pacer given to the Runtime is missing the methods nextDispatchAt, onDispatch/);
+  });
+
+  it('one that throws, or answers NaN, after the start: every job fails with E_RUNTIME_FAILED naming why, later submits too — the process goes on (it ended with an uncaught error)', async () => {
+    for (const [name, pacer, why] of [
+      ['throws', (n = 0) => ({ name: 'once', observe() { if (++n === 5) throw new Error('obs boom once'); }, nextDispatchAt: (s: { now: number }) => s.now, onDispatch() {} }), 'the pacer given to the Runtime threw in observe: obs boom once'],
+      ['NaN', (n = 0) => ({ name: 'nan-later', observe() {}, nextDispatchAt: (s: { now: number }) => (++n >= 4 ? NaN : s.now), onDispatch() {} }), 'nextDispatchAt(snapshot) must return a time in ms (a number; Infinity for none) (got NaN)'],
+    ] as const) {
+      const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: pacer() });
+      const jobs = ['a', 'b'].map((id) => rt.submit({ id, kind: 'k', partitions: 3 }, 0).then(() => null, (e: unknown) => e));
+      const errors = await Promise.all(jobs);
+      for (const e of errors) expect(e, name).toMatchObject({ code: 'E_RUNTIME_FAILED', message: expect.stringContaining(why) });
+      await expect(rt.submit({ id: 'c', kind: 'k', partitions: 1 }, 0)).rejects.toMatchObject({ code: 'E_RUNTIME_FAILED' });
+      expect(rt.status().pacer.mode).toBe('hold');
+      await rt.close(1000);
+    }
+  });
+});
+
+describe('what the Runtime refuses', () => {
+  const workload = { prepare: () => Promise.resolve(1), run: () => Promise.resolve({ output: 1, busyMs: 1 }), finish: (j: { outputs: number[] }) => j.outputs.length } as unknown as Workload<number, number, number, number>;
+  it('a resubmit of a live job with another input (it was answered with the first input\'s result)', async () => {
+    // (A preparation that never ends: the job stays live.)
+    const held = { ...workload, prepare: () => new Promise(() => undefined) } as unknown as Workload<number, number, number, number>;
+    const rt = new Runtime({ workload: held, devices: [{ workers: 1 }], pacer: 'unpaced', clock: new ManualClock() });
+    const first = rt.submit({ id: 'j', kind: 'k', partitions: 1 }, 1000);
+    await expect(rt.submit({ id: 'j', kind: 'k', partitions: 1 }, 7)).rejects.toMatchObject({ code: 'E_DUPLICATE_JOB', message: expect.stringContaining('is live with another input') });
+    rt.cancel('j');
+    await expect(first).rejects.toMatchObject({ code: 'E_CANCELLED' });
+    await rt.close(0);
+  });
+
+  it('a misspelt pacer option, a missing workload, a workload with no prepare for a kind', async () => {
+    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'stoker', pacerOptions: { targetWaitng: 3 } })).toThrow(/pacerOptions.targetWaitng: the stoker pacer has no option targetWaitng \(its options: .*headStart.*\): check the spelling/);
+    expect(() => new Runtime({ devices: [{ workers: 1 }] } as never)).toThrow(/workload is missing: give the Runtime \{ workload/);
+    const batchOnly = { prepareBatch: () => Promise.resolve([]), run: () => Promise.resolve({ output: 1 }), finish: () => 0 } as unknown as Workload<number, number, number, number>;
+    expect(() => new Runtime({ workload: batchOnly, devices: [{ workers: 1 }] })).toThrow(/the workload has no prepare\(task\)/);
+    const rt = new Runtime({ workload: batchOnly, devices: [{ workers: 1 }], kinds: { b: { prepareBatch: { maxItems: 2, maxWaitMs: 0 } } }, clock: new ManualClock() });
+    await expect(rt.submit({ id: 'x', kind: 'other', partitions: 1 }, 0)).rejects.toMatchObject({ code: 'E_INVALID_JOB', message: expect.stringContaining('kind "other" is not prepared in batches') });
+    await rt.close(0);
   });
 });

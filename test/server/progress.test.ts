@@ -2,6 +2,8 @@
 import { describe, expect, it } from 'vitest';
 import type { JobView } from '../../src/server/api.js';
 import { countPartitions, progressEvents } from '../../src/server/progress.js';
+import { localJobView } from '../../src/server/local-view.js';
+import type { JournalJob } from '../../src/server/journal.js';
 import type { PartitionState } from '../../src/core/index.js';
 
 /** A running job's view of `n` partitions with counts only (as once the engine has let go of it). */
@@ -33,5 +35,22 @@ describe('progress from counts alone', () => {
 
   it('with nothing sent yet, the counts in stage order', () => {
     expect(progressEvents(countsView(['done', 'queued']), []).states).toEqual(['queued', 'done']);
+  });
+});
+
+describe('a job whose end is being recorded', () => {
+  // Run here, the engine has let go of it, the journal not yet final: its done count lagged, and a
+  // finished partition was shown queued for a moment (on-device → queued → done).
+  const record = { id: 'j', kind: 'k', priority: 'normal', partitions: 3, input: null, deadline: null, bodyHash: '', state: 'running', submittedAt: 0, startedAt: 0, finishedAt: null, result: null, errorCode: null, errorReason: null, partitionsDone: 2, resumes: 0 } as unknown as JournalJob;
+  const letGo = { jobCounts: () => undefined, jobStates: () => undefined };
+
+  it('its view shows no partitions, and its stream no progress, until the end is recorded', () => {
+    const v = localJobView(record, letGo as never, null);
+    expect(v).toMatchObject({ state: 'running', partitionStates: null, partitionCounts: null });
+    const last: PartitionState[] = ['done', 'done', 'on-device'];
+    expect(progressEvents(v, last)).toEqual({ events: [], states: last });
+    // Then the end: the last partition goes from on-device to done.
+    const done = localJobView({ ...record, state: 'done', partitionsDone: 3 }, letGo as never, null);
+    expect(progressEvents(done, last).events[0]).toMatchObject({ type: 'progress', changes: [{ partition: 2, stage: 'done' }] });
   });
 });
