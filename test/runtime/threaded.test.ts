@@ -117,6 +117,14 @@ async function expectAllStopped(heartbeat: SharedArrayBuffer): Promise<void> {
   await vi.waitFor(async () => expect(await beating(heartbeat)).toBe(false), { timeout: 3000, interval: 10 });
 }
 
+it('a Runtime with more device workers than its ThreadedWorkload: the steps on the missing ones fail naming both counts (an internal TypeError before)', async () => {
+  const workload = new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule, bufferBytes: () => 64, finish: (job) => job.outputs, devices: [{ workers: 1 }], prepareThreads: 1 });
+  const rt: FlakyRuntime = new Runtime({ workload, devices: [{ workers: 3 }], pacer: 'unpaced', retries: 0 });
+  runtimes.push(rt);
+  const err = await rejection(rt.submit(spec('mismatch', 6), { mode: 'ok' }));
+  expect(err.message).toMatch(/no device 0 worker [12] in this ThreadedWorkload \(its devices have 1 workers\): give the Runtime the same devices as the workload/);
+}, TIMEOUT);
+
 describe('ThreadedWorkload under the Runtime', () => {
   it(
     'runs a job across threads: the device reads exactly what preparation wrote, busy time and buffers are accounted',

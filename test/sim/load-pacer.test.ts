@@ -77,6 +77,17 @@ describe('user pacer modules: the optional methods', () => {
     expect(() => pacer.observe(snap)).not.toThrow(PacerModuleError);
   });
 
+  it('a factory that throws, or is async, is named; a state() answering NaN or null says so (it said "got null", "state(). must be")', async () => {
+    const throws = await resolvePacer(tmp.file('factory-throws.mjs', "export default () => { throw new Error('factory boom'); };\n"));
+    expect(() => throws({})).toThrow(/the default export of .*factory-throws\.mjs threw: factory boom/);
+    const async_ = await resolvePacer(tmp.file('factory-async.mjs', 'export default async () => ({ observe() {}, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n'));
+    expect(() => async_({})).toThrow(/factory-async\.mjs returned a Promise: make createPacer\(options\) return the pacer object itself/);
+    const nan = await resolvePacer(tmp.file('state-nan.mjs', "export default () => ({ observe() {}, nextDispatchAt(s) { return s.now; }, onDispatch() {}, state() { return { mode: 'steady', ratePerSec: NaN, intervalMs: null, terms: {} }; } });\n"));
+    expect(() => nan({})).toThrow(/state\(\)\.ratePerSec must be a number ≥ 0 or null \(got NaN\)/);
+    const none = await resolvePacer(tmp.file('state-null.mjs', 'export default () => ({ observe() {}, nextDispatchAt(s) { return s.now; }, onDispatch() {}, state() { return null; } });\n'));
+    expect(() => none({})).toThrow(/: state\(\) must be an object \(got null\)/);
+  });
+
   it('a built-in pacer resolves to itself (the stoker pacer has both methods)', async () => {
     const create = await resolvePacer('stoker');
     const pacer = create({});
