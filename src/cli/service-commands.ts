@@ -274,7 +274,11 @@ async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: 
     try {
       const res = await fetch(url, { signal: ac.signal, headers: { accept: 'text/event-stream', ...authHeader(flags) } });
       if (res.status === 401) throw new ClientError('401 Unauthorized: this server needs a token: pass --token-file FILE or set STOKER_SERVER_TOKEN', 2);
-      if (res.status === 404) throw new ClientError(`404 Not found: no job has id ${JSON.stringify(id)}`, 2);
+      if (res.status === 404) {
+        // The server's own words, as every other command shows them.
+        const detail = ((await res.json().catch(() => ({}))) as { detail?: unknown }).detail;
+        throw new ClientError(`404 Not found: ${typeof detail === 'string' ? detail : `no job ${JSON.stringify(id)}`}`, 2);
+      }
       if (res.status !== 200 || !res.body) throw new Error(`GET ${url.pathname} answered ${res.status}`);
       let buf = '';
       for await (const chunk of res.body.pipeThrough(new TextDecoderStream())) {

@@ -147,10 +147,20 @@ describe('one job’s progress', () => {
     expect(lines.length).toBeGreaterThanOrEqual(2);
     for (const l of lines) expect(l).toMatch(/^pg-2: \d\/3 done/);
     expect(lines.at(-1)).toMatch(/^pg-2: 3\/3 done/);
+    // A partition once past the queue is not shown queued again (at the end, the journal's lagging
+    // count showed the last one queued for a moment: 2/3 done · 1 queued).
+    const firstUnqueued = lines.findIndex((l) => !l.includes('queued'));
+    expect(lines.slice(Math.max(0, firstUnqueued)).filter((l) => l.includes('queued'))).toEqual([]);
     // The same shape as `stoker wait` prints without --progress (the result endpoint's).
     const plain = (await http(fixture.server.url, 'GET', '/v1/jobs/pg-2/result')).body;
     expect(JSON.parse(out)).toEqual(plain);
     expect(Object.keys(JSON.parse(out) as object).sort()).toEqual(['error', 'finishedAt', 'id', 'result', 'state']);
+    // No such job: the server's own words, as without --progress.
+    const missing = spawn(process.execPath, [CLI, 'wait', 'nosuch', '--progress', '--server', fixture.server.url], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let missingErr = '';
+    missing.stderr.on('data', (b: Buffer) => (missingErr += b.toString()));
+    expect(await new Promise<number | null>((r) => missing.once('exit', r))).toBe(2);
+    expect(missingErr).toMatch(/404 Not found: no job "nosuch": it was never submitted/);
   }, 30_000);
 });
 
