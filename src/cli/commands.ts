@@ -122,6 +122,17 @@ export function traceFiles(file: string, pacers: string[]): string[] {
   });
 }
 
+/** One scenario's results with repeated pacer names numbered (`cap-80`, `cap-80-2`): two modules of one name made two columns alike. */
+function distinctPacers(results: SimResult[]): SimResult[] {
+  const seen = new Set<string>();
+  return results.map((r) => {
+    let name = r.pacer;
+    for (let i = 2; seen.has(name); i++) name = `${r.pacer}-${i}`;
+    seen.add(name);
+    return name === r.pacer ? r : { ...r, pacer: name };
+  });
+}
+
 /** Writes a timeline as Chrome trace JSON (the format Perfetto opens); `now` ends spans still running. */
 export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, io: Io): void {
   const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title, now });
@@ -151,11 +162,13 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
   if (flags.trace !== undefined) checkOutputFile('--trace', flags.trace);
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
   const timelines: TimelineRecorder[] = [];
-  const results = factories.map((pacer) => {
-    const timeline = flags.trace === undefined ? undefined : new TimelineRecorder(SIM_TIMELINE);
-    if (timeline) timelines.push(timeline);
-    return simulate(scenario, { pacer, seed, timeline });
-  });
+  const results = distinctPacers(
+    factories.map((pacer) => {
+      const timeline = flags.trace === undefined ? undefined : new TimelineRecorder(SIM_TIMELINE);
+      if (timeline) timelines.push(timeline);
+      return simulate(scenario, { pacer, seed, timeline });
+    }),
+  );
   if (flags.json) {
     const records = results.map(resultRecord);
     io.out(toJson(records.length === 1 ? records[0] : records));
@@ -244,12 +257,14 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
   const total = scenarios.length * factories.length;
   const results: SimResult[] = [];
   for (const scenario of scenarios) {
+    const mine: SimResult[] = [];
     for (const pacer of factories) {
       const t0 = performance.now();
       const r = simulate(scenario, { pacer, seed });
-      results.push(r);
-      io.err(`[${results.length}/${total}] ${scenario.name} × ${r.pacer} … ${Math.round(performance.now() - t0)} ms\n`);
+      mine.push(r);
+      io.err(`[${results.length + mine.length}/${total}] ${scenario.name} × ${r.pacer} … ${Math.round(performance.now() - t0)} ms\n`);
     }
+    results.push(...distinctPacers(mine));
   }
   if (flags.json) io.out(toJson(results.map((r) => ({ scenario: r.scenario, pacer: r.pacer, metrics: resultRecord(r).metrics }))));
   else io.out(formatTable(BENCH_COLUMNS.map((c) => c[0]), results.map((r) => BENCH_COLUMNS.map((c) => c[1](r)))) + batchingTable(results));

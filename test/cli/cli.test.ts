@@ -153,6 +153,13 @@ describe('user pacer modules', () => {
     expect(mine?.metrics.jobsFailed).toBe(2);
   });
 
+  it('two modules of one name: the second column is numbered (the two were alike)', async () => {
+    const same = TEN_PACER.replace('observe() {},', 'name: "same", observe() {},');
+    const r = await run('simulate', 'failure', '--pacer', `${tmp.file('same-a.mjs', same)},${tmp.file('same-b.mjs', same)}`, '--json');
+    expect(r.code, r.err).toBe(0);
+    expect((JSON.parse(r.out) as ResultRecord[]).map((x) => x.pacer)).toEqual(['same', 'same-2']);
+  });
+
   it('a module without a default export: exit 2, says what to export', async () => {
     const file = tmp.file('nodefault.mjs', 'export const createPacer = () => ({});\n');
     const r = await run('simulate', 'seed', '--pacer', file);
