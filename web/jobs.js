@@ -116,13 +116,19 @@ function updateRow(job) {
   const reasonEl = r.tr.querySelector('.reason');
   reasonEl.textContent = reason;
   reasonEl.title = reason;
+  // A live job with neither states nor counts has ended on the engine, its end being recorded: the
+  // journal's done count lags it, so the row stays as it was until the end lands (it went back a step).
+  // (Only after a view that had them: a job on another cluster node has none all along.)
+  const detail = Boolean(job.partitionStates || job.partitionCounts);
+  const ending = isLive(job) && !detail && r.detail === true;
+  if (!ending) r.detail = detail;
   const key = `${job.state}|${(job.partitionStates ?? []).join(',')}|${JSON.stringify(job.partitionCounts)}|${job.partitionsDone}`;
-  if (key !== r.key) {
+  if (key !== r.key && !ending) {
     r.key = key;
     r.tr.querySelector('.parts').replaceChildren(partitionCells(job));
   }
   const done = job.state === 'done' ? job.partitions : job.partitionCounts ? job.partitionCounts.done : job.partitionsDone;
-  r.tr.querySelector('.progress').textContent = `${done} / ${job.partitions}`;
+  if (!ending) r.tr.querySelector('.progress').textContent = `${done} / ${job.partitions}`;
   r.tr.querySelector('.submitted').textContent = ago(job.submittedAt);
   r.tr.querySelector('.duration').textContent = job.durationS !== null ? fmtDuration(job.durationS) : `${fmtDuration((Date.now() - Date.parse(job.submittedAt)) / 1000)} …`;
   if (!cancelling.has(job.id)) {

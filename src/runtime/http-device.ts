@@ -48,14 +48,16 @@ export class HttpDevice implements DeviceRunner {
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
     const label = `${this.o.name}/${call.worker}`;
     if (!(call.worker >= 0 && call.worker < this.o.workers)) throw new Error(`no worker ${call.worker} on device ${this.o.name}`);
-    return this.turns.take(call.worker, () => this.request(call, label));
+    // (Withdrawn while it waited for its turn: nothing is sent.)
+    return this.turns.take(call.worker, () => (call.signal.aborted ? Promise.reject(new Error(`${label}: withdrawn before it was sent`)) : this.request(call, label)));
   }
 
   /** A batch as one POST (see the file's comment): one result per item, the request's wall time once. */
   async runBatch(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }> {
     const first = calls[0] as RunCall;
     if (!(first.worker >= 0 && first.worker < this.o.workers)) throw new Error(`no worker ${first.worker} on device ${this.o.name}`);
-    return this.turns.take(first.worker, () => this.batch(calls, `${this.o.name}/${first.worker}`));
+    const label = `${this.o.name}/${first.worker}`;
+    return this.turns.take(first.worker, () => (batchSignal(calls).aborted ? Promise.reject(new Error(`${label}: withdrawn before it was sent`)) : this.batch(calls, label)));
   }
 
   /** The batch's POST and its results (on the worker's turn). */

@@ -39,9 +39,15 @@ export interface ProcessDeviceOptions {
 /** The folder of the Python helper (python/stoker_worker.py at the package root): put on PYTHONPATH. */
 export const PYTHON_HELPER_DIR = fileURLToPath(new URL('../../python/', import.meta.url));
 
-/** The longest pause before starting a process that keeps failing again. */
-/** Processes in a row ending before ready after which a step fails at once (one could be a fluke: a process killed as it started). */
+/**
+ * Processes in a row ending before ready, on every worker of the device, after which a step fails
+ * at once (one could be a fluke: a process killed as it started). Every worker: where one GPU's
+ * worker is broken and the others are not, failing its steps at once made it a black hole — the
+ * engine sent it item after item, and 20 of 20 jobs failed while a healthy worker was idle; held
+ * through its restarts, it takes one item at a time and the others do the rest.
+ */
 const UNREADY_FAIL_FAST = 2;
+/** The longest pause before starting a process that keeps failing again. */
 const MAX_BACKOFF_MS = 30_000;
 /** Lines of a process's stderr kept to explain why it failed. */
 const STDERR_TAIL = 8;
@@ -80,7 +86,7 @@ class WorkerProcess {
   private readonly waiting: { resolve: () => void; reject: (e: Error) => void }[] = [];
   /** Failures since the last item that succeeded: the backoff grows with them. */
   private failures = 0;
-  /** Processes in a row that ended before they said ready, and why the last one ended. */
+  /** This worker's processes in a row that ended before they said ready, and why the last one ended. */
   private unready = 0;
   private lastFailure = '';
   private restartTimer: NodeJS.Timeout | undefined;
@@ -94,7 +100,14 @@ class WorkerProcess {
     private readonly label: string,
     /** This worker's index on its device: a program on a machine of several GPUs pins itself to one by it. */
     private readonly index: number,
+    /** Whether every worker of the device has ended UNREADY_FAIL_FAST processes in a row before ready. */
+    private readonly deviceUnready: () => boolean,
   ) {}
+
+  /** Whether this worker's processes keep ending before they are ready. */
+  get failingToStart(): boolean {
+    return this.unready >= UNREADY_FAIL_FAST;
+  }
 
   start(): void {
     if (this.closed || this.life || this.restartTimer) return;
@@ -148,11 +161,12 @@ class WorkerProcess {
     return this.turns.take(0, async () => {
       if (this.closed) throw new Error('the device is closed');
       // Not started, not ready yet, or being ended (after a withdrawn step): wait for the next one —
-      // unless processes keep ending before they are ready (a wrong command, a missing file): the
-      // step fails at once with why, rather than wait out restarts that back off to 30 s, its
-      // worker shown busy all along (or, with a device timeout, fail saying only that it timed out).
+      // unless every worker's processes keep ending before they are ready (a wrong command, a
+      // missing file): the step fails at once with why, rather than wait out restarts that back
+      // off to 30 s, its worker shown busy all along (or, with a device timeout, fail saying only
+      // that it timed out). See UNREADY_FAIL_FAST.
       if (!this.life?.ready || this.life.endedBecause) {
-        if (this.unready >= UNREADY_FAIL_FAST) throw new Error(`${this.lastFailure} — it ended before it was ready ${this.unready} times in a row (it is started again in the background): check the device's command, args and cwd`);
+        if (this.failingToStart && this.deviceUnready()) throw new Error(`${this.lastFailure} — it ended before it was ready ${this.unready} times in a row (it is started again in the background): check the device's command, args and cwd`);
         await this.untilReady(signal);
       }
       return step();
@@ -388,7 +402,8 @@ export class ProcessDevice implements DeviceRunner {
       log: (line: string) => void process.stderr.write(`${line}\n`),
       ...options,
     };
-    this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`, w));
+    const unready = () => this.workers.every((w) => w.failingToStart);
+    this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`, w, unready));
     for (const w of this.workers) w.start();
   }
 

@@ -105,11 +105,11 @@ export class Runtime<I, P, O, R> {
     if (this.closing) return Promise.reject(new StokerError('E_CANCELLED', `job ${JSON.stringify(spec.id)} not accepted: the runtime is shutting down`));
     return new Promise<R>((resolve, reject) => {
       const existing = this.jobs.get(spec.id);
-      // A resubmit shares the live job's result only where it is the same job: its input too (the other input's result was given).
       if (typeof this.workload.prepare !== 'function' && !this.batchedKinds.has(spec.kind)) {
         reject(new StokerError('E_INVALID_JOB', `job ${JSON.stringify(spec.id)}: kind ${JSON.stringify(spec.kind)} is not prepared in batches (kinds.<name>.prepareBatch: ${[...this.batchedKinds].join(', ')}), and the workload has no prepare(task) for it`));
         return;
       }
+      // A resubmit shares the live job's result only where it is the same job: its input too (the other input's result was given).
       if (existing && !isDeepStrictEqual(existing.input, input)) {
         reject(new StokerError('E_DUPLICATE_JOB', `job ${JSON.stringify(spec.id)} is live with another input: a resubmit shares the live job's result only with the same spec and input — give this job another id`));
         return;
@@ -120,6 +120,11 @@ export class Runtime<I, P, O, R> {
         });
       } catch (e) {
         reject(e as Error);
+        return;
+      }
+      // (The runtime failed within this step — a nested memoryHeld — after the live job was answered.)
+      if (this.failed) {
+        reject(this.failed);
         return;
       }
       // An identical resubmit of a live job: answer this caller together with the first one.

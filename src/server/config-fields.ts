@@ -62,7 +62,7 @@ function positiveOr(word: string, expect: string, fix: string) {
   return z.custom<number | string>((v) => v === word || (typeof v === 'number' && Number.isFinite(v) && v > 0), err(expect, fix)).optional();
 }
 
-function levenshtein(a: string, b: string): number {
+export function levenshtein(a: string, b: string): number {
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const cur = [i];

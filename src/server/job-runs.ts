@@ -40,6 +40,9 @@ export class JobRuns {
   private readonly pending: PendingEnds;
   private journalClosed = false;
 
+  /** Whether the runtime failed (E_RUNTIME_FAILED), said once. */
+  private runtimeFailed = false;
+
   constructor(private readonly p: JobRunsParts) {
     this.pending = new PendingEnds(p.journal, p.endsRecordedElsewhere, p.announce);
   }
@@ -165,8 +168,15 @@ export class JobRuns {
     const code = e instanceof StokerError ? e.code : 'E_INTERNAL';
     const reason = e instanceof Error ? e.message : String(e);
     // A client's cancel is journaled by Service.cancel itself; a shutdown's is not the job's end:
-    // the job stays unfinished and resumes on the next start.
+    // the job stays unfinished and resumes on the next start. Nor is the engine's own failure
+    // (E_RUNTIME_FAILED: a step that threw — a bug, not the job's doing): said once; the jobs stay
+    // unfinished, to resume when the server starts again.
     if (code === 'E_CANCELLED') return;
+    if (code === 'E_RUNTIME_FAILED') {
+      if (!this.runtimeFailed) process.stderr.write(`error: ${reason}; the unfinished jobs are kept in the journal and resume when the server starts again: restart it\n`);
+      this.runtimeFailed = true;
+      return;
+    }
     // The engine names the deadline in its own clock: say it as the client gave it.
     const said = code === 'E_DEADLINE' && job.deadline !== null ? `job ${job.id} missed its deadline ${new Date(job.deadline).toISOString()}` : reason;
     this.end(job.id, { state: 'failed', code, reason: said });

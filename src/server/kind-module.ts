@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { Ajv2020, type ErrorObject } from 'ajv/dist/2020.js';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { kindExports } from '../runtime/threads/protocol.js';
-import { suggest } from './config-fields.js';
+import { levenshtein } from './config-fields.js';
 
 /** A JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -155,6 +155,21 @@ const FUNCTIONS = ['memory', 'buffer', 'partitions', 'prepare', 'prepareBatch', 
 /** Every export a kind module may give (KindModule's fields). */
 const EXPORTS = ['name', 'description', 'input', 'device', ...FUNCTIONS] as const;
 
+/**
+ * The export `key` is a misspelling of, if any: one the module lacks, one edit away (or the same
+ * but for case, `_` and `-`, or a plural), of its type — a function where a function belongs, an
+ * object for `input`, a string for the rest; names under 4 letters are taken for helpers (`fn`,
+ * `buf`, `memo` are not `run`, `buffer`, `memory`).
+ */
+function misspelt(key: string, m: Record<string, unknown>): string | undefined {
+  if (key.length < 4 || (EXPORTS as readonly string[]).includes(key)) return undefined;
+  const norm = (x: string) => x.toLowerCase().replace(/[_-]/g, '');
+  const near = EXPORTS.find((e) => m[e] === undefined && (levenshtein(key, e) <= 1 || norm(key) === norm(e) || key === `${e}s`));
+  if (near === undefined) return undefined;
+  const want = (FUNCTIONS as readonly string[]).includes(near) ? 'function' : near === 'input' ? 'object' : 'string';
+  return typeof m[key] === want ? near : undefined;
+}
+
 const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true });
 
 /**
@@ -178,9 +193,8 @@ export async function loadKind(url: string, shown: string = url, devices: Device
   }
   // A misspelt export is read by nothing: it would change nothing, silently (no finish, no schema).
   for (const key of Object.keys(m)) {
-    if ((EXPORTS as readonly string[]).includes(key)) continue;
-    const near = suggest(key, EXPORTS);
-    if (near !== undefined && m[near] === undefined) throw fail(key, `is not an export stoker reads — did you mean ${near}? (the exports a kind may give: ${EXPORTS.join(', ')})`);
+    const near = misspelt(key, m);
+    if (near !== undefined) throw fail(key, `is not an export stoker reads — did you mean ${near}? (the exports a kind may give: ${EXPORTS.join(', ')})`);
   }
   const name = m['name'];
   if (typeof name !== 'string' || !NAME.test(name)) {

@@ -131,7 +131,7 @@ export class Service {
     const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e));
     const full = { said: 0, at: -Infinity };
     this.pacerTimer = setInterval(() => {
-      const st = this.runtime.engine.pacer.state();
+      const st = this.runtime.status().pacer;
       if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...st });
       measurement.check(st);
       // A full journal refuses submissions (507) and keeps ends in memory: said on stderr, at once and then once a minute while it lasts.
@@ -344,7 +344,7 @@ export class Service {
       config: this.config,
       devices: this.devices,
       jobPartition: (id, p) => this.runs.jobPartition(id, p),
-      pacer: { name: engine.pacer.name, ...engine.pacer.state() },
+      pacer: { name: engine.pacer.name, ...this.runtime.status().pacer },
       budget: { held: engine.budget.held, peak: engine.budget.peak },
       pool: this.pool.stats(),
     });
@@ -377,7 +377,8 @@ export class Service {
 
   /** The pacer's own account of itself: mode, measured rate, interval, terms. */
   pacerState(): PacerState {
-    return this.runtime.engine.pacer.state();
+    // (Through the runtime: one that failed does not ask its pacer again.)
+    return this.runtime.status().pacer;
   }
 
   /** Jobs in the journal by kind and state (for metrics). */

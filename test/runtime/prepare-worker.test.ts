@@ -14,6 +14,9 @@ describe('uncloneable', () => {
       [{ p: Promise.resolve(1) }, 'the prepared value.p (a promise: await it in prepare)'],
       [new Map([['k', Symbol('s')]]), 'the prepared value.get("k") (a symbol)'],
       [new Set([new WeakMap()]), 'the prepared value: a member of the Set (a WeakMap)'],
+      [{ p: new Proxy({}, {}) }, 'the prepared value.p (a Proxy)'],
+      [{ e: new Error('m', { cause: () => 1 }) }, 'the prepared value.e.cause (a function)'],
+      [[new FinalizationRegistry(() => undefined)], 'the prepared value[0] (a FinalizationRegistry)'],
     ];
     for (const [v, where] of cases) {
       expect(uncloneable(v)).toBe(where);

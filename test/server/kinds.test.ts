@@ -253,6 +253,13 @@ describe('bad kind modules are refused at start', () => {
     expect(r.stderr).toMatch(message);
   });
 
+  it('helper exports that only look like a kind export load (memo, buf, fn, devices, a constant runs)', async () => {
+    const module = write('helpers.mjs', `${ok} export function memo() {} export const buf = 1; export const fn = () => 1; export const devices = ["a"]; export const runs = 3;`);
+    const r = await run(['config', 'print', '--kind', module]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+  });
+
   it('a [kinds.NAME] in the config file whose module has another name', async () => {
     write('named.mjs', ok);
     const config = write('stoker.toml', '[kinds.embed]\nmodule = "./named.mjs"\n');

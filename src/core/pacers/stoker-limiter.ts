@@ -362,6 +362,7 @@ export class PrepareLimit {
         this.earlyPreparing = this.floorPreparing;
       }
       this.floor = Infinity;
+      this.floorAtLeast = 0;
       this.filled = false;
       this.overdueSince = NaN;
       return;

@@ -7,6 +7,7 @@ import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { threadId } from 'node:worker_threads';
+import { types } from 'node:util';
 import { BroadcastChannel } from 'node:worker_threads';
 import { moduleLoader, type PrepareItemReply, type PrepareModule, type PrepareReply, type PrepareRequest } from './protocol.js';
 
@@ -61,35 +62,74 @@ function handOff(req: PrepareRequest, meta: unknown, ctx = req.ctx, bufferBytes 
 
 /**
  * Where a prepared value holds something structured clone refuses (a function, a symbol, a
- * promise, a weak collection), its path; null where there is none. The pool posts the reply
- * itself, and a reply that cannot be cloned crashes the thread — failing every preparation on it,
- * other jobs' too — so the value is checked here, and its own preparation fails, saying where.
+ * promise, a proxy, a weak collection), its path; null where there is none. The pool posts the
+ * reply itself, and a reply that cannot be cloned crashes the thread — failing every preparation
+ * on it, other jobs' too — so the value is checked here, and its own preparation fails, saying
+ * where. Primitives and bytes are passed over without a path being built: an array of a million
+ * numbers is checked in milliseconds.
  */
-export function uncloneable(value: unknown, path = 'the prepared value', seen = new Set<object>()): string | null {
-  if (typeof value === 'function') return `${path} (a function)`;
-  if (typeof value === 'symbol') return `${path} (a symbol)`;
-  if (typeof value !== 'object' || value === null || isBytes(value) || seen.has(value)) return null;
-  if (value instanceof Promise) return `${path} (a promise: await it in prepare)`;
-  if (value instanceof WeakMap || value instanceof WeakSet || value instanceof WeakRef) return `${path} (a ${value.constructor.name})`;
-  if (value instanceof Date || value instanceof RegExp || value instanceof Error) return null;
-  seen.add(value);
-  if (value instanceof Map) {
-    for (const [k, v] of value) {
-      const bad = uncloneable(k, `${path}: a key of the Map`, seen) ?? uncloneable(v, `${path}.get(${typeof k === 'string' ? JSON.stringify(k) : '…'})`, seen);
-      if (bad) return bad;
+export function uncloneable(value: unknown, path = 'the prepared value'): string | null {
+  try {
+    const found = refused(value, new Set());
+    return found ? `${path}${found.path.reverse().join('')} (${found.what})` : null;
+  } catch (e) {
+    if (e instanceof RangeError) return `${path} (nested too deeply to be sent: ${e.message})`;
+    throw e;
+  }
+}
+
+/** Whether a value needs no look inside: a primitive structured clone copies as it is. */
+const plain = (x: unknown) => x === null || (typeof x !== 'object' && typeof x !== 'function' && typeof x !== 'symbol');
+
+/** What structured clone refuses in `x` (a member of its parent at `segment`), or null. */
+function member(x: unknown, segment: string, seen: Set<object>): { path: string[]; what: string } | null {
+  const r = refused(x, seen);
+  if (r) r.path.push(segment);
+  return r;
+}
+
+/** What structured clone refuses in `v`, with its path from `v` (segments last first), or null. */
+function refused(v: unknown, seen: Set<object>): { path: string[]; what: string } | null {
+  if (typeof v === 'function') return { path: [], what: 'a function' };
+  if (typeof v === 'symbol') return { path: [], what: 'a symbol' };
+  if (typeof v !== 'object' || v === null) return null;
+  if (types.isProxy(v)) return { path: [], what: 'a Proxy' };
+  if (isBytes(v) || seen.has(v)) return null;
+  if (v instanceof Promise) return { path: [], what: 'a promise: await it in prepare' };
+  if (v instanceof WeakMap || v instanceof WeakSet || v instanceof WeakRef || v instanceof FinalizationRegistry) return { path: [], what: `a ${v.constructor.name}` };
+  if (v instanceof Date || v instanceof RegExp) return null;
+  seen.add(v);
+  if (v instanceof Error) return plain(v.cause) ? null : member(v.cause, '.cause', seen);
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) {
+      const x: unknown = v[i];
+      if (plain(x)) continue;
+      const r = member(x, `[${i}]`, seen);
+      if (r) return r;
     }
     return null;
   }
-  if (value instanceof Set) {
-    for (const v of value) {
-      const bad = uncloneable(v, `${path}: a member of the Set`, seen);
-      if (bad) return bad;
+  if (v instanceof Map) {
+    for (const [k, x] of v) {
+      const r = (plain(k) ? null : member(k, ': a key of the Map', seen)) ?? (plain(x) ? null : member(x, `.get(${typeof k === 'string' ? JSON.stringify(k) : '…'})`, seen));
+      if (r) return r;
     }
     return null;
   }
-  for (const [k, v] of Object.entries(value)) {
-    const bad = uncloneable(v, Array.isArray(value) ? `${path}[${k}]` : `${path}.${k}`, seen);
-    if (bad) return bad;
+  if (v instanceof Set) {
+    for (const x of v) {
+      if (plain(x)) continue;
+      const r = member(x, ': a member of the Set', seen);
+      if (r) return r;
+    }
+    return null;
+  }
+  for (const k in v) {
+    if (!Object.hasOwn(v, k)) continue;
+    const x = (v as Record<string, unknown>)[k];
+    if (plain(x)) continue;
+    const r = member(x, `.${k}`, seen);
+    if (r) return r;
   }
   return null;
 }
