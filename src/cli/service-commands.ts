@@ -126,7 +126,9 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
   if (res.status >= 400) {
     const p = parsed as { title?: string; detail?: string };
     const retry = res.headers.get('retry-after');
-    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${p.detail ?? text}${retry ? ` (retry after ${retry} s)` : ''}`, res.status < 500 ? 2 : 1);
+    const detail = p.detail ?? text;
+    // (The detail may say when to retry itself: then once.)
+    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 ? 2 : 1);
   }
   return { status: res.status, body: parsed };
 }

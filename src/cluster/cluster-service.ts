@@ -384,7 +384,8 @@ export class ClusterService implements ApiService {
     const totals = {
       nodes: nodes.length,
       workers,
-      capacity: nodes.reduce((a, n) => a + (n.capacity ?? 0), 0),
+      // (null while no node has measured its devices yet: 0 read as a cluster that can do nothing.)
+      capacity: nodes.some((n) => n.capacity !== null) ? nodes.reduce((a, n) => a + (n.capacity ?? 0), 0) : null,
       occupancy: workers > 0 ? nodes.reduce((a, n) => a + n.occupancy * n.workers, 0) / workers : null,
       inFlight: nodes.reduce((a, n) => a + n.inFlight, 0),
       jobsHeld: nodes.reduce((a, n) => a + n.jobsHeld, 0),

@@ -7,7 +7,7 @@ import type { JobView } from '../server/api.js';
 import { Journal, type JournalJobInput } from '../server/journal.js';
 import { isFinal } from '../server/progress.js';
 import type { Service } from '../server/service.js';
-import { bullId, BULL_PRIORITY, K, type JobData } from './keys.js';
+import { bullId, BULL_PRIORITY, K, type CancelledRecord, type JobData } from './keys.js';
 import type { ClusterViews } from './views.js';
 
 /** The most accepted jobs one sweep looks at (the oldest first). */
@@ -130,12 +130,23 @@ export class Recovery {
     void this.d.redis.publish(K.addedChannel, j.kind).catch(() => undefined);
   }
 
-  /** After a Redis data loss: the ended jobs this node ran (its journal has their results) readable again from any node. */
+  /**
+   * After a Redis data loss: the ended jobs this node ran (its journal has their results) readable
+   * again from any node — and those it accepted that were cancelled while queued, which no node
+   * ran (only Redis and this node's acceptance record knew them: they read 404 after the loss).
+   */
   private async republish(): Promise<void> {
     for (const v of this.d.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
       if (this.d.closing()) return;
       if (await this.d.views.find(v.id)) continue;
       await this.d.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.d.nodeId }), 'PX', this.d.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.d.ttlMs).zadd(K.resultIndex, Date.now(), v.id).exec();
+    }
+    for (const j of this.d.accepted.list({ limit: 100_000, states: ['cancelled'] })) {
+      if (this.d.closing()) return;
+      if (await this.d.views.find(j.id)) continue;
+      const record: JournalJobInput = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
+      const rec: CancelledRecord = { data: { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() }, cancelledAt: j.finishedAt ?? Date.now() };
+      await this.d.redis.multi().set(K.cancelled(j.id), JSON.stringify(rec), 'PX', this.d.ttlMs).set(K.kindOf(j.id), j.kind, 'PX', this.d.ttlMs).zadd(K.cancelledIndex, rec.cancelledAt, j.id).exec();
     }
   }
 }

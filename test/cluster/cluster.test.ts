@@ -111,7 +111,7 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
   it('one node’s GET /v1/cluster shows every node at work: occupancy (≤ 1), pacer mode, capacity, and the totals', async () => {
     // Long device steps on every node: 12 jobs of 4 partitions, 150 ms each on a device.
     for (let i = 0; i < 12; i++) expect((await http([a, b, c][i % 3]!.url, 'POST', '/v1/jobs', sleepJob(`busy:${i}`, i, 4, { prepareMs: 5, deviceMs: 150 }))).status).toBe(202);
-    type Cluster = { totals: { nodes: number; workers: number; occupancy: number | null; inFlight: number; jobsHeld: number; capacity: number }; nodes: (NodeRow & { pacerMode: string; workers: number })[] };
+    type Cluster = { totals: { nodes: number; workers: number; occupancy: number | null; inFlight: number; jobsHeld: number; capacity: number | null }; nodes: (NodeRow & { pacerMode: string; workers: number; capacity: number | null })[] };
     const seen = await waitUntil(async () => {
       const r = (await http(a.url, 'GET', '/v1/cluster')).body as Cluster;
       return r.nodes.length === 3 && r.nodes.filter((n) => n.occupancy > 0.3).length >= 2 ? r : undefined;
@@ -125,6 +125,9 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
     expect(seen.totals.inFlight).toBe(seen.nodes.reduce((x, n) => x + n.inFlight, 0));
     expect(seen.totals.jobsHeld).toBe(seen.nodes.reduce((x, n) => x + n.jobsHeld, 0));
     expect(seen.totals.occupancy).toBeCloseTo(seen.nodes.reduce((x, n) => x + n.occupancy * n.workers, 0) / seen.totals.workers, 6);
+    // The capacity: the nodes' that have measured theirs, summed; null (not 0) while none has.
+    const measured = seen.nodes.filter((n) => n.capacity !== null);
+    expect(seen.totals.capacity).toBe(measured.length === 0 ? null : measured.reduce((x, n) => x + (n.capacity as number), 0));
     for (let i = 0; i < 12; i++) expect((await http(a.url, 'GET', `/v1/jobs/busy:${i}/result?wait=30s`)).body.state).toBe('done');
   }, 60_000);
 
