@@ -106,6 +106,7 @@ export class ClusterService implements ApiService {
       dataDir: config.dataDir,
       ttlMs: this.ttlMs,
       closing: () => this.closing,
+      log: (line) => void process.stderr.write(`stoker serve: ${line}\n`),
     });
   }
 

@@ -27,6 +27,8 @@ export interface RecoverySources {
   dataDir: string;
   ttlMs: number;
   closing(): boolean;
+  /** Says what a Redis data loss made this node do (a line for the server's log). */
+  log(line: string): void;
 }
 
 /**
@@ -72,20 +74,28 @@ export class Recovery {
     if (this.d.closing() || this.d.redis.status !== 'ready') return;
     await this.d.redis.set(K.epoch, randomUUID(), 'NX');
     const epoch = await this.d.redis.get(K.epoch);
+    // (A node's first sweep ever finds a dataset it has not seen: no loss to tell of.)
+    const lost = epoch !== this.epoch && this.epoch !== null;
+    let republished = 0;
     if (epoch !== this.epoch) {
       await this.d.register();
-      await this.republish();
+      republished = await this.republish();
       this.epoch = epoch;
       this.saveEpoch(epoch);
     }
     const expired = Date.now() - this.d.ttlMs;
+    let requeued = 0;
     for (const j of this.d.accepted.unfinished().slice(0, SWEEP_MAX)) {
       if (this.d.closing()) return;
       const found = await this.d.views.find(j.id);
       if (found && isFinal(found.view.state)) this.acceptedEnded(j.id, found.view);
       else if (!found && j.submittedAt < expired) this.acceptedEnded(j.id, undefined);
-      else if (!found) await this.requeue(j);
+      else if (!found) {
+        await this.requeue(j);
+        requeued++;
+      }
     }
+    if (lost || requeued > 0) this.d.log(`Redis lost jobs${lost ? ' (its data was lost: a new dataset)' : ''}: ${lost ? `registered this node's kinds again, republished ${republished} ended job${republished === 1 ? '' : 's'}, ` : ''}queued again ${requeued} job${requeued === 1 ? '' : 's'} this node accepted`);
     this.d.accepted.purgeFinished(this.d.ttlMs);
   }
 
@@ -135,18 +145,22 @@ export class Recovery {
    * again from any node — and those it accepted that were cancelled while queued, which no node
    * ran (only Redis and this node's acceptance record knew them: they read 404 after the loss).
    */
-  private async republish(): Promise<void> {
+  private async republish(): Promise<number> {
+    let n = 0;
     for (const v of this.d.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
-      if (this.d.closing()) return;
+      if (this.d.closing()) return n;
       if (await this.d.views.find(v.id)) continue;
       await this.d.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.d.nodeId }), 'PX', this.d.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.d.ttlMs).zadd(K.resultIndex, Date.now(), v.id).exec();
+      n++;
     }
     for (const j of this.d.accepted.list({ limit: 100_000, states: ['cancelled'] })) {
-      if (this.d.closing()) return;
+      if (this.d.closing()) return n;
       if (await this.d.views.find(j.id)) continue;
+      n++;
       const record: JournalJobInput = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
       const rec: CancelledRecord = { data: { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() }, cancelledAt: j.finishedAt ?? Date.now() };
       await this.d.redis.multi().set(K.cancelled(j.id), JSON.stringify(rec), 'PX', this.d.ttlMs).set(K.kindOf(j.id), j.kind, 'PX', this.d.ttlMs).zadd(K.cancelledIndex, rec.cancelledAt, j.id).exec();
     }
+    return n;
   }
 }
