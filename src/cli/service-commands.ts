@@ -188,6 +188,8 @@ export async function statusCommand(id: string | undefined, flags: ClientFlags, 
     pacer: { name: string; mode: string; ratePerSec: number | null; intervalMs: number | null };
     devices: { device: number; workers: { state: string }[] }[];
     budget: { usedBytes: number; totalBytes: number | null };
+    /** A cluster node's: the shared queues (the lines above are this node's own). */
+    cluster?: { node: string; queue: Record<string, number>; jobsHeld: number; maxHeld: number };
   };
   const busy = s.devices.flatMap((d) => d.workers).filter((w) => w.state === 'busy').length;
   const workers = s.devices.flatMap((d) => d.workers).length;
@@ -198,8 +200,15 @@ export async function statusCommand(id: string | undefined, flags: ClientFlags, 
       `devices     ${busy}/${workers} workers busy`,
       `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${s.pacer.ratePerSec === null ? '–' : `${s.pacer.ratePerSec.toFixed(2)}/s`}  dispatch ${s.pacer.intervalMs === null || s.pacer.mode === 'idle' ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
       `budget      ${s.budget.usedBytes} bytes of ${s.budget.totalBytes === null ? 'unlimited' : s.budget.totalBytes}`,
+      ...(s.cluster ? [clusterLine(s.cluster)] : []),
     ].join('\n') + '\n',
   );
+}
+
+/** A cluster node's status line: the shared queues of every kind (the other lines are the node's own work). */
+function clusterLine(c: { node: string; queue: Record<string, number>; jobsHeld: number; maxHeld: number }): string {
+  const q = (k: string) => c.queue[k] ?? 0;
+  return `cluster     node ${c.node} holds ${c.jobsHeld} of at most ${c.maxHeld} jobs; the queues: queued ${q('waiting') + q('prioritized') + q('delayed')}, running ${q('active')} (GET /v1/cluster: every node)`;
 }
 
 /** Parses `30s`, `500ms`, `5m`, `1h` or seconds into ms. */

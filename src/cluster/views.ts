@@ -56,7 +56,8 @@ export class ClusterViews {
       record: r,
       state,
       submittedAt: job.data.submittedAt,
-      startedAt: job.processedOn || null,
+      // (A job handed back to the queue — a node's shutdown, a full journal — keeps BullMQ's processedOn: queued is not started.)
+      startedAt: state === 'queued' ? null : job.processedOn || null,
       finishedAt,
       partitionsDone: state === 'done' ? r.partitions : (localView?.partitionsDone ?? 0),
       partitionStates: localView?.partitionStates ?? null,

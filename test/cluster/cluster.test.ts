@@ -1,6 +1,7 @@
+import { execFile } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, removeDir, sleepTotal, startServer, tempDataDir, undocumented, waitUntil, type OpenApiDoc, type ServerProcess } from '../server/helpers.js';
+import { CLI, http, removeDir, sleepTotal, startServer, tempDataDir, undocumented, waitUntil, type OpenApiDoc, type ServerProcess } from '../server/helpers.js';
 import { redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
 
 const bin = redisServerPath();
@@ -106,6 +107,9 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
       expect(n.occupancy).toBeGreaterThanOrEqual(0);
       expect(n.inFlight).toBe(0);
     }
+    // stoker status on a node says it is one, with the shared queues (it showed only its own counts).
+    const status = await new Promise<string>((resolve, reject) => execFile(process.execPath, [CLI, 'status', '--server', a.url], (e, out) => (e ? reject(e) : resolve(out))));
+    expect(status).toMatch(/^cluster {5}node n1 holds 0 of at most \d+ jobs; the queues: queued 0, running 0 \(GET \/v1\/cluster: every node\)$/m);
   }, 30_000);
 
   it('one node’s GET /v1/cluster shows every node at work: occupancy (≤ 1), pacer mode, capacity, and the totals', async () => {
