@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { importOptional } from '../runtime/optional.js';
+import { parseDuration } from '../server/app.js';
 import { configToToml, loadConfig, type DeviceConfig, type ServeConfig } from '../server/config.js';
 import { loadServerKinds, startServer, type RunningServer } from '../server/serve.js';
 import { UsageError, type Io } from './commands.js';
@@ -213,9 +214,9 @@ function clusterLine(c: { node: string; queue: Record<string, number>; jobsHeld:
 
 /** Parses `30s`, `500ms`, `5m`, `1h` or seconds into ms. */
 export function durationMs(text: string, what: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
-  if (!m) throw new UsageError(`${what} must be a duration such as 30s, 500ms, 5m or 1h (got ${JSON.stringify(text)})`);
-  return Number(m[1]) * ({ ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's'] as number);
+  const ms = parseDuration(text);
+  if (Number.isNaN(ms)) throw new UsageError(`${what} must be a duration such as 30s, 500ms, 5m or 1h (got ${JSON.stringify(text)})`);
+  return ms;
 }
 
 /** `stoker wait <id>`: long-polls until the job ends; exit 0 when done, 1 when failed or cancelled, 3 on timeout. */
