@@ -164,7 +164,10 @@ export class ClusterService implements ApiService {
     this.persistence = await persistenceNote(this.redis);
     await this.sub.subscribe(K.cancelChannel, K.addedChannel);
     this.sub.on('message', (ch: string, msg: string) => {
-      if (ch === K.cancelChannel) this.dispatcher.cancelHeld(msg);
+      if (ch === K.cancelChannel) {
+        this.dispatcher.cancelHeld(msg);
+        void this.endAcceptedIfCancelled(msg).catch(() => undefined); // Redis away: the sweep ends it
+      }
       if (ch === K.addedChannel && this.workers.has(msg)) this.dispatcher.wakeUp();
     });
   }
@@ -346,7 +349,11 @@ export class ClusterService implements ApiService {
           .zadd(K.cancelledIndex, rec.cancelledAt, id)
           .zremrangebyscore(K.cancelledIndex, '-inf', rec.cancelledAt - this.ttlMs)
           .exec();
-        return this.views.cancelledView(rec);
+        const cancelled = this.views.cancelledView(rec);
+        this.acceptedCancelled(id, cancelled);
+        // (The node that accepted it, if another, ends its acceptance record as well.)
+        await this.redis.publish(K.cancelChannel, id);
+        return cancelled;
       } catch {
         // A node took it meanwhile: tell the holder.
         await this.redis.del(K.cancelled(id));
@@ -355,6 +362,28 @@ export class ClusterService implements ApiService {
     await this.redis.publish(K.cancelChannel, id);
     const v = await this.wait(id, 10_000);
     return v ?? view;
+  }
+
+  /**
+   * A job cancelled while queued that this node accepted: its acceptance record ends now, not at
+   * the next sweep — a Redis data loss in between had it queued again (the cancel undone).
+   */
+  private acceptedCancelled(id: string, view: JobView): void {
+    const j = this.accepted.get(id);
+    if (!j || isFinal(j.state)) return;
+    try {
+      this.accepted.finish(id, { state: 'cancelled', code: view.error?.code ?? 'E_CANCELLED', reason: view.error?.reason ?? '' });
+    } catch {
+      // A full disk: the sweep ends it once it can write
+    }
+  }
+
+  /** A cancel announced by another node: where it was of a queued job this node accepted, its acceptance record ends (acceptedCancelled). */
+  private async endAcceptedIfCancelled(id: string): Promise<void> {
+    const j = this.accepted.get(id);
+    if (!j || isFinal(j.state)) return;
+    const raw = await this.redis.get(K.cancelled(id));
+    if (raw !== null) this.acceptedCancelled(id, this.views.cancelledView(JSON.parse(raw) as CancelledRecord));
   }
 
   private async statusNow(): Promise<StatusView> {

@@ -192,6 +192,43 @@ describe.skipIf(!bin)('a node killed after Redis lost its data, before it republ
   }, 90_000);
 });
 
+describe.skipIf(!bin)('jobs cancelled while queued, then Redis loses its data at once', () => {
+  const cluster = useCluster({ STOKER_CLUSTER_HEARTBEAT_MS: '300' });
+
+  it('stay cancelled: the accepting node ends its record at the cancel, on it or on another node (it queued them again, to run)', async () => {
+    await cluster.start();
+    const a = await cluster.node('rc-a');
+    const b = await cluster.node('rc-b');
+    // Two long jobs keep each node's own queue non-empty, so neither takes more from Redis's.
+    for (const id of ['rc-long-1', 'rc-long-2']) expect((await http(a.url, 'POST', '/v1/jobs', { id, kind: 'sleep', partitions: 40, input: { seed: 1, prepareMs: 2000, deviceMs: 1 } })).status).toBe(202);
+    await waitUntil(async () => {
+      const held = await Promise.all(['rc-long-1', 'rc-long-2'].map(async (id) => (await http(a.url, 'GET', `/v1/jobs/${id}`)).body.node));
+      return held[0] && held[1] && held[0] !== held[1] ? true : undefined;
+    }, 15_000, 'one long job on each node', 100);
+    // Both accepted by a; one cancelled on a, the other on b (a hears of it on Redis's cancel channel).
+    for (const [id, n] of [['rc-1', a], ['rc-2', b]] as const) {
+      expect((await http(a.url, 'POST', '/v1/jobs', { id, kind: 'sleep', partitions: 2, input: { seed: 2, prepareMs: 1, deviceMs: 1 } })).status).toBe(202);
+      expect((await http(n.url, 'DELETE', `/v1/jobs/${id}`)).status).toBe(200);
+      // Never started: cancelled in the queue.
+      expect((await http(a.url, 'GET', `/v1/jobs/${id}`)).body).toMatchObject({ state: 'cancelled', startedAt: null });
+    }
+    // Redis loses its data well before a's 2 s check of its records would have seen the cancels.
+    await new Promise((r) => setTimeout(r, 300));
+    await cluster.redis.stop();
+    cluster.redis = await startRedis(bin as string, cluster.redis.port);
+    for (const id of ['rc-1', 'rc-2']) {
+      for (const n of [a, b]) {
+        const r = await waitUntil(async () => {
+          const x = await http(n.url, 'GET', `/v1/jobs/${id}`);
+          return x.status === 200 ? x : undefined;
+        }, 20_000, `${id} readable after the loss`, 200);
+        expect(r.body, id).toMatchObject({ id, state: 'cancelled' });
+      }
+    }
+    expect(a.output()).toMatch(/republished [1-9]\d* ended jobs?/);
+  }, 60_000);
+});
+
 describe.skipIf(!bin)('a job taken over by another node', () => {
   const cluster = useCluster({ STOKER_PREPARE_THREADS: '1', STOKER_PREPARE_CONCURRENCY: '1' });
 
