@@ -153,6 +153,13 @@ export interface SimulateFlags {
   html?: string;
 }
 
+/** The steady window (the same for every pacer), and what it means for the runs that ended inside it or for an empty one. */
+function windowLine(w: { fromMs: number; toMs: number }, results: readonly SimResult[]): string {
+  if (!(w.toMs > w.fromMs)) return 'steady window empty (the scenario is too short for a steady state: the steady measures are –)';
+  const sooner = results.filter((r) => r.simulatedMs < w.toMs && r.simulatedMs > w.fromMs);
+  return `steady window ${seconds(w.fromMs)} – ${seconds(w.toMs)}${sooner.length ? ` (measured to the run's end where that came sooner: ${sooner.map((r) => r.pacer).join(', ')})` : ''}`;
+}
+
 export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io): Promise<void> {
   const seed = flags.seed === undefined ? undefined : parseInteger('--seed', flags.seed);
   const scenario = resolveScenario(spec);
@@ -178,12 +185,13 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
     const rows = METRIC_KEYS.map((k) => [k, ...results.map((r) => formatMetric(k, r.metrics[k]))]);
     io.out(formatTable(['metric', ...results.map((r) => r.pacer)], rows));
     const runs = results.map((r) => `${r.pacer} ${r.events} / ${seconds(r.simulatedMs)}`).join(', ');
-    io.out(`\nsteady window ${seconds(first.window.fromMs)} – ${seconds(first.window.toMs)}; events / simulated time: ${runs}\n`);
+    io.out(`\n${windowLine(first.window, results)}; events / simulated time: ${runs}\n`);
     io.out(failureTable(results));
   }
-  // A run the horizon cut short measures only what ran before it: said, whatever the output.
+  // A run cut short measures only what ran before it: said, whatever the output.
   for (const r of results) {
-    if (r.unfinishedJobs > 0) io.err(`warning: ${r.pacer}: ${r.unfinishedJobs} of ${r.jobsSubmitted} jobs unfinished when the horizon (horizonS = ${scenario.horizonS}) ended the run at ${seconds(r.simulatedMs)}; the measures cover only what ran before it (jobs still in flight hold their memory: leakedBytes): raise horizonS\n`);
+    if (r.endedBy === 'horizon') io.err(`warning: ${r.pacer}: ${r.unfinishedJobs} of ${r.jobsSubmitted} jobs unfinished when the horizon (horizonS = ${scenario.horizonS}) ended the run; the measures cover only what ran before it (jobs still in flight hold their memory: leakedBytes): raise horizonS\n`);
+    if (r.endedBy === 'stalled') io.err(`warning: ${r.pacer}: ${r.unfinishedJobs} of ${r.jobsSubmitted} jobs unfinished: the run stalled at ${seconds(r.simulatedMs)}, with nothing more to happen — the pacer dispatched nothing more, or no live device worker runs what was left (a worker lost for good, a kind no device runs); the measures cover only what ran before it\n`);
   }
   if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
   if (flags.trace !== undefined) {

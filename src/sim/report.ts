@@ -35,7 +35,7 @@ const everyMetricListed: [Unlisted] extends [never] ? true : Unlisted = true;
 void everyMetricListed;
 
 /** What report.json and `stoker simulate --json` hold for one run: no wall-clock fields, stable key order. */
-export type ResultRecord = Pick<SimResult, 'scenario' | 'pacer' | 'seed' | 'window' | 'events' | 'simulatedMs' | 'metrics' | 'failures'>;
+export type ResultRecord = Pick<SimResult, 'scenario' | 'pacer' | 'seed' | 'window' | 'events' | 'simulatedMs' | 'metrics' | 'failures' | 'unfinishedJobs' | 'endedBy'>;
 
 /** The metrics with their keys in the contract's order. */
 export function orderedMetrics(m: Metrics): Metrics {
@@ -55,6 +55,8 @@ export function resultRecord(r: SimResult): ResultRecord {
     simulatedMs: r.simulatedMs,
     metrics: orderedMetrics(r.metrics),
     failures: r.failures.map((f) => ({ job: f.job, state: f.state, code: f.code, reason: f.reason })),
+    unfinishedJobs: r.unfinishedJobs,
+    endedBy: r.endedBy,
   };
 }
 

@@ -43,6 +43,12 @@ export interface SimResult {
   /** Jobs submitted, and jobs still unfinished when the run ended (0 unless the horizon cut it short). */
   jobsSubmitted: number;
   unfinishedJobs: number;
+  /**
+   * Why the run ended: every job ended (`done`), the horizon came first (`horizon`), or nothing
+   * more could happen with jobs unfinished (`stalled`: the pacer dispatched nothing more, or no
+   * live device worker runs what was left).
+   */
+  endedBy: 'done' | 'horizon' | 'stalled';
   /** The first preparation start of each job, ms (for the priority scenario). */
   firstStartMs: Record<string, number>;
   series: Series;
@@ -103,6 +109,8 @@ class Simulation {
   private wakeAt = Infinity;
   private now = 0;
   private steps = 0;
+  /** The run ended with an event still to come after the horizon. */
+  private pastHorizon = false;
   /** The capacity now and the work done, read by the recorder at every step. */
   private readonly meters: Meters = { capacity: 0, work: 0 };
   private nextItemId = 0;
@@ -176,6 +184,7 @@ class Simulation {
       failures: this.failures,
       jobsSubmitted: this.jobs.length,
       unfinishedJobs: engine.activeJobs,
+      endedBy: engine.activeJobs === 0 ? 'done' : this.pastHorizon ? 'horizon' : 'stalled',
       // Built when read (few readers; a day has thousands of jobs).
       get firstStartMs() {
         return (firstStart ??= firstStarts(jobs, startedAt));
@@ -195,7 +204,10 @@ class Simulation {
     const scenAt = scen ? scen.e.atS * 1000 : Infinity;
     const topAt = top ? top.time : Infinity;
     const next = Math.min(jobAt, scenAt, topAt, this.wakeAt);
-    if (!(next <= this.horizon)) return false;
+    if (!(next <= this.horizon)) {
+      this.pastHorizon = next !== Infinity;
+      return false;
+    }
     this.now = next;
     if (jobAt === next) {
       this.arrive(job as PlannedJob, this.nextJob++);

@@ -61,7 +61,7 @@ describe('stoker simulate', () => {
     expect(a.out).toBe(b.out);
     expect(a.out.endsWith('}\n')).toBe(true);
     const rec = JSON.parse(a.out) as ResultRecord;
-    expect(Object.keys(rec)).toEqual(['scenario', 'pacer', 'seed', 'window', 'events', 'simulatedMs', 'metrics', 'failures']);
+    expect(Object.keys(rec)).toEqual(['scenario', 'pacer', 'seed', 'window', 'events', 'simulatedMs', 'metrics', 'failures', 'unfinishedJobs', 'endedBy']);
     expect(rec).toMatchObject({ scenario: 'seed', pacer: 'stoker', seed: 1 });
     expect(Object.keys(rec.metrics)).toEqual(CONTRACT);
     expect(rec.metrics.jobsDone).toBe(40);
@@ -103,8 +103,20 @@ describe('stoker simulate', () => {
     const file = tmp.file('short-horizon.json', JSON.stringify({ ...seed, name: 'short-horizon', horizonS: 100 }));
     const r = await run('simulate', file, '--pacer', 'stoker');
     expect(r.code).toBe(0);
-    expect(r.err).toMatch(/^warning: stoker: \d+ of 40 jobs unfinished when the horizon \(horizonS = 100\) ended the run at [\d.]+ s; .*raise horizonS$/m);
+    expect(r.err).toMatch(/^warning: stoker: \d+ of 40 jobs unfinished when the horizon \(horizonS = 100\) ended the run; .*raise horizonS$/m);
     expect((await run('simulate', 'seed', '--pacer', 'stoker')).err).not.toContain('warning');
+  });
+
+  it('says a run stalled (not the horizon) where nothing more could happen with jobs unfinished, and the JSON says why each run ended', async () => {
+    // The only worker is lost for good at 50 s: nothing runs what is left.
+    const file = tmp.file('lost.json', JSON.stringify({ name: 'lost', kinds: { p: { prepare: { type: 'fixed', value: 30 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 3 } }], arrivals: [{ atS: 0, jobs: 5, partitions: 10, kind: 'p' }], events: [{ type: 'workerLost', atS: 50, device: 0, worker: 0 }] }));
+    const r = await run('simulate', file, '--pacer', 'stoker');
+    expect(r.code).toBe(0);
+    expect(r.err).toMatch(/^warning: stoker: 5 of 5 jobs unfinished: the run stalled at [\d.]+ s, with nothing more to happen/m);
+    expect(r.err).not.toContain('horizonS');
+    const json = JSON.parse((await run('simulate', file, '--pacer', 'stoker', '--json')).out) as { endedBy: string; unfinishedJobs: number };
+    expect(json).toMatchObject({ endedBy: 'stalled', unfinishedJobs: 5 });
+    expect(JSON.parse((await run('simulate', 'seed', '--pacer', 'stoker', '--json')).out)).toMatchObject({ endedBy: 'done', unfinishedJobs: 0 });
   });
 
   it('warns of a pacerOptions name none of the pacers run reads (a misspelt option changes nothing)', async () => {
