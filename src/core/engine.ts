@@ -9,6 +9,8 @@ import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd,
 export interface DeviceSpec {
   /** Pipelined workers on this device (≥ 1). */
   workers: number;
+  /** What failure reasons call it (a service config's device name); absent: its index. */
+  name?: string;
   /**
    * The job kinds this device runs; absent: every kind. An item goes only to a device that runs
    * its kind (a waiting item of a busy device's kind does not hold up one for an idle device).
@@ -219,6 +221,8 @@ export class Engine {
   private readonly waitingQ = new KeyHeap<Item>();
   private readonly deadlines = new IndexedHeap<Job>((a, b) => a.spec.deadline < b.spec.deadline || (a.spec.deadline === b.spec.deadline && a.seq < b.seq));
   private readonly workers: Worker[][];
+  /** What failure reasons call each device: its DeviceSpec.name quoted, else its index. */
+  private readonly deviceNames: string[];
   /** Per device, the kinds it runs (null: every kind); null when no device names kinds. */
   private readonly deviceKinds: (ReadonlySet<string> | null)[] | null;
   /** Live jobs by kind (kept only where devices name kinds): which devices have work at all. */
@@ -264,6 +268,7 @@ export class Engine {
         throw new StokerError('E_INVALID_OPTION', `devices[${i}].kinds must be an array of kind names, or absent for every kind`);
       }
       if (d.batch !== undefined) checkBatch(d.batch, `devices[${i}].batch`, '{ maxItems: 16, maxWaitMs: 5 }');
+      if (d.name !== undefined && typeof d.name !== 'string') throw new StokerError('E_INVALID_OPTION', `devices[${i}].name must be a string (what failure reasons call the device), or absent`);
     });
     const kinds = options.kinds ?? {};
     if (typeof kinds !== 'object' || kinds === null || Array.isArray(kinds)) throw new StokerError('E_INVALID_OPTION', 'kinds must be an object of kind name → { prepareBatch }, or absent');
@@ -292,6 +297,7 @@ export class Engine {
     const pacer = options.pacer;
     this.workerLimit = typeof pacer.workerLimit === 'function' ? (d) => pacer.workerLimit?.(d) ?? Infinity : null;
     this.budget = new MemoryBudget(options.budgetBytes ?? Infinity);
+    this.deviceNames = options.devices.map((d, i) => (d.name === undefined ? String(i) : JSON.stringify(d.name)));
     this.workers = options.devices.map((d) => Array.from({ length: d.workers }, () => ({ alive: true, item: null, batch: null })));
     const devices: DeviceCounters[] = options.devices.map((d) => ({
       workers: d.workers,
@@ -516,7 +522,7 @@ export class Engine {
         break;
       case 'deviceFailed': {
         const item = this.current(event.item, event.attempt, 'on-device');
-        if (item && !item.batch) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${item.device}: ${event.reason}`, out);
+        if (item && !item.batch) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[item.device] as string}: ${event.reason}`, out);
         break;
       }
       case 'batchDone':
@@ -805,7 +811,7 @@ export class Engine {
     for (const item of live) {
       const reason = reasons.get(item.id);
       if (reason === undefined || item.batch !== b) continue;
-      this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${b.device}: ${reason}`, out);
+      this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[b.device] as string}: ${reason}`, out);
     }
   }
 
@@ -820,7 +826,7 @@ export class Engine {
     const live = b.items.filter((it) => it.batch === b);
     for (const item of live) {
       if (item.batch !== b) continue; // its job ended with an earlier item's failure
-      if (b.items.length === 1) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${b.device}: ${reason}`, out);
+      if (b.items.length === 1) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[b.device] as string}: ${reason}`, out);
       else {
         item.solo = true;
         this.leaveDevice(item);

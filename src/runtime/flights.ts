@@ -190,7 +190,7 @@ export class Flights<I, P, O, R> {
       this.apply({ type: 'deviceFailed', time: this.clock.now(), item: item.id, attempt, reason });
     };
     if (Number.isFinite(this.deviceTimeoutMs)) {
-      f.timer = this.clock.schedule(() => failed(timeoutReason(this.deviceTimeoutMs)), this.deviceTimeoutMs);
+      f.timer = this.clock.schedule(() => failed(timeoutReason(this.deviceTimeoutMs, worker)), this.deviceTimeoutMs);
     }
     // The device step has consumed the prepared data, or given it up, once run() settles: only then
     // may it be reused — and before the engine hears of it, so the next preparation can reuse it.
@@ -255,7 +255,7 @@ export class Flights<I, P, O, R> {
       for (const e of still) this.land(e.item.id, e.f, new StokerError('E_DEVICE_FAILED', reason));
       if (still.length > 0) this.apply({ type: 'batchFailed', time: this.clock.now(), batch, reason });
     };
-    const timer = Number.isFinite(this.deviceTimeoutMs) ? this.clock.schedule(() => failed(timeoutReason(this.deviceTimeoutMs)), this.deviceTimeoutMs) : undefined;
+    const timer = Number.isFinite(this.deviceTimeoutMs) ? this.clock.schedule(() => failed(timeoutReason(this.deviceTimeoutMs, worker)), this.deviceTimeoutMs) : undefined;
     // As with one item: the prepared data is reusable once the step settles, before the engine hears of it.
     const settle = () => {
       if (timer !== undefined) this.clock.cancel(timer);
@@ -304,9 +304,9 @@ function settled<T>(step: () => T | Promise<T>): Promise<T> {
   return new Promise<T>((resolve) => resolve(step()));
 }
 
-/** Why a device step failed that did not answer in time (named both ways it is set). */
-function timeoutReason(ms: number): string {
-  return `no answer within the device timeout, ${ms} ms (the runtime's deviceTimeoutMs; engine.deviceTimeoutS in a service config)`;
+/** Why a device step failed that did not answer in time: the worker, and the timeout (named both ways it is set). */
+function timeoutReason(ms: number, worker: number): string {
+  return `worker ${worker}: no answer within the device timeout, ${ms} ms (the runtime's deviceTimeoutMs; engine.deviceTimeoutS in a service config)`;
 }
 
 /** An error's message, or the thrown value as a string. */

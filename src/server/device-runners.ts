@@ -26,6 +26,7 @@ export function engineDevices(devices: readonly ServiceDevice[], kinds: Readonly
   const several = devices.length > 1;
   return devices.map(({ name, config: d }) => ({
     workers: d.workers,
+    name,
     ...(several ? { kinds: [...kinds.values()].filter((k) => k.device === name).map((k) => k.name) } : {}),
     ...(d.batch ? { batch: { maxItems: d.batch.maxItems, maxWaitMs: d.batch.maxWaitMs } } : {}),
   }));

@@ -676,6 +676,16 @@ describe('Engine: failures', () => {
     expect(r.finishes()).toEqual([{ jobId: 'x', state: 'failed', code: 'E_PREPARE_FAILED' }]);
   });
 
+  it('a failure reason names the device by DeviceSpec.name where it has one (a config names devices; their indexes are nowhere in it)', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1, name: 'gpu-a' }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
+    r.submit(0, job('n', 1));
+    r.prepared(1, 'n:0');
+    const n0 = r.item('n:0');
+    const fin = ofType(r.apply({ type: 'deviceFailed', time: 2, item: n0.id, attempt: n0.attempt, reason: 'ECC error' }), 'finishJob');
+    expect(fin[0]!.reason).toBe('job n: partition 0 failed on device "gpu-a": ECC error');
+    expect(() => new Engine({ devices: [{ workers: 1, name: 3 as unknown as string }], pacer: createUnpacedPacer() })).toThrow(/devices\[0\]\.name must be a string/);
+  });
+
   it('deviceFailed fails the job once, aborts the rest and releases all of its memory', () => {
     const r = staged();
     const x0 = r.item('x:0');

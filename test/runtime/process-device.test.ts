@@ -94,7 +94,7 @@ describe('a Python process device (python/stoker_worker.py)', () => {
     const { rt, log } = setup({ command: 'python3', args: [PY] }, { retries: 1, deviceTimeoutMs: 1500 });
     const e = await failure(rt.submit(spec('h1'), { mode: 'hang' }));
     expect(e.code).toBe('E_DEVICE_FAILED');
-    expect(e.message).toMatch(/no answer within the device timeout, 1500 ms \(the runtime's deviceTimeoutMs; engine.deviceTimeoutS in a service config\)/);
+    expect(e.message).toMatch(/failed on device 0: worker \d: no answer within the device timeout, 1500 ms \(the runtime's deviceTimeoutMs; engine.deviceTimeoutS in a service config\)/);
     // Ended, started again, and healthy.
     expect(log.join('\n')).toMatch(/the step was withdrawn/);
     await expect(rt.submit(spec('h2'), { mode: 'ok' })).resolves.toHaveLength(1);

@@ -58,7 +58,7 @@ describe('a thread device with [device.batch]', () => {
     expect(outs.map((o) => [o.p, o.partition, o.job])).toEqual(Array.from({ length: 12 }, (_, i) => [i, i, 'g']));
     expect(Math.max(...outs.map((o) => o.size))).toBeGreaterThan(1);
     const bad = await http(server.url, 'GET', '/v1/jobs/b/result?wait=30s');
-    expect(bad.body).toMatchObject({ state: 'failed', error: { code: 'E_DEVICE_FAILED', reason: expect.stringMatching(/partition 1 failed on device 0: bad partition 1 \(after 2 attempts\)/) } });
+    expect(bad.body).toMatchObject({ state: 'failed', error: { code: 'E_DEVICE_FAILED', reason: expect.stringMatching(/partition 1 failed on device "default": bad partition 1 \(after 2 attempts\)/) } });
     // The status says how the batches ran (the dashboard shows their mean size).
     const status = await http(server.url, 'GET', '/v1/status');
     expect(status.body.devices[0].batch.maxItems).toBe(4);
