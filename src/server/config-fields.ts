@@ -307,7 +307,7 @@ const DEVICE = table<DeviceConfig>()({
 /** `[prepare]`: the CPU preparation pool. */
 const PREPARE = table<PrepareConfig>()({
   threads: { schema: int(1, undefined, 'an integer ≥ 1', `use e.g. ${defaultThreads()} (this machine's cores − 1)`), default: defaultThreads, shown: 'cores − 1', doc: 'preparation threads (≥ 1)' },
-  concurrency: { schema: int(1, undefined, 'an integer ≥ 1', 'use e.g. 64'), default: 64, doc: 'preparations one thread runs at once (≥ 1)' },
+  concurrency: { schema: int(1, undefined, 'an integer ≥ 1', 'use e.g. 64'), default: 64, doc: 'preparations one thread runs at once (≥ 1): more than 1 helps a prepare that awaits; one that computes synchronously wants 1 (more only queue inside the thread)' },
 });
 
 /** `[cluster]`: cluster mode (BullMQ on Redis). */
