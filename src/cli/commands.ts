@@ -134,8 +134,8 @@ function distinctPacers(results: SimResult[]): SimResult[] {
 }
 
 /** Writes a timeline as Chrome trace JSON (the format Perfetto opens); `now` ends spans still running. */
-export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, io: Io): void {
-  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title, now });
+export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, budgetBytes: number | undefined, io: Io): void {
+  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title, now, ...(budgetBytes === undefined ? {} : { budgetBytes }) });
   writeOutputFile('--trace', file, `${JSON.stringify(trace)}\n`, io);
 }
 
@@ -199,7 +199,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
       flags.trace,
       results.map((r) => r.pacer),
     );
-    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, io));
+    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, scenario.budgetBytes, io));
   }
   if (flags.html !== undefined) {
     const title = `stoker simulate ${scenario.name}: ${results.map((r) => r.pacer).join(' vs ')}`;

@@ -85,6 +85,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--scenario-out <file>', 'write the scenario planned on (the fitted one, from a trace) as JSON')
     .option('--html <file>', 'also write a self-contained HTML page: the fit, the frontier table, charts of every setting by peak memory (throughput, p99 latency), the recommendation')
     .option('--threads <n>', 'worker threads for the sweep (default: every core)')
+    .option('--budget-bytes <n>', "the machine's memory, bytes: no setting goes over it (default: the scenario's budget, or the one the traced run had)")
     .action(async (spec: string | undefined, flags: PlanFlags) => {
       const { planCommand } = await import('./plan-command.js');
       await planCommand(spec, flags, io);

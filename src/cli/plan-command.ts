@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { createPacer, PACER_NAMES } from '../core/index.js';
-import { fitRun, PlanError, type FitReport } from '../plan/fit.js';
+import { fitRun, NO_BUDGET_NOTE, PlanError, type FitReport } from '../plan/fit.js';
 import { sweep } from '../plan/parallel.js';
 import { applySetting, close, configLines, frontier, planGrid, recommend, settle, type PlanRow } from '../plan/sweep.js';
 import { resolveScenario } from '../sim/load-scenario.js';
@@ -27,6 +27,8 @@ export interface PlanFlags {
   server?: string;
   since?: string;
   tokenFile?: string;
+  /** The machine's memory, bytes: the budget no setting may go over (in place of the scenario's, or the one the trace recorded). */
+  budgetBytes?: string;
 }
 
 /** `stoker plan <scenario | trace.json>` or `stoker plan --server URL`: fit (from a trace), sweep, frontier, recommendation. */
@@ -45,7 +47,13 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   // Output files are checked before anything runs (a sweep can take minutes).
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
   if (flags.scenarioOut !== undefined) checkOutputFile('--scenario-out', flags.scenarioOut);
-  const { scenario, fit } = spec === undefined ? await fromServer(flags) : load(spec);
+  const budgetBytes = flags.budgetBytes === undefined ? undefined : Number(flags.budgetBytes);
+  if (budgetBytes !== undefined && !(Number.isSafeInteger(budgetBytes) && budgetBytes > 0)) throw new UsageError(`--budget-bytes must be a whole number of bytes > 0, e.g. 412316860416 for 384 GiB (got ${flags.budgetBytes})`);
+  const loaded = spec === undefined ? await fromServer(flags) : load(spec);
+  const { fit } = loaded;
+  // The machine's memory given: the budget no setting goes over (the fit's note that none was recorded no longer applies).
+  const scenario = budgetBytes === undefined ? loaded.scenario : { ...loaded.scenario, budgetBytes };
+  if (budgetBytes !== undefined && fit) fit.notes = fit.notes.filter((n) => !n.startsWith(NO_BUDGET_NOTE));
   if (flags.scenarioOut !== undefined) {
     writeOutputFile('--scenario-out', flags.scenarioOut, `${JSON.stringify(scenario, null, 2)}\n`, io);
   }

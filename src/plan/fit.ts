@@ -13,6 +13,8 @@ export interface RecordedRun {
   lanes: readonly TimelineLane[];
   spans: readonly TimelineSpan[];
   jobs: readonly TimelineJob[];
+  /** The run's memory budget, bytes (the machine's memory: no setting may go over it); null or absent: none recorded. */
+  budgetBytes?: number | null;
 }
 
 /** How one stage's time grows with concurrency: per level, the samples and their median (seconds). */
@@ -43,6 +45,9 @@ export interface FitReport {
   devices: { device: number; workers: number; service: StageFit }[];
   notes: string[];
 }
+
+/** How the fit's note that the run recorded no memory budget begins. */
+export const NO_BUDGET_NOTE = 'the run recorded no memory budget';
 
 export class PlanError extends Error {
   override readonly name = 'PlanError';
@@ -136,7 +141,9 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       .filter((j) => j.kind in scenarioKinds)
       .sort((a, b) => a.t - b.t)
       .map((j) => ({ atS: (j.t - t0) / 1000, jobs: 1, partitions: j.partitions, kind: j.kind, priority: j.priority })),
+    ...(run.budgetBytes ? { budgetBytes: run.budgetBytes } : {}),
   };
+  if (!run.budgetBytes) notes.push(`${NO_BUDGET_NOTE}: the plan may recommend more memory than the machine has (stoker plan --budget-bytes gives it)`);
   const fit: FitReport = { jobs: run.jobs.length, partitions: run.jobs.reduce((n, j) => n + j.partitions, 0), spanS: (end - t0) / 1000, kinds, devices: deviceFits, notes };
   return { scenario, fit };
 }

@@ -39,6 +39,8 @@ export interface ChromeTraceInput {
   now: number;
   /** Subtracted from every time (ms), so the trace starts near 0. @default the earliest time */
   originMs?: number;
+  /** The run's memory budget, bytes (recorded for `stoker plan`: the machine's memory); absent or Infinity: none. */
+  budgetBytes?: number;
 }
 
 const PID = 1;
@@ -86,15 +88,17 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
     events.push({ name: 'inventory', ph: 'C', pid: PID, tid: 0, ts, args: { inventory: x.inventory } });
     events.push({ name: 'memory bytes', ph: 'C', pid: PID, tid: 0, ts, args: { reserved: x.budgetUsedBytes, idlePooled: x.budgetHeldBytes } });
   }
-  return { traceEvents: events, displayTimeUnit: 'ms', otherData: { generator: 'stoker', originMs: String(origin) } };
+  const otherData: Record<string, string> = { generator: 'stoker', originMs: String(origin) };
+  if (input.budgetBytes !== undefined && Number.isFinite(input.budgetBytes)) otherData['budgetBytes'] = String(input.budgetBytes);
+  return { traceEvents: events, displayTimeUnit: 'ms', otherData };
 }
 
 /**
  * A Chrome trace written by {@link toChromeTrace} read back: its lanes (from the track names), its
- * spans and its jobs, in ms from the trace's start. Throws an Error naming what is wrong when the
- * JSON is not such a trace.
+ * spans and its jobs, in ms from the trace's start, and the run's memory budget (null: none
+ * recorded). Throws an Error naming what is wrong when the JSON is not such a trace.
  */
-export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[] } {
+export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[]; budgetBytes: number | null } {
   const events = (raw as { traceEvents?: unknown } | null)?.traceEvents;
   if (!Array.isArray(events)) throw new Error('not a Chrome trace: it has no traceEvents array (write one with stoker demo --trace, stoker simulate --trace or stoker trace export)');
   const lanes: TimelineLane[] = [];
@@ -127,5 +131,6 @@ export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: T
       jobs.push({ t: num(e.ts, 'a job\'s ts') / 1000, id: String(a['id']), kind: String(a['kind']), partitions: num(a['partitions'], 'a job\'s partitions'), priority, prepareBytes: num(a['prepareBytes'] ?? 0, 'a job\'s prepareBytes'), deviceBytes: num(a['deviceBytes'] ?? 0, 'a job\'s deviceBytes') });
     }
   }
-  return { lanes, spans, jobs };
+  const budget = Number((raw as { otherData?: { budgetBytes?: unknown } }).otherData?.budgetBytes);
+  return { lanes, spans, jobs, budgetBytes: Number.isFinite(budget) && budget > 0 ? budget : null };
 }

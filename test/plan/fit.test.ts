@@ -75,6 +75,19 @@ describe('fitting a scenario from a recorded run', () => {
     expect(viaTrace.jobs).toBe(direct.jobs);
   });
 
+  it('keeps the run’s memory budget, the machine’s memory, from its trace (a plan had swept budgets past it), and notes where none was recorded', () => {
+    const { run } = recorded();
+    const traced = (budgetBytes?: number) => fromChromeTrace(JSON.parse(JSON.stringify(toChromeTrace({ lanes: run.lanes, spans: run.spans, samples: [], jobs: run.jobs, title: 't', now: 0, ...(budgetBytes === undefined ? {} : { budgetBytes }) }))));
+    const withBudget = fitRun(traced(512 * MiB));
+    expect(withBudget.scenario.budgetBytes).toBe(512 * MiB);
+    expect(withBudget.fit.notes.join('\n')).not.toMatch(/no memory budget/);
+    for (const none of [undefined, Infinity]) {
+      const without = fitRun(traced(none));
+      expect(without.scenario.budgetBytes).toBeUndefined();
+      expect(without.fit.notes).toContainEqual(expect.stringMatching(/^the run recorded no memory budget: .*stoker plan --budget-bytes/));
+    }
+  });
+
   it('refuses a run too short to fit, or one without job records, saying what to do', () => {
     const { run } = recorded();
     const short = { ...run, spans: run.spans.slice(0, 8) };
