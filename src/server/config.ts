@@ -4,7 +4,8 @@ import { fileURLToPath } from 'node:url';
 import { parse, stringify, TomlError } from 'smol-toml';
 import { z } from 'zod';
 import { optionsRead, PACERS, unreadOptions } from '../core/index.js';
-import { batchTable, dataDirSchema, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, suggest, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
+import { batchTable, dataDirSchema, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
+import { suggest } from '../core/suggest.js';
 import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, HttpDeviceConfig, PrepareConfig, ProcessDeviceConfig, ServeConfig, ServerConfig } from './config-types.js';
 
 export { CONFIG_DOC } from './config-fields.js';

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { suggest } from '../core/suggest.js';
 import { PRIORITIES } from '../core/index.js';
 import type { Rng } from './random.js';
 
@@ -168,6 +169,22 @@ function pathOf(path: readonly PropertyKey[]): string {
   return out || '(root)';
 }
 
+let names: string[] | undefined;
+/** Every field name a scenario has, at any depth (from the schema: what a misspelt one is held against). */
+function fieldNames(): string[] {
+  if (names) return names;
+  const found = new Set<string>();
+  const walk = (o: unknown): void => {
+    if (Array.isArray(o)) return o.forEach(walk);
+    if (o === null || typeof o !== 'object') return;
+    const props = (o as { properties?: unknown }).properties;
+    if (props !== null && typeof props === 'object') for (const k of Object.keys(props)) found.add(k);
+    for (const v of Object.values(o)) walk(v);
+  };
+  walk(z.toJSONSchema(ScenarioSchema, { unrepresentable: 'any', io: 'input' }));
+  return (names = [...found]);
+}
+
 /**
  * One schema issue as lines naming the field. An arrival that fits neither form is judged by the
  * form it is closest to (`poisson` present: a Poisson stream, else a batch), naming its own wrong
@@ -182,7 +199,7 @@ function issueLines(i: z.core.$ZodIssue, input: unknown, prefix: readonly Proper
   }
   const msg =
     i.code === 'unrecognized_keys'
-      ? `unknown field(s) ${i.keys.map((k) => JSON.stringify(k)).join(', ')}: remove them or check the spelling`
+      ? `unknown field(s) ${i.keys.map((k) => { const near = suggest(k, fieldNames()); return `${JSON.stringify(k)}${near ? ` (did you mean ${JSON.stringify(near)}?)` : ''}`; }).join(', ')}: remove them or check the spelling`
       : i.code === 'invalid_type' && / received undefined$/.test(i.message)
         ? `missing: this field is required (${i.expected})`
         : i.message;
@@ -217,7 +234,7 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
   }
   const deviceCount = s.devices.reduce((n, d) => n + d.count, 0);
   s.events.forEach((e, i) => {
-    if (e.type !== 'cancel' && e.device !== undefined && e.device >= deviceCount) problems.push(`  events[${i}].device: there are ${deviceCount} devices (0 … ${deviceCount - 1})`);
+    if (e.type !== 'cancel' && e.device !== undefined && e.device >= deviceCount) problems.push(`  events[${i}].device: ${deviceCount === 1 ? 'there is 1 device (0)' : `there are ${deviceCount} devices (0 … ${deviceCount - 1})`}`);
     if ((e.type === 'workerLost' || e.type === 'workerReturned') && e.device < deviceCount) {
       const workers = deviceWorkers(s)[e.device] ?? 0;
       if (e.worker >= workers) problems.push(`  events[${i}].worker: device ${e.device} has ${workers} workers (0 … ${workers - 1})`);
