@@ -646,6 +646,10 @@ export class Engine {
     s.prepareCompletions++;
     s.prepareLatencyMsTotal += latency;
     s.prepareLatencySqTotal += latency * latency;
+    const kc = item.job.kc;
+    kc.prepareCompletions++;
+    kc.prepareLatencyMsTotal += latency;
+    kc.prepareLatencySqTotal += latency * latency;
     // The mean number preparing while it ran (itself included: it leaves preparing below; those
     // preparing now where it took no time).
     const ran = this.now - item.startedAt;
@@ -1046,6 +1050,9 @@ export class Engine {
         preparing: 0,
         waiting: 0,
         onDevice: 0,
+        prepareCompletions: 0,
+        prepareLatencyMsTotal: 0,
+        prepareLatencySqTotal: 0,
         completions: new Array<number>(n).fill(0),
         busyMs: new Array<number>(n).fill(0),
         ...(this.batching ? { deviceBatches: { batches: new Array<number>(n).fill(0), items: new Array<number>(n).fill(0) } } : {}),

@@ -49,6 +49,10 @@ export interface KindCounters {
   preparing: number;
   waiting: number;
   onDevice: number;
+  /** This kind's preparations completed so far, the sum of their latencies (ms) and of their squares (ms²): {@link PacerSnapshot}'s, for the kind alone. */
+  prepareCompletions: number;
+  prepareLatencyMsTotal: number;
+  prepareLatencySqTotal: number;
   /** Per device (by index): this kind's completions there, and the device time measured for them, ms. */
   readonly completions: number[];
   readonly busyMs: number[];

@@ -359,6 +359,13 @@ describe('Engine: counters per kind', () => {
       [0, 1, 1],
       [1, 0, 1],
     ]);
+    // Each kind's own preparations: counted, their latencies (9 ms each, from 1) summed, as the snapshot's are.
+    expect(s.kinds.map((k) => [k.prepareCompletions, k.prepareLatencyMsTotal, k.prepareLatencySqTotal])).toEqual([
+      [2, 18, 162],
+      [1, 9, 81],
+    ]);
+    expect(s.prepareCompletions).toBe(3);
+    expect(s.prepareLatencyMsTotal).toBe(27);
     r.done(30, 'a:0', 20);
     r.done(50, 'b:0', 40);
     expect(s.kinds[0]).toMatchObject({ preparing: 0, waiting: 0, onDevice: 1, completions: [1, 0], busyMs: [20, 0] });

@@ -572,7 +572,7 @@ describe('stoker pacer: service-time estimate', () => {
 });
 
 describe('stoker pacer: kinds on the device', () => {
-  const kindCounters = (name: string, completions: number, busyMs: number, inFlight = 0) => ({ name, devices: [0], preparing: inFlight, waiting: 0, onDevice: 0, completions: [completions], busyMs: [busyMs] });
+  const kindCounters = (name: string, completions: number, busyMs: number, inFlight = 0) => ({ name, devices: [0], preparing: inFlight, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions: [completions], busyMs: [busyMs] });
 
   it('estimates each kind’s service time on its own: blocks of heavy and light items do not drag one estimate between them', () => {
     const p = createPacer('stoker', { targetWaiting: 2 });

@@ -117,7 +117,7 @@ describe('completionsOf and busyOf', () => {
   });
 
   it("read kind k's own counters on device d when it lists kinds", () => {
-    const kind = (name: string, completions: number[], busyMs: number[]): KindCounters => ({ name, devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, completions, busyMs });
+    const kind = (name: string, completions: number[], busyMs: number[]): KindCounters => ({ name, devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions, busyMs });
     const s = snapshot({ devices, kinds: [kind('a', [1, 2], [10, 20]), kind('b', [3, 4], [30, 40])] });
     expect(completionsOf(s, 1, 0)).toBe(3);
     expect(completionsOf(s, 0, 1)).toBe(2);
@@ -326,7 +326,7 @@ class CheckRig {
 
   constructor(workers: number, serviceMs: number[], over: Partial<DeviceEstimate> = {}) {
     const kinds: KindCounters[] =
-      serviceMs.length > 1 ? serviceMs.map((_, k) => ({ name: `k${k}`, devices: [0], preparing: 0, waiting: 0, onDevice: 0, completions: [0], busyMs: [0] })) : [];
+      serviceMs.length > 1 ? serviceMs.map((_, k) => ({ name: `k${k}`, devices: [0], preparing: 0, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions: [0], busyMs: [0] })) : [];
     this.s = snapshot({ workers, waiting: 5, devices: [{ workers, busy: workers, completions: 0, busyMs: 0 }], kinds });
     this.d = estimate({ services: serviceMs.map((ms) => newService(0, 0, ms)), ...over });
   }

@@ -300,7 +300,7 @@ describe('stoker pacer: the plan', () => {
 });
 
 describe('stoker pacer: kinds sharing devices', () => {
-  const kind = (name: string, devices: number[], completions: number[], busyMs: number[]) => ({ name, devices, preparing: 0, waiting: 0, onDevice: 0, completions, busyMs });
+  const kind = (name: string, devices: number[], completions: number[], busyMs: number[]) => ({ name, devices, preparing: 0, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions, busyMs });
 
   it('a kind unmeasured on a device borrows its time on the others, else the device’s other kinds, else all that was measured', () => {
     // Device 0 measured a at 100 ms, device 1 measured b at 400 ms; c is measured nowhere.
@@ -362,7 +362,7 @@ describe('stoker pacer: its options and priors', () => {
     none.observe(snapshot({ now: 0, backlog: 1, devices }));
     expect(none.state().mode).toBe('bootstrap');
     // Kind b has its own prior on device 0 (50 ms); a has none and takes the device's.
-    const kinds = (['a', 'b'] as const).map((name) => ({ name, devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, completions: [0, 0], busyMs: [0, 0] }));
+    const kinds = (['a', 'b'] as const).map((name) => ({ name, devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions: [0, 0], busyMs: [0, 0] }));
     const byKind = createStokerPacer({ priorServiceMs: 1000, priorDeviceServiceMs: [0, 100], priorKindServiceMs: { b: [50, 0] } });
     byKind.observe(snapshot({ now: 0, backlog: 1, nextKind: 0, devices, kinds }));
     expect(byKind.state().kinds).toEqual([
@@ -501,7 +501,7 @@ describe('stoker pacer: batching devices, skewed devices, worker limits', () => 
     const cost = { a: (n: number) => 1 + n, b: (n: number) => 3 + 2 * n };
     const count = { a: { n: 0, items: 0, busy: 0 }, b: { n: 0, items: 0, busy: 0 } };
     const snap = (now: number) => {
-      const kinds = (['a', 'b'] as const).map((name) => ({ name, devices: [0], preparing: 0, waiting: 0, onDevice: 0, completions: [count[name].items], busyMs: [count[name].busy], deviceBatches: { batches: [count[name].n], items: [count[name].items] } }));
+      const kinds = (['a', 'b'] as const).map((name) => ({ name, devices: [0], preparing: 0, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions: [count[name].items], busyMs: [count[name].busy], deviceBatches: { batches: [count[name].n], items: [count[name].items] } }));
       const all = { n: count.a.n + count.b.n, items: count.a.items + count.b.items, busy: count.a.busy + count.b.busy };
       return snapshot({ now, backlog: 10, nextKind: 0, devices: [{ workers: 2, busy: 2, completions: all.items, busyMs: all.busy, batch: { maxItems: 4, batches: all.n, items: all.items } }], kinds });
     };
@@ -651,7 +651,7 @@ describe('stoker pacer: batching devices, skewed devices, worker limits', () => 
 });
 
 describe('stoker pacer: the plan across kinds, exactly', () => {
-  const kindAt = (name: string, completions: number, busyMs: number, preparing = 0) => ({ name, devices: [0], preparing, waiting: 0, onDevice: 0, completions: [completions], busyMs: [busyMs] });
+  const kindAt = (name: string, completions: number, busyMs: number, preparing = 0) => ({ name, devices: [0], preparing, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions: [completions], busyMs: [busyMs] });
 
   it('counts an item of another kind in flight as λ ÷ λ_k items of the kind planned in', () => {
     // heavy 400 ms (λ 5/s), light 100 ms (20/s), 2 workers, planned in heavy. 20 light items in

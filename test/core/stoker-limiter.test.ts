@@ -43,7 +43,7 @@ interface Obs {
   kinds?: { preparing: number; done: number }[];
 }
 
-const kindsOf = (kinds: { preparing: number; done: number }[]) => kinds.map((k, i) => ({ name: String.fromCharCode(97 + i), devices: [0], preparing: k.preparing, waiting: 0, onDevice: 0, completions: [k.done], busyMs: [0] }));
+const kindsOf = (kinds: { preparing: number; done: number }[]) => kinds.map((k, i) => ({ name: String.fromCharCode(97 + i), devices: [0], preparing: k.preparing, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions: [k.done], busyMs: [0] }));
 
 function observe(l: PrepareLimit, o: Obs): number {
   const preparing = o.preparing ?? 80;

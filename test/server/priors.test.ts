@@ -24,8 +24,8 @@ describe('the priors file', () => {
     expect(readPriors(dir)).toBeUndefined();
     // Two kinds on the default device: 3 × 40 ms and 1 × 280 ms.
     const kinds = [
-      { name: 'small', devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, completions: [3, 0], busyMs: [120, 0] },
-      { name: 'big', devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, completions: [1, 0], busyMs: [280, 0] },
+      { name: 'small', devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions: [3, 0], busyMs: [120, 0] },
+      { name: 'big', devices: [0, 1], preparing: 0, waiting: 0, onDevice: 0, prepareCompletions: 0, prepareLatencyMsTotal: 0, prepareLatencySqTotal: 0, completions: [1, 0], busyMs: [280, 0] },
     ];
     const s = snapshot({ devices: [{ workers: 2, busy: 0, completions: 4, busyMs: 400 }, { workers: 1, busy: 0, completions: 0, busyMs: 0 }], kinds, prepareCompletions: 2, prepareLatencyMsTotal: 600, prepareLatencySqTotal: 100 ** 2 + 500 ** 2 });
     const p = measuredPriors(s, ['default', 'gpu'], { devices: { gpu: { serviceMs: 7 } }, kinds: { big: { gpu: { serviceMs: 9 } } }, prepareLimit: 40, savedAt: '' }, 25);

@@ -16,6 +16,8 @@
  *   the slope (≥ 95 % of the best fixed cap over the second half of the steady window).
  * - a steep knee (prep-knee's stages, (n / 24)²): the limiter takes over before the first fill
  *   reaches the memory budget (≥ 93 % of the best fixed cap over the window's second half).
+ * - two kinds 3 × apart in alternating blocks past a knee: the caps are measured in each kind's
+ *   own latency (≥ 0.6 of the best fixed cap; the mix's latencies read the blocks, not the caps).
  * - heavy-tailed preparation latencies (lognormal σ 1) and no contention: the limiter lets go of
  *   the caps it takes on the quick ones' floor (≥ 0.8 of unpaced's throughput on average).
  * - remembered rates: a burst on a pacer started from priors (what a restarted server remembers)
@@ -328,6 +330,27 @@ describe('preparation contention: a steep knee', () => {
     expect(Math.min(...ratios)).toBeGreaterThanOrEqual(0.9);
     expect(Math.max(...late.map((r) => r.peak))).toBeLessThanOrEqual(1.25 * 24);
     expect(mean(whole.map((r) => r.perSec / best))).toBeGreaterThanOrEqual(0.7);
+  });
+});
+
+describe('preparation contention: two kinds in alternating blocks', () => {
+  it('past a knee of 8, a quick kind (15–25 s) and a slow one (45–75 s) in turn: each cap is measured in each kind’s own latency (≥ 0.6 of the best fixed cap over 10 seeds; 0.46 with the latencies of the mix)', () => {
+    const contention = Array.from({ length: 400 }, (_, i) => Math.max(1, ((i + 1) / 8) ** 1.5));
+    const memory = { prepareBytes: 2 ** 30, deviceBytes: 2 ** 28 };
+    const s = parseScenario({
+      name: 'mixed-knee',
+      kinds: { quick: { prepare: { type: 'uniform', min: 15, max: 25 }, contention, memory }, slow: { prepare: { type: 'uniform', min: 45, max: 75 }, contention, memory } },
+      devices: [{ workers: 2, service: { type: 'fixed', value: 1 } }],
+      arrivals: Array.from({ length: 12 }, (_, b) => ({ atS: b * 400, jobs: 6, partitions: 10, kind: b % 2 === 0 ? 'quick' : 'slow', everyS: 20 })),
+    });
+    const capped = (cap: number) => mean(SEEDS.map((seed) => throughput2({ ...s, maxPreparing: cap }, 'unpaced', seed)));
+    const best = Math.max(...[6, 8, 10].map(capped));
+    const stoker = SEEDS.map((seed) => throughput2(s, 'stoker', seed) / best);
+    const unpaced = mean(SEEDS.map((seed) => throughput2(s, 'unpaced', seed))) / best;
+    console.log(`mixed kinds past a knee: stoker ${mean(stoker).toFixed(3)} of the best fixed cap (min ${Math.min(...stoker).toFixed(3)}), unpaced ${unpaced.toFixed(3)}`);
+    expect(mean(stoker)).toBeGreaterThanOrEqual(0.6);
+    expect(Math.min(...stoker)).toBeGreaterThanOrEqual(0.55);
+    expect(unpaced).toBeLessThan(0.2);
   });
 });
 

@@ -66,6 +66,18 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * with the caps above is clear already (NOISE_Z of its standard errors short of the line): under
  * the knee the moves up, each a preparation or two at a small cap, pay far more than EPS_UP.
  *
+ * Kinds' units: where kinds prepare for different times, the latency of a mix is no measure of a
+ * cap — a cap timed on a block of a quick kind would read as finishing more than one timed on a
+ * slow kind, whatever the contention. Each preparation's latency counts in its own kind's unit
+ * (the snapshot's per-kind totals): a kind's unit is its mean latency in the first measurement
+ * that timed it, divided by the level (the mean latency in units) of the kinds with a unit in
+ * that same measurement (1 when none has one yet), so that every unit is a latency at one
+ * contention. A cap's throughput is then the mean number preparing ÷ the mean latency in units;
+ * with one kind, the same comparisons as in milliseconds. Two kinds (15–25 s and 45–75 s) in
+ * alternating blocks past a knee of 8: the climb down's steps read the blocks, not the caps,
+ * and stoker finished 0.032 of the devices' capacity over 10 seeds; 0.047 in units (gradient
+ * 0.048, unpaced 0.010, the best fixed cap 0.070).
+ *
  * It lets go when a measurement finds the devices fed STARVED × λ or more (preparation is not the
  * bottleneck then), and after two moves up in a row, to where it took over, that each finish GAIN
  * of the proportional gain more: that was no contention (a slower preparation, say); and when its
@@ -253,6 +265,15 @@ export interface PrepareLimiter {
   preparingMs: number;
   latencyMs: number;
   latencySqMs: number;
+  /** Per kind (snapshot order), its preparations completed and their latency total and sum of squares when the timed turnovers began. */
+  kindMarks: readonly KindMark[];
+}
+
+/** A kind's preparation counters at a moment. */
+interface KindMark {
+  done: number;
+  latencyMs: number;
+  latencySqMs: number;
 }
 
 /** A cap's throughput (items/ms) and its relative standard error. */
@@ -317,6 +338,8 @@ export class PrepareLimit {
   private firstAt = NaN;
   /** Per kind (snapshot order): whether its preparations had been measured when the floor or the lowest latency was set (in this busy period or an earlier one). */
   private known: boolean[] = [];
+  /** Per kind (snapshot order): the latency its timed preparations are measured in (the header's kinds' units); undefined until one was timed. */
+  private readonly units: (number | undefined)[] = [];
   /** The latest QUICK_SAMPLES preparation latencies (one per observation: the mean of those that finished), ms; how many were pushed; and the snapshot's totals at the last. */
   private readonly recent = new Float64Array(QUICK_SAMPLES).fill(Infinity);
   private readonly recentAt = new Float64Array(QUICK_SAMPLES);
@@ -338,7 +361,7 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      this.state = { cap, engagedAt: cap, floorMs: NaN, floorPreparing: NaN, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 };
+      this.state = { cap, engagedAt: cap, floorMs: NaN, floorPreparing: NaN, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] };
       this.cap = cap;
     }
   }
@@ -454,7 +477,7 @@ export class PrepareLimit {
       }
       // What would finish as much as now at the floor latency (Little's law, with that latency), at most half.
       const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, floor / latencyNow)));
-      this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0 }, cap, s);
+      this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] }, cap, s);
       return;
     }
     // Within the cap: the first turnover starts; after it, the next ones are timed.
@@ -484,16 +507,20 @@ export class PrepareLimit {
     // noisy than counting completions in a window, whose phase the cap change has bunched); its
     // relative standard error that of the mean latency (the spread of the timed latencies).
     const meanLatency = (s.prepareLatencyMsTotal - lim.latencyMs) / n;
-    const varLatency = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / n - meanLatency * meanLatency);
-    const se = meanLatency > 0 ? Math.sqrt(varLatency / (n - 1)) / meanLatency : 0;
     // The floor proved wrong before the measurement ends: slower by LATENCY_UP with NOISE_Z
     // standard errors to spare (a cap of a few with preparations of a minute takes minutes to time).
     if (n < timed) {
-      if (meanLatency * (1 - NOISE_Z * se) >= LATENCY_UP * lim.floorMs) this.floorWrong(meanLatency);
+      const varLatency = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / n - meanLatency * meanLatency);
+      const seLatency = meanLatency > 0 ? Math.sqrt(varLatency / (n - 1)) / meanLatency : 0;
+      if (meanLatency * (1 - NOISE_Z * seLatency) >= LATENCY_UP * lim.floorMs) this.floorWrong(meanLatency);
       return;
     }
     const meanPreparing = (s.preparingMsTotal - lim.preparingMs) / Math.max(1, s.now - lim.turnedAt);
-    const x = meanPreparing / meanLatency;
+    // What the caps are compared by: the throughput with each preparation counted in its own
+    // kind's latency (the header's kinds' units), and its relative standard error; what the devices are fed, in items.
+    const { mean: slowdown, se } = this.slowdown(lim, s, meanLatency);
+    const x = meanPreparing / slowdown;
+    const items = meanPreparing / meanLatency;
     // Timed on while its standard error is over SE_MAX, unless what it is compared with is
     // already clear: NOISE_Z of its standard errors do not reach the line (above the best, EPS_UP
     // more; below it, as much as the caps above with both at SE_MAX). The best's own measurements
@@ -518,7 +545,7 @@ export class PrepareLimit {
     // The devices fed STARVED × λ or more over the measurement: preparation is not what limits
     // them (at its last instant their smoothed occupancy says less: a few preparations that
     // finish together fill them for a moment).
-    if (!(x < STARVED * p.lambda)) {
+    if (!(items < STARVED * p.lambda)) {
       this.letGo();
       return;
     }
@@ -660,6 +687,54 @@ export class PrepareLimit {
     lim.preparingMs = s.preparingMsTotal;
     lim.latencyMs = s.prepareLatencyMsTotal;
     lim.latencySqMs = s.prepareLatencySqTotal;
+    lim.kindMarks = s.kinds.map((k) => ({ done: k.prepareCompletions, latencyMs: k.prepareLatencyMsTotal, latencySqMs: k.prepareLatencySqTotal }));
+  }
+  /**
+   * The timed preparations' mean latency in units of each kind's own (the header's kinds' units), and its
+   * relative standard error; the kinds first timed now get their unit.
+   */
+  private slowdown(lim: PrepareLimiter, s: ReadonlySnapshot, meanLatency: number): { mean: number; se: number } {
+    const d = s.kinds.map((k, i) => {
+      const m = lim.kindMarks[i] ?? { done: 0, latencyMs: 0, latencySqMs: 0 };
+      return { n: k.prepareCompletions - m.done, sum: k.prepareLatencyMsTotal - m.latencyMs, sq: k.prepareLatencySqTotal - m.latencySqMs };
+    });
+    // Kinds that do not account for every timed preparation (a snapshot made by hand): the latencies as they are.
+    const timed = s.prepareCompletions - lim.mark;
+    if (d.reduce((a, x) => a + x.n, 0) !== timed) {
+      const variance = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / timed - meanLatency * meanLatency);
+      return { mean: meanLatency, se: meanLatency > 0 ? Math.sqrt(variance / (timed - 1)) / meanLatency : 0 };
+    }
+    // The kinds with a unit set the level; a kind new to the measurements gets the unit that puts it there (1 where none has one yet).
+    let n = 0;
+    let sum = 0;
+    for (let k = 0; k < d.length; k++) {
+      const u = this.units[k];
+      const x = d[k] as { n: number; sum: number };
+      if (u !== undefined && x.n > 0) {
+        n += x.n;
+        sum += x.sum / u;
+      }
+    }
+    const level = n > 0 ? sum / n : 1;
+    for (let k = 0; k < d.length; k++) {
+      const x = d[k] as { n: number; sum: number };
+      if (this.units[k] === undefined && x.n > 0 && x.sum > 0) this.units[k] = x.sum / x.n / level;
+    }
+    n = 0;
+    sum = 0;
+    let sq = 0;
+    for (let k = 0; k < d.length; k++) {
+      const u = this.units[k];
+      const x = d[k] as { n: number; sum: number; sq: number };
+      if (u === undefined || x.n <= 0) continue;
+      n += x.n;
+      sum += x.sum / u;
+      sq += x.sq / (u * u);
+    }
+    if (n === 0) return { mean: 0, se: 0 };
+    const mean = sum / n;
+    const variance = Math.max(0, sq / n - mean * mean);
+    return { mean, se: mean > 0 && n > 1 ? Math.sqrt(variance / (n - 1)) / mean : 0 };
   }
   /** The floor proved wrong by a cap that measured `latencyMs`: it lets go, and the floor stays at least that for the busy period. */
   private floorWrong(latencyMs: number): void {
