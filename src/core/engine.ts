@@ -3,7 +3,7 @@ import { StokerError } from './errors.js';
 import { IndexedHeap, type HeapNode } from './heap.js';
 import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot, ReadonlySnapshot } from './pacer.js';
 import { NumberMap } from './number-map.js';
-import { KeyHeap, MAX_PARTITIONS, type KeyedNode } from './queue.js';
+import { KeyHeap, keyLess, MAX_PARTITIONS, type KeyedNode } from './queue.js';
 import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
 
 export interface DeviceSpec {
@@ -1161,7 +1161,10 @@ export class Engine {
       s.nextKind = head.job.kindIndex;
       if (s.preparingSteps >= this.maxPreparing) return Infinity;
       const at = this.pacer.nextDispatchAt(s);
-      if (!(at <= this.now)) return Number.isNaN(at) ? Infinity : at;
+      if (!(at <= this.now)) {
+        if (this.deviceKinds && this.feedStarved(head, out)) continue;
+        return Number.isNaN(at) ? Infinity : at;
+      }
       const spec = this.prepByKind[head.job.kindIndex] ?? null;
       if (spec) {
         const batch = this.collectPrepBatch(head, spec);
@@ -1193,14 +1196,58 @@ export class Engine {
   }
 
   /**
-   * Takes an item, the backlog's top, off the backlog (still queued until it starts); the job's
-   * frontier leaving it makes the job's next partition take its place, which is then the top (the
-   * job's other queued items, requeued ones, sort before the frontier): one short sift.
+   * The pacer holds the head of the queue back; where devices run named kinds, one that the
+   * head's kind does not run may sit idle with nothing of its kinds preparing or waiting — the
+   * queue's order alone keeps its work back (a 30 ms job for an idle HTTP device waited 5 s behind
+   * 50 partitions for a busy process device). Such a device gets the first queued item of its
+   * kinds, as the budget allows (a kind prepared in batches waits its turn): one for each idle
+   * worker that has nothing of its kinds on the way, so past the pacer go at most as many
+   * preparations as those devices have workers. Returns whether it dispatched one.
+   */
+  private feedStarved(head: Item, out: Command[]): boolean {
+    const s = this.counters;
+    const dk = this.deviceKinds as readonly (ReadonlySet<string> | null)[];
+    const headKind = head.job.spec.kind;
+    for (let d = 0; d < dk.length; d++) {
+      const kinds = dk[d];
+      const c = s.devices[d] as DeviceCounters;
+      if (!kinds || kinds.has(headKind) || c.busy >= c.workers) continue;
+      let coming = false;
+      for (const name of kinds) {
+        const k = this.kindIndexes.get(name);
+        const kc = k === undefined ? undefined : s.kinds[k];
+        if (kc && kc.preparing + kc.waiting > 0) coming = true;
+      }
+      if (coming) continue;
+      let best: Item | undefined;
+      for (const item of this.backlog.values()) if (kinds.has(item.job.spec.kind) && !this.prepByKind[item.job.kindIndex] && (!best || keyLess(item, best))) best = item;
+      if (!best || !this.budget.tryReserve(best.job.reservation)) continue;
+      s.nextKind = best.job.kindIndex;
+      this.take(best);
+      this.startPreparing(best);
+      s.preparingSteps++;
+      out.push({ type: 'startPrepare', item: best, attempt: best.attempt });
+      this.pacer.onDispatch(s);
+      return true;
+    }
+    return false;
+  }
+
+  /**
+   * Takes an item off the backlog (still queued until it starts); the job's frontier leaving it
+   * makes the job's next partition take its place — for the top, in one short sift (the job's
+   * other queued items, requeued ones, sort before the frontier).
    */
   private take(item: Item): void {
     const job = item.job;
-    if (item.partition === job.next - 1 && job.next < job.spec.partitions) this.backlog.replaceTop(this.makeNext(job));
-    else this.backlog.pop();
+    const frontier = item.partition === job.next - 1 && job.next < job.spec.partitions;
+    if (item === this.backlog.peek()) {
+      if (frontier) this.backlog.replaceTop(this.makeNext(job));
+      else this.backlog.pop();
+      return;
+    }
+    this.backlog.remove(item);
+    if (frontier) this.backlog.push(this.makeNext(job));
   }
 
   /** An item taken off the backlog, its memory granted, starts preparation (a new attempt). */

@@ -330,6 +330,33 @@ describe('Engine: the pacer’s observeAgainAt', () => {
   });
 });
 
+describe('Engine: a device of named kinds that the queue order starves', () => {
+  it('gets the first queued item of its kinds while the pacer holds the head back — for an idle worker, and none while one of its kinds is coming', () => {
+    const gate = new GatePacer();
+    gate.openAt = Infinity;
+    const r = new Run(engine({ devices: [{ workers: 1, kinds: ['proof'] }, { workers: 2, kinds: ['caption'] }], pacer: gate }));
+    r.submit(0, job('p', 5, { kind: 'proof' }));
+    // The head (proof) is held back, and device 1 has nothing: the caption job's first partition starts.
+    const out = r.submit(1, job('c', 3, { kind: 'caption', priority: 'low' }));
+    expect(ofType(out, 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['c:0']);
+    expect(r.e.snapshot.kinds.map((k) => [k.name, k.preparing])).toEqual([
+      ['proof', 0],
+      ['caption', 1],
+    ]);
+    // Prepared, it runs on device 1, whose second worker is then idle with nothing coming: the next one.
+    const more = r.prepared(2, 'c:0');
+    expect(ofType(more, 'startDevice').map((c) => [`${c.item.jobId}:${c.item.partition}`, c.device])).toEqual([['c:0', 1]]);
+    expect(ofType(more, 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['c:1']);
+    // Both workers busy: nothing more passes the gate; one done, it is idle with nothing coming again.
+    expect(ofType(r.prepared(3, 'c:1'), 'startPrepare')).toEqual([]);
+    expect(ofType(r.done(5, 'c:0'), 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['c:2']);
+    // While c:2 prepares, the idle worker has one coming: nothing more.
+    expect(ofType(r.done(6, 'c:1'), 'startPrepare')).toEqual([]);
+    // The held-back kind's own device never gets an item past the gate.
+    expect(r.e.snapshot.kinds[0]?.preparing).toBe(0);
+  });
+});
+
 describe('Engine: counters per kind', () => {
   it('counts each kind’s items by stage and its device time per device, and names the next kind to dispatch', () => {
     const gate = new GatePacer();
@@ -359,13 +386,14 @@ describe('Engine: counters per kind', () => {
       [0, 1, 1],
       [1, 0, 1],
     ]);
-    // Each kind's own preparations: counted, their latencies (9 ms each, from 1) summed, as the snapshot's are.
+    // Each kind's own preparations: counted, their latencies summed, as the snapshot's are (a's 9 ms
+    // each, from 1; b:0's 10 ms: device 1, idle with nothing of big coming, took it at 0 past the gate).
     expect(s.kinds.map((k) => [k.prepareCompletions, k.prepareLatencyMsTotal, k.prepareLatencySqTotal])).toEqual([
       [2, 18, 162],
-      [1, 9, 81],
+      [1, 10, 100],
     ]);
     expect(s.prepareCompletions).toBe(3);
-    expect(s.prepareLatencyMsTotal).toBe(27);
+    expect(s.prepareLatencyMsTotal).toBe(28);
     r.done(30, 'a:0', 20);
     r.done(50, 'b:0', 40);
     expect(s.kinds[0]).toMatchObject({ preparing: 0, waiting: 0, onDevice: 1, completions: [1, 0], busyMs: [20, 0] });
