@@ -99,7 +99,23 @@ export class Intake {
   private admission(raw: unknown): { record: JournalJobInput } | { answer: Submitted } {
     if (this.p.closing()) throw shuttingDown();
     const { record, explicitId } = parseSubmission(raw, this.p.kinds);
+    this.refuseOversize(record);
     return this.admit(record, explicitId);
+  }
+
+  /**
+   * A partition that needs more than the whole memory budget can never start: refused (400, naming
+   * the input and engine.budgetBytes) rather than accepted and failed at once with E_OVERSIZE.
+   */
+  private refuseOversize(record: JournalJobInput): void {
+    const kind = this.p.kinds.get(record.kind);
+    const budget = this.p.engine.budget.totalBytes;
+    if (!kind || !Number.isFinite(budget)) return;
+    const { prepareBytes, deviceBytes } = kind.memory(record.input);
+    const need = Math.max(prepareBytes, deviceBytes);
+    if (need > budget) {
+      throw invalid([{ path: 'input', message: `each partition of this input needs ${need} bytes (kind ${record.kind}'s memory(input): the larger of prepareBytes ${prepareBytes} and deviceBytes ${deviceBytes}), more than the whole memory budget, engine.budgetBytes = ${budget}: raise engine.budgetBytes, or submit smaller partitions` }]);
+    }
   }
 
   /** The checks of a parsed submission: an existing job's answer (or 409), a past deadline, too many partitions or jobs pending. */

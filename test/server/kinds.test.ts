@@ -190,6 +190,21 @@ it("a prepared value that cannot be sent fails its own job only, not another job
   }
 });
 
+it('a job whose partitions need more than the whole memory budget is refused at submit (400 naming the input and engine.budgetBytes), not accepted and failed', async () => {
+  // The probe kind's partitions need max(1000, 10) bytes; the budget is 999.
+  const dir = tempDataDir();
+  const s = await startServer(dir, ['--kind', PROBE], { STOKER_ENGINE_BUDGET_BYTES: '999' });
+  try {
+    const r = await http(s.url, 'POST', '/v1/jobs', { id: 'big', kind: 'probe', input: { items: 1 } });
+    expect(r.status).toBe(400);
+    expect(r.body.errors).toEqual([{ path: 'input', message: expect.stringMatching(/^each partition of this input needs 1000 bytes .*more than the whole memory budget, engine\.budgetBytes = 999: raise engine\.budgetBytes, or submit smaller partitions$/) }]);
+    expect((await http(s.url, 'GET', '/v1/jobs/big')).status).toBe(404);
+  } finally {
+    await s.stop();
+    removeDir(dir);
+  }
+});
+
 it('a journaled job whose kind module is no longer given fails on resume with E_UNKNOWN_KIND; the others resume', async () => {
   const dir = tempDataDir();
   try {
