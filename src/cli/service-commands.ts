@@ -105,7 +105,7 @@ function authHeader(flags: ClientFlags): Record<string, string> {
 
 /** One request to a running server (its token from the flags); throws a ClientError when it cannot be reached. */
 export async function call(flags: ClientFlags, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
-  const url = new URL(path, flags.server.endsWith('/') ? flags.server : `${flags.server}/`);
+  const url = new URL(path, serverUrl(flags.server));
   let res: Response;
   try {
     res = await fetch(url, { method, headers: { ...authHeader(flags), ...(body === undefined ? {} : { 'content-type': 'application/json' }) }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
@@ -125,16 +125,33 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     // not JSON: keep the text
   }
   if (res.status >= 400) {
-    const p = parsed as { title?: string; detail?: string };
+    const p = (typeof parsed === 'object' && parsed !== null ? parsed : {}) as { title?: string; detail?: string };
     const retry = res.headers.get('retry-after');
-    const detail = p.detail ?? text;
-    // (The detail may say when to retry itself: then once.)
-    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 ? 2 : 1);
+    // Not a stoker answer (an HTML page from something else on that port): its first line, not the whole page.
+    const detail = typeof p.detail === 'string' ? p.detail : notStoker(text, flags.server);
+    // (The detail may say when to retry itself: then once.) A 429 is "later", as a 5xx: exit 1.
+    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 && res.status !== 429 ? 2 : 1);
   }
   return { status: res.status, body: parsed };
 }
 
 const show = (io: Io, v: unknown) => io.out(`${JSON.stringify(v, null, 2)}\n`);
+
+/** The server's base URL (with a trailing slash); one that is not a URL is a usage error naming --server. */
+function serverUrl(server: string): URL {
+  try {
+    return new URL(server.endsWith('/') ? server : `${server}/`);
+  } catch {
+    throw new UsageError(`--server must be the server's URL, e.g. http://127.0.0.1:8080 (got ${JSON.stringify(server)}; or set STOKER_SERVER)`);
+  }
+}
+
+/** What a reply that is not a stoker problem body says: an HTML page's title, else its first line (at most 200 characters), and that it may not be stoker. */
+function notStoker(text: string, server: string): string {
+  const title = /<title[^>]*>([^<]*)<\/title>/i.exec(text)?.[1]?.trim();
+  const line = title || (text.replace(/<[^>]*>/g, ' ').split('\n').map((l) => l.replace(/\s+/g, ' ').trim()).find((l) => l.length > 0) ?? '(empty)');
+  return `${line.length > 200 ? `${line.slice(0, 200)}…` : line} (not a stoker answer: is ${server} a stoker server?)`;
+}
 
 export interface SubmitFlags extends ClientFlags {
   kind: string;
@@ -155,7 +172,7 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
     try {
       input = JSON.parse(text) as unknown;
     } catch (e) {
-      throw new UsageError(`--input must be JSON, e.g. '{"prepareMs": 100}': ${(e as Error).message}`);
+      throw new UsageError(`${flags.inputFile !== undefined ? `--input-file ${flags.inputFile}` : '--input'} must be JSON, e.g. '{"prepareMs": 100}': ${(e as Error).message}`);
     }
   }
   const deadline = flags.deadline === undefined ? undefined : /^\d+$/.test(flags.deadline) ? Number(flags.deadline) : flags.deadline;
@@ -277,7 +294,7 @@ export function progressLine(e: Required<Pick<ProgressEvent, 'state' | 'partitio
  * the whole picture, so nothing is missed).
  */
 async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: number): Promise<{ state: string } | undefined> {
-  const url = new URL(`v1/jobs/${encodeURIComponent(id)}/events`, flags.server.endsWith('/') ? flags.server : `${flags.server}/`);
+  const url = new URL(`v1/jobs/${encodeURIComponent(id)}/events`, serverUrl(flags.server));
   const tty = io.errIsTTY === true;
   let lastLine = '';
   while (Date.now() < deadline) {

@@ -4,8 +4,11 @@
  * metrics from a fresh start, and a graceful shutdown with resume.
  */
 import { execFile } from 'node:child_process';
+import fs from 'node:fs';
 import { createServer } from 'node:http';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/cluster/redis-server.js';
@@ -726,6 +729,38 @@ describe('stoker serve (shared server)', () => {
       expect(missing.code).toBe(2);
       expect(missing.stderr).toContain('partitions: partitions must be a whole number from 1 to');
       expect(missing.stderr).toContain('kind sleep does not derive it from its input');
+    });
+
+    it('a --server that is not a URL, a bad --input-file, a server that is not stoker and a 429: each named, each with its exit code', async () => {
+      const bad = await cli(['status', '--server', 'notaurl']);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toBe('error: --server must be the server\'s URL, e.g. http://127.0.0.1:8080 (got "notaurl"; or set STOKER_SERVER)\n');
+      const file = path.join(os.tmpdir(), `stoker-input-${process.pid}.toml`);
+      fs.writeFileSync(file, 'prepareMs = 1\n');
+      try {
+        const toml = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1', '--input-file', file]);
+        expect(toml.code).toBe(2);
+        expect(toml.stderr).toMatch(new RegExp(`^error: --input-file ${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} must be JSON`));
+      } finally {
+        fs.rmSync(file, { force: true });
+      }
+      // Something else on the port: an HTML page (its first line, not the page), or 429 Too Many Requests (later: exit 1).
+      const fake = createServer((req, res) => {
+        if (req.url?.includes('busy')) return res.writeHead(429, { 'content-type': 'application/problem+json', 'retry-after': '7' }).end(JSON.stringify({ title: 'Too many pending jobs', detail: '10000 jobs are pending' }));
+        res.writeHead(404, { 'content-type': 'text/html' }).end(`<!DOCTYPE html>\n<html><head><title>Not here</title></head><body>${'<p>filler</p>'.repeat(500)}</body></html>`);
+      });
+      await new Promise<void>((r) => fake.listen(0, '127.0.0.1', r));
+      const base = `http://127.0.0.1:${(fake.address() as net.AddressInfo).port}`;
+      try {
+        const html = await cli(['status', '--server', base]);
+        expect(html.code).toBe(2);
+        expect(html.stderr).toMatch(/^error: 404 Not Found: Not here \(not a stoker answer: is http:\/\/127\.0\.0\.1:\d+ a stoker server\?\)\n$/);
+        const busy = await cli(['status', '--server', base, 'busy']);
+        expect(busy.code).toBe(1);
+        expect(busy.stderr).toBe('error: 429 Too many pending jobs: 10000 jobs are pending (retry after 7 s)\n');
+      } finally {
+        await new Promise((r) => fake.close(r));
+      }
     });
 
     it("wait long-polls for the time left, in ms, capped at 60 s: no busy loop in the last second", async () => {
