@@ -31,6 +31,7 @@ export async function startClusterServer(config: ServeConfig): Promise<RunningSe
   const local = await openLocal(config);
   let accepted: Journal;
   try {
+    await local.devicesStarted();
     accepted = Journal.open(path.join(config.dataDir, 'accepted'));
   } catch (e) {
     await local.close(0);

@@ -109,6 +109,16 @@ class WorkerProcess {
     return this.unready >= UNREADY_FAIL_FAST;
   }
 
+  /** Whether a process of this worker has said ready and is not being ended. */
+  get isReady(): boolean {
+    return this.life?.ready === true && !this.life.endedBecause;
+  }
+
+  /** Why its last process ended ('' while none has). */
+  get failure(): string {
+    return this.lastFailure;
+  }
+
   start(): void {
     if (this.closed || this.life || this.restartTimer) return;
     // A new process: the failure messages quote its own stderr only.
@@ -405,6 +415,21 @@ export class ProcessDevice implements DeviceRunner {
     const unready = () => this.workers.every((w) => w.failingToStart);
     this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`, w, unready));
     for (const w of this.workers) w.start();
+  }
+
+  /**
+   * Resolves once a worker's process is ready (undefined), or with why they fail where every
+   * worker's processes keep ending before they are ready (a wrong command, args or cwd: seconds
+   * at most, as they end at once), or undefined after `timeoutMs` (slow to start, not failing).
+   */
+  async started(timeoutMs: number): Promise<string | undefined> {
+    const until = performance.now() + timeoutMs;
+    while (performance.now() < until) {
+      if (this.workers.some((w) => w.isReady)) return undefined;
+      if (this.workers.every((w) => w.failingToStart)) return (this.workers[0] as WorkerProcess).failure;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    return undefined;
   }
 
   run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {

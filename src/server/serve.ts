@@ -89,6 +89,7 @@ export async function startServer(config: ServeConfig): Promise<RunningServer> {
   let app: FastifyInstance;
   let address: string;
   try {
+    await service.devicesStarted();
     app = buildApp(service);
     address = await listen(app, config);
   } catch (e) {

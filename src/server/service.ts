@@ -3,12 +3,13 @@ import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { TimelineRecorder, type Engine, type PacerState } from '../core/index.js';
 import { BufferPool } from '../runtime/buffer-pool.js';
+import { ProcessDevice } from '../runtime/process-device.js';
 import { Runtime } from '../runtime/runtime.js';
 import { StageThreads, type DeviceRunner } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
 import { toChromeTrace, type ChromeTrace } from '../report/chrome-trace.js';
 import type { JobView, StatusView, TimelineView } from './api.js';
-import { deviceType, type ServeConfig } from './config.js';
+import { ConfigError, deviceType, type ServeConfig } from './config.js';
 import { deviceHandoffs, deviceRunner, engineDevices, serviceDevices, type ServiceDevice } from './device-runners.js';
 import { jobFinished, notFound } from './errors.js';
 import { EventLog, type Replay } from './event-log.js';
@@ -75,6 +76,8 @@ export class Service {
   onPartitionOutput: ((jobId: string, partition: number, output: unknown) => void) | undefined;
   /** The devices by index, as the engine numbers them: [device] ("default"), then each [devices.NAME]. */
   private readonly devices: ServiceDevice[];
+  /** Where each device's steps run (by device index). */
+  private readonly runners: DeviceRunner[];
   /** Per device, a process device's handoff files: this server's own folder, emptied at start and at close. */
   private readonly handoffs: (Handoff | undefined)[];
   private readonly purgeTimer: NodeJS.Timeout;
@@ -107,6 +110,7 @@ export class Service {
       pool: this.pool,
     });
     const runners = this.devices.map(({ name, config: d }) => deviceRunner(name, d, threads));
+    this.runners = runners;
     this.metrics = new ServiceMetrics(this);
     const router = this.routerOver(threads, runners);
     // The pacer starts from what the config says, else from what the last run measured.
@@ -401,6 +405,21 @@ export class Service {
    * (their outputs are journaled), leaves every unfinished job in the journal to resume on the
    * next start, answers every waiter, closes the threads and the journal.
    */
+  /**
+   * Waits (up to `timeoutMs`: a device slow to start is not held against it) until each process
+   * device has a process ready; one whose processes all keep ending before they are ready (a
+   * wrong command, args or cwd: they end at once) is a ConfigError naming its command — at
+   * start, not at the first job's first step.
+   */
+  async devicesStarted(timeoutMs = 5000): Promise<void> {
+    const why = await Promise.all(this.runners.map((r) => (r instanceof ProcessDevice ? r.started(timeoutMs) : undefined)));
+    const issues = this.devices.flatMap(({ name }, i) => {
+      const w = why[i];
+      return w === undefined ? [] : [{ source: 'configuration', path: `${name === 'default' ? 'device' : `devices.${name}`}.process.command`, message: `its processes end before they are ready (${w}): check the command, args and cwd` }];
+    });
+    if (issues.length > 0) throw new ConfigError(issues);
+  }
+
   async close(timeoutMs = this.config.server.shutdownTimeoutS * 1000, beforeJournalCloses?: () => Promise<void>): Promise<void> {
     if (this.closing) return;
     this.closing = true;

@@ -170,6 +170,19 @@ describe('a process device in the server', () => {
     expect(r.stderr).toMatch(/device\.process\.handoffDir: cannot use .*not-a-folder\/stoker-handoff-[0-9a-f]{16} for handoff files: .* — give a memory-backed folder/);
   });
 
+  it('a process device whose processes end before they are ready (a script that is not there) stops the start with exit 2 naming its command', async () => {
+    const file = path.join(dir, 'broken.toml');
+    fs.writeFileSync(file, `[device]\nworkers = 2\n[device.process]\ncommand = "python3"\nargs = [${JSON.stringify(path.join(dir, 'no-such-device.py'))}]\n`);
+    const r = await new Promise<{ code: number; stderr: string }>((resolve) =>
+      execFile(process.execPath, [CLI, 'serve', '--config', file, '--port', '0', '--data', path.join(dir, 'd3'), '--kind', path.join(ROOT, 'test/fixtures/kinds/remote-kind.mjs')], { timeout: 30_000 }, (err, _out, stderr) =>
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }),
+      ),
+    );
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^error: configuration: device\.process\.command: its processes end before they are ready \(default\/0 \(python3\): it exited \(code 2\); its last stderr: .*no-such-device\.py.*\): check the command, args and cwd$/m);
+    expect(r.stderr).not.toContain('listening');
+  });
+
   it('refuses, at start, a kind that exports run, naming the export (the process does the device step)', async () => {
     const r = await new Promise<{ code: number; stderr: string }>((resolve) =>
       execFile(process.execPath, [CLI, 'serve', '--config', config(), '--port', '0', '--data', path.join(dir, 'd'), '--kind', path.join(EXAMPLE, 'embed-kind.mjs')], (err, _out, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr })),
