@@ -165,15 +165,25 @@ function row(r: PlanRow, mark: boolean): string[] {
   ];
 }
 
+/**
+ * The base time of a stage fit: alone where the run saw it alone, else at the fewest at once it
+ * saw, or as measured where no level had enough spans (below what it saw the fit knows no slowdown).
+ */
+function base(st: FitReport['devices'][number]['service']): string {
+  const fewest = st.bins[0]?.concurrency;
+  const at = fewest === undefined ? 'as run (no level of concurrency had enough spans to tell; taken as alone)' : fewest <= 1 ? 'alone' : `at ${fewest} at once (the fewest seen; taken as alone)`;
+  return `${at} ${st.baseMedianS.toFixed(3)} s`;
+}
+
 function fitText(f: FitReport): string {
   const lines = [`fitted from ${f.jobs} jobs (${f.partitions} partitions) over ${f.spanS.toFixed(0)} s:`];
   for (const [kind, k] of Object.entries(f.kinds)) {
     const c = k.prepare.contention;
-    lines.push(`  kind ${kind}: ${k.jobs} jobs, ${k.prepare.samples} preparations, median ${k.prepare.medianS.toFixed(3)} s (p90 ${k.prepare.p90S.toFixed(3)} s), alone ${k.prepare.baseMedianS.toFixed(3)} s; slowdown by concurrent preparations ${c.length > 1 ? `×${(c.at(-1) as number).toFixed(2)} at ${c.length}` : 'none seen'}; memory ${k.prepareBytes} + ${k.deviceBytes} bytes per partition${k.service ? `; its own device time median ${k.service.medianS.toFixed(3)} s` : ''}`);
+    lines.push(`  kind ${kind}: ${k.jobs} jobs, ${k.prepare.samples} preparations, median ${k.prepare.medianS.toFixed(3)} s (p90 ${k.prepare.p90S.toFixed(3)} s), ${base(k.prepare)}; slowdown by concurrent preparations ${c.length > 1 ? `×${(c.at(-1) as number).toFixed(2)} at ${c.length}` : 'none seen'}; memory ${k.prepareBytes} + ${k.deviceBytes} bytes per partition${k.service ? `; its own device time median ${k.service.medianS.toFixed(3)} s` : ''}`);
   }
   for (const d of f.devices) {
     const c = d.service.contention;
-    lines.push(`  device ${d.device}: ${d.workers} workers, ${d.service.samples} steps, median ${d.service.medianS.toFixed(3)} s, alone ${d.service.baseMedianS.toFixed(3)} s; slowdown by busy workers ${c.length > 1 ? c.map((x) => x.toFixed(2)).join(', ') : 'none seen'}`);
+    lines.push(`  device ${d.device}: ${d.workers} workers, ${d.service.samples} steps, median ${d.service.medianS.toFixed(3)} s, ${base(d.service)}; slowdown by busy workers ${c.length > 1 ? c.map((x) => x.toFixed(2)).join(', ') : 'none seen'}`);
   }
   for (const n of f.notes) lines.push(`  note: ${n}`);
   return `${lines.join('\n')}\n\n`;
