@@ -253,7 +253,17 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
     const names = flags.pacers === undefined ? [...PACER_NAMES] : parseList('--pacers', flags.pacers);
     if (!names.includes('unpaced')) names.push('unpaced');
     const { randomBench } = await import('./random-bench.js');
-    randomBench(n, seed ?? 1, await resolvePacers(names), names, flags.json === true, io);
+    const factories = await resolvePacers(names);
+    // Each column by the pacer's own name (as simulate and bench show it), not the path of its module; unpaced by its own.
+    const seen = new Set<string>();
+    const labels = factories.map((create, i) => {
+      const own = names[i] === 'unpaced' ? 'unpaced' : create({ targetWaiting: 4 }).name;
+      let label = own;
+      for (let k = 2; seen.has(label); k++) label = `${own}-${k}`;
+      seen.add(label);
+      return label;
+    });
+    randomBench(n, seed ?? 1, factories, labels, flags.json === true, io);
     return;
   }
   if (seeds > 1 && (flags.out !== undefined || flags.html !== undefined)) throw new UsageError('--seeds with --out or --html: the charts are of one run; leave out --seeds (or use --seed n) for them');

@@ -165,6 +165,13 @@ describe('user pacer modules', () => {
     expect(mine?.metrics.jobsFailed).toBe(2);
   });
 
+  it('bench --random shows a module pacer by its name, as simulate and bench do (it showed the path)', async () => {
+    const named = TEN_PACER.replace('observe() {},', 'name: "ten-in-flight", observe() {},');
+    const r = await run('bench', '--random', '2', '--pacers', `${tmp.file('named.mjs', named)},stoker`, '--json');
+    expect(r.code).toBe(0);
+    expect((JSON.parse(r.out) as { summary: { pacer: string }[] }).summary.map((s) => s.pacer)).toEqual(['ten-in-flight', 'stoker', 'unpaced']);
+  });
+
   it('two modules of one name: the second column is numbered (the two were alike)', async () => {
     const same = TEN_PACER.replace('observe() {},', 'name: "same", observe() {},');
     const r = await run('simulate', 'failure', '--pacer', `${tmp.file('same-a.mjs', same)},${tmp.file('same-b.mjs', same)}`, '--json');
