@@ -7,7 +7,7 @@ import { resolveScenario } from '../sim/load-scenario.js';
 import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js';
 import { BENCH_SCENARIOS, SCENARIOS } from '../sim/scenarios.js';
 import { simulate, type SimResult } from '../sim/simulator.js';
-import type { Scenario } from '../sim/scenario.js';
+import { meanMs, type Dist, type Scenario } from '../sim/scenario.js';
 import { measureSpeed } from '../sim/speed.js';
 import { toChromeTrace } from '../report/chrome-trace.js';
 import { renderHtmlReport } from '../report/report-html.js';
@@ -153,6 +153,22 @@ export interface SimulateFlags {
   html?: string;
 }
 
+/** Times over an hour on average: a scenario's times are seconds, and one written in milliseconds reads as days. */
+function unitWarnings(s: Scenario): string[] {
+  const HOUR_MS = 3_600_000;
+  const out: string[] = [];
+  const check = (at: string, d: Dist | undefined) => {
+    const ms = d === undefined ? 0 : meanMs(d);
+    if (ms > HOUR_MS) out.push(`${at} averages ${(ms / 1000).toFixed(0)} s: a scenario's times are in seconds — were these milliseconds?`);
+  };
+  for (const [name, k] of Object.entries(s.kinds)) {
+    check(`kinds.${name}.prepare`, k.prepare);
+    check(`kinds.${name}.service`, k.service);
+  }
+  s.devices.forEach((d, i) => check(`devices[${i}].service`, d.service));
+  return out;
+}
+
 /** The steady window (the same for every pacer), and what it means for the runs that ended inside it or for an empty one. */
 function windowLine(w: { fromMs: number; toMs: number }, results: readonly SimResult[]): string {
   if (!(w.toMs > w.fromMs)) return 'steady window empty (the scenario is too short for a steady state: the steady measures are –)';
@@ -168,6 +184,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
   for (const k of unreadOptions(factories, scenario.pacerOptions)) io.err(`warning: pacerOptions.${k} is read by none of the pacers run (${pacers.join(', ')}): it changes nothing — check its spelling\n`);
   if (flags.trace !== undefined) checkOutputFile('--trace', flags.trace);
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
+  for (const w of unitWarnings(scenario)) io.err(`warning: ${w}\n`);
   const timelines: TimelineRecorder[] = [];
   const results = distinctPacers(
     factories.map((pacer) => {

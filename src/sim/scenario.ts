@@ -7,6 +7,8 @@ import type { Rng } from './random.js';
 
 const positive = (what: string) => z.number({ error: `${what} must be a number` }).positive({ error: `${what} must be > 0` });
 const nonNegative = (what: string) => z.number({ error: `${what} must be a number` }).min(0, { error: `${what} must be ≥ 0` });
+/** A number of bytes ≥ 0 (a unit string such as "400GiB" is refused with an example of the number). */
+const bytes = (what: string) => z.number({ error: `${what} must be a number of bytes, e.g. 429496729600 for 400 GiB` }).min(0, { error: `${what} must be ≥ 0` });
 const probability = z.number({ error: 'a probability must be a number' }).min(0, { error: 'a probability must be in [0, 1]' }).max(1, { error: 'a probability must be in [0, 1]' });
 const count = (what: string) => z.number({ error: `${what} must be a number` }).int({ error: `${what} must be a whole number` }).min(1, { error: `${what} must be ≥ 1` });
 
@@ -51,7 +53,7 @@ const KindSchema = z.strictObject({
    * device's own `service` for them (a kind several times heavier on the same device). @default the device's
    */
   service: DistSchema.optional(),
-  memory: z.strictObject({ prepareBytes: nonNegative('prepareBytes').int().default(0), deviceBytes: nonNegative('deviceBytes').int().default(0) }).default({ prepareBytes: 0, deviceBytes: 0 }),
+  memory: z.strictObject({ prepareBytes: bytes('prepareBytes').int().default(0), deviceBytes: bytes('deviceBytes').int().default(0) }).default({ prepareBytes: 0, deviceBytes: 0 }),
   /**
    * Preparation batches (the field engine's batch collector): up to `maxItems` queued items of the
    * kind are prepared together as one step, waiting up to `maxWaitS` for more to arrive while
@@ -139,7 +141,7 @@ export const ScenarioSchema = z.strictObject({
   /** Items the pacer should keep waiting for a device. @default 4 */
   targetWaiting: nonNegative('targetWaiting').default(4),
   /** Memory budget in bytes; absent means unbounded. */
-  budgetBytes: nonNegative('budgetBytes').optional(),
+  budgetBytes: bytes('budgetBytes').optional(),
   /** Cap on concurrent preparations; absent means none. */
   maxPreparing: count('maxPreparing').optional(),
   kinds: z.record(z.string(), KindSchema).refine((k) => Object.keys(k).length > 0, { error: 'define at least one kind, e.g. { "proof": { "prepare": { "type": "fixed", "value": 40 } } }' }),

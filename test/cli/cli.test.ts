@@ -119,6 +119,17 @@ describe('stoker simulate', () => {
     expect(JSON.parse((await run('simulate', 'seed', '--pacer', 'stoker', '--json')).out)).toMatchObject({ endedBy: 'done', unfinishedJobs: 0 });
   });
 
+  it('warns of times that average over an hour (a scenario in milliseconds reads as days), and names bytes where a unit string is given', async () => {
+    const ms = tmp.file('ms.json', JSON.stringify({ name: 'ms', kinds: { p: { prepare: { type: 'fixed', value: 30000 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 2 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 2, kind: 'p' }] }));
+    const r = await run('simulate', ms, '--pacer', 'unpaced');
+    expect(r.code).toBe(0);
+    expect(r.err).toContain("warning: kinds.p.prepare averages 30000 s: a scenario's times are in seconds — were these milliseconds?");
+    const gib = tmp.file('gib.json', JSON.stringify({ name: 'gib', budgetBytes: '400GiB', kinds: { p: { prepare: { type: 'fixed', value: 1 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 1, kind: 'p' }] }));
+    const bad = await run('simulate', gib);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain('budgetBytes: budgetBytes must be a number of bytes, e.g. 429496729600 for 400 GiB');
+  });
+
   it('warns of a pacerOptions name none of the pacers run reads (a misspelt option changes nothing)', async () => {
     const file = tmp.file('misspelt.json', JSON.stringify({ ...SCENARIOS.get('seed'), name: 'misspelt', pacerOptions: { headStrat: 1, kp: 0.4 } }));
     const r = await run('simulate', file, '--pacer', 'stoker,classic');
