@@ -480,6 +480,7 @@ export class Engine {
       case 'prepareFailed':
       case 'deviceFailed':
         checkItemId(event.item, event.type);
+        if (event.final !== undefined && typeof event.final !== 'boolean') throw new StokerError('E_INVALID_EVENT', `${event.type}.final must be true, false or absent (got ${typeof event.final})`);
         return undefined;
       case 'cancel':
         if (event.reason !== undefined && typeof event.reason !== 'string') throw new StokerError('E_INVALID_EVENT', `cancel.reason must be a string, or absent (got ${typeof event.reason})`);
@@ -508,7 +509,7 @@ export class Engine {
         break;
       case 'prepareFailed': {
         const item = this.current(event.item, event.attempt, 'preparing');
-        if (item && !item.prepBatch) this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${event.reason}`, out);
+        if (item && !item.prepBatch) this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${event.reason}`, out, event.final === true);
         break;
       }
       case 'prepareBatchDone':
@@ -522,7 +523,7 @@ export class Engine {
         break;
       case 'deviceFailed': {
         const item = this.current(event.item, event.attempt, 'on-device');
-        if (item && !item.batch) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[item.device] as string}: ${event.reason}`, out);
+        if (item && !item.batch) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[item.device] as string}: ${event.reason}`, out, event.final === true);
         break;
       }
       case 'batchDone':
@@ -903,9 +904,9 @@ export class Engine {
     }
   }
 
-  /** A partition failed: retried (prepared again) while it has retries left, else its job fails. */
-  private failItem(item: Item, code: string, reason: string, out: Command[]): void {
-    if (item.failures < this.retries) {
+  /** A partition failed: retried (prepared again) while it has retries left, else (or `final`: it would fail again) its job fails. */
+  private failItem(item: Item, code: string, reason: string, out: Command[], final = false): void {
+    if (!final && item.failures < this.retries) {
       item.failures++;
       if (item.state === 'preparing') this.leavePreparing(item);
       else this.leaveDevice(item);

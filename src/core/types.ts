@@ -54,7 +54,8 @@ export type EngineEvent =
   /** `reason`: why, as the job's end will say (default "cancelled on request"); the code is E_CANCELLED either way. */
   | { type: 'cancel'; time: number; jobId: string; reason?: string }
   | { type: 'prepared'; time: number; item: number; attempt: number; latencyMs?: number }
-  | { type: 'prepareFailed'; time: number; item: number; attempt: number; reason: string }
+  /** `final`: trying again would fail the same way (a bad input, an output that cannot be stored): the job fails at once, without its retries. */
+  | { type: 'prepareFailed'; time: number; item: number; attempt: number; reason: string; final?: boolean }
   /**
    * A preparation batch (a `startPrepareBatch` command) finished: its latency `latencyMs`, once for
    * the whole batch (default: the time since startPrepareBatch); `failed` names the items whose
@@ -65,7 +66,8 @@ export type EngineEvent =
   | { type: 'prepareBatchFailed'; time: number; batch: number; reason: string }
   /** `busyMs`: the device time the worker measured itself; defaults to the time since startDevice. */
   | { type: 'deviceDone'; time: number; item: number; attempt: number; busyMs?: number }
-  | { type: 'deviceFailed'; time: number; item: number; attempt: number; reason: string }
+  /** `final`: as prepareFailed's. */
+  | { type: 'deviceFailed'; time: number; item: number; attempt: number; reason: string; final?: boolean }
   /**
    * A batch (a `startBatch` command) finished: its device time `busyMs`, measured once for the
    * whole batch (default: the time since startBatch); `failed` names the items that failed in it

@@ -103,7 +103,7 @@ export class Flights<I, P, O, R> {
       (e: unknown) => {
         if (this.flights.get(item.id) !== f) return;
         this.flights.delete(item.id);
-        this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason: errorMessage(e) });
+        this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason: errorMessage(e), ...(noRetry(e) ? { final: true } : {}) });
       },
     );
   }
@@ -184,10 +184,10 @@ export class Flights<I, P, O, R> {
     const f: Flight<P> = { controller: new AbortController(), prepared, onDevice: true };
     this.flights.set(item.id, f);
     const task: DeviceTask<I, P> = { jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, prepared, device, worker, signal: f.controller.signal };
-    const failed = (reason: string) => {
+    const failed = (reason: string, final = false) => {
       if (this.flights.get(item.id) !== f) return;
       this.land(item.id, f, new StokerError('E_DEVICE_FAILED', reason));
-      this.apply({ type: 'deviceFailed', time: this.clock.now(), item: item.id, attempt, reason });
+      this.apply({ type: 'deviceFailed', time: this.clock.now(), item: item.id, attempt, reason, ...(final ? { final } : {}) });
     };
     if (Number.isFinite(this.deviceTimeoutMs)) {
       f.timer = this.clock.schedule(() => failed(timeoutReason(this.deviceTimeoutMs, worker)), this.deviceTimeoutMs);
@@ -215,7 +215,7 @@ export class Flights<I, P, O, R> {
       (e: unknown) => {
         this.workload.release?.(prepared);
         if (this.flights.get(item.id) !== f) return this.syncPool();
-        failed(errorMessage(e));
+        failed(errorMessage(e), noRetry(e));
       },
     );
   }
@@ -310,6 +310,11 @@ function timeoutReason(ms: number, worker: number): string {
 }
 
 /** An error's message, or the thrown value as a string. */
+/** An error thrown with `retry: false`: trying the partition again would fail the same way (the job fails at once). */
+function noRetry(e: unknown): boolean {
+  return e !== null && typeof e === 'object' && (e as { retry?: unknown }).retry === false;
+}
+
 export function errorMessage(e: unknown): string {
   if (e instanceof Error) return e.message;
   // What piscina rejects with where a thread's value could not be sent back: an empty object.

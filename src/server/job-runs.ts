@@ -58,10 +58,17 @@ export class JobRuns {
    * A partition's output, journaled (on a full disk it stays in memory only: after a crash that
    * partition runs again). One the journal cannot hold (bytes nested in JSON, a BigInt…) throws
    * `E_JOURNAL_BAD_INPUT` here, at once, so that its partition fails saying so (thrown from the
-   * group commit, it ended the process, and again on every restart).
+   * group commit, it ended the process, and again on every restart) — its job at once, without
+   * the retries, which would return the same output.
    */
   partitionDone(jobId: string, partition: number, output: unknown): void {
-    const stored = Journal.storedOutput(jobId, partition, output);
+    let stored: string | Buffer;
+    try {
+      stored = Journal.storedOutput(jobId, partition, output);
+    } catch (e) {
+      // The same output again would fail the same way: no retry.
+      throw Object.assign(e as Error, { retry: false });
+    }
     this.later(
       () => this.p.journal.recordStored(jobId, partition, stored),
       (recorded) => recorded && this.p.emit({ type: 'job.partition', id: jobId, partition }),

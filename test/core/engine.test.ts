@@ -711,6 +711,22 @@ describe('Engine: failures', () => {
     expect(r.finishes()).toEqual([{ jobId: 'x', state: 'failed', code: 'E_PREPARE_FAILED' }]);
   });
 
+  it('a failure marked final fails the job at once, its retries left unspent (trying again would fail the same way)', () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), retries: 3 }));
+    r.submit(0, job('f', 1));
+    const f0 = r.item('f:0');
+    expect(ofType(r.apply({ type: 'prepareFailed', time: 1, item: f0.id, attempt: f0.attempt, reason: 'bad input', final: true }), 'finishJob')).toMatchObject([{ jobId: 'f', state: 'failed', code: 'E_PREPARE_FAILED', reason: 'job f: partition 0 failed in preparation: bad input' }]);
+    r.submit(2, job('g', 1));
+    r.prepared(3, 'g:0');
+    const g0 = r.item('g:0');
+    expect(ofType(r.apply({ type: 'deviceFailed', time: 4, item: g0.id, attempt: g0.attempt, reason: 'NaN in the output', final: true }), 'finishJob')).toMatchObject([{ jobId: 'g', state: 'failed', code: 'E_DEVICE_FAILED' }]);
+    // Not final: retried.
+    r.submit(5, job('h', 1));
+    const h0 = r.item('h:0');
+    expect(ofType(r.apply({ type: 'prepareFailed', time: 6, item: h0.id, attempt: h0.attempt, reason: 'flaky' }), 'finishJob')).toEqual([]);
+    expect(() => r.apply({ type: 'prepareFailed', time: 7, item: r.item('h:0').id, attempt: r.item('h:0').attempt, reason: 'x', final: 'yes' as unknown as boolean })).toThrow(/prepareFailed\.final must be true, false or absent/);
+  });
+
   it('a failure reason names the device by DeviceSpec.name where it has one (a config names devices; their indexes are nowhere in it)', () => {
     const r = new Run(new Engine({ devices: [{ workers: 1, name: 'gpu-a' }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
     r.submit(0, job('n', 1));
