@@ -17,6 +17,8 @@ class FakeWorkload implements Workload<number, { value: number }, number, number
   runs = 0;
   closed = false;
   failPrepare: (t: PartitionTask<number>) => boolean = () => false;
+  /** A prepare failure says retry: false (trying again would fail the same way). */
+  finalFailures = false;
   failRun: (t: DeviceTask<number, { value: number }>) => boolean = () => false;
   hangRun: (t: DeviceTask<number, { value: number }>) => boolean = () => false;
 
@@ -27,7 +29,7 @@ class FakeWorkload implements Workload<number, { value: number }, number, number
     const fail = this.failPrepare(t);
     return new Promise((resolve, reject) => {
       this.clock.schedule(() => {
-        if (fail) reject(new Error(`synthesis of ${t.jobId}/${t.partition} crashed`));
+        if (fail) reject(Object.assign(new Error(`synthesis of ${t.jobId}/${t.partition} crashed`), this.finalFailures ? { retry: false } : {}));
         else {
           this.held++;
           resolve({ value: t.input * 10 + t.partition });
@@ -135,6 +137,18 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     expect(e.message).toMatch(/partition 2 failed in preparation: synthesis of broken\/2 crashed \(after 2 attempts\)/);
     expect(workload.held).toBe(0);
     expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it('a preparation error with retry: false fails its job at once, the retries unspent', async () => {
+    const { rt, run, workload } = setup({ retries: 3 });
+    workload.finalFailures = true;
+    workload.failPrepare = (t) => t.jobId === 'bad' && t.partition === 0;
+    const bad = rt.submit(job('bad', 1), 1).catch((x: unknown) => x);
+    await run(300);
+    const e = (await bad) as StokerError;
+    expect(e.code).toBe('E_PREPARE_FAILED');
+    expect(e.message).toBe('job bad: partition 0 failed in preparation: synthesis of bad/0 crashed');
+    expect(workload.prepares).toBe(1);
   });
 
   it('a device error is retried; a hung device step times out, is aborted and retried', async () => {
