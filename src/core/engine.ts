@@ -221,6 +221,8 @@ export class Engine {
   private readonly waitingQ = new KeyHeap<Item>();
   private readonly deadlines = new IndexedHeap<Job>((a, b) => a.spec.deadline < b.spec.deadline || (a.spec.deadline === b.spec.deadline && a.seq < b.seq));
   private readonly workers: Worker[][];
+  /** Per kind (snapshot order): its partitions queued, made or not (the snapshot's backlog, by kind). */
+  private readonly kindBacklog: number[] = [];
   /** What failure reasons call each device: its DeviceSpec.name quoted, else its index. */
   private readonly deviceNames: string[];
   /** Per device, the kinds it runs (null: every kind); null when no device names kinds. */
@@ -566,6 +568,7 @@ export class Engine {
     this.jobs.set(norm.id, job);
     this.countKind(norm.kind, 1);
     this.counters.backlog += norm.partitions;
+    this.kindBacklog[kindIndex] = (this.kindBacklog[kindIndex] ?? 0) + norm.partitions;
     if (!this.budget.fits(reservation)) {
       this.endJob(job, 'failed', 'E_OVERSIZE', `each partition needs ${reservation} bytes but the whole memory budget is ${this.budget.totalBytes} bytes: raise budgetBytes or split the job into smaller partitions`, out);
       return;
@@ -679,6 +682,7 @@ export class Engine {
     switch (state) {
       case 'queued':
         s.backlog += d;
+        this.kindBacklog[item.job.kindIndex] = (this.kindBacklog[item.job.kindIndex] ?? 0) + d;
         break;
       case 'preparing':
         s.preparing += d;
@@ -923,6 +927,7 @@ export class Engine {
     const itemEnd: PartitionState = state === 'cancelled' ? 'cancelled' : 'failed';
     if (state !== 'done') {
       s.backlog -= job.spec.partitions - job.next; // never made
+      this.kindBacklog[job.kindIndex] = (this.kindBacklog[job.kindIndex] ?? 0) - (job.spec.partitions - job.next);
       for (let item = job.liveHead; item; item = item.nextLive) {
         switch (item.state) {
           case 'queued':
@@ -1201,9 +1206,9 @@ export class Engine {
    * head's kind does not run may sit idle with nothing of its kinds preparing or waiting — the
    * queue's order alone keeps its work back (a 30 ms job for an idle HTTP device waited 5 s behind
    * 50 partitions for a busy process device). Such a device gets the first queued item of its
-   * kinds, as the budget allows (a kind prepared in batches waits its turn): one for each idle
-   * worker that has nothing of its kinds on the way, so past the pacer go at most as many
-   * preparations as those devices have workers. Returns whether it dispatched one.
+   * kinds, as the budget allows (a kind prepared in batches waits its turn): one at a time per
+   * such device (the next once that one has reached it and a worker is free again), so past the
+   * pacer goes at most one preparation per device. Returns whether it dispatched one.
    */
   private feedStarved(head: Item, out: Command[]): boolean {
     const s = this.counters;
@@ -1212,14 +1217,18 @@ export class Engine {
     for (let d = 0; d < dk.length; d++) {
       const kinds = dk[d];
       const c = s.devices[d] as DeviceCounters;
-      if (!kinds || kinds.has(headKind) || c.busy >= c.workers) continue;
+      if (!kinds || kinds.has(headKind) || c.busy >= c.workers || c.eligible === false) continue;
+      // Nothing of its kinds on the way, and some queued (else no scan of the queue: this runs on every event).
       let coming = false;
+      let queued = 0;
       for (const name of kinds) {
         const k = this.kindIndexes.get(name);
-        const kc = k === undefined ? undefined : s.kinds[k];
-        if (kc && kc.preparing + kc.waiting > 0) coming = true;
+        if (k === undefined) continue;
+        const kc = s.kinds[k] as KindCounters;
+        if (kc.preparing + kc.waiting > 0) coming = true;
+        queued += this.kindBacklog[k] ?? 0;
       }
-      if (coming) continue;
+      if (coming || queued === 0) continue;
       let best: Item | undefined;
       for (const item of this.backlog.values()) if (kinds.has(item.job.spec.kind) && !this.prepByKind[item.job.kindIndex] && (!best || keyLess(item, best))) best = item;
       if (!best || !this.budget.tryReserve(best.job.reservation)) continue;
