@@ -139,11 +139,15 @@ const show = (io: Io, v: unknown) => io.out(`${JSON.stringify(v, null, 2)}\n`);
 
 /** The server's base URL (with a trailing slash); one that is not a URL is a usage error naming --server. */
 function serverUrl(server: string): URL {
+  let url: URL | undefined;
   try {
-    return new URL(server.endsWith('/') ? server : `${server}/`);
+    url = new URL(server.endsWith('/') ? server : `${server}/`);
   } catch {
-    throw new UsageError(`--server must be the server's URL, e.g. http://127.0.0.1:8080 (got ${JSON.stringify(server)}; or set STOKER_SERVER)`);
+    // (not a URL: below)
   }
+  // (`localhost:7070` parses, as a URL of the scheme "localhost:".)
+  if (url?.protocol !== 'http:' && url?.protocol !== 'https:') throw new UsageError(`--server must be the server's http:// or https:// URL, e.g. http://127.0.0.1:8080 (got ${JSON.stringify(server)}; or set STOKER_SERVER)`);
+  return url;
 }
 
 /** What a reply that is not a stoker problem body says: an HTML page's title, else its first line (at most 200 characters), and that it may not be stoker. */

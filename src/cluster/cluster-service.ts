@@ -351,8 +351,8 @@ export class ClusterService implements ApiService {
           .exec();
         const cancelled = this.views.cancelledView(rec);
         this.acceptedCancelled(id, cancelled);
-        // (The node that accepted it, if another, ends its acceptance record as well.)
-        await this.redis.publish(K.cancelChannel, id);
+        // (The node that accepted it, if another, ends its acceptance record as well; a message lost, its sweep does.)
+        void this.redis.publish(K.cancelChannel, id).catch(() => undefined);
         return cancelled;
       } catch {
         // A node took it meanwhile: tell the holder.

@@ -734,7 +734,10 @@ describe('stoker serve (shared server)', () => {
     it('a --server that is not a URL, a bad --input-file, a server that is not stoker and a 429: each named, each with its exit code', async () => {
       const bad = await cli(['status', '--server', 'notaurl']);
       expect(bad.code).toBe(2);
-      expect(bad.stderr).toBe('error: --server must be the server\'s URL, e.g. http://127.0.0.1:8080 (got "notaurl"; or set STOKER_SERVER)\n');
+      expect(bad.stderr).toBe('error: --server must be the server\'s http:// or https:// URL, e.g. http://127.0.0.1:8080 (got "notaurl"; or set STOKER_SERVER)\n');
+      const scheme = await cli(['status', '--server', 'localhost:7070']);
+      expect(scheme.code).toBe(2);
+      expect(scheme.stderr).toContain('(got "localhost:7070"; or set STOKER_SERVER)');
       const file = path.join(os.tmpdir(), `stoker-input-${process.pid}.toml`);
       fs.writeFileSync(file, 'prepareMs = 1\n');
       try {
