@@ -70,9 +70,9 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * cap — a cap timed on a block of a quick kind would read as finishing more than one timed on a
  * slow kind, whatever the contention. Each preparation's latency counts in its own kind's unit
  * (the snapshot's per-kind totals): a kind's unit is its mean latency in the first measurement
- * that timed it, divided by the level (the mean latency in units) of the kinds with a unit in
- * that same measurement (1 when none has one yet), so that every unit is a latency at one
- * contention. A cap's throughput is then the mean number preparing ÷ the mean latency in units;
+ * that timed UNIT_SAMPLES of it, divided by the level (the mean latency in units) of the kinds
+ * with a unit in that same measurement (none timed there: the last measurement's level; none has
+ * a unit yet: 1), so that every unit is a latency at one contention. A cap's throughput is then the mean number preparing ÷ the mean latency in units;
  * with one kind, the same comparisons as in milliseconds. Two kinds (15–25 s and 45–75 s) in
  * alternating blocks past a knee of 8: the climb down's steps read the blocks, not the caps,
  * and stoker finished 0.032 of the devices' capacity over 10 seeds; 0.047 in units (gradient
@@ -201,6 +201,8 @@ const UNKNOWN_MAX = 0.5;
  * of seed 4: taken over at once with the one line, 0.69 and 0.59 of unpaced's speed).
  */
 const UNKNOWN_GROWTH = 4;
+/** A kind's own preparations in a measurement before that measurement gives it its unit (the header's kinds' units). */
+const UNIT_SAMPLES = 3;
 
 /**
  * Contention slows preparations as the number in flight grows: past a knee, at most as
@@ -340,6 +342,8 @@ export class PrepareLimit {
   private known: boolean[] = [];
   /** Per kind (snapshot order): the latency its timed preparations are measured in (the header's kinds' units); undefined until one was timed. */
   private readonly units: (number | undefined)[] = [];
+  /** The mean latency in units of the last measurement (1 before any). */
+  private level = 1;
   /** The latest QUICK_SAMPLES preparation latencies (one per observation: the mean of those that finished), ms; how many were pushed; and the snapshot's totals at the last. */
   private readonly recent = new Float64Array(QUICK_SAMPLES).fill(Infinity);
   private readonly recentAt = new Float64Array(QUICK_SAMPLES);
@@ -698,13 +702,14 @@ export class PrepareLimit {
       const m = lim.kindMarks[i] ?? { done: 0, latencyMs: 0, latencySqMs: 0 };
       return { n: k.prepareCompletions - m.done, sum: k.prepareLatencyMsTotal - m.latencyMs, sq: k.prepareLatencySqTotal - m.latencySqMs };
     });
-    // Kinds that do not account for every timed preparation (a snapshot made by hand): the latencies as they are.
     const timed = s.prepareCompletions - lim.mark;
-    if (d.reduce((a, x) => a + x.n, 0) !== timed) {
-      const variance = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / timed - meanLatency * meanLatency);
-      return { mean: meanLatency, se: meanLatency > 0 ? Math.sqrt(variance / (timed - 1)) / meanLatency : 0 };
-    }
-    // The kinds with a unit set the level; a kind new to the measurements gets the unit that puts it there (1 where none has one yet).
+    const variance = Math.max(0, (s.prepareLatencySqTotal - lim.latencySqMs) / timed - meanLatency * meanLatency);
+    const seLatency = meanLatency > 0 ? Math.sqrt(variance / (timed - 1)) / meanLatency : 0;
+    // Kinds that do not account for every timed preparation (a snapshot made by hand): the latencies as they are.
+    if (d.reduce((a, x) => a + x.n, 0) !== timed) return { mean: meanLatency, se: seLatency };
+    // The kinds with a unit set the level (none timed now: the last measurement's, the cap's
+    // contention taken as unchanged; none has a unit yet: 1); a kind new to the measurements, with
+    // UNIT_SAMPLES of its own, gets the unit that puts it at that level.
     let n = 0;
     let sum = 0;
     for (let k = 0; k < d.length; k++) {
@@ -715,10 +720,10 @@ export class PrepareLimit {
         sum += x.sum / u;
       }
     }
-    const level = n > 0 ? sum / n : 1;
+    const level = n > 0 ? sum / n : this.level;
     for (let k = 0; k < d.length; k++) {
       const x = d[k] as { n: number; sum: number };
-      if (this.units[k] === undefined && x.n > 0 && x.sum > 0) this.units[k] = x.sum / x.n / level;
+      if (this.units[k] === undefined && x.n >= UNIT_SAMPLES && x.sum > 0 && level > 0) this.units[k] = x.sum / x.n / level;
     }
     n = 0;
     sum = 0;
@@ -731,10 +736,12 @@ export class PrepareLimit {
       sum += x.sum / u;
       sq += x.sq / (u * u);
     }
-    if (n === 0) return { mean: 0, se: 0 };
+    // (Only kinds with too few of their own to get a unit: the last level, the spread as measured.)
+    if (n === 0) return { mean: this.level, se: seLatency };
     const mean = sum / n;
-    const variance = Math.max(0, sq / n - mean * mean);
-    return { mean, se: mean > 0 && n > 1 ? Math.sqrt(variance / (n - 1)) / mean : 0 };
+    if (mean > 0 && Number.isFinite(mean)) this.level = mean;
+    const spread = Math.max(0, sq / n - mean * mean);
+    return { mean, se: mean > 0 && n > 1 ? Math.sqrt(spread / (n - 1)) / mean : 0 };
   }
   /** The floor proved wrong by a cap that measured `latencyMs`: it lets go, and the floor stays at least that for the busy period. */
   private floorWrong(latencyMs: number): void {
