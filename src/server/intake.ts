@@ -3,7 +3,7 @@
  * deadline, the pending limits), the insert (in the next group commit, or at once), and the
  * answers to the ways it can fail. Accepted jobs are journaled before they are acknowledged.
  */
-import type { Engine } from '../core/index.js';
+import type { Engine, PartitionMemory } from '../core/index.js';
 import { AdmissionGate } from './admission.js';
 import type { JobView } from './api.js';
 import type { ServerConfig } from './config.js';
@@ -76,7 +76,8 @@ export class Intake {
     if (this.p.closing()) throw shuttingDown();
     const kind = this.p.kinds.get(record.kind);
     if (!kind) throw invalid([{ path: 'kind', message: `kind ${JSON.stringify(record.kind)} is not loaded on this server: use one of ${[...this.p.kinds.keys()].join(', ')}` }]);
-    return this.insertNow(this.admit({ ...record, ...checkedByKind(kind, record.input, record.partitions) }, true), recorded);
+    const { memory, ...checked } = checkedByKind(kind, record.input, record.partitions);
+    return this.insertNow(this.admit({ ...record, ...checked }, true, memory), recorded);
   }
 
   /** Shutdown: every submission waiting at the gate goes on (and is refused). */
@@ -98,28 +99,25 @@ export class Intake {
   /** A submission's checks before it is journaled: the record to journal, or the answer for a job that exists. */
   private admission(raw: unknown): { record: JournalJobInput } | { answer: Submitted } {
     if (this.p.closing()) throw shuttingDown();
-    const { record, explicitId } = parseSubmission(raw, this.p.kinds);
-    this.refuseOversize(record);
-    return this.admit(record, explicitId);
+    const { record, explicitId, memory } = parseSubmission(raw, this.p.kinds);
+    return this.admit(record, explicitId, memory);
   }
 
   /**
    * A partition that needs more than the whole memory budget can never start: refused (400, naming
    * the input and engine.budgetBytes) rather than accepted and failed at once with E_OVERSIZE.
    */
-  private refuseOversize(record: JournalJobInput): void {
-    const kind = this.p.kinds.get(record.kind);
+  private refuseOversize(record: JournalJobInput, { prepareBytes, deviceBytes }: PartitionMemory): void {
     const budget = this.p.engine.budget.totalBytes;
-    if (!kind || !Number.isFinite(budget)) return;
-    const { prepareBytes, deviceBytes } = kind.memory(record.input);
+    if (!Number.isFinite(budget)) return;
     const need = Math.max(prepareBytes, deviceBytes);
     if (need > budget) {
       throw invalid([{ path: 'input', message: `each partition of this input needs ${need} bytes (kind ${record.kind}'s memory(input): the larger of prepareBytes ${prepareBytes} and deviceBytes ${deviceBytes}), more than the whole memory budget, engine.budgetBytes = ${budget}: raise engine.budgetBytes, or submit smaller partitions` }]);
     }
   }
 
-  /** The checks of a parsed submission: an existing job's answer (or 409), a past deadline, too many partitions or jobs pending. */
-  private admit(record: JournalJobInput, explicitId: boolean): { record: JournalJobInput } | { answer: Submitted } {
+  /** The checks of a parsed submission: an existing job's answer (or 409), a past deadline, partitions over the memory budget, too many partitions or jobs pending. */
+  private admit(record: JournalJobInput, explicitId: boolean, memory: PartitionMemory): { record: JournalJobInput } | { answer: Submitted } {
     if (explicitId) {
       const existing = this.p.stored(record.id);
       if (existing) {
@@ -128,6 +126,7 @@ export class Intake {
       }
     }
     refusePastDeadline(record.deadline);
+    this.refuseOversize(record, memory);
     this.refuseTooManyPartitions(record.partitions);
     const { maxPendingJobs, retryAfterS } = this.p.server;
     if (this.p.journal.pending() + this.admitting.jobs >= maxPendingJobs) throw tooManyJobs(maxPendingJobs, 'pending', retryAfterS);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { MAX_PARTITIONS } from '../core/index.js';
+import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { SubmitBody } from './api.js';
 import { ServiceError } from './errors.js';
 import type { JournalJobInput } from './journal.js';
@@ -50,12 +50,12 @@ export function invalid(all: { path: string; message: string }[]): ServiceError 
  * schema (with its defaults filled in), the partition count given or derived, and the kind asked
  * for the memory of that input. Each refusal is a 400 naming the field.
  */
-export function checkedByKind(kind: LoadedKind, input: unknown, partitions: number | undefined): { input: unknown; partitions: number } {
+export function checkedByKind(kind: LoadedKind, input: unknown, partitions: number | undefined): { input: unknown; partitions: number; memory: PartitionMemory } {
   const checked = kind.validate(input);
   if (!checked.ok) throw invalid(checked.issues);
   const n = partitionsOf(kind, checked.input, partitions);
-  askKind(kind, () => kind.memory(checked.input));
-  return { input: checked.input, partitions: n };
+  const memory = askKind(kind, () => kind.memory(checked.input));
+  return { input: checked.input, partitions: n, memory };
 }
 
 /** Kinds a submission may name beyond this node's own (cluster mode: those other nodes run). */
@@ -68,7 +68,7 @@ export interface OtherKinds {
  * Validates a submission's body (400 with every field's problem) against the kinds that may run
  * it: the job's record, with a generated id when none was given.
  */
-export function parseSubmission(raw: unknown, kinds: ReadonlyMap<string, LoadedKind>, elsewhere?: OtherKinds): { record: JournalJobInput; explicitId: boolean } {
+export function parseSubmission(raw: unknown, kinds: ReadonlyMap<string, LoadedKind>, elsewhere?: OtherKinds): { record: JournalJobInput; explicitId: boolean; memory: PartitionMemory } {
   const parsed = SubmitBody.safeParse(raw);
   if (!parsed.success) throw invalid(fieldIssues(parsed.error));
   const body = parsed.data;
@@ -78,8 +78,8 @@ export function parseSubmission(raw: unknown, kinds: ReadonlyMap<string, LoadedK
     const names = [...new Set([...kinds.keys(), ...(elsewhere?.names() ?? [])])];
     throw invalid([{ path: 'kind', message: `unknown kind ${JSON.stringify(body.kind)}: use one of ${names.join(', ')}` }]);
   }
-  const { input, partitions } = checkedByKind(kind, body.input ?? {}, body.partitions);
+  const { input, partitions, memory } = checkedByKind(kind, body.input ?? {}, body.partitions);
   const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
   const id = body.id ?? randomUUID();
-  return { record: { id, kind: kind.name, priority: body.priority, partitions, input, deadline }, explicitId: body.id !== undefined };
+  return { record: { id, kind: kind.name, priority: body.priority, partitions, input, deadline }, explicitId: body.id !== undefined, memory };
 }
