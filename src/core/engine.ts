@@ -854,7 +854,7 @@ export class Engine {
     // again: back to the queue under their old keys, ahead of later work, with fresh reservations.
     const items = w.item ? [w.item] : w.batch ? w.batch.items.filter((it) => it.batch === w.batch) : [];
     for (const item of items) {
-      this.abortOnDevice(item, `device ${device} worker ${worker} lost`, out);
+      this.abortOnDevice(item, `device ${this.deviceNames[device] as string} worker ${worker} lost`, out);
       this.requeue(item);
     }
   }

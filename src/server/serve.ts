@@ -85,11 +85,13 @@ export async function startServer(config: ServeConfig): Promise<RunningServer> {
   if (webgpu) requireOptional('the WebGPU device (kind = "webgpu")', ['webgpu']);
   refuseExposure(config);
   const kinds = await loadServerKinds(config);
-  const service = Service.open(config, kinds);
+  // The journaled jobs resume once the devices are known to start (a broken one would fail them for good on the way to exit 2).
+  const service = Service.open(config, kinds, { resume: false });
   let app: FastifyInstance;
   let address: string;
   try {
     await service.devicesStarted();
+    service.resumeUnfinished();
     app = buildApp(service);
     address = await listen(app, config);
   } catch (e) {

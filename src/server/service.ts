@@ -209,7 +209,7 @@ export class Service {
    * in Redis), so an end a full journal cannot take is shown and announced from memory at once —
    * the cluster needs it to record the result — instead of keeping the job unfinished until it lands.
    */
-  static open(config: ServeConfig, kinds: ReadonlyMap<string, LoadedKind>, options: { endsRecordedElsewhere?: boolean } = {}): Service {
+  static open(config: ServeConfig, kinds: ReadonlyMap<string, LoadedKind>, options: { endsRecordedElsewhere?: boolean; resume?: boolean } = {}): Service {
     const journal = Journal.open(config.dataDir, config.journal ? { maxBytes: config.journal.maxBytes } : {});
     let service: Service;
     try {
@@ -219,8 +219,13 @@ export class Service {
       throw e;
     }
     ignoreFull(() => journal.purgeFinished(config.server.resultTtlS * 1000));
-    for (const job of journal.unfinished()) service.runs.resume(job);
+    if (options.resume !== false) service.resumeUnfinished();
     return service;
+  }
+
+  /** Starts again the jobs the journal holds unfinished (Service.open does, unless told `resume: false`: once the devices are checked, say). */
+  resumeUnfinished(): void {
+    for (const job of this.journal.unfinished()) this.runs.resume(job);
   }
 
   /** The kinds this service runs, as loaded (module URLs, validators). */
@@ -401,11 +406,6 @@ export class Service {
   }
 
   /**
-   * Shutdown: accepts nothing more, lets the partitions in flight finish for up to `timeoutMs`
-   * (their outputs are journaled), leaves every unfinished job in the journal to resume on the
-   * next start, answers every waiter, closes the threads and the journal.
-   */
-  /**
    * Waits (up to `timeoutMs`: a device slow to start is not held against it) until each process
    * device has a process ready; one whose processes all keep ending before they are ready (a
    * wrong command, args or cwd: they end at once) is a ConfigError naming its command — at
@@ -420,6 +420,11 @@ export class Service {
     if (issues.length > 0) throw new ConfigError(issues);
   }
 
+  /**
+   * Shutdown: accepts nothing more, lets the partitions in flight finish for up to `timeoutMs`
+   * (their outputs are journaled), leaves every unfinished job in the journal to resume on the
+   * next start, answers every waiter, closes the threads and the journal.
+   */
   async close(timeoutMs = this.config.server.shutdownTimeoutS * 1000, beforeJournalCloses?: () => Promise<void>): Promise<void> {
     if (this.closing) return;
     this.closing = true;

@@ -40,7 +40,7 @@ export interface SimResult {
   metrics: Metrics;
   /** Jobs that failed or were cancelled, with their reasons. */
   failures: JobFailure[];
-  /** Jobs submitted, and jobs still unfinished when the run ended (0 unless the horizon cut it short). */
+  /** Jobs submitted, and jobs still unfinished when the run ended (0 unless the horizon cut it short or it stalled: endedBy). */
   jobsSubmitted: number;
   unfinishedJobs: number;
   /**

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/cluster/redis-server.js';
+import { Journal } from '../../src/server/journal.js';
 import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -170,17 +171,28 @@ describe('a process device in the server', () => {
     expect(r.stderr).toMatch(/device\.process\.handoffDir: cannot use .*not-a-folder\/stoker-handoff-[0-9a-f]{16} for handoff files: .* — give a memory-backed folder/);
   });
 
-  it('a process device whose processes end before they are ready (a script that is not there) stops the start with exit 2 naming its command', async () => {
+  it('a process device whose processes end before they are ready (a script that is not there) stops the start with exit 2 naming its command; the journal’s unfinished jobs are left to the next start', async () => {
+    // A job left unfinished by an earlier run: resumed on a broken device, it would fail for good.
+    const data = path.join(dir, 'd3');
+    const journal = Journal.open(data);
+    journal.insert({ id: 'left', kind: 'remote', priority: 'normal', partitions: 1, input: { mode: 'print' }, deadline: null });
+    journal.close();
     const file = path.join(dir, 'broken.toml');
     fs.writeFileSync(file, `[device]\nworkers = 2\n[device.process]\ncommand = "python3"\nargs = [${JSON.stringify(path.join(dir, 'no-such-device.py'))}]\n`);
     const r = await new Promise<{ code: number; stderr: string }>((resolve) =>
-      execFile(process.execPath, [CLI, 'serve', '--config', file, '--port', '0', '--data', path.join(dir, 'd3'), '--kind', path.join(ROOT, 'test/fixtures/kinds/remote-kind.mjs')], { timeout: 30_000 }, (err, _out, stderr) =>
+      execFile(process.execPath, [CLI, 'serve', '--config', file, '--port', '0', '--data', data, '--kind', path.join(ROOT, 'test/fixtures/kinds/remote-kind.mjs')], { timeout: 30_000 }, (err, _out, stderr) =>
         resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }),
       ),
     );
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^error: configuration: device\.process\.command: its processes end before they are ready \(default\/0 \(python3\): it exited \(code 2\); its last stderr: .*no-such-device\.py.*\): check the command, args and cwd$/m);
     expect(r.stderr).not.toContain('listening');
+    const after = Journal.open(data);
+    try {
+      expect(after.get('left')?.state).toBe('queued');
+    } finally {
+      after.close();
+    }
   });
 
   it('refuses, at start, a kind that exports run, naming the export (the process does the device step)', async () => {
