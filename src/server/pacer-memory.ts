@@ -22,18 +22,26 @@ export class PacerMemory {
   /** Completions (device + preparation) counted at the last save. */
   private savedAt = 0;
 
-  /** `configured`: the config's `engine.pacerOptions`. */
+  /**
+   * `configured`: the config's `engine.pacerOptions`; `reads`: the options the configured pacer
+   * reads (undefined: a pacer module's, unknown) — a pacer that reads no priors (classic, unpaced…)
+   * is given none (it refused them as misspelt options, and the server did not start).
+   */
   constructor(
     private readonly dataDir: string,
     private readonly devices: readonly ServiceDevice[],
     configured: Record<string, number>,
+    reads?: ReadonlySet<string>,
   ) {
     this.priors = readPriors(dataDir);
     const priorDeviceServiceMs = devices.map((d) => d.config.priorServiceMs ?? this.priors?.devices[d.name]?.serviceMs ?? 0);
     // Each kind's own device time, where the config gives none for the device.
     const priorKindServiceMs = Object.fromEntries(Object.entries(this.priors?.kinds ?? {}).map(([kind, byDevice]) => [kind, devices.map((d) => (d.config.priorServiceMs === undefined ? (byDevice[d.name]?.serviceMs ?? 0) : 0))]));
     const remembered = this.remembered(configured);
-    this.pacerOptions = { ...remembered, ...configured, priorDeviceServiceMs, priorKindServiceMs };
+    const given = (k: string) => reads === undefined || reads.has(k) || Object.hasOwn(configured, k);
+    const all: PacerOptions = { ...remembered, ...configured, priorDeviceServiceMs, priorKindServiceMs };
+    this.pacerOptions = Object.fromEntries(Object.entries(all).filter(([k]) => given(k))) as PacerOptions;
+    if (!given('priorDeviceServiceMs')) return;
     if (priorDeviceServiceMs.some((v) => v > 0) || remembered.priorLatencyMs !== undefined || remembered.priorPrepareLimit !== undefined) {
       this.note = this.said(priorDeviceServiceMs, priorKindServiceMs, remembered);
     }

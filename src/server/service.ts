@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { TimelineRecorder, type Engine, type PacerState } from '../core/index.js';
+import { optionsRead, PACERS, TimelineRecorder, type Engine, type PacerState } from '../core/index.js';
 import { BufferPool } from '../runtime/buffer-pool.js';
 import { ProcessDevice } from '../runtime/process-device.js';
 import { Runtime } from '../runtime/runtime.js';
@@ -114,7 +114,8 @@ export class Service {
     this.metrics = new ServiceMetrics(this);
     const router = this.routerOver(threads, runners);
     // The pacer starts from what the config says, else from what the last run measured.
-    this.memory = new PacerMemory(config.dataDir, this.devices, config.engine.pacerOptions);
+    const pacer = PACERS[config.engine.pacer];
+    this.memory = new PacerMemory(config.dataDir, this.devices, config.engine.pacerOptions, pacer && Object.hasOwn(PACERS, config.engine.pacer) ? optionsRead(pacer.create) : undefined);
     const grouped = [...kinds.values()].filter((k) => k.prepareBatch);
     this.runtime = new Runtime({
       workload: router,
