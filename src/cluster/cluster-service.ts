@@ -201,8 +201,20 @@ export class ClusterService implements ApiService {
     return guardRedis(this.redis, { url: this.config.cluster.redis, retryAfterS: this.config.server.retryAfterS }, fn);
   }
 
+  /**
+   * A submission without an id gets one here, before Redis: where Redis answers too late (503)
+   * the job may still have been queued, and the 503 names the id to retry with — a retry without
+   * it would be a second job (a user trial: a submit answered 503 ran).
+   */
   submit(raw: unknown): Promise<{ job: JobView; created: boolean }> {
-    return this.withRedis(() => this.submitNow(raw));
+    const body = raw !== null && typeof raw === 'object' && !Array.isArray(raw) && (raw as { id?: unknown }).id === undefined ? { ...raw, id: randomUUID() } : raw;
+    const id = (body as { id?: unknown } | null)?.id;
+    return this.withRedis(() => this.submitNow(body)).catch((e: unknown) => {
+      if (e instanceof ServiceError && e.status === 503 && typeof id === 'string') {
+        throw new ServiceError(503, e.type, e.title, `${e.detail}; this job may have been accepted as ${JSON.stringify(id)}: retry with "id": ${JSON.stringify(id)} (the same id and body run once)`, e.extra);
+      }
+      throw e;
+    });
   }
 
   job(id: string, page?: StatesPage): Promise<JobView | undefined> {
