@@ -12,6 +12,8 @@ import type { ClusterViews } from './views.js';
 
 /** The most accepted jobs one sweep looks at (the oldest first). */
 const SWEEP_MAX = 500;
+/** After a Redis data loss, how long before jobs it lost are queued again (see Recovery.lostAt): two sweeps of every node. */
+const REQUEUE_AFTER_LOSS_MS = 4000;
 
 /** What the sweep uses. */
 export interface RecoverySources {
@@ -46,6 +48,14 @@ export class Recovery {
    */
   private epoch: string | null;
   private sweeping: Promise<void> | undefined;
+  /**
+   * When this node saw Redis lose its data (performance.now(); NaN: not since it started). Jobs
+   * Redis no longer has are queued again only REQUEUE_AFTER_LOSS_MS later: by then every live
+   * node's own sweep has republished the jobs it ran, and one that ended just before the loss is
+   * found ended, not run again (a job done on one node ran again on another when the accepting
+   * node's sweep came first).
+   */
+  private lostAt = NaN;
 
   constructor(private readonly d: RecoverySources) {
     this.epoch = this.savedEpoch();
@@ -76,6 +86,8 @@ export class Recovery {
     const epoch = await this.d.redis.get(K.epoch);
     // (A node's first sweep ever finds a dataset it has not seen: no loss to tell of.)
     const lost = epoch !== this.epoch && this.epoch !== null;
+    if (lost) this.lostAt = performance.now();
+    const settling = performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS;
     let republished = 0;
     if (epoch !== this.epoch) {
       await this.d.register();
@@ -90,12 +102,13 @@ export class Recovery {
       const found = await this.d.views.find(j.id);
       if (found && isFinal(found.view.state)) this.acceptedEnded(j.id, found.view);
       else if (!found && j.submittedAt < expired) this.acceptedEnded(j.id, undefined);
-      else if (!found) {
+      else if (!found && !settling) {
         await this.requeue(j);
         requeued++;
       }
     }
-    if (lost || requeued > 0) this.d.log(`Redis lost jobs${lost ? ' (its data was lost: a new dataset)' : ''}: ${lost ? `registered this node's kinds again, republished ${republished} ended job${republished === 1 ? '' : 's'}, ` : ''}queued again ${requeued} job${requeued === 1 ? '' : 's'} this node accepted`);
+    const queued = settling ? `queues again in ${REQUEUE_AFTER_LOSS_MS / 1000} s the jobs this node accepted that no node republishes by then` : `queued again ${requeued} job${requeued === 1 ? '' : 's'} this node accepted`;
+    if (lost || requeued > 0) this.d.log(`Redis lost jobs${lost ? ' (its data was lost: a new dataset)' : ''}: ${lost ? `registered this node's kinds again, republished ${republished} ended job${republished === 1 ? '' : 's'}, ` : ''}${queued}`);
     this.d.accepted.purgeFinished(this.d.ttlMs);
   }
 
