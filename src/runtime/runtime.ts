@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from 'node:util';
-import { checkedPacer, createPacer, Engine, OccupancyMeter, optionsRead, PACERS, StokerError, unreadOptions, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type JobSpec, type PacerState } from '../core/index.js';
+import { checkedPacer, createPacer, Engine, OccupancyMeter, StokerError, unknownPacerOptions, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type JobSpec, type PacerState } from '../core/index.js';
 import { systemClock, type Clock } from './clock.js';
 import { errorMessage, Flights, type FlightJob } from './flights.js';
 import type { RuntimeOptions, RuntimeStatus, Workload } from './workload.js';
@@ -59,9 +59,8 @@ export class Runtime<I, P, O, R> {
         ? checkedPacer(options.pacer, { origin: 'given to the Runtime', made: 'the pacer given to the Runtime is', fallbackName: 'custom', error: (message) => new StokerError('E_INVALID_OPTION', message) })
         : createPacer(options.pacer ?? 'stoker', options.pacerOptions ?? {});
     // A misspelt pacer option would change nothing, silently (stoker serve refuses it too).
-    const name = typeof options.pacer === 'string' ? options.pacer : 'stoker';
-    const unread = typeof options.pacer === 'object' || !Object.hasOwn(PACERS, name) ? [] : unreadOptions([(PACERS[name] as (typeof PACERS)[string]).create], options.pacerOptions ?? {});
-    if (unread.length > 0) throw new StokerError('E_INVALID_OPTION', `pacerOptions.${unread[0] as string}: the ${name} pacer has no option ${unread[0] as string} (its options: ${[...optionsRead((PACERS[name] as (typeof PACERS)[string]).create)].filter((k) => k !== 'targetWaiting').join(', ') || 'none'}): check the spelling, or remove it`);
+    const [unknown] = typeof options.pacer === 'object' ? [] : unknownPacerOptions(options.pacer ?? 'stoker', options.pacerOptions ?? {});
+    if (unknown) throw new StokerError('E_INVALID_OPTION', `pacerOptions.${unknown.option}: ${unknown.message}`);
     if (!options.workload) throw new StokerError('E_INVALID_OPTION', 'workload is missing: give the Runtime { workload: { prepare, run, finish }, devices, … } (a ThreadedWorkload, or an object of your own)');
     if (options.devices.some((d) => d.batch) && typeof options.workload.runBatch !== 'function') {
       throw new StokerError('E_INVALID_OPTION', 'a device has batch, but the workload has no runBatch(tasks): give it one, or leave batch out');

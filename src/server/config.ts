@@ -3,7 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse, stringify, TomlError } from 'smol-toml';
 import { z } from 'zod';
-import { optionsRead, PACERS, unreadOptions } from '../core/index.js';
+import { unknownPacerOptions } from '../core/index.js';
 import { batchTable, dataDirSchema, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
 import { suggest } from '../core/suggest.js';
 import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, HttpDeviceConfig, PrepareConfig, ProcessDeviceConfig, ServeConfig, ServerConfig } from './config-types.js';
@@ -403,19 +403,13 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
  * not read (a misspelt option changed nothing, silently), is a config error naming the option.
  */
 function checkPacerOptions(engine: EngineConfig, origin: (at: string) => string): void {
-  const { pacer, pacerOptions } = engine;
-  if (Object.keys(pacerOptions).length === 0 || !Object.hasOwn(PACERS, pacer)) return;
-  const create = (PACERS[pacer] as (typeof PACERS)[string]).create;
-  let unread: string[];
+  let unknown: ReturnType<typeof unknownPacerOptions>;
   try {
-    unread = unreadOptions([create], pacerOptions);
+    unknown = unknownPacerOptions(engine.pacer, engine.pacerOptions);
   } catch (e) {
     throw new ConfigError([{ source: origin('engine.pacerOptions'), path: 'engine.pacerOptions', message: e instanceof Error ? e.message : String(e) }]);
   }
-  if (unread.length === 0) return;
-  const known = [...optionsRead(create)].filter((k) => k !== 'targetWaiting');
-  const them = known.length > 0 ? `its options are ${known.join(', ')}` : 'it takes no options';
-  throw new ConfigError(unread.map((k) => ({ source: origin(`engine.pacerOptions.${k}`), path: `engine.pacerOptions.${k}`, message: `the ${pacer} pacer has no option ${k} (${them}): check the spelling, or remove it` })));
+  if (unknown.length > 0) throw new ConfigError(unknown.map(({ option, message }) => ({ source: origin(`engine.pacerOptions.${option}`), path: `engine.pacerOptions.${option}`, message })));
 }
 
 /** Merges one source's device table (`[device]` or a `[devices.NAME]`) into `d`, with the defaults of its process or http table. */

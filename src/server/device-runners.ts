@@ -21,6 +21,11 @@ export function serviceDevices(config: ServeConfig): ServiceDevice[] {
   return [['default', config.device] as const, ...Object.entries(config.devices ?? {})].map(([name, d]) => ({ name, config: d }));
 }
 
+/** Where a device's settings are in a config: `device` for "default", else `devices.NAME`. */
+export function deviceField(name: string): string {
+  return name === 'default' ? 'device' : `devices.${name}`;
+}
+
 /** The devices as the engine takes them: workers, batching, and (with several devices) the kinds that name each one. */
 export function engineDevices(devices: readonly ServiceDevice[], kinds: ReadonlyMap<string, LoadedKind>): DeviceSpec[] {
   const several = devices.length > 1;
@@ -34,7 +39,7 @@ export function engineDevices(devices: readonly ServiceDevice[], kinds: Readonly
 
 /** Per device, a process device's handoff files: this server's own folder (see {@link handoffFolder}). */
 export function deviceHandoffs(devices: readonly ServiceDevice[], dataDir: string): (Handoff | undefined)[] {
-  return devices.map(({ name, config: d }) => (d.process ? handoffFolder(d.process.handoffDir, name === 'default' ? dataDir : `${dataDir}#${name}`, d.process.handoffMinBytes, name === 'default' ? 'device' : `devices.${name}`) : undefined));
+  return devices.map(({ name, config: d }) => (d.process ? handoffFolder(d.process.handoffDir, name === 'default' ? dataDir : `${dataDir}#${name}`, d.process.handoffMinBytes, deviceField(name)) : undefined));
 }
 
 /** Where a device's steps run: the shared device threads, its processes, or its endpoint. */

@@ -10,7 +10,7 @@ import type { Handoff } from '../runtime/threads/protocol.js';
 import { toChromeTrace, type ChromeTrace } from '../report/chrome-trace.js';
 import type { JobView, StatusView, TimelineView } from './api.js';
 import { ConfigError, deviceType, type ServeConfig } from './config.js';
-import { deviceHandoffs, deviceRunner, engineDevices, serviceDevices, type ServiceDevice } from './device-runners.js';
+import { deviceField, deviceHandoffs, deviceRunner, engineDevices, serviceDevices, type ServiceDevice } from './device-runners.js';
 import { jobFinished, notFound } from './errors.js';
 import { EventLog, type Replay } from './event-log.js';
 import { GroupCommit } from './group-commit.js';
@@ -416,7 +416,7 @@ export class Service {
     const why = await Promise.all(this.runners.map((r) => (r instanceof ProcessDevice ? r.started(timeoutMs) : undefined)));
     const issues = this.devices.flatMap(({ name }, i) => {
       const w = why[i];
-      return w === undefined ? [] : [{ source: 'configuration', path: `${name === 'default' ? 'device' : `devices.${name}`}.process.command`, message: `its processes end before they are ready (${w}): check the command, args and cwd` }];
+      return w === undefined ? [] : [{ source: 'configuration', path: `${deviceField(name)}.process.command`, message: `its processes end before they are ready (${w}): check the command, args and cwd` }];
     });
     if (issues.length > 0) throw new ConfigError(issues);
   }

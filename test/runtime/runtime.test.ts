@@ -678,7 +678,7 @@ describe('what the Runtime refuses', () => {
   });
 
   it('a misspelt pacer option, a missing workload, a workload with no prepare for a kind', async () => {
-    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'stoker', pacerOptions: { targetWaitng: 3 } })).toThrow(/pacerOptions.targetWaitng: the stoker pacer has no option targetWaitng \(its options: .*headStart.*\): check the spelling/);
+    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'stoker', pacerOptions: { targetWaitng: 3 } })).toThrow(/pacerOptions.targetWaitng: the stoker pacer has no option targetWaitng \(its options are .*headStart.*\): check the spelling/);
     expect(() => new Runtime({ devices: [{ workers: 1 }] } as never)).toThrow(/workload is missing: give the Runtime \{ workload/);
     const batchOnly = { prepareBatch: () => Promise.resolve([]), run: () => Promise.resolve({ output: 1 }), finish: () => 0 } as unknown as Workload<number, number, number, number>;
     expect(() => new Runtime({ workload: batchOnly, devices: [{ workers: 1 }] })).toThrow(/the workload has no prepare\(task\)/);

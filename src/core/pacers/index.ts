@@ -58,3 +58,18 @@ export function unreadOptions(creates: readonly PacerFactory[], options: Readonl
   for (const create of creates) for (const k of optionsRead(create, options)) read.add(k);
   return Object.keys(options).filter((k) => !read.has(k));
 }
+
+/**
+ * The options in `options` the built-in pacer `pacer` does not read (see unreadOptions), each with
+ * what to say of it, listing the options it has; none for a pacer that is not built in. Throws
+ * what the pacer throws for a value it refuses.
+ */
+export function unknownPacerOptions(pacer: string, options: Readonly<PacerOptions>): { option: string; message: string }[] {
+  const create = Object.hasOwn(PACERS, pacer) ? (PACERS[pacer] as (typeof PACERS)[string]).create : undefined;
+  if (!create || Object.keys(options).length === 0) return [];
+  const unread = unreadOptions([create], options);
+  if (unread.length === 0) return [];
+  const known = [...optionsRead(create)].filter((k) => k !== 'targetWaiting');
+  const them = known.length > 0 ? `its options are ${known.join(', ')}` : 'it takes no options';
+  return unread.map((option) => ({ option, message: `the ${pacer} pacer has no option ${option} (${them}): check the spelling, or remove it` }));
+}
