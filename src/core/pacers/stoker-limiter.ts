@@ -710,32 +710,23 @@ export class PrepareLimit {
     // The kinds with a unit set the level (none timed now: the last measurement's, the cap's
     // contention taken as unchanged; none has a unit yet: 1); a kind new to the measurements, with
     // UNIT_SAMPLES of its own, gets the unit that puts it at that level.
-    let n = 0;
-    let sum = 0;
-    for (let k = 0; k < d.length; k++) {
-      const u = this.units[k];
-      const x = d[k] as { n: number; sum: number };
-      if (u !== undefined && x.n > 0) {
-        n += x.n;
-        sum += x.sum / u;
-      }
-    }
-    const level = n > 0 ? sum / n : this.level;
-    for (let k = 0; k < d.length; k++) {
-      const x = d[k] as { n: number; sum: number };
+    const inUnits = () => {
+      const t = { n: 0, sum: 0, sq: 0 };
+      d.forEach((x, k) => {
+        const u = this.units[k];
+        if (u === undefined || x.n <= 0) return;
+        t.n += x.n;
+        t.sum += x.sum / u;
+        t.sq += x.sq / (u * u);
+      });
+      return t;
+    };
+    const anchored = inUnits();
+    const level = anchored.n > 0 ? anchored.sum / anchored.n : this.level;
+    d.forEach((x, k) => {
       if (this.units[k] === undefined && x.n >= UNIT_SAMPLES && x.sum > 0 && level > 0) this.units[k] = x.sum / x.n / level;
-    }
-    n = 0;
-    sum = 0;
-    let sq = 0;
-    for (let k = 0; k < d.length; k++) {
-      const u = this.units[k];
-      const x = d[k] as { n: number; sum: number; sq: number };
-      if (u === undefined || x.n <= 0) continue;
-      n += x.n;
-      sum += x.sum / u;
-      sq += x.sq / (u * u);
-    }
+    });
+    const { n, sum, sq } = inUnits();
     // (Only kinds with too few of their own to get a unit: the last level, the spread as measured.)
     if (n === 0) return { mean: this.level, se: seLatency };
     const mean = sum / n;
