@@ -113,6 +113,15 @@ def _reply(out, id, output, extra):
         _write_frame(out, dict({"type": "result", "id": id, "ok": True, "output": output}, **extra))
 
 
+def _failed(header, e):
+    """A failed result's header for exception ``e``; ``"retry": false`` when it has ``retry = False``
+    (the item would fail the same way again: its job fails at once)."""
+    header = dict(header, ok=False, error="%s: %s" % (type(e).__name__, e))
+    if getattr(e, "retry", None) is False:
+        header["retry"] = False
+    return header
+
+
 def _run_batch(out, handle, handle_batch, headers, payloads):
     """A batch's items at once: one result per item (an Exception in an item's place fails it alone)."""
     t0 = time.perf_counter_ns()
@@ -133,7 +142,7 @@ def _run_batch(out, handle, handle_batch, headers, payloads):
         busy = time.perf_counter_ns() - t0
         for index, output in enumerate(outputs):
             if isinstance(output, BaseException):
-                _write_frame(out, {"type": "result", "id": headers[0].get("id"), "index": index, "ok": False, "busyNs": busy, "error": "%s: %s" % (type(output).__name__, output)})
+                _write_frame(out, _failed({"type": "result", "id": headers[0].get("id"), "index": index, "busyNs": busy}, output))
             else:
                 _reply(out, headers[0].get("id"), output, {"index": index, "busyNs": busy})
     except Exception as e:  # the whole batch fails: stoker runs its items again alone
@@ -184,7 +193,7 @@ def serve(handle, handle_batch=None):
                 _write_frame(out, {"type": "result", "id": header.get("id"), "ok": True, "busyNs": busy, "output": result})
         except Exception as e:  # the item fails, the worker goes on
             busy = time.perf_counter_ns() - t0
-            _write_frame(out, {"type": "result", "id": header.get("id"), "ok": False, "busyNs": busy, "error": "%s: %s" % (type(e).__name__, e)})
+            _write_frame(out, _failed({"type": "result", "id": header.get("id"), "busyNs": busy}, e))
         finally:
             if item is not None:
                 item.close()

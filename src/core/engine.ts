@@ -4,7 +4,7 @@ import { IndexedHeap, type HeapNode } from './heap.js';
 import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot, ReadonlySnapshot } from './pacer.js';
 import { NumberMap } from './number-map.js';
 import { KeyHeap, keyLess, MAX_PARTITIONS, type KeyedNode } from './queue.js';
-import { PRIORITIES, type Command, type EngineEvent, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
+import { PRIORITIES, type Command, type EngineEvent, type ItemFailure, type ItemView, type JobEnd, type JobSpec, type PartitionState, type Priority } from './types.js';
 
 export interface DeviceSpec {
   /** Pipelined workers on this device (≥ 1). */
@@ -712,14 +712,14 @@ export class Engine {
   }
 
   /** A preparation batch finished: its items prepared (all with its latency) except those named failed. */
-  private prepareBatchDone(id: number, latencyMs: number | undefined, failed: readonly { item: number; reason: string }[] | undefined, out: Command[]): void {
+  private prepareBatchDone(id: number, latencyMs: number | undefined, failed: readonly ItemFailure[] | undefined, out: Command[]): void {
     const a = this.answerPrep(id);
     if (!a) return;
     const { b, live } = a;
     const stats = (b.items[0] as Item).job.kc.prepareBatch as NonNullable<KindCounters['prepareBatch']>;
     stats.batches++;
     stats.items += b.items.length;
-    const reasons = new Map((failed ?? []).map((f) => [f.item, f.reason]));
+    const reasons = new Map((failed ?? []).map((f) => [f.item, f]));
     const latency = latencyMs ?? this.now - b.startedAt;
     // Prepared items first: a failure that ends a job must not withdraw its items that were prepared.
     for (const item of live) {
@@ -728,9 +728,9 @@ export class Engine {
       this.toWaiting(item, latency);
     }
     for (const item of live) {
-      const reason = reasons.get(item.id);
-      if (reason === undefined || item.prepBatch !== b) continue;
-      this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${reason}`, out);
+      const f = reasons.get(item.id);
+      if (f === undefined || item.prepBatch !== b) continue;
+      this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${f.reason}`, out, f.final === true);
     }
   }
 
@@ -797,12 +797,12 @@ export class Engine {
    * except those named failed (each failed as a device failure of its own). Items withdrawn
    * while it ran are already gone; a stale batch id is ignored.
    */
-  private batchDone(id: number, busyMs: number | undefined, failed: readonly { item: number; reason: string }[] | undefined, out: Command[]): void {
+  private batchDone(id: number, busyMs: number | undefined, failed: readonly ItemFailure[] | undefined, out: Command[]): void {
     const b = this.batches.get(id);
     if (!b) return;
     b.answered = true;
     const stats = (this.counters.devices[b.device] as DeviceCounters).batch as NonNullable<DeviceCounters['batch']>;
-    const reasons = new Map((failed ?? []).map((f) => [f.item, f.reason]));
+    const reasons = new Map((failed ?? []).map((f) => [f.item, f]));
     const live = b.items.filter((it) => it.batch === b);
     const done = live.filter((it) => !reasons.has(it.id));
     stats.batches++;
@@ -818,9 +818,9 @@ export class Engine {
       this.itemDone(item, out);
     }
     for (const item of live) {
-      const reason = reasons.get(item.id);
-      if (reason === undefined || item.batch !== b) continue;
-      this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[b.device] as string}: ${reason}`, out);
+      const f = reasons.get(item.id);
+      if (f === undefined || item.batch !== b) continue;
+      this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[b.device] as string}: ${f.reason}`, out, f.final === true);
     }
   }
 
@@ -1349,8 +1349,8 @@ function checkFailed(failed: unknown, type: string, items: readonly Item[] | und
   if (failed === undefined) return;
   if (!Array.isArray(failed)) throw new StokerError('E_INVALID_EVENT', `${type}.failed must be an array of { item, reason }, or absent when every item succeeded`);
   for (const f of failed as unknown[]) {
-    const e = f as { item?: unknown; reason?: unknown } | null;
-    if (typeof e !== 'object' || e === null || typeof e.item !== 'number' || typeof e.reason !== 'string') throw new StokerError('E_INVALID_EVENT', `each ${type}.failed entry must be { item: <item id>, reason: <string> }`);
+    const e = f as { item?: unknown; reason?: unknown; final?: unknown } | null;
+    if (typeof e !== 'object' || e === null || typeof e.item !== 'number' || typeof e.reason !== 'string' || (e.final !== undefined && typeof e.final !== 'boolean')) throw new StokerError('E_INVALID_EVENT', `each ${type}.failed entry must be { item: <item id>, reason: <string>, final?: <boolean> }`);
     if (items && !items.some((it) => it.id === e.item)) throw new StokerError('E_INVALID_EVENT', `${type}.failed names item ${e.item}, which is not in batch ${batch}`);
   }
 }

@@ -49,6 +49,13 @@ export interface ItemView {
 }
 
 /** Events a driver feeds into {@link Engine.apply}. Every event carries the driver's current time. */
+/** An item that failed in a batch (prepareBatchDone, batchDone): `final` as prepareFailed's. */
+export interface ItemFailure {
+  item: number;
+  reason: string;
+  final?: boolean;
+}
+
 export type EngineEvent =
   | { type: 'submit'; time: number; job: JobSpec }
   /** `reason`: why, as the job's end will say (default "cancelled on request"); the code is E_CANCELLED either way. */
@@ -59,9 +66,9 @@ export type EngineEvent =
   /**
    * A preparation batch (a `startPrepareBatch` command) finished: its latency `latencyMs`, once for
    * the whole batch (default: the time since startPrepareBatch); `failed` names the items whose
-   * preparation failed in it (the others are prepared).
+   * preparation failed in it (the others are prepared), each `final` as prepareFailed's.
    */
-  | { type: 'prepareBatchDone'; time: number; batch: number; latencyMs?: number; failed?: readonly { item: number; reason: string }[] }
+  | { type: 'prepareBatchDone'; time: number; batch: number; latencyMs?: number; failed?: readonly ItemFailure[] }
   /** A preparation batch failed without saying which items: with more than one, each is prepared again alone once before it counts as failed. */
   | { type: 'prepareBatchFailed'; time: number; batch: number; reason: string }
   /** `busyMs`: the device time the worker measured itself; defaults to the time since startDevice. */
@@ -71,9 +78,9 @@ export type EngineEvent =
   /**
    * A batch (a `startBatch` command) finished: its device time `busyMs`, measured once for the
    * whole batch (default: the time since startBatch); `failed` names the items that failed in it
-   * (the others are done).
+   * (the others are done), each `final` as prepareFailed's.
    */
-  | { type: 'batchDone'; time: number; batch: number; busyMs?: number; failed?: readonly { item: number; reason: string }[] }
+  | { type: 'batchDone'; time: number; batch: number; busyMs?: number; failed?: readonly ItemFailure[] }
   /** A batch failed and the device did not say which items: with more than one, each runs again alone once before it counts as failed. */
   | { type: 'batchFailed'; time: number; batch: number; reason: string }
   | { type: 'workerLost'; time: number; device: number; worker: number }

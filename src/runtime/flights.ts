@@ -8,6 +8,7 @@
 import { StokerError, type EngineEvent, type ItemView } from '../core/index.js';
 import type { Clock } from './clock.js';
 import type { BatchResult, DeviceTask, PartitionTask, PrepareResult, Workload } from './workload.js';
+import { noRetry } from './no-retry.js';
 
 /** What a step needs of its job: the input, the partition count, and where the outputs go. */
 export interface FlightJob<I, O> {
@@ -164,7 +165,7 @@ export class Flights<I, P, O, R> {
           if ('prepared' in r) e.f.prepared = r.prepared;
           else {
             this.flights.delete(e.item.id);
-            bad.push({ item: e.item.id, reason: String(r.error) });
+            bad.push({ item: e.item.id, reason: String(r.error), ...(noRetry(r) ? { final: true } : {}) });
           }
         });
         if (still.size === 0) return this.syncPool();
@@ -281,7 +282,7 @@ export class Flights<I, P, O, R> {
         entries.forEach((e, i) => {
           if (this.flights.get(e.item.id) !== e.f) return;
           const r = results[i] as BatchResult<O>;
-          if ('error' in r) bad.push({ item: e.item.id, reason: String(r.error) });
+          if ('error' in r) bad.push({ item: e.item.id, reason: String(r.error), ...(noRetry(r) ? { final: true } : {}) });
           else e.outputs[e.item.partition] = r.output;
           this.land(e.item.id, e.f);
         });
@@ -310,11 +311,6 @@ function timeoutReason(ms: number, worker: number): string {
 }
 
 /** An error's message, or the thrown value as a string. */
-/** An error thrown with `retry: false`: trying the partition again would fail the same way (the job fails at once). */
-function noRetry(e: unknown): boolean {
-  return e !== null && typeof e === 'object' && (e as { retry?: unknown }).retry === false;
-}
-
 export function errorMessage(e: unknown): string {
   if (e instanceof Error) return e.message;
   // What piscina rejects with where a thread's value could not be sent back: an empty object.

@@ -6,16 +6,18 @@
  * sending it until the whole response has arrived: the time the item occupied the worker —
  * never a compute time the server reports about itself, which leaves out its queueing and the
  * transfer. A refused connection, a timeout, a 4xx/5xx answer or an oversized response fails
- * the item (the engine retries it).
+ * the item (the engine retries it) — a 4xx other than 408 and 429 with `retry: false`: the same
+ * request would be refused the same way (a bad input, a wrong URL or credentials).
  *
  * A batch (a device with `batch`) is one request: JSON `{ items: [{ job, kind, partition,
  * partitions, prepared }] }` (bytes as `{ preparedBase64 }` instead of `prepared`), answered by
- * JSON `{ results: [{ output } | { outputBase64 } | { error }] }`, one per item, in order; any
+ * JSON `{ results: [{ output } | { outputBase64 } | { error, retry? }] }`, one per item, in order; any
  * other answer fails the whole batch.
  */
 import { asBytes } from './bytes.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
+import { failure } from './no-retry.js';
 import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
 
@@ -76,7 +78,7 @@ export class HttpDevice implements DeviceRunner {
       busyMs,
       results: results.map((r: unknown, i): BatchItemReply => {
         const x = (typeof r === 'object' && r !== null ? r : {}) as Record<string, unknown>;
-        if (typeof x['error'] === 'string') return { error: x['error'] };
+        if (typeof x['error'] === 'string') return x['retry'] === false ? { error: x['error'], retry: false } : { error: x['error'] };
         if (typeof x['outputBase64'] === 'string') return { output: new Uint8Array(Buffer.from(x['outputBase64'], 'base64')) };
         if ('output' in x) return { output: x['output'] };
         return { error: `the batch's result ${i} is ${JSON.stringify(r)}: give { "output" }, { "outputBase64" } or { "error" }` };
@@ -106,7 +108,7 @@ export class HttpDevice implements DeviceRunner {
     }
     const busyMs = performance.now() - t0;
     const text = () => new TextDecoder().decode(data.subarray(0, BODY_EXCERPT));
-    if (!res.ok) throw new Error(`${label}: POST ${this.o.url} answered ${res.status} ${res.statusText}: ${text()}`);
+    if (!res.ok) throw failure(`${label}: POST ${this.o.url} answered ${res.status} ${res.statusText}: ${text()}`, res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429 ? false : undefined);
     if (!/^application\/(.+\+)?json\b/i.test(res.headers.get('content-type') ?? '')) return { data, json: undefined, busyMs };
     try {
       return { data, json: JSON.parse(new TextDecoder().decode(data)) as unknown, busyMs };

@@ -14,6 +14,7 @@ import { asBytes } from './bytes.js';
 import { encodeFrame, FrameError, FrameReader, type Frame } from './frames.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
+import { failure } from './no-retry.js';
 import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
 
@@ -305,7 +306,8 @@ class WorkerProcess {
       return false;
     }
     if (busyNs !== undefined) step.busyNs = Math.max(step.busyNs ?? 0, busyNs);
-    step.results[index] = h['ok'] === true ? { output: outputOf(f) } : { error: typeof h['error'] === 'string' ? h['error'] : 'the item failed (no error message)' };
+    const error = typeof h['error'] === 'string' ? h['error'] : 'the item failed (no error message)';
+    step.results[index] = h['ok'] === true ? { output: outputOf(f) } : h['retry'] === false ? { error, retry: false } : { error };
     if (++step.received < step.size) return true;
     this.step = undefined;
     this.failures = 0;
@@ -318,7 +320,7 @@ class WorkerProcess {
     const wallMs = performance.now() - step.sentAt;
     if (h['ok'] !== true) {
       this.failures = 0;
-      return step.reject(new Error(`${this.label}: ${typeof h['error'] === 'string' ? h['error'] : 'the step failed (no error message)'}`));
+      return step.reject(failure(`${this.label}: ${typeof h['error'] === 'string' ? h['error'] : 'the step failed (no error message)'}`, h['retry']));
     }
     const busyNs = h['busyNs'];
     if (!validBusyNs(busyNs)) {

@@ -8,6 +8,7 @@ import type { DeviceTask, PartitionTask, PrepareResult, Workload } from './runti
 import { rmSync } from 'node:fs';
 import { batchSignal } from './batch-signal.js';
 import type { BatchItemReply, CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, PrepareItemReply, PrepareReply, PrepareRequest } from './threads/protocol.js';
+import { failure } from './no-retry.js';
 
 /** Where the stages run: the preparation pool and the device threads. */
 export interface StageThreadsOptions {
@@ -191,7 +192,8 @@ export class StageThreads implements DeviceRunner {
         bufferBytes: call.bufferBytes,
         ...(call.handoff ? { handoff: call.handoff } : {}),
       };
-      const { meta, file } = (await this.piscina.run(req)) as PrepareReply;
+      const { meta, file, finalError } = (await this.piscina.run(req)) as PrepareReply;
+      if (finalError !== undefined) throw failure(finalError, false);
       if (file) {
         // The data lives in the file now: the buffer can serve the next preparation.
         if (buffer) this.pool.checkin(buffer);
@@ -238,7 +240,7 @@ export class StageThreads implements DeviceRunner {
         const buffer = buffers[i];
         // A failed item's buffer, and one whose data went to a file, serve the next preparation.
         if ('error' in r || r.file) if (buffer) this.pool.checkin(buffer);
-        if ('error' in r) return { error: r.error };
+        if ('error' in r) return r.retry === false ? { error: r.error, retry: false } : { error: r.error };
         if (r.file) return { prepared: { meta: r.meta, file: r.file } };
         return { prepared: buffer ? { buffer, bytes: (calls[i] as PrepareCall).bufferBytes, meta: r.meta } : { meta: r.meta } };
       });
@@ -345,7 +347,7 @@ export class StageThreads implements DeviceRunner {
       const p = settle(reply.id);
       if (!p) return;
       if (reply.ok) p.resolve(reply.output);
-      else p.reject(new Error(reply.message));
+      else p.reject(failure(reply.message, reply.retry));
     });
     const died = (why: string) => {
       if (thread.worker !== w) return;

@@ -15,6 +15,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { encodeFrame, FrameReader, type Frame } from './frames.js';
+import { noRetry } from './no-retry.js';
 
 /** One item as the worker gets it. */
 export interface ProcessItem {
@@ -78,7 +79,7 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
               const outs = handleBatch ? await handleBatch(items) : await sequential(handle, items);
               if (!Array.isArray(outs) || outs.length !== items.length) throw new Error(`handleBatch returned ${Array.isArray(outs) ? outs.length : typeof outs} outputs for ${items.length} items: return one per item, in order`);
               const busyNs = Number(process.hrtime.bigint() - t0);
-              outs.forEach((out, index) => (out instanceof Error ? write({ type: 'result', id: h['id'], index, ok: false, busyNs, error: out.message }) : ok(h['id'], out, { index, busyNs })));
+              outs.forEach((out, index) => (out instanceof Error ? write({ type: 'result', id: h['id'], index, busyNs, ...failed(out) }) : ok(h['id'], out, { index, busyNs })));
             } catch (e) {
               write({ type: 'result', id: h['id'], ok: false, busyNs: Number(process.hrtime.bigint() - t0), error: e instanceof Error ? e.message : String(e) });
             }
@@ -93,13 +94,18 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
             const busyNs = Number(process.hrtime.bigint() - t0);
             ok(h['id'], out, { busyNs });
           } catch (e) {
-            write({ type: 'result', id: h['id'], ok: false, busyNs: Number(process.hrtime.bigint() - t0), error: e instanceof Error ? e.message : String(e) });
+            write({ type: 'result', id: h['id'], busyNs: Number(process.hrtime.bigint() - t0), ...failed(e) });
           }
         });
       }
     });
     process.stdin.on('end', () => void queue.then(() => resolve()));
   });
+}
+
+/** A failed result's fields for a thrown value: `retry: false` when the error has it (the item would fail the same way again: its job fails at once). */
+function failed(e: unknown): { ok: false; error: string; retry?: false } {
+  return { ok: false, error: e instanceof Error ? e.message : String(e), ...(noRetry(e) ? { retry: false as const } : {}) };
 }
 
 /** The item a frame carries (its payload read from its file when it came by file). */

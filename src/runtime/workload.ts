@@ -67,11 +67,11 @@ export interface Workload<I, P, O, R> {
   readonly pool?: Pick<BufferPool, 'stats' | 'trim'>;
 }
 
-/** One item's result in a batch: its output, or why it alone failed. */
-export type BatchResult<O> = { output: O } | { error: string };
+/** One item's result in a batch: its output, or why it alone failed (`retry: false`: it would fail again, its job fails at once). */
+export type BatchResult<O> = { output: O } | { error: string; retry?: false };
 
-/** One item's result in a preparation batch: its prepared data, or why it alone failed. */
-export type PrepareResult<P> = { prepared: P } | { error: string };
+/** One item's result in a preparation batch: its prepared data, or why it alone failed (`retry: false` as BatchResult's). */
+export type PrepareResult<P> = { prepared: P } | { error: string; retry?: false };
 
 export interface RuntimeOptions<I, P, O, R> {
   workload: Workload<I, P, O, R>;

@@ -121,6 +121,19 @@ describe('Engine: batching devices', () => {
     expect(r.e.budget.used).toBe(0);
   });
 
+  it('an item failed in a batch is retried while retries are left, unless its failure is final', () => {
+    const r = batching({ maxItems: 4 }, 1, {}, 2);
+    r.apply({ type: 'submit', time: 0, job: job('w', 1) });
+    r.prepared(1, 'w:0');
+    r.apply({ type: 'submit', time: 1, job: job('a', 1) });
+    r.apply({ type: 'submit', time: 1, job: job('b', 1) });
+    r.prepared(2, 'a:0', 'b:0');
+    r.apply({ type: 'batchDone', time: 3, batch: 0 });
+    const out = r.apply({ type: 'batchDone', time: 5, batch: 1, failed: [{ item: r.item('a:0').id, reason: 'device reset' }, { item: r.item('b:0').id, reason: 'bad input', final: true }] });
+    expect(ofType(out, 'finishJob').map((c) => `${c.jobId}:${c.state} ${c.reason}`)).toEqual(['b:failed job b: partition 0 failed on device 0: bad input']);
+    expect(ofType(out, 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['a:0']);
+  });
+
   it('a batch that failed without naming items: each runs again alone (no retry spent), then fails as itself', () => {
     const r = batching({ maxItems: 4 });
     r.apply({ type: 'submit', time: 0, job: job('w', 1) });

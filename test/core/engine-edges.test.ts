@@ -66,10 +66,11 @@ describe('Engine events: validation messages', () => {
     ['null', null],
     ['an item that is not a number', { item: '0', reason: 'x' }],
     ['a reason that is not a string', { item: 0, reason: 5 }],
+    ['a final that is not a boolean', { item: 0, reason: 'x', final: 'yes' }],
   ])('a failed entry that is %s is rejected for both kinds of batch', (_name, entry) => {
     const d = running();
     const failed = [entry] as unknown as { item: number; reason: string }[];
-    expectStokerError(() => d.apply({ type: 'batchDone', time: 3, batch: 0, failed }), 'E_INVALID_EVENT', /^each batchDone\.failed entry must be \{ item: <item id>, reason: <string> \}$/);
+    expectStokerError(() => d.apply({ type: 'batchDone', time: 3, batch: 0, failed }), 'E_INVALID_EVENT', /^each batchDone\.failed entry must be \{ item: <item id>, reason: <string>, final\?: <boolean> \}$/);
     expectStokerError(() => d.apply({ type: 'prepareBatchDone', time: 3, batch: 0, failed }), 'E_INVALID_EVENT', /^each prepareBatchDone\.failed entry must be/);
     // For a batch the engine no longer knows the entries are still checked.
     expectStokerError(() => d.apply({ type: 'batchDone', time: 3, batch: 99, failed }), 'E_INVALID_EVENT', /each batchDone\.failed entry/);

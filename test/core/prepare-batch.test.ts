@@ -94,6 +94,18 @@ describe('Engine: preparation batches', () => {
     expect(r.e.snapshot.preparingSteps).toBe(0);
   });
 
+  it('an item named failed in a batch is retried while retries are left, unless its failure is final', () => {
+    const r = grouping({ maxItems: 4, maxWaitMs: 1 }, { retries: 2 });
+    r.apply({ type: 'submit', time: 0, job: job('a', 1) });
+    r.apply({ type: 'submit', time: 0, job: job('b', 1) });
+    expect(starts(r.apply({ type: 'tick', time: 1 }))).toEqual(['0:[a:0 b:0]']);
+    const out = r.apply({ type: 'prepareBatchDone', time: 5, batch: 0, failed: [{ item: r.item('a:0').id, reason: 'out of memory' }, { item: r.item('b:0').id, reason: 'bad witness', final: true }] });
+    expect(ofType(out, 'finishJob').map((c) => `${c.jobId}:${c.state}:${c.reason}`)).toEqual(['b:failed:job b: partition 0 failed in preparation: bad witness']);
+    // a:0 is queued again (for a batch of its own after maxWaitMs), its job alive.
+    expect(r.item('a:0').state).toBe('queued');
+    expect(starts(r.apply({ type: 'tick', time: 7 }))).toEqual(['1:[a:0]']);
+  });
+
   it('a batch failed without naming items: each is prepared again alone (no retry spent), then fails as itself', () => {
     const r = grouping({ maxItems: 4 });
     r.apply({ type: 'submit', time: 0, job: job('a', 2) });

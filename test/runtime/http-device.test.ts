@@ -81,6 +81,26 @@ describe('an HTTP device', () => {
   });
 });
 
+describe('a 4xx answer of an HTTP device', () => {
+  it('fails its job at once (the same request would be refused again); a 408 or 429 is retried', async () => {
+    let requests = 0;
+    const url = await serve((req, _b, res) => {
+      requests++;
+      const status = Number(req.headers['stoker-job']);
+      res.writeHead(requests === 1 || status === 400 ? status : 200, { 'content-type': 'application/json' }).end(status === 400 ? '{"detail":"text is empty"}' : '{"ok":true}');
+    });
+    const rt = setup({ url }, { retries: 2 });
+    const e = await failure(rt.submit(spec('400'), {}));
+    expect(e.message).toMatch(/^job 400: partition 0 failed on device 0: infer\/0: POST .* answered 400 Bad Request: \{"detail":"text is empty"\}$/);
+    expect(requests).toBe(1);
+    for (const status of ['408', '429']) {
+      requests = 0;
+      await expect(rt.submit(spec(status), {})).resolves.toEqual([{ ok: true }]);
+      expect(requests).toBe(2);
+    }
+  });
+});
+
 describe('an HTTP device past the runtime device timeout', () => {
   it('the retry waits for the timed-out request to end, then goes out on the same worker (it was refused as "already busy")', async () => {
     // One worker; the first request is never answered, the second at once.

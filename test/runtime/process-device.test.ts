@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { EngineEvent, StokerError } from '../../src/core/index.js';
+import type { EngineEvent, ItemFailure, StokerError } from '../../src/core/index.js';
 import { ProcessDevice, type ProcessDeviceOptions } from '../../src/runtime/process-device.js';
 import type { PartitionTask } from '../../src/runtime/runtime.js';
 import type { PreparedBuffer } from '../../src/runtime/threaded.js';
@@ -70,6 +70,14 @@ describe('a Python process device (python/stoker_worker.py)', () => {
     expect(e.code).toBe('E_DEVICE_FAILED');
     expect(e.message).toMatch(/gpu\/0: ValueError: no such tensor/);
     await expect(rt.submit(spec('f2'), { mode: 'ok' })).resolves.toHaveLength(1);
+  });
+
+  it('an error with retry = False fails its job at once, the retries unspent', async () => {
+    const steps: EngineEvent[] = [];
+    const { rt } = setup({ command: 'python3', args: [PY] }, { retries: 2, onStep: (e) => steps.push(e) });
+    const e = await failure(rt.submit(spec('final'), { mode: 'final' }));
+    expect(e.message).toBe('job final: partition 0 failed on device 0: gpu/0: ValueError: shape (3,) is not (4,)');
+    expect(steps.filter((s) => s.type === 'deviceFailed')).toMatchObject([{ final: true }]);
   });
 
   it('a process that exits mid-item: the item is retried on the restarted process', async () => {
@@ -169,6 +177,14 @@ describe('a Node process device (stoker/worker)', () => {
     expect([...(bytes[0] as Uint8Array)]).toEqual([2, 1, 0]);
     await eventually(() => log.some((l) => /^\[device gpu\/[01]\] logged by the node device [01]$/.test(l)), 'the logged line');
   });
+
+  it('an error with retry: false fails its job at once, the retries unspent', async () => {
+    const steps: EngineEvent[] = [];
+    const { rt } = setup({ command: process.execPath, args: [path.join(FIXTURES, 'node-device.mjs')] }, { retries: 2, onStep: (e) => steps.push(e) });
+    const e = await failure(rt.submit(spec('final'), { mode: 'final' }));
+    expect(e.message).toBe('job final: partition 0 failed on device 0: gpu/0: shape (3,) is not (4,)');
+    expect(steps.filter((s) => s.type === 'deviceFailed')).toMatchObject([{ final: true }]);
+  });
 });
 
 describe('processes that break the protocol', () => {
@@ -221,9 +237,12 @@ async function eventually(check: () => boolean, what: string, timeoutMs = 5000):
 
 describe('batches on a process device', () => {
   /** A one-worker batching Runtime (up to 4 items a batch) over a ProcessDevice's runBatch. */
-  function batching(command: string, args: string[], sizes: number[] = []) {
+  function batching(command: string, args: string[], sizes: number[] = [], failed: ItemFailure[] = []) {
     const dev = new ProcessDevice({ name: 'gpu', workers: 1, command, args, readyTimeoutMs: 10_000, log: () => undefined });
-    const rt = batchingRuntimeOver<Record<string, unknown>>(dev, async (t) => ({ meta: { p: t.partition } }), 4, (_e, cmds) => cmds.forEach((c) => c.type === 'startBatch' && sizes.push(c.items.length)));
+    const rt = batchingRuntimeOver<Record<string, unknown>>(dev, async (t) => ({ meta: { p: t.partition } }), 4, (e, cmds) => {
+      cmds.forEach((c) => c.type === 'startBatch' && sizes.push(c.items.length));
+      if (e.type === 'batchDone') failed.push(...(e.failed ?? []));
+    });
     closers.push(() => rt.close(1000));
     return rt;
   }
@@ -244,6 +263,14 @@ describe('batches on a process device', () => {
       expect(d?.batch?.items).toBe(13);
       expect(d?.batch?.batches).toBeLessThan(13);
       expect(rt.engine.budget.used).toBe(0);
+    });
+
+    it(`${name}: an item's error with retry false is final (its job would not retry it)`, async () => {
+      const failed: ItemFailure[] = [];
+      const rt = batching(command, [...args], [], failed);
+      const bad = await failure(rt.submit(spec('f', 3), { finalAt: 1 }));
+      expect(bad.message).toMatch(/partition 1 failed on device 0: .*bad input in partition 1$/);
+      expect(failed).toMatchObject([{ reason: expect.stringMatching(/bad input in partition 1$/), final: true }]);
     });
   }
 

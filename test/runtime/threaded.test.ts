@@ -19,7 +19,7 @@ import { createNttProofWorkload } from '../../dist/runtime/workloads/ntt-proof.j
 import type { StokerErrorCode } from '../../src/core/errors.js';
 import type { JobSpec } from '../../src/core/types.js';
 
-type Mode = 'ok' | 'throw-prepare' | 'throw-device' | 'crash-device' | 'hang-device' | 'block-device';
+type Mode = 'ok' | 'throw-prepare' | 'throw-device' | 'crash-device' | 'hang-device' | 'block-device' | 'final-prepare' | 'final-device';
 
 /** The fixtures' job input (see test/fixtures/flaky-*.mjs). */
 interface FlakyInput {
@@ -215,6 +215,19 @@ describe('ThreadedWorkload under the Runtime', () => {
       },
       TIMEOUT,
     );
+
+    it(
+      "fails the job at once when preparation throws an error with retry: false (the thread's clone of the error would lose it)",
+      async () => {
+        const { workload, rt } = setup();
+        const err = await rejection(rt.submit(spec('p-final'), { mode: 'final-prepare', only: 0 }));
+
+        expect(err.code).toBe('E_PREPARE_FAILED');
+        expect(err.message).toBe('job p-final: partition 0 failed in preparation: partition 0: bad input');
+        await vi.waitFor(() => expect(workload.pool.stats().leased).toBe(0));
+      },
+      TIMEOUT,
+    );
   });
 
   describe('device failures', () => {
@@ -247,6 +260,18 @@ describe('ThreadedWorkload under the Runtime', () => {
         await vi.waitFor(() => expect(workload.pool.stats().leased).toBe(0));
         await rt.close();
         expect(workload.pool.stats().leased).toBe(0);
+      },
+      TIMEOUT,
+    );
+
+    it(
+      'fails the job at once when the device step throws an error with retry: false',
+      async () => {
+        const { rt } = setup();
+        const err = await rejection(rt.submit(spec('d-final'), { mode: 'final-device', only: 0 }));
+
+        expect(err.code).toBe('E_DEVICE_FAILED');
+        expect(err.message).toMatch(/^job d-final: partition 0 failed on device 0: partition 0: tensor shape mismatch$/);
       },
       TIMEOUT,
     );

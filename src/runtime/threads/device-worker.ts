@@ -7,6 +7,7 @@
 import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
 import { moduleLoader, type BatchItemReply, type DeviceModule, type DeviceRequest, type DeviceReply, type DeviceWorkerData } from './protocol.js';
+import { itemError, noRetry } from '../no-retry.js';
 
 const init = workerData as DeviceWorkerData;
 const counters = new BigInt64Array(init.counters);
@@ -39,7 +40,7 @@ async function callBatch(req: DeviceRequest, batch: NonNullable<DeviceRequest['b
   if (!Array.isArray(outputs) || outputs.length !== batch.length) {
     throw new Error(`runBatch returned ${Array.isArray(outputs) ? `${outputs.length} outputs` : typeof outputs} for ${batch.length} items: return an array with one output (or Error) per item, in order`);
   }
-  return outputs.map((o: unknown) => (o instanceof Error ? { error: o.message } : { output: o }));
+  return outputs.map((o: unknown) => (o instanceof Error ? itemError(o) : { output: o }));
 }
 
 port.on('message', (req: DeviceRequest) => {
@@ -61,7 +62,7 @@ port.on('message', (req: DeviceRequest) => {
       Atomics.add(counters, req.slot * 2 + 1, 1n);
       reply = { id: req.id, ok: true, output };
     } catch (e) {
-      reply = { id: req.id, ok: false, message: e instanceof Error ? e.message : String(e) };
+      reply = { id: req.id, ok: false, message: e instanceof Error ? e.message : String(e), ...(noRetry(e) ? { retry: false as const } : {}) };
     }
     try {
       port.postMessage(reply);

@@ -10,6 +10,7 @@ import { threadId } from 'node:worker_threads';
 import { types } from 'node:util';
 import { BroadcastChannel } from 'node:worker_threads';
 import { moduleLoader, type PrepareItemReply, type PrepareModule, type PrepareReply, type PrepareRequest } from './protocol.js';
+import { itemError, noRetry } from '../no-retry.js';
 
 const load = moduleLoader<PrepareModule>('prepare', 'prepare', () => 'prepare(input, ctx)');
 const loadBatch = moduleLoader<{ prepareBatch(inputs: unknown[], ctx: unknown[]): unknown }>('prepare', 'prepareBatch', () => 'prepareBatch(inputs[], ctx[])');
@@ -160,7 +161,7 @@ async function prepareBatch(req: PrepareRequest, batch: NonNullable<PrepareReque
   const files: string[] = [];
   try {
     const replies = out.map((meta: unknown, i): PrepareItemReply => {
-      if (meta instanceof Error) return { error: meta.message };
+      if (meta instanceof Error) return itemError(meta);
       const bad = uncloneable(meta, `the prepared value of item ${i}`);
       if (bad) return { error: notSendable(bad).message };
       const b = batch[i] as (typeof batch)[number];
@@ -187,7 +188,14 @@ export default async function prepareTask(req: PrepareRequest): Promise<PrepareR
     const m = load(req.module, req.style);
     const mod = m instanceof Promise ? await m : m;
     const t0 = performance.now();
-    const meta = await mod.prepare(req.input, itemCtx(req.ctx, controller.signal) as Parameters<PrepareModule['prepare']>[1]);
+    let meta: unknown;
+    try {
+      meta = await mod.prepare(req.input, itemCtx(req.ctx, controller.signal) as Parameters<PrepareModule['prepare']>[1]);
+    } catch (e) {
+      // (A thread's clone of the error would drop its retry: false.)
+      if (noRetry(e)) return { meta: null, latencyMs: performance.now() - t0, finalError: e instanceof Error ? e.message : String(e) };
+      throw e;
+    }
     const bad = uncloneable(meta);
     if (bad) throw notSendable(bad);
     const file = handOff(req, meta);

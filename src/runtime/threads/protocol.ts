@@ -67,10 +67,12 @@ export interface PrepareReply {
   file?: { path: string; bytes: number; writeMs: number };
   /** A preparation batch's answer, per item (then `meta` is null). */
   batch?: PrepareItemReply[];
+  /** `prepare` threw an error with `retry: false` (which a thread's clone of it would lose): its message; then `meta` is null. */
+  finalError?: string;
 }
 
 /** One item of a preparation batch: what it prepared (and its handoff file), or the message of the Error the module returned in its place. */
-export type PrepareItemReply = { meta: unknown; file?: { path: string; bytes: number; writeMs: number } } | { error: string };
+export type PrepareItemReply = { meta: unknown; file?: { path: string; bytes: number; writeMs: number } } | { error: string; retry?: false };
 
 export interface DeviceWorkerData {
   /** BigInt64Array layout: [busyNs, count] per worker slot. */
@@ -94,9 +96,10 @@ export interface DeviceRequest {
 }
 
 /** A batch's answer: per item its output, or the message of the Error the module returned in its place. */
-export type BatchItemReply = { output: unknown } | { error: string };
+export type BatchItemReply = { output: unknown } | { error: string; retry?: false };
 
-export type DeviceReply = { id: number; ok: true; output: unknown } | { id: number; ok: false; message: string };
+/** `retry: false`: the step threw an error with `retry: false`. */
+export type DeviceReply = { id: number; ok: true; output: unknown } | { id: number; ok: false; message: string; retry?: false };
 
 /** A kind module's exports: its named exports, or its default export's properties when it has no `prepare` (or `prepareBatch`) of its own. */
 export function kindExports(mod: Record<string, unknown>): Record<string, unknown> {
