@@ -101,6 +101,7 @@ export class ClusterService implements ApiService {
       views: this.views,
       queueOf: (k) => this.queueOf(k),
       register: () => this.registry.register(),
+      markHeld: () => this.dispatcher.markHeld(),
       local,
       nodeId: c.nodeId,
       dataDir: config.dataDir,

@@ -5,7 +5,7 @@ import type { JobView } from '../server/api.js';
 import { ServiceError } from '../server/errors.js';
 import { isFinal } from '../server/progress.js';
 import type { Service, ServiceEvent } from '../server/service.js';
-import { failure, K, shareOutput, sharedOutput, type JobData, type StoredResult } from './keys.js';
+import { failure, K, shareOutput, sharedOutput, type JobData, type RunningRecord, type StoredResult } from './keys.js';
 
 /** What the dispatcher uses of this node's local service. */
 export type LocalNode = Pick<Service, 'counters' | 'submitRecord' | 'job' | 'cancel' | 'events' | 'workerBusyMs' | 'workerStates' | 'pacerState'>;
@@ -39,7 +39,7 @@ const IDLE_RECHECK_MS = 1000;
  */
 export class Dispatcher {
   /** The jobs this node holds, by id. */
-  readonly held = new Map<string, { job: Job<JobData>; token: string }>();
+  readonly held = new Map<string, { job: Job<JobData>; token: string; startedAt: number }>();
   private readonly holds = new Set<Promise<void>>();
   /** The order the pull loop asks the kinds' queues in (rotated after each take). */
   private pullOrder: string[];
@@ -153,9 +153,13 @@ export class Dispatcher {
   private async hold(job: Job<JobData>, token: string): Promise<void> {
     const r = job.data.record;
     const id = r.id;
-    this.held.set(id, { job, token });
+    const startedAt = Date.now();
+    this.held.set(id, { job, token, startedAt });
     const lockMs = this.o.lockMs;
-    const renew = setInterval(() => void job.extendLock(token, lockMs).catch(() => undefined), Math.max(50, Math.floor(lockMs / 3)));
+    const renew = setInterval(() => {
+      void job.extendLock(token, lockMs).catch(() => undefined);
+      void this.markRunning(id).catch(() => undefined);
+    }, Math.max(50, Math.floor(lockMs / 3)));
     try {
       let ended: Promise<JobView | undefined>;
       // Its deadline passed while it was queued: it ends as a missed deadline (the local service refuses a past one).
@@ -187,6 +191,7 @@ export class Dispatcher {
         return;
       }
       void this.redis.set(K.holder(id), this.o.nodeId, 'PX', this.o.ttlMs).catch(() => undefined);
+      void this.markRunning(id).catch(() => undefined);
       if ((await this.redis.exists(K.cancelRequest(id))) === 1) this.cancelLocal(id);
       const v = await ended;
       if (!v || !isFinal(v.state)) {
@@ -199,21 +204,45 @@ export class Dispatcher {
           const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
           await job.moveToCompleted(stored, token, false);
           // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
-          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.o.ttlMs).pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).exec();
+          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.o.ttlMs).pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).exec();
         } else {
           await job.moveToFailed(failure(v.error?.code ?? 'E_INTERNAL', v.error?.reason ?? ''), token, false);
-          const m = this.redis.multi().pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id));
+          const m = this.redis.multi().pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id));
           await (v.state === 'cancelled' ? m.del(K.cancelRequest(id)) : m).exec();
         }
       } catch {
-        // The lock was lost (this node stalled past cluster.lockMs): another node holds the job
-        // now and records its outcome; this one records nothing.
+        // Redis lost the job while this node ran it (a restart without persistence): its outcome
+        // is published as a republished result is. Otherwise the lock was lost (this node stalled
+        // past cluster.lockMs): another node holds the job now and records its outcome; this one
+        // records nothing.
+        if ((await job.getState().catch(() => 'away')) === 'unknown') await this.publishLost(v).catch(() => undefined);
       }
     } finally {
       clearInterval(renew);
       this.held.delete(id);
       this.wake?.();
     }
+  }
+
+  /**
+   * Says in Redis that this node runs a held job (K.running, for cluster.lockMs): after a Redis
+   * data loss it keeps the accepting node from queueing the job again while it runs here.
+   */
+  private async markRunning(id: string): Promise<void> {
+    const h = this.held.get(id);
+    if (!h) return;
+    const rec: RunningRecord = { data: h.job.data, node: this.o.nodeId, startedAt: h.startedAt };
+    await this.redis.set(K.running(id), JSON.stringify(rec), 'PX', this.o.lockMs);
+  }
+
+  /** After a Redis data loss: says at once that this node runs its held jobs (Recovery's sweep, before any node queues lost jobs again). */
+  async markHeld(): Promise<void> {
+    for (const id of [...this.held.keys()]) await this.markRunning(id);
+  }
+
+  /** The outcome of a job Redis lost while this node ran it, readable from every node (as Recovery republishes one). */
+  private async publishLost(v: JobView): Promise<void> {
+    await this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.o.nodeId }), 'PX', this.o.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.o.ttlMs).zadd(K.resultIndex, Date.now(), v.id).del(K.running(v.id)).exec();
   }
 
   /** Resolves on the next local job event, held job ending or close, or after `ms`. */

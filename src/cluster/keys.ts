@@ -27,6 +27,12 @@ export const K = {
   outputs: (id: string) => `${PREFIX}:cluster:outputs:${id}`,
   /** Set once per Redis dataset: a node that sees it change (or vanish) knows Redis lost its data. */
   epoch: `${PREFIX}:cluster:epoch`,
+  /**
+   * A job a node runs (JSON {@link RunningRecord}), written by that node while it holds the job,
+   * each time it renews its lock, expiring after cluster.lockMs: after Redis lost its data (and the
+   * job with it) it says the job runs there, so the accepting node does not queue it again.
+   */
+  running: (id: string) => `${PREFIX}:cluster:running:${id}`,
   /** The node that took the job last. */
   holder: (id: string) => `${PREFIX}:cluster:holder:${id}`,
   /** The kind of a job (which queue holds it), set once at submission. */
@@ -102,6 +108,13 @@ export function resultOf(stored: StoredResult | null): Pick<JobView, 'result' | 
 export interface CancelledRecord {
   data: JobData;
   cancelledAt: number;
+}
+
+/** A job running on a node (K.running). */
+export interface RunningRecord {
+  data: JobData;
+  node: string;
+  startedAt: number;
 }
 
 /**

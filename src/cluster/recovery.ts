@@ -24,6 +24,8 @@ export interface RecoverySources {
   queueOf(kind: string): Queue<JobData>;
   /** Enters this node's kinds in the registry (again, after a data loss). */
   register(): Promise<void>;
+  /** Says in Redis that this node runs the jobs it holds (after a data loss, see Dispatcher.markHeld). */
+  markHeld(): Promise<void>;
   local: Pick<Service, 'jobs'>;
   nodeId: string;
   dataDir: string;
@@ -90,6 +92,7 @@ export class Recovery {
     const settling = performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS;
     let republished = 0;
     if (epoch !== this.epoch) {
+      await this.d.markHeld();
       await this.d.register();
       republished = await this.republish();
       this.epoch = epoch;

@@ -4,7 +4,7 @@ import { jobView, type JobView } from '../server/api.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
 import { isFinal, type StatesPage } from '../server/progress.js';
 import type { Service } from '../server/service.js';
-import { bullId, failureOf, K, resultOf, type CancelledRecord, type JobData, type StoredResult } from './keys.js';
+import { bullId, failureOf, K, resultOf, type CancelledRecord, type JobData, type RunningRecord, type StoredResult } from './keys.js';
 
 /** What the views read: Redis, the kinds' queues, and the local service for the jobs this node holds. */
 export interface ViewSources {
@@ -16,8 +16,8 @@ export interface ViewSources {
 
 /**
  * A cluster job's view, wherever it is: a BullMQ job (queued, running — its partitions from the
- * holder when that is this node —, done or failed), a job cancelled while queued, or a result a
- * node republished after Redis lost its data.
+ * holder when that is this node —, done or failed), a job cancelled while queued, a result a
+ * node republished after Redis lost its data, or a job Redis lost that a node still runs.
  */
 export class ClusterViews {
   constructor(private readonly d: ViewSources) {}
@@ -35,7 +35,12 @@ export class ClusterViews {
       return { view: this.cancelledView(rec), data: rec.data };
     }
     const republished = await this.d.redis.get(K.result(id));
-    if (republished === null) return undefined;
+    if (republished === null) {
+      const running = await this.d.redis.get(K.running(id));
+      if (running === null) return undefined;
+      const rec = JSON.parse(running) as RunningRecord;
+      return { view: this.runningView(rec, page), data: rec.data };
+    }
     const view = JSON.parse(republished) as JobView;
     const record: JournalJobInput = { id: view.id, kind: view.kind, priority: view.priority, partitions: view.partitions, input: view.input, deadline: view.deadline === null ? null : Date.parse(view.deadline) };
     return { view, data: { record, hash: Journal.hash(record), submittedAt: Date.parse(view.submittedAt), nonce: '' } };
@@ -66,6 +71,25 @@ export class ClusterViews {
       result: resultOf(state === 'done' ? (job.returnvalue as StoredResult | null) : null),
       error,
       node: node ?? null,
+    });
+  }
+
+  /** A job a node still runs that Redis lost (see K.running): its partitions from the holder when that is this node. */
+  private runningView(rec: RunningRecord, page?: StatesPage): JobView {
+    const localView = this.d.isHeld(rec.data.record.id) ? this.d.local.job(rec.data.record.id, page) : undefined;
+    return jobView({
+      record: rec.data.record,
+      state: 'running',
+      submittedAt: rec.data.submittedAt,
+      startedAt: rec.startedAt,
+      finishedAt: null,
+      partitionsDone: localView?.partitionsDone ?? 0,
+      partitionStates: localView?.partitionStates ?? null,
+      partitionCounts: localView?.partitionCounts ?? null,
+      resumes: 0,
+      result: { result: null },
+      error: null,
+      node: rec.node,
     });
   }
 

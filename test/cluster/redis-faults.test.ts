@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
-import { http, removeDir, sleepTotal, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
+import { http, metricValue, removeDir, sleepTotal, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
 
 const bin = redisServerPath();
 if (!bin) {
@@ -142,6 +142,41 @@ describe.skipIf(!bin)('a Redis restart without persistence', () => {
       expect(listed.filter((j) => ids.includes(j.id) && j.state === 'done').map((j) => j.id).sort()).toEqual([...ids].sort());
     }
   }, 120_000);
+});
+
+describe.skipIf(!bin)('jobs running when Redis loses its data', () => {
+  const cluster = useCluster({ STOKER_CLUSTER_HEARTBEAT_MS: '300' });
+
+  it('run once: their holders say so in Redis, so the accepting node does not queue them again; their results are readable on every node', async () => {
+    await cluster.start();
+    const a = await cluster.node('rn-a');
+    const b = await cluster.node('rn-b');
+    const ids = Array.from({ length: 4 }, (_, i) => `rn-${i}`);
+    for (const [i, id] of ids.entries()) expect((await http(a.url, 'POST', '/v1/jobs', { id, kind: 'sleep', partitions: 1, input: { seed: i, prepareMs: 9000, deviceMs: 1 } })).status).toBe(202);
+    await waitUntil(async () => {
+      const states = await Promise.all(ids.map(async (id) => (await http(a.url, 'GET', `/v1/jobs/${id}`)).body.state as string));
+      return states.every((st) => st === 'running') ? states : undefined;
+    }, 10_000, 'every job running', 100);
+    const nodes = await Promise.all(ids.map(async (id) => (await http(a.url, 'GET', `/v1/jobs/${id}`)).body.node as string));
+    await cluster.redis.stop();
+    cluster.redis = await startRedis(bin as string, cluster.redis.port);
+    // Past the accepting node's 4 s wait for every node to republish: still running where they ran.
+    await new Promise((r) => setTimeout(r, 6500));
+    for (const [i, id] of ids.entries()) expect((await http(b.url, 'GET', `/v1/jobs/${id}`)).body, id).toMatchObject({ state: 'running', node: nodes[i] });
+    for (const [i, id] of ids.entries()) {
+      for (const n of [a, b]) {
+        const r = await waitUntil(async () => {
+          const x = await http(n.url, 'GET', `/v1/jobs/${id}/result?wait=5s`);
+          return x.status === 200 && x.body.state === 'done' ? x : undefined;
+        }, 30_000, `${id} done`, 200);
+        expect(r.body, id).toMatchObject({ state: 'done', result: { partitions: 1, total: sleepTotal(i, 1) } });
+        expect((await http(n.url, 'GET', `/v1/jobs/${id}`)).body, id).toMatchObject({ state: 'done', node: nodes[i] });
+      }
+    }
+    // Each ran on one node only (before, those the accepting node queued again ran on a second one).
+    const ended = await Promise.all([a, b].map(async (n) => metricValue((await http(n.url, 'GET', '/metrics')).body as unknown as string, 'stoker_jobs_ended_total', { kind: 'sleep', state: 'done' })));
+    expect(ended[0] + ended[1]).toBe(4);
+  }, 90_000);
 });
 
 describe.skipIf(!bin)('a job resubmitted to another node', () => {
