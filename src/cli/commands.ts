@@ -153,19 +153,32 @@ export interface SimulateFlags {
   html?: string;
 }
 
-/** Times over an hour on average: a scenario's times are seconds, and one written in milliseconds reads as days. */
-function unitWarnings(s: Scenario): string[] {
-  const HOUR_MS = 3_600_000;
+/**
+ * What a scenario probably did not mean: times of 1,000 s or more on average (its times are
+ * seconds: 3 s of device time written in milliseconds reads as 50 minutes), and a kind whose one
+ * partition reserves more than budgetBytes (every job of it fails E_OVERSIZE: a budget written in
+ * GiB reads as bytes).
+ */
+function scenarioWarnings(s: Scenario): string[] {
+  const LONG_MS = 1_000_000;
   const out: string[] = [];
   const check = (at: string, d: Dist | undefined) => {
     const ms = d === undefined ? 0 : meanMs(d);
-    if (ms > HOUR_MS) out.push(`${at} averages ${(ms / 1000).toFixed(0)} s: a scenario's times are in seconds — were these milliseconds?`);
+    if (ms >= LONG_MS) out.push(`${at} averages ${(ms / 1000).toFixed(0)} s (${(ms / 60_000).toFixed(0)} min): a scenario's times are in seconds — were these milliseconds?`);
   };
   for (const [name, k] of Object.entries(s.kinds)) {
     check(`kinds.${name}.prepare`, k.prepare);
     check(`kinds.${name}.service`, k.service);
   }
   s.devices.forEach((d, i) => check(`devices[${i}].service`, d.service));
+  const budget = s.budgetBytes;
+  if (budget !== undefined) {
+    for (const kind of new Set(s.arrivals.map((a) => a.kind))) {
+      const m = s.kinds[kind]?.memory;
+      const need = m ? Math.max(m.prepareBytes, m.deviceBytes) : 0;
+      if (need > budget) out.push(`budgetBytes is ${budget} bytes, less than one ${kind} partition reserves (${need} bytes): every ${kind} job fails E_OVERSIZE — budgetBytes is in bytes (e.g. 412316860416 for 384 GiB)`);
+    }
+  }
   return out;
 }
 
@@ -184,7 +197,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
   for (const k of unreadOptions(factories, scenario.pacerOptions)) io.err(`warning: pacerOptions.${k} is read by none of the pacers run (${pacers.join(', ')}): it changes nothing — check its spelling\n`);
   if (flags.trace !== undefined) checkOutputFile('--trace', flags.trace);
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
-  for (const w of unitWarnings(scenario)) io.err(`warning: ${w}\n`);
+  for (const w of scenarioWarnings(scenario)) io.err(`warning: ${w}\n`);
   const timelines: TimelineRecorder[] = [];
   const results = distinctPacers(
     factories.map((pacer) => {

@@ -171,6 +171,16 @@ function pathOf(path: readonly PropertyKey[]): string {
   return out || '(root)';
 }
 
+/** The input's value at a path (undefined: absent). */
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let v = input;
+  for (const p of path) {
+    if (v === null || typeof v !== 'object') return undefined;
+    v = (v as Record<PropertyKey, unknown>)[p];
+  }
+  return v;
+}
+
 let names: string[] | undefined;
 /** Every field name a scenario has, at any depth (from the schema: what a misspelt one is held against). */
 function fieldNames(): string[] {
@@ -201,10 +211,12 @@ function issueLines(i: z.core.$ZodIssue, input: unknown, prefix: readonly Proper
   }
   const msg =
     i.code === 'unrecognized_keys'
-      ? `unknown field(s) ${i.keys.map((k) => { const near = suggest(k, fieldNames()); return `${JSON.stringify(k)}${near ? ` (did you mean ${JSON.stringify(near)}?)` : ''}`; }).join(', ')}: remove them or check the spelling`
+      ? `unknown field(s) ${i.keys.map((k) => { const near = suggest(k, fieldNames().filter((n) => n !== k)); return `${JSON.stringify(k)}${near ? ` (did you mean ${JSON.stringify(near)}?)` : ''}`; }).join(', ')}: remove them or check the spelling`
       : i.code === 'invalid_type' && / received undefined$/.test(i.message)
         ? `missing: this field is required (${i.expected})`
-        : i.message;
+        : valueAt(input, path) === undefined
+          ? `missing: this field is required — ${i.message}`
+          : i.message;
   return [`  ${pathOf(path)}: ${msg}`];
 }
 
