@@ -61,8 +61,13 @@ export interface RecorderConfig {
   window: { fromMs: number; toMs: number };
   target: number;
   meanPrepareMs: number;
-  /** Initial device capacity, items/ms (sets the burst interval). */
+  /** Initial device capacity, items/ms of the devices' own service time (sets the burst interval). */
   capacity0: number;
+  /**
+   * The mix's mean work per item, in those units (1 unless kinds have their own service time):
+   * capacity ÷ it is items/ms, what counts of items (inventory, dispatches) are held against.
+   */
+  workPerItem: number;
   rampFromMs: number;
   /** Time of the first speed change, or NaN. */
   changeAtMs: number;
@@ -154,7 +159,7 @@ export class Recorder {
     this.prev = now;
     const cfg = this.cfg;
     if (s.dispatched > this.lastDispatched) {
-      const interval = 1 / cfg.capacity0;
+      const interval = cfg.workPerItem / cfg.capacity0;
       for (let i = this.lastDispatched; i < s.dispatched; i++) {
         this.burst.push(now);
         while ((this.burst[this.burstHead] as number) <= now - interval) this.burstHead++;
@@ -223,7 +228,7 @@ export class Recorder {
   }
 
   private peakInventory(): void {
-    const need = this.cap * this.cfg.meanPrepareMs + this.cfg.target;
+    const need = (this.cap / this.cfg.workPerItem) * this.cfg.meanPrepareMs + this.cfg.target;
     if (need > 0) this.inventoryPeakRatio = Math.max(this.inventoryPeakRatio, this.inventory / need);
   }
 
@@ -264,7 +269,8 @@ export class Recorder {
     }
     // Chart bins.
     const bins = this.bins;
-    const need = this.cap * this.cfg.meanPrepareMs + this.cfg.target;
+    const itemCap = this.cap / this.cfg.workPerItem;
+    const need = itemCap * this.cfg.meanPrepareMs + this.cfg.target;
     for (let t = a; t < b; ) {
       const i = this.binAt(t);
       const end = Math.min(b, (i + 1) * this.binMs);
@@ -274,7 +280,7 @@ export class Recorder {
       (bins.waiting[i] as number) += this.waiting * dt;
       (bins.inventory[i] as number) += this.inventory * dt;
       (bins.need[i] as number) += need * dt;
-      (bins.cap[i] as number) += this.cap * dt;
+      (bins.cap[i] as number) += itemCap * dt;
       (bins.budget[i] as number) += this.budgetUsed * dt;
       t = end;
     }

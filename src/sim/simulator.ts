@@ -5,7 +5,7 @@ import { Recorder, type Meters, type Metrics, type Series } from './metrics.js';
 import { PrepFluid, type SimItem } from './preparations.js';
 import { Rng } from './random.js';
 import { deviceWorkers, sampleMs, type Dist, type Kind, type Scenario, type ScenarioEvent } from './scenario.js';
-import { checkJobRefs, meanPrepareMs, planArrivals, steadyWindow, type PlannedJob } from './window.js';
+import { checkJobRefs, meanPrepareMs, meanWorkPerItem, planArrivals, steadyWindow, type PlannedJob } from './window.js';
 
 export interface SimulateOptions {
   /** Creates the pacer; it receives the scenario's pacer options with targetWaiting filled in. */
@@ -154,7 +154,7 @@ class Simulation {
     const changeAtMs = speedEvents.length ? Math.min(...speedEvents.map((e) => e.atS * 1000)) : NaN;
     const lastBatch = this.jobs.length ? (this.jobs[this.jobs.length - 1] as PlannedJob).atMs : 0;
     const rampFromMs = s.rampFromS !== undefined ? s.rampFromS * 1000 : Number.isNaN(changeAtMs) ? lastBatch : Math.max(...speedEvents.map((e) => e.atS * 1000));
-    this.recorder = new Recorder({ window: this.window, target: s.targetWaiting, meanPrepareMs: meanPrepareMs(s, this.jobs), capacity0, rampFromMs, changeAtMs }, this.meters, this.pacer);
+    this.recorder = new Recorder({ window: this.window, target: s.targetWaiting, meanPrepareMs: meanPrepareMs(s, this.jobs), capacity0, workPerItem: meanWorkPerItem(s, this.jobs), rampFromMs, changeAtMs }, this.meters, this.pacer);
     for (const f of s.faults) this.faults.set(f.job, [...(this.faults.get(f.job) ?? []), f]);
     this.scenarioEvents = s.events.map((e, i) => ({ e, i })).sort((x, y) => x.e.atS - y.e.atS || x.i - y.i);
     this.fleet = new DeviceFluid(this.devices, this.events);

@@ -74,12 +74,7 @@ export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number):
   const high = Math.max(...kinds.map(prepareHighMs));
   const mean = meanPrepareMs(s, jobs);
   const service = Math.max(...s.devices.flatMap((d) => [d.service, ...kinds.flatMap((k) => (k.service ? [k.service] : []))].map((x) => (meanMs(x) + (d.batch ? meanMs(d.batch.fixed) : 0)) / d.speed)));
-  // A kind's items take its share of work (its service time ÷ the device's, over the devices).
-  const groups = deviceGroups(s);
-  const workOf = (kind: string) => {
-    const own = s.kinds[kind]?.service;
-    return own ? groups.reduce((sum, g) => sum + meanMs(own) / meanMs(g.service), 0) / groups.length : 1;
-  };
+  const workOf = kindWork(s);
   let reach = jobs[0]?.atMs ?? 0;
   const differ = kinds.some((k) => k.service);
   const seen = new Set<string>();
@@ -117,6 +112,27 @@ function prepareCapacity(k: Scenario['kinds'][string] | undefined): number {
   });
   const step = prepareStep(k);
   return at === list.length - 1 ? Infinity : (best * step.items) / step.ms;
+}
+
+/** A kind's items take its share of work: its service time ÷ the device's, over the devices (1: the device's own). */
+function kindWork(s: Scenario): (kind: string) => number {
+  const groups = deviceGroups(s);
+  return (kind: string) => {
+    const own = s.kinds[kind]?.service;
+    return own ? groups.reduce((sum, g) => sum + meanMs(own) / meanMs(g.service), 0) / groups.length : 1;
+  };
+}
+
+/** The mean work of an item (see kindWork), weighted by the partitions of each kind: 1 where no kind has its own service time. */
+export function meanWorkPerItem(s: Scenario, jobs: PlannedJob[]): number {
+  const workOf = kindWork(s);
+  let sum = 0;
+  let n = 0;
+  for (const j of jobs) {
+    sum += workOf(j.spec.kind) * j.spec.partitions;
+    n += j.spec.partitions;
+  }
+  return n > 0 ? sum / n : 1;
 }
 
 /** Mean base preparation latency, weighted by the partitions of each kind. */

@@ -162,6 +162,22 @@ describe('fluid contention', () => {
     expect(r.metrics.throughputRatio).toBeCloseTo(1, 2);
     expect(r.simulatedMs).toBeCloseTo(1000 + 200 * 4000 + 200 * 1000, -1);
   });
+
+  it('measures that count items (inventoryRatio, burstMax, the capacity series) read the same whether a kind or its device carries the service time', () => {
+    const base = {
+      name: 'same',
+      kinds: { proof: { prepare: { type: 'uniform', min: 45, max: 60 }, memory: { prepareBytes: 15 * 2 ** 30, deviceBytes: 2 ** 30 } } },
+      devices: [{ count: 2, workers: 2, service: { type: 'fixed', value: 3 }, contention: [1, 1.3] }],
+      arrivals: [{ atS: 0, jobs: 20, partitions: 10, kind: 'proof' }],
+    } as const;
+    const onKind = parseScenario({ ...base, kinds: { proof: { ...base.kinds.proof, service: { type: 'fixed', value: 6 } } } });
+    const onDevice = parseScenario({ ...base, devices: [{ ...base.devices[0], service: { type: 'fixed', value: 6 } }] });
+    for (const pacer of ['stoker', 'classic']) {
+      const [k, d] = [onKind, onDevice].map((s) => simulate(s, { pacer: (o) => createPacer(pacer, o) }));
+      expect(k?.metrics.itemsPerSec).toBe(d?.metrics.itemsPerSec);
+      expect([k?.metrics.inventoryRatio, k?.metrics.burstMax, k?.series.capacity]).toEqual([d?.metrics.inventoryRatio, d?.metrics.burstMax, d?.series.capacity]);
+    }
+  });
 });
 
 describe('scenario validation', () => {
