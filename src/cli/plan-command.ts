@@ -57,6 +57,14 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   if (flags.scenarioOut !== undefined) {
     writeOutputFile('--scenario-out', flags.scenarioOut, `${JSON.stringify(scenario, null, 2)}\n`, io);
   }
+  // A budget below one partition of a kind that arrives: every job of that kind would fail (no setting can help).
+  if (scenario.budgetBytes !== undefined) {
+    for (const kind of new Set(scenario.arrivals.map((a) => a.kind))) {
+      const m = scenario.kinds[kind]?.memory;
+      const need = m ? Math.max(m.prepareBytes, m.deviceBytes) : 0;
+      if (need > scenario.budgetBytes) throw new UsageError(`${budgetBytes === undefined ? "the scenario's budgetBytes" : '--budget-bytes'} (${bytes(scenario.budgetBytes)}) is less than one ${kind} partition reserves (${bytes(need)}): every ${kind} job would fail E_OVERSIZE — give the machine's memory in bytes, e.g. 412316860416 for 384 GiB`);
+    }
+  }
   const seeds = Array.from({ length: seedCount }, (_, i) => scenario.seed + i);
   // The scenario's own setting first: its peak memory sizes the budgets. With no budget and no
   // cap, what it reaches: the items Little's law says the devices need in flight size the caps
@@ -65,7 +73,17 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const open = scenario.budgetBytes === undefined && scenario.maxPreparing === undefined ? base : simulate(applySetting(scenario, { pacer: pacers[0] as string, targetWaiting: scenario.targetWaiting, budgetBytes: null, maxPreparing: null, workers: scenario.devices.map((d) => d.workers) }), { pacer: (o) => createPacer(pacers[0] as string, o) });
   const latencyS = Math.max(...Object.values(scenario.kinds).map((k) => prepareStep(k).ms / prepareStep(k).items)) / 1000;
   const littleItems = (open.metrics.itemsPerSec ?? 0) * latencyS;
-  const grid = planGrid(scenario, { peakMemoryBytes: base.metrics.peakMemoryBytes, littleItems }, { pacers, ...(targets ? { targets } : {}) });
+  // The scenario's own target is always among those tried: its own setting is a row to compare with.
+  const tried = [...new Set([...(targets ?? [1, 2, 4, 8]), scenario.targetWaiting])].sort((x, y) => x - y);
+  const grid = planGrid(scenario, { peakMemoryBytes: base.metrics.peakMemoryBytes, littleItems }, { pacers, targets: tried });
+  // A fit that misses what slowed the run (a slowdown past the concurrency it saw, a cap or a lost worker the trace does not hold) replays it faster than it ran.
+  if (fit) {
+    const measured = fit.devices.reduce((n, d) => n + d.service.samples, 0) / fit.spanS;
+    const replayed = base.simulatedMs > 0 ? base.completions / (base.simulatedMs / 1000) : 0;
+    if (measured > 0 && Math.abs(replayed / measured - 1) > 0.1) {
+      fit.notes.push(`replayed with ${pacers[0] as string} and the run's own setting, the fitted scenario does ${replayed.toFixed(3)} device steps/s where the run did ${measured.toFixed(3)} (${(replayed / measured).toFixed(2)}×): the fit misses something that slowed (or sped) the run — a preparation slowdown past the most at once it saw, a preparation cap, workers lost, another pacer — so the plan's figures are only as good as that; check them against a real run`);
+    }
+  }
   // Every setting is a valid scenario before any thread starts (an error keeps its kind here).
   for (const setting of grid) applySetting(scenario, setting);
   const t0 = performance.now();
@@ -84,19 +102,21 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
     ? `recommended (the least memory, then latency, within 1 % of the best throughput): ${describe(best)}`
     : 'no setting finished every job in the simulated runs: the scenario is more than these settings can serve';
   const config = best ? configLines(best, scenario) : [];
+  const own = rows.find((r) => r.pacer === pacers[0] && r.targetWaiting === scenario.targetWaiting && r.budgetBytes === (scenario.budgetBytes ?? null) && r.maxPreparing === (scenario.maxPreparing ?? null) && r.workers.every((w, i) => w === scenario.devices[i]?.workers));
+  const current = own ? `the ${fit ? "run's" : "scenario's"} own setting: ${describe(own)}: ${own.itemsPerSec.toFixed(3)} items/s, peak ${bytes(own.peakMemoryBytes)}, p99 latency ${formatMetric('jobLatencyP99Ms', own.jobLatencyP99Ms)}${own.unfinished > 0 ? `, ${own.unfinished} jobs lost over the seeds` : ''}` : '';
   if (flags.html !== undefined) {
     const table = { headers, rows: front.map((r) => row(r, r === best)) };
-    const html = renderPlanHtml({ title: `stoker plan ${spec ?? `--server ${flags.server}`}`, fitLines: fit ? fitText(fit).trimEnd().split('\n') : [], summary, table, rows, frontier: front, recommended: best, recommendation, config, describe });
+    const html = renderPlanHtml({ title: `stoker plan ${spec ?? `--server ${flags.server}`}`, fitLines: fit ? fitText(fit).trimEnd().split('\n') : [], summary, table, rows, frontier: front, recommended: best, recommendation, current, config, describe });
     writeOutputFile('--html', flags.html, html, io);
   }
   if (flags.json) {
-    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config } : null, rows }, null, 2)}\n`);
+    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config } : null, current: own ?? null, rows }, null, 2)}\n`);
     return;
   }
   if (fit) io.out(fitText(fit));
   io.out(`${summary}\n`);
   io.out(formatTable(headers, front.map((r) => row(r, r === best))));
-  io.out(`\n${recommendation}\n${config.length ? `${config.join('\n')}\n` : ''}`);
+  io.out(`\n${current ? `${current}\n` : ''}${recommendation}\n${config.length ? `${config.join('\n')}\n` : ''}`);
 }
 
 /** The fit of a running server's last `--since` (default 30 minutes), from its trace. */

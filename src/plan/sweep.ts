@@ -4,7 +4,7 @@
  * frontier of what each costs (throughput vs peak memory vs p99 job latency), and the setting to
  * run: the least memory, then latency, that keeps throughput within 1 % of the best.
  */
-import { createPacer } from '../core/index.js';
+import { createPacer, optionsRead, PACERS } from '../core/index.js';
 import { parseScenario, simulate, type Scenario } from '../sim/index.js';
 
 export interface PlanSetting {
@@ -40,21 +40,22 @@ export interface GridOptions {
 }
 
 /**
- * The settings to try: each pacer × target waiting (1, 2, 4, 8 by default) × budget (the
+ * The settings to try: each pacer × target waiting (1, 2, 4, 8 by default; only the scenario's
+ * for a pacer that does not read it) × budget (the
  * scenario's own — none where it sets none: a budget is the machine's memory, no setting may
  * exceed it — and ½ and ¾ of the peak memory the scenario's own setting reached with the first
- * pacer) × cap on preparations (none, and the items the devices need in flight by Little's law,
+ * pacer) × cap on preparations (none, the scenario's own, and the items the devices need in flight by Little's law,
  * ×1 and ×1.5: the throughput the scenario reaches with no budget and no cap × the slowest kind's
  * preparation latency) × workers (the scenario's; one fewer where it has more than one; one more
  * where the device's contention list says how it slows with that many busy — beyond the list the
  * simulator would hold its last factor, which is no measurement).
  */
 export function planGrid(s: Scenario, base: { peakMemoryBytes: number; littleItems: number }, options: GridOptions = {}): PlanSetting[] {
-  const pacers = options.pacers ?? ['stoker'];
+  const pacers = [...new Set(options.pacers ?? ['stoker'])];
   const targets = options.targets ?? [1, 2, 4, 8];
   const own = s.budgetBytes ?? null;
   const budgets = [own, ...new Set(base.peakMemoryBytes > 0 ? [0.5, 0.75].map((f) => Math.round(base.peakMemoryBytes * f)).filter((b) => own === null || b < own) : [])];
-  const caps = [null, ...new Set([1, 1.5].map((f) => Math.max(1, Math.ceil(base.littleItems * f))))];
+  const caps = [...new Set([null, s.maxPreparing ?? null, ...[1, 1.5].map((f) => Math.max(1, Math.ceil(base.littleItems * f)))])];
   const workersNow = s.devices.map((d) => d.workers);
   const more = s.devices.map((d) => (d.contention.length > d.workers ? d.workers + 1 : d.workers));
   // Fewer workers only where no scenario event names a worker that would then not exist.
@@ -62,8 +63,18 @@ export function planGrid(s: Scenario, base: { peakMemoryBytes: number; littleIte
   const fewer = workersNow.map((w) => Math.max(1, w - 1));
   const workerSets = [workersNow, ...(workersNow.some((w) => w > 1) && fewer.every((w) => w > highest) ? [fewer] : []), ...(more.some((w, i) => w !== workersNow[i]) ? [more] : [])];
   const out: PlanSetting[] = [];
-  for (const pacer of pacers) for (const targetWaiting of targets) for (const budgetBytes of budgets) for (const maxPreparing of caps) for (const workers of workerSets) out.push({ pacer, targetWaiting, budgetBytes, maxPreparing, workers });
+  for (const pacer of pacers) {
+    // A pacer that never reads the target (unpaced, window) runs the same whatever it is: once.
+    const its = readsTarget(pacer) ? targets : [s.targetWaiting];
+    for (const targetWaiting of its) for (const budgetBytes of budgets) for (const maxPreparing of caps) for (const workers of workerSets) out.push({ pacer, targetWaiting, budgetBytes, maxPreparing, workers });
+  }
   return out;
+}
+
+/** Whether a built-in pacer reads targetWaiting (a name not built in: taken as reading it). */
+function readsTarget(pacer: string): boolean {
+  const entry = Object.hasOwn(PACERS, pacer) ? PACERS[pacer] : undefined;
+  return !entry || optionsRead(entry.create, { targetWaiting: 4 }).has('targetWaiting');
 }
 
 /** The scenario with a setting applied (validated like a user's file). */
@@ -190,18 +201,45 @@ export function recommend(rows: readonly PlanRow[]): PlanRow | null {
  * The recommended setting as `stoker serve` config lines. The preparation cap is the server's
  * preparation slots, `[prepare] threads × concurrency` (threads for CPU-bound preparations; a
  * preparation that awaits I/O can share a thread: raise concurrency and lower threads, keeping
- * the product). Device groups after the first are named by their index (rename them to yours). A
- * group of several devices is one server device with all their workers (a kind runs on one
- * device; each worker process learns its index from STOKER_WORKER, to pin itself to its GPU).
+ * the product). A server's kind runs on one device: devices that run every kind (no
+ * `devices[].kinds`) are one server device with all their workers (each worker process learns its
+ * index from STOKER_WORKER, to pin itself to its GPU); where groups run named kinds, each group is
+ * a device — the first `[device]`, the others named by their index (rename them to yours) — and
+ * each kind's `[kinds.NAME] device` says which.
  */
 export function configLines(r: PlanRow, s: Scenario): string[] {
   const lines = ['[engine]', `pacer = ${JSON.stringify(r.pacer)}`, `targetWaiting = ${r.targetWaiting}`, `budgetBytes = ${r.budgetBytes === null ? '"unlimited"' : r.budgetBytes}`];
   if (r.maxPreparing !== null) lines.push('[prepare]', `# at most ${r.maxPreparing} preparations at once: threads × concurrency = ${r.maxPreparing}`, `threads = ${r.maxPreparing}`, 'concurrency = 1');
+  const workersOf = (i: number) => r.workers[i] as number;
+  if (!s.devices.some((d) => d.kinds)) {
+    const total = s.devices.reduce((n, d, i) => n + d.count * workersOf(i), 0);
+    const devices = s.devices.reduce((n, d) => n + d.count, 0);
+    lines.push('[device]');
+    if (devices > 1) {
+      let from = 0;
+      const ranges = s.devices.map((d, i) => {
+        const n = d.count * workersOf(i);
+        const at = `${d.count} device${d.count === 1 ? '' : 's'} × ${workersOf(i)} worker${workersOf(i) === 1 ? '' : 's'} (workers ${from}–${from + n - 1})`;
+        from += n;
+        return at;
+      });
+      lines.push(`# every kind runs on every device: ${ranges.join(', ')} as one device; a process worker reads its index from STOKER_WORKER to pin itself to its GPU`);
+    }
+    lines.push(`workers = ${total}`);
+    return lines;
+  }
+  const name = (i: number) => (i === 0 ? 'default' : `group${i}`);
   s.devices.forEach((d, i) => {
-    const w = r.workers[i] as number;
-    lines.push(i === 0 ? '[device]' : `[devices.group${i}]`);
+    const w = workersOf(i);
+    lines.push(i === 0 ? '[device]' : `[devices.${name(i)}]`);
     if (d.count > 1) lines.push(`# ${d.count} devices × ${w} worker${w === 1 ? '' : 's'} each, as one device: a process worker reads its index (0–${d.count * w - 1}) from STOKER_WORKER; worker i on device ⌊i ÷ ${w}⌋`);
     lines.push(`workers = ${d.count * w}`);
   });
+  for (const kind of Object.keys(s.kinds)) {
+    const runs = s.devices.flatMap((d, i) => (!d.kinds || d.kinds.includes(kind) ? [i] : []));
+    if (runs.length === 1 && runs[0] === 0) continue;
+    if (runs.length === 1) lines.push(`[kinds.${kind}]`, `module = "./${kind}-kind.mjs"   # your module of kind ${kind}`, `device = "${name(runs[0] as number)}"`);
+    else lines.push(`# kind ${kind} runs on ${runs.map(name).join(', ')} in the scenario: a kind runs on one device in stoker serve — give it one ([kinds.${kind}] device)`);
+  }
   return lines;
 }

@@ -16,6 +16,8 @@ export interface PlanHtmlInput {
   recommended: PlanRow | null;
   /** The recommendation in words and the config lines to paste. */
   recommendation: string;
+  /** The scenario's (or the run's) own setting and what it did, in words ('' where it was not swept). */
+  current: string;
   config: string[];
   /** A setting in words (the hover text of its point). */
   describe: (r: PlanRow) => string;
@@ -74,6 +76,7 @@ export function renderPlanHtml(p: PlanHtmlInput): string {
     '<h2>The frontier</h2>',
     '<p class="note">No other setting has more throughput, less peak memory and less p99 latency. →: the recommendation.</p>',
     tableHtml(p.table.headers, p.table.rows, 'frontier'),
+    ...(p.current ? [`<p>${esc(p.current)}</p>`] : []),
     `<p>${esc(p.recommendation)}</p>`,
     p.config.length ? `<pre class="config">${esc(p.config.join('\n'))}</pre>` : '',
     '<h2>Every setting by peak memory</h2>',

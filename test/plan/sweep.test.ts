@@ -74,7 +74,37 @@ describe('frontier and recommendation', () => {
     const open = { ...prover, budgetBytes: undefined };
     expect(new Set(planGrid(open, { peakMemoryBytes: 300 * GiB, littleItems: 20 }).map((s) => s.budgetBytes))).toEqual(new Set([null, 150 * GiB, 225 * GiB]));
     const lines = configLines(row({ workers: [1] }), prover);
-    expect(lines.slice(lines.indexOf('[device]'))).toEqual(['[device]', '# 2 devices × 1 worker each, as one device: a process worker reads its index (0–1) from STOKER_WORKER; worker i on device ⌊i ÷ 1⌋', 'workers = 2']);
+    expect(lines.slice(lines.indexOf('[device]'))).toEqual(['[device]', '# every kind runs on every device: 2 devices × 1 worker (workers 0–1) as one device; a process worker reads its index from STOKER_WORKER to pin itself to its GPU', 'workers = 2']);
+    // Two groups that run every kind (two devices in a trace): one server device too — as two, the kind would run on the first alone.
+    const two = parseScenario({ ...prover, devices: [prover.devices[0], { ...prover.devices[0], count: 1, workers: 2 }] }, 'two');
+    const both = configLines(row({ workers: [1, 2] }), two);
+    expect(both.slice(both.indexOf('[device]'))).toEqual(['[device]', '# every kind runs on every device: 2 devices × 1 worker (workers 0–1), 1 device × 2 workers (workers 2–3) as one device; a process worker reads its index from STOKER_WORKER to pin itself to its GPU', 'workers = 4']);
+  });
+
+  it('writes groups that run named kinds as devices, and each kind off the first device with its device line', () => {
+    const s = parseScenario(
+      {
+        name: 'routed',
+        kinds: { gpu: { prepare: { type: 'fixed', value: 30 } }, cpu: { prepare: { type: 'fixed', value: 5 } }, any: { prepare: { type: 'fixed', value: 5 } } },
+        devices: [
+          { workers: 2, service: { type: 'fixed', value: 3 }, kinds: ['gpu', 'any'] },
+          { workers: 4, service: { type: 'fixed', value: 9 }, kinds: ['cpu', 'any'] },
+        ],
+        arrivals: [{ atS: 0, jobs: 2, partitions: 2, kind: 'gpu' }],
+      },
+      'routed',
+    );
+    const lines = configLines(row({ workers: [2, 4] }), s);
+    expect(lines.slice(lines.indexOf('[device]'))).toEqual([
+      '[device]',
+      'workers = 2',
+      '[devices.group1]',
+      'workers = 4',
+      '[kinds.cpu]',
+      'module = "./cpu-kind.mjs"   # your module of kind cpu',
+      'device = "group1"',
+      '# kind any runs on default, group1 in the scenario: a kind runs on one device in stoker serve — give it one ([kinds.any] device)',
+    ]);
   });
 });
 
@@ -88,6 +118,29 @@ describe('stoker plan', () => {
     expect(out.recommended?.config).toContain('[engine]');
     // Progress on stderr, one line per setting.
     expect(r.err).toMatch(/\[1\/\d+\] stoker, target 1/);
+  });
+
+  it("says where the fitted scenario does not replay its run (a cap the trace does not hold), shows the own setting, refuses a budget below a partition, and tries one target for a pacer that reads none", async () => {
+    const t = tempDir();
+    try {
+      const capped = t.file('capped.json', JSON.stringify({ ...SCENARIOS.get('jitter'), name: 'capped', maxPreparing: 2 }));
+      const trace = path.join(t.dir, 'run.json');
+      expect((await run('simulate', capped, '--trace', trace)).code).toBe(0);
+      const r = await run('plan', trace, '--seeds', '1', '--targets', '4', '--threads', '1', '--json');
+      expect(r.code, r.err).toBe(0);
+      const out = JSON.parse(r.out) as { fit: { notes: string[] }; current: PlanRow | null; rows: PlanRow[] };
+      expect(out.fit.notes.join('\n')).toMatch(/replayed with stoker and the run's own setting, the fitted scenario does [\d.]+ device steps\/s where the run did [\d.]+ \([\d.]+×\)/);
+      expect(out.current).toMatchObject({ pacer: 'stoker', maxPreparing: null, budgetBytes: null });
+      const tiny = await run('plan', capped, '--budget-bytes', '1000', '--seeds', '1');
+      expect(tiny.code).toBe(2);
+      expect(tiny.err).toContain('--budget-bytes (1000 B) is less than one proof partition reserves');
+      const both = JSON.parse((await run('plan', capped, '--pacers', 'stoker,unpaced,unpaced', '--targets', '1,2', '--seeds', '1', '--threads', '1', '--json')).out) as { rows: PlanRow[]; current: PlanRow | null };
+      expect(new Set(both.rows.filter((x) => x.pacer === 'unpaced').map((x) => x.targetWaiting))).toEqual(new Set([SCENARIOS.get('jitter')?.targetWaiting]));
+      expect(new Set(both.rows.filter((x) => x.pacer === 'stoker').map((x) => x.targetWaiting))).toEqual(new Set([1, 2, SCENARIOS.get('jitter')?.targetWaiting]));
+      expect(both.current).toMatchObject({ pacer: 'stoker', maxPreparing: 2 });
+    } finally {
+      t.cleanup();
+    }
   });
 
   it('plans from a Chrome trace of a run: the fit first, then the frontier', async () => {
