@@ -1,4 +1,4 @@
-import type { JobSpec } from '../core/index.js';
+import { PRIORITIES, type JobSpec } from '../core/index.js';
 import { Rng } from './random.js';
 import { deviceGroups } from './devices.js';
 import { meanMs, prepareHighMs, prepareStep, ScenarioError, type Scenario } from './scenario.js';
@@ -64,8 +64,8 @@ export function checkJobRefs(s: Scenario, jobs: readonly PlannedJob[], seed: num
  * minus the p99 latency (the drain goes no faster than the preparations can at their best
  * concurrency, where they contend). Where kinds differ in device time (kinds.<name>.service),
  * each kind is news to a pacer in the same way: the window starts two passes after the devices
- * could first reach each kind's first job (the jobs that arrived before it served at full
- * capacity). Scenarios may set it. A scenario too short to have a steady state gets an empty
+ * could first reach each kind's first job (the jobs ahead of it in the queue — arrived no later,
+ * with a higher priority or the same one and sooner — served at full capacity). Scenarios may set it. A scenario too short to have a steady state gets an empty
  * window, and the steady measures are null.
  */
 export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number): { fromMs: number; toMs: number } {
@@ -76,15 +76,21 @@ export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number):
   const service = Math.max(...s.devices.flatMap((d) => [d.service, ...kinds.flatMap((k) => (k.service ? [k.service] : []))].map((x) => (meanMs(x) + (d.batch ? meanMs(d.batch.fixed) : 0)) / d.speed)));
   const workOf = kindWork(s);
   let reach = jobs[0]?.atMs ?? 0;
-  const differ = kinds.some((k) => k.service);
-  const seen = new Set<string>();
-  let ahead = 0;
-  for (const j of jobs) {
-    if (differ && !seen.has(j.spec.kind)) {
-      seen.add(j.spec.kind);
-      reach = Math.max(reach, j.atMs, ahead / capacity);
-    }
-    ahead += j.spec.partitions * workOf(j.spec.kind);
+  if (kinds.some((k) => k.service)) {
+    // Ahead of a job in the queue: those that arrived no later with a higher priority, or the same one and sooner.
+    const rank = (j: PlannedJob) => PRIORITIES.indexOf(j.spec.priority ?? 'normal');
+    const seen = new Set<string>();
+    jobs.forEach((first, i) => {
+      if (seen.has(first.spec.kind)) return;
+      seen.add(first.spec.kind);
+      let ahead = 0;
+      for (let k = 0; k < jobs.length; k++) {
+        const j = jobs[k] as PlannedJob;
+        if (j.atMs > first.atMs) break;
+        if (rank(j) < rank(first) || (rank(j) === rank(first) && k < i)) ahead += j.spec.partitions * workOf(j.spec.kind);
+      }
+      reach = Math.max(reach, first.atMs, ahead / capacity);
+    });
   }
   const from = reach + 2 * (high + service);
   // Where preparations contend, the drain goes no faster than they can at their best concurrency.

@@ -135,6 +135,14 @@ describe('stoker simulate', () => {
     expect(bad.err).toContain('budgetBytes: budgetBytes must be a number of bytes, e.g. 429496729600 for 400 GiB');
   });
 
+  it('says when the steady window holds under half of the run (kinds in blocks start it late)', async () => {
+    const kind = (value: number, service: number) => ({ prepare: { type: 'fixed', value }, service: { type: 'fixed', value: service } });
+    const file = tmp.file('blocks.json', JSON.stringify({ name: 'blocks', kinds: { heavy: kind(10, 2), light: kind(10, 1) }, devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, jobs: 10, partitions: 10, kind: 'heavy' }, { atS: 0, jobs: 10, partitions: 10, kind: 'light' }] }));
+    const r = await run('simulate', file, '--pacer', 'unpaced');
+    expect(r.out).toMatch(/steady window [\d.]+ s – [\d.]+ s; it holds \d+ % of the run's device completions .*give the scenario "steady"/);
+    expect((await run('simulate', 'seed', '--pacer', 'unpaced')).out).not.toContain("of the run's device completions");
+  });
+
   it('warns of a pacerOptions name none of the pacers run reads (a misspelt option changes nothing)', async () => {
     const file = tmp.file('misspelt.json', JSON.stringify({ ...SCENARIOS.get('seed'), name: 'misspelt', pacerOptions: { headStrat: 1, kp: 0.4 } }));
     const r = await run('simulate', file, '--pacer', 'stoker,classic');

@@ -117,6 +117,27 @@ describe('arrivals and the steady window', () => {
     // Ideal drain: 40 s latency + 400 items at 1/0.6 s = 280 s, less the 50 s p99 latency.
     expect(w.toMs).toBeCloseTo(230_000, -3);
   });
+
+  it('where kinds differ on the device, it starts two passes after the devices could reach each kind, a high-priority kind first', () => {
+    const kind = (value: number, service: number) => ({ prepare: { type: 'fixed', value }, service: { type: 'fixed', value: service } }) as const;
+    const input = (priority: 'high' | 'normal') => ({
+      name: 'blocks',
+      kinds: { heavy: kind(10, 2), light: kind(10, 1) },
+      devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }],
+      arrivals: [
+        { atS: 0, jobs: 10, partitions: 10, kind: 'heavy' },
+        { atS: 0, jobs: 10, partitions: 10, kind: 'light', priority },
+      ],
+    });
+    const window = (priority: 'high' | 'normal') => {
+      const s = parseScenario(input(priority));
+      return steadyWindow(s, planArrivals(s, 1), 1 / 1000);
+    };
+    // Behind 100 heavy items (200 s of device time), light is first reached at 200 s…
+    expect(window('normal').fromMs).toBe(200_000 + 2 * (10_000 + 2_000));
+    // …but a high-priority light goes first, and heavy is reached behind it (100 s).
+    expect(window('high').fromMs).toBe(100_000 + 2 * (10_000 + 2_000));
+  });
 });
 
 describe('fluid contention', () => {
