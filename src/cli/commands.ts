@@ -350,12 +350,13 @@ function batchingTable(results: readonly SimResult[]): string {
   return rows.length ? `\nbatched vs one item per step (scenario X against X-single):\n${formatTable(['scenario', 'pacer', 'items/s', 'single items/s', 'ratio', 'latency p99', 'single p99', 'ratio'], rows)}` : '';
 }
 
-/** The metrics `--seeds` reports as mean ± sd. */
+/** The metrics `--seeds` prints as mean ± sd (its --json has every metric). */
 const SEED_METRICS = ['throughputRatio', 'occupancy', 'waitingMean', 'waitingStd', 'inventoryRatio', 'peakMemoryBytes', 'jobLatencyP50Ms', 'jobLatencyP99Ms'] as const;
 
-/** `stoker bench --seeds N`: each scenario × pacer over N seeds, mean ± sd (sample) of each metric. */
+/** `stoker bench --seeds N`: each scenario × pacer over N seeds, mean ± sd (sample) of each metric, and the jobs' ends summed over the seeds. */
 function benchSeeds(scenarios: Scenario[], factories: PacerFactory[], from: number | undefined, n: number, json: boolean, io: Io): void {
-  const rows: { scenario: string; pacer: string; seeds: number[]; metrics: Record<string, { mean: number; sd: number } | null> }[] = [];
+  type Jobs = { done: number; failed: number; cancelled: number; unfinished: number };
+  const rows: { scenario: string; pacer: string; seeds: number[]; jobs: Jobs; metrics: Record<string, { mean: number; sd: number } | null> }[] = [];
   const total = scenarios.length * factories.length;
   for (const scenario of scenarios) {
     for (const pacer of factories) {
@@ -363,7 +364,7 @@ function benchSeeds(scenarios: Scenario[], factories: PacerFactory[], from: numb
       const list = Array.from({ length: n }, (_, i) => (from ?? scenario.seed) + i);
       const results = list.map((seed) => simulate(scenario, { pacer, seed }));
       const metrics: Record<string, { mean: number; sd: number } | null> = {};
-      for (const key of SEED_METRICS) {
+      for (const key of METRIC_KEYS) {
         const xs = results.map((r) => r.metrics[key]);
         if (xs.some((x) => x === null)) metrics[key] = null;
         else {
@@ -372,7 +373,9 @@ function benchSeeds(scenarios: Scenario[], factories: PacerFactory[], from: numb
           metrics[key] = { mean, sd: Math.sqrt(v.reduce((a, b) => a + (b - mean) ** 2, 0) / Math.max(1, v.length - 1)) };
         }
       }
-      rows.push({ scenario: scenario.name, pacer: (results[0] as SimResult).pacer, seeds: list, metrics });
+      const sum = (f: (r: SimResult) => number) => results.reduce((a, r) => a + f(r), 0);
+      const jobs: Jobs = { done: sum((r) => r.metrics.jobsDone), failed: sum((r) => r.metrics.jobsFailed), cancelled: sum((r) => r.metrics.jobsCancelled), unfinished: sum((r) => r.unfinishedJobs) };
+      rows.push({ scenario: scenario.name, pacer: (results[0] as SimResult).pacer, seeds: list, jobs, metrics });
       io.err(`[${rows.length}/${total}] ${scenario.name} × ${(results[0] as SimResult).pacer}, ${n} seeds … ${Math.round(performance.now() - t0)} ms\n`);
     }
   }
@@ -381,8 +384,8 @@ function benchSeeds(scenarios: Scenario[], factories: PacerFactory[], from: numb
     return;
   }
   const cell = (key: (typeof SEED_METRICS)[number], m: { mean: number; sd: number } | null) => (m === null ? '–' : `${formatMetric(key, m.mean)} ± ${formatMetric(key, m.sd)}`);
-  io.out(`${n} seeds per row (from each scenario's own seed, or --seed): mean ± sd\n`);
-  io.out(formatTable(['scenario', 'pacer', ...SEED_METRICS], rows.map((r) => [r.scenario, r.pacer, ...SEED_METRICS.map((k) => cell(k, r.metrics[k] ?? null))])));
+  io.out(`${n} seeds per row (from each scenario's own seed, or --seed): mean ± sd; jobs summed over the seeds\n`);
+  io.out(formatTable(['scenario', 'pacer', ...SEED_METRICS, 'done/failed/cancelled', 'unfinished'], rows.map((r) => [r.scenario, r.pacer, ...SEED_METRICS.map((k) => cell(k, r.metrics[k] ?? null)), `${r.jobs.done}/${r.jobs.failed}/${r.jobs.cancelled}`, String(r.jobs.unfinished)])));
 }
 
 export interface SpeedFlags {

@@ -335,9 +335,12 @@ describe('stoker bench', () => {
     const sd = Math.sqrt(one.reduce((a, b) => a + (b - mean) ** 2, 0) / 2);
     expect(entry?.metrics['throughputRatio']?.mean).toBeCloseTo(mean, 12);
     expect(entry?.metrics['throughputRatio']?.sd).toBeCloseTo(sd, 12);
+    // Every metric, and whether every job ended on every seed (seed has 40 jobs).
+    expect(Object.keys(entry?.metrics ?? {})).toEqual(expect.arrayContaining(['itemsPerSec', 'starvedMs', 'waitingMax', 'leakedBytes', 'jobsDone']));
+    expect((entry as unknown as { jobs: unknown }).jobs).toEqual({ done: 120, failed: 0, cancelled: 0, unfinished: 0 });
     const table = await run('bench', '--scenarios', 'seed', '--pacers', 'stoker,unpaced', '--seeds', '2');
     expect(table.out).toMatch(/^2 seeds per row/);
-    expect(table.out).toMatch(/\nseed\s+stoker\s+\d\.\d{3} ± \d\.\d{3}/);
+    expect(table.out).toMatch(/\nseed\s+stoker\s+\d\.\d{3} ± \d\.\d{3}.* 80\/0\/0\s+0\n/);
     expect((await run('bench', '--scenarios', 'seed', '--seeds', '0')).code).toBe(2);
     expect((await run('bench', '--scenarios', 'seed', '--seeds', '2', '--html', path.join(tmp.dir, 'x.html'))).err).toContain('--seeds with --out or --html');
   });
