@@ -2,7 +2,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { PACER_NAMES, PACERS, TimelineRecorder, unreadOptions, type PacerFactory } from '../core/index.js';
-import { resolvePacer } from '../sim/load-pacer.js';
+import { PacerModuleError, resolvePacer } from '../sim/load-pacer.js';
+import { syntaxErrorAt } from '../runtime/module-syntax.js';
 import { resolveScenario } from '../sim/load-scenario.js';
 import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js';
 import { BENCH_SCENARIOS, SCENARIOS } from '../sim/scenarios.js';
@@ -60,7 +61,15 @@ export function pacersCommand(io: Io): void {
 
 async function resolvePacers(specs: string[]): Promise<PacerFactory[]> {
   const out: PacerFactory[] = [];
-  for (const spec of specs) out.push(await resolvePacer(spec));
+  for (const spec of specs) {
+    try {
+      out.push(await resolvePacer(spec));
+    } catch (e) {
+      // A module with a syntax error: where it is (the import's error does not say).
+      const at = e instanceof PacerModuleError && e.cause instanceof SyntaxError && fs.existsSync(spec) ? syntaxErrorAt(path.resolve(spec)) : '';
+      throw at ? new PacerModuleError(`${e instanceof Error ? e.message : String(e)}, at\n${at}`) : e;
+    }
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { Ajv2020, type ErrorObject } from 'ajv/dist/2020.js';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { kindExports } from '../runtime/threads/protocol.js';
+import { syntaxErrorAt } from '../runtime/module-syntax.js';
 import { levenshtein } from '../core/suggest.js';
 
 /** A JSON value. */
@@ -183,7 +184,8 @@ export async function loadKind(url: string, shown: string = url, devices: Device
     mod = (await import(url)) as Record<string, unknown>;
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    const why = code === 'ERR_MODULE_NOT_FOUND' && (e as Error).message.includes(url.replace(/^file:\/\//, '')) ? 'file not found: check the path' : `it does not load: ${(e as Error).message}`;
+    const at = e instanceof SyntaxError ? syntaxErrorAt(url) : '';
+    const why = code === 'ERR_MODULE_NOT_FOUND' && (e as Error).message.includes(url.replace(/^file:\/\//, '')) ? 'file not found: check the path' : `it does not load: ${(e as Error).message}${at ? `, at\n${at}` : ''}`;
     throw new KindModuleError(shown, undefined, why);
   }
   const m = kindExports(mod);

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { checkedPacer, PACER_NAMES, PACERS, StokerError, type PacerFactory, type PacerOptions } from '../core/index.js';
+import { suggest } from '../core/suggest.js';
 
 /** A user pacer module that cannot be used; the message names the file and what to change. */
 export class PacerModuleError extends Error {
@@ -39,7 +40,7 @@ export async function resolvePacer(spec: string, cwd = process.cwd()): Promise<P
   try {
     mod = (await import(pathToFileURL(file).href)) as { default?: unknown };
   } catch (e) {
-    throw new PacerModuleError(`could not load pacer module ${file}: ${e instanceof Error ? e.message : String(e)}`);
+    throw new PacerModuleError(`could not load pacer module ${file}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   }
   const create = mod.default;
   if (typeof create !== 'function') {
@@ -61,6 +62,7 @@ export async function resolvePacer(spec: string, cwd = process.cwd()): Promise<P
 
 /** Where a module path is accepted (simulate, bench), the error says so; the core's lists the names alone. */
 function unknownPacer(spec: string): Error {
-  return new StokerError('E_UNKNOWN_PACER', `unknown pacer ${JSON.stringify(spec)}: use one of ${PACER_NAMES.join(', ')}, or a path to a module whose default export is createPacer(options)`);
+  const near = suggest(spec, PACER_NAMES);
+  return new StokerError('E_UNKNOWN_PACER', `unknown pacer ${JSON.stringify(spec)}${near ? ` (did you mean ${JSON.stringify(near)}?)` : ''}: use one of ${PACER_NAMES.join(', ')}, or a path to a module whose default export is createPacer(options)`);
 }
 

@@ -272,13 +272,14 @@ describe('bad input', () => {
     expect((await run('bench', '--scenarios', 'seed', '--seed', 'x')).code).toBe(2);
   });
 
-  it('an unknown pacer: exit 2, lists the pacers', async () => {
+  it('an unknown pacer: exit 2, lists the pacers, suggests the nearest', async () => {
     for (const name of ['nope', 'constructor']) {
       const r = await run('simulate', 'seed', '--pacer', `stoker,${name}`);
       expect(r.code).toBe(2);
       expect(r.err).toContain(`unknown pacer "${name}"`);
       for (const p of PACER_NAMES) expect(r.err).toContain(p);
     }
+    expect((await run('simulate', 'seed', '--pacer', 'stokr')).err).toContain('unknown pacer "stokr" (did you mean "stoker"?)');
   });
 
   it('an unknown command or option: exit 2', async () => {

@@ -50,11 +50,13 @@ describe('the measuring commands, from the built CLI', () => {
     expect(r.out).toMatch(/^\s+1\s+\d+\s+[\d.]+\s+1\.00×/m);
   });
 
-  it('refuses a pacer module with a syntax error, and a directory, naming them', async () => {
+  it('refuses a pacer module with a syntax error (saying where), and a directory, naming them', async () => {
     const bad = tmp.file('bad.mjs', 'export default {{\n');
     const syntax = await stoker(['simulate', 'seed', '--pacer', bad]);
     expect(syntax.code).toBe(2);
     expect(syntax.err).toContain(`could not load pacer module ${bad}`);
+    // Where: the file and line (Node's import error names neither).
+    expect(syntax.err).toContain(`, at\n${bad}:1\nexport default {{`);
     const dir = await stoker(['simulate', 'seed', '--pacer', tmp.dir]);
     expect(dir.code).toBe(2);
     expect(dir.err).toMatch(/is not a file; give the path of the \.js\/\.mjs module itself/);

@@ -243,7 +243,7 @@ describe('bad kind modules are refused at start', () => {
   const ok = 'export const name = "k"; export async function prepare() { return 1; } export function run(p) { return p; }';
   const cases: [file: string, source: string | null, exportName: string | undefined, message: RegExp][] = [
     ['missing.mjs', null, undefined, /file not found: check the path/],
-    ['syntax.mjs', 'export const name = ;', undefined, /does not load: .*(Unexpected|SyntaxError)/],
+    ['syntax.mjs', 'export const name = ;', undefined, /does not load: Unexpected token ';', at\n.*syntax.mjs:1\nexport const name = ;\n +\^/],
     ['throws.mjs', 'throw new Error("no GPU here");', undefined, /does not load: no GPU here/],
     ['no-name.mjs', 'export async function prepare() {} export function run() {}', 'name', /missing: export const name = "my-kind"/],
     ['bad-name.mjs', 'export const name = "has space"; export async function prepare() {} export function run() {}', 'name', /got "has space"/],
