@@ -1,5 +1,6 @@
 /** The checks of a pacer of the user's (a module loaded by path, or an object given to the Runtime): see {@link checkedPacer}. */
 import type { Pacer, PacerMode, PacerState, ReadonlySnapshot } from './pacer.js';
+import { suggest } from './suggest.js';
 
 const REQUIRED = ['observe', 'nextDispatchAt', 'onDispatch'] as const;
 const OPTIONAL = ['workerLimit', 'observeAgainAt'] as const;
@@ -26,7 +27,8 @@ export interface PacerOrigin {
  * error naming them, a missing `state()` is filled in and a missing `name` defaulted; the pacer
  * returned delegates to it, checking what it answers — a time that is not a number, a negative
  * worker limit, a `state()` of the wrong shape are errors naming the method or field (a NaN from
- * nextDispatchAt once stalled a run silently), and what a method throws names the pacer and the method.
+ * nextDispatchAt once stalled a run silently), a snapshot field it reads that is not there is an
+ * error naming it, and what a method throws names the pacer and the method.
  */
 export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
   if (typeof value !== 'object' || value === null) {
@@ -43,13 +45,37 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
   }
   const name = typeof p.name === 'string' && p.name !== '' ? p.name : o.fallbackName;
   const pacer = value as Pacer;
+  /** Errors of the checks themselves (thrown from inside a method: a snapshot field that is not there), passed on as they are. */
+  const own = new WeakSet<Error>();
   /** One of the pacer's methods called: what it throws names the pacer and the method (a failure of the run, not a pacer that does not fit). */
   const call = <T>(method: string, f: () => T): T => {
     try {
       return f();
     } catch (e) {
+      if (e instanceof Error && own.has(e)) throw e;
       throw new Error(`the pacer ${o.origin} threw in ${method}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
     }
+  };
+  // The snapshot as the pacer sees it: a field it does not have is an error naming it (a misspelt
+  // one read undefined, its arithmetic NaN, and the run stalled without a word).
+  const views = new WeakMap<ReadonlySnapshot, ReadonlySnapshot>();
+  const view = (s: ReadonlySnapshot): ReadonlySnapshot => {
+    let v = views.get(s);
+    if (!v) {
+      v = new Proxy(s, {
+        get: (t, k, r) => {
+          if (typeof k === 'string' && !(k in t) && k !== 'toJSON' && k !== 'then') {
+            const near = suggest(k, Object.keys(t));
+            const e = o.error(`the pacer ${o.origin} read snapshot.${k}, which a snapshot does not have${near ? ` (did you mean ${near}?)` : ''}: its fields are ${Object.keys(t).join(', ')}`);
+            own.add(e);
+            throw e;
+          }
+          return Reflect.get(t, k, r) as unknown;
+        },
+      });
+      views.set(s, v);
+    }
+    return v;
   };
   /** A time it returned: a number, Infinity for none (NaN or another type once stalled a run silently). */
   const time = (method: string, v: unknown): number => {
@@ -60,9 +86,9 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
   // what state() returns is checked on every call (the measures and the dashboard read it).
   const out: Pacer = {
     name,
-    observe: (s: ReadonlySnapshot) => call('observe', () => pacer.observe(s)),
-    nextDispatchAt: (s: ReadonlySnapshot) => time('nextDispatchAt', call('nextDispatchAt', () => pacer.nextDispatchAt(s))),
-    onDispatch: (s: ReadonlySnapshot) => call('onDispatch', () => pacer.onDispatch(s)),
+    observe: (s: ReadonlySnapshot) => call('observe', () => pacer.observe(view(s))),
+    nextDispatchAt: (s: ReadonlySnapshot) => time('nextDispatchAt', call('nextDispatchAt', () => pacer.nextDispatchAt(view(s)))),
+    onDispatch: (s: ReadonlySnapshot) => call('onDispatch', () => pacer.onDispatch(view(s))),
     state: typeof p.state === 'function' ? () => checkState(call('state', () => pacer.state()), o) : steadyState,
   };
   // The optional methods only where the module has them (the engine asks for them only then).
@@ -73,7 +99,7 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
       return v;
     };
   }
-  if (typeof p.observeAgainAt === 'function') out.observeAgainAt = (s: ReadonlySnapshot) => time('observeAgainAt', call('observeAgainAt', () => pacer.observeAgainAt?.(s)) ?? Infinity);
+  if (typeof p.observeAgainAt === 'function') out.observeAgainAt = (s: ReadonlySnapshot) => time('observeAgainAt', call('observeAgainAt', () => pacer.observeAgainAt?.(view(s))) ?? Infinity);
   // Its shape checked once, at creation (a status request may ask before anything is observed), not
   // only when something reads it: a simulation may never read it, and a wrong shape would pass.
   out.state();

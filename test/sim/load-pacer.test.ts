@@ -70,6 +70,19 @@ describe('user pacer modules: the optional methods', () => {
     expect(() => pacer.workerLimit?.(0)).toThrow(/workerLimit\(device\) must return the most workers to run at once .*\(got -1\)/);
   });
 
+  it('a snapshot field that is not there is an error naming it and the fields there are (a misspelt one read undefined and stalled a run silently)', async () => {
+    const create = await resolvePacer(tmp.file('misread.mjs', 'export default () => ({ observe(s) { this.lat = s.prepareLatencySumMs / s.prepareCompletions; }, nextDispatchAt(s) { return s.nwo; }, onDispatch() {} });\n'));
+    const pacer = create({});
+    const real = new Engine({ devices: [{ workers: 1 }], pacer: createPacer('unpaced') }).snapshot;
+    expect(() => pacer.observe(real)).toThrow(PacerModuleError);
+    expect(() => pacer.observe(real)).toThrow(/misread\.mjs read snapshot\.prepareLatencySumMs, which a snapshot does not have: its fields are now, .*prepareLatencyMsTotal/);
+    expect(() => pacer.nextDispatchAt(real)).toThrow(/read snapshot\.nwo, which a snapshot does not have \(did you mean now\?\)/);
+    // Fields that are there, and what JSON.stringify asks for, read as they are.
+    const fine = (await resolvePacer(tmp.file('reads.mjs', 'export default () => ({ observe(s) { JSON.stringify(s); }, nextDispatchAt(s) { return s.now + s.devices.length; }, onDispatch() {} });\n')))({});
+    fine.observe(real);
+    expect(fine.nextDispatchAt(real)).toBe(real.now + 1);
+  });
+
   it('what a method throws names the module and the method', async () => {
     const create = await resolvePacer(tmp.file('throws.mjs', "export default () => ({ observe() { throw new Error('pacer bug'); }, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n"));
     const pacer = create({});
