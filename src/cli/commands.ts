@@ -227,7 +227,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
     io.out(toJson(records.length === 1 ? records[0] : records));
   } else {
     const first = results[0] as SimResult;
-    io.out(`scenario ${scenario.name} (seed ${first.seed}): ${scenario.description}\n\n`);
+    io.out(`scenario ${scenario.name} (seed ${first.seed})${scenario.description ? `: ${scenario.description}` : ''}\n\n`);
     const rows = METRIC_KEYS.map((k) => [k, ...results.map((r) => formatMetric(k, r.metrics[k]))]);
     io.out(formatTable(['metric', ...results.map((r) => r.pacer)], rows));
     const runs = results.map((r) => `${r.pacer} ${r.events} / ${seconds(r.simulatedMs)}`).join(', ');

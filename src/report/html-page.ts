@@ -67,6 +67,7 @@ table { border-collapse: collapse; margin: 12px 0; font-variant-numeric: tabular
 th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
 th:first-child, thead th, td.text { text-align: left; } tbody th { font-weight: normal; }
 .table { overflow-x: auto; }
+pre.fit { white-space: pre-wrap; overflow-wrap: anywhere; }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 16px; }
 .chart { min-width: 0; overflow: hidden; } .chart .u-title { font-size: 14px; }
 .chart-note { color: #666; font-size: 12px; margin: 0 0 4px 8px; }
