@@ -143,8 +143,9 @@ function distinctPacers(results: SimResult[]): SimResult[] {
 }
 
 /** Writes a timeline as Chrome trace JSON (the format Perfetto opens); `now` ends spans still running. */
-export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, budgetBytes: number | undefined, io: Io): void {
-  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title, now, ...(budgetBytes === undefined ? {} : { budgetBytes }) });
+export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, limits: { budgetBytes?: number | undefined; maxPreparing?: number | undefined }, io: Io): void {
+  const { budgetBytes, maxPreparing } = limits;
+  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title, now, ...(budgetBytes === undefined ? {} : { budgetBytes }), ...(maxPreparing === undefined ? {} : { maxPreparing }) });
   writeOutputFile('--trace', file, `${JSON.stringify(trace)}\n`, io);
 }
 
@@ -245,7 +246,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
       flags.trace,
       results.map((r) => r.pacer),
     );
-    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, scenario.budgetBytes, io));
+    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, { budgetBytes: scenario.budgetBytes, maxPreparing: scenario.maxPreparing }, io));
   }
   if (flags.html !== undefined) {
     const title = `stoker simulate ${scenario.name}: ${results.map((r) => r.pacer).join(' vs ')}`;

@@ -15,6 +15,8 @@ export interface RecordedRun {
   jobs: readonly TimelineJob[];
   /** The run's memory budget, bytes (the machine's memory: no setting may go over it); null or absent: none recorded. */
   budgetBytes?: number | null;
+  /** The run's cap on preparations at once; null or absent: none recorded. */
+  maxPreparing?: number | null;
 }
 
 /** How one stage's time grows with concurrency: per level, the samples and their median (seconds). */
@@ -142,6 +144,7 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       .sort((a, b) => a.t - b.t)
       .map((j) => ({ atS: (j.t - t0) / 1000, jobs: 1, partitions: j.partitions, kind: j.kind, priority: j.priority })),
     ...(run.budgetBytes ? { budgetBytes: run.budgetBytes } : {}),
+    ...(run.maxPreparing ? { maxPreparing: run.maxPreparing } : {}),
   };
   if (!run.budgetBytes) notes.push(`${NO_BUDGET_NOTE}: the plan may recommend more memory than the machine has (stoker plan --budget-bytes gives it)`);
   const fit: FitReport = { jobs: run.jobs.length, partitions: run.jobs.reduce((n, j) => n + j.partitions, 0), spanS: (end - t0) / 1000, kinds, devices: deviceFits, notes };

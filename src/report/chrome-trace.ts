@@ -41,6 +41,8 @@ export interface ChromeTraceInput {
   originMs?: number;
   /** The run's memory budget, bytes (recorded for `stoker plan`: the machine's memory); absent or Infinity: none. */
   budgetBytes?: number;
+  /** The run's cap on preparations at once (recorded for `stoker plan`); absent or Infinity: none. */
+  maxPreparing?: number;
 }
 
 const PID = 1;
@@ -90,15 +92,16 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
   }
   const otherData: Record<string, string> = { generator: 'stoker', originMs: String(origin) };
   if (input.budgetBytes !== undefined && Number.isFinite(input.budgetBytes)) otherData['budgetBytes'] = String(input.budgetBytes);
+  if (input.maxPreparing !== undefined && Number.isFinite(input.maxPreparing)) otherData['maxPreparing'] = String(input.maxPreparing);
   return { traceEvents: events, displayTimeUnit: 'ms', otherData };
 }
 
 /**
  * A Chrome trace written by {@link toChromeTrace} read back: its lanes (from the track names), its
- * spans and its jobs, in ms from the trace's start, and the run's memory budget (null: none
- * recorded). Throws an Error naming what is wrong when the JSON is not such a trace.
+ * spans and its jobs, in ms from the trace's start, and the run's memory budget and preparation
+ * cap (null: none recorded). Throws an Error naming what is wrong when the JSON is not such a trace.
  */
-export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[]; budgetBytes: number | null } {
+export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[]; budgetBytes: number | null; maxPreparing: number | null } {
   const events = (raw as { traceEvents?: unknown } | null)?.traceEvents;
   if (!Array.isArray(events)) throw new Error('not a Chrome trace: it has no traceEvents array (write one with stoker demo --trace, stoker simulate --trace or stoker trace export)');
   const lanes: TimelineLane[] = [];
@@ -131,6 +134,8 @@ export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: T
       jobs.push({ t: num(e.ts, 'a job\'s ts') / 1000, id: String(a['id']), kind: String(a['kind']), partitions: num(a['partitions'], 'a job\'s partitions'), priority, prepareBytes: num(a['prepareBytes'] ?? 0, 'a job\'s prepareBytes'), deviceBytes: num(a['deviceBytes'] ?? 0, 'a job\'s deviceBytes') });
     }
   }
-  const budget = Number((raw as { otherData?: { budgetBytes?: unknown } }).otherData?.budgetBytes);
-  return { lanes, spans, jobs, budgetBytes: Number.isFinite(budget) && budget > 0 ? budget : null };
+  const other = (raw as { otherData?: { budgetBytes?: unknown; maxPreparing?: unknown } }).otherData;
+  const budget = Number(other?.budgetBytes);
+  const cap = Number(other?.maxPreparing);
+  return { lanes, spans, jobs, budgetBytes: Number.isFinite(budget) && budget > 0 ? budget : null, maxPreparing: Number.isInteger(cap) && cap >= 1 ? cap : null };
 }

@@ -120,16 +120,23 @@ describe('stoker plan', () => {
     expect(r.err).toMatch(/\[1\/\d+\] stoker, target 1/);
   });
 
-  it("says where the fitted scenario does not replay its run (a cap the trace does not hold), shows the own setting, refuses a budget below a partition, and tries one target for a pacer that reads none", async () => {
+  it("keeps the run's preparation cap, says where the fitted scenario does not replay its run (a worker lost: the trace does not hold it), shows the own setting, refuses a budget below a partition, and tries one target for a pacer that reads none", async () => {
     const t = tempDir();
     try {
       const capped = t.file('capped.json', JSON.stringify({ ...SCENARIOS.get('jitter'), name: 'capped', maxPreparing: 2 }));
+      const cappedTrace = path.join(t.dir, 'capped-run.json');
+      expect((await run('simulate', capped, '--trace', cappedTrace)).code).toBe(0);
+      const fromCapped = JSON.parse((await run('plan', cappedTrace, '--seeds', '1', '--targets', '4', '--threads', '1', '--json')).out) as { fit: { notes: string[] }; current: PlanRow | null };
+      expect(fromCapped.current).toMatchObject({ pacer: 'stoker', maxPreparing: 2 });
+      expect(fromCapped.fit.notes.join('\n')).not.toContain('replayed with');
+      // One of the two workers lost for good at 60 s: the fit saw both work, and replays twice as fast.
+      const lost = t.file('lost.json', JSON.stringify({ ...SCENARIOS.get('jitter'), name: 'lost', events: [{ type: 'workerLost', atS: 60, device: 0, worker: 1 }] }));
       const trace = path.join(t.dir, 'run.json');
-      expect((await run('simulate', capped, '--trace', trace)).code).toBe(0);
+      expect((await run('simulate', lost, '--trace', trace)).code).toBe(0);
       const r = await run('plan', trace, '--seeds', '1', '--targets', '4', '--threads', '1', '--json');
       expect(r.code, r.err).toBe(0);
       const out = JSON.parse(r.out) as { fit: { notes: string[] }; current: PlanRow | null; rows: PlanRow[] };
-      expect(out.fit.notes.join('\n')).toMatch(/replayed with stoker and the run's own setting, the fitted scenario does [\d.]+ device steps\/s where the run did [\d.]+ \([\d.]+×\)/);
+      expect(out.fit.notes.join('\n')).toMatch(/replayed with stoker and the run's own setting, the fitted scenario does [\d.]+ device steps\/s where the run did [\d.]+ \(1\.[5-9]\d×\)/);
       expect(out.current).toMatchObject({ pacer: 'stoker', maxPreparing: null, budgetBytes: null });
       const tiny = await run('plan', capped, '--budget-bytes', '1000', '--seeds', '1');
       expect(tiny.code).toBe(2);
