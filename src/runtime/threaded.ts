@@ -8,6 +8,7 @@ import type { DeviceTask, PartitionTask, PrepareResult, Workload } from './runti
 import { rmSync } from 'node:fs';
 import { batchSignal } from './batch-signal.js';
 import type { BatchItemReply, CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, PrepareItemReply, PrepareReply, PrepareRequest } from './threads/protocol.js';
+import { errorMessage } from './flights.js';
 import { failure } from './no-retry.js';
 
 /** Where the stages run: the preparation pool and the device threads. */
@@ -129,6 +130,15 @@ export class StageThreads implements DeviceRunner {
   /** Preparations that can run at once; the runtime never dispatches more, so nothing queues inside piscina. */
   readonly prepareSlots: number;
   private readonly piscina: Piscina;
+  /**
+   * One thread, one preparation at a time, made when first needed (and kept): where a preparation thread
+   * dies (a preparation that exits it or runs it out of memory takes every one running there
+   * along), each of its preparations runs again here, alone, so that only the cause fails.
+   */
+  private isolation: Piscina | undefined;
+  /** Preparation threads that ended (piscina's workerDestroy) in the pool, and in the isolation pool. */
+  private threadDeaths = 0;
+  private isolationDeaths = 0;
   private readonly slots: Slot[];
   private readonly threads: DeviceThread[];
   private readonly slotBase: number[];
@@ -154,6 +164,7 @@ export class StageThreads implements DeviceRunner {
       // 'sync' parks idle threads in Atomics.wait, which would stall a preparation that awaits (timers, I/O).
       atomics: 'disabled',
     });
+    this.piscina.on('workerDestroy', () => this.threadDeaths++);
     this.abortChannel = new BroadcastChannel(`stoker-prepare-${randomUUID()}`);
     this.abortChannel.unref();
     this.slotBase = [];
@@ -192,7 +203,7 @@ export class StageThreads implements DeviceRunner {
         bufferBytes: call.bufferBytes,
         ...(call.handoff ? { handoff: call.handoff } : {}),
       };
-      const { meta, file, finalError } = (await this.piscina.run(req)) as PrepareReply;
+      const { meta, file, finalError } = await this.prepareTask(req, call.signal);
       if (finalError !== undefined) throw failure(finalError, false);
       if (file) {
         // The data lives in the file now: the buffer can serve the next preparation.
@@ -324,7 +335,40 @@ export class StageThreads implements DeviceRunner {
     await Promise.all(this.threads.map((_, i) => this.kill(i, new Error('the workload is closed'))));
     await Promise.all(this.killing);
     await this.piscina.destroy();
+    await this.isolation?.destroy();
     this.abortChannel.close();
+  }
+
+  /**
+   * One preparation on the pool; where its thread died under it — with other preparations, any of
+   * which may be the cause — again alone on the isolation thread: an innocent one is prepared, and
+   * the cause fails at once (retry: false) saying it ended its thread by itself (before, every preparation on the thread
+   * failed, spending its retry, and a job failed with another's fault, naming a partition it
+   * did not have).
+   */
+  private async prepareTask(req: PrepareRequest, signal: AbortSignal): Promise<PrepareReply> {
+    const deaths = this.threadDeaths;
+    try {
+      return (await this.piscina.run(req)) as PrepareReply;
+    } catch (e) {
+      if (this.threadDeaths === deaths || signal.aborted || this.closed) throw e;
+    }
+    this.isolation ??= this.isolationPool();
+    const alone = this.isolationDeaths;
+    try {
+      return (await this.isolation.run(req)) as PrepareReply;
+    } catch (e) {
+      if (this.isolationDeaths === alone) throw e;
+      // Its own doing, alone: it would do it again (and take others along), so no retry.
+      throw failure(`its preparation ended its thread when it ran alone: ${errorMessage(e)}`, false);
+    }
+  }
+
+  private isolationPool(): Piscina {
+    // (minThreads 1: with none, piscina starts no thread for the preparations queued behind one that ended it.)
+    const p = new Piscina({ filename: new URL('./threads/prepare-worker.js', import.meta.url).href, minThreads: 1, maxThreads: 1, concurrentTasksPerWorker: 1, atomics: 'disabled' });
+    p.on('workerDestroy', () => this.isolationDeaths++);
+    return p;
   }
 
   /** Busy time and completions per device worker slot, from the shared counters. */

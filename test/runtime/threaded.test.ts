@@ -19,7 +19,7 @@ import { createNttProofWorkload } from '../../dist/runtime/workloads/ntt-proof.j
 import type { StokerErrorCode } from '../../src/core/errors.js';
 import type { JobSpec } from '../../src/core/types.js';
 
-type Mode = 'ok' | 'throw-prepare' | 'throw-device' | 'crash-device' | 'hang-device' | 'block-device' | 'final-prepare' | 'final-device';
+type Mode = 'ok' | 'throw-prepare' | 'throw-device' | 'crash-device' | 'hang-device' | 'block-device' | 'final-prepare' | 'final-device' | 'exit-prepare';
 
 /** The fixtures' job input (see test/fixtures/flaky-*.mjs). */
 interface FlakyInput {
@@ -30,6 +30,8 @@ interface FlakyInput {
   marker?: string;
   /** Confines the fault to this partition. */
   only?: number;
+  /** exit-prepare: when the thread ends; otherwise how long a preparation takes. */
+  delayMs?: number;
   /** hang-device: the hung thread ticks word 0 every 5 ms while it lives. */
   heartbeat?: SharedArrayBuffer;
   /** block-device: a file descriptor (a FIFO) the stuck step reads 64 bytes from, into its buffer. */
@@ -229,6 +231,25 @@ describe('ThreadedWorkload under the Runtime', () => {
       TIMEOUT,
     );
   });
+
+  it(
+    'a preparation that ends its thread fails alone and at once: the others on that thread run again alone, without spending a retry, and the reason names the partition at fault',
+    async () => {
+      const workload = new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule, bufferBytes: () => 64, finish: (job) => job.outputs, devices: [{ workers: 2 }], prepareThreads: 1, prepareConcurrency: 8 });
+      const rt: FlakyRuntime = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'unpaced', retries: 1 });
+      runtimes.push(rt);
+      // Four innocent preparations of 400 ms share the one thread with partition 2 of 'bad', which ends the thread after 100 ms.
+      const innocent = rt.submit(spec('innocent', 4), { mode: 'ok', delayMs: 400 });
+      const bad = rejection(rt.submit(spec('bad', 4), { mode: 'exit-prepare', only: 2, delayMs: 100 }));
+      const out = await innocent;
+      expect(out.map((o) => o.sum)).toEqual(expectedSums(workload, 4));
+      const err = await bad;
+      expect(err.code).toBe('E_PREPARE_FAILED');
+      expect(err.message).toMatch(/^job bad: partition 2 failed in preparation: its preparation ended its thread when it ran alone: worker exited with code: 7$/);
+      await vi.waitFor(() => expect(workload.pool.stats().leased).toBe(0));
+    },
+    TIMEOUT,
+  );
 
   describe('device failures', () => {
     it(
