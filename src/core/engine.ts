@@ -66,7 +66,7 @@ export interface EngineOptions {
 }
 
 interface Job extends HeapNode {
-  readonly spec: Required<Pick<JobSpec, 'id' | 'kind' | 'priority' | 'partitions'>> & { memory: { prepareBytes: number; deviceBytes: number }; deadline: number };
+  readonly spec: Required<Pick<JobSpec, 'id' | 'kind' | 'priority' | 'partitions'>> & { memory: { prepareBytes: number; deviceBytes: number }; deadline: number; partitionNumbers: readonly number[] | null };
   readonly seq: number;
   /** Its priority's rank (RANK), looked up once rather than for every partition made. */
   readonly rank: number;
@@ -511,7 +511,7 @@ export class Engine {
         break;
       case 'prepareFailed': {
         const item = this.current(event.item, event.attempt, 'preparing');
-        if (item && !item.prepBatch) this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${event.reason}`, out, event.final === true);
+        if (item && !item.prepBatch) this.failItem(item, 'E_PREPARE_FAILED', `partition ${partitionOf(item)} failed in preparation: ${event.reason}`, out, event.final === true);
         break;
       }
       case 'prepareBatchDone':
@@ -525,7 +525,7 @@ export class Engine {
         break;
       case 'deviceFailed': {
         const item = this.current(event.item, event.attempt, 'on-device');
-        if (item && !item.batch) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[item.device] as string}: ${event.reason}`, out, event.final === true);
+        if (item && !item.batch) this.failItem(item, 'E_DEVICE_FAILED', `partition ${partitionOf(item)} failed on device ${this.deviceNames[item.device] as string}: ${event.reason}`, out, event.final === true);
         break;
       }
       case 'batchDone':
@@ -730,7 +730,7 @@ export class Engine {
     for (const item of live) {
       const f = reasons.get(item.id);
       if (f === undefined || item.prepBatch !== b) continue;
-      this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${f.reason}`, out, f.final === true);
+      this.failItem(item, 'E_PREPARE_FAILED', `partition ${partitionOf(item)} failed in preparation: ${f.reason}`, out, f.final === true);
     }
   }
 
@@ -743,7 +743,7 @@ export class Engine {
     if (!a) return;
     for (const item of a.live) {
       if (item.prepBatch !== a.b) continue; // its job ended with an earlier item's failure
-      if (a.b.items.length === 1) this.failItem(item, 'E_PREPARE_FAILED', `partition ${item.partition} failed in preparation: ${reason}`, out);
+      if (a.b.items.length === 1) this.failItem(item, 'E_PREPARE_FAILED', `partition ${partitionOf(item)} failed in preparation: ${reason}`, out);
       else {
         item.prepSolo = true;
         this.leavePreparing(item);
@@ -820,7 +820,7 @@ export class Engine {
     for (const item of live) {
       const f = reasons.get(item.id);
       if (f === undefined || item.batch !== b) continue;
-      this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[b.device] as string}: ${f.reason}`, out, f.final === true);
+      this.failItem(item, 'E_DEVICE_FAILED', `partition ${partitionOf(item)} failed on device ${this.deviceNames[b.device] as string}: ${f.reason}`, out, f.final === true);
     }
   }
 
@@ -835,7 +835,7 @@ export class Engine {
     const live = b.items.filter((it) => it.batch === b);
     for (const item of live) {
       if (item.batch !== b) continue; // its job ended with an earlier item's failure
-      if (b.items.length === 1) this.failItem(item, 'E_DEVICE_FAILED', `partition ${item.partition} failed on device ${this.deviceNames[b.device] as string}: ${reason}`, out);
+      if (b.items.length === 1) this.failItem(item, 'E_DEVICE_FAILED', `partition ${partitionOf(item)} failed on device ${this.deviceNames[b.device] as string}: ${reason}`, out);
       else {
         item.solo = true;
         this.leaveDevice(item);
@@ -1365,6 +1365,11 @@ function bytes(v: unknown, field: string): number {
   return v;
 }
 
+/** The job's own number of an item's partition (JobSpec.partitionNumbers), as failure reasons name it. */
+function partitionOf(item: Item): number {
+  return item.job.spec.partitionNumbers?.[item.partition] ?? item.partition;
+}
+
 /** Checks a job spec and fills in defaults; errors name the field and the fix. */
 export function normalizeJob(spec: JobSpec): NormalJob {
   if (typeof spec !== 'object' || spec === null) throw new StokerError('E_INVALID_JOB', 'job must be an object with id, kind and partitions');
@@ -1378,7 +1383,11 @@ export function normalizeJob(spec: JobSpec): NormalJob {
   const memory = { prepareBytes: bytes(spec.memory?.prepareBytes, 'memory.prepareBytes'), deviceBytes: bytes(spec.memory?.deviceBytes, 'memory.deviceBytes') };
   const deadline = spec.deadline ?? Infinity;
   if (typeof deadline !== 'number' || Number.isNaN(deadline)) throw invalid('deadline', `must be an absolute time in ms on the engine clock (got ${JSON.stringify(spec.deadline)})`);
-  return { id: spec.id, kind: spec.kind, priority, partitions: spec.partitions, memory, deadline };
+  const numbers = spec.partitionNumbers ?? null;
+  if (numbers !== null && (!Array.isArray(numbers) || numbers.length !== spec.partitions || numbers.some((n) => !Number.isSafeInteger(n) || n < 0))) {
+    throw invalid('partitionNumbers', `must be ${spec.partitions} whole numbers ≥ 0, the job's own number of each partition, or absent (got ${Array.isArray(numbers) ? `${numbers.length} entries` : JSON.stringify(numbers)})`);
+  }
+  return { id: spec.id, kind: spec.kind, priority, partitions: spec.partitions, memory, deadline, partitionNumbers: numbers };
 }
 
 function sameJob(a: NormalJob, b: NormalJob): boolean {
@@ -1388,6 +1397,7 @@ function sameJob(a: NormalJob, b: NormalJob): boolean {
     a.partitions === b.partitions &&
     a.memory.prepareBytes === b.memory.prepareBytes &&
     a.memory.deviceBytes === b.memory.deviceBytes &&
-    a.deadline === b.deadline
+    a.deadline === b.deadline &&
+    (a.partitionNumbers === b.partitionNumbers || (a.partitionNumbers !== null && b.partitionNumbers !== null && a.partitionNumbers.every((n, i) => n === b.partitionNumbers?.[i])))
   );
 }

@@ -28,6 +28,11 @@ export interface JobSpec {
   memory?: Partial<PartitionMemory>;
   /** Absolute time (ms, driver clock) after which the job fails with E_DEADLINE. */
   deadline?: number;
+  /**
+   * The job's own number of each of its partitions, where they are not 0 … partitions − 1 (a job
+   * resumed with only the partitions it had left): failure reasons name these. Absent: the same.
+   */
+  partitionNumbers?: readonly number[];
 }
 
 export type PartitionState = 'queued' | 'preparing' | 'waiting' | 'on-device' | 'done' | 'failed' | 'cancelled';

@@ -163,7 +163,8 @@ export class JobRuns {
     const deadline = job.deadline === null ? undefined : runtime.now() + (job.deadline - Date.now());
     const routed: RoutedInput = { kind: job.kind, input: job.input, total: job.partitions, partitions, recorded };
     this.runs.set(job.id, partitions);
-    const spec = { id: job.id, kind: job.kind, priority: job.priority, partitions: partitions?.length ?? job.partitions, memory, ...(deadline === undefined ? {} : { deadline }) };
+    // A resumed job's failure reasons name its own partition numbers, not the engine's of this run.
+    const spec = { id: job.id, kind: job.kind, priority: job.priority, partitions: partitions?.length ?? job.partitions, memory, ...(deadline === undefined ? {} : { deadline }), ...(partitions ? { partitionNumbers: partitions } : {}) };
     runtime.submit(spec, routed).then(
       (result) => this.end(job.id, { state: 'done', result }),
       (e: unknown) => this.failed(job, e),

@@ -727,6 +727,14 @@ describe('Engine: failures', () => {
     expect(() => r.apply({ type: 'prepareFailed', time: 7, item: r.item('h:0').id, attempt: r.item('h:0').attempt, reason: 'x', final: 'yes' as unknown as boolean })).toThrow(/prepareFailed\.final must be true, false or absent/);
   });
 
+  it("a failure reason names the job's own partition number (partitionNumbers: a job resumed with the partitions it had left)", () => {
+    const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer() }));
+    r.submit(0, { ...job('resumed', 2), partitionNumbers: [5, 7] });
+    const second = r.item('resumed:1');
+    expect(ofType(r.apply({ type: 'prepareFailed', time: 1, item: second.id, attempt: second.attempt, reason: 'bad input' }), 'finishJob')).toMatchObject([{ reason: 'job resumed: partition 7 failed in preparation: bad input' }]);
+    expect(() => r.submit(2, { ...job('short', 3), partitionNumbers: [1, 2] })).toThrow(/job\.partitionNumbers must be 3 whole numbers ≥ 0, the job's own number of each partition, or absent \(got 2 entries\)/);
+  });
+
   it('a failure reason names the device by DeviceSpec.name where it has one (a config names devices; their indexes are nowhere in it)', () => {
     const r = new Run(new Engine({ devices: [{ workers: 1, name: 'gpu-a' }], pacer: createUnpacedPacer(), budgetBytes: 1000 }));
     r.submit(0, job('n', 1));
