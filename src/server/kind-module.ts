@@ -336,9 +336,12 @@ function partitionsOf(m: Record<string, unknown>, fail: Fail): LoadedKind['parti
   if (!f) return () => undefined;
   return (input) => {
     const n = f(input);
-    if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 1 || n > MAX_PARTITIONS) {
+    if (typeof n !== 'number' || !Number.isSafeInteger(n)) {
       throw fail('partitions', `returned ${JSON.stringify(n) ?? String(n)}: it must return a whole number from 1 to ${MAX_PARTITIONS}`);
     }
+    // A whole number out of range is the input's doing (too large or empty a job), not the module's: the client's 400.
+    if (n < 1) throw new Error(`it makes ${n} partitions of this input: a job needs at least 1`);
+    if (n > MAX_PARTITIONS) throw new Error(`it makes ${n} partitions of this input: more than ${MAX_PARTITIONS}, the most one job may have — split the work into several jobs`);
     return n;
   };
 }

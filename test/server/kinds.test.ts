@@ -397,3 +397,29 @@ it('a full journal (journal.maxBytes) answers submits 507 and keeps going: an en
     removeDir(dir);
   }
 }, 60_000);
+
+it('a partitions(input) answer out of range is the input’s 400 (too large or empty a job), a non-number the module’s 500', async () => {
+  const { loadKind } = await import('../../src/server/kind-module.js');
+  const { checkedByKind } = await import('../../src/server/submission.js');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-kind-'));
+  try {
+    const file = path.join(dir, 'rows-kind.mjs');
+    fs.writeFileSync(file, "export const name = 'rows';\nexport const partitions = (input) => (input.bad ? 'many' : Math.ceil(input.rows / 1));\nexport async function prepare() { return 1; }\nexport function run(p) { return p; }\n");
+    const kind = await loadKind(new URL(`file://${file}`).href);
+    const status = (input: unknown) => {
+      try {
+        checkedByKind(kind, input, undefined);
+        return 'accepted';
+      } catch (e) {
+        const err = e as { status: number; detail: string };
+        return `${err.status} ${err.detail}`;
+      }
+    };
+    expect(status({ rows: 10_000_000 })).toBe('400 input: kind rows refused the input: it makes 10000000 partitions of this input: more than 1000000, the most one job may have — split the work into several jobs');
+    expect(status({ rows: 0 })).toBe('400 input: kind rows refused the input: it makes 0 partitions of this input: a job needs at least 1');
+    expect(status({ bad: true })).toMatch(/^500 kind module .*rows-kind\.mjs: export partitions: returned "many": it must return a whole number from 1 to 1000000 — fix the kind module/);
+    expect(status({ rows: 3 })).toBe('accepted');
+  } finally {
+    removeDir(dir);
+  }
+});
