@@ -55,18 +55,18 @@ async function start(cfg: ServeConfig): Promise<RunningServer> {
 export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const cfg = config(flags);
   const server = await start(cfg);
-  const resumed = server.service.status().jobs.pending;
+  const resumed = server.service.resumed;
   const cluster = cfg.cluster.redis === 'none' ? '' : `; cluster node ${cfg.cluster.nodeId} on ${cfg.cluster.redis}`;
-  const device = (d: DeviceConfig) => `${d.workers} ${d.process ? `process (${[d.process.command, ...d.process.args].join(' ')})` : d.http ? `http (${d.http.url})` : d.kind} device workers`;
+  const device = (d: DeviceConfig) => `${d.workers} ${d.process ? `process (${[d.process.command, ...d.process.args].join(' ')})` : d.http ? `http (${d.http.url})` : d.kind} device worker${d.workers === 1 ? '' : 's'}`;
   const devices = [device(cfg.device), ...Object.entries(cfg.devices ?? {}).map(([n, d]) => `${n}: ${device(d)}`)].join(', ');
-  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished jobs resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
+  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished job${resumed === 1 ? '' : 's'} resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
   for (const note of server.notes ?? []) io.out(`stoker serve: ${note}\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.off('SIGTERM', onTerm);
       process.off('SIGINT', onInt);
       const pending = server.service.status().partitions.inFlight;
-      io.err(`stoker serve: ${signal}: finishing ${pending} partitions in flight (up to ${cfg.server.shutdownTimeoutS} s), then stopping\n`);
+      io.err(`stoker serve: ${signal}: finishing ${pending} partition${pending === 1 ? '' : 's'} in flight (up to ${cfg.server.shutdownTimeoutS} s), then stopping\n`);
       void server.close().then(() => {
         // (In cluster mode the queue holds the jobs: the other nodes take them, not this node's next start.)
         io.err(`stoker serve: stopped; ${cfg.cluster.redis === 'none' ? 'unfinished jobs resume on the next start' : "unfinished jobs stay in the cluster's queue for the other nodes (or this one, restarted)"}\n`);

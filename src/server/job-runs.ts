@@ -148,7 +148,7 @@ export class JobRuns {
   private start(job: JournalJob, partitions: readonly number[] | null, recorded: Map<number, unknown>): void {
     const kind = this.p.kinds.get(job.kind);
     if (!kind) {
-      // Journaled by a server that had this kind; this one was started without its module.
+      // (Never resumed: Service.resumeUnfinished leaves such jobs for a server with the kind. A cluster job whose kind this node lost.)
       this.end(job.id, { state: 'failed', code: 'E_UNKNOWN_KIND', reason: `kind ${JSON.stringify(job.kind)} is not loaded on this server: start it with --kind <module> (or [kinds.${job.kind}] in the config)` });
       return;
     }

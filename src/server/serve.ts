@@ -104,7 +104,7 @@ export async function startServer(config: ServeConfig): Promise<RunningServer> {
     api: service,
     app,
     url: address,
-    notes: service.priorsNote === undefined ? [] : [service.priorsNote],
+    notes: [service.priorsNote, service.waitingNote].filter((n): n is string => n !== undefined),
     close: () => (closed ??= service.close(undefined, () => app.close())),
   };
 }

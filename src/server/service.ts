@@ -152,6 +152,10 @@ export class Service {
     this.priorsTimer = setInterval(() => this.memory.save(this.runtime.engine), PRIORS_EVERY_MS).unref();
   }
 
+  private waiting: string | undefined;
+  /** Jobs {@link resumeUnfinished} started again. */
+  resumed = 0;
+
   /** Where the pacer's starting rates came from, for the start line (undefined: it measures first). */
   get priorsNote(): string | undefined {
     return this.memory.note;
@@ -224,9 +228,31 @@ export class Service {
     return service;
   }
 
-  /** Starts again the jobs the journal holds unfinished (Service.open does, unless told `resume: false`: once the devices are checked, say). */
+  /**
+   * Starts again the jobs the journal holds unfinished (Service.open does, unless told `resume:
+   * false`: once the devices are checked, say). Those of a kind this server has not loaded are
+   * left as they are, for a start with its module (a restart that forgot `--kind` failed them for
+   * good): {@link waitingNote} says so.
+   */
   resumeUnfinished(): void {
-    for (const job of this.journal.unfinished()) this.runs.resume(job);
+    const waiting = new Map<string, number>();
+    for (const job of this.journal.unfinished()) {
+      if (!this.kinds.has(job.kind)) waiting.set(job.kind, (waiting.get(job.kind) ?? 0) + 1);
+      else {
+        this.runs.resume(job);
+        this.resumed++;
+      }
+    }
+    const n = [...waiting.values()].reduce((a, b) => a + b, 0);
+    this.waiting =
+      n === 0
+        ? undefined
+        : `${n} unfinished job${n === 1 ? ' is' : 's are'} of ${waiting.size === 1 ? 'a kind' : 'kinds'} this server has not loaded (${[...waiting].map(([k, c]) => `${k}: ${c}`).join(', ')}): left as ${n === 1 ? 'it is' : 'they are'}, to resume once the server starts with ${waiting.size === 1 ? 'its module' : 'their modules'} (--kind FILE, or [kinds.NAME] in the config); cancel ${n === 1 ? 'it' : 'them'} to end ${n === 1 ? 'it' : 'them'}`;
+  }
+
+  /** The unfinished jobs of kinds not loaded, for the start line (undefined: none). */
+  get waitingNote(): string | undefined {
+    return this.waiting;
   }
 
   /** The kinds this service runs, as loaded (module URLs, validators). */

@@ -1069,7 +1069,7 @@ describe('graceful shutdown', () => {
     }
 
     const b = await serve(env, dir);
-    expect(b.output()).toContain('1 unfinished jobs resumed');
+    expect(b.output()).toContain('1 unfinished job resumed');
     const resumed = (await getJob(b.url, 'sd-1')).body;
     expect(resumed).toMatchObject({ id: 'sd-1', resumes: 1 });
     expect(resumed.partitionsDone).toBeGreaterThanOrEqual(doneAtStop);

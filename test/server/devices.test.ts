@@ -250,7 +250,7 @@ describe('several devices in one server', () => {
     );
     const s = await startServer(data, ['--config', file, '--kind', path.join(ROOT, 'test/fixtures/kinds/probe-kind.mjs')]);
     try {
-      expect(s.output()).toMatch(/1 cpu device workers, py: 2 process \(python3 .*py-device\.py\) device workers; kinds ntt-proof, sleep, remote, probe/);
+      expect(s.output()).toMatch(/1 cpu device worker, py: 2 process \(python3 .*py-device\.py\) device workers; kinds ntt-proof, sleep, remote, probe/);
       await http(s.url, 'POST', '/v1/jobs', { id: 'm-probe', kind: 'probe', input: { items: 2 } });
       await http(s.url, 'POST', '/v1/jobs', { id: 'm-remote', kind: 'remote', partitions: 3 });
       await http(s.url, 'POST', '/v1/jobs', { id: 'm-sleep', kind: 'sleep', partitions: 2, input: { seed: 4, prepareMs: 20 } });
