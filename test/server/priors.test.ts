@@ -68,7 +68,7 @@ describe('a restarted server', () => {
     const second = await startServer(dir, [], env);
     servers.push(second);
     await waitUntil(async () => (second.output().includes('the pacer starts from') ? true : undefined), 5000, 'the start line about the priors');
-    expect(second.output()).toMatch(/the pacer starts from default 0\.0\d\d s per item, preparation 0\.\d s \(what the last run measured: .*stoker\.priors\.json\)/);
+    expect(second.output()).toMatch(/the pacer starts from device "default" 0\.0\d\d s per item, preparation 0\.\d s \(what the last run measured: .*stoker\.priors\.json \(delete it to measure afresh, e\.g\. after a model change\)\)/);
     // A job arrives; before any of it completes the pacer has a rate (2 workers at the remembered
     // time per item) and the remembered latency, and does not bootstrap.
     expect((await http(second.url, 'POST', '/v1/jobs', { id: 'q-0', kind: 'sleep', partitions: 4, input: { seed: 9, prepareMs: 3000, deviceMs: 50 } })).status).toBe(202);
@@ -83,7 +83,7 @@ describe('a restarted server', () => {
     const third = await startServer(dir, [], { ...env, STOKER_DEVICE_PRIOR_SERVICE_MS: '500', STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0' });
     servers.push(third);
     await waitUntil(async () => (third.output().includes('the pacer starts from') ? true : undefined), 5000, 'the start line about the priors');
-    expect(third.output()).toContain('the pacer starts from default 0.500 s per item');
+    expect(third.output()).toContain('the pacer starts from device "default" 0.500 s per item');
     expect((await http(third.url, 'POST', '/v1/jobs', { id: 'r-0', kind: 'sleep', partitions: 4, input: { seed: 9, prepareMs: 3000, deviceMs: 50 } })).status).toBe(202);
     expect(((await http(third.url, 'GET', '/v1/status')).body as { pacer: { ratePerSec: number } }).pacer.ratePerSec).toBeCloseTo(4, 6);
     expect(await third.stop()).toBe(0);
