@@ -49,6 +49,11 @@ describe('a Python process device (python/stoker_worker.py)', () => {
     const out = (await rt.submit(spec('j1', 3), { mode: 'ok' })) as { partition: number; n: number; prepared: unknown; kind: string; job: string; pid: number; worker: string; workers: string }[];
     expect(out.map((o) => o.partition)).toEqual([0, 1, 2]);
     for (const [p, o] of out.entries()) expect(o).toMatchObject({ n: 0, prepared: { p, tag: 'prep' }, kind: 'k', job: 'j1', workers: '2' });
+    // Each in a process group of its own: a Ctrl-C in the server's terminal reaches the server, which ends its workers in order, not the workers mid-item.
+    for (const o of out as unknown as { pid: number; pgid: number; parentPgid: number }[]) {
+      expect(o.pgid).toBe(o.pid);
+      expect(o.pgid).not.toBe(o.parentPgid);
+    }
     expect(new Set(out.map((o) => o.pid)).size).toBeGreaterThanOrEqual(1);
     // Each process knows its worker index (to pin itself to one of several GPUs): one index per process.
     const byPid = new Map(out.map((o) => [o.pid, o.worker]));
