@@ -19,6 +19,7 @@ so ``print`` goes to the server's log, prefixed with the worker's name.
 """
 
 import json
+import math
 import mmap
 import os
 import struct
@@ -106,11 +107,41 @@ def _write_frame(stream, header, payload=None):
     stream.flush()
 
 
+def _not_json(value, path):
+    """Where a value JSON cannot carry is in ``value`` (its path and what it is), or None."""
+    if value is None or isinstance(value, (bool, str, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, repr(value))
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return (path, "a dict with the key %r (JSON keys are strings)" % (k,))
+            found = _not_json(v, "%s.%s" % (path, k))
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _not_json(v, "%s[%d]" % (path, i))
+            if found:
+                return found
+        return None
+    name = type(value).__name__
+    return (path, "%s %s" % ("an" if name[:1] in "aeiou" else "a", name))
+
+
 def _reply(out, id, output, extra):
     if isinstance(output, (bytes, bytearray, memoryview)):
         _write_frame(out, dict({"type": "result", "id": id, "ok": True, "bytes": True}, **extra), bytes(output))
-    else:
-        _write_frame(out, dict({"type": "result", "id": id, "ok": True, "output": output}, **extra))
+        return
+    found = _not_json(output, "output")
+    if found:
+        # The same output again would fail the same way: no retry.
+        e = ValueError("%s is %s, which JSON cannot carry: return numbers, strings, lists and dicts (a numpy array: .tolist(); NaN: None), or bytes" % found)
+        e.retry = False
+        raise e
+    _write_frame(out, dict({"type": "result", "id": id, "ok": True, "output": output}, **extra))
 
 
 def _failed(header, e):
@@ -144,7 +175,10 @@ def _run_batch(out, handle, handle_batch, headers, payloads):
             if isinstance(output, BaseException):
                 _write_frame(out, _failed({"type": "result", "id": headers[0].get("id"), "index": index, "busyNs": busy}, output))
             else:
-                _reply(out, headers[0].get("id"), output, {"index": index, "busyNs": busy})
+                try:
+                    _reply(out, headers[0].get("id"), output, {"index": index, "busyNs": busy})
+                except ValueError as e:  # an output JSON cannot carry fails its item alone
+                    _write_frame(out, _failed({"type": "result", "id": headers[0].get("id"), "index": index, "busyNs": busy}, e))
     except Exception as e:  # the whole batch fails: stoker runs its items again alone
         _write_frame(out, {"type": "result", "id": headers[0].get("id"), "ok": False, "busyNs": time.perf_counter_ns() - t0, "error": "%s: %s" % (type(e).__name__, e)})
     finally:
@@ -186,11 +220,7 @@ def serve(handle, handle_batch=None):
         try:
             item = Item(header, payload)
             result = handle(item)
-            busy = time.perf_counter_ns() - t0
-            if isinstance(result, (bytes, bytearray, memoryview)):
-                _write_frame(out, {"type": "result", "id": header.get("id"), "ok": True, "busyNs": busy, "bytes": True}, bytes(result))
-            else:
-                _write_frame(out, {"type": "result", "id": header.get("id"), "ok": True, "busyNs": busy, "output": result})
+            _reply(out, header.get("id"), result, {"busyNs": time.perf_counter_ns() - t0})
         except Exception as e:  # the item fails, the worker goes on
             busy = time.perf_counter_ns() - t0
             _write_frame(out, _failed({"type": "result", "id": header.get("id"), "busyNs": busy}, e))

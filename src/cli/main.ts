@@ -160,7 +160,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
 
   server(p.command('submit'))
     .description('submit a job to a running server')
-    .requiredOption('-k, --kind <kind>', 'job kind (GET /v1/kinds lists them: ntt-proof, sleep and those from kind modules)')
+    .requiredOption('-k, --kind <kind>', 'job kind (GET /v1/kinds lists the server\'s: those of its kind modules, and ntt-proof and sleep where its default device runs threads)')
     .option('-n, --partitions <n>', 'number of partitions; may be left out for a kind that derives it from its input (given, they must agree)')
     .option('--id <id>', 'job id (idempotency key); generated when absent')
     .option('--priority <p>', 'critical, high, normal or low')

@@ -46,7 +46,7 @@ export const SubmitBody = z
         .optional()
         .meta({ description: 'Epoch milliseconds or an ISO 8601 time; a job not done by then fails (E_DEADLINE)' }),
     },
-    { error: (issue) => (issue.code === 'invalid_type' ? 'the body must be a JSON object such as {"kind": "sleep", "partitions": 4, "input": {}}' : undefined) },
+    { error: (issue) => (issue.code === 'invalid_type' ? 'the body must be a JSON object such as {"kind": "KIND", "partitions": 4, "input": {}} with KIND one of GET /v1/kinds' : undefined) },
   )
   .meta({ description: 'A job: its kind, its partitions and its input' });
 export type SubmitBody = z.input<typeof SubmitBody>;

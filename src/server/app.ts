@@ -248,7 +248,7 @@ export function buildApp(service: ApiService): FastifyInstance {
           ? `the body is over ${service.config.server.bodyLimitBytes} bytes (server.bodyLimitBytes): send a smaller job, or raise the limit`
           : type === 'unsupported-media-type'
             ? 'send the body as application/json'
-            : `${err.message}: send a JSON object, e.g. {"kind":"sleep","partitions":1}`;
+            : `${err.message}: send a JSON object, e.g. {"kind":"KIND","partitions":1} with KIND one of GET /v1/kinds`;
       return sendProblem(reply, { type, title: type === 'bad-request' ? 'Bad request' : type === 'body-too-large' ? 'Body too large' : 'Unsupported media type', status, detail });
     }
     return sendProblem(reply, { type: 'internal', title: 'Internal error', status: 500, detail: `the server failed: ${err.message}` });

@@ -21,12 +21,12 @@ const at = (path: string) => (path === '' ? '$' : `$${path}`);
 const member = (path: string, key: string) => (/^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`);
 
 export function parseStrictJson(text: string): unknown {
-  if (text.trim() === '') throw new StrictJsonError('the body is empty: send a JSON object, e.g. {"kind":"sleep","partitions":1}');
+  if (text.trim() === '') throw new StrictJsonError('the body is empty: send a JSON object, e.g. {"kind":"KIND","partitions":1} with KIND one of GET /v1/kinds');
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (e) {
-    throw new StrictJsonError(`the body is not valid JSON (${(e as Error).message}): send a JSON object, e.g. {"kind":"sleep","partitions":1}`);
+    throw new StrictJsonError(`the body is not valid JSON (${(e as Error).message}): send a JSON object, e.g. {"kind":"KIND","partitions":1} with KIND one of GET /v1/kinds`);
   }
   // The text is valid JSON: walk its tokens for the keys of each object.
   const stack: Frame[] = [];

@@ -85,6 +85,15 @@ describe('a Python process device (python/stoker_worker.py)', () => {
     expect(steps.filter((s) => s.type === 'deviceFailed')).toMatchObject([{ final: true }]);
   });
 
+  it('an output JSON cannot carry (NaN, a set) fails its job at once, naming where it is', async () => {
+    const { rt } = setup({ command: 'python3', args: [PY] }, { retries: 2 });
+    const nan = await failure(rt.submit(spec('nan'), { mode: 'nan' }));
+    expect(nan.message).toBe('job nan: partition 0 failed on device 0: gpu/0: ValueError: output.score is nan, which JSON cannot carry: return numbers, strings, lists and dicts (a numpy array: .tolist(); NaN: None), or bytes');
+    const set = await failure(rt.submit(spec('set'), { mode: 'set' }));
+    expect(set.message).toMatch(/output\.tags is a set, which JSON cannot carry/);
+    await expect(rt.submit(spec('after'), { mode: 'ok' })).resolves.toHaveLength(1);
+  });
+
   it('a process that exits mid-item: the item is retried on the restarted process', async () => {
     const marker = path.join(os.tmpdir(), `stoker-exit-${process.pid}-${Date.now()}`);
     closers.push(async () => fs.rmSync(marker, { force: true }));

@@ -307,7 +307,7 @@ describe('stoker serve (shared server)', () => {
         [{ kind: 'sleep', partitions: 1, deadline: -5 }, 'deadline', /epoch milliseconds or an ISO 8601 time/],
         [{ kind: 'sleep', partitions: 1, id: 'has space' }, 'id', /id must be 1–200 characters/],
         [{ kind: 'sleep', partitions: 1, id: 'x'.repeat(201) }, 'id', /id must be 1–200 characters/],
-        [[{ kind: 'sleep', partitions: 1 }], '', /the body must be a JSON object such as \{"kind": "sleep"/],
+        [[{ kind: 'sleep', partitions: 1 }], '', /the body must be a JSON object such as \{"kind": "KIND", "partitions": 4, "input": \{\}\} with KIND one of GET \/v1\/kinds/],
         [null, '', /the body must be a JSON object/],
       ];
       for (const [body, path, message] of cases) {
