@@ -23,6 +23,8 @@ export interface FlightsHost<I, P, O, R> {
   clock: Clock;
   /** A device step running longer than this fails (Infinity: never). */
   deviceTimeoutMs: number;
+  /** A preparation running longer than this fails (Infinity: never). */
+  prepareTimeoutMs: number;
   /** The runtime's jobs by id: an item whose job is not here is not started. */
   jobs: ReadonlyMap<string, FlightJob<I, O>>;
   /** Feeds the engine a step's answer and carries out the commands it returns. */
@@ -46,6 +48,7 @@ export class Flights<I, P, O, R> {
   private readonly workload: Workload<I, P, O, R>;
   private readonly clock: Clock;
   private readonly deviceTimeoutMs: number;
+  private readonly prepareTimeoutMs: number;
   private readonly jobs: ReadonlyMap<string, FlightJob<I, O>>;
   private readonly apply: (event: EngineEvent) => void;
   private readonly syncPool: () => void;
@@ -54,6 +57,7 @@ export class Flights<I, P, O, R> {
     this.workload = host.workload;
     this.clock = host.clock;
     this.deviceTimeoutMs = host.deviceTimeoutMs;
+    this.prepareTimeoutMs = host.prepareTimeoutMs;
     this.jobs = host.jobs;
     this.apply = (event) => host.apply(event);
     this.syncPool = () => host.syncPool();
@@ -92,17 +96,32 @@ export class Flights<I, P, O, R> {
     this.flights.set(item.id, f);
     const started = this.clock.now();
     const task: PartitionTask<I> = { jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, signal: f.controller.signal };
+    if (Number.isFinite(this.prepareTimeoutMs)) {
+      // Past it the preparation fails (its signal fires; what it returns later is dropped): a prepare that never settles held its job for good.
+      f.timer = this.clock.schedule(() => {
+        if (this.flights.get(item.id) !== f) return;
+        const reason = `no preparation within the preparation timeout, ${this.prepareTimeoutMs} ms (the runtime's prepareTimeoutMs; engine.prepareTimeoutS in a service config)`;
+        this.land(item.id, f, new StokerError('E_PREPARE_FAILED', reason));
+        this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason });
+      }, this.prepareTimeoutMs);
+    }
+    const settle = () => {
+      if (f.timer !== undefined) this.clock.cancel(f.timer);
+      f.timer = undefined;
+    };
     settled(() => this.workload.prepare(task)).then(
       (prepared) => {
         if (this.flights.get(item.id) !== f || f.controller.signal.aborted) {
           this.release(prepared);
           return;
         }
+        settle();
         f.prepared = prepared;
         this.apply({ type: 'prepared', time: this.clock.now(), item: item.id, attempt, latencyMs: this.clock.now() - started });
       },
       (e: unknown) => {
         if (this.flights.get(item.id) !== f) return;
+        settle();
         this.flights.delete(item.id);
         this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason: errorMessage(e), ...(noRetry(e) ? { final: true } : {}) });
       },

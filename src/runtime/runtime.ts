@@ -50,9 +50,11 @@ export class Runtime<I, P, O, R> {
     this.workload = options.workload;
     this.clock = options.clock ?? systemClock;
     this.deviceTimeoutMs = options.deviceTimeoutMs ?? Infinity;
+    const prepareTimeoutMs = options.prepareTimeoutMs ?? Infinity;
     this.timeline = options.timeline;
     this.onStep = options.onStep;
     if (!(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be > 0 (got ${String(options.deviceTimeoutMs)})`);
+    if (!(prepareTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `prepareTimeoutMs must be > 0 (got ${String(options.prepareTimeoutMs)})`);
     // A pacer object of the caller's is checked as a module's is (a NaN from nextDispatchAt stalled every job silently; one without state() broke status()).
     const pacer =
       typeof options.pacer === 'object'
@@ -82,7 +84,7 @@ export class Runtime<I, P, O, R> {
       retries: options.retries ?? 1,
     });
     this.occupancy = new OccupancyMeter(options.devices.map((d) => d.workers));
-    this.flights = new Flights({ workload: this.workload, clock: this.clock, deviceTimeoutMs: this.deviceTimeoutMs, jobs: this.jobs, apply: (event) => this.apply(event), syncPool: () => this.syncPool() });
+    this.flights = new Flights({ workload: this.workload, clock: this.clock, deviceTimeoutMs: this.deviceTimeoutMs, prepareTimeoutMs, jobs: this.jobs, apply: (event) => this.apply(event), syncPool: () => this.syncPool() });
   }
 
   /** Busy ms of each device worker up to now (`[device][worker]`), the running part of items in flight included: the busy time of any window between two reads is at most its length. */

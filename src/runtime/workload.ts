@@ -91,6 +91,11 @@ export interface RuntimeOptions<I, P, O, R> {
   retries?: number;
   /** A device step running longer than this fails (and is retried). @default Infinity */
   deviceTimeoutMs?: number;
+  /**
+   * A preparation running longer than this fails (and is retried): its signal fires, and what it
+   * returns later is dropped (a synchronous one holds its thread until it returns). @default Infinity
+   */
+  prepareTimeoutMs?: number;
   /** @default the system clock */
   clock?: Clock;
   /** Records every engine step (what ran where, and the pipeline's levels) for a waterfall or a trace. */

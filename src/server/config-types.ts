@@ -58,6 +58,8 @@ export interface EngineConfig {
   retries: number;
   /** A device step running longer (seconds, > 0) fails; `"none"` in a file or the environment, `Infinity` here. */
   deviceTimeoutS: number;
+  /** A preparation running longer (seconds, > 0) fails; `"none"` in a file or the environment, `Infinity` here. */
+  prepareTimeoutS: number;
   /** Extra numeric options of the pacer, by name. */
   pacerOptions: Record<string, number>;
 }

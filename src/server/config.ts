@@ -45,7 +45,7 @@ export class ConfigError extends Error {
 export interface ConfigValues {
   dataDir?: string;
   server?: Partial<ServerConfig>;
-  engine?: Partial<Omit<EngineConfig, 'budgetBytes' | 'deviceTimeoutS'>> & { budgetBytes?: number | 'unlimited'; deviceTimeoutS?: number | 'none' };
+  engine?: Partial<Omit<EngineConfig, 'budgetBytes' | 'deviceTimeoutS' | 'prepareTimeoutS'>> & { budgetBytes?: number | 'unlimited'; deviceTimeoutS?: number | 'none'; prepareTimeoutS?: number | 'none' };
   device?: Partial<DeviceConfig>;
   prepare?: Partial<PrepareConfig>;
   cluster?: Partial<ClusterConfig>;
@@ -356,7 +356,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     const named = Object.entries(layer.kinds ?? {}).map(([name, k]) => ({ name, module: modulePath(base, k.module), ...(k.device === undefined ? {} : { device: k.device }), ...(k.prepareBatch ? { prepareBatch: { ...subDefaults.batch(), ...defined(k.prepareBatch) } as DeviceBatchConfig } : {}) }));
     const kinds = [...(c.kinds ?? []).filter((k) => !named.some((n) => n.name === k.name)), ...named, ...(kindFiles ?? []).map((f) => ({ module: modulePath(base, f) }))];
     if (kinds.length > 0) c.kinds = kinds;
-    const { budgetBytes, deviceTimeoutS, ...engine } = layer.engine ?? {};
+    const { budgetBytes, deviceTimeoutS, prepareTimeoutS, ...engine } = layer.engine ?? {};
     Object.assign(c.server, defined(layer.server));
     for (const f of ['tlsCert', 'tlsKey'] as const) {
       const v = layer.server?.[f];
@@ -365,6 +365,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     Object.assign(c.engine, defined(engine));
     if (budgetBytes !== undefined) c.engine.budgetBytes = finiteOr(budgetBytes);
     if (deviceTimeoutS !== undefined) c.engine.deviceTimeoutS = finiteOr(deviceTimeoutS);
+    if (prepareTimeoutS !== undefined) c.engine.prepareTimeoutS = finiteOr(prepareTimeoutS);
     if (layer.journal?.maxBytes !== undefined) c.journal = { maxBytes: layer.journal.maxBytes };
     mergeDevice(c.device, layer.device, base);
     for (const [name, d] of Object.entries(layer.devices ?? {})) {
@@ -468,7 +469,7 @@ function deviceToml(d: DeviceConfig): object {
  * `--kind` need their names (`names[i]` for `c.kinds[i]`, the module's own `name`).
  */
 export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds ?? []).map((k) => k.name ?? '')): string {
-  const { budgetBytes, deviceTimeoutS, pacerOptions, ...engine } = c.engine;
+  const { budgetBytes, deviceTimeoutS, prepareTimeoutS, pacerOptions, ...engine } = c.engine;
   const doc = {
     dataDir: c.dataDir,
     // The token is a secret: it is never printed (set it again from its file or variable).
@@ -477,6 +478,7 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
       ...engine,
       budgetBytes: Number.isFinite(budgetBytes) ? budgetBytes : 'unlimited',
       deviceTimeoutS: Number.isFinite(deviceTimeoutS) ? deviceTimeoutS : 'none',
+      prepareTimeoutS: Number.isFinite(prepareTimeoutS) ? prepareTimeoutS : 'none',
       // An empty table is left out (its default); a header with nothing under it reads badly.
       ...(Object.keys(pacerOptions).length > 0 ? { pacerOptions: { ...pacerOptions } } : {}),
     },

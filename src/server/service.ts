@@ -126,6 +126,7 @@ export class Service {
       budgetBytes: config.engine.budgetBytes,
       retries: config.engine.retries,
       deviceTimeoutMs: config.engine.deviceTimeoutS * 1000,
+      prepareTimeoutMs: config.engine.prepareTimeoutS * 1000,
       timeline: this.timeline,
       onStep: () => this.watch.onStep(),
     });

@@ -20,12 +20,19 @@ class FakeWorkload implements Workload<number, { value: number }, number, number
   /** A prepare failure says retry: false (trying again would fail the same way). */
   finalFailures = false;
   failRun: (t: DeviceTask<number, { value: number }>) => boolean = () => false;
+  /** A preparation that never settles (it counts the signals it saw fire in `withdrawn`). */
+  hangPrepare: (t: PartitionTask<number>) => boolean = () => false;
+  withdrawn = 0;
   hangRun: (t: DeviceTask<number, { value: number }>) => boolean = () => false;
 
   constructor(private readonly clock: ManualClock) {}
 
   prepare(t: PartitionTask<number>): Promise<{ value: number }> {
     this.prepares++;
+    if (this.hangPrepare(t)) {
+      t.signal.addEventListener('abort', () => this.withdrawn++);
+      return new Promise(() => undefined);
+    }
     const fail = this.failPrepare(t);
     return new Promise((resolve, reject) => {
       this.clock.schedule(() => {
@@ -65,7 +72,7 @@ class FakeWorkload implements Workload<number, { value: number }, number, number
   }
 }
 
-function setup(options: { retries?: number; deviceTimeoutMs?: number; budgetBytes?: number } = {}) {
+function setup(options: { retries?: number; deviceTimeoutMs?: number; prepareTimeoutMs?: number; budgetBytes?: number } = {}) {
   const clock = new ManualClock();
   const workload = new FakeWorkload(clock);
   const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'unpaced', clock, ...options });
@@ -163,6 +170,21 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     expect(faults).toBe(2);
     expect(hangs).toBe(2);
     expect(workload.held).toBe(0);
+  });
+
+  it('a preparation past prepareTimeoutMs fails (its signal fires) and is retried; one that never settles fails its job once the retries are spent', async () => {
+    // (Preparations take 100 ms here.)
+    const { rt, run, workload } = setup({ retries: 1, prepareTimeoutMs: 150 });
+    let hangs = 0;
+    workload.hangPrepare = (t) => t.jobId === 'once' ? t.partition === 0 && hangs++ < 1 : t.jobId === 'never';
+    const once = rt.submit(job('once', 2), 1);
+    const never = rt.submit(job('never', 1), 1).catch((x: unknown) => x);
+    await run(600);
+    await expect(once).resolves.toBe(10 + 11);
+    expect(await never).toMatchObject({ code: 'E_PREPARE_FAILED', message: 'job never: partition 0 failed in preparation: no preparation within the preparation timeout, 150 ms (the runtime\'s prepareTimeoutMs; engine.prepareTimeoutS in a service config) (after 2 attempts)' });
+    expect(workload.withdrawn).toBe(3);
+    expect(rt.engine.budget.used).toBe(0);
+    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], prepareTimeoutMs: 0 })).toThrow(/prepareTimeoutMs must be > 0 \(got 0\)/);
   });
 
   it('close() lets running jobs finish within the timeout, cancels the rest, answers every waiter', async () => {

@@ -41,7 +41,7 @@ describe('defaults', () => {
         host: '127.0.0.1', port: 7070, bodyLimitBytes: 1_048_576, maxPendingJobs: 10_000, maxPendingPartitions: 200_000, retryAfterS: 5, resultTtlS: 86_400, shutdownTimeoutS: 30, maxWaitS: 300,
         token: '', allowedHosts: [], openWithoutToken: false, requestTimeoutS: 30, headersTimeoutS: 10, keepAliveTimeoutS: 5, maxConnections: 1024, maxEventStreams: 256, tlsCert: '', tlsKey: '',
       },
-      engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} },
+      engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, prepareTimeoutS: Infinity, pacerOptions: {} },
       device: { kind: 'cpu', workers: 2 },
       prepare: { threads: Math.max(1, os.availableParallelism() - 1), concurrency: 64 },
       cluster: { redis: 'none', lockMs: 6000, heartbeatMs: 2000, nodeId: `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 80) || 'node'}-${process.pid}` },
@@ -100,7 +100,7 @@ concurrency = 8
     const fromFile = loadConfig({ file, env: {}, cwd: '/' });
     expect(fromFile.dataDir).toBe(path.join(dir, 'journal')); // relative to the file's directory
     expect(fromFile.server).toMatchObject({ host: '0.0.0.0', port: 8000, maxPendingJobs: 50, retryAfterS: 5 });
-    expect(fromFile.engine).toEqual({ pacer: 'classic', targetWaiting: 6, budgetBytes: 412316860416, retries: 1, deviceTimeoutS: 120, pacerOptions: { kp: 0.3 } });
+    expect(fromFile.engine).toEqual({ pacer: 'classic', targetWaiting: 6, budgetBytes: 412316860416, retries: 1, deviceTimeoutS: 120, prepareTimeoutS: Infinity, pacerOptions: { kp: 0.3 } });
     expect(fromFile.device).toEqual({ kind: 'webgpu', workers: 4 });
     expect(fromFile.prepare).toEqual({ threads: 3, concurrency: 8 });
 
@@ -178,8 +178,8 @@ describe('[engine.pacerOptions] against the pacer they are for', () => {
 
 describe('"unlimited" and "none"', () => {
   it('resolve to Infinity from a file and from the environment, and can be overridden by a number', () => {
-    const file = write('a.toml', '[engine]\nbudgetBytes = "unlimited"\ndeviceTimeoutS = "none"\n');
-    expect(loadConfig({ file, env: {}, cwd: dir }).engine).toMatchObject({ budgetBytes: Infinity, deviceTimeoutS: Infinity });
+    const file = write('a.toml', '[engine]\nbudgetBytes = "unlimited"\ndeviceTimeoutS = "none"\nprepareTimeoutS = 600\n');
+    expect(loadConfig({ file, env: {}, cwd: dir }).engine).toMatchObject({ budgetBytes: Infinity, deviceTimeoutS: Infinity, prepareTimeoutS: 600 });
     const capped = write('b.toml', '[engine]\nbudgetBytes = 1024\ndeviceTimeoutS = 2.5\n');
     expect(loadConfig({ file: capped, env: {}, cwd: dir }).engine).toMatchObject({ budgetBytes: 1024, deviceTimeoutS: 2.5 });
     const c = loadConfig({ file: capped, env: { STOKER_ENGINE_BUDGET_BYTES: 'unlimited', STOKER_ENGINE_DEVICE_TIMEOUT_S: 'none' }, cwd: dir });
@@ -242,7 +242,7 @@ describe('errors name the source, the field and the fix', () => {
   it('an unknown STOKER_ENGINE_ variable, with a suggestion', () => {
     const e = configError(() => loadConfig({ env: { STOKER_ENGINE_TARGET_WAITNG: '3', STOKER_PREPARE_FOO: '1' }, cwd: dir }));
     expect(e.message.split('\n')).toEqual([
-      'STOKER_ENGINE_TARGET_WAITNG: engine.targetWaitng: unknown setting — did you mean STOKER_ENGINE_TARGET_WAITING? the [engine] variables are: STOKER_ENGINE_PACER, STOKER_ENGINE_TARGET_WAITING, STOKER_ENGINE_BUDGET_BYTES, STOKER_ENGINE_RETRIES, STOKER_ENGINE_DEVICE_TIMEOUT_S, STOKER_ENGINE_PACER_OPTIONS',
+      'STOKER_ENGINE_TARGET_WAITNG: engine.targetWaitng: unknown setting — did you mean STOKER_ENGINE_TARGET_WAITING? the [engine] variables are: STOKER_ENGINE_PACER, STOKER_ENGINE_TARGET_WAITING, STOKER_ENGINE_BUDGET_BYTES, STOKER_ENGINE_RETRIES, STOKER_ENGINE_DEVICE_TIMEOUT_S, STOKER_ENGINE_PREPARE_TIMEOUT_S, STOKER_ENGINE_PACER_OPTIONS',
       'STOKER_PREPARE_FOO: prepare.foo: unknown setting — unset it; the [prepare] variables are: STOKER_PREPARE_THREADS, STOKER_PREPARE_CONCURRENCY',
     ]);
   });
@@ -309,7 +309,7 @@ describe('configToToml', () => {
         host: '0.0.0.0', port: 0, bodyLimitBytes: 4096, maxPendingJobs: 3, maxPendingPartitions: 7, retryAfterS: 1, resultTtlS: 0.5, shutdownTimeoutS: 0, maxWaitS: 12.25,
         token: '', allowedHosts: ['stoker.internal', '10.0.0.5'], openWithoutToken: true, requestTimeoutS: 2.5, headersTimeoutS: 1, keepAliveTimeoutS: 0.5, maxConnections: 10, maxEventStreams: 3, tlsCert: '', tlsKey: '',
       },
-      engine: { pacer: 'interval-pi', targetWaiting: 1.5, budgetBytes: 412316860416, retries: 10, deviceTimeoutS: 90, pacerOptions: { kp: 0.25, ki: 0.002 } },
+      engine: { pacer: 'interval-pi', targetWaiting: 1.5, budgetBytes: 412316860416, retries: 10, deviceTimeoutS: 90, prepareTimeoutS: 600, pacerOptions: { kp: 0.25, ki: 0.002 } },
       device: { kind: 'webgpu', workers: 64 },
       prepare: { threads: 7, concurrency: 1 },
       cluster: { redis: 'redis://10.0.0.5:6380/2', lockMs: 5000, heartbeatMs: 500, nodeId: 'gpu-box-1' },
