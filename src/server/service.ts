@@ -443,7 +443,10 @@ export class Service {
     const why = await Promise.all(this.runners.map((r) => (r instanceof ProcessDevice ? r.started(timeoutMs) : undefined)));
     const issues = this.devices.flatMap(({ name }, i) => {
       const w = why[i];
-      return w === undefined ? [] : [{ source: 'configuration', path: `${deviceField(name)}.process.command`, message: `its processes end before they are ready (${w}): check the command, args and cwd` }];
+      if (w === undefined) return [];
+      // Text where the ready frame was due: the program printed to stdout before the helper's serve() took it over.
+      const fix = /not stoker frames/.test(w) ? 'print nothing to stdout before calling serve() (print to stderr, or after serve() starts: the helpers send it to stderr)' : 'check the command, args and cwd';
+      return [{ source: 'configuration', path: `${deviceField(name)}.process.command`, message: `its processes end before they are ready (${w}): ${fix}` }];
     });
     if (issues.length > 0) throw new ConfigError(issues);
   }

@@ -187,6 +187,15 @@ describe('a process device in the server', () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^error: configuration: device\.process\.command: its processes end before they are ready \(default\/0 \(python3\): it exited \(code 2\); its last stderr: .*no-such-device\.py.*\): check the command, args and cwd$/m);
     expect(r.stderr).not.toContain('listening');
+    // One that prints to stdout before serve(): told so, not to check its command.
+    const chatty = path.join(dir, 'chatty.py');
+    fs.writeFileSync(chatty, 'print("loading the model")\nimport stoker_worker\nstoker_worker.serve(lambda item: 1)\n');
+    fs.writeFileSync(file, `[device]\nworkers = 1\n[device.process]\ncommand = "python3"\nargs = [${JSON.stringify(chatty)}]\n`);
+    const c = await new Promise<{ code: number; stderr: string }>((resolve) =>
+      execFile(process.execPath, [CLI, 'serve', '--config', file, '--port', '0', '--data', path.join(dir, 'd4')], { timeout: 30_000 }, (err, _out, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr })),
+    );
+    expect(c.code).toBe(2);
+    expect(c.stderr).toMatch(/as text: "load".*: print nothing to stdout before calling serve\(\)/);
     const after = Journal.open(data);
     try {
       expect(after.get('left')?.state).toBe('queued');
