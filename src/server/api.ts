@@ -13,7 +13,7 @@ const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
 /** The last epoch ms a Date can hold: a later deadline made every view of the job throw (500). */
 const MAX_DATE_MS = 8_640_000_000_000_000;
 
-const DEADLINE_ERROR = { error: 'deadline must be epoch milliseconds or an ISO 8601 time such as 2030-01-01T00:00:00Z' };
+const DEADLINE_ERROR = { error: 'deadline must be epoch milliseconds or an ISO 8601 time with its zone (Z or ±hh:mm), such as 2030-01-01T00:00:00Z' };
 
 export const JOB_STATES = ['queued', 'running', 'done', 'failed', 'cancelled'] as const;
 const PARTITION_STATES = ['queued', 'preparing', 'waiting', 'on-device', 'done', 'failed', 'cancelled'] as const;

@@ -37,7 +37,11 @@ export async function loadKinds(sources: readonly KindSource[], devices: DeviceT
       throw new KindModuleError(s.shown, 'name', `is ${JSON.stringify(kind.name)} but the config calls it [kinds.${s.name}]: make the two the same`);
     }
     const clash = kinds.get(kind.name);
-    if (clash) throw new KindModuleError(s.shown, 'name', `${JSON.stringify(kind.name)} is already the name of ${clash.shown}: give each kind its own name`);
+    if (clash) {
+      // The same module twice (a [kinds.NAME] and a --kind of it) is a repetition, not a clash of names.
+      const why = clash.url === kind.url ? `is given twice (as [kinds.${kind.name}] in the config and --kind, say): give it once` : `${JSON.stringify(kind.name)} is already the name of ${clash.shown}: give each kind its own name`;
+      throw new KindModuleError(s.shown, 'name', why);
+    }
     kinds.set(kind.name, { ...kind, shown: s.shown, prepareBatch: s.prepareBatch ?? null });
   }
   return kinds;

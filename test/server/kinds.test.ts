@@ -305,7 +305,11 @@ describe('bad kind modules are refused at start', () => {
     const module = write('twice.mjs', ok);
     const r = await run(['serve', '--port', '0', '--data', path.join(dir, 'data-twice'), '--kind', module, '--kind', module]);
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/export name: "k" is already the name of/);
+    expect(r.stderr).toMatch(/export name: is given twice \(as \[kinds\.k\] in the config and --kind, say\): give it once/);
+    // Two modules of one name: a clash.
+    const other = write('twice-2.mjs', ok);
+    const clash = await run(['serve', '--port', '0', '--data', path.join(dir, 'data-twice'), '--kind', module, '--kind', other]);
+    expect(clash.stderr).toMatch(/export name: "k" is already the name of .*twice\.mjs: give each kind its own name/);
   });
 
   it('config print names --kind modules by their own name, and loads back the same', async () => {
