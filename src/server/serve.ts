@@ -73,7 +73,14 @@ export function refuseExposure(config: ServeConfig): void {
  * http://0.0.0.0:7070 for every interface (fastify's own answer names 127.0.0.1 there).
  */
 export async function listen(app: FastifyInstance, config: ServeConfig): Promise<string> {
-  await app.listen({ host: config.server.host, port: config.server.port });
+  try {
+    await app.listen({ host: config.server.host, port: config.server.port });
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE') throw new Error(`${config.server.host}:${config.server.port} is in use (another server?): give another server.port (--port, STOKER_SERVER_PORT), or 0 for any free one`);
+    if (code === 'EADDRNOTAVAIL') throw new Error(`${config.server.host} is no address of this machine: give another server.host (--host)`);
+    throw e;
+  }
   const a = app.server.address();
   if (a === null || typeof a === 'string') return String(a);
   return `${config.server.tlsCert ? 'https' : 'http'}://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`;

@@ -1087,3 +1087,18 @@ describe('graceful shutdown', () => {
     expect(await within(b.stop(), 15_000, 'second stop')).toBe(0);
   }, 45_000);
 });
+
+it('a port in use stops the start with a message naming server.port and how to pick another (it was Node’s bare listen EADDRINUSE)', async () => {
+  const port = await freePort();
+  const taken = net.createServer();
+  await new Promise<void>((r) => taken.listen(port, '127.0.0.1', r));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-port-'));
+  try {
+    const r = await cli(['serve', '--port', String(port), '--data', dir]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`error: 127.0.0.1:${port} is in use (another server?): give another server.port (--port, STOKER_SERVER_PORT), or 0 for any free one`);
+  } finally {
+    await new Promise((r) => taken.close(r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
