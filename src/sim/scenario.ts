@@ -254,6 +254,17 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
       if (e.worker >= workers) problems.push(`  events[${i}].worker: device ${e.device} has ${workers} workers (0 … ${workers - 1})`);
     }
   });
+  // In time order (as they run): a worker returns only once lost, and is lost only while it works.
+  const lostAt = new Map<string, number>();
+  for (const { e, i } of s.events.map((e, i) => ({ e, i })).sort((x, y) => x.e.atS - y.e.atS || x.i - y.i)) {
+    if (e.type !== 'workerLost' && e.type !== 'workerReturned') continue;
+    const key = `${e.device}/${e.worker}`;
+    const since = lostAt.get(key);
+    if (e.type === 'workerReturned' && since === undefined) problems.push(`  events[${i}]: worker ${e.worker} of device ${e.device} returns at ${e.atS} s but was not lost before (a workerLost of it comes first)`);
+    if (e.type === 'workerLost' && since !== undefined) problems.push(`  events[${i}]: worker ${e.worker} of device ${e.device} is lost at ${e.atS} s while lost already (events[${since}]): a workerReturned of it comes between`);
+    if (e.type === 'workerLost') lostAt.set(key, i);
+    else lostAt.delete(key);
+  }
   if (problems.length) throw new ScenarioError(`${source} is invalid:\n${problems.join('\n')}`);
   return s;
 }

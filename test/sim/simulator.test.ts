@@ -243,6 +243,13 @@ describe('scenario validation', () => {
     expect(() => parseScenario(input, 'my.json')).toThrow(/^my\.json is invalid:/);
   });
 
+  it('a worker returns only once lost, and is lost only while it works (in time order, not file order)', () => {
+    const events = (list: unknown[]) => () => parseScenario({ ...valid, events: list });
+    expect(events([{ type: 'workerReturned', atS: 5, device: 0, worker: 1 }])).toThrow('events[0]: worker 1 of device 0 returns at 5 s but was not lost before (a workerLost of it comes first)');
+    expect(events([{ type: 'workerLost', atS: 5, device: 0, worker: 1 }, { type: 'workerLost', atS: 9, device: 0, worker: 1 }])).toThrow('events[1]: worker 1 of device 0 is lost at 9 s while lost already (events[0]): a workerReturned of it comes between');
+    expect(events([{ type: 'workerReturned', atS: 9, device: 0, worker: 1 }, { type: 'workerLost', atS: 5, device: 0, worker: 1 }, { type: 'workerLost', atS: 20, device: 0, worker: 0 }])).not.toThrow();
+  });
+
   it('every built-in scenario is valid and has a one-line description', () => {
     for (const s of SCENARIOS.values()) {
       expect(s.description.length).toBeGreaterThan(10);
