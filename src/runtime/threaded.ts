@@ -136,6 +136,8 @@ export class StageThreads implements DeviceRunner {
    * along), each of its preparations runs again here, alone, so that only the cause fails.
    */
   private isolation: Piscina | undefined;
+  /** The isolation thread's queue: each preparation there waits for the one before it to settle. */
+  private isolationTurn: Promise<void> = Promise.resolve();
   /** Preparation threads that ended (piscina's workerDestroy) in the pool, and in the isolation pool. */
   private threadDeaths = 0;
   private isolationDeaths = 0;
@@ -351,14 +353,26 @@ export class StageThreads implements DeviceRunner {
     try {
       return (await this.piscina.run(req)) as PrepareReply;
     } catch (e) {
-      if (this.threadDeaths === deaths || signal.aborted || this.closed) throw e;
+      if (this.threadDeaths === deaths || !threadDeath(e) || signal.aborted || this.closed) throw e;
     }
+    // One at a time, in order: a death while one runs is that one's.
+    const turn = this.isolationTurn.then(() => this.alone(req, signal));
+    this.isolationTurn = turn.then(
+      () => undefined,
+      () => undefined,
+    );
+    return turn;
+  }
+
+  /** A preparation on the isolation thread, by itself (its turn come): withdrawn, it ends that thread (piscina's own abort), and is not blamed. */
+  private async alone(req: PrepareRequest, signal: AbortSignal): Promise<PrepareReply> {
+    if (signal.aborted || this.closed) throw new Error('the partition was withdrawn');
     this.isolation ??= this.isolationPool();
-    const alone = this.isolationDeaths;
+    const deaths = this.isolationDeaths;
     try {
-      return (await this.isolation.run(req)) as PrepareReply;
+      return (await this.isolation.run(req, { signal })) as PrepareReply;
     } catch (e) {
-      if (this.isolationDeaths === alone) throw e;
+      if (this.isolationDeaths === deaths || !threadDeath(e) || signal.aborted || this.closed) throw e;
       // Its own doing, alone: it would do it again (and take others along), so no retry.
       throw failure(`its preparation ended its thread when it ran alone: ${errorMessage(e)}`, false);
     }
@@ -492,4 +506,13 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
   deviceCounters(): { busyMs: number; count: number }[] {
     return this.threads.deviceCounters();
   }
+}
+
+/**
+ * Whether a preparation's rejection is its thread's end (piscina: the thread exited, or ran out of
+ * memory), not an error it threw.
+ */
+function threadDeath(e: unknown): boolean {
+  const err = e as { message?: unknown; code?: unknown } | null;
+  return err !== null && typeof err === 'object' && ((typeof err.message === 'string' && /^worker exited with code/.test(err.message)) || err.code === 'ERR_WORKER_OUT_OF_MEMORY');
 }
