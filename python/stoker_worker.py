@@ -115,8 +115,8 @@ def _not_json(value, path):
         return None if math.isfinite(value) else (path, repr(value))
     if isinstance(value, dict):
         for k, v in value.items():
-            if not isinstance(k, str):
-                return (path, "a dict with the key %r (JSON keys are strings)" % (k,))
+            if not (k is None or isinstance(k, (str, int, float, bool))):
+                return (path, "a dict with the key %r (JSON keys are strings; json turns numbers, booleans and None into them)" % (k,))
             found = _not_json(v, "%s.%s" % (path, k))
             if found:
                 return found
@@ -135,13 +135,15 @@ def _reply(out, id, output, extra):
     if isinstance(output, (bytes, bytearray, memoryview)):
         _write_frame(out, dict({"type": "result", "id": id, "ok": True, "bytes": True}, **extra), bytes(output))
         return
-    found = _not_json(output, "output")
-    if found:
-        # The same output again would fail the same way: no retry.
+    try:
+        _write_frame(out, dict({"type": "result", "id": id, "ok": True, "output": output}, **extra))
+    except (TypeError, ValueError):
+        # (Nothing was written: the header is encoded before a byte goes out.) Where, for the message;
+        # the same output again would fail the same way: no retry.
+        found = _not_json(output, "output") or ("output", "not JSON")
         e = ValueError("%s is %s, which JSON cannot carry: return numbers, strings, lists and dicts (a numpy array: .tolist(); NaN: None), or bytes" % found)
         e.retry = False
         raise e
-    _write_frame(out, dict({"type": "result", "id": id, "ok": True, "output": output}, **extra))
 
 
 def _failed(header, e):
