@@ -22,6 +22,7 @@ import json
 import math
 import mmap
 import os
+import signal
 import struct
 import sys
 import time
@@ -196,6 +197,12 @@ def serve(handle, handle_batch=None):
     Exception in an item's place fails that item alone; raising fails the batch, whose items then
     run again alone). Without ``handle_batch`` a batch's items go through ``handle`` one after
     another. Each batch is timed once."""
+    # A Ctrl-C in the server's terminal reaches its whole process group: it is the server's to act
+    # on (it finishes the items in flight, then closes stdin), not a KeyboardInterrupt mid-item.
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: left as it is
+        pass
     # The protocol's own stdout; everything else printed goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

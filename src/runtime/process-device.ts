@@ -127,10 +127,7 @@ class WorkerProcess {
     this.stderrPartial = '';
     const { command, args, env, cwd } = this.o;
     const pythonPath = [PYTHON_HELPER_DIR, process.env['PYTHONPATH'], env['PYTHONPATH']].filter((p) => p).join(delimiter);
-    // In a process group of its own: a Ctrl-C in the server's terminal (SIGINT to its whole group)
-    // is the server's to act on — it finishes the items in flight, then ends its workers — not a
-    // signal that kills every worker mid-item at once.
-    const child = spawn(command, args, { cwd, env: { ...process.env, ...env, PYTHONPATH: pythonPath, STOKER_WORKER: String(this.index), STOKER_WORKERS: String(this.o.workers) }, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+    const child = spawn(command, args, { cwd, env: { ...process.env, ...env, PYTHONPATH: pythonPath, STOKER_WORKER: String(this.index), STOKER_WORKERS: String(this.o.workers) }, stdio: ['pipe', 'pipe', 'pipe'] });
     const reader = new FrameReader(this.o.maxFrameBytes);
     let exit: () => void = () => undefined;
     const life: Life = {

@@ -56,6 +56,9 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
   let queue = Promise.resolve();
   /** The frames of the batch now arriving (they come back to back). */
   let batch: Frame[] = [];
+  // A Ctrl-C in the server's terminal reaches its whole process group: the server's to act on (it
+  // finishes the items in flight, then closes stdin), not an end mid-item.
+  process.on('SIGINT', () => undefined);
   write({ type: 'ready', protocol: 1, runtime: `node ${process.version}` });
   const ok = (id: unknown, out: unknown, extra: Record<string, unknown>) => {
     if (isBytes(out)) write({ type: 'result', id, ok: true, bytes: true, ...extra }, asBytes(out));
