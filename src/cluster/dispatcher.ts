@@ -156,9 +156,12 @@ export class Dispatcher {
     const startedAt = Date.now();
     this.held.set(id, { job, token, startedAt });
     const lockMs = this.o.lockMs;
+    // The running record lives as long as the lock: renewed with it, never written again here (a
+    // node that stalled past its lock does not claim back a job another holds; after a data loss
+    // Recovery's sweep writes it anew, see markHeld).
     const renew = setInterval(() => {
       void job.extendLock(token, lockMs).catch(() => undefined);
-      void this.markRunning(id).catch(() => undefined);
+      void this.redis.pexpire(K.running(id), lockMs).catch(() => undefined);
     }, Math.max(50, Math.floor(lockMs / 3)));
     try {
       let ended: Promise<JobView | undefined>;
@@ -196,6 +199,7 @@ export class Dispatcher {
       const v = await ended;
       if (!v || !isFinal(v.state)) {
         // Shutdown cut it short: back to the queue for another node (or the lock expires).
+        await this.redis.del(K.running(id)).catch(() => undefined);
         await job.moveToWait(token).catch(() => undefined);
         return;
       }
@@ -242,7 +246,9 @@ export class Dispatcher {
 
   /** The outcome of a job Redis lost while this node ran it, readable from every node (as Recovery republishes one). */
   private async publishLost(v: JobView): Promise<void> {
-    await this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.o.nodeId }), 'PX', this.o.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.o.ttlMs).zadd(K.resultIndex, Date.now(), v.id).del(K.running(v.id)).exec();
+    const ttl = this.o.ttlMs;
+    const m = this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.o.nodeId }), 'PX', ttl).set(K.kindOf(v.id), v.kind, 'PX', ttl).zadd(K.resultIndex, Date.now(), v.id).del(K.running(v.id)).del(K.outputs(v.id)).del(K.cancelRequest(v.id));
+    await (v.state === 'done' ? m.incr(K.completions(v.id)).pexpire(K.completions(v.id), ttl) : m).exec();
   }
 
   /** Resolves on the next local job event, held job ending or close, or after `ms`. */
