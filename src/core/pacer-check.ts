@@ -53,7 +53,9 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
       return f();
     } catch (e) {
       if (e instanceof Error && own.has(e)) throw e;
-      throw new Error(`the pacer ${o.origin} threw in ${method}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+      // (structuredClone and postMessage cannot copy the checked view of the snapshot it was given.)
+      const hint = e instanceof Error && e.name === 'DataCloneError' ? ' — the snapshot is a checked view of the engine’s counters: copy it with { ...snapshot } (and its devices and kinds likewise) or JSON' : '';
+      throw new Error(`the pacer ${o.origin} threw in ${method}: ${e instanceof Error ? e.message : String(e)}${hint}`, { cause: e });
     }
   };
   // The snapshot as the pacer sees it: a field it does not have is an error naming it (a misspelt

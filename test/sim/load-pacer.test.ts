@@ -81,6 +81,9 @@ describe('user pacer modules: the optional methods', () => {
     const fine = (await resolvePacer(tmp.file('reads.mjs', 'export default () => ({ observe(s) { JSON.stringify(s); }, nextDispatchAt(s) { return s.now + s.devices.length; }, onDispatch() {} });\n')))({});
     fine.observe(real);
     expect(fine.nextDispatchAt(real)).toBe(real.now + 1);
+    // structuredClone cannot copy the checked view: the error says how to copy it.
+    const cloning = (await resolvePacer(tmp.file('clones.mjs', 'export default () => ({ observe(s) { structuredClone(s); }, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n')))({});
+    expect(() => cloning.observe(real)).toThrow(/could not be cloned.* — the snapshot is a checked view of the engine’s counters: copy it with \{ \.\.\.snapshot \}/);
   });
 
   it('what a method throws names the module and the method', async () => {
