@@ -25,6 +25,8 @@ export interface IntakeParts {
   engine: Engine;
   /** Whether shutdown began (nothing more is accepted). */
   closing(): boolean;
+  /** Unfinished jobs of kinds not loaded (they wait for a start with their module): not counted against server.maxPendingJobs. */
+  waitingForKinds(): number;
   /** The job as readers see it (see `JobRuns.stored`). */
   stored(id: string): JournalJob | undefined;
   /** The answer for a journaled job, new (it starts, `recorded`: outputs of partitions finished elsewhere) or the same one again. */
@@ -129,7 +131,7 @@ export class Intake {
     this.refuseOversize(record, memory);
     this.refuseTooManyPartitions(record.partitions);
     const { maxPendingJobs, retryAfterS } = this.p.server;
-    if (this.p.journal.pending() + this.admitting.jobs >= maxPendingJobs) throw tooManyJobs(maxPendingJobs, 'pending', retryAfterS);
+    if (this.p.journal.pending() - this.p.waitingForKinds() + this.admitting.jobs >= maxPendingJobs) throw tooManyJobs(maxPendingJobs, 'pending', retryAfterS);
     return { record };
   }
 

@@ -132,7 +132,7 @@ export class Service {
     });
     const announce = (job: JournalJob, finishedAt: number, outcome: JournalOutcome) => this.announceEnd(job, finishedAt, outcome);
     this.runs = new JobRuns({ journal, commits: this.commits, kinds, runtime: this.runtime, router, endsRecordedElsewhere, emit: (e) => this.emit(e), announce });
-    this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
+    this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, waitingForKinds: () => this.waitingIds.size, stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e));
     const full = { said: 0, at: -Infinity };
@@ -154,6 +154,8 @@ export class Service {
   }
 
   private waiting: string | undefined;
+  /** The jobs {@link resumeUnfinished} left for a start with their kind's module (a cancel takes one out). */
+  private readonly waitingIds = new Set<string>();
   /** Jobs {@link resumeUnfinished} started again. */
   resumed = 0;
 
@@ -238,8 +240,10 @@ export class Service {
   resumeUnfinished(): void {
     const waiting = new Map<string, number>();
     for (const job of this.journal.unfinished()) {
-      if (!this.kinds.has(job.kind)) waiting.set(job.kind, (waiting.get(job.kind) ?? 0) + 1);
-      else {
+      if (!this.kinds.has(job.kind)) {
+        waiting.set(job.kind, (waiting.get(job.kind) ?? 0) + 1);
+        this.waitingIds.add(job.id);
+      } else {
         this.runs.resume(job);
         this.resumed++;
       }
@@ -361,6 +365,7 @@ export class Service {
     if (j.state === 'cancelled') return this.view(j);
     if (isFinal(j.state)) throw jobFinished(id, j.state);
     this.runtime.cancel(id);
+    this.waitingIds.delete(id);
     // The runtime answers asynchronously; the journal records the end now so the reply is final.
     this.runs.end(id, { state: 'cancelled', code: 'E_CANCELLED', reason: 'cancelled on request' });
     this.commits.flush();

@@ -216,14 +216,16 @@ it('a journaled job whose kind module is no longer given waits, untouched, for a
     await http(first.url, 'POST', '/v1/jobs', { id: 'orphan-2', kind: 'probe', input: { items: 1 } });
     await http(first.url, 'POST', '/v1/jobs', { id: 'kept', kind: 'sleep', partitions: 1, input: { prepareMs: 60_000 } });
     await first.crash();
-    // Restarted without --kind (before, its jobs failed E_UNKNOWN_KIND for good).
-    const second = await startServer(dir);
+    // Restarted without --kind (before, its jobs failed E_UNKNOWN_KIND for good), room for 2 pending jobs.
+    const second = await startServer(dir, [], { STOKER_SERVER_MAX_PENDING_JOBS: '2' });
     try {
       await waitUntil(async () => (second.output().includes('has not loaded') ? true : undefined), 5000, 'the note');
       expect(second.output()).toContain('1 unfinished job resumed');
       expect(second.output()).toContain("stoker serve: 2 unfinished jobs are of a kind this server has not loaded (probe: 2): left as they are, to resume once the server starts with its module (--kind FILE, or [kinds.NAME] in the config); cancel them to end them");
       expect((await http(second.url, 'GET', '/v1/jobs/kept')).body).toMatchObject({ state: 'running', resumes: 1 });
       expect((await http(second.url, 'GET', '/v1/jobs/orphan')).body).toMatchObject({ error: null, resumes: 0 });
+      // The waiting ones do not count against server.maxPendingJobs: 'kept' and one more fit.
+      expect((await http(second.url, 'POST', '/v1/jobs', { id: 'new', kind: 'sleep', partitions: 1, input: { prepareMs: 1 } })).status).toBe(202);
       // One is cancelled meanwhile: it ends so.
       expect((await http(second.url, 'DELETE', '/v1/jobs/orphan-2')).body).toMatchObject({ state: 'cancelled' });
     } finally {
