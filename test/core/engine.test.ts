@@ -130,6 +130,7 @@ describe('Engine.apply: submit validation', () => {
       partitions: 1,
       memory: { prepareBytes: 0, deviceBytes: 0 },
       deadline: Infinity,
+      partitionNumbers: null,
     });
     expect(normalizeJob({ id: 'a', kind: 'k', partitions: 1_000_000, memory: { prepareBytes: 0 }, deadline: Infinity }).partitions).toBe(1_000_000);
   });
