@@ -53,7 +53,6 @@ export interface ItemView {
   readonly reservedBytes: number;
 }
 
-/** Events a driver feeds into {@link Engine.apply}. Every event carries the driver's current time. */
 /** An item that failed in a batch (prepareBatchDone, batchDone): `final` as prepareFailed's. */
 export interface ItemFailure {
   item: number;
@@ -61,6 +60,7 @@ export interface ItemFailure {
   final?: boolean;
 }
 
+/** Events a driver feeds into {@link Engine.apply}. Every event carries the driver's current time. */
 export type EngineEvent =
   | { type: 'submit'; time: number; job: JobSpec }
   /** `reason`: why, as the job's end will say (default "cancelled on request"); the code is E_CANCELLED either way. */

@@ -6,8 +6,9 @@
  * sending it until the whole response has arrived: the time the item occupied the worker —
  * never a compute time the server reports about itself, which leaves out its queueing and the
  * transfer. A refused connection, a timeout, a 4xx/5xx answer or an oversized response fails
- * the item (the engine retries it) — a 4xx other than 408 and 429 with `retry: false`: the same
- * request would be refused the same way (a bad input, a wrong URL or credentials).
+ * the item (the engine retries it) — a 400, 401, 403, 404, 405, 410, 413, 414, 415 or 422 with
+ * `retry: false`: the same request would be refused the same way (a bad input, a wrong URL or
+ * credentials).
  *
  * A batch (a device with `batch`) is one request: JSON `{ items: [{ job, kind, partition,
  * partitions, prepared }] }` (bytes as `{ preparedBase64 }` instead of `prepared`), answered by
@@ -35,6 +36,9 @@ export interface HttpDeviceOptions {
   /** The largest response accepted, bytes. @default 1 GiB */
   maxResponseBytes?: number;
 }
+
+/** Answers that the same request would get again (a bad input, a wrong URL or credentials): the item fails at once, without its retries. Other 4xx (408, 409, 423, 425, 429…) pass. */
+const FINAL_STATUS: ReadonlySet<number> = new Set([400, 401, 403, 404, 405, 410, 413, 414, 415, 422]);
 
 /** Characters of an error response's body quoted in the failure. */
 const BODY_EXCERPT = 200;
@@ -108,7 +112,7 @@ export class HttpDevice implements DeviceRunner {
     }
     const busyMs = performance.now() - t0;
     const text = () => new TextDecoder().decode(data.subarray(0, BODY_EXCERPT));
-    if (!res.ok) throw failure(`${label}: POST ${this.o.url} answered ${res.status} ${res.statusText}: ${text()}`, res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429 ? false : undefined);
+    if (!res.ok) throw failure(`${label}: POST ${this.o.url} answered ${res.status} ${res.statusText}: ${text()}`, FINAL_STATUS.has(res.status) ? false : undefined);
     if (!/^application\/(.+\+)?json\b/i.test(res.headers.get('content-type') ?? '')) return { data, json: undefined, busyMs };
     try {
       return { data, json: JSON.parse(new TextDecoder().decode(data)) as unknown, busyMs };

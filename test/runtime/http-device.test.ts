@@ -82,7 +82,7 @@ describe('an HTTP device', () => {
 });
 
 describe('a 4xx answer of an HTTP device', () => {
-  it('fails its job at once (the same request would be refused again); a 408 or 429 is retried', async () => {
+  it('fails its job at once (the same request would be refused again); a 408, 409 or 429 is retried', async () => {
     let requests = 0;
     const url = await serve((req, _b, res) => {
       requests++;
@@ -93,7 +93,7 @@ describe('a 4xx answer of an HTTP device', () => {
     const e = await failure(rt.submit(spec('400'), {}));
     expect(e.message).toMatch(/^job 400: partition 0 failed on device 0: infer\/0: POST .* answered 400 Bad Request: \{"detail":"text is empty"\}$/);
     expect(requests).toBe(1);
-    for (const status of ['408', '429']) {
+    for (const status of ['408', '409', '429']) {
       requests = 0;
       await expect(rt.submit(spec(status), {})).resolves.toEqual([{ ok: true }]);
       expect(requests).toBe(2);
