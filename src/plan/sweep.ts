@@ -237,9 +237,11 @@ export function configLines(r: PlanRow, s: Scenario): string[] {
   });
   for (const kind of Object.keys(s.kinds)) {
     const runs = s.devices.flatMap((d, i) => (!d.kinds || d.kinds.includes(kind) ? [i] : []));
-    if (runs.length === 1 && runs[0] === 0) continue;
-    if (runs.length === 1) lines.push(`[kinds.${kind}]`, `module = "./${kind}-kind.mjs"   # your module of kind ${kind}`, `device = "${name(runs[0] as number)}"`);
-    else lines.push(`# kind ${kind} runs on ${runs.map(name).join(', ')} in the scenario: a kind runs on one device in stoker serve — give it one ([kinds.${kind}] device)`);
+    // (A TOML bare key is letters, digits, _ and -: a kind name with a dot is quoted.)
+    const key = /^[A-Za-z0-9_-]+$/.test(kind) ? kind : JSON.stringify(kind);
+    if (runs.length === 0 || (runs.length === 1 && runs[0] === 0)) continue;
+    if (runs.length === 1) lines.push(`[kinds.${key}]`, `module = "./${kind}-kind.mjs"   # your module of kind ${kind}`, `device = "${name(runs[0] as number)}"`);
+    else lines.push(`# kind ${kind} runs on ${runs.map(name).join(', ')} in the scenario: a kind runs on one device in stoker serve — give it one ([kinds.${key}] device)`);
   }
   return lines;
 }
