@@ -77,7 +77,7 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const tried = [...new Set([...(targets ?? [1, 2, 4, 8]), scenario.targetWaiting])].sort((x, y) => x - y);
   const grid = planGrid(scenario, { peakMemoryBytes: base.metrics.peakMemoryBytes, littleItems }, { pacers, targets: tried });
   // A fit that misses what slowed the run (a slowdown past the concurrency it saw, a cap or a lost worker the trace does not hold) replays it faster than it ran.
-  if (fit) {
+  if (fit?.wholeRun) {
     const measured = fit.devices.reduce((n, d) => n + d.service.samples, 0) / fit.spanS;
     const replayed = base.simulatedMs > 0 ? base.completions / (base.simulatedMs / 1000) : 0;
     if (measured > 0 && Math.abs(replayed / measured - 1) > 0.1) {

@@ -46,6 +46,12 @@ export interface FitReport {
   kinds: Record<string, { jobs: number; partitions: number; prepareBytes: number; deviceBytes: number; prepare: StageFit; service: StageFit | null }>;
   devices: { device: number; workers: number; service: StageFit }[];
   notes: string[];
+  /**
+   * Whether the fitted scenario holds the whole run: every span is of a job the run recorded (a
+   * window of a server's history begins amid older jobs) and no kind was left out — what a replay
+   * of it can be held against.
+   */
+  wholeRun: boolean;
 }
 
 /** How the fit's note that the run recorded no memory budget begins. */
@@ -147,7 +153,8 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
     ...(run.maxPreparing ? { maxPreparing: run.maxPreparing } : {}),
   };
   if (!run.budgetBytes) notes.push(`${NO_BUDGET_NOTE}: the plan may recommend more memory than the machine has (stoker plan --budget-bytes gives it)`);
-  const fit: FitReport = { jobs: run.jobs.length, partitions: run.jobs.reduce((n, j) => n + j.partitions, 0), spanS: (end - t0) / 1000, kinds, devices: deviceFits, notes };
+  const wholeRun = run.spans.every((sp) => kindOf.has(sp.jobId)) && Object.keys(kinds).length === byKind.size;
+  const fit: FitReport = { jobs: run.jobs.length, partitions: run.jobs.reduce((n, j) => n + j.partitions, 0), spanS: (end - t0) / 1000, kinds, devices: deviceFits, notes, wholeRun };
   return { scenario, fit };
 }
 
