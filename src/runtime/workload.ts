@@ -93,7 +93,8 @@ export interface RuntimeOptions<I, P, O, R> {
   deviceTimeoutMs?: number;
   /**
    * A preparation running longer than this fails (and is retried): its signal fires, and what it
-   * returns later is dropped (a synchronous one holds its thread until it returns). @default Infinity
+   * returns later is dropped. One that ignores its signal keeps its place in the workload (a
+   * preparation thread's) until it returns. Not applied to preparation batches. @default Infinity
    */
   prepareTimeoutMs?: number;
   /** @default the system clock */
