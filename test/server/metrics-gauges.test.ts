@@ -6,7 +6,7 @@ import { ServiceMetrics, type MetricsSource } from '../../src/server/metrics.js'
 /** A source whose pacer state the test sets. */
 function source(state: () => PacerState): MetricsSource {
   return {
-    config: { engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, pacerOptions: {} } },
+    config: { engine: { pacer: 'stoker', targetWaiting: 4, budgetBytes: Infinity, retries: 1, deviceTimeoutS: Infinity, prepareTimeoutS: Infinity, pacerOptions: {} } },
     pool: { stats: () => ({ leasedBytes: 0, idleBytes: 0 }) as never },
     counters: { devices: [{ busyMs: 0, completions: 0 }], waiting: 0, dispatched: 0, deviceCompletions: 0, budgetUsedBytes: 0, budgetTotalBytes: Infinity } as unknown as ReadonlySnapshot,
     kindNames: () => ['k'],
