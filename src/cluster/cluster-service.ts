@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Job, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { JobView, StatusView } from '../server/api.js';
+import { jobView, type JobView, type StatusView } from '../server/api.js';
 import type { ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
 import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from '../server/errors.js';
@@ -219,7 +219,19 @@ export class ClusterService implements ApiService {
   }
 
   job(id: string, page?: StatesPage): Promise<JobView | undefined> {
-    return this.withRedis(async () => (await this.views.find(id, page))?.view);
+    return this.withRedis(async () => (await this.views.find(id, page))?.view ?? this.acceptedView(id));
+  }
+
+  /**
+   * A job this node accepted that Redis no longer has and that is not queued again yet (after a
+   * data loss, see Recovery): `queued`, from its acceptance record — not a 404 saying it was
+   * never submitted, which a client takes for a lost job.
+   */
+  private acceptedView(id: string): JobView | undefined {
+    const j = this.accepted.get(id);
+    if (!j || isFinal(j.state)) return undefined;
+    const record = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
+    return jobView({ record, state: 'queued', submittedAt: j.submittedAt, startedAt: null, finishedAt: null, partitionsDone: 0, partitionStates: null, partitionCounts: null, resumes: 0, result: { result: null }, error: null, node: null });
   }
 
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): Promise<JobView[]> {

@@ -124,6 +124,13 @@ describe.skipIf(!bin)('a Redis restart without persistence', () => {
     await cluster.redis.stop();
     cluster.redis = await startRedis(bin as string, cluster.redis.port);
     const t0 = performance.now();
+    // Before it is queued again, the node that accepted a job says it is queued (it said 404, never submitted).
+    const early = await waitUntil(async () => {
+      const x = await http(a.url, 'GET', '/v1/jobs/rr-29');
+      return x.status === 503 ? undefined : x; // (Redis reconnecting)
+    }, 10_000, 'an answer from rr-a once Redis is back', 50);
+    expect(early.status, JSON.stringify(early.body)).toBe(200);
+    expect(['queued', 'running', 'done']).toContain(early.body.state);
     for (const [i, id] of ids.entries()) {
       for (const n of [a, b]) {
         const r = await waitUntil(async () => {
