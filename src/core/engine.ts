@@ -967,7 +967,7 @@ export class Engine {
 
   private expireDeadlines(out: Command[]): void {
     for (let j = this.deadlines.peek(); j && j.spec.deadline <= this.now; j = this.deadlines.peek()) {
-      this.endJob(j, 'failed', 'E_DEADLINE', `job ${j.spec.id} missed its deadline (${Math.round(j.spec.deadline as number)} ms on the driver's clock)`, out);
+      this.endJob(j, 'failed', 'E_DEADLINE', `job ${j.spec.id} missed its deadline (at ${Math.round(j.spec.deadline as number)} ms on the driver's clock)`, out);
     }
   }
 

@@ -111,7 +111,7 @@ export class HttpDevice implements DeviceRunner {
       throw new Error(`${label}: POST ${this.o.url}: ${e instanceof RangeError ? e.message : `the response broke off: ${reason(e, this.o.timeoutMs)}`}`);
     }
     const busyMs = performance.now() - t0;
-    const text = () => new TextDecoder().decode(data.subarray(0, BODY_EXCERPT));
+    const text = () => new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)).trim();
     if (!res.ok) throw failure(`${label}: POST ${this.o.url} answered ${res.status} ${res.statusText}: ${text()}`, FINAL_STATUS.has(res.status) ? false : undefined);
     if (!/^application\/(.+\+)?json\b/i.test(res.headers.get('content-type') ?? '')) return { data, json: undefined, busyMs };
     try {

@@ -37,7 +37,8 @@ export class ConfigError extends Error {
   override readonly name = 'ConfigError';
   readonly code = 'E_CONFIG';
   constructor(readonly issues: ConfigIssue[]) {
-    super(issues.map((i) => (i.path ? `${i.source}: ${i.path}: ${i.message}` : `${i.source}: ${i.message}`)).join('\n'));
+    // (One wrong value can fail two checks with one message: it is said once.)
+    super([...new Set(issues.map((i) => (i.path ? `${i.source}: ${i.path}: ${i.message}` : `${i.source}: ${i.message}`)))].join('\n'));
   }
 }
 

@@ -212,7 +212,7 @@ export async function loadKind(url: string, shown: string = url, devices: Device
     const names = [...devices.keys()].map((d) => JSON.stringify(d)).join(', ');
     throw fail('device', `${JSON.stringify(named) ?? String(named)} names no device: this server has ${names} ([device] is "default", [devices.NAME] the others)${device === undefined ? '' : ' — fix [kinds.NAME] device in the config'}`);
   }
-  if (deviceType === 'thread' && typeof m['run'] !== 'function' && typeof m['runBatch'] !== 'function') throw fail('run', 'missing: export async function run(prepared, ctx) — the device step, run on a device worker thread (or runBatch(prepared[], ctx[]) on a device that batches)');
+  if (deviceType === 'thread' && typeof m['run'] !== 'function' && typeof m['runBatch'] !== 'function') throw fail('run', `missing: export async function run(prepared, ctx) — the device step, run on a device worker thread (or runBatch(prepared[], ctx[]) on a device that batches); or, where a process or an HTTP endpoint does the step, its device ${JSON.stringify(named)} needs [${named === 'default' ? 'device' : `devices.${String(named)}`}.process] or [${named === 'default' ? 'device' : `devices.${String(named)}`}.http] in the config`);
   if (deviceType === 'http' && m['buffer'] !== undefined) {
     throw fail('buffer', 'an HTTP device is sent only the value prepare returns, not a pooled buffer: return the bytes (or JSON) from prepare instead');
   }

@@ -56,12 +56,6 @@ export async function loadServerKinds(config: ServeConfig): Promise<Map<string, 
   return kinds;
 }
 
-/**
- * Opens the journal in `config.dataDir` with the built-in kinds and the config's kind modules
- * (each checked first: a bad module throws a KindModuleError naming it and the export, before
- * anything starts), resumes its unfinished jobs, and listens. Local mode only: a cluster node is
- * `startClusterServer` (stoker/cluster).
- */
 /** Refuses (a ConfigError: exit 2) to listen beyond loopback without a token. */
 export function refuseExposure(config: ServeConfig): void {
   const why = exposureProblem(config.server);
@@ -77,8 +71,9 @@ export async function listen(app: FastifyInstance, config: ServeConfig): Promise
     await app.listen({ host: config.server.host, port: config.server.port });
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'EADDRINUSE') throw new Error(`${config.server.host}:${config.server.port} is in use (another server?): give another server.port (--port, STOKER_SERVER_PORT), or 0 for any free one`);
-    if (code === 'EADDRNOTAVAIL') throw new Error(`${config.server.host} is no address of this machine: give another server.host (--host)`);
+    // (Its code kept: a program tells a port in use from other failures by it.)
+    if (code === 'EADDRINUSE') throw Object.assign(new Error(`${config.server.host}:${config.server.port} is in use (another server?): give another server.port (--port, STOKER_SERVER_PORT), or 0 for any free one`), { code });
+    if (code === 'EADDRNOTAVAIL') throw Object.assign(new Error(`${config.server.host} is no address of this machine: give another server.host (--host)`), { code });
     throw e;
   }
   const a = app.server.address();
@@ -86,6 +81,12 @@ export async function listen(app: FastifyInstance, config: ServeConfig): Promise
   return `${config.server.tlsCert ? 'https' : 'http'}://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`;
 }
 
+/**
+ * Opens the journal in `config.dataDir` with the built-in kinds and the config's kind modules
+ * (each checked first: a bad module throws a KindModuleError naming it and the export, before
+ * anything starts), resumes its unfinished jobs, and listens. Local mode only: a cluster node is
+ * `startClusterServer` (stoker/cluster).
+ */
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
   if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${config.cluster.redis}: start a cluster node with startClusterServer from stoker/cluster`);
   const webgpu = [config.device, ...Object.values(config.devices ?? {})].some((d) => d.kind === 'webgpu' && deviceType(d) === 'thread');

@@ -266,7 +266,7 @@ describe('bad kind modules are refused at start', () => {
     ['bad-name.mjs', 'export const name = "has space"; export async function prepare() {} export function run() {}', 'name', /got "has space"/],
     ['no-prepare.mjs', 'export const name = "k"; export function run() {}', 'prepare', /missing: export async function prepare\(input, ctx\)/],
     ['prepare-value.mjs', 'export const name = "k"; export const prepare = 3; export function run() {}', 'prepare', /must be a function \(got number\)/],
-    ['no-run.mjs', 'export const name = "k"; export async function prepare() {}', 'run', /missing: export async function run\(prepared, ctx\)/],
+    ['no-run.mjs', 'export const name = "k"; export async function prepare() {}', 'run', /missing: export async function run\(prepared, ctx\) .*; or, where a process or an HTTP endpoint does the step, its device "default" needs \[device\.process\] or \[device\.http\] in the config/],
     ['device-unknown.mjs', `${ok} export const device = "gpu9";`, 'device', /"gpu9" names no device: this server has "default"/],
     ['device-number.mjs', `${ok} export const device = 42;`, 'device', /42 names no device/],
     ['input-array.mjs', `${ok} export const input = [1];`, 'input', /must be a JSON Schema object/],
