@@ -47,14 +47,24 @@ export interface ConfigValues {
   dataDir?: string;
   server?: Partial<ServerConfig>;
   engine?: Partial<Omit<EngineConfig, 'budgetBytes' | 'deviceTimeoutS' | 'prepareTimeoutS'>> & { budgetBytes?: number | 'unlimited'; deviceTimeoutS?: number | 'none'; prepareTimeoutS?: number | 'none' };
-  device?: Partial<DeviceConfig>;
+  device?: DeviceValues;
   prepare?: Partial<PrepareConfig>;
   cluster?: Partial<ClusterConfig>;
   journal?: { maxBytes?: number };
-  devices?: Record<string, Partial<DeviceConfig>>;
-  /** Kind modules by name: `{ embed: { module: './embed-kind.mjs' } }` (a path, or a file: URL), optionally on a named device. */
-  kinds?: Record<string, { module: string; device?: string }>;
+  devices?: Record<string, DeviceValues>;
+  /** Kind modules by name: `{ embed: { module: './embed-kind.mjs' } }` (a path, or a file: URL), optionally on a named device, prepared in batches. */
+  kinds?: Record<string, { module: string; device?: string; prepareBatch?: BatchValues }>;
 }
+
+/** A device's settings as a file gives them: what has a default may be left out (as in TOML). */
+export type DeviceValues = Partial<Omit<DeviceConfig, 'process' | 'http' | 'batch'>> & {
+  process?: Partial<ProcessDeviceConfig> & Pick<ProcessDeviceConfig, 'command'>;
+  http?: Partial<HttpDeviceConfig> & Pick<HttpDeviceConfig, 'url'>;
+  batch?: BatchValues;
+};
+
+/** A batch table (`[device.batch]`, `[kinds.NAME.prepareBatch]`): `maxWaitMs` defaults. */
+export type BatchValues = Partial<DeviceBatchConfig> & Pick<DeviceBatchConfig, 'maxItems'>;
 
 /** Options of {@link loadConfig}. */
 export interface LoadConfigOptions {
