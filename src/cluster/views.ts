@@ -64,7 +64,8 @@ export class ClusterViews {
       // (A job handed back to the queue — a node's shutdown, a full journal — keeps BullMQ's processedOn: queued is not started.)
       startedAt: state === 'queued' ? null : job.processedOn || null,
       finishedAt,
-      partitionsDone: state === 'done' ? r.partitions : (localView?.partitionsDone ?? 0),
+      // (A job taken over counts the outputs it reused, as its partitionCounts do: the journal's count is only this node's.)
+      partitionsDone: state === 'done' ? r.partitions : (localView?.partitionCounts?.done ?? localView?.partitionsDone ?? 0),
       partitionStates: localView?.partitionStates ?? null,
       partitionCounts: localView?.partitionCounts ?? null,
       resumes: job.stalledCounter ?? 0,
@@ -83,7 +84,7 @@ export class ClusterViews {
       submittedAt: rec.data.submittedAt,
       startedAt: rec.startedAt,
       finishedAt: null,
-      partitionsDone: localView?.partitionsDone ?? 0,
+      partitionsDone: localView?.partitionCounts?.done ?? localView?.partitionsDone ?? 0,
       partitionStates: localView?.partitionStates ?? null,
       partitionCounts: localView?.partitionCounts ?? null,
       resumes: 0,

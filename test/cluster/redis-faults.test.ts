@@ -292,6 +292,12 @@ describe.skipIf(!bin)('a job taken over by another node', () => {
     await waitUntil(async () => (((await http(a!.url, 'GET', '/v1/jobs/to-1')).body.partitionsDone as number) >= 7 ? true : undefined), 30_000, `${holder} to finish 7 partitions`, 20);
     const doneOnA = (await http(a!.url, 'GET', '/v1/jobs/to-1')).body.partitionsDone as number;
     await a!.crash();
+    // Taken over, its progress counts the outputs it reused (it counted only the new holder's own).
+    const taken = await waitUntil(async () => {
+      const v = (await http(b!.url, 'GET', '/v1/jobs/to-1')).body as { node: string | null; partitionsDone: number; state: string };
+      return v.node !== null && v.node !== holder ? v : undefined;
+    }, 60_000, 'the other node to take to-1 over', 50);
+    expect(taken.partitionsDone).toBeGreaterThanOrEqual(doneOnA);
     const r = await waitUntil(async () => {
       const x = await http(b!.url, 'GET', '/v1/jobs/to-1/result?wait=5s');
       return x.status === 200 ? x : undefined;
