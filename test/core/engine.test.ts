@@ -1026,7 +1026,7 @@ describe('Engine: deadlines and time', () => {
     const fin = ofType(out, 'finishJob');
     expect(fin).toHaveLength(1);
     expect(fin[0]).toMatchObject({ jobId: 'd', state: 'failed', code: 'E_DEADLINE', timeMs: 500 });
-    expect(fin[0]!.reason).toMatch(/missed its deadline \(500 ms on the driver.s clock\)/);
+    expect(fin[0]!.reason).toMatch(/missed its deadline \(at 500 ms on the driver.s clock\)/);
     expect(aborts(out).sort()).toEqual(['d:0/on-device', 'd:1/waiting', 'd:2/preparing']);
     // The timer has fired and no new one is needed: nothing to send.
     expect(ofType(out, 'wakeAt')).toEqual([]);
@@ -1103,7 +1103,7 @@ describe('Engine: deadlines and time', () => {
     const out = r.apply({ type: 'workerLost', time: 200, device: 0, worker: 0 });
     // One abort, for the deadline (not for the lost worker), and the item is not prepared again.
     expect(ofType(out, 'abort')).toHaveLength(1);
-    expect(ofType(out, 'abort')[0]!.reason).toMatch(/missed its deadline \(100 ms on the driver.s clock\)/);
+    expect(ofType(out, 'abort')[0]!.reason).toMatch(/missed its deadline \(at 100 ms on the driver.s clock\)/);
     expect(prepared(out)).toEqual([]);
     expect(ofType(out, 'finishJob')).toMatchObject([{ jobId: 'd', state: 'failed', code: 'E_DEADLINE' }]);
     expect(r.e.snapshot).toMatchObject({ workers: 0, backlog: 0, preparing: 0, dispatched: 1 });
