@@ -358,7 +358,7 @@ export class ClusterService implements ApiService {
   /** Queued: removed and recorded cancelled. Running: the holder (whichever node) is told and fails it as cancelled. */
   private async cancelNow(id: string): Promise<JobView> {
     const found = await this.withRedis(() => this.views.find(id));
-    if (!found) throw notFound(id);
+    if (!found) return this.cancelAccepted(id);
     const { view, job } = found;
     if (view.state === 'cancelled') return view;
     if (isFinal(view.state)) throw jobFinished(id, view.state);
@@ -387,6 +387,22 @@ export class ClusterService implements ApiService {
     await this.redis.publish(K.cancelChannel, id);
     const v = await this.wait(id, 10_000);
     return v ?? view;
+  }
+
+  /**
+   * The cancel of a job Redis lost that this node accepted and has not queued again yet (see
+   * acceptedView): recorded cancelled as one cancelled while queued is, so that it is not queued
+   * again (it was a 404); else the job is unknown here.
+   */
+  private async cancelAccepted(id: string): Promise<JobView> {
+    const j = this.accepted.get(id);
+    if (!j || isFinal(j.state)) throw notFound(id);
+    const record: JournalJobInput = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
+    const rec: CancelledRecord = { data: { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() }, cancelledAt: Date.now() };
+    await this.redis.multi().set(K.cancelled(id), JSON.stringify(rec), 'PX', this.ttlMs).set(K.kindOf(id), j.kind, 'PX', this.ttlMs).zadd(K.cancelledIndex, rec.cancelledAt, id).exec();
+    const cancelled = this.views.cancelledView(rec);
+    this.acceptedCancelled(id, cancelled);
+    return cancelled;
   }
 
   /**
