@@ -296,6 +296,8 @@ describe.skipIf(!bin)('a job taken over by another node', () => {
     const [a, b] = holder === 'to-a' ? both : [both[1]!, both[0]!];
     await waitUntil(async () => (((await http(a!.url, 'GET', '/v1/jobs/to-1')).body.partitionsDone as number) >= 7 ? true : undefined), 30_000, `${holder} to finish 7 partitions`, 20);
     const doneOnA = (await http(a!.url, 'GET', '/v1/jobs/to-1')).body.partitionsDone as number;
+    // The other node counts the outputs the holder shared (it said 0).
+    await waitUntil(async () => (((await http(b!.url, 'GET', '/v1/jobs/to-1')).body.partitionsDone as number) >= 7 ? true : undefined), 5_000, 'the other node to count the shared outputs', 20);
     await a!.crash();
     // Taken over, its progress counts the outputs it reused (it counted only the new holder's own).
     const taken = await waitUntil(async () => {
