@@ -9,7 +9,7 @@ import { Journal, type JobState, type JournalJobInput } from '../server/journal.
 import { isFinal, type StatesPage } from '../server/progress.js';
 import type { Service } from '../server/service.js';
 import { Dispatcher } from './dispatcher.js';
-import { bullId, BULL_PRIORITY, K, PREFIX, queueName, type CancelledRecord, type JobData, type KindEntry } from './keys.js';
+import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueName, writeCancelled, type CancelledRecord, type JobData, type KindEntry } from './keys.js';
 import { Recovery } from './recovery.js';
 import { connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
 import { Registry } from './registry.js';
@@ -230,8 +230,7 @@ export class ClusterService implements ApiService {
   private acceptedView(id: string): JobView | undefined {
     const j = this.accepted.get(id);
     if (!j || isFinal(j.state)) return undefined;
-    const record = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
-    return jobView({ record, state: 'queued', submittedAt: j.submittedAt, startedAt: null, finishedAt: null, partitionsDone: 0, partitionStates: null, partitionCounts: null, resumes: 0, result: { result: null }, error: null, node: null });
+    return jobView({ record: acceptedRecord(j), state: 'queued', submittedAt: j.submittedAt, startedAt: null, finishedAt: null, partitionsDone: 0, partitionStates: null, partitionCounts: null, resumes: 0, result: { result: null }, error: null, node: null });
   }
 
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): Promise<JobView[]> {
@@ -397,9 +396,8 @@ export class ClusterService implements ApiService {
   private async cancelAccepted(id: string): Promise<JobView> {
     const j = this.accepted.get(id);
     if (!j || isFinal(j.state)) throw notFound(id);
-    const record: JournalJobInput = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
-    const rec: CancelledRecord = { data: { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() }, cancelledAt: Date.now() };
-    await this.redis.multi().set(K.cancelled(id), JSON.stringify(rec), 'PX', this.ttlMs).set(K.kindOf(id), j.kind, 'PX', this.ttlMs).zadd(K.cancelledIndex, rec.cancelledAt, id).exec();
+    const rec: CancelledRecord = { data: acceptedData(j), cancelledAt: Date.now() };
+    await writeCancelled(this.redis.multi(), rec, this.ttlMs).exec();
     const cancelled = this.views.cancelledView(rec);
     this.acceptedCancelled(id, cancelled);
     return cancelled;

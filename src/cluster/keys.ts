@@ -1,5 +1,7 @@
+import { randomUUID } from 'node:crypto';
+import type { ChainableCommander } from 'ioredis';
 import type { JobView } from '../server/api.js';
-import type { JournalJobInput } from '../server/journal.js';
+import { Journal, type JournalJobInput } from '../server/journal.js';
 import type { Priority } from '../core/index.js';
 
 /** The cluster's shared state in Redis: its key schema, what the BullMQ jobs carry, and how outputs and failures are written there. */
@@ -92,6 +94,23 @@ export interface JobData {
   hash: string;
   submittedAt: number;
   nonce: string;
+}
+
+/** The job a node's acceptance record (its `accepted` journal) holds, as it was submitted. */
+export function acceptedRecord(j: JournalJobInput): JournalJobInput {
+  return { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
+}
+
+/** What a BullMQ job (or a cancelled record) carries for a job from an acceptance record. */
+export function acceptedData(j: JournalJobInput & { submittedAt: number }): JobData {
+  const record = acceptedRecord(j);
+  return { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() };
+}
+
+/** Adds to `m` the writes that record a job cancelled while queued (K.cancelled, its kind, the index lists read), living `ttlMs`. */
+export function writeCancelled(m: ChainableCommander, rec: CancelledRecord, ttlMs: number): ChainableCommander {
+  const { id, kind } = rec.data.record;
+  return m.set(K.cancelled(id), JSON.stringify(rec), 'PX', ttlMs).set(K.kindOf(id), kind, 'PX', ttlMs).zadd(K.cancelledIndex, rec.cancelledAt, id);
 }
 
 /** A result as BullMQ keeps it (`returnvalue`): bytes as base64, marked. */

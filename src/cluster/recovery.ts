@@ -7,7 +7,7 @@ import type { JobView } from '../server/api.js';
 import { Journal, type JournalJobInput } from '../server/journal.js';
 import { isFinal } from '../server/progress.js';
 import type { Service } from '../server/service.js';
-import { bullId, BULL_PRIORITY, K, type CancelledRecord, type JobData } from './keys.js';
+import { acceptedData, bullId, BULL_PRIORITY, K, writeCancelled, type CancelledRecord, type JobData } from './keys.js';
 import type { ClusterViews } from './views.js';
 
 /** The most accepted jobs one sweep looks at (the oldest first). */
@@ -148,8 +148,7 @@ export class Recovery {
 
   /** Queues again a job Redis lost, as it was submitted (BullMQ keeps the first of two adds of one id). */
   private async requeue(j: JournalJobInput & { submittedAt: number }): Promise<void> {
-    const record: JournalJobInput = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
-    const data: JobData = { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() };
+    const data = acceptedData(j);
     const ttl = { age: this.d.ttlMs / 1000 };
     await this.d.redis.set(K.kindOf(j.id), j.kind, 'NX');
     await this.d.queueOf(j.kind).add('job', data, { jobId: bullId(j.id), priority: BULL_PRIORITY[j.priority], attempts: 1, removeOnComplete: ttl, removeOnFail: ttl });
@@ -173,9 +172,8 @@ export class Recovery {
       if (this.d.closing()) return n;
       if (await this.d.views.find(j.id)) continue;
       n++;
-      const record: JournalJobInput = { id: j.id, kind: j.kind, priority: j.priority, partitions: j.partitions, input: j.input, deadline: j.deadline };
-      const rec: CancelledRecord = { data: { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() }, cancelledAt: j.finishedAt ?? Date.now() };
-      await this.d.redis.multi().set(K.cancelled(j.id), JSON.stringify(rec), 'PX', this.d.ttlMs).set(K.kindOf(j.id), j.kind, 'PX', this.d.ttlMs).zadd(K.cancelledIndex, rec.cancelledAt, j.id).exec();
+      const rec: CancelledRecord = { data: acceptedData(j), cancelledAt: j.finishedAt ?? Date.now() };
+      await writeCancelled(this.d.redis.multi(), rec, this.d.ttlMs).exec();
     }
     return n;
   }
