@@ -8,7 +8,7 @@ import { resolveScenario } from '../sim/load-scenario.js';
 import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js';
 import { BENCH_SCENARIOS, SCENARIOS } from '../sim/scenarios.js';
 import { simulate, type SimResult } from '../sim/simulator.js';
-import { meanMs, type Dist, type Scenario } from '../sim/scenario.js';
+import { meanMs, oversizeKinds, type Dist, type Scenario } from '../sim/scenario.js';
 import { measureSpeed } from '../sim/speed.js';
 import { toChromeTrace } from '../report/chrome-trace.js';
 import { renderHtmlReport } from '../report/report-html.js';
@@ -181,14 +181,7 @@ function scenarioWarnings(s: Scenario): string[] {
     check(`kinds.${name}.service`, k.service);
   }
   s.devices.forEach((d, i) => check(`devices[${i}].service`, d.service));
-  const budget = s.budgetBytes;
-  if (budget !== undefined) {
-    for (const kind of new Set(s.arrivals.map((a) => a.kind))) {
-      const m = s.kinds[kind]?.memory;
-      const need = m ? Math.max(m.prepareBytes, m.deviceBytes) : 0;
-      if (need > budget) out.push(`budgetBytes is ${budget} bytes, less than one ${kind} partition reserves (${need} bytes): every ${kind} job fails E_OVERSIZE — budgetBytes is in bytes (e.g. 412316860416 for 384 GiB)`);
-    }
-  }
+  for (const { kind, needBytes } of oversizeKinds(s)) out.push(`budgetBytes is ${s.budgetBytes} bytes, less than one ${kind} partition reserves (${needBytes} bytes): every ${kind} job fails E_OVERSIZE — budgetBytes is in bytes (e.g. 412316860416 for 384 GiB)`);
   return out;
 }
 

@@ -5,7 +5,7 @@ import { fitRun, NO_BUDGET_NOTE, PlanError, type FitReport } from '../plan/fit.j
 import { sweep } from '../plan/parallel.js';
 import { applySetting, close, configLines, frontier, planGrid, recommend, settle, type PlanRow } from '../plan/sweep.js';
 import { resolveScenario } from '../sim/load-scenario.js';
-import { parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
+import { oversizeKinds, parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
 import { fromChromeTrace } from '../report/chrome-trace.js';
 import { renderPlanHtml } from '../report/plan-html.js';
 import { checkOutputFile, UsageError, writeOutputFile, type Io } from './commands.js';
@@ -58,12 +58,10 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
     writeOutputFile('--scenario-out', flags.scenarioOut, `${JSON.stringify(scenario, null, 2)}\n`, io);
   }
   // A budget below one partition of a kind that arrives: every job of that kind would fail (no setting can help).
-  if (scenario.budgetBytes !== undefined) {
-    for (const kind of new Set(scenario.arrivals.map((a) => a.kind))) {
-      const m = scenario.kinds[kind]?.memory;
-      const need = m ? Math.max(m.prepareBytes, m.deviceBytes) : 0;
-      if (need > scenario.budgetBytes) throw new UsageError(`${budgetBytes === undefined ? "the scenario's budgetBytes" : '--budget-bytes'} (${bytes(scenario.budgetBytes)}) is less than one ${kind} partition reserves (${bytes(need)}): every ${kind} job would fail E_OVERSIZE — give the machine's memory in bytes, e.g. 412316860416 for 384 GiB`);
-    }
+  const [oversize] = oversizeKinds(scenario);
+  if (oversize) {
+    const { kind, needBytes } = oversize;
+    throw new UsageError(`${budgetBytes === undefined ? "the scenario's budgetBytes" : '--budget-bytes'} (${bytes(scenario.budgetBytes as number)}) is less than one ${kind} partition reserves (${bytes(needBytes)}): every ${kind} job would fail E_OVERSIZE — give the machine's memory in bytes, e.g. 412316860416 for 384 GiB`);
   }
   const seeds = Array.from({ length: seedCount }, (_, i) => scenario.seed + i);
   // The scenario's own setting first: its peak memory sizes the budgets. With no budget and no

@@ -269,6 +269,17 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
   return s;
 }
 
+/** The arriving kinds one partition of which reserves more than the scenario's budget (every job of them fails E_OVERSIZE), with the bytes it reserves. */
+export function oversizeKinds(s: Scenario): { kind: string; needBytes: number }[] {
+  const budget = s.budgetBytes;
+  if (budget === undefined) return [];
+  return [...new Set(s.arrivals.map((a) => a.kind))].flatMap((kind) => {
+    const m = s.kinds[kind]?.memory;
+    const needBytes = m ? Math.max(m.prepareBytes, m.deviceBytes) : 0;
+    return needBytes > budget ? [{ kind, needBytes }] : [];
+  });
+}
+
 /** Workers per device, devices expanded from their groups. */
 export function deviceWorkers(s: Scenario): number[] {
   return s.devices.flatMap((g) => Array.from({ length: g.count }, () => g.workers));
