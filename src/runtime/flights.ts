@@ -156,15 +156,24 @@ export class Flights<I, P, O, R> {
     }
     /** The items still in this batch (not withdrawn, not yet answered). */
     const live = () => entries.filter((e) => this.flights.get(e.item.id) === e.f && !e.f.controller.signal.aborted);
-    const failed = (reason: string) => {
+    /** Fails the items still in it (`abort`: their signals fire too, as a timeout's do). */
+    const failed = (reason: string, abort = false) => {
       const still = live();
-      for (const e of still) this.flights.delete(e.item.id);
+      for (const e of still) {
+        this.flights.delete(e.item.id);
+        if (abort) e.f.controller.abort(new StokerError('E_PREPARE_FAILED', reason));
+      }
       if (still.length > 0) this.apply({ type: 'prepareBatchFailed', time: this.clock.now(), batch, reason });
       else this.syncPool();
     };
+    // Past the timeout the batch fails as a whole (its items are prepared again, alone); what it returns later is released.
+    const timer = Number.isFinite(this.prepareTimeoutMs)
+      ? this.clock.schedule(() => failed(`no preparation batch within the preparation timeout, ${this.prepareTimeoutMs} ms (the runtime's prepareTimeoutMs; engine.prepareTimeoutS in a service config)`, true), this.prepareTimeoutMs)
+      : undefined;
     const started = this.clock.now();
     settled(() => prepareBatch.call(this.workload, tasks)).then(
       (results) => {
+        if (timer !== undefined) this.clock.cancel(timer);
         const ok = Array.isArray(results) && results.length === tasks.length;
         const wrong = ok ? results.findIndex((r) => typeof r !== 'object' || r === null || !('prepared' in r || 'error' in r)) : -1;
         if (!ok || wrong >= 0) {
@@ -190,7 +199,10 @@ export class Flights<I, P, O, R> {
         if (still.size === 0) return this.syncPool();
         this.apply({ type: 'prepareBatchDone', time: this.clock.now(), batch, latencyMs: this.clock.now() - started, ...(bad.length ? { failed: bad } : {}) });
       },
-      (e: unknown) => failed(errorMessage(e)),
+      (e: unknown) => {
+        if (timer !== undefined) this.clock.cancel(timer);
+        failed(errorMessage(e));
+      },
     );
   }
 

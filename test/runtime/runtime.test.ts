@@ -391,6 +391,9 @@ class BatchWorkload extends FakeWorkload {
   batches: number[] = [];
   failItem: (t: DeviceTask<number, { value: number }>) => boolean = () => false;
   failBatch = false;
+  /** The next batch of several never answers (until its signals fire). */
+  hangBatch = false;
+  aborted = 0;
   private readonly c: ManualClock;
 
   constructor(clock: ManualClock) {
@@ -496,6 +499,9 @@ class PrepareBatchWorkload extends FakeWorkload {
   readonly groups: number[] = [];
   failItem: (t: PartitionTask<number>) => boolean = () => false;
   failBatch = false;
+  /** The next batch of several never answers (until its signals fire). */
+  hangBatch = false;
+  aborted = 0;
   private readonly c: ManualClock;
   constructor(clock: ManualClock) {
     super(clock);
@@ -506,6 +512,11 @@ class PrepareBatchWorkload extends FakeWorkload {
     this.groups.push(tasks.length);
     const whole = this.failBatch && tasks.length > 1;
     if (whole) this.failBatch = false;
+    if (this.hangBatch && tasks.length > 1) {
+      this.hangBatch = false;
+      for (const t of tasks) t.signal.addEventListener('abort', () => this.aborted++);
+      return new Promise(() => {});
+    }
     return new Promise((resolve, reject) => {
       this.c.schedule(() => {
         if (whole) return reject(new Error('synthesis ran out of memory'));
@@ -522,10 +533,10 @@ class PrepareBatchWorkload extends FakeWorkload {
 }
 
 describe('Runtime with preparation batches', () => {
-  function groupSetup(retries = 0, maxWaitMs = 0) {
+  function groupSetup(retries = 0, maxWaitMs = 0, prepareTimeoutMs = Infinity) {
     const clock = new ManualClock();
     const workload = new PrepareBatchWorkload(clock);
-    const rt = new Runtime({ workload, devices: [{ workers: 1 }], kinds: { k: { prepareBatch: { maxItems: 4, maxWaitMs } } }, pacer: 'unpaced', maxPreparing: 1, clock, retries });
+    const rt = new Runtime({ workload, devices: [{ workers: 1 }], kinds: { k: { prepareBatch: { maxItems: 4, maxWaitMs } } }, pacer: 'unpaced', maxPreparing: 1, clock, retries, prepareTimeoutMs });
     const run = async (ms: number, step = 5) => {
       for (let t = 0; t < ms; t += step) {
         clock.advance(step);
@@ -573,6 +584,21 @@ describe('Runtime with preparation batches', () => {
     await expect(p).resolves.toBe(30 + 3);
     expect(workload.groups).toEqual([3, 1, 1, 1]);
     expect(workload.held).toBe(0);
+  });
+
+  it('a batch past prepareTimeoutMs fails whole (its signals fire): each item is prepared again alone, and the job still completes', async () => {
+    // (A batch of n takes 50 + 10·n ms here; alone, 60 ms.)
+    const { rt, run, workload } = groupSetup(0, 0, 200);
+    workload.hangBatch = true;
+    const p = rt.submit(job('a', 3), 1);
+    await run(195);
+    expect(workload.aborted).toBe(0);
+    await run(600);
+    await expect(p).resolves.toBe(30 + 3);
+    expect(workload.aborted).toBe(3);
+    expect(workload.groups).toEqual([3, 1, 1, 1]);
+    expect(workload.held).toBe(0);
+    expect(rt.engine.budget.used).toBe(0);
   });
 
   it('a cancelled job: its prepared values are released when the batch answers', async () => {
