@@ -9,7 +9,7 @@ import { Journal, type JobState, type JournalJobInput } from '../server/journal.
 import { isFinal, type StatesPage } from '../server/progress.js';
 import type { Service } from '../server/service.js';
 import { Dispatcher } from './dispatcher.js';
-import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueName, writeCancelled, type CancelledRecord, type JobData, type KindEntry } from './keys.js';
+import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueName, writeCancelled, type CancelledRecord, type JobData, type KindEntry, type RunningRecord } from './keys.js';
 import { Recovery } from './recovery.js';
 import { connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
 import { Registry } from './registry.js';
@@ -324,6 +324,17 @@ export class ClusterService implements ApiService {
       if (!j) continue;
       const v = await this.views.viewOf(j);
       if (want.has(v.state)) views.push(v);
+    }
+    // The jobs a node still runs that Redis lost (see K.running): no queue holds them.
+    if (want.has('running')) {
+      const listed = new Set(views.map((v) => v.id));
+      const keys: string[] = [];
+      for await (const batch of this.redis.scanStream({ match: K.running('*'), count: 200 }) as AsyncIterable<string[]>) keys.push(...batch);
+      const raws = keys.length === 0 ? [] : await this.redis.mget(keys);
+      for (const raw of raws) {
+        const rec = raw === null ? undefined : (JSON.parse(raw) as RunningRecord);
+        if (rec && !listed.has(rec.data.record.id)) views.push(this.views.runningView(rec));
+      }
     }
     if (want.has('cancelled')) {
       await this.redis.zremrangebyscore(K.cancelledIndex, '-inf', Date.now() - this.ttlMs);

@@ -78,7 +78,7 @@ export class ClusterViews {
   }
 
   /** A job a node still runs that Redis lost (see K.running): its partitions from the holder when that is this node. */
-  private runningView(rec: RunningRecord, page?: StatesPage): JobView {
+  runningView(rec: RunningRecord, page?: StatesPage): JobView {
     const localView = this.d.isHeld(rec.data.record.id) ? this.d.local.job(rec.data.record.id, page) : undefined;
     return jobView({
       record: rec.data.record,

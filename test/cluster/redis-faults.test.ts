@@ -175,6 +175,11 @@ describe.skipIf(!bin)('jobs running when Redis loses its data', () => {
     // Past the accepting node's 4 s wait for every node to republish: still running where they ran.
     await new Promise((r) => setTimeout(r, 6500));
     for (const [i, id] of ids.entries()) expect((await http(b.url, 'GET', `/v1/jobs/${id}`)).body, id).toMatchObject({ state: 'running', node: nodes[i] });
+    // And listed as running on every node (no queue holds them now: a list left them out).
+    for (const n of [a, b]) {
+      const listed = (await http(n.url, 'GET', '/v1/jobs?state=running')).body as unknown as { id: string; node: string }[];
+      expect(listed.map((j) => `${j.id}@${j.node}`).sort()).toEqual(ids.map((id, i) => `${id}@${nodes[i]}`).sort());
+    }
     for (const [i, id] of ids.entries()) {
       for (const n of [a, b]) {
         const r = await waitUntil(async () => {
