@@ -59,26 +59,39 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
     }
   };
   // The snapshot as the pacer sees it: a field it does not have is an error naming it (a misspelt
-  // one read undefined, its arithmetic NaN, and the run stalled without a word).
-  const views = new WeakMap<ReadonlySnapshot, ReadonlySnapshot>();
-  const view = (s: ReadonlySnapshot): ReadonlySnapshot => {
-    let v = views.get(s);
+  // one read undefined, its arithmetic NaN, and the run stalled without a word), and it is read-only
+  // through and through: a write is an error naming the field (one wrote snapshot.waiting = 0: the
+  // engine's own counter, which then read 0 for the measures, or crashed the engine on a device's).
+  const views = new WeakMap<object, object>();
+  const refuse = (path: string): never => {
+    const e = o.error(`the pacer ${o.origin} wrote ${path}: the snapshot is the engine's own counters, read-only; keep what you compute in the pacer (copy the snapshot with { ...snapshot } to change a copy)`);
+    own.add(e);
+    throw e;
+  };
+  const readOnly = <T extends object>(target: T, path: string, top: boolean): T => {
+    let v = views.get(target) as T | undefined;
     if (!v) {
-      v = new Proxy(s, {
+      v = new Proxy(target, {
         get: (t, k, r) => {
-          if (typeof k === 'string' && !(k in t) && k !== 'toJSON' && k !== 'then') {
+          if (top && typeof k === 'string' && !(k in t) && k !== 'toJSON' && k !== 'then') {
             const near = suggest(k, Object.keys(t));
             const e = o.error(`the pacer ${o.origin} read snapshot.${k}, which a snapshot does not have${near ? ` (did you mean ${near}?)` : ''}: its fields are ${Object.keys(t).join(', ')}`);
             own.add(e);
             throw e;
           }
-          return Reflect.get(t, k, r) as unknown;
+          const value = Reflect.get(t, k, r) as unknown;
+          if (typeof value !== 'object' || value === null || typeof k !== 'string') return value;
+          return readOnly(value, Array.isArray(t) ? `${path}[${k}]` : `${path}.${k}`, false);
         },
+        set: (t, k) => refuse(Array.isArray(t) ? `${path}[${String(k)}]` : `${path}.${String(k)}`),
+        defineProperty: (t, k) => refuse(Array.isArray(t) ? `${path}[${String(k)}]` : `${path}.${String(k)}`),
+        deleteProperty: (t, k) => refuse(`${path}.${String(k)} (a delete)`),
       });
-      views.set(s, v);
+      views.set(target, v);
     }
     return v;
   };
+  const view = (s: ReadonlySnapshot): ReadonlySnapshot => readOnly(s, 'snapshot', true);
   /** A time it returned: a number, Infinity for none (NaN or another type once stalled a run silently). */
   const time = (method: string, v: unknown): number => {
     if (typeof v !== 'number' || Number.isNaN(v)) throw o.error(`the pacer ${o.origin}: ${method}(snapshot) must return a time in ms (a number; Infinity for none) (got ${shown(v)})`);

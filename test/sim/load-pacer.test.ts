@@ -86,6 +86,29 @@ describe('user pacer modules: the optional methods', () => {
     expect(() => cloning.observe(real)).toThrow(/could not be cloned.* — the snapshot is a checked view of the engine’s counters: copy it with \{ \.\.\.snapshot \}/);
   });
 
+  it("a write to the snapshot, at any depth, is an error naming the field (one set snapshot.waiting = 0: the engine's own counter, read by the measures)", async () => {
+    const real = new Engine({ devices: [{ workers: 2 }], pacer: createPacer('unpaced') }).snapshot;
+    for (const [i, body, field] of [
+      [0, 's.waiting = 0', 'snapshot.waiting'],
+      [1, 's.devices[0].busy = 0', 'snapshot.devices[0].busy'],
+      [2, 's.devices.push({})', 'snapshot.devices[1]'],
+      [3, 'delete s.now', 'snapshot.now (a delete)'],
+      [4, 'Object.assign(s, { workers: 99 })', 'snapshot.workers'],
+    ] as const) {
+      const pacer = (await resolvePacer(tmp.file(`writes-${i}.mjs`, `export default () => ({ observe(s) { ${body}; }, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n`)))({});
+      expect(() => pacer.observe(real), body).toThrow(PacerModuleError);
+      expect(() => pacer.observe(real), body).toThrow(`writes-${i}.mjs wrote ${field}: the snapshot is the engine's own counters, read-only`);
+    }
+    expect(real.waiting).toBe(0);
+    expect(real.workers).toBe(2);
+    expect(real.devices.length).toBe(1);
+    expect(real.devices[0]?.busy).toBe(0);
+    // Reads at any depth, and copies of it, are as they were.
+    const copies = (await resolvePacer(tmp.file('copies.mjs', 'export default () => ({ observe(s) { const c = { ...s, devices: s.devices.map((d) => ({ ...d })) }; c.waiting = 5; c.devices[0].busy = 1; this.n = s.devices[0].workers; }, nextDispatchAt(s) { return s.now + this.n; }, onDispatch() {} });\n')))({});
+    copies.observe(real);
+    expect(copies.nextDispatchAt(real)).toBe(real.now + 2);
+  });
+
   it('what a method throws names the module and the method', async () => {
     const create = await resolvePacer(tmp.file('throws.mjs', "export default () => ({ observe() { throw new Error('pacer bug'); }, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n"));
     const pacer = create({});
