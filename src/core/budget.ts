@@ -1,3 +1,4 @@
+import { shown } from './checks.js';
 import { StokerError } from './errors.js';
 
 /**
@@ -12,8 +13,8 @@ export class MemoryBudget {
 
   /** @param totalBytes the whole budget; `Infinity` for none. */
   constructor(readonly totalBytes: number) {
-    if (!(totalBytes >= 0)) {
-      throw new StokerError('E_INVALID_OPTION', `budgetBytes must be a number ≥ 0 or Infinity (got ${String(totalBytes)})`);
+    if (typeof totalBytes !== 'number' || !(totalBytes >= 0)) {
+      throw new StokerError('E_INVALID_OPTION', `budgetBytes must be a number ≥ 0 or Infinity (got ${shown(totalBytes)})`);
     }
   }
 

@@ -1,4 +1,5 @@
 import { MemoryBudget } from './budget.js';
+import { checkKeys, shown } from './checks.js';
 import { StokerError } from './errors.js';
 import { IndexedHeap, type HeapNode } from './heap.js';
 import type { DeviceCounters, KindCounters, Pacer, PacerSnapshot, ReadonlySnapshot } from './pacer.js';
@@ -44,6 +45,11 @@ export interface KindSpec {
    */
   prepareBatch?: BatchSpec;
 }
+
+/** The fields each object given to the engine may have: any other is misspelt (read as absent, silently). */
+const ENGINE_OPTIONS = ['devices', 'kinds', 'pacer', 'budgetBytes', 'maxPreparing', 'retries'] as const satisfies readonly (keyof EngineOptions)[];
+const DEVICE_OPTIONS = ['workers', 'name', 'kinds', 'batch'] as const satisfies readonly (keyof DeviceSpec)[];
+const JOB_FIELDS = ['id', 'kind', 'priority', 'partitions', 'memory', 'deadline', 'partitionNumbers'] as const satisfies readonly (keyof JobSpec)[];
 
 export interface EngineOptions {
   /** The accelerators: one entry per device. */
@@ -259,12 +265,20 @@ export class Engine {
   }
 
   constructor(options: EngineOptions) {
+    if (typeof options !== 'object' || options === null) throw new StokerError('E_INVALID_OPTION', 'the Engine takes options: { devices: [{ workers: 2 }], pacer: createPacer(\'stoker\') }');
+    checkKeys(options, ENGINE_OPTIONS, '', 'the Engine options', 'E_INVALID_OPTION');
     if (!Array.isArray(options.devices) || options.devices.length === 0) {
       throw new StokerError('E_INVALID_OPTION', 'devices must list at least one device, e.g. [{ workers: 2 }]');
     }
+    const pacer = options.pacer as Partial<Pacer> | undefined;
+    if (typeof pacer !== 'object' || pacer === null || typeof pacer.observe !== 'function' || typeof pacer.nextDispatchAt !== 'function' || typeof pacer.onDispatch !== 'function') {
+      throw new StokerError('E_INVALID_OPTION', `pacer must be a pacer object (got ${pacer === undefined ? 'none' : shown(pacer)}): give one, e.g. createPacer('stoker'), or a checkedPacer of your own`);
+    }
     options.devices.forEach((d, i) => {
+      if (typeof d !== 'object' || d === null) throw new StokerError('E_INVALID_OPTION', `devices[${i}] must be an object such as { workers: 2 } (got ${shown(d)})`);
+      checkKeys(d, DEVICE_OPTIONS, `devices[${i}].`, 'a device', 'E_INVALID_OPTION');
       if (!Number.isInteger(d.workers) || d.workers < 1) {
-        throw new StokerError('E_INVALID_OPTION', `devices[${i}].workers must be an integer ≥ 1 (got ${String(d.workers)})`);
+        throw new StokerError('E_INVALID_OPTION', `devices[${i}].workers must be an integer ≥ 1 (got ${shown(d.workers)})`);
       }
       if (d.kinds !== undefined && (!Array.isArray(d.kinds) || d.kinds.some((k) => typeof k !== 'string'))) {
         throw new StokerError('E_INVALID_OPTION', `devices[${i}].kinds must be an array of kind names, or absent for every kind`);
@@ -277,6 +291,7 @@ export class Engine {
     const prepSpecs = new Map<string, { maxItems: number; maxWaitMs: number }>();
     for (const [name, k] of Object.entries(kinds)) {
       if (typeof k !== 'object' || k === null) throw new StokerError('E_INVALID_OPTION', `kinds.${name} must be an object such as { prepareBatch: { maxItems: 4, maxWaitMs: 10000 } }`);
+      checkKeys(k, ['prepareBatch'], `kinds.${name}.`, 'a kind', 'E_INVALID_OPTION');
       if (k.prepareBatch === undefined) continue;
       checkBatch(k.prepareBatch, `kinds.${name}.prepareBatch`, '{ maxItems: 4, maxWaitMs: 10000 }');
       prepSpecs.set(name, { maxItems: k.prepareBatch.maxItems, maxWaitMs: k.prepareBatch.maxWaitMs ?? 0 });
@@ -286,17 +301,16 @@ export class Engine {
     this.holding = options.devices.map(() => -1);
     this.deviceKinds = options.devices.some((d) => d.kinds !== undefined) ? options.devices.map((d) => (d.kinds === undefined ? null : new Set(d.kinds))) : null;
     const maxPreparing = options.maxPreparing ?? Infinity;
-    if (!(maxPreparing >= 1)) {
-      throw new StokerError('E_INVALID_OPTION', `maxPreparing must be ≥ 1 or Infinity (got ${String(maxPreparing)})`);
+    if (typeof maxPreparing !== 'number' || !(maxPreparing >= 1)) {
+      throw new StokerError('E_INVALID_OPTION', `maxPreparing must be a number ≥ 1 or Infinity (got ${shown(maxPreparing)})`);
     }
     this.maxPreparing = maxPreparing;
     const retries = options.retries ?? 0;
     if (!Number.isInteger(retries) || retries < 0) {
-      throw new StokerError('E_INVALID_OPTION', `retries must be an integer ≥ 0 (got ${String(retries)})`);
+      throw new StokerError('E_INVALID_OPTION', `retries must be an integer ≥ 0 (got ${shown(retries)})`);
     }
     this.retries = retries;
     this.pacer = options.pacer;
-    const pacer = options.pacer;
     this.workerLimit = typeof pacer.workerLimit === 'function' ? (d) => pacer.workerLimit?.(d) ?? Infinity : null;
     this.budget = new MemoryBudget(options.budgetBytes ?? Infinity);
     this.deviceNames = options.devices.map((d, i) => (d.name === undefined ? String(i) : JSON.stringify(d.name)));
@@ -408,7 +422,7 @@ export class Engine {
    */
   apply(event: EngineEvent): Command[] {
     if (typeof event?.time !== 'number' || !Number.isFinite(event.time)) {
-      throw new StokerError('E_INVALID_EVENT', `event.time must be a finite number of ms (got ${event === null || typeof event !== 'object' ? `an event of ${String(event)}` : String(event.time)})`);
+      throw new StokerError('E_INVALID_EVENT', `event.time must be a finite number of ms (got ${event === null || typeof event !== 'object' ? `an event of ${String(event)}` : shown(event.time)})`);
     }
     if (!(event.time >= this.now)) {
       throw new StokerError('E_TIME_BACKWARDS', `event time ${String(event.time)} is before the engine's time ${this.now}: feed events in time order`);
@@ -461,7 +475,7 @@ export class Engine {
         this.worker(event.device, event.worker);
         return undefined;
       case 'memoryHeld':
-        if (!(event.bytes >= 0) || !Number.isFinite(event.bytes)) throw new StokerError('E_INVALID_EVENT', `memoryHeld.bytes must be a finite number ≥ 0 (got ${String(event.bytes)})`);
+        if (!(event.bytes >= 0) || !Number.isFinite(event.bytes)) throw new StokerError('E_INVALID_EVENT', `memoryHeld.bytes must be a finite number ≥ 0 (got ${shown(event.bytes)})`);
         return undefined;
       case 'batchDone':
         checkMeasure(event.busyMs, 'batchDone.busyMs');
@@ -876,8 +890,10 @@ export class Engine {
   }
 
   private worker(device: number, worker: number): Worker {
-    const w = this.workers[device]?.[worker];
-    if (!w) throw new StokerError('E_INVALID_EVENT', `no worker ${worker} on device ${device}: devices have ${this.workers.map((d) => d.length).join(', ')} workers`);
+    const ws = Number.isInteger(device) ? this.workers[device] : undefined;
+    if (!ws) throw new StokerError('E_INVALID_EVENT', `no device ${shown(device)}: devices are numbered 0 to ${this.workers.length - 1}`);
+    const w = Number.isInteger(worker) ? ws[worker] : undefined;
+    if (!w) throw new StokerError('E_INVALID_EVENT', `no worker ${shown(worker)} on device ${device}: it has workers 0 to ${ws.length - 1}`);
     return w;
   }
 
@@ -1323,10 +1339,11 @@ function countLive(job: Job, c: LiveCounts): LiveCounts {
 /** Checks a batch spec (`where`: its option path, `example`: a valid one for the error). */
 function checkBatch(b: BatchSpec, where: string, example: string): void {
   if (typeof b !== 'object' || b === null || !Number.isInteger(b.maxItems) || b.maxItems < 1) {
-    throw new StokerError('E_INVALID_OPTION', `${where}.maxItems must be an integer ≥ 1 (got ${String((b as Partial<BatchSpec> | null)?.maxItems)}), e.g. ${example}`);
+    throw new StokerError('E_INVALID_OPTION', `${where}.maxItems must be an integer ≥ 1 (got ${shown((b as Partial<BatchSpec> | null)?.maxItems)}), e.g. ${example}`);
   }
+  checkKeys(b, ['maxItems', 'maxWaitMs'], `${where}.`, 'a batch', 'E_INVALID_OPTION');
   if (b.maxWaitMs !== undefined && !(typeof b.maxWaitMs === 'number' && b.maxWaitMs >= 0 && Number.isFinite(b.maxWaitMs))) {
-    throw new StokerError('E_INVALID_OPTION', `${where}.maxWaitMs must be a finite number of ms ≥ 0 (got ${String(b.maxWaitMs)})`);
+    throw new StokerError('E_INVALID_OPTION', `${where}.maxWaitMs must be a finite number of ms ≥ 0 (got ${shown(b.maxWaitMs)})`);
   }
 }
 
@@ -1342,7 +1359,7 @@ function checkItemId(item: unknown, type: string): void {
 
 /** A measure a driver reports (a busy time, a latency): absent, or a finite number ≥ 0 (a negative or NaN one would corrupt every estimate made from it). */
 function checkMeasure(ms: number | undefined, field: string): void {
-  if (ms !== undefined && !(ms >= 0 && Number.isFinite(ms))) throw new StokerError('E_INVALID_EVENT', `${field} must be a finite number ≥ 0 in ms, or absent for the time the engine saw (got ${String(ms)})`);
+  if (ms !== undefined && !(ms >= 0 && Number.isFinite(ms))) throw new StokerError('E_INVALID_EVENT', `${field} must be a finite number ≥ 0 in ms, or absent for the time the engine saw (got ${shown(ms)})`);
 }
 
 function checkFailed(failed: unknown, type: string, items: readonly Item[] | undefined, batch: number): void {
@@ -1361,7 +1378,7 @@ function invalid(field: string, problem: string): StokerError {
 
 function bytes(v: unknown, field: string): number {
   if (v === undefined) return 0;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw invalid(field, `must be a whole number of bytes ≥ 0 (got ${JSON.stringify(v)})`);
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw invalid(field, `must be a whole number of bytes ≥ 0 (got ${shown(v)})`);
   return v;
 }
 
@@ -1373,19 +1390,22 @@ function partitionOf(item: Item): number {
 /** Checks a job spec and fills in defaults; errors name the field and the fix. */
 export function normalizeJob(spec: JobSpec): NormalJob {
   if (typeof spec !== 'object' || spec === null) throw new StokerError('E_INVALID_JOB', 'job must be an object with id, kind and partitions');
-  if (typeof spec.id !== 'string' || spec.id.length === 0 || spec.id.length > 256) throw invalid('id', `must be a non-empty string of at most 256 characters (got ${JSON.stringify(spec.id)})`);
-  if (typeof spec.kind !== 'string' || spec.kind.length === 0) throw invalid('kind', `must be a non-empty string naming the workload (got ${JSON.stringify(spec.kind)})`);
+  checkKeys(spec, JOB_FIELDS, 'job.', 'a job', 'E_INVALID_JOB');
+  if (spec.memory !== undefined && (typeof spec.memory !== 'object' || spec.memory === null)) throw invalid('memory', `must be { prepareBytes, deviceBytes }, or absent (got ${shown(spec.memory)})`);
+  if (spec.memory) checkKeys(spec.memory, ['prepareBytes', 'deviceBytes'], 'job.memory.', 'job.memory', 'E_INVALID_JOB');
+  if (typeof spec.id !== 'string' || spec.id.length === 0 || spec.id.length > 256) throw invalid('id', `must be a non-empty string of at most 256 characters (got ${shown(spec.id)})`);
+  if (typeof spec.kind !== 'string' || spec.kind.length === 0) throw invalid('kind', `must be a non-empty string naming the workload (got ${shown(spec.kind)})`);
   const priority = spec.priority ?? 'normal';
-  if (!PRIORITIES.includes(priority)) throw invalid('priority', `must be one of ${PRIORITIES.join(', ')} (got ${JSON.stringify(spec.priority)})`);
+  if (!PRIORITIES.includes(priority)) throw invalid('priority', `must be one of ${PRIORITIES.join(', ')} (got ${shown(spec.priority)})`);
   if (!Number.isInteger(spec.partitions) || spec.partitions < 1 || spec.partitions > MAX_PARTITIONS) {
-    throw invalid('partitions', `must be an integer from 1 to ${MAX_PARTITIONS} (got ${JSON.stringify(spec.partitions)})`);
+    throw invalid('partitions', `must be an integer from 1 to ${MAX_PARTITIONS} (got ${shown(spec.partitions)})`);
   }
   const memory = { prepareBytes: bytes(spec.memory?.prepareBytes, 'memory.prepareBytes'), deviceBytes: bytes(spec.memory?.deviceBytes, 'memory.deviceBytes') };
   const deadline = spec.deadline ?? Infinity;
-  if (typeof deadline !== 'number' || Number.isNaN(deadline)) throw invalid('deadline', `must be an absolute time in ms on the engine clock (got ${JSON.stringify(spec.deadline)})`);
+  if (typeof deadline !== 'number' || Number.isNaN(deadline)) throw invalid('deadline', `must be an absolute time in ms on the engine clock (got ${shown(spec.deadline)})`);
   const numbers = spec.partitionNumbers ?? null;
   if (numbers !== null && (!Array.isArray(numbers) || numbers.length !== spec.partitions || numbers.some((n) => !Number.isSafeInteger(n) || n < 0))) {
-    throw invalid('partitionNumbers', `must be ${spec.partitions} whole numbers ≥ 0, the job's own number of each partition, or absent (got ${Array.isArray(numbers) ? `${numbers.length} entries` : JSON.stringify(numbers)})`);
+    throw invalid('partitionNumbers', `must be ${spec.partitions} whole numbers ≥ 0, the job's own number of each partition, or absent (got ${Array.isArray(numbers) ? `${numbers.length} entries` : shown(numbers)})`);
   }
   return { id: spec.id, kind: spec.kind, priority, partitions: spec.partitions, memory, deadline, partitionNumbers: numbers };
 }

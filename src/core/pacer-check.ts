@@ -1,5 +1,6 @@
 /** The checks of a pacer of the user's (a module loaded by path, or an object given to the Runtime): see {@link checkedPacer}. */
 import type { Pacer, PacerMode, PacerState, ReadonlySnapshot } from './pacer.js';
+import { shown } from './checks.js';
 import { suggest } from './suggest.js';
 
 const REQUIRED = ['observe', 'nextDispatchAt', 'onDispatch'] as const;
@@ -122,11 +123,6 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
 }
 
 const MODES: readonly PacerMode[] = ['bootstrap', 'steady', 'idle', 'blocked', 'hold'];
-
-/** A value as an error shows it: numbers as they are (JSON would show NaN as null), the rest as JSON. */
-function shown(v: unknown): string {
-  return typeof v === 'number' || v === undefined || typeof v === 'function' || typeof v === 'symbol' || typeof v === 'bigint' ? String(v) : (JSON.stringify(v) ?? String(v));
-}
 
 /** A user pacer's state(), checked field by field (a wrong shape once made the settle measure read 0). */
 function checkState(st: unknown, origin: PacerOrigin): PacerState {

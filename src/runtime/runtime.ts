@@ -1,8 +1,12 @@
 import { isDeepStrictEqual } from 'node:util';
 import { checkedPacer, createPacer, Engine, OccupancyMeter, StokerError, unknownPacerOptions, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type JobSpec, type PacerState } from '../core/index.js';
+import { checkKeys, shown } from '../core/checks.js';
 import { systemClock, type Clock } from './clock.js';
 import { errorMessage, Flights, type FlightJob } from './flights.js';
 import type { RuntimeOptions, RuntimeStatus, Workload } from './workload.js';
+
+/** The Runtime's options: any other is misspelt (a `budgetbytes` was read as absent: no memory limit, silently). */
+const RUNTIME_OPTIONS = ['workload', 'devices', 'kinds', 'pacer', 'pacerOptions', 'budgetBytes', 'maxPreparing', 'retries', 'deviceTimeoutMs', 'prepareTimeoutMs', 'clock', 'timeline', 'onStep'] as const satisfies readonly (keyof RuntimeOptions<unknown, unknown, unknown, unknown>)[];
 
 export type { BatchResult, DeviceTask, PartitionTask, PrepareResult, RuntimeOptions, RuntimeStatus, Workload } from './workload.js';
 
@@ -47,14 +51,15 @@ export class Runtime<I, P, O, R> {
   private failed: StokerError | undefined;
 
   constructor(options: RuntimeOptions<I, P, O, R>) {
+    checkKeys(options, RUNTIME_OPTIONS, '', 'the Runtime options', 'E_INVALID_OPTION');
     this.workload = options.workload;
     this.clock = options.clock ?? systemClock;
     this.deviceTimeoutMs = options.deviceTimeoutMs ?? Infinity;
     const prepareTimeoutMs = options.prepareTimeoutMs ?? Infinity;
     this.timeline = options.timeline;
     this.onStep = options.onStep;
-    if (!(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be > 0 (got ${String(options.deviceTimeoutMs)})`);
-    if (!(prepareTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `prepareTimeoutMs must be > 0 (got ${String(options.prepareTimeoutMs)})`);
+    if (typeof this.deviceTimeoutMs !== 'number' || !(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be a number of ms > 0, or Infinity (got ${shown(options.deviceTimeoutMs)})`);
+    if (typeof prepareTimeoutMs !== 'number' || !(prepareTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `prepareTimeoutMs must be a number of ms > 0, or Infinity (got ${shown(options.prepareTimeoutMs)})`);
     // A pacer object of the caller's is checked as a module's is (a NaN from nextDispatchAt stalled every job silently; one without state() broke status()).
     const pacer =
       typeof options.pacer === 'object'
@@ -64,7 +69,12 @@ export class Runtime<I, P, O, R> {
     const [unknown] = typeof options.pacer === 'object' ? [] : unknownPacerOptions(options.pacer ?? 'stoker', options.pacerOptions ?? {});
     if (unknown) throw new StokerError('E_INVALID_OPTION', `pacerOptions.${unknown.option}: ${unknown.message}`);
     if (!options.workload) throw new StokerError('E_INVALID_OPTION', 'workload is missing: give the Runtime { workload: { prepare, run, finish }, devices, … } (a ThreadedWorkload, or an object of your own)');
-    if (options.devices.some((d) => d.batch) && typeof options.workload.runBatch !== 'function') {
+    if (!Array.isArray(options.devices) || options.devices.length === 0) throw new StokerError('E_INVALID_OPTION', 'devices must list at least one device, e.g. [{ workers: 2 }]');
+    if (typeof options.workload.run !== 'function' && options.devices.some((d) => !d?.batch)) {
+      throw new StokerError('E_INVALID_OPTION', 'the workload has no run(task): give it one (a device without batch runs one item at a time through it)');
+    }
+    if (typeof options.workload.finish !== 'function') throw new StokerError('E_INVALID_OPTION', "the workload has no finish(job): give it one (it makes a job's result from its partitions' outputs)");
+    if (options.devices.some((d) => d?.batch) && typeof options.workload.runBatch !== 'function') {
       throw new StokerError('E_INVALID_OPTION', 'a device has batch, but the workload has no runBatch(tasks): give it one, or leave batch out');
     }
     const grouped = Object.entries(options.kinds ?? {}).find(([, k]) => k?.prepareBatch !== undefined);

@@ -83,9 +83,11 @@ describe('Engine events: validation messages', () => {
     expectStokerError(() => d.apply({ type: 'prepareBatchDone', time: 3, batch: 0, failed }), 'E_INVALID_EVENT', /^prepareBatchDone\.failed must be an array/);
   });
 
-  it('an unknown worker lists every device’s workers', () => {
+  it('an unknown worker names its device’s workers; an unknown device says there is none (it said "no worker 0 on device 5")', () => {
     const e = new Engine({ devices: [{ workers: 2 }, { workers: 3 }], pacer });
-    expectStokerError(() => e.apply({ type: 'workerLost', time: 0, device: 0, worker: 5 }), 'E_INVALID_EVENT', /^no worker 5 on device 0: devices have 2, 3 workers$/);
+    expectStokerError(() => e.apply({ type: 'workerLost', time: 0, device: 0, worker: 5 }), 'E_INVALID_EVENT', /^no worker 5 on device 0: it has workers 0 to 1$/);
+    expectStokerError(() => e.apply({ type: 'workerLost', time: 0, device: 5, worker: 0 }), 'E_INVALID_EVENT', /^no device 5: devices are numbered 0 to 1$/);
+    expectStokerError(() => e.apply({ type: 'workerReturned', time: 0, device: '1' as never, worker: 0 }), 'E_INVALID_EVENT', /^no device "1": devices are numbered 0 to 1$/);
   });
 });
 
@@ -96,6 +98,12 @@ describe('Job validation messages say what was given', () => {
     [{ memory: { prepareBytes: 1.5 } }, 'job.memory.prepareBytes must be a whole number of bytes ≥ 0 (got 1.5)'],
     [{ memory: { deviceBytes: 'x' } }, 'job.memory.deviceBytes must be a whole number of bytes ≥ 0 (got "x")'],
     [{ deadline: '9' }, 'job.deadline must be an absolute time in ms on the engine clock (got "9")'],
+    // NaN is shown as NaN (it read null), a string quoted (it read as the number).
+    [{ partitions: NaN }, 'job.partitions must be an integer from 1 to 1000000 (got NaN)'],
+    [{ partitions: '3' }, 'job.partitions must be an integer from 1 to 1000000 (got "3")'],
+    // A misspelt field is refused (it was read as absent: a partiton count of 1, no memory held).
+    [{ partiton: 3 }, 'job.partiton is not a field of a job (did you mean partitions?): its fields are id, kind, priority, partitions, memory, deadline, partitionNumbers'],
+    [{ memory: { prepareByte: 5e12 } }, 'job.memory.prepareByte is not a field of job.memory (did you mean prepareBytes?): its fields are prepareBytes, deviceBytes'],
   ])('%j → %s', (patch, message) => {
     const e = make({});
     expectStokerError(() => e.apply({ type: 'submit', time: 0, job: { ...job('a', 1), ...patch } as JobSpec }), 'E_INVALID_JOB', new RegExp(`^${message.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`));
@@ -109,6 +117,21 @@ describe('Job validation messages say what was given', () => {
     const e = make({});
     e.apply({ type: 'submit', time: 0, job: job('a', 1, { memory: { prepareBytes: 1 } }) });
     expectStokerError(() => e.apply({ type: 'submit', time: 1, job: job('a', 1, { memory: { prepareBytes: 2 } }) }), 'E_DUPLICATE_JOB');
+  });
+});
+
+describe('Engine options: a misspelt or mistyped one is refused, naming it', () => {
+  it.each([
+    [{ budgetbytes: 5 }, 'budgetbytes is not a field of the Engine options (did you mean budgetBytes?): its fields are devices, kinds, pacer, budgetBytes, maxPreparing, retries'],
+    [{ devices: [{ workers: 1, wokers: 2 }] }, 'devices[0].wokers is not a field of a device (did you mean workers?): its fields are workers, name, kinds, batch'],
+    [{ devices: [{ workers: '2' }] }, 'devices[0].workers must be an integer ≥ 1 (got "2")'],
+    [{ devices: [{ workers: 1, batch: { maxItems: 4, maxWait: 5 } }] }, 'devices[0].batch.maxWait is not a field of a batch (did you mean maxWaitMs?): its fields are maxItems, maxWaitMs'],
+    [{ kinds: { k: { prepareBatches: { maxItems: 2 } } } }, 'kinds.k.prepareBatches is not a field of a kind (did you mean prepareBatch?): its fields are prepareBatch'],
+    [{ maxPreparing: '5' }, 'maxPreparing must be a number ≥ 1 or Infinity (got "5")'],
+    [{ budgetBytes: '5' }, 'budgetBytes must be a number ≥ 0 or Infinity (got "5")'],
+    [{ pacer: undefined }, "pacer must be a pacer object (got none): give one, e.g. createPacer('stoker'), or a checkedPacer of your own"],
+  ])('%j → %s', (patch, message) => {
+    expectStokerError(() => new Engine({ devices: [{ workers: 1 }], pacer, ...patch } as never), 'E_INVALID_OPTION', new RegExp(`^${message.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`));
   });
 });
 

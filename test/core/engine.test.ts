@@ -1006,7 +1006,7 @@ describe('Engine: workers', () => {
 
   it('an event naming a worker that does not exist throws E_INVALID_EVENT', () => {
     const e = engine();
-    expectStokerError(() => e.apply({ type: 'workerLost', time: 0, device: 1, worker: 0 }), 'E_INVALID_EVENT', /no worker 0 on device 1/);
+    expectStokerError(() => e.apply({ type: 'workerLost', time: 0, device: 1, worker: 0 }), 'E_INVALID_EVENT', /no device 1: devices are numbered 0 to 0/);
     expectStokerError(() => e.apply({ type: 'workerReturned', time: 0, device: 0, worker: 2 }), 'E_INVALID_EVENT', /no worker 2 on device 0/);
     expect(e.snapshot.workers).toBe(2);
   });

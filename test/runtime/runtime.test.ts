@@ -184,7 +184,18 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     expect(await never).toMatchObject({ code: 'E_PREPARE_FAILED', message: 'job never: partition 0 failed in preparation: no preparation within the preparation timeout, 150 ms (the runtime\'s prepareTimeoutMs; engine.prepareTimeoutS in a service config) (after 2 attempts)' });
     expect(workload.withdrawn).toBe(3);
     expect(rt.engine.budget.used).toBe(0);
-    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], prepareTimeoutMs: 0 })).toThrow(/prepareTimeoutMs must be > 0 \(got 0\)/);
+    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], prepareTimeoutMs: 0 })).toThrow(/prepareTimeoutMs must be a number of ms > 0, or Infinity \(got 0\)/);
+  });
+
+  it('refuses a misspelt or mistyped option, and a workload without run or finish, at construction (they were accepted: no memory limit, no timeout, every job failing later)', () => {
+    const workload = new FakeWorkload(new ManualClock());
+    const refused = (options: object, message: string) => expect(() => new Runtime({ workload, devices: [{ workers: 1 }], ...options } as never)).toThrow(message);
+    refused({ budgetbytes: 5 }, 'budgetbytes is not a field of the Runtime options (did you mean budgetBytes?): its fields are workload, devices, kinds, pacer, pacerOptions, budgetBytes, maxPreparing, retries, deviceTimeoutMs, prepareTimeoutMs, clock, timeline, onStep');
+    refused({ prepareTimeoutMs: '5' }, 'prepareTimeoutMs must be a number of ms > 0, or Infinity (got "5")');
+    refused({ deviceTimeoutMs: '5' }, 'deviceTimeoutMs must be a number of ms > 0, or Infinity (got "5")');
+    refused({ devices: [{ workers: 1, batchh: {} }] }, 'devices[0].batchh is not a field of a device (did you mean batch?)');
+    refused({ workload: { prepare: workload.prepare.bind(workload), finish: workload.finish.bind(workload) } }, 'the workload has no run(task): give it one');
+    refused({ workload: { prepare: workload.prepare.bind(workload), run: workload.run.bind(workload) } }, 'the workload has no finish(job): give it one');
   });
 
   it('close() lets running jobs finish within the timeout, cancels the rest, answers every waiter', async () => {
