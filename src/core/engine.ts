@@ -496,13 +496,15 @@ export class Engine {
       case 'prepareFailed':
       case 'deviceFailed':
         checkItemId(event.item, event.type);
-        if (event.final !== undefined && typeof event.final !== 'boolean') throw new StokerError('E_INVALID_EVENT', `${event.type}.final must be true, false or absent (got ${typeof event.final})`);
+        checkFinal(event.final, event.type);
+        return undefined;
+      case 'prepareBatchFailed':
+      case 'batchFailed':
+        checkFinal(event.final, event.type);
         return undefined;
       case 'cancel':
         if (event.reason !== undefined && typeof event.reason !== 'string') throw new StokerError('E_INVALID_EVENT', `cancel.reason must be a string, or absent (got ${typeof event.reason})`);
         return undefined;
-      case 'prepareBatchFailed':
-      case 'batchFailed':
       case 'drain':
       case 'tick':
         return undefined;
@@ -532,7 +534,7 @@ export class Engine {
         this.prepareBatchDone(event.batch, event.latencyMs, event.failed, out);
         break;
       case 'prepareBatchFailed':
-        this.prepareBatchFailed(event.batch, event.reason, out);
+        this.prepareBatchFailed(event.batch, event.reason, event.final === true, out);
         break;
       case 'deviceDone':
         this.deviceDone(event.item, event.attempt, event.busyMs, out);
@@ -546,7 +548,7 @@ export class Engine {
         this.batchDone(event.batch, event.busyMs, event.failed, out);
         break;
       case 'batchFailed':
-        this.batchFailed(event.batch, event.reason, out);
+        this.batchFailed(event.batch, event.reason, event.final === true, out);
         break;
       case 'workerLost':
         this.workerLost(event.device, event.worker, out);
@@ -749,15 +751,15 @@ export class Engine {
   }
 
   /**
-   * A preparation batch failed without naming its items: one item alone fails as itself; with
-   * several, each is prepared again alone (its failure then is its own), no retry spent.
+   * A preparation batch failed without naming its items: one item alone fails as itself (at once
+   * where `final`); with several, each is prepared again alone (its failure then is its own), no retry spent.
    */
-  private prepareBatchFailed(id: number, reason: string, out: Command[]): void {
+  private prepareBatchFailed(id: number, reason: string, final: boolean, out: Command[]): void {
     const a = this.answerPrep(id);
     if (!a) return;
     for (const item of a.live) {
       if (item.prepBatch !== a.b) continue; // its job ended with an earlier item's failure
-      if (a.b.items.length === 1) this.failItem(item, 'E_PREPARE_FAILED', `partition ${partitionOf(item)} failed in preparation: ${reason}`, out);
+      if (a.b.items.length === 1) this.failItem(item, 'E_PREPARE_FAILED', `partition ${partitionOf(item)} failed in preparation: ${reason}`, out, final);
       else {
         item.prepSolo = true;
         this.leavePreparing(item);
@@ -842,14 +844,14 @@ export class Engine {
    * A batch failed without naming its items: one item alone fails as itself; with several, each
    * is prepared again and runs alone (its failure then is its own), no retry spent.
    */
-  private batchFailed(id: number, reason: string, out: Command[]): void {
+  private batchFailed(id: number, reason: string, final: boolean, out: Command[]): void {
     const b = this.batches.get(id);
     if (!b) return;
     b.answered = true;
     const live = b.items.filter((it) => it.batch === b);
     for (const item of live) {
       if (item.batch !== b) continue; // its job ended with an earlier item's failure
-      if (b.items.length === 1) this.failItem(item, 'E_DEVICE_FAILED', `partition ${partitionOf(item)} failed on device ${this.deviceNames[b.device] as string}: ${reason}`, out);
+      if (b.items.length === 1) this.failItem(item, 'E_DEVICE_FAILED', `partition ${partitionOf(item)} failed on device ${this.deviceNames[b.device] as string}: ${reason}`, out, final);
       else {
         item.solo = true;
         this.leaveDevice(item);
@@ -1355,6 +1357,11 @@ function checkBatch(b: BatchSpec, where: string, example: string): void {
  */
 function checkItemId(item: unknown, type: string): void {
   if (!Number.isInteger(item)) throw new StokerError('E_INVALID_EVENT', `${type}.item must be the item's id, an integer (command.item.id), not ${typeof item === 'object' ? 'an object' : JSON.stringify(item)}`);
+}
+
+/** A failure's `final`: true, false or absent. */
+function checkFinal(final: unknown, type: string): void {
+  if (final !== undefined && typeof final !== 'boolean') throw new StokerError('E_INVALID_EVENT', `${type}.final must be true, false or absent (got ${shown(final)})`);
 }
 
 /** A measure a driver reports (a busy time, a latency): absent, or a finite number ≥ 0 (a negative or NaN one would corrupt every estimate made from it). */

@@ -74,8 +74,11 @@ export type EngineEvent =
    * preparation failed in it (the others are prepared), each `final` as prepareFailed's.
    */
   | { type: 'prepareBatchDone'; time: number; batch: number; latencyMs?: number; failed?: readonly ItemFailure[] }
-  /** A preparation batch failed without saying which items: with more than one, each is prepared again alone once before it counts as failed. */
-  | { type: 'prepareBatchFailed'; time: number; batch: number; reason: string }
+  /**
+   * A preparation batch failed without saying which items: with more than one, each is prepared
+   * again alone once before it counts as failed; one alone fails, at once where `final` (as prepareFailed's).
+   */
+  | { type: 'prepareBatchFailed'; time: number; batch: number; reason: string; final?: boolean }
   /** `busyMs`: the device time the worker measured itself; defaults to the time since startDevice. */
   | { type: 'deviceDone'; time: number; item: number; attempt: number; busyMs?: number }
   /** `final`: as prepareFailed's. */
@@ -86,8 +89,11 @@ export type EngineEvent =
    * (the others are done), each `final` as prepareFailed's.
    */
   | { type: 'batchDone'; time: number; batch: number; busyMs?: number; failed?: readonly ItemFailure[] }
-  /** A batch failed and the device did not say which items: with more than one, each runs again alone once before it counts as failed. */
-  | { type: 'batchFailed'; time: number; batch: number; reason: string }
+  /**
+   * A batch failed and the device did not say which items: with more than one, each runs again
+   * alone once before it counts as failed; one alone fails, at once where `final` (as prepareFailed's).
+   */
+  | { type: 'batchFailed'; time: number; batch: number; reason: string; final?: boolean }
   | { type: 'workerLost'; time: number; device: number; worker: number }
   | { type: 'workerReturned'; time: number; device: number; worker: number }
   /**

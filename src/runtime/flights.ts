@@ -156,14 +156,14 @@ export class Flights<I, P, O, R> {
     }
     /** The items still in this batch (not withdrawn, not yet answered). */
     const live = () => entries.filter((e) => this.flights.get(e.item.id) === e.f && !e.f.controller.signal.aborted);
-    /** Fails the items still in it (`abort`: their signals fire too, as a timeout's do). */
-    const failed = (reason: string, abort = false) => {
+    /** Fails the items still in it (`abort`: their signals fire too, as a timeout's do; `final`: an error with retry: false). */
+    const failed = (reason: string, abort = false, final = false) => {
       const still = live();
       for (const e of still) {
         this.flights.delete(e.item.id);
         if (abort) e.f.controller.abort(new StokerError('E_PREPARE_FAILED', reason));
       }
-      if (still.length > 0) this.apply({ type: 'prepareBatchFailed', time: this.clock.now(), batch, reason });
+      if (still.length > 0) this.apply({ type: 'prepareBatchFailed', time: this.clock.now(), batch, reason, ...(final ? { final } : {}) });
       else this.syncPool();
     };
     // Past the timeout the batch fails as a whole (its items are prepared again, alone); what it returns later is released.
@@ -201,7 +201,7 @@ export class Flights<I, P, O, R> {
       },
       (e: unknown) => {
         if (timer !== undefined) this.clock.cancel(timer);
-        failed(errorMessage(e));
+        failed(errorMessage(e), false, noRetry(e));
       },
     );
   }
@@ -282,10 +282,10 @@ export class Flights<I, P, O, R> {
     }
     /** The items still in this batch (not withdrawn, not yet answered). */
     const live = () => entries.filter((e) => this.flights.get(e.item.id) === e.f);
-    const failed = (reason: string) => {
+    const failed = (reason: string, final = false) => {
       const still = live();
       for (const e of still) this.land(e.item.id, e.f, new StokerError('E_DEVICE_FAILED', reason));
-      if (still.length > 0) this.apply({ type: 'batchFailed', time: this.clock.now(), batch, reason });
+      if (still.length > 0) this.apply({ type: 'batchFailed', time: this.clock.now(), batch, reason, ...(final ? { final } : {}) });
     };
     const timer = Number.isFinite(this.deviceTimeoutMs) ? this.clock.schedule(() => failed(timeoutReason(this.deviceTimeoutMs, worker)), this.deviceTimeoutMs) : undefined;
     // As with one item: the prepared data is reusable once the step settles, before the engine hears of it.
@@ -322,7 +322,7 @@ export class Flights<I, P, O, R> {
       (e: unknown) => {
         settle();
         if (live().length === 0) return this.syncPool();
-        failed(errorMessage(e));
+        failed(errorMessage(e), noRetry(e));
       },
     );
   }

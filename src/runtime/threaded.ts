@@ -248,7 +248,8 @@ export class StageThreads implements DeviceRunner {
         batch: calls.map((c, i) => ({ input: c.input, ctx: ctx(c, i), bufferBytes: c.bufferBytes })),
         ...(first.handoff ? { handoff: first.handoff } : {}),
       };
-      const reply = (await this.piscina.run(req)) as PrepareReply;
+      // (A thread death under it is isolated as a single preparation's is: see prepareTask.)
+      const reply = await this.prepareTask(req, signal);
       return (reply.batch as PrepareItemReply[]).map((r, i): PrepareResult<PreparedBuffer> => {
         const buffer = buffers[i];
         // A failed item's buffer, and one whose data went to a file, serve the next preparation.

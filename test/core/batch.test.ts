@@ -152,6 +152,22 @@ describe('Engine: batching devices', () => {
     expect(ofType(end, 'finishJob').map((c) => `${c.jobId}:${c.state}:${c.code}`)).toEqual(['a:failed:E_DEVICE_FAILED']);
   });
 
+  it('a batch failed with final: several run again alone (it may be any one of them), one alone fails its job at once, its retries unspent', () => {
+    const r = batching({ maxItems: 4 }, 1, {}, 3);
+    r.apply({ type: 'submit', time: 0, job: job('w', 1) });
+    r.prepared(1, 'w:0');
+    r.apply({ type: 'submit', time: 1, job: job('a', 2) });
+    r.prepared(2, 'a:0', 'a:1');
+    r.apply({ type: 'batchDone', time: 3, batch: 0 });
+    const out = r.apply({ type: 'batchFailed', time: 4, batch: 1, reason: 'answered 400', final: true });
+    expect(ofType(out, 'finishJob')).toEqual([]);
+    expect(ofType(out, 'startPrepare').map((c) => c.item.partition)).toEqual([0, 1]);
+    expect(batches(r.prepared(5, 'a:0', 'a:1'))).toEqual(['2:[a:0]@0/0']);
+    const end = r.apply({ type: 'batchFailed', time: 6, batch: 2, reason: 'answered 400', final: true });
+    expect(ofType(end, 'finishJob').map((c) => `${c.jobId}:${c.state} ${c.reason}`)).toEqual(['a:failed job a: partition 0 failed on device 0: answered 400']);
+    expect(() => r.apply({ type: 'batchFailed', time: 7, batch: 3, reason: 'x', final: 'yes' as never })).toThrow(/batchFailed\.final must be true, false or absent \(got "yes"\)/);
+  });
+
   it('a cancelled job leaves a batch; its worker stays busy until the last item is withdrawn', () => {
     const r = batching({ maxItems: 4 });
     r.apply({ type: 'submit', time: 0, job: job('w', 1) });

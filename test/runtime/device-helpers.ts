@@ -10,7 +10,7 @@ export function callOf<I>(t: DeviceTask<I, PreparedBuffer>): RunCall {
 }
 
 /** A one-worker Runtime (pacer unpaced, no retries) whose device batches (up to `maxItems`) through the device's runBatch; closed with `close()`. */
-export function batchingRuntimeOver<I>(device: DeviceRunner, prepare: (t: PartitionTask<I>) => Promise<PreparedBuffer>, maxItems: number, onStep?: RuntimeOptions<I, PreparedBuffer, unknown, unknown[]>['onStep']): Runtime<I, PreparedBuffer, unknown, unknown[]> {
+export function batchingRuntimeOver<I>(device: DeviceRunner, prepare: (t: PartitionTask<I>) => Promise<PreparedBuffer>, maxItems: number, onStep?: RuntimeOptions<I, PreparedBuffer, unknown, unknown[]>['onStep'], retries = 0): Runtime<I, PreparedBuffer, unknown, unknown[]> {
   const runBatch = device.runBatch?.bind(device);
   if (!runBatch) throw new Error('the device does not run batches');
   const workload: Workload<I, PreparedBuffer, unknown, unknown[]> = {
@@ -20,7 +20,7 @@ export function batchingRuntimeOver<I>(device: DeviceRunner, prepare: (t: Partit
     finish: (j) => j.outputs,
     close: () => device.close(),
   };
-  return new Runtime({ workload, devices: [{ workers: 1, batch: { maxItems } }], pacer: 'unpaced', retries: 0, ...(onStep ? { onStep } : {}) });
+  return new Runtime({ workload, devices: [{ workers: 1, batch: { maxItems } }], pacer: 'unpaced', retries, ...(onStep ? { onStep } : {}) });
 }
 
 /** A one-device Runtime (pacer unpaced, budget 10,000 bytes) with in-process preparation; closed with `close()` (which closes the device too). */

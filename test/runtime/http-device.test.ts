@@ -141,6 +141,27 @@ describe('batches on an HTTP device', () => {
     expect(sizes.reduce((a, b) => a + b, 0)).toBe(10);
   });
 
+  it('a 400 to a batch: its items run again alone (no retry spent), and the one refused alone fails its job at once (it was retried as a batch of one)', async () => {
+    const withBad: number[] = [];
+    const url = await serve((_req, body, res) => {
+      const { items } = JSON.parse(body.toString()) as { items: { job: string; partition: number }[] };
+      if (items.some((it) => it.job === 'bad')) {
+        withBad.push(items.length);
+        return res.writeHead(400, { 'content-type': 'application/json' }).end('{"error":"undecodable"}');
+      }
+      setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ results: items.map((it) => ({ output: it.partition })) })), 20);
+    });
+    const dev = new HttpDevice({ name: 'infer', workers: 1, url });
+    const rt = batchingRuntimeOver<object>(dev, async (t) => ({ meta: { p: t.partition } }), 4, undefined, 3);
+    closers.push(() => rt.close(1000));
+    const [good, bad] = await Promise.all([rt.submit(spec('good', 5), {}), failure(rt.submit(spec('bad', 1), {}))]);
+    expect(good).toEqual([0, 1, 2, 3, 4]);
+    expect(bad.message).toMatch(/^job bad: partition 0 failed on device 0: infer\/0: POST .* answered 400 Bad Request: \{"error":"undecodable"\}$/);
+    // At most once in a batch with others, then once alone.
+    expect(withBad.at(-1)).toBe(1);
+    expect(withBad.length).toBeLessThanOrEqual(2);
+  });
+
   it('an answer that is not { results } of the right length fails the whole batch, saying what to answer', async () => {
     const url = await serve((_req, _body, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"outputs":[]}'));
     const dev = new HttpDevice({ name: 'infer', workers: 1, url });

@@ -19,6 +19,7 @@ export function buffer() { return 8; }
 export async function prepareBatch(inputs, ctx) {
   await new Promise((r) => setTimeout(r, 60));
   return ctx.map((c, i) => {
+    if (inputs[i]?.exitAt === c.partition) process.exit(7);
     if (inputs[i]?.failAt === c.partition) return new Error('bad witness ' + c.partition);
     new Int32Array(c.buffer)[0] = c.partition * 7;
     return { p: c.partition, size: ctx.length, job: c.job };
@@ -71,6 +72,14 @@ describe('a kind with [kinds.NAME.prepareBatch]', () => {
     const metrics = await (await fetch(new URL('/metrics', server.url))).text();
     expect(metricValue(metrics, 'stoker_prepare_batch_items_count', { kind: 'grouped' })).toBe(pb.batches);
     expect(metricValue(metrics, 'stoker_prepare_batch_items_sum', { kind: 'grouped' })).toBe(pb.items);
+  });
+
+  it('a batch that ends its thread: the innocent partitions are prepared, and the one at fault fails its job at once, without its retries (it spent them, as a batch of one)', async () => {
+    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'x', kind: 'grouped', partitions: 4, input: { exitAt: 2 } })).status).toBe(202);
+    const x = await http(server.url, 'GET', '/v1/jobs/x/result?wait=30s');
+    expect(x.body).toMatchObject({ state: 'failed', error: { code: 'E_PREPARE_FAILED', reason: 'job x: partition 2 failed in preparation: its preparation ended its thread when it ran alone: worker exited with code: 7' } });
+    expect((await http(server.url, 'POST', '/v1/jobs', { id: 'after', kind: 'grouped', partitions: 3, input: {} })).status).toBe(202);
+    expect((await http(server.url, 'GET', '/v1/jobs/after/result?wait=30s')).body.state).toBe('done');
   });
 });
 
