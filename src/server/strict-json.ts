@@ -2,7 +2,7 @@
  * JSON for request bodies, stricter than JSON.parse: a key that appears twice in one object (JSON
  * says nothing; JSON.parse keeps the last, so two readers of one body can disagree) and the key
  * `__proto__` (it sets an object's prototype in code that merges objects) are refused, each with
- * the path of the key. Returns the value, or throws a StrictJsonError saying what to send instead.
+ * the path of the key, and so is nesting deeper than MAX_DEPTH. Returns the value, or throws a StrictJsonError saying what to send instead.
  */
 export class StrictJsonError extends Error {
   override readonly name = 'StrictJsonError';
@@ -16,6 +16,9 @@ interface Frame {
   key: string;
   index: number;
 }
+
+/** The most objects and arrays nested in one another in a body. */
+export const MAX_DEPTH = 256;
 
 const at = (path: string) => (path === '' ? '$' : `$${path}`);
 const member = (path: string, key: string) => (/^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`);
@@ -52,7 +55,10 @@ export function parseStrictJson(text: string): unknown {
       }
       i = j;
     } else if (c === '{' || c === '[') {
-      stack.push({ keys: c === '{' ? new Set() : null, path: childPath(), key: '', index: 0 });
+      const path = childPath();
+      // (Deeper, code that walks the value recursively — validation, hashing — runs out of stack: a 500.)
+      if (stack.length >= MAX_DEPTH) throw new StrictJsonError(`the body nests deeper than ${MAX_DEPTH} levels of objects and arrays at ${at(path)}: send flatter JSON`);
+      stack.push({ keys: c === '{' ? new Set() : null, path, key: '', index: 0 });
       expectKey = c === '{';
     } else if (c === '}' || c === ']') {
       stack.pop();

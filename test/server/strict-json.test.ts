@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { parseStrictJson, StrictJsonError } from '../../src/server/strict-json.js';
+import { MAX_DEPTH, parseStrictJson, StrictJsonError } from '../../src/server/strict-json.js';
 import { http, useServer } from './helpers.js';
 
 const refused = (text: string) => {
@@ -44,6 +44,14 @@ describe('parseStrictJson', () => {
     expect(refused('{"kind": ')).toMatch(/^the body is not valid JSON \(.*\): send a JSON object/);
     expect(refused('  ')).toMatch(/^the body is empty/);
   });
+
+  it(`refuses nesting deeper than ${MAX_DEPTH} levels, naming where (deeper, a 10 KB body ran the server out of stack: a 500)`, () => {
+    const deep = (n: number) => `{"kind":"sleep","input":{"x":${'['.repeat(n)}${']'.repeat(n)}}}`;
+    // The body and input objects are two levels: arrays up to MAX_DEPTH − 2 deep pass.
+    expect(parseStrictJson(deep(MAX_DEPTH - 2))).toMatchObject({ kind: 'sleep' });
+    expect(refused(deep(MAX_DEPTH - 1))).toBe(`the body nests deeper than ${MAX_DEPTH} levels of objects and arrays at $.input.x${'[0]'.repeat(MAX_DEPTH - 2)}: send flatter JSON`);
+    expect(refused(deep(5000))).toMatch(/^the body nests deeper than/);
+  });
 });
 
 describe('POST /v1/jobs with such bodies', () => {
@@ -56,6 +64,9 @@ describe('POST /v1/jobs with such bodies', () => {
     const proto = await http(fixture.server.url, 'POST', '/v1/jobs', '{"id":"d-2","kind":"sleep","partitions":1,"input":{"__proto__":{"prepareMs":5}}}');
     expect(proto.status).toBe(400);
     expect(proto.body.detail).toBe('the key "__proto__" at $.input.__proto__ is not allowed: remove it');
+    const deep = await http(fixture.server.url, 'POST', '/v1/jobs', `{"id":"d-3","kind":"sleep","partitions":1,"input":{"x":${'['.repeat(5000)}${']'.repeat(5000)}}}`);
+    expect(deep.status).toBe(400);
+    expect(deep.body.detail).toMatch(/^the body nests deeper than 256 levels of objects and arrays at \$\.input\.x\[0\]/);
     expect((await http(fixture.server.url, 'GET', '/v1/jobs/d-1')).status).toBe(404);
     expect((await http(fixture.server.url, 'GET', '/v1/jobs/d-2')).status).toBe(404);
   });
