@@ -25,6 +25,7 @@ import os
 import signal
 import struct
 import sys
+import threading
 import time
 
 PROTOCOL = 1
@@ -203,6 +204,17 @@ def serve(handle, handle_batch=None):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread: left as it is
         pass
+    # A server killed hard (kill -9) closes stdin, which ends the loop below — but not an item that
+    # runs on (a hung kernel holding its GPU memory beside the workers of the restarted server):
+    # once the parent is gone (the parent pid changes) the worker ends, mid-item if need be.
+    parent = os.getppid()
+
+    def _watch_parent():
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(70)
+
+    threading.Thread(target=_watch_parent, name="stoker-parent-watch", daemon=True).start()
     # The protocol's own stdout; everything else printed goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

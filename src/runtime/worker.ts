@@ -59,6 +59,14 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
   // A Ctrl-C in the server's terminal reaches its whole process group: the server's to act on (it
   // finishes the items in flight, then closes stdin), not an end mid-item.
   process.on('SIGINT', () => undefined);
+  // A server killed hard (kill -9) closes stdin, which ends serve() — but not an item that runs on
+  // (a hung step holding its device memory beside the workers of the restarted server): once the
+  // parent is gone (the parent pid changes) the worker ends, mid-item if need be (a step that
+  // blocks the event loop is seen when it yields).
+  const parent = process.ppid;
+  setInterval(() => {
+    if (process.ppid !== parent) process.exit(70);
+  }, 1000).unref();
   write({ type: 'ready', protocol: 1, runtime: `node ${process.version}` });
   const ok = (id: unknown, out: unknown, extra: Record<string, unknown>) => {
     if (isBytes(out)) write({ type: 'result', id, ok: true, bytes: true, ...extra }, asBytes(out));

@@ -4,6 +4,7 @@
  * engine retries it), the process is started again, and every job ends once, correctly or with a
  * reason naming the worker and what happened; no reservation is left behind.
  */
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -79,6 +80,37 @@ describe('a Python process device (python/stoker_worker.py)', () => {
       await expect(rt.submit(spec(`int-${args.length}-${args[0]?.slice(-3)}`), { mode: 'sigint' })).resolves.toEqual(['alive']);
     }
   });
+
+  it('a worker whose server was killed hard (kill -9) mid-item ends: it held its device beside the restarted server\'s workers, an orphan', async () => {
+    for (const [command, args] of [['python3', [PY]], [process.execPath, [path.join(FIXTURES, 'node-device.mjs')]]] as const) {
+      // The "server": a process with a ProcessDevice, one item on it that hangs.
+      const tag = `orphan-${process.pid}-${Date.now()}-${path.extname(args[0])}`;
+      const dist = new URL('../../dist/runtime/process-device.js', import.meta.url).href;
+      const script = `import { ProcessDevice } from ${JSON.stringify(dist)};
+const dev = new ProcessDevice({ name: 'gpu', workers: 1, command: ${JSON.stringify(command)}, args: ${JSON.stringify([...args, tag])}, readyTimeoutMs: 10000, log: () => {} });
+dev.run({ kind: 'k', module: '', style: 'kind', input: { mode: 'hang' }, jobId: 'j', partition: 0, partitions: 1, prepared: { meta: { p: 0 } }, device: 0, worker: 0, signal: new AbortController().signal });
+setInterval(() => {}, 1000);`;
+      const server = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: 'ignore' });
+      const worker = () => fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d)).find((d) => {
+        try {
+          return fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(tag);
+        } catch {
+          return false;
+        }
+      });
+      try {
+        await eventually(() => worker() !== undefined, `the ${command} worker started`, 10_000);
+        // (Its item under way: a second for the frame to reach it.)
+        await new Promise((r) => setTimeout(r, 1000));
+        server.kill('SIGKILL');
+        await eventually(() => worker() === undefined, `the ${command} worker ended after its server was killed`, 10_000);
+      } finally {
+        server.kill('SIGKILL');
+        const left = worker();
+        if (left) process.kill(Number(left), 'SIGKILL');
+      }
+    }
+  }, 30_000);
 
   it('an error with retry = False fails its job at once, the retries unspent', async () => {
     const steps: EngineEvent[] = [];
