@@ -459,6 +459,7 @@ export class Engine {
     switch (event.type) {
       case 'submit': {
         const norm = normalizeJob(event.job);
+        if (this.draining) throw new StokerError('E_INVALID_EVENT', `job ${JSON.stringify(norm.id)} came after a drain event: a draining engine starts nothing new, so it would wait for good; submit it to a new engine`);
         if (this.deviceKinds && !this.deviceKinds.some((k) => k === null || k.has(norm.kind))) {
           throw new StokerError('E_INVALID_JOB', `job.kind ${JSON.stringify(norm.kind)} runs on no device: give a device kinds that include it`);
         }
@@ -480,29 +481,35 @@ export class Engine {
       case 'batchDone':
         checkMeasure(event.busyMs, 'batchDone.busyMs');
         checkFailed(event.failed, 'batchDone', this.batches.get(event.batch)?.items, event.batch);
+        this.checkBatchId(event.batch, 'batchDone', this.batchSeq);
         return undefined;
       case 'prepareBatchDone':
         checkMeasure(event.latencyMs, 'prepareBatchDone.latencyMs');
         checkFailed(event.failed, 'prepareBatchDone', this.prepBatches.get(event.batch)?.items, event.batch);
+        this.checkBatchId(event.batch, 'prepareBatchDone', this.prepBatchSeq);
         return undefined;
       case 'prepared':
-        checkItemId(event.item, 'prepared');
+        this.checkItemEvent(event, 'prepare');
         checkMeasure(event.latencyMs, 'prepared.latencyMs');
         return undefined;
       case 'deviceDone':
-        checkItemId(event.item, 'deviceDone');
+        this.checkItemEvent(event, 'device');
         checkMeasure(event.busyMs, 'deviceDone.busyMs');
         return undefined;
       case 'prepareFailed':
       case 'deviceFailed':
-        checkItemId(event.item, event.type);
+        this.checkItemEvent(event, event.type === 'prepareFailed' ? 'prepare' : 'device');
+        checkReason(event.reason, event.type);
         checkFinal(event.final, event.type);
         return undefined;
       case 'prepareBatchFailed':
       case 'batchFailed':
+        this.checkBatchId(event.batch, event.type, event.type === 'batchFailed' ? this.batchSeq : this.prepBatchSeq);
+        checkReason(event.reason, event.type);
         checkFinal(event.final, event.type);
         return undefined;
       case 'cancel':
+        if (typeof event.jobId !== 'string') throw new StokerError('E_INVALID_EVENT', `cancel.jobId must be the job's id, a string (got ${shown(event.jobId)})`);
         if (event.reason !== undefined && typeof event.reason !== 'string') throw new StokerError('E_INVALID_EVENT', `cancel.reason must be a string, or absent (got ${typeof event.reason})`);
         return undefined;
       case 'drain':
@@ -511,6 +518,31 @@ export class Engine {
       default:
         throw new StokerError('E_INVALID_EVENT', `unknown event type ${JSON.stringify((event as { type: unknown }).type)}: use one of submit, cancel, prepared, prepareFailed, prepareBatchDone, prepareBatchFailed, deviceDone, deviceFailed, batchDone, batchFailed, workerLost, workerReturned, memoryHeld, drain, tick`);
     }
+  }
+
+  /**
+   * An item event's `item` and `attempt` (of its startPrepare, startDevice command). An item the
+   * engine no longer holds, or at another attempt, is a stale event (cancelled, retried, lost) and
+   * changes nothing; an id the engine never gave, an attempt it has not started, or a device's
+   * answer at the attempt of the preparation under way is a driver's mistake, which would too, silently.
+   */
+  private checkItemEvent(event: { type: string; item: unknown; attempt: unknown }, stage: 'prepare' | 'device'): void {
+    const { type, item: id, attempt } = event;
+    checkItemId(id, type);
+    if (!Number.isInteger(attempt) || (attempt as number) < 1) throw new StokerError('E_INVALID_EVENT', `${type}.attempt must be the attempt of its command (command.attempt, an integer ≥ 1; got ${shown(attempt)})`);
+    if ((id as number) < 0 || (id as number) >= this.itemSeq) throw new StokerError('E_INVALID_EVENT', `${type}.item ${shown(id)} is no item this engine gave: answer with the item id of a start command (command.item.id)`);
+    const item = this.items.get(id as number);
+    if (!item) return;
+    if ((attempt as number) > item.attempt) throw new StokerError('E_INVALID_EVENT', `${type} for item ${shown(id)} at attempt ${shown(attempt)}, which has not started (its latest is ${item.attempt}): answer with the attempt of its command`);
+    if (attempt !== item.attempt) return;
+    // (A queued item's latest attempt may have been either stage's.)
+    const other = stage === 'device' ? item.state === 'preparing' || item.state === 'waiting' : item.state === 'on-device';
+    if (other) throw new StokerError('E_INVALID_EVENT', `${type} for item ${shown(id)} at attempt ${shown(attempt)}, which was its ${stage === 'device' ? 'preparation' : 'device step'}: answer a startPrepare with prepared or prepareFailed, a startDevice with deviceDone or deviceFailed`);
+  }
+
+  /** A batch event's `batch`: a batch id the engine gave (one it no longer holds is a stale event). */
+  private checkBatchId(batch: unknown, type: string, issued: number): void {
+    if (!Number.isInteger(batch) || (batch as number) < 0 || (batch as number) >= issued) throw new StokerError('E_INVALID_EVENT', `${type}.batch ${shown(batch)} is no batch this engine gave: answer with the batch id of its command (command.batch)`);
   }
 
   private handle(event: EngineEvent, out: Command[]): void {
@@ -1357,6 +1389,11 @@ function checkBatch(b: BatchSpec, where: string, example: string): void {
  */
 function checkItemId(item: unknown, type: string): void {
   if (!Number.isInteger(item)) throw new StokerError('E_INVALID_EVENT', `${type}.item must be the item's id, an integer (command.item.id), not ${typeof item === 'object' ? 'an object' : JSON.stringify(item)}`);
+}
+
+/** A failure's `reason`: a string (one left out read "undefined" in the job's failure). */
+function checkReason(reason: unknown, type: string): void {
+  if (typeof reason !== 'string') throw new StokerError('E_INVALID_EVENT', `${type}.reason must be a string saying why (got ${shown(reason)})`);
 }
 
 /** A failure's `final`: true, false or absent. */

@@ -133,7 +133,7 @@ export type Command =
    * preparation batch (`startPrepareBatch`), on a device a device batch (`startBatch`).
    */
   | { type: 'abort'; item: ItemView; stage: 'preparing' | 'waiting' | 'on-device'; reason: string; batch?: { id: number; remaining: number } }
-  /** The job ended (exactly once per job). */
+  /** The job ended (exactly once per job): `timeMs` is how long it lived, from its submit to now (ms; not a clock time). */
   | { type: 'finishJob'; jobId: string; state: JobEnd; code?: string; reason?: string; timeMs: number }
   /**
    * Replace the pending timer: send a `tick` at this time (`Infinity`: no timer needed). A `tick`

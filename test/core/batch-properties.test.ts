@@ -68,6 +68,8 @@ class Driver {
   readonly steps = new Map<string, Step>();
   readonly ended = new Map<string, number>();
   readonly submitted: string[] = [];
+  /** Batch ids answered, by stage: a stale answer names one of them. */
+  readonly answered: Record<Step['stage'], number[]> = { prepare: [], device: [] };
   private seq = 0;
   constructor(
     readonly e: Engine,
@@ -155,12 +157,16 @@ class Driver {
   answer(s: Step, how: 'done' | 'some' | 'whole' | 'stale'): void {
     const t = this.now;
     if (how === 'stale') {
+      // (Of a step the engine gave and no longer holds: an id or attempt it never gave is refused.)
       const it = s.items[0] as ItemView;
-      if (s.batch >= 0) this.apply({ type: s.stage === 'prepare' ? 'prepareBatchDone' : 'batchDone', time: t, batch: s.batch + 1000 });
-      else this.apply({ type: s.stage === 'prepare' ? 'prepared' : 'deviceDone', time: t, item: it.id, attempt: (s.attempts[0] as number) - 1 });
+      const answered = this.answered[s.stage];
+      const attempt = (s.attempts[0] as number) - 1;
+      if (s.batch >= 0 && answered.length > 0) this.apply({ type: s.stage === 'prepare' ? 'prepareBatchDone' : 'batchDone', time: t, batch: answered[s.batch % answered.length] as number });
+      else if (s.batch < 0 && attempt >= 1) this.apply({ type: s.stage === 'prepare' ? 'prepared' : 'deviceDone', time: t, item: it.id, attempt });
       return;
     }
     this.steps.delete(s.key);
+    if (s.batch >= 0) this.answered[s.stage].push(s.batch);
     if (s.batch < 0) {
       const it = s.items[0] as ItemView;
       const attempt = s.attempts[0] as number;

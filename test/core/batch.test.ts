@@ -165,7 +165,7 @@ describe('Engine: batching devices', () => {
     expect(batches(r.prepared(5, 'a:0', 'a:1'))).toEqual(['2:[a:0]@0/0']);
     const end = r.apply({ type: 'batchFailed', time: 6, batch: 2, reason: 'answered 400', final: true });
     expect(ofType(end, 'finishJob').map((c) => `${c.jobId}:${c.state} ${c.reason}`)).toEqual(['a:failed job a: partition 0 failed on device 0: answered 400']);
-    expect(() => r.apply({ type: 'batchFailed', time: 7, batch: 3, reason: 'x', final: 'yes' as never })).toThrow(/batchFailed\.final must be true, false or absent \(got "yes"\)/);
+    expect(() => r.apply({ type: 'batchFailed', time: 7, batch: 2, reason: 'x', final: 'yes' as never })).toThrow(/batchFailed\.final must be true, false or absent \(got "yes"\)/);
   });
 
   it('a cancelled job leaves a batch; its worker stays busy until the last item is withdrawn', () => {

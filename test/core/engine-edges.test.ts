@@ -135,6 +135,15 @@ describe('Engine options: a misspelt or mistyped one is refused, naming it', () 
   });
 });
 
+describe('Engine: drain', () => {
+  it('a submit after drain is refused: a draining engine starts nothing new, so the job would have waited for good', () => {
+    const e = new Engine({ devices: [{ workers: 1 }], pacer });
+    e.apply({ type: 'drain', time: 0 });
+    expectStokerError(() => e.apply({ type: 'submit', time: 1, job: job('late', 1) }), 'E_INVALID_EVENT', /^job "late" came after a drain event: a draining engine starts nothing new/);
+    expect(e.activeJobs).toBe(0);
+  });
+});
+
 describe('Engine: deadlines', () => {
   it('jobs that miss their deadlines at one event fail earliest deadline first, then in submission order', () => {
     const e = new Engine({ devices: [{ workers: 1 }], pacer, maxPreparing: 1 });

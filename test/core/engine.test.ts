@@ -76,14 +76,15 @@ describe('Engine.apply: measures a driver reports', () => {
     expect(ofType(r.done(2, 'a:0', 0), 'finishJob').map((c) => c.state)).toEqual(['done']);
   });
 
-  it('an item event naming its item by anything but its id is refused (an unknown id is a stale event: nothing happens)', () => {
+  it('an item event naming its item by anything but its id is refused (an id it no longer holds is a stale event: nothing happens)', () => {
     const r = new Run(engine());
     r.submit(0, job('a', 1));
     const it0 = r.item('a:0');
     expectStokerError(() => r.apply({ type: 'prepared', time: 1, item: it0 as unknown as number, attempt: it0.attempt }), 'E_INVALID_EVENT', /prepared\.item must be the item's id, an integer \(command\.item\.id\), not an object/);
     expectStokerError(() => r.apply({ type: 'deviceFailed', time: 1, item: 'x' as unknown as number, attempt: 1, reason: 'r' }), 'E_INVALID_EVENT', /deviceFailed\.item must be/);
-    expect(r.apply({ type: 'prepared', time: 1, item: 999, attempt: 1 }).filter((c) => c.type !== 'wakeAt')).toEqual([]);
-    expect(r.e.snapshot.preparing).toBe(1);
+    r.apply({ type: 'cancel', time: 1, jobId: 'a' });
+    expect(r.apply({ type: 'prepared', time: 1, item: it0.id, attempt: 1 }).filter((c) => c.type !== 'wakeAt')).toEqual([]);
+    expect(r.e.snapshot.preparing).toBe(0);
   });
 });
 
@@ -763,15 +764,24 @@ describe('Engine: failures', () => {
     expect(r.finishes()).toHaveLength(1);
   });
 
-  it('a failure event with the wrong attempt or in the wrong stage is ignored', () => {
+  it('an event of an earlier attempt is stale and ignored; one of an attempt not started, of the other stage, or of an item never given is a driver\'s mistake, refused', () => {
     const r = staged();
     const x0 = r.item('x:0'); // on-device, attempt 2
     const x2 = r.item('x:2'); // preparing, attempt 1
     expect(r.apply({ type: 'deviceFailed', time: 5, item: x0.id, attempt: 1, reason: 'old' })).toEqual([]);
-    expect(r.apply({ type: 'prepareFailed', time: 5, item: x0.id, attempt: x0.attempt, reason: 'wrong stage' })).toEqual([]);
-    expect(r.apply({ type: 'deviceFailed', time: 5, item: x2.id, attempt: x2.attempt, reason: 'wrong stage' })).toEqual([]);
-    expect(r.apply({ type: 'deviceDone', time: 5, item: x2.id, attempt: x2.attempt })).toEqual([]);
-    expect(r.apply({ type: 'prepared', time: 5, item: 9999, attempt: 1 })).toEqual([]);
+    expect(r.apply({ type: 'prepared', time: 5, item: x0.id, attempt: 1 })).toEqual([]);
+    expectStokerError(() => r.apply({ type: 'prepareFailed', time: 5, item: x0.id, attempt: x0.attempt, reason: 'wrong stage' }), 'E_INVALID_EVENT', /^prepareFailed for item \d+ at attempt 2, which was its device step: answer a startPrepare with prepared or prepareFailed, a startDevice with deviceDone or deviceFailed$/);
+    expectStokerError(() => r.apply({ type: 'deviceFailed', time: 5, item: x2.id, attempt: x2.attempt, reason: 'wrong stage' }), 'E_INVALID_EVENT', /which was its preparation/);
+    expectStokerError(() => r.apply({ type: 'deviceDone', time: 5, item: x2.id, attempt: x2.attempt }), 'E_INVALID_EVENT', /which was its preparation/);
+    expectStokerError(() => r.apply({ type: 'prepared', time: 5, item: x2.id, attempt: 2 }), 'E_INVALID_EVENT', /^prepared for item \d+ at attempt 2, which has not started \(its latest is 1\)/);
+    expectStokerError(() => r.apply({ type: 'prepared', time: 5, item: x2.id, attempt: '1' as never }), 'E_INVALID_EVENT', /^prepared\.attempt must be the attempt of its command \(command\.attempt, an integer ≥ 1; got "1"\)$/);
+    expectStokerError(() => r.apply({ type: 'prepared', time: 5, item: 9999, attempt: 1 }), 'E_INVALID_EVENT', /^prepared\.item 9999 is no item this engine gave/);
+    expectStokerError(() => r.apply({ type: 'prepared', time: 5, item: -1, attempt: 1 }), 'E_INVALID_EVENT', /^prepared\.item -1 is no item this engine gave/);
+    expectStokerError(() => r.apply({ type: 'prepareFailed', time: 5, item: x2.id, attempt: 1 } as never), 'E_INVALID_EVENT', /^prepareFailed\.reason must be a string saying why \(got undefined\)$/);
+    expectStokerError(() => r.apply({ type: 'batchDone', time: 5, batch: 0 }), 'E_INVALID_EVENT', /^batchDone\.batch 0 is no batch this engine gave/);
+    expectStokerError(() => r.apply({ type: 'cancel', time: 5 } as never), 'E_INVALID_EVENT', /^cancel\.jobId must be the job's id, a string \(got undefined\)$/);
+    // A cancel of a job that is not there (ended already) is no mistake.
+    expect(r.apply({ type: 'cancel', time: 5, jobId: 'gone' })).toEqual([]);
     expect(r.e.activeJobs).toBe(2);
     expect(r.finishes()).toEqual([]);
   });
@@ -1189,7 +1199,7 @@ describe('Engine: deadlines and time', () => {
     expect(e.apply({ type: 'tick', time: 20 })).toEqual([{ type: 'wakeAt', time: 80 }]);
     gate.openAt = NaN;
     // With a timer pending, NaN cancels it (Infinity).
-    expect(e.apply({ type: 'prepared', time: 30, item: 999, attempt: 1 })).toEqual([{ type: 'wakeAt', time: Infinity }]);
+    expect(e.apply({ type: 'cancel', time: 30, jobId: 'none' })).toEqual([{ type: 'wakeAt', time: Infinity }]);
     expect(e.snapshot.dispatched).toBe(0);
   });
 
