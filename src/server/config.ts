@@ -426,18 +426,21 @@ function checkPacerOptions(engine: EngineConfig, origin: (at: string) => string)
 
 /** Merges one source's device table (`[device]` or a `[devices.NAME]`) into `d`, with the defaults of its process or http table. */
 function mergeDevice(d: DeviceConfig, layer: NonNullable<Layer['device']> | undefined, base: string): void {
+  // A later source's [device.http], [device.batch] or [device.process] sets its fields over the
+  // earlier one's (an environment variable giving the url dropped the file's headers and timeout).
+  const earlier = { http: d.http, batch: d.batch, process: d.process };
   Object.assign(d, defined(layer));
   const http = layer?.http;
   if (http) {
     const { timeoutS, ...rest } = http;
-    d.http = { ...subDefaults.http(), ...defined(rest), ...(timeoutS === undefined ? {} : { timeoutS: finiteOr(timeoutS) }) } as HttpDeviceConfig;
+    d.http = { ...(earlier.http ?? subDefaults.http()), ...defined(rest), ...(timeoutS === undefined ? {} : { timeoutS: finiteOr(timeoutS) }) } as HttpDeviceConfig;
   }
-  if (layer?.batch) d.batch = { ...subDefaults.batch(), ...defined(layer.batch) } as DeviceBatchConfig;
+  if (layer?.batch) d.batch = { ...(earlier.batch ?? subDefaults.batch()), ...defined(layer.batch) } as DeviceBatchConfig;
   const proc = layer?.process;
   if (proc) {
     const { cwd: dir, handoffDir, ...rest } = proc;
     d.process = {
-      ...subDefaults.process(),
+      ...(earlier.process ?? subDefaults.process()),
       ...defined(rest),
       ...(dir === undefined ? {} : { cwd: path.resolve(base, dir) }),
       ...(handoffDir === undefined ? {} : { handoffDir: path.resolve(base, handoffDir) }),
@@ -464,12 +467,16 @@ function defined<T extends object>(o: T | undefined): Partial<T> {
   return Object.fromEntries(Object.entries(o ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
-/** A device table as TOML writes it back (Infinity as "none"). */
-function deviceToml(d: DeviceConfig): object {
+/** Request headers whose values are credentials: `config print` does not print them. */
+const SECRET_HEADER = /auth|token|key|secret|cookie|password/i;
+
+/** A device table as TOML writes it back (Infinity as "none"; credential headers blank, their names added to `hidden`). */
+function deviceToml(d: DeviceConfig, name: string, hidden: string[]): object {
+  const headers = d.http ? Object.fromEntries(Object.entries(d.http.headers).map(([h, v]) => (SECRET_HEADER.test(h) ? (hidden.push(`${name}.http.headers.${h}`), [h, '']) : [h, v]))) : {};
   return {
     ...d,
     ...(d.process ? { process: { ...d.process } } : {}),
-    ...(d.http ? { http: { ...d.http, timeoutS: Number.isFinite(d.http.timeoutS) ? d.http.timeoutS : 'none' } } : {}),
+    ...(d.http ? { http: { ...d.http, headers, timeoutS: Number.isFinite(d.http.timeoutS) ? d.http.timeoutS : 'none' } } : {}),
     ...(d.batch ? { batch: { ...d.batch } } : {}),
   };
 }
@@ -481,6 +488,7 @@ function deviceToml(d: DeviceConfig): object {
  */
 export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds ?? []).map((k) => k.name ?? '')): string {
   const { budgetBytes, deviceTimeoutS, prepareTimeoutS, pacerOptions, ...engine } = c.engine;
+  const hidden: string[] = [];
   const doc = {
     dataDir: c.dataDir,
     // The token is a secret: it is never printed (set it again from its file or variable).
@@ -493,13 +501,15 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
       // An empty table is left out (its default); a header with nothing under it reads badly.
       ...(Object.keys(pacerOptions).length > 0 ? { pacerOptions: { ...pacerOptions } } : {}),
     },
-    device: deviceToml(c.device),
+    device: deviceToml(c.device, 'device', hidden),
     prepare: { ...c.prepare },
     cluster: { ...c.cluster },
     ...(c.journal ? { journal: { ...c.journal } } : {}),
-    ...(c.devices ? { devices: Object.fromEntries(Object.entries(c.devices).map(([n, d]) => [n, deviceToml(d)])) } : {}),
+    ...(c.devices ? { devices: Object.fromEntries(Object.entries(c.devices).map(([n, d]) => [n, deviceToml(d, `devices.${n}`, hidden)])) } : {}),
     ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module, ...(k.device === undefined ? {} : { device: k.device }), ...(k.prepareBatch ? { prepareBatch: { ...k.prepareBatch } } : {}) }])) } : {}),
   };
-  const secret = c.server.token ? '# server.token is set and not printed: give it again (STOKER_SERVER_TOKEN or --token-file)\n' : '';
+  const secret =
+    (c.server.token ? '# server.token is set and not printed: give it again (STOKER_SERVER_TOKEN or --token-file)\n' : '') +
+    (hidden.length > 0 ? `# credentials not printed (blank below): ${hidden.join(', ')} — give them again\n` : '');
   return `# stoker serve: the effective configuration (defaults < file < environment < flags)\n${secret}${stringify(doc).trim()}\n`;
 }

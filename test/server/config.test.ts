@@ -327,6 +327,23 @@ describe('configToToml', () => {
   });
 });
 
+describe('device tables from several sources', () => {
+  it('an environment variable sets its fields over the file\'s table, keeping the rest (STOKER_DEVICE_HTTP with a url dropped the file\'s headers and timeout)', () => {
+    const file = write('http/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\ntimeoutS = 10\nheaders = { Authorization = "Bearer s3cret", Accept = "application/json" }\n[device.batch]\nmaxItems = 8\nmaxWaitMs = 50\n');
+    const c = loadConfig({ file, env: { STOKER_DEVICE_HTTP: '{"url":"http://127.0.0.1:9/b"}', STOKER_DEVICE_BATCH: '{"maxItems":16}' }, cwd: '/' });
+    expect(c.device.http).toMatchObject({ url: 'http://127.0.0.1:9/b', timeoutS: 10, headers: { Authorization: 'Bearer s3cret', Accept: 'application/json' } });
+    expect(c.device.batch).toEqual({ maxItems: 16, maxWaitMs: 50 });
+  });
+
+  it('config print does not print a credential header: blank, named in a comment', () => {
+    const file = write('http2/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\nheaders = { Authorization = "Bearer s3cret", "X-Api-Key" = "k", Accept = "application/json" }\n');
+    const toml = configToToml(loadConfig({ file, env: {}, cwd: '/' }));
+    expect(toml).not.toContain('s3cret');
+    expect(toml).toContain('# credentials not printed (blank below): device.http.headers.Authorization, device.http.headers.X-Api-Key — give them again');
+    expect(toml).toContain('Accept = "application/json"');
+  });
+});
+
 describe('[device.process] and [kinds.NAME]', () => {
   it('reads a process device with its defaults; cwd and kind modules relative to the file', () => {
     const file = write('conf/stoker.toml', '[device]\nworkers = 3\n[device.process]\ncommand = "python3"\nargs = ["dev.py", "--fp16"]\ncwd = "../dev"\nenv = { CUDA_VISIBLE_DEVICES = "1" }\n[kinds.embed]\nmodule = "kinds/embed.mjs"\n');
