@@ -9,6 +9,7 @@ import { benchCommand, pacersCommand, scenariosCommand, simulateCommand, speedCo
 import { demoCommand, deviceBenchCommand, overheadCommand, type DemoFlags } from './demo-commands.js';
 import { DEMO_DEFAULTS } from '../runtime/demo.js';
 import { CONFIG_DOC, ConfigError } from '../server/config.js';
+import { isJournalError } from '../server/journal-types.js';
 import { KindModuleError } from '../server/kind-module.js';
 import { OptionalPackageError } from '../runtime/optional.js';
 import type { PlanFlags } from './plan-command.js';
@@ -253,6 +254,8 @@ function exitCodeOf(e: unknown): number {
   if (e instanceof StokerError && (e.code === 'E_UNKNOWN_PACER' || e.code === 'E_INVALID_OPTION')) return 2;
   if (e instanceof ConfigError || e instanceof KindModuleError || e instanceof OptionalPackageError) return 2;
   if (e instanceof ClientError) return e.exitCode;
+  // A data dir that cannot be used, is in use, or is of a newer stoker: the --data given.
+  if (isJournalError(e, 'E_JOURNAL_OPEN') || isJournalError(e, 'E_JOURNAL_LOCKED') || isJournalError(e, 'E_JOURNAL_VERSION')) return 2;
   return 1;
 }
 

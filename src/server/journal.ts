@@ -10,7 +10,7 @@
  * output or a result that is bytes (a Uint8Array) as a BLOB in the same column.
  */
 import { createHash } from 'node:crypto';
-import { closeSync, fsyncSync, mkdirSync } from 'node:fs';
+import { accessSync, closeSync, constants, fsyncSync, mkdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integrity.js';
@@ -111,6 +111,13 @@ export class Journal {
     let mark: number | undefined;
     try {
       mkdirSync(dir, { recursive: true });
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      const why = code === 'EEXIST' || code === 'ENOTDIR' ? 'a file, not a directory, is in the way' : code === 'EROFS' ? 'the file system is read-only' : code === 'EACCES' || code === 'EPERM' ? 'no permission' : String(err);
+      throw new JournalError('E_JOURNAL_OPEN', `cannot create the data dir ${dir}: ${why} — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`, { cause: err });
+    }
+    if (!statSync(dir).isDirectory()) throw new JournalError('E_JOURNAL_OPEN', `the data dir ${dir} is a file, not a directory — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`);
+    try {
       checkWal(path);
       const conn = new Database(path, { timeout: 0 });
       db = conn;
@@ -143,6 +150,8 @@ export class Journal {
       if (typeof code === 'string' && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'))) {
         throw new JournalError('E_JOURNAL_LOCKED', `data dir ${dir} is in use by another stoker serve: stop it or choose another --data dir`, { cause: err });
       }
+      const unwritable = writeError(dir);
+      if (unwritable) throw new JournalError('E_JOURNAL_OPEN', `the data dir ${dir} cannot be written (${unwritable}) — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`, { cause: err });
       throw new JournalError('E_JOURNAL_OPEN', `cannot open the journal ${path} (${String(err)}): check the path and its permissions, or move the file away to start afresh`, { cause: err });
     }
   }
@@ -417,5 +426,16 @@ export class Journal {
     this.#syncMark();
     if (this.#mark !== undefined) closeSync(this.#mark);
     this.#db.close();
+  }
+}
+
+/** Why `dir` cannot be written (a read-only file system, no permission), or undefined when it can. */
+function writeError(dir: string): string | undefined {
+  try {
+    accessSync(dir, constants.W_OK);
+    return undefined;
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    return code === 'EROFS' ? 'the file system is read-only' : code === 'EACCES' || code === 'EPERM' ? 'no permission' : String(e);
   }
 }
