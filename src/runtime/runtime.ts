@@ -49,6 +49,8 @@ export class Runtime<I, P, O, R> {
   private readonly batchedKinds: ReadonlySet<string>;
   /** Set when an engine step failed (a pacer that threw or answered out of contract): every job failed with it, and later ones do. */
   private failed: StokerError | undefined;
+  /** The latest time an event had (the clock's): the next may not be earlier. */
+  private clockSeen = -Infinity;
 
   constructor(options: RuntimeOptions<I, P, O, R>) {
     checkKeys(options, RUNTIME_OPTIONS, '', 'the Runtime options', 'E_INVALID_OPTION');
@@ -218,11 +220,19 @@ export class Runtime<I, P, O, R> {
       if (event.type === 'submit') throw this.failed;
       return;
     }
+    // Every event's time is the clock's: one that went back (or NaN) is the clock's fault, not the event's.
+    if (!(event.time >= this.clockSeen)) {
+      this.fail(new Error(`the clock went ${Number.isNaN(event.time) ? 'NaN' : 'back'}: clock.now() returned ${event.time} after ${this.clockSeen} — give the Runtime a monotonic clock (ms that never decrease)`));
+      if (event.type === 'submit') throw this.failed;
+      return;
+    }
+    this.clockSeen = event.time;
     let cmds: Command[];
     try {
       cmds = this.engine.apply(event);
     } catch (e) {
-      if (e instanceof StokerError && REFUSED_UNCHANGED.has(e.code)) throw e;
+      // A submit or cancel of the caller's that is refused is theirs to hear; a refused answer of a step is the runtime's failure (thrown from a step's callback, it went uncaught).
+      if (e instanceof StokerError && REFUSED_UNCHANGED.has(e.code) && (event.type === 'submit' || event.type === 'cancel')) throw e;
       this.fail(e);
       if (event.type === 'submit') throw this.failed;
       return;

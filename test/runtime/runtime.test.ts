@@ -198,6 +198,18 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     refused({ workload: { prepare: workload.prepare.bind(workload), run: workload.run.bind(workload) } }, 'the workload has no finish(job): give it one');
   });
 
+  it('a clock that goes back (or gives NaN) fails the runtime naming clock.now(), not the event (it threw E_INVALID_EVENT "prepared.latencyMs … got -499960", uncaught)', async () => {
+    for (const wrong of [-500_000, NaN]) {
+      const { rt, run, clock } = setup();
+      const p = rt.submit(job('a', 1), 1).catch((x: unknown) => x);
+      await run(50);
+      const real = clock.now.bind(clock);
+      clock.now = () => (wrong === wrong ? real() + wrong : NaN);
+      await run(200);
+      expect(await p).toMatchObject({ code: 'E_RUNTIME_FAILED', message: expect.stringMatching(new RegExp(`^the runtime stopped: the clock went ${wrong === wrong ? 'back' : 'NaN'}: clock\\.now\\(\\) returned (-\\d+|NaN) after \\d+ — give the Runtime a monotonic clock`)) });
+    }
+  });
+
   it('close() lets running jobs finish within the timeout, cancels the rest, answers every waiter', async () => {
     const { rt, run, workload } = setup({ deviceTimeoutMs: 1e9 });
     workload.hangRun = (t) => t.jobId === 'stuck';
