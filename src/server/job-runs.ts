@@ -123,6 +123,11 @@ export class JobRuns {
     return this.pending.overlay(j);
   }
 
+  /** Whether the job ended here with every partition done, its end kept until the (full) journal takes it. */
+  doneUnrecorded(jobId: string): boolean {
+    return this.pending.kept(jobId) === 'done';
+  }
+
   /** A job running here: its partition behind each engine partition (null: the same); undefined when not running here. */
   live(jobId: string): readonly number[] | null | undefined {
     return this.runs.get(jobId);

@@ -15,7 +15,7 @@ export type LiveJobs = Pick<Engine, 'jobCounts' | 'jobStates'>;
  * (null: the same partition; undefined: not running here); `maxStates`: the most partitions whose
  * states it lists (more: counts only); `page`: which partitions' states to give.
  */
-export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }): JobView {
+export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }, doneUnrecorded = false): JobView {
   return jobView({
     record: j,
     state: j.state,
@@ -23,7 +23,9 @@ export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly numb
     startedAt: j.startedAt,
     finishedAt: j.finishedAt,
     partitionsDone: j.partitionsDone,
-    ...partitionsOf(j, engine, run, maxStates, page),
+    // Every partition done here, its end (and outputs) waiting for a full journal: the journal's
+    // counts read as most of them queued again, beside a status that counted them complete.
+    ...(doneUnrecorded && !isFinal(j.state) ? { partitionStates: null, partitionCounts: { ...countPartitions([]), done: j.partitions } } : partitionsOf(j, engine, run, maxStates, page)),
     resumes: j.resumes,
     result: resultFields(j.result),
     error: j.errorCode === null ? null : { code: j.errorCode, reason: j.errorReason ?? '' },

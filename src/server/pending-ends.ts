@@ -54,6 +54,11 @@ export class PendingEnds {
     }
   }
 
+  /** The state of the end kept for a job (ended here, not yet journaled), if any. */
+  kept(id: string): JournalOutcome['state'] | undefined {
+    return this.ends.get(id)?.outcome.state;
+  }
+
   /** The job as readers see it: with its kept end, where ends are recorded elsewhere too. */
   overlay(j: JournalJob): JournalJob {
     const u = this.recordedElsewhere ? this.ends.get(j.id) : undefined;

@@ -499,6 +499,6 @@ export class Service {
 
   /** The API's view of a job; `maxStates`: the most partitions whose states it lists (more: counts only). */
   private view(j: JournalJob, maxStates?: number, page?: StatesPage): JobView {
-    return localJobView(j, this.runtime.engine, this.runs.live(j.id), maxStates, page);
+    return localJobView(j, this.runtime.engine, this.runs.live(j.id), maxStates, page, this.runs.doneUnrecorded(j.id));
   }
 }

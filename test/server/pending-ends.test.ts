@@ -40,9 +40,11 @@ describe('PendingEnds', () => {
     vi.advanceTimersByTime(1000);
     expect(state.finishes).toBe(1);
     expect(announced).toEqual([]);
+    expect(ends.kept('a')).toBe('done');
     state.room = true;
     vi.advanceTimersByTime(1000);
     expect(announced).toEqual(['a']);
+    expect(ends.kept('a')).toBeUndefined();
     vi.advanceTimersByTime(5000);
     expect(state.finishes).toBe(2);
   });
