@@ -30,6 +30,8 @@ export interface TimelineSpan {
   outcome: 'done' | 'failed' | 'aborted' | null;
   /** A batch (on a device, or a preparation batch): how many items it started with (`jobId` and `partition` are its first item's). */
   items?: number;
+  /** A batch: the jobs of its items, each once, in the batch's order (a batch is one span, named after its first item). */
+  jobs?: string[];
 }
 
 /** A job as it was submitted: when, its kind, size, priority and memory per partition (what a fit of the run needs for arrivals). */
@@ -216,12 +218,14 @@ export class TimelineRecorder {
     this.open.set(item, { attempt, span: { lane, kind, jobId, partition, start: t, end: null, outcome: null } });
   }
 
-  /** One span per batch (under a key below any item id's), named after its first item. */
+  /** One span per batch (under a key below any item id's), named after its first item, listing its jobs. */
   private startBatch(key: number, items: readonly ItemView[], kind: 'prepare' | 'device', lane: number, t: number): void {
     const first = items[0];
     if (!first) return;
     this.start(key, 0, kind, lane, first.jobId, first.partition, t);
-    (this.open.get(key) as { span: TimelineSpan }).span.items = items.length;
+    const span = (this.open.get(key) as { span: TimelineSpan }).span;
+    span.items = items.length;
+    span.jobs = [...new Set(items.map((it) => it.jobId))];
   }
 
   private close(item: number, attempt: number, kind: 'prepare' | 'device', t: number, outcome: 'done' | 'failed'): void {

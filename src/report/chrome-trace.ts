@@ -70,7 +70,7 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
   for (const s of input.spans) {
     const end = s.end ?? input.now;
     events.push({
-      name: `${s.jobId} #${s.partition}`,
+      name: s.items === undefined ? `${s.jobId} #${s.partition}` : `batch of ${s.items}: ${(s.jobs ?? [s.jobId]).join(', ')}`,
       cat: s.kind,
       ph: 'X',
       pid: PID,
@@ -78,7 +78,7 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
       ts: us(s.start - origin),
       // From the rounded ends, so a span that starts where the previous one ended on its track never overlaps it.
       dur: Math.max(0, us(end - origin) - us(s.start - origin)),
-      args: { job: s.jobId, partition: s.partition, outcome: s.outcome ?? 'running', ...(s.items === undefined ? {} : { items: s.items }) },
+      args: { job: s.jobId, partition: s.partition, outcome: s.outcome ?? 'running', ...(s.items === undefined ? {} : { items: s.items }), ...(s.jobs === undefined ? {} : { jobs: s.jobs }) },
     });
   }
   for (const j of input.jobs ?? []) {
@@ -124,10 +124,10 @@ export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: T
     if (e?.ph === 'X' && (e.cat === 'prepare' || e.cat === 'device')) {
       const lane = laneOf.get(e.tid as number);
       if (lane === undefined) continue;
-      const a = (e.args ?? {}) as { job?: unknown; partition?: unknown; outcome?: unknown; items?: unknown };
+      const a = (e.args ?? {}) as { job?: unknown; partition?: unknown; outcome?: unknown; items?: unknown; jobs?: unknown };
       const start = num(e.ts, 'a span\'s ts') / 1000;
       const outcome = a.outcome === 'done' || a.outcome === 'failed' || a.outcome === 'aborted' ? a.outcome : null;
-      spans.push({ lane, kind: e.cat, jobId: String(a.job), partition: num(a.partition, 'a span\'s partition'), start, end: outcome === null ? null : start + num(e.dur, 'a span\'s dur') / 1000, outcome, ...(typeof a.items === 'number' ? { items: a.items } : {}) });
+      spans.push({ lane, kind: e.cat, jobId: String(a.job), partition: num(a.partition, 'a span\'s partition'), start, end: outcome === null ? null : start + num(e.dur, 'a span\'s dur') / 1000, outcome, ...(typeof a.items === 'number' ? { items: a.items } : {}), ...(Array.isArray(a.jobs) ? { jobs: a.jobs.map(String) } : {}) });
     } else if (e?.ph === 'i' && e.cat === 'job') {
       const a = (e.args ?? {}) as Record<string, unknown>;
       const priority = PRIORITIES.includes(a['priority'] as Priority) ? (a['priority'] as Priority) : 'normal';

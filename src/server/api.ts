@@ -182,6 +182,7 @@ export const TimelineView = z.object({
         end: z.number().nullable().meta({ description: 'null while it runs' }),
         outcome: z.enum(['done', 'failed', 'aborted']).nullable().meta({ description: 'aborted: cancel, timeout, lost worker, shutdown; null while it runs' }),
         items: z.number().optional().meta({ description: 'A batch: how many items it started with (jobId and partition are its first item’s)' }),
+        jobs: z.array(z.string()).optional().meta({ description: 'A batch: the jobs of its items, each once, in the batch’s order' }),
       }),
     )
     .meta({ description: 'Spans that ended in the window or still run, oldest start first' }),

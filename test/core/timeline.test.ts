@@ -154,6 +154,13 @@ describe('TimelineRecorder, fed by hand', () => {
     expect(rec.lanes().map((l) => l.name)).toEqual(['prepare 0', 'prepare 1', 'device 0 / worker 0']);
   });
 
+  it('a batch of several jobs lists them, each once, in the batch order (a job whose items a batch prepared had no span of its own)', () => {
+    const { rec, step } = recorder();
+    step(tick(1), { type: 'startBatch', batch: 0, items: [iv(1, 'c1', 0), iv(2, 'c2', 0), iv(3, 'c1', 1), iv(4, 'c3', 0)], device: 0, worker: 0 });
+    step({ type: 'batchDone', time: 2, batch: 0 });
+    expect(rec.spans().map((sp) => [sp.jobId, sp.items, sp.jobs])).toEqual([['c1', 4, ['c1', 'c2', 'c3']]]);
+  });
+
   it('keeps items, preparation batches and device batches of the same ids apart, all open at once', () => {
     const { step, spans } = recorder();
     step(tick(0), startPrepare(0), startPrepare(1), startPrepare(2));
