@@ -350,9 +350,10 @@ class WorkerProcess {
     this.unready = wasReady ? 0 : this.unready + 1;
     this.lastFailure = failure.message;
     if (this.closed) return;
-    // A withdrawn step's process was ended on purpose: start the next one at once.
-    if (!life.endedBecause?.startsWith('the step was withdrawn')) this.failures++;
-    const delay = this.failures === 0 ? 0 : Math.min(MAX_BACKOFF_MS, 250 * 2 ** (this.failures - 1));
+    // A withdrawn step's process was ended on purpose: start the next one at once (whatever the backoff of failures before it).
+    const withdrawn = life.endedBecause?.startsWith('the step was withdrawn') === true;
+    if (!withdrawn) this.failures++;
+    const delay = withdrawn || this.failures === 0 ? 0 : Math.min(MAX_BACKOFF_MS, 250 * 2 ** (this.failures - 1));
     this.o.log(`[device ${this.label}] ${why}: starting it again${delay > 0 ? ` in ${delay} ms` : ''}`);
     this.restartTimer = setTimeout(() => {
       this.restartTimer = undefined;

@@ -248,7 +248,7 @@ export const HTTP = table<Omit<HttpDeviceConfig, 'timeoutS'> & { timeoutS: numbe
 
 /** `[device.batch]` and `[kinds.NAME.prepareBatch]`: batches. */
 export const BATCH = table<DeviceBatchConfig>()({
-  maxItems: { schema: int(1, 4096, 'an integer from 1 to 4096', 'use e.g. 16 (the most items one device step takes)'), shown: '1–4096', doc: 'the most items in one batch' },
+  maxItems: { schema: int(1, 4096, 'an integer from 1 to 4096', 'use e.g. 16 (the most items one step — on the device, or in preparation — takes)'), shown: '1–4096', doc: 'the most items in one batch' },
   maxWaitMs: {
     schema: z.number(err('a number of ms ≥ 0', 'use e.g. 5, or 0 to take what is waiting')).min(0, err('a number of ms ≥ 0', 'use e.g. 5, or 0 to take what is waiting')).max(3_600_000, err('a number of ms ≥ 0 (at most 3600000)', 'use e.g. 5')).optional(),
     default: 0,
