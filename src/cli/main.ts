@@ -254,8 +254,8 @@ function exitCodeOf(e: unknown): number {
   if (e instanceof StokerError && (e.code === 'E_UNKNOWN_PACER' || e.code === 'E_INVALID_OPTION')) return 2;
   if (e instanceof ConfigError || e instanceof KindModuleError || e instanceof OptionalPackageError) return 2;
   if (e instanceof ClientError) return e.exitCode;
-  // A data dir that cannot be used, is in use, or is of a newer stoker: the --data given.
-  if (isJournalError(e, 'E_JOURNAL_OPEN') || isJournalError(e, 'E_JOURNAL_LOCKED') || isJournalError(e, 'E_JOURNAL_VERSION')) return 2;
+  // A data dir that cannot be used, or is of a newer stoker: the --data given (one in use, or a damaged file, is 1).
+  if (isJournalError(e, 'E_JOURNAL_DIR') || isJournalError(e, 'E_JOURNAL_VERSION')) return 2;
   return 1;
 }
 

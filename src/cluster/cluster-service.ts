@@ -328,9 +328,10 @@ export class ClusterService implements ApiService {
     // The jobs a node still runs that Redis lost (see K.running): no queue holds them.
     if (want.has('running')) {
       const listed = new Set(views.map((v) => v.id));
-      const keys: string[] = [];
-      for await (const batch of this.redis.scanStream({ match: K.running('*'), count: 200 }) as AsyncIterable<string[]>) keys.push(...batch);
-      const raws = keys.length === 0 ? [] : await this.redis.mget(keys);
+      const ids = await this.redis.smembers(K.runningIndex);
+      const raws = ids.length === 0 ? [] : await this.redis.mget(ids.map(K.running));
+      const gone = ids.filter((_, i) => raws[i] === null);
+      if (gone.length > 0) await this.redis.srem(K.runningIndex, ...gone);
       for (const raw of raws) {
         const rec = raw === null ? undefined : (JSON.parse(raw) as RunningRecord);
         if (rec && !listed.has(rec.data.record.id)) views.push(this.views.runningView(rec));

@@ -199,7 +199,7 @@ export class Dispatcher {
       const v = await ended;
       if (!v || !isFinal(v.state)) {
         // Shutdown cut it short: back to the queue for another node (or the lock expires).
-        await this.redis.del(K.running(id)).catch(() => undefined);
+        await this.redis.multi().del(K.running(id)).srem(K.runningIndex, id).exec().catch(() => undefined);
         await job.moveToWait(token).catch(() => undefined);
         return;
       }
@@ -208,10 +208,10 @@ export class Dispatcher {
           const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
           await job.moveToCompleted(stored, token, false);
           // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
-          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.o.ttlMs).pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).exec();
+          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.o.ttlMs).pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).srem(K.runningIndex, id).exec();
         } else {
           await job.moveToFailed(failure(v.error?.code ?? 'E_INTERNAL', v.error?.reason ?? ''), token, false);
-          const m = this.redis.multi().pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id));
+          const m = this.redis.multi().pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).srem(K.runningIndex, id);
           await (v.state === 'cancelled' ? m.del(K.cancelRequest(id)) : m).exec();
         }
       } catch {
@@ -236,7 +236,7 @@ export class Dispatcher {
     const h = this.held.get(id);
     if (!h) return;
     const rec: RunningRecord = { data: h.job.data, node: this.o.nodeId, startedAt: h.startedAt };
-    await this.redis.set(K.running(id), JSON.stringify(rec), 'PX', this.o.lockMs);
+    await this.redis.multi().set(K.running(id), JSON.stringify(rec), 'PX', this.o.lockMs).sadd(K.runningIndex, id).exec();
   }
 
   /** After a Redis data loss: says at once that this node runs its held jobs (Recovery's sweep, before any node queues lost jobs again). */
@@ -247,7 +247,7 @@ export class Dispatcher {
   /** The outcome of a job Redis lost while this node ran it, readable from every node (as Recovery republishes one). */
   private async publishLost(v: JobView): Promise<void> {
     const ttl = this.o.ttlMs;
-    const m = this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.o.nodeId }), 'PX', ttl).set(K.kindOf(v.id), v.kind, 'PX', ttl).zadd(K.resultIndex, Date.now(), v.id).del(K.running(v.id)).del(K.outputs(v.id)).del(K.cancelRequest(v.id));
+    const m = this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.o.nodeId }), 'PX', ttl).set(K.kindOf(v.id), v.kind, 'PX', ttl).zadd(K.resultIndex, Date.now(), v.id).del(K.running(v.id)).srem(K.runningIndex, v.id).del(K.outputs(v.id)).del(K.cancelRequest(v.id));
     await (v.state === 'done' ? m.incr(K.completions(v.id)).pexpire(K.completions(v.id), ttl) : m).exec();
   }
 

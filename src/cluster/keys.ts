@@ -35,6 +35,8 @@ export const K = {
    * job with it) it says the job runs there, so the accepting node does not queue it again.
    */
   running: (id: string) => `${PREFIX}:cluster:running:${id}`,
+  /** The ids with a K.running record (a set; an id whose record expired is dropped when a list finds it gone): what GET /v1/jobs lists of them, without a scan of every key. */
+  runningIndex: `${PREFIX}:cluster:running-index`,
   /** The node that took the job last. */
   holder: (id: string) => `${PREFIX}:cluster:holder:${id}`,
   /** The kind of a job (which queue holds it), set once at submission. */

@@ -55,7 +55,7 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
     } catch (e) {
       if (e instanceof Error && own.has(e)) throw e;
       // (structuredClone and postMessage cannot copy the checked view of the snapshot it was given.)
-      const hint = e instanceof Error && e.name === 'DataCloneError' ? ' — the snapshot is a checked view of the engine’s counters: copy it with { ...snapshot } (and its devices and kinds likewise) or JSON' : '';
+      const hint = e instanceof Error && e.name === 'DataCloneError' ? ' — the snapshot is a checked view of the engine’s counters, its devices and kinds too: copy it with JSON.parse(JSON.stringify(snapshot))' : '';
       throw new Error(`the pacer ${o.origin} threw in ${method}: ${e instanceof Error ? e.message : String(e)}${hint}`, { cause: e });
     }
   };
@@ -65,7 +65,7 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
   // engine's own counter, which then read 0 for the measures, or crashed the engine on a device's).
   const views = new WeakMap<object, object>();
   const refuse = (path: string): never => {
-    const e = o.error(`the pacer ${o.origin} wrote ${path}: the snapshot is the engine's own counters, read-only; keep what you compute in the pacer (copy the snapshot with { ...snapshot } to change a copy)`);
+    const e = o.error(`the pacer ${o.origin} wrote ${path}: the snapshot is the engine's own counters, read-only; keep what you compute in the pacer (to change a copy: JSON.parse(JSON.stringify(snapshot)))`);
     own.add(e);
     throw e;
   };

@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from 'node:util';
-import { checkedPacer, createPacer, Engine, OccupancyMeter, StokerError, unknownPacerOptions, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type JobSpec, type PacerState } from '../core/index.js';
+import { checkedPacer, createPacer, Engine, OccupancyMeter, StokerError, unknownPacerOptions, type DeviceSpec, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type JobSpec, type PacerState } from '../core/index.js';
 import { checkKeys, shown } from '../core/checks.js';
 import { systemClock, type Clock } from './clock.js';
 import { errorMessage, Flights, type FlightJob } from './flights.js';
@@ -87,12 +87,19 @@ export class Runtime<I, P, O, R> {
     if (typeof options.workload.prepare !== 'function' && this.batchedKinds.size === 0) {
       throw new StokerError('E_INVALID_OPTION', 'the workload has no prepare(task): give it one (or prepareBatch(tasks) with kinds.<name>.prepareBatch for the kinds prepared in batches)');
     }
+    // The engine's device fields (a service gives name and kinds too), and a ThreadedWorkload's own (its entries given as they are).
+    options.devices.forEach((d, i) => checkKeys(d, ['workers', 'batch', 'name', 'kinds', 'kind', 'threadPerDevice'], `devices[${i}].`, 'a Runtime device', 'E_INVALID_OPTION'));
     this.engine = new Engine({
-      devices: options.devices,
+      devices: options.devices.map((d): DeviceSpec => {
+        if (typeof d !== 'object' || d === null) return d;
+        const { workers, batch, name, kinds } = d as DeviceSpec;
+        return { workers, ...(batch === undefined ? {} : { batch }), ...(name === undefined ? {} : { name }), ...(kinds === undefined ? {} : { kinds }) };
+      }),
       ...(options.kinds ? { kinds: options.kinds } : {}),
       pacer,
       budgetBytes: options.budgetBytes ?? Infinity,
-      maxPreparing: Math.min(options.maxPreparing ?? Infinity, options.workload.prepareSlots ?? Infinity),
+      // (A maxPreparing that is no number is the engine's to refuse: Math.min would make "5" 5.)
+      maxPreparing: typeof options.maxPreparing === 'number' || options.maxPreparing === undefined ? Math.min(options.maxPreparing ?? Infinity, options.workload.prepareSlots ?? Infinity) : options.maxPreparing,
       retries: options.retries ?? 1,
     });
     this.occupancy = new OccupancyMeter(options.devices.map((d) => d.workers));

@@ -94,8 +94,8 @@ export interface RuntimeOptions<I, P, O, R> {
   /**
    * A preparation running longer than this fails (and is retried): its signal fires, and what it
    * returns later is dropped. One that ignores its signal keeps its place in the workload (a
-   * preparation thread's) until it returns. A preparation batch past it fails whole: its items are
-   * prepared again alone (each with this timeout). @default Infinity
+   * preparation thread's) until it returns. A preparation batch is timed whole (set it for a full
+   * batch): past it the batch fails and its items are prepared again alone. @default Infinity
    */
   prepareTimeoutMs?: number;
   /** @default the system clock */

@@ -202,7 +202,7 @@ const ENGINE = table<EngineConfig>()({
   // (The engine's own default is 0: a library user opts in; a server retries a partition once.)
   retries: { schema: int(0, 10, 'an integer from 0 to 10', 'use e.g. 1'), default: 1, doc: 'times a failed partition is retried (0–10)' },
   deviceTimeoutS: { schema: positiveOr('none', 'a number of seconds > 0 or "none"', 'use e.g. 120, or "none" for no timeout'), default: Infinity, shown: '"none"', doc: 'device step timeout in seconds (> 0) or "none"' },
-  prepareTimeoutS: { schema: positiveOr('none', 'a number of seconds > 0 or "none"', 'use e.g. 600, or "none" for no timeout'), default: Infinity, shown: '"none"', doc: 'preparation timeout in seconds (> 0) or "none"' },
+  prepareTimeoutS: { schema: positiveOr('none', 'a number of seconds > 0 or "none"', 'use e.g. 600, or "none" for no timeout'), default: Infinity, shown: '"none"', doc: 'preparation timeout in seconds (> 0) or "none" (a preparation batch is timed whole: set it for a full batch)' },
   pacerOptions: {
     schema: z.record(z.string(), z.number(numberErr), err('a table of pacer options', 'write them under an [engine.pacerOptions] header, one name = number per line')).optional(),
     default: {},

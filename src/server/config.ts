@@ -467,15 +467,16 @@ function defined<T extends object>(o: T | undefined): Partial<T> {
   return Object.fromEntries(Object.entries(o ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
-/** Request headers whose values are credentials: `config print` does not print them. */
+/** Request headers and process env variables whose values are credentials: `config print` does not print them. */
 const SECRET_HEADER = /auth|token|key|secret|cookie|password/i;
 
 /** A device table as TOML writes it back (Infinity as "none"; credential headers blank, their names added to `hidden`). */
 function deviceToml(d: DeviceConfig, name: string, hidden: string[]): object {
-  const headers = d.http ? Object.fromEntries(Object.entries(d.http.headers).map(([h, v]) => (SECRET_HEADER.test(h) ? (hidden.push(`${name}.http.headers.${h}`), [h, '']) : [h, v]))) : {};
+  const blank = (table: Readonly<Record<string, string>>, at: string) => Object.fromEntries(Object.entries(table).map(([k, v]) => (SECRET_HEADER.test(k) ? (hidden.push(`${at}.${k}`), [k, '']) : [k, v])));
+  const headers = d.http ? blank(d.http.headers, `${name}.http.headers`) : {};
   return {
     ...d,
-    ...(d.process ? { process: { ...d.process } } : {}),
+    ...(d.process ? { process: { ...d.process, env: blank(d.process.env, `${name}.process.env`) } } : {}),
     ...(d.http ? { http: { ...d.http, headers, timeoutS: Number.isFinite(d.http.timeoutS) ? d.http.timeoutS : 'none' } } : {}),
     ...(d.batch ? { batch: { ...d.batch } } : {}),
   };

@@ -69,8 +69,10 @@ export type JournalErrorCode =
   | 'E_JOURNAL_LOCKED'
   /** The file was written by a newer stoker with a schema this one does not know. */
   | 'E_JOURNAL_VERSION'
-  /** The data dir or the file cannot be created, read or written, or is not a database. */
+  /** The file cannot be opened, read or written, or is not a database. */
   | 'E_JOURNAL_OPEN'
+  /** The data dir cannot be used: a file in the way, a read-only file system, no permission (the --data given). */
+  | 'E_JOURNAL_DIR'
   /** A job with this id exists with a different body. */
   | 'E_JOURNAL_CONFLICT'
   /** No job has this id. */

@@ -102,8 +102,8 @@ export class Journal {
   /**
    * Opens (creating it if need be) the journal `stoker.db` in `dir`, creating `dir` too.
    * @throws {JournalError} `E_JOURNAL_LOCKED` when another connection holds the dir,
-   * `E_JOURNAL_VERSION` when the file has a newer schema, `E_JOURNAL_OPEN` when the dir or the
-   * file cannot be used (not a database, no permission, …).
+   * `E_JOURNAL_VERSION` when the file has a newer schema, `E_JOURNAL_DIR` when the dir cannot be
+   * used (a file in the way, read-only, no permission), `E_JOURNAL_OPEN` when the file cannot (not a database, …).
    */
   static open(dir: string, options: JournalOptions = {}): Journal {
     const path = join(dir, 'stoker.db');
@@ -114,9 +114,9 @@ export class Journal {
     } catch (err) {
       const code = (err as { code?: string }).code;
       const why = code === 'EEXIST' || code === 'ENOTDIR' ? 'a file, not a directory, is in the way' : code === 'EROFS' ? 'the file system is read-only' : code === 'EACCES' || code === 'EPERM' ? 'no permission' : String(err);
-      throw new JournalError('E_JOURNAL_OPEN', `cannot create the data dir ${dir}: ${why} — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`, { cause: err });
+      throw new JournalError('E_JOURNAL_DIR', `cannot create the data dir ${dir}: ${why} — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`, { cause: err });
     }
-    if (!statSync(dir).isDirectory()) throw new JournalError('E_JOURNAL_OPEN', `the data dir ${dir} is a file, not a directory — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`);
+    if (!statSync(dir).isDirectory()) throw new JournalError('E_JOURNAL_DIR', `the data dir ${dir} is a file, not a directory — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`);
     try {
       checkWal(path);
       const conn = new Database(path, { timeout: 0 });
@@ -151,7 +151,7 @@ export class Journal {
         throw new JournalError('E_JOURNAL_LOCKED', `data dir ${dir} is in use by another stoker serve: stop it or choose another --data dir`, { cause: err });
       }
       const unwritable = writeError(dir);
-      if (unwritable) throw new JournalError('E_JOURNAL_OPEN', `the data dir ${dir} cannot be written (${unwritable}) — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`, { cause: err });
+      if (unwritable) throw new JournalError('E_JOURNAL_DIR', `the data dir ${dir} cannot be written (${unwritable}) — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`, { cause: err });
       throw new JournalError('E_JOURNAL_OPEN', `cannot open the journal ${path} (${String(err)}): check the path and its permissions, or move the file away to start afresh`, { cause: err });
     }
   }

@@ -193,7 +193,10 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     refused({ budgetbytes: 5 }, 'budgetbytes is not a field of the Runtime options (did you mean budgetBytes?): its fields are workload, devices, kinds, pacer, pacerOptions, budgetBytes, maxPreparing, retries, deviceTimeoutMs, prepareTimeoutMs, clock, timeline, onStep');
     refused({ prepareTimeoutMs: '5' }, 'prepareTimeoutMs must be a number of ms > 0, or Infinity (got "5")');
     refused({ deviceTimeoutMs: '5' }, 'deviceTimeoutMs must be a number of ms > 0, or Infinity (got "5")');
-    refused({ devices: [{ workers: 1, batchh: {} }] }, 'devices[0].batchh is not a field of a device (did you mean batch?)');
+    refused({ devices: [{ workers: 1, batchh: {} }] }, 'devices[0].batchh is not a field of a Runtime device (did you mean batch?): its fields are workers, batch, name, kinds, kind, threadPerDevice');
+    refused({ maxPreparing: '5' }, 'maxPreparing must be a number ≥ 1 or Infinity (got "5")');
+    // A ThreadedWorkload's device entries, shared as they are (with its kind and threadPerDevice), are accepted.
+    expect(() => new Runtime({ workload, devices: [{ workers: 1, kind: 'cpu', threadPerDevice: true }] } as never)).not.toThrow();
     refused({ workload: { prepare: workload.prepare.bind(workload), finish: workload.finish.bind(workload) } }, 'the workload has no run(task): give it one');
     refused({ workload: { prepare: workload.prepare.bind(workload), run: workload.run.bind(workload) } }, 'the workload has no finish(job): give it one');
   });

@@ -341,6 +341,11 @@ describe('device tables from several sources', () => {
     expect(toml).not.toContain('s3cret');
     expect(toml).toContain('# credentials not printed (blank below): device.http.headers.Authorization, device.http.headers.X-Api-Key — give them again');
     expect(toml).toContain('Accept = "application/json"');
+    const proc = write('proc2/stoker.toml', '[device.process]\ncommand = "python3"\nenv = { HF_TOKEN = "hf_s3cret", CUDA_VISIBLE_DEVICES = "1" }\n');
+    const printed = configToToml(loadConfig({ file: proc, env: {}, cwd: '/' }));
+    expect(printed).not.toContain('hf_s3cret');
+    expect(printed).toContain('device.process.env.HF_TOKEN');
+    expect(printed).toContain('CUDA_VISIBLE_DEVICES = "1"');
   });
 });
 

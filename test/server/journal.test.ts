@@ -268,12 +268,12 @@ describe('Journal', () => {
     expect(err?.message).toContain(join(dir, 'stoker.db'));
   });
 
-  it('a data dir that is a file, or under one, is E_JOURNAL_OPEN naming the dir and where to set it (it said EEXIST … mkdir, and to move the file away)', () => {
+  it('a data dir that is a file, or under one, is E_JOURNAL_DIR naming the dir and where to set it (it said EEXIST … mkdir, and to move the file away)', () => {
     const file = join(tempDir(), 'afile');
     writeFileSync(file, 'x');
     for (const dir of [file, join(file, 'sub')]) {
       const err = errorOf(() => open(dir));
-      expect(err?.code).toBe('E_JOURNAL_OPEN');
+      expect(err?.code).toBe('E_JOURNAL_DIR');
       expect(err?.message).toMatch(new RegExp(`^(cannot create the data dir|the data dir) ${dir.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}(: a file, not a directory, is in the way| is a file, not a directory) — give a directory you can write \\(dataDir in the config, --data, STOKER_DATA_DIR\\)$`));
     }
   });

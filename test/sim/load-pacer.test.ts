@@ -83,7 +83,11 @@ describe('user pacer modules: the optional methods', () => {
     expect(fine.nextDispatchAt(real)).toBe(real.now + 1);
     // structuredClone cannot copy the checked view: the error says how to copy it.
     const cloning = (await resolvePacer(tmp.file('clones.mjs', 'export default () => ({ observe(s) { structuredClone(s); }, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n')))({});
-    expect(() => cloning.observe(real)).toThrow(/could not be cloned.* — the snapshot is a checked view of the engine’s counters: copy it with \{ \.\.\.snapshot \}/);
+    expect(() => cloning.observe(real)).toThrow(/could not be cloned.* — the snapshot is a checked view of the engine’s counters, its devices and kinds too: copy it with JSON\.parse\(JSON\.stringify\(snapshot\)\)/);
+    // The copy it names clones, and can be changed.
+    const copying = (await resolvePacer(tmp.file('json-copy.mjs', 'export default () => ({ observe(s) { const c = structuredClone(JSON.parse(JSON.stringify(s))); c.devices[0].busy = 5; this.b = c.devices[0].busy; }, nextDispatchAt(s) { return s.now + this.b; }, onDispatch() {} });\n')))({});
+    copying.observe(real);
+    expect(copying.nextDispatchAt(real)).toBe(real.now + 5);
   });
 
   it("a write to the snapshot, at any depth, is an error naming the field (one set snapshot.waiting = 0: the engine's own counter, read by the measures)", async () => {
