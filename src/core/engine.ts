@@ -1381,7 +1381,6 @@ function checkBatch(b: BatchSpec, where: string, example: string): void {
   }
 }
 
-/** Checks a batch answer's `failed` list against the batch's items (when the batch is still known). */
 /**
  * An item event's `item`: the id of a command's item (`command.item.id`). An id the engine no
  * longer knows is a stale event (its item cancelled, retried or lost) and changes nothing; anything
@@ -1406,6 +1405,7 @@ function checkMeasure(ms: number | undefined, field: string): void {
   if (ms !== undefined && !(ms >= 0 && Number.isFinite(ms))) throw new StokerError('E_INVALID_EVENT', `${field} must be a finite number ≥ 0 in ms, or absent for the time the engine saw (got ${shown(ms)})`);
 }
 
+/** Checks a batch answer's `failed` list against the batch's items (when the batch is still known). */
 function checkFailed(failed: unknown, type: string, items: readonly Item[] | undefined, batch: number): void {
   if (failed === undefined) return;
   if (!Array.isArray(failed)) throw new StokerError('E_INVALID_EVENT', `${type}.failed must be an array of { item, reason }, or absent when every item succeeded`);

@@ -40,6 +40,8 @@ interface Flight<P> {
   /** The device step has the prepared data: it frees it when run() settles, not before. */
   onDevice?: boolean;
   timer?: unknown;
+  /** An item of a preparation batch left it (withdrawn): the batch's own timeout goes with its last one. */
+  left?: () => void;
 }
 
 /** The runtime's items in flight, by item id, and the steps that carry them out. */
@@ -85,6 +87,7 @@ export class Flights<I, P, O, R> {
     this.flights.delete(id);
     if (f.timer !== undefined) this.clock.cancel(f.timer);
     if (reason) f.controller.abort(reason);
+    f.left?.();
     if (f.prepared !== undefined && !f.onDevice) this.workload.release?.(f.prepared);
   }
 
@@ -170,6 +173,8 @@ export class Flights<I, P, O, R> {
     const timer = Number.isFinite(this.prepareTimeoutMs)
       ? this.clock.schedule(() => failed(`no preparation batch within the preparation timeout, ${this.prepareTimeoutMs} ms (the runtime's prepareTimeoutMs; engine.prepareTimeoutS in a service config)`, true), this.prepareTimeoutMs)
       : undefined;
+    // Every item withdrawn (its job cancelled, the runtime closed) from a batch that never answers: its timer goes too (it kept the process alive).
+    if (timer !== undefined) for (const e of entries) e.f.left = () => live().length === 0 && this.clock.cancel(timer);
     const started = this.clock.now();
     settled(() => prepareBatch.call(this.workload, tasks)).then(
       (results) => {

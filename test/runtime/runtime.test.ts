@@ -569,7 +569,7 @@ describe('Runtime with preparation batches', () => {
         await tick();
       }
     };
-    return { workload, rt, run };
+    return { workload, rt, run, clock };
   }
 
   it('prepares queued items in batches, each prepared value to its own partition, one preparation step per batch', async () => {
@@ -625,6 +625,30 @@ describe('Runtime with preparation batches', () => {
     expect(workload.groups).toEqual([3, 1, 1, 1]);
     expect(workload.held).toBe(0);
     expect(rt.engine.budget.used).toBe(0);
+  });
+
+  it("a batch that never answers, its job cancelled: the batch's timeout is cancelled with its last item (it kept a timer, and the process, alive)", async () => {
+    const { rt, run, workload, clock } = groupSetup(0, 0, 5000);
+    const pending = new Set<unknown>();
+    const schedule = clock.schedule.bind(clock);
+    const cancel = clock.cancel.bind(clock);
+    clock.schedule = (fn, ms) => {
+      const h = schedule(fn, ms);
+      if (ms === 5000) pending.add(h);
+      return h;
+    };
+    clock.cancel = (h) => {
+      pending.delete(h);
+      cancel(h);
+    };
+    workload.hangBatch = true;
+    const p = rt.submit(job('a', 3), 1).catch((x: unknown) => x);
+    await run(20);
+    expect(pending.size).toBe(1);
+    rt.cancel('a');
+    expect(await p).toMatchObject({ code: 'E_CANCELLED' });
+    expect(pending.size).toBe(0);
+    expect(workload.aborted).toBe(3);
   });
 
   it('a cancelled job: its prepared values are released when the batch answers', async () => {
