@@ -64,11 +64,13 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
   // through and through: a write is an error naming the field (one wrote snapshot.waiting = 0: the
   // engine's own counter, which then read 0 for the measures, or crashed the engine on a device's).
   const views = new WeakMap<object, object>();
-  const refuse = (path: string): never => {
-    const e = o.error(`the pacer ${o.origin} wrote ${path}: the snapshot is the engine's own counters, read-only; keep what you compute in the pacer (to change a copy: JSON.parse(JSON.stringify(snapshot)))`);
+  /** Throws an error of the checks themselves (passed on as it is by `call`). */
+  const fail = (message: string): never => {
+    const e = o.error(message);
     own.add(e);
     throw e;
   };
+  const refuse = (path: string): never => fail(`the pacer ${o.origin} wrote ${path}: the snapshot is the engine's own counters, read-only; keep what you compute in the pacer (to change a copy: JSON.parse(JSON.stringify(snapshot)))`);
   const readOnly = <T extends object>(target: T, path: string, top: boolean): T => {
     let v = views.get(target) as T | undefined;
     if (!v) {
@@ -76,9 +78,7 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
         get: (t, k, r) => {
           if (top && typeof k === 'string' && !(k in t) && k !== 'toJSON' && k !== 'then') {
             const near = suggest(k, Object.keys(t));
-            const e = o.error(`the pacer ${o.origin} read snapshot.${k}, which a snapshot does not have${near ? ` (did you mean ${near}?)` : ''}: its fields are ${Object.keys(t).join(', ')}`);
-            own.add(e);
-            throw e;
+            fail(`the pacer ${o.origin} read snapshot.${k}, which a snapshot does not have${near ? ` (did you mean ${near}?)` : ''}: its fields are ${Object.keys(t).join(', ')}`);
           }
           const value = Reflect.get(t, k, r) as unknown;
           if (typeof value !== 'object' || value === null || typeof k !== 'string') return value;

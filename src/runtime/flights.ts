@@ -103,7 +103,7 @@ export class Flights<I, P, O, R> {
       // Past it the preparation fails (its signal fires; what it returns later is dropped): a prepare that never settles held its job for good.
       f.timer = this.clock.schedule(() => {
         if (this.flights.get(item.id) !== f) return;
-        const reason = `no preparation within the preparation timeout, ${this.prepareTimeoutMs} ms (the runtime's prepareTimeoutMs; engine.prepareTimeoutS in a service config)`;
+        const reason = prepareTimeoutReason('preparation', this.prepareTimeoutMs);
         this.land(item.id, f, new StokerError('E_PREPARE_FAILED', reason));
         this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason });
       }, this.prepareTimeoutMs);
@@ -171,7 +171,7 @@ export class Flights<I, P, O, R> {
     };
     // Past the timeout the batch fails as a whole (its items are prepared again, alone); what it returns later is released.
     const timer = Number.isFinite(this.prepareTimeoutMs)
-      ? this.clock.schedule(() => failed(`no preparation batch within the preparation timeout, ${this.prepareTimeoutMs} ms (the runtime's prepareTimeoutMs; engine.prepareTimeoutS in a service config)`, true), this.prepareTimeoutMs)
+      ? this.clock.schedule(() => failed(prepareTimeoutReason('preparation batch', this.prepareTimeoutMs), true), this.prepareTimeoutMs)
       : undefined;
     // Every item withdrawn (its job cancelled, the runtime closed) from a batch that never answers: its timer goes too (it kept the process alive).
     if (timer !== undefined) for (const e of entries) e.f.left = () => live().length === 0 && this.clock.cancel(timer);
@@ -339,6 +339,11 @@ export class Flights<I, P, O, R> {
  */
 function settled<T>(step: () => T | Promise<T>): Promise<T> {
   return new Promise<T>((resolve) => resolve(step()));
+}
+
+/** Why a preparation (or a preparation batch) failed that did not answer in time: the timeout, named both ways it is set. */
+function prepareTimeoutReason(what: string, ms: number): string {
+  return `no ${what} within the preparation timeout, ${ms} ms (the runtime's prepareTimeoutMs; engine.prepareTimeoutS in a service config)`;
 }
 
 /** Why a device step failed that did not answer in time: the worker, and the timeout (named both ways it is set). */

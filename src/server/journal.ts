@@ -10,7 +10,7 @@
  * output or a result that is bytes (a Uint8Array) as a BLOB in the same column.
  */
 import { createHash } from 'node:crypto';
-import { accessSync, closeSync, constants, fsyncSync, mkdirSync, statSync } from 'node:fs';
+import { accessSync, closeSync, constants, fsyncSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integrity.js';
@@ -112,11 +112,9 @@ export class Journal {
     try {
       mkdirSync(dir, { recursive: true });
     } catch (err) {
-      const code = (err as { code?: string }).code;
-      const why = code === 'EEXIST' || code === 'ENOTDIR' ? 'a file, not a directory, is in the way' : code === 'EROFS' ? 'the file system is read-only' : code === 'EACCES' || code === 'EPERM' ? 'no permission' : String(err);
-      throw new JournalError('E_JOURNAL_DIR', `cannot create the data dir ${dir}: ${why} — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`, { cause: err });
+      // (A file at the path, or on the way to it: EEXIST, ENOTDIR.)
+      throw new JournalError('E_JOURNAL_DIR', `cannot create the data dir ${dir}: ${dirProblem(err)}${GIVE_DIR}`, { cause: err });
     }
-    if (!statSync(dir).isDirectory()) throw new JournalError('E_JOURNAL_DIR', `the data dir ${dir} is a file, not a directory — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`);
     try {
       checkWal(path);
       const conn = new Database(path, { timeout: 0 });
@@ -151,7 +149,7 @@ export class Journal {
         throw new JournalError('E_JOURNAL_LOCKED', `data dir ${dir} is in use by another stoker serve: stop it or choose another --data dir`, { cause: err });
       }
       const unwritable = writeError(dir);
-      if (unwritable) throw new JournalError('E_JOURNAL_DIR', `the data dir ${dir} cannot be written (${unwritable}) — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)`, { cause: err });
+      if (unwritable) throw new JournalError('E_JOURNAL_DIR', `the data dir ${dir} cannot be written (${unwritable})${GIVE_DIR}`, { cause: err });
       throw new JournalError('E_JOURNAL_OPEN', `cannot open the journal ${path} (${String(err)}): check the path and its permissions, or move the file away to start afresh`, { cause: err });
     }
   }
@@ -429,13 +427,21 @@ export class Journal {
   }
 }
 
+/** What a data dir error asks for, and where it is set. */
+const GIVE_DIR = ' — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)';
+
+/** A file system error on the data dir, in words. */
+function dirProblem(e: unknown): string {
+  const code = (e as { code?: string }).code;
+  return code === 'EEXIST' || code === 'ENOTDIR' ? 'a file, not a directory, is in the way' : code === 'EROFS' ? 'the file system is read-only' : code === 'EACCES' || code === 'EPERM' ? 'no permission' : String(e);
+}
+
 /** Why `dir` cannot be written (a read-only file system, no permission), or undefined when it can. */
 function writeError(dir: string): string | undefined {
   try {
     accessSync(dir, constants.W_OK);
     return undefined;
   } catch (e) {
-    const code = (e as { code?: string }).code;
-    return code === 'EROFS' ? 'the file system is read-only' : code === 'EACCES' || code === 'EPERM' ? 'no permission' : String(e);
+    return dirProblem(e);
   }
 }
