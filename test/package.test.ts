@@ -152,6 +152,16 @@ describe('the packed tarball, installed into an empty folder', () => {
     700_000,
   );
 
+  it('ships every file the README links to, and the sources its source maps name', async () => {
+    const d = path.join(await folder(), 'node_modules/stoker');
+    const readme = fs.readFileSync(path.join(d, 'README.md'), 'utf8');
+    const links = [...readme.matchAll(/\]\(([^)\s#]+)(?:#[^)]*)?\)/g)].map((m) => m[1] as string).filter((l) => !/^[a-z]+:/i.test(l));
+    expect(links.length).toBeGreaterThan(10);
+    expect(links.filter((l) => !fs.existsSync(path.join(d, l)))).toEqual([]);
+    const map = JSON.parse(fs.readFileSync(path.join(d, 'dist/core/engine.js.map'), 'utf8')) as { sources: string[] };
+    expect(map.sources.filter((s) => !fs.existsSync(path.join(d, 'dist/core', s)))).toEqual([]);
+  });
+
   /** `stoker serve ARGS` from the installed folder, until it listens; then `use(url)`, then SIGTERM. */
   async function serving(d: string, args: string[], env: Record<string, string>, use: (url: string, output: () => string) => Promise<void>): Promise<void> {
     const child = spawn(path.join(d, 'node_modules/.bin/stoker'), ['serve', '--port', '0', ...args], { cwd: d, env: { ...process.env, STOKER_PREPARE_THREADS: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
