@@ -101,6 +101,27 @@ describe('Journal', () => {
     expect(j.pending()).toBe(0);
   });
 
+  it('names the whole path of what JSON would change in an output or a result', () => {
+    const j = open(tempDir());
+    j.insert(job('a'));
+    const reason = (v: unknown) => {
+      try {
+        j.recordPartition('a', 0, v);
+      } catch (e) {
+        return (e as Error).message;
+      }
+      return 'stored';
+    };
+    expect(reason({ outer: { list: [0, new Uint8Array(2)] } })).toMatch(/bytes at "outer\.list\[1\]"/);
+    expect(reason({ outputs: [1, 2, { score: NaN }] })).toMatch(/NaN at "outputs\[2\]\.score"/);
+    expect(reason([[1, new Set()]])).toMatch(/a Set at "\[0\]\[1\]"/);
+    expect(reason({ 'odd key': { x: Infinity } })).toMatch(/Infinity at "\['odd key'\]\.x"/);
+    expect(reason(new Map())).toMatch(/a Map at the top/);
+    // The same object twice is plain JSON (only a cycle is not).
+    const shared = { v: 1 };
+    expect(reason({ a: shared, b: [shared] })).toBe('stored');
+  });
+
   it('marks a queued job running once, stamping startedAt', () => {
     const c = clock();
     const j = open(tempDir(), c.now);
