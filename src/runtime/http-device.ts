@@ -5,10 +5,16 @@
  * application/json, bytes otherwise). The item's busy time is the request's wall time, from
  * sending it until the whole response has arrived: the time the item occupied the worker —
  * never a compute time the server reports about itself, which leaves out its queueing and the
- * transfer. A refused connection, a timeout, a 4xx/5xx answer or an oversized response fails
- * the item (the engine retries it) — a 400, 401, 403, 404, 405, 410, 413, 414, 415 or 422 with
- * `retry: false`: the same request would be refused the same way (a bad input, a wrong URL or
- * credentials).
+ * transfer. A timeout, a 4xx/5xx answer or an oversized response fails the item (the engine
+ * retries it) — a 400, 401, 403, 404, 405, 410, 413, 414, 415 or 422 with `retry: false`: the
+ * same request would be refused the same way (a bad input, a wrong URL or credentials).
+ *
+ * An endpoint that cannot be reached (the connection refused or reset before an answer: a server
+ * down or restarting) is waited for: the step sends again after 250 ms, doubling to 5 s, until
+ * the endpoint has been unreachable for `unreachableMs` (device-wide, from the first refusal
+ * since it last answered); past that a step that is refused fails at once. (Failed at once, each
+ * of an item's retries was spent within a second, and a restart of the endpoint failed its jobs.)
+ * The item's busy time is its last request's.
  *
  * A batch (a device with `batch`) is one request: JSON `{ items: [{ job, kind, partition,
  * partitions, prepared }] }` (bytes as `{ preparedBase64 }` instead of `prepared`), answered by
@@ -35,7 +41,17 @@ export interface HttpDeviceOptions {
   timeoutMs?: number;
   /** The largest response accepted, bytes. @default 1 GiB */
   maxResponseBytes?: number;
+  /** How long a step waits for an endpoint that refuses connections, ms (see the file's comment). @default 60000 */
+  unreachableMs?: number;
+  /** Where the device says that its endpoint went unreachable and came back. @default none */
+  log?: (line: string) => void;
 }
+
+/** Errors of a request that reached no server (refused, reset before an answer, no route, no name): it is sent again while the endpoint is waited for. */
+const UNREACHED: ReadonlySet<string> = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT']);
+/** The first wait before sending again to an unreachable endpoint, and the longest, ms. */
+const RESEND_FIRST_MS = 250;
+const RESEND_MAX_MS = 5000;
 
 /** Answers that the same request would get again (a bad input, a wrong URL or credentials): the item fails at once, without its retries. Other 4xx (408, 409, 423, 425, 429…) pass. */
 const FINAL_STATUS: ReadonlySet<number> = new Set([400, 401, 403, 404, 405, 410, 413, 414, 415, 422]);
@@ -46,9 +62,11 @@ const BODY_EXCERPT = 200;
 export class HttpDevice implements DeviceRunner {
   private readonly turns = new WorkerTurns();
   private readonly o: Required<HttpDeviceOptions>;
+  /** Since when (performance.now()) the endpoint has refused every request; NaN while it answers. */
+  private downSince = NaN;
 
   constructor(options: HttpDeviceOptions) {
-    this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, ...options };
+    this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, unreachableMs: 60_000, log: () => {}, ...options };
   }
 
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
@@ -96,13 +114,32 @@ export class HttpDevice implements DeviceRunner {
 
   /** POSTs a body; the response's bytes (its JSON, when it says application/json) and the request's wall time. */
   private async post(label: string, body: string | Uint8Array, extra: Record<string, string>, signal: AbortSignal): Promise<{ data: Uint8Array; json: unknown; busyMs: number }> {
-    const signals = [signal, ...(Number.isFinite(this.o.timeoutMs) ? [AbortSignal.timeout(this.o.timeoutMs)] : [])];
-    const t0 = performance.now();
-    let res: Response;
-    try {
-      res = await fetch(this.o.url, { method: 'POST', headers: { ...this.o.headers, ...extra }, body, signal: AbortSignal.any(signals) });
-    } catch (e) {
-      throw new Error(`${label}: POST ${this.o.url} failed: ${reason(e, this.o.timeoutMs)}`);
+    let t0 = 0;
+    let res: Response | undefined;
+    for (let wait = RESEND_FIRST_MS; !res; wait = Math.min(2 * wait, RESEND_MAX_MS)) {
+      const signals = [signal, ...(Number.isFinite(this.o.timeoutMs) ? [AbortSignal.timeout(this.o.timeoutMs)] : [])];
+      t0 = performance.now();
+      try {
+        res = await fetch(this.o.url, { method: 'POST', headers: { ...this.o.headers, ...extra }, body, signal: AbortSignal.any(signals) });
+      } catch (e) {
+        const code = (e as { cause?: { code?: unknown } }).cause?.code;
+        if (signal.aborted || typeof code !== 'string' || !UNREACHED.has(code)) throw new Error(`${label}: POST ${this.o.url} failed: ${reason(e, this.o.timeoutMs)}`);
+        const now = performance.now();
+        if (Number.isNaN(this.downSince)) {
+          this.downSince = now;
+          this.o.log(`[device ${this.o.name}] POST ${this.o.url} failed: ${code}: the endpoint is waited for (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
+        }
+        const down = now - this.downSince;
+        if (down + wait > this.o.unreachableMs) {
+          throw new Error(`${label}: POST ${this.o.url} failed: ${code}: the endpoint has been unreachable for ${(down / 1000).toFixed(1)} s (waited for up to unreachableS = ${this.o.unreachableMs / 1000} s)`);
+        }
+        await pause(wait, signal);
+        if (signal.aborted) throw new Error(`${label}: POST ${this.o.url} failed: the step was withdrawn`);
+      }
+    }
+    if (!Number.isNaN(this.downSince)) {
+      this.o.log(`[device ${this.o.name}] ${this.o.url} answers again, after ${((performance.now() - this.downSince) / 1000).toFixed(1)} s unreachable`);
+      this.downSince = NaN;
     }
     let data: Uint8Array;
     try {
@@ -134,6 +171,19 @@ export class HttpDevice implements DeviceRunner {
     const { data, json, busyMs } = await this.post(label, body ?? JSON.stringify(meta ?? null), headers, call.signal);
     return { output: json === undefined ? data : json, busyMs };
   }
+}
+
+/** Resolves after `ms`, or at once when `signal` fires. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
 
 function reason(e: unknown, timeoutMs: number): string {

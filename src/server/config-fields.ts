@@ -244,6 +244,12 @@ export const HTTP = table<Omit<HttpDeviceConfig, 'timeoutS'> & { timeoutS: numbe
     doc: 'a request running longer fails its item',
   },
   maxResponseBytes: { schema: int(1, undefined, 'an integer ≥ 1 (bytes)', 'use e.g. 1073741824 (1 GiB)'), default: 2 ** 30, shown: '1 GiB', doc: 'the largest response accepted' },
+  unreachableS: {
+    schema: z.number(err('a number of seconds > 0 (at most 86400)', 'use e.g. 60, or 3600 to wait out a long restart')).gt(0, err('a number of seconds > 0 (at most 86400)', 'use e.g. 60')).max(86_400, err('a number of seconds > 0 (at most 86400)', 'use e.g. 3600')).optional(),
+    default: 60,
+    shown: '60',
+    doc: 'how long a step waits for an endpoint that refuses connections (down, restarting) before it fails',
+  },
 });
 
 /** `[device.batch]` and `[kinds.NAME.prepareBatch]`: batches. */

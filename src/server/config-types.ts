@@ -106,6 +106,8 @@ export interface HttpDeviceConfig {
   timeoutS: number;
   /** The largest response accepted, bytes. */
   maxResponseBytes: number;
+  /** How long (seconds) a step waits for an endpoint that refuses connections before it fails. */
+  unreachableS: number;
 }
 
 /** A process device's program (`[device.process]`). */

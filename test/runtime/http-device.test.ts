@@ -63,7 +63,7 @@ describe('an HTTP device', () => {
 
   const faults: [what: string, handler: ((req: IncomingMessage, body: Buffer, res: ServerResponse) => void) | 'refused', options: Partial<HttpDeviceOptions>, reason: RegExp][] = [
     ['a 5xx answer', (_q, _b, res) => res.writeHead(503, { 'content-type': 'text/plain' }).end('model is loading'), {}, /infer\/0: POST .* answered 503 Service Unavailable: model is loading/],
-    ['a refused connection', 'refused', {}, /infer\/0: POST .* failed: ECONNREFUSED/],
+    ['a connection refused past unreachableMs', 'refused', { unreachableMs: 300 }, /infer\/0: POST .* failed: ECONNREFUSED: the endpoint has been unreachable for 0\.\d s \(waited for up to unreachableS = 0\.3 s\)/],
     ['no answer within timeoutMs', () => undefined, { timeoutMs: 300 }, /infer\/0: POST .* failed: no answer within 0.3 s \(timeoutS\)/],
     ['an oversized answer', (_q, _b, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(Buffer.alloc(4096)), { maxResponseBytes: 1024 }, /a response (of 4096 bytes is )?over the 1024-byte limit \(maxResponseBytes\)/],
     ['JSON that is not JSON', (_q, _b, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"oops'), {}, /answered application\/json that is not JSON: \{"oops/],
@@ -82,6 +82,40 @@ describe('an HTTP device', () => {
 });
 
 describe('a 4xx answer of an HTTP device', () => {
+  it('waits for an endpoint that refuses connections (down, restarting) and sends again once it answers; the busy time is the last request\'s', async () => {
+    const port = await freePort();
+    const lines: string[] = [];
+    const rt = setup({ url: `http://127.0.0.1:${port}/run`, unreachableMs: 30_000, log: (l) => lines.push(l) }, { retries: 0, workers: 2 });
+    const result = rt.submit(spec('w1', 3), {});
+    // Down for about a second (refused), then up.
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(lines).toEqual([expect.stringMatching(/^\[device infer\] POST http:\/\/127\.0\.0\.1:\d+\/run failed: ECONNREFUSED: the endpoint is waited for \(sent again every ≤ 5 s\) for up to 30 s \(unreachableS\)$/)]);
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ p: Number(req.headers['stoker-partition']) })), 20));
+    });
+    await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
+    closers.push(() => new Promise((r) => (server.closeAllConnections(), server.close(() => r()))));
+    // With no retries: each item waited on its worker, none failed.
+    await expect(result).resolves.toEqual([{ p: 0 }, { p: 1 }, { p: 2 }]);
+    expect(lines[1]).toMatch(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run answers again, after \d+\.\d s unreachable$/);
+    expect(lines).toHaveLength(2);
+    const c = rt.status().counters.devices[0];
+    // (Each item's busy time is its answered request's, about 20 ms, not the second it waited.)
+    expect((c?.busyMs ?? 0) / (c?.completions ?? 1)).toBeLessThan(500);
+  });
+
+  it('a step withdrawn while it waits for an unreachable endpoint ends at once', async () => {
+    const rt = setup({ url: `http://127.0.0.1:${await freePort()}/run`, unreachableMs: 60_000 }, { retries: 0 });
+    const job = failure(rt.submit(spec('c1'), {}));
+    await new Promise((r) => setTimeout(r, 600));
+    const t0 = Date.now();
+    rt.cancel('c1');
+    expect((await job).code).toBe('E_CANCELLED');
+    await rt.close(5000);
+    expect(Date.now() - t0).toBeLessThan(3000);
+  });
+
   it('fails its job at once (the same request would be refused again); a 408, 409 or 429 is retried', async () => {
     let requests = 0;
     const url = await serve((req, _b, res) => {
