@@ -3,14 +3,14 @@ import { currentToken, setConnection } from './api.js';
 import { $, clock, el } from './format.js';
 import { refreshJobsSoon } from './jobs.js';
 
-const EVENT_TYPES = ['job.submitted', 'job.started', 'job.partition', 'job.done', 'job.failed', 'job.cancelled', 'device.measurement', 'pacer', 'gap'];
+const EVENT_TYPES = ['job.submitted', 'job.started', 'job.partition', 'step.failed', 'job.done', 'job.failed', 'job.cancelled', 'device.measurement', 'pacer', 'gap'];
 const FEED_MAX = 40;
 
 function feed(e) {
   const list = $('events');
   const time = clock(Date.parse(e.time) / 1000);
   // device.measurement: the pacer found a device's busy time misleading (its reason names the device and the cause).
-  const detail = e.type === 'job.submitted' ? `${e.kind}, ${e.partitions} partitions` : e.type === 'gap' ? `events missed while disconnected: ${e.reason}` : e.type === 'device.measurement' ? e.reason : e.reason ? `${e.code}: ${e.reason}` : '';
+  const detail = e.type === 'job.submitted' ? `${e.kind}, ${e.partitions} partitions` : e.type === 'step.failed' ? `partition ${e.partition} (attempt ${e.attempt}) ${e.stage === 'device' ? `on ${e.device}/${e.worker}` : 'in preparation'}: ${e.reason} — ${e.retried ? 'prepared again' : 'its job fails'}` : e.type === 'gap' ? `events missed while disconnected: ${e.reason}` : e.type === 'device.measurement' ? e.reason : e.reason ? `${e.code}: ${e.reason}` : '';
   const li = el('li', { class: `ev-${e.type.split('.')[1] ?? e.type}` }, el('span', { class: 't', text: time }), `${e.type} ${e.id ?? ''} ${detail}`);
   list.prepend(li);
   while (list.children.length > FEED_MAX) list.lastElementChild.remove();

@@ -49,6 +49,8 @@ export interface ItemView {
   readonly state: PartitionState;
   /** Increments on every start (preparation or device); events must echo it. */
   readonly attempt: number;
+  /** Its failures so far (a preparation's or a device step's; each one retried while fewer than the engine's retries). */
+  readonly failures: number;
   /** Bytes currently reserved for this item. */
   readonly reservedBytes: number;
 }

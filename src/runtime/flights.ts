@@ -31,6 +31,8 @@ export interface FlightsHost<I, P, O, R> {
   apply(event: EngineEvent): void;
   /** Charges the pool's idle bytes to the budget (after prepared data was freed outside an engine step). */
   syncPool(): void;
+  /** An item's step failed (told just before the engine hears of it). */
+  stepFailed(item: ItemView, stage: 'prepare' | 'device', reason: string, where?: { device: number; worker: number }): void;
 }
 
 /** One item's step in flight: what aborts it, its prepared data, its device timeout. */
@@ -54,6 +56,7 @@ export class Flights<I, P, O, R> {
   private readonly jobs: ReadonlyMap<string, FlightJob<I, O>>;
   private readonly apply: (event: EngineEvent) => void;
   private readonly syncPool: () => void;
+  private readonly stepFailed: FlightsHost<I, P, O, R>['stepFailed'];
 
   constructor(host: FlightsHost<I, P, O, R>) {
     this.workload = host.workload;
@@ -63,6 +66,7 @@ export class Flights<I, P, O, R> {
     this.jobs = host.jobs;
     this.apply = (event) => host.apply(event);
     this.syncPool = () => host.syncPool();
+    this.stepFailed = (item, stage, reason, where) => host.stepFailed(item, stage, reason, where);
   }
 
   /** Stops and drops an item's work (the engine's `abort`): its step's signal fires with E_CANCELLED. */
@@ -105,6 +109,7 @@ export class Flights<I, P, O, R> {
         if (this.flights.get(item.id) !== f) return;
         const reason = prepareTimeoutReason('preparation', this.prepareTimeoutMs);
         this.land(item.id, f, new StokerError('E_PREPARE_FAILED', reason));
+        this.stepFailed(item, 'prepare', reason);
         this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason });
       }, this.prepareTimeoutMs);
     }
@@ -126,7 +131,9 @@ export class Flights<I, P, O, R> {
         if (this.flights.get(item.id) !== f) return;
         settle();
         this.flights.delete(item.id);
-        this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason: errorMessage(e), ...(noRetry(e) ? { final: true } : {}) });
+        const reason = errorMessage(e);
+        this.stepFailed(item, 'prepare', reason);
+        this.apply({ type: 'prepareFailed', time: this.clock.now(), item: item.id, attempt, reason, ...(noRetry(e) ? { final: true } : {}) });
       },
     );
   }
@@ -165,6 +172,7 @@ export class Flights<I, P, O, R> {
       for (const e of still) {
         this.flights.delete(e.item.id);
         if (abort) e.f.controller.abort(new StokerError('E_PREPARE_FAILED', reason));
+        this.stepFailed(e.item, 'prepare', reason);
       }
       if (still.length > 0) this.apply({ type: 'prepareBatchFailed', time: this.clock.now(), batch, reason, ...(final ? { final } : {}) });
       else this.syncPool();
@@ -198,6 +206,7 @@ export class Flights<I, P, O, R> {
           if ('prepared' in r) e.f.prepared = r.prepared;
           else {
             this.flights.delete(e.item.id);
+            this.stepFailed(e.item, 'prepare', String(r.error));
             bad.push({ item: e.item.id, reason: String(r.error), ...(noRetry(r) ? { final: true } : {}) });
           }
         });
@@ -224,6 +233,7 @@ export class Flights<I, P, O, R> {
     const failed = (reason: string, final = false) => {
       if (this.flights.get(item.id) !== f) return;
       this.land(item.id, f, new StokerError('E_DEVICE_FAILED', reason));
+      this.stepFailed(item, 'device', reason, { device, worker });
       this.apply({ type: 'deviceFailed', time: this.clock.now(), item: item.id, attempt, reason, ...(final ? { final } : {}) });
     };
     if (Number.isFinite(this.deviceTimeoutMs)) {
@@ -289,7 +299,10 @@ export class Flights<I, P, O, R> {
     const live = () => entries.filter((e) => this.flights.get(e.item.id) === e.f);
     const failed = (reason: string, final = false) => {
       const still = live();
-      for (const e of still) this.land(e.item.id, e.f, new StokerError('E_DEVICE_FAILED', reason));
+      for (const e of still) {
+        this.land(e.item.id, e.f, new StokerError('E_DEVICE_FAILED', reason));
+        this.stepFailed(e.item, 'device', reason, { device, worker });
+      }
       if (still.length > 0) this.apply({ type: 'batchFailed', time: this.clock.now(), batch, reason, ...(final ? { final } : {}) });
     };
     const timer = Number.isFinite(this.deviceTimeoutMs) ? this.clock.schedule(() => failed(timeoutReason(this.deviceTimeoutMs, worker)), this.deviceTimeoutMs) : undefined;
@@ -318,8 +331,10 @@ export class Flights<I, P, O, R> {
         entries.forEach((e, i) => {
           if (this.flights.get(e.item.id) !== e.f) return;
           const r = results[i] as BatchResult<O>;
-          if ('error' in r) bad.push({ item: e.item.id, reason: String(r.error), ...(noRetry(r) ? { final: true } : {}) });
-          else e.outputs[e.item.partition] = r.output;
+          if ('error' in r) {
+            this.stepFailed(e.item, 'device', String(r.error), { device, worker });
+            bad.push({ item: e.item.id, reason: String(r.error), ...(noRetry(r) ? { final: true } : {}) });
+          } else e.outputs[e.item.partition] = r.output;
           this.land(e.item.id, e.f);
         });
         this.apply({ type: 'batchDone', time: this.clock.now(), batch, busyMs: busy, ...(bad.length ? { failed: bad } : {}) });

@@ -1,14 +1,14 @@
 import { isDeepStrictEqual } from 'node:util';
-import { checkedPacer, createPacer, Engine, OccupancyMeter, StokerError, unknownPacerOptions, type DeviceSpec, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type JobSpec, type PacerState } from '../core/index.js';
+import { checkedPacer, createPacer, Engine, OccupancyMeter, StokerError, unknownPacerOptions, type DeviceSpec, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type PacerState } from '../core/index.js';
 import { checkKeys, shown } from '../core/checks.js';
 import { systemClock, type Clock } from './clock.js';
 import { errorMessage, Flights, type FlightJob } from './flights.js';
-import type { RuntimeOptions, RuntimeStatus, Workload } from './workload.js';
+import type { RuntimeOptions, RuntimeStatus, StepFailure, Workload } from './workload.js';
 
 /** The Runtime's options: any other is misspelt (a `budgetbytes` was read as absent: no memory limit, silently). */
-const RUNTIME_OPTIONS = ['workload', 'devices', 'kinds', 'pacer', 'pacerOptions', 'budgetBytes', 'maxPreparing', 'retries', 'deviceTimeoutMs', 'prepareTimeoutMs', 'clock', 'timeline', 'onStep'] as const satisfies readonly (keyof RuntimeOptions<unknown, unknown, unknown, unknown>)[];
+const RUNTIME_OPTIONS = ['workload', 'devices', 'kinds', 'pacer', 'pacerOptions', 'budgetBytes', 'maxPreparing', 'retries', 'deviceTimeoutMs', 'prepareTimeoutMs', 'clock', 'timeline', 'onStep', 'onStepFailed'] as const satisfies readonly (keyof RuntimeOptions<unknown, unknown, unknown, unknown>)[];
 
-export type { BatchResult, DeviceTask, PartitionTask, PrepareResult, RuntimeOptions, RuntimeStatus, Workload } from './workload.js';
+export type { BatchResult, DeviceTask, PartitionTask, PrepareResult, RuntimeOptions, RuntimeStatus, StepFailure, Workload } from './workload.js';
 
 /** The engine's refusals of an event before anything changed (a submit that is not a valid job, events out of order): the caller's error, not the runtime's. */
 const REFUSED_UNCHANGED = new Set<StokerErrorCode>(['E_INVALID_JOB', 'E_DUPLICATE_JOB', 'E_DUPLICATE_KEY', 'E_OVERSIZE', 'E_INVALID_EVENT', 'E_TIME_BACKWARDS']);
@@ -16,6 +16,8 @@ const REFUSED_UNCHANGED = new Set<StokerErrorCode>(['E_INVALID_JOB', 'E_DUPLICAT
 interface JobCtx<I, O, R> extends FlightJob<I, O> {
   resolve: (r: R) => void;
   reject: (e: Error) => void;
+  /** The job's own number of each partition (JobSpec.partitionNumbers), if given. */
+  numbers?: readonly number[];
 }
 
 /**
@@ -31,6 +33,9 @@ export class Runtime<I, P, O, R> {
   private readonly deviceTimeoutMs: number;
   private readonly timeline: TimelineRecorder | undefined;
   private readonly onStep: ((event: EngineEvent, commands: readonly Command[]) => void) | undefined;
+  private readonly onStepFailed: ((failure: StepFailure) => void) | undefined;
+  /** Failures of the step being answered, told to onStepFailed once the engine has heard of them. */
+  private readonly failures: Omit<StepFailure, 'retried'>[] = [];
   private readonly jobs = new Map<string, JobCtx<I, O, R>>();
   /** Jobs whose engine part has ended but whose finish() is still running. */
   private finishing = 0;
@@ -60,6 +65,7 @@ export class Runtime<I, P, O, R> {
     const prepareTimeoutMs = options.prepareTimeoutMs ?? Infinity;
     this.timeline = options.timeline;
     this.onStep = options.onStep;
+    this.onStepFailed = options.onStepFailed;
     if (typeof this.deviceTimeoutMs !== 'number' || !(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be a number of ms > 0, or Infinity (got ${shown(options.deviceTimeoutMs)})`);
     if (typeof prepareTimeoutMs !== 'number' || !(prepareTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `prepareTimeoutMs must be a number of ms > 0, or Infinity (got ${shown(options.prepareTimeoutMs)})`);
     // A pacer object of the caller's is checked as a module's is (a NaN from nextDispatchAt stalled every job silently; one without state() broke status()).
@@ -103,7 +109,7 @@ export class Runtime<I, P, O, R> {
       retries: options.retries ?? 1,
     });
     this.occupancy = new OccupancyMeter(options.devices.map((d) => d.workers));
-    this.flights = new Flights({ workload: this.workload, clock: this.clock, deviceTimeoutMs: this.deviceTimeoutMs, prepareTimeoutMs, jobs: this.jobs, apply: (event) => this.apply(event), syncPool: () => this.syncPool() });
+    this.flights = new Flights({ workload: this.workload, clock: this.clock, deviceTimeoutMs: this.deviceTimeoutMs, prepareTimeoutMs, jobs: this.jobs, apply: (event) => this.apply(event), syncPool: () => this.syncPool(), stepFailed: (item, stage, reason, where) => this.stepFailed(item, stage, reason, where) });
   }
 
   /** Busy ms of each device worker up to now (`[device][worker]`), the running part of items in flight included: the busy time of any window between two reads is at most its length. */
@@ -136,7 +142,7 @@ export class Runtime<I, P, O, R> {
       }
       try {
         this.apply({ type: 'submit', time: this.clock.now(), job: spec }, () => {
-          if (!existing) this.jobs.set(spec.id, { input, partitions: spec.partitions, outputs: [], resolve, reject });
+          if (!existing) this.jobs.set(spec.id, { input, partitions: spec.partitions, outputs: [], resolve, reject, ...(spec.partitionNumbers ? { numbers: spec.partitionNumbers } : {}) });
         });
       } catch (e) {
         reject(e as Error);
@@ -250,7 +256,22 @@ export class Runtime<I, P, O, R> {
     before?.();
     for (const c of cmds) this.carryOut(c);
     this.syncPool();
+    this.tellFailures();
     this.settleWaiter?.();
+  }
+
+  /** Notes an item's failed step for onStepFailed (the engine hears of it next, in apply). */
+  private stepFailed(item: ItemView, stage: 'prepare' | 'device', reason: string, where?: { device: number; worker: number }): void {
+    if (!this.onStepFailed) return;
+    const numbers = this.jobs.get(item.jobId)?.numbers;
+    this.failures.push({ stage, jobId: item.jobId, kind: item.kind, partition: numbers?.[item.partition] ?? item.partition, attempt: item.failures + 1, ...where, reason });
+  }
+
+  /** Tells onStepFailed of the failures the engine has just heard of: a partition whose job lives on is prepared again. */
+  private tellFailures(): void {
+    const tell = this.onStepFailed;
+    if (!tell) return;
+    for (let f = this.failures.shift(); f; f = this.failures.shift()) tell({ ...f, retried: this.engine.jobCounts(f.jobId) !== undefined });
   }
 
   /**

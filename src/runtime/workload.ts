@@ -104,6 +104,29 @@ export interface RuntimeOptions<I, P, O, R> {
   timeline?: TimelineRecorder;
   /** Called after every engine step with its event and the commands it returned, before they are carried out. */
   onStep?: (event: EngineEvent, commands: readonly Command[]) => void;
+  /**
+   * Called for every step that failed (a preparation, a device step; each item of a failed
+   * batch), after the engine has heard of it: whether the partition is tried again or its job
+   * failed with it. A retried failure leaves no other trace: log or count them here.
+   */
+  onStepFailed?: (failure: StepFailure) => void;
+}
+
+/** A step that failed (RuntimeOptions.onStepFailed). */
+export interface StepFailure {
+  stage: 'prepare' | 'device';
+  jobId: string;
+  kind: string;
+  /** The job's own number of the partition (JobSpec.partitionNumbers, else its index), as failure reasons name it. */
+  partition: number;
+  /** Which try of the partition failed: 1 its first, 2 its first retry, … (ItemView.failures + 1). */
+  attempt: number;
+  /** Where a device step ran. */
+  device?: number;
+  worker?: number;
+  reason: string;
+  /** The partition is prepared again (false: its job failed with this failure, or had already ended). */
+  retried: boolean;
 }
 
 export interface RuntimeStatus {

@@ -87,6 +87,7 @@ export class ServiceMetrics {
   private readonly jobSeconds: Histogram<'kind' | 'state'>;
   private readonly batchItems: Histogram<'device'>;
   private readonly prepareBatchItems: Histogram<'kind'>;
+  private readonly stepFailures: Counter<'kind' | 'stage'>;
   private readonly deviceNames: () => string[];
 
   constructor(service: MetricsSource) {
@@ -171,8 +172,10 @@ export class ServiceMetrics {
     this.batchItems = new Histogram({ name: 'stoker_device_batch_items', help: 'Items per batch on batching devices ([device.batch]), by device', labelNames: ['device'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096], registers: [r] });
     // Preparation batches by size (kinds with [kinds.NAME.prepareBatch]): items per preparation step.
     this.prepareBatchItems = new Histogram({ name: 'stoker_prepare_batch_items', help: 'Items per preparation batch of kinds prepared in batches ([kinds.NAME.prepareBatch]), by kind', labelNames: ['kind'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096], registers: [r] });
+    this.stepFailures = new Counter({ name: 'stoker_step_failures_total', help: 'Failed steps (preparations, device steps; each item of a failed batch), by kind and stage (prepare, device): those retried included, which leave no other trace; alert on its rate', labelNames: ['kind', 'stage'], registers: [r] });
     this.deviceNames = devices;
     for (const kind of service.kindNames()) {
+      for (const stage of ['prepare', 'device']) this.stepFailures.inc({ kind, stage }, 0);
       this.prepareSeconds.zero({ kind });
       this.deviceSeconds.zero({ kind });
       for (const state of ['done', 'failed', 'cancelled']) this.jobSeconds.zero({ kind, state });
@@ -191,6 +194,10 @@ export class ServiceMetrics {
   /** A preparation batch of `items` of `kind` finished its step. */
   observePrepareBatch(kind: string, items: number): void {
     this.prepareBatchItems.observe({ kind }, items);
+  }
+
+  stepFailed(kind: string, stage: 'prepare' | 'device'): void {
+    this.stepFailures.inc({ kind, stage });
   }
 
   jobEnded(kind: string, state: string, seconds: number): void {

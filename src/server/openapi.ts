@@ -147,7 +147,7 @@ function base(maxWaitS: number): object {
           responses: { '200': { description: 'text/event-stream' }, '404': problemResponse('No such job'), '503': problemResponse('server.maxEventStreams streams are open: retry after the Retry-After header', retryAfter) },
         },
       },
-      '/v1/events': { get: { summary: "Server-sent events: job.submitted, job.started, job.partition, job.done, job.failed, job.cancelled, pacer (every second). Every event has an id; a client reconnecting with Last-Event-ID (header, or ?lastEventId=) gets the job events it missed (the last 10,000 are kept), or a 'gap' event saying why it cannot (the server restarted, or the buffer no longer holds them)", responses: { '200': { description: 'text/event-stream' }, '503': problemResponse('server.maxEventStreams streams are open: retry after the Retry-After header', retryAfter) } } },
+      '/v1/events': { get: { summary: "Server-sent events: job.submitted, job.started, job.partition, step.failed (a preparation or device step failed, retried or not), job.done, job.failed, job.cancelled, pacer (every second). Every event has an id; a client reconnecting with Last-Event-ID (header, or ?lastEventId=) gets the job events it missed (the last 10,000 are kept), or a 'gap' event saying why it cannot (the server restarted, or the buffer no longer holds them)", responses: { '200': { description: 'text/event-stream' }, '503': problemResponse('server.maxEventStreams streams are open: retry after the Retry-After header', retryAfter) } } },
       '/v1/timeline': {
         get: {
           summary: 'What ran where over a recent window, and the pipeline levels (the dashboard waterfall); times in epoch ms',

@@ -22,6 +22,7 @@ import { ignoreFull, Journal, type JobState, type JournalJob, type JournalJobInp
 import type { LoadedKind } from './kind-module.js';
 import { KindRouter, kindView, type KindView, type RoutedInput } from './kinds.js';
 import { localJobView } from './local-view.js';
+import { FailureLog } from './failure-log.js';
 import { MeasurementCheck } from './measurement-check.js';
 import { ServiceMetrics } from './metrics.js';
 import { PacerMemory } from './pacer-memory.js';
@@ -32,7 +33,7 @@ import { Waiters } from './waiters.js';
 
 /** One server-sent event. */
 export interface ServiceEvent {
-  type: 'job.submitted' | 'job.started' | 'job.partition' | 'job.done' | 'job.failed' | 'job.cancelled' | 'pacer' | 'device.measurement';
+  type: 'job.submitted' | 'job.started' | 'job.partition' | 'step.failed' | 'job.done' | 'job.failed' | 'job.cancelled' | 'pacer' | 'device.measurement';
   time: string;
   [k: string]: unknown;
 }
@@ -117,6 +118,7 @@ export class Service {
     const pacer = PACERS[config.engine.pacer];
     this.memory = new PacerMemory(config.dataDir, this.devices, config.engine.pacerOptions, pacer && Object.hasOwn(PACERS, config.engine.pacer) ? optionsRead(pacer.create) : undefined);
     const grouped = [...kinds.values()].filter((k) => k.prepareBatch);
+    const failures = new FailureLog((line) => void process.stderr.write(`${line}\n`));
     this.runtime = new Runtime({
       workload: router,
       devices: engineDevices(this.devices, kinds),
@@ -129,6 +131,12 @@ export class Service {
       prepareTimeoutMs: config.engine.prepareTimeoutS * 1000,
       timeline: this.timeline,
       onStep: () => this.watch.onStep(),
+      onStepFailed: (f) => {
+        const device = f.device === undefined ? undefined : this.devices[f.device]?.name;
+        this.metrics.stepFailed(f.kind, f.stage);
+        failures.failed(f, device);
+        this.emit({ type: 'step.failed', id: f.jobId, partition: f.partition, stage: f.stage, ...(device === undefined ? {} : { device, worker: f.worker }), attempt: f.attempt, reason: f.reason, retried: f.retried });
+      },
     });
     const announce = (job: JournalJob, finishedAt: number, outcome: JournalOutcome) => this.announceEnd(job, finishedAt, outcome);
     this.runs = new JobRuns({ journal, commits: this.commits, kinds, runtime: this.runtime, router, endsRecordedElsewhere, emit: (e) => this.emit(e), announce });

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { OccupancyMeter, totalBusyMs, windowOccupancy, type Command, type EngineEvent, type ItemView } from '../../src/core/index.js';
 
 function view(id: number): ItemView {
-  return { id, jobId: 'j', kind: 'k', partition: id, priority: 'normal', state: 'on-device', attempt: 1, reservedBytes: 0 };
+  return { id, jobId: 'j', kind: 'k', partition: id, priority: 'normal', state: 'on-device', attempt: 1, failures: 0, reservedBytes: 0 };
 }
 const tick = (time: number): EngineEvent => ({ type: 'tick', time });
 const start = (id: number, device: number, worker: number, attempt = 1): Command => ({ type: 'startDevice', item: view(id), attempt, device, worker });

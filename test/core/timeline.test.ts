@@ -65,7 +65,7 @@ describe('TimelineRecorder', () => {
 });
 
 /** An item view as a command carries it (only id, job and partition matter to the recorder). */
-const iv = (id: number, jobId = 'a', partition = id): ItemView => ({ id, jobId, kind: 'k', partition, priority: 'normal', state: 'preparing', attempt: 1, reservedBytes: 0 });
+const iv = (id: number, jobId = 'a', partition = id): ItemView => ({ id, jobId, kind: 'k', partition, priority: 'normal', state: 'preparing', attempt: 1, failures: 0, reservedBytes: 0 });
 const startPrepare = (id: number, attempt = 1, jobId = 'a'): Command => ({ type: 'startPrepare', item: iv(id, jobId), attempt });
 const startDevice = (id: number, device: number, worker: number, attempt = 2): Command => ({ type: 'startDevice', item: iv(id), attempt, device, worker });
 const tick = (time: number): EngineEvent => ({ type: 'tick', time });

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { StokerError } from '../../src/core/index.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { BufferPool, type PooledBuffer } from '../../src/runtime/buffer-pool.js';
-import { Runtime, type BatchResult, type DeviceTask, type PartitionTask, type PrepareResult, type Workload } from '../../src/runtime/runtime.js';
+import { Runtime, type BatchResult, type DeviceTask, type PartitionTask, type PrepareResult, type StepFailure, type Workload } from '../../src/runtime/runtime.js';
 
 /**
  * An in-process workload on a manual clock: preparation takes `prepareMs`, the device `runMs`;
@@ -72,7 +72,7 @@ class FakeWorkload implements Workload<number, { value: number }, number, number
   }
 }
 
-function setup(options: { retries?: number; deviceTimeoutMs?: number; prepareTimeoutMs?: number; budgetBytes?: number } = {}) {
+function setup(options: { retries?: number; deviceTimeoutMs?: number; prepareTimeoutMs?: number; budgetBytes?: number; onStepFailed?: (f: StepFailure) => void } = {}) {
   const clock = new ManualClock();
   const workload = new FakeWorkload(clock);
   const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'unpaced', clock, ...options });
@@ -156,6 +156,26 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     expect(e.code).toBe('E_PREPARE_FAILED');
     expect(e.message).toBe('job bad: partition 0 failed in preparation: synthesis of bad/0 crashed');
     expect(workload.prepares).toBe(1);
+  });
+
+  it('tells onStepFailed of every failed step once the engine has heard of it: where, why, and whether it is tried again', async () => {
+    const told: StepFailure[] = [];
+    const { rt, run, workload } = setup({ retries: 1, onStepFailed: (f) => told.push(f) });
+    let faults = 0;
+    workload.failRun = (t) => t.jobId === 'a' && t.partition === 2 && faults++ < 1;
+    workload.failPrepare = (t) => t.jobId === 'b' && t.partition === 0;
+    // (b's partitions are its own numbers 7 and 9, as after a restart.)
+    const a = rt.submit(job('a'), 1);
+    const b = rt.submit(job('b', 2, { partitionNumbers: [7, 9] }), 1).catch((e: unknown) => e);
+    await run(800);
+    await expect(a).resolves.toBe(10 + 11 + 12);
+    expect(await b).toMatchObject({ code: 'E_PREPARE_FAILED' });
+    // (b's preparation fails at 100 ms, before a's partition 2 reaches the device; its retry is its second try.)
+    expect(told).toEqual([
+      { stage: 'prepare', jobId: 'b', kind: 'k', partition: 7, attempt: 1, reason: 'synthesis of b/0 crashed', retried: true },
+      { stage: 'device', jobId: 'a', kind: 'k', partition: 2, attempt: 1, device: 0, worker: expect.any(Number), reason: 'device fault', retried: true },
+      { stage: 'prepare', jobId: 'b', kind: 'k', partition: 7, attempt: 2, reason: 'synthesis of b/0 crashed', retried: false },
+    ]);
   });
 
   it('a device error is retried; a hung device step times out, is aborted and retried', async () => {

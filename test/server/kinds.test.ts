@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+import { CLI, collectEvents, http, metricValue, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
 const FIXTURES = path.resolve(import.meta.dirname, '../fixtures/kinds');
 const PROBE = path.join(FIXTURES, 'probe-kind.mjs');
@@ -143,11 +143,19 @@ describe('a kind module with a thread device', () => {
     // What JSON would change without a word — a Map into {}, NaN into null — fails it too (it was stored so).
     await http(server.url, 'POST', '/v1/jobs', { id: 'm2', kind: 'probe', input: { items: 1, mode: 'map-output' } });
     expect((await http(server.url, 'GET', '/v1/jobs/m2/result?wait=20s')).body).toMatchObject({ state: 'failed', error: { reason: expect.stringMatching(/a Map at "counts", which JSON would store as \{\}: return an object \(Object.fromEntries\(map\)\)/) } });
+    const events = await collectEvents(server.url);
+    const before = metricValue((await http(server.url, 'GET', '/metrics')).body as string, 'stoker_step_failures_total', { kind: 'probe', stage: 'device' });
     await http(server.url, 'POST', '/v1/jobs', { id: 'nan2', kind: 'probe', input: { items: 1, mode: 'nan-output' } });
     const nan = (await http(server.url, 'GET', '/v1/jobs/nan2/result?wait=20s')).body;
     expect(nan).toMatchObject({ state: 'failed', error: { reason: expect.stringMatching(/NaN at "score", which JSON would store as null/) } });
     // At once: the same output again would fail the same way (it was run again, "after 2 attempts").
     expect(nan.error.reason).not.toMatch(/attempts/);
+    // Every failed step is logged, counted and sent as an event (a retried one leaves no other trace).
+    expect(server.output()).toMatch(/stoker serve: job "nan2" partition 0 failed on device "default"\/\d \(attempt 1\): .*NaN at "score".* — its job fails\n/);
+    expect(metricValue((await http(server.url, 'GET', '/metrics')).body as string, 'stoker_step_failures_total', { kind: 'probe', stage: 'device' })).toBe(before + 1);
+    const failed = await waitUntil(async () => events.events.find((e) => e.type === 'step.failed' && e.id === 'nan2'), 5000, 'the step.failed event');
+    await events.close();
+    expect(failed).toMatchObject({ partition: 0, stage: 'device', device: 'default', attempt: 1, retried: false, reason: expect.stringMatching(/NaN at "score"/) });
   });
 
   it('a prepared value or an output that cannot be sent between threads (a function) fails its job saying what to return; the device thread lives on', async () => {

@@ -1,0 +1,39 @@
+import type { StepFailure } from '../runtime/index.js';
+
+/** Lines per window, and the window, ms: a device that fails every item must not flood the log. */
+const LINES = 20;
+const WINDOW_MS = 60_000;
+
+/**
+ * The server log's lines for failed steps (a retried failure leaves no other trace but the
+ * counter): one per failure, at most LINES a minute; the rest are counted and said once the
+ * minute is over.
+ */
+export class FailureLog {
+  private windowAt = -Infinity;
+  private lines = 0;
+  private unsaid = 0;
+
+  constructor(
+    private readonly write: (line: string) => void,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** `device`: the device's name, for a device step. */
+  failed(f: StepFailure, device: string | undefined): void {
+    const now = this.now();
+    if (now - this.windowAt >= WINDOW_MS) {
+      if (this.unsaid > 0) this.write(`stoker serve: ${this.unsaid} more failed steps in that minute were not logged (stoker_step_failures_total counts every one)`);
+      this.windowAt = now;
+      this.lines = 0;
+      this.unsaid = 0;
+    }
+    if (this.lines >= LINES) {
+      this.unsaid++;
+      return;
+    }
+    this.lines++;
+    const where = f.stage === 'prepare' ? 'in preparation' : `on device ${JSON.stringify(device ?? String(f.device))}${f.worker === undefined ? '' : `/${f.worker}`}`;
+    this.write(`stoker serve: job ${JSON.stringify(f.jobId)} partition ${f.partition} failed ${where} (attempt ${f.attempt}): ${f.reason} — ${f.retried ? 'it is prepared again' : 'its job fails'}`);
+  }
+}

@@ -1,0 +1,28 @@
+/** The server log's lines for failed steps: one per failure, at most 20 a minute, the rest counted and said after. */
+import { describe, expect, it } from 'vitest';
+import { FailureLog } from '../../src/server/failure-log.js';
+import type { StepFailure } from '../../src/runtime/index.js';
+
+const failure = (partition: number, extra: Partial<StepFailure> = {}): StepFailure => ({ stage: 'device', jobId: 'j', kind: 'k', partition, attempt: 1, device: 0, worker: 1, reason: 'CUDA error', retried: true, ...extra });
+
+describe('FailureLog', () => {
+  it('says where, which try and what follows; past 20 lines a minute it counts the rest and says how many once the minute is over', () => {
+    const lines: string[] = [];
+    let now = 0;
+    const log = new FailureLog((l) => lines.push(l), () => now);
+    log.failed(failure(0), 'gpu');
+    log.failed(failure(1, { stage: 'prepare', device: undefined, worker: undefined, attempt: 2, retried: false, reason: 'out of memory' }), undefined);
+    expect(lines).toEqual([
+      'stoker serve: job "j" partition 0 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again',
+      'stoker serve: job "j" partition 1 failed in preparation (attempt 2): out of memory — its job fails',
+    ]);
+    for (let p = 2; p < 30; p++) log.failed(failure(p), 'gpu');
+    expect(lines).toHaveLength(20);
+    now = 59_999;
+    log.failed(failure(30), 'gpu');
+    expect(lines).toHaveLength(20);
+    now = 60_000;
+    log.failed(failure(31), 'gpu');
+    expect(lines.slice(20)).toEqual(['stoker serve: 11 more failed steps in that minute were not logged (stoker_step_failures_total counts every one)', 'stoker serve: job "j" partition 31 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again']);
+  });
+});
