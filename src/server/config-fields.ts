@@ -72,7 +72,8 @@ const numberErr = err('a number', 'write each pacer option as name = number, e.g
 
 // ─── Machine-dependent defaults ───────────────────────────────────────────────────────────────
 
-function defaultNodeId(): string {
+/** This process's node name, `<host>-<pid>`: the default of cluster.nodeId. */
+export function defaultNodeId(): string {
   const host = os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 80) || 'node';
   return `${host}-${process.pid}`;
 }

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { parse, stringify, TomlError } from 'smol-toml';
 import { z } from 'zod';
 import { unknownPacerOptions } from '../core/index.js';
-import { batchTable, dataDirSchema, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
+import { batchTable, dataDirSchema, defaultNodeId, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
 import { suggest } from '../core/suggest.js';
 import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, HttpDeviceConfig, PrepareConfig, ProcessDeviceConfig, ServeConfig, ServerConfig } from './config-types.js';
 
@@ -504,7 +504,9 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
     },
     device: deviceToml(c.device, 'device', hidden),
     prepare: { ...c.prepare },
-    cluster: { ...c.cluster },
+    // A node name left to its default is this process's (`<host>-<pid>`): printed, every node
+    // started from the file would share the printing process's name.
+    cluster: c.cluster.nodeId === defaultNodeId() ? (({ nodeId: _, ...rest }) => rest)(c.cluster) : { ...c.cluster },
     ...(c.journal ? { journal: { ...c.journal } } : {}),
     ...(c.devices ? { devices: Object.fromEntries(Object.entries(c.devices).map(([n, d]) => [n, deviceToml(d, `devices.${n}`, hidden)])) } : {}),
     ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module, ...(k.device === undefined ? {} : { device: k.device }), ...(k.prepareBatch ? { prepareBatch: { ...k.prepareBatch } } : {}) }])) } : {}),

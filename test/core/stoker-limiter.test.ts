@@ -611,7 +611,10 @@ describe('PrepareLimit: a measurement’s standard error', () => {
 
   it('a small cap is timed for TIMED_MIN (30) and no more where EXTEND × TIMED turnovers are fewer', () => {
     // Cap 5: 30 timed (not 2 × 5), standard error 30 % ÷ √29 = 5.6 %, and 3 × 2 × 5 = 30 ≤ 30: measured.
-    const p = new Pipe(new PrepareLimit(5));
+    // (Held as a cap the limiter came to, not on trial as a remembered 5 is: see below.)
+    const l = new PrepareLimit(5);
+    Object.assign(l.state ?? {}, { trial: false, rest: 0, side: 1 });
+    const p = new Pipe(l);
     expect(p.measure(4.5, 100, 0.5, 30)).toBe(5);
     expect(p.l.state?.rest).toBe(1);
     expect(p.l.state?.bestSe).toBeCloseTo(0.3 / Math.sqrt(29), 12);
@@ -890,14 +893,26 @@ describe('PrepareLimit: settled on the best', () => {
     expect(p.l.state?.bestX).toBeCloseTo(0.16, 12);
   });
 
-  it('a prior of 2 probes below at 2 − 1 = 1; a prior of 1 has nothing below and stays at 1', () => {
-    const two = new Pipe(new PrepareLimit(2));
-    for (let i = 0; i < 3; i++) two.measure(1.8);
-    expect(two.l.cap).toBe(1);
-    const one = new Pipe(new PrepareLimit(1));
-    for (let i = 0; i < 3; i++) one.measure(0.9);
-    expect(one.l.cap).toBe(1);
-    expect(one.l.state).toMatchObject({ best: 1, side: -1, rest: 0 });
+  it('a remembered limit under 8 is on trial: after its first measurement it probes above, doubling; two gains in proportion to twice it let it go, a gain short of proportion ends the trial', () => {
+    // (Held as before, a remembered 1 took three measurements before its first probe, each of 30 preparations.)
+    const free = new Pipe(new PrepareLimit(2));
+    expect(free.l.state).toMatchObject({ trial: true });
+    expect(free.measure(1.8)).toBe(4);
+    expect(free.measure(3.6)).toBe(8);
+    expect(free.measure(7.2)).toBe(Infinity);
+    expect(free.l.state).toBeNull();
+    // At 2: 11 % more than at 1 (its measurement, timed from the start, read 0.0045), under the
+    // proportional 67 %: the trial ends; 2, being 5 % more, is the best, and the next probe the usual step.
+    const knee = new Pipe(new PrepareLimit(1));
+    expect(knee.measure(0.9)).toBe(2);
+    expect(knee.l.state?.bestX).toBeCloseTo(0.0045, 12);
+    expect(knee.measure(0.5)).toBe(3);
+    expect(knee.l.state).toMatchObject({ best: 2, trial: false, ups: 0 });
+    // From 8 up it holds as before: three holds, then a probe below.
+    const eight = new Pipe(new PrepareLimit(8));
+    expect(eight.l.state).toMatchObject({ trial: false });
+    for (let i = 0; i < 2; i++) expect(eight.measure(7.2)).toBe(8);
+    expect(eight.measure(7.2)).toBe(7);
   });
 
   it('a probe above moves up where it finishes EPS_UP (5 %) more', () => {

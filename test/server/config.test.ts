@@ -403,6 +403,16 @@ describe('[devices.NAME]', () => {
     expect(loadConfig({ file: write('devs-back.toml', configToToml(c)), env: {}, cwd: '/' })).toEqual(c);
   });
 
+  it('config print leaves a default node name out (it was the printing process\'s own, and every node started from the file shared it); a given one stays', () => {
+    const c = loadConfig({ file: write('node.toml', '[cluster]\nredis = "redis://127.0.0.1:6390"\n'), env: {}, cwd: '/' });
+    expect(c.cluster.nodeId).toMatch(new RegExp(`-${process.pid}$`));
+    const printed = configToToml(c);
+    expect(printed).not.toMatch(/nodeId/);
+    expect(loadConfig({ file: write('node-back.toml', printed), env: {}, cwd: '/' })).toEqual(c);
+    const named = loadConfig({ file: write('named.toml', '[cluster]\nredis = "redis://127.0.0.1:6390"\nnodeId = "gpu-box-1"\n'), env: {}, cwd: '/' });
+    expect(configToToml(named)).toMatch(/nodeId = "gpu-box-1"/);
+  });
+
   it('refuses a device named "default" and a device with both a process and an http table', () => {
     expect(() => loadConfig({ file: write('d1.toml', '[devices.default]\nworkers = 1\n'), env: {}, cwd: dir })).toThrow(/"default" is \[device\]: give this one another name/);
     expect(() => loadConfig({ file: write('d2.toml', '[devices.x.process]\ncommand = "a"\n[devices.x.http]\nurl = "http://127.0.0.1:1/"\n'), env: {}, cwd: dir })).toThrow(/devices\.x: both \[devices\.x\.process\] and \[devices\.x\.http\] are set/);

@@ -183,6 +183,22 @@ const FLOOR_Z = 4;
  */
 const EARLY_LOOK = 8;
 /**
+ * A remembered limit under TRIAL_DOUBLE is on trial: it may be another workload's (one learned on
+ * a flood of 1 ms preparations held 1 s ones to one at a time, the devices at 5 % for minutes),
+ * and so small a cap starves any device fed by slower preparations. Its first measurement is
+ * followed by probes above it, each doubled (where the proportional gain is large and a ×1.12
+ * step moves nothing: 1 → 2 → 3 took a measurement each, and 8 → 9 gains too little to tell from
+ * the noise), each timed over TRIAL_TIMED preparations at the least (not TIMED_MIN), the
+ * remembered limit's own not extended; two proportional gains in a row, to twice the remembered
+ * limit or more, let it go, as after a take-over. A probe that gains less ends the trial: the
+ * limit holds. From 1 with 1 s
+ * preparations, 2 workers of 0.13 s: let go 63 s into the run, 13 s of it busy (it held for
+ * 150 s). A larger remembered limit holds as before (on prep-knee its first probes above went
+ * past 1.25 × the knee).
+ */
+const TRIAL_DOUBLE = 8;
+const TRIAL_TIMED = EARLY_LOOK;
+/**
  * The latency estimate mixes the kinds (the snapshot gives no preparation latency per kind): a
  * slower kind arriving reads as slower preparations. No take-over where more than UNKNOWN_MAX of
  * those preparing are of kinds that had fewer than EARLY_SAMPLES preparations measured when the
@@ -257,6 +273,12 @@ export interface PrepareLimiter {
   /** Moves up in a row with a nearly proportional gain; holds at the best since the last probe. */
   ups: number;
   rest: number;
+  /**
+   * A remembered limit on trial (see TRIAL_*): it has not yet shown, at a probe above it, that more
+   * preparations at once stop finishing in proportion more. Until one does, the probes go up (a
+   * small cap doubled) and each is timed over fewer preparations.
+   */
+  trial: boolean;
   /**
    * The measurement: when the pipeline came within the cap, when its first turnover ended, and
    * the snapshot's completions, ∫ preparing dt and latency total and sum of squares then.
@@ -365,7 +387,9 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      this.state = { cap, engagedAt: cap, floorMs: NaN, floorPreparing: NaN, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: 1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] };
+      // On trial: its first measurement is its last hold before a probe above it.
+      const trial = cap < TRIAL_DOUBLE;
+      this.state = { cap, engagedAt: cap, floorMs: NaN, floorPreparing: NaN, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: trial ? -1 : 1, ups: 0, rest: trial ? REST : 0, trial, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] };
       this.cap = cap;
     }
   }
@@ -381,7 +405,8 @@ export class PrepareLimit {
     // at its first measurement); still climbing down, from the step it had reached.
     if (s.backlog + s.preparing + s.waiting + s.onDevice === 0) {
       if (lim && !Number.isNaN(lim.from)) {
-        if (lim.settled) this.hold({ ...lim, engagedAt: lim.best, rest: 0, ups: 0 }, lim.best, s);
+        // (A remembered limit on trial goes on with its probes above.)
+        if (lim.settled && !lim.trial) this.hold({ ...lim, engagedAt: lim.best, rest: 0, ups: 0 }, lim.best, s);
         else this.hold(lim, lim.cap, s);
       }
       if (this.floor < this.early) {
@@ -481,7 +506,7 @@ export class PrepareLimit {
       }
       // What would finish as much as now at the floor latency (Little's law, with that latency), at most half.
       const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, floor / latencyNow)));
-      this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] }, cap, s);
+      this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, trial: false, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] }, cap, s);
       return;
     }
     // Within the cap: the first turnover starts; after it, the next ones are timed.
@@ -496,7 +521,7 @@ export class PrepareLimit {
       }
       return;
     }
-    const timed = Math.max(TIMED_MIN, TIMED * lim.cap);
+    const timed = Math.max(lim.trial ? TRIAL_TIMED : TIMED_MIN, TIMED * lim.cap);
     const n = s.prepareCompletions - lim.mark;
     // The first measurement after taking over, at a cap no more than were preparing behind the
     // floor, may prove the floor wrong (below) from EARLY_LOOK timed preparations on.
@@ -530,7 +555,8 @@ export class PrepareLimit {
     // more; below it, as much as the caps above with both at SE_MAX). The best's own measurements
     // go on, and so does a cap above measured again for a step down (`recheck`).
     const lower = !Number.isNaN(lim.best) && (!lim.settled || lim.cap < lim.best);
-    if (se > SE_MAX && n < EXTEND * TIMED * lim.cap) {
+    // (On trial, the remembered limit's own measurement is compared with none: not extended.)
+    if (se > SE_MAX && n < EXTEND * TIMED * lim.cap && !(lim.trial && lim.cap === lim.best)) {
       const line = lim.settled && lim.cap > lim.best ? lim.bestX * (1 + EPS_UP) : lower && !lim.recheck ? asMuchLine(lim.measured, lim.cap, SE_MAX, NOISE_Z) : NaN;
       if (!(Math.abs(x - line) > NOISE_Z * se * x)) return;
     }
@@ -557,7 +583,7 @@ export class PrepareLimit {
     // measurements (see the header). Each measurement is kept (`measured`), the latest at each cap.
     const asMuch = x >= asMuchLine(lim.measured, lim.cap, se, NOISE_Z);
     const kept = [...lim.measured.filter((o) => o.cap !== lim.cap), { cap: lim.cap, x, se }];
-    const up = (c: number) => Math.max(c + 1, Math.round(c * PROBE));
+    const up = (c: number, trial = lim.trial) => (trial ? 2 * c : Math.max(c + 1, Math.round(c * PROBE)));
     const down = (c: number) => Math.max(1, Math.min(c - 1, Math.round(c / PROBE)));
     if (!lim.settled) {
       // Climbing down: a lower cap that finishes as much is better (less memory, shorter latency).
@@ -595,13 +621,16 @@ export class PrepareLimit {
       else this.hold({ ...held, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
     } else if (lim.cap > lim.best) {
       if (x >= lim.bestX * (1 + EPS_UP)) {
-        const ups = x >= lim.bestX * (1 + GAIN * (lim.cap / lim.best - 1)) ? lim.ups + 1 : 0;
-        if (ups >= 2 && lim.cap >= lim.engagedAt) {
+        // (On trial, in proportion to the remembered limit's own measurement: a probe's few timed preparations may read high.)
+        const from = (lim.trial && lim.measured.find((o) => o.cap === lim.engagedAt)) || { cap: lim.best, x: lim.bestX };
+        const ups = x >= from.x * (1 + GAIN * (lim.cap / from.cap - 1)) ? lim.ups + 1 : 0;
+        if (ups >= 2 && lim.cap >= (lim.trial ? 2 : 1) * lim.engagedAt) {
           this.letGo();
           return;
         }
-        this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, measured: kept, ups }, up(lim.cap), s);
-      } else this.hold({ ...lim, measured: kept, ups: 0 }, lim.best, s);
+        const trial = lim.trial && ups > 0;
+        this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, measured: kept, ups, trial }, up(lim.cap, trial), s);
+      } else this.hold({ ...lim, measured: kept, ups: 0, trial: false }, lim.best, s);
     } else if (asMuch) this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, measured: kept, ups: 0 }, down(lim.cap), s);
     else this.hold({ ...lim, measured: kept, ups: 0 }, lim.best, s);
   }
