@@ -10,8 +10,8 @@
  * output or a result that is bytes (a Uint8Array) as a BLOB in the same column.
  */
 import { createHash } from 'node:crypto';
-import { accessSync, closeSync, constants, fsyncSync, mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, statSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integrity.js';
 import { canonical, fromRow, fromStored, JOB_STATES, PRIORITIES, SCHEMA, SCHEMA_VERSION, STATE_LIST, toJson, toStored, UNFINISHED, type JobRow } from './journal-schema.js';
@@ -65,6 +65,8 @@ export class Journal {
   readonly #maxBytes: number | undefined;
   /** Writes refused because the journal was full, since it was opened (for the operator: a metric, a log line). */
   fullRefusals = 0;
+  /** Whether the latest write was refused for want of room (the next one written clears it). */
+  full = false;
 
   private constructor(db: Database.Database, now: () => number, mark: number | undefined, maxBytes: number | undefined) {
     this.#db = db;
@@ -112,8 +114,11 @@ export class Journal {
     try {
       mkdirSync(dir, { recursive: true });
     } catch (err) {
-      // (A file at the path, or on the way to it: EEXIST, ENOTDIR.)
-      throw new JournalError('E_JOURNAL_DIR', `cannot create the data dir ${dir}: ${dirProblem(err)}${GIVE_DIR}`, { cause: err });
+      // (A file at the path, or on the way to it: EEXIST, ENOTDIR. A folder it would be made in that
+      // cannot be written: on a read-only file system recursive mkdir says ENOENT, which misleads.)
+      const above = nearestExisting(dir);
+      const unwritable = above === undefined ? undefined : writeError(above);
+      throw new JournalError('E_JOURNAL_DIR', `cannot create the data dir ${dir}: ${unwritable && above !== undefined ? `${above}, where it would be made, cannot be written (${unwritable})` : dirProblem(err)}${GIVE_DIR}`, { cause: err });
     }
     try {
       checkWal(path);
@@ -165,14 +170,22 @@ export class Journal {
   /** Runs a write; a full disk (or maxBytes) becomes `E_JOURNAL_FULL`, naming what was not written. */
   #write<T>(what: string, fn: () => T): T {
     try {
-      return fn();
+      const done = fn();
+      this.full = false;
+      return done;
     } catch (e) {
       if ((e as { code?: unknown }).code === 'SQLITE_FULL') {
         this.fullRefusals++;
-        throw new JournalError('E_JOURNAL_FULL', `${this.fullReason()}: ${what} was not written — ${this.#maxBytes === undefined ? 'free space on that disk' : 'raise journal.maxBytes, or let finished jobs be purged sooner (server.resultTtlS), or free space on the disk'}`, { cause: e });
+        this.full = true;
+        throw new JournalError('E_JOURNAL_FULL', `${this.fullReason()}: ${what} was not written — ${this.fullFix()}`, { cause: e });
       }
       throw e;
     }
+  }
+
+  /** What makes room, for a full journal. */
+  fullFix(): string {
+    return this.#maxBytes === undefined ? 'free space on that disk' : 'raise journal.maxBytes, or let finished jobs be purged sooner (server.resultTtlS), or free space on the disk';
   }
 
   /** Why the journal is full: its cap (journal.maxBytes), or the disk of its data dir (either may be it where a cap is set). */
@@ -434,6 +447,14 @@ const GIVE_DIR = ' — give a directory you can write (dataDir in the config, --
 function dirProblem(e: unknown): string {
   const code = (e as { code?: string }).code;
   return code === 'EEXIST' || code === 'ENOTDIR' ? 'a file, not a directory, is in the way' : code === 'EROFS' ? 'the file system is read-only' : code === 'EACCES' || code === 'EPERM' ? 'no permission' : String(e);
+}
+
+/** The nearest folder on the way to `dir` that exists (undefined: none, or a file is in the way). */
+function nearestExisting(dir: string): string | undefined {
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    if (existsSync(d)) return statSync(d).isDirectory() ? d : undefined;
+    if (dirname(d) === d) return undefined;
+  }
 }
 
 /** Why `dir` cannot be written (a read-only file system, no permission), or undefined when it can. */

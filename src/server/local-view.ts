@@ -16,16 +16,21 @@ export type LiveJobs = Pick<Engine, 'jobCounts' | 'jobStates'>;
  * states it lists (more: counts only); `page`: which partitions' states to give.
  */
 export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }, doneUnrecorded = false): JobView {
+  // Every partition done here, its end (and outputs) waiting for a full journal: the journal's
+  // counts read as most of them queued again, beside a status that counted them complete.
+  const partitions = doneUnrecorded && !isFinal(j.state) ? { partitionStates: null, partitionCounts: { ...countPartitions([]), done: j.partitions } } : partitionsOf(j, engine, run, maxStates, page);
+  const c = partitions.partitionCounts;
+  // Started here before the journal has recorded it (its write comes after, or waits for room on
+  // a full disk): a job whose partitions prepare, or are done, is running, not queued.
+  const started = j.state === 'queued' && c !== null && c.preparing + c.waiting + c['on-device'] + c.done > 0;
   return jobView({
     record: j,
-    state: j.state,
+    state: started ? 'running' : j.state,
     submittedAt: j.submittedAt,
     startedAt: j.startedAt,
     finishedAt: j.finishedAt,
     partitionsDone: j.partitionsDone,
-    // Every partition done here, its end (and outputs) waiting for a full journal: the journal's
-    // counts read as most of them queued again, beside a status that counted them complete.
-    ...(doneUnrecorded && !isFinal(j.state) ? { partitionStates: null, partitionCounts: { ...countPartitions([]), done: j.partitions } } : partitionsOf(j, engine, run, maxStates, page)),
+    ...partitions,
     resumes: j.resumes,
     result: resultFields(j.result),
     error: j.errorCode === null ? null : { code: j.errorCode, reason: j.errorReason ?? '' },

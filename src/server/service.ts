@@ -143,7 +143,7 @@ export class Service {
     this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, waitingForKinds: () => this.waitingIds.size, stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e));
-    const full = { said: 0, at: -Infinity };
+    const full = { said: 0, at: -Infinity, open: false };
     this.pacerTimer = setInterval(() => {
       const st = this.runtime.status().pacer;
       if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...st });
@@ -151,9 +151,16 @@ export class Service {
       // A full journal refuses submissions (507) and keeps ends in memory: said on stderr, at once and then once a minute while it lasts.
       const refused = this.journal.fullRefusals;
       if (refused > full.said && Date.now() - full.at >= 60_000) {
-        process.stderr.write(`stoker serve: ${this.journal.fullReason()}: ${refused - full.said} journal writes refused (submissions get 507; jobs already accepted go on, their ends kept in memory until there is room)\n`);
+        process.stderr.write(`stoker serve: ${this.journal.fullReason()}: ${refused - full.said} journal writes refused (submissions get 507; jobs already accepted go on, their ends kept in memory until there is room) — ${this.journal.fullFix()}\n`);
         full.said = refused;
         full.at = Date.now();
+        full.open = true;
+      } else if (full.open && !this.journal.full) {
+        // (Said once room is back: the next time it fills is said at once.)
+        process.stderr.write(`stoker serve: the journal takes writes again (${refused} refused while it was full); submissions are accepted\n`);
+        full.said = refused;
+        full.at = -Infinity;
+        full.open = false;
       }
     }, 1000).unref();
     this.history.record(this.reading());

@@ -238,6 +238,9 @@ describe('stoker serve (shared server)', () => {
         error: null,
       });
       expect(['queued', 'running']).toContain(r.body.state);
+      // One state, not two: partitions already preparing are a running job's (it read queued
+      // beside partitionStates ["preparing", "preparing"] until the journal recorded its start).
+      expect(r.body.state === 'queued' ? ['queued'] : ['preparing', 'waiting', 'on-device', 'done']).toEqual(expect.arrayContaining([...new Set(r.body.partitionStates as string[])]));
       expect(isIso(r.body.submittedAt)).toBe(true);
       const done = await result(url, 'post-1');
       expect(done.status).toBe(200);

@@ -122,6 +122,34 @@ describe('Journal', () => {
     expect(reason({ a: shared, b: [shared] })).toBe('stored');
   });
 
+  it('says whether its latest write was refused for want of room: full, and not once one is written again', () => {
+    const c = clock();
+    const small = Journal.open(tempDir(), { now: c.now, maxBytes: 65_536 });
+    journals.push(small);
+    const pad = 'x'.repeat(6000);
+    // Some jobs that have ended (the room a purge frees later), then more until it is full.
+    for (let i = 0; i < 4; i++) {
+      small.insert(job(`old${i}`, { input: { pad } }));
+      small.finish(`old${i}`, { state: 'cancelled', code: 'E_CANCELLED', reason: 'room' });
+    }
+    let n = 0;
+    while (!small.full && n < 100) {
+      try {
+        small.insert(job(`j${n}`, { input: { pad } }));
+      } catch (e) {
+        expect((e as JournalError).code).toBe('E_JOURNAL_FULL');
+      }
+      n++;
+    }
+    expect(small.full).toBe(true);
+    expect(small.fullFix()).toMatch(/raise journal\.maxBytes/);
+    // Room again: the ended jobs purged, the next write lands.
+    c.advance(10);
+    small.purgeFinished(0);
+    small.insert(job('after', { input: { pad } }));
+    expect(small.full).toBe(false);
+  });
+
   it('marks a queued job running once, stamping startedAt', () => {
     const c = clock();
     const j = open(tempDir(), c.now);
