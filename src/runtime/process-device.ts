@@ -35,6 +35,14 @@ export interface ProcessDeviceOptions {
   maxFrameBytes?: number;
   /** Receives each line the processes write to stderr, prefixed `[device NAME/WORKER] `. @default process.stderr */
   log?: (line: string) => void;
+  /**
+   * A step withdrawn because its job ended (cancelled, or failed by another partition): its
+   * process is ended (`end`: it may be deep in a long kernel), or the step is let finish and its
+   * output dropped (`finish`: a process that loads a model for seconds or minutes is not started
+   * again; the worker's next item waits behind it). A step past its timeout is ended either way.
+   * @default 'end'
+   */
+  onWithdraw?: 'end' | 'finish';
 }
 
 /** The folder of the Python helper (python/stoker_worker.py at the package root): put on PYTHONPATH. */
@@ -81,6 +89,8 @@ interface Life {
 class WorkerProcess {
   private life: Life | undefined;
   private step: Step | undefined;
+  /** A withdrawn step let finish (onWithdraw: 'finish'): its results are read and dropped; the next step's frames wait in the pipe behind it. */
+  private dropping: Step | undefined;
   /** A call holds the worker from its turn until its step settles (also while it waits for ready); the next waits (one lane: this worker's). */
   private readonly turns = new WorkerTurns();
   /** Calls waiting for the process to be ready. */
@@ -199,7 +209,9 @@ class WorkerProcess {
         if (this.step !== step) return;
         this.step = undefined;
         const why = (signal.reason as Error | undefined)?.message ?? 'aborted';
-        this.end(life, `the step was withdrawn (${why})`);
+        // (Its job ended: E_CANCELLED. A timeout, E_DEVICE_FAILED, may be a hang: ended either way.)
+        if (this.o.onWithdraw === 'finish' && (signal.reason as { code?: unknown } | undefined)?.code === 'E_CANCELLED' && !this.dropping) this.dropping = step;
+        else this.end(life, `the step was withdrawn (${why})`);
         reject(new Error(`${this.label}: aborted: ${why}`));
       };
       signal.addEventListener('abort', abort, { once: true });
@@ -264,6 +276,10 @@ class WorkerProcess {
     for (const f of frames) {
       if (this.life !== life || life.endedBecause) return;
       const type = f.header['type'];
+      if (life.ready && type === 'result' && this.dropping && f.header['id'] === this.dropping.id) {
+        this.drop(this.dropping, f);
+        continue;
+      }
       if (!life.ready) {
         if (type !== 'ready') return this.end(life, `its first frame must be {"type":"ready"}, got ${JSON.stringify(f.header).slice(0, 100)}`);
         life.ready = true;
@@ -281,6 +297,11 @@ class WorkerProcess {
         this.settle(step, f);
       } else if (!this.batchResult(life, step, f)) return;
     }
+  }
+
+  /** A result of the withdrawn step let finish: dropped; the step is over with its last (a batch's: one per item, or one for all). */
+  private drop(step: Step, f: Frame): void {
+    if (step.size === 0 || f.header['index'] === undefined || ++step.received >= step.size) this.dropping = undefined;
   }
 
   /**
@@ -344,6 +365,7 @@ class WorkerProcess {
     const failure = new Error(`${this.label} (${this.o.command}): ${why}${tail}`);
     const step = this.step;
     this.step = undefined;
+    this.dropping = undefined;
     step?.reject(failure);
     const wasReady = life.ready;
     if (!wasReady) for (const w of this.waiting.splice(0)) w.reject(failure);
@@ -412,6 +434,7 @@ export class ProcessDevice implements DeviceRunner {
       env: {},
       readyTimeoutMs: 30_000,
       maxFrameBytes: 2 ** 30,
+      onWithdraw: 'end' as const,
       log: (line: string) => void process.stderr.write(`${line}\n`),
       ...options,
     };

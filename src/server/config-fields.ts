@@ -229,6 +229,12 @@ export const PROCESS = table<ProcessDeviceConfig>()({
   maxFrameBytes: { schema: int(1, undefined, 'an integer ≥ 1 (bytes)', 'use e.g. 1073741824 (1 GiB)'), default: 2 ** 30, shown: '1 GiB', doc: 'the largest payload a worker may send in one frame' },
   handoffDir: { schema: z.string(err('a directory path', 'write e.g. handoffDir = "/dev/shm"')).min(1, err('a directory path', 'write e.g. handoffDir = "/dev/shm"')).optional(), default: defaultHandoffDir, shown: '/dev/shm', doc: 'where large prepared data is handed over as a file' },
   handoffMinBytes: { schema: int(0, undefined, 'an integer ≥ 0 (bytes)', 'use e.g. 1048576 (1 MiB; 0 sends every payload by file)'), default: 2 ** 20, shown: '1 MiB', doc: 'prepared bytes from this size on go by file' },
+  onWithdraw: {
+    schema: z.enum(['end', 'finish'], err('"end" or "finish"', 'write onWithdraw = "finish" to let a withdrawn step finish (its output dropped) instead of ending the process')).optional(),
+    default: 'end',
+    shown: '"end"',
+    doc: 'a step withdrawn (its job cancelled or failed): "end" its process, or let it "finish" and drop its output (no reload of a slow-starting model)',
+  },
 });
 
 /** `[device.http]`: an HTTP device's endpoint. */

@@ -128,6 +128,8 @@ export interface ProcessDeviceConfig {
   handoffDir: string;
   /** Prepared bytes from this size on go by file. */
   handoffMinBytes: number;
+  /** A step withdrawn because its job ended: its process ended ("end"), or let finish with its output dropped ("finish"). */
+  onWithdraw: 'end' | 'finish';
 }
 
 /** The CPU preparation pool. */

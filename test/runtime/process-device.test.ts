@@ -146,9 +146,9 @@ setInterval(() => {}, 1000);`;
     await eventually(() => log.includes('[device gpu/0] hello from the device 0'), 'the printed line in the log');
   });
 
-  it('a process that hangs past deviceTimeoutMs is ended; once retries are spent the job fails naming the timeout', async () => {
+  it('a process that hangs past deviceTimeoutMs is ended (with onWithdraw "finish" too: a timeout may be a hang); once retries are spent the job fails naming the timeout', async () => {
     // (1.5 s: a python3 that starts slowly on a loaded machine must have the step before it times out.)
-    const { rt, log } = setup({ command: 'python3', args: [PY] }, { retries: 1, deviceTimeoutMs: 1500 });
+    const { rt, log } = setup({ command: 'python3', args: [PY], onWithdraw: 'finish' }, { retries: 1, deviceTimeoutMs: 1500 });
     const e = await failure(rt.submit(spec('h1'), { mode: 'hang' }));
     expect(e.code).toBe('E_DEVICE_FAILED');
     expect(e.message).toMatch(/failed on device 0: worker \d: no answer within the device timeout, 1500 ms \(the runtime's deviceTimeoutMs; engine.deviceTimeoutS in a service config\)/);
@@ -183,6 +183,26 @@ setInterval(() => {}, 1000);`;
     // The one process started once: the second step waited for it, not for a restart (no wall-clock
     // bound: on a loaded machine that measured the load).
     expect(log.filter((l) => l.includes('starting it again'))).toEqual([]);
+  });
+
+  it('onWithdraw "finish": a step withdrawn with its job is let finish and its output dropped — the process is not started again, and the next item runs on it after; "end" (the default) ends it', async () => {
+    for (const onWithdraw of ['finish', 'end'] as const) {
+      const { rt, log } = setup({ command: 'python3', args: [PY], onWithdraw }, { retries: 0 });
+      const [before] = (await rt.submit(spec(`a-${onWithdraw}`), { mode: 'ok' })) as { pid: number }[];
+      const slow = rt.submit(spec(`s-${onWithdraw}`), { mode: 'sleep', holdMs: 700 }).catch((e: unknown) => e);
+      await new Promise((r) => setTimeout(r, 250));
+      rt.cancel(`s-${onWithdraw}`);
+      expect(((await slow) as StokerError).code).toBe('E_CANCELLED');
+      const [after] = (await rt.submit(spec(`b-${onWithdraw}`), { mode: 'ok' })) as { pid: number; partition: number }[];
+      expect(after?.partition).toBe(0);
+      if (onWithdraw === 'finish') {
+        expect(after?.pid).toBe(before?.pid);
+        expect(log.filter((l) => l.includes('starting it again'))).toEqual([]);
+      } else {
+        expect(after?.pid).not.toBe(before?.pid);
+        expect(log).toContainEqual(expect.stringMatching(/the step was withdrawn .*: starting it again/));
+      }
+    }
   });
 
   it('two workers sharing one GPU behind a lock: measured capacity matches the real completion rate within 5 %', async () => {
