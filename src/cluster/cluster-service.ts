@@ -161,6 +161,7 @@ export class ClusterService implements ApiService {
    */
   async connect(): Promise<void> {
     await reachRedis(this.config.cluster.redis, Promise.all([this.redis.ping(), this.sub.ping(), ...[...this.workers.values()].map((w) => w.waitUntilReady())]));
+    await this.registry.claimNodeId();
     await this.registry.register();
     this.persistence = await persistenceNote(this.redis);
     await this.sub.subscribe(K.cancelChannel, K.addedChannel);

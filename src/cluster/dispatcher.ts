@@ -1,3 +1,4 @@
+import os from 'node:os';
 import { Redis } from 'ioredis';
 import type { Job, Worker } from 'bullmq';
 import { totalBusyMs, windowOccupancy } from '../core/index.js';
@@ -328,6 +329,9 @@ export class Dispatcher {
         .multi()
         .hset(key, {
           nodeId: this.o.nodeId,
+          // (Which process holds the name: another may not take it while this one lives.)
+          host: os.hostname(),
+          pid: process.pid,
           url: this.url,
           capacity: pacer.ratePerSec ?? '',
           occupancy: occupancy.toFixed(4),

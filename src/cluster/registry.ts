@@ -1,5 +1,7 @@
+import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
+import { ConfigError } from '../server/config.js';
 import { compileInput, KindModuleError, moduleHash, type LoadedKind } from '../server/kind-module.js';
 import type { Service } from '../server/service.js';
 import { K, type KindEntry } from './keys.js';
@@ -51,6 +53,24 @@ export class Registry {
       await this.d.redis.hset(K.kinds, name, JSON.stringify(entry));
     }
   }
+  /**
+   * Refuses to join under the name of a live node of another process (its heartbeat not expired):
+   * two nodes of one name wrote one heartbeat, the cluster counted one of them, and every job read
+   * as run by that name. A heartbeat of this host whose process is gone is this node's own before
+   * a crash (it lives 3 × heartbeatMs): the name is taken back.
+   */
+  async claimNodeId(): Promise<void> {
+    const h = await this.d.redis.hgetall(K.node(this.d.nodeId));
+    const host = h['host'];
+    const pid = Number(h['pid']);
+    // (A heartbeat without them is an older version's: nothing to tell by.)
+    if (!h['nodeId'] || host === undefined || !Number.isInteger(pid)) return;
+    if (host === os.hostname() && (pid === process.pid || !alive(pid))) return;
+    throw new ConfigError([
+      { source: 'cluster', path: 'cluster.nodeId', message: `${JSON.stringify(this.d.nodeId)} is the name of a live node (${h['url'] || 'not listening yet'}, host ${host}, pid ${pid}, its last heartbeat at ${h['updatedAt'] ?? '?'}) — give each node its own cluster.nodeId (STOKER_CLUSTER_NODE_ID), or leave it out for "<host>-<pid>"` },
+    ]);
+  }
+
   /** A kind of the registry that this node does not run, as a validator of submissions. */
   async remoteKind(name: string): Promise<LoadedKind | undefined> {
     const raw = await this.d.redis.hget(K.kinds, name);
@@ -102,5 +122,15 @@ export class Registry {
       });
     }
     return nodes;
+  }
+}
+
+/** Whether a process of this host is alive (EPERM: it is, another user's). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as { code?: string }).code === 'EPERM';
   }
 }

@@ -9,12 +9,12 @@
  * retries it) — a 400, 401, 403, 404, 405, 410, 413, 414, 415 or 422 with `retry: false`: the
  * same request would be refused the same way (a bad input, a wrong URL or credentials).
  *
- * An endpoint that cannot be reached (the connection refused or reset before an answer: a server
- * down or restarting) is waited for: the step sends again after 250 ms, doubling to 5 s, until
- * the endpoint has been unreachable for `unreachableMs` (device-wide, from the first refusal
- * since it last answered); past that a step that is refused fails at once. (Failed at once, each
- * of an item's retries was spent within a second, and a restart of the endpoint failed its jobs.)
- * The item's busy time is its last request's.
+ * An endpoint that cannot be reached (no connection made: a server down or restarting) is waited
+ * for: the step sends again after 250 ms, doubling to 5 s, until the endpoint has been unreachable
+ * for `unreachableMs` (from the first refusal since it last answered, device-wide, and for each
+ * step from its own first one); past that a step that is refused fails at once. (Failed at once,
+ * each of an item's retries was spent within a second, and a restart of the endpoint failed its
+ * jobs.) The item's busy time is its last request's.
  *
  * A batch (a device with `batch`) is one request: JSON `{ items: [{ job, kind, partition,
  * partitions, prepared }] }` (bytes as `{ preparedBase64 }` instead of `prepared`), answered by
@@ -47,8 +47,12 @@ export interface HttpDeviceOptions {
   log?: (line: string) => void;
 }
 
-/** Errors of a request that reached no server (refused, reset before an answer, no route, no name): it is sent again while the endpoint is waited for. */
-const UNREACHED: ReadonlySet<string> = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT']);
+/**
+ * Errors of a connection that was never made (refused, no route, no name): the request reached no
+ * server, and is sent again while the endpoint is waited for. (Not a reset or a broken pipe: those
+ * come after the server took the request too — one that crashes it would be sent again and again.)
+ */
+const UNREACHED: ReadonlySet<string> = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT']);
 /** The first wait before sending again to an unreachable endpoint, and the longest, ms. */
 const RESEND_FIRST_MS = 250;
 const RESEND_MAX_MS = 5000;
@@ -62,8 +66,9 @@ const BODY_EXCERPT = 200;
 export class HttpDevice implements DeviceRunner {
   private readonly turns = new WorkerTurns();
   private readonly o: Required<HttpDeviceOptions>;
-  /** Since when (performance.now()) the endpoint has refused every request; NaN while it answers. */
+  /** Since when (performance.now()) the endpoint has refused every request (NaN while it answers), and its latest refusal. */
   private downSince = NaN;
+  private lastRefusal = -Infinity;
 
   constructor(options: HttpDeviceOptions) {
     this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, unreachableMs: 60_000, log: () => {}, ...options };
@@ -116,6 +121,8 @@ export class HttpDevice implements DeviceRunner {
   private async post(label: string, body: string | Uint8Array, extra: Record<string, string>, signal: AbortSignal): Promise<{ data: Uint8Array; json: unknown; busyMs: number }> {
     let t0 = 0;
     let res: Response | undefined;
+    /** This step's first refusal: it waits unreachableMs from then at the most, whatever the other steps see. */
+    let refusedAt = NaN;
     for (let wait = RESEND_FIRST_MS; !res; wait = Math.min(2 * wait, RESEND_MAX_MS)) {
       const signals = [signal, ...(Number.isFinite(this.o.timeoutMs) ? [AbortSignal.timeout(this.o.timeoutMs)] : [])];
       t0 = performance.now();
@@ -125,13 +132,17 @@ export class HttpDevice implements DeviceRunner {
         const code = (e as { cause?: { code?: unknown } }).cause?.code;
         if (signal.aborted || typeof code !== 'string' || !UNREACHED.has(code)) throw new Error(`${label}: POST ${this.o.url} failed: ${reason(e, this.o.timeoutMs)}`);
         const now = performance.now();
-        if (Number.isNaN(this.downSince)) {
+        // (A refusal long after the last one, nothing sent between: a new outage, not the old one's.)
+        if (Number.isNaN(this.downSince) || now - this.lastRefusal > 2 * RESEND_MAX_MS) {
           this.downSince = now;
           this.o.log(`[device ${this.o.name}] POST ${this.o.url} failed: ${code}: the endpoint is waited for (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
         }
-        const down = now - this.downSince;
+        this.lastRefusal = now;
+        if (Number.isNaN(refusedAt)) refusedAt = now;
+        // Since the outage began, or this step's first refusal if that came first (another step's answer ended the outage meanwhile).
+        const down = now - Math.min(this.downSince, refusedAt);
         if (down + wait > this.o.unreachableMs) {
-          throw new Error(`${label}: POST ${this.o.url} failed: ${code}: the endpoint has been unreachable for ${(down / 1000).toFixed(1)} s (waited for up to unreachableS = ${this.o.unreachableMs / 1000} s)`);
+          throw new Error(`${label}: POST ${this.o.url} failed: ${code}: the endpoint has been unreachable for ${(down / 1000).toFixed(down < 1000 ? 2 : 1)} s (waited for up to unreachableS = ${this.o.unreachableMs / 1000} s)`);
         }
         await pause(wait, signal);
         if (signal.aborted) throw new Error(`${label}: POST ${this.o.url} failed: the step was withdrawn`);

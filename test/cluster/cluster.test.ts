@@ -112,6 +112,17 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
     expect(status).toMatch(/^cluster {5}node n1 holds 0 of at most \d+ jobs; the queues: queued 0, running 0 \(GET \/v1\/cluster: every node\)$/m);
   }, 30_000);
 
+  it('a node started under the name of a live node refuses to join (exit 2 naming cluster.nodeId): two of one name shared one heartbeat, and the cluster counted one', async () => {
+    const dir = tempDataDir();
+    dirs.push(dir);
+    const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      execFile(process.execPath, [CLI, 'serve', '--port', '0', '--data', dir, '--cluster', (redis as RedisProcess).url], { env: { ...process.env, STOKER_CLUSTER_NODE_ID: 'n1', STOKER_PREPARE_THREADS: '1' }, timeout: 30_000 }, (e, _out, stderr) => resolve({ code: e ? ((e as { code?: number }).code ?? 1) : 0, stderr }));
+    });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/cluster\.nodeId: "n1" is the name of a live node \(http:\/\/127\.0\.0\.1:\d+, host .*, pid \d+, .*\) — give each node its own cluster\.nodeId/);
+    expect((await clusterNodes(a.url)).map((n) => n.nodeId)).toEqual(['n1', 'n2', 'n3']);
+  }, 40_000);
+
   it('one node’s GET /v1/cluster shows every node at work: occupancy (≤ 1), pacer mode, capacity, and the totals', async () => {
     // Long device steps on every node: 12 jobs of 4 partitions, 150 ms each on a device.
     for (let i = 0; i < 12; i++) expect((await http([a, b, c][i % 3]!.url, 'POST', '/v1/jobs', sleepJob(`busy:${i}`, i, 4, { prepareMs: 5, deviceMs: 150 }))).status).toBe(202);

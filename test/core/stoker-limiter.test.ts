@@ -893,7 +893,7 @@ describe('PrepareLimit: settled on the best', () => {
     expect(p.l.state?.bestX).toBeCloseTo(0.16, 12);
   });
 
-  it('a remembered limit under 8 is on trial: after its first measurement it probes above, doubling; two gains in proportion to twice it let it go, a gain short of proportion ends the trial', () => {
+  it('a remembered limit under 8 is on trial: after its first measurement it probes above, doubling; two gains of half the proportional one, to twice it, let it go; a gain short of that ends the trial', () => {
     // (Held as before, a remembered 1 took three measurements before its first probe, each of 30 preparations.)
     const free = new Pipe(new PrepareLimit(2));
     expect(free.l.state).toMatchObject({ trial: true });
@@ -901,12 +901,13 @@ describe('PrepareLimit: settled on the best', () => {
     expect(free.measure(3.6)).toBe(8);
     expect(free.measure(7.2)).toBe(Infinity);
     expect(free.l.state).toBeNull();
-    // At 2: 11 % more than at 1 (its measurement, timed from the start, read 0.0045), under the
-    // proportional 67 %: the trial ends; 2, being 5 % more, is the best, and the next probe the usual step.
+    // At 2: 22 % more than at 1, under the trial's half-proportional 50 %: the trial ends; 2, being
+    // 5 % more, is the best, and the next probe the usual step. (Its first measurement is its own,
+    // not averaged with the nothing before it: it read half.)
     const knee = new Pipe(new PrepareLimit(1));
     expect(knee.measure(0.9)).toBe(2);
-    expect(knee.l.state?.bestX).toBeCloseTo(0.0045, 12);
-    expect(knee.measure(0.5)).toBe(3);
+    expect(knee.l.state?.bestX).toBeCloseTo(0.009, 12);
+    expect(knee.measure(1.1)).toBe(3);
     expect(knee.l.state).toMatchObject({ best: 2, trial: false, ups: 0 });
     // From 8 up it holds as before: three holds, then a probe below.
     const eight = new Pipe(new PrepareLimit(8));

@@ -189,15 +189,23 @@ const EARLY_LOOK = 8;
  * followed by probes above it, each doubled (where the proportional gain is large and a ×1.12
  * step moves nothing: 1 → 2 → 3 took a measurement each, and 8 → 9 gains too little to tell from
  * the noise), each timed over TRIAL_TIMED preparations at the least (not TIMED_MIN), the
- * remembered limit's own not extended; two proportional gains in a row, to twice the remembered
- * limit or more, let it go, as after a take-over. A probe that gains less ends the trial: the
- * limit holds. From 1 with 1 s
+ * remembered limit's own not extended; two gains in a row in proportion (TRIAL_GAIN) to the
+ * remembered limit's own measurement, to twice that limit or more, let it go, as after a
+ * take-over. A probe that gains less ends the trial: the limit holds. From 1 with 1 s
  * preparations, 2 workers of 0.13 s: let go 63 s into the run, 13 s of it busy (it held for
  * 150 s). A larger remembered limit holds as before (on prep-knee its first probes above went
  * past 1.25 × the knee).
  */
 const TRIAL_DOUBLE = 8;
 const TRIAL_TIMED = EARLY_LOOK;
+/**
+ * On trial, a gain "in proportion" is half the proportional one (GAIN is 2/3): over TRIAL_TIMED
+ * preparations a doubling that gains twice as much reads under 1 + GAIN about once in eight
+ * (the latency's spread of a uniform 0.5–1.5 s, ±10 % for each measurement), and the trial
+ * ended on a limit the work did not need (2.1 × unpaced's run time on one seed in ten); past a
+ * knee, a doubled cap finishes about as much or less.
+ */
+const TRIAL_GAIN = 1 / 2;
 /**
  * The latency estimate mixes the kinds (the snapshot gives no preparation latency per kind): a
  * slower kind arriving reads as slower preparations. No take-over where more than UNKNOWN_MAX of
@@ -609,8 +617,10 @@ export class PrepareLimit {
       // other side than the last. Less than the mean by more than EPS and the noise: the work or
       // the machine changed, and what the caps above finished before is forgotten.
       const rest = lim.rest + 1;
-      const bestX = lim.rest > 0 ? (lim.bestX + x) / 2 : x;
-      const bestSe = lim.rest > 0 ? Math.hypot(lim.bestSe, se) / 2 : se;
+      // (A remembered limit's first measurement is its first: nothing measured to average with.)
+      const first = lim.rest === 0 || !(lim.bestX > 0);
+      const bestX = first ? x : (lim.bestX + x) / 2;
+      const bestSe = first ? se : Math.hypot(lim.bestSe, se) / 2;
       const changed = x < lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(se, lim.bestSe));
       const held = { ...lim, bestX, bestSe, measured: [...(changed ? [] : lim.measured.filter((o) => o.cap !== lim.best)), { cap: lim.best, x: bestX, se: bestSe }] };
       // Not as much as a cap above it: up to the least cap above that is as much as every cap above it.
@@ -623,7 +633,7 @@ export class PrepareLimit {
       if (x >= lim.bestX * (1 + EPS_UP)) {
         // (On trial, in proportion to the remembered limit's own measurement: a probe's few timed preparations may read high.)
         const from = (lim.trial && lim.measured.find((o) => o.cap === lim.engagedAt)) || { cap: lim.best, x: lim.bestX };
-        const ups = x >= from.x * (1 + GAIN * (lim.cap / from.cap - 1)) ? lim.ups + 1 : 0;
+        const ups = x >= from.x * (1 + (lim.trial ? TRIAL_GAIN : GAIN) * (lim.cap / from.cap - 1)) ? lim.ups + 1 : 0;
         if (ups >= 2 && lim.cap >= (lim.trial ? 2 : 1) * lim.engagedAt) {
           this.letGo();
           return;
