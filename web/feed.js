@@ -11,7 +11,9 @@ function feed(e) {
   const time = clock(Date.parse(e.time) / 1000);
   // device.measurement: the pacer found a device's busy time misleading (its reason names the device and the cause).
   const detail = e.type === 'job.submitted' ? `${e.kind}, ${e.partitions} partitions` : e.type === 'step.failed' ? `partition ${e.partition} (attempt ${e.attempt}) ${e.stage === 'device' ? `on ${e.device}/${e.worker}` : 'in preparation'}: ${e.reason} — ${e.retried ? 'prepared again' : 'its job fails'}` : e.type === 'gap' ? `events missed while disconnected: ${e.reason}` : e.type === 'device.measurement' ? e.reason : e.reason ? `${e.code}: ${e.reason}` : '';
-  const li = el('li', { class: `ev-${e.type.split('.')[1] ?? e.type}` }, el('span', { class: 't', text: time }), `${e.type} ${e.id ?? ''} ${detail}`);
+  // (A failed step that is tried again is a warning, not a failed job.)
+  const cls = e.type === 'step.failed' ? (e.retried ? 'ev-retried' : 'ev-failed') : `ev-${e.type.split('.')[1] ?? e.type}`;
+  const li = el('li', { class: cls }, el('span', { class: 't', text: time }), `${e.type} ${e.id ?? ''} ${detail}`);
   list.prepend(li);
   while (list.children.length > FEED_MAX) list.lastElementChild.remove();
 }

@@ -49,8 +49,11 @@ export interface ItemView {
   readonly state: PartitionState;
   /** Increments on every start (preparation or device); events must echo it. */
   readonly attempt: number;
-  /** Its failures so far (a preparation's or a device step's; each one retried while fewer than the engine's retries). */
-  readonly failures: number;
+  /**
+   * Its failures so far (a preparation's or a device step's; each one retried while fewer than
+   * the engine's retries). The engine's views always have it (optional for views made by hand).
+   */
+  readonly failures?: number;
   /** Bytes currently reserved for this item. */
   readonly reservedBytes: number;
 }

@@ -264,14 +264,15 @@ export class Runtime<I, P, O, R> {
   private stepFailed(item: ItemView, stage: 'prepare' | 'device', reason: string, where?: { device: number; worker: number }): void {
     if (!this.onStepFailed) return;
     const numbers = this.jobs.get(item.jobId)?.numbers;
-    this.failures.push({ stage, jobId: item.jobId, kind: item.kind, partition: numbers?.[item.partition] ?? item.partition, attempt: item.failures + 1, ...where, reason });
+    this.failures.push({ stage, jobId: item.jobId, kind: item.kind, partition: numbers?.[item.partition] ?? item.partition, attempt: (item.failures ?? 0) + 1, ...where, reason });
   }
 
   /** Tells onStepFailed of the failures the engine has just heard of: a partition whose job lives on is prepared again. */
   private tellFailures(): void {
     const tell = this.onStepFailed;
     if (!tell) return;
-    for (let f = this.failures.shift(); f; f = this.failures.shift()) tell({ ...f, retried: this.engine.jobCounts(f.jobId) !== undefined });
+    // (jobStates of no partitions: O(1), whether the job lives.)
+    for (let f = this.failures.shift(); f; f = this.failures.shift()) tell({ ...f, retried: this.engine.jobStates(f.jobId, 0, 0) !== undefined });
   }
 
   /**

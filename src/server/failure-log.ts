@@ -23,10 +23,9 @@ export class FailureLog {
   failed(f: StepFailure, device: string | undefined): void {
     const now = this.now();
     if (now - this.windowAt >= WINDOW_MS) {
-      if (this.unsaid > 0) this.write(`stoker serve: ${this.unsaid} more failed steps in that minute were not logged (stoker_step_failures_total counts every one)`);
+      this.flush();
       this.windowAt = now;
       this.lines = 0;
-      this.unsaid = 0;
     }
     if (this.lines >= LINES) {
       this.unsaid++;
@@ -35,5 +34,12 @@ export class FailureLog {
     this.lines++;
     const where = f.stage === 'prepare' ? 'in preparation' : `on device ${JSON.stringify(device ?? String(f.device))}${f.worker === undefined ? '' : `/${f.worker}`}`;
     this.write(`stoker serve: job ${JSON.stringify(f.jobId)} partition ${f.partition} failed ${where} (attempt ${f.attempt}): ${f.reason} — ${f.retried ? 'it is prepared again' : 'its job fails'}`);
+  }
+
+  /** Says how many failures went unlogged, once their minute is over (call it every second or so: the failures may have stopped). */
+  flush(): void {
+    if (this.unsaid === 0 || this.now() - this.windowAt < WINDOW_MS) return;
+    this.write(`stoker serve: ${this.unsaid} more failed steps in that minute were not logged (stoker_step_failures_total counts every one)`);
+    this.unsaid = 0;
   }
 }

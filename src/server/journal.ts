@@ -65,7 +65,7 @@ export class Journal {
   readonly #maxBytes: number | undefined;
   /** Writes refused because the journal was full, since it was opened (for the operator: a metric, a log line). */
   fullRefusals = 0;
-  /** Whether the latest write was refused for want of room (the next one written clears it). */
+  /** Whether the latest write was refused for want of room (a new job written clears it). */
   full = false;
 
   private constructor(db: Database.Database, now: () => number, mark: number | undefined, maxBytes: number | undefined) {
@@ -168,10 +168,11 @@ export class Journal {
   }
 
   /** Runs a write; a full disk (or maxBytes) becomes `E_JOURNAL_FULL`, naming what was not written. */
-  #write<T>(what: string, fn: () => T): T {
+  #write<T>(what: string, fn: () => T, newJob = false): T {
     try {
       const done = fn();
-      this.full = false;
+      // (Only a new job says there is room: an update that needs no new page, or a purge with nothing to purge, is no news.)
+      if (newJob) this.full = false;
       return done;
     } catch (e) {
       if ((e as { code?: unknown }).code === 'SQLITE_FULL') {
@@ -263,7 +264,7 @@ export class Journal {
         input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, now: this.#now(),
       });
       return { job: fromRow(this.row(job.id)), created: true, seq: Number(lastInsertRowid) };
-    }));
+    }), true);
     // Committed (a commit that fails throws above, and nothing is counted).
     if (result.created) {
       this.#change(job.kind, 'queued', 1);

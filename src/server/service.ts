@@ -145,6 +145,7 @@ export class Service {
     const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e));
     const full = { said: 0, at: -Infinity, open: false };
     this.pacerTimer = setInterval(() => {
+      failures.flush();
       const st = this.runtime.status().pacer;
       if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...st });
       measurement.check(st);
@@ -508,7 +509,9 @@ export class Service {
   }
 
   private emit(e: Omit<ServiceEvent, 'time'>): void {
-    const logged = this.eventLog.add({ time: new Date().toISOString(), ...e } as ServiceEvent, e.type === 'pacer');
+    // (Not kept for reconnecting clients: the pacer's, every second, and step failures, which a
+    // failing device sends by the thousand — they would push out the job events; a metric counts them.)
+    const logged = this.eventLog.add({ time: new Date().toISOString(), ...e } as ServiceEvent, e.type === 'pacer' || e.type === 'step.failed');
     this.events.emit('event', logged.event, logged.eventId);
   }
 

@@ -511,6 +511,29 @@ describe('Runtime with a batching device', () => {
     expect(workload.batches).toEqual([1, 3, 1, 1, 1]);
   });
 
+  it('tells onStepFailed of each item of a batch that throws: prepared again at the try it had (a batch of several spends none, with no retries left too)', async () => {
+    const clock = new ManualClock();
+    const workload = new BatchWorkload(clock);
+    const told: StepFailure[] = [];
+    const rt = new Runtime({ workload, devices: [{ workers: 1, batch: { maxItems: 4 } }], pacer: 'unpaced', clock, retries: 0, onStepFailed: (f) => told.push(f) });
+    const run = async (ms: number) => {
+      for (let t = 0; t < ms; t += 5) {
+        clock.advance(5);
+        await tick();
+      }
+    };
+    const w = rt.submit(job('w', 1), 1);
+    const p = rt.submit(job('a', 3), 1);
+    await run(110);
+    workload.failBatch = true;
+    await run(40);
+    workload.failBatch = false;
+    await run(600);
+    await expect(w).resolves.toBe(10);
+    await expect(p).resolves.toBe(30 + 3);
+    expect(told.map((f) => [f.jobId, f.partition, f.stage, f.attempt, f.retried])).toEqual([0, 1, 2].map((p) => ['a', p, 'device', 1, true]));
+  });
+
   it('a batch step whose results are not { output } or { error } fails the batch, naming the result; the items then run alone', async () => {
     const { rt, run, workload } = batchSetup();
     let broken = true;

@@ -25,4 +25,17 @@ describe('FailureLog', () => {
     log.failed(failure(31), 'gpu');
     expect(lines.slice(20)).toEqual(['stoker serve: 11 more failed steps in that minute were not logged (stoker_step_failures_total counts every one)', 'stoker serve: job "j" partition 31 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again']);
   });
+
+  it('says the count once the minute is over even where no failure comes after (flush, called every second)', () => {
+    const lines: string[] = [];
+    let now = 0;
+    const log = new FailureLog((l) => lines.push(l), () => now);
+    for (let p = 0; p < 25; p++) log.failed(failure(p), 'gpu');
+    log.flush();
+    expect(lines).toHaveLength(20);
+    now = 60_000;
+    log.flush();
+    log.flush();
+    expect(lines.slice(20)).toEqual(['stoker serve: 5 more failed steps in that minute were not logged (stoker_step_failures_total counts every one)']);
+  });
 });

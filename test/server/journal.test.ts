@@ -146,6 +146,8 @@ describe('Journal', () => {
     // Room again: the ended jobs purged, the next write lands.
     c.advance(10);
     small.purgeFinished(0);
+    // (A purge, an update: no news of room; a new job written is.)
+    expect(small.full).toBe(true);
     small.insert(job('after', { input: { pad } }));
     expect(small.full).toBe(false);
   });
