@@ -149,13 +149,16 @@ function program(io: Io, setExit: (code: number) => void): Command {
       .option('--token-file <file>', 'server.token from the first line of this file: every API call then needs Authorization: Bearer <token>')
       .option('-k, --kind <file>', 'a job kind module (an ES module exporting name and prepare, and run when its device is a thread device; see the README); repeatable', (v: string, prev: string[] | undefined) => [...(prev ?? []), v]);
 
+  const clusterFlag = '--cluster <url>';
+  const clusterHelp = 'cluster mode: share BullMQ queues (one per kind) on this Redis (redis://host:port[/db]) with other nodes';
   configured(p.command('serve'))
-    .option('--cluster <url>', 'cluster mode: share BullMQ queues (one per kind) on this Redis (redis://host:port[/db]) with other nodes')
+    .option(clusterFlag, clusterHelp)
     .description('run the service: HTTP API, durable journal, metrics; SIGTERM/SIGINT finish in-flight partitions and stop')
     .addHelpText('after', `\n${CONFIG_DOC}`)
     .action((flags: ConfigFlags) => serveCommand(flags, io));
 
   configured(p.command('config').description('show the service configuration').command('print'))
+    .option(clusterFlag, clusterHelp)
     .description('print the effective configuration (defaults < file < environment < flags) as TOML')
     .action(async (flags: ConfigFlags) => configPrintCommand(flags, io));
 

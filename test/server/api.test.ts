@@ -970,6 +970,10 @@ describe('stoker config print / serve --help', () => {
     const doc = parseToml(r.stdout) as { server: { port: number; host: string }; engine: { targetWaiting: number; pacer: string } };
     expect(doc.server).toMatchObject({ port: 9999, host: '127.0.0.1' });
     expect(doc.engine).toMatchObject({ targetWaiting: 7, pacer: 'stoker' });
+    // serve's --cluster too (it was refused: the effective config of a cluster node could not be shown).
+    const c = await cli(['config', 'print', '--cluster', 'redis://127.0.0.1:6390']);
+    expect(c.code).toBe(0);
+    expect((parseToml(c.stdout) as { cluster: { redis: string } }).cluster.redis).toBe('redis://127.0.0.1:6390');
   });
 
   it('exits 2 naming a bad environment variable', async () => {
