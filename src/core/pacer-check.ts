@@ -115,7 +115,7 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
       return v;
     };
   }
-  if (typeof p.observeAgainAt === 'function') out.observeAgainAt = (s: ReadonlySnapshot) => time('observeAgainAt', call('observeAgainAt', () => pacer.observeAgainAt?.(view(s))) ?? Infinity);
+  if (typeof p.observeAgainAt === 'function') out.observeAgainAt = (s: ReadonlySnapshot) => time('observeAgainAt', call('observeAgainAt', () => pacer.observeAgainAt?.(view(s))));
   // Its shape checked once, at creation (a status request may ask before anything is observed), not
   // only when something reads it: a simulation may never read it, and a wrong shape would pass.
   out.state();

@@ -9,6 +9,7 @@ import { StokerError, type EngineEvent, type ItemView } from '../core/index.js';
 import type { Clock } from './clock.js';
 import type { BatchResult, DeviceTask, PartitionTask, PrepareResult, Workload } from './workload.js';
 import { noRetry } from './no-retry.js';
+import { shown } from '../core/checks.js';
 
 /** What a step needs of its job: the input, the partition count, and where the outputs go. */
 export interface FlightJob<I, O> {
@@ -38,7 +39,9 @@ export interface FlightsHost<I, P, O, R> {
 /** One item's step in flight: what aborts it, its prepared data, its device timeout. */
 interface Flight<P> {
   controller: AbortController;
+  /** Set (`hasPrepared`) once prepared: a prepare may resolve undefined (P = void), which is prepared data too. */
   prepared?: P;
+  hasPrepared?: boolean;
   /** The device step has the prepared data: it frees it when run() settles, not before. */
   onDevice?: boolean;
   timer?: unknown;
@@ -92,7 +95,7 @@ export class Flights<I, P, O, R> {
     if (f.timer !== undefined) this.clock.cancel(f.timer);
     if (reason) f.controller.abort(reason);
     f.left?.();
-    if (f.prepared !== undefined && !f.onDevice) this.workload.release?.(f.prepared);
+    if (f.hasPrepared && !f.onDevice) this.workload.release?.(f.prepared as P);
   }
 
   /** Prepares one item (the engine's `startPrepare`); answers `prepared` or `prepareFailed`. */
@@ -125,6 +128,7 @@ export class Flights<I, P, O, R> {
         }
         settle();
         f.prepared = prepared;
+        f.hasPrepared = true;
         this.apply({ type: 'prepared', time: this.clock.now(), item: item.id, attempt, latencyMs: this.clock.now() - started });
       },
       (e: unknown) => {
@@ -203,7 +207,10 @@ export class Flights<I, P, O, R> {
             if ('prepared' in r) this.workload.release?.(r.prepared);
             return;
           }
-          if ('prepared' in r) e.f.prepared = r.prepared;
+          if ('prepared' in r) {
+            e.f.prepared = r.prepared;
+            e.f.hasPrepared = true;
+          }
           else {
             this.flights.delete(e.item.id);
             this.stepFailed(e.item, 'prepare', String(r.error));
@@ -224,9 +231,9 @@ export class Flights<I, P, O, R> {
   startDevice(item: ItemView, attempt: number, device: number, worker: number): void {
     const job = this.jobs.get(item.jobId);
     const prev = this.flights.get(item.id);
-    if (!job || !prev || prev.prepared === undefined) return;
+    if (!job || !prev || !prev.hasPrepared) return;
     // The device takes the prepared data: a fresh flight for the device step.
-    const prepared = prev.prepared;
+    const prepared = prev.prepared as P;
     const f: Flight<P> = { controller: new AbortController(), prepared, onDevice: true };
     this.flights.set(item.id, f);
     const task: DeviceTask<I, P> = { jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, prepared, device, worker, signal: f.controller.signal };
@@ -253,7 +260,7 @@ export class Flights<I, P, O, R> {
         const { output, busyMs } = r;
         const busy = busyMs === undefined ? this.clock.now() - started : busyMs;
         if (typeof busy !== 'number' || !Number.isFinite(busy) || busy < 0) {
-          return failed(`the device step returned busyMs = ${String(busy)}: busyMs must be a finite number ≥ 0 (ms the item occupied the worker), or left out to use the step's wall time`);
+          return failed(`the device step returned busyMs = ${shown(busy)}: busyMs must be a finite number ≥ 0 (ms the item occupied the worker), or left out to use the step's wall time`);
         }
         this.land(item.id, f);
         job.outputs[item.partition] = output;
@@ -281,14 +288,14 @@ export class Flights<I, P, O, R> {
     for (const item of items) {
       const job = this.jobs.get(item.jobId);
       const prev = this.flights.get(item.id);
-      if (!job || !prev || prev.prepared === undefined) {
+      if (!job || !prev || !prev.hasPrepared) {
         missing.push({ item: item.id, reason: 'its prepared data is not in this runtime' });
         continue;
       }
       const f: Flight<P> = { controller: new AbortController(), prepared: prev.prepared, onDevice: true };
       this.flights.set(item.id, f);
       entries.push({ item, f, outputs: job.outputs });
-      tasks.push({ jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, prepared: prev.prepared, device, worker, signal: f.controller.signal });
+      tasks.push({ jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, prepared: prev.prepared as P, device, worker, signal: f.controller.signal });
     }
     if (entries.length === 0) {
       // (Answered after the step that started it, as a device would.)
@@ -320,7 +327,7 @@ export class Flights<I, P, O, R> {
         const { results, busyMs } = r;
         const busy = busyMs === undefined ? this.clock.now() - started : busyMs;
         if (typeof busy !== 'number' || !Number.isFinite(busy) || busy < 0) {
-          return failed(`the batch step returned busyMs = ${String(busy)}: busyMs must be a finite number ≥ 0 (ms the batch occupied the worker), or left out to use the step's wall time`);
+          return failed(`the batch step returned busyMs = ${shown(busy)}: busyMs must be a finite number ≥ 0 (ms the batch occupied the worker), or left out to use the step's wall time`);
         }
         if (!Array.isArray(results) || results.length !== tasks.length) {
           return failed(`the batch step returned ${Array.isArray(results) ? results.length : 'no'} results for ${tasks.length} items: return one { output } or { error } per task, in order`);

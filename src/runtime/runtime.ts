@@ -34,11 +34,13 @@ export class Runtime<I, P, O, R> {
   private readonly timeline: TimelineRecorder | undefined;
   private readonly onStep: ((event: EngineEvent, commands: readonly Command[]) => void) | undefined;
   private readonly onStepFailed: ((failure: StepFailure) => void) | undefined;
+  /** The listeners that have thrown (each is warned of once). */
+  private readonly warned = new Set<string>();
   /** Failures of the step being answered, told to onStepFailed once the engine has heard of them. */
   private readonly failures: Omit<StepFailure, 'retried'>[] = [];
   private readonly jobs = new Map<string, JobCtx<I, O, R>>();
   /** Jobs whose engine part has ended but whose finish() is still running. */
-  private finishing = 0;
+  private readonly finishing = new Map<JobCtx<I, O, R>, string>();
   /** Each item's work in flight: the preparations and device steps the engine started. */
   private readonly flights: Flights<I, P, O, R>;
   private timer: unknown = undefined;
@@ -175,7 +177,7 @@ export class Runtime<I, P, O, R> {
 
   /** Resolves when every job has been answered (useful for demos and tests). */
   idle(): Promise<void> {
-    if (this.jobs.size === 0 && this.finishing === 0) return Promise.resolve();
+    if (this.jobs.size === 0 && this.finishing.size === 0) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
@@ -200,6 +202,8 @@ export class Runtime<I, P, O, R> {
       });
       this.settleWaiter = undefined;
       for (const id of [...this.jobs.keys()]) this.apply({ type: 'cancel', time: this.clock.now(), jobId: id, reason: 'the runtime closed before the job ended (close())' });
+      // A finish() still running past the timeout: its waiter is answered now (what it returns later is dropped).
+      for (const [job, id] of this.finishing) job.reject(new StokerError('E_CANCELLED', `job ${id}: the runtime closed while its finish() ran (close())`));
       if (this.timer !== undefined) this.clock.cancel(this.timer);
       this.timer = undefined;
       await this.workload.close?.();
@@ -252,7 +256,7 @@ export class Runtime<I, P, O, R> {
     }
     this.timeline?.record(event, cmds, this.engine.snapshot, this.engine.budget.held);
     this.occupancy.record(event, cmds);
-    this.onStep?.(event, cmds);
+    if (this.onStep) this.listen('onStep', () => this.onStep?.(event, cmds));
     before?.();
     for (const c of cmds) this.carryOut(c);
     this.syncPool();
@@ -272,7 +276,25 @@ export class Runtime<I, P, O, R> {
     const tell = this.onStepFailed;
     if (!tell) return;
     // (jobStates of no partitions: O(1), whether the job lives.)
-    for (let f = this.failures.shift(); f; f = this.failures.shift()) tell({ ...f, retried: this.engine.jobStates(f.jobId, 0, 0) !== undefined });
+    for (let f = this.failures.shift(); f; f = this.failures.shift()) {
+      const failure = { ...f, retried: this.engine.jobStates(f.jobId, 0, 0) !== undefined };
+      this.listen('onStepFailed', () => tell(failure));
+    }
+  }
+
+  /**
+   * Calls a listener of the caller's (onStep, onStepFailed). One that throws is its own bug, not
+   * the jobs': they go on, and the first error of each is a process warning (thrown from a step's
+   * answer, it ended the process, or stalled every job under an unhandledRejection handler).
+   */
+  private listen(name: 'onStep' | 'onStepFailed', call: () => void): void {
+    try {
+      call();
+    } catch (e) {
+      if (this.warned.has(name)) return;
+      this.warned.add(name);
+      process.emitWarning(`the Runtime's ${name} threw (${errorMessage(e)}); the jobs go on, and later errors of it are not said`, { code: 'STOKER_LISTENER_THREW' });
+    }
   }
 
   /**
@@ -338,7 +360,7 @@ export class Runtime<I, P, O, R> {
     const jobs = [...this.jobs.values()];
     this.jobs.clear();
     for (const job of jobs) job.reject(this.failed);
-    if (this.finishing === 0) for (const w of this.idleWaiters.splice(0)) w();
+    if (this.finishing.size === 0) for (const w of this.idleWaiters.splice(0)) w();
     this.settleWaiter?.();
   }
 
@@ -346,10 +368,10 @@ export class Runtime<I, P, O, R> {
     const job = this.jobs.get(c.jobId);
     if (!job) return;
     this.jobs.delete(c.jobId);
-    this.finishing++;
+    this.finishing.set(job, c.jobId);
     const settle = () => {
-      this.finishing--;
-      if (this.jobs.size === 0 && this.finishing === 0) for (const w of this.idleWaiters.splice(0)) w();
+      this.finishing.delete(job);
+      if (this.jobs.size === 0 && this.finishing.size === 0) for (const w of this.idleWaiters.splice(0)) w();
     };
     if (c.state !== 'done') {
       job.reject(new StokerError((c.code ?? 'E_CANCELLED') as StokerError['code'], c.reason ?? c.state));

@@ -178,6 +178,47 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     ]);
   });
 
+  it('a listener that throws (onStepFailed here; onStep is called alike) is a process warning, once; the jobs go on (it ended the process)', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => void warnings.push(w.message);
+    process.on('warning', onWarning);
+    try {
+      const { rt, run, workload } = setup({ retries: 1, onStepFailed: () => { throw new Error('my onStepFailed bug'); } });
+      let faults = 0;
+      workload.failRun = (t) => t.partition < 2 && faults++ < 2;
+      const p = rt.submit(job('a'), 1);
+      await run(800);
+      await expect(p).resolves.toBe(10 + 11 + 12);
+      await tick();
+      expect(faults).toBe(4);
+      expect(warnings.filter((w) => /onStepFailed threw \(my onStepFailed bug\)/.test(w))).toHaveLength(1);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
+  it('close() answers a job whose finish() still runs past the timeout with E_CANCELLED (its waiter never settled)', async () => {
+    const clock = new ManualClock();
+    const rt = new Runtime<number, number, number, number>({
+      workload: { prepare: async () => 1, run: async () => ({ output: 1, busyMs: 1 }), finish: () => new Promise<number>(() => undefined) },
+      devices: [{ workers: 1 }],
+      pacer: 'unpaced',
+      clock,
+    });
+    const p = rt.submit({ id: 'f', kind: 'k', partitions: 1, memory: { prepareBytes: 1, deviceBytes: 1 } }, 0).catch((e: unknown) => e);
+    for (let i = 0; i < 10; i++) {
+      clock.advance(5);
+      await tick();
+    }
+    const closed = rt.close(100);
+    for (let i = 0; i < 30; i++) {
+      clock.advance(5);
+      await tick();
+    }
+    await closed;
+    expect(await p).toMatchObject({ code: 'E_CANCELLED', message: 'job f: the runtime closed while its finish() ran (close())' });
+  });
+
   it('a device error is retried; a hung device step times out, is aborted and retried', async () => {
     const { rt, run, workload } = setup({ retries: 1, deviceTimeoutMs: 50 });
     let faults = 0;
@@ -766,6 +807,22 @@ describe('stages that are not what the Workload type says (a JavaScript user’s
     }
   });
 
+  it('a prepare that resolves undefined (P = void) has prepared: its partitions run (they waited for good, the job never settled)', async () => {
+    const clock = new ManualClock();
+    const rt = new Runtime<number, void, number, number[]>({
+      workload: { prepare: async () => undefined, run: async (t) => ({ output: t.partition, busyMs: 1 }), finish: (j) => j.outputs },
+      devices: [{ workers: 1 }],
+      pacer: 'unpaced',
+      clock,
+    });
+    const p = rt.submit({ id: 'v', kind: 'k', partitions: 2, memory: { prepareBytes: 1, deviceBytes: 1 } }, 0);
+    for (let i = 0; i < 20; i++) {
+      clock.advance(5);
+      await tick();
+    }
+    await expect(p).resolves.toEqual([0, 1]);
+  });
+
   it('a plain prepare that throws fails its partition with E_PREPARE_FAILED and frees its memory (the job was held for good)', async () => {
     const r = await run(() => {
       throw new Error('no input file');
@@ -819,7 +876,7 @@ describe('what the Runtime refuses', () => {
   });
 
   it('a misspelt pacer option, a missing workload, a workload with no prepare for a kind', async () => {
-    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'stoker', pacerOptions: { targetWaitng: 3 } })).toThrow(/pacerOptions.targetWaitng: the stoker pacer has no option targetWaitng \(its options are .*headStart.*\): check the spelling/);
+    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'stoker', pacerOptions: { targetWaitng: 3 } })).toThrow(/pacerOptions.targetWaitng: the stoker pacer has no option targetWaitng — did you mean targetWaiting\? \(its options are targetWaiting, .*headStart.*\): check the spelling/);
     expect(() => new Runtime({ devices: [{ workers: 1 }] } as never)).toThrow(/workload is missing: give the Runtime \{ workload/);
     const batchOnly = { prepareBatch: () => Promise.resolve([]), run: () => Promise.resolve({ output: 1 }), finish: () => 0 } as unknown as Workload<number, number, number, number>;
     expect(() => new Runtime({ workload: batchOnly, devices: [{ workers: 1 }] })).toThrow(/the workload has no prepare\(task\)/);

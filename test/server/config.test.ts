@@ -166,8 +166,8 @@ describe('[engine.pacerOptions] against the pacer they are for', () => {
       }
       return '';
     };
-    expect(bad('stoker', { headStrat: 2 })).toMatch(/^loadConfig\(\{ values \}\): engine\.pacerOptions\.headStrat: the stoker pacer has no option headStrat \(its options are .*headStart.*\): check the spelling, or remove it$/);
-    expect(bad('unpaced', { window: 2 })).toBe('loadConfig({ values }): engine.pacerOptions.window: the unpaced pacer has no option window (it takes no options): check the spelling, or remove it');
+    expect(bad('stoker', { headStrat: 2 })).toMatch(/^loadConfig\(\{ values \}\): engine\.pacerOptions\.headStrat: the stoker pacer has no option headStrat — did you mean headStart\? \(its options are targetWaiting, .*headStart.*\): check the spelling, or remove it$/);
+    expect(bad('unpaced', { window: 2 })).toBe('loadConfig({ values }): engine.pacerOptions.window: the unpaced pacer has no option window (its options are targetWaiting): check the spelling, or remove it');
     expect(bad('stoker', { headStart: -2 })).toBe('loadConfig({ values }): engine.pacerOptions: pacer option headStart must be a number ≥ 0 (got -2)');
     expect(bad('window', { window: 16 })).toBe('');
     // From a file: the file is named (it was "configuration").

@@ -68,6 +68,9 @@ describe('user pacer modules: the optional methods', () => {
     expect(pacer.nextDispatchAt(snap)).toBe(10);
     expect(() => pacer.observeAgainAt?.(snap)).toThrow(/observeAgainAt\(snapshot\) must return a time in ms .*\(got "later"\)/);
     expect(() => pacer.workerLimit?.(0)).toThrow(/workerLimit\(device\) must return the most workers to run at once .*\(got -1\)/);
+    // Nothing is no time either (it was read as Infinity, as the README says it is not).
+    const nothing = (await resolvePacer(tmp.file('no-again.mjs', 'export default () => ({ observe() {}, nextDispatchAt(s) { return s.now; }, onDispatch() {}, observeAgainAt() {} });\n')))({});
+    expect(() => nothing.observeAgainAt?.(snap)).toThrow(/observeAgainAt\(snapshot\) must return a time in ms .*\(got undefined\)/);
   });
 
   it('a snapshot field that is not there is an error naming it and the fields there are (a misspelt one read undefined and stalled a run silently)', async () => {

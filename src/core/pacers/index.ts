@@ -1,4 +1,5 @@
 import { StokerError } from '../errors.js';
+import { suggest } from '../suggest.js';
 import type { Pacer, PacerFactory, PacerOptions } from '../pacer.js';
 import { createBurstPacer, createUnpacedPacer, createWindowPacer } from './baselines.js';
 import { createClassicPacer } from './classic.js';
@@ -69,7 +70,10 @@ export function unknownPacerOptions(pacer: string, options: Readonly<PacerOption
   if (!create || Object.keys(options).length === 0) return [];
   const unread = unreadOptions([create], options);
   if (unread.length === 0) return [];
-  const known = [...optionsRead(create)].filter((k) => k !== 'targetWaiting');
-  const them = known.length > 0 ? `its options are ${known.join(', ')}` : 'it takes no options';
-  return unread.map((option) => ({ option, message: `the ${pacer} pacer has no option ${option} (${them}): check the spelling, or remove it` }));
+  // (targetWaiting, the engine's, is every pacer's: listed first.)
+  const known = ['targetWaiting', ...[...optionsRead(create)].filter((k) => k !== 'targetWaiting')];
+  return unread.map((option) => {
+    const near = suggest(option, known);
+    return { option, message: `the ${pacer} pacer has no option ${option}${near ? ` — did you mean ${near}?` : ''} (its options are ${known.join(', ')}): check the spelling, or remove it` };
+  });
 }
