@@ -274,17 +274,17 @@ describe('stoker pacer', () => {
     expect(wake).toBeLessThan(1000);
   });
 
-  it('a measured service time replaces the prior and is smoothed per completion', () => {
+  it('the first measured service time replaces the prior (it anchored the estimate: a remembered 1000 ms came down halfway per sample, a faster device underfed meanwhile)', () => {
     const p = createStokerPacer({ priorServiceMs: 1000, serviceSmoothing: 0.5 });
     const dev = (completions: number, busyMs: number) => [{ workers: 1, busy: 1, completions, busyMs }];
     p.observe(snapshot({ now: 0, workers: 1, onDevice: 1, backlog: 5, devices: dev(0, 0) }));
     expect(p.state().ratePerSec).toBeCloseTo(1, 10);
-    // One completion of 200 ms: estimate moves halfway from the prior 1000 → 600 ms.
+    // One completion of 200 ms: the estimate is 200 ms.
     p.observe(snapshot({ now: 100, workers: 1, onDevice: 1, backlog: 5, devices: dev(1, 200), deviceCompletions: 1, deviceBusyMs: 200 }));
-    expect(p.state().ratePerSec).toBeCloseTo(1000 / 600, 10);
-    // Two more at 200 ms each: 600 + (1 − 0.25)(200 − 600) = 300 ms.
+    expect(p.state().ratePerSec).toBeCloseTo(1000 / 200, 10);
+    // Two more at 200 ms each: still 200 ms.
     p.observe(snapshot({ now: 200, workers: 1, onDevice: 1, backlog: 5, devices: dev(3, 600), deviceCompletions: 3, deviceBusyMs: 600 }));
-    expect(p.state().ratePerSec).toBeCloseTo(1000 / 300, 10);
+    expect(p.state().ratePerSec).toBeCloseTo(1000 / 200, 10);
   });
 
   it('state() modes: idle, blocked, bootstrap, steady, hold', () => {

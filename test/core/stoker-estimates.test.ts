@@ -465,10 +465,10 @@ describe('stoker pacer: the rate cap and the waiting integral’s clamp', () => 
 
 describe('stoker pacer: the weight of a sample within the noise', () => {
   it('is 2 ÷ (n² + 1) once the latency makes the estimate’s noise matter: n = λ_device · latency · cv ÷ (target ÷ 2)', () => {
-    // From a prior of 100 ms (no running-mean floor): NOISE_SAMPLES samples of 100 (no noise), then
-    // 110 (news of a slower device, weight ½: 105; cv² slow 0.005 · 9 · 0.0004), then 105.5, within
-    // the noise: λ_device = 2 ÷ 105, latency 100 s, target 2.
-    const N = NOISE_SAMPLES;
+    // 40 samples of 100 (no noise: the running-mean floor, 1 ÷ samples, is then under the weight),
+    // then 110 (news of a slower device, weight ½: 105; cv² slow 0.005 · 9 · 0.0004), then 105.5,
+    // within the noise: λ_device = 2 ÷ 105, latency 100 s, target 2.
+    const N = Math.max(40, NOISE_SAMPLES);
     const p = createStokerPacer({ targetWaiting: 2, priorServiceMs: 100, priorLatencyMs: 100_000 });
     p.observe(snapshot({ now: 0, backlog: 10, devices: [dev(0, 0)] }));
     p.observe(snapshot({ now: 100, backlog: 10, devices: [dev(N, N * 100)] }));

@@ -349,6 +349,14 @@ class StokerPacer implements Pacer {
    */
   private serviceSample(svc: ServiceEstimate, sample: number, dk: number, workers: number, starvedDevice: boolean): void {
     svc.samples += dk;
+    // A prior (a remembered or configured service time) only starts the pacer without a bootstrap:
+    // the first measured sample replaces it, as it would a cold estimate. (Held as an anchor, a
+    // remembered 0.3 s against 0.2 s items came down over some 25 completions, the devices underfed
+    // meanwhile: a restarted server ran its first jobs slower than a cold one.)
+    if (svc.prior) {
+      svc.prior = false;
+      svc.serviceMs = NaN;
+    }
     if (!(svc.serviceMs > 0)) {
       svc.serviceMs = sample;
       this.observeTail(svc, sample, dk, 0);
