@@ -143,9 +143,9 @@ function distinctPacers(results: SimResult[]): SimResult[] {
 }
 
 /** Writes a timeline as Chrome trace JSON (the format Perfetto opens); `now` ends spans still running. */
-export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, limits: { budgetBytes?: number | undefined; maxPreparing?: number | undefined }, io: Io): void {
-  const { budgetBytes, maxPreparing } = limits;
-  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title, now, ...(budgetBytes === undefined ? {} : { budgetBytes }), ...(maxPreparing === undefined ? {} : { maxPreparing }) });
+export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, limits: { budgetBytes?: number | undefined; maxPreparing?: number | undefined; targetWaiting?: number | undefined }, io: Io): void {
+  const { budgetBytes, maxPreparing, targetWaiting } = limits;
+  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title, now, ...(budgetBytes === undefined ? {} : { budgetBytes }), ...(maxPreparing === undefined ? {} : { maxPreparing }), ...(targetWaiting === undefined ? {} : { targetWaiting }) });
   writeOutputFile('--trace', file, `${JSON.stringify(trace)}\n`, io);
 }
 
@@ -239,7 +239,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
       flags.trace,
       results.map((r) => r.pacer),
     );
-    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, { budgetBytes: scenario.budgetBytes, maxPreparing: scenario.maxPreparing }, io));
+    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, { budgetBytes: scenario.budgetBytes, maxPreparing: scenario.maxPreparing, targetWaiting: scenario.targetWaiting }, io));
   }
   if (flags.html !== undefined) {
     const title = `stoker simulate ${scenario.name}: ${results.map((r) => r.pacer).join(' vs ')}`;

@@ -88,7 +88,7 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
     results.push(await runDemo(opts, (line) => io.err(`${line}\n`), backend));
     if (timeline) {
       const title = `ntt-proof demo — ${pacer} pacer (${base.workers} ${base.device} device workers, real time)`;
-      writeTrace(files[i] as string, title, timeline, performance.now(), { budgetBytes: base.budgetBytes }, io);
+      writeTrace(files[i] as string, title, timeline, performance.now(), { budgetBytes: base.budgetBytes, targetWaiting: base.targetWaiting }, io);
     }
   }
   if (flags.json) {

@@ -17,6 +17,8 @@ export interface RecordedRun {
   budgetBytes?: number | null;
   /** The run's cap on preparations at once; null or absent: none recorded. */
   maxPreparing?: number | null;
+  /** The run's waiting target (its own setting, which the plan shows beside the others); null or absent: not recorded. */
+  targetWaiting?: number | null;
 }
 
 /** How one stage's time grows with concurrency: per level, the samples and their median (seconds). */
@@ -75,7 +77,13 @@ const KEEP = 400;
 export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioInput; fit: FitReport } {
   if (run.jobs.length === 0) throw new PlanError('the run has no job records (a trace written before stoker recorded them, or an empty run): record the run again with this version');
   if (run.spans.some((s) => (s.items ?? 1) > 1)) throw new PlanError('the run has batches (on a device or in preparation): fitting a batched run is not supported yet; plan from a scenario file instead');
-  const kindOf = new Map(run.jobs.map((j) => [j.id, j]));
+  const notes: string[] = [];
+  // A kind whose jobs need different memory per partition (a proving service's sectors of several
+  // sizes, say) is fitted as one kind per size, each with its own preparation and device time and
+  // its own arrivals: fitted as one, with the first job's memory, a mix of 8 and 32 GiB partitions
+  // was planned as all 8 GiB.
+  const jobs = splitBySize(run.jobs, notes);
+  const kindOf = new Map(jobs.map((j) => [j.id, j]));
   const lanes = new Map(run.lanes.map((l) => [l.id, l]));
   const done = run.spans.filter((s) => s.outcome === 'done' && s.end !== null && kindOf.has(s.jobId));
   const prep = done.filter((s) => s.kind === 'prepare');
@@ -83,15 +91,14 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
   if (prep.length < MIN_SAMPLES || dev.length < MIN_SAMPLES) {
     throw new PlanError(`the run holds ${prep.length} finished preparations and ${dev.length} finished device steps; a fit needs at least ${MIN_SAMPLES} of each: record a longer run`);
   }
-  const notes: string[] = [];
   // Preparation: concurrency over all preparations (they share the CPU whatever their kind).
   const prepLevel = levels(run.spans.filter((s) => s.kind === 'prepare'));
   // (Loops, not Math.min(...): a long run has more values than a call takes arguments.)
   let t0 = Infinity;
-  for (const j of run.jobs) t0 = Math.min(t0, j.t);
+  for (const j of jobs) t0 = Math.min(t0, j.t);
   const kinds: FitReport['kinds'] = {};
   const scenarioKinds: NonNullable<ScenarioInput['kinds']> = {};
-  const byKind = group(run.jobs, (j) => j.kind);
+  const byKind = group(jobs, (j) => j.kind);
   // Device steps by device (the lane says which).
   const deviceOf = (s: TimelineSpan) => lanes.get(s.lane)?.device ?? 0;
   const devSpans = group(dev, (s) => String(deviceOf(s)));
@@ -107,13 +114,13 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
   }
   if (deviceFits.length === 0) throw new PlanError('the run has no finished device step on any device lane');
   const several = byKind.size > 1;
-  for (const [kind, jobs] of byKind) {
+  for (const [kind, ofKind] of byKind) {
     const ps = prep.filter((s) => kindOf.get(s.jobId)?.kind === kind);
-    const first = jobs[0] as TimelineJob;
+    const first = ofKind[0] as TimelineJob;
     // A rare kind does not stop the fit of the others: with none finished it is left out (its
     // arrivals too), with a few its preparation is what those few took.
     if (ps.length === 0) {
-      notes.push(`kind ${kind}: no finished preparation: left out of the scenario, with its ${jobs.length} job${jobs.length === 1 ? '' : 's'}`);
+      notes.push(`kind ${kind}: no finished preparation: left out of the scenario, with its ${ofKind.length} job${ofKind.length === 1 ? '' : 's'}`);
       continue;
     }
     if (ps.length < MIN_SAMPLES) notes.push(`kind ${kind}: ${ps.length} finished preparation${ps.length === 1 ? '' : 's'}, under ${MIN_SAMPLES}: its preparation time is those few`);
@@ -126,8 +133,7 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       else notes.push(`kind ${kind}: ${own.length} device steps, too few for its own device time (it uses the device's)`);
     }
     const memory = { prepareBytes: first.prepareBytes, deviceBytes: first.deviceBytes };
-    if (jobs.some((j) => j.prepareBytes !== memory.prepareBytes || j.deviceBytes !== memory.deviceBytes)) notes.push(`kind ${kind}: jobs differ in memory per partition; the fit uses the first job's (${memory.prepareBytes} + ${memory.deviceBytes} bytes)`);
-    kinds[kind] = { jobs: jobs.length, partitions: jobs.reduce((n, j) => n + j.partitions, 0), ...memory, prepare: p.fit, service: service?.fit ?? null };
+    kinds[kind] = { jobs: ofKind.length, partitions: ofKind.reduce((n, j) => n + j.partitions, 0), ...memory, prepare: p.fit, service: service?.fit ?? null };
     scenarioKinds[kind] = {
       prepare: empirical(p.base),
       contention: p.fit.contention,
@@ -145,12 +151,13 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       const base = (deflatedByDevice.get(d.device) as { base: number[] }).base;
       return { workers: d.workers, service: empirical(base), contention: d.service.contention };
     }),
-    arrivals: [...run.jobs]
+    arrivals: [...jobs]
       .filter((j) => j.kind in scenarioKinds)
       .sort((a, b) => a.t - b.t)
       .map((j) => ({ atS: (j.t - t0) / 1000, jobs: 1, partitions: j.partitions, kind: j.kind, priority: j.priority })),
     ...(run.budgetBytes ? { budgetBytes: run.budgetBytes } : {}),
     ...(run.maxPreparing ? { maxPreparing: run.maxPreparing } : {}),
+    ...(typeof run.targetWaiting === 'number' ? { targetWaiting: run.targetWaiting } : {}),
   };
   if (!run.budgetBytes) notes.push(`${NO_BUDGET_NOTE}: the plan may recommend more memory than the machine has (stoker plan --budget-bytes gives it)`);
   const wholeRun = run.spans.every((sp) => kindOf.has(sp.jobId)) && Object.keys(kinds).length === byKind.size;
@@ -331,6 +338,20 @@ function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = s.length >> 1;
   return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+}
+
+/** The jobs, each of a kind whose jobs differ in memory per partition renamed "kind prepare/device" (GiB): one kind per size. */
+function splitBySize(jobs: readonly TimelineJob[], notes: string[]): TimelineJob[] {
+  const sizes = new Map<string, Set<string>>();
+  const size = (j: TimelineJob) => `${gib(j.prepareBytes)}/${gib(j.deviceBytes)} GiB`;
+  for (const j of jobs) (sizes.get(j.kind) ?? sizes.set(j.kind, new Set()).get(j.kind))?.add(size(j));
+  for (const [kind, of] of sizes) if (of.size > 1) notes.push(`kind ${kind}: jobs differ in memory per partition: fitted as ${of.size} kinds, one per size (${[...of].map((x) => `${kind} ${x}`).join(', ')}), each with its own preparation and device time`);
+  return jobs.map((j) => ((sizes.get(j.kind)?.size ?? 1) > 1 ? { ...j, kind: `${j.kind} ${size(j)}` } : j));
+}
+
+/** Bytes as GiB, to 3 significant digits (a size's name). */
+function gib(bytes: number): string {
+  return String(Number((bytes / 2 ** 30).toPrecision(3)));
 }
 
 function group<T>(xs: readonly T[], key: (x: T) => string): Map<string, T[]> {

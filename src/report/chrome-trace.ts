@@ -43,6 +43,8 @@ export interface ChromeTraceInput {
   budgetBytes?: number;
   /** The run's cap on preparations at once (recorded for `stoker plan`); absent or Infinity: none. */
   maxPreparing?: number;
+  /** The run's waiting target (recorded for `stoker plan`: the run's own setting); absent: not recorded. */
+  targetWaiting?: number;
 }
 
 const PID = 1;
@@ -93,6 +95,7 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
   const otherData: Record<string, string> = { generator: 'stoker', originMs: String(origin) };
   if (input.budgetBytes !== undefined && Number.isFinite(input.budgetBytes)) otherData['budgetBytes'] = String(input.budgetBytes);
   if (input.maxPreparing !== undefined && Number.isFinite(input.maxPreparing)) otherData['maxPreparing'] = String(input.maxPreparing);
+  if (input.targetWaiting !== undefined && Number.isFinite(input.targetWaiting)) otherData['targetWaiting'] = String(input.targetWaiting);
   return { traceEvents: events, displayTimeUnit: 'ms', otherData };
 }
 
@@ -101,7 +104,7 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
  * spans and its jobs, in ms from the trace's start, and the run's memory budget and preparation
  * cap (null: none recorded). Throws an Error naming what is wrong when the JSON is not such a trace.
  */
-export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[]; budgetBytes: number | null; maxPreparing: number | null } {
+export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[]; budgetBytes: number | null; maxPreparing: number | null; targetWaiting: number | null } {
   const events = (raw as { traceEvents?: unknown } | null)?.traceEvents;
   if (!Array.isArray(events)) throw new Error('not a Chrome trace: it has no traceEvents array (write one with stoker demo --trace, stoker simulate --trace or stoker trace export)');
   const lanes: TimelineLane[] = [];
@@ -134,8 +137,10 @@ export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: T
       jobs.push({ t: num(e.ts, 'a job\'s ts') / 1000, id: String(a['id']), kind: String(a['kind']), partitions: num(a['partitions'], 'a job\'s partitions'), priority, prepareBytes: num(a['prepareBytes'] ?? 0, 'a job\'s prepareBytes'), deviceBytes: num(a['deviceBytes'] ?? 0, 'a job\'s deviceBytes') });
     }
   }
-  const other = (raw as { otherData?: { budgetBytes?: unknown; maxPreparing?: unknown } }).otherData;
+  const other = (raw as { otherData?: { budgetBytes?: unknown; maxPreparing?: unknown; targetWaiting?: unknown } }).otherData;
   const budget = Number(other?.budgetBytes);
   const cap = Number(other?.maxPreparing);
-  return { lanes, spans, jobs, budgetBytes: Number.isFinite(budget) && budget > 0 ? budget : null, maxPreparing: Number.isInteger(cap) && cap >= 1 ? cap : null };
+  // (Number(undefined) is NaN: a trace without it records none.)
+  const target = Number(other?.targetWaiting);
+  return { lanes, spans, jobs, budgetBytes: Number.isFinite(budget) && budget > 0 ? budget : null, maxPreparing: Number.isInteger(cap) && cap >= 1 ? cap : null, targetWaiting: Number.isFinite(target) && target >= 0 ? target : null };
 }

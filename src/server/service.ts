@@ -363,7 +363,7 @@ export class Service {
     const v = this.timelineView(sinceMs);
     // The jobs submitted in the window, by their own partition numbering's size (what a plan fits arrivals from).
     const jobs = this.timeline.jobs(this.runtime.now() - sinceMs).map((j) => ({ ...j, t: performance.timeOrigin + j.t }));
-    return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, jobs, title: 'stoker serve', now: v.now, budgetBytes: this.config.engine.budgetBytes, maxPreparing: this.runtime.engine.snapshot.maxPreparing });
+    return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, jobs, title: 'stoker serve', now: v.now, budgetBytes: this.config.engine.budgetBytes, maxPreparing: this.runtime.engine.snapshot.maxPreparing, targetWaiting: this.config.engine.targetWaiting });
   }
 
   /** Resolves with the job once it has ended, or after `waitMs` with its state then. */

@@ -113,3 +113,40 @@ describe('fitting a scenario from a recorded run', () => {
     expect(() => parseScenario(scenario)).not.toThrow();
   });
 });
+
+describe('a kind whose jobs differ in memory per partition', () => {
+  it('is fitted as one kind per size, each with its own memory, preparation and device time and arrivals (it was fitted with the first job\'s memory)', () => {
+    // Two kinds in the simulator (a 64 MiB and a 1 GiB partition, the big one 3 × slower on the
+    // device), recorded under one name: what a proving service with sectors of two sizes records.
+    const GiB = 2 ** 30;
+    const two = parseScenario({
+      name: 'two-sizes',
+      kinds: {
+        small: { prepare: { type: 'uniform', min: 1, max: 2 }, memory: { prepareBytes: 64 * MiB, deviceBytes: 8 * MiB } },
+        big: { prepare: { type: 'uniform', min: 3, max: 5 }, service: { type: 'fixed', value: 3 }, memory: { prepareBytes: GiB, deviceBytes: GiB / 4 } },
+      },
+      devices: [{ workers: 2, service: { type: 'fixed', value: 1 } }],
+      arrivals: [
+        { poisson: { ratePerS: 0.3, untilS: 600 }, partitions: 1, kind: 'small' },
+        { poisson: { ratePerS: 0.1, untilS: 600 }, partitions: 1, kind: 'big' },
+      ],
+    });
+    const timeline = new TimelineRecorder({ maxSpans: 100_000 });
+    simulate(two, { seed: 1, timeline, pacer: (o) => createPacer('stoker', o) });
+    const run: RecordedRun = { lanes: timeline.lanes(), spans: timeline.spans(), jobs: timeline.jobs().map((j) => ({ ...j, kind: 'sector' })) };
+    const { scenario, fit } = fitRun(run, 'refit');
+    expect(Object.keys(fit.kinds).sort()).toEqual(['sector 0.0625/0.00781 GiB', 'sector 1/0.25 GiB']);
+    expect(fit.notes.join('\n')).toMatch(/kind sector: jobs differ in memory per partition: fitted as 2 kinds, one per size/);
+    const small = fit.kinds['sector 0.0625/0.00781 GiB'];
+    const big = fit.kinds['sector 1/0.25 GiB'];
+    expect(big?.prepareBytes).toBe(GiB);
+    expect(small?.prepareBytes).toBe(64 * MiB);
+    // (Device steps deflated to one busy worker: the device's own 1 s, and 3 s for the big.)
+    near(big?.service?.baseMedianS ?? NaN, 3, 0.15);
+    near(small?.service?.baseMedianS ?? NaN, 1, 0.15);
+    expect((big?.prepare.medianS ?? 0) > 2 * (small?.prepare.medianS ?? 0)).toBe(true);
+    // The scenario parses, and its arrivals are of both sizes.
+    const parsed = parseScenario(scenario, 'the fitted scenario');
+    expect(new Set(parsed.arrivals.map((a) => ('kind' in a ? a.kind : '')))).toEqual(new Set(['sector 0.0625/0.00781 GiB', 'sector 1/0.25 GiB']));
+  });
+});

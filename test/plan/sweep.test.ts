@@ -123,11 +123,12 @@ describe('stoker plan', () => {
   it("keeps the run's preparation cap, says where the fitted scenario does not replay its run (a worker lost: the trace does not hold it), shows the own setting, refuses a budget below a partition, and tries one target for a pacer that reads none", async () => {
     const t = tempDir();
     try {
-      const capped = t.file('capped.json', JSON.stringify({ ...SCENARIOS.get('jitter'), name: 'capped', maxPreparing: 2 }));
+      const capped = t.file('capped.json', JSON.stringify({ ...SCENARIOS.get('jitter'), name: 'capped', maxPreparing: 2, targetWaiting: 7 }));
       const cappedTrace = path.join(t.dir, 'capped-run.json');
       expect((await run('simulate', capped, '--trace', cappedTrace)).code).toBe(0);
       const fromCapped = JSON.parse((await run('plan', cappedTrace, '--seeds', '1', '--targets', '4', '--threads', '1', '--json')).out) as { fit: { notes: string[] }; current: PlanRow | null };
-      expect(fromCapped.current).toMatchObject({ pacer: 'stoker', maxPreparing: 2 });
+      // The run's own target too (the trace did not hold it: the plan showed the default, 4).
+      expect(fromCapped.current).toMatchObject({ pacer: 'stoker', maxPreparing: 2, targetWaiting: 7 });
       expect(fromCapped.fit.notes.join('\n')).not.toContain('replayed with');
       // One of the two workers lost for good at 60 s: the fit saw both work, and replays twice as fast.
       const lost = t.file('lost.json', JSON.stringify({ ...SCENARIOS.get('jitter'), name: 'lost', events: [{ type: 'workerLost', atS: 60, device: 0, worker: 1 }] }));
@@ -142,8 +143,8 @@ describe('stoker plan', () => {
       expect(tiny.code).toBe(2);
       expect(tiny.err).toContain('--budget-bytes (1000 B) is less than one proof partition reserves');
       const both = JSON.parse((await run('plan', capped, '--pacers', 'stoker,unpaced,unpaced', '--targets', '1,2', '--seeds', '1', '--threads', '1', '--json')).out) as { rows: PlanRow[]; current: PlanRow | null };
-      expect(new Set(both.rows.filter((x) => x.pacer === 'unpaced').map((x) => x.targetWaiting))).toEqual(new Set([SCENARIOS.get('jitter')?.targetWaiting]));
-      expect(new Set(both.rows.filter((x) => x.pacer === 'stoker').map((x) => x.targetWaiting))).toEqual(new Set([1, 2, SCENARIOS.get('jitter')?.targetWaiting]));
+      expect(new Set(both.rows.filter((x) => x.pacer === 'unpaced').map((x) => x.targetWaiting))).toEqual(new Set([7]));
+      expect(new Set(both.rows.filter((x) => x.pacer === 'stoker').map((x) => x.targetWaiting))).toEqual(new Set([1, 2, 7]));
       expect(both.current).toMatchObject({ pacer: 'stoker', maxPreparing: 2 });
     } finally {
       t.cleanup();
