@@ -85,6 +85,10 @@ export class ClientError extends Error {
   constructor(
     message: string,
     readonly exitCode: number,
+    /** The server could not be reached, or could not answer now (5xx): a later try may. */
+    readonly transient = false,
+    /** The request reached the server (it answered, or broke the connection it had taken). */
+    readonly reached = true,
   ) {
     super(message);
   }
@@ -115,7 +119,8 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     if (/CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS/.test(cause)) {
       throw new ClientError(`the server at ${flags.server} answered with a certificate this client does not trust (${cause}): give its CA (or the self-signed certificate) in NODE_EXTRA_CA_CERTS=/path/cert.pem`, 1);
     }
-    throw new ClientError(`cannot reach the server at ${flags.server} (${cause}): start it with \`stoker serve\`, or pass --server / set STOKER_SERVER`, 1);
+    // (A connection refused or never made reached nothing; one broken mid-answer — the server ended — did.)
+    throw new ClientError(`cannot reach the server at ${flags.server} (${cause}): start it with \`stoker serve\`, or pass --server / set STOKER_SERVER`, 1, true, !/^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|UND_ERR_CONNECT_TIMEOUT)$/.test(cause));
   }
   const text = await res.text();
   let parsed: unknown = text;
@@ -130,7 +135,7 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     // Not a stoker answer (an HTML page from something else on that port): its first line, not the whole page.
     const detail = typeof p.detail === 'string' ? p.detail : notStoker(text, flags.server);
     // (The detail may say when to retry itself: then once.) A 429 is "later", as a 5xx: exit 1.
-    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 && res.status !== 429 ? 2 : 1);
+    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 && res.status !== 429 ? 2 : 1, res.status >= 500);
   }
   return { status: res.status, body: parsed };
 }
@@ -254,11 +259,32 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
     io.err(`job ${id} is still running after --timeout ${flags.timeout}\n`);
     return 3;
   }
+  let reached = false;
+  let away = false;
   for (;;) {
     const left = deadline - Date.now();
     // In ms: whole seconds would round the last second down to wait=0s and poll in a busy loop.
     const waitMs = Math.max(0, Math.min(60_000, Math.ceil(left)));
-    const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result?wait=${waitMs}ms`);
+    let r: { status: number; body: unknown };
+    try {
+      r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result?wait=${waitMs}ms`);
+    } catch (e) {
+      // Reached once, then gone or not answering (a restart: the job resumes there): waited for,
+      // until --timeout. (Never reached: a wrong --server, said at once.)
+      if (!(e instanceof ClientError && e.transient && (reached || e.reached))) throw e;
+      reached = true;
+      if (Date.now() >= deadline) {
+        io.err(`job ${id}: the server was still away at --timeout ${flags.timeout} (${e.message})\n`);
+        return 3;
+      }
+      if (!away) io.err(`stoker wait: ${e.message.replace(/: start it with .*$/, '')} — waiting for it to come back (a restarted server resumes the job), until --timeout\n`);
+      away = true;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(1000, Math.max(0, deadline - Date.now()))));
+      continue;
+    }
+    if (away) io.err('stoker wait: the server answers again\n');
+    reached = true;
+    away = false;
     const body = r.body as { state: string };
     if (r.status === 200) {
       show(io, body);
