@@ -170,8 +170,17 @@ export class Runtime<I, P, O, R> {
   }
 
   status(): RuntimeStatus {
+    // A pacer whose state() goes out of contract has failed as one whose step did (E_RUNTIME_FAILED:
+    // status() threw, and the jobs went on under it).
+    if (!this.failed) {
+      try {
+        return { now: this.clock.now(), jobs: this.jobs.size, counters: this.engine.snapshot, pacer: this.engine.pacer.state(), closing: this.closing };
+      } catch (e) {
+        this.fail(e);
+      }
+    }
     // (A failed runtime's pacer may be what failed: its state is not asked again.)
-    const pacer: PacerState = this.failed ? { mode: 'hold', ratePerSec: null, intervalMs: null, terms: {} } : this.engine.pacer.state();
+    const pacer: PacerState = { mode: 'hold', ratePerSec: null, intervalMs: null, terms: {} };
     return { now: this.clock.now(), jobs: this.jobs.size, counters: this.engine.snapshot, pacer, closing: this.closing };
   }
 

@@ -860,6 +860,15 @@ describe('a pacer object given to the Runtime', () => {
       await rt.close(1000);
     }
   });
+
+  it('one whose state() goes out of contract after the start: status() fails the runtime (E_RUNTIME_FAILED) rather than throw while the jobs go on', async () => {
+    let n = 0;
+    const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'shape', observe() {}, nextDispatchAt: (s: { now: number }) => s.now, onDispatch() {}, state: () => (++n > 1 ? ({ mode: 'warp' } as never) : { mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} }) } });
+    const job = rt.submit({ id: 's', kind: 'k', partitions: 50 }, 0).then(() => null, (e: unknown) => e);
+    expect(rt.status().pacer.mode).toBe('hold');
+    expect(await job).toMatchObject({ code: 'E_RUNTIME_FAILED', message: expect.stringMatching(/state\(\)/) });
+    await rt.close(1000);
+  });
 });
 
 describe('what the Runtime refuses', () => {
