@@ -85,7 +85,7 @@ export class ClientError extends Error {
   constructor(
     message: string,
     readonly exitCode: number,
-    /** The server could not be reached, or could not answer now (5xx): a later try may. */
+    /** The server could not be reached, or could not answer now (502, 503, 504): a later try may. */
     readonly transient = false,
     /** The request reached the server (it answered, or broke the connection it had taken). */
     readonly reached = true,
@@ -135,7 +135,7 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     // Not a stoker answer (an HTML page from something else on that port): its first line, not the whole page.
     const detail = typeof p.detail === 'string' ? p.detail : notStoker(text, flags.server);
     // (The detail may say when to retry itself: then once.) A 429 is "later", as a 5xx: exit 1.
-    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 && res.status !== 429 ? 2 : 1, res.status >= 500);
+    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 && res.status !== 429 ? 2 : 1, res.status === 502 || res.status === 503 || res.status === 504);
   }
   return { status: res.status, body: parsed };
 }

@@ -1,3 +1,4 @@
+import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { Job, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
@@ -91,9 +92,11 @@ export class ClusterService implements ApiService {
     }
     this.ttlMs = Math.max(1, Math.round(config.server.resultTtlS)) * 1000;
     this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
-    this.dispatcher = new Dispatcher(local, this.redis, this.workers, { nodeId: c.nodeId, lockMs: c.lockMs, heartbeatMs: c.heartbeatMs, ttlMs: this.ttlMs, maxHeld: this.maxHeld });
+    // This process's hold on the node name (K.claim): its host and pid (a dead predecessor of this host is told at once), and a token of its own.
+    const claim = JSON.stringify({ host: os.hostname(), pid: process.pid, token: randomUUID() });
+    this.dispatcher = new Dispatcher(local, this.redis, this.workers, { nodeId: c.nodeId, claim, lockMs: c.lockMs, heartbeatMs: c.heartbeatMs, ttlMs: this.ttlMs, maxHeld: this.maxHeld });
     local.onPartitionOutput = (id, partition, output) => this.dispatcher.share(id, partition, output);
-    this.registry = new Registry({ redis: this.redis, nodeId: c.nodeId, local });
+    this.registry = new Registry({ redis: this.redis, nodeId: c.nodeId, local, claim, claimMs: 3 * c.heartbeatMs });
     this.views = new ClusterViews({ redis: this.redis, queueOf: (k) => this.queueOf(k), isHeld: (id) => this.dispatcher.held.has(id), local });
     this.recovery = new Recovery({
       redis: this.redis,

@@ -1,4 +1,3 @@
-import os from 'node:os';
 import { Redis } from 'ioredis';
 import type { Job, Worker } from 'bullmq';
 import { totalBusyMs, windowOccupancy } from '../core/index.js';
@@ -13,6 +12,8 @@ export type LocalNode = Pick<Service, 'counters' | 'submitRecord' | 'job' | 'can
 
 export interface DispatcherOptions {
   nodeId: string;
+  /** This node's hold on its name (K.claim), renewed with each heartbeat. */
+  claim: string;
   /** cluster.lockMs: a held job's lock, renewed every third of it. */
   lockMs: number;
   /** cluster.heartbeatMs: between this node's heartbeats. */
@@ -93,7 +94,7 @@ export class Dispatcher {
     await this.pulling;
     this.local.events.off('event', this.onLocalEvent);
     if (this.heartbeat) clearInterval(this.heartbeat);
-    await this.redis.multi().del(K.node(this.o.nodeId)).srem(K.nodes, this.o.nodeId).exec().catch(() => undefined);
+    await this.redis.multi().del(K.node(this.o.nodeId)).del(K.claim(this.o.nodeId)).srem(K.nodes, this.o.nodeId).exec().catch(() => undefined);
   }
 
   /** Resolves once every held job's outcome is recorded (or given back). */
@@ -329,9 +330,6 @@ export class Dispatcher {
         .multi()
         .hset(key, {
           nodeId: this.o.nodeId,
-          // (Which process holds the name: another may not take it while this one lives.)
-          host: os.hostname(),
-          pid: process.pid,
           url: this.url,
           capacity: pacer.ratePerSec ?? '',
           occupancy: occupancy.toFixed(4),
@@ -344,6 +342,7 @@ export class Dispatcher {
           updatedAt: new Date().toISOString(),
         })
         .pexpire(key, this.o.heartbeatMs * 3)
+        .set(K.claim(this.o.nodeId), this.o.claim, 'PX', this.o.heartbeatMs * 3)
         .sadd(K.nodes, this.o.nodeId)
         .exec();
     } catch {

@@ -12,6 +12,8 @@ export const queueName = (kind: string) => `jobs-${kind}`;
 export const K = {
   nodes: `${PREFIX}:cluster:nodes`,
   node: (id: string) => `${PREFIX}:cluster:node:${id}`,
+  /** A node's hold on its name (JSON {host, pid, token}, living 3 × heartbeatMs, renewed with each heartbeat): set only where absent, so two nodes of one name cannot both join. */
+  claim: (id: string) => `${PREFIX}:cluster:claim:${id}`,
   // Per-job bookkeeping: one key per job, each expiring after server.resultTtlS (see `ttlMs`).
   /** A job cancelled while queued (removed from BullMQ): JSON {data, cancelledAt}. */
   cancelled: (id: string) => `${PREFIX}:cluster:cancelled:${id}`,

@@ -35,7 +35,7 @@ export class Registry {
   /** Kinds of the registry, as last read (submission checks of kinds this node does not run). */
   private readonly remote = new Map<string, { entry: KindEntry; kind: LoadedKind }>();
 
-  constructor(private readonly d: { redis: Redis; nodeId: string; local: Pick<Service, 'loadedKinds'> }) {}
+  constructor(private readonly d: { redis: Redis; nodeId: string; local: Pick<Service, 'loadedKinds'>; claim?: string; claimMs?: number }) {}
 
   /** Enters this node's kinds in the registry, or refuses to join when live nodes run another version of one. */
   async register(): Promise<void> {
@@ -54,21 +54,39 @@ export class Registry {
     }
   }
   /**
-   * Refuses to join under the name of a live node of another process (its heartbeat not expired):
-   * two nodes of one name wrote one heartbeat, the cluster counted one of them, and every job read
-   * as run by that name. A heartbeat of this host whose process is gone is this node's own before
-   * a crash (it lives 3 × heartbeatMs): the name is taken back.
+   * Takes this node's name (K.claim, set only where absent), or refuses to join under the name of a
+   * live node of another process: two nodes of one name wrote one heartbeat, the cluster counted
+   * one of them, and every job read as run by that name. A hold of this host whose process is gone
+   * is this node's own before a crash: taken back at once. Any other is waited out once (it lives
+   * 3 × heartbeatMs unrenewed: a predecessor in another container, say); renewed meanwhile, it is
+   * a live node's.
    */
   async claimNodeId(): Promise<void> {
-    const h = await this.d.redis.hgetall(K.node(this.d.nodeId));
-    const host = h['host'];
-    const pid = Number(h['pid']);
-    // (A heartbeat without them is an older version's: nothing to tell by.)
-    if (!h['nodeId'] || host === undefined || !Number.isInteger(pid)) return;
-    if (host === os.hostname() && (pid === process.pid || !alive(pid))) return;
-    throw new ConfigError([
-      { source: 'cluster', path: 'cluster.nodeId', message: `${JSON.stringify(this.d.nodeId)} is the name of a live node (${h['url'] || 'not listening yet'}, host ${host}, pid ${pid}, its last heartbeat at ${h['updatedAt'] ?? '?'}) — give each node its own cluster.nodeId (STOKER_CLUSTER_NODE_ID), or leave it out for "<host>-<pid>"` },
-    ]);
+    const { redis, nodeId, claim, claimMs } = this.d;
+    if (claim === undefined || claimMs === undefined) return;
+    const key = K.claim(nodeId);
+    for (let waited = false; ; waited = true) {
+      if ((await redis.set(key, claim, 'PX', claimMs, 'NX')) === 'OK') return;
+      const raw = await redis.get(key);
+      let held: { host?: unknown; pid?: unknown } = {};
+      try {
+        held = JSON.parse(raw ?? '{}') as { host?: unknown; pid?: unknown };
+      } catch {
+        // (Not a hold this version wrote: waited out like any other.)
+      }
+      if (held.host === os.hostname() && typeof held.pid === 'number' && held.pid !== process.pid && !alive(held.pid)) {
+        await redis.set(key, claim, 'PX', claimMs);
+        return;
+      }
+      if (waited) {
+        const h = await redis.hgetall(K.node(nodeId));
+        throw new ConfigError([
+          { source: 'cluster', path: 'cluster.nodeId', message: `${JSON.stringify(nodeId)} is the name of a live node (${h['url'] || 'not listening yet'}, host ${String(held.host ?? '?')}, pid ${String(held.pid ?? '?')}) — give each node its own cluster.nodeId (STOKER_CLUSTER_NODE_ID), or leave it out for "<host>-<pid>"` },
+        ]);
+      }
+      const left = Math.max(0, await redis.pttl(key));
+      await new Promise((r) => setTimeout(r, left + 50));
+    }
   }
 
   /** A kind of the registry that this node does not run, as a validator of submissions. */

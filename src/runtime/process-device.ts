@@ -43,6 +43,8 @@ export interface ProcessDeviceOptions {
    * @default 'end'
    */
   onWithdraw?: 'end' | 'finish';
+  /** With onWithdraw 'finish': the longest a withdrawn step may take to finish before its process is ended. @default 60000 */
+  finishTimeoutMs?: number;
 }
 
 /** The folder of the Python helper (python/stoker_worker.py at the package root): put on PYTHONPATH. */
@@ -73,6 +75,8 @@ interface Step {
   results: (BatchItemReply | undefined)[];
   received: number;
   busyNs: number | undefined;
+  /** A withdrawn step let finish (onWithdraw: 'finish'): ends its process past finishTimeoutMs. */
+  dropTimer?: NodeJS.Timeout;
 }
 
 /** One worker's process, from spawn to exit. */
@@ -89,8 +93,9 @@ interface Life {
 class WorkerProcess {
   private life: Life | undefined;
   private step: Step | undefined;
-  /** A withdrawn step let finish (onWithdraw: 'finish'): its results are read and dropped; the next step's frames wait in the pipe behind it. */
+  /** A withdrawn step let finish (onWithdraw: 'finish'): its results are read and dropped; the next step waits for it to end (or for its process to). */
   private dropping: Step | undefined;
+  private readonly afterDrop: (() => void)[] = [];
   /** A call holds the worker from its turn until its step settles (also while it waits for ready); the next waits (one lane: this worker's). */
   private readonly turns = new WorkerTurns();
   /** Calls waiting for the process to be ready. */
@@ -181,6 +186,12 @@ class WorkerProcess {
   private claim<T>(signal: AbortSignal, step: () => Promise<T>): Promise<T> {
     return this.turns.take(0, async () => {
       if (this.closed) throw new Error('the device is closed');
+      // Behind a withdrawn step let finish: sent once it is over (its process ended past
+      // finishTimeoutMs, this step waits for the next one, as after any withdrawn step).
+      if (this.dropping) {
+        await new Promise<void>((resolve) => this.afterDrop.push(resolve));
+        if (signal.aborted) throw new Error(`${this.label}: withdrawn before it was sent`);
+      }
       // Not started, not ready yet, or being ended (after a withdrawn step): wait for the next one —
       // unless every worker's processes keep ending before they are ready (a wrong command, a
       // missing file): the step fails at once with why, rather than wait out restarts that back
@@ -209,9 +220,14 @@ class WorkerProcess {
         if (this.step !== step) return;
         this.step = undefined;
         const why = (signal.reason as Error | undefined)?.message ?? 'aborted';
-        // (Its job ended: E_CANCELLED. A timeout, E_DEVICE_FAILED, may be a hang: ended either way.)
-        if (this.o.onWithdraw === 'finish' && (signal.reason as { code?: unknown } | undefined)?.code === 'E_CANCELLED' && !this.dropping) this.dropping = step;
-        else this.end(life, `the step was withdrawn (${why})`);
+        // Every item's job ended (E_CANCELLED; a batch's items each): let it finish, for at most
+        // finishTimeoutMs (a step that hangs would hold the worker for good). A timeout
+        // (E_DEVICE_FAILED) may be a hang: ended either way.
+        const cancelled = calls.every((c) => (c.signal.reason as { code?: unknown } | undefined)?.code === 'E_CANCELLED');
+        if (this.o.onWithdraw === 'finish' && cancelled && !this.dropping) {
+          this.dropping = step;
+          step.dropTimer = setTimeout(() => this.dropping === step && this.end(life, `a withdrawn step did not finish within ${this.o.finishTimeoutMs / 1000} s (finishTimeoutS)`), this.o.finishTimeoutMs);
+        } else this.end(life, `the step was withdrawn (${why})`);
         reject(new Error(`${this.label}: aborted: ${why}`));
       };
       signal.addEventListener('abort', abort, { once: true });
@@ -301,7 +317,15 @@ class WorkerProcess {
 
   /** A result of the withdrawn step let finish: dropped; the step is over with its last (a batch's: one per item, or one for all). */
   private drop(step: Step, f: Frame): void {
-    if (step.size === 0 || f.header['index'] === undefined || ++step.received >= step.size) this.dropping = undefined;
+    if (!(step.size === 0 || f.header['index'] === undefined || ++step.received >= step.size)) return;
+    this.dropped();
+  }
+
+  /** The withdrawn step let finish is over (finished, or its process ended): the next step goes. */
+  private dropped(): void {
+    clearTimeout(this.dropping?.dropTimer);
+    this.dropping = undefined;
+    for (const go of this.afterDrop.splice(0)) go();
   }
 
   /**
@@ -365,7 +389,7 @@ class WorkerProcess {
     const failure = new Error(`${this.label} (${this.o.command}): ${why}${tail}`);
     const step = this.step;
     this.step = undefined;
-    this.dropping = undefined;
+    this.dropped();
     step?.reject(failure);
     const wasReady = life.ready;
     if (!wasReady) for (const w of this.waiting.splice(0)) w.reject(failure);
@@ -435,6 +459,7 @@ export class ProcessDevice implements DeviceRunner {
       readyTimeoutMs: 30_000,
       maxFrameBytes: 2 ** 30,
       onWithdraw: 'end' as const,
+      finishTimeoutMs: 60_000,
       log: (line: string) => void process.stderr.write(`${line}\n`),
       ...options,
     };

@@ -235,6 +235,12 @@ export const PROCESS = table<ProcessDeviceConfig>()({
     shown: '"end"',
     doc: 'a step withdrawn (its job cancelled or failed): "end" its process, or let it "finish" and drop its output (no reload of a slow-starting model)',
   },
+  finishTimeoutS: {
+    schema: z.number(err('a number of seconds > 0 (at most 86400)', 'use e.g. 60')).gt(0, err('a number of seconds > 0 (at most 86400)', 'use e.g. 60')).max(86_400, err('a number of seconds > 0 (at most 86400)', 'use e.g. 600')).optional(),
+    default: 60,
+    shown: '60',
+    doc: 'with onWithdraw = "finish": the longest a withdrawn step may take to finish before its process is ended',
+  },
 });
 
 /** `[device.http]`: an HTTP device's endpoint. */

@@ -130,6 +130,8 @@ export interface ProcessDeviceConfig {
   handoffMinBytes: number;
   /** A step withdrawn because its job ended: its process ended ("end"), or let finish with its output dropped ("finish"). */
   onWithdraw: 'end' | 'finish';
+  /** With onWithdraw "finish": seconds a withdrawn step may take to finish before its process is ended. */
+  finishTimeoutS: number;
 }
 
 /** The CPU preparation pool. */

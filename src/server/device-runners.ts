@@ -47,7 +47,7 @@ export function deviceRunner(name: string, d: DeviceConfig, threads: StageThread
   if (d.http) return new HttpDevice({ name, workers: d.workers, url: d.http.url, headers: d.http.headers, timeoutMs: d.http.timeoutS * 1000, maxResponseBytes: d.http.maxResponseBytes, unreachableMs: d.http.unreachableS * 1000, log: (line) => void process.stderr.write(`${line}\n`) });
   const p = d.process;
   if (!p) return threads;
-  return new ProcessDevice({ name, workers: d.workers, command: p.command, args: p.args, env: p.env, ...(p.cwd === undefined ? {} : { cwd: p.cwd }), readyTimeoutMs: p.readyTimeoutS * 1000, maxFrameBytes: p.maxFrameBytes, onWithdraw: p.onWithdraw });
+  return new ProcessDevice({ name, workers: d.workers, command: p.command, args: p.args, env: p.env, ...(p.cwd === undefined ? {} : { cwd: p.cwd }), readyTimeoutMs: p.readyTimeoutS * 1000, maxFrameBytes: p.maxFrameBytes, onWithdraw: p.onWithdraw, finishTimeoutMs: p.finishTimeoutS * 1000 });
 }
 
 /**

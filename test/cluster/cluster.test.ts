@@ -119,8 +119,14 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
       execFile(process.execPath, [CLI, 'serve', '--port', '0', '--data', dir, '--cluster', (redis as RedisProcess).url], { env: { ...process.env, STOKER_CLUSTER_NODE_ID: 'n1', STOKER_PREPARE_THREADS: '1' }, timeout: 30_000 }, (e, _out, stderr) => resolve({ code: e ? ((e as { code?: number }).code ?? 1) : 0, stderr }));
     });
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/cluster\.nodeId: "n1" is the name of a live node \(http:\/\/127\.0\.0\.1:\d+, host .*, pid \d+, .*\) — give each node its own cluster\.nodeId/);
+    expect(r.stderr).toMatch(/cluster\.nodeId: "n1" is the name of a live node \(http:\/\/127\.0\.0\.1:\d+, host .*, pid \d+\) — give each node its own cluster\.nodeId/);
     expect((await clusterNodes(a.url)).map((n) => n.nodeId)).toEqual(['n1', 'n2', 'n3']);
+    // Two started at once under one new name (one config file for both): one joins (both did, the heartbeat not yet written).
+    const twins = await Promise.allSettled([node('twin'), node('twin')]);
+    expect(twins.filter((t) => t.status === 'fulfilled')).toHaveLength(1);
+    expect(String((twins.find((t) => t.status === 'rejected') as PromiseRejectedResult).reason)).toMatch(/exited \(2\) before listening:[^]*cluster\.nodeId: "twin" is the name of a live node/);
+    const joined = (twins.find((t) => t.status === 'fulfilled') as PromiseFulfilledResult<ServerProcess>).value;
+    await joined.stop();
   }, 40_000);
 
   it('one node’s GET /v1/cluster shows every node at work: occupancy (≤ 1), pacer mode, capacity, and the totals', async () => {

@@ -193,8 +193,9 @@ setInterval(() => {}, 1000);`;
       await new Promise((r) => setTimeout(r, 250));
       rt.cancel(`s-${onWithdraw}`);
       expect(((await slow) as StokerError).code).toBe('E_CANCELLED');
-      const [after] = (await rt.submit(spec(`b-${onWithdraw}`), { mode: 'ok' })) as { pid: number; partition: number }[];
-      expect(after?.partition).toBe(0);
+      const [after] = (await rt.submit(spec(`b-${onWithdraw}`), { mode: 'ok' })) as { pid: number; partition: number; job: string }[];
+      // (Its own result, not the dropped step's: only "ok" answers with the job.)
+      expect(after).toMatchObject({ partition: 0, job: `b-${onWithdraw}` });
       if (onWithdraw === 'finish') {
         expect(after?.pid).toBe(before?.pid);
         expect(log.filter((l) => l.includes('starting it again'))).toEqual([]);
@@ -203,6 +204,19 @@ setInterval(() => {}, 1000);`;
         expect(log).toContainEqual(expect.stringMatching(/the step was withdrawn .*: starting it again/));
       }
     }
+  });
+
+  it('onWithdraw "finish": a withdrawn step that hangs is ended past finishTimeoutMs (it held its worker for good), and the next item runs on the new process', async () => {
+    const { rt, log } = setup({ command: 'python3', args: [PY], onWithdraw: 'finish', finishTimeoutMs: 800 }, { retries: 0 });
+    // (The process ready first: a step withdrawn while it starts is not sent at all.)
+    await rt.submit(spec('warm'), { mode: 'ok' });
+    const hung = rt.submit(spec('h-finish'), { mode: 'hang' }).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 400));
+    rt.cancel('h-finish');
+    expect(((await hung) as StokerError).code).toBe('E_CANCELLED');
+    const [after] = (await rt.submit(spec('n-finish'), { mode: 'ok' })) as { job: string }[];
+    expect(after?.job).toBe('n-finish');
+    expect(log).toContainEqual(expect.stringMatching(/a withdrawn step did not finish within 0\.8 s \(finishTimeoutS\): starting it again/));
   });
 
   it('two workers sharing one GPU behind a lock: measured capacity matches the real completion rate within 5 %', async () => {

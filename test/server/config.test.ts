@@ -354,7 +354,7 @@ describe('[device.process] and [kinds.NAME]', () => {
     const file = write('conf/stoker.toml', '[device]\nworkers = 3\n[device.process]\ncommand = "python3"\nargs = ["dev.py", "--fp16"]\ncwd = "../dev"\nenv = { CUDA_VISIBLE_DEVICES = "1" }\n[kinds.embed]\nmodule = "kinds/embed.mjs"\n');
     fs.mkdirSync(path.join(dir, 'dev'));
     const c = loadConfig({ file, env: {}, cwd: '/' });
-    expect(c.device).toEqual({ kind: 'cpu', workers: 3, process: { command: 'python3', args: ['dev.py', '--fp16'], env: { CUDA_VISIBLE_DEVICES: '1' }, cwd: path.join(dir, 'dev'), readyTimeoutS: 30, maxFrameBytes: 2 ** 30, handoffDir: fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir(), handoffMinBytes: 2 ** 20, onWithdraw: 'end' } });
+    expect(c.device).toEqual({ kind: 'cpu', workers: 3, process: { command: 'python3', args: ['dev.py', '--fp16'], env: { CUDA_VISIBLE_DEVICES: '1' }, cwd: path.join(dir, 'dev'), readyTimeoutS: 30, maxFrameBytes: 2 ** 30, handoffDir: fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir(), handoffMinBytes: 2 ** 20, onWithdraw: 'end', finishTimeoutS: 60 } });
     expect(c.kinds).toEqual([{ name: 'embed', module: path.join(dir, 'conf/kinds/embed.mjs') }]);
     expect(loadConfig({ file: write('back.toml', configToToml(c)), env: {}, cwd: '/' })).toEqual(c);
   });

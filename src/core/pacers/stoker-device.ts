@@ -138,7 +138,7 @@ export interface ServiceEstimate {
   samples: number;
   firstMean: number;
   firstM2: number;
-  /** Whether the estimate started from a prior (a sample within the noise then weighs no more than the noise asks: no running mean). */
+  /** Whether the estimate is still a prior's (the first measured sample replaces it). */
   prior: boolean;
   /** Whether the last sample was beyond the noise: −1 faster, 1 slower, 0 within it. */
   lastBeyond: number;

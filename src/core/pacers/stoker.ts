@@ -375,11 +375,11 @@ class StokerPacer implements Pacer {
     let weight: number;
     if (news) weight = slower ? this.slowerWeight : starved ? this.serviceW * this.starvedWeight : this.serviceW;
     else {
-      // Never less than a running mean's weight (not over a prior): an average over the samples
+      // Never less than a running mean's weight: an average over the samples
       // there are until the noise asks for more. (Smoothed at once over the many a skewed device's
       // noise asks for, the first samples' mean would hold for hundreds more, their error with it.)
       const quiet = this.quietWeight(svc, workers);
-      weight = (svc.prior ? quiet : Math.max(quiet, dk / svc.samples)) * (starved ? this.starvedWeight : 1);
+      weight = Math.max(quiet, dk / svc.samples) * (starved ? this.starvedWeight : 1);
     }
     // The noise itself, from saturated samples, each clipped at 3 σ so a speed change barely moves it.
     if (!starved) {
