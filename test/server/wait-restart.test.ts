@@ -15,13 +15,13 @@ describe('stoker wait', () => {
     const port = await freePort();
     let s = await startServer(dir, ['--port', String(port)]);
     try {
-      expect((await http(s.url, 'POST', '/v1/jobs', { id: 'w1', kind: 'sleep', partitions: 2, input: { prepareMs: 6000 } })).status).toBe(202);
+      expect((await http(s.url, 'POST', '/v1/jobs', { id: 'w1', kind: 'sleep', partitions: 2, input: { prepareMs: 3500 } })).status).toBe(202);
       const waiting = cli(['wait', 'w1', '--server', s.url, '--timeout', '60s']);
       // (Its long poll under way, the job not done: the crash breaks the connection it had.)
-      await new Promise((r) => setTimeout(r, 2500));
+      await new Promise((r) => setTimeout(r, 2000));
       expect((await http(s.url, 'GET', '/v1/jobs/w1')).body.state).toBe('running');
       await s.crash();
-      await new Promise((r) => setTimeout(r, 1500));
+      await new Promise((r) => setTimeout(r, 800));
       s = await startServer(dir, ['--port', String(port)]);
       const r = await waiting;
       expect(r.code, r.stderr).toBe(0);
