@@ -35,7 +35,7 @@ export class Registry {
   /** Kinds of the registry, as last read (submission checks of kinds this node does not run). */
   private readonly remote = new Map<string, { entry: KindEntry; kind: LoadedKind }>();
 
-  constructor(private readonly d: { redis: Redis; nodeId: string; local: Pick<Service, 'loadedKinds'>; claim?: string; claimMs?: number }) {}
+  constructor(private readonly d: { redis: Redis; nodeId: string; local: Pick<Service, 'loadedKinds'>; claim: string; claimMs: number }) {}
 
   /** Enters this node's kinds in the registry, or refuses to join when live nodes run another version of one. */
   async register(): Promise<void> {
@@ -63,7 +63,6 @@ export class Registry {
    */
   async claimNodeId(): Promise<void> {
     const { redis, nodeId, claim, claimMs } = this.d;
-    if (claim === undefined || claimMs === undefined) return;
     const key = K.claim(nodeId);
     for (let waited = false; ; waited = true) {
       if ((await redis.set(key, claim, 'PX', claimMs, 'NX')) === 'OK') return;

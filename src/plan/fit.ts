@@ -342,9 +342,8 @@ function median(xs: readonly number[]): number {
 
 /** The jobs, each of a kind whose jobs differ in memory per partition renamed "kind prepare/device" (GiB): one kind per size. */
 function splitBySize(jobs: readonly TimelineJob[], notes: string[]): TimelineJob[] {
-  const sizes = new Map<string, Set<string>>();
   const size = (j: TimelineJob) => `${gib(j.prepareBytes)}/${gib(j.deviceBytes)} GiB`;
-  for (const j of jobs) (sizes.get(j.kind) ?? sizes.set(j.kind, new Set()).get(j.kind))?.add(size(j));
+  const sizes = new Map([...group(jobs, (j) => j.kind)].map(([kind, of]) => [kind, new Set(of.map(size))]));
   for (const [kind, of] of sizes) if (of.size > 1) notes.push(`kind ${kind}: jobs differ in memory per partition: fitted as ${of.size} kinds, one per size (${[...of].map((x) => `${kind} ${x}`).join(', ')}), each with its own preparation and device time`);
   return jobs.map((j) => ((sizes.get(j.kind)?.size ?? 1) > 1 ? { ...j, kind: `${j.kind} ${size(j)}` } : j));
 }
