@@ -2,6 +2,7 @@ import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { Job, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { redactUrl } from '../runtime/redact.js';
 import { jobView, type JobView, type StatusView } from '../server/api.js';
 import type { ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
@@ -443,7 +444,7 @@ export class ClusterService implements ApiService {
 
   private async statusNow(): Promise<StatusView> {
     const queue = await this.counts(await this.allKinds(), 'waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed');
-    return { ...this.local.status(), cluster: { node: this.nodeId, redis: this.config.cluster.redis, queue, jobsHeld: this.dispatcher.held.size, maxHeld: this.maxHeld, kinds: [...this.workers.keys()] } };
+    return { ...this.local.status(), cluster: { node: this.nodeId, redis: redactUrl(this.config.cluster.redis), queue, jobsHeld: this.dispatcher.held.size, maxHeld: this.maxHeld, kinds: [...this.workers.keys()] } };
   }
 
 

@@ -4,6 +4,7 @@
  * cluster's jobs.
  */
 import { Redis } from 'ioredis';
+import { redactUrl } from '../runtime/redact.js';
 import { ServiceError } from '../server/errors.js';
 
 /** How long an API call waits for Redis before it answers 503. */
@@ -25,7 +26,7 @@ export function connectRedis(url: string, name: string): Redis {
 export async function reachRedis(url: string, ready: Promise<unknown>): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`cannot reach Redis at ${url} within 5 s: start it, or fix --cluster / cluster.redis`)), 5000);
+    timer = setTimeout(() => reject(new Error(`cannot reach Redis at ${redactUrl(url)} within 5 s: start it, or fix --cluster / cluster.redis`)), 5000);
   });
   try {
     await Promise.race([ready, timeout]);
@@ -43,7 +44,7 @@ export async function reachRedis(url: string, ready: Promise<unknown>): Promise<
  */
 export async function guardRedis<T>(redis: Redis, how: { url: string; retryAfterS: number }, fn: () => Promise<T>): Promise<T> {
   const down = (why: string) =>
-    new ServiceError(503, 'redis-unavailable', 'Redis unavailable', `the cluster's Redis (${how.url}) ${why}: jobs can be neither taken nor read now; retry after ${how.retryAfterS} s (the jobs this node holds go on)`, { retryAfterS: how.retryAfterS });
+    new ServiceError(503, 'redis-unavailable', 'Redis unavailable', `the cluster's Redis (${redactUrl(how.url)}) ${why}: jobs can be neither taken nor read now; retry after ${how.retryAfterS} s (the jobs this node holds go on)`, { retryAfterS: how.retryAfterS });
   if (redis.status !== 'ready') throw down(`is unreachable (connection ${redis.status})`);
   let timer: NodeJS.Timeout | undefined;
   try {

@@ -22,6 +22,7 @@
  * other answer fails the whole batch.
  */
 import { asBytes } from './bytes.js';
+import { redactUrl } from './redact.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
 import { failure } from './no-retry.js';
@@ -66,12 +67,15 @@ const BODY_EXCERPT = 200;
 export class HttpDevice implements DeviceRunner {
   private readonly turns = new WorkerTurns();
   private readonly o: Required<HttpDeviceOptions>;
+  /** The URL as errors and logs show it (credentials in it read ***). */
+  private readonly shown: string;
   /** Since when (performance.now()) the endpoint has refused every request (NaN while it answers), and its latest refusal. */
   private downSince = NaN;
   private lastRefusal = -Infinity;
 
   constructor(options: HttpDeviceOptions) {
     this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, unreachableMs: 60_000, log: () => {}, ...options };
+    this.shown = redactUrl(options.url);
   }
 
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
@@ -99,7 +103,7 @@ export class HttpDevice implements DeviceRunner {
     const { data, json, busyMs } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, batchSignal(calls));
     const results = (json as { results?: unknown } | undefined)?.results;
     if (!Array.isArray(results) || results.length !== calls.length) {
-      throw new Error(`${label}: POST ${this.o.url} answered ${JSON.stringify(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
+      throw new Error(`${label}: POST ${this.shown} answered ${JSON.stringify(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
     }
     return {
       busyMs,
@@ -130,42 +134,42 @@ export class HttpDevice implements DeviceRunner {
         res = await fetch(this.o.url, { method: 'POST', headers: { ...this.o.headers, ...extra }, body, signal: AbortSignal.any(signals) });
       } catch (e) {
         const code = (e as { cause?: { code?: unknown } }).cause?.code;
-        if (signal.aborted || typeof code !== 'string' || !UNREACHED.has(code)) throw new Error(`${label}: POST ${this.o.url} failed: ${reason(e, this.o.timeoutMs)}`);
+        if (signal.aborted || typeof code !== 'string' || !UNREACHED.has(code)) throw new Error(`${label}: POST ${this.shown} failed: ${reason(e, this.o.timeoutMs)}`);
         const now = performance.now();
         // (A refusal long after the last one, nothing sent between: a new outage, not the old one's.)
         if (Number.isNaN(this.downSince) || now - this.lastRefusal > 2 * RESEND_MAX_MS) {
           this.downSince = now;
-          this.o.log(`[device ${this.o.name}] POST ${this.o.url} failed: ${code}: the endpoint is waited for (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
+          this.o.log(`[device ${this.o.name}] POST ${this.shown} failed: ${code}: the endpoint is waited for (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
         }
         this.lastRefusal = now;
         if (Number.isNaN(refusedAt)) refusedAt = now;
         // Since the outage began, or this step's first refusal if that came first (another step's answer ended the outage meanwhile).
         const down = now - Math.min(this.downSince, refusedAt);
         if (down + wait > this.o.unreachableMs) {
-          throw new Error(`${label}: POST ${this.o.url} failed: ${code}: the endpoint has been unreachable for ${(down / 1000).toFixed(down < 1000 ? 2 : 1)} s (waited for up to unreachableS = ${this.o.unreachableMs / 1000} s)`);
+          throw new Error(`${label}: POST ${this.shown} failed: ${code}: the endpoint has been unreachable for ${(down / 1000).toFixed(down < 1000 ? 2 : 1)} s (waited for up to unreachableS = ${this.o.unreachableMs / 1000} s)`);
         }
         await pause(wait, signal);
-        if (signal.aborted) throw new Error(`${label}: POST ${this.o.url} failed: the step was withdrawn`);
+        if (signal.aborted) throw new Error(`${label}: POST ${this.shown} failed: the step was withdrawn`);
       }
     }
     if (!Number.isNaN(this.downSince)) {
-      this.o.log(`[device ${this.o.name}] ${this.o.url} answers again, after ${((performance.now() - this.downSince) / 1000).toFixed(1)} s unreachable`);
+      this.o.log(`[device ${this.o.name}] ${this.shown} answers again, after ${((performance.now() - this.downSince) / 1000).toFixed(1)} s unreachable`);
       this.downSince = NaN;
     }
     let data: Uint8Array;
     try {
       data = await readLimited(res, this.o.maxResponseBytes);
     } catch (e) {
-      throw new Error(`${label}: POST ${this.o.url}: ${e instanceof RangeError ? e.message : `the response broke off: ${reason(e, this.o.timeoutMs)}`}`);
+      throw new Error(`${label}: POST ${this.shown}: ${e instanceof RangeError ? e.message : `the response broke off: ${reason(e, this.o.timeoutMs)}`}`);
     }
     const busyMs = performance.now() - t0;
     const text = () => new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)).trim();
-    if (!res.ok) throw failure(`${label}: POST ${this.o.url} answered ${res.status} ${res.statusText}: ${text()}`, FINAL_STATUS.has(res.status) ? false : undefined);
+    if (!res.ok) throw failure(`${label}: POST ${this.shown} answered ${res.status} ${res.statusText}: ${text()}`, FINAL_STATUS.has(res.status) ? false : undefined);
     if (!/^application\/(.+\+)?json\b/i.test(res.headers.get('content-type') ?? '')) return { data, json: undefined, busyMs };
     try {
       return { data, json: JSON.parse(new TextDecoder().decode(data)) as unknown, busyMs };
     } catch {
-      throw new Error(`${label}: POST ${this.o.url} answered application/json that is not JSON: ${text()}`);
+      throw new Error(`${label}: POST ${this.shown} answered application/json that is not JSON: ${text()}`);
     }
   }
 

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { unknownPacerOptions } from '../core/index.js';
 import { batchTable, dataDirSchema, defaultNodeId, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
 import { suggest } from '../core/suggest.js';
+import { redactUrl, SECRET_NAME } from '../runtime/redact.js';
 import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, HttpDeviceConfig, PrepareConfig, ProcessDeviceConfig, ServeConfig, ServerConfig } from './config-types.js';
 
 export { CONFIG_DOC } from './config-fields.js';
@@ -467,17 +468,22 @@ function defined<T extends object>(o: T | undefined): Partial<T> {
   return Object.fromEntries(Object.entries(o ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
-/** Request headers and process env variables whose values are credentials: `config print` does not print them. */
-const SECRET_HEADER = /auth|token|key|secret|cookie|password/i;
+
+/** A URL with credentials in it as `config print` writes it: they read *** and `at` is added to `hidden`. */
+function urlToml(url: string, at: string, hidden: string[]): string {
+  const shown = redactUrl(url);
+  if (shown !== url) hidden.push(`${at} (its *** parts)`);
+  return shown;
+}
 
 /** A device table as TOML writes it back (Infinity as "none"; credential headers blank, their names added to `hidden`). */
 function deviceToml(d: DeviceConfig, name: string, hidden: string[]): object {
-  const blank = (table: Readonly<Record<string, string>>, at: string) => Object.fromEntries(Object.entries(table).map(([k, v]) => (SECRET_HEADER.test(k) ? (hidden.push(`${at}.${k}`), [k, '']) : [k, v])));
+  const blank = (table: Readonly<Record<string, string>>, at: string) => Object.fromEntries(Object.entries(table).map(([k, v]) => (SECRET_NAME.test(k) ? (hidden.push(`${at}.${k}`), [k, '']) : [k, v])));
   const headers = d.http ? blank(d.http.headers, `${name}.http.headers`) : {};
   return {
     ...d,
     ...(d.process ? { process: { ...d.process, env: blank(d.process.env, `${name}.process.env`) } } : {}),
-    ...(d.http ? { http: { ...d.http, headers, timeoutS: Number.isFinite(d.http.timeoutS) ? d.http.timeoutS : 'none' } } : {}),
+    ...(d.http ? { http: { ...d.http, url: urlToml(d.http.url, `${name}.http.url`, hidden), headers, timeoutS: Number.isFinite(d.http.timeoutS) ? d.http.timeoutS : 'none' } } : {}),
     ...(d.batch ? { batch: { ...d.batch } } : {}),
   };
 }
@@ -506,13 +512,13 @@ export function configToToml(c: ServeConfig, names: readonly string[] = (c.kinds
     prepare: { ...c.prepare },
     // A node name left to its default is this process's (`<host>-<pid>`): printed, every node
     // started from the file would share the printing process's name.
-    cluster: c.cluster.nodeId === defaultNodeId() ? (({ nodeId: _, ...rest }) => rest)(c.cluster) : { ...c.cluster },
+    cluster: { ...(c.cluster.nodeId === defaultNodeId() ? (({ nodeId: _, ...rest }) => rest)(c.cluster) : c.cluster), redis: urlToml(c.cluster.redis, 'cluster.redis', hidden) },
     ...(c.journal ? { journal: { ...c.journal } } : {}),
     ...(c.devices ? { devices: Object.fromEntries(Object.entries(c.devices).map(([n, d]) => [n, deviceToml(d, `devices.${n}`, hidden)])) } : {}),
     ...(c.kinds?.length ? { kinds: Object.fromEntries(c.kinds.map((k, i) => [names[i] ?? k.name ?? '', { module: k.module, ...(k.device === undefined ? {} : { device: k.device }), ...(k.prepareBatch ? { prepareBatch: { ...k.prepareBatch } } : {}) }])) } : {}),
   };
   const secret =
     (c.server.token ? '# server.token is set and not printed: give it again (STOKER_SERVER_TOKEN or --token-file)\n' : '') +
-    (hidden.length > 0 ? `# credentials not printed (blank below): ${hidden.join(', ')} — give them again\n` : '');
+    (hidden.length > 0 ? `# credentials not printed (blank below, *** in a URL): ${hidden.join(', ')} — give them again\n` : '');
   return `# stoker serve: the effective configuration (defaults < file < environment < flags)\n${secret}${stringify(doc).trim()}\n`;
 }

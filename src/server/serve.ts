@@ -7,6 +7,7 @@ import { ConfigError, deviceType, deviceTypes, type ServeConfig } from './config
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { loadKinds, type KindSource } from './kinds.js';
 import { Service } from './service.js';
+import { redactUrl } from '../runtime/redact.js';
 
 export interface RunningServer {
   /** The local service (in cluster mode: this node's own engine and journal). */
@@ -88,7 +89,7 @@ export async function listen(app: FastifyInstance, config: ServeConfig): Promise
  * `startClusterServer` (stoker/cluster).
  */
 export async function startServer(config: ServeConfig): Promise<RunningServer> {
-  if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${config.cluster.redis}: start a cluster node with startClusterServer from stoker/cluster`);
+  if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${redactUrl(config.cluster.redis)}: start a cluster node with startClusterServer from stoker/cluster`);
   const webgpu = [config.device, ...Object.values(config.devices ?? {})].some((d) => d.kind === 'webgpu' && deviceType(d) === 'thread');
   if (webgpu) requireOptional('the WebGPU device (kind = "webgpu")', ['webgpu']);
   refuseExposure(config);

@@ -339,13 +339,27 @@ describe('device tables from several sources', () => {
     const file = write('http2/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\nheaders = { Authorization = "Bearer s3cret", "X-Api-Key" = "k", Accept = "application/json" }\n');
     const toml = configToToml(loadConfig({ file, env: {}, cwd: '/' }));
     expect(toml).not.toContain('s3cret');
-    expect(toml).toContain('# credentials not printed (blank below): device.http.headers.Authorization, device.http.headers.X-Api-Key — give them again');
+    expect(toml).toContain('# credentials not printed (blank below, *** in a URL): device.http.headers.Authorization, device.http.headers.X-Api-Key — give them again');
     expect(toml).toContain('Accept = "application/json"');
     const proc = write('proc2/stoker.toml', '[device.process]\ncommand = "python3"\nenv = { HF_TOKEN = "hf_s3cret", CUDA_VISIBLE_DEVICES = "1" }\n');
     const printed = configToToml(loadConfig({ file: proc, env: {}, cwd: '/' }));
     expect(printed).not.toContain('hf_s3cret');
     expect(printed).toContain('device.process.env.HF_TOKEN');
     expect(printed).toContain('CUDA_VISIBLE_DEVICES = "1"');
+  });
+
+  it('config print does not print a password in the Redis URL nor a key in the device URL: *** and named', () => {
+    const file = write('urls/stoker.toml', '[cluster]\nredis = "redis://stoker:r3dispw@10.0.0.5:6379/1"\n[device.http]\nurl = "http://10.0.0.6:8000/infer?model=a&api_key=k3y"\n');
+    const toml = configToToml(loadConfig({ file, env: {}, cwd: '/' }));
+    expect(toml).not.toContain('r3dispw');
+    expect(toml).not.toContain('k3y');
+    expect(toml).toContain('redis = "redis://stoker:***@10.0.0.5:6379/1"');
+    expect(toml).toContain('url = "http://10.0.0.6:8000/infer?model=a&api_key=***"');
+    expect(toml).toContain('# credentials not printed (blank below, *** in a URL): device.http.url (its *** parts), cluster.redis (its *** parts) — give them again');
+    // Without credentials the URLs are printed as they were given.
+    const plain = configToToml(loadConfig({ file: write('urls2/stoker.toml', '[cluster]\nredis = "redis://10.0.0.5:6379"\n'), env: {}, cwd: '/' }));
+    expect(plain).toContain('redis = "redis://10.0.0.5:6379"');
+    expect(plain).not.toContain('credentials not printed');
   });
 });
 
