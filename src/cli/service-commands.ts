@@ -322,12 +322,22 @@ export function progressLine(e: Required<Pick<ProgressEvent, 'state' | 'partitio
 /**
  * Follows GET /v1/jobs/:id/events until the job ends (returns its view) or the deadline (returns
  * undefined), drawing progress on stderr; a dropped stream is opened again (its first event is
- * the whole picture, so nothing is missed).
+ * the whole picture, so nothing is missed), saying so, as plain `wait` does. A server not reached
+ * at the start is said at once.
  */
 async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: number): Promise<{ state: string } | undefined> {
   const url = new URL(`v1/jobs/${encodeURIComponent(id)}/events`, serverUrl(flags.server));
   const tty = io.errIsTTY === true;
   let lastLine = '';
+  let away = false;
+  // (Unreachable, no token, no such job: said at once, in the words of every other command.)
+  await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`);
+  const say = (line: string) => {
+    // (A drawn progress line is ended first; the next one is drawn anew.)
+    if (tty && lastLine) io.err('\n');
+    lastLine = '';
+    io.err(line);
+  };
   while (Date.now() < deadline) {
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(), Math.max(0, deadline - Date.now()));
@@ -340,6 +350,8 @@ async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: 
         throw new ClientError(`404 Not found: ${typeof detail === 'string' ? detail : `no job ${JSON.stringify(id)}`}`, 2);
       }
       if (res.status !== 200 || !res.body) throw new Error(`GET ${url.pathname} answered ${res.status}`);
+      if (away) say('stoker wait: the server answers again\n');
+      away = false;
       let buf = '';
       for await (const chunk of res.body.pipeThrough(new TextDecoderStream())) {
         buf += chunk;
@@ -365,6 +377,9 @@ async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: 
       if (e instanceof ClientError) throw e;
       if (ac.signal.aborted) break;
       // The server went away or restarted: try again in a second (until the deadline).
+      const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e instanceof Error ? e.message : String(e));
+      if (!away) say(`stoker wait: the server at ${flags.server} is away (${cause}) — waiting for it to come back (a restarted server resumes the job), until --timeout\n`);
+      away = true;
       await new Promise((r) => setTimeout(r, 1000));
     } finally {
       clearTimeout(timer);

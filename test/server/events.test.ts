@@ -160,7 +160,7 @@ describe('one job’s progress', () => {
     let missingErr = '';
     missing.stderr.on('data', (b: Buffer) => (missingErr += b.toString()));
     expect(await new Promise<number | null>((r) => missing.once('exit', r))).toBe(2);
-    expect(missingErr).toMatch(/404 Not found: no job "nosuch": it was never submitted/);
+    expect(missingErr).toMatch(/404 No such job: no job "nosuch": it was never submitted/);
   }, 30_000);
 });
 

@@ -17,8 +17,9 @@ describe('stoker wait', () => {
     try {
       expect((await http(s.url, 'POST', '/v1/jobs', { id: 'w1', kind: 'sleep', partitions: 2, input: { prepareMs: 3500 } })).status).toBe(202);
       const waiting = cli(['wait', 'w1', '--server', s.url, '--timeout', '60s']);
-      // (Its long poll under way, the job not done: the crash breaks the connection it had.)
-      await new Promise((r) => setTimeout(r, 2000));
+      // (Its long poll under way, the job not done: the crash breaks the connection it had. Its
+      // first partition ends at 3.5 s; 2 s was too short for the CLI to start on a loaded machine.)
+      await new Promise((r) => setTimeout(r, 3000));
       expect((await http(s.url, 'GET', '/v1/jobs/w1')).body.state).toBe('running');
       await s.crash();
       await new Promise((r) => setTimeout(r, 800));
@@ -31,8 +32,12 @@ describe('stoker wait', () => {
       await s.stop();
       removeDir(dir);
     }
-    const never = await cli(['wait', 'x', '--server', `http://127.0.0.1:${await freePort()}`, '--timeout', '30s']);
-    expect(never.code).toBe(1);
-    expect(never.stderr).toMatch(/cannot reach the server/);
+    const nowhere = `http://127.0.0.1:${await freePort()}`;
+    // (With --progress it retried silently until --timeout, exit 3.)
+    for (const progress of [[], ['--progress']]) {
+      const never = await cli(['wait', 'x', '--server', nowhere, '--timeout', '30s', ...progress]);
+      expect(never.code, progress.join(' ')).toBe(1);
+      expect(never.stderr).toMatch(/cannot reach the server/);
+    }
   }, 90_000);
 });
