@@ -181,7 +181,7 @@ export class Runtime<I, P, O, R> {
     }
     // (A failed runtime's pacer may be what failed: its state is not asked again.)
     const pacer: PacerState = { mode: 'hold', ratePerSec: null, intervalMs: null, terms: {} };
-    return { now: this.clock.now(), jobs: this.jobs.size, counters: this.engine.snapshot, pacer, closing: this.closing };
+    return { now: this.clock.now(), jobs: this.jobs.size, counters: this.engine.snapshot, pacer, closing: this.closing, failed: (this.failed as StokerError).message };
   }
 
   /** Resolves when every job has been answered (useful for demos and tests). */

@@ -132,7 +132,10 @@ export interface StepFailure {
 export interface RuntimeStatus {
   now: number;
   jobs: number;
+  /** The engine's counters (on a failed runtime: as they were when it failed). */
   counters: ReadonlySnapshot;
   pacer: PacerState;
   closing: boolean;
+  /** Set once the runtime has failed (E_RUNTIME_FAILED): why, as its jobs were told. */
+  failed?: string;
 }

@@ -839,6 +839,7 @@ describe('a pacer object given to the Runtime', () => {
     // (Typed as a UserPacer: no state(), as the README says; a Pacer would need one.)
     const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'cap-80', observe() {}, nextDispatchAt: (s: { now: number }) => s.now, onDispatch() {} }, clock: new ManualClock() });
     expect(rt.status().pacer).toMatchObject({ mode: 'steady' });
+    expect(rt.status().failed).toBeUndefined();
     await rt.close(0);
     const nan = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'nan', observe() {}, nextDispatchAt: () => NaN, onDispatch() {}, state: () => ({ mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} }) }, clock: new ManualClock() });
     await expect(nan.submit({ id: 'a', kind: 'k', partitions: 1 }, 0)).rejects.toThrow('the pacer given to the Runtime: nextDispatchAt(snapshot) must return a time in ms (a number; Infinity for none) (got NaN)');
@@ -857,6 +858,8 @@ describe('a pacer object given to the Runtime', () => {
       for (const e of errors) expect(e, name).toMatchObject({ code: 'E_RUNTIME_FAILED', message: expect.stringContaining(why) });
       await expect(rt.submit({ id: 'c', kind: 'k', partitions: 1 }, 0)).rejects.toMatchObject({ code: 'E_RUNTIME_FAILED' });
       expect(rt.status().pacer.mode).toBe('hold');
+      // (Its counters stay as they were when it failed: status says it failed, and why.)
+      expect(rt.status().failed).toMatch(new RegExp(`^the runtime stopped: .*${why.replace(/[()]/g, '\\$&')}`));
       await rt.close(1000);
     }
   });
@@ -866,6 +869,7 @@ describe('a pacer object given to the Runtime', () => {
     const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: { name: 'shape', observe() {}, nextDispatchAt: (s: { now: number }) => s.now, onDispatch() {}, state: () => (++n > 1 ? ({ mode: 'warp' } as never) : { mode: 'steady', ratePerSec: null, intervalMs: null, terms: {} }) } });
     const job = rt.submit({ id: 's', kind: 'k', partitions: 50 }, 0).then(() => null, (e: unknown) => e);
     expect(rt.status().pacer.mode).toBe('hold');
+    expect(rt.status().failed).toMatch(/^the runtime stopped: .*state\(\)/);
     expect(await job).toMatchObject({ code: 'E_RUNTIME_FAILED', message: expect.stringMatching(/state\(\)/) });
     await rt.close(1000);
   });
