@@ -51,11 +51,13 @@ export interface ProcessDeviceOptions {
 export const PYTHON_HELPER_DIR = fileURLToPath(new URL('../../python/', import.meta.url));
 
 /**
- * Processes in a row ending before ready, on every worker of the device, after which a step fails
- * at once (one could be a fluke: a process killed as it started). Every worker: where one GPU's
- * worker is broken and the others are not, failing its steps at once made it a black hole — the
- * engine sent it item after item, and 20 of 20 jobs failed while a healthy worker was idle; held
- * through its restarts, it takes one item at a time and the others do the rest.
+ * Processes in a row ending before ready after which a worker counts as failing to start (one
+ * could be a fluke: a process killed as it started). Where every worker of the device is, a step
+ * fails at once with why. Where others are not, the worker is reported down (`watchWorkers`: the
+ * runtime takes it as a lost worker, and its item is withdrawn and goes to the others) until a
+ * process of it says ready. Failing its steps made it a black hole — the engine sent it item
+ * after item, and 20 of 20 jobs failed while a healthy worker was idle; and so did failing the
+ * item that waited for each of its restarts (a worker broken after it had run: a media trial).
  */
 const UNREADY_FAIL_FAST = 2;
 /** The longest pause before starting a process that keeps failing again. */
@@ -118,6 +120,8 @@ class WorkerProcess {
     private readonly index: number,
     /** Whether every worker of the device has ended UNREADY_FAIL_FAST processes in a row before ready. */
     private readonly deviceUnready: () => boolean,
+    /** Called when this worker's process says ready or ends before it did (the device re-reads who is down). */
+    private readonly changed: () => void = () => undefined,
   ) {}
 
   /** Whether this worker's processes keep ending before they are ready. */
@@ -302,6 +306,7 @@ class WorkerProcess {
         this.unready = 0;
         clearTimeout(life.readyTimer);
         for (const w of this.waiting.splice(0)) w.resolve();
+        this.changed();
         continue;
       }
       const step = this.step;
@@ -392,8 +397,12 @@ class WorkerProcess {
     this.dropped();
     step?.reject(failure);
     const wasReady = life.ready;
-    if (!wasReady) for (const w of this.waiting.splice(0)) w.reject(failure);
     this.unready = wasReady ? 0 : this.unready + 1;
+    // The steps waiting for a process that ended before it was ready fail with why where every
+    // worker's processes keep doing so; otherwise they wait for the next (this worker reported
+    // down, the runtime withdraws them for the others).
+    if (!wasReady && this.failingToStart && this.deviceUnready()) for (const w of this.waiting.splice(0)) w.reject(failure);
+    if (!wasReady) this.changed();
     this.lastFailure = failure.message;
     if (this.closed) return;
     // A withdrawn step's process was ended on purpose: start the next one at once (whatever the backoff of failures before it).
@@ -451,6 +460,11 @@ function itemFrame(id: number, call: RunCall): { header: Record<string, unknown>
 /** A process device: a worker process per device worker, started at once. */
 export class ProcessDevice implements DeviceRunner {
   private readonly workers: WorkerProcess[];
+  /** Which workers are down (see watchWorkers), as last told. */
+  private readonly down: boolean[];
+  private listener: ((worker: number, up: boolean) => void) | undefined;
+  private readonly name: string;
+  private readonly log: (line: string) => void;
 
   constructor(options: ProcessDeviceOptions) {
     const o = {
@@ -463,9 +477,35 @@ export class ProcessDevice implements DeviceRunner {
       log: (line: string) => void process.stderr.write(`${line}\n`),
       ...options,
     };
+    this.name = o.name;
+    this.log = o.log;
     const unready = () => this.workers.every((w) => w.failingToStart);
-    this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`, w, unready));
+    this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`, w, unready, () => this.sync()));
+    this.down = this.workers.map(() => false);
     for (const w of this.workers) w.start();
+  }
+
+  /**
+   * Hears which workers are down: one whose processes keep ending before they are ready while
+   * another worker's do not (UNREADY_FAIL_FAST), until a process of it says ready. (Where every
+   * worker's do, none is down: their steps fail at once with why, rather than wait for good.)
+   */
+  watchWorkers(listener: (worker: number, up: boolean) => void): void {
+    this.listener = listener;
+    this.sync();
+  }
+
+  /** Tells the listener of every worker whose being down changed. */
+  private sync(): void {
+    const all = this.workers.every((w) => w.failingToStart);
+    this.workers.forEach((w, i) => {
+      const down = w.failingToStart && !all;
+      if (down === this.down[i]) return;
+      this.down[i] = down;
+      if (down) this.log(`[device ${this.name}/${i}] its processes keep ending before they are ready: taken out of service (its items go to the other workers) until one is`);
+      else this.log(`[device ${this.name}/${i}] back in service`);
+      this.listener?.(i, !down);
+    });
   }
 
   /**

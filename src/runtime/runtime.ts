@@ -112,6 +112,9 @@ export class Runtime<I, P, O, R> {
     });
     this.occupancy = new OccupancyMeter(options.devices.map((d) => d.workers));
     this.flights = new Flights({ workload: this.workload, clock: this.clock, deviceTimeoutMs: this.deviceTimeoutMs, prepareTimeoutMs, jobs: this.jobs, apply: (event) => this.apply(event), syncPool: () => this.syncPool(), stepFailed: (item, stage, reason, where) => this.stepFailed(item, stage, reason, where) });
+    // A worker the workload takes out of service (a process device's whose processes keep failing
+    // to start) is a lost worker to the engine, until it is back: its item goes to the others.
+    this.workload.watchWorkers?.((device, worker, up) => this.apply({ type: up ? 'workerReturned' : 'workerLost', time: this.clock.now(), device, worker }));
   }
 
   /** Busy ms of each device worker up to now (`[device][worker]`), the running part of items in flight included: the busy time of any window between two reads is at most its length. */

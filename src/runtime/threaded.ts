@@ -91,6 +91,8 @@ export interface DeviceRunner {
   run(call: RunCall): Promise<{ output: unknown; busyMs: number }>;
   /** A batch on one worker as one step (calls of one kind, one device and worker): a result per call, busy time once. */
   runBatch?(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }>;
+  /** Hears when a worker goes out of service and comes back (a process device's worker whose processes keep failing to start). */
+  watchWorkers?(listener: (worker: number, up: boolean) => void): void;
   close(): Promise<void>;
 }
 

@@ -58,6 +58,12 @@ export interface Workload<I, P, O, R> {
   release?(prepared: P): void;
   /** Stops every thread and connection. */
   close?(): Promise<void>;
+  /**
+   * Where device workers can go out of service (a process device's worker whose processes keep
+   * failing to start): the runtime calls this once, and takes `up: false` as the worker lost —
+   * its item is withdrawn and prepared again for the others, none is sent to it — until `up: true`.
+   */
+  watchWorkers?(listener: (device: number, worker: number, up: boolean) => void): void;
   /** Preparations the workload can run at once; the runtime dispatches no more than that. */
   readonly prepareSlots?: number;
   /**

@@ -130,6 +130,10 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
     this.pool = threads.pool;
   }
 
+  watchWorkers(listener: (device: number, worker: number, up: boolean) => void): void {
+    this.devices.forEach((d, device) => d.watchWorkers?.((worker, up) => listener(device, worker, up)));
+  }
+
   kind(name: string): LoadedKind {
     const k = this.kinds.get(name);
     if (!k) throw new Error(`unknown kind ${JSON.stringify(name)}`);

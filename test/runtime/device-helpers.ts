@@ -30,6 +30,7 @@ export function runtimeOver<I>(device: DeviceRunner, prepare: (t: PartitionTask<
     run: (t) => device.run(callOf(t)),
     finish: (j) => j.outputs,
     close: () => device.close(),
+    watchWorkers: (listener) => device.watchWorkers?.((worker, up) => listener(0, worker, up)),
   };
   return new Runtime({ workload, devices: [{ workers: options.workers }], pacer: 'unpaced', budgetBytes: 10_000, retries: options.retries ?? 1, ...(options.deviceTimeoutMs ? { deviceTimeoutMs: options.deviceTimeoutMs } : {}), ...(options.onStep ? { onStep: options.onStep } : {}) });
 }

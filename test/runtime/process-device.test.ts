@@ -139,6 +139,24 @@ setInterval(() => {}, 1000);`;
     expect(rt.engine.budget.used).toBe(0);
   });
 
+  it('a worker whose processes, after one crashed mid-item, keep ending before they are ready is taken out of service: its items go to the healthy worker, and the jobs are done (they failed while it idled)', async () => {
+    const marker = path.join(os.tmpdir(), `stoker-broken-${process.pid}-${Date.now()}`);
+    closers.push(async () => fs.rmSync(marker, { force: true }));
+    // Worker 0's processes exit at start once the marker exists (the GPU gone); worker 1's never do.
+    const script = `if [ "$STOKER_WORKER" = 0 ] && [ -e "${marker}" ]; then echo "cannot open /dev/nvidia0" >&2; exit 5; fi; exec python3 "${PY}"`;
+    const { rt, log } = setup({ command: 'sh', args: ['-c', script] }, { workers: 2, retries: 1 });
+    // (One partition on idle workers: worker 0 takes it, creates the marker and exits mid-item.)
+    const [first] = (await rt.submit(spec('crash'), { mode: 'exit-once', marker })) as { pid: number }[];
+    expect(first?.pid).toBeGreaterThan(0);
+    const outs = (await rt.submit(spec('after', 6), { mode: 'ok' })) as { worker: string }[];
+    expect(outs.map((o) => o.worker)).toEqual(Array(6).fill('1'));
+    const lines = log.join('\n');
+    expect(lines).toMatch(/\[device gpu\/0\] it exited \(code 3\)/);
+    expect(lines).toMatch(/\[device gpu\/0\] its processes keep ending before they are ready: taken out of service \(its items go to the other workers\) until one is/);
+    expect(rt.status().counters.devices[0]?.workers).toBe(1);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+
   it('print() in the device goes to the log with the worker prefix, not into the protocol', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY] });
     await expect(rt.submit(spec('pr'), { mode: 'print' })).resolves.toEqual(['printed']);
