@@ -20,11 +20,16 @@ export interface ConfigFlags {
 
 /** The first line of a token file; a file that cannot be read is a usage error naming it. */
 function readToken(file: string, flag: string): string {
+  let text: string;
   try {
-    return (fs.readFileSync(file, 'utf8').split('\n')[0] ?? '').trim();
+    text = fs.readFileSync(file, 'utf8');
   } catch (e) {
     throw new UsageError(`${flag} ${file}: cannot read it (${(e as NodeJS.ErrnoException).code ?? String(e)}): give a file whose first line is the token`);
   }
+  const token = (text.split('\n')[0] ?? '').trim();
+  // (Taken as "no token", an empty file — a secret mount that came up empty — opened the API to anyone.)
+  if (token === '') throw new UsageError(`${flag} ${file}: its first line is empty: put the token on the first line (a server given no token needs none: leave --token-file out for that)`);
+  return token;
 }
 
 function config(flags: ConfigFlags) {
@@ -60,7 +65,8 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const cluster = cfg.cluster.redis === 'none' ? '' : `; cluster node ${cfg.cluster.nodeId} on ${redactUrl(cfg.cluster.redis)}`;
   const device = (d: DeviceConfig) => `${d.workers} ${d.process ? `process (${[d.process.command, ...d.process.args].join(' ')})` : d.http ? `http (${redactUrl(d.http.url)})` : d.kind} device worker${d.workers === 1 ? '' : 's'}`;
   const devices = [device(cfg.device), ...Object.entries(cfg.devices ?? {}).map(([n, d]) => `${n}: ${device(d)}`)].join(', ');
-  io.out(`stoker serve: listening on ${server.url} (data ${cfg.dataDir}; ${resumed} unfinished job${resumed === 1 ? '' : 's'} resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
+  const auth = cfg.server.token === '' ? 'no token needed' : 'a token needed';
+  io.out(`stoker serve: listening on ${server.url} (${auth}; data ${cfg.dataDir}; ${resumed} unfinished job${resumed === 1 ? '' : 's'} resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
   for (const note of server.notes ?? []) io.out(`stoker serve: ${note}\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {

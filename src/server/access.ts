@@ -75,7 +75,8 @@ export function installAccess(app: FastifyInstance, server: ServerConfig): void 
     if (!token || isPublic(req)) return;
     const path = req.url.split('?')[0] ?? '';
     const auth = req.headers.authorization;
-    let given = auth?.startsWith('Bearer ') ? auth.slice(7).trim() : undefined;
+    // (The scheme's name is case-insensitive: RFC 9110 §11.1.)
+    let given = auth !== undefined && /^bearer /i.test(auth) ? auth.slice(7).trim() : undefined;
     if (given === undefined && isStream(path)) {
       const q = (req.query as Record<string, unknown> | undefined)?.['access_token'];
       if (typeof q === 'string') given = q;

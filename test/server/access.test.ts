@@ -6,6 +6,7 @@
  * cap on open event streams.
  */
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { describe, expect, it } from 'vitest';
@@ -58,6 +59,7 @@ describe('a server with a token', () => {
     expect((await request(fixture.server.url, { method: 'POST', path: '/v1/jobs', body: JSON.stringify({ kind: 'sleep', partitions: 1 }) })).status).toBe(401);
     const auth = { authorization: `Bearer ${TOKEN}` };
     expect((await request(fixture.server.url, { path: '/v1/status', headers: auth })).status).toBe(200);
+    expect((await request(fixture.server.url, { path: '/v1/status', headers: { authorization: `bearer ${TOKEN}` } })).status).toBe(200);
     expect((await request(fixture.server.url, { path: '/metrics', headers: auth })).status).toBe(200);
     expect((await request(fixture.server.url, { method: 'POST', path: '/v1/jobs', headers: auth, body: JSON.stringify({ id: 't-1', kind: 'sleep', partitions: 1 }) })).status).toBe(202);
     expect((await request(fixture.server.url, { path: '/' })).status).toBe(200);
@@ -131,9 +133,15 @@ describe('listening beyond loopback', () => {
       expect(r.code).toBe(2);
       expect(r.err).toContain('server.token');
       expect(r.err).toContain('server.openWithoutToken');
+      // A token file whose first line is empty (a secret mount that came up empty) is refused: taken as no token, it opened the API.
+      const blank = `${dir}/blank-token`;
+      fs.writeFileSync(blank, '\n  \nsecond-line-token-0123456789\n');
+      const b = await run(['serve', '--port', '0', '--data', dir, '--token-file', blank], { STOKER_SERVER_TOKEN: '' });
+      expect(b.code).toBe(2);
+      expect(b.err).toContain(`--token-file ${blank}: its first line is empty: put the token on the first line`);
       const open = await startServer(dir, ['--host', '0.0.0.0'], { STOKER_SERVER_OPEN_WITHOUT_TOKEN: 'true' });
       try {
-        expect(open.output()).toMatch(/listening on http:\/\/0\.0\.0\.0:\d+ /);
+        expect(open.output()).toMatch(/listening on http:\/\/0\.0\.0\.0:\d+ \(no token needed; /);
       } finally {
         await open.stop();
       }
