@@ -50,17 +50,24 @@ export function int(min: number, max: number | undefined, expect: string, fix: s
   const s = z.number(e).int(e).min(min, e);
   return (max === undefined ? s : s.max(max, e)).optional();
 }
-function positive(expect: string, fix: string) {
+function positive(expect: string, fix: string, max = Infinity) {
   const e = err(expect, fix);
-  return z.number(e).positive(e).optional();
+  return z.number(e).positive(e).max(max, e).optional();
 }
+/**
+ * The longest a server timer may be set for, s: Node's setTimeout takes at most 2^31 − 1 ms
+ * (24.8 days) and fires at once, with a warning, past it (maxWaitS = 1e12 answered a long poll
+ * in 5 ms).
+ */
+const TIMER_MAX_S = 2_147_483;
+const timerS = (fix: string) => positive(`a number of seconds > 0, at most ${TIMER_MAX_S} (24.8 days)`, fix, TIMER_MAX_S);
 function text(expect: string, fix: string) {
   const e = err(expect, fix);
   return z.string(e).min(1, e).optional();
 }
 /** A positive number, or `word` for Infinity. */
-function positiveOr(word: string, expect: string, fix: string) {
-  return z.custom<number | string>((v) => v === word || (typeof v === 'number' && Number.isFinite(v) && v > 0), err(expect, fix)).optional();
+function positiveOr(word: string, expect: string, fix: string, max = Infinity) {
+  return z.custom<number | string>((v) => v === word || (typeof v === 'number' && Number.isFinite(v) && v > 0 && v <= max), err(expect, fix)).optional();
 }
 
 function pacerFix(input: unknown): string {
@@ -153,16 +160,16 @@ const SERVER = table<ServerConfig>()({
   maxPendingJobs: { schema: int(1, undefined, 'an integer ≥ 1', 'use e.g. 10000'), default: 10_000, doc: 'unfinished jobs accepted; beyond it submissions get 429' },
   maxPendingPartitions: { schema: int(1, undefined, 'an integer ≥ 1', 'use e.g. 200000'), default: 200_000, doc: 'partitions of unfinished jobs; beyond it submissions get 429 (a larger job alone: 400)' },
   retryAfterS: { schema: int(1, undefined, 'an integer ≥ 1 (seconds)', 'use e.g. 5'), default: 5, doc: 'the Retry-After (s) of a 429' },
-  resultTtlS: { schema: positive('a number of seconds > 0', 'use e.g. 86400 (one day)'), default: 86_400, doc: 'seconds a finished job is kept' },
+  resultTtlS: { schema: positive('a number of seconds > 0, at most 315360000 (10 years)', 'use e.g. 86400 (one day)', 315_360_000), default: 86_400, doc: 'seconds a finished job is kept' },
   shutdownTimeoutS: {
     schema: (() => {
-      const e = err('a number of seconds ≥ 0', 'use e.g. 30 (0 stops at once; unfinished partitions run again after the restart)');
-      return z.number(e).min(0, e).optional();
+      const e = err(`a number of seconds ≥ 0, at most ${TIMER_MAX_S}`, 'use e.g. 30 (0 stops at once; unfinished partitions run again after the restart)');
+      return z.number(e).min(0, e).max(TIMER_MAX_S, e).optional();
     })(),
     default: 30,
     doc: 'seconds the partitions in flight may finish on shutdown (the rest resume on restart)',
   },
-  maxWaitS: { schema: positive('a number of seconds > 0', 'use e.g. 300'), default: 300, doc: 'longest long-poll (s); a longer wait is cut to it' },
+  maxWaitS: { schema: timerS('use e.g. 300'), default: 300, doc: 'longest long-poll (s); a longer wait is cut to it' },
   token: {
     schema: z
       .string(secretErr('a token of at least 16 characters, or ""', 'use e.g. the output of `openssl rand -hex 32`, or "" for none'))
@@ -186,9 +193,9 @@ const SERVER = table<ServerConfig>()({
     default: false,
     doc: 'listen off loopback without a token (otherwise refused at start)',
   },
-  requestTimeoutS: { schema: positive('a number of seconds > 0', 'use e.g. 30'), default: 30, doc: 'seconds a client may take to send a whole request' },
-  headersTimeoutS: { schema: positive('a number of seconds > 0', 'use e.g. 10'), default: 10, doc: 'seconds a client may take to send the headers' },
-  keepAliveTimeoutS: { schema: positive('a number of seconds > 0', 'use e.g. 5'), default: 5, doc: 'seconds an idle keep-alive connection stays open' },
+  requestTimeoutS: { schema: timerS('use e.g. 30'), default: 30, doc: 'seconds a client may take to send a whole request' },
+  headersTimeoutS: { schema: timerS('use e.g. 10'), default: 10, doc: 'seconds a client may take to send the headers' },
+  keepAliveTimeoutS: { schema: timerS('use e.g. 5'), default: 5, doc: 'seconds an idle keep-alive connection stays open' },
   maxConnections: { schema: int(1, undefined, 'an integer ≥ 1', 'use e.g. 1024'), default: 1024, doc: 'most open connections' },
   maxEventStreams: { schema: int(1, undefined, 'an integer ≥ 1', 'use e.g. 256'), default: 256, doc: 'most open event streams; more get 503' },
   tlsCert: { schema: z.string(err('a PEM file path, or ""', 'write e.g. tlsCert = "/etc/stoker/cert.pem"')).optional(), default: '', doc: 'HTTPS: certificate chain, a PEM file (with server.tlsKey); "": plain HTTP' },
@@ -202,8 +209,8 @@ const ENGINE = table<EngineConfig>()({
   budgetBytes: { schema: positiveOr('unlimited', 'a number of bytes > 0 or "unlimited"', 'use e.g. 412316860416 (384 GiB), or "unlimited"'), default: Infinity, shown: '"unlimited"', doc: 'memory budget in bytes (> 0) or "unlimited"' },
   // (The engine's own default is 0: a library user opts in; a server retries a partition once.)
   retries: { schema: int(0, 10, 'an integer from 0 to 10', 'use e.g. 1'), default: 1, doc: 'times a failed partition is retried (0–10)' },
-  deviceTimeoutS: { schema: positiveOr('none', 'a number of seconds > 0 or "none"', 'use e.g. 120, or "none" for no timeout'), default: Infinity, shown: '"none"', doc: 'device step timeout in seconds (> 0) or "none"' },
-  prepareTimeoutS: { schema: positiveOr('none', 'a number of seconds > 0 or "none"', 'use e.g. 600, or "none" for no timeout'), default: Infinity, shown: '"none"', doc: 'preparation timeout in seconds (> 0) or "none" (a preparation batch is timed whole: set it for a full batch)' },
+  deviceTimeoutS: { schema: positiveOr('none', `a number of seconds > 0 (at most ${TIMER_MAX_S}) or "none"`, 'use e.g. 120, or "none" for no timeout', TIMER_MAX_S), default: Infinity, shown: '"none"', doc: 'device step timeout in seconds (> 0) or "none"' },
+  prepareTimeoutS: { schema: positiveOr('none', `a number of seconds > 0 (at most ${TIMER_MAX_S}) or "none"`, 'use e.g. 600, or "none" for no timeout', TIMER_MAX_S), default: Infinity, shown: '"none"', doc: 'preparation timeout in seconds (> 0) or "none" (a preparation batch is timed whole: set it for a full batch)' },
   pacerOptions: {
     schema: z.record(z.string(), z.number(numberErr), err('a table of pacer options', 'write them under an [engine.pacerOptions] header, one name = number per line')).optional(),
     default: {},

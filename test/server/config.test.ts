@@ -190,7 +190,7 @@ describe('"unlimited" and "none"', () => {
     const e = configError(() => loadConfig({ env: { STOKER_ENGINE_BUDGET_BYTES: 'none', STOKER_ENGINE_DEVICE_TIMEOUT_S: 'never' }, cwd: dir }));
     expect(e.issues.map((i) => i.path)).toEqual(['engine.budgetBytes', 'engine.deviceTimeoutS']);
     expect(e.message).toContain('STOKER_ENGINE_BUDGET_BYTES: engine.budgetBytes: expected a number of bytes > 0 or "unlimited", got "none"');
-    expect(e.message).toContain('STOKER_ENGINE_DEVICE_TIMEOUT_S: engine.deviceTimeoutS: expected a number of seconds > 0 or "none", got "never" — ');
+    expect(e.message).toContain('STOKER_ENGINE_DEVICE_TIMEOUT_S: engine.deviceTimeoutS: expected a number of seconds > 0 (at most 2147483) or "none", got "never" — ');
   });
 });
 
@@ -235,7 +235,7 @@ describe('errors name the source, the field and the fix', () => {
     const e = configError(() => loadConfig({ env: { STOKER_SERVER_PORT: 'abc', STOKER_SERVER_RESULT_TTL_S: '0' }, cwd: dir }));
     expect(e.issues).toEqual([
       { source: 'STOKER_SERVER_PORT', path: 'server.port', message: 'expected an integer from 0 to 65535, got "abc" — use e.g. 7070, or 0 to pick a free port' },
-      { source: 'STOKER_SERVER_RESULT_TTL_S', path: 'server.resultTtlS', message: 'expected a number of seconds > 0, got 0 — use e.g. 86400 (one day)' },
+      { source: 'STOKER_SERVER_RESULT_TTL_S', path: 'server.resultTtlS', message: 'expected a number of seconds > 0, at most 315360000 (10 years), got 0 — use e.g. 86400 (one day)' },
     ]);
   });
 
@@ -402,6 +402,12 @@ describe('kinds and device limits across sources', () => {
     expect(() => loadConfig({ file: write('t1.toml', '[device.process]\ncommand = "x"\nreadyTimeoutS = 9999999\n'), env: {}, cwd: dir })).toThrow(/device\.process\.readyTimeoutS: expected a number of seconds > 0, at most 86400, got 9999999/);
     expect(() => loadConfig({ file: write('t2.toml', '[device.http]\nurl = "http://127.0.0.1:1/x"\ntimeoutS = 9999999\n'), env: {}, cwd: dir })).toThrow(/device\.http\.timeoutS: expected a number of seconds > 0 \(at most 86400\) or "none"/);
     expect(loadConfig({ file: write('t3.toml', '[device.http]\nurl = "http://127.0.0.1:1/x"\ntimeoutS = "none"\n'), env: {}, cwd: dir }).device.http?.timeoutS).toBe(Infinity);
+    // The server's own timers (past 2^31 − 1 ms setTimeout fires at once: maxWaitS = 1e12 answered a long poll in 5 ms).
+    expect(() => loadConfig({ file: write('t4.toml', '[server]\nmaxWaitS = 1e12\n'), env: {}, cwd: dir })).toThrow(/server\.maxWaitS: expected a number of seconds > 0, at most 2147483 \(24\.8 days\), got 1000000000000/);
+    expect(() => loadConfig({ env: { STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '1e30' }, cwd: dir })).toThrow(/server\.shutdownTimeoutS: expected a number of seconds ≥ 0, at most 2147483/);
+    expect(() => loadConfig({ file: write('t5.toml', '[server]\nresultTtlS = 1e30\n'), env: {}, cwd: dir })).toThrow(/server\.resultTtlS: expected a number of seconds > 0, at most 315360000 \(10 years\)/);
+    expect(() => loadConfig({ file: write('t6.toml', '[engine]\ndeviceTimeoutS = 1e9\n'), env: {}, cwd: dir })).toThrow(/engine\.deviceTimeoutS: expected a number of seconds > 0 \(at most 2147483\) or "none"/);
+    expect(loadConfig({ file: write('t7.toml', '[server]\nmaxWaitS = 2147483\n'), env: {}, cwd: dir }).server.maxWaitS).toBe(2_147_483);
   });
 });
 
