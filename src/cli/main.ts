@@ -183,7 +183,8 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .argument('<id>', 'a job id')
     .option('--timeout <duration>', 'give up after this long (30s, 5m, 1h)', '1h')
     .option('--progress', "show the job's partitions as they move, on stderr (a bar on a terminal, a line per change otherwise)")
-    .action(async (id: string, flags: ClientFlags & { timeout: string; progress?: boolean }) => {
+    .option('-o, --output <file>', 'write the result to this file (bytes as they are, JSON as text) rather than print it')
+    .action(async (id: string, flags: ClientFlags & { timeout: string; progress?: boolean; output?: string }) => {
       setExit(await waitCommand(id, flags, io));
     });
 

@@ -253,15 +253,18 @@ export function durationMs(text: string, what: string): number {
 }
 
 /** `stoker wait <id>`: long-polls until the job ends; exit 0 when done, 1 when failed or cancelled, 3 on timeout. */
-export async function waitCommand(id: string, flags: ClientFlags & { timeout: string; progress?: boolean }, io: Io): Promise<number> {
+export async function waitCommand(id: string, flags: ClientFlags & { timeout: string; progress?: boolean; output?: string }, io: Io): Promise<number> {
   const deadline = Date.now() + durationMs(flags.timeout, '--timeout');
+  const ended = (body: { state: string; result?: unknown; resultEncoding?: string }) => {
+    show(io, flags.output === undefined ? body : writeResult(body, flags.output, io));
+    return body.state === 'done' ? 0 : 1;
+  };
   if (flags.progress) {
-    const ended = await followProgress(id, flags, io, deadline);
-    if (ended) {
+    const end = await followProgress(id, flags, io, deadline);
+    if (end) {
       // What `wait` prints without --progress (the result's shape, not the job's view): a script reads one shape.
       const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result`);
-      show(io, r.body);
-      return ended.state === 'done' ? 0 : 1;
+      return ended(r.body as { state: string });
     }
     io.err(`job ${id} is still running after --timeout ${flags.timeout}\n`);
     return 3;
@@ -293,15 +296,29 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
     reached = true;
     away = false;
     const body = r.body as { state: string };
-    if (r.status === 200) {
-      show(io, body);
-      return body.state === 'done' ? 0 : 1;
-    }
+    if (r.status === 200) return ended(body);
     if (Date.now() >= deadline) {
       io.err(`job ${id} is still ${body.state} after --timeout ${flags.timeout}\n`);
       return 3;
     }
   }
+}
+
+/**
+ * `wait -o FILE`: a done job's result written to FILE (bytes as they are, JSON as text); what is
+ * printed then is the answer with its result left out, by its size, as a job view leaves a large one.
+ */
+function writeResult(body: { state: string; result?: unknown; resultEncoding?: string }, file: string, io: Io): object {
+  if (body.state !== 'done') return body;
+  const data = body.resultEncoding === 'base64' && typeof body.result === 'string' ? Buffer.from(body.result, 'base64') : Buffer.from(`${JSON.stringify(body.result, null, 2)}\n`);
+  try {
+    fs.writeFileSync(file, data);
+  } catch (e) {
+    throw new UsageError(`cannot write -o ${file}: ${(e as Error).message}`);
+  }
+  io.err(`wrote ${file}: ${data.length} bytes (${body.resultEncoding === 'base64' ? 'the result\'s bytes' : 'the result as JSON'})\n`);
+  const { resultEncoding: encoding, ...rest } = body;
+  return { ...rest, result: null, resultOmittedBytes: data.length, ...(encoding === undefined ? {} : { resultEncoding: encoding }) };
 }
 
 interface ProgressEvent {

@@ -15,7 +15,7 @@ import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueNa
 import { Recovery } from './recovery.js';
 import { connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
 import { Registry } from './registry.js';
-import { ClusterViews } from './views.js';
+import { ClusterViews, withoutLargeResult } from './views.js';
 
 export type { NodeInfo } from './registry.js';
 
@@ -223,8 +223,12 @@ export class ClusterService implements ApiService {
     });
   }
 
-  job(id: string, page?: StatesPage): Promise<JobView | undefined> {
-    return this.withRedis(async () => (await this.views.find(id, page))?.view ?? this.acceptedView(id));
+  /** The job's view; a result over VIEW_RESULT_MAX_BYTES is left out (by its size) unless `full`. */
+  job(id: string, page?: StatesPage, full = false): Promise<JobView | undefined> {
+    return this.withRedis(async () => {
+      const v = (await this.views.find(id, page))?.view ?? this.acceptedView(id);
+      return v && (full ? v : withoutLargeResult(v));
+    });
   }
 
   /**
@@ -359,13 +363,13 @@ export class ClusterService implements ApiService {
         if (v && want.has(v.state) && !listed.has(v.id)) views.push(v);
       }
     }
-    return views.sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit);
+    return views.sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit).map(withoutLargeResult);
   }
 
   async wait(id: string, waitMs: number): Promise<JobView | undefined> {
     const end = performance.now() + waitMs;
     for (;;) {
-      const v = await this.job(id);
+      const v = await this.job(id, undefined, true);
       if (!v || isFinal(v.state) || performance.now() >= end || this.closing) return v;
       await sleep(Math.min(50, Math.max(1, end - performance.now())));
     }

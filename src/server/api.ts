@@ -79,6 +79,7 @@ export const JobView = z
     resumes: z.number().int().meta({ description: 'How often the job was resumed after a restart' }),
     result: z.unknown().meta({ description: 'A JSON value, or base64 of bytes when resultEncoding is base64' }),
     resultEncoding: z.literal('base64').optional().meta({ description: 'Present only for a bytes result (GET …/result with Accept: application/octet-stream gives the raw bytes)' }),
+    resultOmittedBytes: z.number().int().optional().meta({ description: 'Present only where the result is over 1 MiB as stored (its JSON text, or its bytes): this many bytes; it is left out of job views and lists (result null) — GET /v1/jobs/:id/result gives it' }),
     error: JobError.nullable(),
     node: z.string().nullable().optional().meta({ description: 'Cluster mode only: the node that holds or held the job (null: none yet)' }),
   })
@@ -201,7 +202,7 @@ export interface JobFacts {
   partitionStates: JobView['partitionStates'];
   partitionCounts: JobView['partitionCounts'];
   resumes: number;
-  result: Pick<JobView, 'result' | 'resultEncoding'>;
+  result: Pick<JobView, 'result' | 'resultEncoding' | 'resultOmittedBytes'>;
   error: JobView['error'];
   /** Cluster mode: the node that holds or held it. */
   node?: string | null;

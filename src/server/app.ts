@@ -37,6 +37,7 @@ export interface ApiService {
   submit(raw: unknown): MaybePromise<{ job: JobView; created: boolean }>;
   job(id: string, page?: StatesPage): MaybePromise<JobView | undefined>;
   jobs(options: { limit?: number; states?: readonly JobState[] }): MaybePromise<JobView[]>;
+  /** The job once it has ended (or after `waitMs`), its result whole (GET …/result): a job view leaves a large one out. */
   wait(id: string, waitMs: number): Promise<JobView | undefined>;
   cancel(id: string): MaybePromise<JobView>;
   status(): MaybePromise<StatusView>;

@@ -32,7 +32,8 @@ export interface JobRunsParts {
 /** The jobs of one service on its runtime, from their start (or resume) to their end. */
 export class JobRuns {
   /** Jobs marked running by this run (at their first partition's start). */
-  private readonly started = new Set<string>();
+  /** Jobs started here, and when (epoch ms): a view shows them running from then, before the journal has recorded it. */
+  private readonly started = new Map<string, number>();
   /** Live jobs: the job's partition behind each engine partition of this run (null: the same partition). */
   private readonly runs = new Map<string, readonly number[] | null>();
   /** Resumed jobs (engine partition i is the job's partition run[i]): kept after the end for the timeline. */
@@ -50,8 +51,9 @@ export class JobRuns {
   /** A partition of the job starts preparing: the first one marks the job running. */
   markStarted(jobId: string): void {
     if (this.started.has(jobId)) return;
-    this.started.add(jobId);
-    this.later(() => this.p.journal.markRunning(jobId), () => this.p.emit({ type: 'job.started', id: jobId }));
+    const at = Date.now();
+    this.started.set(jobId, at);
+    this.later(() => this.p.journal.markRunning(jobId, at), () => this.p.emit({ type: 'job.started', id: jobId }));
   }
 
   /**
@@ -115,12 +117,18 @@ export class JobRuns {
   /** The job as the journal has it (with an end a full disk kept out, where ends are recorded elsewhere too). */
   stored(id: string): JournalJob | undefined {
     const j = this.p.journal.get(id);
-    return j && this.pending.overlay(j);
+    return j && this.overlay(j);
   }
 
-  /** A journaled job as readers see it (see {@link stored}). */
+  /**
+   * A journaled job as readers see it (see {@link stored}): started here before the journal
+   * has recorded it (its write comes after, or waits for room on a full disk), it is running
+   * since then — read `running` with no `startedAt`, a view contradicted itself.
+   */
   overlay(j: JournalJob): JournalJob {
-    return this.pending.overlay(j);
+    const at = this.started.get(j.id);
+    const started = j.state === 'queued' && at !== undefined ? { ...j, state: 'running' as const, startedAt: at } : j;
+    return this.pending.overlay(started);
   }
 
   /** Whether the job ended here with every partition done, its end kept until the (full) journal takes it. */

@@ -45,9 +45,25 @@ export const JOB_STATES: ReadonlySet<string> = new Set(STATE_LIST);
 export interface JobRow {
   id: string; kind: string; priority: JournalJob['priority']; partitions: number; input: string;
   deadline: number | null; body_hash: string; state: JobState; submitted_at: number;
-  started_at: number | null; finished_at: number | null; result: string | Buffer; error_code: string | null;
+  /** (NULL only where a read for a view left a large result out: see VIEW_COLUMNS.) */
+  started_at: number | null; finished_at: number | null; result: string | Buffer | null; error_code: string | null;
   error_reason: string | null; partitions_done: number; resumes: number;
+  /** The stored result's size (octet_length), where the query asked for it. */
+  result_bytes?: number;
 }
+
+/**
+ * The largest result a job's view carries, bytes as stored (JSON text, or bytes); a larger one is
+ * left out of views and lists, and fetched whole from GET /v1/jobs/:id/result. (A list of jobs
+ * whose results were hundreds of MB, base64 in JSON, took 15 s to answer and held the server —
+ * the dashboard polls that list every 2 s.)
+ */
+export const VIEW_RESULT_MAX_BYTES = 1 << 20;
+
+/** A job's columns for a view: the result only up to VIEW_RESULT_MAX_BYTES (NULL past it), and its size. */
+export const VIEW_COLUMNS = `seq, id, kind, priority, partitions, input, deadline, body_hash, state, submitted_at, started_at, finished_at,
+  CASE WHEN octet_length(result) > ${VIEW_RESULT_MAX_BYTES} THEN NULL ELSE result END AS result, octet_length(result) AS result_bytes,
+  error_code, error_reason, partitions_done, resumes`;
 
 /** Bytes are stored as they are (a BLOB); anything else as JSON text. */
 export function toStored(value: unknown, what: string): string | Buffer {
@@ -119,7 +135,8 @@ export function fromRow(r: JobRow): JournalJob {
     id: r.id, kind: r.kind, priority: r.priority, partitions: r.partitions,
     input: JSON.parse(r.input) as unknown, deadline: r.deadline, bodyHash: r.body_hash,
     state: r.state, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
-    result: fromStored(r.result), errorCode: r.error_code, errorReason: r.error_reason,
+    result: r.result === null ? undefined : fromStored(r.result), ...(r.result_bytes === undefined ? {} : { resultBytes: r.result_bytes }),
+    errorCode: r.error_code, errorReason: r.error_reason,
     partitionsDone: r.partitions_done, resumes: r.resumes,
   };
 }

@@ -31,8 +31,13 @@ export interface JournalJob extends JournalJobInput {
   startedAt: number | null;
   /** When it ended ({@link Journal.finish}), or `null`. */
   finishedAt: number | null;
-  /** The result of a `done` job; `null` otherwise. */
+  /**
+   * The result of a `done` job; `null` otherwise. `undefined` where a read for a view
+   * ({@link Journal.view}, {@link Journal.list}) left out a result over VIEW_RESULT_MAX_BYTES.
+   */
   result: unknown;
+  /** The stored result's size in bytes (its JSON text, or its bytes), as the journal read it. */
+  resultBytes?: number;
   /** The error code of a `failed` or `cancelled` job; `null` otherwise. */
   errorCode: string | null;
   /** The reason of a `failed` or `cancelled` job; `null` otherwise. */

@@ -14,7 +14,7 @@ import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, sta
 import { dirname, join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integrity.js';
-import { canonical, fromRow, fromStored, JOB_STATES, PRIORITIES, SCHEMA, SCHEMA_VERSION, STATE_LIST, toJson, toStored, UNFINISHED, type JobRow } from './journal-schema.js';
+import { canonical, fromRow, fromStored, JOB_STATES, PRIORITIES, SCHEMA, SCHEMA_VERSION, STATE_LIST, toJson, toStored, UNFINISHED, VIEW_COLUMNS, type JobRow } from './journal-schema.js';
 import { JournalError, type JobState, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
 
 export { ignoreFull, isJournalError, JournalError, type JobState, type JournalErrorCode, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
@@ -22,7 +22,8 @@ export { ignoreFull, isJournalError, JournalError, type JobState, type JournalEr
 /** The prepared statements of a journal, created once at open. */
 function prepareStatements(db: Database.Database) {
   return {
-    get: db.prepare<[string], JobRow>('SELECT * FROM jobs WHERE id = ?'),
+    get: db.prepare<[string], JobRow>('SELECT *, octet_length(result) AS result_bytes FROM jobs WHERE id = ?'),
+    view: db.prepare<[string], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs WHERE id = ?`),
     insert: db.prepare(`INSERT INTO jobs (id, kind, priority, partitions, input, deadline, body_hash, state, submitted_at)
       VALUES (@id, @kind, @priority, @partitions, @input, @deadline, @bodyHash, 'queued', @now)`),
     markRunning: db.prepare(`UPDATE jobs SET state = 'running', started_at = ? WHERE id = ? AND state = 'queued'`),
@@ -37,8 +38,8 @@ function prepareStatements(db: Database.Database) {
     resumed: db.prepare(`UPDATE jobs SET resumes = resumes + 1 WHERE id = ? AND ${UNFINISHED}`),
     unfinished: db.prepare<[], JobRow>(`SELECT * FROM jobs WHERE ${UNFINISHED} ORDER BY seq`),
     countsByKind: db.prepare<[], { kind: string; state: JobState; n: number }>('SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state ORDER BY kind, state'),
-    recent: db.prepare<[number], JobRow>('SELECT * FROM jobs ORDER BY seq DESC LIMIT ?'),
-    recentIn: db.prepare<[string, number], JobRow>('SELECT * FROM jobs WHERE state IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?'),
+    recent: db.prepare<[number], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs ORDER BY seq DESC LIMIT ?`),
+    recentIn: db.prepare<[string, number], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?`),
     purge: db.prepare(`DELETE FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ?`),
     purgeCounts: db.prepare<[number], { kind: string; state: JobState; n: number }>(`SELECT kind, state, COUNT(*) AS n FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ? GROUP BY kind, state`),
   };
@@ -277,10 +278,10 @@ export class Journal {
     return { job: result.job, created: result.created };
   }
 
-  /** Marks a `queued` job `running`, stamping `startedAt`; a no-op in any other state. */
-  markRunning(id: string): void {
+  /** Marks a `queued` job `running`, stamping `startedAt` (`at`, epoch ms; default now); a no-op in any other state. */
+  markRunning(id: string, at = this.#now()): void {
     const { kind } = this.row(id);
-    if (this.#write(`the start of job ${JSON.stringify(id)}`, () => this.stmts.markRunning.run(this.#now(), id)).changes === 1) {
+    if (this.#write(`the start of job ${JSON.stringify(id)}`, () => this.stmts.markRunning.run(at, id)).changes === 1) {
       this.#change(kind, 'queued', -1);
       this.#change(kind, 'running', 1);
     }
@@ -361,6 +362,12 @@ export class Journal {
     return row && fromRow(row);
   }
 
+  /** The job `id` for a view, or `undefined`: as {@link get}, but a result over VIEW_RESULT_MAX_BYTES is not read (`result` undefined, `resultBytes` its size). */
+  view(id: string): JournalJob | undefined {
+    const row = this.stmts.view.get(id);
+    return row && fromRow(row);
+  }
+
   /** The `queued` and `running` jobs, in submission order: what a restarted daemon resumes. */
   unfinished(): JournalJob[] {
     return this.stmts.unfinished.all().map(fromRow);
@@ -368,7 +375,8 @@ export class Journal {
 
   /**
    * The most recently submitted jobs, newest first: at most `limit` (default 50), only those in
-   * one of `states` when given (an empty list matches none).
+   * one of `states` when given (an empty list matches none). Read for views: a result over
+   * VIEW_RESULT_MAX_BYTES is not read (as {@link view}).
    * @throws {JournalError} `E_JOURNAL_BAD_INPUT` when `limit` is not a whole number ≥ 0 or a state is unknown.
    */
   list(options: { limit?: number; states?: readonly JobState[] } = {}): JournalJob[] {

@@ -5,6 +5,7 @@
 import type { Engine, PartitionState } from '../core/index.js';
 import { jobView, type JobView } from './api.js';
 import type { JournalJob } from './journal.js';
+import { VIEW_RESULT_MAX_BYTES } from './journal-schema.js';
 import { countPartitions, isFinal, STATES_PAGE_MAX, type PartitionCounts, type StatesPage } from './progress.js';
 
 /** What a view reads of the engine: a live job's counts and states by engine partition. */
@@ -15,7 +16,7 @@ export type LiveJobs = Pick<Engine, 'jobCounts' | 'jobStates'>;
  * (null: the same partition; undefined: not running here); `maxStates`: the most partitions whose
  * states it lists (more: counts only); `page`: which partitions' states to give.
  */
-export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }, doneUnrecorded = false): JobView {
+export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }, doneUnrecorded = false, full = false): JobView {
   // Every partition done here, its end (and outputs) waiting for a full journal: the journal's
   // counts read as most of them queued again, beside a status that counted them complete.
   const partitions = doneUnrecorded && !isFinal(j.state) ? { partitionStates: null, partitionCounts: { ...countPartitions([]), done: j.partitions } } : partitionsOf(j, engine, run, maxStates, page);
@@ -32,15 +33,26 @@ export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly numb
     partitionsDone: j.partitionsDone,
     ...partitions,
     resumes: j.resumes,
-    result: resultFields(j.result),
+    result: resultFields(j, full),
     error: j.errorCode === null ? null : { code: j.errorCode, reason: j.errorReason ?? '' },
   });
 }
 
-/** A result for a view: JSON as it is, bytes as base64 with `resultEncoding`. */
-function resultFields(result: unknown): { result: unknown; resultEncoding?: 'base64' } {
+/**
+ * A result for a view: JSON as it is, bytes as base64 with `resultEncoding`; one over
+ * VIEW_RESULT_MAX_BYTES as stored only by its size (`resultOmittedBytes`) unless `full` (GET …/result).
+ */
+function resultFields(j: JournalJob, full: boolean): { result: unknown; resultEncoding?: 'base64'; resultOmittedBytes?: number } {
+  const { result } = j;
+  const bytes = j.resultBytes ?? storedBytes(result);
+  if (!full && (result === undefined || bytes > VIEW_RESULT_MAX_BYTES)) return { result: null, resultOmittedBytes: bytes };
   if (result instanceof Uint8Array) return { result: Buffer.from(result.buffer, result.byteOffset, result.byteLength).toString('base64'), resultEncoding: 'base64' };
   return { result: result ?? null };
+}
+
+/** A result's size as the journal stores it (an end not yet journaled: a full disk). */
+function storedBytes(result: unknown): number {
+  return result instanceof Uint8Array ? result.byteLength : Buffer.byteLength(JSON.stringify(result) ?? 'null');
 }
 
 /** The job's partitions by stage, and each one's state where they are few enough (none for an ended job). */

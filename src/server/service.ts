@@ -332,10 +332,15 @@ export class Service {
     return parseSubmission(raw, this.kinds, elsewhere);
   }
 
-  /** The job, or undefined when unknown (or purged); `page`: which partitions' states to give (default the first 100,000). */
-  job(id: string, page?: StatesPage): JobView | undefined {
-    const j = this.runs.stored(id);
-    return j && this.view(j, Infinity, page);
+  /**
+   * The job, or undefined when unknown (or purged); `page`: which partitions' states to give
+   * (default the first 100,000). A result over VIEW_RESULT_MAX_BYTES is left out (read only by
+   * its size) unless `full`.
+   */
+  job(id: string, page?: StatesPage, full = false): JobView | undefined {
+    const stored = full ? this.journal.get(id) : this.journal.view(id);
+    const j = stored && this.runs.overlay(stored);
+    return j && this.view(j, Infinity, page, full);
   }
 
   /** Recently submitted jobs, newest first (at most `limit`; only those in `states` when given). */
@@ -366,12 +371,12 @@ export class Service {
     return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, jobs, title: 'stoker serve', now: v.now, budgetBytes: this.config.engine.budgetBytes, maxPreparing: this.runtime.engine.snapshot.maxPreparing, targetWaiting: this.config.engine.targetWaiting });
   }
 
-  /** Resolves with the job once it has ended, or after `waitMs` with its state then. */
+  /** Resolves with the job, its result whole, once it has ended, or after `waitMs` with its state then. */
   async wait(id: string, waitMs: number): Promise<JobView | undefined> {
-    const first = this.job(id);
+    const first = this.job(id, undefined, true);
     if (!first || isFinal(first.state) || waitMs <= 0 || this.closing) return first;
     await this.waiters.wait(id, waitMs);
-    return this.job(id);
+    return this.job(id, undefined, true);
   }
 
   /** Cancels a job: withdraws its partitions wherever they are. A finished job cannot be cancelled (409). */
@@ -516,7 +521,7 @@ export class Service {
   }
 
   /** The API's view of a job; `maxStates`: the most partitions whose states it lists (more: counts only). */
-  private view(j: JournalJob, maxStates?: number, page?: StatesPage): JobView {
-    return localJobView(j, this.runtime.engine, this.runs.live(j.id), maxStates, page, this.runs.doneUnrecorded(j.id));
+  private view(j: JournalJob, maxStates?: number, page?: StatesPage, full = false): JobView {
+    return localJobView(j, this.runtime.engine, this.runs.live(j.id), maxStates, page, this.runs.doneUnrecorded(j.id), full);
   }
 }

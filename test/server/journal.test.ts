@@ -58,7 +58,7 @@ describe('Journal', () => {
     const expected = {
       id: 'a', kind: 'ntt-proof', priority: 'high', partitions: 3, input: { log2: 18, seed: [1, 2] },
       deadline: 2_000_000, bodyHash: Journal.hash(job('a', { deadline: 2_000_000, priority: 'high' })),
-      state: 'queued', submittedAt: 1_000_000, startedAt: null, finishedAt: null, result: null,
+      state: 'queued', submittedAt: 1_000_000, startedAt: null, finishedAt: null, result: null, resultBytes: 4,
       errorCode: null, errorReason: null, partitionsDone: 0, resumes: 0,
     };
     expect(got).toEqual(expected);

@@ -113,6 +113,40 @@ describe('a kind module with a thread device', () => {
     expect(json.body.detail).toMatch(/JSON value, not bytes: ask with Accept: application\/json/);
   });
 
+  it('leaves a result over 1 MiB out of job views, lists and the end event (by its size); GET …/result and wait -o give it whole', async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 'big-bytes', kind: 'probe', input: { items: 4, mode: 'large' } });
+    await http(server.url, 'POST', '/v1/jobs', { id: 'big-json', kind: 'probe', input: { items: 4, mode: 'large-json' } });
+    const bytes = await http(server.url, 'GET', '/v1/jobs/big-bytes/result?wait=20s');
+    expect(bytes.body).toMatchObject({ state: 'done', resultEncoding: 'base64' });
+    expect(Buffer.from(bytes.body.result as string, 'base64')).toEqual(Buffer.concat([0, 1, 2, 3].map((p) => Buffer.alloc(300_000, p))));
+    const json = await http(server.url, 'GET', '/v1/jobs/big-json/result?wait=20s');
+    expect((json.body.result as string[]).map((s) => s.length)).toEqual([300_000, 300_000, 300_000, 300_000]);
+    // Views and lists: the size, no result (JSON text: 4 × 300,002 characters, the commas and brackets).
+    const view = await http(server.url, 'GET', '/v1/jobs/big-bytes');
+    expect(view.body).toMatchObject({ state: 'done', result: null, resultOmittedBytes: 1_200_000 });
+    expect(view.body).not.toHaveProperty('resultEncoding');
+    expect((await http(server.url, 'GET', '/v1/jobs/big-json')).body).toMatchObject({ result: null, resultOmittedBytes: 4 * 300_002 + 5 });
+    const list = await http(server.url, 'GET', '/v1/jobs?limit=1000');
+    const listed = (list.body as { id: string; result: unknown; resultOmittedBytes?: number }[]).filter((j) => j.id.startsWith('big-'));
+    expect(listed.map((j) => [j.id, j.result, j.resultOmittedBytes])).toEqual([['big-json', null, 4 * 300_002 + 5], ['big-bytes', null, 1_200_000]]);
+    expect(JSON.stringify(list.body).length).toBeLessThan(200_000);
+    // The job's event stream of an ended job: progress, then end with its view, and it closes.
+    const stream = await (await fetch(new URL('/v1/jobs/big-json/events', server.url))).text();
+    const end = stream.split('\n\n').find((b) => b.includes('event: end'));
+    expect(JSON.parse(end?.split('\n').find((l) => l.startsWith('data: '))?.slice(6) ?? 'null')).toMatchObject({ type: 'end', job: { result: null, resultOmittedBytes: 4 * 300_002 + 5 } });
+    // A smaller result stays in the view.
+    await http(server.url, 'POST', '/v1/jobs', { id: 'small-bytes', kind: 'probe', input: { items: 2, mode: 'bytes' } });
+    await http(server.url, 'GET', '/v1/jobs/small-bytes/result?wait=20s');
+    expect((await http(server.url, 'GET', '/v1/jobs/small-bytes')).body).toMatchObject({ resultEncoding: 'base64', result: Buffer.from([0, 1, 2, 1, 2, 3]).toString('base64') });
+    // stoker wait -o: the bytes to the file, the answer without them.
+    const out = path.join(dir, 'big.bin');
+    const w = await run(['wait', 'big-bytes', '--server', server.url, '-o', out]);
+    expect(w.code, w.stderr).toBe(0);
+    expect(fs.readFileSync(out)).toEqual(Buffer.from(bytes.body.result as string, 'base64'));
+    expect(w.stderr).toBe(`wrote ${out}: 1200000 bytes (the result's bytes)\n`);
+    expect(JSON.parse(w.stdout)).toMatchObject({ id: 'big-bytes', state: 'done', result: null, resultOmittedBytes: 1_200_000 });
+  });
+
   it('keeps a bytes output that is a view of the pooled buffer as it was (the buffer is reused)', async () => {
     await http(server.url, 'POST', '/v1/jobs', { id: 'v1', kind: 'probe', input: { items: 6, mode: 'view' } });
     const r = await http(server.url, 'GET', '/v1/jobs/v1/result?wait=20s');
