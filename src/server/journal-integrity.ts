@@ -2,15 +2,57 @@ import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, openSync, re
 import type Database from 'better-sqlite3';
 import { JournalError } from './journal-types.js';
 
-/** A WAL file starts with one of these magic numbers (big-endian), then the format version 3007000. */
+/**
+ * A WAL file starts with a 32-byte header (https://www.sqlite.org/fileformat2.html#walformat), all
+ * big-endian: the magic (0x377f0682, or 0x377f0683 whose low bit says the checksums are computed
+ * on big-endian words rather than little-endian ones), the format version 3007000, the page size,
+ * the checkpoint sequence, two salts, and a checksum of bytes 0–23.
+ */
 const WAL_MAGIC = new Set([0x377f0682, 0x377f0683]);
+const WAL_VERSION = 3007000;
 const WAL_HEADER_BYTES = 32;
 /** The high-water mark: the seq of the last acknowledged job, as 20 digits and a newline, beside the journal. */
 const MARK_BYTES = 21;
 
 /**
- * Before SQLite opens the file: a WAL whose header is not a WAL header holds transactions SQLite
- * would drop without a word (jobs that were acknowledged). Refuse, and say how to go on.
+ * SQLite's WAL checksum over `data` (a multiple of 8 bytes), from the initial pair (0, 0 for the
+ * header): for each pair of 32-bit words x0, x1, s0 += x0 + s1 and s1 += x1 + s0, modulo 2^32.
+ */
+function walChecksum(data: Buffer, bigEndian: boolean, s0 = 0, s1 = 0): [number, number] {
+  for (let i = 0; i + 8 <= data.length; i += 8) {
+    const x0 = bigEndian ? data.readUInt32BE(i) : data.readUInt32LE(i);
+    const x1 = bigEndian ? data.readUInt32BE(i + 4) : data.readUInt32LE(i + 4);
+    s0 = (s0 + x0 + s1) >>> 0;
+    s1 = (s1 + x1 + s0) >>> 0;
+  }
+  return [s0, s1];
+}
+
+/** What is wrong with a WAL header, or undefined when it is one SQLite would replay. */
+function walHeaderProblem(head: Buffer): string | undefined {
+  const magic = head.readUInt32BE(0);
+  if (!WAL_MAGIC.has(magic)) return `its header is not a SQLite WAL header (magic 0x${magic.toString(16).padStart(8, '0')})`;
+  const version = head.readUInt32BE(4);
+  if (version !== WAL_VERSION) return `its header is not a SQLite WAL header (format version ${version}, not ${WAL_VERSION})`;
+  const page = head.readUInt32BE(8);
+  if (page < 512 || page > 65536 || (page & (page - 1)) !== 0) return `its header's page size ${page} is not a power of two from 512 to 65536`;
+  const [c0, c1] = walChecksum(head.subarray(0, 24), (magic & 1) === 1);
+  if (c0 !== head.readUInt32BE(24) || c1 !== head.readUInt32BE(28)) return `its header's checksum does not match the header (bytes 0–23)`;
+  return undefined;
+}
+
+/**
+ * Before SQLite opens the file (which it must not, not even to create the -shm: opening the
+ * database resets a WAL whose header it rejects): a WAL whose header SQLite would reject holds
+ * transactions it would drop without a word (jobs that were acknowledged). Refuse, and say how to
+ * go on, leaving the file as it is.
+ *
+ * Only the header is checked strictly: the magic, the format version, the page size and the
+ * header's checksum. The frames are not: SQLite replays frames up to the first whose salt or
+ * checksum does not match, and a torn last frame is what a crash in the middle of a write leaves
+ * (a transaction that never committed, so never acknowledged: synchronous = FULL syncs before 202).
+ * A frame damaged further back loses acknowledged jobs too; the high-water mark (checkIntegrity)
+ * is what catches that, after the open.
  */
 export function checkWal(path: string): void {
   const wal = `${path}-wal`;
@@ -25,8 +67,9 @@ export function checkWal(path: string): void {
     if (size === 0) return;
     const head = Buffer.alloc(WAL_HEADER_BYTES);
     const n = readSync(fd, head, 0, WAL_HEADER_BYTES, 0);
-    if (n === WAL_HEADER_BYTES && WAL_MAGIC.has(head.readUInt32BE(0)) && head.readUInt32BE(4) === 3007000) return;
-    throw new JournalError('E_JOURNAL_DAMAGED', `the journal's write-ahead log ${wal} (${size} bytes) is damaged: its header is not a SQLite WAL header, so SQLite would drop the jobs acknowledged since the last checkpoint without a word. Keep a copy of the data dir; to start with what ${path} holds, and lose those jobs, move ${wal} away`);
+    const problem = n === WAL_HEADER_BYTES ? walHeaderProblem(head) : `it is shorter than a SQLite WAL header (${WAL_HEADER_BYTES} bytes)`;
+    if (problem === undefined) return;
+    throw new JournalError('E_JOURNAL_DAMAGED', `the journal's write-ahead log ${wal} (${size} bytes) is damaged: ${problem}, so SQLite would drop the jobs acknowledged since the last checkpoint without a word, resetting the WAL as it opens the database. Nothing was opened: the WAL is as it was. Keep a copy of the data dir (the WAL may be recoverable); to start with what ${path} holds, and lose those jobs, move ${wal} away`);
   } finally {
     closeSync(fd);
   }

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { Journal } from '../../src/server/journal.js';
+import { Journal, JournalError, type JournalJobInput } from '../../src/server/journal.js';
 import { CLI, http, removeDir, startServer, tempDataDir } from './helpers.js';
 
 function serveOnce(dir: string): Promise<{ code: number | null; out: string }> {
@@ -26,7 +26,98 @@ function serveOnce(dir: string): Promise<{ code: number | null; out: string }> {
   });
 }
 
+function job(id: string): JournalJobInput {
+  return { id, kind: 'sleep', priority: 'normal', partitions: 1, input: { prepareMs: 600_000 }, deadline: null };
+}
+
+/**
+ * A data dir as kill -9 leaves it: the files copied while the journal that wrote `ids` is still
+ * open (no close, so no checkpoint: the jobs are committed frames of the WAL only). `markAfter`:
+ * copy the mark as it was after that many jobs (a crash in the middle of the next write).
+ */
+function crashedCopy(ids: string[], markAfter = ids.length): string {
+  const src = tempDataDir();
+  const copy = tempDataDir();
+  const j = Journal.open(src);
+  try {
+    let mark = '';
+    ids.forEach((id, i) => {
+      j.insert(job(id));
+      if (i + 1 === markAfter) mark = fs.readFileSync(path.join(src, 'stoker.db.mark'), 'utf8');
+    });
+    for (const f of fs.readdirSync(src)) fs.copyFileSync(path.join(src, f), path.join(copy, f));
+    fs.writeFileSync(path.join(copy, 'stoker.db.mark'), mark);
+  } finally {
+    j.close();
+    removeDir(src);
+  }
+  return copy;
+}
+
+/** Every file of `dir`, by name, as bytes. */
+function snapshot(dir: string): Map<string, Buffer> {
+  return new Map(fs.readdirSync(dir).sort().map((f) => [f, fs.readFileSync(path.join(dir, f))]));
+}
+
 describe('journal integrity at start', () => {
+  it.each([
+    [8, "its header's page size 16909060 is not a power of two from 512 to 65536"],
+    [16, "its header's checksum does not match the header (bytes 0–23)"],
+    [24, "its header's checksum does not match the header (bytes 0–23)"],
+  ])('refuses a WAL whose header is damaged at byte %i before the database is opened, and leaves the WAL byte for byte as it was', (offset, what) => {
+    const crashed = crashedCopy(Array.from({ length: 20 }, (_, i) => `d-${i}`));
+    // With the mark (the failed open used to reset the WAL, then say the jobs were gone) and without (it started with none).
+    for (const keepMark of [true, false]) {
+      const dir = tempDataDir();
+      try {
+        for (const f of fs.readdirSync(crashed)) if (keepMark || f !== 'stoker.db.mark') fs.copyFileSync(path.join(crashed, f), path.join(dir, f));
+        const wal = path.join(dir, 'stoker.db-wal');
+        expect(fs.statSync(wal).size).toBeGreaterThan(32 + 20 * 4096);
+        const fd = fs.openSync(wal, 'r+');
+        fs.writeSync(fd, Buffer.from([1, 2, 3, 4]), 0, 4, offset);
+        fs.closeSync(fd);
+        const before = snapshot(dir);
+
+        let err: unknown;
+        try {
+          Journal.open(dir).close();
+        } catch (e) {
+          err = e;
+        }
+        expect(err).toBeInstanceOf(JournalError);
+        expect((err as JournalError).code).toBe('E_JOURNAL_DAMAGED');
+        const message = (err as JournalError).message;
+        expect(message).toContain(`the journal's write-ahead log ${wal} (${before.get('stoker.db-wal')?.length} bytes) is damaged: ${what}`);
+        expect(message).toContain('Keep a copy of the data dir');
+        expect(message).toContain(`move ${wal} away`);
+        // Nothing opened the database: no file changed, none was made (no -shm), the WAL is intact.
+        expect(snapshot(dir)).toEqual(before);
+      } finally {
+        removeDir(dir);
+      }
+    }
+    removeDir(crashed);
+  });
+
+  it('opens a WAL whose last frame is torn (a crash in the middle of a write), keeping the jobs of the complete frames', () => {
+    // 10 jobs acknowledged (the mark says 10); the crash tore the write of the 11th.
+    const dir = crashedCopy(Array.from({ length: 11 }, (_, i) => `t-${i}`), 10);
+    try {
+      const wal = path.join(dir, 'stoker.db-wal');
+      fs.truncateSync(wal, fs.statSync(wal).size - 3);
+      const j = Journal.open(dir);
+      try {
+        expect(j.unfinished().map((x) => x.id)).toEqual(Array.from({ length: 10 }, (_, i) => `t-${i}`));
+        expect(j.get('t-10')).toBeUndefined();
+      } finally {
+        j.close();
+      }
+    } finally {
+      removeDir(dir);
+    }
+  });
+
+
   it('refuses a garbled WAL, then a journal behind its acknowledged jobs, and starts once the operator accepts the loss', async () => {
     const dir = tempDataDir();
     try {
