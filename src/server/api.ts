@@ -103,7 +103,7 @@ export const Problem = z.object({
   title: z.string(),
   status: z.number().int(),
   detail: z.string().meta({ description: 'What was wrong and how to fix it' }),
-  errors: z.array(z.object({ path: z.string(), message: z.string() })).optional().meta({ description: 'Each invalid field (400)' }),
+  errors: z.array(z.object({ path: z.string(), message: z.string() })).optional().meta({ description: 'Each invalid field (400): the first 20, then one entry with path "" counting the rest' }),
 });
 
 const Counts = z.object({ queued: z.number(), preparing: z.number(), waiting: z.number(), 'on-device': z.number() });

@@ -16,6 +16,27 @@ export class ServiceError extends Error {
   }
 }
 
+/** At most this many errors are listed in an invalid job's 400 (in `detail` and in `errors`); a last line counts the rest. */
+export const MAX_LISTED_ERRORS = 20;
+
+/** The most characters of a client's value (a key, a kind) that an error message quotes. */
+export const MAX_QUOTED_CHARS = 100;
+
+/** The text, cut to `max` characters with "…" when longer (never between the halves of a surrogate pair). */
+export function clip(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const end = /[\uD800-\uDBFF]/.test(text.charAt(max - 1)) ? max - 1 : max;
+  return `${text.slice(0, end)}…`;
+}
+
+/**
+ * A client's string as an error message quotes it: JSON, its first MAX_QUOTED_CHARS characters
+ * and "…" when longer. (A 900 KB kind name was quoted whole, twice, in a 1.8 MB reply.)
+ */
+export function quoted(value: string): string {
+  return JSON.stringify(clip(value, MAX_QUOTED_CHARS));
+}
+
 /** Refuses a new job whose deadline has already passed (a retry of an accepted job is not new: it answers as before). */
 export function refusePastDeadline(deadline: number | null): void {
   if (deadline === null || deadline > Date.now()) return;

@@ -7,7 +7,7 @@ import type { Engine, PartitionMemory } from '../core/index.js';
 import { AdmissionGate } from './admission.js';
 import type { JobView } from './api.js';
 import type { ServerConfig } from './config.js';
-import { conflict, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from './errors.js';
+import { conflict, quoted, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from './errors.js';
 import type { GroupCommit } from './group-commit.js';
 import { isJournalError, Journal, type JournalJob, type JournalJobInput } from './journal.js';
 import type { LoadedKind } from './kind-module.js';
@@ -77,7 +77,7 @@ export class Intake {
   submitRecord(record: JournalJobInput, recorded: ReadonlyMap<number, unknown>): Submitted {
     if (this.p.closing()) throw shuttingDown();
     const kind = this.p.kinds.get(record.kind);
-    if (!kind) throw invalid([{ path: 'kind', message: `kind ${JSON.stringify(record.kind)} is not loaded on this server: use one of ${[...this.p.kinds.keys()].join(', ')}` }]);
+    if (!kind) throw invalid([{ path: 'kind', message: `kind ${quoted(record.kind)} is not loaded on this server: use one of ${[...this.p.kinds.keys()].join(', ')}` }]);
     const { memory, ...checked } = checkedByKind(kind, record.input, record.partitions);
     return this.insertNow(this.admit({ ...record, ...checked }, true, memory), recorded);
   }

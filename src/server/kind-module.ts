@@ -13,6 +13,7 @@ import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { kindExports } from '../runtime/threads/protocol.js';
 import { syntaxErrorAt } from '../runtime/module-syntax.js';
 import { levenshtein } from '../core/suggest.js';
+import { quoted } from './errors.js';
 
 /** A JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -280,7 +281,7 @@ function describeIssue(e: ErrorObject): InputIssue {
   const desc = (e.parentSchema as { description?: unknown } | undefined)?.description;
   switch (e.keyword) {
     case 'additionalProperties':
-      return { path: at(String(p['additionalProperty'])), message: `unknown field ${JSON.stringify(p['additionalProperty'])}: remove it (GET /v1/kinds describes each kind's input)` };
+      return { path: at(String(p['additionalProperty'])), message: `unknown field ${quoted(String(p['additionalProperty']))}: remove it (GET /v1/kinds describes each kind's input)` };
     case 'required':
       return { path: at(String(p['missingProperty'])), message: `${String(p['missingProperty'])} is required` };
     case 'type': {

@@ -79,7 +79,7 @@ function base(maxWaitS: number): object {
           responses: {
             '202': { ...json('Accepted and journaled', { $ref: '#/components/schemas/Job' }), headers: { Location: { description: 'The job: /v1/jobs/{id}', schema: { type: 'string' } } } },
             '200': { ...json('The same id and body were submitted before: that job', { $ref: '#/components/schemas/Job' }), headers: { Location: { description: 'The job: /v1/jobs/{id}', schema: { type: 'string' } } } },
-            '400': problemResponse('Invalid body: `errors` lists each field'),
+            '400': problemResponse('Invalid body: `errors` names each field (the first 20, then a count of the rest)'),
             '409': problemResponse('The id exists with a different body'),
             '413': problemResponse('Body over server.bodyLimitBytes'),
             '415': problemResponse('A body that is not application/json'),

@@ -330,6 +330,37 @@ describe('stoker serve (shared server)', () => {
       expect(total(after)).toBe(total(before));
     });
 
+    it('answers a body of 50,000 unknown keys with a bounded 400: the first 20 named, the rest counted', async () => {
+      // (Each error was listed, twice: a 12.6 MB reply to 60,000 keys, built in quadratic time while the server answered nothing else.)
+      type Listed = { path: string; message: string }[];
+      const keys = (prefix: string, n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`${prefix}${i}`, i]));
+      const bounded = (r: Reply): Listed => {
+        expectProblem(r, 400, 'invalid-job');
+        expect(Buffer.byteLength(JSON.stringify(r.body))).toBeLessThan(16_384);
+        return r.body.errors as Listed;
+      };
+      const first20 = (prefix: string) => Array.from({ length: 20 }, (_, i) => `${prefix}${i}`);
+      // Unknown keys of the input: the sleep kind's JSON Schema has additionalProperties: false.
+      const input = await submit(url, { kind: 'sleep', partitions: 1, input: keys('k', 50_000) });
+      const inInput = bounded(input);
+      expect(inInput.slice(0, 20).map((e) => e.path)).toEqual(first20('input.k'));
+      expect(inInput[0]?.message).toMatch(/^unknown field "k0": remove it/);
+      expect(inInput.slice(20)).toEqual([{ path: '', message: 'and 49980 more errors not listed, all of them unknown fields (50000 in all; the first 20 are listed)' }]);
+      expect(input.body.detail).toMatch(/^input\.k0: unknown field "k0": remove it .*; input\.k19: .*; and 49980 more errors not listed, all of them unknown fields \(50000 in all; the first 20 are listed\)$/);
+      // Unknown keys of the body, beside a bad field: every problem counts, the first listed first.
+      const top = await submit(url, { kind: 'sleep', partitions: 0, ...keys('x', 50_000) });
+      const atTop = bounded(top);
+      expect(atTop.slice(0, 20).map((e) => e.path)).toEqual(['partitions', ...first20('x').slice(0, 19)]);
+      expect(atTop[1]?.message).toBe('unknown field "x0": the fields are id, kind, priority, partitions, input, deadline');
+      expect(atTop.at(-1)).toEqual({ path: '', message: 'and 49981 more errors not listed, all of them unknown fields (50001 in all; the first 20 are listed)' });
+      expect(top.body.detail).toContain('; and 49981 more errors not listed');
+      // A long value is quoted cut, not echoed whole (a 900 KB kind was, twice).
+      const kind = await submit(url, { kind: 'k'.repeat(900_000), partitions: 1 });
+      expect(bounded(kind)).toEqual([{ path: 'kind', message: `unknown kind "${'k'.repeat(100)}…": use one of ntt-proof, sleep` }]);
+      const long = await submit(url, { kind: 'sleep', partitions: 1, input: { ['y'.repeat(5000)]: 1 } });
+      expect(bounded(long)).toEqual([{ path: `input.${'y'.repeat(194)}…`, message: `unknown field "${'y'.repeat(100)}…": remove it (GET /v1/kinds describes each kind's input)` }]);
+    });
+
     it('answers malformed JSON with a 400 bad-request problem', async () => {
       for (const text of ['{"kind": "sleep", ', 'not json', '{"kind":"sleep","partitions":1}}']) {
         const r = await http(url, 'POST', '/v1/jobs', text);
