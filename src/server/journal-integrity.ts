@@ -88,13 +88,23 @@ export function checkIntegrity(db: Database.Database, path: string): void {
   }
 }
 
+/**
+ * The acknowledged high-water mark; 0 where there is none (no file, or one never written: empty,
+ * or the zeros it is made with). Anything else that is not a job number refuses: read as 0, a
+ * damaged mark was written over with the file's own and the check was off without a word.
+ */
 function readMark(file: string): number {
+  let text: string;
   try {
-    const n = Number(readFileSync(file, 'utf8').trim());
-    return Number.isSafeInteger(n) && n > 0 ? n : 0;
-  } catch {
-    return 0;
+    text = readFileSync(file, 'latin1');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+    throw new JournalError('E_JOURNAL_DAMAGED', `the journal's high-water mark ${file} cannot be read (${(e as NodeJS.ErrnoException).code ?? String(e)}): without it the journal cannot tell whether accepted jobs are gone. Make it readable; or, to start without that check (a new mark is written), move it away`);
   }
+  if (/^\0*$/.test(text)) return 0;
+  const n = /^\d{1,20}\n?$/.test(text) ? Number(text.trim()) : NaN;
+  if (Number.isSafeInteger(n)) return n;
+  throw new JournalError('E_JOURNAL_DAMAGED', `the journal's high-water mark ${file} is damaged (it holds ${JSON.stringify(text.slice(0, 40))}, not a job number): the journal cannot tell whether accepted jobs are gone. Keep a copy of the data dir; to start with what the journal holds (a new mark is written), move ${file} away`);
 }
 
 /**

@@ -99,6 +99,26 @@ describe('journal integrity at start', () => {
     removeDir(crashed);
   });
 
+  it('refuses a high-water mark that is not a job number (read as none, it was written over and the check was off); an empty or zeroed one is none', () => {
+    for (const [mark, refused] of [['xyz\n', true], ['99999999999999999999\n', true], ['9007199254740993\n', true], ['', false], ['\0'.repeat(21), false], ['00000000000000000003\n', false]] as const) {
+      const dir = crashedCopy(['m-0', 'm-1', 'm-2']);
+      try {
+        fs.writeFileSync(path.join(dir, 'stoker.db.mark'), mark);
+        if (refused) {
+          expect(() => Journal.open(dir), JSON.stringify(mark)).toThrow(/high-water mark .*stoker\.db\.mark is damaged \(it holds ".*", not a job number\): the journal cannot tell whether accepted jobs are gone\. Keep a copy of the data dir; to start with what the journal holds \(a new mark is written\), move .* away/);
+          // (Left as it was: the operator decides.)
+          expect(fs.readFileSync(path.join(dir, 'stoker.db.mark'), 'utf8')).toBe(mark);
+        } else {
+          const j = Journal.open(dir);
+          expect(j.unfinished()).toHaveLength(3);
+          j.close();
+        }
+      } finally {
+        removeDir(dir);
+      }
+    }
+  });
+
   it('opens a WAL whose last frame is torn (a crash in the middle of a write), keeping the jobs of the complete frames', () => {
     // 10 jobs acknowledged (the mark says 10); the crash tore the write of the 11th.
     const dir = crashedCopy(Array.from({ length: 11 }, (_, i) => `t-${i}`), 10);
