@@ -33,7 +33,8 @@ export class PacerMemory {
     configured: Record<string, number>,
     reads?: ReadonlySet<string>,
   ) {
-    this.priors = readPriors(dataDir);
+    let unread: string | undefined;
+    this.priors = readPriors(dataDir, (why) => (unread = why));
     const priorDeviceServiceMs = devices.map((d) => d.config.priorServiceMs ?? this.priors?.devices[d.name]?.serviceMs ?? 0);
     // Each kind's own device time, where the config gives none for the device.
     const priorKindServiceMs = Object.fromEntries(Object.entries(this.priors?.kinds ?? {}).map(([kind, byDevice]) => [kind, devices.map((d) => (d.config.priorServiceMs === undefined ? (byDevice[d.name]?.serviceMs ?? 0) : 0))]));
@@ -41,6 +42,7 @@ export class PacerMemory {
     const given = (k: string) => reads === undefined || reads.has(k) || Object.hasOwn(configured, k);
     const all: PacerOptions = { ...remembered, ...configured, priorDeviceServiceMs, priorKindServiceMs };
     this.pacerOptions = Object.fromEntries(Object.entries(all).filter(([k]) => given(k))) as PacerOptions;
+    this.note = unread;
     if (!given('priorDeviceServiceMs')) return;
     if (priorDeviceServiceMs.some((v) => v > 0) || remembered.priorLatencyMs !== undefined || remembered.priorPrepareLimit !== undefined) {
       this.note = this.said(priorDeviceServiceMs, priorKindServiceMs, remembered);

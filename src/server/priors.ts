@@ -29,15 +29,25 @@ const FILE = 'stoker.priors.json';
 
 const positive = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v > 0;
 
-/** The remembered priors, or undefined when there are none (or the file is not what this server writes). */
-export function readPriors(dataDir: string): Priors | undefined {
+/**
+ * The remembered priors, or undefined when there are none; a file that is not what this server
+ * writes is said to `problem` (it was passed over without a word) and passed over.
+ */
+export function readPriors(dataDir: string, problem: (why: string) => void = () => undefined): Priors | undefined {
+  const file = path.join(dataDir, FILE);
+  const unread = (why: string) => problem(`${file} ${why}: it starts without remembered rates (the file is written anew within 10 s of work)`);
   let raw: unknown;
   try {
-    raw = JSON.parse(fs.readFileSync(path.join(dataDir, FILE), 'utf8'));
-  } catch {
+    raw = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code !== 'ENOENT') unread(code === undefined ? `is not JSON (${(e as Error).message})` : `cannot be read (${code})`);
     return undefined;
   }
-  if (typeof raw !== 'object' || raw === null) return undefined;
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    unread('is not a JSON object');
+    return undefined;
+  }
   const r = raw as Partial<Priors>;
   const byName = (o: unknown) => {
     const out: Record<string, { serviceMs: number }> = {};

@@ -36,8 +36,19 @@ describe('the priors file', () => {
     expect(readPriors(dir)).toEqual(p);
     fs.writeFileSync(path.join(dir, 'stoker.priors.json'), '{"devices": {"default": {"serviceMs": -1}}, "latencyMs": "soon"}');
     expect(readPriors(dir)).toEqual({ devices: {}, savedAt: '' });
+    const said: string[] = [];
     fs.writeFileSync(path.join(dir, 'stoker.priors.json'), 'not json');
-    expect(readPriors(dir)).toBeUndefined();
+    expect(readPriors(dir, (why) => said.push(why))).toBeUndefined();
+    fs.writeFileSync(path.join(dir, 'stoker.priors.json'), '[1, 2]');
+    expect(readPriors(dir, (why) => said.push(why))).toBeUndefined();
+    // (It was passed over without a word.)
+    expect(said).toEqual([
+      expect.stringMatching(/stoker\.priors\.json is not JSON \(.*\): it starts without remembered rates \(the file is written anew within 10 s of work\)$/),
+      expect.stringMatching(/stoker\.priors\.json is not a JSON object: it starts without remembered rates/),
+    ]);
+    fs.rmSync(path.join(dir, 'stoker.priors.json'));
+    expect(readPriors(dir, (why) => said.push(why))).toBeUndefined();
+    expect(said).toHaveLength(2);
   });
 });
 
