@@ -34,11 +34,16 @@ export interface ProcessItem {
   path?: string;
 }
 
-// stdout carries the protocol: from the import on (a console.log before serve() broke the first frame).
+// stdout carries the protocol: from the import on (a console.log before serve() broke the first
+// frame), what the program writes there itself goes to stderr — console.log and friends, and
+// process.stdout.write (a progress line there failed the item: "a malformed frame"). The frames
+// go through the stream's own write.
+const protocolWrite = process.stdout.write.bind(process.stdout);
+process.stdout.write = process.stderr.write.bind(process.stderr) as typeof process.stdout.write;
 for (const m of ['log', 'info', 'debug'] as const) console[m] = console.error;
 
 function write(header: Record<string, unknown>, payload?: Uint8Array): void {
-  for (const b of encodeFrame(header, payload)) process.stdout.write(b);
+  for (const b of encodeFrame(header, payload)) protocolWrite(b);
 }
 
 const isBytes = (v: unknown): v is ArrayBuffer | ArrayBufferView => v instanceof ArrayBuffer || ArrayBuffer.isView(v);

@@ -277,6 +277,9 @@ describe('a Node process device (stoker/worker)', () => {
     const bytes = (await rt.submit(spec('n2'), { mode: 'bytes', bytes: 3 })) as Uint8Array[];
     expect([...(bytes[0] as Uint8Array)]).toEqual([2, 1, 0]);
     await eventually(() => log.some((l) => /^\[device gpu\/[01]\] logged by the node device [01]$/.test(l)), 'the logged line');
+    // process.stdout.write too (it failed the item: "a malformed frame").
+    await expect(rt.submit(spec('n3'), { mode: 'stdout' })).resolves.toMatchObject([{ partition: 0 }]);
+    await eventually(() => log.some((l) => /^\[device gpu\/[01]\] progress of 0: 50%$/.test(l)), 'the written line');
   });
 
   it('an error with retry: false fails its job at once, the retries unspent', async () => {
