@@ -16,6 +16,14 @@ export interface Frame {
 /** A frame that breaks the protocol: the stream cannot be trusted after it. */
 export class FrameError extends Error {
   override readonly name = 'FrameError';
+
+  constructor(
+    message: string,
+    /** A well-formed frame whose payload is over the limit (an output too large): the same item would send it again. */
+    readonly oversize = false,
+  ) {
+    super(message);
+  }
 }
 
 /** The bytes of one frame: `payload` (if any) follows the header, whose payloadBytes is set to its length. */
@@ -55,8 +63,8 @@ export class FrameReader {
         const head = this.peek(4);
         const headerBytes = head.readUInt32BE(0);
         if (headerBytes === 0 || headerBytes > MAX_HEADER_BYTES) {
-          // Text printed to stdout reads as a huge length: show those bytes as text too.
-          const text = /^[\x20-\x7e\t\r\n]{4}$/.test(head.toString('latin1')) ? ` (as text: ${JSON.stringify(head.toString('latin1'))}…)` : '';
+          // Text printed to stdout reads as a huge length: show those bytes as text too (what has come of them, up to 80).
+          const text = /^[\x20-\x7e\t\r\n]{4}$/.test(head.toString('latin1')) ? ` (as text: ${JSON.stringify(this.peek(Math.min(this.buffered, 80)).toString('latin1'))}…)` : '';
           throw new FrameError(`a frame header length of ${headerBytes} bytes${text} (the limit is ${MAX_HEADER_BYTES}): the stream is not stoker frames — is something else writing to stdout?`);
         }
         if (this.buffered < 4 + headerBytes) break;
@@ -72,7 +80,7 @@ export class FrameReader {
         const h = header as Record<string, unknown>;
         const p = h['payloadBytes'] ?? 0;
         if (typeof p !== 'number' || !Number.isSafeInteger(p) || p < 0) throw new FrameError(`payloadBytes must be a whole number ≥ 0, got ${JSON.stringify(p)}`);
-        if (p > this.maxPayloadBytes) throw new FrameError(`a frame payload of ${p} bytes is over the ${this.maxPayloadBytes}-byte limit (device maxFrameBytes)`);
+        if (p > this.maxPayloadBytes) throw new FrameError(`a frame payload of ${p} bytes is over the ${this.maxPayloadBytes}-byte limit: raise [device.process] maxFrameBytes, or return less`, true);
         this.pending = { header: h, payloadBytes: p };
       }
       const { header, payloadBytes } = this.pending;

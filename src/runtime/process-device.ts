@@ -89,6 +89,8 @@ interface Life {
   readyTimer: NodeJS.Timeout;
   /** Why it was ended, when the device ended it (a broken frame, an abort, a timeout). */
   endedBecause?: string;
+  /** Its step would fail the same way again (an output over maxFrameBytes): no retry. */
+  endedFinal?: boolean;
   exited: Promise<void>;
 }
 
@@ -291,7 +293,9 @@ class WorkerProcess {
     try {
       frames = life.reader.push(chunk);
     } catch (e) {
-      return this.end(life, `it wrote a malformed frame: ${(e as FrameError).message}`);
+      // An output over the limit would be sent again: its job fails at once (the stream is lost all the same).
+      const fe = e as FrameError;
+      return this.end(life, fe.oversize ? `it wrote an output over maxFrameBytes: ${fe.message}` : `it wrote a malformed frame: ${fe.message}`, fe.oversize);
     }
     for (const f of frames) {
       if (this.life !== life || life.endedBecause) return;
@@ -381,9 +385,10 @@ class WorkerProcess {
   }
 
   /** Ends a process the device no longer trusts; its exit fails the item it holds and starts it again. */
-  private end(life: Life, why: string): void {
+  private end(life: Life, why: string, final = false): void {
     if (life.endedBecause) return;
     life.endedBecause = why;
+    life.endedFinal = final;
     life.child.kill('SIGKILL');
   }
 
@@ -391,19 +396,19 @@ class WorkerProcess {
     if (this.life !== life) return;
     this.life = undefined;
     const tail = this.stderrTail.length > 0 ? `; its last stderr: ${this.stderrTail.join(' | ')}` : '';
-    const failure = new Error(`${this.label} (${this.o.command}): ${why}${tail}`);
+    const error = failure(`${this.label} (${this.o.command}): ${why}${tail}`, life.endedFinal ? false : undefined);
     const step = this.step;
     this.step = undefined;
     this.dropped();
-    step?.reject(failure);
+    step?.reject(error);
     const wasReady = life.ready;
     this.unready = wasReady ? 0 : this.unready + 1;
     // The steps waiting for a process that ended before it was ready fail with why where every
     // worker's processes keep doing so; otherwise they wait for the next (this worker reported
     // down, the runtime withdraws them for the others).
-    if (!wasReady && this.failingToStart && this.deviceUnready()) for (const w of this.waiting.splice(0)) w.reject(failure);
+    if (!wasReady && this.failingToStart && this.deviceUnready()) for (const w of this.waiting.splice(0)) w.reject(error);
     if (!wasReady) this.changed();
-    this.lastFailure = failure.message;
+    this.lastFailure = error.message;
     if (this.closed) return;
     // A withdrawn step's process was ended on purpose: start the next one at once (whatever the backoff of failures before it).
     const withdrawn = life.endedBecause?.startsWith('the step was withdrawn') === true;
