@@ -14,6 +14,7 @@ import { asBytes } from './bytes.js';
 import { encodeFrame, FrameError, FrameReader, type Frame } from './frames.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
+import { LineLimit } from './line-limit.js';
 import { failure } from './no-retry.js';
 import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
@@ -64,6 +65,9 @@ const UNREADY_FAIL_FAST = 2;
 const MAX_BACKOFF_MS = 30_000;
 /** Lines of a process's stderr kept to explain why it failed. */
 const STDERR_TAIL = 8;
+/** A worker's stderr lines logged per window (the rest counted, and said after): a burst of 20,000 lines flooded the server's log. */
+const STDERR_LINES = 200;
+const STDERR_WINDOW_MS = 10_000;
 /** How long a closing process may take to exit after its stdin ends. */
 const CLOSE_GRACE_MS = 2000;
 
@@ -112,6 +116,9 @@ class WorkerProcess {
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly stderrTail: string[] = [];
   private stderrPartial = '';
+  private readonly stderrLog: LineLimit;
+  /** Says the count of the lines held back once their window is over, where no line comes after. */
+  private stderrFlush: NodeJS.Timeout | undefined;
   private closed = false;
   private nextId = 0;
 
@@ -124,7 +131,9 @@ class WorkerProcess {
     private readonly deviceUnready: () => boolean,
     /** Called when this worker's process says ready or ends before it did (the device re-reads who is down). */
     private readonly changed: () => void = () => undefined,
-  ) {}
+  ) {
+    this.stderrLog = new LineLimit(o.log, STDERR_LINES, STDERR_WINDOW_MS, (n) => `[device ${label}] ${n} more stderr lines in the last ${STDERR_WINDOW_MS / 1000} s were not logged`, () => performance.now());
+  }
 
   /** Whether this worker's processes keep ending before they are ready. */
   get failingToStart(): boolean {
@@ -434,7 +443,13 @@ class WorkerProcess {
   }
 
   private logLine(line: string): void {
-    this.o.log(`[device ${this.label}] ${line}`);
+    this.stderrLog.line(`[device ${this.label}] ${line}`);
+    if (this.stderrLog.holding && !this.stderrFlush) {
+      this.stderrFlush = setTimeout(() => {
+        this.stderrFlush = undefined;
+        this.stderrLog.flush();
+      }, Math.max(0, this.stderrLog.windowEnd - performance.now()) + 1).unref();
+    }
     this.stderrTail.push(line.length > 200 ? `${line.slice(0, 200)}…` : line);
     if (this.stderrTail.length > STDERR_TAIL) this.stderrTail.shift();
   }

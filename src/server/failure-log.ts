@@ -1,4 +1,5 @@
 import type { StepFailure } from '../runtime/index.js';
+import { LineLimit } from '../runtime/line-limit.js';
 
 /** Lines per window, and the window, ms: a device that fails every item must not flood the log. */
 const LINES = 20;
@@ -10,36 +11,20 @@ const WINDOW_MS = 60_000;
  * minute is over.
  */
 export class FailureLog {
-  private windowAt = -Infinity;
-  private lines = 0;
-  private unsaid = 0;
+  private readonly limit: LineLimit;
 
-  constructor(
-    private readonly write: (line: string) => void,
-    private readonly now: () => number = Date.now,
-  ) {}
+  constructor(write: (line: string) => void, now: () => number = Date.now) {
+    this.limit = new LineLimit(write, LINES, WINDOW_MS, (n) => `stoker serve: ${n} more failed steps in that minute were not logged (stoker_step_failures_total counts every one)`, now);
+  }
 
   /** `device`: the device's name, for a device step. */
   failed(f: StepFailure, device: string | undefined): void {
-    const now = this.now();
-    if (now - this.windowAt >= WINDOW_MS) {
-      this.flush();
-      this.windowAt = now;
-      this.lines = 0;
-    }
-    if (this.lines >= LINES) {
-      this.unsaid++;
-      return;
-    }
-    this.lines++;
     const where = f.stage === 'prepare' ? 'in preparation' : `on device ${JSON.stringify(device ?? String(f.device))}${f.worker === undefined ? '' : `/${f.worker}`}`;
-    this.write(`stoker serve: job ${JSON.stringify(f.jobId)} partition ${f.partition} failed ${where} (attempt ${f.attempt}): ${f.reason} — ${f.retried ? 'it is prepared again' : 'its job fails'}`);
+    this.limit.line(`stoker serve: job ${JSON.stringify(f.jobId)} partition ${f.partition} failed ${where} (attempt ${f.attempt}): ${f.reason} — ${f.retried ? 'it is prepared again' : 'its job fails'}`);
   }
 
   /** Says how many failures went unlogged, once their minute is over (call it every second or so: the failures may have stopped). */
   flush(): void {
-    if (this.unsaid === 0 || this.now() - this.windowAt < WINDOW_MS) return;
-    this.write(`stoker serve: ${this.unsaid} more failed steps in that minute were not logged (stoker_step_failures_total counts every one)`);
-    this.unsaid = 0;
+    this.limit.flush();
   }
 }

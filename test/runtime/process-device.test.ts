@@ -157,6 +157,16 @@ setInterval(() => {}, 1000);`;
     expect(rt.engine.budget.used).toBe(0);
   });
 
+  it('a burst of stderr lines is logged up to 200 in 10 s, the rest counted (20,000 lines flooded the server log)', async () => {
+    const { rt, log } = setup({ command: 'python3', args: [PY] });
+    await expect(rt.submit(spec('ch'), { mode: 'chatter' })).resolves.toEqual(['said']);
+    // stderr is its own pipe: wait for the last line to have come (it is counted, not logged).
+    await new Promise((r) => setTimeout(r, 500));
+    const chatter = log.filter((l) => l.startsWith('[device gpu/0] chatter '));
+    expect(chatter).toHaveLength(200);
+    expect(chatter[0]).toBe('[device gpu/0] chatter 0');
+  });
+
   it('print() in the device goes to the log with the worker prefix, not into the protocol', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY] });
     await expect(rt.submit(spec('pr'), { mode: 'print' })).resolves.toEqual(['printed']);
