@@ -59,6 +59,7 @@ export function installAccess(app: FastifyInstance, server: ServerConfig): void 
   const token = server.token === '' ? undefined : digest(server.token);
   app.addHook('onRequest', async (req, reply) => {
     const host = req.headers.host;
+    if (host === undefined && req.raw.httpVersion === '1.1') throw new ServiceError(400, 'bad-request', 'Bad request', 'the request has no Host header: HTTP/1.1 needs one (the server\'s own address)');
     if (host !== undefined && !hosts.has(hostName(host))) {
       throw new ServiceError(421, 'misdirected-request', 'Misdirected request', `this server does not answer for the host ${JSON.stringify(hostName(host))}: use its own address, or add the name to server.allowedHosts`);
     }

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import { createRequire } from 'node:module';
+import type { Socket } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import { MAX_PARTITIONS, type PartitionState } from '../core/index.js';
 import type { JobState } from './journal.js';
@@ -68,6 +69,25 @@ function sendProblem(reply: FastifyReply, p: Omit<Problem, 'type'> & { type: str
     .code(p.status)
     .type('application/problem+json')
     .send({ ...p, type: PROBLEM_BASE + p.type });
+}
+
+/** What Node's HTTP parser refused, as the problem it answers (the connection then closes). */
+const PARSER_PROBLEMS: Record<string, { status: number; title: string; detail: string }> = {
+  HPE_HEADER_OVERFLOW: { status: 431, title: 'Headers too large', detail: 'the request headers are over the 16 KiB Node accepts: send fewer or shorter headers' },
+  HPE_UNEXPECTED_CONTENT_LENGTH: { status: 400, title: 'Bad request', detail: 'the request has both Transfer-Encoding and Content-Length: send one of them' },
+  HPE_INVALID_CONTENT_LENGTH: { status: 400, title: 'Bad request', detail: 'the request\'s Content-Length is not one whole number, or comes beside Transfer-Encoding: send one of them, once' },
+  ERR_HTTP_REQUEST_TIMEOUT: { status: 408, title: 'Request timeout', detail: 'the request did not arrive within server.requestTimeoutS' },
+};
+
+/** Answers a request Node's HTTP parser refused with a problem body, then closes the connection. */
+function clientError(err: Error & { code?: string }, socket: Socket): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const p = PARSER_PROBLEMS[err.code ?? ''] ?? { status: 400, title: 'Bad request', detail: `the request is not well-formed HTTP/1.1 (${err.code ?? err.message})` };
+  const body = JSON.stringify({ type: `${PROBLEM_BASE}bad-request`, ...p });
+  socket.end(`HTTP/1.1 ${p.status} ${http.STATUS_CODES[p.status] ?? ''}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
 }
 
 /** A duration — `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds — in ms; NaN where it is none (the CLI's flags read it too). */
@@ -193,6 +213,8 @@ export function buildApp(service: ApiService): FastifyInstance {
         headersTimeout: Math.min(srv.headersTimeoutS, srv.requestTimeoutS) * 1000,
         keepAliveTimeout: srv.keepAliveTimeoutS * 1000,
         connectionsCheckingInterval: 1000,
+        // (A request without Host is refused by the access check, with a problem body: Node's own 400 had none.)
+        requireHostHeader: false,
       };
       let server: http.Server;
       try {
@@ -211,6 +233,8 @@ export function buildApp(service: ApiService): FastifyInstance {
     // Malformed percent-encoding or an over-long id in the path: a problem body like every error.
     frameworkErrors: (err, _req, reply) =>
       sendProblem(reply, { type: 'bad-url', title: 'Bad URL', status: err.statusCode ?? 400, detail: `${err.message}: percent-encode the path (job ids are at most 200 characters)` }),
+    // A request Node's parser refuses before fastify sees it: a problem body too (it was fastify's own JSON).
+    clientErrorHandler: clientError,
   });
   // Bodies are JSON only: without this, fastify's built-in text/plain parser hands a string to
   // the submit validation (a confusing 400 "expected object") instead of answering 415.
