@@ -17,7 +17,7 @@ import { ConfigError, type ServeConfig } from './config.js';
 import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';
 import type { JobView, ResultView, StatusView, TimelineView } from './api.js';
-import { notFound, ServiceError } from './errors.js';
+import { clip, notFound, ServiceError } from './errors.js';
 import { isFinal, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
 import type { KindView } from './kinds.js';
 import type { ServiceEvent } from './service.js';
@@ -243,7 +243,12 @@ export function buildApp(service: ApiService): FastifyInstance {
   installAccess(app, srv);
   // Request bodies: duplicate keys and __proto__ are refused, naming the key (see strict-json.ts).
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    // A body compressed, or in another charset, read as UTF-8 text was "not valid JSON".
+    const encoding = req.headers['content-encoding']?.trim().toLowerCase();
+    if (encoding && encoding !== 'identity') return done(new ServiceError(415, 'unsupported-media-type', 'Unsupported media type', `a body with Content-Encoding ${clip(encoding, 40)} is not taken: send it uncompressed`), undefined);
+    const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(req.headers['content-type'] ?? '')?.[1]?.toLowerCase();
+    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') return done(new ServiceError(415, 'unsupported-media-type', 'Unsupported media type', `a body in charset ${clip(charset, 40)} is not taken: send JSON as UTF-8`), undefined);
     try {
       done(null, parseStrictJson(body as string));
     } catch (e) {

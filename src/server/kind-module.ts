@@ -338,7 +338,8 @@ function partitionsOf(m: Record<string, unknown>, fail: Fail): LoadedKind['parti
   return (input) => {
     const n = f(input);
     if (typeof n !== 'number' || !Number.isSafeInteger(n)) {
-      throw fail('partitions', `returned ${JSON.stringify(n) ?? String(n)}: it must return a whole number from 1 to ${MAX_PARTITIONS}`);
+      // (JSON would show NaN and Infinity as null.)
+      throw fail('partitions', `returned ${typeof n === 'number' ? String(n) : (JSON.stringify(n) ?? String(n))}: it must return a whole number from 1 to ${MAX_PARTITIONS}`);
     }
     // A whole number out of range is the input's doing (too large or empty a job), not the module's: the client's 400.
     if (n < 1) throw new Error(`it makes ${n} partitions of this input: a job needs at least 1`);

@@ -378,6 +378,15 @@ describe('stoker serve (shared server)', () => {
         expectProblem(r, 415, 'unsupported-media-type');
         expect(r.body.detail).toBe('send the body as application/json');
       }
+      // Compressed, or another charset: said so (read as UTF-8 text, it was "not valid JSON").
+      const { gzipSync } = await import('node:zlib');
+      const gz = await fetch(new URL('/v1/jobs', url), { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, body: gzipSync(JSON.stringify({ kind: 'sleep', partitions: 1 })) });
+      expect(gz.status).toBe(415);
+      expect(((await gz.json()) as { detail: string }).detail).toBe('a body with Content-Encoding gzip is not taken: send it uncompressed');
+      const utf16 = await http(url, 'POST', '/v1/jobs', JSON.stringify({ kind: 'sleep', partitions: 1 }), { 'content-type': 'application/json; charset=utf-16' });
+      expectProblem(utf16, 415, 'unsupported-media-type');
+      expect(utf16.body.detail).toBe('a body in charset utf-16 is not taken: send JSON as UTF-8');
+      expect((await http(url, 'POST', '/v1/jobs', JSON.stringify({ kind: 'sleep', partitions: 1, input: { prepareMs: 1 } }), { 'content-type': 'application/json; charset=UTF-8' })).status).toBe(202);
     });
   });
 

@@ -483,6 +483,8 @@ it('a partitions(input) answer out of range is the input’s 400 (too large or e
     expect(status({ rows: 10_000_000 })).toBe('400 input: kind rows refused the input: it makes 10000000 partitions of this input: more than 1000000, the most one job may have — split the work into several jobs');
     expect(status({ rows: 0 })).toBe('400 input: kind rows refused the input: it makes 0 partitions of this input: a job needs at least 1');
     expect(status({ bad: true })).toMatch(/^500 kind module .*rows-kind\.mjs: export partitions: returned "many": it must return a whole number from 1 to 1000000 — fix the kind module/);
+    // (NaN read as "returned null".)
+    expect(status({ rows: 'x' })).toMatch(/^500 kind module .*: export partitions: returned NaN: it must return/);
     expect(status({ rows: 3 })).toBe('accepted');
   } finally {
     removeDir(dir);
