@@ -154,7 +154,13 @@ function listed(t: object): string {
 
 /** `[server]`: the HTTP server and admission. */
 const SERVER = table<ServerConfig>()({
-  host: { schema: text('a host name or IP address', 'use e.g. "127.0.0.1" (this machine only) or "0.0.0.0" (every interface)'), default: '127.0.0.1', doc: 'address to listen on ("0.0.0.0": every interface)' },
+  host: {
+    schema: (() => {
+      // A name (letters, digits, dots, dashes) or an IP address (IPv6 with its colons, in brackets or not, a zone after %).
+      const e = err('a host name or IP address', 'use e.g. "127.0.0.1" (this machine only) or "0.0.0.0" (every interface)');
+      return z.string(e).regex(/^(\[?[0-9A-Fa-f:.]+(%[\w.-]+)?\]?|[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?)$/, e).optional();
+    })(),
+    default: '127.0.0.1', doc: 'address to listen on ("0.0.0.0": every interface)' },
   port: { schema: int(0, 65535, 'an integer from 0 to 65535', 'use e.g. 7070, or 0 to pick a free port'), default: 7070, doc: 'TCP port, 0–65535 (0 picks a free port)' },
   bodyLimitBytes: { schema: int(1024, undefined, 'an integer ≥ 1024 (bytes)', 'use e.g. 1048576 (1 MiB)'), default: 1_048_576, doc: 'largest request body in bytes (≥ 1024)' },
   maxPendingJobs: { schema: int(1, undefined, 'an integer ≥ 1', 'use e.g. 10000'), default: 10_000, doc: 'unfinished jobs accepted; beyond it submissions get 429' },

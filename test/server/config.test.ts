@@ -398,6 +398,11 @@ describe('kinds and device limits across sources', () => {
     ]);
   });
 
+  it('refuses a host that is no host name or address (it was refused as exposed beyond loopback, naming server.token)', () => {
+    expect(() => loadConfig({ env: {}, flags: { host: 'not a host!' }, cwd: dir })).toThrow(/--host: server\.host: expected a host name or IP address, got "not a host!"/);
+    for (const host of ['127.0.0.1', '::1', '[::]', 'gpu-box_1.internal', 'fe80::1%eth0']) expect(loadConfig({ env: {}, flags: { host }, cwd: dir }).server.host).toBe(host);
+  });
+
   it('refuses timeouts a timer cannot hold', () => {
     expect(() => loadConfig({ file: write('t1.toml', '[device.process]\ncommand = "x"\nreadyTimeoutS = 9999999\n'), env: {}, cwd: dir })).toThrow(/device\.process\.readyTimeoutS: expected a number of seconds > 0, at most 86400, got 9999999/);
     expect(() => loadConfig({ file: write('t2.toml', '[device.http]\nurl = "http://127.0.0.1:1/x"\ntimeoutS = 9999999\n'), env: {}, cwd: dir })).toThrow(/device\.http\.timeoutS: expected a number of seconds > 0 \(at most 86400\) or "none"/);
