@@ -41,7 +41,10 @@ export function removeDir(dir: string): void {
  */
 export function startServer(dataDir: string, args: string[] = [], env: Record<string, string> = {}): Promise<ServerProcess> {
   const child = spawn(process.execPath, [CLI, 'serve', '--host', '127.0.0.1', '--port', '0', '--data', dataDir, ...args], {
-    env: { ...process.env, STOKER_PREPARE_THREADS: '1', ...env },
+    // (Idle keep-alive connections held 60 s, not 5: fetch drops its own a second before the
+    // server's hint, and on a loaded machine its timer came late — it sent on a socket the server
+    // had just closed, "other side closed".)
+    env: { ...process.env, STOKER_PREPARE_THREADS: '1', STOKER_SERVER_KEEP_ALIVE_TIMEOUT_S: '60', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
