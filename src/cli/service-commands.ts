@@ -317,8 +317,9 @@ function writeResult(body: { state: string; result?: unknown; resultEncoding?: s
     throw new UsageError(`cannot write -o ${file}: ${(e as Error).message}`);
   }
   io.err(`wrote ${file}: ${data.length} bytes (${body.resultEncoding === 'base64' ? 'the result\'s bytes' : 'the result as JSON'})\n`);
-  const { resultEncoding: encoding, ...rest } = body;
-  return { ...rest, result: null, resultOmittedBytes: data.length, ...(encoding === undefined ? {} : { resultEncoding: encoding }) };
+  const out: { state: string; result?: unknown; resultEncoding?: string; resultOmittedBytes: number } = { ...body, result: null, resultOmittedBytes: data.length };
+  delete out.resultEncoding;
+  return out;
 }
 
 interface ProgressEvent {

@@ -183,7 +183,8 @@ export class Dispatcher {
       try {
         // Synchronous: the engine's backlog counts it before the pull loop looks again.
         const { job: started } = this.local.submitRecord(r, recorded);
-        ended = isFinal(started.state) ? Promise.resolve(started) : this.localEnd(id);
+        // (Its result whole: a view leaves one over 1 MiB out, and what is stored here is what every node reads.)
+        ended = isFinal(started.state) ? Promise.resolve(this.local.job(id, undefined, true)) : this.localEnd(id);
       } catch (e) {
         const err = e instanceof ServiceError ? e : undefined;
         if (err?.status === 507) {
@@ -293,7 +294,7 @@ export class Dispatcher {
       const onEvent = (e: ServiceEvent) => {
         if (e['id'] !== id || (e.type !== 'job.done' && e.type !== 'job.failed' && e.type !== 'job.cancelled')) return;
         cleanup();
-        resolve(this.local.job(id));
+        resolve(this.local.job(id, undefined, true));
       };
       const onClose = () => {
         cleanup();

@@ -26,7 +26,7 @@ export interface RecoverySources {
   register(): Promise<void>;
   /** Says in Redis that this node runs the jobs it holds (after a data loss, see Dispatcher.markHeld). */
   markHeld(): Promise<void>;
-  local: Pick<Service, 'jobs'>;
+  local: Pick<Service, 'jobs' | 'job'>;
   nodeId: string;
   dataDir: string;
   ttlMs: number;
@@ -162,9 +162,11 @@ export class Recovery {
    */
   private async republish(): Promise<number> {
     let n = 0;
-    for (const v of this.d.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
+    for (const listed of this.d.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
       if (this.d.closing()) return n;
-      if (await this.d.views.find(v.id)) continue;
+      if (await this.d.views.find(listed.id)) continue;
+      // (A list leaves a result over 1 MiB out: what is republished is read whole.)
+      const v = listed.resultOmittedBytes === undefined ? listed : (this.d.local.job(listed.id, undefined, true) ?? listed);
       await this.d.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.d.nodeId }), 'PX', this.d.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.d.ttlMs).zadd(K.resultIndex, Date.now(), v.id).exec();
       n++;
     }

@@ -416,7 +416,7 @@ class WorkerProcess {
     // worker's processes keep doing so; otherwise they wait for the next (this worker reported
     // down, the runtime withdraws them for the others).
     if (!wasReady && this.failingToStart && this.deviceUnready()) for (const w of this.waiting.splice(0)) w.reject(error);
-    if (!wasReady) this.changed();
+    if (!wasReady && !this.closed) this.changed();
     this.lastFailure = error.message;
     if (this.closed) return;
     // A withdrawn step's process was ended on purpose: start the next one at once (whatever the backoff of failures before it).
@@ -512,6 +512,8 @@ export class ProcessDevice implements DeviceRunner {
    */
   watchWorkers(listener: (worker: number, up: boolean) => void): void {
     this.listener = listener;
+    // Those down already (before anyone listened) are told too.
+    this.down.forEach((down, i) => down && listener(i, false));
     this.sync();
   }
 
@@ -523,7 +525,7 @@ export class ProcessDevice implements DeviceRunner {
       if (down === this.down[i]) return;
       this.down[i] = down;
       if (down) this.log(`[device ${this.name}/${i}] its processes keep ending before they are ready: taken out of service (its items go to the other workers) until one is`);
-      else this.log(`[device ${this.name}/${i}] back in service`);
+      else this.log(all ? `[device ${this.name}/${i}] every worker's processes now end before they are ready: its steps fail at once, saying why` : `[device ${this.name}/${i}] back in service`);
       this.listener?.(i, !down);
     });
   }
@@ -557,6 +559,7 @@ export class ProcessDevice implements DeviceRunner {
   }
 
   async close(): Promise<void> {
+    this.listener = undefined;
     await Promise.all(this.workers.map((w) => w.close()));
   }
 }

@@ -1,5 +1,5 @@
 /** Names of request headers, environment variables and URL query parameters whose values are credentials. */
-export const SECRET_NAME = /auth|token|key|secret|cookie|password|passwd|pwd|signature|sig$/i;
+export const SECRET_NAME = /auth|token|key|secret|cookie|password|passwd|pwd|credential|signature|sig$/i;
 
 /**
  * A URL as logs, errors and status answers may show it: a password in it (`redis://:pw@host`)

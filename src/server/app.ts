@@ -81,7 +81,10 @@ const PARSER_PROBLEMS: Record<string, { status: number; title: string; detail: s
 
 /** Answers a request Node's HTTP parser refused with a problem body, then closes the connection. */
 function clientError(err: Error & { code?: string }, socket: Socket): void {
-  if (!socket.writable) {
+  // (A reset connection, or one whose response is under way — a pipelined request, an event
+  // stream —: nothing can be answered on it; as Node's own handler does.)
+  const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+  if (!socket.writable || err.code === 'ECONNRESET' || answering) {
     socket.destroy();
     return;
   }
@@ -248,7 +251,7 @@ export function buildApp(service: ApiService): FastifyInstance {
     const encoding = req.headers['content-encoding']?.trim().toLowerCase();
     if (encoding && encoding !== 'identity') return done(new ServiceError(415, 'unsupported-media-type', 'Unsupported media type', `a body with Content-Encoding ${clip(encoding, 40)} is not taken: send it uncompressed`), undefined);
     const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(req.headers['content-type'] ?? '')?.[1]?.toLowerCase();
-    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') return done(new ServiceError(415, 'unsupported-media-type', 'Unsupported media type', `a body in charset ${clip(charset, 40)} is not taken: send JSON as UTF-8`), undefined);
+    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8' && charset !== 'us-ascii') return done(new ServiceError(415, 'unsupported-media-type', 'Unsupported media type', `a body in charset ${clip(charset, 40)} is not taken: send JSON as UTF-8`), undefined);
     try {
       done(null, parseStrictJson(body as string));
     } catch (e) {

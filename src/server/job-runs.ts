@@ -106,7 +106,6 @@ export class JobRuns {
 
   /** Ends a job in the journal (once the group commit ran, it is announced, or kept for a full disk). */
   end(id: string, outcome: JournalOutcome): void {
-    this.started.delete(id);
     this.runs.delete(id);
     // A finish that settles after shutdown closed the journal: the job stays unfinished there and
     // its finish runs again, from the recorded outputs, on the next start.
@@ -206,6 +205,8 @@ export class JobRuns {
   /** A job's end, once the group commit that journals it ran: announced, or kept for a full disk. */
   private ended(id: string, outcome: JournalOutcome, r: WriteResult<boolean>): void {
     if (r.ok) {
+      // (Until its end is in the journal, a view shows it started: forgotten before, a job read running, queued, done.)
+      this.started.delete(id);
       const job = this.p.journal.get(id);
       if (r.value && job) this.p.announce(job, job.finishedAt ?? Date.now(), outcome);
       return;

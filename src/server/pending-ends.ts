@@ -64,7 +64,11 @@ export class PendingEnds {
     const u = this.recordedElsewhere ? this.ends.get(j.id) : undefined;
     if (!u || isFinal(j.state)) return j;
     const o = u.outcome;
-    return o.state === 'done' ? { ...j, state: 'done', finishedAt: u.at, result: o.result } : { ...j, state: o.state, finishedAt: u.at, errorCode: o.code, errorReason: o.reason };
+    if (o.state !== 'done') return { ...j, state: o.state, finishedAt: u.at, errorCode: o.code, errorReason: o.reason };
+    // (The row's size was its 'null''s: a view would have carried a result of any size.)
+    const done: JournalJob = { ...j, state: 'done', finishedAt: u.at, result: o.result };
+    delete done.resultBytes;
+    return done;
   }
 
   /** Shutdown: one more try, then no more retries (the ends left resume on the next start). */

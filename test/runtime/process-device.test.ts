@@ -155,7 +155,11 @@ setInterval(() => {}, 1000);`;
     expect(lines).toMatch(/\[device gpu\/0\] its processes keep ending before they are ready: taken out of service \(its items go to the other workers\) until one is/);
     expect(rt.status().counters.devices[0]?.workers).toBe(1);
     expect(rt.engine.budget.used).toBe(0);
-  });
+    // Its GPU back: a process of it says ready, and it is back in service.
+    fs.rmSync(marker);
+    await eventually(() => rt.status().counters.devices[0]?.workers === 2, 'worker 0 back in service', 20_000);
+    expect(log).toContain('[device gpu/0] back in service');
+  }, 60_000);
 
   it('a burst of stderr lines is logged up to 200 in 10 s, the rest counted (20,000 lines flooded the server log)', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY] });
