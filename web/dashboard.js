@@ -222,7 +222,7 @@ const TERM_NAMES = {
   latencyMs: ['preparation latency L', fmtMs],
   inventoryTarget: ['inventory need J*', (v) => fmtNum(v, 1)],
   integral: ['integral (waiting)', (v) => fmtNum(v, 3)],
-  waitingAvg: ['waiting, smoothed', (v) => fmtNum(v, 2)],
+  waitingAvg: ["waiting, the pacer's smoothed", (v) => fmtNum(v, 2)],
   credit: ['token credit', (v) => fmtNum(v, 2)],
 };
 
