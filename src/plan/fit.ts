@@ -141,6 +141,7 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       ...(service ? { service: empirical(service.base) } : {}),
     };
   }
+  const pinned = pinnedKinds(deviceFits.map((d) => d.device), devSpans, (sp) => kindOf.get(sp.jobId)?.kind ?? '', Object.keys(scenarioKinds), notes);
   let end = -Infinity;
   for (const sp of done) end = Math.max(end, sp.end as number);
   const scenario: ScenarioInput = {
@@ -149,7 +150,8 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
     kinds: scenarioKinds,
     devices: deviceFits.map((d) => {
       const base = (deflatedByDevice.get(d.device) as { base: number[] }).base;
-      return { workers: d.workers, service: empirical(base), contention: d.service.contention };
+      const kinds = pinned.get(d.device);
+      return { workers: d.workers, service: empirical(base), contention: d.service.contention, ...(kinds ? { kinds } : {}) };
     }),
     arrivals: [...jobs]
       .filter((j) => j.kind in scenarioKinds)
@@ -338,6 +340,34 @@ function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = s.length >> 1;
   return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+}
+
+/**
+ * The kinds each device runs, where the run shows devices that run only some (a server's
+ * `[kinds.NAME] device` pins a kind to one): a kind with MIN_SAMPLES device steps or more runs
+ * where it ran; one with fewer could run anywhere. Undefined for a device that runs every kind.
+ * (Left out, the replay ran any kind on any device, and the recommended config had one
+ * `[device]` for a service whose kinds each had their own.)
+ */
+function pinnedKinds(devices: readonly number[], spansBy: ReadonlyMap<string, TimelineSpan[]>, kindOf: (s: TimelineSpan) => string, kinds: readonly string[], notes: string[]): Map<number, string[]> {
+  const out = new Map<number, string[]>();
+  if (devices.length < 2 || kinds.length < 2) return out;
+  const steps = new Map<string, Set<number>>();
+  const count = new Map<string, number>();
+  for (const d of devices) {
+    for (const sp of spansBy.get(String(d)) ?? []) {
+      const k = kindOf(sp);
+      (steps.get(k) ?? steps.set(k, new Set()).get(k))?.add(d);
+      count.set(k, (count.get(k) ?? 0) + 1);
+    }
+  }
+  for (const d of devices) {
+    const runs = kinds.filter((k) => (count.get(k) ?? 0) < MIN_SAMPLES || steps.get(k)?.has(d) === true);
+    if (runs.length === kinds.length || runs.length === 0) continue;
+    out.set(d, runs);
+    notes.push(`device ${d} ran only kind${runs.length === 1 ? '' : 's'} ${runs.join(', ')}: fitted as running only ${runs.length === 1 ? 'it' : 'them'}`);
+  }
+  return out;
 }
 
 /** The jobs, each of a kind whose jobs differ in memory per partition renamed "kind prepare/device" (GiB): one kind per size. */

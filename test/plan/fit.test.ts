@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { createPacer, TimelineRecorder } from '../../src/core/index.js';
 import { fitRun, PlanError, type RecordedRun } from '../../src/plan/fit.js';
+import { configLines, type PlanRow } from '../../src/plan/sweep.js';
 import { parseScenario, simulate } from '../../src/sim/index.js';
 import { fromChromeTrace, toChromeTrace } from '../../src/report/chrome-trace.js';
 
@@ -148,5 +149,35 @@ describe('a kind whose jobs differ in memory per partition', () => {
     // The scenario parses, and its arrivals are of both sizes.
     const parsed = parseScenario(scenario, 'the fitted scenario');
     expect(new Set(parsed.arrivals.map((a) => ('kind' in a ? a.kind : '')))).toEqual(new Set(['sector 0.0625/0.00781 GiB', 'sector 1/0.25 GiB']));
+  });
+
+  it('keeps which kinds each device ran where devices ran only some (the replay ran any kind anywhere, and the config lines had one [device])', () => {
+    const pinned = parseScenario({
+      name: 'pinned',
+      kinds: {
+        small: { prepare: { type: 'uniform', min: 1, max: 2 }, memory: { prepareBytes: 64 * MiB, deviceBytes: 8 * MiB } },
+        large: { prepare: { type: 'uniform', min: 2, max: 3 }, memory: { prepareBytes: 128 * MiB, deviceBytes: 16 * MiB } },
+      },
+      devices: [
+        { workers: 2, kinds: ['small'], service: { type: 'fixed', value: 0.5 } },
+        { workers: 1, kinds: ['large'], service: { type: 'fixed', value: 0.7 } },
+      ],
+      arrivals: [
+        { poisson: { ratePerS: 0.5, untilS: 400 }, partitions: 2, kind: 'small' },
+        { poisson: { ratePerS: 0.3, untilS: 400 }, partitions: 2, kind: 'large' },
+      ],
+    });
+    const timeline = new TimelineRecorder({ maxSpans: 100_000 });
+    simulate(pinned, { seed: 1, timeline, pacer: (o) => createPacer('stoker', o) });
+    const { scenario, fit } = fitRun({ lanes: timeline.lanes(), spans: timeline.spans(), jobs: timeline.jobs() }, 'refit');
+    expect(scenario.devices?.map((d) => d.kinds)).toEqual([['small'], ['large']]);
+    expect(fit.notes).toContain('device 0 ran only kind small: fitted as running only it');
+    // The config lines: a device each, and the kind off the first named to its own.
+    const parsed = parseScenario(scenario, 'the fitted scenario');
+    const lines = configLines({ pacer: 'stoker', targetWaiting: 4, budgetBytes: null, maxPreparing: null, workers: [2, 1] } as PlanRow, parsed);
+    expect(lines).toEqual(expect.arrayContaining(['[device]', 'workers = 2', '[devices.group1]', 'workers = 1', '[kinds.large]', 'device = "group1"']));
+    // One device running both: no kinds.
+    const one = fitRun(recorded().run, 'one');
+    expect(one.scenario.devices?.[0]?.kinds).toBeUndefined();
   });
 });
