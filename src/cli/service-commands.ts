@@ -220,18 +220,20 @@ export async function statusCommand(id: string | undefined, flags: ClientFlags, 
     partitions: { queued: number; preparing: number; waiting: number; onDevice: number };
     targetWaiting: number;
     pacer: { name: string; mode: string; ratePerSec: number | null; intervalMs: number | null };
-    devices: { device: number; workers: { state: string }[] }[];
+    devices: { device: number; name?: string; workers: { state: string }[] }[];
     budget: { usedBytes: number; totalBytes: number | null };
     /** A cluster node's: the shared queues (the lines above are this node's own). */
     cluster?: { node: string; queue: Record<string, number>; jobsHeld: number; maxHeld: number };
   };
-  const busy = s.devices.flatMap((d) => d.workers).filter((w) => w.state === 'busy').length;
-  const workers = s.devices.flatMap((d) => d.workers).length;
+  // Per device where there are several (a [device] no kind runs on counted with the others read as idle workers).
+  const busyOf = (ws: { state: string }[]) => `${ws.filter((w) => w.state === 'busy').length}/${ws.filter((w) => w.state !== 'lost').length}`;
+  const lost = s.devices.flatMap((d) => d.workers).filter((w) => w.state === 'lost').length;
+  const devices = s.devices.length === 1 ? busyOf(s.devices[0]?.workers ?? []) : s.devices.map((d) => `${d.name ?? d.device} ${busyOf(d.workers)}`).join(', ');
   io.out(
     [
       `jobs        pending ${s.jobs['pending']}  (queued ${s.jobs['queued']}, running ${s.jobs['running']})  done ${s.jobs['done']}  failed ${s.jobs['failed']}  cancelled ${s.jobs['cancelled']}`,
       `partitions  queued ${s.partitions.queued}  preparing ${s.partitions.preparing}  waiting ${s.partitions.waiting} (target ${s.targetWaiting})  on device ${s.partitions.onDevice}`,
-      `devices     ${busy}/${workers} workers busy`,
+      `devices     ${devices} workers busy${lost > 0 ? ` (${lost} lost)` : ''}`,
       `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${s.pacer.ratePerSec === null ? '–' : `${s.pacer.ratePerSec.toFixed(2)}/s`}  target dispatch ${s.pacer.intervalMs === null || s.pacer.mode === 'idle' ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
       `budget      ${s.budget.usedBytes} bytes of ${s.budget.totalBytes === null ? 'unlimited' : s.budget.totalBytes}`,
       ...(s.cluster ? [clusterLine(s.cluster)] : []),
