@@ -101,7 +101,8 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
     : 'no setting finished every job in the simulated runs: the scenario is more than these settings can serve';
   const config = best ? configLines(best, scenario) : [];
   const own = rows.find((r) => r.pacer === pacers[0] && r.targetWaiting === scenario.targetWaiting && r.budgetBytes === (scenario.budgetBytes ?? null) && r.maxPreparing === (scenario.maxPreparing ?? null) && r.workers.every((w, i) => w === scenario.devices[i]?.workers));
-  const current = own ? `the ${fit ? "run's" : "scenario's"} own setting: ${describe(own)}: ${own.itemsPerSec.toFixed(3)} items/s, peak ${bytes(own.peakMemoryBytes)}, p99 latency ${formatMetric('jobLatencyP99Ms', own.jobLatencyP99Ms)}${own.unfinished > 0 ? `, ${own.unfinished} jobs lost over the seeds` : ''}` : '';
+  // (With --budget-bytes its budget is that one: it read as what the run had.)
+  const current = own ? `the ${fit ? "run's" : "scenario's"} own setting${budgetBytes === undefined ? '' : ' with the --budget-bytes budget'}: ${describe(own)}: ${own.itemsPerSec.toFixed(3)} items/s, peak ${bytes(own.peakMemoryBytes)}, p99 latency ${formatMetric('jobLatencyP99Ms', own.jobLatencyP99Ms)}${own.unfinished > 0 ? `, ${own.unfinished} jobs lost over the seeds` : ''}` : '';
   if (flags.html !== undefined) {
     const table = { headers, rows: front.map((r) => row(r, r === best)) };
     const html = renderPlanHtml({ title: `stoker plan ${spec ?? `--server ${flags.server}`}`, fitLines: fit ? fitText(fit).trimEnd().split('\n') : [], summary, table, rows, frontier: front, recommended: best, recommendation, current, config, describe });
