@@ -51,8 +51,9 @@ export function deviceRunner(name: string, d: DeviceConfig, threads: StageThread
 }
 
 /**
- * This server's folder for handoff files, named by its data dir (so a restart after a crash finds
- * and removes what the crashed run left), created empty and private: in a shared folder such as
+ * A process device's folder for handoff files, named by the server's data dir (and the device,
+ * where it is not the default: see deviceHandoffs) so that a restart after a crash finds and
+ * removes what the crashed run left, created empty and private: in a shared folder such as
  * /dev/shm, a folder of that name made by someone else is refused, never used.
  */
 export function handoffFolder(base: string, dataDir: string, minBytes: number, field: string): Handoff {
