@@ -194,15 +194,20 @@ function base(st: FitReport['devices'][number]['service']): string {
   return `${at} ${st.baseMedianS.toFixed(3)} s`;
 }
 
+/** The levels a slowdown was read from: each concurrency and how many steady spans it had (a few at one level can mislead). */
+function levelsOf(st: FitReport['devices'][number]['service']): string {
+  return st.bins.length > 1 ? ` (from ${st.bins.map((b) => `${b.samples} at ${b.concurrency}`).join(', ')})` : '';
+}
+
 function fitText(f: FitReport): string {
   const lines = [`fitted from ${f.jobs} jobs (${f.partitions} partitions) over ${f.spanS.toFixed(0)} s:`];
   for (const [kind, k] of Object.entries(f.kinds)) {
     const c = k.prepare.contention;
-    lines.push(`  kind ${kind}: ${k.jobs} jobs, ${k.prepare.samples} preparations, median ${k.prepare.medianS.toFixed(3)} s (p90 ${k.prepare.p90S.toFixed(3)} s), ${base(k.prepare)}; slowdown by concurrent preparations ${c.length > 1 ? `×${(c.at(-1) as number).toFixed(2)} at ${c.length}` : 'none seen'}; memory ${k.prepareBytes} + ${k.deviceBytes} bytes per partition${k.service ? `; its own device time median ${k.service.medianS.toFixed(3)} s` : ''}`);
+    lines.push(`  kind ${kind}: ${k.jobs} jobs, ${k.prepare.samples} preparations, median ${k.prepare.medianS.toFixed(3)} s (p90 ${k.prepare.p90S.toFixed(3)} s), ${base(k.prepare)}; slowdown by concurrent preparations ${c.length > 1 ? `×${(c.at(-1) as number).toFixed(2)} at ${c.length}${levelsOf(k.prepare)}` : 'none seen'}; memory ${k.prepareBytes} + ${k.deviceBytes} bytes per partition${k.service ? `; its own device time median ${k.service.medianS.toFixed(3)} s` : ''}`);
   }
   for (const d of f.devices) {
     const c = d.service.contention;
-    lines.push(`  device ${d.device}: ${d.workers} workers, ${d.service.samples} steps, median ${d.service.medianS.toFixed(3)} s, ${base(d.service)}; slowdown by busy workers ${c.length > 1 ? c.map((x) => x.toFixed(2)).join(', ') : 'none seen'}`);
+    lines.push(`  device ${d.device}: ${d.workers} workers, ${d.service.samples} steps, median ${d.service.medianS.toFixed(3)} s, ${base(d.service)}; slowdown by busy workers ${c.length > 1 ? `${c.map((x) => x.toFixed(2)).join(', ')}${levelsOf(d.service)}` : 'none seen'}`);
   }
   for (const n of f.notes) lines.push(`  note: ${n}`);
   return `${lines.join('\n')}\n\n`;

@@ -160,6 +160,8 @@ describe('stoker plan', () => {
       expect(r.code, r.err).toBe(0);
       expect(r.out).toMatch(/^fitted from \d+ jobs/);
       expect(r.out).toMatch(/kind proof: \d+ jobs, \d+ preparations/);
+      // The levels a slowdown was read from, with their counts (a few at one level can mislead).
+      expect(r.out).toMatch(/slowdown by busy workers 1\.00, 1\.\d\d \(from \d+ at 1, \d+ at 2\)/);
       expect(r.out).toMatch(/recommended \(the least memory/);
       expect((await run('simulate', path.join(t.dir, 'fitted.json'))).code).toBe(0);
       // The config lines it prints are a valid `stoker serve` config.
