@@ -195,7 +195,7 @@ describe('a process device in the server', () => {
       execFile(process.execPath, [CLI, 'serve', '--config', file, '--port', '0', '--data', path.join(dir, 'd4')], { timeout: 30_000 }, (err, _out, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr })),
     );
     expect(c.code).toBe(2);
-    expect(c.stderr).toMatch(/as text: "load".*: print nothing to stdout before calling serve\(\)/);
+    expect(c.stderr).toMatch(/as text: "load.*: print nothing to stdout before calling serve\(\)/);
     const after = Journal.open(data);
     try {
       expect(after.get('left')?.state).toBe('queued');
