@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { importOptional } from '../runtime/optional.js';
-import { redactUrl } from '../runtime/redact.js';
+import { redactArgs, redactUrl } from '../runtime/redact.js';
 import { parseDuration } from '../server/app.js';
 import { configToToml, loadConfig, type DeviceConfig, type ServeConfig } from '../server/config.js';
 import { loadServerKinds, startServer, type RunningServer } from '../server/serve.js';
@@ -63,7 +63,7 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const server = await start(cfg);
   const resumed = server.service.resumed;
   const cluster = cfg.cluster.redis === 'none' ? '' : `; cluster node ${cfg.cluster.nodeId} on ${redactUrl(cfg.cluster.redis)}`;
-  const device = (d: DeviceConfig) => `${d.workers} ${d.process ? `process (${[d.process.command, ...d.process.args].join(' ')})` : d.http ? `http (${redactUrl(d.http.url)})` : d.kind} device worker${d.workers === 1 ? '' : 's'}`;
+  const device = (d: DeviceConfig) => `${d.workers} ${d.process ? `process (${[d.process.command, ...redactArgs(d.process.args)].join(' ')})` : d.http ? `http (${redactUrl(d.http.url)})` : d.kind} device worker${d.workers === 1 ? '' : 's'}`;
   const devices = [device(cfg.device), ...Object.entries(cfg.devices ?? {}).map(([n, d]) => `${n}: ${device(d)}`)].join(', ');
   const auth = cfg.server.token === '' ? 'no token needed' : 'a token needed';
   io.out(`stoker serve: listening on ${server.url} (${auth}; data ${cfg.dataDir}; ${resumed} unfinished job${resumed === 1 ? '' : 's'} resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);

@@ -25,3 +25,17 @@ export function redactUrl(url: string): string {
   }
   return changed ? u.toString() : url;
 }
+
+/**
+ * A command line's arguments as logs and `config print` show them: the value of a flag named
+ * like a credential (`--api-key=…`, or `--token` and the argument after it) reads `***`.
+ */
+export function redactArgs(args: readonly string[]): string[] {
+  const flag = (a: string) => /^--?[^=]+$/.test(a) && SECRET_NAME.test(a);
+  return args.map((a, i) => {
+    const eq = /^(--?[^=]+)=/.exec(a);
+    if (eq && SECRET_NAME.test(eq[1] as string)) return `${eq[1] as string}=***`;
+    const before = args[i - 1];
+    return before !== undefined && flag(before) && !a.startsWith('-') ? '***' : a;
+  });
+}

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { unknownPacerOptions } from '../core/index.js';
 import { batchTable, dataDirSchema, defaultNodeId, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
 import { suggest } from '../core/suggest.js';
-import { redactUrl, SECRET_NAME } from '../runtime/redact.js';
+import { redactArgs, redactUrl, SECRET_NAME } from '../runtime/redact.js';
 import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, HttpDeviceConfig, PrepareConfig, ProcessDeviceConfig, ServeConfig, ServerConfig } from './config-types.js';
 
 export { CONFIG_DOC } from './config-fields.js';
@@ -476,13 +476,20 @@ function urlToml(url: string, at: string, hidden: string[]): string {
   return shown;
 }
 
+/** A process's arguments as `config print` writes them: a credential flag's value reads *** and `at` is added to `hidden`. */
+function argsToml(args: readonly string[], at: string, hidden: string[]): string[] {
+  const shown = redactArgs(args);
+  if (shown.some((a, i) => a !== args[i])) hidden.push(`${at} (its *** parts)`);
+  return shown;
+}
+
 /** A device table as TOML writes it back (Infinity as "none"; credential headers blank, their names added to `hidden`). */
 function deviceToml(d: DeviceConfig, name: string, hidden: string[]): object {
   const blank = (table: Readonly<Record<string, string>>, at: string) => Object.fromEntries(Object.entries(table).map(([k, v]) => (SECRET_NAME.test(k) ? (hidden.push(`${at}.${k}`), [k, '']) : [k, v])));
   const headers = d.http ? blank(d.http.headers, `${name}.http.headers`) : {};
   return {
     ...d,
-    ...(d.process ? { process: { ...d.process, env: blank(d.process.env, `${name}.process.env`) } } : {}),
+    ...(d.process ? { process: { ...d.process, args: argsToml(d.process.args, `${name}.process.args`, hidden), env: blank(d.process.env, `${name}.process.env`) } } : {}),
     ...(d.http ? { http: { ...d.http, url: urlToml(d.http.url, `${name}.http.url`, hidden), headers, timeoutS: Number.isFinite(d.http.timeoutS) ? d.http.timeoutS : 'none' } } : {}),
     ...(d.batch ? { batch: { ...d.batch } } : {}),
   };

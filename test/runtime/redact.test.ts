@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { redactUrl } from '../../src/runtime/redact.js';
+import { redactArgs, redactUrl } from '../../src/runtime/redact.js';
 
 describe('redactUrl', () => {
   it('hides a password and credential-named query values, and nothing else', () => {
@@ -10,5 +10,10 @@ describe('redactUrl', () => {
     expect(redactUrl('redis://127.0.0.1:6379')).toBe('redis://127.0.0.1:6379');
     expect(redactUrl('http://user@h:80/a?model=m')).toBe('http://user@h:80/a?model=m');
     expect(redactUrl('none')).toBe('none');
+  });
+
+  it('hides the value of a credential-named flag, = or the argument after, and nothing else', () => {
+    expect(redactArgs(['serve.py', '--api-key=s3cret', '--token', 't0k', '--model', 'llama', '-v', '--hf-token', '--fp16'])).toEqual(['serve.py', '--api-key=***', '--token', '***', '--model', 'llama', '-v', '--hf-token', '--fp16']);
+    expect(redactArgs(['device.py'])).toEqual(['device.py']);
   });
 });

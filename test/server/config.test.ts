@@ -360,6 +360,11 @@ describe('device tables from several sources', () => {
     const plain = configToToml(loadConfig({ file: write('urls2/stoker.toml', '[cluster]\nredis = "redis://10.0.0.5:6379"\n'), env: {}, cwd: '/' }));
     expect(plain).toContain('redis = "redis://10.0.0.5:6379"');
     expect(plain).not.toContain('credentials not printed');
+    // A process's credential flags too.
+    const proc = configToToml(loadConfig({ file: write('urls3/stoker.toml', '[device.process]\ncommand = "python3"\nargs = ["serve.py", "--api-key=k3y", "--model", "m"]\n'), env: {}, cwd: '/' }));
+    expect(proc).not.toContain('k3y');
+    expect(proc).toContain('args = [ "serve.py", "--api-key=***", "--model", "m" ]');
+    expect(proc).toContain('device.process.args (its *** parts)');
   });
 });
 
