@@ -1,4 +1,7 @@
 import fs from 'node:fs';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { importOptional } from '../runtime/optional.js';
 import { redactArgs, redactUrl } from '../runtime/redact.js';
 import { parseDuration } from '../server/app.js';
@@ -114,12 +117,16 @@ function authHeader(flags: ClientFlags): Record<string, string> {
   return token ? { authorization: `Bearer ${token}` } : {};
 }
 
-/** One request to a running server (its token from the flags); throws a ClientError when it cannot be reached. */
-export async function call(flags: ClientFlags, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
+/**
+ * One request to a running server (its token from the flags); throws a ClientError when it cannot
+ * be reached. `bytes`: asks for bytes first (JSON too), and a 200 of bytes is handed to it (its
+ * answer is the body).
+ */
+export async function call(flags: ClientFlags, method: string, path: string, body?: unknown, bytes?: (res: Response) => Promise<unknown>): Promise<{ status: number; body: unknown }> {
   const url = new URL(path, serverUrl(flags.server));
   let res: Response;
   try {
-    res = await fetch(url, { method, headers: { ...authHeader(flags), ...(body === undefined ? {} : { 'content-type': 'application/json' }) }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+    res = await fetch(url, { method, headers: { ...authHeader(flags), ...(bytes ? { accept: 'application/octet-stream, application/json;q=0.5' } : {}), ...(body === undefined ? {} : { 'content-type': 'application/json' }) }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
   } catch (e) {
     const cause = (e as { cause?: { code?: string } }).cause?.code ?? (e instanceof Error ? e.message : String(e));
     // A certificate the client does not trust: the server is there, starting one is not the fix.
@@ -129,6 +136,7 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     // (A connection refused or never made reached nothing; one broken mid-answer — the server ended — did.)
     throw new ClientError(`cannot reach the server at ${flags.server} (${cause}): start it with \`stoker serve\`, or pass --server / set STOKER_SERVER`, 1, true, !/^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|UND_ERR_CONNECT_TIMEOUT)$/.test(cause));
   }
+  if (bytes && res.status === 200 && res.headers.get('content-type')?.startsWith('application/octet-stream')) return { status: 200, body: await bytes(res) };
   const text = await res.text();
   let parsed: unknown = text;
   try {
@@ -258,14 +266,17 @@ export function durationMs(text: string, what: string): number {
 export async function waitCommand(id: string, flags: ClientFlags & { timeout: string; progress?: boolean; output?: string }, io: Io): Promise<number> {
   const deadline = Date.now() + durationMs(flags.timeout, '--timeout');
   const ended = (body: { state: string; result?: unknown; resultEncoding?: string }) => {
-    show(io, flags.output === undefined ? body : writeResult(body, flags.output, io));
+    show(io, flags.output === undefined || 'resultOmittedBytes' in body ? body : writeResult(body, flags.output, io));
     return body.state === 'done' ? 0 : 1;
   };
+  // -o: a bytes result comes as bytes, streamed to the file (not base64 in JSON, in memory whole).
+  const file = flags.output;
+  const bytes = file === undefined ? undefined : async (res: Response) => ({ ...(await streamResult(res, file, io)), ...(await resultFields(flags, id)) });
   if (flags.progress) {
     const end = await followProgress(id, flags, io, deadline);
     if (end) {
       // What `wait` prints without --progress (the result's shape, not the job's view): a script reads one shape.
-      const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result`);
+      const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result`, undefined, bytes);
       return ended(r.body as { state: string });
     }
     io.err(`job ${id} is still running after --timeout ${flags.timeout}\n`);
@@ -279,7 +290,7 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
     const waitMs = Math.max(0, Math.min(60_000, Math.ceil(left)));
     let r: { status: number; body: unknown };
     try {
-      r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result?wait=${waitMs}ms`);
+      r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result?wait=${waitMs}ms`, undefined, bytes);
     } catch (e) {
       // Reached once, then gone or not answering (a restart: the job resumes there): waited for,
       // until --timeout. (Never reached: a wrong --server, said at once.)
@@ -304,6 +315,26 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
       return 3;
     }
   }
+}
+
+/** `wait -o FILE` of a bytes result: the answer's bytes streamed to FILE. */
+async function streamResult(res: Response, file: string, io: Io): Promise<{ result: null; resultOmittedBytes: number }> {
+  let n = 0;
+  try {
+    const out = fs.createWriteStream(file);
+    const counted = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>).on('data', (c: Buffer) => (n += c.length));
+    await pipeline(counted, out);
+  } catch (e) {
+    throw new UsageError(`cannot write -o ${file}: ${(e as Error).message}`);
+  }
+  io.err(`wrote ${file}: ${n} bytes (the result's bytes)\n`);
+  return { result: null, resultOmittedBytes: n };
+}
+
+/** The rest of a done job's …/result answer (id, state, error, finishedAt), from its view. */
+async function resultFields(flags: ClientFlags, id: string): Promise<{ id: string; state: string; error: unknown; finishedAt: unknown }> {
+  const v = (await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`)).body as { id: string; state: string; error: unknown; finishedAt: unknown };
+  return { id: v.id, state: v.state, error: v.error, finishedAt: v.finishedAt };
 }
 
 /**

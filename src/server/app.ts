@@ -151,6 +151,16 @@ function wantsBytes(accept: string | undefined): boolean {
   return bytes > 0 && bytes >= q('application/json');
 }
 
+/** Whether an Accept header that prefers bytes takes JSON too (application/json, or any type, at q > 0). */
+function acceptsJson(accept: string | undefined): boolean {
+  return (accept ?? '').split(',').some((part) => {
+    const [t, ...params] = part.trim().split(';');
+    const type = t?.trim().toLowerCase();
+    const qp = params.map((x) => x.trim()).find((x) => x.startsWith('q='));
+    return (type === 'application/json' || type === '*/*' || type === 'application/*') && (qp ? Number(qp.slice(2)) : 1) > 0;
+  });
+}
+
 const JOB_STATES: readonly JobState[] = ['queued', 'running', 'done', 'failed', 'cancelled'];
 
 /** A query parameter given at most once: its text, undefined when absent; a ServiceError when repeated. */
@@ -313,8 +323,9 @@ export function buildApp(service: ApiService): FastifyInstance {
     const job = await service.wait(req.params.id, waitMs);
     if (!job) throw notFound(req.params.id);
     if (job.state === 'done' && wantsBytes(req.headers.accept)) {
-      if (job.resultEncoding !== 'base64') throw new ServiceError(406, 'not-bytes', 'Result is JSON', `job ${job.id}'s result is a JSON value, not bytes: ask with Accept: application/json`);
-      return reply.code(200).type('application/octet-stream').send(Buffer.from(job.result as string, 'base64'));
+      if (job.resultEncoding === 'base64') return reply.code(200).type('application/octet-stream').send(Buffer.from(job.result as string, 'base64'));
+      // (Bytes preferred, JSON taken too — `Accept: application/octet-stream, application/json;q=0.5`: the JSON.)
+      if (!acceptsJson(req.headers.accept)) throw new ServiceError(406, 'not-bytes', 'Result is JSON', `job ${job.id}'s result is a JSON value, not bytes: ask with Accept: application/json`);
     }
     const body: ResultView = { id: job.id, state: job.state, result: job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt };
     return reply.code(job.state === 'queued' || job.state === 'running' ? 202 : 200).send(body);

@@ -111,6 +111,10 @@ describe('a kind module with a thread device', () => {
     const json = await http(server.url, 'GET', '/v1/jobs/d1/result', undefined, { accept: 'application/octet-stream' });
     expect(json.status).toBe(406);
     expect(json.body.detail).toMatch(/JSON value, not bytes: ask with Accept: application\/json/);
+    // Bytes preferred, JSON taken too: the JSON.
+    const either = await http(server.url, 'GET', '/v1/jobs/d1/result', undefined, { accept: 'application/octet-stream, application/json;q=0.5' });
+    expect(either.status).toBe(200);
+    expect(either.body).toMatchObject({ id: 'd1', state: 'done' });
   });
 
   it('leaves a result over 1 MiB out of job views, lists and the end event (by its size); GET …/result and wait -o give it whole', async () => {
@@ -145,6 +149,12 @@ describe('a kind module with a thread device', () => {
     expect(fs.readFileSync(out)).toEqual(Buffer.from(bytes.body.result as string, 'base64'));
     expect(w.stderr).toBe(`wrote ${out}: 1200000 bytes (the result's bytes)\n`);
     expect(JSON.parse(w.stdout)).toMatchObject({ id: 'big-bytes', state: 'done', result: null, resultOmittedBytes: 1_200_000 });
+    // A JSON result: as JSON text.
+    const outJson = path.join(dir, 'big.json');
+    const wj = await run(['wait', 'big-json', '--server', server.url, '-o', outJson]);
+    expect(wj.code, wj.stderr).toBe(0);
+    expect((JSON.parse(fs.readFileSync(outJson, 'utf8')) as string[]).map((x) => x.length)).toEqual([300_000, 300_000, 300_000, 300_000]);
+    expect(wj.stderr).toMatch(/^wrote .*big\.json: \d+ bytes \(the result as JSON\)\n$/);
   });
 
   it('keeps a bytes output that is a view of the pooled buffer as it was (the buffer is reused)', async () => {
