@@ -261,7 +261,7 @@ export class ClusterService implements ApiService {
   }
 
   private async submitNow(raw: unknown): Promise<{ job: JobView; created: boolean }> {
-    if (this.closing) throw shuttingDown();
+    if (this.closing) throw shuttingDown(this.config.server.retryAfterS);
     const name = (raw as { kind?: unknown } | null)?.kind;
     const other = typeof name === 'string' && !this.workers.has(name) ? await this.registry.remoteKind(name) : undefined;
     if (other?.derivesPartitions && (raw as { partitions?: unknown }).partitions === undefined) {

@@ -106,9 +106,10 @@ const devicesSchema = z
     err('tables [devices.NAME]', 'write each device as [devices.gpu] with workers = 2 and its process or http table'),
   )
   .optional();
-const journalSchema = z
-  .strictObject({ maxBytes: int(65_536, undefined, 'an integer ≥ 65536 (bytes)', 'use e.g. 10737418240 (10 GiB)') }, err('a table [journal]', 'write maxBytes = … under a [journal] header'))
-  .optional();
+const journalMaxBytes = int(65_536, undefined, 'an integer ≥ 65536 (bytes)', 'use e.g. 10737418240 (10 GiB)');
+const journalSchema = z.strictObject({ maxBytes: journalMaxBytes }, err('a table [journal]', 'write maxBytes = … under a [journal] header')).optional();
+/** journal.maxBytes's variable (the [journal] table is not one of the sections whose fields each have one). */
+const JOURNAL_ENV = 'STOKER_JOURNAL_MAX_BYTES';
 const FileSchema = z.strictObject({ dataDir: dataDirSchema, ...SECTIONS, journal: journalSchema, devices: devicesSchema, kinds: kindsSchema });
 /** One source's values, each checked; absent means "not set here". */
 type Layer = z.output<typeof FileSchema>;
@@ -296,11 +297,18 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
       setFromString(layer, field, raw, name, issues);
       continue;
     }
+    // (It was ignored without a word: config print showed no [journal].)
+    if (name === JOURNAL_ENV) {
+      const r = journalMaxBytes.safeParse(/^\s*\d+\s*$/.test(raw) ? Number(raw) : raw);
+      if (r.success) layer.journal = { ...(r.data === undefined ? {} : { maxBytes: r.data }) };
+      else issues.push({ source: name, path: 'journal.maxBytes', message: r.error.issues[0]?.message ?? 'expected an integer ≥ 65536 (bytes)' });
+      continue;
+    }
     const prefix = ENV_PREFIXES.find((p) => name.startsWith(p));
     if (!prefix) {
       // A misspelt section (STOKER_SERVE_PORT) was ignored silently: refused where it is a near miss of
       // a variable (other STOKER_* variables — the client's STOKER_SERVER, say — are not settings).
-      const near = name.startsWith('STOKER_') ? suggest(name, [...ENV_VARS.keys()]) : undefined;
+      const near = name.startsWith('STOKER_') ? suggest(name, [...ENV_VARS.keys(), JOURNAL_ENV]) : undefined;
       if (near) issues.push({ source: name, path: '', message: `unknown setting — did you mean ${near}?` });
       continue;
     }

@@ -44,8 +44,9 @@ export function refusePastDeadline(deadline: number | null): void {
   throw new ServiceError(400, 'invalid-job', 'Invalid job', `deadline: ${message}`, { errors: [{ path: 'deadline', message }] });
 }
 
-export function shuttingDown(): ServiceError {
-  return new ServiceError(503, 'shutting-down', 'Shutting down', 'the server is shutting down and accepts no jobs: retry against the restarted server');
+/** `retryAfterS`: server.retryAfterS, in Retry-After (a client that honours it tries again rather than fail: it had none). */
+export function shuttingDown(retryAfterS: number): ServiceError {
+  return new ServiceError(503, 'shutting-down', 'Shutting down', `the server is shutting down and accepts no jobs: retry against the restarted server (retry after ${retryAfterS} s)`, { retryAfterS });
 }
 
 export function conflict(id: string): ServiceError {

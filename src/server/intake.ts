@@ -75,7 +75,7 @@ export class Intake {
 
   /** See `Service.submitRecord`. */
   submitRecord(record: JournalJobInput, recorded: ReadonlyMap<number, unknown>): Submitted {
-    if (this.p.closing()) throw shuttingDown();
+    if (this.p.closing()) throw shuttingDown(this.p.server.retryAfterS);
     const kind = this.p.kinds.get(record.kind);
     if (!kind) throw invalid([{ path: 'kind', message: `kind ${quoted(record.kind)} is not loaded on this server: use one of ${[...this.p.kinds.keys()].join(', ')}` }]);
     const { memory, ...checked } = checkedByKind(kind, record.input, record.partitions);
@@ -100,7 +100,7 @@ export class Intake {
 
   /** A submission's checks before it is journaled: the record to journal, or the answer for a job that exists. */
   private admission(raw: unknown): { record: JournalJobInput } | { answer: Submitted } {
-    if (this.p.closing()) throw shuttingDown();
+    if (this.p.closing()) throw shuttingDown(this.p.server.retryAfterS);
     const { record, explicitId, memory } = parseSubmission(raw, this.p.kinds);
     return this.admit(record, explicitId, memory);
   }

@@ -1090,6 +1090,7 @@ describe('graceful shutdown', () => {
     await until('closing', async () => (await status(a.url)).closing);
     const refused = await submit(a.url, sleepJob('sd-late', 1));
     expectProblem(refused, 503, 'shutting-down');
+    expect(refused.headers.get('retry-after')).toBe('5');
     const code = await within(a.exited, 15_000, 'exit after SIGTERM');
     expect(code).toBe(0);
     expect(a.output()).toMatch(/SIGTERM: finishing [1-9]\d* partitions in flight \(up to 30 s\), then stopping/);
@@ -1134,6 +1135,25 @@ describe('graceful shutdown', () => {
 
     expect(await within(b.stop(), 15_000, 'second stop')).toBe(0);
   }, 45_000);
+
+  it('a second SIGTERM while it drains stops it at once, saying so (it died without a word), exit 143; the job resumes on the next start', async () => {
+    const dir = tempDataDir();
+    dirs.push(dir);
+    const a = await serve({}, dir);
+    expect((await submit(a.url, sleepJob('sd-2', 1, { seed: 1, prepareMs: 1, deviceMs: 20_000 }))).status).toBe(202);
+    await until('sd-2 on a device', async () => ((await getJob(a.url, 'sd-2')).body.partitionCounts?.['on-device'] === 1 ? true : undefined));
+    a.child.kill('SIGTERM');
+    await until('closing', async () => (await status(a.url)).closing);
+    a.child.kill('SIGTERM');
+    expect(await within(a.exited, 10_000, 'exit after the second SIGTERM')).toBe(143);
+    expect(a.output()).toContain('stoker serve: SIGTERM again: stopping now, without waiting for the partitions in flight (unfinished jobs resume on the next start)');
+    const j = Journal.open(dir);
+    try {
+      expect(j.get('sd-2')?.state).toBe('running');
+    } finally {
+      j.close();
+    }
+  }, 30_000);
 });
 
 it('a port in use stops the start with a message naming server.port and how to pick another (it was Node’s bare listen EADDRINUSE)', async () => {

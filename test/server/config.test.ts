@@ -408,6 +408,13 @@ describe('kinds and device limits across sources', () => {
     for (const host of ['127.0.0.1', '::1', '[::]', 'gpu-box_1.internal', 'fe80::1%eth0']) expect(loadConfig({ env: {}, flags: { host }, cwd: dir }).server.host).toBe(host);
   });
 
+  it('takes journal.maxBytes from STOKER_JOURNAL_MAX_BYTES (it was ignored without a word), refusing a bad one', () => {
+    expect(loadConfig({ env: { STOKER_JOURNAL_MAX_BYTES: '100000' }, cwd: dir }).journal).toEqual({ maxBytes: 100_000 });
+    expect(() => loadConfig({ env: { STOKER_JOURNAL_MAX_BYTES: '1000' }, cwd: dir })).toThrow(/STOKER_JOURNAL_MAX_BYTES: journal\.maxBytes: expected an integer ≥ 65536 \(bytes\), got 1000/);
+    expect(() => loadConfig({ env: { STOKER_JOURNAL_MAXBYTES: '100000' }, cwd: dir })).toThrow(/STOKER_JOURNAL_MAXBYTES: unknown setting — did you mean STOKER_JOURNAL_MAX_BYTES\?/);
+    expect(CONFIG_DOC).toMatch(/journal\.maxBytes +none +STOKER_JOURNAL_MAX_BYTES/);
+  });
+
   it('refuses timeouts a timer cannot hold', () => {
     expect(() => loadConfig({ file: write('t1.toml', '[device.process]\ncommand = "x"\nreadyTimeoutS = 9999999\n'), env: {}, cwd: dir })).toThrow(/device\.process\.readyTimeoutS: expected a number of seconds > 0, at most 86400, got 9999999/);
     expect(() => loadConfig({ file: write('t2.toml', '[device.http]\nurl = "http://127.0.0.1:1/x"\ntimeoutS = 9999999\n'), env: {}, cwd: dir })).toThrow(/device\.http\.timeoutS: expected a number of seconds > 0 \(at most 86400\) or "none"/);
