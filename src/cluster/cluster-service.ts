@@ -223,6 +223,10 @@ export class ClusterService implements ApiService {
     });
   }
 
+  notReady(): string[] {
+    return [...this.local.notReady(), ...(this.redis.status === 'ready' ? [] : [`the cluster's Redis is away (${this.redis.status})`])];
+  }
+
   /** The job's view; a result over VIEW_RESULT_MAX_BYTES is left out (by its size) unless `full`. */
   job(id: string, page?: StatesPage, full = false): Promise<JobView | undefined> {
     return this.withRedis(async () => {

@@ -44,7 +44,7 @@ export function hostName(value: string): string {
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
 /** Routes without data, served to anyone: the dashboard's page and files (it asks for the token itself). */
-const isPublic = (req: FastifyRequest) => req.method === 'GET' && (req.url === '/' || req.url.startsWith('/assets/'));
+const isPublic = (req: FastifyRequest) => req.method === 'GET' && (req.url === '/' || req.url.startsWith('/assets/') || req.url === '/livez' || req.url === '/readyz');
 /** Event streams: a browser's EventSource cannot send a header, so these take `?access_token=` too. */
 const isStream = (path: string) => path === '/v1/events' || /^\/v1\/jobs\/[^/]+\/events$/.test(path);
 

@@ -38,6 +38,8 @@ export interface ApiService {
   submit(raw: unknown): MaybePromise<{ job: JobView; created: boolean }>;
   job(id: string, page?: StatesPage): MaybePromise<JobView | undefined>;
   jobs(options: { limit?: number; states?: readonly JobState[] }): MaybePromise<JobView[]>;
+  /** Why new jobs should go elsewhere now (GET /readyz answers 503 with them): shutting down, a full journal, Redis away. */
+  notReady(): MaybePromise<string[]>;
   /** The job once it has ended (or after `waitMs`), its result whole (GET …/result): a job view leaves a large one out. */
   wait(id: string, waitMs: number): Promise<JobView | undefined>;
   cancel(id: string): MaybePromise<JobView>;
@@ -358,6 +360,15 @@ export function buildApp(service: ApiService): FastifyInstance {
   });
 
   app.get('/v1/status', async () => service.status());
+
+  // Probes (no token: a probe seldom carries one, and they say no more than up or not): live while
+  // the process answers; ready while it takes new jobs — not while it drains, its journal is full
+  // or (cluster mode) Redis is away, so that a load balancer sends them elsewhere.
+  app.get('/livez', async () => ({ status: 'live' }));
+  app.get('/readyz', async (_req, reply) => {
+    const why = await service.notReady();
+    return why.length === 0 ? { status: 'ready' } : reply.code(503).send({ status: 'not ready', why });
+  });
   const cluster = service.cluster?.bind(service);
   if (cluster) app.get('/v1/cluster', () => cluster());
   app.get('/v1/kinds', () => service.kindList());

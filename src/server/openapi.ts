@@ -119,6 +119,16 @@ function base(maxWaitS: number): object {
           },
         },
       },
+      '/livez': { get: { summary: 'Liveness: 200 while the process answers (no token needed)', responses: { '200': json('Live', { type: 'object', properties: { status: { const: 'live' } }, required: ['status'] }) } } },
+      '/readyz': {
+        get: {
+          summary: 'Readiness: 200 while it takes new jobs; 503 while it shuts down, its journal is full or (cluster mode) Redis is away (no token needed)',
+          responses: {
+            '200': json('Ready', { type: 'object', properties: { status: { const: 'ready' } }, required: ['status'] }),
+            '503': json('Not ready, and why', { type: 'object', properties: { status: { const: 'not ready' }, why: { type: 'array', items: { type: 'string' } } }, required: ['status', 'why'] }),
+          },
+        },
+      },
       '/v1/status': { get: { summary: 'The whole engine: jobs, partitions per kind and stage (pending counted exactly), workers, pacer, budget, buffer pool', responses: { '200': json('Status', { $ref: '#/components/schemas/Status' }) } } },
       '/v1/kinds': {
         get: {

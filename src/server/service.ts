@@ -371,6 +371,11 @@ export class Service {
     return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, jobs, title: 'stoker serve', now: v.now, budgetBytes: this.config.engine.budgetBytes, maxPreparing: this.runtime.engine.snapshot.maxPreparing, targetWaiting: this.config.engine.targetWaiting });
   }
 
+  /** Why this server should not be sent new jobs now (GET /readyz): none when it takes them. */
+  notReady(): string[] {
+    return [...(this.closing ? ['shutting down'] : []), ...(this.journal.full ? [`${this.journal.fullReason()}: new jobs get 507`] : [])];
+  }
+
   /** Resolves with the job, its result whole, once it has ended, or after `waitMs` with its state then. */
   async wait(id: string, waitMs: number): Promise<JobView | undefined> {
     const first = this.job(id, undefined, true);

@@ -63,6 +63,9 @@ describe('a server with a token', () => {
     expect((await request(fixture.server.url, { path: '/metrics', headers: auth })).status).toBe(200);
     expect((await request(fixture.server.url, { method: 'POST', path: '/v1/jobs', headers: auth, body: JSON.stringify({ id: 't-1', kind: 'sleep', partitions: 1 }) })).status).toBe(202);
     expect((await request(fixture.server.url, { path: '/' })).status).toBe(200);
+    // The probes need no token (and say no more than live, or ready).
+    expect((await request(fixture.server.url, { path: '/livez' })).status).toBe(200);
+    expect(JSON.parse((await request(fixture.server.url, { path: '/readyz' })).body)).toEqual({ status: 'ready' });
     expect((await request(fixture.server.url, { path: '/assets/dashboard.js' })).status).toBe(200);
     // An EventSource cannot send a header: the event streams take ?access_token= (and only they).
     expect((await request(fixture.server.url, { path: `/v1/events?access_token=${TOKEN}` })).status).toBe(200);

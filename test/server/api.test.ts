@@ -1142,8 +1142,13 @@ describe('graceful shutdown', () => {
     const a = await serve({}, dir);
     expect((await submit(a.url, sleepJob('sd-2', 1, { seed: 1, prepareMs: 1, deviceMs: 20_000 }))).status).toBe(202);
     await until('sd-2 on a device', async () => ((await getJob(a.url, 'sd-2')).body.partitionCounts?.['on-device'] === 1 ? true : undefined));
+    expect((await http(a.url, 'GET', '/readyz')).body).toEqual({ status: 'ready' });
     a.child.kill('SIGTERM');
     await until('closing', async () => (await status(a.url)).closing);
+    // Draining: live, not ready (a load balancer sends new jobs elsewhere).
+    expect((await http(a.url, 'GET', '/livez')).status).toBe(200);
+    const ready = await http(a.url, 'GET', '/readyz');
+    expect([ready.status, ready.body]).toEqual([503, { status: 'not ready', why: ['shutting down'] }]);
     a.child.kill('SIGTERM');
     expect(await within(a.exited, 10_000, 'exit after the second SIGTERM')).toBe(143);
     expect(a.output()).toContain('stoker serve: SIGTERM again: stopping now, without waiting for the partitions in flight (unfinished jobs resume on the next start)');

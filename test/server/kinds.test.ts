@@ -430,6 +430,10 @@ it('a full journal (journal.maxBytes) answers submits 507 and keeps going: an en
     const metrics = await fetch(new URL('/metrics', s.url)).then((r) => r.text());
     expect(Number(/^stoker_journal_full_writes_total (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
     expect(accepted.length).toBeGreaterThan(2);
+    // Not ready: a load balancer sends new jobs elsewhere (the only signs had been the 507s, a metric and a log line).
+    const ready = await http(s.url, 'GET', '/readyz');
+    expect(ready.status).toBe(503);
+    expect(ready.body.why).toEqual([expect.stringMatching(/^the journal is full: .*: new jobs get 507$/)]);
     // Each accepted job is done with its result once its end is journaled; one whose end the full
     // journal cannot take stays unfinished (its end is retried, announced only once it lands).
     const states = new Map<string, number>();
