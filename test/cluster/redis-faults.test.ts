@@ -253,12 +253,17 @@ describe.skipIf(!bin)('jobs cancelled while queued, then Redis loses its data at
     await cluster.start();
     const a = await cluster.node('rc-a');
     const b = await cluster.node('rc-b');
-    // Two long jobs keep each node's own queue non-empty, so neither takes more from Redis's.
-    for (const id of ['rc-long-1', 'rc-long-2']) expect((await http(a.url, 'POST', '/v1/jobs', { id, kind: 'sleep', partitions: 40, input: { seed: 1, prepareMs: 2000, deviceMs: 1 } })).status).toBe(202);
+    // Two long jobs keep each node's own queue non-empty, so neither takes more from Redis's. One
+    // at a time: the second goes to the other node once the first is held (submitted together on a
+    // loaded machine, one node could take both before its queue showed the first).
+    const heldBy = async (id: string) => (await http(a.url, 'GET', `/v1/jobs/${id}`)).body.node as string | null;
+    expect((await http(a.url, 'POST', '/v1/jobs', { id: 'rc-long-1', kind: 'sleep', partitions: 40, input: { seed: 1, prepareMs: 2000, deviceMs: 1 } })).status).toBe(202);
+    const first = await waitUntil(async () => (await heldBy('rc-long-1')) ?? undefined, 15_000, 'the first long job held', 100);
+    expect((await http(a.url, 'POST', '/v1/jobs', { id: 'rc-long-2', kind: 'sleep', partitions: 40, input: { seed: 1, prepareMs: 2000, deviceMs: 1 } })).status).toBe(202);
     await waitUntil(async () => {
-      const held = await Promise.all(['rc-long-1', 'rc-long-2'].map(async (id) => (await http(a.url, 'GET', `/v1/jobs/${id}`)).body.node));
-      return held[0] && held[1] && held[0] !== held[1] ? true : undefined;
-    }, 15_000, 'one long job on each node', 100);
+      const second = await heldBy('rc-long-2');
+      return second && second !== first ? true : undefined;
+    }, 15_000, 'the second long job on the other node', 100);
     // Both accepted by a; one cancelled on a, the other on b (a hears of it on Redis's cancel channel).
     for (const [id, n] of [['rc-1', a], ['rc-2', b]] as const) {
       expect((await http(a.url, 'POST', '/v1/jobs', { id, kind: 'sleep', partitions: 2, input: { seed: 2, prepareMs: 1, deviceMs: 1 } })).status).toBe(202);
