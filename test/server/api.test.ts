@@ -585,12 +585,14 @@ describe('stoker serve (shared server)', () => {
       expect(r.status).toBe(200);
       expect(r.body.openapi).toBe('3.1.0');
       const paths = r.body.paths as Record<string, Record<string, unknown>>;
-      expect(Object.keys(paths).sort()).toEqual(['/', '/assets/{file}', '/metrics', '/v1/events', '/v1/history', '/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/events', '/v1/jobs/{id}/result', '/v1/kinds', '/v1/openapi.json', '/v1/status', '/v1/timeline', '/v1/trace']);
+      expect(Object.keys(paths).sort()).toEqual(['/', '/assets/{file}', '/livez', '/metrics', '/readyz', '/v1/events', '/v1/history', '/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/events', '/v1/jobs/{id}/result', '/v1/kinds', '/v1/openapi.json', '/v1/status', '/v1/timeline', '/v1/trace']);
       expect(Object.entries(paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`)).sort()).toEqual([
         'DELETE /v1/jobs/{id}',
         'GET /',
         'GET /assets/{file}',
+        'GET /livez',
         'GET /metrics',
+        'GET /readyz',
         'GET /v1/events',
         'GET /v1/history',
         'GET /v1/jobs',
