@@ -139,28 +139,24 @@ function pollJob(service: ApiService, id: string, listener: (e: JobProgressEvent
 
 /** Whether an Accept header asks for raw bytes rather than JSON (application/octet-stream ranked above application/json). */
 function wantsBytes(accept: string | undefined): boolean {
-  if (!accept) return false;
-  const q = (type: string) => {
-    for (const part of accept.split(',')) {
-      const [t, ...params] = part.trim().split(';');
-      if (t?.trim().toLowerCase() !== type) continue;
-      const qp = params.map((x) => x.trim()).find((x) => x.startsWith('q='));
-      return qp ? Number(qp.slice(2)) : 1;
-    }
-    return 0;
-  };
-  const bytes = q('application/octet-stream');
-  return bytes > 0 && bytes >= q('application/json');
+  const bytes = quality(accept, 'application/octet-stream');
+  return bytes > 0 && bytes >= quality(accept, 'application/json');
 }
 
 /** Whether an Accept header that prefers bytes takes JSON too (application/json, or any type, at q > 0). */
 function acceptsJson(accept: string | undefined): boolean {
-  return (accept ?? '').split(',').some((part) => {
+  return ['application/json', '*/*', 'application/*'].some((type) => quality(accept, type) > 0);
+}
+
+/** The q an Accept header gives a media type (1 where it names it without one; 0 where it does not name it). */
+function quality(accept: string | undefined, type: string): number {
+  for (const part of (accept ?? '').split(',')) {
     const [t, ...params] = part.trim().split(';');
-    const type = t?.trim().toLowerCase();
+    if (t?.trim().toLowerCase() !== type) continue;
     const qp = params.map((x) => x.trim()).find((x) => x.startsWith('q='));
-    return (type === 'application/json' || type === '*/*' || type === 'application/*') && (qp ? Number(qp.slice(2)) : 1) > 0;
-  });
+    return qp ? Number(qp.slice(2)) : 1;
+  }
+  return 0;
 }
 
 const JOB_STATES: readonly JobState[] = ['queued', 'running', 'done', 'failed', 'cancelled'];
