@@ -324,13 +324,15 @@ describe('ThreadedWorkload under the Runtime', () => {
     it(
       'terminates a device step that hangs past deviceTimeoutMs and retries it; the job resolves',
       async () => {
-        const { workload, rt } = setup(300);
+        // 1 s: the retry's thread is started afresh (the hung one was ended), and its start counts
+        // toward the timeout too; 300 ms was not enough for that on a busy 2-core machine.
+        const { workload, rt } = setup(1000);
         const marker = newMarker();
         const heartbeat = new SharedArrayBuffer(4);
         const t0 = performance.now();
         const out = await rt.submit(spec('hang-once'), { mode: 'hang-device', failOnce: true, marker, heartbeat });
 
-        expect(performance.now() - t0).toBeGreaterThanOrEqual(290); // the timeout had to fire
+        expect(performance.now() - t0).toBeGreaterThanOrEqual(990); // the timeout had to fire
         expect(existsSync(markerPath(marker))).toBe(true);
         expect(out.map((o) => o.sum)).toEqual(expectedSums(workload, 4));
         expect(rt.status().counters.dispatched).toBe(5);

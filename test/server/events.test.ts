@@ -80,7 +80,8 @@ describe('GET /v1/events across a restart (a real EventSource)', () => {
     const base = server.url;
     const seen: { type: string; lastEventId: string; data: Data }[] = [];
     const es = new EventSource(`${base}/v1/events`);
-    for (const type of ['job.submitted', 'job.started', 'job.done', 'gap']) es.addEventListener(type, (m) => seen.push({ type, lastEventId: m.lastEventId, data: JSON.parse(m.data) }));
+    // Every type the server sends (the EventSource's last id is the last event's, listened to or not).
+    for (const type of ['job.submitted', 'job.started', 'job.partition', 'job.done', 'job.failed', 'job.cancelled', 'step.failed', 'device.measurement', 'gap']) es.addEventListener(type, (m) => seen.push({ type, lastEventId: m.lastEventId, data: JSON.parse(m.data) }));
     try {
       await new Promise<void>((resolve, reject) => {
         es.onopen = () => resolve();
