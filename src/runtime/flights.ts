@@ -243,13 +243,24 @@ export class Flights<I, P, O, R> {
       this.stepFailed(item, 'device', reason, { device, worker });
       this.apply({ type: 'deviceFailed', time: this.clock.now(), item: item.id, attempt, reason, ...(final ? { final } : {}) });
     };
-    if (Number.isFinite(this.deviceTimeoutMs)) {
-      f.timer = this.clock.schedule(() => failed(timeoutReason(this.deviceTimeoutMs, worker)), this.deviceTimeoutMs);
-    }
+    const timeout = () => failed(timeoutReason(this.deviceTimeoutMs, worker));
+    if (Number.isFinite(this.deviceTimeoutMs)) f.timer = this.clock.schedule(timeout, this.deviceTimeoutMs);
     // The device step has consumed the prepared data, or given it up, once run() settles: only then
     // may it be reused — and before the engine hears of it, so the next preparation can reuse it.
     // (The budget hears of the freed buffer after the engine has released the item's reservation.)
-    const started = this.clock.now();
+    let started = this.clock.now();
+    // The device began the step after waiting to be ready (a process or thread starting): the step's
+    // timeout and wall time count from now, not from the wait's start.
+    let begun = false;
+    task.begin = () => {
+      if (begun || this.flights.get(item.id) !== f) return;
+      begun = true;
+      started = this.clock.now();
+      if (f.timer !== undefined) {
+        this.clock.cancel(f.timer);
+        f.timer = this.clock.schedule(timeout, this.deviceTimeoutMs);
+      }
+    };
     settled(() => this.workload.run(task)).then(
       (r) => {
         this.workload.release?.(prepared);
@@ -312,13 +323,28 @@ export class Flights<I, P, O, R> {
       }
       if (still.length > 0) this.apply({ type: 'batchFailed', time: this.clock.now(), batch, reason, ...(final ? { final } : {}) });
     };
-    const timer = Number.isFinite(this.deviceTimeoutMs) ? this.clock.schedule(() => failed(timeoutReason(this.deviceTimeoutMs, worker)), this.deviceTimeoutMs) : undefined;
+    const timeout = () => failed(timeoutReason(this.deviceTimeoutMs, worker));
+    let timer = Number.isFinite(this.deviceTimeoutMs) ? this.clock.schedule(timeout, this.deviceTimeoutMs) : undefined;
+    let settledAlready = false;
     // As with one item: the prepared data is reusable once the step settles, before the engine hears of it.
     const settle = () => {
+      settledAlready = true;
       if (timer !== undefined) this.clock.cancel(timer);
       for (const e of entries) this.workload.release?.(e.f.prepared as P);
     };
-    const started = this.clock.now();
+    let started = this.clock.now();
+    // As with one item: once the device begins the batch (any task's begin()), its timeout and wall time count from then.
+    let begun = false;
+    const begin = () => {
+      if (begun || settledAlready || live().length === 0) return;
+      begun = true;
+      started = this.clock.now();
+      if (timer !== undefined) {
+        this.clock.cancel(timer);
+        timer = this.clock.schedule(timeout, this.deviceTimeoutMs);
+      }
+    };
+    for (const t of tasks) t.begin = begin;
     settled(() => runBatch.call(this.workload, tasks)).then(
       (r) => {
         settle();

@@ -187,23 +187,29 @@ class WorkerProcess {
   }
 
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
-    return this.claim(call.signal, () => this.send([call], call.signal, false));
+    return this.claim(call.signal, [call], () => this.send([call], call.signal, false));
   }
 
   /** A batch as one step: its items' frames back to back, one result per item (see docs/process-devices.md). */
   async runBatch(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }> {
     const signal = batchSignal(calls);
-    const r = await this.claim(signal, () => this.send(calls, signal, true));
+    const r = await this.claim(signal, calls, () => this.send(calls, signal, true));
     return { results: r.output as BatchItemReply[], busyMs: r.busyMs };
   }
 
-  /** Holds the worker for one step, from its turn until it settles (also while the process gets ready). */
-  private claim<T>(signal: AbortSignal, step: () => Promise<T>): Promise<T> {
+  /**
+   * Holds the worker for one step, from its turn until it settles (also while the process gets
+   * ready). A step that waited (for a process to be ready, behind a withdrawn step) says when it is
+   * sent (`begin`): its device timeout counts from then.
+   */
+  private claim<T>(signal: AbortSignal, calls: RunCall[], step: () => Promise<T>): Promise<T> {
     return this.turns.take(0, async () => {
       if (this.closed) throw new Error('the device is closed');
+      let waited = false;
       // Behind a withdrawn step let finish: sent once it is over (its process ended past
       // finishTimeoutMs, this step waits for the next one, as after any withdrawn step).
       if (this.dropping) {
+        waited = true;
         await new Promise<void>((resolve) => this.afterDrop.push(resolve));
         if (signal.aborted) throw new Error(`${this.label}: withdrawn before it was sent`);
       }
@@ -214,8 +220,10 @@ class WorkerProcess {
       // that it timed out). See UNREADY_FAIL_FAST.
       if (!this.life?.ready || this.life.endedBecause) {
         if (this.failingToStart && this.deviceUnready()) throw new Error(`${this.lastFailure} — it ended before it was ready ${this.unready} times in a row (it is started again in the background): check the device's command, args and cwd`);
+        waited = true;
         await this.untilReady(signal);
       }
+      if (waited) for (const c of calls) c.begin?.();
       return step();
     });
   }

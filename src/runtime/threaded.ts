@@ -84,6 +84,8 @@ export interface RunCall extends StageCall {
   prepared: PreparedBuffer;
   device: number;
   worker: number;
+  /** Says the device began the step after waiting to be ready (DeviceTask.begin). */
+  begin?: () => void;
 }
 
 /** Where device steps run: the device threads, a device's processes, or an HTTP endpoint. */
@@ -100,6 +102,8 @@ interface Pending {
   slot: number;
   resolve: (o: unknown) => void;
   reject: (e: Error) => void;
+  /** The step's calls' begin(): the thread had to start or load its module first. */
+  begin: (() => void) | undefined;
 }
 
 /** A device thread: runs the steps of one worker slot, or of every slot of its device. */
@@ -306,7 +310,7 @@ export class StageThreads implements DeviceRunner {
     if (batch) req.batch = calls.map((c) => ({ input: c.input, ctx: threadCtx(c) }));
     return new Promise<unknown>((resolve, reject) => {
       slot.busy = id;
-      thread.pending.set(id, { slot: index, resolve, reject });
+      thread.pending.set(id, { slot: index, resolve, reject, begin: call.begin });
       // Aborted (cancel, timeout, shutdown) — for a batch, every item of it: the thread may be deep
       // in a kernel, so it is ended and respawned on next use.
       const abort = () => {
@@ -405,6 +409,7 @@ export class StageThreads implements DeviceRunner {
       return p;
     };
     w.on('message', (reply: DeviceReply) => {
+      if ('begun' in reply) return thread.pending.get(reply.id)?.begin?.();
       const p = settle(reply.id);
       if (!p) return;
       if (reply.ok) p.resolve(reply.output);
@@ -489,6 +494,7 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
       device: task.device,
       worker: task.worker,
       signal: task.signal,
+      ...(task.begin ? { begin: task.begin } : {}),
     });
     return { output: output as O, busyMs };
   }

@@ -21,6 +21,12 @@ export interface DeviceTask<I, P> extends PartitionTask<I> {
   prepared: P;
   device: number;
   worker: number;
+  /**
+   * Call it when the device begins the step after waiting to be ready (a process or thread that
+   * was starting, a model loading): the device timeout (`deviceTimeoutMs`) counts afresh from then,
+   * and so does the step's wall time. Until then, that timeout bounds the wait. Set by the runtime.
+   */
+  begin?: () => void;
 }
 
 /**

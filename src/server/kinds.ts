@@ -236,6 +236,7 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
       device: task.device,
       worker: task.worker,
       signal: task.signal,
+      ...(task.begin ? { begin: task.begin } : {}),
     };
   }
 

@@ -6,7 +6,7 @@ import type { DeviceRunner, PreparedBuffer, RunCall } from '../../src/runtime/th
 
 /** The device call of a task (kind "k", no module: the device does the step). */
 export function callOf<I>(t: DeviceTask<I, PreparedBuffer>): RunCall {
-  return { kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal };
+  return { kind: 'k', module: '', style: 'kind', input: t.input, jobId: t.jobId, partition: t.partition, partitions: t.partitions, prepared: t.prepared, device: t.device, worker: t.worker, signal: t.signal, ...(t.begin ? { begin: t.begin } : {}) };
 }
 
 /** A one-worker Runtime (pacer unpaced, no retries) whose device batches (up to `maxItems`) through the device's runBatch; closed with `close()`. */

@@ -203,6 +203,16 @@ setInterval(() => {}, 1000);`;
     expect(failed).toEqual([expect.stringMatching(/no answer within the device timeout/)]);
   });
 
+  it('a step that waited for its process to be ready (a model loading) is timed from when it is sent: the wait and the step each within deviceTimeoutMs, not both together', async () => {
+    // A 2 s start and a 1.5 s step, a 3 s timeout: together past it (the step failed, timed out,
+    // while it ran), each within it (the 1 s left for the wait covers python3's own start).
+    const failed: string[] = [];
+    const { rt } = setup({ command: 'python3', args: [PY], env: { START_DELAY_S: '2' } }, { retries: 0, deviceTimeoutMs: 3000, onStep: (e) => void (e.type === 'deviceFailed' && failed.push(e.reason)) });
+    const out = (await rt.submit(spec('slow-start'), { mode: 'sleep', holdMs: 1500 })) as { partition: number }[];
+    expect(out.map((o) => o.partition)).toEqual([0]);
+    expect(failed).toEqual([]);
+  });
+
   it('a step withdrawn while the process starts is dropped without ending the process; the next step runs', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY], env: { START_DELAY_S: '0.8' } }, { retries: 0 });
     const first = rt.submit(spec('w1'), { mode: 'ok' });

@@ -24,6 +24,10 @@ class FakeWorkload implements Workload<number, { value: number }, number, number
   hangPrepare: (t: PartitionTask<number>) => boolean = () => false;
   withdrawn = 0;
   hangRun: (t: DeviceTask<number, { value: number }>) => boolean = () => false;
+  /** Ms the device waits to be ready before it begins a step (then it calls task.begin()); 0: none, no begin(). */
+  readyMs: (t: DeviceTask<number, { value: number }>) => number = () => 0;
+  /** Leave busyMs out of run()'s answer (the runtime then uses the step's wall time). */
+  noBusy = false;
 
   constructor(private readonly clock: ManualClock) {}
 
@@ -45,7 +49,7 @@ class FakeWorkload implements Workload<number, { value: number }, number, number
     });
   }
 
-  run(t: DeviceTask<number, { value: number }>): Promise<{ output: number; busyMs: number }> {
+  run(t: DeviceTask<number, { value: number }>): Promise<{ output: number; busyMs?: number }> {
     this.runs++;
     const fail = this.failRun(t);
     const hang = this.hangRun(t);
@@ -54,7 +58,14 @@ class FakeWorkload implements Workload<number, { value: number }, number, number
         t.signal.addEventListener('abort', () => reject(new Error('killed')));
         return;
       }
-      this.clock.schedule(() => (fail ? reject(new Error('device fault')) : resolve({ output: t.prepared.value, busyMs: this.runMs })), this.runMs);
+      const step = () => this.clock.schedule(() => (fail ? reject(new Error('device fault')) : resolve({ output: t.prepared.value, ...(this.noBusy ? {} : { busyMs: this.runMs }) })), this.runMs);
+      const ready = this.readyMs(t);
+      if (ready === 0) step();
+      else
+        this.clock.schedule(() => {
+          t.begin?.();
+          step();
+        }, ready);
     });
   }
 
@@ -230,6 +241,27 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     await expect(p).resolves.toBe(30 + 31 + 32);
     expect(faults).toBe(2);
     expect(hangs).toBe(2);
+    expect(workload.held).toBe(0);
+  });
+
+  it('a device that waits to be ready before it begins a step (task.begin()): the timeout and the wall time count from begin(); a wait past the timeout fails the step', async () => {
+    // (Device steps take 10 ms here.) 45 ms of waiting + 10 ms of step > 50 ms, each within it.
+    const { rt, run, workload } = setup({ retries: 1, deviceTimeoutMs: 50 });
+    workload.noBusy = true;
+    workload.readyMs = () => 45;
+    const p = rt.submit(job('a', 2), 1);
+    await run(400);
+    await expect(p).resolves.toBe(10 + 11);
+    expect(workload.runs).toBe(2);
+    // Busy time from begin(): the two steps' 10 ms each, not the wait.
+    expect(rt.status().counters.deviceBusyMs).toBe(20);
+    // A wait longer than the timeout fails the step; its retry, on a device ready at once, runs.
+    let waits = 0;
+    workload.readyMs = () => (waits++ < 1 ? 60 : 0);
+    const q = rt.submit(job('b', 1), 1);
+    await run(400);
+    await expect(q).resolves.toBe(10);
+    expect(workload.runs).toBe(4);
     expect(workload.held).toBe(0);
   });
 

@@ -7,9 +7,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
-import { closeSync, constants, existsSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, constants, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { threadId } from 'node:worker_threads';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -58,10 +59,12 @@ type FlakyRuntime = Runtime<FlakyInput, unknown, FlakyOutput, FlakyOutput[]>;
 
 const runtimes: { close(timeoutMs?: number): Promise<void> }[] = [];
 const markers: string[] = [];
+const tempDirs: string[] = [];
 
 afterEach(async () => {
   await Promise.all(runtimes.splice(0).map((rt) => rt.close(0)));
   for (const m of markers.splice(0)) rmSync(markerPath(m), { force: true });
+  for (const d of tempDirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
 function setup(deviceTimeoutMs = 2000) {
@@ -360,6 +363,25 @@ describe('ThreadedWorkload under the Runtime', () => {
         // Every hung thread, including the other worker's (aborted when the job failed), is gone.
         await expectAllStopped(heartbeat);
         await vi.waitFor(() => expect(workload.pool.stats().leased).toBe(0));
+      },
+      TIMEOUT,
+    );
+
+    it(
+      "a device thread's start (its module loading a model) is not the step's: the device timeout counts from when the step begins",
+      async () => {
+        // A 1.5 s load and a 1.5 s step, a 2.5 s timeout: together past it (the step timed out as it ran), each within it.
+        const dir = mkdtempSync(join(tmpdir(), 'stoker-slow-load-'));
+        tempDirs.push(dir);
+        const module = join(dir, 'slow-load.mjs');
+        writeFileSync(module, 'await new Promise((r) => setTimeout(r, 1500));\nexport function run(input, ctx) {\n  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1500);\n  return { sum: 0, meta: ctx.meta, partition: ctx.partition, device: ctx.device, worker: ctx.worker, threadId: 0 };\n}\n');
+        const workload = new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule: pathToFileURL(module).href, bufferBytes: () => 64, finish: (job) => job.outputs, devices: [{ workers: 1 }], prepareThreads: 1 });
+        const failures: string[] = [];
+        const rt: FlakyRuntime = new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'unpaced', retries: 0, deviceTimeoutMs: 2500, onStepFailed: (f) => void failures.push(f.reason) });
+        runtimes.push(rt);
+        const out = await rt.submit(spec('slow-load', 1), { mode: 'ok' });
+        expect(failures).toEqual([]);
+        expect(out.map((o) => o.partition)).toEqual([0]);
       },
       TIMEOUT,
     );

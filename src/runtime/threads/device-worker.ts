@@ -47,14 +47,21 @@ port.on('message', (req: DeviceRequest) => {
   void (async () => {
     let reply: DeviceReply;
     try {
-      // (The module is loaded before the step's clock starts.)
+      // (The module is loaded before the step's clock starts; a step that waited for it says so,
+      // and its device timeout counts from then.)
       const batch = req.batch;
+      let loaded = false;
       if (batch) {
         const m = loadBatch(req.module, req.style);
-        if (m instanceof Promise) await m;
+        if (m instanceof Promise) {
+          await m;
+          loaded = true;
+        }
       }
       const m = batch ? undefined : load(req.module, req.style);
+      if (m instanceof Promise) loaded = true;
       const mod = m instanceof Promise ? await m : m;
+      if (loaded) port.postMessage({ id: req.id, begun: true } satisfies DeviceReply);
       const t0 = performance.now();
       const output = batch ? await callBatch(req, batch) : await call(mod as DeviceModule, req);
       const ns = BigInt(Math.round((performance.now() - t0) * 1e6));
