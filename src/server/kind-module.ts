@@ -186,7 +186,10 @@ export async function loadKind(url: string, shown: string = url, devices: Device
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     const at = e instanceof SyntaxError ? syntaxErrorAt(url) : '';
-    const why = code === 'ERR_MODULE_NOT_FOUND' && (e as Error).message.includes(url.replace(/^file:\/\//, '')) ? 'file not found: check the path' : `it does not load: ${(e as Error).message}${at ? `, at\n${at}` : ''}`;
+    // Not found is the module itself only when Node names it as the missing one ("Cannot find module
+    // '/path/k.mjs'"): a package or file it imports that is missing is named as Node says.
+    const missing = code === 'ERR_MODULE_NOT_FOUND' && url.startsWith('file:') && (e as Error).message.includes(`'${fileURLToPath(url)}'`);
+    const why = missing ? 'file not found: check the path' : `it does not load: ${(e as Error).message}${at ? `, at\n${at}` : ''}`;
     throw new KindModuleError(shown, undefined, why);
   }
   const m = kindExports(mod);

@@ -312,6 +312,9 @@ describe('bad kind modules are refused at start', () => {
   const ok = 'export const name = "k"; export async function prepare() { return 1; } export function run(p) { return p; }';
   const cases: [file: string, source: string | null, exportName: string | undefined, message: RegExp][] = [
     ['missing.mjs', null, undefined, /file not found: check the path/],
+    // A package or a file it imports that is missing is not the module itself: Node's message (it said "file not found: check the path").
+    ['missing-package.mjs', `import "no-such-package-here"; ${ok}`, undefined, /does not load: Cannot find package 'no-such-package-here' imported from .*missing-package\.mjs/],
+    ['missing-import.mjs', `import "./no-such-tokenizer.mjs"; ${ok}`, undefined, /does not load: Cannot find module '.*no-such-tokenizer\.mjs' imported from .*missing-import\.mjs/],
     ['syntax.mjs', 'export const name = ;', undefined, /does not load: Unexpected token ';', at\n.*syntax.mjs:1\nexport const name = ;\n +\^/],
     ['throws.mjs', 'throw new Error("no GPU here");', undefined, /does not load: no GPU here/],
     ['no-name.mjs', 'export async function prepare() {} export function run() {}', 'name', /missing: export const name = "my-kind"/],
