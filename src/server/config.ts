@@ -270,7 +270,9 @@ function setFromString(layer: Layer, field: FieldPath, raw: string | number, sou
       issues.push({ source, path: field, message: `expected a JSON object, got ${show(raw)} (${(e as Error).message}) — write e.g. ${source}='${example}'` });
       return;
     }
-    r = fieldSchema(field).safeParse(value);
+    // Partial: the table's required key (url, command, maxItems) may come from the file's table,
+    // which this one sets its fields over (checked once merged: requireDeviceKeys).
+    r = (fieldSchema(field) as z.ZodOptional<z.ZodObject>).unwrap().partial().optional().safeParse(value);
   } else if (field === 'engine.pacerOptions' && typeof raw === 'string') {
     const p = parsePacerOptions(raw);
     if ('error' in p) {
@@ -287,6 +289,8 @@ function setFromString(layer: Layer, field: FieldPath, raw: string | number, sou
   }
   setField(layer, field, r.data);
 }
+
+const ENV_SOURCE = 'the environment (STOKER_*)';
 
 function envLayer(env: Record<string, string | undefined>, cwd: string, issues: ConfigIssue[]): Source {
   const layer: Layer = {};
@@ -325,7 +329,7 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
       message: `unknown setting — ${near ? `did you mean ${near}? ` : 'unset it; '}the [${sec}] variables are: ${inSection.join(', ')}`,
     });
   }
-  return { name: 'the environment (STOKER_*)', layer, base: cwd };
+  return { name: ENV_SOURCE, layer, base: cwd };
 }
 
 const FLAGS = { host: ['server.host', '--host'], port: ['server.port', '--port'], dataDir: ['dataDir', '--data'], cluster: ['cluster.redis', '--cluster'], token: ['server.token', '--token-file'] } as const;
@@ -415,8 +419,22 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     if (d.process && d.http) {
       throw new ConfigError([{ source: originOf(sources, `${name}.http`), path: name, message: `both [${name}.process] and [${name}.http] are set — a device is one or the other: keep one of them` }]);
     }
+    requireDeviceKeys(d, name, (at) => originOf(sources, at));
   }
   return c;
+}
+
+/** A device table set only in part by an environment variable (STOKER_DEVICE_HTTP='{"timeoutS":5}') and by no earlier source has no url, command or maxItems. */
+function requireDeviceKeys(d: DeviceConfig, name: string, origin: (at: string) => string): void {
+  const missing = (at: string, what: string, example: string) => {
+    const table = at.slice(0, at.lastIndexOf('.'));
+    const from = origin(table);
+    const variable = [...ENV_VARS].find(([, f]) => f === table)?.[0];
+    return new ConfigError([{ source: from === ENV_SOURCE && variable ? variable : from, path: at, message: `expected ${what}, got nothing — give it in the same variable (${example}) or in the config file's [${table}]` }]);
+  };
+  if (d.http && d.http.url === undefined) throw missing(`${name}.http.url`, 'an http:// or https:// URL', '"url":"http://127.0.0.1:8000/embed"');
+  if (d.process && d.process.command === undefined) throw missing(`${name}.process.command`, 'a program', '"command":"python3"');
+  if (d.batch && d.batch.maxItems === undefined) throw missing(`${name}.batch.maxItems`, 'an integer ≥ 1', '"maxItems":16');
 }
 
 /**

@@ -335,6 +335,18 @@ describe('device tables from several sources', () => {
     expect(c.device.batch).toEqual({ maxItems: 16, maxWaitMs: 50 });
   });
 
+  it('an environment variable may set only some of the fields over the file\'s table (STOKER_DEVICE_HTTP=\'{"timeoutS":5}\' was refused for want of the url the file gives); with no earlier table, the required one is named', () => {
+    const file = write('http3/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\ntimeoutS = 10\n[device.batch]\nmaxItems = 8\n');
+    const c = loadConfig({ file, env: { STOKER_DEVICE_HTTP: '{"timeoutS":5}', STOKER_DEVICE_BATCH: '{"maxWaitMs":7}' }, cwd: '/' });
+    expect(c.device.http).toMatchObject({ url: 'http://127.0.0.1:9/a', timeoutS: 5 });
+    expect(c.device.batch).toEqual({ maxItems: 8, maxWaitMs: 7 });
+    expect(() => loadConfig({ env: { STOKER_DEVICE_HTTP: '{"timeoutS":5}' }, cwd: '/' })).toThrow(/STOKER_DEVICE_HTTP: device\.http\.url: expected an http:\/\/ or https:\/\/ URL, got nothing — give it in the same variable \("url":"http:\/\/127\.0\.0\.1:8000\/embed"\) or in the config file's \[device\.http\]/);
+    expect(() => loadConfig({ env: { STOKER_DEVICE_PROCESS: '{"args":["d.py"]}' }, cwd: '/' })).toThrow(/STOKER_DEVICE_PROCESS: device\.process\.command: expected a program, got nothing/);
+    expect(() => loadConfig({ env: { STOKER_DEVICE_BATCH: '{"maxWaitMs":7}' }, cwd: '/' })).toThrow(/STOKER_DEVICE_BATCH: device\.batch\.maxItems: expected an integer ≥ 1, got nothing/);
+    // Still strict: a misspelt key is named.
+    expect(() => loadConfig({ file, env: { STOKER_DEVICE_HTTP: '{"timeout":5}' }, cwd: '/' })).toThrow(/STOKER_DEVICE_HTTP: device\.http\.timeout: unknown key .*did you mean "timeoutS"\?/);
+  });
+
   it('config print does not print a credential header: blank, named in a comment', () => {
     const file = write('http2/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\nheaders = { Authorization = "Bearer s3cret", "X-Api-Key" = "k", Accept = "application/json" }\n');
     const toml = configToToml(loadConfig({ file, env: {}, cwd: '/' }));
