@@ -22,6 +22,7 @@
  * other answer fails the whole batch.
  */
 import { asBytes } from './bytes.js';
+import { preparedJson, sendable } from './lossless-json.js';
 import { redactUrl } from './redact.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
@@ -90,7 +91,9 @@ export class HttpDevice implements DeviceRunner {
     const first = calls[0] as RunCall;
     if (!(first.worker >= 0 && first.worker < this.o.workers)) throw new Error(`no worker ${first.worker} on device ${this.o.name}`);
     const label = `${this.o.name}/${first.worker}`;
-    return this.turns.take(first.worker, () => (batchSignal(calls).aborted ? Promise.reject(new Error(`${label}: withdrawn before it was sent`)) : this.batch(calls, label)));
+    // An item whose prepared value cannot be sent fails alone; the others run.
+    const check = (c: RunCall) => void (asBytes(c.prepared.meta) ?? preparedJson(c.prepared.meta));
+    return sendable(calls, check, (ok) => this.turns.take(first.worker, () => (batchSignal(ok).aborted ? Promise.reject(new Error(`${label}: withdrawn before it was sent`)) : this.batch(ok, label))));
   }
 
   /** The batch's POST and its results (on the worker's turn). */
@@ -183,7 +186,8 @@ export class HttpDevice implements DeviceRunner {
       'stoker-partition': String(call.partition),
       'stoker-partitions': String(call.partitions),
     };
-    const { data, json, busyMs } = await this.post(label, body ?? JSON.stringify(meta ?? null), headers, call.signal);
+    // (Refused, retry: false, where JSON would change it: an Int32Array inside it became {"0":…}.)
+    const { data, json, busyMs } = await this.post(label, body ?? preparedJson(meta), headers, call.signal);
     return { output: json === undefined ? data : json, busyMs };
   }
 }

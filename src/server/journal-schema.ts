@@ -1,3 +1,4 @@
+import { losslessJson } from '../runtime/lossless-json.js';
 import { JournalError, type JobState, type JournalJob } from './journal-types.js';
 
 /** The journal's SQLite schema and how values are stored in it. */
@@ -79,45 +80,10 @@ export function fromStored(v: string | Buffer): unknown {
 /** JSON text of a value (`undefined` → `null`); a value JSON cannot hold throws `E_JOURNAL_BAD_INPUT`. */
 export function toJson(value: unknown, what: string): string {
   try {
-    return JSON.stringify(value, refuseLossy(false)) ?? 'null';
-  } catch (first) {
-    // Again, noting each value's path (3 × slower: only where the quick pass refused it), for the message.
-    let cause: unknown = first;
-    try {
-      JSON.stringify(value, refuseLossy(true));
-    } catch (e) {
-      cause = e;
-    }
+    return losslessJson(value);
+  } catch (cause) {
     throw new JournalError('E_JOURNAL_BAD_INPUT', `${what} is not JSON-serialisable (${String(cause)}): pass plain JSON data`, { cause });
   }
-}
-
-/**
- * A JSON.stringify replacer that refuses what JSON would change without a word: bytes inside a
- * JSON value (an object of indices), a Map or a Set (an empty object), a number that is not
- * finite (null). Stored so, an output would read back as other data than the step returned. Its
- * errors name the value's whole path (`outer.list[1]`): each object it passes on is noted with
- * its own, as JSON.stringify visits holders before what they hold.
- */
-function refuseLossy(named: boolean): (this: unknown, key: string, value: unknown) => unknown {
-  const paths = new Map<unknown, string>();
-  return function (this: unknown, key: string, value: unknown): unknown {
-    const holder = named ? paths.get(this) : undefined;
-    // (The first call is the top itself, under the key "" of a wrapper object. Not named: the key alone.)
-    const path = !named ? key : holder === undefined ? '' : Array.isArray(this) ? `${holder}[${key}]` : /^[A-Za-z_$][\w$]*$/.test(key) ? (holder ? `${holder}.${key}` : key) : `${holder}[${JSON.stringify(key).replace(/^"|"$/g, "'")}]`;
-    const at = path === '' ? 'the top' : JSON.stringify(path);
-    if (value instanceof ArrayBuffer || ArrayBuffer.isView(value) || (value !== null && typeof value === 'object' && (value as { type?: unknown }).type === 'Buffer' && Array.isArray((value as { data?: unknown }).data))) {
-      throw new Error(`it holds bytes at ${at}: bytes may only be the whole value — return them alone, or encode them (base64) inside the JSON`);
-    }
-    if (value instanceof Map || value instanceof Set) {
-      throw new Error(`it holds a ${value instanceof Map ? 'Map' : 'Set'} at ${at}, which JSON would store as {}: return ${value instanceof Map ? 'an object (Object.fromEntries(map))' : 'an array ([...set])'} instead`);
-    }
-    if (typeof value === 'number' && !Number.isFinite(value)) {
-      throw new Error(`it holds ${value} at ${at}, which JSON would store as null: return null, or a string, where a number is missing`);
-    }
-    if (named && value !== null && typeof value === 'object') paths.set(value, path);
-    return value;
-  };
 }
 
 /** JSON text with object keys sorted recursively, of a value that is already plain JSON. */

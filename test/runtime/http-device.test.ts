@@ -54,6 +54,28 @@ describe('an HTTP device', () => {
     expect((c?.busyMs ?? 0) / (c?.completions ?? 1)).toBeGreaterThanOrEqual(115);
   });
 
+  it('a prepared value JSON would change (an Int32Array inside it) fails its job at once, saying where, and is not sent (it was, as {"0":7,…}); in a batch only its item fails', async () => {
+    const bodies: string[] = [];
+    const url = await serve((req, body, res) => {
+      bodies.push(body.toString());
+      const items = req.headers['stoker-batch'] ? (JSON.parse(body.toString()) as { items: unknown[] }).items : null;
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(items ? { results: items.map(() => ({ output: 'ok' })) } : 'ok'));
+    });
+    const prepare = async (t: PartitionTask<{ typed?: boolean }>): Promise<PreparedBuffer> => ({ meta: t.input.typed && t.partition === 1 ? { ids: Int32Array.of(7, 8, 9) } : { p: t.partition } });
+    const rt = runtimeOver(new HttpDevice({ name: 'infer', workers: 1, url }), prepare, { workers: 1, retries: 1 });
+    closers.push(() => rt.close(1000));
+    const e = await failure(rt.submit(spec('t1', 2), { typed: true }));
+    expect(e.message).toMatch(/partition 1 failed on device 0: the prepared value \(what prepare\(\) returned\) cannot be sent to the device as JSON: it holds bytes at "ids": bytes may only be the whole value/);
+    expect(e.message).not.toMatch(/after 2 attempts/);
+    expect(bodies.some((b) => b.includes('"ids"'))).toBe(false);
+    const batching = batchingRuntimeOver<{ typed?: boolean }>(new HttpDevice({ name: 'infer', workers: 1, url }), prepare, 4);
+    closers.push(() => batching.close(1000));
+    const [good, bad] = await Promise.all([batching.submit(spec('g', 4), {}), failure(batching.submit(spec('t2', 3), { typed: true }))]);
+    expect(good).toEqual(['ok', 'ok', 'ok', 'ok']);
+    expect(bad.message).toMatch(/partition 1 failed on device 0: the prepared value .*it holds bytes at "ids"/);
+    expect(bodies.some((b) => b.includes('"ids"'))).toBe(false);
+  });
+
   it('bytes go as application/octet-stream, and a non-JSON answer is bytes', async () => {
     const url = await serve((req, body, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(Buffer.from([...body].reverse())));
     const rt = setup({ url });

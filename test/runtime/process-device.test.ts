@@ -213,6 +213,17 @@ setInterval(() => {}, 1000);`;
     expect(failed).toEqual([]);
   });
 
+  it('a prepared value JSON would change (a Map, NaN) or cannot hold (a BigInt) fails its job at once, saying where — it reached the device as {} and null', async () => {
+    const values: Record<string, unknown> = { map: { m: new Map([['a', 1]]) }, nan: { score: NaN }, bigint: { n: 1n } };
+    const rt = runtimeOver<{ v: string }>(new ProcessDevice({ name: 'gpu', workers: 1, command: 'python3', args: [PY], readyTimeoutMs: 10_000, log: () => undefined }), async (t) => ({ meta: values[t.input.v] }), { workers: 1, retries: 1 });
+    closers.push(() => rt.close(1000));
+    const said = async (v: string) => (await failure(rt.submit(spec(v), { v }))).message;
+    expect(await said('map')).toMatch(/cannot be sent to the device as JSON: it holds a Map at "m", which JSON would store as \{\}/);
+    expect(await said('nan')).toMatch(/cannot be sent to the device as JSON: it holds NaN at "score", which JSON would store as null/);
+    expect(await said('bigint')).toMatch(/cannot be sent to the device as JSON: it is not JSON \(Do not know how to serialize a BigInt\): return plain JSON data, or bytes as the whole value$/);
+    expect(rt.status().counters.dispatched).toBe(3);
+  });
+
   it('a step withdrawn while the process starts is dropped without ending the process; the next step runs', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY], env: { START_DELAY_S: '0.8' } }, { retries: 0 });
     const first = rt.submit(spec('w1'), { mode: 'ok' });
@@ -405,6 +416,18 @@ describe('batches on a process device', () => {
       expect(failed).toMatchObject([{ reason: expect.stringMatching(/bad input in partition 1$/), final: true }]);
     });
   }
+
+  it('an item whose prepared value JSON would change (an Int32Array inside it) fails alone at once, saying where; the others of its batch run', async () => {
+    const dev = new ProcessDevice({ name: 'gpu', workers: 1, command: 'python3', args: [path.join(FIXTURES, 'py-batch-device.py')], readyTimeoutMs: 10_000, log: () => undefined });
+    const failed: ItemFailure[] = [];
+    const rt = batchingRuntimeOver<{ bad?: boolean }>(dev, async (t) => ({ meta: t.input.bad && t.partition === 2 ? { p: t.partition, ids: Int32Array.of(7, 8, 9) } : { p: t.partition } }), 4, (e) => void (e.type === 'batchDone' && failed.push(...(e.failed ?? []))), 1);
+    closers.push(() => rt.close(1000));
+    const [good, bad] = await Promise.all([rt.submit(spec('ok', 6), {}), failure(rt.submit(spec('typed', 4), { bad: true }))]);
+    expect((good as { p: number }[]).map((o) => o.p)).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(bad.message).toMatch(/partition 2 failed on device 0: the prepared value \(what prepare\(\) returned\) cannot be sent to the device as JSON: it holds bytes at "ids": bytes may only be the whole value/);
+    expect(bad.message).not.toMatch(/after 2 attempts/);
+    expect(failed).toMatchObject([{ final: true }]);
+  });
 
   it('a batch that raises: its items run again alone, and their job is done', async () => {
     const sizes: number[] = [];

@@ -98,8 +98,10 @@ export interface DeviceRequest {
 /** A batch's answer: per item its output, or the message of the Error the module returned in its place. */
 export type BatchItemReply = { output: unknown } | { error: string; retry?: false };
 
-/** `retry: false`: the step threw an error with `retry: false`. */
-/** A step's answer; `begun` comes first, from a thread that had to load the step's module (its start counts as waiting, not as the step). */
+/**
+ * A step's answer (`retry: false`: the step threw an error with `retry: false`); `begun` comes
+ * first from a thread that had to load the step's module (its start counts as waiting, not as the step).
+ */
 export type DeviceReply = { id: number; ok: true; output: unknown } | { id: number; ok: false; message: string; retry?: false } | { id: number; begun: true };
 
 /** A kind module's exports: its named exports, or its default export's properties when it has no `prepare` (or `prepareBatch`) of its own. */
