@@ -148,15 +148,20 @@ export class HttpDevice implements DeviceRunner {
         if (Number.isNaN(refusedAt)) refusedAt = now;
         // Since the outage began, or this step's first refusal if that came first (another step's answer ended the outage meanwhile).
         const down = now - Math.min(this.downSince, refusedAt);
-        if (down + wait > this.o.unreachableMs) {
+        if (down >= this.o.unreachableMs) {
           throw new Error(`${label}: POST ${this.shown} failed: ${code}: the endpoint has been unreachable for ${(down / 1000).toFixed(down < 1000 ? 2 : 1)} s (waited for up to unreachableS = ${this.o.unreachableMs / 1000} s)`);
         }
-        await pause(wait, signal);
+        // (The last try comes when unreachableS is up, not a pause before it: it failed at 7.8 s of 10.)
+        await pause(Math.min(wait, this.o.unreachableMs - down), signal);
         if (signal.aborted) throw new Error(`${label}: POST ${this.shown} failed: the step was withdrawn`);
       }
     }
     if (!Number.isNaN(this.downSince)) {
-      this.o.log(`[device ${this.o.name}] ${this.shown} answers again, after ${((performance.now() - this.downSince) / 1000).toFixed(1)} s unreachable`);
+      // Unreachable from its first refusal until some time after its last: when nothing was sent
+      // meanwhile, how long after is not known (it said "after 108.3 s unreachable", back for minutes).
+      const now = performance.now();
+      const s = (ms: number) => (ms / 1000).toFixed(1);
+      this.o.log(`[device ${this.o.name}] ${this.shown} answers again: it refused connections for ${s(this.lastRefusal - this.downSince)} s${now - this.lastRefusal > 2 * RESEND_MAX_MS ? `, the last time ${s(now - this.lastRefusal)} s ago` : ''}`);
       this.downSince = NaN;
     }
     let data: Uint8Array;

@@ -123,11 +123,20 @@ describe('a 4xx answer of an HTTP device', () => {
     closers.push(() => new Promise((r) => (server.closeAllConnections(), server.close(() => r()))));
     // With no retries: each item waited on its worker, none failed.
     await expect(result).resolves.toEqual([{ p: 0 }, { p: 1 }, { p: 2 }]);
-    expect(lines[1]).toMatch(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run answers again, after \d+\.\d s unreachable$/);
+    expect(lines[1]).toMatch(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run answers again: it refused connections for \d+\.\d s$/);
     expect(lines).toHaveLength(2);
     const c = rt.status().counters.devices[0];
     // (Each item's busy time is its answered request's, about 20 ms, not the second it waited.)
     expect((c?.busyMs ?? 0) / (c?.completions ?? 1)).toBeLessThan(500);
+  });
+
+  it('an endpoint refused past unreachableS: the step fails once unreachableS is up (it failed at 7.8 s of 10, a pause before it), saying how long', async () => {
+    const rt = setup({ url: `http://127.0.0.1:${await freePort()}/run`, unreachableMs: 1300 }, { retries: 0 });
+    const t0 = performance.now();
+    const e = await failure(rt.submit(spec('u1'), {}));
+    // Sent at 0, 0.25, 0.75 s, then at 1.3 s (not a 1 s pause past it, nor a failure at 0.75 s).
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(1290);
+    expect(e.message).toMatch(/the endpoint has been unreachable for 1\.\d s \(waited for up to unreachableS = 1\.3 s\)/);
   });
 
   it('a connection the server breaks after taking the request (an input that crashes it) fails the item: it is not sent again and again', async () => {
