@@ -235,7 +235,7 @@ export async function statusCommand(id: string | undefined, flags: ClientFlags, 
     partitions: { queued: number; preparing: number; waiting: number; onDevice: number };
     targetWaiting: number;
     pacer: { name: string; mode: string; ratePerSec: number | null; intervalMs: number | null };
-    devices: { device: number; name?: string; workers: { state: string }[] }[];
+    devices: { device: number; name?: string; unreachable?: string; workers: { state: string }[] }[];
     budget: { usedBytes: number; totalBytes: number | null };
     /** A cluster node's: the shared queues (the lines above are this node's own). */
     cluster?: { node: string; queue: Record<string, number>; jobsHeld: number; maxHeld: number };
@@ -249,6 +249,7 @@ export async function statusCommand(id: string | undefined, flags: ClientFlags, 
       `jobs        pending ${s.jobs['pending']}  (queued ${s.jobs['queued']}, running ${s.jobs['running']})  done ${s.jobs['done']}  failed ${s.jobs['failed']}  cancelled ${s.jobs['cancelled']}`,
       `partitions  queued ${s.partitions.queued}  preparing ${s.partitions.preparing}  waiting ${s.partitions.waiting} (target ${s.targetWaiting})  on device ${s.partitions.onDevice}`,
       `devices     ${devices} workers busy${lost > 0 ? ` (${lost} lost)` : ''}`,
+      ...s.devices.flatMap((d) => (d.unreachable ? [`            device ${d.name ?? d.device} unreachable: ${d.unreachable}`] : [])),
       `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${s.pacer.ratePerSec === null ? '–' : `${s.pacer.ratePerSec.toFixed(2)}/s`}  target dispatch ${s.pacer.intervalMs === null || s.pacer.mode === 'idle' ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
       `budget      ${s.budget.usedBytes} bytes of ${s.budget.totalBytes === null ? 'unlimited' : s.budget.totalBytes}`,
       ...(s.cluster ? [clusterLine(s.cluster)] : []),

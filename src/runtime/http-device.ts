@@ -21,6 +21,7 @@
  * JSON `{ results: [{ output } | { outputBase64 } | { error, retry? }] }`, one per item, in order; any
  * other answer fails the whole batch.
  */
+import { connect } from 'node:net';
 import { asBytes } from './bytes.js';
 import { preparedJson, sendable } from './lossless-json.js';
 import { redactUrl } from './redact.js';
@@ -73,10 +74,23 @@ export class HttpDevice implements DeviceRunner {
   /** Since when (performance.now()) the endpoint has refused every request (NaN while it answers), and its latest refusal. */
   private downSince = NaN;
   private lastRefusal = -Infinity;
+  /** The outage's first refusal: its error code and wall-clock time (for status). */
+  private downCode = '';
+  private downAt = 0;
+  /** While it is unreachable: a connection tried every RESEND_MAX_MS, so that its return is seen with no step sent (an idle server, or one its load balancer took out of service). */
+  private probe: NodeJS.Timeout | undefined;
+  private closed = false;
 
   constructor(options: HttpDeviceOptions) {
     this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, unreachableMs: 60_000, log: () => {}, ...options };
     this.shown = redactUrl(options.url);
+    // At start: an endpoint not there (a wrong port, not started yet) is said now, not at the first step.
+    this.tryConnect();
+  }
+
+  /** Why no step can reach the endpoint now (it refuses connections), or undefined. */
+  unreachable(): string | undefined {
+    return Number.isNaN(this.downSince) ? undefined : `${this.shown} refuses connections (${this.downCode}) since ${new Date(this.downAt).toISOString()}`;
   }
 
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
@@ -121,7 +135,59 @@ export class HttpDevice implements DeviceRunner {
   }
 
   close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.probe);
     return Promise.resolve();
+  }
+
+  /** A connection was refused (a step's request, or a probe's): an outage begins, or goes on. */
+  private refused(code: string, said: string): void {
+    const now = performance.now();
+    // (A refusal long after the last one, nothing sent between: a new outage, not the old one's.)
+    if (Number.isNaN(this.downSince) || now - this.lastRefusal > 2 * RESEND_MAX_MS) {
+      this.downSince = now;
+      this.downCode = code;
+      this.downAt = Date.now();
+      this.o.log(`[device ${this.o.name}] ${said}`);
+    }
+    this.lastRefusal = now;
+    if (!this.probe && !this.closed) this.probe = setTimeout(() => this.tryConnect(), RESEND_MAX_MS).unref();
+  }
+
+  /** The endpoint answered (a step's request) or took a connection (a probe): an outage ends. */
+  private reached(how: string): void {
+    clearTimeout(this.probe);
+    this.probe = undefined;
+    if (Number.isNaN(this.downSince)) return;
+    // Unreachable from its first refusal until some time after its last: how long after is not
+    // known (it said "after 108.3 s unreachable" of an endpoint back for minutes).
+    const now = performance.now();
+    const s = (ms: number) => (ms / 1000).toFixed(1);
+    this.o.log(`[device ${this.o.name}] ${this.shown} ${how}: it refused connections for ${s(this.lastRefusal - this.downSince)} s${now - this.lastRefusal > 2 * RESEND_MAX_MS ? `, the last time ${s(now - this.lastRefusal)} s ago` : ''}`);
+    this.downSince = NaN;
+  }
+
+  /** Opens a TCP connection to the endpoint and closes it: reached, or refused (an outage). Other errors say nothing either way. */
+  private tryConnect(): void {
+    this.probe = undefined;
+    if (this.closed) return;
+    let url: URL;
+    try {
+      url = new URL(this.o.url);
+    } catch {
+      return;
+    }
+    const socket = connect({ host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)) });
+    socket.unref();
+    socket.setTimeout(RESEND_MAX_MS, () => socket.destroy());
+    socket.once('connect', () => {
+      socket.destroy();
+      if (!this.closed) this.reached('takes connections again');
+    });
+    socket.once('error', (e: NodeJS.ErrnoException) => {
+      if (this.closed) return;
+      if (e.code && UNREACHED.has(e.code)) this.refused(e.code, `${this.shown} refuses connections (${e.code}): steps wait for it (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
+    });
   }
 
   /** POSTs a body; the response's bytes (its JSON, when it says application/json) and the request's wall time. */
@@ -139,12 +205,7 @@ export class HttpDevice implements DeviceRunner {
         const code = (e as { cause?: { code?: unknown } }).cause?.code;
         if (signal.aborted || typeof code !== 'string' || !UNREACHED.has(code)) throw new Error(`${label}: POST ${this.shown} failed: ${reason(e, this.o.timeoutMs)}`);
         const now = performance.now();
-        // (A refusal long after the last one, nothing sent between: a new outage, not the old one's.)
-        if (Number.isNaN(this.downSince) || now - this.lastRefusal > 2 * RESEND_MAX_MS) {
-          this.downSince = now;
-          this.o.log(`[device ${this.o.name}] POST ${this.shown} failed: ${code}: the endpoint is waited for (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
-        }
-        this.lastRefusal = now;
+        this.refused(code, `POST ${this.shown} failed: ${code}: the endpoint is waited for (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
         if (Number.isNaN(refusedAt)) refusedAt = now;
         // Since the outage began, or this step's first refusal if that came first (another step's answer ended the outage meanwhile).
         const down = now - Math.min(this.downSince, refusedAt);
@@ -156,14 +217,7 @@ export class HttpDevice implements DeviceRunner {
         if (signal.aborted) throw new Error(`${label}: POST ${this.shown} failed: the step was withdrawn`);
       }
     }
-    if (!Number.isNaN(this.downSince)) {
-      // Unreachable from its first refusal until some time after its last: when nothing was sent
-      // meanwhile, how long after is not known (it said "after 108.3 s unreachable", back for minutes).
-      const now = performance.now();
-      const s = (ms: number) => (ms / 1000).toFixed(1);
-      this.o.log(`[device ${this.o.name}] ${this.shown} answers again: it refused connections for ${s(this.lastRefusal - this.downSince)} s${now - this.lastRefusal > 2 * RESEND_MAX_MS ? `, the last time ${s(now - this.lastRefusal)} s ago` : ''}`);
-      this.downSince = NaN;
-    }
+    this.reached('answers again');
     let data: Uint8Array;
     try {
       data = await readLimited(res, this.o.maxResponseBytes);

@@ -95,6 +95,8 @@ export interface DeviceRunner {
   runBatch?(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }>;
   /** Hears when a worker goes out of service and comes back (a process device's worker whose processes keep failing to start). */
   watchWorkers?(listener: (worker: number, up: boolean) => void): void;
+  /** Why no step can reach the device now (an HTTP endpoint refusing connections), or undefined. */
+  unreachable?(): string | undefined;
   close(): Promise<void>;
 }
 

@@ -136,6 +136,7 @@ export const StatusView = z.object({
       kind: z.string().meta({ description: 'cpu, webgpu, process or http' }),
       completions: z.number(),
       busyS: z.number(),
+      unreachable: z.string().optional().meta({ description: 'An HTTP device whose endpoint refuses connections: since when (its steps wait up to unreachableS, then fail; GET /readyz answers 503)' }),
       batch: BatchCounts.optional(),
       workers: z.array(z.object({ state: z.enum(['lost', 'busy', 'idle']), job: z.string().nullable(), partition: z.number().nullable(), busyS: z.number() })),
     }),

@@ -373,7 +373,11 @@ export class Service {
 
   /** Why this server should not be sent new jobs now (GET /readyz): none when it takes them. */
   notReady(): string[] {
-    return [...(this.closing ? ['shutting down'] : []), ...(this.journal.full ? [`${this.journal.fullReason()}: new jobs get 507`] : [])];
+    const unreachable = this.runners.flatMap((r, d) => {
+      const why = r.unreachable?.();
+      return why ? [`device ${this.devices[d]?.name ?? d}: ${why}`] : [];
+    });
+    return [...(this.closing ? ['shutting down'] : []), ...(this.journal.full ? [`${this.journal.fullReason()}: new jobs get 507`] : []), ...unreachable];
   }
 
   /** Resolves with the job, its result whole, once it has ended, or after `waitMs` with its state then. */
@@ -411,6 +415,7 @@ export class Service {
       closing: this.closing,
       config: this.config,
       devices: this.devices,
+      unreachable: this.runners.map((r) => r.unreachable?.()),
       jobPartition: (id, p) => this.runs.jobPartition(id, p),
       pacer: { name: engine.pacer.name, ...this.runtime.status().pacer },
       budget: { held: engine.budget.held, peak: engine.budget.peak },

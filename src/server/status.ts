@@ -17,6 +17,8 @@ export interface StatusSources {
   config: ServeConfig;
   /** The devices in engine order: "default", then each [devices.NAME]. */
   devices: readonly { name: string; config: DeviceConfig }[];
+  /** Per device, why no step can reach it now (an HTTP endpoint refusing connections). */
+  unreachable: readonly (string | undefined)[];
   /** A job's partition number for an engine partition (a resumed job runs only some of them). */
   jobPartition(jobId: string, enginePartition: number): number;
   pacer: { name: string } & PacerState;
@@ -59,6 +61,7 @@ export function buildStatus(src: StatusSources): StatusView {
         kind: !dc ? 'cpu' : deviceType(dc) === 'thread' ? dc.kind : deviceType(dc),
         completions: c?.completions ?? 0,
         busyS: (c?.busyMs ?? 0) / 1000,
+        ...(src.unreachable[d] ? { unreachable: src.unreachable[d] } : {}),
         // A batching device: its largest batch, the batches it finished and the items they started with.
         ...(c?.batch ? { batch: { maxItems: c.batch.maxItems, batches: c.batch.batches, items: c.batch.items } } : {}),
         workers: workers.map((w, i) => ({

@@ -6,7 +6,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { freePort } from '../../src/cluster/redis-server.js';
 import { HttpDevice, type HttpDeviceOptions } from '../../src/runtime/http-device.js';
 import type { PartitionTask } from '../../src/runtime/runtime.js';
@@ -114,7 +114,8 @@ describe('a 4xx answer of an HTTP device', () => {
     const result = rt.submit(spec('w1', 3), {});
     // Down for about a second (refused), then up.
     await new Promise((r) => setTimeout(r, 1000));
-    expect(lines).toEqual([expect.stringMatching(/^\[device infer\] POST http:\/\/127\.0\.0\.1:\d+\/run failed: ECONNREFUSED: the endpoint is waited for \(sent again every ≤ 5 s\) for up to 30 s \(unreachableS\)$/)]);
+    // Said once, at start (a connection tried when the device is made), not again by the steps refused after it.
+    expect(lines).toEqual([expect.stringMatching(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run refuses connections \(ECONNREFUSED\): steps wait for it \(sent again every ≤ 5 s\) for up to 30 s \(unreachableS\)$/)]);
     const server = createServer((req, res) => {
       req.resume();
       req.on('end', () => setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ p: Number(req.headers['stoker-partition']) })), 20));
@@ -130,9 +131,28 @@ describe('a 4xx answer of an HTTP device', () => {
     expect((c?.busyMs ?? 0) / (c?.completions ?? 1)).toBeLessThan(500);
   });
 
+  it('an endpoint not there is said when the device is made, shown as unreachable, and seen back with no step sent (a connection tried every 5 s)', async () => {
+    const port = await freePort();
+    const lines: string[] = [];
+    const dev = new HttpDevice({ name: 'infer', workers: 1, url: `http://127.0.0.1:${port}/run`, log: (l) => lines.push(l) });
+    closers.push(() => dev.close());
+    await vi.waitFor(() => expect(dev.unreachable()).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/run refuses connections \(ECONNREFUSED\) since \d{4}-\d\d-\d\dT/));
+    expect(lines).toEqual([expect.stringMatching(/refuses connections \(ECONNREFUSED\): steps wait for it/)]);
+    const bound = await new Promise<string>((r) => {
+      const server = createServer((_q, res) => res.end());
+      server.listen(port, '127.0.0.1', () => r(String(port)));
+      closers.push(() => new Promise((done) => (server.closeAllConnections(), server.close(() => done()))));
+    });
+    expect(bound).toBe(String(port));
+    await vi.waitFor(() => expect(dev.unreachable()).toBeUndefined(), { timeout: 8000, interval: 100 });
+    expect(lines[1]).toMatch(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run takes connections again: it refused connections for \d+\.\d s/);
+  });
+
   it('an endpoint refused past unreachableS: the step fails once unreachableS is up (it failed at 7.8 s of 10, a pause before it), saying how long', async () => {
-    const rt = setup({ url: `http://127.0.0.1:${await freePort()}/run`, unreachableMs: 1300 }, { retries: 0 });
+    const url = `http://127.0.0.1:${await freePort()}/run`;
+    // (From the device's making: its first refusal, a connection tried then, starts the wait.)
     const t0 = performance.now();
+    const rt = setup({ url, unreachableMs: 1300 }, { retries: 0 });
     const e = await failure(rt.submit(spec('u1'), {}));
     // Sent at 0, 0.25, 0.75 s, then at 1.3 s (not a 1 s pause past it, nor a failure at 0.75 s).
     expect(performance.now() - t0).toBeGreaterThanOrEqual(1290);

@@ -46,6 +46,27 @@ describe('the embeddings example on a Python process device (numpy)', () => {
   });
 });
 
+describe('an HTTP device whose endpoint is not there', () => {
+  it('is said at start, shown unreachable in /v1/status and stoker status, and /readyz answers 503 naming it (it read ready, every worker idle)', async () => {
+    const port = await freePort();
+    const data = tempDataDir();
+    const s = await startServer(data, ['--config', path.join(ROOT, 'examples/http-device/http-device.toml')], { STOKER_DEVICE_HTTP: JSON.stringify({ url: `http://127.0.0.1:${port}/embed` }) });
+    try {
+      const why = new RegExp(`^http://127\\.0\\.0\\.1:${port}/embed refuses connections \\(ECONNREFUSED\\) since \\d{4}-`);
+      await waitUntil(async () => s.output().includes('refuses connections (ECONNREFUSED): steps wait for it'), 10_000, 'the start-up line');
+      expect((await http(s.url, 'GET', '/v1/status')).body.devices[0].unreachable).toMatch(why);
+      const ready = await http(s.url, 'GET', '/readyz');
+      expect(ready.status).toBe(503);
+      expect(ready.body.why).toEqual([expect.stringMatching(new RegExp(`^device default: http://127\\.0\\.0\\.1:${port}/embed refuses connections`))]);
+      const st = await new Promise<string>((resolve) => execFile(process.execPath, [CLI, 'status', '--server', s.url], { timeout: 20_000 }, (_e, out) => resolve(out)));
+      expect(st).toMatch(new RegExp(`device default unreachable: http://127\\.0\\.0\\.1:${port}/embed refuses connections`));
+    } finally {
+      await s.stop();
+      removeDir(data);
+    }
+  });
+});
+
 describe('the http-device example: the model behind an HTTP endpoint', () => {
   it('embeds through embed-server.mjs: the vectors of embed()', async () => {
     const port = await freePort();
