@@ -43,14 +43,16 @@ export function hostName(value: string): string {
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
-/** Routes without data, served to anyone: the dashboard's page and files (it asks for the token itself). */
-const isPublic = (req: FastifyRequest) => req.method === 'GET' && (req.url === '/' || req.url.startsWith('/assets/') || req.url === '/livez' || req.url === '/readyz');
+/** The probes: a load balancer's or an orchestrator's health check names the server as it knows it (a 421 took every node out of service). */
+const isProbe = (req: FastifyRequest) => (req.method === 'GET' || req.method === 'HEAD') && /^\/(livez|readyz)(\?|$)/.test(req.url);
+/** Routes without data, served to anyone: the dashboard's page and files (it asks for the token itself), and the probes. */
+const isPublic = (req: FastifyRequest) => isProbe(req) || (req.method === 'GET' && (req.url === '/' || req.url.startsWith('/assets/')));
 /** Event streams: a browser's EventSource cannot send a header, so these take `?access_token=` too. */
 const isStream = (path: string) => path === '/v1/events' || /^\/v1\/jobs\/[^/]+\/events$/.test(path);
 
 /**
  * Who may call: the Host header must name this server (421 otherwise: a DNS-rebinding page
- * names its own domain), a state-changing request from a foreign Origin gets 403, and with a
+ * names its own domain) — but for the probes, which say no more than ready or not — a state-changing request from a foreign Origin gets 403, and with a
  * token every route but the dashboard's files needs `Authorization: Bearer <token>` (401,
  * compared in constant time).
  */
@@ -60,7 +62,7 @@ export function installAccess(app: FastifyInstance, server: ServerConfig): void 
   app.addHook('onRequest', async (req, reply) => {
     const host = req.headers.host;
     if (host === undefined && req.raw.httpVersion === '1.1') throw new ServiceError(400, 'bad-request', 'Bad request', 'the request has no Host header: HTTP/1.1 needs one (the server\'s own address)');
-    if (host !== undefined && !hosts.has(hostName(host))) {
+    if (host !== undefined && !hosts.has(hostName(host)) && !isProbe(req)) {
       throw new ServiceError(421, 'misdirected-request', 'Misdirected request', `this server does not answer for the host ${JSON.stringify(hostName(host))}: use its own address, or add the name to server.allowedHosts`);
     }
     const origin = req.headers.origin;

@@ -97,6 +97,10 @@ describe('a server with a token', () => {
     expect((await request(fixture.server.url, { path: '/', headers: { host: `attacker.example:${port}` } })).status).toBe(421);
     expect((await request(fixture.server.url, { path: '/v1/status', headers: { ...auth, host: `localhost:${port}` } })).status).toBe(200);
     expect((await request(fixture.server.url, { path: '/v1/status', headers: { ...auth, host: 'stoker.internal' } })).status).toBe(200);
+    // The probes answer whatever name a load balancer's health check gives (a 421 took the node out of service).
+    expect((await request(fixture.server.url, { path: '/livez', headers: { host: 'stoker.lb.internal' } })).status).toBe(200);
+    expect(JSON.parse((await request(fixture.server.url, { path: '/readyz', headers: { host: `stoker.lb.internal:${port}` } })).body)).toEqual({ status: 'ready' });
+    expect((await request(fixture.server.url, { method: 'HEAD', path: '/readyz?verbose=1', headers: { host: 'stoker.lb.internal' } })).status).toBe(200);
     const post = (origin: string) => request(fixture.server.url, { method: 'POST', path: '/v1/jobs', headers: { ...auth, origin }, body: JSON.stringify({ kind: 'sleep', partitions: 1 }) });
     const evil = await post('http://attacker.example');
     expect(evil.status).toBe(403);
