@@ -12,7 +12,11 @@ export function levenshtein(a: string, b: string): number {
   return prev[b.length] ?? 0;
 }
 
-/** The closest candidate within edit distance 2 (case, `_` and `-` ignored), if any. */
+/**
+ * The closest candidate within edit distance 2 (case, `_` and `-` ignored), if any; else the one
+ * that begins as the word does for 4 letters or more, each differing only in a short ending
+ * (`retry` for `retries`, `timeoutSec` for `timeoutS`: 3 edits, but plainly meant).
+ */
 export function suggest(word: string, candidates: readonly string[]): string | undefined {
   const norm = (s: string) => s.toLowerCase().replace(/[_-]/g, '');
   let best: string | undefined;
@@ -20,6 +24,15 @@ export function suggest(word: string, candidates: readonly string[]): string | u
   for (const c of candidates) {
     const d = norm(c) === norm(word) ? 0 : levenshtein(word, c);
     if (d < bestD) [best, bestD] = [c, d];
+  }
+  if (best !== undefined) return best;
+  const w = norm(word);
+  let longest = 0;
+  for (const c of candidates) {
+    const n = norm(c);
+    let k = 0;
+    while (k < n.length && k < w.length && n[k] === w[k]) k++;
+    if (k >= 4 && w.length - k <= 2 && n.length - k <= 3 && k > longest) [best, longest] = [c, k];
   }
   return best;
 }

@@ -226,6 +226,16 @@ describe('errors name the source, the field and the fix', () => {
     expect(e.message).toContain(`${file}: sever: unknown key at the top level — did you mean "server"?`);
   });
 
+  it('a misspelling that differs only in its ending is suggested (retry: 3 edits from retries, it said "remove it"); a device table\'s key in [device] names its table', () => {
+    const file = write('r.toml', '[engine]\nretry = 3\n[device]\nurl = "http://127.0.0.1:9/e"\ntimeoutS = 5\ncommand = "python3"\n[devices.gpu]\nmaxItems = 4\n');
+    const e = configError(() => loadConfig({ file, env: {}, cwd: dir }));
+    expect(e.message).toContain(`${file}: engine.retry: unknown key in [engine] — did you mean "retries"?`);
+    expect(e.message).toContain(`${file}: device.url: unknown key in [device] — it is a key of [device.http]: write it under that header;`);
+    expect(e.message).toContain(`${file}: device.timeoutS: unknown key in [device] — it is a key of [device.http]: write it under that header;`);
+    expect(e.message).toContain(`${file}: device.command: unknown key in [device] — it is a key of [device.process]: write it under that header;`);
+    expect(e.message).toContain(`${file}: devices.gpu.maxItems: unknown key in [devices.gpu] — it is a key of [devices.gpu.batch]: write it under that header;`);
+  });
+
   it("a section's key written at the top level names its section", () => {
     const file = write('t.toml', 'deviceTimeoutS = 5\n');
     expect(configError(() => loadConfig({ file, env: {}, cwd: dir })).message).toMatch(new RegExp(`^${file}: deviceTimeoutS: unknown key at the top level — it belongs in \\[engine\\] \\(engine\\.deviceTimeoutS\\): write it under the \\[engine\\] header;`));
