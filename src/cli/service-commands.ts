@@ -71,12 +71,14 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const auth = cfg.server.token === '' ? 'no token needed' : 'a token needed';
   io.out(`stoker serve: listening on ${server.url} (${auth}; data ${cfg.dataDir}; ${resumed} unfinished job${resumed === 1 ? '' : 's'} resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
   for (const note of server.notes ?? []) io.out(`stoker serve: ${note}\n`);
+  // (In cluster mode the queue holds the jobs: the other nodes take them, not this node's next start.)
+  const resumeWhere = cfg.cluster.redis === 'none' ? 'unfinished jobs resume on the next start' : "unfinished jobs stay in the cluster's queue for the other nodes (or this one, restarted)";
   await new Promise<void>((resolve) => {
     let stopping = false;
     const stop = (signal: string) => {
       // A second signal stops at once (it had killed the process without a word): what is in flight runs again on the next start.
       if (stopping) {
-        io.err(`stoker serve: ${signal} again: stopping now, without waiting for the partitions in flight (unfinished jobs resume on the next start)\n`);
+        io.err(`stoker serve: ${signal} again: stopping now, without waiting for the partitions in flight (${resumeWhere})\n`);
         process.exit(signal === 'SIGINT' ? 130 : 143);
       }
       stopping = true;
@@ -85,8 +87,7 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
       void server.close().then(() => {
         process.off('SIGTERM', onTerm);
         process.off('SIGINT', onInt);
-        // (In cluster mode the queue holds the jobs: the other nodes take them, not this node's next start.)
-        io.err(`stoker serve: stopped; ${cfg.cluster.redis === 'none' ? 'unfinished jobs resume on the next start' : "unfinished jobs stay in the cluster's queue for the other nodes (or this one, restarted)"}\n`);
+        io.err(`stoker serve: stopped; ${resumeWhere}\n`);
         resolve();
       });
     };
