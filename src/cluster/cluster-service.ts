@@ -13,7 +13,7 @@ import type { Service } from '../server/service.js';
 import { Dispatcher } from './dispatcher.js';
 import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueName, writeCancelled, type CancelledRecord, type JobData, type KindEntry, type RunningRecord } from './keys.js';
 import { Recovery } from './recovery.js';
-import { connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
+import { checkDatabase, connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
 import { Registry } from './registry.js';
 import { ClusterViews, withoutLargeResult } from './views.js';
 
@@ -159,12 +159,14 @@ export class ClusterService implements ApiService {
   }
 
   /**
-   * Checks Redis answers (fails fast with a clear message), registers this node's kinds (a module
-   * that differs from the one live nodes run for the same kind refuses to join: a
-   * KindModuleError naming it), subscribes to cancels and to jobs added.
+   * Checks Redis answers (fails fast with a clear message) in the database the URL names (one the
+   * server lacks: a ConfigError), registers this node's kinds (a module that differs from the one
+   * live nodes run for the same kind refuses to join: a KindModuleError naming it), subscribes to
+   * cancels and to jobs added.
    */
   async connect(): Promise<void> {
     await reachRedis(this.config.cluster.redis, Promise.all([this.redis.ping(), this.sub.ping(), ...[...this.workers.values()].map((w) => w.waitUntilReady())]));
+    await checkDatabase(this.redis, this.config.cluster.redis);
     await this.registry.claimNodeId();
     await this.registry.register();
     this.persistence = await persistenceNote(this.redis);

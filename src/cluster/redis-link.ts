@@ -5,6 +5,7 @@
  */
 import { Redis } from 'ioredis';
 import { redactUrl } from '../runtime/redact.js';
+import { ConfigError } from '../server/config.js';
 import { ServiceError } from '../server/errors.js';
 
 /** How long an API call waits for Redis before it answers 503. */
@@ -33,6 +34,25 @@ export async function reachRedis(url: string, ready: Promise<unknown>): Promise<
   } finally {
     // A pending timer would hold a node that failed to join for 5 s more.
     clearTimeout(timer);
+  }
+}
+
+/**
+ * Refuses (a ConfigError: exit 2) a database the URL names (`redis://host:port/N`) that the server
+ * does not have: ioredis only emits the failed SELECT as an error event and goes on in database 0
+ * — another cluster's queues (a user trial: `/99` joined database 0's cluster).
+ */
+export async function checkDatabase(redis: Redis, url: string): Promise<void> {
+  const db = redis.options.db ?? 0;
+  if (db === 0) return;
+  try {
+    await redis.select(db);
+  } catch (e) {
+    const n = await redis.config('GET', 'databases').then((r) => Number((r as string[])[1]), () => NaN);
+    const has = Number.isInteger(n) && n > 0 ? `the server has ${n} database${n === 1 ? '' : 's'}: 0..${n - 1}` : `the server has fewer than ${db + 1} databases`;
+    throw new ConfigError([
+      { source: 'cluster', path: 'cluster.redis', message: `database ${db} of ${redactUrl(url)}: ${e instanceof Error ? e.message : String(e)} — ${has}: name one of those at the end of the URL (redis://host:port/N), or raise "databases" in the server's redis.conf` },
+    ]);
   }
 }
 
