@@ -13,7 +13,7 @@ import type { Service } from '../server/service.js';
 import { Dispatcher } from './dispatcher.js';
 import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueName, writeCancelled, type CancelledRecord, type JobData, type KindEntry, type RunningRecord } from './keys.js';
 import { Recovery } from './recovery.js';
-import { connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
+import { checkDatabase, connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
 import { Registry } from './registry.js';
 import { ClusterViews, withoutLargeResult } from './views.js';
 
@@ -75,22 +75,6 @@ export class ClusterService implements ApiService {
     this.nodeId = c.nodeId;
     this.redis = this.conn('');
     this.sub = this.conn('-sub');
-    for (const kind of local.loadedKinds().keys()) {
-      const w = new Worker<JobData>(queueName(kind), null, {
-        connection: this.conn(`-worker-${kind}`),
-        prefix: PREFIX,
-        autorun: false,
-        lockDuration: c.lockMs,
-        stalledInterval: Math.max(100, Math.round(c.lockMs / 2)),
-        // A job is never given up for stalling: it goes back to the queue as often as its nodes die.
-        maxStalledCount: 1_000_000,
-        skipLockRenewal: true,
-        name: c.nodeId,
-      });
-      w.on('error', () => undefined);
-      this.workers.set(kind, w);
-      this.queueOf(kind);
-    }
     this.ttlMs = Math.max(1, Math.round(config.server.resultTtlS)) * 1000;
     this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
     // This process's hold on the node name (K.claim): its host and pid (a dead predecessor of this host is told at once), and a token of its own.
@@ -113,6 +97,32 @@ export class ClusterService implements ApiService {
       closing: () => this.closing,
       log: (line) => void process.stderr.write(`stoker serve: ${line}\n`),
     });
+  }
+
+  /**
+   * A BullMQ worker on the queue of each kind this node runs, opened once Redis answers: BullMQ
+   * closed while its connection still connects emits that connection's error where no listener
+   * is left (an unknown host, or a rediss:// URL to a plain Redis, crashed the node with a stack
+   * trace after the error line).
+   */
+  private openWorkers(): void {
+    const c = this.config.cluster;
+    for (const kind of this.local.loadedKinds().keys()) {
+      const w = new Worker<JobData>(queueName(kind), null, {
+        connection: this.conn(`-worker-${kind}`),
+        prefix: PREFIX,
+        autorun: false,
+        lockDuration: c.lockMs,
+        stalledInterval: Math.max(100, Math.round(c.lockMs / 2)),
+        // A job is never given up for stalling: it goes back to the queue as often as its nodes die.
+        maxStalledCount: 1_000_000,
+        skipLockRenewal: true,
+        name: c.nodeId,
+      });
+      w.on('error', () => undefined);
+      this.workers.set(kind, w);
+      this.queueOf(kind);
+    }
   }
 
   private conn(name: string): Redis {
@@ -159,12 +169,17 @@ export class ClusterService implements ApiService {
   }
 
   /**
-   * Checks Redis answers (fails fast with a clear message), registers this node's kinds (a module
-   * that differs from the one live nodes run for the same kind refuses to join: a
-   * KindModuleError naming it), subscribes to cancels and to jobs added.
+   * Checks Redis answers (fails fast with a clear message) in the database the URL names (one the
+   * server lacks: a ConfigError), registers this node's kinds (a module that differs from the one
+   * live nodes run for the same kind refuses to join: a KindModuleError naming it), subscribes to
+   * cancels and to jobs added.
    */
   async connect(): Promise<void> {
-    await reachRedis(this.config.cluster.redis, Promise.all([this.redis.ping(), this.sub.ping(), ...[...this.workers.values()].map((w) => w.waitUntilReady())]));
+    const url = this.config.cluster.redis;
+    await reachRedis(url, this.conns, Promise.all([this.redis.ping(), this.sub.ping()]));
+    await checkDatabase(this.redis, url);
+    this.openWorkers();
+    await reachRedis(url, this.conns, Promise.all([...this.workers.values()].map((w) => w.waitUntilReady())));
     await this.registry.claimNodeId();
     await this.registry.register();
     this.persistence = await persistenceNote(this.redis);

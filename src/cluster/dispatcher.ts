@@ -44,7 +44,7 @@ export class Dispatcher {
   readonly held = new Map<string, { job: Job<JobData>; token: string; startedAt: number }>();
   private readonly holds = new Set<Promise<void>>();
   /** The order the pull loop asks the kinds' queues in (rotated after each take). */
-  private pullOrder: string[];
+  private pullOrder: string[] = [];
   /** Resolves the pull loop's wait for a local change (set while it waits). */
   private wake: (() => void) | undefined;
   private readonly onLocalEvent = () => this.wake?.();
@@ -63,13 +63,13 @@ export class Dispatcher {
     /** The kinds this node runs: a BullMQ worker on each one's queue. */
     private readonly workers: ReadonlyMap<string, Worker<JobData>>,
     private readonly o: DispatcherOptions,
-  ) {
-    this.pullOrder = [...workers.keys()];
-  }
+  ) {}
 
   /** Starts the heartbeat and the pull loop; `url` is this node's API, as the heartbeat tells the others. */
   start(url: string): void {
     this.url = url;
+    // (The workers open once Redis answers, after this dispatcher is made.)
+    this.pullOrder = [...this.workers.keys()];
     const t = performance.now();
     this.lastBusy = { t, busyS: this.busyS(t) };
     void this.beat();

@@ -5,34 +5,64 @@
  */
 import { Redis } from 'ioredis';
 import { redactUrl } from '../runtime/redact.js';
+import { ConfigError } from '../server/config.js';
 import { ServiceError } from '../server/errors.js';
 
 /** How long an API call waits for Redis before it answers 503. */
 const REDIS_ANSWER_MS = 3000;
 
+/** Each connection's last error: said when a node cannot reach Redis at start (an unknown host, a TLS handshake refused). */
+const lastErrors = new WeakMap<Redis, Error>();
+
 /** Opens a connection named `name` to the Redis at `url`; it reconnects by itself and never throws on its own errors. */
 export function connectRedis(url: string, name: string): Redis {
   const r = new Redis(url, { maxRetriesPerRequest: null, connectionName: name, lazyConnect: false });
-  r.on('error', () => {
+  r.on('error', (e: Error) => {
     // ioredis reconnects by itself; commands fail while it is away
+    lastErrors.set(r, e);
   });
   return r;
 }
 
 /**
- * Waits for `ready` (the connections' first answers); fails after 5 s with an error naming the
- * Redis at `url` and the fix.
+ * Waits for `ready` (the first answers of `conns`); when it fails, or after 5 s, refuses with a
+ * ConfigError (exit 2) naming cluster.redis, the Redis at `url`, why (the failure, else the
+ * connections' last error) and the fix.
  */
-export async function reachRedis(url: string, ready: Promise<unknown>): Promise<void> {
+export async function reachRedis(url: string, conns: readonly Redis[], ready: Promise<unknown>): Promise<void> {
+  const refuse = (why: string) => new ConfigError([{ source: 'cluster', path: 'cluster.redis', message: `cannot reach Redis at ${redactUrl(url)} ${why}: start it, or fix --cluster / cluster.redis` }]);
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`cannot reach Redis at ${redactUrl(url)} within 5 s: start it, or fix --cluster / cluster.redis`)), 5000);
+    timer = setTimeout(() => {
+      // (A plain Redis never answers a TLS handshake: no error to tell of.)
+      const last = conns.map((c) => lastErrors.get(c)?.message).find((m) => m !== undefined) ?? (url.startsWith('rediss:') ? 'no answer to the TLS handshake of rediss://: is TLS on at that port?' : undefined);
+      reject(refuse(`within 5 s${last === undefined ? '' : ` (${last})`}`));
+    }, 5000);
   });
   try {
-    await Promise.race([ready, timeout]);
+    await Promise.race([ready.catch((e: unknown) => Promise.reject(refuse(`(${e instanceof Error ? e.message : String(e)})`))), timeout]);
   } finally {
     // A pending timer would hold a node that failed to join for 5 s more.
     clearTimeout(timer);
+  }
+}
+
+/**
+ * Refuses (a ConfigError: exit 2) a database the URL names (`redis://host:port/N`) that the server
+ * does not have: ioredis only emits the failed SELECT as an error event and goes on in database 0
+ * — another cluster's queues (a user trial: `/99` joined database 0's cluster).
+ */
+export async function checkDatabase(redis: Redis, url: string): Promise<void> {
+  const db = redis.options.db ?? 0;
+  if (db === 0) return;
+  try {
+    await redis.select(db);
+  } catch (e) {
+    const n = await redis.config('GET', 'databases').then((r) => Number((r as string[])[1]), () => NaN);
+    const has = Number.isInteger(n) && n > 0 ? `the server has ${n} database${n === 1 ? '' : 's'}: 0..${n - 1}` : `the server has fewer than ${db + 1} databases`;
+    throw new ConfigError([
+      { source: 'cluster', path: 'cluster.redis', message: `database ${db} of ${redactUrl(url)}: ${e instanceof Error ? e.message : String(e)} — ${has}: name one of those at the end of the URL (redis://host:port/N), or raise "databases" in the server's redis.conf` },
+    ]);
   }
 }
 

@@ -5,9 +5,10 @@
  * persistence loses the whole queue: the nodes queue again what they accepted and republish the
  * results they hold (before, every one of 30 accepted jobs was a 404).
  */
+import { execFile } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
-import { http, metricValue, removeDir, sleepTotal, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
+import { freePort, redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
+import { CLI, http, metricValue, removeDir, sleepTotal, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
 
 const bin = redisServerPath();
 if (!bin) {
@@ -37,6 +38,39 @@ function useCluster(env: Record<string, string> = {}) {
     },
   });
 }
+
+/** `stoker serve --cluster <url>` in a new data dir, to its exit (a node that starts is killed after 20 s). */
+function serveOnce(url: string): Promise<{ code: number | null; stderr: string }> {
+  const dir = tempDataDir();
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, 'serve', '--port', '0', '--data', dir, '--cluster', url], { env: { ...process.env, STOKER_PREPARE_THREADS: '1' }, timeout: 20_000 }, (e, _out, stderr) => {
+      removeDir(dir);
+      resolve({ code: e ? ((e as { code?: number }).code ?? 1) : 0, stderr });
+    });
+  });
+}
+
+describe.skipIf(!bin)('a --cluster URL a node cannot use', () => {
+  let redis: RedisProcess;
+  beforeAll(async () => void (redis = await startRedis(bin as string)), 30_000);
+  afterAll(async () => redis?.stop());
+
+  it('a database the server lacks is refused at start (exit 2 naming cluster.redis and the databases it has): it joined database 0', async () => {
+    const r = await serveOnce(`${redis.url}/99`);
+    expect(r.stderr).not.toContain('listening');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe(`error: cluster: cluster.redis: database 99 of ${redis.url}/99: ERR DB index is out of range — the server has 16 databases: 0..15: name one of those at the end of the URL (redis://host:port/N), or raise "databases" in the server's redis.conf\n`);
+  }, 30_000);
+
+  it('an unreachable Redis, an unknown host, a rediss:// URL to a plain Redis: refused at start (exit 2 naming cluster.redis and why; exit 1 before), without a crash (an unknown host and rediss:// ended in a BullMQ connection’s unhandled error event)', async () => {
+    const unreachable = `redis://127.0.0.1:${await freePort()}`;
+    const [unknown, tls, refused] = await Promise.all([serveOnce('redis://redis.invalid:6379'), serveOnce(redis.url.replace('redis:', 'rediss:')), serveOnce(unreachable)]);
+    expect(unknown.stderr).toMatch(/^error: cluster: cluster\.redis: cannot reach Redis at redis:\/\/redis\.invalid:6379 within 5 s \(getaddrinfo (ENOTFOUND|EAI_AGAIN) redis\.invalid\): start it, or fix --cluster \/ cluster\.redis\n$/);
+    expect(tls.stderr).toBe(`error: cluster: cluster.redis: cannot reach Redis at ${redis.url.replace('redis:', 'rediss:')} within 5 s (no answer to the TLS handshake of rediss://: is TLS on at that port?): start it, or fix --cluster / cluster.redis\n`);
+    expect(refused.stderr).toBe(`error: cluster: cluster.redis: cannot reach Redis at ${unreachable} within 5 s (connect ECONNREFUSED ${unreachable.slice('redis://'.length)}): start it, or fix --cluster / cluster.redis\n`);
+    for (const r of [unknown, tls, refused]) expect(r.code, r.stderr).toBe(2);
+  }, 30_000);
+});
 
 describe.skipIf(!bin)('a cluster node while Redis is away', () => {
   let redis: RedisProcess;
