@@ -25,12 +25,13 @@ export function connectRedis(url: string, name: string): Redis {
 }
 
 /**
- * Waits for `ready` (the first answers of `conns`); when it fails, or after 5 s, refuses with a
- * ConfigError (exit 2) naming cluster.redis, the Redis at `url`, why (the failure, else the
- * connections' last error) and the fix.
+ * Waits for `ready` (the first answers of `conns`); when it fails, or after 5 s, throws naming
+ * cluster.redis, the Redis at `url`, why (the failure, else the connections' last error) and the
+ * fix — exit 1, as for the port taken: what is away or broken outside the input (a supervisor's
+ * retry may find it).
  */
 export async function reachRedis(url: string, conns: readonly Redis[], ready: Promise<unknown>): Promise<void> {
-  const refuse = (why: string) => new ConfigError([{ source: 'cluster', path: 'cluster.redis', message: `cannot reach Redis at ${redactUrl(url)} ${why}: start it, or fix --cluster / cluster.redis` }]);
+  const refuse = (why: string) => new Error(`cluster: cluster.redis: cannot reach Redis at ${redactUrl(url)} ${why}: start it, or fix --cluster / cluster.redis`);
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
