@@ -21,7 +21,7 @@
  * JSON `{ results: [{ output } | { outputBase64 } | { error, retry? }] }`, one per item, in order; any
  * other answer fails the whole batch.
  */
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { asBytes } from './bytes.js';
 import { preparedJson, sendable } from './lossless-json.js';
 import { redactUrl } from './redact.js';
@@ -71,14 +71,22 @@ export class HttpDevice implements DeviceRunner {
   private readonly o: Required<HttpDeviceOptions>;
   /** The URL as errors and logs show it (credentials in it read ***). */
   private readonly shown: string;
-  /** Since when (performance.now()) the endpoint has refused every request (NaN while it answers), and its latest refusal. */
+  /**
+   * The steps' outage, which each step's wait is counted in: since when (performance.now()) the
+   * endpoint has refused every step's request (NaN while it answers), and the latest refusal. Only
+   * steps move it: a probe's refusals would keep an outage fresh that no step saw, and a step sent
+   * into it failed at once.
+   */
   private downSince = NaN;
   private lastRefusal = -Infinity;
-  /** The outage's first refusal: its error code and wall-clock time (for status). */
-  private downCode = '';
-  private downAt = 0;
-  /** While it is unreachable: a connection tried every RESEND_MAX_MS, so that its return is seen with no step sent (an idle server, or one its load balancer took out of service). */
+  /** What is shown (status, /readyz) and said: unreachable since (performance.now(); NaN: reachable), why, when last seen so — from steps and probes alike. */
+  private shown0 = NaN;
+  private shownLast = 0;
+  private shownCode = '';
+  private shownAt = 0;
+  /** While it is shown unreachable: a connection tried every RESEND_MAX_MS, so that its return is seen with no step sent (an idle server, or one its load balancer took out of service). */
   private probe: NodeJS.Timeout | undefined;
+  private probing: Socket | undefined;
   private closed = false;
 
   constructor(options: HttpDeviceOptions) {
@@ -88,9 +96,9 @@ export class HttpDevice implements DeviceRunner {
     this.tryConnect();
   }
 
-  /** Why no step can reach the endpoint now (it refuses connections), or undefined. */
-  unreachable(): string | undefined {
-    return Number.isNaN(this.downSince) ? undefined : `${this.shown} refuses connections (${this.downCode}) since ${new Date(this.downAt).toISOString()}`;
+  /** While no connection can be made to the endpoint: why (an error code) and since when (ISO); else undefined. */
+  unreachable(): { code: string; since: string } | undefined {
+    return Number.isNaN(this.shown0) ? undefined : { code: this.shownCode, since: new Date(this.shownAt).toISOString() };
   }
 
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
@@ -137,40 +145,40 @@ export class HttpDevice implements DeviceRunner {
   close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.probe);
+    this.probing?.destroy();
     return Promise.resolve();
   }
 
-  /** A connection was refused (a step's request, or a probe's): an outage begins, or goes on. */
-  private refused(code: string, said: string): void {
+  /** No connection could be made (a step's request, or a probe's): shown unreachable from the first, said once; probed until it is back. */
+  private markDown(code: string, said: string): void {
     const now = performance.now();
-    // (A refusal long after the last one, nothing sent between: a new outage, not the old one's.)
-    if (Number.isNaN(this.downSince) || now - this.lastRefusal > 2 * RESEND_MAX_MS) {
-      this.downSince = now;
-      this.downCode = code;
-      this.downAt = Date.now();
+    if (Number.isNaN(this.shown0)) {
+      this.shown0 = now;
+      this.shownCode = code;
+      this.shownAt = Date.now();
       this.o.log(`[device ${this.o.name}] ${said}`);
     }
-    this.lastRefusal = now;
-    if (!this.probe && !this.closed) this.probe = setTimeout(() => this.tryConnect(), RESEND_MAX_MS).unref();
+    this.shownLast = now;
+    if (!this.probe && !this.probing && !this.closed) this.probe = setTimeout(() => this.tryConnect(), RESEND_MAX_MS).unref();
   }
 
-  /** The endpoint answered (a step's request) or took a connection (a probe): an outage ends. */
-  private reached(how: string): void {
+  /** A step's request was answered, or a probe connected: shown reachable again, said once. */
+  private markUp(how: string): void {
     clearTimeout(this.probe);
     this.probe = undefined;
-    if (Number.isNaN(this.downSince)) return;
-    // Unreachable from its first refusal until some time after its last: how long after is not
+    if (Number.isNaN(this.shown0)) return;
+    // Unreachable from its first failure until some time after its last: how long after is not
     // known (it said "after 108.3 s unreachable" of an endpoint back for minutes).
     const now = performance.now();
     const s = (ms: number) => (ms / 1000).toFixed(1);
-    this.o.log(`[device ${this.o.name}] ${this.shown} ${how}: it refused connections for ${s(this.lastRefusal - this.downSince)} s${now - this.lastRefusal > 2 * RESEND_MAX_MS ? `, the last time ${s(now - this.lastRefusal)} s ago` : ''}`);
-    this.downSince = NaN;
+    this.o.log(`[device ${this.o.name}] ${this.shown} ${how}: it was unreachable for ${s(this.shownLast - this.shown0)} s${now - this.shownLast > 2 * RESEND_MAX_MS ? `, the last time seen so ${s(now - this.shownLast)} s ago` : ''}`);
+    this.shown0 = NaN;
   }
 
-  /** Opens a TCP connection to the endpoint and closes it: reached, or refused (an outage). Other errors say nothing either way. */
+  /** Opens a TCP connection to the endpoint and closes it: up when it connects, down (and tried again) on any error or no connection within RESEND_MAX_MS. */
   private tryConnect(): void {
     this.probe = undefined;
-    if (this.closed) return;
+    if (this.closed || this.probing) return;
     let url: URL;
     try {
       url = new URL(this.o.url);
@@ -178,16 +186,20 @@ export class HttpDevice implements DeviceRunner {
       return;
     }
     const socket = connect({ host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)) });
+    this.probing = socket;
     socket.unref();
-    socket.setTimeout(RESEND_MAX_MS, () => socket.destroy());
+    const failed = (code: string) => {
+      socket.destroy();
+      this.probing = undefined;
+      if (!this.closed) this.markDown(code, `${this.shown} is unreachable (${code}): steps wait for it (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
+    };
+    socket.setTimeout(RESEND_MAX_MS, () => failed('no connection within 5 s'));
     socket.once('connect', () => {
       socket.destroy();
-      if (!this.closed) this.reached('takes connections again');
+      this.probing = undefined;
+      if (!this.closed) this.markUp('takes connections again');
     });
-    socket.once('error', (e: NodeJS.ErrnoException) => {
-      if (this.closed) return;
-      if (e.code && UNREACHED.has(e.code)) this.refused(e.code, `${this.shown} refuses connections (${e.code}): steps wait for it (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
-    });
+    socket.once('error', (e: NodeJS.ErrnoException) => failed(e.code ?? e.message));
   }
 
   /** POSTs a body; the response's bytes (its JSON, when it says application/json) and the request's wall time. */
@@ -205,7 +217,10 @@ export class HttpDevice implements DeviceRunner {
         const code = (e as { cause?: { code?: unknown } }).cause?.code;
         if (signal.aborted || typeof code !== 'string' || !UNREACHED.has(code)) throw new Error(`${label}: POST ${this.shown} failed: ${reason(e, this.o.timeoutMs)}`);
         const now = performance.now();
-        this.refused(code, `POST ${this.shown} failed: ${code}: the endpoint is waited for (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
+        // (A refusal long after the last one, nothing sent between: a new outage, not the old one's.)
+        if (Number.isNaN(this.downSince) || now - this.lastRefusal > 2 * RESEND_MAX_MS) this.downSince = now;
+        this.lastRefusal = now;
+        this.markDown(code, `POST ${this.shown} failed: ${code}: the endpoint is waited for (sent again every ≤ ${RESEND_MAX_MS / 1000} s) for up to ${this.o.unreachableMs / 1000} s (unreachableS)`);
         if (Number.isNaN(refusedAt)) refusedAt = now;
         // Since the outage began, or this step's first refusal if that came first (another step's answer ended the outage meanwhile).
         const down = now - Math.min(this.downSince, refusedAt);
@@ -217,7 +232,8 @@ export class HttpDevice implements DeviceRunner {
         if (signal.aborted) throw new Error(`${label}: POST ${this.shown} failed: the step was withdrawn`);
       }
     }
-    this.reached('answers again');
+    this.downSince = NaN;
+    this.markUp('answers again');
     let data: Uint8Array;
     try {
       data = await readLimited(res, this.o.maxResponseBytes);

@@ -95,8 +95,8 @@ export interface DeviceRunner {
   runBatch?(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }>;
   /** Hears when a worker goes out of service and comes back (a process device's worker whose processes keep failing to start). */
   watchWorkers?(listener: (worker: number, up: boolean) => void): void;
-  /** Why no step can reach the device now (an HTTP endpoint refusing connections), or undefined. */
-  unreachable?(): string | undefined;
+  /** While no connection can be made to the device (an HTTP endpoint): why (an error code) and since when (ISO); else undefined. */
+  unreachable?(): { code: string; since: string } | undefined;
   close(): Promise<void>;
 }
 

@@ -28,6 +28,7 @@ import { ServiceMetrics } from './metrics.js';
 import { PacerMemory } from './pacer-memory.js';
 import { isFinal, LIST_STATES_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
 import { buildStatus } from './status.js';
+import { redactUrl } from '../runtime/redact.js';
 import { parseSubmission, type OtherKinds } from './submission.js';
 import { Waiters } from './waiters.js';
 
@@ -373,9 +374,10 @@ export class Service {
 
   /** Why this server should not be sent new jobs now (GET /readyz): none when it takes them. */
   notReady(): string[] {
+    // (Public: no URL, which /v1/status gives.)
     const unreachable = this.runners.flatMap((r, d) => {
-      const why = r.unreachable?.();
-      return why ? [`device ${this.devices[d]?.name ?? d}: ${why}`] : [];
+      const u = r.unreachable?.();
+      return u ? [`device ${this.devices[d]?.name ?? d}: its endpoint is unreachable (${u.code}) since ${u.since}`] : [];
     });
     return [...(this.closing ? ['shutting down'] : []), ...(this.journal.full ? [`${this.journal.fullReason()}: new jobs get 507`] : []), ...unreachable];
   }
@@ -415,7 +417,11 @@ export class Service {
       closing: this.closing,
       config: this.config,
       devices: this.devices,
-      unreachable: this.runners.map((r) => r.unreachable?.()),
+      unreachable: this.runners.map((r, d) => {
+        const u = r.unreachable?.();
+        const http = this.devices[d]?.config.http;
+        return u && http ? `${redactUrl(http.url)} is unreachable (${u.code}) since ${u.since}` : undefined;
+      }),
       jobPartition: (id, p) => this.runs.jobPartition(id, p),
       pacer: { name: engine.pacer.name, ...this.runtime.status().pacer },
       budget: { held: engine.budget.held, peak: engine.budget.peak },

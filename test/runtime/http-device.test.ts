@@ -115,7 +115,7 @@ describe('a 4xx answer of an HTTP device', () => {
     // Down for about a second (refused), then up.
     await new Promise((r) => setTimeout(r, 1000));
     // Said once, at start (a connection tried when the device is made), not again by the steps refused after it.
-    expect(lines).toEqual([expect.stringMatching(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run refuses connections \(ECONNREFUSED\): steps wait for it \(sent again every ≤ 5 s\) for up to 30 s \(unreachableS\)$/)]);
+    expect(lines).toEqual([expect.stringMatching(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run is unreachable \(ECONNREFUSED\): steps wait for it \(sent again every ≤ 5 s\) for up to 30 s \(unreachableS\)$/)]);
     const server = createServer((req, res) => {
       req.resume();
       req.on('end', () => setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ p: Number(req.headers['stoker-partition']) })), 20));
@@ -124,7 +124,7 @@ describe('a 4xx answer of an HTTP device', () => {
     closers.push(() => new Promise((r) => (server.closeAllConnections(), server.close(() => r()))));
     // With no retries: each item waited on its worker, none failed.
     await expect(result).resolves.toEqual([{ p: 0 }, { p: 1 }, { p: 2 }]);
-    expect(lines[1]).toMatch(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run answers again: it refused connections for \d+\.\d s$/);
+    expect(lines[1]).toMatch(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run answers again: it was unreachable for \d+\.\d s$/);
     expect(lines).toHaveLength(2);
     const c = rt.status().counters.devices[0];
     // (Each item's busy time is its answered request's, about 20 ms, not the second it waited.)
@@ -136,8 +136,8 @@ describe('a 4xx answer of an HTTP device', () => {
     const lines: string[] = [];
     const dev = new HttpDevice({ name: 'infer', workers: 1, url: `http://127.0.0.1:${port}/run`, log: (l) => lines.push(l) });
     closers.push(() => dev.close());
-    await vi.waitFor(() => expect(dev.unreachable()).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/run refuses connections \(ECONNREFUSED\) since \d{4}-\d\d-\d\dT/));
-    expect(lines).toEqual([expect.stringMatching(/refuses connections \(ECONNREFUSED\): steps wait for it/)]);
+    await vi.waitFor(() => expect(dev.unreachable()).toEqual({ code: 'ECONNREFUSED', since: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) }));
+    expect(lines).toEqual([expect.stringMatching(/is unreachable \(ECONNREFUSED\): steps wait for it/)]);
     const bound = await new Promise<string>((r) => {
       const server = createServer((_q, res) => res.end());
       server.listen(port, '127.0.0.1', () => r(String(port)));
@@ -145,7 +145,15 @@ describe('a 4xx answer of an HTTP device', () => {
     });
     expect(bound).toBe(String(port));
     await vi.waitFor(() => expect(dev.unreachable()).toBeUndefined(), { timeout: 8000, interval: 100 });
-    expect(lines[1]).toMatch(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run takes connections again: it refused connections for \d+\.\d s/);
+    expect(lines[1]).toMatch(/^\[device infer\] http:\/\/127\.0\.0\.1:\d+\/run takes connections again: it was unreachable for \d+\.\d s/);
+  });
+
+  it('a step sent long into an outage no step saw (the endpoint down since the device was made, probed meanwhile) still waits its own unreachableS (it failed at once: the probes kept the outage fresh)', async () => {
+    const rt = setup({ url: `http://127.0.0.1:${await freePort()}/run`, unreachableMs: 1500 }, { retries: 0 });
+    await new Promise((r) => setTimeout(r, 2000));
+    const t0 = performance.now();
+    await failure(rt.submit(spec('late'), {}));
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(1400);
   });
 
   it('an endpoint refused past unreachableS: the step fails once unreachableS is up (it failed at 7.8 s of 10, a pause before it), saying how long', async () => {
