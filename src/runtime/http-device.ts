@@ -23,7 +23,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import { asBytes } from './bytes.js';
-import { preparedJson, sendable } from './lossless-json.js';
+import { checkPrepared, preparedJson, sendable } from './lossless-json.js';
 import { redactUrl } from './redact.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
@@ -114,7 +114,7 @@ export class HttpDevice implements DeviceRunner {
     if (!(first.worker >= 0 && first.worker < this.o.workers)) throw new Error(`no worker ${first.worker} on device ${this.o.name}`);
     const label = `${this.o.name}/${first.worker}`;
     // An item whose prepared value cannot be sent fails alone; the others run.
-    const check = (c: RunCall) => void (asBytes(c.prepared.meta) ?? preparedJson(c.prepared.meta));
+    const check = (c: RunCall) => void (asBytes(c.prepared.meta) ?? checkPrepared(c.prepared.meta));
     return sendable(calls, check, (ok) => this.turns.take(first.worker, () => (batchSignal(ok).aborted ? Promise.reject(new Error(`${label}: withdrawn before it was sent`)) : this.batch(ok, label))));
   }
 

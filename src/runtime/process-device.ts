@@ -11,7 +11,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { delimiter } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { asBytes } from './bytes.js';
-import { preparedJson, sendable } from './lossless-json.js';
+import { checkPrepared, sendable } from './lossless-json.js';
 import { encodeFrame, FrameError, FrameReader, type Frame } from './frames.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
@@ -188,13 +188,15 @@ class WorkerProcess {
   }
 
   async run(call: RunCall): Promise<{ output: unknown; busyMs: number }> {
+    // (Refused at once, retry: false, where JSON would change it: an Int32Array inside it became {"0":…}.)
+    sendableCheck(call);
     return this.claim(call.signal, [call], () => this.send([call], call.signal, false));
   }
 
   /** A batch as one step: its items' frames back to back, one result per item (see docs/process-devices.md). */
   async runBatch(calls: RunCall[]): Promise<{ results: BatchItemReply[]; busyMs: number }> {
     // An item whose prepared value cannot be sent fails alone; the others run.
-    return sendable(calls, (c) => itemFrame(0, c), async (ok) => {
+    return sendable(calls, sendableCheck, async (ok) => {
       const signal = batchSignal(ok);
       const r = await this.claim(signal, ok, () => this.send(ok, signal, true));
       return { results: r.output as BatchItemReply[], busyMs: r.busyMs };
@@ -478,13 +480,17 @@ function outputOf(f: Frame): unknown {
 }
 
 /** The `item` frame of a step: small things in the header, the bytes (prepare's, or the partition's buffer) as the payload. */
+/** Throws (retry: false) for a prepared value JSON would change; bytes go as the payload. */
+function sendableCheck(call: RunCall): void {
+  const p: PreparedBuffer = call.prepared;
+  if (p.file || !asBytes(p.meta)) checkPrepared(p.meta);
+}
+
 function itemFrame(id: number, call: RunCall): { header: Record<string, unknown>; payload?: Uint8Array } {
   const p: PreparedBuffer = call.prepared;
   const header: Record<string, unknown> = { type: 'item', id, job: call.jobId, kind: call.kind, partition: call.partition, partitions: call.partitions, input: call.input };
   const bytes = p.file ? undefined : asBytes(p.meta);
   if (bytes) return { header: { ...header, prepared: null }, payload: bytes };
-  // (Refused, retry: false, where JSON would change it: an Int32Array inside it became {"0":…}.)
-  preparedJson(p.meta);
   if (p.file) return { header: { ...header, prepared: p.meta ?? null, payloadPath: p.file.path, payloadPathBytes: p.file.bytes } };
   header['prepared'] = p.meta ?? null;
   if (p.buffer) return { header, payload: new Uint8Array(p.buffer.buffer, 0, p.bytes ?? p.buffer.classBytes) };

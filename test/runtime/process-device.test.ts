@@ -220,7 +220,7 @@ setInterval(() => {}, 1000);`;
     const said = async (v: string) => (await failure(rt.submit(spec(v), { v }))).message;
     expect(await said('map')).toMatch(/cannot be sent to the device as JSON: it holds a Map at "m", which JSON would store as \{\}/);
     expect(await said('nan')).toMatch(/cannot be sent to the device as JSON: it holds NaN at "score", which JSON would store as null/);
-    expect(await said('bigint')).toMatch(/cannot be sent to the device as JSON: it is not JSON \(Do not know how to serialize a BigInt\): return plain JSON data, or bytes as the whole value$/);
+    expect(await said('bigint')).toMatch(/cannot be sent to the device as JSON: it holds a BigInt at "n", which JSON cannot hold: return a number, or a string \(String\(n\)\)$/);
     expect(rt.status().counters.dispatched).toBe(3);
   });
 
