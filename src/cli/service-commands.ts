@@ -60,6 +60,9 @@ async function start(cfg: ServeConfig): Promise<RunningServer> {
   return startClusterServer(cfg);
 }
 
+/** Past server.shutdownTimeoutS, how long a stop may still take before the process exits anyway. */
+const STOP_GRACE_S = 5;
+
 /** `stoker serve`: runs until SIGTERM or SIGINT, then shuts down gracefully. */
 export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const cfg = config(flags);
@@ -84,7 +87,16 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
       stopping = true;
       const pending = server.service.status().partitions.inFlight;
       io.err(`stoker serve: ${signal}: finishing ${pending} partition${pending === 1 ? '' : 's'} in flight (up to ${cfg.server.shutdownTimeoutS} s), then stopping\n`);
+      // A stop bounded whatever it waits on (a cluster node's Redis away: it waited for its return,
+      // 77 s past a 30 s timeout): what is left is as after a crash, which the journal and the
+      // cluster's queue survive.
+      const hard = setTimeout(() => {
+        io.err(`stoker serve: not stopped ${STOP_GRACE_S} s past server.shutdownTimeoutS (${cfg.cluster.redis === 'none' ? 'a step that ignores its withdrawal?' : "the cluster's Redis away?"}): exiting now; ${resumeWhere}\n`);
+        process.exit(1);
+      }, Math.min((cfg.server.shutdownTimeoutS + STOP_GRACE_S) * 1000, 2 ** 31 - 1));
+      hard.unref();
       void server.close().then(() => {
+        clearTimeout(hard);
         process.off('SIGTERM', onTerm);
         process.off('SIGINT', onInt);
         io.err(`stoker serve: stopped; ${resumeWhere}\n`);
