@@ -246,6 +246,10 @@ export class ClusterService implements ApiService {
   job(id: string, page?: StatesPage, full = false): Promise<JobView | undefined> {
     return this.withRedis(async () => {
       const v = (await this.views.find(id, page))?.view ?? this.acceptedView(id);
+      if (!v && (await this.recovery.unsettled())) {
+        const after = this.config.server.retryAfterS;
+        throw new ServiceError(503, 'republishing', 'Republishing', `no job "${id}" in Redis, which lost its data moments ago: the nodes are republishing the jobs they ran — retry after ${after} s`, { retryAfterS: after });
+      }
       return v && (full ? v : withoutLargeResult(v));
     });
   }

@@ -63,6 +63,18 @@ export class Recovery {
     this.epoch = this.savedEpoch();
   }
 
+  /**
+   * Whether a job Redis does not know may be one a node is about to republish: Redis lost its data
+   * and not every node's sweep may have republished yet — this node saw the loss less than
+   * REQUEUE_AFTER_LOSS_MS ago, or has not seen it yet (Redis holds another dataset than the one
+   * it knows). A read of such a job is not a 404 then: finished jobs read as never submitted for
+   * a second or two after Redis restarted empty (a user trial), and `stoker wait` gave up.
+   */
+  async unsettled(): Promise<boolean> {
+    if (performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS) return true;
+    return this.epoch !== null && (await this.d.redis.get(K.epoch)) !== this.epoch;
+  }
+
   /** Resolves when a sweep running now is over. */
   idle(): Promise<void> {
     return this.sweeping ?? Promise.resolve();
