@@ -1,6 +1,7 @@
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { Job, Queue, Worker } from 'bullmq';
+import { Gauge } from 'prom-client';
 import type { Redis } from 'ioredis';
 import { redactUrl } from '../runtime/redact.js';
 import { jobView, type JobView, type StatusView } from '../server/api.js';
@@ -59,6 +60,9 @@ export class ClusterService implements ApiService {
   private readonly views: ClusterViews;
   private readonly recovery: Recovery;
   private sweeper: NodeJS.Timeout | undefined;
+  /** The shared queues' jobs, read every cluster.heartbeatMs for /metrics (a scrape does not wait on Redis). */
+  private queueCounts: { queued: number; running: number } | undefined;
+  private queueTimer: NodeJS.Timeout | undefined;
   /** What Redis's persistence settings mean for the cluster's jobs (said at start). */
   persistence = '';
 
@@ -82,6 +86,19 @@ export class ClusterService implements ApiService {
     this.dispatcher = new Dispatcher(local, this.redis, this.workers, { nodeId: c.nodeId, claim, lockMs: c.lockMs, heartbeatMs: c.heartbeatMs, ttlMs: this.ttlMs, maxHeld: this.maxHeld });
     local.onPartitionOutput = (id, partition, output) => this.dispatcher.share(id, partition, output);
     this.registry = new Registry({ redis: this.redis, nodeId: c.nodeId, local, claim, claimMs: 3 * c.heartbeatMs });
+    // The backlog of the whole cluster, for alerts and autoscaling: the nodes' own stoker_jobs count only what each holds.
+    const queues = () => this.queueCounts;
+    new Gauge({
+      name: 'stoker_cluster_queue_jobs',
+      help: "Jobs in the cluster's shared queues (every kind, every node), by state: queued, running (read every cluster.heartbeatMs; jobs republished after a Redis data loss are not in them)",
+      labelNames: ['state'],
+      registers: [local.metrics.registry],
+      collect() {
+        const q = queues();
+        this.set({ state: 'queued' }, q?.queued ?? 0);
+        this.set({ state: 'running' }, q?.running ?? 0);
+      },
+    });
     this.views = new ClusterViews({ redis: this.redis, queueOf: (k) => this.queueOf(k), isHeld: (id) => this.dispatcher.held.has(id), local });
     this.recovery = new Recovery({
       redis: this.redis,
@@ -200,6 +217,19 @@ export class ClusterService implements ApiService {
     this.dispatcher.start(url);
     this.sweeper = setInterval(() => void this.recovery.sweep(), SWEEP_MS);
     void this.recovery.sweep();
+    this.queueTimer = setInterval(() => void this.readQueues(), this.config.cluster.heartbeatMs);
+    void this.readQueues();
+  }
+
+  /** The queues' counts over every kind, for the gauge (kept as they were while Redis is away). */
+  private async readQueues(): Promise<void> {
+    if (this.redis.status !== 'ready') return;
+    try {
+      const c = await this.counts(await this.allKinds(), 'waiting', 'prioritized', 'delayed', 'active');
+      this.queueCounts = { queued: (c['waiting'] ?? 0) + (c['prioritized'] ?? 0) + (c['delayed'] ?? 0), running: c['active'] ?? 0 };
+    } catch {
+      // Redis went away meanwhile: the next beat reads again.
+    }
   }
 
   kindList() {
@@ -530,6 +560,7 @@ export class ClusterService implements ApiService {
     }
     this.dispatcher.stop();
     clearInterval(this.sweeper);
+    clearInterval(this.queueTimer);
     await this.recovery.idle();
     // Pausing the workers makes later getNextJob calls return nothing and stops their stalled checks.
     await Promise.all([...this.workers.values()].map((w) => w.pause().catch(() => undefined)));

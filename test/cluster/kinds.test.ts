@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
-import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
+import { CLI, http, metricValue, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
 
 const bin = redisServerPath();
 if (!bin) {
@@ -116,6 +116,15 @@ describe.skipIf(!bin)('kinds per cluster node', () => {
     expect(c.kinds.find((k) => k.name === 'doubler')).toMatchObject({ queued: 1, nodes: [] });
     await new Promise((r) => setTimeout(r, 1000));
     expect((await http(gpu.url, 'GET', '/v1/jobs/d1')).body.state).toBe('queued');
+    // The cluster's backlog in every node's metrics (a node's own stoker_jobs counts only what it holds).
+    // (Read every cluster.heartbeatMs: waited for.)
+    for (const n of [gpu, cpu]) {
+      const text = await waitUntil(async () => {
+        const t = (await http(n.url, 'GET', '/metrics')).body as unknown as string;
+        return metricValue(t, 'stoker_cluster_queue_jobs', { state: 'queued' }) === 1 ? t : undefined;
+      }, 10_000, 'the queue gauge', 200);
+      expect(metricValue(text, 'stoker_cluster_queue_jobs', { state: 'running' })).toBe(0);
+    }
     await node('again', [DOUBLER]);
     expect(await result(gpu.url, 'd1')).toMatchObject({ state: 'done', node: 'again', result: [10, 12, 14] });
   }, 60_000);
