@@ -27,6 +27,8 @@ export interface MetricsSource {
   /** Busy ms of each worker so far, the running part of items in flight included. */
   workerBusyMs(): number[][];
   pacerState(): PacerState;
+  /** Per device (engine order), whether no connection can be made to it now (an HTTP endpoint). */
+  devicesUnreachable(): boolean[];
 }
 
 /**
@@ -131,6 +133,9 @@ export class ServiceMetrics {
     );
     readGauge(r, 'stoker_device_workers', 'Live workers per device', ['device'], () =>
       service.workerStates().map((ws, d) => ({ labels: { device: devices()[d] ?? String(d) }, value: ws.filter((w) => w.alive).length })),
+    );
+    readGauge(r, 'stoker_device_unreachable', "1 while no connection can be made to the device (an HTTP device's endpoint: tried every 5 s), else 0", ['device'], () =>
+      service.devicesUnreachable().map((down, d) => ({ labels: { device: devices()[d] ?? String(d) }, value: down ? 1 : 0 })),
     );
     readGauge(r, 'stoker_device_observed_capacity_ratio', "A device's completion rate while saturated ÷ the pacer's feed-forward capacity (workers ÷ busy time per item), from its last saturated window (1 before one); far from 1, the busy time or the worker count misleads (see the device.measurement event)", ['device'], () => {
       const checks = service.pacerState().devices;

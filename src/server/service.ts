@@ -372,6 +372,11 @@ export class Service {
     return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, jobs, title: 'stoker serve', now: v.now, budgetBytes: this.config.engine.budgetBytes, maxPreparing: this.runtime.engine.snapshot.maxPreparing, targetWaiting: this.config.engine.targetWaiting });
   }
 
+  /** Per device, whether no connection can be made to it now (an HTTP endpoint): for /metrics. */
+  devicesUnreachable(): boolean[] {
+    return this.runners.map((r) => r.unreachable?.() !== undefined);
+  }
+
   /** Why this server should not be sent new jobs now (GET /readyz): none when it takes them. */
   notReady(): string[] {
     // (Public: no URL, which /v1/status gives.)

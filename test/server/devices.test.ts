@@ -12,7 +12,7 @@ import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/cluster/redis-server.js';
 import { Journal } from '../../src/server/journal.js';
-import { CLI, http, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
+import { CLI, http, metricValue, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const EXAMPLE = path.join(ROOT, 'examples/embeddings');
@@ -59,6 +59,7 @@ describe('an HTTP device whose endpoint is not there', () => {
       expect(ready.status).toBe(503);
       // (Public: no URL.)
       expect(ready.body.why).toEqual([expect.stringMatching(/^device default: its endpoint is unreachable \(ECONNREFUSED\) since \d{4}-/)]);
+      expect(metricValue((await http(s.url, 'GET', '/metrics')).body as unknown as string, 'stoker_device_unreachable', { device: 'default' })).toBe(1);
       const st = await new Promise<string>((resolve) => execFile(process.execPath, [CLI, 'status', '--server', s.url], { timeout: 20_000 }, (_e, out) => resolve(out)));
       expect(st).toMatch(new RegExp(`device default unreachable: http://127\\.0\\.0\\.1:${port}/embed is unreachable \\(ECONNREFUSED\\)`));
     } finally {

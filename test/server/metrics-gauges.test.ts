@@ -18,6 +18,7 @@ function source(state: () => PacerState): MetricsSource {
     workerStates: () => [[{ alive: true, item: null }]],
     workerBusyMs: () => [[0]],
     pacerState: state,
+    devicesUnreachable: () => [false],
   };
 }
 
