@@ -479,13 +479,13 @@ function outputOf(f: Frame): unknown {
   return f.payload ?? (f.header['bytes'] === true ? new Uint8Array(0) : (f.header['output'] ?? null));
 }
 
-/** The `item` frame of a step: small things in the header, the bytes (prepare's, or the partition's buffer) as the payload. */
 /** Throws (retry: false) for a prepared value JSON would change; bytes go as the payload. */
 function sendableCheck(call: RunCall): void {
   const p: PreparedBuffer = call.prepared;
   if (p.file || !asBytes(p.meta)) checkPrepared(p.meta);
 }
 
+/** The `item` frame of a step: small things in the header, the bytes (prepare's, or the partition's buffer) as the payload. */
 function itemFrame(id: number, call: RunCall): { header: Record<string, unknown>; payload?: Uint8Array } {
   const p: PreparedBuffer = call.prepared;
   const header: Record<string, unknown> = { type: 'item', id, job: call.jobId, kind: call.kind, partition: call.partition, partitions: call.partitions, input: call.input };

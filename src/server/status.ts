@@ -17,7 +17,7 @@ export interface StatusSources {
   config: ServeConfig;
   /** The devices in engine order: "default", then each [devices.NAME]. */
   devices: readonly { name: string; config: DeviceConfig }[];
-  /** Per device, why no step can reach it now (an HTTP endpoint refusing connections). */
+  /** Per device, why no step can reach it now (an HTTP endpoint no connection can be made to). */
   unreachable: readonly (string | undefined)[];
   /** A job's partition number for an engine partition (a resumed job runs only some of them). */
   jobPartition(jobId: string, enginePartition: number): number;
