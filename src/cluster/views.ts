@@ -57,8 +57,11 @@ export class ClusterViews {
       if (error.code === 'E_CANCELLED') state = 'cancelled';
     }
     const localView = state === 'running' && this.d.isHeld(r.id) ? this.d.local.job(r.id, page) : undefined;
-    // Another node's running job: the partitions whose outputs it shared (a large output is not, so at least that many).
-    const shared = state === 'running' && !localView ? await this.d.redis.hlen(K.outputs(r.id)) : 0;
+    const localDone = localView?.partitionCounts?.done;
+    // Another node's running job — or this node's before its engine counts it (just taken over: the
+    // journal's count is only this node's, 0, while the outputs it reuses are in Redis): the
+    // partitions whose outputs were shared (a large output is not, so at least that many).
+    const shared = state === 'running' && localDone === undefined ? Math.max(await this.d.redis.hlen(K.outputs(r.id)), localView?.partitionsDone ?? 0) : 0;
     const finishedAt = isFinal(state) ? (job.finishedOn ?? null) : null;
     return jobView({
       record: r,
@@ -68,7 +71,7 @@ export class ClusterViews {
       startedAt: state === 'queued' ? null : job.processedOn || null,
       finishedAt,
       // (A job taken over counts the outputs it reused, as its partitionCounts do: the journal's count is only this node's.)
-      partitionsDone: state === 'done' ? r.partitions : (localView?.partitionCounts?.done ?? localView?.partitionsDone ?? shared),
+      partitionsDone: state === 'done' ? r.partitions : (localDone ?? shared),
       partitionStates: localView?.partitionStates ?? null,
       partitionCounts: localView?.partitionCounts ?? null,
       resumes: job.stalledCounter ?? 0,
