@@ -4,7 +4,16 @@ import { defineConfig } from 'vitest/config';
 // first, two files at a time. The rest start servers, processes, Redis and a browser, and time real
 // waits: they run one file at a time after them, so one file's load does not skew another's clock
 // (the Redis faults' file beside the model's saved 35 s, and CI failed on a takeover's timing).
-const MODEL = ['test/core/**/*.test.ts', 'test/sim/**/*.test.ts', 'test/plan/**/*.test.ts', 'test/cli/cli.test.ts', 'test/cli/table.test.ts', 'test/cli/report.test.ts', 'test/report/report-html.test.ts'];
+const MODEL = [
+  'test/core/**/*.test.ts',
+  'test/sim/**/*.test.ts',
+  'test/plan/**/*.test.ts',
+  'test/cli/{cli,table,report}.test.ts',
+  'test/report/report-html.test.ts',
+  // The service's parts on their own: no server, process or real wait.
+  'test/runtime/{buffer-pool,lossless-json,ntt,runtime}.test.ts',
+  'test/server/{config,failure-log,group-commit,journal,metrics-gauges,pending-ends,progress,submit-record}.test.ts',
+];
 
 export default defineConfig({
   test: {
