@@ -143,7 +143,7 @@ function zodIssues(source: string, error: z.ZodError, base: readonly (string | n
         // A key of a section written at the top level (above every [header]): name its section.
         const home = at === '' && !near ? SECTION_NAMES.find((sec) => Object.hasOwn(SHAPES[sec], key)) : undefined;
         // A key of a device's process, http or batch table written in the device's own (url under [device]).
-        const sub = /^(device|devices\.[^.]+)$/.test(at) && !near ? (['http', 'process', 'batch'] as const).filter((t) => Object.hasOwn({ http: httpShape, process: processShape, batch: batchShape }[t], key)).map((t) => `[${at}.${t}]`) : [];
+        const sub = /^(device|devices\.[^.]+)$/.test(at) && !near ? (['http', 'process', 'batch'] as const).filter((t) => knownKeys(`${at}.${t}`).includes(key)).map((t) => `[${at}.${t}]`) : [];
         const fix = near ? `did you mean ${JSON.stringify(near)}? ` : home ? `it belongs in [${home}] (${home}.${key}): write it under the [${home}] header; ` : sub.length ? `it is a key of ${sub.join(' or ')}: write it under that header; ` : 'remove it; ';
         out.push({
           source,
