@@ -13,20 +13,9 @@ import { measureSpeed } from '../sim/speed.js';
 import { toChromeTrace } from '../report/chrome-trace.js';
 import { renderHtmlReport } from '../report/report-html.js';
 import { formatMetric, formatTable } from './table.js';
+import { UsageError, type Io } from './io.js';
 
 /** Where a command writes: `out` is the result (stdout), `err` progress and diagnostics (stderr). */
-export interface Io {
-  out: (s: string) => void;
-  err: (s: string) => void;
-  /** Whether err is a terminal (progress then redraws one line). */
-  errIsTTY?: boolean;
-}
-
-/** Bad input from the command line (exit code 2); the message says what to write instead. */
-export class UsageError extends Error {
-  override readonly name = 'UsageError';
-}
-
 /** Parses an integer option value; the error names the option. */
 export function parseInteger(option: string, value: string): number {
   const n = Number(value);

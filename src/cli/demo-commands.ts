@@ -6,12 +6,14 @@
 import { performance } from 'node:perf_hooks';
 import { createPacer, TimelineRecorder } from '../core/index.js';
 import { toJson } from '../sim/report.js';
-import { DEMO_DEFAULTS, runDemo, type DemoBackend, type DemoOptions, type DemoSummary } from '../runtime/demo.js';
+import { runDemo, type DemoBackend, type DemoSummary } from '../runtime/demo.js';
+import { DEMO_DEFAULTS, type DemoOptions } from '../runtime/demo-options.js';
 import { serviceBackend } from '../server/demo-service.js';
 import { measureOverhead } from '../runtime/overhead.js';
 import { measureDeviceItems, measureHandoff } from '../runtime/device-bench.js';
 import { requireOptional } from '../runtime/optional.js';
-import { checkOutputFile, parseInteger, parseList, traceFiles, UsageError, writeTrace, type Io } from './commands.js';
+import { checkOutputFile, parseInteger, parseList, traceFiles, writeTrace } from './commands.js';
+import { UsageError, type Io } from './io.js';
 import { formatTable } from './table.js';
 
 /** `stoker demo`'s flags, as commander gives them (numbers still strings: checked here). */

@@ -2,20 +2,22 @@
 import fs from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError } from 'commander';
-import { StokerError } from '../core/index.js';
-import { PacerModuleError } from '../sim/load-pacer.js';
-import { ScenarioError } from '../sim/scenario.js';
-import { benchCommand, pacersCommand, scenariosCommand, simulateCommand, speedCommand, UsageError, type BenchFlags, type Io, type SimulateFlags, type SpeedFlags } from './commands.js';
-import { demoCommand, deviceBenchCommand, overheadCommand, type DemoFlags } from './demo-commands.js';
-import { DEMO_DEFAULTS } from '../runtime/demo.js';
-import { CONFIG_DOC, ConfigError } from '../server/config.js';
-import { isJournalError } from '../server/journal-types.js';
-import { KindModuleError } from '../server/kind-module.js';
-import { OptionalPackageError } from '../runtime/optional.js';
+import { DEMO_DEFAULTS } from '../runtime/demo-options.js';
+import type { BenchFlags, SimulateFlags, SpeedFlags } from './commands.js';
+import type { DemoFlags } from './demo-commands.js';
 import type { PlanFlags } from './plan-command.js';
-import { cancelCommand, ClientError, configPrintCommand, serveCommand, statusCommand, submitCommand, traceExportCommand, waitCommand, type ClientFlags, type ConfigFlags, type SubmitFlags, type TraceExportFlags } from './service-commands.js';
+import type { ConfigFlags } from './service-commands.js';
+import { ClientError, type ClientFlags, type SubmitFlags, type TraceExportFlags } from './client-commands.js';
+import { UsageError, type Io } from './io.js';
 
-export type { Io } from './commands.js';
+// Each command's module is imported when that command runs: all of them loaded took ~0.7 s of a
+// client command's start (the simulator, the server, fastify, zod, ajv…), and `stoker status` needs none.
+const sim = () => import('./commands.js');
+const demos = () => import('./demo-commands.js');
+const service = () => import('./service-commands.js');
+const client = () => import('./client-commands.js');
+
+export type { Io } from './io.js';
 
 const defaultIo: Io = {
   out: (s) => void process.stdout.write(s),
@@ -33,7 +35,8 @@ function version(): string {
   }
 }
 
-function program(io: Io, setExit: (code: number) => void): Command {
+/** `configDoc`: the config fields' list for `serve --help` (loaded only when the command is serve). */
+function program(io: Io, setExit: (code: number) => void, configDoc: string): Command {
   const p = new Command('stoker')
     .description('Keeps accelerators fed: run, serve, simulate and compare pacers of a two-stage preparation → accelerator pipeline.')
     .version(version(), '-V, --version')
@@ -43,11 +46,11 @@ function program(io: Io, setExit: (code: number) => void): Command {
 
   p.command('scenarios')
     .description('list the built-in scenarios')
-    .action(() => scenariosCommand(io));
+    .action(async () => (await sim()).scenariosCommand(io));
 
   p.command('pacers')
     .description('list the built-in pacers')
-    .action(() => pacersCommand(io));
+    .action(async () => (await sim()).pacersCommand(io));
 
   p.command('simulate')
     .description('run one scenario with one or more pacers and print the benchmark metrics')
@@ -59,7 +62,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
     .option('--trace <file>', 'write a Chrome trace (JSON; open in Perfetto) of each run; several pacers: <file>.<pacer>.json')
     .option('--html <file>', 'write a self-contained HTML report: the metrics and interactive charts')
-    .action((scenario: string, flags: SimulateFlags & { pacers?: string }) => simulateCommand(scenario, { ...flags, pacer: flags.pacers ?? flags.pacer }, io));
+    .action(async (scenario: string, flags: SimulateFlags & { pacers?: string }) => (await sim()).simulateCommand(scenario, { ...flags, pacer: flags.pacers ?? flags.pacer }, io));
 
   p.command('bench')
     .description('run every scenario × pacer and print one row per pair (progress on stderr)')
@@ -71,7 +74,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
     .option('--html <file>', 'write a self-contained HTML report: the table, and per scenario its metrics and charts')
     .option('--random <n>', "instead of the built-in scenarios, n random ones (kinds, preparation laws and knees, devices, arrivals; --seed picks the draw, default 1), each pacer's speed, memory and p99 job latency against unpaced's")
-    .action((flags: BenchFlags) => benchCommand(flags, io));
+    .action(async (flags: BenchFlags) => (await sim()).benchCommand(flags, io));
 
   p.command('plan')
     .description('the settings to run: simulate a scenario (or one fitted from a trace of a real run) across target, budget, preparation cap, workers and pacers; print the frontier and the recommended setting with its config lines (progress on stderr)')
@@ -112,20 +115,20 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--dashboard', 'run the jobs through the service and serve its dashboard at http://<host>:<port>/ while they run')
     .option('--host <host>', 'with --dashboard: interface to listen on', '127.0.0.1')
     .option('--port <n>', 'with --dashboard: port to listen on (0: a free one)', '7070')
-    .action((flags: DemoFlags) => demoCommand(flags, io));
+    .action(async (flags: DemoFlags) => (await demos()).demoCommand(flags, io));
 
   p.command('overhead')
     .description("the runtime's own cost per item: no-op stages in process and on threads, the engine alone, and p-queue beside it (when installed)")
     .option('--items <n>', 'items per measurement', '50000')
     .option('--json', 'print the measurements as JSON')
-    .action((flags: { items: string; json?: boolean }) => overheadCommand(flags, io));
+    .action(async (flags: { items: string; json?: boolean }) => (await demos()).overheadCommand(flags, io));
 
   p.command('device-bench')
     .description('what a process device costs: one large item handed to a Python worker by file vs through the pipe, and no-op items/s of a process device vs a thread device')
     .option('--bytes <n>', 'size of the large item (at most 1 GiB)', String(2 ** 30))
     .option('--items <n>', 'no-op items per device', '5000')
     .option('--json', 'print the measurements as JSON')
-    .action((flags: { bytes: string; items: string; json?: boolean }) => deviceBenchCommand(flags, io));
+    .action(async (flags: { bytes: string; items: string; json?: boolean }) => (await demos()).deviceBenchCommand(flags, io));
 
   p.command('speed')
     .description('time the simulator itself: events per second and wall time per simulated day')
@@ -133,7 +136,7 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--pacers <list>', 'comma-separated pacers', 'stoker,classic,unpaced')
     .option('--runs <n>', 'runs per pacer (the best and the median are reported)', '5')
     .option('--json', 'print the measurements as JSON')
-    .action((flags: SpeedFlags) => speedCommand(flags, io));
+    .action(async (flags: SpeedFlags) => (await sim()).speedCommand(flags, io));
 
   const server = (cmd: Command) =>
     cmd
@@ -154,13 +157,13 @@ function program(io: Io, setExit: (code: number) => void): Command {
   configured(p.command('serve'))
     .option(clusterFlag, clusterHelp)
     .description('run the service: HTTP API, durable journal, metrics; SIGTERM/SIGINT finish in-flight partitions and stop')
-    .addHelpText('after', `\n${CONFIG_DOC}`)
-    .action((flags: ConfigFlags) => serveCommand(flags, io));
+    .addHelpText('after', configDoc ? `\n${configDoc}` : '')
+    .action(async (flags: ConfigFlags) => (await service()).serveCommand(flags, io));
 
   configured(p.command('config').description('show the service configuration').command('print'))
     .option(clusterFlag, clusterHelp)
     .description('print the effective configuration (defaults < file < environment < flags) as TOML')
-    .action(async (flags: ConfigFlags) => configPrintCommand(flags, io));
+    .action(async (flags: ConfigFlags) => (await service()).configPrintCommand(flags, io));
 
   server(p.command('submit'))
     .description('submit a job to a running server')
@@ -171,12 +174,12 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--input <json>', `the kind's input as JSON, e.g. '{"prepareMs":100}'`)
     .option('--input-file <file>', "the kind's input from a JSON file")
     .option('--deadline <time>', 'ISO 8601 time or epoch ms after which the job fails')
-    .action((flags: SubmitFlags) => submitCommand(flags, io));
+    .action(async (flags: SubmitFlags) => (await client()).submitCommand(flags, io));
 
   server(p.command('status'))
     .description("a running server's status, or one job's")
     .argument('[id]', 'a job id')
-    .action((id: string | undefined, flags: ClientFlags) => statusCommand(id, flags, io));
+    .action(async (id: string | undefined, flags: ClientFlags) => (await client()).statusCommand(id, flags, io));
 
   server(p.command('wait'))
     .description("wait for a job's end and print its result (exit 0 done, 1 failed or cancelled, 3 timed out)")
@@ -185,13 +188,13 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--progress', "show the job's partitions as they move, on stderr (a bar on a terminal, a line per change otherwise)")
     .option('-o, --output <file>', 'write the result to this file (bytes as they are, JSON as text) rather than print it')
     .action(async (id: string, flags: ClientFlags & { timeout: string; progress?: boolean; output?: string }) => {
-      setExit(await waitCommand(id, flags, io));
+      setExit(await (await client()).waitCommand(id, flags, io));
     });
 
   server(p.command('cancel'))
     .description('cancel a job on a running server')
     .argument('<id>', 'a job id')
-    .action((id: string, flags: ClientFlags) => cancelCommand(id, flags, io));
+    .action(async (id: string, flags: ClientFlags) => (await client()).cancelCommand(id, flags, io));
 
   p.command('chaos')
     .description('fault injection under a stream of jobs: a stoker serve killed with kill -9 and its disk filled (a small tmpfs, as root), then a cluster of three with nodes killed and Redis restarted empty; every acknowledged job must end once with its result (exit 1 when any is lost, wrong or duplicated, or a server crashed)')
@@ -247,27 +250,47 @@ function program(io: Io, setExit: (code: number) => void): Command {
     .option('--token-file <file>', "the server's token (server.token), from the file's first line; else env STOKER_SERVER_TOKEN")
     .option('--since <duration>', 'how far back (30s, 5m, 1h)', '5m')
     .option('-o, --output <file>', 'write to this file instead of stdout')
-    .action((flags: TraceExportFlags) => traceExportCommand(flags, io));
+    .action(async (flags: TraceExportFlags) => (await client()).traceExportCommand(flags, io));
 
   return p;
 }
 
-/** Exit code for an error: 2 for bad input, 1 for anything unexpected. */
-function exitCodeOf(e: unknown): number {
-  if (e instanceof UsageError || e instanceof ScenarioError || e instanceof PacerModuleError) return 2;
+/**
+ * Exit code for an error: 2 for bad input, 1 for anything unexpected. (The modules of the other
+ * errors are imported here, not at start: loaded already when they threw, they cost nothing.)
+ */
+async function exitCodeOf(e: unknown): Promise<number> {
+  if (e instanceof UsageError) return 2;
+  if (e instanceof ClientError) return e.exitCode;
+  const [{ StokerError }, { ScenarioError }, { PacerModuleError }, { ConfigError }, { KindModuleError }, { OptionalPackageError }, { isJournalError }] = await Promise.all([
+    import('../core/errors.js'),
+    import('../sim/scenario.js'),
+    import('../sim/load-pacer.js'),
+    import('../server/config.js'),
+    import('../server/kind-module.js'),
+    import('../runtime/optional.js'),
+    import('../server/journal-types.js'),
+  ]);
+  if (e instanceof ScenarioError || e instanceof PacerModuleError) return 2;
   if (e instanceof StokerError && (e.code === 'E_UNKNOWN_PACER' || e.code === 'E_INVALID_OPTION')) return 2;
   if (e instanceof ConfigError || e instanceof KindModuleError || e instanceof OptionalPackageError) return 2;
-  if (e instanceof ClientError) return e.exitCode;
   // A data dir that cannot be used, or is of a newer stoker: the --data given (one in use, or a damaged file, is 1).
   if (isJournalError(e, 'E_JOURNAL_DIR') || isJournalError(e, 'E_JOURNAL_VERSION')) return 2;
   return 1;
+}
+
+/** The command argv names (`stoker help serve` names serve), for what only it needs before parsing. */
+function commandOf(argv: string[]): string | undefined {
+  const words = argv.filter((a) => !a.startsWith('-'));
+  return words[0] === 'help' ? words[1] : words[0];
 }
 
 /** Runs the CLI with `argv` (without node and the script); returns the exit code, never exits the process. */
 export async function main(argv: string[], io: Io = defaultIo): Promise<number> {
   try {
     let code = 0;
-    await program(io, (c) => (code = c)).parseAsync(argv, { from: 'user' });
+    const configDoc = commandOf(argv) === 'serve' ? (await import('../server/config.js')).CONFIG_DOC : '';
+    await program(io, (c) => (code = c), configDoc).parseAsync(argv, { from: 'user' });
     return code;
   } catch (e) {
     if (e instanceof CommanderError) {
@@ -275,7 +298,7 @@ export async function main(argv: string[], io: Io = defaultIo): Promise<number> 
       // command or option, missing argument, no command at all) commander has printed the message.
       return e.exitCode === 0 ? 0 : 2;
     }
-    const code = exitCodeOf(e);
+    const code = await exitCodeOf(e);
     const message = e instanceof Error ? e.message : String(e);
     io.err(`error: ${message}\n`);
     if (process.env.STOKER_DEBUG === '1' && e instanceof Error && e.stack) io.err(`${e.stack}\n`);

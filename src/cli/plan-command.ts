@@ -8,8 +8,9 @@ import { resolveScenario } from '../sim/load-scenario.js';
 import { oversizeKinds, parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
 import { fromChromeTrace } from '../report/chrome-trace.js';
 import { renderPlanHtml } from '../report/plan-html.js';
-import { checkOutputFile, UsageError, writeOutputFile, type Io } from './commands.js';
-import { call, ClientError, durationMs } from './service-commands.js';
+import { checkOutputFile, writeOutputFile } from './commands.js';
+import { UsageError, type Io } from './io.js';
+import { call, ClientError, durationMs } from './client-commands.js';
 import { formatMetric, formatTable } from './table.js';
 
 export interface PlanFlags {

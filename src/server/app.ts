@@ -18,6 +18,7 @@ import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';
 import type { JobView, ResultView, StatusView, TimelineView } from './api.js';
 import { clip, notFound, ServiceError } from './errors.js';
+import { parseSince, parseWait } from './durations.js';
 import { isFinal, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
 import type { KindView } from './kinds.js';
 import type { ServiceEvent } from './service.js';
@@ -93,28 +94,6 @@ function clientError(err: Error & { code?: string }, socket: Socket): void {
   const p = PARSER_PROBLEMS[err.code ?? ''] ?? { status: 400, title: 'Bad request', detail: `the request is not well-formed HTTP/1.1 (${err.code ?? err.message})` };
   const body = JSON.stringify({ type: `${PROBLEM_BASE}bad-request`, ...p });
   socket.end(`HTTP/1.1 ${p.status} ${http.STATUS_CODES[p.status] ?? ''}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
-}
-
-/** A duration — `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds — in ms; NaN where it is none (the CLI's flags read it too). */
-export function parseDuration(text: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
-  return m ? Number(m[1]) * ({ ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's'] as number) : NaN;
-}
-
-/**
- * Parses a long-poll wait (a duration). Returns ms — cut to `maxS` (server.maxWaitS: a client
- * asking for longer simply polls again) — or an error message.
- */
-export function parseWait(text: string, maxS: number): number | string {
-  const ms = parseDuration(text);
-  if (Number.isNaN(ms)) return `wait must be a duration such as 30s, 500ms, 2m or 1h (got ${JSON.stringify(text)})`;
-  return Math.min(ms, maxS * 1000);
-}
-
-/** Parses a look-back window (a duration); ms, or an error message. */
-export function parseSince(text: string): number | string {
-  const ms = parseDuration(text);
-  return Number.isNaN(ms) ? `since must be a duration such as 30s, 5m or 1h (got ${JSON.stringify(text)})` : ms;
 }
 
 /** Job progress by polling the job's view every 500 ms (a service that cannot watch, e.g. a cluster's job on another node). */

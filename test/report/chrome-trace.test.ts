@@ -9,7 +9,8 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { afterAll, describe, expect, it } from 'vitest';
 import { TimelineRecorder } from '../../dist/core/index.js';
-import { DEMO_DEFAULTS, runDemo } from '../../dist/runtime/demo.js';
+import { runDemo } from '../../dist/runtime/demo.js';
+import { DEMO_DEFAULTS } from '../../dist/runtime/demo-options.js';
 import { toChromeTrace } from '../../dist/report/chrome-trace.js';
 import { run, tempDir } from '../cli/helpers.js';
 

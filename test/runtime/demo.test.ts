@@ -6,7 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 // Thread entry points exist only as compiled JavaScript: the runtime is imported from dist/.
-import { DEMO_DEFAULTS, runDemo } from '../../dist/runtime/demo.js';
+import { runDemo } from '../../dist/runtime/demo.js';
+import { DEMO_DEFAULTS } from '../../dist/runtime/demo-options.js';
 
 describe('demo progress lines', () => {
   it('never show occupancy above 1, and show the devices busy', async () => {
