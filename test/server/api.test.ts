@@ -850,6 +850,10 @@ describe('stoker serve (shared server)', () => {
         expect(r.code).toBe(1);
         expect(r.stderr).toContain(`error: cannot reach the server at http://127.0.0.1:${port} (ECONNREFUSED)`);
       }
+      // A port fetch() refuses to connect to (the Fetch standard's blocked ports) said only "fetch failed".
+      const blocked = await cli(['status', '--server', 'http://127.0.0.1:6000']);
+      expect(blocked.code).toBe(2);
+      expect(blocked.stderr).toContain("Node's fetch refuses that port");
     });
   });
 });
