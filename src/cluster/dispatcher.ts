@@ -22,6 +22,8 @@ export interface DispatcherOptions {
   ttlMs: number;
   /** The most jobs held at once. */
   maxHeld: number;
+  /** The end of a job a node republished (its queue's copy is from before Redis went back in time), else undefined: see Recovery.endedElsewhere. */
+  endedElsewhere(id: string): Promise<JobView | undefined>;
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -53,6 +55,12 @@ export class Dispatcher {
   private heartbeat: NodeJS.Timeout | undefined;
   private lastBusy = { t: performance.now(), busyS: 0 };
   private tokens = 0;
+  /**
+   * Jobs taken whose engine does not count them yet (hold reads Redis before it submits them):
+   * while one is, the engine's empty backlog does not mean it wants another — the pull loop took
+   * every job in reach while a first waited on Redis.
+   */
+  private starting = 0;
   /** Until then this node pulls nothing: its journal was full (see hold). */
   private fullUntil = 0;
   private url = '';
@@ -105,7 +113,7 @@ export class Dispatcher {
   /** The engine wants another job: nothing queued locally, the budget not blocking, room to hold one. */
   private wantsJob(): boolean {
     const s = this.local.counters;
-    return s.backlog === 0 && !s.budgetBlocked && this.held.size < this.o.maxHeld && Date.now() >= this.fullUntil;
+    return this.starting === 0 && s.backlog === 0 && !s.budgetBlocked && this.held.size < this.o.maxHeld && Date.now() >= this.fullUntil;
   }
 
   /**
@@ -157,6 +165,15 @@ export class Dispatcher {
     const id = r.id;
     const startedAt = Date.now();
     this.held.set(id, { job, token, startedAt });
+    this.starting++;
+    let counted = false;
+    /** The engine counts the job now (or never will): the pull loop may look again. */
+    const begun = () => {
+      if (counted) return;
+      counted = true;
+      this.starting--;
+      this.wake?.();
+    };
     const lockMs = this.o.lockMs;
     // The running record lives as long as the lock: renewed with it, never written again here (a
     // node that stalled past its lock does not claim back a job another holds; after a data loss
@@ -167,6 +184,14 @@ export class Dispatcher {
     }, Math.max(50, Math.floor(lockMs / 3)));
     try {
       let ended: Promise<JobView | undefined>;
+      // It ended on a node since the snapshot Redis went back to: that end, not a second run.
+      const before = await this.o.endedElsewhere(id);
+      if (before) {
+        if (before.state === 'done') await job.moveToCompleted(before.resultEncoding ? { result: before.result, encoding: before.resultEncoding } : { result: before.result }, token, false);
+        else await job.moveToFailed(failure(before.error?.code ?? 'E_INTERNAL', before.error?.reason ?? ''), token, false);
+        await this.redis.multi().del(K.outputs(id)).pexpire(K.kindOf(id), this.o.ttlMs).exec();
+        return;
+      }
       // Its deadline passed while it was queued: it ends as a missed deadline (the local service refuses a past one).
       if (r.deadline !== null && r.deadline <= Date.now()) {
         await job.moveToFailed(failure('E_DEADLINE', `job ${id} missed its deadline ${new Date(r.deadline).toISOString()}`), token, false);
@@ -183,6 +208,7 @@ export class Dispatcher {
       try {
         // Synchronous: the engine's backlog counts it before the pull loop looks again.
         const { job: started } = this.local.submitRecord(r, recorded);
+        begun();
         // (Its result whole: a view leaves one over 1 MiB out, and what is stored here is what every node reads.)
         ended = isFinal(started.state) ? Promise.resolve(this.local.job(id, undefined, true)) : this.localEnd(id);
       } catch (e) {
@@ -225,6 +251,7 @@ export class Dispatcher {
         if ((await job.getState().catch(() => 'away')) === 'unknown') await this.publishLost(v).catch(() => undefined);
       }
     } finally {
+      begun();
       clearInterval(renew);
       this.held.delete(id);
       this.wake?.();

@@ -14,6 +14,10 @@ import type { ClusterViews } from './views.js';
 const SWEEP_MAX = 500;
 /** After a Redis data loss, how long before jobs it lost are queued again (see Recovery.lostAt): two sweeps of every node. */
 const REQUEUE_AFTER_LOSS_MS = 4000;
+/** Between two looks at whether a data loss is settled, in endedElsewhere. */
+const SETTLE_POLL_MS = 250;
+/** Replaces the dataset mark (K.epoch) only where it is still the one given: of two nodes that saw Redis go back in time, one makes the new dataset. */
+const SWAP_EPOCH = "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('set', KEYS[1], ARGV[2]) return 1 end return 0";
 
 /** What the sweep uses. */
 export interface RecoverySources {
@@ -58,6 +62,13 @@ export class Recovery {
    * node's sweep came first).
    */
   private lostAt = NaN;
+  /**
+   * The highest value of Redis's clock (K.clock) this node has read. Every read increments it, so
+   * a lower one means Redis went back in time: it restarted from an older snapshot (an RDB file,
+   * the default persistence), where jobs that ended since are queued or running again — the same
+   * dataset mark, so no loss was seen, and those jobs ran again (44 of 92 partitions in a trial).
+   */
+  private clockSeen = 0;
 
   constructor(private readonly d: RecoverySources) {
     this.epoch = this.savedEpoch();
@@ -73,6 +84,46 @@ export class Recovery {
   async unsettled(): Promise<boolean> {
     if (performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS) return true;
     return this.epoch !== null && (await this.d.redis.get(K.epoch)) !== this.epoch;
+  }
+
+  /**
+   * Before a node runs a job it took from a queue: the job's end where a node republished it (the
+   * queue's copy is from before Redis went back in time: the job ended since), else undefined (run
+   * it). Reads Redis's clock first — Redis just restored from an older snapshot is noticed here,
+   * not a sweep later — and while a data loss is not settled waits for the nodes to republish
+   * (at most REQUEUE_AFTER_LOSS_MS and a sweep). Redis away: undefined (the job runs, as before).
+   */
+  async endedElsewhere(id: string): Promise<JobView | undefined> {
+    try {
+      if (await this.wentBack()) await this.sweep();
+      const until = performance.now() + REQUEUE_AFTER_LOSS_MS + SETTLE_POLL_MS * 10;
+      while (!this.d.closing() && performance.now() < until && (await this.unsettled())) await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));
+      const raw = await this.d.redis.get(K.result(id));
+      const view = raw === null ? undefined : (JSON.parse(raw) as JobView);
+      return view && isFinal(view.state) ? view : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * Reads (and advances) Redis's clock; true when it is behind what this node read before — Redis
+   * went back in time — after marking a new dataset (K.epoch), so that every node's sweep treats it
+   * as a data loss: holders say what they run, republish what they ran, accepting nodes queue
+   * again what no node has.
+   */
+  private async wentBack(): Promise<boolean> {
+    const clock = await this.d.redis.incr(K.clock);
+    const seen = this.clockSeen;
+    // (Went back, it counts on from there: the next read is not behind again.)
+    this.clockSeen = clock;
+    if (clock > seen) return false;
+    // (Redis restarted empty: no mark left to replace; the sweep sees the new dataset anyway.)
+    if (this.epoch !== null) {
+      const swapped = await this.d.redis.eval(SWAP_EPOCH, 1, K.epoch, this.epoch, randomUUID());
+      if (swapped === 1) this.d.log(`Redis went back in time (its clock read ${clock} after ${seen}: restarted from an older snapshot, e.g. an RDB file): the jobs that ended since are queued or running there again — treated as a data loss`);
+    }
+    return true;
   }
 
   /** Resolves when a sweep running now is over. */
@@ -96,6 +147,7 @@ export class Recovery {
 
   private async sweepNow(): Promise<void> {
     if (this.d.closing() || this.d.redis.status !== 'ready') return;
+    await this.wentBack();
     await this.d.redis.set(K.epoch, randomUUID(), 'NX');
     const epoch = await this.d.redis.get(K.epoch);
     // (A node's first sweep ever finds a dataset it has not seen: no loss to tell of.)
@@ -176,7 +228,9 @@ export class Recovery {
     let n = 0;
     for (const listed of this.d.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
       if (this.d.closing()) return n;
-      if (await this.d.views.find(listed.id)) continue;
+      // (A copy not ended is from before Redis went back in time: this node's end is the later.)
+      const found = await this.d.views.find(listed.id);
+      if (found && isFinal(found.view.state)) continue;
       // (A list leaves a result over 1 MiB out: what is republished is read whole.)
       const v = listed.resultOmittedBytes === undefined ? listed : (this.d.local.job(listed.id, undefined, true) ?? listed);
       await this.d.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.d.nodeId }), 'PX', this.d.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.d.ttlMs).zadd(K.resultIndex, Date.now(), v.id).exec();

@@ -101,7 +101,7 @@ export async function persistenceNote(redis: Redis): Promise<string> {
     return `Redis persistence: unknown (CONFIG GET refused); should Redis lose its data, each node queues again the jobs it accepted and republishes the results it holds`;
   }
   if (aof === 'yes') return 'Redis persistence: appendonly yes: the queue survives a Redis restart';
-  // (A snapshot restored is the same dataset to the nodes: what changed since is not seen as lost. A user trial: jobs done after it ran again.)
-  if (save) return `Redis persistence: RDB snapshots (save ${save}): a restart goes back to the last snapshot, which the nodes do not see as a loss — jobs that ended after it can run again; use appendonly yes (or no persistence: a restart empty is seen, and each node queues again the jobs it accepted and republishes the results it holds)`;
+  // (A snapshot restored is the same dataset: the nodes see it went back in time by Redis's clock, see Recovery.)
+  if (save) return `Redis persistence: RDB snapshots (save ${save}): a restart goes back to the last snapshot — the nodes up through it see that, queue again the jobs they accepted since and republish those that ended since (nodes all restarted since cannot tell); appendonly yes needs none of it`;
   return 'Redis persistence: none (save "", appendonly no): a restart loses the whole queue; each node then queues again the jobs it accepted (from its journal) and republishes the results it holds';
 }

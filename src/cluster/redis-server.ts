@@ -33,10 +33,13 @@ export interface RedisProcess {
   stop(): Promise<void>;
 }
 
-/** A private, throw-away redis-server on a free loopback port (no persistence). */
-export async function startRedis(bin: string, port?: number): Promise<RedisProcess> {
+/**
+ * A private, throw-away redis-server on a free loopback port (no persistence). `dir`: its working
+ * directory, where a SAVE writes its snapshot and a start loads it (a restart from an older snapshot).
+ */
+export async function startRedis(bin: string, port?: number, dir?: string): Promise<RedisProcess> {
   port ??= await freePort();
-  const child = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...(dir === undefined ? [] : ['--dir', dir])], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   await new Promise<void>((resolve, reject) => {

@@ -29,22 +29,27 @@ export class ClusterViews {
     const queue = kind === null ? undefined : this.d.queueOf(kind);
     const state = queue ? await queue.getJobState(bullId(id)) : 'unknown';
     const job = state === 'unknown' || !queue ? undefined : await Job.fromId<JobData>(queue, bullId(id));
-    if (job?.data?.record) return { view: await this.viewOf(job, state, page), data: job.data, job };
+    if (job?.data?.record) {
+      const view = await this.viewOf(job, state, page);
+      // Queued or running in a Redis that went back in time (an older snapshot), where the node
+      // that ran it since republished its end: that end (see Recovery.endedElsewhere).
+      if (!isFinal(view.state)) {
+        const republished = await this.d.redis.get(K.result(id));
+        if (republished !== null) return republishedView(republished);
+      }
+      return { view, data: job.data, job };
+    }
     const raw = await this.d.redis.get(K.cancelled(id));
     if (raw !== null) {
       const rec = JSON.parse(raw) as CancelledRecord;
       return { view: this.cancelledView(rec), data: rec.data };
     }
     const republished = await this.d.redis.get(K.result(id));
-    if (republished === null) {
-      const running = await this.d.redis.get(K.running(id));
-      if (running === null) return undefined;
-      const rec = JSON.parse(running) as RunningRecord;
-      return { view: this.runningView(rec, page), data: rec.data };
-    }
-    const view = JSON.parse(republished) as JobView;
-    const record: JournalJobInput = { id: view.id, kind: view.kind, priority: view.priority, partitions: view.partitions, input: view.input, deadline: view.deadline === null ? null : Date.parse(view.deadline) };
-    return { view, data: { record, hash: Journal.hash(record), submittedAt: Date.parse(view.submittedAt), nonce: '' } };
+    if (republished !== null) return republishedView(republished);
+    const running = await this.d.redis.get(K.running(id));
+    if (running === null) return undefined;
+    const rec = JSON.parse(running) as RunningRecord;
+    return { view: this.runningView(rec, page), data: rec.data };
   }
 
   async viewOf(job: Job<JobData>, known?: string, page?: StatesPage): Promise<JobView> {
@@ -116,6 +121,13 @@ export class ClusterViews {
       node: null,
     });
   }
+}
+
+/** A result a node republished (K.result), with the job's data as it was submitted. */
+function republishedView(text: string): { view: JobView; data: JobData } {
+  const view = JSON.parse(text) as JobView;
+  const record: JournalJobInput = { id: view.id, kind: view.kind, priority: view.priority, partitions: view.partitions, input: view.input, deadline: view.deadline === null ? null : Date.parse(view.deadline) };
+  return { view, data: { record, hash: Journal.hash(record), submittedAt: Date.parse(view.submittedAt), nonce: '' } };
 }
 
 /**

@@ -6,6 +6,7 @@
  * results they hold (before, every one of 30 accepted jobs was a 404).
  */
 import { execFile } from 'node:child_process';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, redisServerPath, startRedis, type RedisProcess } from '../../src/cluster/redis-server.js';
 import { CLI, http, metricValue, removeDir, sleepTotal, startServer, tempDataDir, waitUntil, type ServerProcess } from '../server/helpers.js';
@@ -242,6 +243,49 @@ describe.skipIf(!bin)('jobs running when Redis loses its data', () => {
     // Each ran on one node only (before, those the accepting node queued again ran on a second one).
     const ended = await Promise.all([a, b].map(async (n) => metricValue((await http(n.url, 'GET', '/metrics')).body as unknown as string, 'stoker_jobs_ended_total', { kind: 'sleep', state: 'done' })));
     expect((ended[0] ?? 0) + (ended[1] ?? 0)).toBe(4);
+  }, 90_000);
+});
+
+describe.skipIf(!bin)('Redis restarted from an older snapshot (an RDB file)', () => {
+  const cluster = useCluster({ STOKER_CLUSTER_HEARTBEAT_MS: '300' });
+
+  it('the jobs that ended since it was taken do not run again (they did: the same dataset, no loss seen); read done on every node', async () => {
+    const dir = tempDataDir();
+    cluster.dirs.push(dir);
+    cluster.redis = await startRedis(bin as string, undefined, dir);
+    const a = await cluster.node('rs-a');
+    const b = await cluster.node('rs-b');
+    const ids = Array.from({ length: 8 }, (_, i) => `rs-${i}`);
+    for (const [i, id] of ids.entries()) expect((await http((i % 2 ? a : b).url, 'POST', '/v1/jobs', { id, kind: 'sleep', partitions: 2, input: { seed: i, prepareMs: 300, deviceMs: 1 } })).status).toBe(202);
+    // The snapshot while they are queued or running; then they end.
+    const r = new Redis(cluster.redis.url);
+    await r.save();
+    r.disconnect();
+    for (const id of ids) expect((await http(a.url, 'GET', `/v1/jobs/${id}/result?wait=20s`)).body.state, id).toBe('done');
+    // (Each node's sweep, every 2 s, reads Redis's clock after the snapshot.)
+    await new Promise((res) => setTimeout(res, 2500));
+    const steps = async () => (await Promise.all([a, b].map(async (n) => metricValue((await http(n.url, 'GET', '/metrics')).body as unknown as string, 'stoker_device_seconds_count', { kind: 'sleep' })))).reduce((x, y) => x + y, 0);
+    expect(await steps()).toBe(16);
+    // Killed (no save on the way out), started again on the snapshot: the 8 jobs queued or running there.
+    cluster.redis.child.kill('SIGKILL');
+    await new Promise((res) => cluster.redis.child.once('exit', res));
+    cluster.redis = await startRedis(bin as string, cluster.redis.port, dir);
+    await waitUntil(async () => ([a, b].some((n) => n.output().includes('Redis went back in time')) ? true : undefined), 10_000, 'a node saying Redis went back in time', 100);
+    for (const [i, id] of ids.entries()) {
+      for (const n of [a, b]) {
+        const x = await waitUntil(async () => {
+          const y = await http(n.url, 'GET', `/v1/jobs/${id}/result?wait=5s`);
+          return y.status === 200 && y.body.state === 'done' ? y : undefined;
+        }, 20_000, `${id} done on ${n === a ? 'rs-a' : 'rs-b'}`, 200);
+        expect(x.body, id).toMatchObject({ state: 'done', result: { partitions: 2, total: sleepTotal(i, 2) } });
+      }
+    }
+    // The queued copies ended with the republished ends: none is left to run, and none ran again.
+    await waitUntil(async () => {
+      const text = (await http(a.url, 'GET', '/metrics')).body as unknown as string;
+      return metricValue(text, 'stoker_cluster_queue_jobs', { state: 'queued' }) + metricValue(text, 'stoker_cluster_queue_jobs', { state: 'running' }) === 0 ? true : undefined;
+    }, 20_000, "the cluster's queues empty", 200);
+    expect(await steps()).toBe(16);
   }, 90_000);
 });
 
