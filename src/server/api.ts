@@ -226,7 +226,8 @@ export function jobView(f: JobFacts): JobView {
     startedAt: iso(f.startedAt),
     finishedAt: iso(f.finishedAt),
     durationS: f.finishedAt === null ? null : (f.finishedAt - f.submittedAt) / 1000,
-    partitionsDone: f.partitionsDone,
+    // (A done job did every partition: those whose outputs a full journal could not record too — it read 3 of 6.)
+    partitionsDone: f.state === 'done' ? r.partitions : f.partitionsDone,
     partitionStates: f.partitionStates,
     partitionCounts: f.partitionCounts,
     resumes: f.resumes,

@@ -130,6 +130,11 @@ export class JobRuns {
     return this.pending.overlay(started);
   }
 
+  /** Ends a full journal could not take yet (retried every second): while there are, their retries say whether there is room. */
+  get endsKept(): number {
+    return this.pending.size;
+  }
+
   /** Whether the job ended here with every partition done, its end kept until the (full) journal takes it. */
   doneUnrecorded(jobId: string): boolean {
     return this.pending.kept(jobId) === 'done';

@@ -10,7 +10,7 @@
  * output or a result that is bytes (a Uint8Array) as a BLOB in the same column.
  */
 import { createHash } from 'node:crypto';
-import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, statSync } from 'node:fs';
+import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, statfsSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integrity.js';
@@ -183,6 +183,30 @@ export class Journal {
       }
       throw e;
     }
+  }
+
+  /**
+   * After a write was refused for want of room: whether a new job would fit again — free pages
+   * under journal.maxBytes, and free space on the data dir's disk (ROOM_PAGES, ROOM_DISK_BYTES) —
+   * and if so, not full any more. Only a new job written said so before: a server that /readyz
+   * showed not ready got no submission from its load balancer, and stayed not ready once room was
+   * back (a user trial).
+   */
+  checkRoom(): boolean {
+    if (!this.full) return true;
+    try {
+      if (this.#maxBytes !== undefined) {
+        const page = this.#db.pragma('page_size', { simple: true }) as number;
+        const used = (this.#db.pragma('page_count', { simple: true }) as number) - (this.#db.pragma('freelist_count', { simple: true }) as number);
+        if ((used + ROOM_PAGES) * page > this.#maxBytes) return false;
+      }
+      const disk = statfsSync(dirname(this.#db.name));
+      if (disk.bavail * disk.bsize < ROOM_DISK_BYTES) return false;
+    } catch {
+      return false;
+    }
+    this.full = false;
+    return true;
   }
 
   /** What makes room, for a full journal. */
@@ -448,6 +472,10 @@ export class Journal {
     this.#db.close();
   }
 }
+
+/** The room {@link Journal.checkRoom} asks for before it calls a full journal writable again: free pages under journal.maxBytes, and bytes on the disk (the write-ahead log grows there first). */
+const ROOM_PAGES = 4;
+const ROOM_DISK_BYTES = 1024 * 1024;
 
 /** What a data dir error asks for, and where it is set. */
 const GIVE_DIR = ' — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)';

@@ -54,6 +54,11 @@ export class PendingEnds {
     }
   }
 
+  /** How many ends are kept, not yet journaled. */
+  get size(): number {
+    return this.ends.size;
+  }
+
   /** The state of the end kept for a job (ended here, not yet journaled), if any. */
   kept(id: string): JournalOutcome['state'] | undefined {
     return this.ends.get(id)?.outcome.state;

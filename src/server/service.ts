@@ -151,9 +151,12 @@ export class Service {
       if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...st });
       measurement.check(st);
       // A full journal refuses submissions (507) and keeps ends in memory: said on stderr, at once and then once a minute while it lasts.
+      // (Room back is seen without a write — a server /readyz showed not ready gets no submission to
+      // say so — once the ends kept have landed: their retries are the better test.)
+      if (this.runs.endsKept === 0) this.journal.checkRoom();
       const refused = this.journal.fullRefusals;
       if (refused > full.said && Date.now() - full.at >= 60_000) {
-        process.stderr.write(`stoker serve: ${this.journal.fullReason()}: ${refused - full.said} journal writes refused (submissions get 507; jobs already accepted go on, their ends kept in memory until there is room) — ${this.journal.fullFix()}\n`);
+        process.stderr.write(`stoker serve: ${this.journal.fullReason()}: ${refused - full.said} journal writes refused (a submission it cannot write gets 507; jobs already accepted go on, their ends kept in memory until there is room) — ${this.journal.fullFix()}\n`);
         full.said = refused;
         full.at = Date.now();
         full.open = true;
@@ -384,7 +387,7 @@ export class Service {
       const u = r.unreachable?.();
       return u ? [`device ${this.devices[d]?.name ?? d}: its endpoint is unreachable (${u.code}) since ${u.since}`] : [];
     });
-    return [...(this.closing ? ['shutting down'] : []), ...(this.journal.full ? [`${this.journal.fullReason()}: new jobs get 507`] : []), ...unreachable];
+    return [...(this.closing ? ['shutting down'] : []), ...(this.journal.full ? [`${this.journal.fullReason()}: a submission it cannot write gets 507`] : []), ...unreachable];
   }
 
   /** Resolves with the job, its result whole, once it has ended, or after `waitMs` with its state then. */
