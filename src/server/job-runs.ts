@@ -212,7 +212,8 @@ export class JobRuns {
     if (r.ok) {
       // (Until its end is in the journal, a view shows it started: forgotten before, a job read running, queued, done.)
       this.started.delete(id);
-      const job = this.p.journal.get(id);
+      // (Its view: the announcement needs no result — one of 128 MiB read back whole held the event loop a second.)
+      const job = this.p.journal.view(id);
       if (r.value && job) this.p.announce(job, job.finishedAt ?? Date.now(), outcome);
       return;
     }
