@@ -1,12 +1,21 @@
 /** Names close to a misspelt one: for "did you mean …?" in the errors of configs, kind modules and scenarios. */
 
-export function levenshtein(a: string, b: string): number {
+/**
+ * Edits from `a` to `b`: letters inserted, deleted or replaced, and two neighbours swapped (the
+ * optimal string alignment distance) — `memroy` is one edit from `memory`, not two.
+ */
+export function editDistance(a: string, b: string): number {
+  // Rows i − 2, i − 1 and i of the table.
+  let before: number[] = [];
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const cur = [i];
     for (let j = 1; j <= b.length; j++) {
-      cur[j] = Math.min((prev[j] ?? 0) + 1, (cur[j - 1] ?? 0) + 1, (prev[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1));
+      let d = Math.min((prev[j] ?? 0) + 1, (cur[j - 1] ?? 0) + 1, (prev[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1));
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d = Math.min(d, (before[j - 2] ?? 0) + 1);
+      cur[j] = d;
     }
+    before = prev;
     prev = cur;
   }
   return prev[b.length] ?? 0;
@@ -22,7 +31,7 @@ export function suggest(word: string, candidates: readonly string[]): string | u
   let best: string | undefined;
   let bestD = 3;
   for (const c of candidates) {
-    const d = norm(c) === norm(word) ? 0 : levenshtein(word, c);
+    const d = norm(c) === norm(word) ? 0 : editDistance(word, c);
     if (d < bestD) [best, bestD] = [c, d];
   }
   if (best !== undefined) return best;

@@ -12,7 +12,7 @@ import { Ajv2020, type ErrorObject } from 'ajv/dist/2020.js';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { kindExports } from '../runtime/threads/protocol.js';
 import { syntaxErrorAt } from '../runtime/module-syntax.js';
-import { levenshtein } from '../core/suggest.js';
+import { editDistance } from '../core/suggest.js';
 import { quoted } from './errors.js';
 
 /** A JSON value. */
@@ -166,7 +166,7 @@ const EXPORTS = ['name', 'description', 'input', 'device', ...FUNCTIONS] as cons
 function misspelt(key: string, m: Record<string, unknown>): string | undefined {
   if (key.length < 4 || (EXPORTS as readonly string[]).includes(key)) return undefined;
   const norm = (x: string) => x.toLowerCase().replace(/[_-]/g, '');
-  const near = EXPORTS.find((e) => m[e] === undefined && (levenshtein(key, e) <= 1 || norm(key) === norm(e) || key === `${e}s`));
+  const near = EXPORTS.find((e) => m[e] === undefined && (editDistance(key, e) <= 1 || norm(key) === norm(e) || key === `${e}s`));
   if (near === undefined) return undefined;
   const want = (FUNCTIONS as readonly string[]).includes(near) ? 'function' : near === 'input' ? 'object' : 'string';
   return typeof m[key] === want ? near : undefined;

@@ -1,0 +1,54 @@
+/**
+ * A kind module's misspelt exports, checked in-process (loadKind on files written here; the
+ * refusal at `stoker serve --kind` start is tested end to end in kinds.test.ts).
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { editDistance, suggest } from '../../src/core/suggest.js';
+import { KindModuleError, loadKind } from '../../src/server/kind-module.js';
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-kind-module-'));
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+const OK = 'export const name = "k"; export async function prepare() { return 1; } export function run(p) { return p; }';
+let n = 0;
+/** Loads a module of `source`; the export a refusal names and its message, or 'loaded'. */
+async function load(source: string): Promise<string> {
+  const file = path.join(dir, `m${n++}.mjs`);
+  fs.writeFileSync(file, source);
+  try {
+    await loadKind(pathToFileURL(file).href, file);
+    return 'loaded';
+  } catch (e) {
+    if (!(e instanceof KindModuleError)) throw e;
+    return `${e.exportName}: ${e.message.slice(e.message.indexOf(`export ${e.exportName}: `) + `export ${e.exportName}: `.length)}`;
+  }
+}
+
+describe('editDistance', () => {
+  it('counts two neighbouring letters swapped as one edit (memroy was two from memory, and passed as a helper)', () => {
+    expect(editDistance('memroy', 'memory')).toBe(1);
+    expect(editDistance('memory', 'memory')).toBe(0);
+    expect(editDistance('finsh', 'finish')).toBe(1);
+    expect(editDistance('kitten', 'sitting')).toBe(3);
+    expect(editDistance('ab', 'ba')).toBe(1);
+    expect(editDistance('abc', 'ca')).toBe(3);
+    expect(editDistance('', 'run')).toBe(3);
+    expect(suggest('targetWaitnig', ['targetWaiting', 'budgetBytes'])).toBe('targetWaiting');
+  });
+});
+
+describe('a kind module export near one stoker reads', () => {
+  it('is refused naming the export it is near: a swapped pair of letters too (a memory function read by nothing: every partition 0 bytes)', async () => {
+    expect(await load(`${OK} export function memroy() { return { prepareBytes: 1e12, deviceBytes: 1e12 }; }`)).toMatch(/^memroy: is not an export stoker reads — did you mean memory\? \(the exports a kind may give: name, description, input, device, memory, /);
+    expect(await load(`${OK} export const descripton = "proofs";`)).toMatch(/^descripton: is not an export stoker reads — did you mean description\?/);
+    expect(await load(`${OK} export function finsh(o) { return o; }`)).toMatch(/^finsh: .*did you mean finish\?/);
+  });
+
+  it('is a helper where its name is short or its type is not the export’s', async () => {
+    expect(await load(`${OK} export function mem() { return 1; } export const rnu = 3; export function fn() {}`)).toBe('loaded');
+  });
+});
