@@ -321,6 +321,13 @@ export class Runtime<I, P, O, R> {
       // Telling the engine may dispatch, and a dispatch may take an idle buffer: until it settles.
       for (let round = 0; round < 4; round++) {
         if (this.engine.snapshot.budgetBlocked && pool.stats().idleBytes > 0) pool.trim(true);
+        // A buffer back in the pool while its partition's bytes are still reserved (a process
+        // device's handoff file holds its data): idle and reserved bytes went past the budget
+        // (1.7× it in a user trial). The idle ones are a cache: freed down to the room left.
+        else {
+          const room = Math.max(0, this.engine.budget.totalBytes - this.engine.budget.used);
+          if (pool.stats().idleBytes > room) void (pool.trimTo ? pool.trimTo(room) : pool.trim(true));
+        }
         const idle = pool.stats().idleBytes;
         if (idle === this.heldBytes) break;
         this.heldBytes = idle;

@@ -74,9 +74,10 @@ export interface Workload<I, P, O, R> {
   readonly prepareSlots?: number;
   /**
    * The buffer pool prepared data lives in, if any: its idle bytes are charged to the memory
-   * budget, and freed (trimmed) when the budget would block on them.
+   * budget, and freed (trimmed) when the budget would block on them, or when they and the
+   * reservations together pass the budget (down to the room left, with `trimTo`; else all).
    */
-  readonly pool?: Pick<BufferPool, 'stats' | 'trim'>;
+  readonly pool?: Pick<BufferPool, 'stats' | 'trim'> & Partial<Pick<BufferPool, 'trimTo'>>;
 }
 
 /** One item's result in a batch: its output, or why it alone failed (`retry: false`: it would fail again, its job fails at once). */
