@@ -24,6 +24,8 @@ export interface DispatcherOptions {
   maxHeld: number;
   /** The end of a job a node republished (its queue's copy is from before Redis went back in time), else undefined: see Recovery.endedElsewhere. */
   endedElsewhere(id: string): Promise<JobView | undefined>;
+  /** This node's clock in Redis as a write that records an end read it: see Recovery.clockRead. */
+  clockRead(clock: number): void;
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -186,6 +188,11 @@ export class Dispatcher {
       let ended: Promise<JobView | undefined>;
       // It ended on a node since the snapshot Redis went back to: that end, not a second run.
       const before = await this.o.endedElsewhere(id);
+      // (A stop meanwhile: the job goes back for another node, not failed for good.)
+      if (this.closing) {
+        await job.moveToWait(token).catch(() => undefined);
+        return;
+      }
       if (before) {
         if (before.state === 'done') await job.moveToCompleted(before.resultEncoding ? { result: before.result, encoding: before.resultEncoding } : { result: before.result }, token, false);
         else await job.moveToFailed(failure(before.error?.code ?? 'E_INTERNAL', before.error?.reason ?? ''), token, false);
@@ -219,7 +226,12 @@ export class Dispatcher {
           await job.moveToWait(token).catch(() => undefined);
           return;
         }
-        await job.moveToFailed(failure(err?.status === 503 ? 'E_SHUTTING_DOWN' : 'E_INTERNAL', (e as Error).message), token, false);
+        // Shutting down: back for another node (a job failed E_SHUTTING_DOWN was failed for good).
+        if (err?.status === 503) {
+          await job.moveToWait(token).catch(() => undefined);
+          return;
+        }
+        await job.moveToFailed(failure('E_INTERNAL', (e as Error).message), token, false);
         return;
       }
       void this.redis.set(K.holder(id), this.o.nodeId, 'PX', this.o.ttlMs).catch(() => undefined);
@@ -237,7 +249,9 @@ export class Dispatcher {
           const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
           await job.moveToCompleted(stored, token, false);
           // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
-          await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.o.ttlMs).pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).srem(K.runningIndex, id).exec();
+          // (The clock with it: Redis restored from a snapshot taken before this end is seen even where no sweep came between.)
+          const r = await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.o.ttlMs).pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).srem(K.runningIndex, id).hincrby(K.clock, this.o.nodeId, 1).exec();
+          this.o.clockRead(Number(r?.[7]?.[1]));
         } else {
           await job.moveToFailed(failure(v.error?.code ?? 'E_INTERNAL', v.error?.reason ?? ''), token, false);
           const m = this.redis.multi().pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).srem(K.runningIndex, id);
@@ -279,6 +293,7 @@ export class Dispatcher {
     const ttl = this.o.ttlMs;
     const m = this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.o.nodeId }), 'PX', ttl).set(K.kindOf(v.id), v.kind, 'PX', ttl).zadd(K.resultIndex, Date.now(), v.id).del(K.running(v.id)).srem(K.runningIndex, v.id).del(K.outputs(v.id)).del(K.cancelRequest(v.id));
     await (v.state === 'done' ? m.incr(K.completions(v.id)).pexpire(K.completions(v.id), ttl) : m).exec();
+    this.o.clockRead(await this.redis.hincrby(K.clock, this.o.nodeId, 1));
   }
 
   /** Resolves on the next local job event, held job ending or close, or after `ms`. */

@@ -29,7 +29,7 @@ export const K = {
   result: (id: string) => `${PREFIX}:cluster:result:${id}`,
   /** Outputs of a running job's finished partitions (hash: partition → JSON {@link SharedOutput}): a node that takes the job over runs only the rest. */
   outputs: (id: string) => `${PREFIX}:cluster:outputs:${id}`,
-  /** Incremented by every node's sweep and before it runs a job it took: a value lower than a node read before means Redis went back in time (see Recovery). */
+  /** Each node's clock (a hash: node → count), advanced by the node alone — every sweep, every job it takes, every end it records: a count not above the node's last reading means Redis went back in time (see Recovery). */
   clock: `${PREFIX}:cluster:clock`,
   /** Set once per Redis dataset: a node that sees it change (or vanish) knows Redis lost its data. */
   epoch: `${PREFIX}:cluster:epoch`,

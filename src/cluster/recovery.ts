@@ -63,15 +63,20 @@ export class Recovery {
    */
   private lostAt = NaN;
   /**
-   * The highest value of Redis's clock (K.clock) this node has read. Every read increments it, so
-   * a lower one means Redis went back in time: it restarted from an older snapshot (an RDB file,
-   * the default persistence), where jobs that ended since are queued or running again — the same
-   * dataset mark, so no loss was seen, and those jobs ran again (44 of 92 partitions in a trial).
+   * This node's count in Redis's clock (K.clock, a field per node that only the node advances:
+   * every sweep, every job it takes, every end it records) as it last read it, kept in
+   * `<dataDir>/cluster-clock` across restarts. A read not above it means Redis went back in time:
+   * it restarted from an older snapshot (an RDB file, the default persistence), where jobs that
+   * ended since are queued or running again — the same dataset mark, so no loss was seen, and
+   * those jobs ran again (44 of 92 partitions in a trial).
    */
-  private clockSeen = 0;
+  private clockSeen: number;
+  /** The dataset changed because Redis went back in time (not emptied): copies not ended there are older than this node's ends. */
+  private backInTime = false;
 
   constructor(private readonly d: RecoverySources) {
     this.epoch = this.savedEpoch();
+    this.clockSeen = Number(this.readFile(this.clockFile)) || 0;
   }
 
   /**
@@ -87,43 +92,71 @@ export class Recovery {
   }
 
   /**
-   * Before a node runs a job it took from a queue: the job's end where a node republished it (the
-   * queue's copy is from before Redis went back in time: the job ended since), else undefined (run
-   * it). Reads Redis's clock first — Redis just restored from an older snapshot is noticed here,
-   * not a sweep later — and while a data loss is not settled waits for the nodes to republish
-   * (at most REQUEUE_AFTER_LOSS_MS and a sweep). Redis away: undefined (the job runs, as before).
+   * Before a node runs a job it took from a queue: the job's end where a node republished it, or
+   * its cancel (the queue's copy is from before Redis went back in time: the job ended since),
+   * else undefined (run it). Advances this node's clock first — Redis just restored from an older
+   * snapshot is noticed here, not a sweep later — and while a data loss is not settled waits for
+   * the nodes to republish (at most REQUEUE_AFTER_LOSS_MS and a little). Redis away, the commands
+   * wait for it (the connection queues them); one that fails: undefined.
    */
   async endedElsewhere(id: string): Promise<JobView | undefined> {
     try {
-      if (await this.wentBack()) await this.sweep();
+      const first = await this.readAll(id);
+      const [clock, epoch] = first;
+      const back = this.behind(clock);
+      if (back) {
+        await this.markBack(clock);
+        void this.sweep();
+      }
+      const quiet = !back && epoch === this.epoch && !(performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS);
       const until = performance.now() + REQUEUE_AFTER_LOSS_MS + SETTLE_POLL_MS * 10;
-      while (!this.d.closing() && performance.now() < until && (await this.unsettled())) await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));
-      const raw = await this.d.redis.get(K.result(id));
-      const view = raw === null ? undefined : (JSON.parse(raw) as JobView);
-      return view && isFinal(view.state) ? view : undefined;
+      for (let settled = quiet; !settled && !this.d.closing() && performance.now() < until; ) {
+        await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));
+        settled = !(await this.unsettled());
+      }
+      const [, , after, cancel] = quiet ? first : await this.readAll(id);
+      const view = after === null ? undefined : (JSON.parse(after) as JobView);
+      if (view && isFinal(view.state)) return view;
+      return cancel === null ? undefined : this.d.views.cancelledView(JSON.parse(cancel) as CancelledRecord);
     } catch {
       return undefined;
     }
   }
 
+  /** This node's clock advanced, the dataset mark, and the job's republished end and cancel: one round trip. */
+  private async readAll(id: string): Promise<[number, string | null, string | null, string | null]> {
+    const r = (await this.d.redis.multi().hincrby(K.clock, this.d.nodeId, 1).get(K.epoch).get(K.result(id)).get(K.cancelled(id)).exec()) ?? [];
+    for (const [err] of r) if (err) throw err;
+    return [Number(r[0]?.[1]), (r[1]?.[1] ?? null) as string | null, (r[2]?.[1] ?? null) as string | null, (r[3]?.[1] ?? null) as string | null];
+  }
+
   /**
-   * Reads (and advances) Redis's clock; true when it is behind what this node read before — Redis
-   * went back in time — after marking a new dataset (K.epoch), so that every node's sweep treats it
-   * as a data loss: holders say what they run, republish what they ran, accepting nodes queue
-   * again what no node has.
+   * A reading of this node's clock (after it advanced it): true when it is not above the last
+   * one — Redis went back in time. The reading is kept either way (went back, it counts on from there).
    */
-  private async wentBack(): Promise<boolean> {
-    const clock = await this.d.redis.incr(K.clock);
+  private behind(clock: number): boolean {
+    if (!Number.isFinite(clock)) return false;
     const seen = this.clockSeen;
-    // (Went back, it counts on from there: the next read is not behind again.)
     this.clockSeen = clock;
-    if (clock > seen) return false;
-    // (Redis restarted empty: no mark left to replace; the sweep sees the new dataset anyway.)
-    if (this.epoch !== null) {
-      const swapped = await this.d.redis.eval(SWAP_EPOCH, 1, K.epoch, this.epoch, randomUUID());
-      if (swapped === 1) this.d.log(`Redis went back in time (its clock read ${clock} after ${seen}: restarted from an older snapshot, e.g. an RDB file): the jobs that ended since are queued or running there again — treated as a data loss`);
-    }
-    return true;
+    return clock <= seen && seen > 0;
+  }
+
+  /** A reading of this node's clock taken with another write (an end it recorded): Redis gone back in time is acted on at once. */
+  clockRead(clock: number): void {
+    if (this.behind(clock)) void this.markBack(clock).then(() => this.sweep(), () => undefined);
+  }
+
+  /**
+   * Redis went back in time: marks a new dataset (K.epoch), so that every node's sweep treats it as
+   * a data loss — holders say what they run, republish what they ran, accepting nodes queue again
+   * what no node has. (Of two nodes that saw it, one marks it; Redis restarted empty has no mark
+   * to replace, and the sweep sees the new dataset anyway.)
+   */
+  private async markBack(clock: number): Promise<void> {
+    this.backInTime = true;
+    if (this.epoch === null) return;
+    const swapped = await this.d.redis.eval(SWAP_EPOCH, 1, K.epoch, this.epoch, randomUUID());
+    if (swapped === 1) this.d.log(`Redis went back in time (this node's clock in it read ${clock}, not above what it read before: restarted from an older snapshot, e.g. an RDB file): the jobs that ended since are queued or running there again — treated as a data loss`);
   }
 
   /** Resolves when a sweep running now is over. */
@@ -147,7 +180,10 @@ export class Recovery {
 
   private async sweepNow(): Promise<void> {
     if (this.d.closing() || this.d.redis.status !== 'ready') return;
-    await this.wentBack();
+    const clock = await this.d.redis.hincrby(K.clock, this.d.nodeId, 1);
+    if (this.behind(clock)) await this.markBack(clock);
+    // (Kept on disk every sweep: a node restarted since can tell too.)
+    this.writeFile(this.clockFile, String(clock));
     await this.d.redis.set(K.epoch, randomUUID(), 'NX');
     const epoch = await this.d.redis.get(K.epoch);
     // (A node's first sweep ever finds a dataset it has not seen: no loss to tell of.)
@@ -158,7 +194,8 @@ export class Recovery {
     if (epoch !== this.epoch) {
       await this.d.markHeld();
       await this.d.register();
-      republished = await this.republish();
+      republished = await this.republish(this.backInTime);
+      this.backInTime = false;
       this.epoch = epoch;
       this.saveEpoch(epoch);
     }
@@ -183,24 +220,36 @@ export class Recovery {
     return path.join(this.d.dataDir, 'cluster-epoch');
   }
 
+  private get clockFile(): string {
+    return path.join(this.d.dataDir, 'cluster-clock');
+  }
+
   /** The dataset this node's last completed republish was for (null: none recorded). */
   private savedEpoch(): string | null {
+    return this.readFile(this.epochFile) || null;
+  }
+
+  /** Records that this node's results are republished to `epoch`. */
+  private saveEpoch(epoch: string | null): void {
+    if (epoch !== null) this.writeFile(this.epochFile, epoch);
+  }
+
+  private readFile(file: string): string {
     try {
-      return fs.readFileSync(this.epochFile, 'utf8').trim() || null;
+      return fs.readFileSync(file, 'utf8').trim();
     } catch {
-      return null;
+      return '';
     }
   }
 
-  /** Records that this node's results are republished to `epoch` (written whole, or not at all). */
-  private saveEpoch(epoch: string | null): void {
-    if (epoch === null) return;
-    const tmp = `${this.epochFile}.tmp`;
+  /** Writes a small file whole, or not at all. */
+  private writeFile(file: string, text: string): void {
+    const tmp = `${file}.tmp`;
     try {
-      fs.writeFileSync(tmp, epoch);
-      fs.renameSync(tmp, this.epochFile);
+      fs.writeFileSync(tmp, text);
+      fs.renameSync(tmp, file);
     } catch {
-      // A full disk: the next start republishes again (harmless)
+      // A full disk: the next start republishes again, or reads an older clock (harmless)
     }
   }
 
@@ -224,13 +273,17 @@ export class Recovery {
    * again from any node — and those it accepted that were cancelled while queued, which no node
    * ran (only Redis and this node's acceptance record knew them: they read 404 after the loss).
    */
-  private async republish(): Promise<number> {
+  private async republish(backInTime: boolean): Promise<number> {
     let n = 0;
+    // (After Redis went back in time, a copy there not ended is older than this node's end; else
+    // it may be newer — the job taken over from this node, stalled past its lock — and is left.)
+    const known = async (id: string) => {
+      const found = await this.d.views.find(id);
+      return found !== undefined && (!backInTime || isFinal(found.view.state));
+    };
     for (const listed of this.d.local.jobs({ limit: 100_000, states: ['done', 'failed', 'cancelled'] })) {
       if (this.d.closing()) return n;
-      // (A copy not ended is from before Redis went back in time: this node's end is the later.)
-      const found = await this.d.views.find(listed.id);
-      if (found && isFinal(found.view.state)) continue;
+      if (await known(listed.id)) continue;
       // (A list leaves a result over 1 MiB out: what is republished is read whole.)
       const v = listed.resultOmittedBytes === undefined ? listed : (this.d.local.job(listed.id, undefined, true) ?? listed);
       await this.d.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.d.nodeId }), 'PX', this.d.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.d.ttlMs).zadd(K.resultIndex, Date.now(), v.id).exec();
@@ -238,7 +291,7 @@ export class Recovery {
     }
     for (const j of this.d.accepted.list({ limit: 100_000, states: ['cancelled'] })) {
       if (this.d.closing()) return n;
-      if (await this.d.views.find(j.id)) continue;
+      if (await known(j.id)) continue;
       n++;
       const rec: CancelledRecord = { data: acceptedData(j), cancelledAt: j.finishedAt ?? Date.now() };
       await writeCancelled(this.d.redis.multi(), rec, this.d.ttlMs).exec();

@@ -32,10 +32,14 @@ export class ClusterViews {
     if (job?.data?.record) {
       const view = await this.viewOf(job, state, page);
       // Queued or running in a Redis that went back in time (an older snapshot), where the node
-      // that ran it since republished its end: that end (see Recovery.endedElsewhere).
+      // that ran it since republished its end, or its cancel: that (see Recovery.endedElsewhere).
       if (!isFinal(view.state)) {
-        const republished = await this.d.redis.get(K.result(id));
-        if (republished !== null) return republishedView(republished);
+        const [republished, cancelled] = await this.d.redis.mget(K.result(id), K.cancelled(id));
+        if (republished) return republishedView(republished);
+        if (cancelled) {
+          const rec = JSON.parse(cancelled) as CancelledRecord;
+          return { view: this.cancelledView(rec), data: rec.data };
+        }
       }
       return { view, data: job.data, job };
     }
