@@ -206,7 +206,7 @@ export function durationMs(text: string, what: string): number {
 export async function waitCommand(id: string, flags: ClientFlags & { timeout: string; progress?: boolean; output?: string }, io: Io): Promise<number> {
   const deadline = Date.now() + durationMs(flags.timeout, '--timeout');
   const ended = (body: { state: string; result?: unknown; resultEncoding?: string }) => {
-    show(io, flags.output === undefined || 'resultOmittedBytes' in body ? body : writeResult(body, flags.output, io));
+    show(io, flags.output === undefined || 'resultFile' in body ? body : writeResult(body, flags.output, io));
     return body.state === 'done' ? 0 : 1;
   };
   // -o: a bytes result comes as bytes, streamed to the file (not base64 in JSON, in memory whole).
@@ -258,7 +258,7 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
 }
 
 /** `wait -o FILE` of a bytes result: the answer's bytes streamed to FILE. */
-async function streamResult(res: Response, file: string, io: Io): Promise<{ result: null; resultOmittedBytes: number }> {
+async function streamResult(res: Response, file: string, io: Io): Promise<{ resultFile: string; resultBytes: number }> {
   let n = 0;
   try {
     const out = fs.createWriteStream(file);
@@ -268,7 +268,7 @@ async function streamResult(res: Response, file: string, io: Io): Promise<{ resu
     throw new UsageError(`cannot write -o ${file}: ${(e as Error).message}`);
   }
   io.err(`wrote ${file}: ${n} bytes (the result's bytes)\n`);
-  return { result: null, resultOmittedBytes: n };
+  return { resultFile: file, resultBytes: n };
 }
 
 /** The rest of a done job's …/result answer (id, state, error, finishedAt), from its view. */
@@ -279,7 +279,8 @@ async function resultFields(flags: ClientFlags, id: string): Promise<{ id: strin
 
 /**
  * `wait -o FILE`: a done job's result written to FILE (bytes as they are, JSON as text); what is
- * printed then is the answer with its result left out, by its size, as a job view leaves a large one.
+ * printed then is the answer without its result, naming the file and its size (`resultFile`,
+ * `resultBytes`: a `result: null` beside them read as an empty result to a script).
  */
 function writeResult(body: { state: string; result?: unknown; resultEncoding?: string }, file: string, io: Io): object {
   if (body.state !== 'done') return body;
@@ -290,7 +291,8 @@ function writeResult(body: { state: string; result?: unknown; resultEncoding?: s
     throw new UsageError(`cannot write -o ${file}: ${(e as Error).message}`);
   }
   io.err(`wrote ${file}: ${data.length} bytes (${body.resultEncoding === 'base64' ? 'the result\'s bytes' : 'the result as JSON'})\n`);
-  const out: { state: string; result?: unknown; resultEncoding?: string; resultOmittedBytes: number } = { ...body, result: null, resultOmittedBytes: data.length };
+  const out: { state: string; result?: unknown; resultEncoding?: string; resultFile: string; resultBytes: number } = { ...body, resultFile: file, resultBytes: data.length };
+  delete out.result;
   delete out.resultEncoding;
   return out;
 }

@@ -149,13 +149,17 @@ describe('a kind module with a thread device', () => {
     expect(w.code, w.stderr).toBe(0);
     expect(fs.readFileSync(out).equals(Buffer.from(bytes.body.result as string, 'base64'))).toBe(true);
     expect(w.stderr).toBe(`wrote ${out}: 1200000 bytes (the result's bytes)\n`);
-    expect(JSON.parse(w.stdout)).toMatchObject({ id: 'big-bytes', state: 'done', result: null, resultOmittedBytes: 1_200_000 });
+    const printed = JSON.parse(w.stdout) as Record<string, unknown>;
+    expect(printed).toMatchObject({ id: 'big-bytes', state: 'done', resultFile: out, resultBytes: 1_200_000 });
+    expect(printed).not.toHaveProperty('result');
     // A JSON result: as JSON text.
     const outJson = path.join(dir, 'big.json');
     const wj = await run(['wait', 'big-json', '--server', server.url, '-o', outJson]);
     expect(wj.code, wj.stderr).toBe(0);
     expect((JSON.parse(fs.readFileSync(outJson, 'utf8')) as string[]).map((x) => x.length)).toEqual([300_000, 300_000, 300_000, 300_000]);
     expect(wj.stderr).toMatch(/^wrote .*big\.json: \d+ bytes \(the result as JSON\)\n$/);
+    expect(JSON.parse(wj.stdout)).toMatchObject({ id: 'big-json', state: 'done', resultFile: outJson, resultBytes: fs.statSync(outJson).size });
+    expect(JSON.parse(wj.stdout)).not.toHaveProperty('result');
   });
 
   it('keeps a bytes output that is a view of the pooled buffer as it was (the buffer is reused)', async () => {
