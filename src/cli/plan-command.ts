@@ -116,7 +116,8 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   if (fit) io.out(fitText(fit));
   io.out(`${summary}\n`);
   io.out(formatTable(headers, front.map((r) => row(r, r === best))));
-  io.out(`\n${current ? `${current}\n` : ''}${recommendation}\n${config.length ? `${config.join('\n')}\n` : ''}`);
+  // (Pasted whole after a config's own tables, TOML refuses a table defined twice: they merge.)
+  io.out(`\n${current ? `${current}\n` : ''}${recommendation}\n${config.length ? `# merge into your config: each key replaces the same key of the same table\n${config.join('\n')}\n` : ''}`);
 }
 
 /** The fit of a running server's last `--since` (default 30 minutes), from its trace. */
@@ -208,7 +209,7 @@ function fitText(f: FitReport): string {
   }
   for (const d of f.devices) {
     const c = d.service.contention;
-    lines.push(`  device ${d.device}: ${d.workers} workers, ${d.service.samples} steps, median ${d.service.medianS.toFixed(3)} s, ${base(d.service)}; slowdown by busy workers ${c.length > 1 ? `${c.map((x) => x.toFixed(2)).join(', ')}${levelsOf(d.service)}` : 'none seen'}`);
+    lines.push(`  device ${d.device}${d.name === undefined ? '' : ` (${d.name})`}: ${d.workers} workers, ${d.service.samples} steps, median ${d.service.medianS.toFixed(3)} s, ${base(d.service)}; slowdown by busy workers ${c.length > 1 ? `${c.map((x) => x.toFixed(2)).join(', ')}${levelsOf(d.service)}` : 'none seen'}`);
   }
   for (const n of f.notes) lines.push(`  note: ${n}`);
   return `${lines.join('\n')}\n\n`;

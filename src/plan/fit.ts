@@ -19,6 +19,8 @@ export interface RecordedRun {
   maxPreparing?: number | null;
   /** The run's waiting target (its own setting, which the plan shows beside the others); null or absent: not recorded. */
   targetWaiting?: number | null;
+  /** The devices' names by index, where the run recorded them (a server's trace). */
+  deviceNames?: Readonly<Record<number, string>>;
 }
 
 /** How one stage's time grows with concurrency: per level, the samples and their median (seconds). */
@@ -46,7 +48,7 @@ export interface FitReport {
   /** From the first job to the last span's end, seconds. */
   spanS: number;
   kinds: Record<string, { jobs: number; partitions: number; prepareBytes: number; deviceBytes: number; prepare: StageFit; service: StageFit | null }>;
-  devices: { device: number; workers: number; service: StageFit }[];
+  devices: { device: number; name?: string; workers: number; service: StageFit }[];
   notes: string[];
   /**
    * Whether the fitted scenario holds the whole run: every span is of a job the run recorded (a
@@ -109,7 +111,8 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
     const all = run.spans.filter((s) => s.kind === 'device' && deviceOf(s) === device);
     const workers = new Set(run.lanes.filter((l) => l.kind === 'device' && (l.device ?? 0) === device).map((l) => l.worker ?? 0)).size;
     const f = stageFit(spans, levels(all), (sp) => kindOf.get(sp.jobId)?.kind ?? '');
-    deviceFits.push({ device, workers: Math.max(1, workers), service: f.fit });
+    const name = run.deviceNames?.[device];
+    deviceFits.push({ device, ...(name === undefined ? {} : { name }), workers: Math.max(1, workers), service: f.fit });
     deflatedByDevice.set(device, { spans, base: f.base });
   }
   if (deviceFits.length === 0) throw new PlanError('the run has no finished device step on any device lane');
@@ -151,7 +154,8 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
     devices: deviceFits.map((d) => {
       const base = (deflatedByDevice.get(d.device) as { base: number[] }).base;
       const kinds = pinned.get(d.device);
-      return { workers: d.workers, service: empirical(base), contention: d.service.contention, ...(kinds ? { kinds } : {}) };
+      const named = run.deviceNames?.[d.device];
+      return { ...(named === undefined ? {} : { name: named }), workers: d.workers, service: empirical(base), contention: d.service.contention, ...(kinds ? { kinds } : {}) };
     }),
     arrivals: [...jobs]
       .filter((j) => j.kind in scenarioKinds)

@@ -210,7 +210,16 @@ export function recommend(rows: readonly PlanRow[]): PlanRow | null {
 export function configLines(r: PlanRow, s: Scenario): string[] {
   const lines = ['[engine]', `pacer = ${JSON.stringify(r.pacer)}`, `targetWaiting = ${r.targetWaiting}`, `budgetBytes = ${r.budgetBytes === null ? '"unlimited"' : r.budgetBytes}`];
   if (r.maxPreparing !== null) lines.push('[prepare]', `# at most ${r.maxPreparing} preparations at once: threads × concurrency = ${r.maxPreparing}`, `threads = ${r.maxPreparing}`, 'concurrency = 1');
+  else lines.push(`# [prepare]: the recommendation caps no preparations (the pacer paces them): leave threads × concurrency as they are${s.maxPreparing ? ` (the run's cap: ${s.maxPreparing})` : ''}`);
   const workersOf = (i: number) => r.workers[i] as number;
+  // A device's table: by its name where the scenario has one (fitted from a server's trace: a
+  // plan said [device] for the service's [devices.gpu], which ran every step).
+  const table = (name: string) => (name === 'default' ? '[device]' : `[devices.${name}]`);
+  const named = s.devices.every((d) => d.name !== undefined && d.count === 1) && new Set(s.devices.map((d) => d.name)).size === s.devices.length;
+  if (named) {
+    s.devices.forEach((d, i) => lines.push(table(d.name as string), `workers = ${workersOf(i)}`));
+    return lines;
+  }
   if (!s.devices.some((d) => d.kinds)) {
     const total = s.devices.reduce((n, d, i) => n + d.count * workersOf(i), 0);
     const devices = s.devices.reduce((n, d) => n + d.count, 0);

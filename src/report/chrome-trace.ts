@@ -45,6 +45,8 @@ export interface ChromeTraceInput {
   maxPreparing?: number;
   /** The run's waiting target (recorded for `stoker plan`: the run's own setting); absent: not recorded. */
   targetWaiting?: number;
+  /** The devices' names by index (a server's: `default`, `gpu`…): in the device tracks' names, and for `stoker plan`'s config lines. */
+  deviceNames?: readonly string[];
 }
 
 const PID = 1;
@@ -66,7 +68,10 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
   // Device workers first, then preparation slots.
   const order = [...input.lanes].sort((a, b) => (a.kind === b.kind ? a.id - b.id : a.kind === 'device' ? -1 : 1));
   order.forEach((lane, i) => {
-    events.push({ name: 'thread_name', ph: 'M', pid: PID, tid: tidOf(lane.id), args: { name: lane.name } });
+    const device = lane.kind === 'device' ? input.deviceNames?.[lane.device ?? 0] : undefined;
+    // ("device 1 (gpu) / worker 0": a trace named the devices by index where metrics name them.)
+    const name = device === undefined ? lane.name : `device ${lane.device ?? 0} (${device}) / worker ${lane.worker ?? 0}`;
+    events.push({ name: 'thread_name', ph: 'M', pid: PID, tid: tidOf(lane.id), args: { name } });
     events.push({ name: 'thread_sort_index', ph: 'M', pid: PID, tid: tidOf(lane.id), args: { sort_index: i + 1 } });
   });
   for (const s of input.spans) {
@@ -104,18 +109,20 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
  * spans and its jobs, in ms from the trace's start, and the run's memory budget and preparation
  * cap (null: none recorded). Throws an Error naming what is wrong when the JSON is not such a trace.
  */
-export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[]; budgetBytes: number | null; maxPreparing: number | null; targetWaiting: number | null } {
+export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[]; budgetBytes: number | null; maxPreparing: number | null; targetWaiting: number | null; deviceNames: Record<number, string> } {
   const events = (raw as { traceEvents?: unknown } | null)?.traceEvents;
   if (!Array.isArray(events)) throw new Error('not a Chrome trace: it has no traceEvents array (write one with stoker demo --trace, stoker simulate --trace or stoker trace export)');
   const lanes: TimelineLane[] = [];
   const laneOf = new Map<number, number>();
+  const deviceNames: Record<number, string> = {};
   for (const e of events as ChromeTraceEvent[]) {
     if (e?.ph !== 'M' || e.name !== 'thread_name' || typeof e.tid !== 'number' || e.tid === 0) continue;
     const name = String((e.args as { name?: unknown } | undefined)?.name ?? '');
-    const dev = /^device (\d+) \/ worker (\d+)$/.exec(name);
+    const dev = /^device (\d+)(?: \(([^)]*)\))? \/ worker (\d+)$/.exec(name);
     const id = lanes.length;
     laneOf.set(e.tid, id);
-    lanes.push(dev ? { id, kind: 'device', name, device: Number(dev[1]), worker: Number(dev[2]) } : { id, kind: 'prepare', name });
+    if (dev?.[2] !== undefined) deviceNames[Number(dev[1])] = dev[2];
+    lanes.push(dev ? { id, kind: 'device', name, device: Number(dev[1]), worker: Number(dev[3]) } : { id, kind: 'prepare', name });
   }
   const spans: TimelineSpan[] = [];
   const jobs: TimelineJob[] = [];
@@ -142,5 +149,5 @@ export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: T
   const cap = Number(other?.maxPreparing);
   // (Number(undefined) is NaN: a trace without it records none.)
   const target = Number(other?.targetWaiting);
-  return { lanes, spans, jobs, budgetBytes: Number.isFinite(budget) && budget > 0 ? budget : null, maxPreparing: Number.isInteger(cap) && cap >= 1 ? cap : null, targetWaiting: Number.isFinite(target) && target >= 0 ? target : null };
+  return { lanes, spans, jobs, budgetBytes: Number.isFinite(budget) && budget > 0 ? budget : null, maxPreparing: Number.isInteger(cap) && cap >= 1 ? cap : null, targetWaiting: Number.isFinite(target) && target >= 0 ? target : null, deviceNames };
 }

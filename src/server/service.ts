@@ -372,7 +372,7 @@ export class Service {
     const v = this.timelineView(sinceMs);
     // The jobs submitted in the window, by their own partition numbering's size (what a plan fits arrivals from).
     const jobs = this.timeline.jobs(this.runtime.now() - sinceMs).map((j) => ({ ...j, t: performance.timeOrigin + j.t }));
-    return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, jobs, title: 'stoker serve', now: v.now, budgetBytes: this.config.engine.budgetBytes, maxPreparing: this.runtime.engine.snapshot.maxPreparing, targetWaiting: this.config.engine.targetWaiting });
+    return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, jobs, title: 'stoker serve', now: v.now, budgetBytes: this.config.engine.budgetBytes, maxPreparing: this.runtime.engine.snapshot.maxPreparing, targetWaiting: this.config.engine.targetWaiting, deviceNames: this.devices.map((d) => d.name) });
   }
 
   /** Per device, whether no connection can be made to it now (an HTTP endpoint): for /metrics. */

@@ -76,6 +76,21 @@ describe('fitting a scenario from a recorded run', () => {
     expect(viaTrace.jobs).toBe(direct.jobs);
   });
 
+  it('keeps the devices’ names from a server’s trace: the config lines name its table (they said [device] for the [devices.gpu] that ran every step)', () => {
+    const { run } = recorded();
+    const trace = JSON.parse(JSON.stringify(toChromeTrace({ lanes: run.lanes, spans: run.spans, samples: [], jobs: run.jobs, title: 't', now: 0, deviceNames: ['gpu'] })));
+    const names = (trace.traceEvents as { ph: string; name: string; args?: { name?: string } }[]).filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => e.args?.name);
+    expect(names).toContain('device 0 (gpu) / worker 1');
+    const back = fromChromeTrace(trace);
+    expect(back.deviceNames).toEqual({ 0: 'gpu' });
+    const { scenario, fit } = fitRun(back);
+    expect(fit.devices[0]?.name).toBe('gpu');
+    const lines = configLines({ pacer: 'stoker', targetWaiting: 8, budgetBytes: null, maxPreparing: null, workers: [1] } as PlanRow, parseScenario(scenario, 'fitted'));
+    expect(lines).toContain('[devices.gpu]');
+    expect(lines).not.toContain('[device]');
+    expect(lines.slice(lines.indexOf('[devices.gpu]'))).toEqual(['[devices.gpu]', 'workers = 1']);
+  });
+
   it('keeps the run’s memory budget, the machine’s memory, from its trace (a plan had swept budgets past it), and notes where none was recorded', () => {
     const { run } = recorded();
     const traced = (budgetBytes?: number) => fromChromeTrace(JSON.parse(JSON.stringify(toChromeTrace({ lanes: run.lanes, spans: run.spans, samples: [], jobs: run.jobs, title: 't', now: 0, ...(budgetBytes === undefined ? {} : { budgetBytes }) }))));

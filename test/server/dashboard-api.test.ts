@@ -123,7 +123,8 @@ describe('the timeline and the trace', () => {
     expect(r.body.displayTimeUnit).toBe('ms');
     expect(events.find((e) => e.name === 'process_name')?.args).toEqual({ name: 'stoker serve' });
     const threads = events.filter((e) => e.name === 'thread_name').map((e) => e.args?.['name']);
-    expect(threads).toContain('device 0 / worker 0');
+    // (The device's name beside its index: the metrics name it so.)
+    expect(threads).toContain('device 0 (default) / worker 0');
     expect(threads).toContain('pipeline levels');
     const slices = events.filter((e) => e.ph === 'X' && e.args?.['job'] === 'tl-1');
     expect(slices.map((e) => `${e.cat} ${e.name}`).sort()).toEqual(['device tl-1 #0', 'device tl-1 #1', 'device tl-1 #2', 'prepare tl-1 #0', 'prepare tl-1 #1', 'prepare tl-1 #2']);
