@@ -162,30 +162,40 @@ export async function statusCommand(id: string | undefined, flags: ClientFlags, 
   }
   const r = await call(flags, 'GET', 'v1/status');
   if (flags.json) return show(io, r.body);
-  const s = r.body as {
-    jobs: Record<string, number>;
-    partitions: { queued: number; preparing: number; waiting: number; onDevice: number };
-    targetWaiting: number;
-    pacer: { name: string; mode: string; ratePerSec: number | null; intervalMs: number | null };
-    devices: { device: number; name?: string; unreachable?: string; workers: { state: string }[] }[];
-    budget: { usedBytes: number; totalBytes: number | null };
-    /** A cluster node's: the shared queues (the lines above are this node's own). */
-    cluster?: { node: string; queue: Record<string, number>; jobsHeld: number; maxHeld: number };
-  };
+  io.out(statusText(r.body as StatusBody));
+}
+
+/** What `stoker status` reads of GET /v1/status. */
+export interface StatusBody {
+  jobs: Record<string, number>;
+  partitions: { queued: number; preparing: number; waiting: number; onDevice: number };
+  targetWaiting: number;
+  pacer: { name: string; mode: string; ratePerSec: number | null; intervalMs: number | null; kinds?: { name: string; estimatedPerSec: number | null }[] };
+  devices: { device: number; name?: string; unreachable?: string; workers: { state: string }[] }[];
+  budget: { usedBytes: number; totalBytes: number | null };
+  /** A cluster node's: the shared queues (the lines above are this node's own). */
+  cluster?: { node: string; queue: Record<string, number>; jobsHeld: number; maxHeld: number };
+}
+
+/** `stoker status`'s lines for a server's status. */
+export function statusText(s: StatusBody): string {
   // Per device where there are several (a [device] no kind runs on counted with the others read as idle workers).
   const busyOf = (ws: { state: string }[]) => `${ws.filter((w) => w.state === 'busy').length}/${ws.filter((w) => w.state !== 'lost').length}`;
   const lost = s.devices.flatMap((d) => d.workers).filter((w) => w.state === 'lost').length;
+  // Kinds of different device times: the capacity of each (one figure was the next queued item's kind's, and jumped 20/s → 4/s between kinds — a user trial).
+  const byKind = (s.pacer.kinds ?? []).filter((k) => k.estimatedPerSec !== null);
+  const capacity = byKind.length > 1 ? `by kind ${byKind.map((k) => `${k.name} ${(k.estimatedPerSec as number).toFixed(2)}/s`).join(', ')}` : s.pacer.ratePerSec === null ? '–' : `${s.pacer.ratePerSec.toFixed(2)}/s`;
   const devices = s.devices.length === 1 ? busyOf(s.devices[0]?.workers ?? []) : s.devices.map((d) => `${d.name ?? d.device} ${busyOf(d.workers)}`).join(', ');
-  io.out(
+  return (
     [
       `jobs        pending ${s.jobs['pending']}  (queued ${s.jobs['queued']}, running ${s.jobs['running']})  done ${s.jobs['done']}  failed ${s.jobs['failed']}  cancelled ${s.jobs['cancelled']}`,
       `partitions  queued ${s.partitions.queued}  preparing ${s.partitions.preparing}  waiting ${s.partitions.waiting} (target ${s.targetWaiting})  on device ${s.partitions.onDevice}`,
       `devices     ${devices} workers busy${lost > 0 ? ` (${lost} lost)` : ''}`,
       ...s.devices.flatMap((d) => (d.unreachable ? [`            device ${d.name ?? d.device} unreachable: ${d.unreachable}`] : [])),
-      `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${s.pacer.ratePerSec === null ? '–' : `${s.pacer.ratePerSec.toFixed(2)}/s`}  target dispatch ${s.pacer.intervalMs === null || s.pacer.mode === 'idle' ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
+      `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${capacity}  target dispatch ${s.pacer.intervalMs === null || s.pacer.mode === 'idle' ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
       `budget      ${s.budget.usedBytes} bytes of ${s.budget.totalBytes === null ? 'unlimited' : s.budget.totalBytes}`,
       ...(s.cluster ? [clusterLine(s.cluster)] : []),
-    ].join('\n') + '\n',
+    ].join('\n') + '\n'
   );
 }
 

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { statusText, type StatusBody } from '../../src/cli/client-commands.js';
 import { formatMetric, formatTable } from '../../src/cli/table.js';
 
 describe('formatMetric', () => {
@@ -42,5 +43,23 @@ describe('formatTable', () => {
     const t = formatTable(['a', 'bb'], [['x'], ['yyyy', 'z']]);
     for (const line of t.split('\n')) expect(line).toBe(line.trimEnd());
     expect(t.split('\n')[2]).toBe('x');
+  });
+});
+
+describe('stoker status’s lines', () => {
+  const status = (kinds?: { name: string; estimatedPerSec: number | null }[]): StatusBody => ({
+    jobs: { pending: 3, queued: 1, running: 2, done: 5, failed: 0, cancelled: 0 },
+    partitions: { queued: 183, preparing: 3, waiting: 0, onDevice: 2 },
+    targetWaiting: 4,
+    pacer: { name: 'stoker', mode: 'steady', ratePerSec: 20.13, intervalMs: 1000 / 42.59, ...(kinds ? { kinds } : {}) },
+    devices: [{ device: 0, name: 'gpu', workers: [{ state: 'busy' }, { state: 'idle' }] }],
+    budget: { usedBytes: 1024, totalBytes: null },
+  });
+
+  it('give the capacity of each kind where kinds differ (one figure was the next queued kind’s: 20/s, then 4/s)', () => {
+    const text = statusText(status([{ name: 'small', estimatedPerSec: 22.3 }, { name: 'synth-a', estimatedPerSec: 4.14 }, { name: 'idle-kind', estimatedPerSec: null }]));
+    expect(text).toContain('pacer       stoker steady  capacity by kind small 22.30/s, synth-a 4.14/s  target dispatch 42.59/s\n');
+    expect(statusText(status([{ name: 'small', estimatedPerSec: 22.3 }]))).toContain('capacity 20.13/s  target dispatch');
+    expect(statusText(status())).toContain('devices     1/2 workers busy\n');
   });
 });
