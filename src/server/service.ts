@@ -546,6 +546,7 @@ export class Service {
 
   /** The API's view of a job; `maxStates`: the most partitions whose states it lists (more: counts only). */
   private view(j: JournalJob, maxStates?: number, page?: StatesPage, full = false): JobView {
-    return localJobView(j, this.runtime.engine, this.runs.live(j.id), maxStates, page, this.runs.doneUnrecorded(j.id), full);
+    // (As the journal will have it: started here before its write, a job read running with startedAt null — a submit's 202 among them.)
+    return localJobView(this.runs.overlay(j), this.runtime.engine, this.runs.live(j.id), maxStates, page, this.runs.doneUnrecorded(j.id), full);
   }
 }

@@ -242,6 +242,8 @@ describe('stoker serve (shared server)', () => {
       // beside partitionStates ["preparing", "preparing"] until the journal recorded its start).
       const started = (r.body.partitionStates as string[]).some((st) => st !== 'queued');
       expect(r.body.state).toBe(started ? 'running' : 'queued');
+      // And running since when: it read running with startedAt null (a user trial).
+      if (started) expect(isIso(r.body.startedAt)).toBe(true);
       expect(isIso(r.body.submittedAt)).toBe(true);
       const done = await result(url, 'post-1');
       expect(done.status).toBe(200);
