@@ -26,6 +26,8 @@ export interface DispatcherOptions {
   endedElsewhere(id: string): Promise<JobView | undefined>;
   /** This node's clock in Redis as a write that records an end read it: see Recovery.clockRead. */
   clockRead(clock: number): void;
+  /** Jobs taken that wait in endedElsewhere for a data loss to settle. */
+  takesWaiting(): number;
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -57,12 +59,6 @@ export class Dispatcher {
   private heartbeat: NodeJS.Timeout | undefined;
   private lastBusy = { t: performance.now(), busyS: 0 };
   private tokens = 0;
-  /**
-   * Jobs taken whose engine does not count them yet (hold reads Redis before it submits them):
-   * while one is, the engine's empty backlog does not mean it wants another — the pull loop took
-   * every job in reach while a first waited on Redis.
-   */
-  private starting = 0;
   /** Until then this node pulls nothing: its journal was full (see hold). */
   private fullUntil = 0;
   private url = '';
@@ -115,7 +111,8 @@ export class Dispatcher {
   /** The engine wants another job: nothing queued locally, the budget not blocking, room to hold one. */
   private wantsJob(): boolean {
     const s = this.local.counters;
-    return this.starting === 0 && s.backlog === 0 && !s.budgetBlocked && this.held.size < this.o.maxHeld && Date.now() >= this.fullUntil;
+    // (Not while a job taken waits for a data loss to settle: the pull loop took every job in reach meanwhile.)
+    return this.o.takesWaiting() === 0 && s.backlog === 0 && !s.budgetBlocked && this.held.size < this.o.maxHeld && Date.now() >= this.fullUntil;
   }
 
   /**
@@ -167,15 +164,6 @@ export class Dispatcher {
     const id = r.id;
     const startedAt = Date.now();
     this.held.set(id, { job, token, startedAt });
-    this.starting++;
-    let counted = false;
-    /** The engine counts the job now (or never will): the pull loop may look again. */
-    const begun = () => {
-      if (counted) return;
-      counted = true;
-      this.starting--;
-      this.wake?.();
-    };
     const lockMs = this.o.lockMs;
     // The running record lives as long as the lock: renewed with it, never written again here (a
     // node that stalled past its lock does not claim back a job another holds; after a data loss
@@ -215,7 +203,6 @@ export class Dispatcher {
       try {
         // Synchronous: the engine's backlog counts it before the pull loop looks again.
         const { job: started } = this.local.submitRecord(r, recorded);
-        begun();
         // (Its result whole: a view leaves one over 1 MiB out, and what is stored here is what every node reads.)
         ended = isFinal(started.state) ? Promise.resolve(this.local.job(id, undefined, true)) : this.localEnd(id);
       } catch (e) {
@@ -265,7 +252,6 @@ export class Dispatcher {
         if ((await job.getState().catch(() => 'away')) === 'unknown') await this.publishLost(v).catch(() => undefined);
       }
     } finally {
-      begun();
       clearInterval(renew);
       this.held.delete(id);
       this.wake?.();

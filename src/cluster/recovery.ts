@@ -73,10 +73,14 @@ export class Recovery {
   private clockSeen: number;
   /** The dataset changed because Redis went back in time (not emptied): copies not ended there are older than this node's ends. */
   private backInTime = false;
+  /** Jobs taken that wait in endedElsewhere for the loss to settle (the dispatcher takes no more meanwhile). */
+  waiting = 0;
 
   constructor(private readonly d: RecoverySources) {
     this.epoch = this.savedEpoch();
-    this.clockSeen = Number(this.readFile(this.clockFile)) || 0;
+    // ("<node> <count>": a data dir started under another node name has no reading of that name's count.)
+    const [node, count] = this.readFile(this.clockFile).split(' ');
+    this.clockSeen = node === d.nodeId ? Number(count) || 0 : 0;
   }
 
   /**
@@ -110,9 +114,14 @@ export class Recovery {
       }
       const quiet = !back && epoch === this.epoch && !(performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS);
       const until = performance.now() + REQUEUE_AFTER_LOSS_MS + SETTLE_POLL_MS * 10;
-      for (let settled = quiet; !settled && !this.d.closing() && performance.now() < until; ) {
-        await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));
-        settled = !(await this.unsettled());
+      if (!quiet) this.waiting++;
+      try {
+        for (let settled = quiet; !settled && !this.d.closing() && performance.now() < until; ) {
+          await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));
+          settled = !(await this.unsettled());
+        }
+      } finally {
+        if (!quiet) this.waiting--;
       }
       const [, , after, cancel] = quiet ? first : await this.readAll(id);
       const view = after === null ? undefined : (JSON.parse(after) as JobView);
@@ -183,7 +192,7 @@ export class Recovery {
     const clock = await this.d.redis.hincrby(K.clock, this.d.nodeId, 1);
     if (this.behind(clock)) await this.markBack(clock);
     // (Kept on disk every sweep: a node restarted since can tell too.)
-    this.writeFile(this.clockFile, String(clock));
+    this.writeFile(this.clockFile, `${this.d.nodeId} ${clock}`);
     await this.d.redis.set(K.epoch, randomUUID(), 'NX');
     const epoch = await this.d.redis.get(K.epoch);
     // (A node's first sweep ever finds a dataset it has not seen: no loss to tell of.)
