@@ -214,7 +214,8 @@ export function configLines(r: PlanRow, s: Scenario): string[] {
   const workersOf = (i: number) => r.workers[i] as number;
   // A device's table: by its name where the scenario has one (fitted from a server's trace: a
   // plan said [device] for the service's [devices.gpu], which ran every step).
-  const table = (name: string) => (name === 'default' ? '[device]' : `[devices.${name}]`);
+  // (A TOML bare key is letters, digits, _ and -: a name with a dot is quoted.)
+  const table = (name: string) => (name === 'default' ? '[device]' : `[devices.${/^[A-Za-z0-9_-]+$/.test(name) ? name : JSON.stringify(name)}]`);
   const named = s.devices.every((d) => d.name !== undefined && d.count === 1) && new Set(s.devices.map((d) => d.name)).size === s.devices.length;
   if (named) {
     s.devices.forEach((d, i) => lines.push(table(d.name as string), `workers = ${workersOf(i)}`));

@@ -95,7 +95,7 @@ const DeviceSchema = z.strictObject({
    * The device's name in `stoker serve`'s config (`default` for `[device]`, else `[devices.NAME]`):
    * what `stoker plan`'s config lines name (a plan fitted from a server's trace keeps it).
    */
-  name: z.string().regex(/^[A-Za-z0-9_-]+$/, { error: 'name must be a device name of letters, digits, _ and - (as [devices.NAME])' }).optional(),
+  name: z.string().regex(/^[A-Za-z0-9._-]+$/, { error: 'name must be a device name of letters, digits, ., _ and - (as [devices.NAME])' }).optional(),
   /** The kinds these devices run (items of other kinds never go to them). @default every kind */
   kinds: z.array(z.string({ error: 'kinds must list kind names' }), { error: 'kinds must be an array of kind names' }).min(1, { error: 'kinds must name at least one kind (leave it out for every kind)' }).optional(),
 });

@@ -89,6 +89,9 @@ describe('fitting a scenario from a recorded run', () => {
     expect(lines).toContain('[devices.gpu]');
     expect(lines).not.toContain('[device]');
     expect(lines.slice(lines.indexOf('[devices.gpu]'))).toEqual(['[devices.gpu]', 'workers = 1']);
+    // A name with a dot (a server allows it) is a quoted key.
+    const dotted = parseScenario({ ...scenario, devices: scenario.devices.map((d) => ({ ...d, name: 'gpu.0' })) }, 'dotted');
+    expect(configLines({ pacer: 'stoker', targetWaiting: 8, budgetBytes: null, maxPreparing: null, workers: [1] } as PlanRow, dotted)).toContain('[devices."gpu.0"]');
   });
 
   it('keeps the run’s memory budget, the machine’s memory, from its trace (a plan had swept budgets past it), and notes where none was recorded', () => {
