@@ -399,24 +399,34 @@ export class ClusterService implements ApiService {
         if (rec && !listed.has(rec.data.record.id)) views.push(this.views.runningView(rec));
       }
     }
+    // An end (a cancel while queued, a republished result) stands for a copy in the queues that has
+    // not ended — one queued again, or left from before Redis went back in time, that ends with it
+    // when taken — as a read of the job gives it: the list showed it queued beside a done read.
+    const at = new Map(views.map((v, i) => [v.id, i]));
+    const ended = (v: JobView) => {
+      const i = at.get(v.id);
+      if (i === undefined) {
+        if (want.has(v.state)) at.set(v.id, views.push(v) - 1);
+      } else if (!isFinal((views[i] as JobView).state)) views[i] = v;
+    };
     if (want.has('cancelled')) {
       await this.redis.zremrangebyscore(K.cancelledIndex, '-inf', Date.now() - this.ttlMs);
       const ids = await this.redis.zrevrange(K.cancelledIndex, 0, limit - 1);
       const raws = ids.length === 0 ? [] : await this.redis.mget(ids.map(K.cancelled));
-      for (const raw of raws) if (raw !== null) views.push(this.views.cancelledView(JSON.parse(raw) as CancelledRecord));
+      for (const raw of raws) if (raw !== null) ended(this.views.cancelledView(JSON.parse(raw) as CancelledRecord));
     }
     // The results the nodes republished after Redis lost its data: the queues no longer hold those jobs.
     if (want.has('done') || want.has('failed') || want.has('cancelled')) {
       await this.redis.zremrangebyscore(K.resultIndex, '-inf', Date.now() - this.ttlMs);
       const ids = await this.redis.zrevrange(K.resultIndex, 0, limit - 1);
       const raws = ids.length === 0 ? [] : await this.redis.mget(ids.map(K.result));
-      const listed = new Set(views.map((v) => v.id));
       for (const raw of raws) {
         const v = raw === null ? undefined : (JSON.parse(raw) as JobView);
-        if (v && want.has(v.state) && !listed.has(v.id)) views.push(v);
+        if (v) ended(v);
       }
     }
-    return views.sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit).map(withoutLargeResult);
+    // (An end put in a copy's place may be of a state not asked for.)
+    return views.filter((v) => want.has(v.state)).sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit).map(withoutLargeResult);
   }
 
   async wait(id: string, waitMs: number): Promise<JobView | undefined> {
