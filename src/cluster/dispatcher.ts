@@ -182,8 +182,7 @@ export class Dispatcher {
         return;
       }
       if (before) {
-        if (before.state === 'done') await job.moveToCompleted(before.resultEncoding ? { result: before.result, encoding: before.resultEncoding } : { result: before.result }, token, false);
-        else await job.moveToFailed(failure(before.error?.code ?? 'E_INTERNAL', before.error?.reason ?? ''), token, false);
+        await this.endIn(job, before, token);
         await this.redis.multi().del(K.outputs(id)).pexpire(K.kindOf(id), this.o.ttlMs).exec();
         return;
       }
@@ -232,15 +231,13 @@ export class Dispatcher {
         return;
       }
       try {
+        await this.endIn(job, v, token);
         if (v.state === 'done') {
-          const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
-          await job.moveToCompleted(stored, token, false);
           // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
           // (The clock with it: Redis restored from a snapshot taken before this end is seen even where no sweep came between.)
           const r = await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.o.ttlMs).pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).srem(K.runningIndex, id).hincrby(K.clock, this.o.nodeId, 1).exec();
           this.o.clockRead(Number(r?.[7]?.[1]));
         } else {
-          await job.moveToFailed(failure(v.error?.code ?? 'E_INTERNAL', v.error?.reason ?? ''), token, false);
           const m = this.redis.multi().pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).srem(K.runningIndex, id);
           await (v.state === 'cancelled' ? m.del(K.cancelRequest(id)) : m).exec();
         }
@@ -256,6 +253,14 @@ export class Dispatcher {
       this.held.delete(id);
       this.wake?.();
     }
+  }
+
+  /** Moves a held job to the end a view gives: completed with its result, or failed with its error. */
+  private async endIn(job: Job<JobData>, v: JobView, token: string): Promise<void> {
+    if (v.state === 'done') {
+      const stored: StoredResult = v.resultEncoding ? { result: v.result, encoding: v.resultEncoding } : { result: v.result };
+      await job.moveToCompleted(stored, token, false);
+    } else await job.moveToFailed(failure(v.error?.code ?? 'E_INTERNAL', v.error?.reason ?? ''), token, false);
   }
 
   /**

@@ -327,7 +327,7 @@ describe('Runtime with an in-process workload on a manual clock', () => {
 /** Preparation writes into a pooled buffer of `input` bytes; the buffer goes back to the pool (idle) after the device step. */
 class PooledWorkload implements Workload<number, PooledBuffer, number, number> {
   readonly pool = new BufferPool({ minClassBytes: 1024 });
-  constructor(private readonly clock: ManualClock) {}
+  constructor(protected readonly clock: ManualClock) {}
   prepare(t: PartitionTask<number>): Promise<PooledBuffer> {
     const buf = this.pool.checkout(t.input);
     new Uint32Array(buf.buffer)[0] = t.partition;
@@ -386,12 +386,9 @@ class HandoffWorkload extends PooledWorkload {
   override run(t: DeviceTask<number, PooledBuffer>): Promise<{ output: number; busyMs: number }> {
     const v = new Uint32Array(t.prepared.buffer)[0] as number;
     this.pool.checkin(t.prepared);
-    return new Promise((resolve) => this.clock2.schedule(() => resolve({ output: v, busyMs: 10 }), 10));
+    return new Promise((resolve) => this.clock.schedule(() => resolve({ output: v, busyMs: 10 }), 10));
   }
   override release(): void {}
-  constructor(private readonly clock2: ManualClock) {
-    super(clock2);
-  }
 }
 
 describe('Runtime with a buffer pool whose device steps give their buffers back at their start', () => {

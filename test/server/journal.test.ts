@@ -132,15 +132,20 @@ describe('Journal', () => {
       small.insert(job(`old${i}`, { input: { pad } }));
       small.finish(`old${i}`, { state: 'cancelled', code: 'E_CANCELLED', reason: 'room' });
     }
-    let n = 0;
-    while (!small.full && n < 100) {
-      try {
-        small.insert(job(`j${n}`, { input: { pad } }));
-      } catch (e) {
-        expect((e as JournalError).code).toBe('E_JOURNAL_FULL');
+    /** New jobs until a write is refused for want of room; their ids. */
+    const fill = (prefix: string) => {
+      const ids: string[] = [];
+      for (let n = 0; !small.full && n < 100; n++) {
+        try {
+          small.insert(job(`${prefix}${n}`, { input: { pad } }));
+          ids.push(`${prefix}${n}`);
+        } catch (e) {
+          expect((e as JournalError).code).toBe('E_JOURNAL_FULL');
+        }
       }
-      n++;
-    }
+      return ids;
+    };
+    fill('j');
     expect(small.full).toBe(true);
     expect(small.fullFix()).toMatch(/raise journal\.maxBytes/);
     // Room again: the ended jobs purged, the next write lands.
@@ -152,18 +157,11 @@ describe('Journal', () => {
     expect(small.full).toBe(false);
     // Full again, then room made with no submission to say so (a load balancer sends none to a
     // server /readyz shows not ready): a look at the free pages says it.
-    while (!small.full && n < 200) {
-      try {
-        small.insert(job(`k${n}`, { input: { pad } }));
-      } catch (e) {
-        expect((e as JournalError).code).toBe('E_JOURNAL_FULL');
-      }
-      n++;
-    }
+    const added = fill('k');
     expect(small.full).toBe(true);
     expect(small.checkRoom()).toBe(false);
     expect(small.full).toBe(true);
-    for (let i = 0; i < n; i++) small.forget(`k${i}`);
+    for (const id of added) small.forget(id);
     expect(small.full).toBe(true);
     expect(small.checkRoom()).toBe(true);
     expect(small.full).toBe(false);
