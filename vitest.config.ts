@@ -12,6 +12,7 @@ const MODEL = [
   'test/report/report-html.test.ts',
   // The service's parts on their own: no server, process or real wait.
   'test/runtime/{buffer-pool,lossless-json,ntt,runtime}.test.ts',
+  'test/cluster/{keys,node-clock}.test.ts',
   'test/server/{config,failure-log,group-commit,journal,kind-module,metrics-gauges,pending-ends,progress,submit-record}.test.ts',
 ];
 

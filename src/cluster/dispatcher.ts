@@ -24,8 +24,8 @@ export interface DispatcherOptions {
   maxHeld: number;
   /** The end of a job a node republished (its queue's copy is from before Redis went back in time), else undefined: see Recovery.endedElsewhere. */
   endedElsewhere(id: string): Promise<JobView | undefined>;
-  /** This node's clock in Redis as a write that records an end read it: see Recovery.clockRead. */
-  clockRead(clock: number): void;
+  /** Before a write that records an end and advances this node's clock in Redis: what takes its reading (see Recovery.clockWrite). */
+  clockWrite(): (clock: number) => void;
   /** Jobs taken that wait in endedElsewhere for a data loss to settle. */
   takesWaiting(): number;
 }
@@ -235,8 +235,9 @@ export class Dispatcher {
         if (v.state === 'done') {
           // Both live as long as BullMQ keeps the completed job (removeOnComplete: resultTtlS).
           // (The clock with it: Redis restored from a snapshot taken before this end is seen even where no sweep came between.)
+          const clockRead = this.o.clockWrite();
           const r = await this.redis.multi().incr(K.completions(id)).pexpire(K.completions(id), this.o.ttlMs).pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).srem(K.runningIndex, id).hincrby(K.clock, this.o.nodeId, 1).exec();
-          this.o.clockRead(Number(r?.[7]?.[1]));
+          clockRead(Number(r?.[7]?.[1]));
         } else {
           const m = this.redis.multi().pexpire(K.holder(id), this.o.ttlMs).pexpire(K.kindOf(id), this.o.ttlMs).del(K.outputs(id)).del(K.running(id)).srem(K.runningIndex, id);
           await (v.state === 'cancelled' ? m.del(K.cancelRequest(id)) : m).exec();
@@ -284,7 +285,8 @@ export class Dispatcher {
     const ttl = this.o.ttlMs;
     const m = this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.o.nodeId }), 'PX', ttl).set(K.kindOf(v.id), v.kind, 'PX', ttl).zadd(K.resultIndex, Date.now(), v.id).del(K.running(v.id)).srem(K.runningIndex, v.id).del(K.outputs(v.id)).del(K.cancelRequest(v.id));
     await (v.state === 'done' ? m.incr(K.completions(v.id)).pexpire(K.completions(v.id), ttl) : m).exec();
-    this.o.clockRead(await this.redis.hincrby(K.clock, this.o.nodeId, 1));
+    const clockRead = this.o.clockWrite();
+    clockRead(await this.redis.hincrby(K.clock, this.o.nodeId, 1));
   }
 
   /** Resolves on the next local job event, held job ending or close, or after `ms`. */

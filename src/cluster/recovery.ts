@@ -8,6 +8,7 @@ import { Journal, type JournalJobInput } from '../server/journal.js';
 import { isFinal } from '../server/progress.js';
 import type { Service } from '../server/service.js';
 import { acceptedData, bullId, BULL_PRIORITY, K, writeCancelled, type CancelledRecord, type JobData } from './keys.js';
+import { NodeClock } from './node-clock.js';
 import type { ClusterViews } from './views.js';
 
 /** The most accepted jobs one sweep looks at (the oldest first). */
@@ -64,13 +65,13 @@ export class Recovery {
   private lostAt = NaN;
   /**
    * This node's count in Redis's clock (K.clock, a field per node that only the node advances:
-   * every sweep, every job it takes, every end it records) as it last read it, kept in
-   * `<dataDir>/cluster-clock` across restarts. A read not above it means Redis went back in time:
-   * it restarted from an older snapshot (an RDB file, the default persistence), where jobs that
-   * ended since are queued or running again — the same dataset mark, so no loss was seen, and
-   * those jobs ran again (44 of 92 partitions in a trial).
+   * every sweep, every job it takes, every end it records), kept in `<dataDir>/cluster-clock`
+   * across restarts. A read not above it means Redis went back in time: it restarted from an older
+   * snapshot (an RDB file, the default persistence), where jobs that ended since are queued or
+   * running again — the same dataset mark, so no loss was seen, and those jobs ran again (44 of 92
+   * partitions in a trial).
    */
-  private clockSeen: number;
+  private readonly clock: NodeClock;
   /** The dataset changed because Redis went back in time (not emptied): copies not ended there are older than this node's ends. */
   private backInTime = false;
   /** Jobs taken that wait in endedElsewhere for the loss to settle (the dispatcher takes no more meanwhile). */
@@ -80,7 +81,7 @@ export class Recovery {
     this.epoch = this.savedEpoch();
     // ("<node> <count>": a data dir started under another node name has no reading of that name's count.)
     const [node, count] = this.readFile(this.clockFile).split(' ');
-    this.clockSeen = node === d.nodeId ? Number(count) || 0 : 0;
+    this.clock = new NodeClock(node === d.nodeId ? Number(count) || 0 : 0);
   }
 
   /**
@@ -105,14 +106,16 @@ export class Recovery {
    */
   async endedElsewhere(id: string): Promise<JobView | undefined> {
     try {
+      const ticket = this.clock.send();
       const first = await this.readAll(id);
       const [clock, epoch] = first;
-      const back = this.behind(clock);
-      if (back) {
+      const reading = this.clock.read(clock, ticket);
+      if (reading === 'back') {
         await this.markBack(clock);
         void this.sweep();
       }
-      const quiet = !back && epoch === this.epoch && !(performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS);
+      // (Stale: read before Redis went back in time was seen; it waits for the loss to settle as well.)
+      const quiet = reading === 'ahead' && epoch === this.epoch && !(performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS);
       const until = performance.now() + REQUEUE_AFTER_LOSS_MS + SETTLE_POLL_MS * 10;
       if (!quiet) this.waiting++;
       try {
@@ -140,19 +143,15 @@ export class Recovery {
   }
 
   /**
-   * A reading of this node's clock (after it advanced it): true when it is not above the last
-   * one — Redis went back in time. The reading is kept either way (went back, it counts on from there).
+   * For a write that advances this node's clock beside recording an end: call it just before
+   * sending the write, and what it returns with the write's reading — Redis gone back in time is
+   * acted on at once.
    */
-  private behind(clock: number): boolean {
-    if (!Number.isFinite(clock)) return false;
-    const seen = this.clockSeen;
-    this.clockSeen = clock;
-    return clock <= seen && seen > 0;
-  }
-
-  /** A reading of this node's clock taken with another write (an end it recorded): Redis gone back in time is acted on at once. */
-  clockRead(clock: number): void {
-    if (this.behind(clock)) void this.markBack(clock).then(() => this.sweep(), () => undefined);
+  clockWrite(): (clock: number) => void {
+    const ticket = this.clock.send();
+    return (clock) => {
+      if (this.clock.read(clock, ticket) === 'back') void this.markBack(clock).then(() => this.sweep(), () => undefined);
+    };
   }
 
   /**
@@ -189,10 +188,11 @@ export class Recovery {
 
   private async sweepNow(): Promise<void> {
     if (this.d.closing() || this.d.redis.status !== 'ready') return;
+    const ticket = this.clock.send();
     const clock = await this.d.redis.hincrby(K.clock, this.d.nodeId, 1);
-    if (this.behind(clock)) await this.markBack(clock);
+    if (this.clock.read(clock, ticket) === 'back') await this.markBack(clock);
     // (Kept on disk every sweep: a node restarted since can tell too.)
-    this.writeFile(this.clockFile, `${this.d.nodeId} ${clock}`);
+    this.writeFile(this.clockFile, `${this.d.nodeId} ${this.clock.value}`);
     await this.d.redis.set(K.epoch, randomUUID(), 'NX');
     const epoch = await this.d.redis.get(K.epoch);
     // (A node's first sweep ever finds a dataset it has not seen: no loss to tell of.)
