@@ -95,8 +95,11 @@ interface Job extends HeapNode {
   remaining: number;
   /** This job's kind: its index in the snapshot's kinds, and its counters there. */
   readonly kindIndex: number;
-  readonly kc: KindCounters;
+  readonly kc: EngineKind;
 }
+
+/** A kind's counters as the engine keeps them: its queued count always there. */
+type EngineKind = KindCounters & { queued: number };
 
 interface Item extends ItemView, KeyedNode {
   readonly job: Job;
@@ -227,8 +230,6 @@ export class Engine {
   private readonly waitingQ = new KeyHeap<Item>();
   private readonly deadlines = new IndexedHeap<Job>((a, b) => a.spec.deadline < b.spec.deadline || (a.spec.deadline === b.spec.deadline && a.seq < b.seq));
   private readonly workers: Worker[][];
-  /** Per kind (snapshot order): its partitions queued, made or not (the snapshot's backlog, by kind). */
-  private readonly kindBacklog: number[] = [];
   /** What failure reasons call each device: its DeviceSpec.name quoted, else its index. */
   private readonly deviceNames: string[];
   /** Per device, the kinds it runs (null: every kind); null when no device names kinds. */
@@ -611,12 +612,12 @@ export class Engine {
   private submit(norm: NormalJob, out: Command[]): void {
     const reservation = Math.max(norm.memory.prepareBytes, norm.memory.deviceBytes);
     const kindIndex = this.kindIndex(norm.kind);
-    const job: Job = { spec: norm, seq: this.seq++, rank: RANK[norm.priority], submittedAt: this.now, reservation, next: 0, liveHead: null, liveTail: null, firstId: this.itemSeq, remaining: norm.partitions, kindIndex, kc: this.counters.kinds[kindIndex] as KindCounters, heapIndex: -1 };
+    const job: Job = { spec: norm, seq: this.seq++, rank: RANK[norm.priority], submittedAt: this.now, reservation, next: 0, liveHead: null, liveTail: null, firstId: this.itemSeq, remaining: norm.partitions, kindIndex, kc: this.counters.kinds[kindIndex] as EngineKind, heapIndex: -1 };
     this.itemSeq += norm.partitions;
     this.jobs.set(norm.id, job);
     this.countKind(norm.kind, 1);
     this.counters.backlog += norm.partitions;
-    this.kindBacklog[kindIndex] = (this.kindBacklog[kindIndex] ?? 0) + norm.partitions;
+    job.kc.queued += norm.partitions;
     if (!this.budget.fits(reservation)) {
       this.endJob(job, 'failed', 'E_OVERSIZE', `each partition needs ${reservation} bytes but the whole memory budget is ${this.budget.totalBytes} bytes: raise budgetBytes or split the job into smaller partitions`, out);
       return;
@@ -730,7 +731,7 @@ export class Engine {
     switch (state) {
       case 'queued':
         s.backlog += d;
-        this.kindBacklog[item.job.kindIndex] = (this.kindBacklog[item.job.kindIndex] ?? 0) + d;
+        kc.queued += d;
         break;
       case 'preparing':
         s.preparing += d;
@@ -977,7 +978,7 @@ export class Engine {
     const itemEnd: PartitionState = state === 'cancelled' ? 'cancelled' : 'failed';
     if (state !== 'done') {
       s.backlog -= job.spec.partitions - job.next; // never made
-      this.kindBacklog[job.kindIndex] = (this.kindBacklog[job.kindIndex] ?? 0) - (job.spec.partitions - job.next);
+      job.kc.queued -= job.spec.partitions - job.next;
       for (let item = job.liveHead; item; item = item.nextLive) {
         switch (item.state) {
           case 'queued':
@@ -1103,6 +1104,7 @@ export class Engine {
       this.counters.kinds.push({
         name: kind,
         devices,
+        queued: 0,
         preparing: 0,
         waiting: 0,
         onDevice: 0,
@@ -1274,9 +1276,9 @@ export class Engine {
       for (const name of kinds) {
         const k = this.kindIndexes.get(name);
         if (k === undefined) continue;
-        const kc = s.kinds[k] as KindCounters;
+        const kc = s.kinds[k] as EngineKind;
         if (kc.preparing + kc.waiting > 0) coming = true;
-        queued += this.kindBacklog[k] ?? 0;
+        queued += kc.queued;
       }
       if (coming || queued === 0) continue;
       let best: Item | undefined;

@@ -45,6 +45,11 @@ export interface KindCounters {
   readonly name: string;
   /** The devices that run this kind (by index; every device unless devices name their kinds). */
   readonly devices: readonly number[];
+  /**
+   * This kind's partitions queued, made or not (the snapshot's backlog, by kind): the kinds still to
+   * be dispatched. The engine keeps it; absent in a snapshot made by hand.
+   */
+  queued?: number;
   /** This kind's items in preparation, waiting for a device, and on a device. */
   preparing: number;
   waiting: number;

@@ -189,6 +189,15 @@ const inputs: ScenarioInput[] = [
       light: { prepare: { type: 'uniform', min: 30, max: 50 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } },
     },
   }),
+  seedLike('mixed-latency', 'three kinds on one device that differ in preparation too, in blocks (a job of each, 10 partitions) every 35 s for 20 blocks, more than the device takes: heavy 40–60 s to prepare and 3.5–4.5 s of device time, medium 16–24 s and 1.6–2.4 s, light 4–6 s and 0.4–0.6 s (×1.2 when both workers run)', {
+    arrivals: Array.from({ length: 20 }, (_, b) => (['heavy', 'medium', 'light'] as const).map((kind, i) => ({ atS: b * 35 + i * 0.001, jobs: 1, partitions: 10, kind }))).flat(),
+    devices: [{ workers: 2, service: { type: 'uniform', min: 0.8, max: 1.2 }, contention: [1, 1.2] }],
+    kinds: {
+      heavy: { prepare: { type: 'uniform', min: 40, max: 60 }, service: { type: 'uniform', min: 3.5, max: 4.5 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } },
+      medium: { prepare: { type: 'uniform', min: 16, max: 24 }, service: { type: 'uniform', min: 1.6, max: 2.4 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } },
+      light: { prepare: { type: 'uniform', min: 4, max: 6 }, service: { type: 'uniform', min: 0.4, max: 0.6 }, memory: { prepareBytes: 1 * GiB, deviceBytes: 128 * 1024 ** 2 } },
+    },
+  }),
   seedLike('prep-knee', 'seed stages, 250 jobs, a 200 GiB budget; preparations share the machine: past 24 at once each slows as (n / 24)^1.3 (memory thrash), so preparation throughput peaks at 24 in flight (0.6/s, below the devices’ 1.67/s) and falls beyond', {
     budgetBytes: 200 * GiB,
     arrivals: [{ atS: 0, jobs: 250, partitions: 10, kind: 'proof' }],

@@ -372,8 +372,12 @@ describe('Engine: counters per kind', () => {
       ['big', [0, 1]],
     ]);
     expect(s.nextKind).toBe(0);
+    // Each kind's queued partitions (what the pacer plans the kinds still to come by): b:0 left
+    // the queue past the gate (device 1, idle with nothing of big coming, took it).
+    expect(s.kinds.map((k) => k.queued)).toEqual([2, 1]);
     gate.openAt = 0;
     r.apply({ type: 'tick', time: 1 });
+    expect(s.kinds.map((k) => k.queued)).toEqual([0, 0]);
     // Everything dispatched: no next kind.
     expect(s.nextKind).toBe(-1);
     expect(s.kinds.map((k) => [k.preparing, k.waiting, k.onDevice])).toEqual([
