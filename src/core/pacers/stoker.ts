@@ -95,6 +95,13 @@ class StokerPacer implements Pacer {
   private settledSince = NaN;
   private settledTarget = NaN;
   private mode: PacerMode = 'bootstrap';
+  /**
+   * When the memory budget last held the head of the queue back, and the latency the plan was
+   * last made for: within one such latency of it the budget, not the pacer, bounds what prepares
+   * (see {@link budgetBound}).
+   */
+  private budgetBlockedAt = -Infinity;
+  private planLatencyMs = 0;
 
   // Derived from the estimates, refreshed when they change (λ and what drains: this.plan).
   /** σ of preparation latency and the safety margin on the latency, ms. */
@@ -198,6 +205,7 @@ class StokerPacer implements Pacer {
     v.busyFromCompletions = this.busyFromCompletions;
     v.target = this.target;
     this.limit.update(s, v);
+    if (s.budgetBlocked) this.budgetBlockedAt = s.now;
     const saturated = s.budgetBlocked || s.preparingSteps >= s.maxPreparing || s.preparing >= this.limit.cap;
     if (dt > 0) this.waitingAvg += (1 - Math.exp(-dt / this.waitTau)) * (s.waiting - this.waitingAvg);
     this.feedback(s, dt, work && !saturated);
@@ -233,8 +241,20 @@ class StokerPacer implements Pacer {
     }
     // At the preparation limit a preparation ends before the next may start (so one is in flight).
     if (s.preparing >= this.limit.cap) return Infinity;
-    if (this.credit >= 1) return s.now;
+    if (this.credit >= 1 || this.budgetBound(s)) return s.now;
     return this.rate > 0 ? s.now + (1 - this.credit) / this.rate : Infinity;
+  }
+
+  /**
+   * Whether the memory budget held the head of the queue back within the last planned latency:
+   * then every item the budget admits is dispatched at once, as `unpaced` would under the same
+   * budget. Memory is at the budget either way, and what the pacer would hold back is what the
+   * devices need one latency later — with kinds of different sizes, a heavy kind's block fills the
+   * budget and prepares slowly, and only the items dispatched before it keep the devices busy
+   * meanwhile (ZK trial: 0.962 of unpaced's throughput over 10 seeds, 0.985 with this).
+   */
+  private budgetBound(s: ReadonlySnapshot): boolean {
+    return s.now - this.budgetBlockedAt < this.planLatencyMs;
   }
 
   /** When the preparation limiter may decide to take over with no event in between (PrepareLimit.checkAt). */
@@ -248,7 +268,8 @@ class StokerPacer implements Pacer {
       this.sentInBootstrap++;
       return;
     }
-    this.credit -= 1;
+    // (Dispatched past the rate while the budget binds: no debt to pay back once it no longer does.)
+    this.credit = this.budgetBound(s) ? Math.max(0, this.credit - 1) : this.credit - 1;
     if (s.now === this.plannedAt) this.rerate(s);
     else this.recompute(s);
   }
@@ -520,6 +541,7 @@ class StokerPacer implements Pacer {
     }
     // Preparation latency: measured, else (with a prior service time) the age of the current busy period.
     const lat = this.planLatency(s, this.latency > 0 ? this.latency : Number.isFinite(this.busySince) ? s.now - this.busySince : 0);
+    this.planLatencyMs = lat;
     // On the devices: an item per worker, a full batch per worker where they batch.
     let onDevices = 0;
     for (let i = 0; i < this.devices.length; i++) {
