@@ -47,7 +47,8 @@ export interface KindCounters {
   readonly devices: readonly number[];
   /**
    * This kind's partitions queued, made or not (the snapshot's backlog, by kind): the kinds still to
-   * be dispatched. The engine keeps it; absent in a snapshot made by hand.
+   * be dispatched. The engine keeps it; absent in a snapshot made by hand (the stoker pacer then
+   * takes every kind as still to come).
    */
   queued?: number;
   /** This kind's items in preparation, waiting for a device, and on a device. */

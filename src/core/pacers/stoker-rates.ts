@@ -21,7 +21,7 @@ export class KindPlan {
   // numbers boxed, and this one is written on every event.)
   waitTarget = 0;
   /** Whether the kinds run on different devices (kindsApart), for how many kinds that was worked out. */
-  private apart = false;
+  apart = false;
   private apartFor = -1;
   /** A skewed device's stock (items) and the doubt λ·L is planned at, from the last skewAllowances. */
   stock = 0;
