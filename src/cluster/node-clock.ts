@@ -35,7 +35,12 @@ export class NodeClock {
    * timeline's or already judged), else `ahead`. Not a number (a failed command): `ahead`, unchanged.
    */
   read(clock: number, ticket: ClockTicket): 'ahead' | 'back' | 'stale' {
-    if (ticket.timeline !== this.timeline) return 'stale';
+    if (ticket.timeline !== this.timeline) {
+      // Not above what was seen when it was sent: read on the dataset Redis went back to, whose
+      // count it advances (kept, or a second restore to a snapshot taken just after it would pass unseen).
+      if (Number.isFinite(clock) && clock <= ticket.seen) this.seen = Math.max(this.seen, clock);
+      return 'stale';
+    }
     if (!Number.isFinite(clock)) return 'ahead';
     if (ticket.seen > 0 && clock <= ticket.seen) {
       this.timeline++;

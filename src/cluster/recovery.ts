@@ -74,6 +74,8 @@ export class Recovery {
   private readonly clock: NodeClock;
   /** The dataset changed because Redis went back in time (not emptied): copies not ended there are older than this node's ends. */
   private backInTime = false;
+  /** The clock's reading that showed Redis gone back in time, while the new dataset mark is not made (see markBack); null: none. */
+  private unmarked: number | null = null;
   /** Jobs taken that wait in endedElsewhere for the loss to settle (the dispatcher takes no more meanwhile). */
   waiting = 0;
 
@@ -92,7 +94,7 @@ export class Recovery {
    * a second or two after Redis restarted empty (a user trial), and `stoker wait` gave up.
    */
   async unsettled(): Promise<boolean> {
-    if (performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS) return true;
+    if (this.unmarked !== null || performance.now() - this.lostAt < REQUEUE_AFTER_LOSS_MS) return true;
     return this.epoch !== null && (await this.d.redis.get(K.epoch)) !== this.epoch;
   }
 
@@ -163,7 +165,17 @@ export class Recovery {
   private async markBack(clock: number): Promise<void> {
     this.backInTime = true;
     if (this.epoch === null) return;
-    const swapped = await this.d.redis.eval(SWAP_EPOCH, 1, K.epoch, this.epoch, randomUUID());
+    // (Until the mark is made the loss is unsettled, and the next sweep tries again: the clock took
+    // the reading as seen, so no later one would tell — Redis gone again just after its restart
+    // left the jobs that ended since to run a second time.)
+    this.unmarked = clock;
+    let swapped: unknown;
+    try {
+      swapped = await this.d.redis.eval(SWAP_EPOCH, 1, K.epoch, this.epoch, randomUUID());
+    } catch {
+      return;
+    }
+    this.unmarked = null;
     if (swapped === 1) this.d.log(`Redis went back in time (this node's clock in it read ${clock}, not above what it read before: restarted from an older snapshot, e.g. an RDB file): the jobs that ended since are queued or running there again — treated as a data loss`);
   }
 
@@ -191,6 +203,7 @@ export class Recovery {
     const ticket = this.clock.send();
     const clock = await this.d.redis.hincrby(K.clock, this.d.nodeId, 1);
     if (this.clock.read(clock, ticket) === 'back') await this.markBack(clock);
+    else if (this.unmarked !== null) await this.markBack(this.unmarked);
     // (Kept on disk every sweep: a node restarted since can tell too.)
     this.writeFile(this.clockFile, `${this.d.nodeId} ${this.clock.value}`);
     await this.d.redis.set(K.epoch, randomUUID(), 'NX');
