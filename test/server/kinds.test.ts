@@ -339,7 +339,8 @@ describe('bad kind modules are refused at start', () => {
     ['default-function.mjs', 'export default function () { return 1; }', 'default', /is a function: export the kind as named exports .* or as one default object/],
   ];
 
-  it.each(cases)('%s', async (file, source, exportName, message) => {
+  // (Concurrently: each is a server start that fails, a second or so of one core.)
+  it.concurrent.for(cases)('%s', async ([file, source, exportName, message], { expect }) => {
     const module = source === null ? path.join(dir, file) : write(file, source);
     const r = await run(['serve', '--port', '0', '--data', path.join(dir, `data-${file}`), '--kind', module]);
     expect(r.code, r.stderr).toBe(2);
