@@ -4,6 +4,7 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { parseDuration } from '../server/durations.js';
 import { UsageError, type Io } from './io.js';
+import { formatBytes } from './table.js';
 
 /** The first line of a token file; a file that cannot be read is a usage error naming it. */
 export function readToken(file: string, flag: string): string {
@@ -193,7 +194,7 @@ export function statusText(s: StatusBody): string {
       `devices     ${devices} workers busy${lost > 0 ? ` (${lost} lost)` : ''}`,
       ...s.devices.flatMap((d) => (d.unreachable ? [`            device ${d.name ?? d.device} unreachable: ${d.unreachable}`] : [])),
       `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${capacity}  target dispatch ${s.pacer.intervalMs === null || s.pacer.mode === 'idle' ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
-      `budget      ${s.budget.usedBytes} bytes of ${s.budget.totalBytes === null ? 'unlimited' : s.budget.totalBytes}`,
+      `budget      ${formatBytes(s.budget.usedBytes)} of ${s.budget.totalBytes === null ? 'unlimited' : formatBytes(s.budget.totalBytes)}`,
       ...(s.cluster ? [clusterLine(s.cluster)] : []),
     ].join('\n') + '\n'
   );

@@ -153,23 +153,25 @@ export interface SimulateFlags {
 }
 
 /**
- * What a scenario probably did not mean: times of 1,000 s or more on average (its times are
- * seconds: 3 s of device time written in milliseconds reads as 50 minutes), and a kind whose one
+ * What a scenario probably did not mean: preparation times of 1,000 s or more on average and
+ * device times of 100 s or more (its times are seconds: 3 s of device time written in
+ * milliseconds reads as 50 minutes; 200 ms as 200 s passed unseen in a user trial), and a kind whose one
  * partition reserves more than budgetBytes (every job of it fails E_OVERSIZE: a budget written in
  * GiB reads as bytes).
  */
 function scenarioWarnings(s: Scenario): string[] {
-  const LONG_MS = 1_000_000;
+  const LONG_PREPARE_MS = 1_000_000;
+  const LONG_SERVICE_MS = 100_000;
   const out: string[] = [];
-  const check = (at: string, d: Dist | undefined) => {
+  const check = (at: string, d: Dist | undefined, longMs: number) => {
     const ms = d === undefined ? 0 : meanMs(d);
-    if (ms >= LONG_MS) out.push(`${at} averages ${(ms / 1000).toFixed(0)} s (${(ms / 60_000).toFixed(0)} min): a scenario's times are in seconds — were these milliseconds?`);
+    if (ms >= longMs) out.push(`${at} averages ${(ms / 1000).toFixed(0)} s (${(ms / 60_000).toFixed(1)} min): a scenario's times are in seconds — were these milliseconds?`);
   };
   for (const [name, k] of Object.entries(s.kinds)) {
-    check(`kinds.${name}.prepare`, k.prepare);
-    check(`kinds.${name}.service`, k.service);
+    check(`kinds.${name}.prepare`, k.prepare, LONG_PREPARE_MS);
+    check(`kinds.${name}.service`, k.service, LONG_SERVICE_MS);
   }
-  s.devices.forEach((d, i) => check(`devices[${i}].service`, d.service));
+  s.devices.forEach((d, i) => check(`devices[${i}].service`, d.service, LONG_SERVICE_MS));
   for (const { kind, needBytes } of oversizeKinds(s)) out.push(`budgetBytes is ${s.budgetBytes} bytes, less than one ${kind} partition reserves (${needBytes} bytes): every ${kind} job fails E_OVERSIZE — budgetBytes is in bytes (e.g. 412316860416 for 384 GiB)`);
   return out;
 }

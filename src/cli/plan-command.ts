@@ -11,7 +11,7 @@ import { renderPlanHtml } from '../report/plan-html.js';
 import { checkOutputFile, writeOutputFile } from './commands.js';
 import { UsageError, type Io } from './io.js';
 import { call, ClientError, durationMs } from './client-commands.js';
-import { formatMetric, formatTable } from './table.js';
+import { formatBytes as bytes, formatMetric, formatTable } from './table.js';
 
 export interface PlanFlags {
   seeds?: string;
@@ -116,9 +116,14 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   if (fit) io.out(fitText(fit));
   io.out(`${summary}\n`);
   io.out(formatTable(headers, front.map((r) => row(r, r === best))));
+  // (A short run's "–" said nothing of why — a user trial.)
+  if (front.some((r) => r.occupancy === null)) io.out(`${STEADY_NOTE}\n`);
   // (Pasted whole after a config's own tables, TOML refuses a table defined twice: they merge.)
   io.out(`\n${current ? `${current}\n` : ''}${recommendation}\n${config.length ? `# merge into your config: each key replaces the same key of the same table\n${config.join('\n')}\n` : ''}`);
 }
+
+/** Said under the table where a setting has no steady measures. */
+const STEADY_NOTE = 'occupancy and waiting read – where the simulated runs are too short for a steady window (it starts two passes through the pipeline after the first arrival and ends a latency before an ideal drain would): items/s, peak memory and p99 latency are over the whole run';
 
 /** The fit of a running server's last `--since` (default 30 minutes), from its trace. */
 async function fromServer(flags: PlanFlags): Promise<{ scenario: Scenario; fit: FitReport }> {
@@ -157,14 +162,6 @@ function load(spec: string): { scenario: Scenario; fit: FitReport | null } {
     if (typeof raw === 'object' && raw !== null && 'traceEvents' in raw) return fitted(raw, spec);
   }
   return { scenario: resolveScenario(spec), fit: null };
-}
-
-/** Bytes in the largest unit that keeps them ≥ 1 (a plan for items of kilobytes must not read 0.0 MiB everywhere). */
-function bytes(n: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let u = 0;
-  while (u < units.length - 1 && n >= 1024 ** (u + 1)) u++;
-  return u === 0 ? `${n} B` : `${(n / 1024 ** u).toFixed(1)} ${units[u]}`;
 }
 
 function describe(r: PlanRow): string {

@@ -32,3 +32,11 @@ export function formatTable(headers: string[], rows: string[][], align?: ('left'
 
 // Metric formatting lives with the metrics (the HTML report uses it too); the CLI's tables re-export it.
 export { formatMetric, metricKind, type MetricKind } from '../sim/format.js';
+
+/** Bytes in the largest unit that keeps them ≥ 1 (a plan for items of kilobytes must not read 0.0 MiB everywhere). */
+export function formatBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let u = 0;
+  while (u < units.length - 1 && n >= 1024 ** (u + 1)) u++;
+  return u === 0 ? `${n} B` : `${(n / 1024 ** u).toFixed(1)} ${units[u]}`;
+}

@@ -142,7 +142,7 @@ function base(maxWaitS: number): object {
                   name: { type: 'string' },
                   description: { type: 'string' },
                   input: { type: ['object', 'null'], description: "The input's JSON Schema (null: any JSON)" },
-                  memory: { type: ['object', 'null'], properties: { prepareBytes: { type: 'number' }, deviceBytes: { type: 'number' } }, description: 'Bytes per partition for the default input' },
+                  memory: { type: ['object', 'null'], properties: { prepareBytes: { type: 'number' }, deviceBytes: { type: 'number' } }, description: 'Bytes per partition for the default input ({} with the schema defaults); null where that input is not valid or memory() throws on it' },
                   partitionsFromInput: { type: 'boolean', description: 'The kind derives the partition count from the input: partitions may be left out' },
                 },
               },

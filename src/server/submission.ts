@@ -15,7 +15,7 @@ function partitionsOf(kind: LoadedKind, input: unknown, given: number | undefine
     if (given === undefined) throw invalid([{ path: 'partitions', message: `partitions must be a whole number from 1 to ${MAX_PARTITIONS}: kind ${kind.name} does not derive it from its input` }]);
     return given;
   }
-  if (given !== undefined && given !== derived) throw invalid([{ path: 'partitions', message: `kind ${kind.name} makes ${derived} partitions of this input: leave partitions out, or give ${derived}` }]);
+  if (given !== undefined && given !== derived) throw invalid([{ path: 'partitions', message: `kind ${kind.name} makes ${derived} partition${derived === 1 ? '' : 's'} of this input: leave partitions out, or give ${derived}` }]);
   return derived;
 }
 

@@ -119,15 +119,19 @@ describe('stoker simulate', () => {
     expect(JSON.parse((await run('simulate', 'seed', '--pacer', 'stoker', '--json')).out)).toMatchObject({ endedBy: 'done', unfinishedJobs: 0 });
   });
 
-  it('warns of times that average 1,000 s or more (a scenario in milliseconds), of a budget below one partition, and names bytes where a unit string is given', async () => {
+  it('warns of preparation times that average 1,000 s or more and device times of 100 s or more (a scenario in milliseconds), of a budget below one partition, and names bytes where a unit string is given', async () => {
     const ms = tmp.file('ms.json', JSON.stringify({ name: 'ms', kinds: { p: { prepare: { type: 'fixed', value: 30000 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 2 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 2, kind: 'p' }] }));
     const r = await run('simulate', ms, '--pacer', 'unpaced');
     expect(r.code).toBe(0);
-    expect(r.err).toContain("warning: kinds.p.prepare averages 30000 s (500 min): a scenario's times are in seconds — were these milliseconds?");
+    expect(r.err).toContain("warning: kinds.p.prepare averages 30000 s (500.0 min): a scenario's times are in seconds — were these milliseconds?");
+    // 200 ms of device time written as 200: 200 s, as suspect (a user trial's passed unseen); 2 s is not.
+    expect(r.err).not.toContain('devices[0].service');
+    const svc = tmp.file('svc.json', JSON.stringify({ name: 'svc', kinds: { p: { prepare: { type: 'fixed', value: 2 }, service: { type: 'fixed', value: 200 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 1, kind: 'p' }] }));
+    expect((await run('simulate', svc, '--pacer', 'unpaced')).err).toContain("warning: kinds.p.service averages 200 s (3.3 min): a scenario's times are in seconds — were these milliseconds?");
     // 3 s of device time in ms (50 min) is as suspect; a budget below one partition fails every job of its kind.
     const dev = tmp.file('dev.json', JSON.stringify({ name: 'dev', budgetBytes: 384, kinds: { p: { prepare: { type: 'fixed', value: 30 }, memory: { prepareBytes: 15 * 2 ** 30, deviceBytes: 2 ** 30 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 3000 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 2, kind: 'p' }] }));
     const d = await run('simulate', dev, '--pacer', 'unpaced');
-    expect(d.err).toContain("warning: devices[0].service averages 3000 s (50 min): a scenario's times are in seconds — were these milliseconds?");
+    expect(d.err).toContain("warning: devices[0].service averages 3000 s (50.0 min): a scenario's times are in seconds — were these milliseconds?");
     expect(d.err).toContain('warning: budgetBytes is 384 bytes, less than one p partition reserves (16106127360 bytes): every p job fails E_OVERSIZE — budgetBytes is in bytes (e.g. 412316860416 for 384 GiB)');
     const gib = tmp.file('gib.json', JSON.stringify({ name: 'gib', budgetBytes: '400GiB', kinds: { p: { prepare: { type: 'fixed', value: 1 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 1, kind: 'p' }] }));
     const bad = await run('simulate', gib);

@@ -62,4 +62,9 @@ describe('stoker status’s lines', () => {
     expect(statusText(status([{ name: 'small', estimatedPerSec: 22.3 }]))).toContain('capacity 20.13/s  target dispatch');
     expect(statusText(status())).toContain('devices     1/2 workers busy\n');
   });
+
+  it('give the budget in the unit that reads (it was raw bytes: 1992294400 bytes of 2147483648)', () => {
+    expect(statusText(status())).toContain('budget      1.0 KiB of unlimited\n');
+    expect(statusText({ ...status(), budget: { usedBytes: 1992294400, totalBytes: 2 * 1024 ** 3 } })).toContain('budget      1.9 GiB of 2.0 GiB\n');
+  });
 });

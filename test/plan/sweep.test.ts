@@ -120,6 +120,19 @@ describe('stoker plan', () => {
     expect(r.err).toMatch(/\[1\/\d+\] stoker, target 1/);
   });
 
+  it('says why occupancy and waiting read – on a scenario too short for a steady window (a user trial saw the dashes unexplained)', async () => {
+    const t = tempDir();
+    try {
+      const file = t.file('tiny.json', JSON.stringify({ name: 'tiny', targetWaiting: 2, kinds: { k: { prepare: { type: 'fixed', value: 1 }, memory: { prepareBytes: 1048576, deviceBytes: 1048576 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 0.5 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 3, kind: 'k' }] }));
+      const r = await run('plan', file, '--targets', '2', '--seeds', '1', '--threads', '1');
+      expect(r.code, r.err).toBe(0);
+      expect(r.out).toContain('occupancy and waiting read – where the simulated runs are too short for a steady window');
+      expect((await run('plan', 'seed', '--targets', '6', '--seeds', '1', '--threads', '1')).out).not.toContain('too short for a steady window');
+    } finally {
+      t.cleanup();
+    }
+  });
+
   it("keeps the run's preparation cap, says where the fitted scenario does not replay its run (a worker lost: the trace does not hold it), shows the own setting, refuses a budget below a partition, and tries one target for a pacer that reads none", async () => {
     const t = tempDir();
     try {

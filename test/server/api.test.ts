@@ -727,7 +727,7 @@ describe('stoker serve (shared server)', () => {
       expect(lines[1]).toBe('partitions  queued 0  preparing 0  waiting 0 (target 4)  on device 0');
       expect(lines[2]).toBe('devices     0/2 workers busy');
       expect(lines[3]).toMatch(/^pacer {7}stoker \w+ {2}capacity /);
-      expect(lines[4]).toBe('budget      0 bytes of unlimited');
+      expect(lines[4]).toBe('budget      0 B of unlimited');
       const api = await status(url);
       expect(lines[0]).toContain(`done ${api.jobs.done}  failed 0  cancelled ${api.jobs.cancelled}`);
 
