@@ -214,6 +214,12 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
     const first = results[0] as SimResult;
     io.out(`scenario ${scenario.name} (seed ${first.seed})${scenario.description ? `: ${scenario.description}` : ''}\n\n`);
     const rows = METRIC_KEYS.map((k) => [k, ...results.map((r) => formatMetric(k, r.metrics[k]))]);
+    // With several kinds, each one's job latency (a small kind held behind a heavy one shows here).
+    if (first.byKind.length > 1) {
+      for (const { kind } of first.byKind) {
+        for (const key of ['jobLatencyP50Ms', 'jobLatencyP99Ms'] as const) rows.push([`${key} ${kind}`, ...results.map((r) => formatMetric(key, r.byKind.find((k) => k.kind === kind)?.[key] ?? null))]);
+      }
+    }
     io.out(formatTable(['metric', ...results.map((r) => r.pacer)], rows));
     const runs = results.map((r) => `${r.pacer} ${r.events} / ${seconds(r.simulatedMs)}`).join(', ');
     io.out(`\n${windowLine(first.window, results)}; events / simulated time: ${runs}\n`);

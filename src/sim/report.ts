@@ -35,7 +35,7 @@ const everyMetricListed: [Unlisted] extends [never] ? true : Unlisted = true;
 void everyMetricListed;
 
 /** What report.json and `stoker simulate --json` hold for one run: no wall-clock fields, stable key order. */
-export type ResultRecord = Pick<SimResult, 'scenario' | 'pacer' | 'seed' | 'window' | 'events' | 'simulatedMs' | 'metrics' | 'failures' | 'unfinishedJobs' | 'endedBy'>;
+export type ResultRecord = Pick<SimResult, 'scenario' | 'pacer' | 'seed' | 'window' | 'events' | 'simulatedMs' | 'metrics' | 'byKind' | 'failures' | 'unfinishedJobs' | 'endedBy'>;
 
 /** The metrics with their keys in the contract's order. */
 export function orderedMetrics(m: Metrics): Metrics {
@@ -54,6 +54,7 @@ export function resultRecord(r: SimResult): ResultRecord {
     events: r.events,
     simulatedMs: r.simulatedMs,
     metrics: orderedMetrics(r.metrics),
+    byKind: r.byKind.map((k) => ({ kind: k.kind, jobsDone: k.jobsDone, jobLatencyP50Ms: k.jobLatencyP50Ms, jobLatencyP99Ms: k.jobLatencyP99Ms })),
     failures: r.failures.map((f) => ({ job: f.job, state: f.state, code: f.code, reason: f.reason })),
     unfinishedJobs: r.unfinishedJobs,
     endedBy: r.endedBy,

@@ -49,14 +49,34 @@ export interface SimResult {
    * live device worker runs what was left).
    */
   endedBy: 'done' | 'horizon' | 'stalled';
+  /**
+   * Per kind (in the scenario's order), its jobs done and their latency, submit to end (the
+   * metrics' jobLatency*, kind by kind: a small kind held behind a heavy one shows here).
+   */
+  byKind: KindLatency[];
   /** The first preparation start of each job, ms (for the priority scenario). */
   firstStartMs: Record<string, number>;
   series: Series;
 }
 
+/** One kind's jobs done in a run and their latency percentiles, ms (null: none done). */
+export interface KindLatency {
+  kind: string;
+  jobsDone: number;
+  jobLatencyP50Ms: number | null;
+  jobLatencyP99Ms: number | null;
+}
+
 /** Runs one scenario with one pacer in virtual time. Same scenario, seed and pacer → same result. */
 export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   return new Simulation(s, options).run();
+}
+
+/** A kind's latency percentiles from its done jobs' latencies (the metrics' rule: the smallest with that share at or below it). */
+function kindLatency(kind: string, ms: number[]): KindLatency {
+  const sorted = [...ms].sort((a, b) => a - b);
+  const pct = (p: number) => (sorted.length ? (sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)] as number) : null);
+  return { kind, jobsDone: sorted.length, jobLatencyP50Ms: pct(0.5), jobLatencyP99Ms: pct(0.99) };
 }
 
 /** The first preparation start of each job id (the earliest of its planned jobs, should ids repeat), from the starts by job index (NaN: none). */
@@ -88,6 +108,8 @@ class Simulation {
   private readonly kindList: Kind[];
   private readonly kindIndex: Map<string, number>;
   private readonly jobs: PlannedJob[];
+  /** Each kind's done jobs' latencies, ms (the scenario's kinds, in its order). */
+  private readonly kindLatencies: Map<string, number[]>;
   private readonly window: { fromMs: number; toMs: number };
   private readonly recorder: Recorder;
   private readonly faults = new Map<string, { stage: 'prepare' | 'device'; partition: number }[]>();
@@ -145,6 +167,7 @@ class Simulation {
       kinds: Object.fromEntries(Object.entries(s.kinds).flatMap(([name, k]) => (k.prepareBatch ? [[name, { prepareBatch: { maxItems: k.prepareBatch.maxItems, maxWaitMs: k.prepareBatch.maxWaitS * 1000 } }]] : []))),
     });
     this.jobs = planArrivals(s, this.seed);
+    this.kindLatencies = new Map(Object.keys(s.kinds).map((k) => [k, []]));
     checkJobRefs(s, this.jobs, this.seed);
     this.startedAt = new Float64Array(this.jobs.length).fill(NaN);
     const capacity0 = capacityOf(this.devices);
@@ -190,6 +213,7 @@ class Simulation {
         return (firstStart ??= firstStarts(jobs, startedAt));
       },
       series: this.recorder.series(),
+      byKind: [...this.kindLatencies].map(([kind, ms]) => kindLatency(kind, ms)),
     };
   }
 
@@ -358,6 +382,7 @@ class Simulation {
           break;
         case 'finishJob':
           this.recorder.jobEnded(c);
+          if (c.state === 'done') this.kindLatencies.get(this.jobs[Number(c.jobId.slice(4))]?.spec.kind ?? '')?.push(c.timeMs);
           if (c.state !== 'done') this.failures.push({ job: c.jobId, state: c.state, code: c.code ?? '', reason: c.reason ?? '' });
           break;
         case 'wakeAt':

@@ -61,10 +61,23 @@ describe('stoker simulate', () => {
     expect(a.out).toBe(b.out);
     expect(a.out.endsWith('}\n')).toBe(true);
     const rec = JSON.parse(a.out) as ResultRecord;
-    expect(Object.keys(rec)).toEqual(['scenario', 'pacer', 'seed', 'window', 'events', 'simulatedMs', 'metrics', 'failures', 'unfinishedJobs', 'endedBy']);
+    expect(Object.keys(rec)).toEqual(['scenario', 'pacer', 'seed', 'window', 'events', 'simulatedMs', 'metrics', 'byKind', 'failures', 'unfinishedJobs', 'endedBy']);
     expect(rec).toMatchObject({ scenario: 'seed', pacer: 'stoker', seed: 1 });
     expect(Object.keys(rec.metrics)).toEqual(CONTRACT);
     expect(rec.metrics.jobsDone).toBe(40);
+    // One kind: its latencies are the metrics'.
+    expect(rec.byKind).toEqual([{ kind: 'proof', jobsDone: 40, jobLatencyP50Ms: rec.metrics.jobLatencyP50Ms, jobLatencyP99Ms: rec.metrics.jobLatencyP99Ms }]);
+  });
+
+  it('gives each kind its job latency where a scenario has several (a user trial could not see a small kind held behind a heavy one)', async () => {
+    const rec = JSON.parse((await run('simulate', 'mixed-latency', '--json')).out) as ResultRecord;
+    expect(rec.byKind.map((k) => k.kind)).toEqual(['heavy', 'medium', 'light']);
+    expect(rec.byKind.reduce((n, k) => n + k.jobsDone, 0)).toBe(rec.metrics.jobsDone);
+    // The slowest of the kinds' p99 is the whole's.
+    expect(Math.max(...rec.byKind.map((k) => k.jobLatencyP99Ms as number))).toBe(rec.metrics.jobLatencyP99Ms);
+    const table = (await run('simulate', 'mixed-latency', '--pacer', 'stoker,unpaced')).out;
+    for (const kind of ['heavy', 'medium', 'light']) expect(table).toMatch(new RegExp(`^jobLatencyP50Ms ${kind}\\s+[\\d.]+ s\\s+[\\d.]+ s$`, 'm'));
+    expect((await run('simulate', 'seed')).out).not.toMatch(/^jobLatencyP50Ms proof/m);
   });
 
   it('--seed changes the results', async () => {
