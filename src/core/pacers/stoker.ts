@@ -217,10 +217,10 @@ class StokerPacer implements Pacer {
         this.budgetHeld = held;
       } else this.budgetHeld = Math.max(this.budgetHeld, held);
     }
-    // (Bypassed, the waiting queue is the budget's, not an error of the plan: no integral.)
-    const saturated = s.budgetBlocked || this.budgetBound(s) || s.preparingSteps >= s.maxPreparing || s.preparing >= this.limit.cap;
+    const saturated = s.budgetBlocked || s.preparingSteps >= s.maxPreparing || s.preparing >= this.limit.cap;
     if (dt > 0) this.waitingAvg += (1 - Math.exp(-dt / this.waitTau)) * (s.waiting - this.waitingAvg);
-    this.feedback(s, dt, work && !saturated);
+    // (While the budget binds, the waiting queue is the budget's bypass, not an error of the plan: no integral.)
+    this.feedback(s, dt, work && !saturated && !this.budgetBound(s));
     if (work) {
       this.credit = Math.min(this.burst, this.credit + this.rate * dt);
     } else {
@@ -292,7 +292,7 @@ class StokerPacer implements Pacer {
       return;
     }
     // (Dispatched past the rate while the budget binds: no debt to pay back once it no longer does.)
-    this.credit = this.bypass(s) ? Math.max(0, this.credit - 1) : this.credit - 1;
+    this.credit = this.budgetBound(s) ? Math.max(0, this.credit - 1) : this.credit - 1;
     if (s.now === this.plannedAt) this.rerate(s);
     else this.recompute(s);
   }
