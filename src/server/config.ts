@@ -514,11 +514,12 @@ function argsToml(args: readonly string[], at: string, hidden: string[]): string
 /** A device table as TOML writes it back (Infinity as "none"; credential headers blank, their names added to `hidden`). */
 function deviceToml(d: DeviceConfig, name: string, hidden: string[]): object {
   const blank = (table: Readonly<Record<string, string>>, at: string) => Object.fromEntries(Object.entries(table).map(([k, v]) => (SECRET_NAME.test(k) ? (hidden.push(`${at}.${k}`), [k, '']) : [k, v])));
-  const headers = d.http ? blank(d.http.headers, `${name}.http.headers`) : {};
+  // (An empty table is left out, its default: a header with nothing under it reads badly.)
+  const table = (key: string, t: Readonly<Record<string, string>>, at: string) => (Object.keys(t).length > 0 ? { [key]: blank(t, at) } : {});
   return {
     ...d,
-    ...(d.process ? { process: { ...d.process, args: argsToml(d.process.args, `${name}.process.args`, hidden), env: blank(d.process.env, `${name}.process.env`) } } : {}),
-    ...(d.http ? { http: { ...d.http, url: urlToml(d.http.url, `${name}.http.url`, hidden), headers, timeoutS: Number.isFinite(d.http.timeoutS) ? d.http.timeoutS : 'none' } } : {}),
+    ...(d.process ? { process: (({ env, ...p }) => ({ ...p, args: argsToml(p.args, `${name}.process.args`, hidden), ...table('env', env, `${name}.process.env`) }))(d.process) } : {}),
+    ...(d.http ? { http: (({ headers, ...h }) => ({ ...h, url: urlToml(h.url, `${name}.http.url`, hidden), ...table('headers', headers, `${name}.http.headers`), timeoutS: Number.isFinite(h.timeoutS) ? h.timeoutS : 'none' }))(d.http) } : {}),
     ...(d.batch ? { batch: { ...d.batch } } : {}),
   };
 }

@@ -328,6 +328,18 @@ describe('configToToml', () => {
     expect(loadConfig({ file, env: {}, cwd: '/' })).toEqual(c);
   });
 
+  it('leaves out a process device\'s empty env and an HTTP device\'s empty headers (an empty header read badly), and loads back the same', () => {
+    const file = write('empty/stoker.toml', '[device.process]\ncommand = "python3"\nargs = ["dev.py"]\n[devices.api.http]\nurl = "http://127.0.0.1:9/a"\n');
+    const c = loadConfig({ file, env: {}, cwd: '/' });
+    const toml = configToToml(c);
+    expect(toml).not.toContain('[device.process.env]');
+    expect(toml).not.toContain('[devices.api.http.headers]');
+    expect(loadConfig({ file: write('empty/printed.toml', toml), env: {}, cwd: '/' })).toEqual(c);
+    // Given, they are printed.
+    const given = loadConfig({ file: write('empty/env.toml', '[device.process]\ncommand = "python3"\n[device.process.env]\nA = "1"\n'), env: {}, cwd: '/' });
+    expect(configToToml(given)).toContain('[device.process.env]\nA = "1"');
+  });
+
   it('prints environment and flag overrides as the effective values', () => {
     const c = loadConfig({ env: { STOKER_SERVER_PORT: '8123', STOKER_ENGINE_DEVICE_TIMEOUT_S: '30' }, flags: { host: 'localhost' }, cwd: dir });
     const toml = configToToml(c);
