@@ -273,6 +273,14 @@ export function buildApp(service: ApiService): FastifyInstance {
     }
     return sendProblem(reply, { type: 'internal', title: 'Internal error', status: 500, detail: `the server failed: ${err.message}` });
   });
+  // Each path's methods, as the routes below are added: a known path asked with another method is
+  // a 405 naming the ones it takes (Allow), not a 404 that says the path is not there.
+  const methodsOf = new Map<string, Set<string>>();
+  app.addHook('onRoute', (r) => {
+    const set = methodsOf.get(r.url) ?? new Set<string>();
+    for (const m of [r.method].flat()) set.add(m);
+    methodsOf.set(r.url, set);
+  });
   app.setNotFoundHandler((req, reply) =>
     sendProblem(reply, { type: 'not-found', title: 'Not found', status: 404, detail: `no route ${req.method} ${req.url.split('?')[0] ?? ''}: see GET /v1/openapi.json for the API` }),
   );
@@ -421,5 +429,12 @@ export function buildApp(service: ApiService): FastifyInstance {
     service.events.once('close', stop);
   });
 
+  for (const [url, methods] of [...methodsOf]) {
+    const allow = [...methods].join(', ');
+    const others = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].filter((m) => !methods.has(m));
+    if (others.length > 0) {
+      app.route({ method: others, url, handler: (req, reply) => sendProblem(reply.header('allow', allow), { type: 'method-not-allowed', title: 'Method not allowed', status: 405, detail: `${req.method} ${req.url.split('?')[0] ?? ''} is not served: it takes ${allow} (see GET /v1/openapi.json)` }) });
+    }
+  }
   return app;
 }

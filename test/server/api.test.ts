@@ -617,13 +617,18 @@ describe('stoker serve (shared server)', () => {
       }
     });
 
-    it('answers an unknown route or method with a 404 problem', async () => {
+    it('answers an unknown route with a 404 problem, a known one asked with another method with a 405 naming the methods it takes (it was a 404: no such path)', async () => {
       const r = await http(url, 'GET', '/v1/nope?x=1');
       expectProblem(r, 404, 'not-found');
       expect(r.body.detail).toBe('no route GET /v1/nope: see GET /v1/openapi.json for the API');
       const put = await http(url, 'PUT', '/v1/jobs', { kind: 'sleep', partitions: 1 });
-      expectProblem(put, 404, 'not-found');
-      expect(put.body.detail).toContain('PUT /v1/jobs');
+      expectProblem(put, 405, 'method-not-allowed');
+      expect(put.headers.get('allow')?.split(', ').sort()).toEqual(['GET', 'HEAD', 'POST']);
+      expect(put.body.detail).toBe('PUT /v1/jobs is not served: it takes POST, GET, HEAD (see GET /v1/openapi.json)');
+      const del = await http(url, 'DELETE', '/v1/jobs/doc-1/result');
+      expectProblem(del, 405, 'method-not-allowed');
+      expect(del.headers.get('allow')?.split(', ').sort()).toEqual(['GET', 'HEAD']);
+      expect((await http(url, 'PATCH', '/v1/jobs/doc-1')).headers.get('allow')?.split(', ').sort()).toEqual(['DELETE', 'GET', 'HEAD']);
     });
   });
 
