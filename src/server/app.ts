@@ -4,7 +4,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { MAX_PARTITIONS, type PartitionState } from '../core/index.js';
 import type { JobState } from './journal.js';
 import { openApiDocument } from './openapi.js';
@@ -431,10 +431,16 @@ export function buildApp(service: ApiService): FastifyInstance {
 
   for (const [url, methods] of [...methodsOf]) {
     const allow = [...methods].join(', ');
-    const others = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].filter((m) => !methods.has(m));
-    if (others.length > 0) {
-      app.route({ method: others, url, handler: (req, reply) => sendProblem(reply.header('allow', allow), { type: 'method-not-allowed', title: 'Method not allowed', status: 405, detail: `${req.method} ${req.url.split('?')[0] ?? ''} is not served: it takes ${allow} (see GET /v1/openapi.json)` }) });
-    }
+    const others = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'].filter((m) => !methods.has(m));
+    if (others.length === 0) continue;
+    // (Answered before the body is read: a body the path would never take is no reason for a 400 or 415. The access checks come first.)
+    const notAllowed = (req: FastifyRequest, reply: FastifyReply) => sendProblem(reply.header('allow', allow), { type: 'method-not-allowed', title: 'Method not allowed', status: 405, detail: `${req.method} ${req.url.split('?')[0] ?? ''} is not served: it takes ${allow} (see GET /v1/openapi.json)` });
+    app.route({
+      method: others,
+      url,
+      onRequest: async (req, reply) => notAllowed(req, reply),
+      handler: notAllowed,
+    });
   }
   return app;
 }

@@ -50,7 +50,7 @@ export interface SimResult {
    */
   endedBy: 'done' | 'horizon' | 'stalled';
   /**
-   * Per kind (in the scenario's order), its jobs done and their latency, submit to end (the
+   * Per kind that arrives (in the scenario's order), its jobs done and their latency, submit to end (the
    * metrics' jobLatency*, kind by kind: a small kind held behind a heavy one shows here).
    */
   byKind: KindLatency[];
@@ -108,7 +108,7 @@ class Simulation {
   private readonly kindList: Kind[];
   private readonly kindIndex: Map<string, number>;
   private readonly jobs: PlannedJob[];
-  /** Each kind's done jobs' latencies, ms (the scenario's kinds, in its order). */
+  /** Each kind's done jobs' latencies, ms (the scenario's kinds that arrive, in its order). */
   private readonly kindLatencies: Map<string, number[]>;
   private readonly window: { fromMs: number; toMs: number };
   private readonly recorder: Recorder;
@@ -167,7 +167,9 @@ class Simulation {
       kinds: Object.fromEntries(Object.entries(s.kinds).flatMap(([name, k]) => (k.prepareBatch ? [[name, { prepareBatch: { maxItems: k.prepareBatch.maxItems, maxWaitMs: k.prepareBatch.maxWaitS * 1000 } }]] : []))),
     });
     this.jobs = planArrivals(s, this.seed);
-    this.kindLatencies = new Map(Object.keys(s.kinds).map((k) => [k, []]));
+    // (The kinds that arrive, in the scenario's order: one defined but never submitted has no row.)
+    const arriving = new Set(this.jobs.map((j) => j.spec.kind));
+    this.kindLatencies = new Map(Object.keys(s.kinds).filter((k) => arriving.has(k)).map((k) => [k, []]));
     checkJobRefs(s, this.jobs, this.seed);
     this.startedAt = new Float64Array(this.jobs.length).fill(NaN);
     const capacity0 = capacityOf(this.devices);

@@ -629,6 +629,10 @@ describe('stoker serve (shared server)', () => {
       expectProblem(del, 405, 'method-not-allowed');
       expect(del.headers.get('allow')?.split(', ').sort()).toEqual(['GET', 'HEAD']);
       expect((await http(url, 'PATCH', '/v1/jobs/doc-1')).headers.get('allow')?.split(', ').sort()).toEqual(['DELETE', 'GET', 'HEAD']);
+      expectProblem(await http(url, 'OPTIONS', '/v1/status'), 405, 'method-not-allowed');
+      // Before the body is read: one the path would never take is no 415.
+      const text = await fetch(new URL('/v1/jobs', url), { method: 'PUT', headers: { 'content-type': 'text/plain' }, body: 'x' });
+      expect(text.status).toBe(405);
     });
   });
 
