@@ -154,8 +154,7 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
     devices: deviceFits.map((d) => {
       const base = (deflatedByDevice.get(d.device) as { base: number[] }).base;
       const kinds = pinned.get(d.device);
-      const named = run.deviceNames?.[d.device];
-      return { ...(named === undefined ? {} : { name: named }), workers: d.workers, service: empirical(base), contention: d.service.contention, ...(kinds ? { kinds } : {}) };
+      return { ...(d.name === undefined ? {} : { name: d.name }), workers: d.workers, service: empirical(base), contention: d.service.contention, ...(kinds ? { kinds } : {}) };
     }),
     arrivals: [...jobs]
       .filter((j) => j.kind in scenarioKinds)

@@ -211,11 +211,10 @@ class StokerPacer implements Pacer {
     // first fill, a large item — would renew itself for as long as work is queued, and the pacer
     // would be unpaced for good: waiting 132 against 7 where one item filled the budget once.)
     if (s.budgetBlocked) {
-      const held = s.preparing + s.waiting + s.onDevice;
       if (!this.budgetBound(s)) {
         this.budgetBlockedAt = s.now;
-        this.budgetHeld = held;
-      } else this.budgetHeld = Math.max(this.budgetHeld, held);
+        this.budgetHeld = inFlight;
+      } else this.budgetHeld = Math.max(this.budgetHeld, inFlight);
     }
     const saturated = s.budgetBlocked || s.preparingSteps >= s.maxPreparing || s.preparing >= this.limit.cap;
     if (dt > 0) this.waitingAvg += (1 - Math.exp(-dt / this.waitTau)) * (s.waiting - this.waitingAvg);
