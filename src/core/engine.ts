@@ -441,6 +441,9 @@ export class Engine {
     this.expireDeadlines(out); // a job submitted with a deadline already past
     this.assignDevices(out);
     this.pacer.observe(this.counters);
+    // (A pacer's limit on the workers to run at once may rise as it observes: a worker it frees
+    // starts now, not at the next event.)
+    if (this.workerLimit) this.assignDevices(out);
     const pacerWake = this.dispatch(out);
     // (Only while jobs are live: a pacer that always asks must not keep an idle engine ticking.)
     const look = this.jobs.size > 0 ? (this.pacer.observeAgainAt?.(this.counters) ?? Infinity) : Infinity;

@@ -289,6 +289,28 @@ describe('Engine: the pacer’s worker limit', () => {
     expect(limited(Infinity)).toBe(3);
   });
 
+  it('a limit that rises as the pacer observes frees a worker at that event, not the next', () => {
+    const gate = new GatePacer();
+    let limit = 1;
+    const observe = gate.observe.bind(gate);
+    const pacer = Object.assign(gate, {
+      workerLimit: () => limit,
+      // The limit rises to 2 when the pacer observes the tick at 5 (as the stoker pacer's may,
+      // after the engine has assigned the devices for that event).
+      observe: (s: Parameters<typeof observe>[0]) => {
+        observe(s);
+        if (s.now >= 5) limit = 2;
+      },
+    });
+    const r = new Run(engine({ devices: [{ workers: 3 }], pacer }));
+    r.submit(0, job('a', 3));
+    r.prepared(1, 'a:0');
+    r.prepared(1, 'a:1');
+    expect(r.e.snapshot.devices[0]!.busy).toBe(1);
+    expect(ofType(r.apply({ type: 'tick', time: 5 }), 'startDevice')).toHaveLength(1);
+    expect(r.e.snapshot.devices[0]!.busy).toBe(2);
+  });
+
   it('counts, per device, how many workers were busy on average while each item ran', () => {
     const r = new Run(engine({ devices: [{ workers: 2 }] }));
     r.submit(0, job('a', 2));
