@@ -60,7 +60,7 @@ function fetchCause(e: unknown): string {
  * be reached. `bytes`: asks for bytes first (JSON too), and a 200 of bytes is handed to it (its
  * answer is the body).
  */
-export async function call(flags: ClientFlags, method: string, path: string, body?: unknown, bytes?: (res: Response) => Promise<unknown>): Promise<{ status: number; body: unknown }> {
+export async function call(flags: ClientFlags, method: string, path: string, body?: unknown, bytes?: (res: Response) => Promise<unknown>, shape: (body: unknown) => boolean = () => true): Promise<{ status: number; body: unknown }> {
   const url = new URL(path, serverUrl(flags.server));
   let res: Response;
   try {
@@ -92,8 +92,16 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     // (The detail may say when to retry itself: then once.) A 429 is "later", as a 5xx: exit 1.
     throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 && res.status !== 429 ? 2 : 1, res.status === 502 || res.status === 503 || res.status === 504);
   }
+  // Something else on that port that answers 200 to anything: said so, not read as a job or a status.
+  if (!shape(parsed)) throw new ClientError(`${method} ${url.pathname} answered ${res.status}: ${notStoker(text, flags.server)}`, 2);
   return { status: res.status, body: parsed };
 }
+
+const record = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+/** What a stoker server answers, as far as the client reads it: a job's view or its result (an id and a state), the status, a trace. */
+const isJob = (v: unknown) => record(v) && typeof v['id'] === 'string' && typeof v['state'] === 'string';
+const isStatus = (v: unknown) => record(v) && record(v['jobs']) && record(v['partitions']) && record(v['pacer']) && Array.isArray(v['devices']) && record(v['budget']);
+export const isTrace = (v: unknown) => record(v) && Array.isArray(v['traceEvents']);
 
 const show = (io: Io, v: unknown) => io.out(`${JSON.stringify(v, null, 2)}\n`);
 
@@ -141,7 +149,7 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
   }
   const deadline = flags.deadline === undefined ? undefined : /^\d+$/.test(flags.deadline) ? Number(flags.deadline) : flags.deadline;
   const body = { kind: flags.kind, ...(flags.partitions === undefined ? {} : { partitions: Number(flags.partitions) }), ...(flags.id ? { id: flags.id } : {}), ...(flags.priority ? { priority: flags.priority } : {}), ...(input === undefined ? {} : { input }), ...(deadline === undefined ? {} : { deadline }) };
-  const r = await call(flags, 'POST', 'v1/jobs', body);
+  const r = await call(flags, 'POST', 'v1/jobs', body, undefined, isJob);
   if (flags.json) return show(io, r.body);
   const job = r.body as { id: string; state: string };
   io.out(`${r.status === 202 ? 'accepted' : 'already submitted'}: ${job.id} (${job.state})\n`);
@@ -158,10 +166,10 @@ function readInput(file: string): string {
 /** `stoker status [id]`: the engine, or one job. */
 export async function statusCommand(id: string | undefined, flags: ClientFlags, io: Io): Promise<void> {
   if (id !== undefined) {
-    const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`);
+    const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`, undefined, undefined, isJob);
     return show(io, r.body);
   }
-  const r = await call(flags, 'GET', 'v1/status');
+  const r = await call(flags, 'GET', 'v1/status', undefined, undefined, isStatus);
   if (flags.json) return show(io, r.body);
   io.out(statusText(r.body as StatusBody));
 }
@@ -227,7 +235,7 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
     const end = await followProgress(id, flags, io, deadline);
     if (end) {
       // What `wait` prints without --progress (the result's shape, not the job's view): a script reads one shape.
-      const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result`, undefined, bytes);
+      const r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result`, undefined, bytes, isJob);
       return ended(r.body as { state: string });
     }
     io.err(`job ${id} is still running after --timeout ${flags.timeout}\n`);
@@ -241,7 +249,7 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
     const waitMs = Math.max(0, Math.min(60_000, Math.ceil(left)));
     let r: { status: number; body: unknown };
     try {
-      r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result?wait=${waitMs}ms`, undefined, bytes);
+      r = await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}/result?wait=${waitMs}ms`, undefined, bytes, isJob);
     } catch (e) {
       // Reached once, then gone or not answering (a restart: the job resumes there): waited for,
       // until --timeout. (Never reached: a wrong --server, said at once.)
@@ -284,7 +292,7 @@ async function streamResult(res: Response, file: string, io: Io): Promise<{ resu
 
 /** The rest of a done job's …/result answer (id, state, error, finishedAt), from its view. */
 async function resultFields(flags: ClientFlags, id: string): Promise<{ id: string; state: string; error: unknown; finishedAt: unknown }> {
-  const v = (await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`)).body as { id: string; state: string; error: unknown; finishedAt: unknown };
+  const v = (await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`, undefined, undefined, isJob)).body as { id: string; state: string; error: unknown; finishedAt: unknown };
   return { id: v.id, state: v.state, error: v.error, finishedAt: v.finishedAt };
 }
 
@@ -341,7 +349,7 @@ async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: 
   let lastLine = '';
   let away = false;
   // (Unreachable, no token, no such job: said at once, in the words of every other command.)
-  await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`);
+  await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`, undefined, undefined, isJob);
   const say = (line: string) => {
     // (A drawn progress line is ended first; the next one is drawn anew.)
     if (tty && lastLine) io.err('\n');
@@ -401,7 +409,7 @@ async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: 
 
 /** `stoker cancel <id>`. */
 export async function cancelCommand(id: string, flags: ClientFlags, io: Io): Promise<void> {
-  const r = await call(flags, 'DELETE', `v1/jobs/${encodeURIComponent(id)}`);
+  const r = await call(flags, 'DELETE', `v1/jobs/${encodeURIComponent(id)}`, undefined, undefined, isJob);
   if (flags.json) return show(io, r.body);
   io.out(`${id}: ${(r.body as { state: string }).state}\n`);
 }
@@ -417,7 +425,7 @@ export interface TraceExportFlags {
 /** `stoker trace export`: the server's recent timeline as Chrome trace JSON (opens in Perfetto), on stdout or to a file. */
 export async function traceExportCommand(flags: TraceExportFlags, io: Io): Promise<void> {
   const ms = durationMs(flags.since, '--since');
-  const r = await call(flags, 'GET', `v1/trace?since=${Math.round(ms)}ms`);
+  const r = await call(flags, 'GET', `v1/trace?since=${Math.round(ms)}ms`, undefined, undefined, isTrace);
   const text = `${JSON.stringify(r.body)}\n`;
   if (flags.output === undefined) return io.out(text);
   try {

@@ -10,7 +10,7 @@ import { fromChromeTrace } from '../report/chrome-trace.js';
 import { renderPlanHtml } from '../report/plan-html.js';
 import { checkOutputFile, writeOutputFile } from './commands.js';
 import { UsageError, type Io } from './io.js';
-import { call, ClientError, durationMs } from './client-commands.js';
+import { call, ClientError, durationMs, isTrace } from './client-commands.js';
 import { formatBytes as bytes, formatMetric, formatTable } from './table.js';
 
 export interface PlanFlags {
@@ -129,7 +129,7 @@ const STEADY_NOTE = 'occupancy and waiting read – where the simulated runs are
 async function fromServer(flags: PlanFlags): Promise<{ scenario: Scenario; fit: FitReport }> {
   const server = flags.server as string;
   const ms = durationMs(flags.since ?? '30m', '--since');
-  const r = await call({ server, ...(flags.tokenFile === undefined ? {} : { tokenFile: flags.tokenFile }) }, 'GET', `v1/trace?since=${Math.round(ms)}ms`);
+  const r = await call({ server, ...(flags.tokenFile === undefined ? {} : { tokenFile: flags.tokenFile }) }, 'GET', `v1/trace?since=${Math.round(ms)}ms`, undefined, undefined, isTrace);
   if (r.status !== 200) throw new ClientError(`GET ${server}/v1/trace answered ${r.status}: ${JSON.stringify(r.body)}`, 1);
   return fitted(r.body, `${server}'s last ${flags.since ?? '30m'}`);
 }

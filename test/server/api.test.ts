@@ -807,6 +807,8 @@ describe('stoker serve (shared server)', () => {
       // Something else on the port: an HTML page (its first line, not the page), or 429 Too Many Requests (later: exit 1).
       const fake = createServer((req, res) => {
         if (req.url?.includes('busy')) return res.writeHead(429, { 'content-type': 'application/problem+json', 'retry-after': '7' }).end(JSON.stringify({ title: 'Too many pending jobs', detail: '10000 jobs are pending' }));
+        // (A service of another kind that answers 200 with JSON to anything, on /ok/….)
+        if (req.url?.startsWith('/ok/')) return res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"service":"resize"}');
         res.writeHead(404, { 'content-type': 'text/html' }).end(`<!DOCTYPE html>\n<html><head><title>Not here</title></head><body>${'<p>filler</p>'.repeat(500)}</body></html>`);
       });
       await new Promise<void>((r) => fake.listen(0, '127.0.0.1', r));
@@ -815,6 +817,13 @@ describe('stoker serve (shared server)', () => {
         const html = await cli(['status', '--server', base]);
         expect(html.code).toBe(2);
         expect(html.stderr).toMatch(/^error: 404 Not Found: Not here \(not a stoker answer: is http:\/\/127\.0\.0\.1:\d+ a stoker server\?\)\n$/);
+        // 200 with JSON that is no stoker answer: said so (it read `devices` of nothing before, or
+        // printed the foreign JSON as the job and exited 0), for every command that reads an answer.
+        for (const args of [['status'], ['status', 'job-1'], ['wait', 'job-1'], ['cancel', 'job-1'], ['submit', '-k', 'sleep']]) {
+          const ok = await cli([...args, '--server', `${base}/ok/`]);
+          expect(ok.code, args.join(' ')).toBe(2);
+          expect(ok.stderr, args.join(' ')).toMatch(/^error: (GET|POST|DELETE) \/ok\/v1\/\S+ answered 200: \{"ok":true,"service":"resize"\} \(not a stoker answer: is http:\/\/127\.0\.0\.1:\d+\/ok\/ a stoker server\?\)\n$/);
+        }
         const busy = await cli(['status', '--server', base, 'busy']);
         expect(busy.code).toBe(1);
         expect(busy.stderr).toBe('error: 429 Too many pending jobs: 10000 jobs are pending (retry after 7 s)\n');
