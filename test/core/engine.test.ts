@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   Engine,
+  createStokerPacer,
   createUnpacedPacer,
   createWindowPacer,
   normalizeJob,
@@ -1429,6 +1430,27 @@ describe('devices that name their kinds', () => {
     const plain = new Run(engine());
     plain.submit(0, job('p', 1));
     expect(plain.e.snapshot.devices[0]?.eligible).toBeUndefined();
+  });
+
+  it('the stoker pacer still reports what it measured once no device has work (it plans with none then)', () => {
+    const pacer = createStokerPacer();
+    const r = new Run(engine({ devices: [{ workers: 1, kinds: ['gpu'] }, { workers: 1, kinds: ['cpu'] }], pacer }));
+    r.submit(0, job('g1', 1, { kind: 'gpu' }));
+    r.prepared(10, 'g1:0');
+    r.done(110, 'g1:0', 100);
+    expect(r.e.snapshot.devices.map((d) => d.eligible)).toEqual([false, false]);
+    // 1 worker ÷ 100 ms: 10/s — not null, as while a job lived (an operator's capacity gauge read
+    // 0 and the kind's series vanished whenever the server went idle).
+    const st = pacer.state();
+    expect(st.ratePerSec).toBeCloseTo(10, 9);
+    expect(st.kinds).toEqual([{ name: 'gpu', estimatedPerSec: expect.closeTo(10, 9) as number }]);
+    expect(st.devices?.map((d) => d.estimatedPerSec)).toEqual([expect.closeTo(10, 9), null]);
+    // A device that does not run the plan's kind shows its time for a kind it runs (it read null).
+    r.submit(200, job('c1', 1, { kind: 'cpu' }));
+    r.prepared(210, 'c1:0');
+    r.done(260, 'c1:0', 50);
+    r.submit(300, job('g2', 2, { kind: 'gpu' }));
+    expect(pacer.state().devices?.map((d) => d.estimatedPerSec)).toEqual([expect.closeTo(10, 9), expect.closeTo(20, 9)]);
   });
 
   it('refuses a job of a kind no device runs, and kinds that are not a list of names', () => {

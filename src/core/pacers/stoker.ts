@@ -24,6 +24,14 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
   return new StokerPacer(options);
 }
 
+/** A device's service time as state() shows it: for the plan's kind, else (a device that does not run it) for the first kind it has measured; NaN: none. */
+function shownServiceMs(d: DeviceEstimate, ref: number): number {
+  const own = d.services[ref]?.serviceMs ?? 0;
+  if (own > 0) return own;
+  for (const v of d.services) if ((v?.serviceMs ?? 0) > 0) return (v as ServiceEstimate).serviceMs;
+  return NaN;
+}
+
 class StokerPacer implements Pacer {
   readonly name = 'stoker';
   // Options.
@@ -97,6 +105,14 @@ class StokerPacer implements Pacer {
    * (its λ, read from the first samples, often reads high: on seed, peak memory 79 → 99 GiB).
    */
   private starveBelow = 0;
+  /**
+   * The capacity the estimates give (items/ms), in all and per kind, while the plan has none (idle,
+   * where devices name their kinds: no device has work, and the plan counts none): every device's
+   * for the kinds it runs (see believe). The estimates stand, and state() reports them (an
+   * operator's capacity gauge read 0, and a kind's series vanished, whenever the server went idle).
+   */
+  private believed = 0;
+  private readonly believedByKind: number[] = [];
   /** First dispatch of the current busy period. */
   private busySince = NaN;
   /** Preparations completed when the busy period began. */
@@ -196,6 +212,7 @@ class StokerPacer implements Pacer {
     this.observeDevices(s, dt, keep);
     this.observeLatency(s);
     this.plan.estimate(s, this.devices);
+    if (!(this.plan.lambda > 0)) this.believe(s);
     // (The counters a pacer finds at its first snapshot were not drained in its time.)
     const done = this.plan.completedSince(s);
     this.drained = this.drained * keep + (first ? 0 : done / this.occTau);
@@ -291,6 +308,25 @@ class StokerPacer implements Pacer {
     return this.budgetBound(s) && (s.preparing + s.waiting + s.onDevice < this.budgetHeld || this.plan.inventory(s) < this.inventoryTarget);
   }
 
+  /** believed and believedByKind from every device's estimates, as the plan makes them but for devices with no work (the plan has none to count). */
+  private believe(s: ReadonlySnapshot): void {
+    let all = 0;
+    for (let k = 0; k < Math.max(1, s.kinds.length); k++) {
+      const runsOn = s.kinds[k]?.devices ?? null;
+      let rate = 0;
+      for (let i = 0; i < this.devices.length; i++) {
+        if (runsOn && !runsOn.includes(i)) continue;
+        const d = this.devices[i] as DeviceEstimate;
+        let ms = batchItemMs(d, k);
+        if (!(ms > 0)) ms = d.services[k]?.serviceMs ?? NaN;
+        if (ms > 0) rate += (plannedWorkers(d) / ms) * d.correction;
+      }
+      if (rate > 0) this.believedByKind[k] = rate;
+      if (k === this.plan.ref) all = rate;
+    }
+    if (all > 0) this.believed = all;
+  }
+
   /** When the preparation limiter may decide to take over with no event in between (PrepareLimit.checkAt). */
   observeAgainAt(): number {
     return this.limit.checkAt;
@@ -313,12 +349,12 @@ class StokerPacer implements Pacer {
     const ref = this.plan.ref;
     const st: PacerState = {
       mode: this.mode,
-      ratePerSec: this.plan.lambda > 0 ? this.plan.lambda * 1000 : null,
+      ratePerSec: this.plan.lambda > 0 ? this.plan.lambda * 1000 : this.believed > 0 ? this.believed * 1000 : null,
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
       terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.limit.cap) ? { prepareLimit: this.limit.cap } : {}), ...(this.limit.state && Number.isFinite(this.limit.state.best) ? { prepareLimitBest: this.limit.state.best } : {}), ...(this.plan.doubt < 1 ? { rateDoubt: this.plan.doubt } : {}) },
       devices: this.devices.map((d) => {
         const fitted = batchItemMs(d);
-        const ms = fitted > 0 ? fitted : (d.services[ref]?.serviceMs ?? NaN);
+        const ms = fitted > 0 ? fitted : shownServiceMs(d, ref);
         const out: NonNullable<PacerState['devices']>[number] = {
           estimatedPerSec: ms > 0 ? (Math.min(d.lastWorkers, d.limit) / ms) * 1000 : null,
           observedRatio: Number.isNaN(d.checkRatio) ? null : d.checkRatio,
@@ -329,7 +365,10 @@ class StokerPacer implements Pacer {
         return out;
       }),
     };
-    if (this.kindNames.length > 0) st.kinds = this.kindNames.map((name, k) => ({ name, estimatedPerSec: (this.plan.rates[k] ?? 0) > 0 ? (this.plan.rates[k] as number) * 1000 : null }));
+    if (this.kindNames.length > 0) {
+      const rates = this.plan.lambda > 0 ? this.plan.rates : this.believedByKind;
+      st.kinds = this.kindNames.map((name, k) => ({ name, estimatedPerSec: (rates[k] ?? 0) > 0 ? (rates[k] as number) * 1000 : null }));
+    }
     return st;
   }
 
