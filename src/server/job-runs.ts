@@ -34,6 +34,8 @@ export class JobRuns {
   /** Jobs marked running by this run (at their first partition's start). */
   /** Jobs started here, and when (epoch ms): a view shows them running from then, before the journal has recorded it. */
   private readonly started = new Map<string, number>();
+  /** Of those, the jobs whose start a full journal did not take: the journal has them queued, readers running. */
+  private readonly startsKept = new Set<string>();
   /** Live jobs: the job's partition behind each engine partition of this run (null: the same partition). */
   private readonly runs = new Map<string, readonly number[] | null>();
   /** Resumed jobs (engine partition i is the job's partition run[i]): kept after the end for the timeline. */
@@ -53,7 +55,14 @@ export class JobRuns {
     if (this.started.has(jobId)) return;
     const at = Date.now();
     this.started.set(jobId, at);
-    this.later(() => this.p.journal.markRunning(jobId, at), () => this.p.emit({ type: 'job.started', id: jobId }));
+    this.startsKept.add(jobId);
+    this.later(
+      () => this.p.journal.markRunning(jobId, at),
+      (_, ok) => {
+        if (ok) this.startsKept.delete(jobId);
+        this.p.emit({ type: 'job.started', id: jobId });
+      },
+    );
   }
 
   /**
@@ -212,6 +221,7 @@ export class JobRuns {
     if (r.ok) {
       // (Until its end is in the journal, a view shows it started: forgotten before, a job read running, queued, done.)
       this.started.delete(id);
+      this.startsKept.delete(id);
       // (Its view: the announcement needs no result — one of 128 MiB read back whole held the event loop a second.)
       const job = this.p.journal.view(id);
       if (r.value && job) this.p.announce(job, job.finishedAt ?? Date.now(), outcome);
@@ -231,14 +241,28 @@ export class JobRuns {
    * A journal write that can wait for the next group commit (the state it records is in memory
    * meanwhile); on a full disk it is skipped (see ignoreFull), `then` gets undefined.
    */
-  private later<T>(write: () => T, then: (value: T | undefined) => void): void {
+  private later<T>(write: () => T, then: (value: T | undefined, ok: boolean) => void): void {
     if (this.journalClosed) return;
     this.p.commits.add({
       write,
       after: (r) => {
         if (!r.ok && !isJournalError(r.error, 'E_JOURNAL_FULL')) throw r.error;
-        then(r.ok ? r.value : undefined);
+        then(r.ok ? r.value : undefined, r.ok);
       },
     });
+  }
+
+  /**
+   * The jobs whose view another state than their journal row's (see {@link overlay}): started
+   * here while a full journal kept their start out (the row says queued), and — where ends are
+   * recorded elsewhere too — ended with their end kept out. Empty but while the journal is full.
+   */
+  overlaid(): string[] {
+    return [...this.startsKept, ...this.pending.ids()];
+  }
+
+  /** The jobs started here that the journal still has queued (see {@link overlaid}). */
+  get startsUnrecorded(): ReadonlySet<string> {
+    return this.startsKept;
   }
 }

@@ -54,6 +54,11 @@ export class PendingEnds {
     }
   }
 
+  /** The jobs whose ends are kept where readers see them (recorded elsewhere too: see {@link overlay}). */
+  ids(): string[] {
+    return this.recordedElsewhere ? [...this.ends.keys()] : [];
+  }
+
   /** How many ends are kept, not yet journaled. */
   get size(): number {
     return this.ends.size;

@@ -347,9 +347,33 @@ export class Service {
     return j && this.view(j, Infinity, page, full);
   }
 
-  /** Recently submitted jobs, newest first (at most `limit`; only those in `states` when given). */
+  /**
+   * Recently submitted jobs, newest first (at most `limit`; only those in `states` when given),
+   * each in the state its view shows. While a full journal keeps some starts (or ends) out, a row's
+   * state is not always its view's: those jobs are read besides and filtered as their views say (a
+   * started job listed under `state=queued`, its own view running).
+   */
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): JobView[] {
-    return this.journal.list(options).map((j) => this.view(this.runs.overlay(j), LIST_STATES_MAX));
+    const overlaid = options.states === undefined ? [] : this.runs.overlaid();
+    const limit = options.limit ?? 50;
+    let rows = this.journal.list(overlaid.length === 0 ? options : { ...options, limit: limit + overlaid.length }).map((j) => this.runs.overlay(j));
+    if (overlaid.length > 0) {
+      const states = new Set(options.states);
+      const listed = new Set(rows.map((j) => j.id));
+      const more = overlaid.flatMap((id) => (listed.has(id) ? [] : [this.journal.view(id)])).flatMap((j) => (j ? [this.runs.overlay(j)] : []));
+      rows = [...rows, ...more].filter((j) => states.has(j.state)).sort((a, b) => b.submittedAt - a.submittedAt).slice(0, limit);
+    }
+    return rows.map((j) => this.view(j, LIST_STATES_MAX));
+  }
+
+  /**
+   * Jobs by state as their views show them: the journal's counts, with the starts a full journal
+   * kept out counted running (see {@link jobs}; the ends a cluster node keeps out are not).
+   */
+  private stateCounts(): Record<JobState, number> {
+    const counts = this.journal.counts();
+    const n = this.runs.startsUnrecorded.size;
+    return n === 0 ? counts : { ...counts, queued: counts.queued - n, running: counts.running + n };
   }
 
   /** The timeline of the last `sinceMs` (spans that ended in it or still run, samples in it), times in epoch ms. */
@@ -419,7 +443,7 @@ export class Service {
       snapshot: engine.snapshot,
       workerBusyMs: this.runtime.workerBusyMs(),
       workerStates: this.workerStates(),
-      jobCounts: this.journal.counts(),
+      jobCounts: this.stateCounts(),
       byKind: this.partitionsByKind(),
       uptimeS: (Date.now() - this.startedAt) / 1000,
       closing: this.closing,
@@ -468,9 +492,14 @@ export class Service {
     return this.runtime.status().pacer;
   }
 
-  /** Jobs in the journal by kind and state (for metrics). */
+  /** Jobs by kind and state (for metrics), as {@link stateCounts} counts them. */
   jobCounts(): { kind: string; state: JobState; count: number }[] {
-    return this.journal.countsByKind();
+    const counts = this.journal.countsByKind();
+    for (const id of this.runs.startsUnrecorded) {
+      const kind = this.journal.view(id)?.kind;
+      for (const c of counts) if (c.kind === kind && (c.state === 'queued' || c.state === 'running')) c.count += c.state === 'queued' ? -1 : 1;
+    }
+    return counts;
   }
 
   /** Journal writes refused for a full journal since the start (for metrics). */

@@ -460,6 +460,17 @@ it('a full journal (journal.maxBytes) answers submits 507 and keeps going: an en
       if (view.state !== 'done' && (view.partitionCounts?.done ?? 0) > 0) expect(view.state, id).toBe('running');
     }
     console.log(`full journal: ${JSON.stringify(Object.fromEntries(states))} of ${accepted.length} accepted`);
+    // Listed and counted by state as each job's view says (a job whose start the full journal kept
+    // out was listed under state=queued, and counted queued, while its own view said running).
+    const viewed = new Map<string, string>();
+    for (const id of accepted) viewed.set(id, (await http(s.url, 'GET', `/v1/jobs/${id}`)).body.state as string);
+    const counted = (await http(s.url, 'GET', '/v1/status')).body.jobs as Record<string, number>;
+    for (const state of ['queued', 'running', 'done']) {
+      const listed = ((await http(s.url, 'GET', `/v1/jobs?state=${state}&limit=1000`)).body as { id: string; state: string }[]).filter((j) => accepted.includes(j.id));
+      expect(listed.every((j) => j.state === state), state).toBe(true);
+      expect(listed.map((j) => j.id).sort(), state).toEqual(accepted.filter((id) => viewed.get(id) === state).sort());
+      expect(counted[state], state).toBe(listed.length);
+    }
     expect((await http(s.url, 'GET', '/v1/status')).status).toBe(200);
     expect(s.child.exitCode).toBeNull();
   } finally {
