@@ -6,6 +6,16 @@ const LINES = 20;
 const WINDOW_MS = 60_000;
 
 /**
+ * A reason as one log line: control characters escaped (\n, \x00…). A reason quotes what the
+ * device said — an endpoint's body, a process's last stderr — and a NUL in it made the whole log a
+ * "binary file" to grep; a newline, a line of its own.
+ */
+function printable(text: string): string {
+  // eslint-disable-next-line no-control-regex -- control characters are what it finds
+  return text.replace(/[\u0000-\u001f\u007f]/g, (c) => (c === '\n' ? '\\n' : c === '\t' ? '\\t' : c === '\r' ? '\\r' : `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`));
+}
+
+/**
  * The server log's lines for failed steps (a retried failure leaves no other trace but the
  * counter): one per failure, at most LINES a minute; the rest are counted and said once the
  * minute is over.
@@ -20,7 +30,7 @@ export class FailureLog {
   /** `device`: the device's name, for a device step. */
   failed(f: StepFailure, device: string | undefined): void {
     const where = f.stage === 'prepare' ? 'in preparation' : `on device ${JSON.stringify(device ?? String(f.device))}${f.worker === undefined ? '' : `/${f.worker}`}`;
-    this.limit.line(`stoker serve: job ${JSON.stringify(f.jobId)} partition ${f.partition} failed ${where} (attempt ${f.attempt}): ${f.reason} — ${f.retried ? 'it is prepared again' : 'its job fails'}`);
+    this.limit.line(`stoker serve: job ${JSON.stringify(f.jobId)} partition ${f.partition} failed ${where} (attempt ${f.attempt}): ${printable(f.reason)} — ${f.retried ? 'it is prepared again' : 'its job fails'}`);
   }
 
   /** Says how many failures went unlogged, once their minute is over (call it every second or so: the failures may have stopped). */

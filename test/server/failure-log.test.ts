@@ -26,6 +26,12 @@ describe('FailureLog', () => {
     expect(lines.slice(20)).toEqual(['stoker serve: 11 more failed steps in that minute were not logged (stoker_step_failures_total counts every one)', 'stoker serve: job "j" partition 31 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again']);
   });
 
+  it('escapes control characters in the reason: an endpoint body with a NUL made the log a binary file to grep, a newline split the line', () => {
+    const lines: string[] = [];
+    new FailureLog((l) => lines.push(l)).failed(failure(0, { reason: 'POST http://x answered 500: \u0000\uFFFDoops\nsecond\tline\u001b[31m' }), 'gpu');
+    expect(lines).toEqual(['stoker serve: job "j" partition 0 failed on device "gpu"/1 (attempt 1): POST http://x answered 500: \\x00\uFFFDoops\\nsecond\\tline\\x1b[31m — it is prepared again']);
+  });
+
   it('says the count once the minute is over even where no failure comes after (flush, called every second)', () => {
     const lines: string[] = [];
     let now = 0;
