@@ -47,7 +47,11 @@ export class JobRuns {
   private runtimeFailed = false;
 
   constructor(private readonly p: JobRunsParts) {
-    this.pending = new PendingEnds(p.journal, p.endsRecordedElsewhere, p.announce);
+    // (An end that lands later: the journal has the job ended, started or not.)
+    this.pending = new PendingEnds(p.journal, p.endsRecordedElsewhere, p.announce, (id) => {
+      this.started.delete(id);
+      this.startsKept.delete(id);
+    });
   }
 
   /** A partition of the job starts preparing: the first one marks the job running. */
@@ -55,11 +59,11 @@ export class JobRuns {
     if (this.started.has(jobId)) return;
     const at = Date.now();
     this.started.set(jobId, at);
-    this.startsKept.add(jobId);
     this.later(
       () => this.p.journal.markRunning(jobId, at),
       (_, ok) => {
-        if (ok) this.startsKept.delete(jobId);
+        // (A resumed job's row may say running already: only a queued one is kept out.)
+        if (!ok && this.started.has(jobId) && this.p.journal.view(jobId)?.state === 'queued') this.startsKept.add(jobId);
         this.p.emit({ type: 'job.started', id: jobId });
       },
     );

@@ -23,6 +23,8 @@ export class PendingEnds {
     /** See `Service.open`. */
     private readonly recordedElsewhere: boolean,
     private readonly announce: Announce,
+    /** A kept end is in the journal now (or moot: the job is gone). */
+    private readonly landed: (id: string) => void = () => {},
   ) {}
 
   /** Keeps the end of a job the journal could not take, until it lands (a job already ended, or kept, is left as it is). */
@@ -45,6 +47,7 @@ export class PendingEnds {
         if (!isJournalError(e, 'E_JOURNAL_UNKNOWN_JOB')) throw e;
       }
       this.ends.delete(id);
+      this.landed(id);
       const j = landed && !this.recordedElsewhere ? this.journal.get(id) : undefined;
       if (j) this.announce(j, j.finishedAt ?? Date.now(), outcome);
     }
