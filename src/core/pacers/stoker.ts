@@ -281,7 +281,7 @@ class StokerPacer implements Pacer {
     }
     // At the preparation limit a preparation ends before the next may start (so one is in flight).
     if (s.preparing >= this.limit.cap) return Infinity;
-    if (this.credit >= 1 || this.bypass(s) || this.plan.inventory(s) < this.starveBelow) return s.now;
+    if (this.credit >= 1 || this.bypass(s) || this.starving(s, 0)) return s.now;
     return this.rate > 0 ? s.now + (1 - this.credit) / this.rate : Infinity;
   }
 
@@ -327,6 +327,11 @@ class StokerPacer implements Pacer {
     if (all > 0) this.believed = all;
   }
 
+  /** Whether the inventory, less `sent` items just dispatched, is under starveBelow (none with one kind: no inventory to count). */
+  private starving(s: ReadonlySnapshot, sent: number): boolean {
+    return this.starveBelow > 0 && this.plan.inventory(s) - sent < this.starveBelow;
+  }
+
   /** When the preparation limiter may decide to take over with no event in between (PrepareLimit.checkAt). */
   observeAgainAt(): number {
     return this.limit.checkAt;
@@ -340,7 +345,7 @@ class StokerPacer implements Pacer {
     }
     // (Dispatched past the rate while the budget binds, or below starveBelow — counted with the item
     // just sent — no debt to pay back once it no longer does.)
-    this.credit = this.budgetBound(s) || this.plan.inventory(s) < this.starveBelow + 1 ? Math.max(0, this.credit - 1) : this.credit - 1;
+    this.credit = this.budgetBound(s) || this.starving(s, 1) ? Math.max(0, this.credit - 1) : this.credit - 1;
     if (s.now === this.plannedAt) this.rerate(s);
     else this.recompute(s);
   }
