@@ -100,9 +100,11 @@ class StokerPacer implements Pacer {
    * takes latencies): dispatch follows the queue, and when a slower or heavier kind's turn comes
    * the inventory in its items drops at once, and the devices live meanwhile on what quicker
    * kinds left in flight. Blocks of kinds 0.4–2 s apart under a binding budget (zk-blocks in
-   * test/sim/regimes.test.ts): 0.977 → 0.993 of unpaced's throughput over 10 seeds; mixed-kinds
-   * 0.992 → 0.999 of capacity. Not with one kind: there a fill from empty is the head start's
-   * (its λ, read from the first samples, often reads high: on seed, peak memory 79 → 99 GiB).
+   * test/sim/regimes.test.ts): 0.977 → 0.989 of unpaced's throughput over 10 seeds; mixed-kinds
+   * 0.992 → 1.001 of capacity. Only while another kind than the plan's is queued or in flight, and
+   * two planned latencies into the busy period: a fill from empty is the head start's (its λ, read
+   * from the first samples, often reads high — on seed, peak memory 80 → 99 GiB, and so where one
+   * item of another kind ran beside it, 57–63 dispatched back to back).
    */
   private starveBelow = 0;
   /**
@@ -325,6 +327,19 @@ class StokerPacer implements Pacer {
       if (k === this.plan.ref) all = rate;
     }
     if (all > 0) this.believed = all;
+  }
+
+  /**
+   * Whether a kind other than the plan's has partitions queued or in flight (a snapshot made by
+   * hand, with no queued counts: any other kind): `s.kinds` is every kind ever submitted.
+   */
+  private otherKindLive(s: ReadonlySnapshot): boolean {
+    for (let k = 0; k < s.kinds.length; k++) {
+      if (k === this.plan.ref) continue;
+      const c = s.kinds[k] as ReadonlySnapshot['kinds'][number];
+      if ((c.queued ?? 1) + c.preparing + c.waiting + c.onDevice > 0) return true;
+    }
+    return false;
   }
 
   /** Whether the inventory, less `sent` items just dispatched, is under starveBelow (none with one kind: no inventory to count). */
@@ -638,7 +653,7 @@ class StokerPacer implements Pacer {
     // The latency's share at λ less its doubt on a skewed device (KindPlan.skewAllowances): read from a
     // few samples, its rate reads high more often than not, and the surplus would arrive a latency later.
     this.inventoryTarget = lambda * doubt * (lat + this.margin) + stock + onDevices + this.plan.waitTarget + this.integral;
-    this.starveBelow = s.kinds.length > 1 && !this.plan.apart ? lambda * doubt * lat + onDevices : 0;
+    this.starveBelow = !this.plan.apart && s.now - this.busySince >= 2 * lat && this.otherKindLive(s) ? lambda * doubt * lat + onDevices : 0;
     // What the devices drain: λ by their occupancy; with a skewed device (a stock), what they were
     // seen to complete where more — its run of short items takes more than λ, and what it took
     // must be replaced (capped at the estimate, the pipeline stays that much short, and the device
