@@ -1449,8 +1449,23 @@ describe('devices that name their kinds', () => {
     r.submit(200, job('c1', 1, { kind: 'cpu' }));
     r.prepared(210, 'c1:0');
     r.done(260, 'c1:0', 50);
-    r.submit(300, job('g2', 2, { kind: 'gpu' }));
+    r.submit(300, job('g2', 1, { kind: 'gpu' }));
     expect(pacer.state().devices?.map((d) => d.estimatedPerSec)).toEqual([expect.closeTo(10, 9), expect.closeTo(20, 9)]);
+    // While only gpu has work, the cpu kind keeps its figure (its series vanished: the plan counts no device without work).
+    expect(pacer.state().kinds).toEqual([
+      { name: 'gpu', estimatedPerSec: expect.closeTo(10, 9) as number },
+      { name: 'cpu', estimatedPerSec: expect.closeTo(20, 9) as number },
+    ]);
+    r.prepared(310, 'g2:0');
+    r.done(410, 'g2:0', 100);
+    // Idle, kinds on devices of their own: every device counts, as the plan counts them (10 + 20).
+    expect(pacer.state().ratePerSec).toBeCloseTo(30, 9);
+    // No worker left (once a latency has passed: the plan keeps a lost worker that long): none, not the last figure.
+    r.apply({ type: 'workerLost', time: 520, device: 0, worker: 0 });
+    r.apply({ type: 'workerLost', time: 520, device: 1, worker: 0 });
+    r.apply({ type: 'tick', time: 60_000 });
+    expect(pacer.state().ratePerSec).toBeNull();
+    expect(pacer.state().kinds?.map((k) => k.estimatedPerSec)).toEqual([null, null]);
   });
 
   it('refuses a job of a kind no device runs, and kinds that are not a list of names', () => {

@@ -214,7 +214,7 @@ class StokerPacer implements Pacer {
     this.observeDevices(s, dt, keep);
     this.observeLatency(s);
     this.plan.estimate(s, this.devices);
-    if (!(this.plan.lambda > 0)) this.believe(s);
+    if (this.planMissesKind()) this.believe(s);
     // (The counters a pacer finds at its first snapshot were not drained in its time.)
     const done = this.plan.completedSince(s);
     this.drained = this.drained * keep + (first ? 0 : done / this.occTau);
@@ -323,10 +323,36 @@ class StokerPacer implements Pacer {
         if (!(ms > 0)) ms = d.services[k]?.serviceMs ?? NaN;
         if (ms > 0) rate += (plannedWorkers(d) / ms) * d.correction;
       }
-      if (rate > 0) this.believedByKind[k] = rate;
+      // (0 where no worker is left: shown as none, not the last figure.)
+      this.believedByKind[k] = rate;
       if (k === this.plan.ref) all = rate;
     }
-    if (all > 0) this.believed = all;
+    // Kinds on devices of their own: every device, each at its mean over the kinds it measured (as the plan counts them).
+    if (this.plan.apart) {
+      all = 0;
+      for (const d of this.devices) {
+        let ms = batchItemMs(d);
+        if (!(ms > 0)) {
+          let sum = 0;
+          let n = 0;
+          for (const v of d.services) {
+            if (!((v?.serviceMs ?? 0) > 0)) continue;
+            sum += (v as ServiceEstimate).serviceMs;
+            n++;
+          }
+          ms = n > 0 ? sum / n : NaN;
+        }
+        if (ms > 0) all += (plannedWorkers(d) / ms) * d.correction;
+      }
+    }
+    this.believed = all;
+  }
+
+  /** Whether the plan has no rate for some kind (or none at all): believe() gives state() one from the estimates. */
+  private planMissesKind(): boolean {
+    if (!(this.plan.lambda > 0)) return true;
+    for (let k = 0; k < this.kindNames.length; k++) if (!((this.plan.rates[k] ?? 0) > 0)) return true;
+    return false;
   }
 
   /**
@@ -386,8 +412,8 @@ class StokerPacer implements Pacer {
       }),
     };
     if (this.kindNames.length > 0) {
-      const rates = this.plan.lambda > 0 ? this.plan.rates : this.believedByKind;
-      st.kinds = this.kindNames.map((name, k) => ({ name, estimatedPerSec: (rates[k] ?? 0) > 0 ? (rates[k] as number) * 1000 : null }));
+      const rate = (k: number) => ((this.plan.rates[k] ?? 0) > 0 ? (this.plan.rates[k] as number) : (this.believedByKind[k] ?? 0));
+      st.kinds = this.kindNames.map((name, k) => ({ name, estimatedPerSec: rate(k) > 0 ? rate(k) * 1000 : null }));
     }
     return st;
   }
