@@ -34,8 +34,8 @@ export class JobRuns {
   /** Jobs marked running by this run (at their first partition's start). */
   /** Jobs started here, and when (epoch ms): a view shows them running from then, before the journal has recorded it. */
   private readonly started = new Map<string, number>();
-  /** Of those, the jobs whose start a full journal did not take: the journal has them queued, readers running. */
-  private readonly startsKept = new Set<string>();
+  /** Of those, the jobs whose start a full journal did not take (the journal has them queued, readers running), with their kind and submission time. */
+  private readonly startsKept = new Map<string, { kind: string; submittedAt: number }>();
   /** Live jobs: the job's partition behind each engine partition of this run (null: the same partition). */
   private readonly runs = new Map<string, readonly number[] | null>();
   /** Resumed jobs (engine partition i is the job's partition run[i]): kept after the end for the timeline. */
@@ -63,7 +63,8 @@ export class JobRuns {
       () => this.p.journal.markRunning(jobId, at),
       (_, ok) => {
         // (A resumed job's row may say running already: only a queued one is kept out.)
-        if (!ok && this.started.has(jobId) && this.p.journal.view(jobId)?.state === 'queued') this.startsKept.add(jobId);
+        const row = !ok && this.started.has(jobId) ? this.p.journal.view(jobId) : undefined;
+        if (row?.state === 'queued') this.startsKept.set(jobId, { kind: row.kind, submittedAt: row.submittedAt });
         this.p.emit({ type: 'job.started', id: jobId });
       },
     );
@@ -256,17 +257,13 @@ export class JobRuns {
     });
   }
 
-  /**
-   * The jobs whose view another state than their journal row's (see {@link overlay}): started
-   * here while a full journal kept their start out (the row says queued), and — where ends are
-   * recorded elsewhere too — ended with their end kept out. Empty but while the journal is full.
-   */
-  overlaid(): string[] {
-    return [...this.startsKept, ...this.pending.ids()];
+  /** The jobs started here whose start a full journal kept out: the journal has them queued, their views running (see {@link overlay}). */
+  get startsUnrecorded(): ReadonlyMap<string, { kind: string; submittedAt: number }> {
+    return this.startsKept;
   }
 
-  /** The jobs started here that the journal still has queued (see {@link overlaid}). */
-  get startsUnrecorded(): ReadonlySet<string> {
-    return this.startsKept;
+  /** The jobs whose ends are kept where readers see them (recorded elsewhere too): ended in their views, not in the journal. */
+  endsShown(): string[] {
+    return this.pending.ids();
   }
 }

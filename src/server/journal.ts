@@ -40,6 +40,7 @@ function prepareStatements(db: Database.Database) {
     countsByKind: db.prepare<[], { kind: string; state: JobState; n: number }>('SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state ORDER BY kind, state'),
     recent: db.prepare<[number], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs ORDER BY seq DESC LIMIT ?`),
     recentIn: db.prepare<[string, number], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?`),
+    recentInExcept: db.prepare<[string, string, number], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?`),
     purge: db.prepare(`DELETE FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ?`),
     purgeCounts: db.prepare<[number], { kind: string; state: JobState; n: number }>(`SELECT kind, state, COUNT(*) AS n FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ? GROUP BY kind, state`),
   };
@@ -399,11 +400,12 @@ export class Journal {
 
   /**
    * The most recently submitted jobs, newest first: at most `limit` (default 50), only those in
-   * one of `states` when given (an empty list matches none). Read for views: a result over
+   * one of `states` when given (an empty list matches none), none of the ids in `except` (with
+   * `states` only). Read for views: a result over
    * VIEW_RESULT_MAX_BYTES is not read (as {@link view}).
    * @throws {JournalError} `E_JOURNAL_BAD_INPUT` when `limit` is not a whole number ≥ 0 or a state is unknown.
    */
-  list(options: { limit?: number; states?: readonly JobState[] } = {}): JournalJob[] {
+  list(options: { limit?: number; states?: readonly JobState[]; except?: readonly string[] } = {}): JournalJob[] {
     const s = this.stmts;
     const limit = options.limit ?? 50;
     if (!Number.isSafeInteger(limit) || limit < 0) throw new JournalError('E_JOURNAL_BAD_INPUT', `limit must be a whole number ≥ 0 (got ${String(limit)})`);
@@ -411,7 +413,9 @@ export class Journal {
     if (states === undefined) return s.recent.all(limit).map(fromRow);
     const unknown = states.filter((st) => !JOB_STATES.has(st));
     if (unknown.length > 0) throw new JournalError('E_JOURNAL_BAD_INPUT', `unknown job state ${JSON.stringify(unknown[0])}: use queued, running, done, failed or cancelled`);
-    return s.recentIn.all(JSON.stringify([...new Set(states)]), limit).map(fromRow);
+    const wanted = JSON.stringify([...new Set(states)]);
+    const except = options.except ?? [];
+    return (except.length === 0 ? s.recentIn.all(wanted, limit) : s.recentInExcept.all(wanted, JSON.stringify(except), limit)).map(fromRow);
   }
 
   /** How many jobs are in each state (kept in memory: no query). */

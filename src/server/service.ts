@@ -349,21 +349,32 @@ export class Service {
 
   /**
    * Recently submitted jobs, newest first (at most `limit`; only those in `states` when given),
-   * each in the state its view shows. While a full journal keeps some starts (or ends) out, a row's
-   * state is not always its view's: those jobs are read besides and filtered as their views say (a
-   * started job listed under `state=queued`, its own view running).
+   * each in the state its view shows. While a full journal keeps some starts (or, on a cluster
+   * node, ends) out, a row's state is not its view's: such rows are left out where their views
+   * are not asked for, and those whose views are are read besides (a started job was listed under
+   * `state=queued`, its own view running). The rows read besides take their place by submission
+   * time (the journal orders by insertion: the same but for jobs submitted in one millisecond).
    */
   jobs(options: { limit?: number; states?: readonly JobState[] } = {}): JobView[] {
-    const overlaid = options.states === undefined ? [] : this.runs.overlaid();
+    const { states } = options;
+    const shown = (j: JournalJob) => this.view(j, LIST_STATES_MAX);
+    const kept = this.runs.startsUnrecorded;
+    const ended = this.runs.endsShown();
+    if (states === undefined || (kept.size === 0 && ended.length === 0)) return this.journal.list(options).map((j) => shown(this.runs.overlay(j)));
     const limit = options.limit ?? 50;
-    let rows = this.journal.list(overlaid.length === 0 ? options : { ...options, limit: limit + overlaid.length }).map((j) => this.runs.overlay(j));
-    if (overlaid.length > 0) {
-      const states = new Set(options.states);
-      const listed = new Set(rows.map((j) => j.id));
-      const more = overlaid.flatMap((id) => (listed.has(id) ? [] : [this.journal.view(id)])).flatMap((j) => (j ? [this.runs.overlay(j)] : []));
-      rows = [...rows, ...more].filter((j) => states.has(j.state)).sort((a, b) => b.submittedAt - a.submittedAt).slice(0, limit);
-    }
-    return rows.map((j) => this.view(j, LIST_STATES_MAX));
+    const want = new Set(states);
+    // Kept starts: queued rows, running views — apart where both or neither are asked for. Kept ends: read by their views.
+    const moved = want.has('queued') !== want.has('running') ? [...kept.keys()] : [];
+    // (A start still in the group commit reads running too: its row is left out where its view is not asked for.)
+    const rows = this.journal.list({ states, limit, except: [...moved, ...ended] }).map((j) => this.runs.overlay(j)).filter((v) => want.has(v.state));
+    const newest = want.has('running') ? [...kept].sort((a, b) => b[1].submittedAt - a[1].submittedAt).slice(0, limit).map(([id]) => id) : [];
+    const listed = new Set(rows.map((j) => j.id));
+    const more = [...new Set([...newest, ...ended])].flatMap((id) => {
+      const j = listed.has(id) ? undefined : this.journal.view(id);
+      const v = j && this.runs.overlay(j);
+      return v && want.has(v.state) ? [v] : [];
+    });
+    return (more.length === 0 ? rows : [...rows, ...more].sort((a, b) => b.submittedAt - a.submittedAt).slice(0, limit)).map(shown);
   }
 
   /**
@@ -495,9 +506,12 @@ export class Service {
   /** Jobs by kind and state (for metrics), as {@link stateCounts} counts them. */
   jobCounts(): { kind: string; state: JobState; count: number }[] {
     const counts = this.journal.countsByKind();
-    for (const id of this.runs.startsUnrecorded) {
-      const kind = this.journal.view(id)?.kind;
-      for (const c of counts) if (c.kind === kind && (c.state === 'queued' || c.state === 'running')) c.count += c.state === 'queued' ? -1 : 1;
+    const started = new Map<string, number>();
+    for (const { kind } of this.runs.startsUnrecorded.values()) started.set(kind, (started.get(kind) ?? 0) + 1);
+    for (const c of counts) {
+      const n = started.get(c.kind) ?? 0;
+      if (c.state === 'queued') c.count -= n;
+      else if (c.state === 'running') c.count += n;
     }
     return counts;
   }

@@ -423,6 +423,8 @@ it('a full journal (journal.maxBytes) answers submits 507 and keeps going: an en
   fs.writeFileSync(conf, '[journal]\nmaxBytes = 65536\n');
   const pad = 'x'.repeat(6000);
   const accepted: string[] = [];
+  /** Each accepted job's state in its view while the journal was full. */
+  const viewed = new Map<string, string>();
   let full: Awaited<ReturnType<typeof http>> | undefined;
   const s = await startServer(dir, ['--config', conf, '--kind', DOUBLER]);
   try {
@@ -462,20 +464,30 @@ it('a full journal (journal.maxBytes) answers submits 507 and keeps going: an en
     console.log(`full journal: ${JSON.stringify(Object.fromEntries(states))} of ${accepted.length} accepted`);
     // Listed and counted by state as each job's view says (a job whose start the full journal kept
     // out was listed under state=queued, and counted queued, while its own view said running).
-    const viewed = new Map<string, string>();
     for (const id of accepted) viewed.set(id, (await http(s.url, 'GET', `/v1/jobs/${id}`)).body.state as string);
     const counted = (await http(s.url, 'GET', '/v1/status')).body.jobs as Record<string, number>;
+    const scraped = await fetch(new URL('/metrics', s.url)).then((r) => r.text());
     for (const state of ['queued', 'running', 'done']) {
       const listed = ((await http(s.url, 'GET', `/v1/jobs?state=${state}&limit=1000`)).body as { id: string; state: string }[]).filter((j) => accepted.includes(j.id));
       expect(listed.every((j) => j.state === state), state).toBe(true);
       expect(listed.map((j) => j.id).sort(), state).toEqual(accepted.filter((id) => viewed.get(id) === state).sort());
       expect(counted[state], state).toBe(listed.length);
+      expect(metricValue(scraped, 'stoker_jobs', { kind: 'doubler', state }), state).toBe(listed.length);
+      // The newest first, as many as asked (the rows read besides the journal's take their place).
+      const one = (await http(s.url, 'GET', `/v1/jobs?state=${state}&limit=1`)).body as { id: string }[];
+      expect(one.map((j) => j.id), state).toEqual(listed.length === 0 ? [] : [[...accepted].reverse().find((id) => viewed.get(id) === state)]);
     }
     expect((await http(s.url, 'GET', '/v1/status')).status).toBe(200);
     expect(s.child.exitCode).toBeNull();
   } finally {
     await s.crash();
   }
+  // (The list and count checks above were put to the test: some job's row said queued while its view said running.)
+  const { default: Database } = await import('better-sqlite3');
+  const db = new Database(path.join(dir, 'stoker.db'), { readonly: true, fileMustExist: true });
+  const rows = new Map(db.prepare<[], { id: string; state: string }>('SELECT id, state FROM jobs').all().map((r) => [r.id, r.state]));
+  db.close();
+  expect(accepted.some((id) => rows.get(id) === 'queued' && viewed.get(id) === 'running')).toBe(true);
   // A restart on the still-full journal starts (it does not crash-loop), reads, and answers 507.
   const stillFull = await startServer(dir, ['--config', conf, '--kind', DOUBLER]);
   try {
