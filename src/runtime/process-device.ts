@@ -17,6 +17,7 @@ import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
 import { LineLimit } from './line-limit.js';
 import { failure } from './no-retry.js';
+import { printable } from './printable.js';
 import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
 
@@ -437,7 +438,7 @@ class WorkerProcess {
     const withdrawn = life.endedBecause?.startsWith('the step was withdrawn') === true;
     if (!withdrawn) this.failures++;
     const delay = withdrawn || this.failures === 0 ? 0 : Math.min(MAX_BACKOFF_MS, 250 * 2 ** (this.failures - 1));
-    this.o.log(`[device ${this.label}] ${why}: starting it again${delay > 0 ? ` in ${delay} ms` : ''}`);
+    this.o.log(`[device ${this.label}] ${printable(why)}: starting it again${delay > 0 ? ` in ${delay} ms` : ''}`);
     this.restartTimer = setTimeout(() => {
       this.restartTimer = undefined;
       this.start();

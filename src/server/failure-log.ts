@@ -1,19 +1,10 @@
 import type { StepFailure } from '../runtime/index.js';
 import { LineLimit } from '../runtime/line-limit.js';
+import { printable } from '../runtime/printable.js';
 
 /** Lines per window, and the window, ms: a device that fails every item must not flood the log. */
 const LINES = 20;
 const WINDOW_MS = 60_000;
-
-/**
- * A reason as one log line: control characters escaped (\n, \x00…). A reason quotes what the
- * device said — an endpoint's body, a process's last stderr — and a NUL in it made the whole log a
- * "binary file" to grep; a newline, a line of its own.
- */
-function printable(text: string): string {
-  // eslint-disable-next-line no-control-regex -- control characters are what it finds
-  return text.replace(/[\u0000-\u001f\u007f]/g, (c) => (c === '\n' ? '\\n' : c === '\t' ? '\\t' : c === '\r' ? '\\r' : `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`));
-}
 
 /**
  * The server log's lines for failed steps (a retried failure leaves no other trace but the

@@ -28,8 +28,9 @@ describe('FailureLog', () => {
 
   it('escapes control characters in the reason: an endpoint body with a NUL made the log a binary file to grep, a newline split the line', () => {
     const lines: string[] = [];
-    new FailureLog((l) => lines.push(l)).failed(failure(0, { reason: 'POST http://x answered 500: \u0000\uFFFDoops\nsecond\tline\u001b[31m' }), 'gpu');
-    expect(lines).toEqual(['stoker serve: job "j" partition 0 failed on device "gpu"/1 (attempt 1): POST http://x answered 500: \\x00\uFFFDoops\\nsecond\\tline\\x1b[31m — it is prepared again']);
+    new FailureLog((l) => lines.push(l)).failed(failure(0, { reason: 'POST http://x answered 500: \u0000\uFFFDoops\nsecond\tline\u001b[31m \\n\u0085\u2028' }), 'gpu');
+    // (A backslash doubled: an escaped newline is told from the two characters \ n.)
+    expect(lines).toEqual(['stoker serve: job "j" partition 0 failed on device "gpu"/1 (attempt 1): POST http://x answered 500: \\x00\uFFFDoops\\nsecond\\tline\\x1b[31m \\\\n\\x85\\u2028 — it is prepared again']);
   });
 
   it('says the count once the minute is over even where no failure comes after (flush, called every second)', () => {
