@@ -91,7 +91,10 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
     onRow: (r, done) => io.err(`[${done}/${grid.length}] ${describe(r)}: ${r.itemsPerSec.toFixed(3)} items/s, peak ${bytes(r.peakMemoryBytes)} (${Math.round(performance.now() - t0)} ms so far)\n`),
   });
   const rows = settle(swept);
-  const best = recommend(rows);
+  // Fewer workers than the run's, read from a busy level the run hardly held: shown, not recommended.
+  const thin = fit ? (r: PlanRow) => thinFewer(fit, r, scenario) : () => null;
+  const best = recommend(rows.filter((r) => thin(r) === null));
+  const passedOver = best ? rows.filter((r) => thin(r) !== null && r.itemsPerSec > best.itemsPerSec * 1.01) : [];
   // The recommendation is always shown, in its place by memory (folded into a setting within noise of it, it stands for that one).
   let front = frontier(rows);
   if (best && !front.includes(best)) front = [...front.filter((r) => !close(r, best)), best].sort((a, b) => a.peakMemoryBytes - b.peakMemoryBytes);
@@ -110,7 +113,7 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
     writeOutputFile('--html', flags.html, html, io);
   }
   if (flags.json) {
-    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config } : null, current: own ?? null, rows }, null, 2)}\n`);
+    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config } : null, current: own ?? null, ...(passedOver.length > 0 ? { notRecommended: passedOver.map((r) => ({ ...r, why: thin(r) })) } : {}), rows }, null, 2)}\n`);
     return;
   }
   if (fit) io.out(fitText(fit));
@@ -119,6 +122,7 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   // (A short run's "–" said nothing of why — a user trial.)
   if (front.some((r) => r.occupancy === null)) io.out(`${STEADY_NOTE}\n`);
   // (Pasted whole after a config's own tables, TOML refuses a table defined twice: they merge.)
+  for (const r of passedOver.slice(0, 1)) io.out(`\nnot recommended: ${describe(r)} (${r.itemsPerSec.toFixed(3)} items/s): ${thin(r) as string}\n`);
   io.out(`\n${current ? `${current}\n` : ''}${recommendation}\n${config.length ? `# merge into your config: each key replaces the same key of the same table\n${config.join('\n')}\n` : ''}`);
 }
 
@@ -162,6 +166,31 @@ function load(spec: string): { scenario: Scenario; fit: FitReport | null } {
     if (typeof raw === 'object' && raw !== null && 'traceEvents' in raw) return fitted(raw, spec);
   }
   return { scenario: resolveScenario(spec), fit: null };
+}
+
+/**
+ * The share of a device's steps that must have run with at most k workers busy for the plan to
+ * recommend k workers where the run had more: the steps at a level the run hardly held are its
+ * edges (the first, the drain, a starved moment), and on a machine whose preparations share the
+ * cores they run quicker for the quiet, not for the fewer workers. A user's demo trace: 26 steps
+ * of 455 with one busy read a 2.14× slowdown with two; one worker was recommended and finished
+ * less than two in each of two runs.
+ */
+const FEWER_SHARE = 0.1;
+
+/** Why a row's fewer workers are not to be recommended (null: they may be, or it has none fewer). */
+function thinFewer(fit: FitReport, r: PlanRow, s: Scenario): string | null {
+  for (let i = 0; i < r.workers.length; i++) {
+    const k = r.workers[i] as number;
+    const own = s.devices[i]?.workers ?? k;
+    const service = fit.devices[i]?.service;
+    if (k >= own || !service) continue;
+    const at = service.bins.filter((b) => b.concurrency <= k).reduce((n, b) => n + b.samples, 0);
+    if (at < FEWER_SHARE * service.samples) {
+      return `device ${fit.devices[i]?.name ?? i} ran with ${k} or fewer busy in ${at} of its ${service.samples} steps — too few to say that ${k} worker${k === 1 ? ' finishes' : 's finish'} more than the run's ${own} (those are its edges and quiet moments); try it in a real run first`;
+    }
+  }
+  return null;
 }
 
 function describe(r: PlanRow): string {
