@@ -55,7 +55,7 @@ export async function startClusterServer(config: ServeConfig): Promise<RunningSe
     api: cluster,
     app,
     url: address,
-    notes: [cluster.persistence, ...(local.priorsNote === undefined ? [] : [local.priorsNote])],
+    notes: [cluster.persistence, ...[local.priorsNote, local.idleDevicesNote].filter((n): n is string => n !== undefined)],
     close: () => (closed ??= cluster.close(() => app.close())),
   };
 }

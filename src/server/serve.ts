@@ -113,7 +113,7 @@ export async function startServer(config: ServeConfig): Promise<RunningServer> {
     api: service,
     app,
     url: address,
-    notes: [service.priorsNote, service.waitingNote].filter((n): n is string => n !== undefined),
+    notes: [service.priorsNote, service.waitingNote, service.idleDevicesNote].filter((n): n is string => n !== undefined),
     close: () => (closed ??= service.close(undefined, () => app.close())),
   };
 }

@@ -280,6 +280,18 @@ export class Service {
     return this.waiting;
   }
 
+  /**
+   * The devices no kind runs on, said at start: their workers would stay idle without a word (a
+   * user pasted `stoker plan`'s `[devices.gpu] workers = 2` where no kind said `device = "gpu"`:
+   * a second, idle device started, and the workers meant for the kind never reached it).
+   */
+  get idleDevicesNote(): string | undefined {
+    const idle = this.devices.filter((d) => ![...this.kinds.values()].some((k) => k.device === d.name));
+    if (idle.length === 0) return undefined;
+    const named = idle.map((d) => (d.name === 'default' ? '[device]' : `[devices.${d.name}]`));
+    return `no kind runs on ${named.join(', ')} (${idle.map((d) => `${d.config.workers} worker${d.config.workers === 1 ? '' : 's'}`).join(', ')}): ${idle.length === 1 ? 'it stays' : 'they stay'} idle — name ${idle.length === 1 ? 'it' : 'one'} in a kind (\`[kinds.NAME] device = "${idle[0]?.name ?? ''}"\`), or leave ${idle.length === 1 ? 'it' : 'them'} out`;
+  }
+
   /** The kinds this service runs, as loaded (module URLs, validators). */
   loadedKinds(): ReadonlyMap<string, LoadedKind> {
     return this.kinds;

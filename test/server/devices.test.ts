@@ -283,6 +283,7 @@ describe('several devices in one server', () => {
     const s = await startServer(data, ['--config', file, '--kind', path.join(ROOT, 'test/fixtures/kinds/probe-kind.mjs')]);
     try {
       expect(s.output()).toMatch(/1 cpu device worker, py: 2 process \(python3 .*py-device\.py\) device workers; kinds ntt-proof, sleep, remote, probe/);
+      expect(s.output()).not.toContain('no kind runs on');
       await http(s.url, 'POST', '/v1/jobs', { id: 'm-probe', kind: 'probe', input: { items: 2 } });
       await http(s.url, 'POST', '/v1/jobs', { id: 'm-remote', kind: 'remote', partitions: 3 });
       await http(s.url, 'POST', '/v1/jobs', { id: 'm-sleep', kind: 'sleep', partitions: 2, input: { seed: 4, prepareMs: 20 } });
@@ -298,6 +299,22 @@ describe('several devices in one server', () => {
         ['default', 'cpu', 4, 1],
         ['py', 'process', 3, 2],
       ]);
+    } finally {
+      await s.stop();
+      removeDir(data);
+      removeDir(dir);
+    }
+  });
+
+  it('says at start that a device no kind runs on stays idle (a plan’s [devices.gpu] lines pasted where no kind names gpu)', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-multi-'));
+    const data = tempDataDir();
+    const file = path.join(dir, 'idle.toml');
+    fs.writeFileSync(file, '[devices.gpu]\nworkers = 2\n');
+    const s = await startServer(data, ['--config', file]);
+    try {
+      await waitUntil(async () => (s.output().includes('no kind runs on') ? true : undefined), 5000, 'the idle-device line');
+      expect(s.output()).toContain('stoker serve: no kind runs on [devices.gpu] (2 workers): it stays idle — name it in a kind (`[kinds.NAME] device = "gpu"`), or leave it out\n');
     } finally {
       await s.stop();
       removeDir(data);
