@@ -15,7 +15,7 @@ export function metricKind(name: string): MetricKind {
 
 /**
  * One metric value for people: ratios with 3 decimals, ms as seconds with 1 decimal
- * (`jobLatencyP50Ms` 194_400 → `194.4 s`), bytes as GiB with 1 decimal, means and standard
+ * (`jobLatencyP50Ms` 194_400 → `194.4 s`; under a second as ms, 29 → `29 ms`), bytes as GiB with 1 decimal, means and standard
  * deviations with 2 decimals, counts as integers, null as `–`.
  */
 export function formatMetric(name: string, value: number | null | undefined): string {
@@ -25,6 +25,8 @@ export function formatMetric(name: string, value: number | null | undefined): st
     case 'ratio':
       return value.toFixed(3);
     case 'ms':
+      // (Under a second, in ms: a 29 ms job latency read "0.0 s".)
+      if (value !== 0 && Math.abs(value) < 950) return `${Math.abs(value) < 10 ? value.toFixed(1) : Math.round(value)} ms`;
       return `${(value / 1000).toFixed(1)} s`;
     case 'bytes':
       // A small non-zero amount must not read as nothing (a leak of a few bytes is still a leak).

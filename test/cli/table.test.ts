@@ -8,6 +8,9 @@ describe('formatMetric', () => {
     expect(formatMetric('occupancy', 1)).toBe('1.000');
     expect(formatMetric('jobLatencyP50Ms', 194_400)).toBe('194.4 s');
     expect(formatMetric('rampMs', 0)).toBe('0.0 s');
+    expect(formatMetric('jobLatencyP50Ms', 29.4)).toBe('29 ms');
+    expect(formatMetric('jobLatencyP50Ms', 2.25)).toBe('2.3 ms');
+    expect(formatMetric('jobLatencyP50Ms', 960)).toBe('1.0 s');
     expect(formatMetric('peakMemoryBytes', 76.3 * 1024 ** 3)).toBe('76.3 GiB');
     expect(formatMetric('leakedBytes', 0)).toBe('0.0 GiB');
     expect(formatMetric('leakedBytes', 4096)).toBe('<0.1 GiB');
