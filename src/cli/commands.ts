@@ -180,13 +180,17 @@ function scenarioWarnings(s: Scenario): string[] {
 function windowLine(w: { fromMs: number; toMs: number }, results: readonly SimResult[]): string {
   if (!(w.toMs > w.fromMs)) return 'steady window empty (the scenario is too short for a steady state: the steady measures are –)';
   const sooner = results.filter((r) => r.simulatedMs < w.toMs && r.simulatedMs > w.fromMs);
-  // How much of the run the window measures: the share of the device completions in it (the least over the pacers).
-  let share = 1;
-  for (const r of results) {
-    const inWindow = (r.metrics.itemsPerSec ?? 0) * ((Math.min(w.toMs, r.simulatedMs) - w.fromMs) / 1000);
-    if (r.completions > 0) share = Math.min(share, inWindow / r.completions);
-  }
-  const small = share < 0.5 ? `; it holds ${Math.round(share * 100)} % of the run's device completions (it starts once the devices could have reached every kind, and ends before the drain): give the scenario "steady": {"fromS": …, "toS": …} to measure more of the run` : '';
+  // How much of each run the window measures: the share of its device completions in it.
+  const shares = results.map((r) => ({ r, share: r.completions > 0 ? ((r.metrics.itemsPerSec ?? 0) * ((Math.min(w.toMs, r.simulatedMs) - w.fromMs) / 1000)) / r.completions : 1 }));
+  const few = shares.filter((x) => x.share < 0.5);
+  const held = (x: (typeof shares)[number]) => `${Math.round(x.share * 100)} % of ${x.r.pacer}'s device completions`;
+  // Where another pacer's run is mostly inside it, the window is not what is short: that pacer's run went on long past it.
+  const small =
+    few.length === 0
+      ? ''
+      : few.length < shares.length
+        ? `; it holds ${few.map(held).join(', ')} (its run went on to ${few.map((x) => seconds(x.r.simulatedMs)).join(', ')}: it took that much longer over the same work)`
+        : `; it holds ${few.map(held).join(', ')} (it starts once the devices could have reached every kind, and ends before the drain): give the scenario "steady": {"fromS": …, "toS": …} to measure more of the run`;
   return `steady window ${seconds(w.fromMs)} – ${seconds(w.toMs)}${sooner.length ? ` (measured to the run's end where that came sooner: ${sooner.map((r) => r.pacer).join(', ')})` : ''}${small}`;
 }
 
