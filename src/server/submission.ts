@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
+import { suggest } from '../core/suggest.js';
 import { SubmitBody } from './api.js';
 import { clip, MAX_LISTED_ERRORS, quoted, ServiceError } from './errors.js';
 import type { JournalJobInput } from './journal.js';
@@ -30,14 +31,19 @@ function askKind<T>(kind: LoadedKind, ask: () => T): T {
 }
 
 /** The submit body's fields, as an unknown field's error lists them. */
-const FIELDS = Object.keys(SubmitBody.shape).join(', ');
+const FIELD_NAMES = Object.keys(SubmitBody.shape);
+const FIELDS = FIELD_NAMES.join(', ');
 
 /** Zod issues of the body as `errors[]`; an unknown key is named in the path, one error per key. */
 export function fieldIssues(error: z.ZodError): { path: string; message: string }[] {
   const join = (p: PropertyKey[]) => p.map(String).join('.');
   return error.issues.flatMap((i) =>
     i.code === 'unrecognized_keys'
-      ? i.keys.map((k) => ({ path: join([...i.path, k]), message: `unknown field ${quoted(k)}: the fields are ${FIELDS}` }))
+      ? i.keys.map((k) => {
+          // (Not for a word of a few letters: within 2 edits of "x0" is "id".)
+          const near = i.path.length === 0 && k.length >= 4 ? suggest(k, FIELD_NAMES) : undefined;
+          return { path: join([...i.path, k]), message: `unknown field ${quoted(k)}${near ? ` (did you mean ${near}?)` : ''}: the fields are ${FIELDS}` };
+        })
       : [{ path: join(i.path), message: i.message }],
   );
 }

@@ -303,6 +303,7 @@ describe('stoker serve (shared server)', () => {
         [{ partitions: 1 }, 'kind', /kind must be a string/],
         [{ kind: 'nope', partitions: 1 }, 'kind', /unknown kind "nope": use one of ntt-proof, sleep/],
         [{ kind: 'sleep', partitions: 1, colour: 'red' }, 'colour', /unknown field "colour": the fields are id, kind, priority, partitions, input, deadline/],
+        [{ kind: 'sleep', partitons: 1 }, 'partitons', /^unknown field "partitons" \(did you mean partitions\?\): the fields are id, kind/],
         [{ kind: 'sleep', partitions: 1, input: { prepareMs: -1 } }, 'input.prepareMs', /prepareMs must be ≥ 0/],
         [{ kind: 'sleep', partitions: 1, input: { prepareMs: 'slow' } }, 'input.prepareMs', /milliseconds/],
         [{ kind: 'sleep', partitions: 1, input: { seed: 1.5 } }, 'input.seed', /integer/],
