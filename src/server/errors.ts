@@ -5,6 +5,7 @@
  * stable slug, `detail` says what was wrong and how to fix it.
  */
 export class ServiceError extends Error {
+  override readonly name = 'ServiceError';
   constructor(
     readonly status: number,
     readonly type: string,
