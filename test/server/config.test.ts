@@ -269,6 +269,9 @@ describe('errors name the source, the field and the fix', () => {
     const e = configError(() => loadConfig({ file, env: {}, cwd: dir }));
     expect(e.issues).toHaveLength(1);
     expect(e.message).toMatch(new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: line 3, column \\d+: invalid TOML: .+ — fix the syntax there`));
+    // A table given twice (a plan's lines pasted after one's own [engine]): which, and where the first is.
+    const twice = write('twice.toml', '[engine]\ntargetWaiting = 2\n[server]\nport = 7070\n[engine]\npacer = "stoker"\n');
+    expect(configError(() => loadConfig({ file: twice, env: {}, cwd: dir })).message).toMatch(/: line 5, column \d+: invalid TOML: trying to redefine an already defined table or value — \[engine\] is already at line 1: merge the two into one table$/);
   });
 
   it('a missing file, and a directory given as the file', () => {
