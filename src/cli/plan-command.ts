@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { createPacer, PACER_NAMES } from '../core/index.js';
 import { fitRun, NO_BUDGET_NOTE, PlanError, type FitReport } from '../plan/fit.js';
@@ -104,6 +105,12 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
     ? `recommended (the least memory, then latency, within 1 % of the best throughput): ${describe(best)}`
     : 'no setting finished every job in the simulated runs: the scenario is more than these settings can serve';
   const config = best ? configLines(best, scenario) : [];
+  // More preparation threads than this machine has cores (a user's 2-core machine was told 4): said where the server would run here.
+  const cores = os.availableParallelism();
+  if (best?.maxPreparing && best.maxPreparing > cores) {
+    const at = config.findIndex((l) => l.startsWith('concurrency = '));
+    config.splice(at + 1, 0, `# threads = ${best.maxPreparing} is more than this machine's ${cores} cores: for preparations that compute, keep threads ≤ the cores of the machine that serves (here threads = ${cores}, concurrency = ${Math.ceil(best.maxPreparing / cores)}); the cap is threads × concurrency`);
+  }
   const own = rows.find((r) => r.pacer === pacers[0] && r.targetWaiting === scenario.targetWaiting && r.budgetBytes === (scenario.budgetBytes ?? null) && r.maxPreparing === (scenario.maxPreparing ?? null) && r.workers.every((w, i) => w === scenario.devices[i]?.workers));
   // (With --budget-bytes its budget is that one: it read as what the run had.)
   const current = own ? `the ${fit ? "run's" : "scenario's"} own setting${budgetBytes === undefined ? '' : ' with the --budget-bytes budget'}: ${describe(own)}: ${own.itemsPerSec.toFixed(3)} items/s, peak ${bytes(own.peakMemoryBytes)}, p99 latency ${formatMetric('jobLatencyP99Ms', own.jobLatencyP99Ms)}${own.unfinished > 0 ? `, ${own.unfinished} jobs lost over the seeds` : ''}` : '';
