@@ -108,10 +108,11 @@ class StokerPacer implements Pacer {
    */
   private starveBelow = 0;
   /**
-   * The capacity the estimates give (items/ms), in all and per kind, while the plan has none (idle,
-   * where devices name their kinds: no device has work, and the plan counts none): every device's
-   * for the kinds it runs (see believe). The estimates stand, and state() reports them (an
-   * operator's capacity gauge read 0, and a kind's series vanished, whenever the server went idle).
+   * The capacity the estimates give (items/ms), in all and per kind, where the plan has none — idle,
+   * where devices name their kinds (no device has work, and the plan counts none), or a kind whose
+   * devices have no work while others do: every device's for the kinds it runs (see believe). The
+   * estimates stand, and state() reports them (an operator's capacity gauge read 0, and a kind's
+   * series vanished, whenever the server went idle).
    */
   private believed = 0;
   private readonly believedByKind: number[] = [];
