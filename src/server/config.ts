@@ -198,8 +198,9 @@ function readFileLayer(file: string, cwd: string, issues: ConfigIssue[]): Source
     if (e instanceof TomlError) {
       const reason = (e.message.split('\n')[0] ?? '').replace(/^Invalid TOML document:\s*/, '');
       // A table given twice (lines pasted from `stoker plan` after a table of one's own): which one, and where it began.
-      const header = /redefine/.test(reason) ? /^\s*\[([^\]]+)\]/.exec(textIn.split('\n')[e.line - 1] ?? '')?.[1]?.trim() : undefined;
-      const first = header === undefined ? -1 : textIn.split('\n').findIndex((l) => l.trim() === `[${header}]`);
+      const lines = textIn.split('\n');
+      const header = /redefine/.test(reason) ? /^\s*\[([^\]]+)\]/.exec(lines[e.line - 1] ?? '')?.[1]?.trim() : undefined;
+      const first = header === undefined ? -1 : lines.findIndex((l) => l.trim() === `[${header}]`);
       const fix = header !== undefined && first >= 0 && first !== e.line - 1 ? `[${header}] is already at line ${first + 1}: merge the two into one table` : 'fix the syntax there (strings need double quotes, tables a [header]; see https://toml.io)';
       issues.push({ source: file, path: `line ${e.line}, column ${e.column}`, message: `invalid TOML: ${reason} — ${fix}` });
     } else {

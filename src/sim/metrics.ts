@@ -90,6 +90,11 @@ function newBins(): Float64Array {
   return new Float64Array(MAX_BINS);
 }
 
+/** The p-th percentile of sorted values: the smallest with that share at or below it (null: none). */
+export function percentileOf(sorted: readonly number[], p: number): number | null {
+  return sorted.length ? (sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)] as number) : null;
+}
+
 /** Integrates the engine's state over time, event by event, into the measures and chart series. */
 export class Recorder {
   private prev = NaN;
@@ -330,7 +335,7 @@ export class Recorder {
       }
     }
     const lat = [...this.latencies].sort((a, b) => a - b);
-    const pct = (p: number) => (lat.length ? (lat[Math.min(lat.length - 1, Math.ceil(p * lat.length) - 1)] as number) : null);
+    const pct = (p: number) => percentileOf(lat, p);
     const hasChange = !Number.isNaN(this.cfg.changeAtMs);
     const steady = this.windowMs > 0;
     return {

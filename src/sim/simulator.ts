@@ -1,7 +1,7 @@
 import { Engine, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type Pacer, type PacerOptions, type ReadonlySnapshot } from '../core/index.js';
 import { buildDevices, capacityOf, DeviceFluid, deviceGroups, type SimDevice, type SimWorker } from './devices.js';
 import { EventQueue, PREP, PREP_BATCH, type SimEvent } from './events.js';
-import { Recorder, type Meters, type Metrics, type Series } from './metrics.js';
+import { percentileOf, Recorder, type Meters, type Metrics, type Series } from './metrics.js';
 import { PrepFluid, type SimItem } from './preparations.js';
 import { Rng } from './random.js';
 import { deviceWorkers, sampleMs, type Dist, type Kind, type Scenario, type ScenarioEvent } from './scenario.js';
@@ -72,11 +72,10 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   return new Simulation(s, options).run();
 }
 
-/** A kind's latency percentiles from its done jobs' latencies (the metrics' rule: the smallest with that share at or below it). */
+/** A kind's latency percentiles from its done jobs' latencies (as the metrics take theirs). */
 function kindLatency(kind: string, ms: number[]): KindLatency {
   const sorted = [...ms].sort((a, b) => a - b);
-  const pct = (p: number) => (sorted.length ? (sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)] as number) : null);
-  return { kind, jobsDone: sorted.length, jobLatencyP50Ms: pct(0.5), jobLatencyP99Ms: pct(0.99) };
+  return { kind, jobsDone: sorted.length, jobLatencyP50Ms: percentileOf(sorted, 0.5), jobLatencyP99Ms: percentileOf(sorted, 0.99) };
 }
 
 /** The first preparation start of each job id (the earliest of its planned jobs, should ids repeat), from the starts by job index (NaN: none). */

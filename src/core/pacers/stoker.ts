@@ -1,6 +1,6 @@
 import { StokerError } from '../errors.js';
 import { numberOption, type Pacer, type PacerMode, type ReadonlySnapshot, type PacerState } from '../pacer.js';
-import { batchItemMs, busyOf, completionsOf, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, plannedWorkers, NOISE_SAMPLES, QUIET_CV2, samplesWeight, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, TAIL_Z, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
+import { batchItemMs, busyOf, completionsOf, deviceMeanMs, MIN_SERVICE_MS, newFit, newService, NOISE_FLOOR, NOISE_Z, observeBatches, observeConcurrency, plannedWorkers, NOISE_SAMPLES, QUIET_CV2, samplesWeight, selfCheck, SKEWED_CV2, SLOW_VARIANCE_WEIGHT, TAIL_Z, VARIANCE_WEIGHT, type DeviceEstimate, type ServiceEstimate } from './stoker-device.js';
 import { PrepareLimit, type PacerView } from './stoker-limiter.js';
 import { KindPlan } from './stoker-rates.js';
 import { STOKER_DEFAULTS, type StokerPacerOptions } from './stoker-options.js';
@@ -333,16 +333,7 @@ class StokerPacer implements Pacer {
       all = 0;
       for (const d of this.devices) {
         let ms = batchItemMs(d);
-        if (!(ms > 0)) {
-          let sum = 0;
-          let n = 0;
-          for (const v of d.services) {
-            if (!((v?.serviceMs ?? 0) > 0)) continue;
-            sum += (v as ServiceEstimate).serviceMs;
-            n++;
-          }
-          ms = n > 0 ? sum / n : NaN;
-        }
+        if (!(ms > 0)) ms = deviceMeanMs(d, NaN);
         if (ms > 0) all += (plannedWorkers(d) / ms) * d.correction;
       }
     }
