@@ -814,6 +814,45 @@ describe('PrepareLimit: climbing down', () => {
     expect(p.l.state).toMatchObject({ settled: true, side: -1, best: 10, below: 8 });
   });
 
+  it('a first step down no quicker than the first measurement, where the noise hides a PROBE × gain, puts the first cap on trial: probes doubled, two gains in proportion let go', () => {
+    // Cap 10: x = 10 ÷ 200 = 0.05 (no spread). Cap 7: 7 preparing at 200 ms ± 50 ms: x = 0.035,
+    // its standard error 25 % ÷ √29 = 4.64 %: less than as much (0.05 × (1 − 0.02 − 1.5 × 4.64 %)
+    // = 0.0455), no quicker (200 ≥ 200 × (1 − 1.5 × 4.64 %)), and 1.5 × 4.64 % = 7 % of noise…
+    // is under PROBE − 1 = 12 %: the step is judged as before (⌈7 × 0.05 ÷ 0.035⌉ = 10 is no cap
+    // between: settled on 10, probing 11).
+    const quiet = new Pipe(engaged());
+    expect(quiet.measure(10, 200)).toBe(7);
+    expect(quiet.measure(7, 200, 0.5, 50)).toBe(11);
+    expect(quiet.l.state).toMatchObject({ settled: true, trial: false, best: 10 });
+    // ± 100 ms: a standard error of 50 % ÷ √29 = 9.28 %, 1.5 × 9.28 % = 13.9 % of noise: on trial
+    // from 10, probing 2 × 10 = 20.
+    const p = new Pipe(engaged());
+    expect(p.measure(10, 200)).toBe(7);
+    expect(p.measure(7, 200, 0.5, 100)).toBe(20);
+    expect(p.l.state).toMatchObject({ settled: true, trial: true, best: 10, engagedAt: 10, ups: 0 });
+    // Cap 20: x = 0.1 ≥ 0.05 × (1 + ½ × (20 ÷ 10 − 1)) = 0.075: one up, probing 40; cap 40: x = 0.2
+    // ≥ 0.05 × (1 + ½ × 3): two, at 2 × 10 or more: it lets go.
+    expect(p.measure(20, 200)).toBe(40);
+    expect(p.l.state).toMatchObject({ trial: true, best: 20, ups: 1 });
+    expect(p.measure(40, 200)).toBe(Infinity);
+    expect(p.l.state).toBeNull();
+  });
+
+  it('on such a trial, a doubled probe that does not gain in proportion has a knee below it: the next probe is the geometric mean, from the better of the two', () => {
+    const more = new Pipe(engaged());
+    expect(more.measure(10, 200)).toBe(7);
+    expect(more.measure(7, 200, 0.5, 100)).toBe(20);
+    // Cap 20: x = 0.06, over 1.05 × 0.05 but under 0.075: the best now, the trial over; round(√200 = 14.1) = 14.
+    expect(more.measure(12, 200)).toBe(14);
+    expect(more.l.state).toMatchObject({ settled: true, trial: false, best: 20, ups: 0 });
+    const less = new Pipe(engaged());
+    expect(less.measure(10, 200)).toBe(7);
+    expect(less.measure(7, 200, 0.5, 100)).toBe(20);
+    // Cap 20: x = 0.04, less than the best: still 10; the trial over; 14 next.
+    expect(less.measure(8, 200)).toBe(14);
+    expect(less.l.state).toMatchObject({ settled: true, trial: false, best: 10 });
+  });
+
   it('settles where no cap lies between the best and the highest that finished less (or they are within PROBE), probing round(PROBE × best) above it', () => {
     // 10 (x = 0.05), then 7 less (x = 0.0465): ⌈7 × 0.05 ÷ 0.0465 = 7.53⌉ = 8, as much (x = 0.05):
     // the best; round(√56 = 7.48) = 7 is no cap between 7 and 8: settled on 8, probing max(9, round(8.96)) = 9.

@@ -24,7 +24,7 @@
  * - two kinds 3 × apart in alternating blocks past a knee: the caps are measured in each kind's
  *   own latency (≥ 0.6 of the best fixed cap; the mix's latencies read the blocks, not the caps).
  * - heavy-tailed preparation latencies (lognormal σ 1) and no contention: the limiter lets go of
- *   the caps it takes on the quick ones' floor (≥ 0.8 of unpaced's throughput on average).
+ *   the caps it takes on the quick ones' floor (≥ 0.94 of unpaced's throughput on average, ≥ 0.7 on each seed).
  * - remembered rates: a burst on a pacer started from priors (what a restarted server remembers)
  *   runs like the same burst on a warm pacer (burst-after-idle, whose first job taught it).
  */
@@ -473,18 +473,23 @@ describe('preparation contention: two kinds in alternating blocks', () => {
 });
 
 describe('preparation latencies with a heavy tail and no contention', () => {
-  it('lognormal σ 1 (the mean 1.65 × the median) and nothing slows with concurrency: the limiter lets go of the caps it takes on the quick ones’ floor (stoker ≥ 0.8 of unpaced’s throughput on average over 10 seeds)', () => {
+  it('lognormal σ 1 (the mean 1.65 × the median) and nothing slows with concurrency: the limiter lets go of the caps it takes on the quick ones’ floor (stoker ≥ 0.94 of unpaced’s throughput on average over 10 seeds, ≥ 0.7 on each)', () => {
     // prep-knee's stages without the knee. The quick preparations finish first, so the floor and
     // the ages read a slowdown that is only the slow ones still running: the limiter took over in
     // the first minute and held 9–38 preparing for good (0.28 of unpaced's throughput on average).
     // Capped at no more than were preparing behind the floor, the preparations were no quicker: it
     // lets go, and the floor stays at what the cap measured (0.786). The lines widened with the
     // spread (FLOOR_Z: a floor read low by the estimate's noise) take over less often (0.860).
+    // Where the first cap was above those behind the floor (seeds 3 and 10), it stayed: the step
+    // down from it finished in proportion, no quicker, and the probes above, PROBE × each, could not
+    // be told from the noise (0.436 and 0.246): that step now puts the cap on trial, its probes
+    // doubled (0.819 and 0.733; 0.955 on average).
     const base = scenario('prep-knee');
     const s = parseScenario({ ...base, kinds: { proof: { ...base.kinds['proof'], prepare: { type: 'lognormal', median: 30, sigma: 1 }, contention: [1] } } }, 'heavy-tailed preparation');
     const ratios = SEEDS.map((seed) => throughput2(s, 'stoker', seed) / throughput2(s, 'unpaced', seed));
     console.log(`heavy-tailed preparation, no contention: stoker / unpaced throughput ${mean(ratios).toFixed(3)} (each ${ratios.map((r) => r.toFixed(3)).join(' ')})`);
-    expect(mean(ratios)).toBeGreaterThanOrEqual(0.8);
+    expect(mean(ratios)).toBeGreaterThanOrEqual(0.94);
+    expect(Math.min(...ratios)).toBeGreaterThanOrEqual(0.7);
   });
 });
 

@@ -82,7 +82,9 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * bottleneck then), and after two moves up in a row, to where it took over, that each finish GAIN
  * of the proportional gain more: that was no contention (a slower preparation, say); and when its
  * first measurement, at a cap no more than were preparing while the floor's preparations ran (the
- * engine's prepareConcurrencyTotal), finds a latency LATENCY_UP × the floor: the floor read low. Over an idle
+ * engine's prepareConcurrencyTotal), finds a latency LATENCY_UP × the floor: the floor read low. Where
+ * the climb down's first step finished in proportion less, no quicker, with more noise than a PROBE
+ * × probe could rise above, the first cap goes on trial (see uncontended): probes doubled. Over an idle
  * pipeline it stays, and the next busy period goes on from its cap (the knee is the machine's).
  * With no cap, the next busy period fills anew for its own floor, but until it measures a lower
  * latency its ages are held against the lowest of the last one, and the kinds known then stay
@@ -313,6 +315,8 @@ export interface Measured {
   cap: number;
   x: number;
   se: number;
+  /** Its preparations' mean latency in their kinds' units (the header's kinds' units). */
+  level: number;
 }
 
 /** What the limiter reads of the pacer at each observation. */
@@ -590,7 +594,7 @@ export class PrepareLimit {
     // As much: not less than any cap measured above it by more than EPS and the noise of the two
     // measurements (see the header). Each measurement is kept (`measured`), the latest at each cap.
     const asMuch = x >= asMuchLine(lim.measured, lim.cap, se, NOISE_Z);
-    const kept = [...lim.measured.filter((o) => o.cap !== lim.cap), { cap: lim.cap, x, se }];
+    const kept = [...lim.measured.filter((o) => o.cap !== lim.cap), { cap: lim.cap, x, se, level: slowdown }];
     const up = (c: number, trial = lim.trial) => (trial ? 2 * c : Math.max(c + 1, Math.round(c * PROBE)));
     const down = (c: number) => Math.max(1, Math.min(c - 1, Math.round(c / PROBE)));
     if (!lim.settled) {
@@ -599,7 +603,7 @@ export class PrepareLimit {
         // The cap above a step that finished as much only within the noise, measured again: a
         // running mean with what it finished before; the step judged again against that.
         const was = lim.measured.find((o) => o.cap === lim.cap);
-        const again = was ? { cap: lim.cap, x: (was.x + x) / 2, se: Math.hypot(was.se, se) / 2 } : { cap: lim.cap, x, se };
+        const again = was ? { cap: lim.cap, x: (was.x + x) / 2, se: Math.hypot(was.se, se) / 2, level: (was.level + slowdown) / 2 } : { cap: lim.cap, x, se, level: slowdown };
         const step = lim.recheck;
         const checked = { ...lim, measured: [...lim.measured.filter((o) => o.cap !== lim.cap), again], recheck: null, ...(lim.cap === lim.best ? { bestX: again.x, bestSe: again.se } : {}) };
         this.judge(checked, step, false, s);
@@ -610,7 +614,7 @@ export class PrepareLimit {
         this.hold({ ...lim, best: 1, bestX: x, bestSe: se, measured: kept, settled: true, side: -1 }, up(1), s);
         return;
       }
-      this.judge({ ...lim, measured: kept }, { cap: lim.cap, x, se }, true, s);
+      this.judge({ ...lim, measured: kept }, { cap: lim.cap, x, se, level: slowdown }, true, s);
     } else if (lim.cap === lim.best) {
       // Holding the best: its throughput measured again (a running mean over the holds there:
       // each new one weighs half, and so does its variance); every REST + 1 holds a probe, on the
@@ -621,15 +625,23 @@ export class PrepareLimit {
       const first = lim.rest === 0 || !(lim.bestX > 0);
       const bestX = first ? x : (lim.bestX + x) / 2;
       const bestSe = first ? se : Math.hypot(lim.bestSe, se) / 2;
+      const was = lim.measured.find((o) => o.cap === lim.best);
+      const level = first || !was ? slowdown : (was.level + slowdown) / 2;
       const changed = x < lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(se, lim.bestSe));
-      const held = { ...lim, bestX, bestSe, measured: [...(changed ? [] : lim.measured.filter((o) => o.cap !== lim.best)), { cap: lim.best, x: bestX, se: bestSe }] };
+      const held = { ...lim, bestX, bestSe, measured: [...(changed ? [] : lim.measured.filter((o) => o.cap !== lim.best)), { cap: lim.best, x: bestX, se: bestSe, level }] };
       // Not as much as a cap above it: up to the least cap above that is as much as every cap above it.
       const asMuchHeld = (o: Measured) => o.x >= asMuchLine(held.measured, o.cap, o.se, NOISE_Z);
-      const to = asMuchHeld({ cap: held.best, x: bestX, se: bestSe }) ? undefined : held.measured.filter((o) => o.cap > held.best && asMuchHeld(o)).sort((a, b) => a.cap - b.cap)[0];
+      const to = asMuchHeld({ cap: held.best, x: bestX, se: bestSe, level }) ? undefined : held.measured.filter((o) => o.cap > held.best && asMuchHeld(o)).sort((a, b) => a.cap - b.cap)[0];
       if (to) this.hold({ ...held, best: to.cap, bestX: to.x, bestSe: to.se, rest: 0, ups: 0 }, to.cap, s);
       else if (rest <= REST) this.hold({ ...held, rest }, lim.best, s);
       else this.hold({ ...held, side: -lim.side, rest: 0 }, -lim.side > 0 ? up(lim.best) : down(lim.best), s);
     } else if (lim.cap > lim.best) {
+      // A take-over's trial (see uncontended) whose doubled probe did not gain in proportion: a
+      // knee lies between, and the next probe splits the difference (the geometric mean), from the
+      // better of the two, rather than climbing PROBE by PROBE from one end (a steep knee at 24
+      // under a trial from 16 or 18: the probe at 32 or 36 finished 1.15 × or 0.89 × as much, and
+      // the climbs back to 24 took six measurements and more).
+      const between = lim.trial && !Number.isNaN(lim.floorMs) && lim.cap > PROBE * PROBE * lim.best ? Math.round(Math.sqrt(lim.best * lim.cap)) : NaN;
       if (x >= lim.bestX * (1 + EPS_UP)) {
         // (On trial, in proportion to the remembered limit's own measurement: a probe's few timed preparations may read high.)
         const from = (lim.trial && lim.measured.find((o) => o.cap === lim.engagedAt)) || { cap: lim.best, x: lim.bestX };
@@ -639,8 +651,8 @@ export class PrepareLimit {
           return;
         }
         const trial = lim.trial && ups > 0;
-        this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, measured: kept, ups, trial }, up(lim.cap, trial), s);
-      } else this.hold({ ...lim, measured: kept, ups: 0, trial: false }, lim.best, s);
+        this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, measured: kept, ups, trial }, trial || Number.isNaN(between) ? up(lim.cap, trial) : between, s);
+      } else this.hold({ ...lim, measured: kept, ups: 0, trial: false }, Number.isNaN(between) ? lim.best : between, s);
     } else if (asMuch) this.hold({ ...lim, best: lim.cap, bestX: x, bestSe: se, measured: kept, ups: 0 }, down(lim.cap), s);
     else this.hold({ ...lim, measured: kept, ups: 0 }, lim.best, s);
   }
@@ -656,6 +668,7 @@ export class PrepareLimit {
       const most = lim.measured.reduce<Measured | null>((m, o) => (o.cap > step.cap && (!m || o.x > m.x) ? o : m), null);
       if (mayRecheck && asMuch && most && step.x < most.x * (1 - EPS)) this.hold({ ...lim, recheck: step }, most.cap, s);
       else if (asMuch) this.hold({ ...lim, best: step.cap, bestX: step.x, bestSe: step.se }, Math.max(1, Math.floor(step.cap * STEP)), s);
+      else if (this.uncontended(lim, step)) this.hold({ ...lim, settled: true, trial: true, engagedAt: lim.best, side: 1, rest: 0, ups: 0 }, 2 * lim.best, s);
       else this.split({ ...lim, below: step.cap, belowX: step.x }, s);
       return;
     }
@@ -665,6 +678,29 @@ export class PrepareLimit {
     const next = asMuch ? { ...lim, best: step.cap, bestX: step.x, bestSe: step.se, tries: lim.tries + 1 } : { ...lim, below: step.cap, belowX: step.x, tries: lim.tries + 1 };
     if (lim.tries === 0 && step.x < lim.bestX * (1 - EPS - NOISE_Z * Math.hypot(step.se, lim.bestSe))) this.hold({ ...next, settled: true, side: -1 }, Math.max(next.best + 1, Math.round(next.best * PROBE)), s);
     else this.split(next, s);
+  }
+  /**
+   * The climb down's first step finished less, and its preparations were no quicker than the
+   * first measurement's (in their kinds' units, within NOISE_Z standard errors of the
+   * difference): fewer preparing did not make them quicker, so nothing at these caps says they
+   * contend — the take-over read something else (a heavy tail's quick first ones: the floor set
+   * by them, the latency estimate then rising to the mean as the slow ones finish, while the
+   * number preparing grew). The cap goes on trial (see TRIAL_DOUBLE), the first measurement's
+   * standing in for the remembered limit: probes above it doubled, two gains in proportion let go,
+   * one that gains less ends the trial. (Lognormal σ 1 preparations, no contention: a step from
+   * 30 to 21 finished 0.62 as much at a latency 1.13 × as long, and the probes above the first
+   * cap, ×1.12 each, measured ±9 %: held at 20–38 for good, a quarter to half of unpaced's
+   * throughput.) Only where that noise — NOISE_Z standard errors of the difference — is more than
+   * a PROBE × probe would gain: with latencies that spread little, the same step says only that
+   * the knee lies above the first cap, and the probes find it (a steep knee at 24, first caps of
+   * 12–22: trials there overshot to 32–44 preparing, 0.949 → 0.933 of the best fixed cap over the window's second half). Later steps do
+   * not: below a knee the climb down's last step is no quicker either.
+   */
+  private uncontended(lim: PrepareLimiter, step: Measured): boolean {
+    const first = lim.measured.find((o) => o.cap === lim.best);
+    if (lim.measured.length !== 2 || !first) return false;
+    const noise = NOISE_Z * Math.hypot(step.se, first.se);
+    return noise > PROBE - 1 && step.level >= first.level * (1 - noise);
   }
   /**
    * Past the climb down's first step that finished less (`below`): the cap that would finish as
