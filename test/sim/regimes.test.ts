@@ -21,6 +21,8 @@
  *   the slope (≥ 95 % of the best fixed cap over the second half of the steady window).
  * - a steep knee (prep-knee's stages, (n / 24)²): the limiter takes over before the first fill
  *   reaches the memory budget (≥ 93 % of the best fixed cap over the window's second half).
+ * - a knee the first fill runs through, under Poisson arrivals and a burst: the limiter takes over
+ *   on what finishes (≥ 1.5 × unpaced's speed, ≤ 0.15 × its peak memory).
  * - two kinds 3 × apart in alternating blocks past a knee: the caps are measured in each kind's
  *   own latency (≥ 0.6 of the best fixed cap; the mix's latencies read the blocks, not the caps).
  * - heavy-tailed preparation latencies (lognormal σ 1) and no contention: the limiter lets go of
@@ -445,9 +447,49 @@ describe('preparation contention: a steep knee', () => {
     );
     expect(caps[1]?.perSec).toBe(best);
     expect(mean(ratios)).toBeGreaterThanOrEqual(0.93);
-    expect(Math.min(...ratios)).toBeGreaterThanOrEqual(0.9);
+    // (0.916 before the collapse line: taken over sooner, on a smaller pipeline, two seeds start
+    // at a cap of 11–12 and climb back to the knee by probes within the window, 0.859.)
+    expect(Math.min(...ratios)).toBeGreaterThanOrEqual(0.85);
     expect(Math.max(...late.map((r) => r.peak))).toBeLessThanOrEqual(1.25 * 24);
     expect(mean(whole.map((r) => r.perSec / best))).toBeGreaterThanOrEqual(0.7);
+  });
+});
+
+describe('preparation contention: a knee the first fill runs through, under a stream of arrivals', () => {
+  it('past 4 at once each 15 s preparation slows as (n / 4)^1.3; Poisson arrivals and a burst: the limiter takes over when what finishes collapses (stoker ≥ 1.5 × unpaced’s speed on average over 10 seeds, ≥ 1.2 on each, ≤ 0.15 × its peak memory)', () => {
+    // From random scenario 40 of `bench --random 200`, seed 2. The first latencies are contended
+    // already, few finish while hundreds prepare, and the ages stay young as arrivals are
+    // dispatched behind them: on 6 seeds of 10 nothing took over (0.68–0.86 of unpaced's speed,
+    // 1.27 on average, 0.32 × its peak memory); on what finishes, 1.76 (min 1.30), 0.09.
+    const GiB = 1024 ** 3;
+    const s = parseScenario(
+      {
+        name: 'collapse',
+        targetWaiting: 6,
+        kinds: { proof: { prepare: { type: 'fixed', value: 15 }, memory: { prepareBytes: GiB, deviceBytes: GiB / 4 }, contention: Array.from({ length: 1024 }, (_, i) => Math.max(1, ((i + 1) / 4) ** 1.3)) } },
+        devices: [
+          { count: 2, workers: 4, service: { type: 'fixed', value: 1 } },
+          { workers: 4, service: { type: 'uniform', min: 3.5, max: 6.5 } },
+        ],
+        arrivals: [
+          { poisson: { ratePerS: 0.014, untilS: 3200 }, partitions: 7, kind: 'proof' },
+          { poisson: { ratePerS: 0.022, untilS: 3000 }, partitions: 3, kind: 'proof' },
+          { poisson: { ratePerS: 0.035, untilS: 2400 }, partitions: 16, kind: 'proof' },
+          { atS: 600, jobs: 27, partitions: 19, kind: 'proof' },
+        ],
+      },
+      'collapse',
+    );
+    const runs = SEEDS.map((seed) => {
+      const stoker = simulate(s, { seed, pacer: (o) => createPacer('stoker', o) });
+      const unpaced = simulate(s, { seed, pacer: (o) => createPacer('unpaced', o) });
+      expect(stoker.endedBy).toBe('done');
+      return { speed: unpaced.simulatedMs / stoker.simulatedMs, memory: stoker.metrics.peakMemoryBytes / unpaced.metrics.peakMemoryBytes };
+    });
+    console.log(`collapse: stoker / unpaced speed ${mean(runs.map((r) => r.speed)).toFixed(3)} (each ${runs.map((r) => r.speed.toFixed(2)).join(' ')}), peak memory ${mean(runs.map((r) => r.memory)).toFixed(3)} of unpaced's`);
+    expect(mean(runs.map((r) => r.speed))).toBeGreaterThanOrEqual(1.5);
+    expect(Math.min(...runs.map((r) => r.speed))).toBeGreaterThanOrEqual(1.2);
+    expect(mean(runs.map((r) => r.memory))).toBeLessThanOrEqual(0.15);
   });
 });
 
@@ -584,8 +626,10 @@ describe('the limiters across idle periods, and kinds on separate devices', () =
       for (const first of [25, 60]) {
         const warm = second(first, seed);
         console.log(`seed ${seed}, ${first} jobs before: second batch peak preparing ${warm.peak}, ${warm.seconds.toFixed(0)} s (cold: ${cold.peak}, ${cold.seconds.toFixed(0)} s)`);
-        // Capped where the first batch left the limiter (settled near the knee, or still climbing down), not run away.
-        expect(warm.peak).toBeLessThanOrEqual(0.25 * cold.peak);
+        // Capped where the first batch left the limiter (settled near the knee, or still climbing
+        // down), not run away: cold, the second batch's first fill peaks at 98–128 before the
+        // collapse line takes over (at the memory budget's 200 before it); warm, at 27–41.
+        expect(warm.peak).toBeLessThanOrEqual(0.4 * cold.peak);
         expect(warm.seconds).toBeLessThan(cold.seconds);
       }
     }

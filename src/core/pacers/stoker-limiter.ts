@@ -19,7 +19,8 @@ import type { ReadonlySnapshot } from '../pacer.js';
  * again) — all for half a latency on end; and then work is queued (a cap holds nothing back
  * otherwise), most of those preparing of kinds the floor measured (UNKNOWN_MAX), the slowdown
  * one that the growth in concurrency since the floor can explain (ELASTICITY_MAX), and the latest
- * preparations not as quick as those behind the floor (QUICK_SAMPLES). An empty queue
+ * preparations not as quick as those behind the floor (QUICK_SAMPLES). Or, with work queued, at
+ * once where what finishes collapsed (COLLAPSE). An empty queue
  * does not start the wait again: under a stream of arrivals each job is dispatched as it comes
  * and the queue is empty between them (prep-knee-arrivals ran away to 1,300 preparing, as
  * unpaced does, while each arrival restarted the wait). Ages grow with time alone: where no
@@ -227,6 +228,31 @@ const UNKNOWN_MAX = 0.5;
  * of seed 4: taken over at once with the one line, 0.69 and 0.59 of unpaced's speed).
  */
 const UNKNOWN_GROWTH = 4;
+/**
+ * Past a knee the first fill ran through, the completions all but stop, and neither line is
+ * crossed in time: the latency estimate has little new to read, the ages of those in flight stay
+ * young as more are dispatched behind them, and the kinds arriving meanwhile are unknown to the
+ * floor — while the number preparing runs to the memory budget or the end of the queue. What shows
+ * it is what finishes: of those preparing COLLAPSE_SPAN latencies ago (the floor's or the
+ * estimate's, the longer), of kinds the floor saw and at least `many`, fewer than COLLAPSE_SPAN ÷
+ * COLLAPSE finished since — the latency that implies is COLLAPSE × the floor — with UNKNOWN_GROWTH ×
+ * as many preparing now as behind the floor. A slower kind does not count (a 30 s kind after a
+ * floor of 12 s: none of it finishes in 24 s), nor do a few (none of five heavy-tailed ones
+ * finishing in two latencies says nothing), nor a burst that just arrived (held against those
+ * preparing a span ago). It takes over at once, at the usual cap (no overdue wait, no kinds' or
+ * quick ones' or elasticity's veto: those guard the lines against a spread that this one allows
+ * for); the floor's concurrency proves nothing of the floor here, so no first measurement lets go
+ * on it. `bench --random 200`, six draws: the mean speed over the scenarios with a knee 1.24–1.51 →
+ * 1.27–1.53 (seed 2 1.279 → 1.317, seed 3 1.408 → 1.466), those without unchanged to the fourth
+ * decimal, peak memory 0.02 less; prep-knee's first fill peaks at 175 preparing, not at the
+ * budget's 200 (0.913 → 0.938 of the best fixed cap over the window), while its second half reads
+ * 0.973 → 0.969 and the steep knee's 0.949 → 0.941 (taken over sooner, on a smaller pipeline, at a
+ * smaller cap: the probes climb back to the knee).
+ */
+const COLLAPSE_SPAN = 2;
+const COLLAPSE = AGES_ALONE * UNKNOWN_GROWTH;
+/** How many looks back the collapse line keeps (one every quarter span: they reach back two spans). */
+const COLLAPSE_MARKS = 8;
 /** A kind's own preparations in a measurement before that measurement gives it its unit (the header's kinds' units). */
 const UNIT_SAMPLES = 3;
 
@@ -380,6 +406,10 @@ export class PrepareLimit {
   private level = 1;
   /** The latest QUICK_SAMPLES preparation latencies (one per observation: the mean of those that finished), ms; how many were pushed; and the snapshot's totals at the last. */
   private readonly recent = new Float64Array(QUICK_SAMPLES).fill(Infinity);
+  /** Looks back for the collapse line (see COLLAPSE): when, and the snapshot's preparations completed and preparing then; how many were taken (this busy period). */
+  private readonly lookAt = new Float64Array(COLLAPSE_MARKS);
+  private readonly lookKinds: { preparing: number; done: number }[][] = [];
+  private looks = 0;
   private readonly recentAt = new Float64Array(QUICK_SAMPLES);
   private recentCount = 0;
   private seenCompletions = 0;
@@ -429,6 +459,7 @@ export class PrepareLimit {
       this.floorAtLeast = 0;
       this.filled = false;
       this.overdueSince = NaN;
+      this.looks = 0;
       return;
     }
     // Filled: two latencies into the busy period, with workers + target preparations measured in
@@ -454,6 +485,9 @@ export class PrepareLimit {
       this.know(s, silent ? 1 : EARLY_SAMPLES);
       this.markQuickest();
     } else if (!Number.isNaN(fewSince) && this.early === Infinity && p.latency > 0) this.checkAt = fewSince + FIRST_ALONE * p.latency + 1;
+    const reference = filled ? this.floor : this.early;
+    const span = COLLAPSE_SPAN * Math.max(Number.isFinite(reference) ? reference : 0, p.latency);
+    this.look(s, span);
     if (!lim) {
       // Many preparations that take far longer than they did — more than the devices and the
       // target hold, and the latency up on its floor (not a small pipeline that a memory budget
@@ -475,6 +509,11 @@ export class PrepareLimit {
       const cv2 = Math.max(0, p.latencySq / (p.latency * p.latency) - 1);
       const up = Math.max(LATENCY_UP, 1 + FLOOR_Z * Math.sqrt(cv2 / p.latencySamples));
       const agesAlone = AGES_ALONE * Math.max(1, (1 + cv2) / 2);
+      // (Collapsed: taken over at once, as below; the floor's concurrency proves nothing of the floor here, so no first measurement proves it wrong.)
+      if (s.backlog > 0 && this.collapsed(s, span, many, filled ? this.floorPreparing : this.earlyPreparing)) {
+        this.takeOver(s, floor, NaN, (2 * age) / (1 + cv2));
+        return;
+      }
       // Slower preparations: the latency estimate LATENCY_UP × its floor once filled, with `many`
       // measured in the busy period (fewer are no evidence: the quick finish first), or those in
       // flight AGES_ALONE × older than that floor — or, not yet filled, than the lowest latency
@@ -516,9 +555,7 @@ export class PrepareLimit {
         this.overdueSince = NaN;
         return;
       }
-      // What would finish as much as now at the floor latency (Little's law, with that latency), at most half.
-      const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, floor / latencyNow)));
-      this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, trial: false, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] }, cap, s);
+      this.takeOver(s, floor, floorPreparing, latencyNow);
       return;
     }
     // Within the cap: the first turnover starts; after it, the next ones are timed.
@@ -741,6 +778,48 @@ export class PrepareLimit {
     this.recent[this.recentCount++ % QUICK_SAMPLES] = (s.prepareLatencyMsTotal - this.seenLatencyMs) / done;
     this.seenCompletions = s.prepareCompletions;
     this.seenLatencyMs = s.prepareLatencyMsTotal;
+  }
+  /** Takes over at what would finish as much as now at the floor latency (Little's law, with the latency now), at most half of those preparing. */
+  private takeOver(s: ReadonlySnapshot, floor: number, floorPreparing: number, latencyNow: number): void {
+    const cap = Math.max(1, Math.floor(s.preparing * Math.min(0.5, floor / latencyNow)));
+    this.hold({ cap, engagedAt: s.preparing, floorMs: floor, floorPreparing, best: NaN, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: false, below: NaN, belowX: NaN, side: -1, ups: 0, rest: 0, trial: false, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] }, cap, s);
+  }
+  /** Takes a look back for the collapse line, one every quarter of its `span` (none while that is no duration). */
+  private look(s: ReadonlySnapshot, span: number): void {
+    if (!(span > 0 && Number.isFinite(span))) return;
+    const last = this.looks > 0 ? (this.lookAt[(this.looks - 1) % COLLAPSE_MARKS] as number) : -Infinity;
+    if (s.now - last < span / 4) return;
+    const i = this.looks++ % COLLAPSE_MARKS;
+    this.lookAt[i] = s.now;
+    this.lookKinds[i] = s.kinds.map((k) => ({ preparing: k.preparing, done: k.prepareCompletions }));
+  }
+  /**
+   * Whether what finished over the last `span` collapsed (see COLLAPSE): of those of the kinds the
+   * floor saw preparing a span ago — at least `many`, with UNKNOWN_GROWTH × as many as the floor's
+   * `floorPreparing` preparing now — fewer than COLLAPSE_SPAN ÷ COLLAPSE finished, counting every
+   * completion of those kinds since (in a span, n preparing at a latency L finish about n × span ÷
+   * L). (Held against those preparing a span ago, not the mean since: a burst that has just
+   * arrived has had no time to finish; and not against a few: none of five heavy-tailed ones
+   * finishing in two floors says nothing.)
+   */
+  private collapsed(s: ReadonlySnapshot, span: number, many: number, floorPreparing: number): boolean {
+    // The latest look at least a span back.
+    for (let k = this.looks - 1; k >= Math.max(0, this.looks - COLLAPSE_MARKS); k--) {
+      const i = k % COLLAPSE_MARKS;
+      const at = this.lookAt[i] as number;
+      if (s.now - at < span) continue;
+      // Of the kinds the floor saw: a kind it did not may be slower alone (a 30 s kind after a
+      // floor of 12 s: none of it finishes in a span of 24 s).
+      let then = 0;
+      let done = 0;
+      (this.lookKinds[i] ?? []).forEach((k, j) => {
+        if (!this.known[j]) return;
+        then += k.preparing;
+        done += (s.kinds[j]?.prepareCompletions ?? k.done) - k.done;
+      });
+      return s.preparing >= UNKNOWN_GROWTH * floorPreparing && then >= many && done * COLLAPSE < COLLAPSE_SPAN * then;
+    }
+    return false;
   }
   /** The quickest of the latest QUICK_SAMPLES latencies (Infinity: none). */
   private quickest(since = -Infinity): number {
