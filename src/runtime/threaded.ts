@@ -33,6 +33,14 @@ export interface StageThreadsOptions {
   threadPerDevice?: boolean;
   /** The device's kind, as kind modules see it (`ctx.deviceKind`). @default "cpu" */
   deviceKind?: string;
+  /**
+   * How long a withdrawn preparation (timed out, or its job cancelled or failed) may ignore its
+   * ctx.signal before its thread is ended and replaced: long enough for one that checks the signal
+   * between steps to see it, short enough that one that never ends gives its thread back soon
+   * after its timeout. Other preparations running on that thread (prepareConcurrency over 1) run
+   * again, alone. @default 10000
+   */
+  withdrawnGraceMs?: number;
 }
 
 export interface ThreadedWorkloadOptions<I, O, R> extends StageThreadsOptions {
@@ -160,9 +168,11 @@ export class StageThreads implements DeviceRunner {
   private lastTrim = performance.now();
   /** Terminations under way (close() waits for them). */
   private readonly killing = new Set<Promise<void>>();
+  private readonly withdrawnGraceMs: number;
 
   constructor(options: StageThreadsOptions) {
     this.pool = options.pool ?? new BufferPool();
+    this.withdrawnGraceMs = options.withdrawnGraceMs ?? 10_000;
     const threads = options.prepareThreads ?? Math.max(1, os.availableParallelism() - 1);
     const concurrency = options.prepareConcurrency ?? 1;
     this.prepareSlots = threads * concurrency;
@@ -198,10 +208,9 @@ export class StageThreads implements DeviceRunner {
     const task = this.nextTask++;
     // Not piscina's own abort signal: it would give each abortable task a thread of its own
     // (concurrentTasksPerWorker would not apply). The thread's ctx.signal fires instead; a
-    // preparation that ignores it runs to its end and the runtime drops its result. The buffer
-    // is not reused before the thread is done with it.
-    const withdraw = () => this.abortChannel.postMessage(task);
-    call.signal.addEventListener('abort', withdraw, { once: true });
+    // preparation that ignores it runs on and the runtime drops its result — up to
+    // withdrawnGraceMs, then its thread is ended (see withdrawal). The buffer is not reused before the thread is done with it.
+    const w = this.withdrawal(task, call.signal);
     try {
       const req: PrepareRequest = {
         module: call.module,
@@ -210,6 +219,7 @@ export class StageThreads implements DeviceRunner {
         ctx: { jobId: call.jobId, partition: call.partition, partitions: call.partitions, ...(buffer ? { buffer: buffer.buffer } : {}) },
         task,
         abortChannel: this.abortChannel.name,
+        owner: w.owner,
         bufferBytes: call.bufferBytes,
         ...(call.handoff ? { handoff: call.handoff } : {}),
       };
@@ -225,8 +235,43 @@ export class StageThreads implements DeviceRunner {
       if (buffer) this.pool.checkin(buffer);
       throw e;
     } finally {
-      call.signal.removeEventListener('abort', withdraw);
+      w.settled();
     }
+  }
+
+  /**
+   * A task's withdrawal: when `signal` fires, the task's number goes out on the abort channel (its
+   * ctx.signal fires in the thread); where the task has still not settled withdrawnGraceMs later, the
+   * thread that runs it — it wrote its threadId into `owner` when it began — is ended: piscina
+   * starts another, and the other preparations on it (concurrency over 1) run again alone (see
+   * prepareTask). A preparation that never ends (a loop, a wait on nothing) held its thread for
+   * good: two such with retries: 1 took a pool of two, and every later preparation of every kind
+   * timed out. `settled()` once the task has.
+   */
+  private withdrawal(task: number, signal: AbortSignal): { owner: SharedArrayBuffer; settled(): void } {
+    const owner = new SharedArrayBuffer(4);
+    let timer: NodeJS.Timeout | undefined;
+    const withdraw = () => {
+      this.abortChannel.postMessage(task);
+      timer = setTimeout(() => this.endThread(Atomics.load(new Int32Array(owner), 0)), this.withdrawnGraceMs);
+      timer.unref();
+    };
+    signal.addEventListener('abort', withdraw, { once: true });
+    return {
+      owner,
+      settled: () => {
+        signal.removeEventListener('abort', withdraw);
+        clearTimeout(timer);
+      },
+    };
+  }
+
+  /** Ends the preparation thread with this threadId, if the pool still has it (0: the task never began). */
+  private endThread(threadId: number): void {
+    if (threadId <= 0 || this.closed) return;
+    const thread = this.piscina.threads.find((t) => t.threadId === threadId);
+    if (!thread) return;
+    void thread.terminate();
   }
 
   /**
@@ -239,8 +284,7 @@ export class StageThreads implements DeviceRunner {
     const buffers: (PooledBuffer | undefined)[] = [];
     const task = this.nextTask++;
     const signal = batchSignal(calls);
-    const withdraw = () => this.abortChannel.postMessage(task);
-    signal.addEventListener('abort', withdraw, { once: true });
+    const w = this.withdrawal(task, signal);
     const ctx = (c: PrepareCall, i: number) => ({ jobId: c.jobId, partition: c.partition, partitions: c.partitions, ...(buffers[i] ? { buffer: (buffers[i] as PooledBuffer).buffer } : {}) });
     try {
       // (Inside the try: a checkout that throws gives back those taken before it.)
@@ -252,6 +296,7 @@ export class StageThreads implements DeviceRunner {
         ctx: ctx(first, 0),
         task,
         abortChannel: this.abortChannel.name,
+        owner: w.owner,
         bufferBytes: first.bufferBytes,
         batch: calls.map((c, i) => ({ input: c.input, ctx: ctx(c, i), bufferBytes: c.bufferBytes })),
         ...(first.handoff ? { handoff: first.handoff } : {}),
@@ -270,7 +315,7 @@ export class StageThreads implements DeviceRunner {
       for (const b of buffers) if (b) this.pool.checkin(b);
       throw e;
     } finally {
-      signal.removeEventListener('abort', withdraw);
+      w.settled();
     }
   }
 

@@ -20,7 +20,7 @@ import { createNttProofWorkload } from '../../dist/runtime/workloads/ntt-proof.j
 import type { StokerErrorCode } from '../../src/core/errors.js';
 import type { JobSpec } from '../../src/core/types.js';
 
-type Mode = 'ok' | 'throw-prepare' | 'throw-device' | 'crash-device' | 'hang-device' | 'block-device' | 'final-prepare' | 'final-device' | 'exit-prepare';
+type Mode = 'ok' | 'throw-prepare' | 'throw-device' | 'crash-device' | 'hang-device' | 'block-device' | 'final-prepare' | 'final-device' | 'exit-prepare' | 'spin-prepare';
 
 /** The fixtures' job input (see test/fixtures/flaky-*.mjs). */
 interface FlakyInput {
@@ -250,6 +250,22 @@ describe('ThreadedWorkload under the Runtime', () => {
       expect(err.code).toBe('E_PREPARE_FAILED');
       expect(err.message).toMatch(/^job bad: partition 2 failed in preparation: its preparation ended its thread when it ran alone: worker exited with code: 7$/);
       await vi.waitFor(() => expect(workload.pool.stats().leased).toBe(0));
+    },
+    TIMEOUT,
+  );
+
+  it(
+    'a preparation that never ends (a loop that ignores its signal): withdrawnGraceMs after its timeout its thread is ended and replaced; the next jobs prepare (before, the pool was lost for good)',
+    async () => {
+      const workload = new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule, bufferBytes: () => 64, finish: (job) => job.outputs, devices: [{ workers: 2 }], prepareThreads: 1, withdrawnGraceMs: 300 });
+      const rt: FlakyRuntime = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'unpaced', retries: 0, prepareTimeoutMs: 500 });
+      runtimes.push(rt);
+      const err = await rejection(rt.submit(spec('spin', 1), { mode: 'spin-prepare' }));
+      expect(err.code).toBe('E_PREPARE_FAILED');
+      expect(err.message).toMatch(/no preparation within the preparation timeout, 500 ms/);
+      // The one thread spins until it is ended; the next job's preparation waits for its replacement.
+      const out = await rt.submit(spec('after', 2), { mode: 'ok' });
+      expect(out.map((o) => o.sum)).toEqual(expectedSums(workload, 2));
     },
     TIMEOUT,
   );

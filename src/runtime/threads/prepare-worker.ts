@@ -179,6 +179,8 @@ async function prepareBatch(req: PrepareRequest, batch: NonNullable<PrepareReque
 }
 
 export default async function prepareTask(req: PrepareRequest): Promise<PrepareReply> {
+  // (Which thread runs it: one that ignores its withdrawal is ended by the runtime.)
+  if (req.owner) Atomics.store(new Int32Array(req.owner), 0, threadId);
   listen(req.abortChannel);
   const controller = new AbortController();
   if (early.delete(req.task)) controller.abort(new Error('the partition was withdrawn'));

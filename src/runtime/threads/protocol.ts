@@ -45,6 +45,8 @@ export interface PrepareRequest {
   task: number;
   /** The BroadcastChannel on which the runtime announces the tasks it withdrew. */
   abortChannel: string;
+  /** Where the thread that runs the task writes its threadId as it begins (Int32): the runtime ends that thread where the task ignores its withdrawal. */
+  owner?: SharedArrayBuffer;
   /** Bytes of the buffer the partition asked for (what a handoff file holds). */
   bufferBytes: number;
   /** For a process device: prepared bytes of at least `minBytes` go to a file in `dir` (its path to the worker), not through the pipe. */
