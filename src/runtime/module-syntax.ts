@@ -21,3 +21,22 @@ export function syntaxErrorAt(fileOrUrl: string): string {
     .filter((l) => l.trim() !== '')
     .join('\n');
 }
+
+/**
+ * `import(url)`, rejecting where the module's top-level await can never settle: the event loop
+ * ran dry with the import still pending (nothing left could settle it). Node would otherwise just
+ * exit, with code 0 and no word: `stoker serve --kind` with such a module looked to a supervisor
+ * like a clean stop. (One whose await waits on a live timer or socket still waits with it.)
+ */
+export async function importSettled(url: string): Promise<Record<string, unknown>> {
+  let dry: (() => void) | undefined;
+  const never = new Promise<never>((_, reject) => {
+    dry = () => reject(new Error('its top-level await never settles (the event loop ran dry while the module loaded: nothing left could settle it)'));
+    process.once('beforeExit', dry);
+  });
+  try {
+    return await Promise.race([import(url) as Promise<Record<string, unknown>>, never]);
+  } finally {
+    if (dry) process.off('beforeExit', dry);
+  }
+}

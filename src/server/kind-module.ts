@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { Ajv2020, type ErrorObject } from 'ajv/dist/2020.js';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { kindExports } from '../runtime/threads/protocol.js';
-import { syntaxErrorAt } from '../runtime/module-syntax.js';
+import { importSettled, syntaxErrorAt } from '../runtime/module-syntax.js';
 import { editDistance } from '../core/suggest.js';
 import { quoted } from './errors.js';
 
@@ -182,7 +182,7 @@ const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, ver
 export async function loadKind(url: string, shown: string = url, devices: DeviceTypes = THREAD_DEVICE, device?: string): Promise<LoadedKind> {
   let mod: Record<string, unknown>;
   try {
-    mod = (await import(url)) as Record<string, unknown>;
+    mod = await importSettled(url);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     const at = e instanceof SyntaxError ? syntaxErrorAt(url) : '';

@@ -322,6 +322,8 @@ describe('bad kind modules are refused at start', () => {
     ['missing-import.mjs', `import "./no-such-tokenizer.mjs"; ${ok}`, undefined, /does not load: Cannot find module '.*no-such-tokenizer\.mjs' imported from .*missing-import\.mjs/],
     ['syntax.mjs', 'export const name = ;', undefined, /does not load: Unexpected token ';', at\n.*syntax.mjs:1\nexport const name = ;\n +\^/],
     ['throws.mjs', 'throw new Error("no GPU here");', undefined, /does not load: no GPU here/],
+    // Nothing left to settle it: Node exited with code 0 and no word (a supervisor saw a clean stop).
+    ['await-never.mjs', `await new Promise(() => {}); ${ok}`, undefined, /does not load: its top-level await never settles/],
     ['no-name.mjs', 'export async function prepare() {} export function run() {}', 'name', /missing: export const name = "my-kind"/],
     ['bad-name.mjs', 'export const name = "has space"; export async function prepare() {} export function run() {}', 'name', /got "has space"/],
     ['no-prepare.mjs', 'export const name = "k"; export function run() {}', 'prepare', /missing: export async function prepare\(input, ctx\)/],
