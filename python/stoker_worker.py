@@ -29,7 +29,8 @@ import threading
 import time
 
 PROTOCOL = 1
-MAX_HEADER_BYTES = 1 << 20
+# JSON (input, prepared value, output) travels in the header; bytes go as the payload.
+MAX_HEADER_BYTES = 64 << 20
 
 
 class Item:
@@ -98,10 +99,18 @@ def _read_frame(stream):
     return header, payload
 
 
+class FrameTooLarge(ValueError):
+    """A header over MAX_HEADER_BYTES (nothing was written)."""
+
+
 def _write_frame(stream, header, payload=None):
     if payload is not None:
         header = dict(header, payloadBytes=len(payload))
     data = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    if len(data) > MAX_HEADER_BYTES:
+        e = FrameTooLarge("its JSON is %d bytes, over the %d bytes a frame header carries: return large data as bytes, which go as the payload" % (len(data), MAX_HEADER_BYTES))
+        e.retry = False
+        raise e
     stream.write(struct.pack(">I", len(data)))
     stream.write(data)
     if payload is not None:
@@ -139,6 +148,8 @@ def _reply(out, id, output, extra):
         return
     try:
         _write_frame(out, dict({"type": "result", "id": id, "ok": True, "output": output}, **extra))
+    except FrameTooLarge:
+        raise
     except (TypeError, ValueError):
         # (Nothing was written: the header is encoded before a byte goes out.) Where, for the message;
         # the same output again would fail the same way: no retry.

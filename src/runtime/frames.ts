@@ -4,8 +4,13 @@
  * bytes of payload (the header's field; 0 or absent: none).
  */
 
-/** The largest header accepted (a header carries small JSON; the payload carries the data). */
-export const MAX_HEADER_BYTES = 1 << 20;
+/**
+ * The largest header accepted, 64 MiB: JSON inputs, prepared values and outputs travel in it
+ * (bytes go as the payload). Under 0x09090909: four printable bytes — text written to stdout by
+ * mistake — still read as a length over it. (At 1 MiB, a 1.5 MiB JSON output was refused, and
+ * blamed on something else writing to stdout.)
+ */
+export const MAX_HEADER_BYTES = 64 << 20;
 
 /** A message: its JSON header and its payload (absent when it has none). */
 export interface Frame {
@@ -29,7 +34,10 @@ export class FrameError extends Error {
 /** The bytes of one frame: `payload` (if any) follows the header, whose payloadBytes is set to its length. */
 export function encodeFrame(header: Record<string, unknown>, payload?: Uint8Array): Buffer[] {
   const json = Buffer.from(JSON.stringify(payload ? { ...header, payloadBytes: payload.byteLength } : header), 'utf8');
-  if (json.length > MAX_HEADER_BYTES) throw new FrameError(`a frame header of ${json.length} bytes is over the ${MAX_HEADER_BYTES}-byte limit: send large data as the payload`);
+  if (json.length > MAX_HEADER_BYTES) {
+    // The same value would be as large again: no retry.
+    throw Object.assign(new FrameError(`its JSON is ${json.length} bytes, over the ${MAX_HEADER_BYTES} bytes a frame header carries: return large data as bytes (a Buffer or typed array), which go as the payload`), { retry: false as const });
+  }
   const len = Buffer.alloc(4);
   len.writeUInt32BE(json.length, 0);
   return payload ? [len, json, Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength)] : [len, json];

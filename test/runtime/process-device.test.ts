@@ -26,6 +26,8 @@ interface Input {
   holdMs?: number;
   /** Bytes prepare returns (the payload) instead of JSON. */
   bytes?: number;
+  /** mode "big": the characters of the string the device returns. */
+  chars?: number;
 }
 
 const closers: (() => Promise<void>)[] = [];
@@ -127,6 +129,13 @@ setInterval(() => {}, 1000);`;
     const set = await failure(rt.submit(spec('set'), { mode: 'set' }));
     expect(set.message).toMatch(/output\.tags is a set, which JSON cannot carry/);
     await expect(rt.submit(spec('after'), { mode: 'ok' })).resolves.toHaveLength(1);
+  });
+
+  it('a JSON output over 1 MiB comes back whole (it was refused as a malformed frame: the header was capped at 1 MiB); one over the 64 MiB a header carries fails its job at once, saying to return bytes', async () => {
+    const { rt } = setup({ command: 'python3', args: [PY] }, { retries: 2 });
+    await expect(rt.submit(spec('big'), { mode: 'big', chars: 1_500_000 })).resolves.toEqual(['y'.repeat(1_500_000)]);
+    const e = await failure(rt.submit(spec('huge'), { mode: 'big', chars: 65 << 20 }));
+    expect(e.message).toMatch(/^job huge: partition 0 failed on device 0: gpu\/0: FrameTooLarge: its JSON is \d+ bytes, over the 67108864 bytes a frame header carries: return large data as bytes, which go as the payload$/);
   });
 
   it('a process that exits mid-item: the item is retried on the restarted process', async () => {
