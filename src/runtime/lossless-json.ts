@@ -17,12 +17,13 @@ const MAX_DEPTH = 1000;
 /**
  * Walks a value as JSON.stringify would (own enumerable keys, toJSON) for what it would change
  * without a word: bytes inside a JSON value (an object of indices), a Map or a Set (an empty
- * object), a number that is not finite (null) — and a BigInt (JSON.stringify throws, saying not where). A plain walk, the path kept only on the way back
+ * object), a number that is not finite (null), a function or a symbol (dropped: a result of one was
+ * stored as null, the job done) — and a BigInt (JSON.stringify throws, saying not where). A plain walk, the path kept only on the way back
  * from a find: a JSON.stringify replacer did this 30–40 × slower than the stringify itself.
  */
 function walk(v: unknown, depth: number): Found | undefined {
   if (typeof v === 'number') return Number.isFinite(v) ? undefined : { what: v, path: [] };
-  if (typeof v === 'bigint') return { what: v, path: [] };
+  if (typeof v === 'bigint' || typeof v === 'function' || typeof v === 'symbol') return { what: v, path: [] };
   if (v === null || typeof v !== 'object' || depth > MAX_DEPTH) return undefined;
   if (ArrayBuffer.isView(v) || v instanceof ArrayBuffer || v instanceof Map || v instanceof Set) return { what: v, path: [] };
   const toJSON = (v as { toJSON?: unknown }).toJSON;
@@ -53,6 +54,7 @@ function said(f: Found): string {
   if (v instanceof Map || v instanceof Set) return `it holds a ${v instanceof Map ? 'Map' : 'Set'} at ${at}, which JSON would store as {}: return ${v instanceof Map ? 'an object (Object.fromEntries(map))' : 'an array ([...set])'} instead`;
   if (typeof v === 'number') return `it holds ${v} at ${at}, which JSON would store as null: return null, or a string, where a number is missing`;
   if (typeof v === 'bigint') return `it holds a BigInt at ${at}, which JSON cannot hold: return a number, or a string (String(n))`;
+  if (typeof v === 'function' || typeof v === 'symbol') return `it holds a ${typeof v} at ${at}, which JSON would drop: return data`;
   return `it holds bytes at ${at}: bytes may only be the whole value — return them alone, or encode them (base64) inside the JSON`;
 }
 

@@ -8,7 +8,7 @@ describe('losslessJson: JSON that reads back as the value, or where it would not
     expect(losslessJson(undefined)).toBe('null');
   });
 
-  it('names the path of bytes, a Map or Set, a number that is not finite, a BigInt — inside arrays, odd keys and toJSON results', () => {
+  it('names the path of bytes, a Map or Set, a number that is not finite, a BigInt, a function or symbol — inside arrays, odd keys and toJSON results', () => {
     const at = (v: unknown) => (() => losslessJson(v)) as () => string;
     expect(at({ outer: { list: [1, Int32Array.of(7)] } })).toThrow('it holds bytes at "outer.list[1]": bytes may only be the whole value');
     expect(at({ 'a b': { m: new Map() } })).toThrow(`it holds a Map at "['a b'].m", which JSON would store as {}: return an object (Object.fromEntries(map)) instead`);
@@ -17,6 +17,9 @@ describe('losslessJson: JSON that reads back as the value, or where it would not
     expect(at({ x: { toJSON: () => ({ y: -Infinity }) } })).toThrow('it holds -Infinity at "x.y"');
     expect(at({ n: 1n })).toThrow('it holds a BigInt at "n", which JSON cannot hold');
     expect(at(Infinity)).toThrow('it holds Infinity at the top');
+    // Dropped without a word: a finish that returned a function was stored as null, the job done.
+    expect(at(() => 1)).toThrow('it holds a function at the top, which JSON would drop: return data');
+    expect(at({ tag: Symbol('x') })).toThrow('it holds a symbol at "tag", which JSON would drop');
   });
 
   it('leaves a cycle to JSON.stringify, which refuses it (no endless walk)', () => {

@@ -20,7 +20,7 @@ import { createNttProofWorkload } from '../../dist/runtime/workloads/ntt-proof.j
 import type { StokerErrorCode } from '../../src/core/errors.js';
 import type { JobSpec } from '../../src/core/types.js';
 
-type Mode = 'ok' | 'throw-prepare' | 'throw-device' | 'crash-device' | 'hang-device' | 'block-device' | 'final-prepare' | 'final-device' | 'exit-prepare' | 'spin-prepare';
+type Mode = 'ok' | 'throw-prepare' | 'throw-device' | 'crash-device' | 'hang-device' | 'block-device' | 'final-prepare' | 'final-device' | 'exit-prepare' | 'spin-prepare' | 'null-prepare';
 
 /** The fixtures' job input (see test/fixtures/flaky-*.mjs). */
 interface FlakyInput {
@@ -250,6 +250,16 @@ describe('ThreadedWorkload under the Runtime', () => {
       expect(err.code).toBe('E_PREPARE_FAILED');
       expect(err.message).toMatch(/^job bad: partition 2 failed in preparation: its preparation ended its thread when it ran alone: worker exited with code: 7$/);
       await vi.waitFor(() => expect(workload.pool.stats().leased).toBe(0));
+    },
+    TIMEOUT,
+  );
+
+  it(
+    'a preparation that throws null fails saying so (its reply was read as a result: "Cannot destructure property \'meta\'…")',
+    async () => {
+      const { rt } = setup();
+      const err = await rejection(rt.submit(spec('null', 1), { mode: 'null-prepare' }));
+      expect(err.message).toBe('job null: partition 0 failed in preparation: prepare threw null, not an Error: throw new Error("why") (after 2 attempts)');
     },
     TIMEOUT,
   );

@@ -140,6 +140,12 @@ function notSendable(where: string): Error {
   return new Error(`prepare returned a value that cannot be sent between threads: ${where}: return plain data — objects, arrays, numbers, strings, typed arrays`);
 }
 
+/** A thrown value that is no Error, as a message can show it. */
+function thrown(e: unknown): string {
+  if (typeof e === 'string') return JSON.stringify(e.length > 200 ? `${e.slice(0, 200)}…` : e);
+  return e === null || e === undefined || typeof e !== 'object' ? String(e) : `an object (${Object.prototype.toString.call(e)})`;
+}
+
 /** A kind module's ctx for one item (the task's signal fires when the whole task is withdrawn). */
 function itemCtx(c: PrepareRequest['ctx'], signal: AbortSignal) {
   const { jobId, partition, partitions, buffer } = c;
@@ -203,6 +209,9 @@ export default async function prepareTask(req: PrepareRequest): Promise<PrepareR
     const file = handOff(req, meta);
     if (!file) return { meta, latencyMs: performance.now() - t0 };
     return { meta: isBytes(meta) ? null : meta, latencyMs: performance.now() - t0, file };
+  } catch (e) {
+    // (A thrown null or undefined reached the pool as no error at all: its reply was read as a result.)
+    throw e instanceof Error ? e : new Error(`${req.batch ? 'prepareBatch' : 'prepare'} threw ${thrown(e)}, not an Error: throw new Error("why")`);
   } finally {
     running.delete(req.task);
   }
