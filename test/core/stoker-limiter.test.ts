@@ -432,14 +432,15 @@ describe('PrepareLimit: taking over', () => {
     expect(overdueRun(filled({ measured: 4 }), { measured: 7, latencySq: 1.5 * 160 * 160, age: 391 })).toEqual([Infinity, Infinity, 15]);
   });
 
-  it('at once where what finishes collapsed: of those of known kinds preparing a span (COLLAPSE_SPAN × the latency) ago, at least `many`, fewer than COLLAPSE_SPAN ÷ COLLAPSE (2 ÷ 15.6) finished, with UNKNOWN_GROWTH (4) × the floor’s 8 preparing now', () => {
+  it('at once where what finishes collapsed: of those of known kinds preparing a span (COLLAPSE_SPAN × the latency, at least 10 s) ago, at least `many`, fewer than COLLAPSE_SPAN ÷ COLLAPSE (2 ÷ 15.6) finished, with UNKNOWN_GROWTH (4) × the floor’s 8 preparing now', () => {
     // Filled at 1200 with kind a known (8 measured) and 8 of it preparing: a look then. The latency
-    // 100 ms: a span of 200. No line is crossed (ages 50, latency at the floor): only what finishes.
-    const run = (kindsNow: { preparing: number; done: number }[], preparing = 80, times = [1300, 1399, 1400]) => {
+    // 100 ms: a span of 10 s (COLLAPSE_SPAN_MIN_MS). No line is crossed (ages 50, latency at the
+    // floor): only what finishes.
+    const run = (kindsNow: { preparing: number; done: number }[], preparing = 80, times = [1300, 11199, 11200]) => {
       const l = filled({ kinds: [{ preparing: 8, done: 8 }] });
       return times.map((now) => observe(l, { now, latency: 100, age: 50, preparing, kinds: kindsNow }));
     };
-    // None of those 8 finished in 200 ms: taken over at 1400, at ⌊80 × min(½, 100 ÷ 100)⌋ = 40.
+    // None of those 8 finished in 10 s: taken over at 11200, at ⌊80 × min(½, 100 ÷ 100)⌋ = 40.
     expect(run([{ preparing: 80, done: 8 }])).toEqual([Infinity, Infinity, 40]);
     // Two finished: 2 × 15.6 ≥ 2 × 8, not collapsed.
     expect(run([{ preparing: 80, done: 10 }])).toEqual([Infinity, Infinity, Infinity]);
@@ -447,10 +448,10 @@ describe('PrepareLimit: taking over', () => {
     expect(run([{ preparing: 31, done: 8 }], 31)).toEqual([Infinity, Infinity, Infinity]);
     // Those preparing a span ago of a kind the floor never saw (b): a slower kind may be all it shows.
     const unknown = filled({ kinds: [{ preparing: 0, done: 8 }, { preparing: 8, done: 0 }] });
-    expect([1300, 1400, 1600].map((now) => observe(unknown, { now, latency: 100, age: 50, kinds: [{ preparing: 0, done: 8 }, { preparing: 80, done: 0 }] }))).toEqual([Infinity, Infinity, Infinity]);
+    expect([1300, 11200, 13700].map((now) => observe(unknown, { now, latency: 100, age: 50, kinds: [{ preparing: 0, done: 8 }, { preparing: 80, done: 0 }] }))).toEqual([Infinity, Infinity, Infinity]);
     // The floor's concurrency proves nothing of the floor here: no first measurement lets go on it.
     const l = filled({ kinds: [{ preparing: 8, done: 8 }] });
-    [1300, 1399, 1400].forEach((now) => observe(l, { now, latency: 100, age: 50, kinds: [{ preparing: 80, done: 8 }] }));
+    [1300, 11199, 11200].forEach((now) => observe(l, { now, latency: 100, age: 50, kinds: [{ preparing: 80, done: 8 }] }));
     expect(l.state?.floorPreparing).toBeNaN();
     expect(l.state?.floorMs).toBe(100);
   });

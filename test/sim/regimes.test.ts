@@ -460,7 +460,7 @@ describe('preparation contention: a knee the first fill runs through, under a st
     // From random scenario 40 of `bench --random 200`, seed 2. The first latencies are contended
     // already, few finish while hundreds prepare, and the ages stay young as arrivals are
     // dispatched behind them: on 6 seeds of 10 nothing took over (0.68–0.86 of unpaced's speed,
-    // 1.27 on average, 0.32 × its peak memory); on what finishes, 1.76 (min 1.30), 0.09.
+    // 1.27 on average, 0.32 × its peak memory); on what finishes, 1.79 (min 1.30), 0.08.
     const GiB = 1024 ** 3;
     const s = parseScenario(
       {

@@ -234,16 +234,16 @@ const UNKNOWN_GROWTH = 4;
  * young as more are dispatched behind them, and the kinds arriving meanwhile are unknown to the
  * floor — while the number preparing runs to the memory budget or the end of the queue. What shows
  * it is what finishes: of those preparing COLLAPSE_SPAN latencies ago (the floor's or the
- * estimate's, the longer), of kinds the floor saw and at least `many`, fewer than COLLAPSE_SPAN ÷
- * COLLAPSE finished since — the latency that implies is COLLAPSE × the floor — with UNKNOWN_GROWTH ×
- * as many preparing now as behind the floor. A slower kind does not count (a 30 s kind after a
+ * estimate's, the longer; at least COLLAPSE_SPAN_MIN_MS), of kinds the floor saw and at least
+ * `many`, fewer than COLLAPSE_SPAN ÷ COLLAPSE finished since — the latency that implies is
+ * COLLAPSE × the floor — with UNKNOWN_GROWTH × as many preparing now as behind the floor. A slower kind does not count (a 30 s kind after a
  * floor of 12 s: none of it finishes in 24 s), nor do a few (none of five heavy-tailed ones
  * finishing in two latencies says nothing), nor a burst that just arrived (held against those
  * preparing a span ago). It takes over at once, at the usual cap (no overdue wait, no kinds' or
  * quick ones' or elasticity's veto: those guard the lines against a spread that this one allows
  * for); the floor's concurrency proves nothing of the floor here, so no first measurement lets go
  * on it. `bench --random 200`, six draws: the mean speed over the scenarios with a knee 1.24–1.51 →
- * 1.27–1.53 (seed 2 1.279 → 1.317, seed 3 1.408 → 1.466), those without unchanged to the fourth
+ * 1.27–1.53 (seed 2 1.279 → 1.316, seed 3 1.408 → 1.467), those without unchanged to the fourth
  * decimal, peak memory 0.02 less; prep-knee's first fill peaks at 175 preparing, not at the
  * budget's 200 (0.913 → 0.938 of the best fixed cap over the window), while its second half reads
  * 0.973 → 0.969 and the steep knee's 0.949 → 0.941 (taken over sooner, on a smaller pipeline, at a
@@ -251,6 +251,13 @@ const UNKNOWN_GROWTH = 4;
  */
 const COLLAPSE_SPAN = 2;
 const COLLAPSE = AGES_ALONE * UNKNOWN_GROWTH;
+/**
+ * The collapse line's span is at least this long: a real runtime whose event loop was held up for
+ * a span (a collection, a large result) sees no completions over it, then all of them at once; a
+ * 10 s hold-up is no passing pause. (A hold on the line itself instead — seen again a moment on —
+ * lost half its gains in the simulator, where a completion now and then breaks it for seconds.)
+ */
+const COLLAPSE_SPAN_MIN_MS = 10_000;
 /** How many looks back the collapse line keeps (one every quarter span: they reach back two spans). */
 const COLLAPSE_MARKS = 8;
 /** A kind's own preparations in a measurement before that measurement gives it its unit (the header's kinds' units). */
@@ -486,7 +493,7 @@ export class PrepareLimit {
       this.markQuickest();
     } else if (!Number.isNaN(fewSince) && this.early === Infinity && p.latency > 0) this.checkAt = fewSince + FIRST_ALONE * p.latency + 1;
     const reference = filled ? this.floor : this.early;
-    const span = COLLAPSE_SPAN * Math.max(Number.isFinite(reference) ? reference : 0, p.latency);
+    const span = Math.max(COLLAPSE_SPAN_MIN_MS, COLLAPSE_SPAN * Math.max(Number.isFinite(reference) ? reference : 0, p.latency));
     this.look(s, span);
     if (!lim) {
       // Many preparations that take far longer than they did — more than the devices and the
