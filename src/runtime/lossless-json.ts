@@ -17,8 +17,9 @@ const MAX_DEPTH = 1000;
 /**
  * Walks a value as JSON.stringify would (own enumerable keys, toJSON) for what it would change
  * without a word: bytes inside a JSON value (an object of indices), a Map or a Set (an empty
- * object), a number that is not finite (null), a function or a symbol (dropped: a result of one was
- * stored as null, the job done) — and a BigInt (JSON.stringify throws, saying not where). A plain walk, the path kept only on the way back
+ * object), a number that is not finite (null), a function or a symbol as the value or in an array
+ * (null: a finish that returned a function was stored as null, the job done; as a property it is
+ * left out, as undefined is) — and a BigInt (JSON.stringify throws, saying not where). A plain walk, the path kept only on the way back
  * from a find: a JSON.stringify replacer did this 30–40 × slower than the stringify itself.
  */
 function walk(v: unknown, depth: number): Found | undefined {
@@ -36,7 +37,10 @@ function walk(v: unknown, depth: number): Found | undefined {
     return undefined;
   }
   for (const k of Object.keys(v)) {
-    const f = walk((v as Record<string, unknown>)[k], depth + 1);
+    const x = (v as Record<string, unknown>)[k];
+    // (A method or symbol as a property is left out, as undefined is: objects with methods are common.)
+    if (typeof x === 'function' || typeof x === 'symbol') continue;
+    const f = walk(x, depth + 1);
     if (f) return (f.path.push(k), f);
   }
   return undefined;
@@ -54,7 +58,7 @@ function said(f: Found): string {
   if (v instanceof Map || v instanceof Set) return `it holds a ${v instanceof Map ? 'Map' : 'Set'} at ${at}, which JSON would store as {}: return ${v instanceof Map ? 'an object (Object.fromEntries(map))' : 'an array ([...set])'} instead`;
   if (typeof v === 'number') return `it holds ${v} at ${at}, which JSON would store as null: return null, or a string, where a number is missing`;
   if (typeof v === 'bigint') return `it holds a BigInt at ${at}, which JSON cannot hold: return a number, or a string (String(n))`;
-  if (typeof v === 'function' || typeof v === 'symbol') return `it holds a ${typeof v} at ${at}, which JSON would drop: return data`;
+  if (typeof v === 'function' || typeof v === 'symbol') return `it holds a ${typeof v} at ${at}, which JSON would store as null: return data`;
   return `it holds bytes at ${at}: bytes may only be the whole value — return them alone, or encode them (base64) inside the JSON`;
 }
 

@@ -270,7 +270,7 @@ class WorkerProcess {
         });
       } catch (e) {
         this.step = undefined;
-        return reject(e instanceof FrameError ? Object.assign(new Error(`the prepared value cannot be sent to the device: ${e.message}`), { retry: false as const }) : (e as Error));
+        return reject(e instanceof FrameError ? Object.assign(new Error(`the item cannot be sent to the device (its input and prepared value travel as JSON): ${e.message}`), { retry: false as const }) : (e as Error));
       }
       for (const b of frames) life.child.stdin?.write(b);
     });

@@ -38,7 +38,7 @@ export interface StageThreadsOptions {
    * ctx.signal before its thread is ended and replaced: long enough for one that checks the signal
    * between steps to see it, short enough that one that never ends gives its thread back soon
    * after its timeout. Other preparations running on that thread (prepareConcurrency over 1) run
-   * again, alone. @default 10000
+   * again, alone. Infinity: never. @default 10000
    */
   withdrawnGraceMs?: number;
 }
@@ -173,6 +173,10 @@ export class StageThreads implements DeviceRunner {
   constructor(options: StageThreadsOptions) {
     this.pool = options.pool ?? new BufferPool();
     this.withdrawnGraceMs = options.withdrawnGraceMs ?? 10_000;
+    // (setTimeout turns a delay it cannot hold — over 2³¹ − 1 ms, NaN, negative — into 1 ms: Infinity, "never", would end threads at once.)
+    if (!(this.withdrawnGraceMs >= 0 && (this.withdrawnGraceMs <= 2 ** 31 - 1 || this.withdrawnGraceMs === Infinity))) {
+      throw new RangeError(`withdrawnGraceMs: got ${this.withdrawnGraceMs}; use a number of ms from 0 to ${2 ** 31 - 1}, or Infinity to never end a thread`);
+    }
     const threads = options.prepareThreads ?? Math.max(1, os.availableParallelism() - 1);
     const concurrency = options.prepareConcurrency ?? 1;
     this.prepareSlots = threads * concurrency;
@@ -249,12 +253,26 @@ export class StageThreads implements DeviceRunner {
    * timed out. `settled()` once the task has.
    */
   private withdrawal(task: number, signal: AbortSignal): { owner: SharedArrayBuffer; settled(): void } {
-    const owner = new SharedArrayBuffer(4);
+    // Word 0: the thread that runs the task (0 until it begins); word 1: 1 once withdrawn — a task
+    // that begins later (queued, or on a thread started after the announcement) sees it there.
+    const owner = new SharedArrayBuffer(8);
+    const words = new Int32Array(owner);
     let timer: NodeJS.Timeout | undefined;
-    const withdraw = () => {
-      this.abortChannel.postMessage(task);
-      timer = setTimeout(() => this.endThread(Atomics.load(new Int32Array(owner), 0)), this.withdrawnGraceMs);
+    // Not begun when the grace ran out (still queued): looked at again a grace later.
+    const check = () => {
+      const threadId = Atomics.load(words, 0);
+      if (threadId === 0) arm();
+      else this.endThread(threadId);
+    };
+    const arm = () => {
+      if (!Number.isFinite(this.withdrawnGraceMs)) return;
+      timer = setTimeout(check, this.withdrawnGraceMs);
       timer.unref();
+    };
+    const withdraw = () => {
+      Atomics.store(words, 1, 1);
+      this.abortChannel.postMessage(task);
+      arm();
     };
     signal.addEventListener('abort', withdraw, { once: true });
     return {
@@ -266,9 +284,9 @@ export class StageThreads implements DeviceRunner {
     };
   }
 
-  /** Ends the preparation thread with this threadId, if the pool still has it (0: the task never began). */
+  /** Ends the preparation thread with this threadId, if the pool still has it. */
   private endThread(threadId: number): void {
-    if (threadId <= 0 || this.closed) return;
+    if (this.closed) return;
     const thread = this.piscina.threads.find((t) => t.threadId === threadId);
     if (!thread) return;
     void thread.terminate();

@@ -95,7 +95,15 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
               const outs = handleBatch ? await handleBatch(items) : await sequential(handle, items);
               if (!Array.isArray(outs) || outs.length !== items.length) throw new Error(`handleBatch returned ${Array.isArray(outs) ? outs.length : typeof outs} outputs for ${items.length} items: return one per item, in order`);
               const busyNs = Number(process.hrtime.bigint() - t0);
-              outs.forEach((out, index) => (out instanceof Error ? write({ type: 'result', id: h['id'], index, busyNs, ...failed(out) }) : ok(h['id'], out, { index, busyNs })));
+              outs.forEach((out, index) => {
+                if (out instanceof Error) return write({ type: 'result', id: h['id'], index, busyNs, ...failed(out) });
+                // (An output that cannot be sent — JSON over a frame header — fails its item alone.)
+                try {
+                  ok(h['id'], out, { index, busyNs });
+                } catch (e) {
+                  write({ type: 'result', id: h['id'], index, busyNs, ...failed(e) });
+                }
+              });
             } catch (e) {
               write({ type: 'result', id: h['id'], ok: false, busyNs: Number(process.hrtime.bigint() - t0), error: e instanceof Error ? e.message : String(e) });
             }

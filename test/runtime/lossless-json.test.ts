@@ -18,8 +18,10 @@ describe('losslessJson: JSON that reads back as the value, or where it would not
     expect(at({ n: 1n })).toThrow('it holds a BigInt at "n", which JSON cannot hold');
     expect(at(Infinity)).toThrow('it holds Infinity at the top');
     // Dropped without a word: a finish that returned a function was stored as null, the job done.
-    expect(at(() => 1)).toThrow('it holds a function at the top, which JSON would drop: return data');
-    expect(at({ tag: Symbol('x') })).toThrow('it holds a symbol at "tag", which JSON would drop');
+    expect(at(() => 1)).toThrow('it holds a function at the top, which JSON would store as null: return data');
+    expect(at({ tags: [Symbol('x')] })).toThrow('it holds a symbol at "tags[0]", which JSON would store as null');
+    // As a property it is left out, as undefined is (a method on a plain object).
+    expect(losslessJson({ n: 1, show() {}, tag: Symbol('x') })).toBe('{"n":1}');
   });
 
   it('leaves a cycle to JSON.stringify, which refuses it (no endless walk)', () => {

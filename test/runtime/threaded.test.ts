@@ -15,7 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { threadId } from 'node:worker_threads';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Runtime } from '../../dist/runtime/runtime.js';
-import { ThreadedWorkload } from '../../dist/runtime/threaded.js';
+import { StageThreads, ThreadedWorkload } from '../../dist/runtime/threaded.js';
 import { createNttProofWorkload } from '../../dist/runtime/workloads/ntt-proof.js';
 import type { StokerErrorCode } from '../../src/core/errors.js';
 import type { JobSpec } from '../../src/core/types.js';
@@ -255,6 +255,27 @@ describe('ThreadedWorkload under the Runtime', () => {
   );
 
   it(
+    'a preparation withdrawn while it waits in the pool’s queue behind one that never ends begins on the replacement thread with its signal fired, and, spinning too, is ended in turn (it held that thread for good)',
+    async () => {
+      const threads = new StageThreads({ devices: [{ workers: 1 }], prepareThreads: 1, withdrawnGraceMs: 300 });
+      runtimes.push({ close: () => threads.close() });
+      const call = (input: FlakyInput, signal: AbortSignal, partition: number) => threads.prepare({ module: prepareModule, style: 'workload', input, jobId: 'queued', partition, partitions: 3, signal, bufferBytes: 64 });
+      const a = new AbortController();
+      const b = new AbortController();
+      // A runs on the one thread; B waits in the queue. Both withdrawn: A's thread is ended 300 ms
+      // on; B begins on the new one, spins, and is ended a grace after it was looked at again.
+      const ended = [rejection(call({ mode: 'spin-prepare' }, a.signal, 0)), rejection(call({ mode: 'spin-prepare' }, b.signal, 1))];
+      await sleep(100);
+      a.abort(new Error('withdrawn'));
+      b.abort(new Error('withdrawn'));
+      for (const e of await Promise.all(ended)) expect(e.message).toMatch(/worker exited/);
+      const c = await call({ mode: 'ok' }, new AbortController().signal, 2);
+      expect(c.meta).toEqual({ partition: 2 });
+    },
+    TIMEOUT,
+  );
+
+  it(
     'a preparation that throws null fails saying so (its reply was read as a result: "Cannot destructure property \'meta\'…")',
     async () => {
       const { rt } = setup();
@@ -273,7 +294,7 @@ describe('ThreadedWorkload under the Runtime', () => {
       const err = await rejection(rt.submit(spec('spin', 1), { mode: 'spin-prepare' }));
       expect(err.code).toBe('E_PREPARE_FAILED');
       expect(err.message).toMatch(/no preparation within the preparation timeout, 500 ms/);
-      // The one thread spins until it is ended; the next job's preparation waits for its replacement.
+      // The thread spins until it is ended; the next job's preparation waits for a replacement.
       const out = await rt.submit(spec('after', 2), { mode: 'ok' });
       expect(out.map((o) => o.sum)).toEqual(expectedSums(workload, 2));
     },

@@ -236,7 +236,8 @@ const UNKNOWN_GROWTH = 4;
  * it is what finishes: of those preparing COLLAPSE_SPAN latencies ago (the floor's or the
  * estimate's, the longer; at least COLLAPSE_SPAN_MIN_MS), of kinds the floor saw and at least
  * `many`, fewer than COLLAPSE_SPAN ÷ COLLAPSE finished since — the latency that implies is
- * COLLAPSE × the floor — with UNKNOWN_GROWTH × as many preparing now as behind the floor. A slower kind does not count (a 30 s kind after a
+ * COLLAPSE ÷ COLLAPSE_SPAN × the span: COLLAPSE × the latency it was drawn from, or over 78 s —
+ * with UNKNOWN_GROWTH × as many preparing now as behind the floor. A slower kind does not count (a 30 s kind after a
  * floor of 12 s: none of it finishes in 24 s), nor do a few (none of five heavy-tailed ones
  * finishing in two latencies says nothing), nor a burst that just arrived (held against those
  * preparing a span ago). It takes over at once, at the usual cap (no overdue wait, no kinds' or

@@ -6,7 +6,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
-import { moduleLoader, type BatchItemReply, type DeviceModule, type DeviceRequest, type DeviceReply, type DeviceWorkerData } from './protocol.js';
+import { moduleLoader, thrownValue, type BatchItemReply, type DeviceModule, type DeviceRequest, type DeviceReply, type DeviceWorkerData } from './protocol.js';
 import { itemError, noRetry } from '../no-retry.js';
 
 const init = workerData as DeviceWorkerData;
@@ -69,7 +69,7 @@ port.on('message', (req: DeviceRequest) => {
       Atomics.add(counters, req.slot * 2 + 1, 1n);
       reply = { id: req.id, ok: true, output };
     } catch (e) {
-      reply = { id: req.id, ok: false, message: e instanceof Error ? e.message : `run threw ${typeof e === 'string' ? JSON.stringify(e) : String(e)}, not an Error: throw new Error("why")`, ...(noRetry(e) ? { retry: false as const } : {}) };
+      reply = { id: req.id, ok: false, message: e instanceof Error ? e.message : `the device step threw ${thrownValue(e)}, not an Error: throw new Error("why")`, ...(noRetry(e) ? { retry: false as const } : {}) };
     }
     try {
       port.postMessage(reply);

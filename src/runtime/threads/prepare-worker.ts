@@ -9,7 +9,7 @@ import { performance } from 'node:perf_hooks';
 import { threadId } from 'node:worker_threads';
 import { types } from 'node:util';
 import { BroadcastChannel } from 'node:worker_threads';
-import { moduleLoader, type PrepareItemReply, type PrepareModule, type PrepareReply, type PrepareRequest } from './protocol.js';
+import { moduleLoader, thrownValue, type PrepareItemReply, type PrepareModule, type PrepareReply, type PrepareRequest } from './protocol.js';
 import { itemError, noRetry } from '../no-retry.js';
 
 const load = moduleLoader<PrepareModule>('prepare', 'prepare', () => 'prepare(input, ctx)');
@@ -140,12 +140,6 @@ function notSendable(where: string): Error {
   return new Error(`prepare returned a value that cannot be sent between threads: ${where}: return plain data — objects, arrays, numbers, strings, typed arrays`);
 }
 
-/** A thrown value that is no Error, as a message can show it. */
-function thrown(e: unknown): string {
-  if (typeof e === 'string') return JSON.stringify(e.length > 200 ? `${e.slice(0, 200)}…` : e);
-  return e === null || e === undefined || typeof e !== 'object' ? String(e) : `an object (${Object.prototype.toString.call(e)})`;
-}
-
 /** A kind module's ctx for one item (the task's signal fires when the whole task is withdrawn). */
 function itemCtx(c: PrepareRequest['ctx'], signal: AbortSignal) {
   const { jobId, partition, partitions, buffer } = c;
@@ -185,11 +179,13 @@ async function prepareBatch(req: PrepareRequest, batch: NonNullable<PrepareReque
 }
 
 export default async function prepareTask(req: PrepareRequest): Promise<PrepareReply> {
-  // (Which thread runs it: one that ignores its withdrawal is ended by the runtime.)
-  if (req.owner) Atomics.store(new Int32Array(req.owner), 0, threadId);
+  // Which thread runs it: one that ignores its withdrawal is ended by the runtime. And whether it
+  // was withdrawn before it began (an announcement made before this thread listened is not heard).
+  const words = req.owner ? new Int32Array(req.owner) : undefined;
+  if (words) Atomics.store(words, 0, threadId);
   listen(req.abortChannel);
   const controller = new AbortController();
-  if (early.delete(req.task)) controller.abort(new Error('the partition was withdrawn'));
+  if (early.delete(req.task) || (words && Atomics.load(words, 1) === 1)) controller.abort(new Error('the partition was withdrawn'));
   running.set(req.task, controller);
   try {
     if (req.batch) return await prepareBatch(req, req.batch, controller.signal);
@@ -211,7 +207,7 @@ export default async function prepareTask(req: PrepareRequest): Promise<PrepareR
     return { meta: isBytes(meta) ? null : meta, latencyMs: performance.now() - t0, file };
   } catch (e) {
     // (A thrown null or undefined reached the pool as no error at all: its reply was read as a result.)
-    throw e instanceof Error ? e : new Error(`${req.batch ? 'prepareBatch' : 'prepare'} threw ${thrown(e)}, not an Error: throw new Error("why")`);
+    throw e instanceof Error ? e : new Error(`${req.batch ? 'prepareBatch' : 'prepare'} threw ${thrownValue(e)}, not an Error: throw new Error("why")`);
   } finally {
     running.delete(req.task);
   }

@@ -45,7 +45,7 @@ export interface PrepareRequest {
   task: number;
   /** The BroadcastChannel on which the runtime announces the tasks it withdrew. */
   abortChannel: string;
-  /** Where the thread that runs the task writes its threadId as it begins (Int32): the runtime ends that thread where the task ignores its withdrawal. */
+  /** Two Int32 words: the thread that runs the task writes its threadId in the first as it begins (the runtime ends that thread where the task ignores its withdrawal); the runtime sets the second to 1 when it withdraws the task. */
   owner?: SharedArrayBuffer;
   /** Bytes of the buffer the partition asked for (what a handoff file holds). */
   bufferBytes: number;
@@ -105,6 +105,14 @@ export type BatchItemReply = { output: unknown } | { error: string; retry?: fals
  * first from a thread that had to load the step's module (its start counts as waiting, not as the step).
  */
 export type DeviceReply = { id: number; ok: true; output: unknown } | { id: number; ok: false; message: string; retry?: false } | { id: number; begun: true };
+
+/** A thrown value that is no Error, as a message can show it (String() throws for some objects). */
+export function thrownValue(e: unknown): string {
+  if (typeof e === 'string') return JSON.stringify(e.length > 200 ? `${e.slice(0, 200)}…` : e);
+  if (typeof e === 'function') return 'a function';
+  if (typeof e === 'symbol') return 'a symbol';
+  return e === null || e === undefined || typeof e !== 'object' ? String(e) : `an object (${Object.prototype.toString.call(e)})`;
+}
 
 /** A kind module's exports: its named exports, or its default export's properties when it has no `prepare` (or `prepareBatch`) of its own. */
 export function kindExports(mod: Record<string, unknown>): Record<string, unknown> {
