@@ -114,7 +114,7 @@ export class Journal {
     let db: Database.Database | undefined;
     let mark: number | undefined;
     try {
-      mkdirSync(dir, { recursive: true });
+      makeDirs(dir);
     } catch (err) {
       // (A file at the path, or on the way to it: EEXIST, ENOTDIR. A folder it would be made in that
       // cannot be written: on a read-only file system recursive mkdir says ENOENT, which misleads.)
@@ -488,6 +488,29 @@ const GIVE_DIR = ' — give a directory you can write (dataDir in the config, --
 function dirProblem(e: unknown): string {
   const code = (e as { code?: string }).code;
   return code === 'EEXIST' || code === 'ENOTDIR' ? 'a file, not a directory, is in the way' : code === 'EROFS' ? 'the file system is read-only' : code === 'EACCES' || code === 'EPERM' ? 'no permission' : String(e);
+}
+
+/**
+ * Creates `dir` and the folders above it that are missing, one level at a time: Node's recursive
+ * mkdirSync looped for ever at 100 % CPU under /proc (ENOENT, then EEXIST on /proc: `--data
+ * /proc/x` hung with no word); made one by one, the level that cannot be made says why.
+ */
+function makeDirs(dir: string): void {
+  const missing: string[] = [];
+  for (let d = resolve(dir); !existsSync(d); d = dirname(d)) {
+    missing.push(d);
+    if (dirname(d) === d) break;
+  }
+  for (const d of missing.reverse()) {
+    try {
+      mkdirSync(d);
+    } catch (e) {
+      // (Made meanwhile by another process: fine.)
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    }
+  }
+  // (A file at the path itself: as mkdir says it.)
+  if (!statSync(dir).isDirectory()) throw Object.assign(new Error(`EEXIST: file already exists, mkdir '${dir}'`), { code: 'EEXIST' });
 }
 
 /** The nearest folder on the way to `dir` that exists (undefined: none, or a file is in the way). */

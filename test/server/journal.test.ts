@@ -1,4 +1,4 @@
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -343,6 +343,15 @@ describe('Journal', () => {
       expect(err?.code).toBe('E_JOURNAL_DIR');
       expect(err?.message).toMatch(new RegExp(`^(cannot create the data dir|the data dir) ${dir.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}(: a file, not a directory, is in the way| is a file, not a directory) — give a directory you can write \\(dataDir in the config, --data, STOKER_DATA_DIR\\)$`));
     }
+  });
+
+  it.skipIf(!existsSync('/proc/self'))('a data dir that cannot be made under /proc is E_JOURNAL_DIR (Node\'s recursive mkdir looped there for ever at 100 % CPU); missing levels above a dir are made', () => {
+    const err = errorOf(() => open('/proc/stoker-no-such-dir/sub'));
+    expect(err?.code).toBe('E_JOURNAL_DIR');
+    expect(err?.message).toMatch(/^cannot create the data dir \/proc\/stoker-no-such-dir\/sub: .*ENOENT/);
+    const deep = join(tempDir(), 'a', 'b', 'c');
+    open(deep).close();
+    expect(existsSync(join(deep, 'stoker.db'))).toBe(true);
   });
 
   it('refuses a journal with a newer schema with E_JOURNAL_VERSION', async () => {
