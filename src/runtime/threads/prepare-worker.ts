@@ -1,7 +1,8 @@
 /**
  * The preparation pool's task (piscina): loads the module once per thread and runs its
  * `prepare(input, ctx)`. `ctx.signal` fires when the runtime withdraws the task: it announces the
- * task's number on the pool's BroadcastChannel (one message per withdrawal, none per task).
+ * task's number on the pool's BroadcastChannel (one message per withdrawal, none per task), and
+ * marks it withdrawn in the task's `owner` words, read as the task begins.
  */
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -15,10 +16,8 @@ import { itemError, noRetry } from '../no-retry.js';
 const load = moduleLoader<PrepareModule>('prepare', 'prepare', () => 'prepare(input, ctx)');
 const loadBatch = moduleLoader<{ prepareBatch(inputs: unknown[], ctx: unknown[]): unknown }>('prepare', 'prepareBatch', () => 'prepareBatch(inputs[], ctx[])');
 
-/** The running tasks' controllers, and withdrawals heard before their task started here. */
+/** The running tasks' controllers (a withdrawal made before its task began is in the task's `owner`). */
 const running = new Map<number, AbortController>();
-const early = new Set<number>();
-const EARLY_MAX = 4096;
 let channel: BroadcastChannel | undefined;
 
 function listen(name: string): void {
@@ -27,12 +26,8 @@ function listen(name: string): void {
   // Announcements must not keep an idle thread alive.
   channel.unref();
   channel.onmessage = (e) => {
-    const task = (e as { data: number }).data;
-    const c = running.get(task);
-    if (c) return c.abort(new Error('the partition was withdrawn'));
-    // Every thread hears every withdrawal; keep a bounded memory of those not (yet) ours.
-    early.add(task);
-    if (early.size > EARLY_MAX) early.delete(early.values().next().value as number);
+    // (Every thread hears every withdrawal: one not running here is another thread's, or not begun.)
+    running.get((e as { data: number }).data)?.abort(new Error('the partition was withdrawn'));
   };
 }
 
@@ -180,12 +175,12 @@ async function prepareBatch(req: PrepareRequest, batch: NonNullable<PrepareReque
 
 export default async function prepareTask(req: PrepareRequest): Promise<PrepareReply> {
   // Which thread runs it: one that ignores its withdrawal is ended by the runtime. And whether it
-  // was withdrawn before it began (an announcement made before this thread listened is not heard).
-  const words = req.owner ? new Int32Array(req.owner) : undefined;
-  if (words) Atomics.store(words, 0, threadId);
+  // was withdrawn before it began (an announcement made before it ran here is not heard again).
+  const words = new Int32Array(req.owner);
+  Atomics.store(words, 0, threadId);
   listen(req.abortChannel);
   const controller = new AbortController();
-  if (early.delete(req.task) || (words && Atomics.load(words, 1) === 1)) controller.abort(new Error('the partition was withdrawn'));
+  if (Atomics.load(words, 1) === 1) controller.abort(new Error('the partition was withdrawn'));
   running.set(req.task, controller);
   try {
     if (req.batch) return await prepareBatch(req, req.batch, controller.signal);

@@ -46,7 +46,7 @@ export interface PrepareRequest {
   /** The BroadcastChannel on which the runtime announces the tasks it withdrew. */
   abortChannel: string;
   /** Two Int32 words: the thread that runs the task writes its threadId in the first as it begins (the runtime ends that thread where the task ignores its withdrawal); the runtime sets the second to 1 when it withdraws the task. */
-  owner?: SharedArrayBuffer;
+  owner: SharedArrayBuffer;
   /** Bytes of the buffer the partition asked for (what a handoff file holds). */
   bufferBytes: number;
   /** For a process device: prepared bytes of at least `minBytes` go to a file in `dir` (its path to the worker), not through the pipe. */
