@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { PACER_NAMES, PACERS, TimelineRecorder, unreadOptions, type PacerFactory } from '../core/index.js';
+import { PACER_NAMES, PACERS, TimelineRecorder, unreadOptions, type BatchSetting, type PacerFactory } from '../core/index.js';
 import { PacerModuleError, resolvePacer } from '../sim/load-pacer.js';
 import { syntaxErrorAt } from '../runtime/module-syntax.js';
 import { resolveScenario } from '../sim/load-scenario.js';
@@ -131,10 +131,43 @@ function distinctPacers(results: SimResult[]): SimResult[] {
   });
 }
 
+/** The run's settings a trace records for `stoker plan`. */
+export interface TraceSettings {
+  budgetBytes?: number | undefined;
+  maxPreparing?: number | undefined;
+  targetWaiting?: number | undefined;
+  deviceBatches?: readonly (BatchSetting | null)[] | undefined;
+  prepareBatches?: Readonly<Record<string, BatchSetting>> | undefined;
+}
+
+/** A scenario's settings as its trace records them (its batching per device and per kind, in ms). */
+function scenarioSettings(s: Scenario): TraceSettings {
+  const setting = (b: { maxItems: number; maxWaitS: number }): BatchSetting => ({ maxItems: b.maxItems, maxWaitMs: b.maxWaitS * 1000 });
+  return {
+    budgetBytes: s.budgetBytes,
+    maxPreparing: s.maxPreparing,
+    targetWaiting: s.targetWaiting,
+    deviceBatches: s.devices.flatMap((g) => Array.from({ length: g.count }, () => (g.batch ? setting(g.batch) : null))),
+    prepareBatches: Object.fromEntries(Object.entries(s.kinds).flatMap(([name, k]) => (k.prepareBatch ? [[name, setting(k.prepareBatch)]] : []))),
+  };
+}
+
 /** Writes a timeline as Chrome trace JSON (the format Perfetto opens); `now` ends spans still running. */
-export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, limits: { budgetBytes?: number | undefined; maxPreparing?: number | undefined; targetWaiting?: number | undefined }, io: Io): void {
-  const { budgetBytes, maxPreparing, targetWaiting } = limits;
-  const trace = toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: timeline.samples(), jobs: timeline.jobs(), title, now, ...(budgetBytes === undefined ? {} : { budgetBytes }), ...(maxPreparing === undefined ? {} : { maxPreparing }), ...(targetWaiting === undefined ? {} : { targetWaiting }) });
+export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, limits: TraceSettings, io: Io): void {
+  const { budgetBytes, maxPreparing, targetWaiting, deviceBatches, prepareBatches } = limits;
+  const trace = toChromeTrace({
+    lanes: timeline.lanes(),
+    spans: timeline.spans(),
+    samples: timeline.samples(),
+    jobs: timeline.jobs(),
+    title,
+    now,
+    ...(budgetBytes === undefined ? {} : { budgetBytes }),
+    ...(maxPreparing === undefined ? {} : { maxPreparing }),
+    ...(targetWaiting === undefined ? {} : { targetWaiting }),
+    ...(deviceBatches === undefined ? {} : { deviceBatches }),
+    ...(prepareBatches === undefined ? {} : { prepareBatches }),
+  });
   writeOutputFile('--trace', file, `${JSON.stringify(trace)}\n`, io);
 }
 
@@ -240,7 +273,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
       flags.trace,
       results.map((r) => r.pacer),
     );
-    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, { budgetBytes: scenario.budgetBytes, maxPreparing: scenario.maxPreparing, targetWaiting: scenario.targetWaiting }, io));
+    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, scenarioSettings(scenario), io));
   }
   if (flags.html !== undefined) {
     const title = `stoker simulate ${scenario.name}: ${results.map((r) => r.pacer).join(' vs ')}`;

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { createPacer, PACER_NAMES } from '../core/index.js';
-import { fitRun, NO_BUDGET_NOTE, PlanError, type FitReport } from '../plan/fit.js';
+import { fitRun, NO_BUDGET_NOTE, PlanError, type BatchFit, type FitReport } from '../plan/fit.js';
 import { sweep } from '../plan/parallel.js';
 import { applySetting, close, configLines, frontier, planGrid, recommend, settle, type PlanRow } from '../plan/sweep.js';
 import { resolveScenario } from '../sim/load-scenario.js';
@@ -78,7 +78,8 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const grid = planGrid(scenario, { peakMemoryBytes: base.metrics.peakMemoryBytes, littleItems }, { pacers, targets: tried });
   // A fit that misses what slowed the run (a slowdown past the concurrency it saw, a cap or a lost worker the trace does not hold) replays it faster than it ran.
   if (fit?.wholeRun) {
-    const measured = fit.devices.reduce((n, d) => n + d.service.samples, 0) / fit.spanS;
+    // (Items, not steps: a batch is one step of many items, and the replay counts items.)
+    const measured = fit.devices.reduce((n, d) => n + (d.batch ? d.batch.batches * d.batch.meanItems : d.service.samples), 0) / fit.spanS;
     const replayed = base.simulatedMs > 0 ? base.completions / (base.simulatedMs / 1000) : 0;
     if (measured > 0 && Math.abs(replayed / measured - 1) > 0.1) {
       fit.notes.push(`replayed with ${pacers[0] as string} and the run's own setting, the fitted scenario does ${replayed.toFixed(3)} device steps/s where the run did ${measured.toFixed(3)} (${(replayed / measured).toFixed(2)}×): the fit misses something that slowed (or sped) the run — a preparation slowdown past the most at once it saw, a preparation cap, workers lost, another pacer — so the plan's figures are only as good as that; check them against a real run`);
@@ -234,15 +235,22 @@ function levelsOf(st: FitReport['devices'][number]['service']): string {
   return st.bins.length > 1 ? ` (from ${st.bins.map((b) => `${b.samples} at ${b.concurrency}`).join(', ')})` : '';
 }
 
+/** A batched stage's fit, in words. */
+function batchText(b: BatchFit): string {
+  return `batches of ${b.meanItems.toFixed(1)} items on average (maxItems ${b.maxItems}, maxWaitMs ${Math.round(b.maxWaitS * 1000)}${b.recorded ? '' : ', not recorded by the run'}): ${(b.fixedS * 1000).toFixed(1)} ms fixed + ${(b.perItemMedianS * 1000).toFixed(1)} ms per item (median)`;
+}
+
 function fitText(f: FitReport): string {
   const lines = [`fitted from ${f.jobs} jobs (${f.partitions} partitions) over ${f.spanS.toFixed(0)} s:`];
   for (const [kind, k] of Object.entries(f.kinds)) {
     const c = k.prepare.contention;
-    lines.push(`  kind ${kind}: ${k.jobs} jobs, ${k.prepare.samples} preparations, median ${k.prepare.medianS.toFixed(3)} s (p90 ${k.prepare.p90S.toFixed(3)} s), ${base(k.prepare)}; slowdown by concurrent preparations ${c.length > 1 ? `×${(c.at(-1) as number).toFixed(2)} at ${c.length}${levelsOf(k.prepare)}` : 'none seen'}; memory ${k.prepareBytes} + ${k.deviceBytes} bytes per partition${k.service ? `; its own device time median ${k.service.medianS.toFixed(3)} s` : ''}`);
+    lines.push(`  kind ${kind}: ${k.jobs} jobs, ${k.prepare.samples} preparation${k.prepareBatch ? ' batche' : ''}s, median ${k.prepare.medianS.toFixed(3)} s (p90 ${k.prepare.p90S.toFixed(3)} s), ${base(k.prepare)}; slowdown by concurrent preparations ${c.length > 1 ? `×${(c.at(-1) as number).toFixed(2)} at ${c.length}${levelsOf(k.prepare)}` : 'none seen'}; memory ${k.prepareBytes} + ${k.deviceBytes} bytes per partition${k.service ? `; its own device time median ${k.service.medianS.toFixed(3)} s` : ''}`);
+    if (k.prepareBatch) lines.push(`    preparation ${batchText(k.prepareBatch)}`);
   }
   for (const d of f.devices) {
     const c = d.service.contention;
-    lines.push(`  device ${d.device}${d.name === undefined ? '' : ` (${d.name})`}: ${d.workers} workers, ${d.service.samples} steps, median ${d.service.medianS.toFixed(3)} s, ${base(d.service)}; slowdown by busy workers ${c.length > 1 ? `${c.map((x) => x.toFixed(2)).join(', ')}${levelsOf(d.service)}` : 'none seen'}`);
+    lines.push(`  device ${d.device}${d.name === undefined ? '' : ` (${d.name})`}: ${d.workers} workers, ${d.service.samples} ${d.batch ? 'batches' : 'steps'}, median ${d.service.medianS.toFixed(3)} s, ${base(d.service)}; slowdown by busy workers ${c.length > 1 ? `${c.map((x) => x.toFixed(2)).join(', ')}${levelsOf(d.service)}` : 'none seen'}`);
+    if (d.batch) lines.push(`    ${batchText(d.batch)}`);
   }
   for (const n of f.notes) lines.push(`  note: ${n}`);
   return `${lines.join('\n')}\n\n`;

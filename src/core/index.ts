@@ -7,5 +7,5 @@ export { MemoryBudget } from './budget.js';
 export { PartitionQueue, keyLess, MAX_PARTITIONS, type KeyedNode } from './queue.js';
 export { BinaryHeap, IndexedHeap, type HeapNode } from './heap.js';
 export * from './pacers/index.js';
-export { TimelineRecorder, type TimelineJob, type TimelineLane, type TimelineOptions, type TimelineSample, type TimelineSpan } from './timeline.js';
+export { TimelineRecorder, type BatchSetting, type TimelineJob, type TimelineLane, type TimelineOptions, type TimelineSample, type TimelineSpan } from './timeline.js';
 export { OccupancyMeter, totalBusyMs, windowOccupancy } from './occupancy.js';

@@ -45,6 +45,12 @@ export interface TimelineJob {
   deviceBytes: number;
 }
 
+/** A batching setting as a run had it (recorded beside its timeline for `stoker plan`): the most items in one batch, the longest wait for more, ms. */
+export interface BatchSetting {
+  maxItems: number;
+  maxWaitMs: number;
+}
+
 /** The pipeline's levels at one moment. */
 export interface TimelineSample {
   t: number;

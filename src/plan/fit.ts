@@ -5,7 +5,7 @@
  * each kind's memory. Distributions are empirical (the measured values, deflated by the contention
  * each one ran under), so the simulator replays the run's own spread.
  */
-import type { TimelineJob, TimelineLane, TimelineSpan } from '../core/index.js';
+import type { BatchSetting, TimelineJob, TimelineLane, TimelineSpan } from '../core/index.js';
 import type { ScenarioInput } from '../sim/index.js';
 
 /** What a recorded run gives the fitter (a timeline, or a Chrome trace read back). */
@@ -21,6 +21,28 @@ export interface RecordedRun {
   targetWaiting?: number | null;
   /** The devices' names by index, where the run recorded them (a server's trace). */
   deviceNames?: Readonly<Record<number, string>>;
+  /** Each device's batching setting, where the run recorded it (null: one item per step). */
+  deviceBatches?: readonly (BatchSetting | null)[];
+  /** The kinds prepared in batches, and their setting, where the run recorded it. */
+  prepareBatches?: Readonly<Record<string, BatchSetting>>;
+}
+
+/**
+ * A batched stage's fit: a batch of n items took fixed + Σ (each item's own time) at one user (the
+ * simulator's affine law), fitted by least squares on the batches' deflated times; the per-item
+ * times are each batch's share past the fixed part.
+ */
+export interface BatchFit {
+  /** The setting the scenario gets: recorded by the run, or (recorded: false) the largest batch seen and no wait. */
+  maxItems: number;
+  maxWaitS: number;
+  recorded: boolean;
+  batches: number;
+  /** Mean items per batch. */
+  meanItems: number;
+  fixedS: number;
+  /** The median per-item time past the fixed part, seconds. */
+  perItemMedianS: number;
 }
 
 /** How one stage's time grows with concurrency: per level, the samples and their median (seconds). */
@@ -47,8 +69,8 @@ export interface FitReport {
   partitions: number;
   /** From the first job to the last span's end, seconds. */
   spanS: number;
-  kinds: Record<string, { jobs: number; partitions: number; prepareBytes: number; deviceBytes: number; prepare: StageFit; service: StageFit | null }>;
-  devices: { device: number; name?: string; workers: number; service: StageFit }[];
+  kinds: Record<string, { jobs: number; partitions: number; prepareBytes: number; deviceBytes: number; prepare: StageFit; prepareBatch?: BatchFit; service: StageFit | null }>;
+  devices: { device: number; name?: string; workers: number; service: StageFit; batch?: BatchFit }[];
   notes: string[];
   /**
    * Whether the fitted scenario holds the whole run: every span is of a job the run recorded (a
@@ -78,7 +100,6 @@ const KEEP = 400;
  */
 export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioInput; fit: FitReport } {
   if (run.jobs.length === 0) throw new PlanError('the run has no job records (a trace written before stoker recorded them, or an empty run): record the run again with this version');
-  if (run.spans.some((s) => (s.items ?? 1) > 1)) throw new PlanError('the run has batches (on a device or in preparation): fitting a batched run is not supported yet; plan from a scenario file instead');
   const notes: string[] = [];
   // A kind whose jobs need different memory per partition (a proving service's sectors of several
   // sizes, say) is fitted as one kind per size, each with its own preparation and device time and
@@ -105,15 +126,22 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
   const deviceOf = (s: TimelineSpan) => lanes.get(s.lane)?.device ?? 0;
   const devSpans = group(dev, (s) => String(deviceOf(s)));
   const deviceFits: FitReport['devices'] = [];
-  const deflatedByDevice = new Map<number, { spans: TimelineSpan[]; base: number[] }>();
+  const deflatedByDevice = new Map<number, { spans: TimelineSpan[]; base: number[]; fixedMs: number }>();
   for (const [d, spans] of [...devSpans.entries()].sort((a, b) => Number(a[0]) - Number(b[0]))) {
     const device = Number(d);
     const all = run.spans.filter((s) => s.kind === 'device' && deviceOf(s) === device);
     const workers = new Set(run.lanes.filter((l) => l.kind === 'device' && (l.device ?? 0) === device).map((l) => l.worker ?? 0)).size;
-    const f = stageFit(spans, levels(all), (sp) => kindOf.get(sp.jobId)?.kind ?? '');
+    const setting = run.deviceBatches?.[device] ?? null;
+    const batched = setting !== null || spans.some((sp) => sp.items !== undefined);
+    const kindOfSpan = (sp: TimelineSpan) => kindOf.get(sp.jobId)?.kind ?? '';
+    // (A batch's time is relative to its kind's batches of its size: sizes would read as slowdown.)
+    const f = stageFit(spans, levels(all), batched ? (sp) => `${kindOfSpan(sp)}/${sp.items ?? 1}` : kindOfSpan);
     const name = run.deviceNames?.[device];
-    deviceFits.push({ device, ...(name === undefined ? {} : { name }), workers: Math.max(1, workers), service: f.fit });
-    deflatedByDevice.set(device, { spans, base: f.base });
+    const label = `device ${device}${name === undefined ? '' : ` (${name})`}`;
+    const b = batched ? batchFit(spans, f.base, kindOfSpan, setting, label, notes) : null;
+    deviceFits.push({ device, ...(name === undefined ? {} : { name }), workers: Math.max(1, workers), service: f.fit, ...(b ? { batch: b.fit } : {}) });
+    // (Batched: each batch's per-item time, what a kind's own device time and the device's are of.)
+    deflatedByDevice.set(device, { spans, base: b ? b.perItem : f.base, fixedMs: b ? b.fixedMs : 0 });
   }
   if (deviceFits.length === 0) throw new PlanError('the run has no finished device step on any device lane');
   const several = byKind.size > 1;
@@ -127,7 +155,10 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       continue;
     }
     if (ps.length < MIN_SAMPLES) notes.push(`kind ${kind}: ${ps.length} finished preparation${ps.length === 1 ? '' : 's'}, under ${MIN_SAMPLES}: its preparation time is those few`);
-    const p = stageFit(ps, prepLevel, () => kind);
+    const setting = run.prepareBatches?.[kind] ?? null;
+    const batchedPrep = setting !== null || ps.some((sp) => sp.items !== undefined);
+    const p = stageFit(ps, prepLevel, batchedPrep ? (sp) => String(sp.items ?? 1) : () => kind);
+    const pb = batchedPrep ? batchFit(ps, p.base, () => kind, setting, `kind ${kind}'s preparation`, notes) : null;
     // A kind's own device time, where kinds differ: its deflated service samples over every device.
     let service: { fit: StageFit; base: number[] } | null = null;
     if (several) {
@@ -136,9 +167,10 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       else notes.push(`kind ${kind}: ${own.length} device steps, too few for its own device time (it uses the device's)`);
     }
     const memory = { prepareBytes: first.prepareBytes, deviceBytes: first.deviceBytes };
-    kinds[kind] = { jobs: ofKind.length, partitions: ofKind.reduce((n, j) => n + j.partitions, 0), ...memory, prepare: p.fit, service: service?.fit ?? null };
+    kinds[kind] = { jobs: ofKind.length, partitions: ofKind.reduce((n, j) => n + j.partitions, 0), ...memory, prepare: p.fit, ...(pb ? { prepareBatch: pb.fit } : {}), service: service?.fit ?? null };
     scenarioKinds[kind] = {
-      prepare: empirical(p.base),
+      prepare: empirical(pb ? pb.perItem : p.base),
+      ...(pb ? { prepareBatch: batchOf(pb) } : {}),
       contention: p.fit.contention,
       memory,
       ...(service ? { service: empirical(service.base) } : {}),
@@ -152,9 +184,16 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
     description: `fitted from a recorded run: ${run.jobs.length} jobs, ${prep.length} preparations, ${dev.length} device steps over ${((end - t0) / 1000).toFixed(0)} s`,
     kinds: scenarioKinds,
     devices: deviceFits.map((d) => {
-      const base = (deflatedByDevice.get(d.device) as { base: number[] }).base;
+      const { base, fixedMs } = deflatedByDevice.get(d.device) as { base: number[]; fixedMs: number };
       const kinds = pinned.get(d.device);
-      return { ...(d.name === undefined ? {} : { name: d.name }), workers: d.workers, service: empirical(base), contention: d.service.contention, ...(kinds ? { kinds } : {}) };
+      return {
+        ...(d.name === undefined ? {} : { name: d.name }),
+        workers: d.workers,
+        service: empirical(base),
+        contention: d.service.contention,
+        ...(kinds ? { kinds } : {}),
+        ...(d.batch ? { batch: batchOf({ fit: d.batch, fixedMs }) } : {}),
+      };
     }),
     arrivals: [...jobs]
       .filter((j) => j.kind in scenarioKinds)
@@ -168,6 +207,69 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
   const wholeRun = run.spans.every((sp) => kindOf.has(sp.jobId)) && Object.keys(kinds).length === byKind.size;
   const fit: FitReport = { jobs: run.jobs.length, partitions: run.jobs.reduce((n, j) => n + j.partitions, 0), spanS: (end - t0) / 1000, kinds, devices: deviceFits, notes, wholeRun };
   return { scenario, fit };
+}
+
+/**
+ * A batched stage's affine law from its batches' times at one user (`base`, ms): a fixed part
+ * common to every batch, and each batch's per-item time past it. The fixed part is the intercept
+ * of time on items, fitted within each kind (kinds differ in their per-item time) and averaged by
+ * batches; where every batch had the same size it cannot be told from the per-item time, and the
+ * batch is fitted as per-item time alone (exact at that size).
+ */
+function batchFit(spans: readonly TimelineSpan[], base: readonly number[], kindOf: (s: TimelineSpan) => string, setting: BatchSetting | null, what: string, notes: string[]): { fit: BatchFit; fixedMs: number; perItem: number[] } {
+  const items = spans.map((sp) => sp.items ?? 1);
+  let weighted = 0;
+  let weight = 0;
+  for (const members of group(
+    spans.map((sp, i) => ({ k: kindOf(sp), i })),
+    (x) => x.k,
+  ).values()) {
+    const n = members.map((m) => items[m.i] as number);
+    const t = members.map((m) => base[m.i] as number);
+    const mn = mean(n);
+    const mt = mean(t);
+    let sxx = 0;
+    let sxy = 0;
+    for (let j = 0; j < n.length; j++) {
+      sxx += ((n[j] as number) - mn) ** 2;
+      sxy += ((n[j] as number) - mn) * ((t[j] as number) - mt);
+    }
+    if (!(sxx > 0)) continue;
+    // (Time that does not grow with the items is all fixed.)
+    const slope = Math.max(0, sxy / sxx);
+    weighted += (mt - slope * mn) * members.length;
+    weight += members.length;
+  }
+  if (weight === 0) notes.push(`${what}: every batch had the same size: its fixed part cannot be told from its per-item time, so it is fitted as per-item time alone (exact at that size; smaller batches replay quicker than they would run)`);
+  let floor = Infinity;
+  for (const t of base) floor = Math.min(floor, t);
+  // Never more than the quickest batch took.
+  const fixedMs = weight > 0 ? Math.min(Math.max(0, weighted / weight), floor) : 0;
+  const perItem = base.map((t, i) => Math.max(0, t - fixedMs) / (items[i] as number));
+  let largest = 1;
+  for (const n of items) largest = Math.max(largest, n);
+  if (setting === null) notes.push(`${what}: the run did not record its batch setting (a trace of an older stoker): fitted with the largest batch seen, ${largest} items, as maxItems and no wait for more`);
+  const fit: BatchFit = {
+    maxItems: setting?.maxItems ?? largest,
+    maxWaitS: (setting?.maxWaitMs ?? 0) / 1000,
+    recorded: setting !== null,
+    batches: spans.length,
+    meanItems: mean(items),
+    fixedS: fixedMs / 1000,
+    perItemMedianS: median(perItem) / 1000,
+  };
+  return { fit, fixedMs, perItem };
+}
+
+/** A batch fit as the scenario's batch table. */
+function batchOf(b: { fit: BatchFit; fixedMs: number }): { maxItems: number; maxWaitS: number; fixed: { type: 'fixed'; value: number } } {
+  return { maxItems: b.fit.maxItems, maxWaitS: b.fit.maxWaitS, fixed: { type: 'fixed', value: b.fixedMs / 1000 } };
+}
+
+function mean(xs: readonly number[]): number {
+  let sum = 0;
+  for (const x of xs) sum += x;
+  return xs.length ? sum / xs.length : NaN;
 }
 
 /** How long a span ran at each concurrency level (level → ms; each span counts itself). */

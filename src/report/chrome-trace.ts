@@ -1,4 +1,4 @@
-import { PRIORITIES, type Priority, type TimelineJob, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
+import { PRIORITIES, type BatchSetting, type Priority, type TimelineJob, type TimelineLane, type TimelineSample, type TimelineSpan } from '../core/index.js';
 
 /**
  * Chrome trace event JSON (the format Perfetto and chrome://tracing open) from a timeline: one
@@ -47,6 +47,10 @@ export interface ChromeTraceInput {
   targetWaiting?: number;
   /** The devices' names by index (a server's: `default`, `gpu`…): in the device tracks' names, and for `stoker plan`'s config lines. */
   deviceNames?: readonly string[];
+  /** Each device's batching (null: one item per step), recorded for `stoker plan` (a batch's size and wait are settings, not measures). */
+  deviceBatches?: readonly (BatchSetting | null)[];
+  /** The kinds prepared in batches, and how (recorded for `stoker plan`). */
+  prepareBatches?: Readonly<Record<string, BatchSetting>>;
 }
 
 const PID = 1;
@@ -101,6 +105,8 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
   if (input.budgetBytes !== undefined && Number.isFinite(input.budgetBytes)) otherData['budgetBytes'] = String(input.budgetBytes);
   if (input.maxPreparing !== undefined && Number.isFinite(input.maxPreparing)) otherData['maxPreparing'] = String(input.maxPreparing);
   if (input.targetWaiting !== undefined && Number.isFinite(input.targetWaiting)) otherData['targetWaiting'] = String(input.targetWaiting);
+  if (input.deviceBatches?.some((b) => b !== null)) otherData['deviceBatches'] = JSON.stringify(input.deviceBatches);
+  if (input.prepareBatches && Object.keys(input.prepareBatches).length > 0) otherData['prepareBatches'] = JSON.stringify(input.prepareBatches);
   return { traceEvents: events, displayTimeUnit: 'ms', otherData };
 }
 
@@ -109,7 +115,17 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
  * spans and its jobs, in ms from the trace's start, and the run's memory budget and preparation
  * cap (null: none recorded). Throws an Error naming what is wrong when the JSON is not such a trace.
  */
-export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: TimelineSpan[]; jobs: TimelineJob[]; budgetBytes: number | null; maxPreparing: number | null; targetWaiting: number | null; deviceNames: Record<number, string> } {
+export function fromChromeTrace(raw: unknown): {
+  lanes: TimelineLane[];
+  spans: TimelineSpan[];
+  jobs: TimelineJob[];
+  budgetBytes: number | null;
+  maxPreparing: number | null;
+  targetWaiting: number | null;
+  deviceNames: Record<number, string>;
+  deviceBatches: (BatchSetting | null)[];
+  prepareBatches: Record<string, BatchSetting>;
+} {
   const events = (raw as { traceEvents?: unknown } | null)?.traceEvents;
   if (!Array.isArray(events)) throw new Error('not a Chrome trace: it has no traceEvents array (write one with stoker demo --trace, stoker simulate --trace or stoker trace export)');
   const lanes: TimelineLane[] = [];
@@ -144,10 +160,48 @@ export function fromChromeTrace(raw: unknown): { lanes: TimelineLane[]; spans: T
       jobs.push({ t: num(e.ts, 'a job\'s ts') / 1000, id: String(a['id']), kind: String(a['kind']), partitions: num(a['partitions'], 'a job\'s partitions'), priority, prepareBytes: num(a['prepareBytes'] ?? 0, 'a job\'s prepareBytes'), deviceBytes: num(a['deviceBytes'] ?? 0, 'a job\'s deviceBytes') });
     }
   }
-  const other = (raw as { otherData?: { budgetBytes?: unknown; maxPreparing?: unknown; targetWaiting?: unknown } }).otherData;
+  const other = (raw as { otherData?: { budgetBytes?: unknown; maxPreparing?: unknown; targetWaiting?: unknown; deviceBatches?: unknown; prepareBatches?: unknown } }).otherData;
   const budget = Number(other?.budgetBytes);
   const cap = Number(other?.maxPreparing);
   // (Number(undefined) is NaN: a trace without it records none.)
   const target = Number(other?.targetWaiting);
-  return { lanes, spans, jobs, budgetBytes: Number.isFinite(budget) && budget > 0 ? budget : null, maxPreparing: Number.isInteger(cap) && cap >= 1 ? cap : null, targetWaiting: Number.isFinite(target) && target >= 0 ? target : null, deviceNames };
+  const deviceBatches = readSettings(other?.deviceBatches, 'deviceBatches') ?? [];
+  const prepareBatches = readSettings(other?.prepareBatches, 'prepareBatches') ?? {};
+  if (!Array.isArray(deviceBatches)) throw new Error('not a stoker trace: otherData.deviceBatches is not a list');
+  if (!isRecord(prepareBatches)) throw new Error('not a stoker trace: otherData.prepareBatches is not an object of kind → batch');
+  return {
+    lanes,
+    spans,
+    jobs,
+    budgetBytes: Number.isFinite(budget) && budget > 0 ? budget : null,
+    maxPreparing: Number.isInteger(cap) && cap >= 1 ? cap : null,
+    targetWaiting: Number.isFinite(target) && target >= 0 ? target : null,
+    deviceNames,
+    deviceBatches: deviceBatches.map((b, i) => (b === null ? null : batchSetting(b, `deviceBatches[${i}]`))),
+    prepareBatches: Object.fromEntries(Object.entries(prepareBatches).map(([k, b]) => [k, batchSetting(b, `prepareBatches.${k}`)])),
+  };
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** A batching record of the trace's otherData (JSON in a string; absent: undefined). */
+function readSettings(v: unknown, what: string): unknown {
+  if (v === undefined) return undefined;
+  try {
+    return JSON.parse(String(v));
+  } catch {
+    throw new Error(`not a stoker trace: otherData.${what} is not JSON`);
+  }
+}
+
+function batchSetting(v: unknown, what: string): BatchSetting {
+  const b = v as { maxItems?: unknown; maxWaitMs?: unknown } | null;
+  const maxItems = b?.maxItems;
+  const maxWaitMs = b?.maxWaitMs;
+  if (typeof maxItems !== 'number' || !Number.isInteger(maxItems) || maxItems < 1 || typeof maxWaitMs !== 'number' || !(maxWaitMs >= 0)) {
+    throw new Error(`not a stoker trace: otherData.${what} is ${JSON.stringify(v)}, not { maxItems: an integer ≥ 1, maxWaitMs: a number ≥ 0 }`);
+  }
+  return { maxItems, maxWaitMs };
 }

@@ -419,7 +419,21 @@ export class Service {
     const v = this.timelineView(sinceMs);
     // The jobs submitted in the window, by their own partition numbering's size (what a plan fits arrivals from).
     const jobs = this.timeline.jobs(this.runtime.now() - sinceMs).map((j) => ({ ...j, t: performance.timeOrigin + j.t }));
-    return toChromeTrace({ lanes: v.lanes, spans: v.spans, samples: v.samples, jobs, title: 'stoker serve', now: v.now, budgetBytes: this.config.engine.budgetBytes, maxPreparing: this.runtime.engine.snapshot.maxPreparing, targetWaiting: this.config.engine.targetWaiting, deviceNames: this.devices.map((d) => d.name) });
+    return toChromeTrace({
+      lanes: v.lanes,
+      spans: v.spans,
+      samples: v.samples,
+      jobs,
+      title: 'stoker serve',
+      now: v.now,
+      budgetBytes: this.config.engine.budgetBytes,
+      maxPreparing: this.runtime.engine.snapshot.maxPreparing,
+      targetWaiting: this.config.engine.targetWaiting,
+      deviceNames: this.devices.map((d) => d.name),
+      // (Batch sizes and waits are settings: a plan of a batched run reads them here, not from what it saw.)
+      deviceBatches: this.devices.map(({ config: d }) => (d.batch ? { maxItems: d.batch.maxItems, maxWaitMs: d.batch.maxWaitMs } : null)),
+      prepareBatches: Object.fromEntries([...this.kinds.values()].flatMap((k) => (k.prepareBatch ? [[k.name, { maxItems: k.prepareBatch.maxItems, maxWaitMs: k.prepareBatch.maxWaitMs }]] : []))),
+    });
   }
 
   /** Per device, whether no connection can be made to it now (an HTTP endpoint): for /metrics. */

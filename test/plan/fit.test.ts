@@ -199,3 +199,50 @@ describe('a kind whose jobs differ in memory per partition', () => {
     expect(one.scenario.devices?.[0]?.kinds).toBeUndefined();
   });
 });
+
+describe('a batched run', () => {
+  // Batches on the device (a launch of 0.2 s + 0.05 s per item, up to 8) and in preparation (a
+  // setup of 0.5 s + 1 s per item, up to 4): jobs of 1 to 6 partitions make batches of every size.
+  const batched = parseScenario({
+    name: 'batched',
+    targetWaiting: 8,
+    kinds: { embed: { prepare: { type: 'lognormal', median: 1, sigma: 0.1 }, prepareBatch: { maxItems: 4, maxWaitS: 0.5, fixed: { type: 'fixed', value: 0.5 } }, memory: { prepareBytes: 4 * MiB, deviceBytes: MiB } } },
+    devices: [{ workers: 1, service: { type: 'lognormal', median: 0.05, sigma: 0.1 }, batch: { maxItems: 8, maxWaitS: 0.02, fixed: { type: 'fixed', value: 0.2 } } }],
+    arrivals: [1, 2, 3, 4, 5, 6].map((partitions) => ({ poisson: { ratePerS: 0.15, untilS: 900 }, partitions, kind: 'embed' })),
+  });
+  const timeline = new TimelineRecorder({ maxSpans: 100_000 });
+  const original = simulate(batched, { seed: 3, timeline, pacer: (o) => createPacer('stoker', o) });
+  const trace = (settings: boolean) =>
+    fromChromeTrace(JSON.parse(JSON.stringify(toChromeTrace({ lanes: timeline.lanes(), spans: timeline.spans(), samples: [], jobs: timeline.jobs(), title: 't', now: 0, originMs: 0, ...(settings ? { deviceBatches: [{ maxItems: 8, maxWaitMs: 20 }], prepareBatches: { embed: { maxItems: 4, maxWaitMs: 500 } } } : {}) }))));
+
+  it('is fitted with its fixed and per-item parts and the settings its trace recorded (a batched run was refused)', () => {
+    const { scenario, fit } = fitRun(trace(true));
+    const d = fit.devices[0]?.batch;
+    const k = fit.kinds['embed']?.prepareBatch;
+    if (!d || !k) throw new Error('no batch fit');
+    console.log(`batched fit: device ${d.batches} batches of ${d.meanItems.toFixed(2)}, fixed ${d.fixedS.toFixed(3)} s (true 0.2), per item ${d.perItemMedianS.toFixed(4)} s (true 0.05); preparation ${k.batches} batches of ${k.meanItems.toFixed(2)}, fixed ${k.fixedS.toFixed(3)} s (true 0.5), per item ${k.perItemMedianS.toFixed(3)} s (true 1)`);
+    expect(d.meanItems).toBeGreaterThan(1.5);
+    expect(k.meanItems).toBeGreaterThan(1.5);
+    near(d.fixedS, 0.2, 0.1);
+    near(d.perItemMedianS, 0.05, 0.1);
+    near(k.fixedS, 0.5, 0.15);
+    near(k.perItemMedianS, 1, 0.05);
+    expect({ d: [d.maxItems, d.maxWaitS, d.recorded], k: [k.maxItems, k.maxWaitS, k.recorded] }).toEqual({ d: [8, 0.02, true], k: [4, 0.5, true] });
+    // The fitted scenario replays the run: the same jobs done, the device as busy (within 5 %).
+    const refit = parseScenario(scenario, 'the fitted scenario');
+    expect(refit.devices[0]?.batch?.maxItems).toBe(8);
+    expect(refit.kinds['embed']?.prepareBatch?.maxItems).toBe(4);
+    const replay = simulate(refit, { seed: 7, pacer: (o) => createPacer('stoker', o) });
+    expect(replay.metrics.jobsDone).toBe(original.metrics.jobsDone);
+    near(replay.metrics.occupancy as number, original.metrics.occupancy as number, 0.05);
+  });
+
+  it('without recorded settings takes the largest batch seen, no wait, and says so', () => {
+    const { fit } = fitRun(trace(false));
+    expect(fit.devices[0]?.batch?.recorded).toBe(false);
+    expect(fit.devices[0]?.batch?.maxWaitS).toBe(0);
+    expect(fit.devices[0]?.batch?.maxItems).toBeLessThanOrEqual(8);
+    expect(fit.notes).toContainEqual(expect.stringMatching(/^device 0: the run did not record its batch setting .*largest batch seen/));
+    expect(fit.notes).toContainEqual(expect.stringMatching(/^kind embed's preparation: the run did not record its batch setting/));
+  });
+});

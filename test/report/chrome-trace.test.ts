@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { TimelineRecorder } from '../../dist/core/index.js';
 import { runDemo } from '../../dist/runtime/demo.js';
 import { DEMO_DEFAULTS } from '../../dist/runtime/demo-options.js';
-import { toChromeTrace } from '../../dist/report/chrome-trace.js';
+import { fromChromeTrace, toChromeTrace } from '../../dist/report/chrome-trace.js';
 import { run, tempDir } from '../cli/helpers.js';
 
 const tmp = tempDir();
@@ -104,6 +104,20 @@ describe('Chrome trace', () => {
     const x = trace.traceEvents.filter((e) => e.ph === 'X');
     expect(x).toHaveLength(300_000);
     expect(x[0]).toMatchObject({ ts: 0, dur: 1000 });
+  });
+
+  it('records the batch settings for stoker plan; a damaged record is refused naming it', () => {
+    const input = { lanes: [], spans: [], samples: [], title: 'b', now: 0, deviceBatches: [null, { maxItems: 8, maxWaitMs: 5 }], prepareBatches: { embed: { maxItems: 4, maxWaitMs: 500 } } };
+    const back = fromChromeTrace(JSON.parse(JSON.stringify(toChromeTrace(input))));
+    expect([back.deviceBatches, back.prepareBatches]).toEqual([input.deviceBatches, input.prepareBatches]);
+    // None recorded (an older trace): none read.
+    const plain = fromChromeTrace(toChromeTrace({ ...input, deviceBatches: [null], prepareBatches: {} }));
+    expect([plain.deviceBatches, plain.prepareBatches]).toEqual([[], {}]);
+    const damaged = toChromeTrace(input);
+    damaged.otherData['deviceBatches'] = '[{"maxItems":0,"maxWaitMs":5}]';
+    expect(() => fromChromeTrace(damaged)).toThrow(/otherData\.deviceBatches\[0\] is \{"maxItems":0,"maxWaitMs":5\}, not \{ maxItems: an integer ≥ 1/);
+    damaged.otherData['deviceBatches'] = '{';
+    expect(() => fromChromeTrace(damaged)).toThrow(/otherData\.deviceBatches is not JSON/);
   });
 
   it('several pacers: one file per pacer, named after it', async () => {
