@@ -82,7 +82,7 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
     const measured = fit.devices.reduce((n, d) => n + (d.batch ? d.batch.batches * d.batch.meanItems : d.service.samples), 0) / fit.spanS;
     const replayed = base.simulatedMs > 0 ? base.completions / (base.simulatedMs / 1000) : 0;
     if (measured > 0 && Math.abs(replayed / measured - 1) > 0.1) {
-      fit.notes.push(`replayed with ${pacers[0] as string} and the run's own setting, the fitted scenario does ${replayed.toFixed(3)} device steps/s where the run did ${measured.toFixed(3)} (${(replayed / measured).toFixed(2)}×): the fit misses something that slowed (or sped) the run — a preparation slowdown past the most at once it saw, a preparation cap, workers lost, another pacer — so the plan's figures are only as good as that; check them against a real run`);
+      fit.notes.push(`replayed with ${pacers[0] as string} and the run's own setting, the fitted scenario finishes ${replayed.toFixed(3)} items/s on its devices where the run did ${measured.toFixed(3)} (${(replayed / measured).toFixed(2)}×): the fit misses something that slowed (or sped) the run — a preparation slowdown past the most at once it saw, a preparation cap, workers lost, another pacer — so the plan's figures are only as good as that; check them against a real run`);
     }
   }
   // Every setting is a valid scenario before any thread starts (an error keeps its kind here).

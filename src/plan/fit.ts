@@ -106,6 +106,7 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
   // its own arrivals: fitted as one, with the first job's memory, a mix of 8 and 32 GiB partitions
   // was planned as all 8 GiB.
   const jobs = splitBySize(run.jobs, notes);
+  const originalKind = new Map(run.jobs.map((j) => [j.id, j.kind]));
   const kindOf = new Map(jobs.map((j) => [j.id, j]));
   const lanes = new Map(run.lanes.map((l) => [l.id, l]));
   const done = run.spans.filter((s) => s.outcome === 'done' && s.end !== null && kindOf.has(s.jobId));
@@ -155,7 +156,8 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
       continue;
     }
     if (ps.length < MIN_SAMPLES) notes.push(`kind ${kind}: ${ps.length} finished preparation${ps.length === 1 ? '' : 's'}, under ${MIN_SAMPLES}: its preparation time is those few`);
-    const setting = run.prepareBatches?.[kind] ?? null;
+    // (A kind fitted as one per size is batched as the run's kind was: its setting is that kind's.)
+    const setting = run.prepareBatches?.[originalKind.get(first.id) ?? kind] ?? null;
     const batchedPrep = setting !== null || ps.some((sp) => sp.items !== undefined);
     const p = stageFit(ps, prepLevel, batchedPrep ? (sp) => String(sp.items ?? 1) : () => kind);
     const pb = batchedPrep ? batchFit(ps, p.base, () => kind, setting, `kind ${kind}'s preparation`, notes) : null;
@@ -212,9 +214,11 @@ export function fitRun(run: RecordedRun, name = 'fitted'): { scenario: ScenarioI
 /**
  * A batched stage's affine law from its batches' times at one user (`base`, ms): a fixed part
  * common to every batch, and each batch's per-item time past it. The fixed part is the intercept
- * of time on items, fitted within each kind (kinds differ in their per-item time) and averaged by
- * batches; where every batch had the same size it cannot be told from the per-item time, and the
- * batch is fitted as per-item time alone (exact at that size).
+ * of time on items, fitted within each kind (kinds differ in their per-item time) that has
+ * MIN_SAMPLES batches or more off its most common size, and averaged by batches (one batch of
+ * another size among hundreds of one item set it alone, to anything); where no kind has, it
+ * cannot be told from the per-item time, and the batch is fitted as per-item time alone (exact
+ * at that size).
  */
 function batchFit(spans: readonly TimelineSpan[], base: readonly number[], kindOf: (s: TimelineSpan) => string, setting: BatchSetting | null, what: string, notes: string[]): { fit: BatchFit; fixedMs: number; perItem: number[] } {
   const items = spans.map((sp) => sp.items ?? 1);
@@ -226,6 +230,7 @@ function batchFit(spans: readonly TimelineSpan[], base: readonly number[], kindO
   ).values()) {
     const n = members.map((m) => items[m.i] as number);
     const t = members.map((m) => base[m.i] as number);
+    if (n.length - mostCommon(n).count < MIN_SAMPLES) continue;
     const mn = mean(n);
     const mt = mean(t);
     let sxx = 0;
@@ -234,23 +239,29 @@ function batchFit(spans: readonly TimelineSpan[], base: readonly number[], kindO
       sxx += ((n[j] as number) - mn) ** 2;
       sxy += ((n[j] as number) - mn) * ((t[j] as number) - mt);
     }
-    if (!(sxx > 0)) continue;
     // (Time that does not grow with the items is all fixed.)
     const slope = Math.max(0, sxy / sxx);
     weighted += (mt - slope * mn) * members.length;
     weight += members.length;
   }
-  if (weight === 0) notes.push(`${what}: every batch had the same size: its fixed part cannot be told from its per-item time, so it is fitted as per-item time alone (exact at that size; smaller batches replay quicker than they would run)`);
+  let largest = 1;
+  for (const n of items) largest = Math.max(largest, n);
+  const maxItems = setting?.maxItems ?? largest;
+  if (weight === 0) {
+    const { value, count } = mostCommon(items);
+    const most = count === items.length ? `every batch had ${value} item${value === 1 ? '' : 's'}` : `all but ${items.length - count} of its ${items.length} batches had ${value} item${value === 1 ? '' : 's'}`;
+    // (Charged to each item, a fixed part makes larger batches replay slower than they run, smaller ones quicker.)
+    const off = value < maxItems ? 'larger batches replay slower than they would run' : 'smaller batches replay quicker than they would run';
+    notes.push(`${what}: ${most}: its fixed part cannot be told from its per-item time, so it is fitted as per-item time alone (exact at that size; ${off}: record a busier run to fit both)`);
+  }
   let floor = Infinity;
   for (const t of base) floor = Math.min(floor, t);
   // Never more than the quickest batch took.
   const fixedMs = weight > 0 ? Math.min(Math.max(0, weighted / weight), floor) : 0;
   const perItem = base.map((t, i) => Math.max(0, t - fixedMs) / (items[i] as number));
-  let largest = 1;
-  for (const n of items) largest = Math.max(largest, n);
   if (setting === null) notes.push(`${what}: the run did not record its batch setting (a trace of an older stoker): fitted with the largest batch seen, ${largest} items, as maxItems and no wait for more`);
   const fit: BatchFit = {
-    maxItems: setting?.maxItems ?? largest,
+    maxItems,
     maxWaitS: (setting?.maxWaitMs ?? 0) / 1000,
     recorded: setting !== null,
     batches: spans.length,
@@ -259,6 +270,16 @@ function batchFit(spans: readonly TimelineSpan[], base: readonly number[], kindO
     perItemMedianS: median(perItem) / 1000,
   };
   return { fit, fixedMs, perItem };
+}
+
+/** The most common value and how many times it occurs (the smallest of equally common ones). */
+function mostCommon(xs: readonly number[]): { value: number; count: number } {
+  const counts = new Map<number, number>();
+  for (const x of xs) counts.set(x, (counts.get(x) ?? 0) + 1);
+  let value = NaN;
+  let count = 0;
+  for (const [x, c] of counts) if (c > count || (c === count && x < value)) [value, count] = [x, c];
+  return { value, count };
 }
 
 /** A batch fit as the scenario's batch table. */
