@@ -1,6 +1,7 @@
 // A complete runnable example: a two-stage pipeline with in-process stages.
-// Run it after `npm ci` (which builds dist/): node examples/in-process.mjs
-import { Runtime } from '../dist/index.js';
+// Run it in a project that installed stoker (copied out of node_modules/stoker/examples), or in a
+// checkout of stoker after `npm ci` (which builds dist/): node examples/in-process.mjs
+import { Runtime } from 'stoker';
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 

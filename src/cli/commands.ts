@@ -205,8 +205,20 @@ function scenarioWarnings(s: Scenario): string[] {
     check(`kinds.${name}.service`, k.service, LONG_SERVICE_MS);
   }
   s.devices.forEach((d, i) => check(`devices[${i}].service`, d.service, LONG_SERVICE_MS));
+  const pinned = pinnedWarning(s);
+  if (pinned) out.push(pinned);
   for (const { kind, needBytes } of oversizeKinds(s)) out.push(`budgetBytes is ${s.budgetBytes} bytes, less than one ${kind} partition reserves (${needBytes} bytes): every ${kind} job fails E_OVERSIZE — budgetBytes is in bytes (e.g. 412316860416 for 384 GiB)`);
   return out;
+}
+
+/**
+ * Where devices name their kinds, the measures held against the fleet's capacity (throughputRatio,
+ * occupancy) count every device as able to run every kind: they read low while a device has no
+ * work of its kinds. Said rather than shown as if they applied (a user trial read 0.198).
+ */
+export function pinnedWarning(s: Scenario): string | null {
+  if (!s.devices.some((d) => d.kinds !== undefined)) return null;
+  return `${s.name}: devices[].kinds pins kinds to devices, and throughputRatio and occupancy still count every device's capacity as if it ran every kind: they read low whenever a device has no work of its kinds — compare pacers on itemsPerSec, job latency and memory here`;
 }
 
 /** The steady window (the same for every pacer), and what it means for the runs that ended inside it or for an empty one. */
@@ -344,8 +356,12 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
   const scenarios = (flags.scenarios === undefined ? BENCH_SCENARIOS : parseList('--scenarios', flags.scenarios)).map((s) => resolveScenario(s));
   const pacerSpecs = flags.pacers === undefined ? PACER_NAMES : parseList('--pacers', flags.pacers);
   const factories = await resolvePacers(pacerSpecs);
-  if (seeds > 1) return benchSeeds(scenarios, factories, seed, seeds, flags.json === true, io);
+  if (seeds > 1) {
+    for (const w of scenarios.map(pinnedWarning)) if (w) io.err(`warning: ${w}\n`);
+    return benchSeeds(scenarios, factories, seed, seeds, flags.json === true, io);
+  }
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
+  for (const w of scenarios.map(pinnedWarning)) if (w) io.err(`warning: ${w}\n`);
   const total = scenarios.length * factories.length;
   const results: SimResult[] = [];
   for (const scenario of scenarios) {

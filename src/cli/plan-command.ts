@@ -9,7 +9,7 @@ import { resolveScenario } from '../sim/load-scenario.js';
 import { oversizeKinds, parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
 import { fromChromeTrace } from '../report/chrome-trace.js';
 import { renderPlanHtml } from '../report/plan-html.js';
-import { checkOutputFile, writeOutputFile } from './commands.js';
+import { checkOutputFile, pinnedWarning, writeOutputFile } from './commands.js';
 import { UsageError, type Io } from './io.js';
 import { call, ClientError, durationMs, isTrace } from './client-commands.js';
 import { formatBytes as bytes, formatMetric, formatTable } from './table.js';
@@ -65,6 +65,8 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
     const { kind, needBytes } = oversize;
     throw new UsageError(`${budgetBytes === undefined ? "the scenario's budgetBytes" : '--budget-bytes'} (${bytes(scenario.budgetBytes as number)}) is less than one ${kind} partition reserves (${bytes(needBytes)}): every ${kind} job would fail E_OVERSIZE — give the machine's memory in bytes, e.g. 412316860416 for 384 GiB`);
   }
+  const pinned = pinnedWarning(scenario);
+  if (pinned) io.err(`warning: ${pinned} (the plan recommends on items/s, memory and latency)\n`);
   const seeds = Array.from({ length: seedCount }, (_, i) => scenario.seed + i);
   // The scenario's own setting first: its peak memory sizes the budgets. With no budget and no
   // cap, what it reaches: the items Little's law says the devices need in flight size the caps

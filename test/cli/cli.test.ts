@@ -132,6 +132,14 @@ describe('stoker simulate', () => {
     expect(JSON.parse((await run('simulate', 'seed', '--pacer', 'stoker', '--json')).out)).toMatchObject({ endedBy: 'done', unfinishedJobs: 0 });
   });
 
+  it('warns that throughputRatio and occupancy do not apply where devices name their kinds (simulate, bench; a user trial read 0.198 as if they did)', async () => {
+    const file = tmp.file('pinned.json', JSON.stringify({ name: 'pinned', kinds: { a: { prepare: { type: 'fixed', value: 1 } }, b: { prepare: { type: 'fixed', value: 1 } } }, devices: [{ workers: 1, kinds: ['a'], service: { type: 'fixed', value: 0.1 } }, { workers: 1, kinds: ['b'], service: { type: 'fixed', value: 0.1 } }], arrivals: [{ atS: 0, jobs: 2, partitions: 2, kind: 'a' }] }));
+    const warning = /^warning: pinned: devices\[\]\.kinds pins kinds to devices, and throughputRatio and occupancy still count every device's capacity as if it ran every kind: .* compare pacers on itemsPerSec, job latency and memory here$/m;
+    expect((await run('simulate', file, '--pacer', 'unpaced')).err).toMatch(warning);
+    expect((await run('bench', '--scenarios', file, '--pacers', 'unpaced')).err).toMatch(warning);
+    expect((await run('bench', '--scenarios', 'seed', '--pacers', 'unpaced')).err).not.toContain('pins kinds');
+  });
+
   it('warns of preparation times that average 1,000 s or more and device times of 100 s or more (a scenario in milliseconds), of a budget below one partition, and names bytes where a unit string is given', async () => {
     const ms = tmp.file('ms.json', JSON.stringify({ name: 'ms', kinds: { p: { prepare: { type: 'fixed', value: 30000 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 2 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 2, kind: 'p' }] }));
     const r = await run('simulate', ms, '--pacer', 'unpaced');
