@@ -4,7 +4,7 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { parseDuration } from '../server/durations.js';
 import { UsageError, type Io } from './io.js';
-import { formatBytes } from './table.js';
+import { formatBytes, formatJson } from './table.js';
 
 /** The first line of a token file; a file that cannot be read is a usage error naming it. */
 export function readToken(file: string, flag: string): string {
@@ -103,7 +103,7 @@ const isJob = (v: unknown) => record(v) && typeof v['id'] === 'string' && typeof
 const isStatus = (v: unknown) => record(v) && record(v['jobs']) && record(v['partitions']) && record(v['pacer']) && Array.isArray(v['devices']) && record(v['budget']);
 export const isTrace = (v: unknown) => record(v) && Array.isArray(v['traceEvents']);
 
-const show = (io: Io, v: unknown) => io.out(`${JSON.stringify(v, null, 2)}\n`);
+const show = (io: Io, v: unknown) => io.out(`${formatJson(v)}\n`);
 
 /** The server's base URL (with a trailing slash); one that is not a URL is a usage error naming --server. */
 function serverUrl(server: string): URL {
@@ -303,7 +303,7 @@ async function resultFields(flags: ClientFlags, id: string): Promise<{ id: strin
  */
 function writeResult(body: { state: string; result?: unknown; resultEncoding?: string }, file: string, io: Io): object {
   if (body.state !== 'done') return body;
-  const data = body.resultEncoding === 'base64' && typeof body.result === 'string' ? Buffer.from(body.result, 'base64') : Buffer.from(`${JSON.stringify(body.result, null, 2)}\n`);
+  const data = body.resultEncoding === 'base64' && typeof body.result === 'string' ? Buffer.from(body.result, 'base64') : Buffer.from(`${formatJson(body.result)}\n`);
   try {
     fs.writeFileSync(file, data);
   } catch (e) {

@@ -40,3 +40,28 @@ export function formatBytes(n: number): string {
   while (u < units.length - 1 && n >= 1024 ** (u + 1)) u++;
   return u === 0 ? `${n} B` : `${(n / 1024 ** u).toFixed(1)} ${units[u]}`;
 }
+
+const JSON_DEPTH = 64;
+
+/**
+ * JSON as `JSON.stringify(v, null, 2)` writes it, but an array of numbers, strings, booleans and
+ * nulls on one line: a result of vectors read one number per line (a 40 × 16 embedding, 700 lines).
+ */
+export function formatJson(v: unknown, indent = ''): string {
+  // (Nested deeper than anyone reads: the rest on one line, and no recursion to run out of stack.)
+  if (indent.length > 2 * JSON_DEPTH) return JSON.stringify(v) ?? 'null';
+  if (Array.isArray(v)) {
+    if (v.length === 0) return '[]';
+    const items = v.map((x) => (x === undefined || typeof x === 'function' || typeof x === 'symbol' ? null : x));
+    if (items.every((x) => x === null || typeof x !== 'object')) return `[${items.map((x) => JSON.stringify(x)).join(', ')}]`;
+    const inner = `${indent}  `;
+    return `[\n${items.map((x) => inner + formatJson(x, inner)).join(',\n')}\n${indent}]`;
+  }
+  if (v !== null && typeof v === 'object' && typeof (v as { toJSON?: unknown }).toJSON !== 'function') {
+    const entries = Object.entries(v).filter(([, x]) => x !== undefined && typeof x !== 'function' && typeof x !== 'symbol');
+    if (entries.length === 0) return '{}';
+    const inner = `${indent}  `;
+    return `{\n${entries.map(([k, x]) => `${inner}${JSON.stringify(k)}: ${formatJson(x, inner)}`).join(',\n')}\n${indent}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
+}

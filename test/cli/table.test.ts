@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { statusText, type StatusBody } from '../../src/cli/client-commands.js';
-import { formatMetric, formatTable } from '../../src/cli/table.js';
+import { formatJson, formatMetric, formatTable } from '../../src/cli/table.js';
 
 describe('formatMetric', () => {
   it('prints each kind of measure in its unit', () => {
@@ -69,5 +69,18 @@ describe('stoker status’s lines', () => {
   it('give the budget in the unit that reads (it was raw bytes: 1992294400 bytes of 2147483648)', () => {
     expect(statusText(status())).toContain('budget      1.0 KiB of unlimited\n');
     expect(statusText({ ...status(), budget: { usedBytes: 1992294400, totalBytes: 2 * 1024 ** 3 } })).toContain('budget      1.9 GiB of 2.0 GiB\n');
+  });
+});
+
+describe('formatJson', () => {
+  it('writes JSON as JSON.stringify(v, null, 2) does, but arrays of scalars on one line (a vector result was one number per line)', () => {
+    const v = { id: 'j', result: [[0.5, -1, 2e-9], [3, null, 'x"y']], empty: [], none: {}, nested: [{ a: [true, false] }], skipped: undefined };
+    const text = formatJson(v);
+    expect(text).toBe('{\n  "id": "j",\n  "result": [\n    [0.5, -1, 2e-9],\n    [3, null, "x\\"y"]\n  ],\n  "empty": [],\n  "none": {},\n  "nested": [\n    {\n      "a": [true, false]\n    }\n  ]\n}');
+    expect(JSON.parse(text)).toEqual(JSON.parse(JSON.stringify(v)));
+    // Nested past 64 levels: the rest on one line, still the same JSON.
+    let deep: unknown = [1];
+    for (let i = 0; i < 300; i++) deep = { d: deep };
+    expect(JSON.parse(formatJson(deep))).toEqual(deep);
   });
 });
