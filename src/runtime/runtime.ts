@@ -37,7 +37,7 @@ export class Runtime<I, P, O, R> {
   /** The listeners that have thrown (each is warned of once). */
   private readonly warned = new Set<string>();
   /** Failures of the step being answered, told to onStepFailed once the engine has heard of them. */
-  private readonly failures: Omit<StepFailure, 'retried'>[] = [];
+  private readonly failures: (Omit<StepFailure, 'retried' | 'counted'> & { item: ItemView })[] = [];
   private readonly jobs = new Map<string, JobCtx<I, O, R>>();
   /** Jobs whose engine part has ended but whose finish() is still running. */
   private readonly finishing = new Map<JobCtx<I, O, R>, string>();
@@ -280,7 +280,7 @@ export class Runtime<I, P, O, R> {
   private stepFailed(item: ItemView, stage: 'prepare' | 'device', reason: string, where?: { device: number; worker: number }): void {
     if (!this.onStepFailed) return;
     const numbers = this.jobs.get(item.jobId)?.numbers;
-    this.failures.push({ stage, jobId: item.jobId, kind: item.kind, partition: numbers?.[item.partition] ?? item.partition, attempt: (item.failures ?? 0) + 1, ...where, reason });
+    this.failures.push({ item, stage, jobId: item.jobId, kind: item.kind, partition: numbers?.[item.partition] ?? item.partition, attempt: (item.failures ?? 0) + 1, ...where, reason });
   }
 
   /** Tells onStepFailed of the failures the engine has just heard of: a partition whose job lives on is prepared again. */
@@ -289,7 +289,10 @@ export class Runtime<I, P, O, R> {
     if (!tell) return;
     // (jobStates of no partitions: O(1), whether the job lives.)
     for (let f = this.failures.shift(); f; f = this.failures.shift()) {
-      const failure = { ...f, retried: this.engine.jobStates(f.jobId, 0, 0) !== undefined };
+      const { item, ...rest } = f;
+      const retried = this.engine.jobStates(f.jobId, 0, 0) !== undefined;
+      // (The engine's item, live: a failure it counted is in its failures now.)
+      const failure: StepFailure = { ...rest, retried, counted: !retried || (item.failures ?? 0) >= f.attempt };
       this.listen('onStepFailed', () => tell(failure));
     }
   }

@@ -140,6 +140,11 @@ export interface StepFailure {
   reason: string;
   /** The partition is prepared again (false: its job failed with this failure, or had already ended). */
   retried: boolean;
+  /**
+   * The failure counts against the partition's retries (false: its batch failed without naming
+   * the item that failed, and each item of it is prepared again and runs alone, no try spent).
+   */
+  counted: boolean;
 }
 
 export interface RuntimeStatus {

@@ -136,7 +136,7 @@ export class Service {
         const device = f.device === undefined ? undefined : this.devices[f.device]?.name;
         this.metrics.stepFailed(f.kind, f.stage);
         failures.failed(f, device);
-        this.emit({ type: 'step.failed', id: f.jobId, partition: f.partition, stage: f.stage, ...(device === undefined ? {} : { device, worker: f.worker }), attempt: f.attempt, reason: f.reason, retried: f.retried });
+        this.emit({ type: 'step.failed', id: f.jobId, partition: f.partition, stage: f.stage, ...(device === undefined ? {} : { device, worker: f.worker }), attempt: f.attempt, reason: f.reason, retried: f.retried, counted: f.counted });
       },
     });
     const announce = (job: JournalJob, finishedAt: number, outcome: JournalOutcome) => this.announceEnd(job, finishedAt, outcome);

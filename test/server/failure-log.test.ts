@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { FailureLog } from '../../src/server/failure-log.js';
 import type { StepFailure } from '../../src/runtime/index.js';
 
-const failure = (partition: number, extra: Partial<StepFailure> = {}): StepFailure => ({ stage: 'device', jobId: 'j', kind: 'k', partition, attempt: 1, device: 0, worker: 1, reason: 'CUDA error', retried: true, ...extra });
+const failure = (partition: number, extra: Partial<StepFailure> = {}): StepFailure => ({ stage: 'device', jobId: 'j', kind: 'k', partition, attempt: 1, device: 0, worker: 1, reason: 'CUDA error', retried: true, counted: true, ...extra });
 
 describe('FailureLog', () => {
   it('says where, which try and what follows; past 20 lines a minute it counts the rest and says how many once the minute is over', () => {
@@ -12,11 +12,14 @@ describe('FailureLog', () => {
     const log = new FailureLog((l) => lines.push(l), () => now);
     log.failed(failure(0), 'gpu');
     log.failed(failure(1, { stage: 'prepare', device: undefined, worker: undefined, attempt: 2, retried: false, reason: 'out of memory' }), undefined);
+    // (A batch that failed without naming its item: each item runs again alone, no try spent — it read as a retry.)
+    log.failed(failure(2, { counted: false, reason: 'batch crashed' }), 'gpu');
     expect(lines).toEqual([
       'stoker serve: job "j" partition 0 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again',
       'stoker serve: job "j" partition 1 failed in preparation (attempt 2): out of memory — its job fails',
+      'stoker serve: job "j" partition 2 failed on device "gpu"/1 (attempt 1): batch crashed — its batch failed as a whole: it is prepared again and runs alone, no try spent',
     ]);
-    for (let p = 2; p < 30; p++) log.failed(failure(p), 'gpu');
+    for (let p = 3; p < 30; p++) log.failed(failure(p), 'gpu');
     expect(lines).toHaveLength(20);
     now = 59_999;
     log.failed(failure(30), 'gpu');
