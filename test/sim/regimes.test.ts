@@ -631,13 +631,16 @@ describe('slower modes and kinds, and no contention: the limiter does not take o
     expect(Math.min(...r.map((x) => x.speed))).toBeGreaterThanOrEqual(0.95);
   });
 
-  it('a slower kind whose block drained before the latency estimate showed it: no cap below the floor’s own concurrency (each of 10 seeds ends within 1.3 × unpaced’s time; held at 1–7 preparing, one ran 5.3 ×)', () => {
+  it('a slower kind beside a quick one, nothing contending: no cap on the mix (a cap on 1 seed of 10, was 5; each ends within 1.3 × unpaced’s time, one ran 5.3 ×)', () => {
     // A user trial's embedding service, in small: a tokeniser kind of 0.2–3 s and an image kind of
     // 2–5 s, jobs of 30 partitions, devices far quicker than either; nothing contends. The image
     // block prepared 60 at once and drained; its latencies then read 2 × the floor at 5 × the
     // floor's concurrency (`explained`), though only as many were preparing as behind the floor —
     // and the cap was taken at 2 of 12. Fewer than that many preparing, a cap can only be taken on
-    // the mix: taken over only above it.
+    // the mix: taken over only above it. On four more seeds a cap was taken with 65–72 preparing
+    // on the tokeniser's alone: the image kind's completions had crowded its quick ones out of the
+    // latest few, and the quick line now reads each kind's own (kindQuickAsBefore). What is left
+    // (seed 1) is the first fill: a floor the tokeniser's first quick ones set.
     const s = parseScenario(
       {
         name: 'tokens-and-images',
@@ -657,6 +660,7 @@ describe('slower modes and kinds, and no contention: the limiter does not take o
     const r = runs(s);
     console.log(`tokens and images: stoker / unpaced speed ${r.map((x) => x.speed.toFixed(2)).join(' ')}; observations capped ${r.map((x) => x.capped).join(' ')}`);
     expect(Math.min(...r.map((x) => x.speed))).toBeGreaterThanOrEqual(1 / 1.3);
+    expect(r.filter((x) => x.capped > 0).length).toBeLessThanOrEqual(1);
   });
 });
 
