@@ -334,8 +334,12 @@ describe('PrepareLimit: taking over', () => {
 
   it('not with fewer than 2 × (workers + target) preparing; with that many, a cap of at least 1', () => {
     expect(overdueRun(filled(), { preparing: 7 })).toEqual([Infinity, Infinity, Infinity]);
-    // 8 preparing, ages 800 ms: they imply 1600 ms, 16 × the floor: ⌊8 ÷ 16⌋ = 0, at least 1.
-    expect(overdueRun(filled(), { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
+    // 8 preparing, ages 800 ms: they imply 1600 ms, 16 × the floor: ⌊8 ÷ 16⌋ = 0, at least 1 —
+    // behind a floor measured while 6 were preparing.
+    expect(overdueRun(filled({ concurrency: 6 }), { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
+    // Behind a floor measured while 8 were: no more preparing now than then, so the latency
+    // estimate's slowdown at 16 is not theirs (a slower kind's block that drained): no take-over.
+    expect(overdueRun(filled(), { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, Infinity]);
   });
 
   it('not unless the latency estimate is LATENCY_UP (1.3) × its floor (ages under AGES_ALONE × the floor)', () => {
@@ -888,7 +892,7 @@ describe('PrepareLimit: climbing down', () => {
   });
 
   it('at a cap of 1 there is nowhere lower: settled there, probing 1 + 1 = 2', () => {
-    const l = filled();
+    const l = filled({ concurrency: 6 });
     expect(overdueRun(l, { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
     const p = new Pipe(l);
     expect(p.measure(1)).toBe(2);
@@ -1047,7 +1051,7 @@ describe('PrepareLimit: settled on the best', () => {
 
   it('moves up in a row below where it took over do not let go; reaching it does', () => {
     // Took over with 8 preparing at a cap of 1; throughput proportional to the cap (no contention).
-    const l = filled();
+    const l = filled({ concurrency: 6 });
     expect(overdueRun(l, { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
     const p = new Pipe(l);
     expect(p.measure(1)).toBe(2);
@@ -1057,7 +1061,7 @@ describe('PrepareLimit: settled on the best', () => {
   });
 
   it('the moves up must be in a row: one short of GAIN in between starts the count again', () => {
-    const l = filled();
+    const l = filled({ concurrency: 6 });
     expect(overdueRun(l, { preparing: 8, age: 800 })).toEqual([Infinity, Infinity, 1]);
     const p = new Pipe(l);
     expect(p.measure(1)).toBe(2);

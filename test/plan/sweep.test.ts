@@ -170,7 +170,7 @@ describe('stoker plan', () => {
       const r = await run('plan', trace, '--seeds', '1', '--targets', '4', '--threads', '1', '--json');
       expect(r.code, r.err).toBe(0);
       const out = JSON.parse(r.out) as { fit: { notes: string[] }; current: PlanRow | null; rows: PlanRow[] };
-      expect(out.fit.notes.join('\n')).toMatch(/replayed with stoker and the run's own setting, the fitted scenario does [\d.]+ device steps\/s where the run did [\d.]+ \(1\.[5-9]\d×\)/);
+      expect(out.fit.notes.join('\n')).toMatch(/replayed with stoker and the run's own setting, the fitted scenario finishes [\d.]+ items\/s on its devices where the run did [\d.]+ \(1\.[5-9]\d×\)/);
       expect(out.current).toMatchObject({ pacer: 'stoker', maxPreparing: null, budgetBytes: null });
       const tiny = await run('plan', capped, '--budget-bytes', '1000', '--seeds', '1');
       expect(tiny.code).toBe(2);

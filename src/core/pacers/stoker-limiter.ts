@@ -196,10 +196,8 @@ const EARLY_LOOK = 8;
  * remembered limit's own measurement, to twice that limit or more, let it go, as after a
  * take-over. A probe that gains less ends the trial: the limit holds. From 1 with 1 s
  * preparations, 2 workers of 0.13 s: let go 63 s into the run, 13 s of it busy (it held for
- * 150 s). A larger remembered limit probes above too, right after its first measurement, but
- * PROBE × a step (on prep-knee doubled probes went past 1.25 × the knee): held two more
- * measurements and probed below first, a remembered 12 with 1.5 s preparations nothing slows was
- * let go 48 s into the run (16.6 s now).
+ * 150 s). A larger remembered limit holds as before (on prep-knee its first probes above went
+ * past 1.25 × the knee).
  */
 const TRIAL_DOUBLE = 8;
 const TRIAL_TIMED = EARLY_LOOK;
@@ -283,9 +281,7 @@ const ELASTICITY_MAX = 3;
  * was set) is under LATENCY_UP × the quickest of those behind the floor, no take-over (the same
  * two modes, 8 preparing behind a floor measured while 3 were: (8 ÷ 3)³ explains the ages,
  * while the quick mode still finishes in 12 s). Only those that finished while the ones preparing
- * now ran (since their mean start) count: quick ones from before say nothing of them. Where
- * several kinds prepare, the same line is also read on the kind most of those preparing are of,
- * its own latest against its own (kindQuickAsBefore).
+ * now ran (since their mean start) count: quick ones from before say nothing of them.
  */
 const QUICK_SAMPLES = 8;
 
@@ -429,8 +425,6 @@ export class PrepareLimit {
   /** The quickest of `recent` when the floor (or the lowest latency measured) was last set, and recentCount then. */
   private floorQuickest = 0;
   private floorQuickAt = 0;
-  /** Where several kinds prepare: `recent` and its marks kind by kind (each kind's own latest QUICK_SAMPLES; see QUICK_SAMPLES). */
-  private readonly byKind: { recent: Float64Array; at: Float64Array; count: number; seen: number; seenMs: number; floorQuickest: number; floorQuickAt: number }[] = [];
   /**
    * When taking over may next be decided with no event in between (Infinity: not before an
    * event): the ages of those in flight grow with time alone, and where nothing finishes or
@@ -443,9 +437,9 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      // Its first measurement is its last hold before a probe above it (on trial, doubled).
+      // On trial: its first measurement is its last hold before a probe above it.
       const trial = cap < TRIAL_DOUBLE;
-      this.state = { cap, engagedAt: cap, floorMs: NaN, floorPreparing: NaN, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: -1, ups: 0, rest: REST, trial, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] };
+      this.state = { cap, engagedAt: cap, floorMs: NaN, floorPreparing: NaN, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: trial ? -1 : 1, ups: 0, rest: trial ? REST : 0, trial, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] };
       this.cap = cap;
     }
   }
@@ -568,7 +562,7 @@ export class PrepareLimit {
       // samples' concurrency may be a slower kind's block that drained before the estimate showed
       // it (a tokeniser and an image kind, nothing contending: a cap of 2 taken with 12 preparing,
       // as many as behind the floor, held at 1–7 for ten minutes).
-      const quickAsBefore = (this.recentCount - this.floorQuickAt >= QUICK_SAMPLES && this.quickest(meanStart) < LATENCY_UP * this.floorQuickest) || this.kindQuickAsBefore(s, meanStart);
+      const quickAsBefore = this.recentCount - this.floorQuickAt >= QUICK_SAMPLES && this.quickest(meanStart) < LATENCY_UP * this.floorQuickest;
       if (quickAsBefore || !((agesSlow && explained(latencyNow / floor, s.preparing / floorPreparing)) || (latencySlow && s.preparing > floorPreparing && explained(p.latency / floor, p.latencyConcurrency / floorPreparing)))) {
         this.overdueSince = NaN;
         return;
@@ -796,17 +790,6 @@ export class PrepareLimit {
     this.recent[this.recentCount++ % QUICK_SAMPLES] = (s.prepareLatencyMsTotal - this.seenLatencyMs) / done;
     this.seenCompletions = s.prepareCompletions;
     this.seenLatencyMs = s.prepareLatencyMsTotal;
-    if (s.kinds.length < 2) return;
-    for (let k = 0; k < s.kinds.length; k++) {
-      const c = s.kinds[k] as ReadonlySnapshot['kinds'][number];
-      const q = (this.byKind[k] ??= { recent: new Float64Array(QUICK_SAMPLES).fill(Infinity), at: new Float64Array(QUICK_SAMPLES), count: 0, seen: 0, seenMs: 0, floorQuickest: Infinity, floorQuickAt: 0 });
-      const n = c.prepareCompletions - q.seen;
-      if (n <= 0) continue;
-      q.at[q.count % QUICK_SAMPLES] = s.now;
-      q.recent[q.count++ % QUICK_SAMPLES] = (c.prepareLatencyMsTotal - q.seenMs) / n;
-      q.seen = c.prepareCompletions;
-      q.seenMs = c.prepareLatencyMsTotal;
-    }
   }
   /** Takes over at what would finish as much as now at the floor latency (Little's law, with the latency now), at most half of those preparing. */
   private takeOver(s: ReadonlySnapshot, floor: number, floorPreparing: number, latencyNow: number): void {
@@ -851,34 +834,15 @@ export class PrepareLimit {
     return false;
   }
   /** The quickest of the latest QUICK_SAMPLES latencies (Infinity: none). */
-  private quickest(since = -Infinity, recent: Float64Array = this.recent, at: Float64Array = this.recentAt): number {
+  private quickest(since = -Infinity): number {
     let q = Infinity;
-    for (let i = 0; i < QUICK_SAMPLES; i++) if ((at[i] as number) >= since) q = Math.min(q, recent[i] as number);
+    for (let i = 0; i < QUICK_SAMPLES; i++) if ((this.recentAt[i] as number) >= since) q = Math.min(q, this.recent[i] as number);
     return q;
   }
-  /** The floor (or the lowest latency measured) was set: its quickest latencies, to hold the latest against (each kind's too). */
+  /** The floor (or the lowest latency measured) was set: its quickest latencies, to hold the latest against. */
   private markQuickest(): void {
     this.floorQuickest = this.quickest();
     this.floorQuickAt = this.recentCount;
-    for (const q of this.byKind) {
-      if (!q) continue;
-      q.floorQuickest = this.quickest(-Infinity, q.recent, q.at);
-      q.floorQuickAt = q.count;
-    }
-  }
-  /**
-   * Where several kinds prepare, the quick line (QUICK_SAMPLES) kind by kind, on the kind most of
-   * those preparing are of: its own latest as quick as its own behind the floor. On the mix, a
-   * slower kind's completions crowd the quick one's out of the latest few (a tokeniser kind of
-   * 0.2–3 s, 71 preparing, behind an image kind of 2–5 s: taken over on a floor the tokeniser's
-   * first quick ones set, nothing contending).
-   */
-  private kindQuickAsBefore(s: ReadonlySnapshot, since: number): boolean {
-    if (s.kinds.length < 2) return false;
-    let most = -1;
-    for (let k = 0; k < s.kinds.length; k++) if (most < 0 || (s.kinds[k]?.preparing ?? 0) > (s.kinds[most]?.preparing ?? 0)) most = k;
-    const q = this.byKind[most];
-    return q !== undefined && q.count - q.floorQuickAt >= QUICK_SAMPLES && this.quickest(since, q.recent, q.at) < LATENCY_UP * q.floorQuickest;
   }
   /** The share of those preparing whose kind the latency reference never saw. */
   private unknownShare(s: ReadonlySnapshot): number {
