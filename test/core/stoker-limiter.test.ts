@@ -90,6 +90,17 @@ function engaged(): PrepareLimit {
 }
 
 /**
+ * A limiter settled on `cap` at the start of a cycle of holds, its last probe above (the next
+ * below): the fixture of the tests of holds and probes. (A remembered limit starts settled too,
+ * but probes above after its first measurement.)
+ */
+function settledOn(cap: number): PrepareLimit {
+  const l = new PrepareLimit(cap);
+  l.state = { ...(l.state as NonNullable<PrepareLimit['state']>), side: 1, rest: 0 };
+  return l;
+}
+
+/**
  * A pipeline under a limiter that holds a cap, its cumulative counters kept here. Its view is
  * constant (λ = 1, latency 100); the devices drain 0.5 (starved) unless told.
  */
@@ -470,27 +481,40 @@ describe('PrepareLimit: taking over', () => {
 });
 
 describe('PrepareLimit: a remembered prior limit', () => {
-  it('starts settled there, holding it as its best (rounded to a whole number of preparations)', () => {
+  it('starts settled there, holding it as its best (rounded to a whole number of preparations), its first measurement its last hold before a probe above', () => {
     const l = new PrepareLimit(20);
     expect(l.cap).toBe(20);
-    expect(l.state).toMatchObject({ cap: 20, engagedAt: 20, best: 20, settled: true, rest: 0 });
+    expect(l.state).toMatchObject({ cap: 20, engagedAt: 20, best: 20, settled: true, rest: 2, side: -1 });
     expect(l.state?.from).toBeNaN();
     expect(new PrepareLimit(2.6).cap).toBe(3);
     expect(new PrepareLimit(1).cap).toBe(1);
   });
 
-  it('measures the prior cap first and holds it (it does not climb down from it)', () => {
-    // Settled on 20: the first measurement (x = 18 ÷ 100 = 0.18) is its first hold there.
+  it('measures the prior cap first, then probes above it at once (it does not climb down from it); two gains in a row with GAIN of the proportional one let it go', () => {
+    // (It held two more measurements and probed below first: a remembered 12 that the work did not
+    // need, with 1.5 s preparations, was let go 48 s into the run; 16.6 s so.)
     const p = new Pipe(new PrepareLimit(20));
-    expect(p.measure(18)).toBe(20);
-    expect(p.l.state).toMatchObject({ settled: true, best: 20, rest: 1 });
+    // x = 18 ÷ 100 = 0.18, its throughput; above at max(21, round(22.4)) = 22.
+    expect(p.measure(18)).toBe(22);
+    expect(p.l.state).toMatchObject({ settled: true, best: 20, side: 1, rest: 0 });
     expect(p.l.state?.bestX).toBeCloseTo(0.18, 12);
+    // At 22: 0.198 = 1.1 × 0.18, over 1 + 2/3 × 0.1: one up; next max(23, round(24.64)) = 25.
+    expect(p.measure(19.8)).toBe(25);
+    expect(p.l.state).toMatchObject({ best: 22, ups: 1 });
+    // At 25: 0.225 = 1.136 × 0.198, over 1 + 2/3 × (25/22 − 1) = 1.091: two in a row, at the remembered 20 or more: let go.
+    expect(p.measure(22.5)).toBe(Infinity);
+    expect(p.l.state).toBeNull();
+    // Where the probe above gains less than EPS_UP, the remembered cap holds.
+    const knee = new Pipe(new PrepareLimit(20));
+    expect(knee.measure(18)).toBe(22);
+    expect(knee.measure(18.5)).toBe(20);
+    expect(knee.l.state).toMatchObject({ best: 20, ups: 0 });
   });
 });
 
 describe('PrepareLimit: measuring a cap', () => {
   it('from when the pipeline is within the cap: `cap` completions flush the old cap, the next TIMED × cap (40 at a cap of 20) are timed', () => {
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     p.done = 50;
     expect(p.see(21)).toBe(20);
     expect(p.l.state?.from).toBeNaN();
@@ -528,7 +552,7 @@ describe('PrepareLimit: measuring a cap', () => {
 
   it('times at least TIMED_MIN (30) completions at a small cap', () => {
     // Cap 10: the turnover is 10 completions, then 30 (not 2 × 10 = 20) are timed.
-    const p = new Pipe(new PrepareLimit(10));
+    const p = new Pipe(settledOn(10));
     p.see(10);
     p.done += 10;
     p.see(10);
@@ -576,7 +600,7 @@ describe('PrepareLimit: a measurement’s standard error', () => {
   it('goes on while its relative standard error is over SE_MAX (1.5 %), and takes it into the best’s', () => {
     // Cap 20: 40 timed latencies of mean 100 ms and standard deviation 12 ms: a standard error of
     // 12 ÷ 100 ÷ √39 = 1.92 %: not yet. At 64: 12 % ÷ √63 = 1.51 %: not yet. At 66: 12 % ÷ √65 = 1.49 %: measured.
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     p.see(20);
     p.done += 20;
     p.see(20);
@@ -595,7 +619,7 @@ describe('PrepareLimit: a measurement’s standard error', () => {
 
   it('for at most EXTEND (3) × its TIMED turnovers', () => {
     // Standard deviation 30 ms: 30 % ÷ √119 = 2.75 % at 120 = 3 × 2 × 20 timed: measured all the same.
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     p.see(20);
     p.done += 20;
     p.see(20);
@@ -650,7 +674,7 @@ describe('PrepareLimit: a measurement’s standard error', () => {
 
   it('the holds at the best: a running mean, each new measurement’s variance weighing a quarter', () => {
     // Two holds at 20, 40 timed each, standard errors 1.4 % (sd 8.743 ms) and 0.7 %: (1.4² + 0.7²)^½ ÷ 2 = 0.7826 %.
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     p.measure(18, 100, 0.5, 1.4 * Math.sqrt(39));
     expect(p.l.state?.bestSe).toBeCloseTo(0.014, 12);
     p.measure(20, 100, 0.5, 0.7 * Math.sqrt(39));
@@ -690,7 +714,7 @@ describe('PrepareLimit: a measurement’s standard error', () => {
 
 describe('PrepareLimit: letting go', () => {
   it('lets go when a measurement finds the devices fed STARVED × λ (0.9 of λ = 1) or more, not before it ends', () => {
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     // Busy devices while the pipeline turns over: nothing is decided yet.
     expect(p.see(20, 1)).toBe(20);
     p.done += 20;
@@ -702,7 +726,7 @@ describe('PrepareLimit: letting go', () => {
   });
 
   it('keeps the cap when the measurement finds the devices fed less (x = 0.89 λ), even with them busy at its end', () => {
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     // 17.8 preparing at 20 ms: x = 0.89.
     expect(p.measure(17.8, 20, 1)).toBe(20);
     expect(p.l.state).not.toBeNull();
@@ -912,7 +936,7 @@ describe('PrepareLimit: climbing down', () => {
 
 /** A limiter settled on a prior 20 whose probe below failed, back on 20 measured at `bestMp` ÷ 100 and now probing above it at 22. */
 function probingAbove(bestMp: number): Pipe {
-  const p = new Pipe(new PrepareLimit(20));
+  const p = new Pipe(settledOn(20));
   for (let i = 0; i < 3; i++) p.measure(18);
   expect(p.l.cap).toBe(18);
   // Below: 0.17 < 0.98 × 0.18: back to 20.
@@ -926,7 +950,7 @@ function probingAbove(bestMp: number): Pipe {
 
 describe('PrepareLimit: settled on the best', () => {
   it('holds the best REST + 1 measurements, their running mean its throughput, then probes below (a prior’s last side is above)', () => {
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     expect(p.measure(12)).toBe(20);
     expect(p.l.state?.rest).toBe(1);
     expect(p.l.state?.bestX).toBeCloseTo(0.12, 12);
@@ -941,7 +965,7 @@ describe('PrepareLimit: settled on the best', () => {
   });
 
   it('a probe below that finishes as much within EPS becomes the best, and the next probe is lower still', () => {
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     for (let i = 0; i < 3; i++) p.measure(18);
     // Cap 18: x = 0.1764 = 0.98 × 0.18: the best; next below max(1, min(17, round(16.07))) = 16.
     expect(p.measure(17.64)).toBe(16);
@@ -950,7 +974,7 @@ describe('PrepareLimit: settled on the best', () => {
   });
 
   it('a probe below that finishes less goes back to the best, measured there afresh', () => {
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     for (let i = 0; i < 3; i++) p.measure(18);
     // Cap 18: x = 0.176 < 0.1764: back to 20.
     expect(p.measure(17.6)).toBe(20);
@@ -976,11 +1000,10 @@ describe('PrepareLimit: settled on the best', () => {
     expect(knee.l.state?.bestX).toBeCloseTo(0.009, 12);
     expect(knee.measure(1.1)).toBe(3);
     expect(knee.l.state).toMatchObject({ best: 2, trial: false, ups: 0 });
-    // From 8 up it holds as before: three holds, then a probe below.
+    // From 8 up its probes above are PROBE × a step, not doubled: max(9, round(8.96)) = 9.
     const eight = new Pipe(new PrepareLimit(8));
     expect(eight.l.state).toMatchObject({ trial: false });
-    for (let i = 0; i < 2; i++) expect(eight.measure(7.2)).toBe(8);
-    expect(eight.measure(7.2)).toBe(7);
+    expect(eight.measure(7.2)).toBe(9);
   });
 
   it('a probe above moves up where it finishes EPS_UP (5 %) more', () => {
@@ -1116,7 +1139,7 @@ describe('PrepareLimit: over an idle pipeline', () => {
   });
 
   it('settled, its holds at the best start again: REST + 1 more before the next probe', () => {
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     p.measure(18);
     p.measure(18);
     expect(p.l.state?.rest).toBe(2);
@@ -1129,7 +1152,7 @@ describe('PrepareLimit: over an idle pipeline', () => {
   });
 
   it('a cap the pipeline never came within is kept as it is (nothing was measured at it)', () => {
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     for (let i = 0; i < 3; i++) p.measure(18);
     // Probing 18 while 20 still prepare.
     expect(p.l.cap).toBe(18);
@@ -1139,7 +1162,7 @@ describe('PrepareLimit: over an idle pipeline', () => {
   });
 
   it('is not idle while anything is queued, preparing, waiting or on a device', () => {
-    const p = new Pipe(new PrepareLimit(20));
+    const p = new Pipe(settledOn(20));
     p.see(20);
     const from = p.l.state?.from;
     expect(from).toBe(p.now);

@@ -383,6 +383,38 @@ describe('a remembered preparation limit the work does not need', () => {
     }
   });
 
+
+  it('a larger one (≥ TRIAL_DOUBLE) probes above first: let go within 20 s on each of 10 seeds (it rested and probed below first: 48 s)', () => {
+    // A user trial's restart: a cap of 12 remembered, then 600 partitions of 1.5 s preparations
+    // that nothing slows (timers), two device workers of 20 ms. Before, the remembered limit was
+    // held for two more measurements, then probed below, then above: 48 s at a twelfth of what
+    // the devices take.
+    const s = parseScenario(
+      {
+        name: 'larger-remembered-limit',
+        targetWaiting: 2,
+        kinds: { sleep: { prepare: { type: 'uniform', min: 1.425, max: 1.575 } } },
+        devices: [{ workers: 2, service: { type: 'fixed', value: 0.02 } }],
+        arrivals: [{ atS: 0, jobs: 1, partitions: 600, kind: 'sleep' }],
+        pacerOptions: { priorPrepareLimit: 12 },
+      },
+      'test',
+    );
+    const rows = SEEDS.map((seed) => {
+      let pacer: Pacer | undefined;
+      let letGo = NaN;
+      const paced = simulate(s, {
+        seed,
+        pacer: (o) => (pacer = createPacer('stoker', o)),
+        onStep: (e) => {
+          if (Number.isNaN(letGo) && pacer?.state().terms['prepareLimit'] === undefined) letGo = e.time / 1000;
+        },
+      });
+      return { letGo, ratio: paced.simulatedMs / simulate(s, { seed, pacer: (o) => createPacer('unpaced', o) }).simulatedMs };
+    });
+    console.log(`remembered limit 12: let go at ${rows.map((r) => r.letGo.toFixed(1)).join(' ')} s; run time ÷ unpaced's ${rows.map((r) => r.ratio.toFixed(2)).join(' ')}`);
+    expect(Math.max(...rows.map((r) => r.letGo))).toBeLessThanOrEqual(20);
+  });
 });
 
 describe('preparation contention: a knee under a stream of arrivals', () => {

@@ -196,8 +196,10 @@ const EARLY_LOOK = 8;
  * remembered limit's own measurement, to twice that limit or more, let it go, as after a
  * take-over. A probe that gains less ends the trial: the limit holds. From 1 with 1 s
  * preparations, 2 workers of 0.13 s: let go 63 s into the run, 13 s of it busy (it held for
- * 150 s). A larger remembered limit holds as before (on prep-knee its first probes above went
- * past 1.25 × the knee).
+ * 150 s). A larger remembered limit probes above too, right after its first measurement, but
+ * PROBE × a step (on prep-knee doubled probes went past 1.25 × the knee): held two more
+ * measurements and probed below first, a remembered 12 with 1.5 s preparations nothing slows was
+ * let go 48 s into the run (16.6 s now).
  */
 const TRIAL_DOUBLE = 8;
 const TRIAL_TIMED = EARLY_LOOK;
@@ -437,9 +439,9 @@ export class PrepareLimit {
   constructor(prior: number) {
     if (prior >= 1) {
       const cap = Math.round(prior);
-      // On trial: its first measurement is its last hold before a probe above it.
+      // Its first measurement is its last hold before a probe above it (on trial, doubled).
       const trial = cap < TRIAL_DOUBLE;
-      this.state = { cap, engagedAt: cap, floorMs: NaN, floorPreparing: NaN, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: trial ? -1 : 1, ups: 0, rest: trial ? REST : 0, trial, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] };
+      this.state = { cap, engagedAt: cap, floorMs: NaN, floorPreparing: NaN, best: cap, bestX: 0, bestSe: 0, measured: [], recheck: null, tries: 0, settled: true, below: NaN, belowX: NaN, side: -1, ups: 0, rest: REST, trial, from: NaN, turnedAt: NaN, mark: 0, preparingMs: 0, latencyMs: 0, latencySqMs: 0, kindMarks: [] };
       this.cap = cap;
     }
   }
