@@ -217,7 +217,9 @@ function scenarioWarnings(s: Scenario): string[] {
  * work of its kinds. Said rather than shown as if they applied (a user trial read 0.198).
  */
 export function pinnedWarning(s: Scenario): string | null {
-  if (!s.devices.some((d) => d.kinds !== undefined)) return null;
+  const kinds = Object.keys(s.kinds);
+  // (A device whose list names every kind pins nothing.)
+  if (!s.devices.some((d) => d.kinds !== undefined && kinds.some((k) => !d.kinds?.includes(k)))) return null;
   return `${s.name}: devices[].kinds pins kinds to devices, and throughputRatio and occupancy still count every device's capacity as if it ran every kind: they read low whenever a device has no work of its kinds — compare pacers on itemsPerSec, job latency and memory here`;
 }
 

@@ -52,7 +52,8 @@ export function formatJson(v: unknown, indent = ''): string {
   if (indent.length > 2 * JSON_DEPTH) return JSON.stringify(v) ?? 'null';
   if (Array.isArray(v)) {
     if (v.length === 0) return '[]';
-    const items = v.map((x) => (x === undefined || typeof x === 'function' || typeof x === 'symbol' ? null : x));
+    // (Array.from, not map: a hole is null, as JSON.stringify writes it.)
+    const items = Array.from(v, (x: unknown) => (x === undefined || typeof x === 'function' || typeof x === 'symbol' ? null : x));
     if (items.every((x) => x === null || typeof x !== 'object')) return `[${items.map((x) => JSON.stringify(x)).join(', ')}]`;
     const inner = `${indent}  `;
     return `[\n${items.map((x) => inner + formatJson(x, inner)).join(',\n')}\n${indent}]`;

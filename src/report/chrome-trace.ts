@@ -200,8 +200,8 @@ function batchSetting(v: unknown, what: string): BatchSetting {
   const b = v as { maxItems?: unknown; maxWaitMs?: unknown } | null;
   const maxItems = b?.maxItems;
   const maxWaitMs = b?.maxWaitMs;
-  if (typeof maxItems !== 'number' || !Number.isInteger(maxItems) || maxItems < 1 || typeof maxWaitMs !== 'number' || !(maxWaitMs >= 0)) {
-    throw new Error(`not a stoker trace: otherData.${what} is ${JSON.stringify(v)}, not { maxItems: an integer ≥ 1, maxWaitMs: a number ≥ 0 }`);
+  if (typeof maxItems !== 'number' || !Number.isSafeInteger(maxItems) || maxItems < 1 || typeof maxWaitMs !== 'number' || !Number.isFinite(maxWaitMs) || maxWaitMs < 0) {
+    throw new Error(`not a stoker trace: otherData.${what} is ${JSON.stringify(v)}, not { maxItems: an integer ≥ 1, maxWaitMs: a finite number ≥ 0 }`);
   }
   return { maxItems, maxWaitMs };
 }

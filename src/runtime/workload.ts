@@ -142,7 +142,8 @@ export interface StepFailure {
   retried: boolean;
   /**
    * The failure counts against the partition's retries (false: its batch failed without naming
-   * the item that failed, and each item of it is prepared again and runs alone, no try spent).
+   * the item that failed, no try spent — a device batch's items are prepared again and run alone,
+   * a preparation batch's are prepared again alone).
    */
   counted: boolean;
 }

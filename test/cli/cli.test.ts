@@ -138,6 +138,9 @@ describe('stoker simulate', () => {
     expect((await run('simulate', file, '--pacer', 'unpaced')).err).toMatch(warning);
     expect((await run('bench', '--scenarios', file, '--pacers', 'unpaced')).err).toMatch(warning);
     expect((await run('bench', '--scenarios', 'seed', '--pacers', 'unpaced')).err).not.toContain('pins kinds');
+    // A device whose list names every kind pins nothing.
+    const all = tmp.file('all.json', JSON.stringify({ name: 'all', kinds: { a: { prepare: { type: 'fixed', value: 1 } } }, devices: [{ workers: 1, kinds: ['a'], service: { type: 'fixed', value: 0.1 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 2, kind: 'a' }] }));
+    expect((await run('simulate', all, '--pacer', 'unpaced')).err).not.toContain('pins kinds');
   });
 
   it('warns of preparation times that average 1,000 s or more and device times of 100 s or more (a scenario in milliseconds), of a budget below one partition, and names bytes where a unit string is given', async () => {

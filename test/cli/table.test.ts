@@ -78,6 +78,9 @@ describe('formatJson', () => {
     const text = formatJson(v);
     expect(text).toBe('{\n  "id": "j",\n  "result": [\n    [0.5, -1, 2e-9],\n    [3, null, "x\\"y"]\n  ],\n  "empty": [],\n  "none": {},\n  "nested": [\n    {\n      "a": [true, false]\n    }\n  ]\n}');
     expect(JSON.parse(text)).toEqual(JSON.parse(JSON.stringify(v)));
+    // A hole is null, as JSON.stringify writes it (map skipped it: "[1, , 3]").
+    // eslint-disable-next-line no-sparse-arrays
+    expect(formatJson([1, , 3])).toBe('[1, null, 3]');
     // Nested past 64 levels: the rest on one line, still the same JSON.
     let deep: unknown = [1];
     for (let i = 0; i < 300; i++) deep = { d: deep };

@@ -116,6 +116,8 @@ describe('Chrome trace', () => {
     const damaged = toChromeTrace(input);
     damaged.otherData['deviceBatches'] = '[{"maxItems":0,"maxWaitMs":5}]';
     expect(() => fromChromeTrace(damaged)).toThrow(/otherData\.deviceBatches\[0\] is \{"maxItems":0,"maxWaitMs":5\}, not \{ maxItems: an integer ≥ 1/);
+    damaged.otherData['deviceBatches'] = '[{"maxItems":4,"maxWaitMs":1e999}]';
+    expect(() => fromChromeTrace(damaged)).toThrow(/maxWaitMs: a finite number ≥ 0/);
     damaged.otherData['deviceBatches'] = '{';
     expect(() => fromChromeTrace(damaged)).toThrow(/otherData\.deviceBatches is not JSON/);
   });

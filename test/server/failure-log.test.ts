@@ -14,12 +14,14 @@ describe('FailureLog', () => {
     log.failed(failure(1, { stage: 'prepare', device: undefined, worker: undefined, attempt: 2, retried: false, reason: 'out of memory' }), undefined);
     // (A batch that failed without naming its item: each item runs again alone, no try spent — it read as a retry.)
     log.failed(failure(2, { counted: false, reason: 'batch crashed' }), 'gpu');
+    log.failed(failure(3, { stage: 'prepare', device: undefined, worker: undefined, counted: false, reason: 'batch crashed' }), undefined);
     expect(lines).toEqual([
       'stoker serve: job "j" partition 0 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again',
       'stoker serve: job "j" partition 1 failed in preparation (attempt 2): out of memory — its job fails',
       'stoker serve: job "j" partition 2 failed on device "gpu"/1 (attempt 1): batch crashed — its batch failed as a whole: it is prepared again and runs alone, no try spent',
+      'stoker serve: job "j" partition 3 failed in preparation (attempt 1): batch crashed — its preparation batch failed as a whole: it is prepared again alone, no try spent',
     ]);
-    for (let p = 3; p < 30; p++) log.failed(failure(p), 'gpu');
+    for (let p = 4; p < 30; p++) log.failed(failure(p), 'gpu');
     expect(lines).toHaveLength(20);
     now = 59_999;
     log.failed(failure(30), 'gpu');

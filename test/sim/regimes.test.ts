@@ -383,7 +383,6 @@ describe('a remembered preparation limit the work does not need', () => {
     }
   });
 
-
   it('a larger one (≥ TRIAL_DOUBLE) probes above first: let go within 20 s on each of 10 seeds (it rested and probed below first: 48 s)', () => {
     // A user trial's restart: a cap of 12 remembered, then 600 partitions of 1.5 s preparations
     // that nothing slows (timers), two device workers of 20 ms. Before, the remembered limit was
