@@ -10,6 +10,7 @@ import type { ServeConfig } from '../server/config.js';
 import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from '../server/errors.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
 import { isFinal, type StatesPage } from '../server/progress.js';
+import type { KindView } from '../server/kinds.js';
 import type { Service } from '../server/service.js';
 import { Dispatcher } from './dispatcher.js';
 import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueName, writeCancelled, type CancelledRecord, type JobData, type KindEntry, type RunningRecord } from './keys.js';
@@ -232,8 +233,21 @@ export class ClusterService implements ApiService {
     }
   }
 
-  kindList() {
-    return this.local.kindList();
+  /**
+   * Every kind the cluster runs: this node's, then those only other nodes run, from the registry
+   * (their memory is known only where they run: null). A client asks any node (a 400's hint sent
+   * it here from a node that did not run the kind, and it was not listed).
+   */
+  async kindList(): Promise<KindView[]> {
+    const own = this.local.kindList();
+    if (this.redis.status !== 'ready') return own;
+    const others: KindView[] = [];
+    for (const name of await this.allKinds()) {
+      if (own.some((k) => k.name === name)) continue;
+      const k = await this.registry.remoteKind(name).catch(() => undefined);
+      if (k) others.push({ name, description: k.description, input: k.schema ?? null, memory: null, partitionsFromInput: k.derivesPartitions });
+    }
+    return [...own, ...others];
   }
   timelineView(sinceMs: number, maxSpans?: number) {
     return this.local.timelineView(sinceMs, maxSpans);

@@ -45,7 +45,7 @@ export interface ApiService {
   wait(id: string, waitMs: number): Promise<JobView | undefined>;
   cancel(id: string): MaybePromise<JobView>;
   status(): MaybePromise<StatusView>;
-  kindList(): KindView[];
+  kindList(): MaybePromise<KindView[]>;
   timelineView(sinceMs: number, maxSpans?: number): TimelineView;
   historyView(sinceMs: number): HistoryView;
   trace(sinceMs: number): ChromeTrace;

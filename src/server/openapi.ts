@@ -132,7 +132,7 @@ function base(maxWaitS: number): object {
       '/v1/status': { get: { summary: 'The whole engine: jobs, partitions per kind and stage (pending counted exactly), workers, pacer, budget, buffer pool', responses: { '200': json('Status', { $ref: '#/components/schemas/Status' }) } } },
       '/v1/kinds': {
         get: {
-          summary: 'The job kinds this server runs (built in and from kind modules), each with its input schema and memory per partition',
+          summary: 'The job kinds this server runs (built in and from kind modules; on a cluster node, every kind the cluster runs), each with its input schema and memory per partition (null for a kind only other nodes run)',
           responses: {
             '200': json('Kinds', {
               type: 'array',

@@ -73,6 +73,10 @@ describe.skipIf(!bin)('kinds per cluster node', () => {
     }, 10_000, 'both nodes');
     expect(Object.fromEntries(c.nodes.map((n) => [n.nodeId, n.kinds]))).toEqual({ cpu: ['ntt-proof', 'sleep'], gpu: ['ntt-proof', 'sleep', 'probe'] });
     expect(c.kinds.find((k) => k.name === 'probe')).toMatchObject({ nodes: ['gpu'], hash: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    // Any node lists every kind the cluster runs: one only another node runs with its schema, its memory unknown here.
+    const listed = (await http(cpu.url, 'GET', '/v1/kinds')).body as { name: string; input: unknown; memory: unknown; partitionsFromInput: boolean }[];
+    expect(listed.map((k) => k.name).sort()).toEqual(['ntt-proof', 'probe', 'sleep']);
+    expect(listed.find((k) => k.name === 'probe')).toMatchObject({ input: expect.objectContaining({ type: 'object' }), memory: null, partitionsFromInput: true });
     // Through the node without the module: the schema comes from the registry.
     const bad = await http(cpu.url, 'POST', '/v1/jobs', { kind: 'probe', partitions: 1, input: { items: 0 } });
     expect(bad.status).toBe(400);
