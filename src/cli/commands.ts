@@ -9,6 +9,7 @@ import { METRIC_KEYS, resultRecord, toJson, writeReport } from '../sim/report.js
 import { BENCH_SCENARIOS, SCENARIOS } from '../sim/scenarios.js';
 import { simulate, type SimResult } from '../sim/simulator.js';
 import { meanMs, oversizeKinds, type Dist, type Scenario } from '../sim/scenario.js';
+import { deviceGroups } from '../sim/devices.js';
 import { measureSpeed } from '../sim/speed.js';
 import { toChromeTrace } from '../report/chrome-trace.js';
 import { renderHtmlReport } from '../report/report-html.js';
@@ -147,7 +148,7 @@ function scenarioSettings(s: Scenario): TraceSettings {
     budgetBytes: s.budgetBytes,
     maxPreparing: s.maxPreparing,
     targetWaiting: s.targetWaiting,
-    deviceBatches: s.devices.flatMap((g) => Array.from({ length: g.count }, () => (g.batch ? setting(g.batch) : null))),
+    deviceBatches: deviceGroups(s).map((g) => (g.batch ? setting(g.batch) : null)),
     prepareBatches: Object.fromEntries(Object.entries(s.kinds).flatMap(([name, k]) => (k.prepareBatch ? [[name, setting(k.prepareBatch)]] : []))),
   };
 }
@@ -358,12 +359,9 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
   const scenarios = (flags.scenarios === undefined ? BENCH_SCENARIOS : parseList('--scenarios', flags.scenarios)).map((s) => resolveScenario(s));
   const pacerSpecs = flags.pacers === undefined ? PACER_NAMES : parseList('--pacers', flags.pacers);
   const factories = await resolvePacers(pacerSpecs);
-  if (seeds > 1) {
-    for (const w of scenarios.map(pinnedWarning)) if (w) io.err(`warning: ${w}\n`);
-    return benchSeeds(scenarios, factories, seed, seeds, flags.json === true, io);
-  }
-  if (flags.html !== undefined) checkOutputFile('--html', flags.html);
   for (const w of scenarios.map(pinnedWarning)) if (w) io.err(`warning: ${w}\n`);
+  if (seeds > 1) return benchSeeds(scenarios, factories, seed, seeds, flags.json === true, io);
+  if (flags.html !== undefined) checkOutputFile('--html', flags.html);
   const total = scenarios.length * factories.length;
   const results: SimResult[] = [];
   for (const scenario of scenarios) {
