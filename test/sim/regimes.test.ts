@@ -286,7 +286,7 @@ describe('kinds of different sizes under a binding memory budget', () => {
     'zk-blocks',
   );
 
-  it('finishes ≥ 0.985 of what unpaced finishes under the same budget, over 10 seeds', () => {
+  it('finishes ≥ 0.993 of what unpaced finishes under the same budget, over 10 seeds', () => {
     const ratios = SEEDS.map((seed) => {
       const tp = (pacer: string) => simulate(trial, { seed, pacer: (o) => createPacer(pacer, o) }).metrics.throughputRatio as number;
       return tp('stoker') / tp('unpaced');
@@ -294,8 +294,9 @@ describe('kinds of different sizes under a binding memory budget', () => {
     console.log(`zk-blocks: stoker ÷ unpaced throughput mean ${mean(ratios).toFixed(4)}, min ${Math.min(...ratios).toFixed(4)}`);
     // (0.90 before: the plan took the mean latency over the kinds, and paced by its rate while the
     // budget held the queue back — 0.964 with the first fixed, 0.977 with both; 0.989, min 0.981,
-    // dispatching at once where the devices would run dry at a heavier kind's turn.)
-    expect(mean(ratios)).toBeGreaterThanOrEqual(0.985);
+    // dispatching at once where the devices would run dry at a heavier kind's turn; 0.995, min 0.984,
+    // planning a kind not yet measured as the quickest known, not their mean.)
+    expect(mean(ratios)).toBeGreaterThanOrEqual(0.993);
   });
 });
 
