@@ -201,11 +201,17 @@ export function statusText(s: StatusBody): string {
       `partitions  queued ${s.partitions.queued}  preparing ${s.partitions.preparing}  waiting ${s.partitions.waiting} (target ${s.targetWaiting})  on device ${s.partitions.onDevice}`,
       `devices     ${devices} workers busy${lost > 0 ? ` (${lost} lost)` : ''}`,
       ...s.devices.flatMap((d) => (d.unreachable ? [`            device ${d.name ?? d.device} unreachable: ${d.unreachable}`] : [])),
-      `pacer       ${s.pacer.name} ${s.pacer.mode}  capacity ${capacity}  target dispatch ${s.pacer.intervalMs === null || s.pacer.mode === 'idle' ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
+      `pacer       ${s.pacer.name} ${pacerMode(s)}  capacity ${capacity}  target dispatch ${s.pacer.intervalMs === null || s.pacer.mode === 'idle' ? '–' : `${(1000 / s.pacer.intervalMs).toFixed(2)}/s`}`,
       `budget      ${formatBytes(s.budget.usedBytes)} of ${s.budget.totalBytes === null ? 'unlimited' : formatBytes(s.budget.totalBytes)}`,
       ...(s.cluster ? [clusterLine(s.cluster)] : []),
     ].join('\n') + '\n'
   );
+}
+
+/** The pacer's mode, but "all dispatched" where it is idle with partitions in flight (as the dashboard says it: "idle" read as a stall while jobs ran — a user trial). */
+function pacerMode(s: StatusBody): string {
+  const p = s.partitions;
+  return s.pacer.mode === 'idle' && p.preparing + p.waiting + p.onDevice > 0 ? 'all dispatched' : s.pacer.mode;
 }
 
 /** A cluster node's status line: the shared queues of every kind (the other lines are the node's own work). */

@@ -284,8 +284,19 @@ function reason(e: unknown, timeoutMs: number): string {
   const err = e as { name?: string; message?: string; cause?: { code?: string; message?: string } };
   if (err.name === 'TimeoutError') return `no answer within ${timeoutMs / 1000} s (timeoutS)`;
   if (err.name === 'AbortError') return 'the step was withdrawn';
-  return err.cause?.code ?? err.cause?.message ?? err.message ?? String(e);
+  const code = err.cause?.code;
+  if (code !== undefined && code in PLAIN) return `${PLAIN[code]} (${code})`;
+  return code ?? err.cause?.message ?? err.message ?? String(e);
 }
+
+/** What the network errors a POST can end with mean, in words (the code follows in parentheses). */
+const PLAIN: Readonly<Record<string, string>> = {
+  UND_ERR_SOCKET: 'the endpoint closed the connection before it answered',
+  ECONNRESET: 'the endpoint reset the connection before it answered',
+  EPIPE: 'the endpoint closed the connection while the request was sent',
+  UND_ERR_HEADERS_TIMEOUT: 'the endpoint sent no answer headers in time',
+  UND_ERR_BODY_TIMEOUT: 'the endpoint stopped sending its answer',
+};
 
 /** The body, refusing one over `max` bytes (by Content-Length, or as it streams). */
 async function readLimited(res: Response, max: number): Promise<Uint8Array> {

@@ -157,7 +157,7 @@ export class Journal {
       }
       const unwritable = writeError(dir);
       if (unwritable) throw new JournalError('E_JOURNAL_DIR', `the data dir ${dir} cannot be written (${unwritable})${GIVE_DIR}`, { cause: err });
-      throw new JournalError('E_JOURNAL_OPEN', `cannot open the journal ${path} (${String(err)}): check the path and its permissions, or move the file away to start afresh`, { cause: err });
+      throw new JournalError('E_JOURNAL_OPEN', `cannot open the journal ${path} (${String(err)}): ${/malformed|not a database|corrupt/i.test(String(err)) ? `the file is damaged; keep a copy of the data dir ${dir}, then start afresh by moving ${path} and its ${path}.mark, -wal and -shm files away (accepting the loss of the jobs it held)` : 'check the path and its permissions, or move the file (with its .mark, -wal and -shm files) away to start afresh'}`, { cause: err });
     }
   }
 

@@ -66,6 +66,12 @@ describe('stoker status’s lines', () => {
     expect(statusText(status())).toContain('devices     1/2 workers busy\n');
   });
 
+  it('say "all dispatched" where the pacer is idle with partitions in flight, "idle" where nothing is (it said idle while jobs ran)', () => {
+    const idle = (partitions: StatusBody['partitions']): StatusBody => ({ ...status(), partitions, pacer: { ...status().pacer, mode: 'idle' } });
+    expect(statusText(idle({ queued: 0, preparing: 0, waiting: 2, onDevice: 2 }))).toContain('pacer       stoker all dispatched  capacity 20.13/s  target dispatch –\n');
+    expect(statusText(idle({ queued: 0, preparing: 0, waiting: 0, onDevice: 0 }))).toContain('pacer       stoker idle  capacity');
+  });
+
   it('give the budget in the unit that reads (it was raw bytes: 1992294400 bytes of 2147483648)', () => {
     expect(statusText(status())).toContain('budget      1.0 KiB of unlimited\n');
     expect(statusText({ ...status(), budget: { usedBytes: 1992294400, totalBytes: 2 * 1024 ** 3 } })).toContain('budget      1.9 GiB of 2.0 GiB\n');

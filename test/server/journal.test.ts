@@ -333,6 +333,8 @@ describe('Journal', () => {
     const err = errorOf(() => open(dir));
     expect(err?.code).toBe('E_JOURNAL_OPEN');
     expect(err?.message).toContain(join(dir, 'stoker.db'));
+    // Moving the database alone away was refused next for its mark (a user trial): the message names every file to move.
+    expect(err?.message).toContain(`the file is damaged; keep a copy of the data dir ${dir}, then start afresh by moving ${join(dir, 'stoker.db')} and its ${join(dir, 'stoker.db')}.mark, -wal and -shm files away`);
   });
 
   it('a data dir that is a file, or under one, is E_JOURNAL_DIR naming the dir and where to set it (it said EEXIST … mkdir, and to move the file away)', () => {
