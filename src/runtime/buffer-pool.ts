@@ -267,29 +267,6 @@ export class BufferPool {
     return freedBytes;
   }
 
-  /**
-   * Frees idle buffers, the longest idle first, until the idle bytes are at most `maxIdleBytes`
-   * (the memory budget's room beside the reservations); returns the bytes freed.
-   */
-  trimTo(maxIdleBytes: number): number {
-    let freedBytes = 0;
-    while (this.idleBytes > maxIdleBytes) {
-      let oldest: { classBytes: number; stack: { since: number }[] } | undefined;
-      for (const [classBytes, stack] of this.idleByClass) {
-        const first = stack[0];
-        if (first !== undefined && (oldest === undefined || first.since < (oldest.stack[0] as { since: number }).since)) oldest = { classBytes, stack };
-      }
-      if (oldest === undefined) break;
-      oldest.stack.shift();
-      if (oldest.stack.length === 0) this.idleByClass.delete(oldest.classBytes);
-      this.idleBytes -= oldest.classBytes;
-      this.idleCount -= 1;
-      this.freed += 1;
-      freedBytes += oldest.classBytes;
-    }
-    return freedBytes;
-  }
-
   /** A snapshot of the accounting (a fresh object each call). */
   stats(): BufferPoolStats {
     return {

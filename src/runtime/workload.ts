@@ -74,10 +74,11 @@ export interface Workload<I, P, O, R> {
   readonly prepareSlots?: number;
   /**
    * The buffer pool prepared data lives in, if any: its idle bytes are charged to the memory
-   * budget, and freed (trimmed) when the budget would block on them, or when they and the
-   * reservations together pass the budget (down to the room left, with `trimTo`; else all).
+   * budget as far as there is room beside the reservations, and kept for the next preparations
+   * (not charged where the budget blocks with reservations in flight); freed (`trim(true)`) only
+   * where the budget blocks with nothing reserved.
    */
-  readonly pool?: Pick<BufferPool, 'stats' | 'trim'> & Partial<Pick<BufferPool, 'trimTo'>>;
+  readonly pool?: Pick<BufferPool, 'stats' | 'trim'>;
 }
 
 /** One item's result in a batch: its output, or why it alone failed (`retry: false`: it would fail again, its job fails at once). */

@@ -392,7 +392,7 @@ class HandoffWorkload extends PooledWorkload {
 }
 
 describe('Runtime with a buffer pool whose device steps give their buffers back at their start', () => {
-  it('frees idle buffers down to the room beside the reservations: the two together never pass the budget (1.7× it in a user trial)', async () => {
+  it('charges idle buffers only as far as there is room beside the reservations (the two together passed the budget 1.7× in a user trial), and keeps them for reuse', async () => {
     const clock = new ManualClock();
     const workload = new HandoffWorkload(clock);
     const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'unpaced', clock, budgetBytes: 3072 });
@@ -415,8 +415,11 @@ describe('Runtime with a buffer pool whose device steps give their buffers back 
     await expect(a).resolves.toBe(28);
     expect(most).toBeLessThanOrEqual(3072);
     expect(rt.engine.budget.peak).toBeLessThanOrEqual(3072);
-    // Some buffers were reused, not all freed: only what passed the budget went.
-    expect(workload.pool.stats().reused).toBeGreaterThan(0);
+    // The buffers are kept for the next preparations, not freed to make room: a freed
+    // SharedArrayBuffer's memory goes only when every thread that saw it collects it, and the next
+    // preparation allocated afresh (6 fresh and 5 freed for 8 partitions; a user trial's server
+    // grew to 4× its budget). No more buffers than preparations ran at once (3 in 3 KiB).
+    expect(workload.pool.stats()).toMatchObject({ fresh: 3, reused: 5, freed: 0 });
     await rt.close();
   });
 });
