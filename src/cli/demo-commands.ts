@@ -90,7 +90,9 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
     results.push(await runDemo(opts, (line) => io.err(`${line}\n`), backend));
     if (timeline) {
       const title = `ntt-proof demo — ${pacer} pacer (${base.workers} ${base.device} device workers, real time)`;
-      writeTrace(files[i] as string, title, timeline, performance.now(), { budgetBytes: base.budgetBytes, targetWaiting: base.targetWaiting }, io);
+      // (The cap the run had, for `stoker plan` to replay: without it a plan replayed the run uncapped, 2.6× faster than it ran.)
+      const ran = results[results.length - 1] as DemoSummary;
+      writeTrace(files[i] as string, title, timeline, performance.now(), { budgetBytes: base.budgetBytes, targetWaiting: base.targetWaiting, ...(ran.maxPreparing === null ? {} : { maxPreparing: ran.maxPreparing }) }, io);
     }
   }
   if (flags.json) {
@@ -101,7 +103,7 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
     r.pacer,
     `${r.jobsDone}/${r.jobsFailed}`,
     r.partitionsPerSec.toFixed(1),
-    r.occupancy.toFixed(3),
+    r.occupancy === null ? '–' : r.occupancy.toFixed(3),
     r.waitingMean.toFixed(1),
     mib(r.peakPoolBytes),
     mib(r.peakReservedBytes),

@@ -11,8 +11,10 @@ export interface DemoSummary {
   jobsDone: number;
   jobsFailed: number;
   partitionsPerSec: number;
-  /** Device busy time ÷ (workers × time), over the steady part (after the first 20 % of the arrival period). */
-  occupancy: number;
+  /** Device busy time ÷ (workers × time), over the steady part (after the first 20 % of the arrival period); null where the run was too short to have one. */
+  occupancy: number | null;
+  /** The preparation cap the engine ran with (the workload's preparation slots, or --max-preparing); null: none. */
+  maxPreparing: number | null;
   /** Time-weighted mean of items waiting for a device, same period. */
   waitingMean: number;
   /** Peak bytes held: pooled buffers (leased + idle) at their high-water mark. */
@@ -149,7 +151,8 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   });
   await Promise.all(all);
   clearInterval(sampler);
-  const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) ? 0 : windowOccupancy(busyAtStop - busyAtSteady, steadyEnd - steadyStart, opts.workers);
+  const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) || !(steadyEnd > steadyStart) ? null : windowOccupancy(busyAtStop - busyAtSteady, steadyEnd - steadyStart, opts.workers);
+  const cap = backend.snapshot.maxPreparing;
   await backend.close();
   const sorted = [...latencies].sort((a, b) => a - b);
   const pct = (p: number) => (sorted.length ? (sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)] as number) : null);
@@ -162,6 +165,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
     jobsFailed: failed,
     partitionsPerSec: (done * opts.partitions) / elapsed,
     occupancy,
+    maxPreparing: Number.isFinite(cap) ? cap : null,
     waitingMean: sampledMs > 0 ? waitingIntegral / sampledMs : 0,
     peakPoolBytes: stats.highWaterBytes,
     peakReservedBytes: peakReserved,

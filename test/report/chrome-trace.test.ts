@@ -159,11 +159,13 @@ describe('Chrome trace', () => {
 
   it('stoker demo --trace writes the real run (the built CLI)', () => {
     const file = path.join(tmp.dir, 'demo.json');
-    const args = ['demo', '--seconds', '1', '--log-n', '10', '--synthesis-ms', '20', '--partitions', '2', '--jobs-in-flight', '2', '--quiet', '--trace', file];
+    const args = ['demo', '--seconds', '1', '--log-n', '10', '--synthesis-ms', '20', '--partitions', '2', '--jobs-in-flight', '2', '--max-preparing', '3', '--quiet', '--trace', file];
     execFileSync(process.execPath, [path.resolve('dist/cli/main.js'), ...args], { stdio: 'pipe' });
     const text = fs.readFileSync(file, 'utf8');
     const byTrack = checkSchema(text);
     expect([...byTrack.keys()].some((n) => n.startsWith('device 0 / worker '))).toBe(true);
     expect(text).toContain('ntt-proof demo — stoker pacer');
+    // The run's preparation cap, for stoker plan to replay (a plan replayed a demo uncapped: 2.6× what it ran).
+    expect((JSON.parse(text) as { otherData: Record<string, string> }).otherData['maxPreparing']).toBe('3');
   });
 });
