@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { suggest } from '../core/suggest.js';
-import { PRIORITIES } from '../core/index.js';
+import { MAX_PARTITIONS, PRIORITIES } from '../core/index.js';
 import type { Rng } from './random.js';
 
 /** Times in scenario files are in seconds; bytes are bytes. */
@@ -103,18 +103,21 @@ export type DeviceGroup = z.infer<typeof DeviceSchema>;
 
 const Priority = z.enum(PRIORITIES, { error: `priority must be one of ${PRIORITIES.join(', ')}` });
 
+/** A job's partitions: as many as the engine takes in one job. */
+const partitionCount = count('partitions').max(MAX_PARTITIONS, { error: `partitions must be ≤ ${MAX_PARTITIONS} (the most one job may have)` });
+
 const BatchSchema = z.strictObject({
   atS: nonNegative('atS'),
   jobs: count('jobs').default(1),
-  partitions: count('partitions'),
+  partitions: partitionCount,
   kind: z.string().min(1),
   priority: Priority.default('normal'),
   /** Spacing between the jobs of the batch, seconds. @default 0 */
   everyS: nonNegative('everyS').default(0),
 });
 const PoissonSchema = z.strictObject({
-  poisson: z.strictObject({ ratePerS: positive('ratePerS'), fromS: nonNegative('fromS').default(0), untilS: positive('untilS') }),
-  partitions: count('partitions'),
+  poisson: z.strictObject({ ratePerS: positive('ratePerS'), fromS: nonNegative('fromS').default(0), untilS: positive('untilS') }).refine((p) => p.untilS > p.fromS, { error: 'untilS must be > fromS (no job would arrive)' }),
+  partitions: partitionCount,
   kind: z.string().min(1),
   priority: Priority.default('normal'),
 });
@@ -235,6 +238,12 @@ function unknownKinds(arrivals: unknown, kinds: unknown): string[] {
   });
 }
 
+/** The most devices (counts summed) and workers a device a scenario may have: the engine looks over every device at each dispatch. */
+const MAX_DEVICES = 1024;
+const MAX_WORKERS = 4096;
+/** The most partitions a scenario's arrivals may bring (each is planned and held in memory). */
+const MAX_SCENARIO_PARTITIONS = 1e7;
+
 /** Validates a scenario; errors list every problem with the field path and what to write instead. */
 export function parseScenario(input: unknown, source = 'scenario'): Scenario {
   const r = ScenarioSchema.safeParse(input);
@@ -252,6 +261,24 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
     for (const k of Object.keys(s.kinds)) if (!s.devices.some((d) => !d.kinds || d.kinds.includes(k))) problems.push(`  kinds.${k}: no device runs it; add it to a device's kinds`);
   }
   const deviceCount = s.devices.reduce((n, d) => n + d.count, 0);
+  if (deviceCount > MAX_DEVICES) problems.push(`  devices: ${deviceCount} devices in all (the counts summed); the simulator runs at most ${MAX_DEVICES}`);
+  s.devices.forEach((d, i) => {
+    if (d.workers > MAX_WORKERS) problems.push(`  devices[${i}].workers: ${d.workers} workers; at most ${MAX_WORKERS} a device`);
+  });
+  // Jobs that would arrive after the horizon are never submitted (they vanished without a word).
+  let partitions = 0;
+  s.arrivals.forEach((a, i) => {
+    if ('poisson' in a) {
+      partitions += a.poisson.ratePerS * (a.poisson.untilS - a.poisson.fromS) * a.partitions;
+      if (a.poisson.untilS > s.horizonS) problems.push(`  arrivals[${i}].poisson.untilS: ${a.poisson.untilS} s is past horizonS (${s.horizonS} s): jobs after it would never arrive; raise horizonS or end the arrivals sooner`);
+    } else {
+      partitions += a.jobs * a.partitions;
+      const last = a.atS + (a.jobs - 1) * a.everyS;
+      if (last > s.horizonS) problems.push(`  arrivals[${i}]: ${a.jobs > 1 ? `its last job arrives at ${last} s` : `atS ${a.atS} s is`} past horizonS (${s.horizonS} s): ${a.jobs > 1 ? 'those after it' : 'it'} would never arrive; raise horizonS or move the arrival`);
+    }
+  });
+  // (Every job is planned, and every partition held, up front: 10^9 jobs grew a run to 3.7 GB and no output.)
+  if (partitions > MAX_SCENARIO_PARTITIONS) problems.push(`  arrivals: about ${Math.round(partitions).toExponential(2)} partitions in all; the simulator holds at most ${MAX_SCENARIO_PARTITIONS.toExponential(0)} (fewer jobs, or a shorter span)`);
   s.events.forEach((e, i) => {
     if (e.type !== 'cancel' && e.device !== undefined && e.device >= deviceCount) problems.push(`  events[${i}].device: ${deviceCount === 1 ? 'there is 1 device (0)' : `there are ${deviceCount} devices (0 … ${deviceCount - 1})`}`);
     if ((e.type === 'workerLost' || e.type === 'workerReturned') && e.device < deviceCount) {

@@ -232,3 +232,25 @@ describe('faults and cancels name jobs that arrive', () => {
     expect(r.failures.map((f) => f.job)).toEqual(['job-2']);
   });
 });
+
+describe('arrivals and sizes a run could not honour', () => {
+  // A user trial: jobs after the horizon vanished without a word (endedBy "done"), 10^9 jobs grew
+  // a run to 3.7 GB with no output, 20,000 devices took 86 s for 42 events, a Poisson stream
+  // ending before it began made no job, and 2,000,000 partitions failed only when the job came.
+  const base = { name: 'x', seed: 1, kinds: { a: { prepare: { type: 'fixed', value: 1 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }] };
+  const parse = (over: object) => () => parseScenario({ ...base, ...over });
+
+  it('refuses each before the run, naming the field and what to change', () => {
+    expect(parse({ horizonS: 100, arrivals: [{ atS: 500, jobs: 5, partitions: 1, kind: 'a' }] })).toThrow('arrivals[0]: its last job arrives at 500 s past horizonS (100 s): those after it would never arrive; raise horizonS or move the arrival');
+    expect(parse({ horizonS: 100, arrivals: [{ atS: 50, jobs: 10, everyS: 10, partitions: 1, kind: 'a' }] })).toThrow('its last job arrives at 140 s past horizonS (100 s)');
+    expect(parse({ horizonS: 100, arrivals: [{ poisson: { ratePerS: 1, untilS: 200 }, partitions: 1, kind: 'a' }] })).toThrow('arrivals[0].poisson.untilS: 200 s is past horizonS (100 s)');
+    expect(parse({ arrivals: [{ poisson: { ratePerS: 1, fromS: 100, untilS: 50 }, partitions: 1, kind: 'a' }] })).toThrow('untilS must be > fromS (no job would arrive)');
+    expect(parse({ arrivals: [{ atS: 0, jobs: 1e9, partitions: 1, kind: 'a' }] })).toThrow('arrivals: about 1.00e+9 partitions in all; the simulator holds at most 1e+7');
+    expect(parse({ arrivals: [{ atS: 0, partitions: 2e6, kind: 'a' }] })).toThrow('arrivals[0].partitions: partitions must be ≤ 1000000');
+    expect(parse({ devices: [{ count: 20000, workers: 1, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, partitions: 1, kind: 'a' }] })).toThrow('devices: 20000 devices in all (the counts summed); the simulator runs at most 1024');
+  });
+
+  it('takes the last job exactly at the horizon', () => {
+    expect(parse({ horizonS: 100, arrivals: [{ atS: 100, partitions: 1, kind: 'a' }] })).not.toThrow();
+  });
+});
