@@ -280,7 +280,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
   // A run cut short measures only what ran before it: said, whatever the output.
   for (const r of results) {
     if (r.endedBy === 'horizon') io.err(`warning: ${r.pacer}: ${r.unfinishedJobs} of ${r.jobsSubmitted} jobs unfinished when the horizon (horizonS = ${scenario.horizonS}) ended the run; the measures cover only what ran before it (jobs still in flight hold their memory: leakedBytes): raise horizonS\n`);
-    if (r.endedBy === 'stalled') io.err(`warning: ${r.pacer}: ${r.unfinishedJobs} of ${r.jobsSubmitted} jobs unfinished: the run stalled at ${seconds(r.simulatedMs)}, with nothing more to happen — the pacer dispatched nothing more, or no live device worker runs what was left (a worker lost for good, a kind no device runs); the measures cover only what ran before it\n`);
+    if (r.endedBy === 'stalled') io.err(`warning: ${r.pacer}: ${r.unfinishedJobs} of ${r.jobsSubmitted} jobs unfinished: the run stalled at ${seconds(r.simulatedMs)}, with nothing more to happen — ${r.stall ?? 'the pacer dispatched nothing more, or no live device worker runs what was left (a worker lost for good, a kind no device runs)'}; the measures cover only what ran before it\n`);
   }
   if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
   if (flags.trace !== undefined) {

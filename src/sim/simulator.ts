@@ -49,6 +49,8 @@ export interface SimResult {
    * live device worker runs what was left).
    */
   endedBy: 'done' | 'horizon' | 'stalled';
+  /** Where the pacer stalled the run (endedBy `stalled`) by putting off every dispatch for an hour of simulated time with work queued and nothing in flight: what it did. */
+  stall?: string;
   /**
    * Per kind that arrives (in the scenario's order), its jobs done and their latency, submit to end (the
    * metrics' jobLatency*, kind by kind: a small kind held behind a heavy one shows here).
@@ -66,6 +68,9 @@ export interface KindLatency {
   jobLatencyP50Ms: number | null;
   jobLatencyP99Ms: number | null;
 }
+
+/** How long a pacer may put off every dispatch with work queued and nothing in flight before the run ends as stalled (simulated ms). */
+const STALL_MS = 3_600_000;
 
 /** Runs one scenario with one pacer in virtual time. Same scenario, seed and pacer → same result. */
 export function simulate(s: Scenario, options: SimulateOptions): SimResult {
@@ -132,6 +137,10 @@ class Simulation {
   private steps = 0;
   /** The run ended with an event still to come after the horizon. */
   private pastHorizon = false;
+  /** Since when work has been queued with nothing in flight and no scenario event to come (NaN: not now; the pacer's stall check). */
+  private quietSince = NaN;
+  /** Why the pacer stalled the run (see SimResult.stall). */
+  private stall: string | undefined;
   /** The capacity now and the work done, read by the recorder at every step. */
   private readonly meters: Meters = { capacity: 0, work: 0 };
   private nextItemId = 0;
@@ -209,6 +218,7 @@ class Simulation {
       jobsSubmitted: this.jobs.length,
       unfinishedJobs: engine.activeJobs,
       endedBy: engine.activeJobs === 0 ? 'done' : this.pastHorizon ? 'horizon' : 'stalled',
+      ...(this.stall === undefined ? {} : { stall: this.stall }),
       // Built when read (few readers; a day has thousands of jobs).
       get firstStartMs() {
         return (firstStart ??= firstStarts(jobs, startedAt));
@@ -247,10 +257,29 @@ class Simulation {
       else this.deviceEnded(ev);
     } else {
       // The engine's timer fires.
+      if (this.stalled()) return false;
       this.wakeAt = Infinity;
       this.tickEvent.time = this.now;
       this.apply(this.tickEvent);
     }
+    return true;
+  }
+
+  /**
+   * Whether the pacer has put off every dispatch for STALL_MS with work queued, nothing in flight
+   * and no scenario event to come: then nothing will ever happen but its own wakes (a pacer
+   * answering `now + 1` each time it is asked ran millions of events and hung), and the run ends.
+   */
+  private stalled(): boolean {
+    const s = this.engine.snapshot;
+    const quiet = s.backlog > 0 && s.preparing + s.waiting + s.onDevice === 0 && this.nextScenario >= this.scenarioEvents.length;
+    if (!quiet) {
+      this.quietSince = NaN;
+      return false;
+    }
+    if (Number.isNaN(this.quietSince)) this.quietSince = this.now;
+    if (this.now - this.quietSince < STALL_MS) return false;
+    this.stall = `the pacer put off every dispatch for ${STALL_MS / 60_000} min of simulated time with ${s.backlog} partitions queued and none in flight (nextDispatchAt is asked again at each wake: return the time of the next dispatch, not now + a delay)`;
     return true;
   }
 

@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createPacer, PACER_NAMES } from '../../src/core/index.js';
+import { createPacer, PACER_NAMES, type Pacer } from '../../src/core/index.js';
 import { parseScenario } from '../../src/sim/scenario.js';
 import { simulate } from '../../src/sim/simulator.js';
 
@@ -50,5 +50,20 @@ describe('liveness: no pacer stalls on zero, tiny or noisy busy times', () => {
       }),
       { seed: 20261201, numRuns: 500 },
     );
+  });
+});
+
+describe('a pacer that puts off every dispatch', () => {
+  it('ends the run as stalled after an hour of simulated time with work queued and nothing in flight, saying why (it ran to the horizon: millions of events, and "raise horizonS")', () => {
+    // A user trial's first interval pacer: "the next dispatch is now + interval", asked again at each wake.
+    const later: Pacer = { name: 'later', observe() {}, nextDispatchAt: (s) => s.now + 100, onDispatch() {}, state: () => ({ mode: 'steady', ratePerSec: null, intervalMs: 100, terms: {} }) };
+    const s = parseScenario({ name: 'x', seed: 1, kinds: { a: { prepare: seconds(1) } }, devices: [{ workers: 1, service: seconds(1) }], arrivals: [{ atS: 0, partitions: 1, kind: 'a' }] });
+    const r = simulate(s, { pacer: () => later });
+    expect(r.endedBy).toBe('stalled');
+    expect(r.stall).toContain('the pacer put off every dispatch for 60 min of simulated time with 1 partitions queued and none in flight');
+    expect(r.simulatedMs).toBeCloseTo(3_600_000, -3);
+    // A pacer that waits, then dispatches, runs to the end.
+    const slow: Pacer = { ...later, name: 'slow', nextDispatchAt: () => 600_000 };
+    expect(simulate(s, { pacer: () => slow }).endedBy).toBe('done');
   });
 });
