@@ -112,7 +112,7 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const cores = os.availableParallelism();
   if (best?.maxPreparing && best.maxPreparing > cores) {
     const at = config.findIndex((l) => l.startsWith('concurrency = '));
-    config.splice(at + 1, 0, `# threads = ${best.maxPreparing} is more than this machine's ${cores} cores: for preparations that compute, keep threads ≤ the cores of the machine that serves (here threads = ${cores}, concurrency = ${Math.ceil(best.maxPreparing / cores)}); the cap is threads × concurrency`);
+    config.splice(at + 1, 0, threadsLine(best.maxPreparing, cores));
   }
   const own = rows.find((r) => r.pacer === pacers[0] && r.targetWaiting === scenario.targetWaiting && r.budgetBytes === (scenario.budgetBytes ?? null) && r.maxPreparing === (scenario.maxPreparing ?? null) && r.workers.every((w, i) => w === scenario.devices[i]?.workers));
   // (With --budget-bytes its budget is that one: it read as what the run had.)
@@ -256,4 +256,17 @@ function fitText(f: FitReport): string {
   }
   for (const n of f.notes) lines.push(`  note: ${n}`);
   return `${lines.join('\n')}\n\n`;
+}
+
+/**
+ * The config comment for a preparation cap of more threads than the machine's cores: threads ×
+ * concurrency that keeps the cap exactly (5 read as threads 2 × concurrency 3 was a cap of 6), and
+ * where that takes fewer threads than cores, the split over every core with the cap it makes.
+ */
+export function threadsLine(cap: number, cores: number): string {
+  let threads = cores;
+  while (cap % threads !== 0) threads--;
+  const per = Math.ceil(cap / cores);
+  const near = threads < cores ? `, or threads = ${cores}, concurrency = ${per}: a cap of ${cores * per}, ${cores * per - cap} more than planned` : '';
+  return `# threads = ${cap} is more than this machine's ${cores} cores: for preparations that compute, keep threads ≤ the cores of the machine that serves (here threads = ${threads}, concurrency = ${cap / threads}${near}); the cap is threads × concurrency`;
 }
