@@ -25,12 +25,12 @@ export function parseInteger(option: string, value: string): number {
 }
 
 /** Splits a comma-separated list; the error names the option when it is empty. */
-export function parseList(option: string, value: string): string[] {
+export function parseList(option: string, value: string, example = 'stoker,classic'): string[] {
   const items = value
     .split(',')
     .map((s) => s.trim())
     .filter((s) => s !== '');
-  if (items.length === 0) throw new UsageError(`${option} needs at least one name, e.g. ${option} stoker,classic`);
+  if (items.length === 0) throw new UsageError(`${option} needs at least one name, e.g. ${option} ${example}`);
   return items;
 }
 
@@ -91,6 +91,18 @@ export function checkOutputFile(option: string, file: string): void {
     fs.accessSync(dir, fs.constants.W_OK);
   } catch {
     throw new UsageError(`${option} ${file}: directory ${dir} is not writable`);
+  }
+}
+
+/** Checks, before a run, that `dir` is a directory or can be made one (--out ran the whole simulation, then failed with a raw ENOTDIR). */
+export function checkOutputDir(option: string, dir: string): void {
+  let at = path.resolve(dir);
+  while (!fs.existsSync(at)) at = path.dirname(at);
+  if (!fs.statSync(at).isDirectory()) throw new UsageError(`${option} ${dir}: ${at} is a file, not a directory; name a directory (it is made if it does not exist)`);
+  try {
+    fs.accessSync(at, fs.constants.W_OK);
+  } catch {
+    throw new UsageError(`${option} ${dir}: directory ${at} is not writable`);
   }
 }
 
@@ -250,6 +262,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
   for (const k of unreadOptions(factories, scenario.pacerOptions)) io.err(`warning: pacerOptions.${k} is read by none of the pacers run (${pacers.join(', ')}): it changes nothing — check its spelling\n`);
   if (flags.trace !== undefined) checkOutputFile('--trace', flags.trace);
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
+  if (flags.out !== undefined) checkOutputDir('--out', flags.out);
   for (const w of scenarioWarnings(scenario)) io.err(`warning: ${w}\n`);
   const timelines: TimelineRecorder[] = [];
   const results = distinctPacers(
@@ -356,12 +369,13 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
     return;
   }
   if (seeds > 1 && (flags.out !== undefined || flags.html !== undefined)) throw new UsageError('--seeds with --out or --html: the charts are of one run; leave out --seeds (or use --seed n) for them');
-  const scenarios = (flags.scenarios === undefined ? BENCH_SCENARIOS : parseList('--scenarios', flags.scenarios)).map((s) => resolveScenario(s));
+  const scenarios = (flags.scenarios === undefined ? BENCH_SCENARIOS : parseList('--scenarios', flags.scenarios, 'seed,mixed-kinds')).map((s) => resolveScenario(s));
   const pacerSpecs = flags.pacers === undefined ? PACER_NAMES : parseList('--pacers', flags.pacers);
   const factories = await resolvePacers(pacerSpecs);
   for (const w of scenarios.map(pinnedWarning)) if (w) io.err(`warning: ${w}\n`);
   if (seeds > 1) return benchSeeds(scenarios, factories, seed, seeds, flags.json === true, io);
   if (flags.html !== undefined) checkOutputFile('--html', flags.html);
+  if (flags.out !== undefined) checkOutputDir('--out', flags.out);
   const total = scenarios.length * factories.length;
   const results: SimResult[] = [];
   for (const scenario of scenarios) {

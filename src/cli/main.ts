@@ -55,14 +55,18 @@ function program(io: Io, setExit: (code: number) => void, configDoc: string): Co
   p.command('simulate')
     .description('run one scenario with one or more pacers and print the benchmark metrics')
     .argument('<scenario>', 'a built-in scenario name (see `stoker scenarios`) or a path to a scenario .json file')
-    .option('-p, --pacer <list>', 'comma-separated pacers: built-in names or paths to .js/.mjs modules', 'stoker')
+    .option('-p, --pacer <list>', 'comma-separated pacers: built-in names or paths to .js/.mjs modules (default: "stoker")')
     .option('--pacers <list>', 'the same as --pacer (as bench, plan and demo spell it)')
     .option('-s, --seed <n>', "override the scenario's seed (an integer)")
     .option('--json', 'print the results as JSON (deterministic: no timings)')
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
     .option('--trace <file>', 'write a Chrome trace (JSON; open in Perfetto) of each run; several pacers: <file>.<pacer>.json')
     .option('--html <file>', 'write a self-contained HTML report: the metrics and interactive charts')
-    .action(async (scenario: string, flags: SimulateFlags & { pacers?: string }) => (await sim()).simulateCommand(scenario, { ...flags, pacer: flags.pacers ?? flags.pacer }, io));
+    .action(async (scenario: string, flags: Omit<SimulateFlags, 'pacer'> & { pacer?: string; pacers?: string }) => {
+      // (Both given, one was dropped without a word: --pacers stoker --pacer classic ran stoker alone.)
+      if (flags.pacer !== undefined && flags.pacers !== undefined) throw new UsageError('--pacer and --pacers are the same option: give the pacers once, e.g. --pacers stoker,classic');
+      return (await sim()).simulateCommand(scenario, { ...flags, pacer: flags.pacers ?? flags.pacer ?? 'stoker' }, io);
+    });
 
   p.command('bench')
     .description('run every scenario × pacer and print one row per pair (progress on stderr)')

@@ -234,7 +234,7 @@ function unknownKinds(arrivals: unknown, kinds: unknown): string[] {
   const names = Object.keys(kinds);
   return arrivals.flatMap((a: unknown, i) => {
     const kind = a !== null && typeof a === 'object' ? (a as { kind?: unknown }).kind : undefined;
-    return typeof kind === 'string' && kind !== '' && !Object.hasOwn(kinds, kind) ? [`  arrivals[${i}].kind: unknown kind ${JSON.stringify(kind)}; define it under "kinds" or use one of ${names.join(', ')}`] : [];
+    return typeof kind === 'string' && kind !== '' && !Object.hasOwn(kinds, kind) ? [`  arrivals[${i}].kind: unknown kind ${JSON.stringify(kind)}; define it under "kinds"${names.length ? ` or use one of ${names.join(', ')}` : ' (none is defined)'}`] : [];
   });
 }
 

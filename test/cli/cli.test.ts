@@ -183,6 +183,16 @@ describe('stoker simulate', () => {
     expect(r.err).toBe('warning: pacerOptions.headStrat is read by none of the pacers run (stoker, classic): it changes nothing — check its spelling\n');
   });
 
+  it('--out under a file, and --pacer with --pacers, are refused before the run (a raw ENOTDIR after it; one list dropped without a word)', async () => {
+    const file = tmp.file('a-file.txt', 'x');
+    const r = await run('simulate', 'seed', '--out', path.join(file, 'sub'));
+    expect(r.code).toBe(2);
+    expect(r.err).toContain(`--out ${path.join(file, 'sub')}: ${file} is a file, not a directory; name a directory`);
+    const both = await run('simulate', 'seed', '--pacers', 'stoker', '--pacer', 'classic');
+    expect(both.code).toBe(2);
+    expect(both.err).toContain('--pacer and --pacers are the same option');
+  });
+
   it('--out writes report.json and four SVG charts per scenario', async () => {
     const dir = path.join(tmp.dir, 'report');
     const r = await run('simulate', 'cancel', '--pacer', 'stoker,classic', '--out', dir, '--json');
