@@ -106,7 +106,7 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const summary = `plan for ${scenario.name}: ${rows.length} settings × ${seeds.length} seed${seeds.length === 1 ? '' : 's'} (${seeds.join(', ')}); the frontier (no other setting has more throughput, less peak memory and less p99 latency):`;
   const recommendation = best
     ? `recommended (the least memory, then latency, within 1 % of the best throughput): ${describe(best)}`
-    : rows.every((r) => r.cutOff > 0)
+    : rows.every((r) => r.horizonRuns > 0)
       ? `no setting finished every job in the simulated runs: the horizon (horizonS = ${scenario.horizonS} s) ended every run with jobs unfinished: raise horizonS, or these settings cannot serve the scenario in that time`
       : 'no setting finished every job in the simulated runs: the scenario is more than these settings can serve';
   const config = best ? configLines(best, scenario) : [];

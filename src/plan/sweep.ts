@@ -28,8 +28,10 @@ export interface PlanRow extends PlanSetting {
   waitingMean: number | null;
   peakMemoryBytes: number;
   jobLatencyP99Ms: number | null;
-  /** Jobs still unfinished when the run reached its horizon, summed over the seeds. */
+  /** Jobs still unfinished when the run ended (its horizon, or a stall), summed over the seeds. */
   cutOff: number;
+  /** Runs (of the seeds) the horizon ended with jobs unfinished. */
+  horizonRuns: number;
   /** Jobs this setting lost, summed over the seeds: cut off, or failed where some other setting did not (see {@link settle}; before it, every failure). */
   unfinished: number;
 }
@@ -110,6 +112,7 @@ export function runSetting(s: Scenario, p: PlanSetting, seeds: readonly number[]
     jobLatencyP99Ms: mean(runs.map((r) => r.metrics.jobLatencyP99Ms)),
     failedJobs: runs.map((r) => r.failures.map((f) => f.job).sort()),
     cutOff: runs.reduce((n, r) => n + r.unfinishedJobs, 0),
+    horizonRuns: runs.filter((r) => r.endedBy === 'horizon').length,
     unfinished: runs.reduce((n, r) => n + r.unfinishedJobs + r.failures.length, 0),
   };
 }

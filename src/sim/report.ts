@@ -35,7 +35,7 @@ const everyMetricListed: [Unlisted] extends [never] ? true : Unlisted = true;
 void everyMetricListed;
 
 /** What report.json and `stoker simulate --json` hold for one run: no wall-clock fields, stable key order. */
-export type ResultRecord = Pick<SimResult, 'scenario' | 'pacer' | 'seed' | 'window' | 'events' | 'simulatedMs' | 'metrics' | 'byKind' | 'failures' | 'unfinishedJobs' | 'endedBy'>;
+export type ResultRecord = Pick<SimResult, 'scenario' | 'pacer' | 'seed' | 'window' | 'events' | 'simulatedMs' | 'metrics' | 'byKind' | 'failures' | 'unfinishedJobs' | 'endedBy' | 'stall'>;
 
 /** The metrics with their keys in the contract's order. */
 export function orderedMetrics(m: Metrics): Metrics {
@@ -58,6 +58,7 @@ export function resultRecord(r: SimResult): ResultRecord {
     failures: r.failures.map((f) => ({ job: f.job, state: f.state, code: f.code, reason: f.reason })),
     unfinishedJobs: r.unfinishedJobs,
     endedBy: r.endedBy,
+    ...(r.stall === undefined ? {} : { stall: r.stall }),
   };
 }
 

@@ -69,8 +69,14 @@ export interface KindLatency {
   jobLatencyP99Ms: number | null;
 }
 
-/** How long a pacer may put off every dispatch with work queued and nothing in flight before the run ends as stalled (simulated ms). */
+/**
+ * How long, and over how many of its own wakes in a row, a pacer may put off every dispatch with
+ * work queued, nothing in flight and nothing more to arrive before the run ends as stalled: an
+ * hour of simulated time and a thousand wakes (a pacer that answers `now + delay` wakes 36,000
+ * times an hour at 100 ms; one waiting for a batch or a long interval wakes once or twice).
+ */
 const STALL_MS = 3_600_000;
+const STALL_WAKES = 1000;
 
 /** Runs one scenario with one pacer in virtual time. Same scenario, seed and pacer → same result. */
 export function simulate(s: Scenario, options: SimulateOptions): SimResult {
@@ -137,8 +143,12 @@ class Simulation {
   private steps = 0;
   /** The run ended with an event still to come after the horizon. */
   private pastHorizon = false;
-  /** Since when work has been queued with nothing in flight and no scenario event to come (NaN: not now; the pacer's stall check). */
-  private quietSince = NaN;
+  /**
+   * The pacer's stall check: the wakes in a row with work queued, nothing in flight and nothing
+   * more to arrive or happen (no other event between them), and when the first of them was.
+   */
+  private quietWakes = 0;
+  private quietSince = 0;
   /** Why the pacer stalled the run (see SimResult.stall). */
   private stall: string | undefined;
   /** The capacity now and the work done, read by the recorder at every step. */
@@ -244,6 +254,8 @@ class Simulation {
       return false;
     }
     this.now = next;
+    // (Anything but the pacer's own wake is progress: the stall check counts only an unbroken run of those.)
+    if (next !== this.wakeAt || jobAt === next || scenAt === next || topAt === next) this.quietWakes = 0;
     if (jobAt === next) {
       this.arrive(job as PlannedJob, this.nextJob++);
     } else if (scenAt === next) {
@@ -272,14 +284,14 @@ class Simulation {
    */
   private stalled(): boolean {
     const s = this.engine.snapshot;
-    const quiet = s.backlog > 0 && s.preparing + s.waiting + s.onDevice === 0 && this.nextScenario >= this.scenarioEvents.length;
+    const quiet = s.backlog > 0 && s.preparing + s.waiting + s.onDevice === 0 && this.nextScenario >= this.scenarioEvents.length && this.nextJob >= this.jobs.length;
     if (!quiet) {
-      this.quietSince = NaN;
+      this.quietWakes = 0;
       return false;
     }
-    if (Number.isNaN(this.quietSince)) this.quietSince = this.now;
-    if (this.now - this.quietSince < STALL_MS) return false;
-    this.stall = `the pacer put off every dispatch for ${STALL_MS / 60_000} min of simulated time with ${s.backlog} partitions queued and none in flight (nextDispatchAt is asked again at each wake: return the time of the next dispatch, not now + a delay)`;
+    if (this.quietWakes++ === 0) this.quietSince = this.now;
+    if (this.quietWakes < STALL_WAKES || this.now - this.quietSince < STALL_MS) return false;
+    this.stall = `the pacer put off every dispatch for ${STALL_MS / 60_000} min of simulated time (${this.quietWakes} wakes) with ${s.backlog} partitions queued, none in flight and nothing more to arrive (nextDispatchAt is asked again at each wake: return the time of the next dispatch, not now + a delay)`;
     return true;
   }
 

@@ -12,7 +12,7 @@ import { parseScenario, SCENARIOS } from '../../src/sim/index.js';
 const GiB = 2 ** 30;
 import { run, tempDir } from '../cli/helpers.js';
 
-const row = (over: Partial<PlanRow>): PlanRow => ({ pacer: 'stoker', targetWaiting: 4, budgetBytes: null, maxPreparing: null, workers: [2], itemsPerSec: 1, throughputRatio: 1, occupancy: 1, waitingMean: 4, peakMemoryBytes: 100, jobLatencyP99Ms: 1000, failedJobs: [[]], cutOff: 0, unfinished: 0, ...over });
+const row = (over: Partial<PlanRow>): PlanRow => ({ pacer: 'stoker', targetWaiting: 4, budgetBytes: null, maxPreparing: null, workers: [2], itemsPerSec: 1, throughputRatio: 1, occupancy: 1, waitingMean: 4, peakMemoryBytes: 100, jobLatencyP99Ms: 1000, failedJobs: [[]], cutOff: 0, horizonRuns: 0, unfinished: 0, ...over });
 
 describe('frontier and recommendation', () => {
   it('keeps the settings nothing beats, drops the dominated, the duplicates and those that left jobs unfinished', () => {
