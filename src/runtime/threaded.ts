@@ -10,6 +10,10 @@ import { batchSignal } from './batch-signal.js';
 import type { BatchItemReply, CallStyle, DeviceReply, DeviceRequest, DeviceWorkerData, Handoff, PrepareItemReply, PrepareReply, PrepareRequest } from './threads/protocol.js';
 import { errorMessage } from './flights.js';
 import { failure } from './no-retry.js';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { StokerError } from '../core/index.js';
+import { checkKeys, shown } from '../core/checks.js';
 
 /** Where the stages run: the preparation pool and the device threads. */
 export interface StageThreadsOptions {
@@ -536,6 +540,7 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
   private readonly threads: StageThreads;
 
   constructor(private readonly options: ThreadedWorkloadOptions<I, O, R>) {
+    checkWorkloadOptions(options);
     this.threads = new StageThreads(options);
     this.pool = this.threads.pool;
     this.counters = this.threads.counters;
@@ -544,6 +549,11 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
 
   prepare(task: PartitionTask<I>): Promise<PreparedBuffer> {
     const bytes = this.options.bufferBytes(task.input);
+    // (NaN or a negative count was taken as 0: no buffer, and a module reading ctx.buffer made an
+    // empty array — every job "done" with zeros.)
+    if (!(Number.isSafeInteger(bytes) && bytes >= 0)) {
+      return Promise.reject(failure(`bufferBytes(input) must return a whole number of bytes ≥ 0 (0: no buffer) (got ${shown(bytes)}); round it up with Math.ceil`, false));
+    }
     return this.threads.prepare({ module: this.options.prepareModule, style: 'workload', input: task.input, jobId: task.jobId, partition: task.partition, partitions: task.partitions, bufferBytes: bytes, signal: task.signal });
   }
 
@@ -589,4 +599,42 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
 function threadDeath(e: unknown): boolean {
   const err = e as { message?: unknown; code?: unknown } | null;
   return err !== null && typeof err === 'object' && ((typeof err.message === 'string' && /^worker exited with code/.test(err.message)) || err.code === 'ERR_WORKER_OUT_OF_MEMORY');
+}
+
+/** The options a ThreadedWorkload reads: another (a misspelt prepareThread) is refused. */
+const WORKLOAD_OPTIONS = ['prepareModule', 'deviceModule', 'bufferBytes', 'finish', 'devices', 'prepareThreads', 'prepareConcurrency', 'pool', 'threadPerDevice', 'deviceKind', 'withdrawnGraceMs'] as const;
+
+/**
+ * Checks a ThreadedWorkload's options when it is made: each problem was seen only when jobs ran,
+ * after their retries (a module path resolved against stoker's own folder, a module not there),
+ * under another name (prepareConcurrency NaN as the Runtime's maxPreparing), or never (a misspelt
+ * option, no devices).
+ */
+function checkWorkloadOptions(o: ThreadedWorkloadOptions<unknown, unknown, unknown>): void {
+  const bad = (message: string): never => {
+    throw new StokerError('E_INVALID_OPTION', `ThreadedWorkload: ${message}`);
+  };
+  if (o === null || typeof o !== 'object') bad(`its options must be an object (got ${shown(o)})`);
+  checkKeys(o, WORKLOAD_OPTIONS, '', 'the ThreadedWorkload options', 'E_INVALID_OPTION');
+  for (const name of ['prepareModule', 'deviceModule'] as const) {
+    const v: unknown = o[name];
+    const example = `new URL('./${name === 'prepareModule' ? 'prepare' : 'device'}.mjs', import.meta.url).href`;
+    if (typeof v !== 'string' || !v.startsWith('file:')) bad(`${name} must be the file: URL of an ES module, e.g. ${example} (got ${shown(v)}; a path is resolved against stoker's own folder)`);
+    let file = '';
+    try {
+      file = fileURLToPath(v as string);
+    } catch {
+      bad(`${name} ${shown(v)} is not a file: URL; e.g. ${example}`);
+    }
+    if (!existsSync(file)) bad(`${name}: no file ${file}`);
+  }
+  for (const name of ['bufferBytes', 'finish'] as const) if (typeof o[name] !== 'function') bad(`${name} must be a function (got ${shown(o[name])})`);
+  if (!Array.isArray(o.devices) || o.devices.length === 0) bad(`devices must list at least one device, e.g. [{ workers: 2 }] (got ${shown(o.devices)})`);
+  o.devices.forEach((d, i) => {
+    if (d === null || typeof d !== 'object' || !(Number.isInteger(d.workers) && d.workers >= 1)) bad(`devices[${i}].workers must be a whole number ≥ 1 (got ${shown((d as { workers?: unknown } | null)?.workers)})`);
+  });
+  for (const name of ['prepareThreads', 'prepareConcurrency'] as const) {
+    const v = o[name];
+    if (v !== undefined && !(Number.isInteger(v) && v >= 1)) bad(`${name} must be a whole number ≥ 1 (got ${shown(v)})`);
+  }
 }

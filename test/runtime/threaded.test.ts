@@ -130,6 +130,27 @@ it('a Runtime with more device workers than its ThreadedWorkload: the steps on t
   expect(err.message).toMatch(/no device 0 worker [12] in this ThreadedWorkload \(its devices have 1 workers\): give the Runtime the same devices as the workload/);
 }, TIMEOUT);
 
+it('refuses options it cannot use when made, naming each (a user trial saw them only as jobs failed, after their retries, or never)', () => {
+  const ok = { prepareModule, deviceModule, bufferBytes: () => 64, finish: (job: { outputs: FlakyOutput[] }) => job.outputs, devices: [{ workers: 1 }], prepareThreads: 1 };
+  const made = (over: Record<string, unknown>) => () => new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ ...ok, ...over } as never);
+  expect(made({ prepareThread: 2 })).toThrow('prepareThread is not a field of the ThreadedWorkload options (did you mean prepareThreads?)');
+  expect(made({ prepareModule: './tprepare.js' })).toThrow("ThreadedWorkload: prepareModule must be the file: URL of an ES module, e.g. new URL('./prepare.mjs', import.meta.url).href (got \"./tprepare.js\"; a path is resolved against stoker's own folder)");
+  expect(made({ deviceModule: new URL('../fixtures/no-such-device.mjs', import.meta.url).href })).toThrow(/ThreadedWorkload: deviceModule: no file .*no-such-device\.mjs/);
+  expect(made({ devices: [] })).toThrow('ThreadedWorkload: devices must list at least one device, e.g. [{ workers: 2 }] (got [])');
+  expect(made({ prepareThreads: 0 })).toThrow('ThreadedWorkload: prepareThreads must be a whole number ≥ 1 (got 0)');
+  expect(made({ prepareConcurrency: NaN })).toThrow('ThreadedWorkload: prepareConcurrency must be a whole number ≥ 1 (got NaN)');
+  expect(made({ finish: undefined })).toThrow('ThreadedWorkload: finish must be a function (got undefined)');
+});
+
+it('a bufferBytes that is no whole number ≥ 0 fails the job at once, naming it (NaN ran with no buffer: every job done with zeros)', async () => {
+  const workload = new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule, bufferBytes: () => NaN, finish: (job) => job.outputs, devices: [{ workers: 1 }], prepareThreads: 1 });
+  const rt: FlakyRuntime = new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'unpaced', retries: 2 });
+  runtimes.push(rt);
+  const err = await rejection(rt.submit(spec('nan-bytes', 2), { mode: 'ok' }));
+  expect(err.message).toContain('bufferBytes(input) must return a whole number of bytes ≥ 0 (0: no buffer) (got NaN)');
+  expect(err.message).not.toContain('after 3 attempts');
+}, TIMEOUT);
+
 describe('ThreadedWorkload under the Runtime', () => {
   it(
     'runs a job across threads: the device reads exactly what preparation wrote, busy time and buffers are accounted',
