@@ -150,6 +150,8 @@ export class BufferPool {
   private fresh = 0;
   private reused = 0;
   private freed = 0;
+  /** The size class of the last checkout (0: none yet): trimTo keeps its idle buffers. */
+  private lastClass = 0;
 
   /**
    * @param options limits and size classes, merged once with the defaults; a value out of range
@@ -188,6 +190,7 @@ export class BufferPool {
    */
   checkout(bytes: number): PooledBuffer {
     const classBytes = this.classOf(bytes);
+    this.lastClass = classBytes;
     const stack = this.idleByClass.get(classBytes);
     const idle = stack?.pop();
     let buffer: SharedArrayBuffer;
@@ -264,6 +267,31 @@ export class BufferPool {
       else this.idleByClass.set(classBytes, keep);
     }
     this.idleBytes -= freedBytes;
+    return freedBytes;
+  }
+
+  /**
+   * Frees idle buffers, the longest idle first, until the idle bytes are at most `maxIdleBytes` —
+   * but none of the size class checked out last: the next preparations of that size take them
+   * (freed, a SharedArrayBuffer's memory goes only once every thread that saw it has collected it,
+   * and they would allocate afresh). Returns the bytes freed.
+   */
+  trimTo(maxIdleBytes: number): number {
+    let freedBytes = 0;
+    while (this.idleBytes > maxIdleBytes) {
+      let oldest: { classBytes: number; stack: IdleBuffer[] } | undefined;
+      for (const [classBytes, stack] of this.idleByClass) {
+        const first = stack[0];
+        if (first !== undefined && classBytes !== this.lastClass && (oldest === undefined || first.since < (oldest.stack[0] as IdleBuffer).since)) oldest = { classBytes, stack };
+      }
+      if (oldest === undefined) break;
+      oldest.stack.shift();
+      if (oldest.stack.length === 0) this.idleByClass.delete(oldest.classBytes);
+      this.idleBytes -= oldest.classBytes;
+      this.idleCount -= 1;
+      this.freed += 1;
+      freedBytes += oldest.classBytes;
+    }
     return freedBytes;
   }
 

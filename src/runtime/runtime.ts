@@ -48,8 +48,6 @@ export class Runtime<I, P, O, R> {
   private closed: Promise<void> | undefined;
   private idleWaiters: (() => void)[] = [];
   /** Idle pooled bytes the engine's budget was last told about, and a guard against re-entry. */
-  private heldBytes = 0;
-  private syncingPool = false;
   /** While close() waits: checks after every event whether it may go on. */
   private settleWaiter: (() => void) | undefined;
   /** The kinds prepared in batches (kinds.<name>.prepareBatch): the others need the workload's prepare. */
@@ -153,7 +151,7 @@ export class Runtime<I, P, O, R> {
         reject(e as Error);
         return;
       }
-      // (The runtime failed within this step — a nested memoryHeld — after the live job was answered.)
+      // (The runtime failed within this step after the live job was answered.)
       if (this.failed) {
         reject(this.failed);
         return;
@@ -266,7 +264,7 @@ export class Runtime<I, P, O, R> {
       if (event.type === 'submit') throw this.failed;
       return;
     }
-    this.timeline?.record(event, cmds, this.engine.snapshot, this.engine.budget.held);
+    this.timeline?.record(event, cmds, this.engine.snapshot, this.workload.pool?.stats().idleBytes ?? 0);
     this.occupancy.record(event, cmds);
     if (this.onStep) this.listen('onStep', () => this.onStep?.(event, cmds));
     before?.();
@@ -313,35 +311,24 @@ export class Runtime<I, P, O, R> {
   }
 
   /**
-   * Charges the pool's idle bytes to the budget (memoryHeld), as far as there is room beside the
-   * reservations; frees them only where nothing else will make room (no reservation left, and the
-   * budget blocks), or when they pass the pool's idle TTL. An idle buffer is the next
-   * preparation's: freed to make room, a SharedArrayBuffer's memory goes only once every thread
-   * that saw it has collected it, and the next preparation allocates afresh — a user trial's server
-   * (a process device: each buffer back at its step's start while its handoff file kept the bytes
-   * reserved) grew to 4× its budget that way, 54 fresh buffers for 170 preparations. So where the
-   * budget blocks with reservations in flight, the idle bytes are not charged (the preparation the
-   * budget then admits takes one of them): idle memory is a cache, never a reason to stall.
+   * Bounds the pool's idle buffers, after every step: those past the pool's idle TTL are freed, and
+   * those past the room beside the reservations, the longest idle first — but none of the size
+   * checked out last: the next preparations of that size take them (so the pool holds no more of
+   * it than were leased at once). Idle buffers are not charged to the budget: charged, they
+   * blocked the next reservation, and freed to make room a SharedArrayBuffer's memory goes only once
+   * every thread that saw it has collected it while the next preparation allocated afresh — a user
+   * trial's server (a process device: each buffer back at its step's start while its handoff file
+   * kept the partition's bytes reserved) grew to 4× its 200 MB budget that way.
    */
   private syncPool(): void {
     const pool = this.workload.pool;
-    if (!pool || this.syncingPool) return;
-    this.syncingPool = true;
-    try {
-      // Telling the engine may dispatch, and a dispatch may take an idle buffer: until it settles.
-      for (let round = 0; round < 4; round++) {
-        const budget = this.engine.budget;
-        const blocked = this.engine.snapshot.budgetBlocked;
-        if (blocked && budget.used === 0 && pool.stats().idleBytes > 0) pool.trim(true);
-        const idle = pool.stats().idleBytes;
-        const held = blocked ? 0 : Math.min(idle, Math.max(0, budget.totalBytes - budget.used));
-        if (held === this.heldBytes) break;
-        this.heldBytes = held;
-        this.apply({ type: 'memoryHeld', time: this.clock.now(), bytes: held });
-      }
-    } finally {
-      this.syncingPool = false;
-    }
+    if (!pool) return;
+    pool.trim();
+    const budget = this.engine.budget;
+    const room = Math.max(0, budget.totalBytes - budget.used);
+    if (pool.stats().idleBytes <= room) return;
+    if (pool.trimTo) pool.trimTo(room);
+    else pool.trim(true);
   }
 
   private carryOut(c: Command): void {

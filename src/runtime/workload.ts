@@ -73,12 +73,12 @@ export interface Workload<I, P, O, R> {
   /** Preparations the workload can run at once; the runtime dispatches no more than that. */
   readonly prepareSlots?: number;
   /**
-   * The buffer pool prepared data lives in, if any: its idle bytes are charged to the memory
-   * budget as far as there is room beside the reservations, and kept for the next preparations
-   * (not charged where the budget blocks with reservations in flight); freed (`trim(true)`) only
-   * where the budget blocks with nothing reserved.
+   * The buffer pool prepared data lives in, if any: after every step the runtime frees its idle
+   * buffers past the idle TTL (`trim()`), and past the room beside the budget's reservations
+   * (`trimTo(room)`, which keeps those of the size checked out last for the next preparations;
+   * without it, `trim(true)`). Idle buffers are not charged to the budget.
    */
-  readonly pool?: Pick<BufferPool, 'stats' | 'trim'>;
+  readonly pool?: Pick<BufferPool, 'stats' | 'trim'> & Partial<Pick<BufferPool, 'trimTo'>>;
 }
 
 /** One item's result in a batch: its output, or why it alone failed (`retry: false`: it would fail again, its job fails at once). */

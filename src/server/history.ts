@@ -187,7 +187,7 @@ export class EndedJobs {
  * A reading of the engine now: its cumulative counts and levels, with the workers' busy time so
  * far (`workerBusyMs`, the running items included), the ended jobs by kind, and the waiting target.
  */
-export function historyReading(engine: Engine, workerBusyMs: number[][], kinds: HistoryReading['kinds'], waitingTarget: number): HistoryReading {
+export function historyReading(engine: Engine, workerBusyMs: number[][], kinds: HistoryReading['kinds'], waitingTarget: number, idlePoolBytes: number): HistoryReading {
   const s = engine.snapshot;
   return {
     t: Date.now(),
@@ -200,6 +200,6 @@ export function historyReading(engine: Engine, workerBusyMs: number[][], kinds: 
     partitions: { queued: s.backlog, preparing: s.preparing, waiting: s.waiting, onDevice: s.onDevice },
     pacer: engine.pacer.state(),
     waitingTarget,
-    memory: { reservedBytes: s.budgetUsedBytes, idlePoolBytes: engine.budget.held, budgetBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null },
+    memory: { reservedBytes: s.budgetUsedBytes, idlePoolBytes, budgetBytes: Number.isFinite(s.budgetTotalBytes) ? s.budgetTotalBytes : null },
   };
 }

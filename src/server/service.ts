@@ -202,7 +202,7 @@ export class Service {
   /** What a history sample is computed from: cumulative counts and the levels now. */
   private reading(): HistoryReading {
     const kinds = this.ended.reading(this.partitionsByKind());
-    return historyReading(this.runtime.engine, this.runtime.workerBusyMs(), kinds, this.config.engine.targetWaiting);
+    return historyReading(this.runtime.engine, this.runtime.workerBusyMs(), kinds, this.config.engine.targetWaiting, this.pool.stats().idleBytes);
   }
 
   /** The history samples of the last `sinceMs` (see {@link History}). */
@@ -493,7 +493,7 @@ export class Service {
       }),
       jobPartition: (id, p) => this.runs.jobPartition(id, p),
       pacer: { name: engine.pacer.name, ...this.runtime.status().pacer },
-      budget: { held: engine.budget.held, peak: engine.budget.peak },
+      budget: { held: this.pool.stats().idleBytes, peak: engine.budget.peak },
       pool: this.pool.stats(),
     });
   }
