@@ -322,19 +322,24 @@ describe('stoker pacer: kinds sharing devices', () => {
     expect(p.state().ratePerSec).toBe(25);
   });
 
-  it('a kind measured nowhere borrows the quickest of the kinds its device measured, not their mean', () => {
-    // One device measured a at 100 ms and b at 400 ms; c is measured nowhere. c's first items are
-    // paced as a's (2 ÷ 100 → 20/s), not at the mean (2 ÷ 250 → 8/s): an unknown kind is planned
-    // as quick, so the items queued behind it are dispatched before the devices run dry.
-    const p = createStokerPacer({ targetWaiting: 2 });
-    const at = (a: number, b: number) => [kind('a', [0], [a], [100 * a]), kind('b', [0], [b], [400 * b]), kind('c', [0], [0], [0])];
-    p.observe(snapshot({ now: 0, backlog: 5, nextKind: 2, devices: [dev(0, 0)], kinds: at(0, 0) }));
-    p.observe(snapshot({ now: 600, backlog: 5, nextKind: 2, devices: [dev(2, 500)], kinds: at(1, 1) }));
-    expect(p.state().kinds).toEqual([
+  it('under a budget, a kind measured nowhere borrows the quickest of the kinds its device measured; without one, their mean', () => {
+    // One device measured a at 100 ms and b at 400 ms; c is measured nowhere. Under a budget c's
+    // first items are paced as a's (2 ÷ 100 → 20/s), not at the mean (2 ÷ 250 → 8/s): an unknown
+    // kind is planned as quick, so the items queued behind it are dispatched before the devices
+    // run dry, and the budget bounds the first fill should it be heavy. Without one, the mean.
+    const rates = (budgetTotalBytes: number) => {
+      const p = createStokerPacer({ targetWaiting: 2 });
+      const at = (a: number, b: number) => [kind('a', [0], [a], [100 * a]), kind('b', [0], [b], [400 * b]), kind('c', [0], [0], [0])];
+      p.observe(snapshot({ now: 0, backlog: 5, nextKind: 2, devices: [dev(0, 0)], kinds: at(0, 0), budgetTotalBytes }));
+      p.observe(snapshot({ now: 600, backlog: 5, nextKind: 2, devices: [dev(2, 500)], kinds: at(1, 1), budgetTotalBytes }));
+      return p.state().kinds;
+    };
+    expect(rates(2 ** 30)).toEqual([
       { name: 'a', estimatedPerSec: 20 },
       { name: 'b', estimatedPerSec: 5 },
       { name: 'c', estimatedPerSec: 20 },
     ]);
+    expect(rates(Infinity)?.[2]).toEqual({ name: 'c', estimatedPerSec: 8 });
   });
 
   it('where kinds run on different devices, plans one rate over every device with work, each at its mean over its kinds', () => {

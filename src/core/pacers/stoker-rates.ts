@@ -3,12 +3,14 @@ import { batchItemMs, deviceMeanMs, plannedWorkers, RATE_DOUBT_Z, SKEWED_CV2, ty
 
 /**
  * The quickest service time a device measured over its kinds, else `fallback`: what a kind
- * measured nowhere is planned at. Planned as quick, an unknown kind's first items are dispatched at
- * the rate a quick kind drains, and the items queued behind them before the devices run dry (at
- * the mean, a user trial's small kind in blocks with two heavier ones was fed at a quarter of its
- * rate, and the heavy block behind it started preparing after the devices had emptied: 0.989 of
- * unpaced's throughput under a binding budget, 0.995 this way). The price, for a kind heavier than
- * those known, is a larger first fill, bounded by the budget like any other.
+ * measured nowhere is planned at where a memory budget is set. Planned as quick, an unknown kind's
+ * first items are dispatched at the rate a quick kind drains, and the items queued behind them
+ * before the devices run dry (at the mean, a user trial's small kind in blocks with two heavier
+ * ones was fed at a quarter of its rate, and the heavy block behind it started preparing after the
+ * devices had emptied: 0.989 of unpaced's throughput under a binding budget, 0.995 this way). The
+ * price, for a kind heavier than those known, is a larger first fill: bounded by the budget; with
+ * none (a review: a 20 s kind after 0.1 s and 4 s ones, peak memory 74 → 130 GiB, waiting 2.3 →
+ * 42) the mean is planned instead.
  */
 function quickestMs(d: DeviceEstimate, fallback: number): number {
   let q = Infinity;
@@ -89,8 +91,9 @@ export class KindPlan {
 
   /**
    * λ_k for each kind: the sum over the devices that run it of workers ÷ its service time there. A
-   * kind not measured on a device borrows its mean service time on the others, else the quickest
-   * of the device's other kinds (quickestMs), else the mean of everything measured, else the prior (so once
+   * kind not measured on a device borrows its mean service time on the others, else (quickestMs)
+   * the quickest of the device's other kinds under a budget, their mean without one, else the mean
+   * of everything measured, else the prior (so once
    * anything is known, every device that runs the next kind has a rate: dispatch never holds for
    * want of one). The plan is made in items of the next kind to be
    * dispatched (λ = its λ_k); the others count by their device time (see inventory).
@@ -128,7 +131,7 @@ export class KindPlan {
         if (!(ms > 0)) ms = d.services[k]?.serviceMs ?? NaN;
         if (!(ms > 0)) {
           if (kindMs < 0) kindMs = this.meanServiceMs(devices, k);
-          ms = kindMs > 0 ? kindMs : quickestMs(d, this.meanServiceMs(devices, -1));
+          ms = kindMs > 0 ? kindMs : Number.isFinite(s.budgetTotalBytes) ? quickestMs(d, this.meanServiceMs(devices, -1)) : deviceMeanMs(d, this.meanServiceMs(devices, -1));
         }
         // Planned for the workers of the last latency; what drains now is what is alive.
         const workers = plannedWorkers(d);
