@@ -97,8 +97,17 @@ export function checkOutputFile(option: string, file: string): void {
 /** Checks, before a run, that `dir` is a directory or can be made one (--out ran the whole simulation, then failed with a raw ENOTDIR). */
 export function checkOutputDir(option: string, dir: string): void {
   let at = path.resolve(dir);
-  while (!fs.existsSync(at)) at = path.dirname(at);
-  if (!fs.statSync(at).isDirectory()) throw new UsageError(`${option} ${dir}: ${at} is a file, not a directory; name a directory (it is made if it does not exist)`);
+  // (lstat: a dangling link is there, and no directory can be made through it.)
+  const there = (p: string) => {
+    try {
+      fs.lstatSync(p);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  while (!there(at)) at = path.dirname(at);
+  if (!fs.existsSync(at) || !fs.statSync(at).isDirectory()) throw new UsageError(`${option} ${dir}: ${at} is ${fs.existsSync(at) ? 'a file' : 'a link to nothing'}, not a directory; name a directory (it is made if it does not exist)`);
   try {
     fs.accessSync(at, fs.constants.W_OK);
   } catch {

@@ -268,7 +268,10 @@ function fitText(f: FitReport): string {
 export function threadsLine(cap: number, cores: number): string {
   let threads = cores;
   while (cap % threads !== 0) threads--;
-  const per = Math.ceil(cap / cores);
-  const near = threads < cores ? `, or threads = ${cores}, concurrency = ${per}: a cap of ${cores * per}, ${cores * per - cap} more than planned` : '';
+  // More threads than the exact split, the cap overshooting the least (a prime cap split exactly is one thread).
+  let more = 0;
+  for (let t = threads + 1; t <= cores; t++) if (more === 0 || t * Math.ceil(cap / t) <= more * Math.ceil(cap / more)) more = t;
+  const over = more * Math.ceil(cap / more);
+  const near = more > 0 ? `, or threads = ${more}, concurrency = ${Math.ceil(cap / more)}: a cap of ${over}, ${over - cap} more than planned` : '';
   return `# threads = ${cap} is more than this machine's ${cores} cores: for preparations that compute, keep threads ≤ the cores of the machine that serves (here threads = ${threads}, concurrency = ${cap / threads}${near}); the cap is threads × concurrency`;
 }

@@ -6,6 +6,7 @@
  */
 import { createPacer, optionsRead, PACERS } from '../core/index.js';
 import { parseScenario, simulate, type Scenario } from '../sim/index.js';
+import { MAX_WORKERS } from '../sim/scenario.js';
 
 export interface PlanSetting {
   pacer: string;
@@ -59,7 +60,7 @@ export function planGrid(s: Scenario, base: { peakMemoryBytes: number; littleIte
   const budgets = [own, ...new Set(base.peakMemoryBytes > 0 ? [0.5, 0.75].map((f) => Math.round(base.peakMemoryBytes * f)).filter((b) => own === null || b < own) : [])];
   const caps = [...new Set([null, s.maxPreparing ?? null, ...[1, 1.5].map((f) => Math.max(1, Math.ceil(base.littleItems * f)))])];
   const workersNow = s.devices.map((d) => d.workers);
-  const more = s.devices.map((d) => (d.contention.length > d.workers ? d.workers + 1 : d.workers));
+  const more = s.devices.map((d) => (d.contention.length > d.workers && d.workers < MAX_WORKERS ? d.workers + 1 : d.workers));
   // Fewer workers only where no scenario event names a worker that would then not exist.
   const highest = s.events.reduce((n, e) => (e.type === 'workerLost' || e.type === 'workerReturned' ? Math.max(n, e.worker) : n), -1);
   const fewer = workersNow.map((w) => Math.max(1, w - 1));

@@ -151,7 +151,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   });
   await Promise.all(all);
   clearInterval(sampler);
-  const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) || !(steadyEnd > steadyStart) ? null : windowOccupancy(busyAtStop - busyAtSteady, steadyEnd - steadyStart, opts.workers);
+  const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) ? null : windowOccupancy(busyAtStop - busyAtSteady, steadyEnd - steadyStart, opts.workers);
   const cap = backend.snapshot.maxPreparing;
   await backend.close();
   const sorted = [...latencies].sort((a, b) => a - b);

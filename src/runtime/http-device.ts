@@ -285,7 +285,7 @@ function reason(e: unknown, timeoutMs: number): string {
   if (err.name === 'TimeoutError') return `no answer within ${timeoutMs / 1000} s (timeoutS)`;
   if (err.name === 'AbortError') return 'the step was withdrawn';
   const code = err.cause?.code;
-  if (code !== undefined && code in PLAIN) return `${PLAIN[code]} (${code})`;
+  if (code !== undefined && Object.hasOwn(PLAIN, code)) return `${PLAIN[code]} (${code})`;
   return code ?? err.cause?.message ?? err.message ?? String(e);
 }
 

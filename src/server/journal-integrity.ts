@@ -79,7 +79,7 @@ export function checkWal(path: string): void {
 export function checkIntegrity(db: Database.Database, path: string): void {
   const rows = db.pragma('quick_check') as { quick_check: string }[];
   if (rows.length !== 1 || rows[0]?.quick_check !== 'ok') {
-    throw new JournalError('E_JOURNAL_DAMAGED', `the journal ${path} is damaged (PRAGMA quick_check: ${rows.slice(0, 3).map((r) => r.quick_check).join('; ')}): keep a copy of the data dir, then recover it with \`sqlite3 ${path} .recover\` into a new file, or move it away to start afresh`);
+    throw new JournalError('E_JOURNAL_DAMAGED', `the journal ${path} is damaged (PRAGMA quick_check: ${rows.slice(0, 3).map((r) => r.quick_check).join('; ')}): keep a copy of the data dir, then recover it with \`sqlite3 ${path} .recover\` into a new file (and move ${path}.mark away to start with what it holds), or move ${path} with its .mark, -wal and -shm files away to start afresh`);
   }
   const acknowledged = readMark(`${path}.mark`);
   const held = heldSeq(db);

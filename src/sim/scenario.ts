@@ -240,7 +240,7 @@ function unknownKinds(arrivals: unknown, kinds: unknown): string[] {
 
 /** The most devices (counts summed) and workers a device a scenario may have: the engine looks over every device at each dispatch. */
 const MAX_DEVICES = 1024;
-const MAX_WORKERS = 4096;
+export const MAX_WORKERS = 4096;
 /** The most partitions a scenario's arrivals may bring (each is planned and held in memory). */
 const MAX_SCENARIO_PARTITIONS = 1e7;
 
