@@ -242,7 +242,9 @@ function unknownKinds(arrivals: unknown, kinds: unknown): string[] {
 const MAX_DEVICES = 1024;
 export const MAX_WORKERS = 4096;
 /** The most partitions a scenario's arrivals may bring (each is planned and held in memory). */
-const MAX_SCENARIO_PARTITIONS = 1e7;
+const MAX_SCENARIO_PARTITIONS = 2e6;
+/** The most workers in all (devices × their workers): each is simulated. */
+const MAX_ALL_WORKERS = 65_536;
 
 /** Validates a scenario; errors list every problem with the field path and what to write instead. */
 export function parseScenario(input: unknown, source = 'scenario'): Scenario {
@@ -265,6 +267,8 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
   s.devices.forEach((d, i) => {
     if (d.workers > MAX_WORKERS) problems.push(`  devices[${i}].workers: ${d.workers} workers; at most ${MAX_WORKERS} a device`);
   });
+  const allWorkers = s.devices.reduce((n, d) => n + d.count * d.workers, 0);
+  if (deviceCount <= MAX_DEVICES && allWorkers > MAX_ALL_WORKERS) problems.push(`  devices: ${allWorkers} workers in all (count × workers summed); the simulator runs at most ${MAX_ALL_WORKERS}`);
   // Jobs that would arrive after the horizon are never submitted (they vanished without a word).
   let partitions = 0;
   s.arrivals.forEach((a, i) => {
@@ -277,7 +281,7 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
       if (last > s.horizonS) problems.push(`  arrivals[${i}]: ${a.jobs > 1 ? `its last job arrives at ${last} s` : `atS ${a.atS} s is`} past horizonS (${s.horizonS} s): ${a.jobs > 1 ? 'those after it' : 'it'} would never arrive; raise horizonS or move the arrival`);
     }
   });
-  // (Every job is planned, and every partition held, up front: 10^9 jobs grew a run to 3.7 GB and no output.)
+  // (Every job is planned, and every partition held, up front: 10^9 jobs grew a run to 3.7 GB and no output, 10^7 to 3.7 GB in 3 minutes.)
   if (partitions > MAX_SCENARIO_PARTITIONS) problems.push(`  arrivals: about ${Math.round(partitions).toExponential(2)} partitions in all; the simulator holds at most ${MAX_SCENARIO_PARTITIONS.toExponential(0)} (fewer jobs, or a shorter span)`);
   s.events.forEach((e, i) => {
     if (e.type !== 'cancel' && e.device !== undefined && e.device >= deviceCount) problems.push(`  events[${i}].device: ${deviceCount === 1 ? 'there is 1 device (0)' : `there are ${deviceCount} devices (0 … ${deviceCount - 1})`}`);

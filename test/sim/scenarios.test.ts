@@ -245,7 +245,8 @@ describe('arrivals and sizes a run could not honour', () => {
     expect(parse({ horizonS: 100, arrivals: [{ atS: 50, jobs: 10, everyS: 10, partitions: 1, kind: 'a' }] })).toThrow('its last job arrives at 140 s past horizonS (100 s)');
     expect(parse({ horizonS: 100, arrivals: [{ poisson: { ratePerS: 1, untilS: 200 }, partitions: 1, kind: 'a' }] })).toThrow('arrivals[0].poisson.untilS: 200 s is past horizonS (100 s)');
     expect(parse({ arrivals: [{ poisson: { ratePerS: 1, fromS: 100, untilS: 50 }, partitions: 1, kind: 'a' }] })).toThrow('untilS must be > fromS (no job would arrive)');
-    expect(parse({ arrivals: [{ atS: 0, jobs: 1e9, partitions: 1, kind: 'a' }] })).toThrow('arrivals: about 1.00e+9 partitions in all; the simulator holds at most 1e+7');
+    expect(parse({ arrivals: [{ atS: 0, jobs: 1e9, partitions: 1, kind: 'a' }] })).toThrow('arrivals: about 1.00e+9 partitions in all; the simulator holds at most 2e+6');
+    expect(parse({ devices: [{ count: 1000, workers: 4096, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, partitions: 1, kind: 'a' }] })).toThrow('devices: 4096000 workers in all (count × workers summed); the simulator runs at most 65536');
     expect(parse({ arrivals: [{ atS: 0, partitions: 2e6, kind: 'a' }] })).toThrow('arrivals[0].partitions: partitions must be ≤ 1000000');
     expect(parse({ devices: [{ count: 20000, workers: 1, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, partitions: 1, kind: 'a' }] })).toThrow('devices: 20000 devices in all (the counts summed); the simulator runs at most 1024');
   });
