@@ -36,7 +36,7 @@ export function prepare(i: Input, ctx: PrepareContext & { jobId: string }): Prom
   return prepareNtt(ntt(i), ctx as PrepareContext & { jobId: string; buffer: SharedArrayBuffer });
 }
 
-type DeviceStep = { run(input: NttProofInput, ctx: StageContext & { meta: unknown; device: number; worker: number }): NttPartitionOutput | Promise<NttPartitionOutput> };
+type DeviceStep = { run(input: NttProofInput, ctx: StageContext & { buffer: SharedArrayBuffer; meta: unknown; device: number; worker: number }): NttPartitionOutput | Promise<NttPartitionOutput> };
 /** The device step's module, loaded once per thread (WebGPU's only where the device is one). */
 let step: Promise<DeviceStep> | undefined;
 
@@ -44,7 +44,7 @@ export async function run(meta: unknown, ctx: RunContext): Promise<NttPartitionO
   step ??= ctx.deviceKind === 'webgpu' ? import('../runtime/workloads/ntt-device-webgpu.js') : import('../runtime/workloads/ntt-device-cpu.js');
   const device = await step;
   const c = ctx as RunContext & { buffer: SharedArrayBuffer; jobId: string };
-  return device.run(ntt(ctx.input as Input), { jobId: c.jobId, partition: c.partition, buffer: c.buffer, meta, device: c.device, worker: c.worker });
+  return device.run(ntt(ctx.input as Input), { jobId: c.jobId, partition: c.partition, partitions: c.partitions, buffer: c.buffer, meta, device: c.device, worker: c.worker });
 }
 
 /** On a batching device: the batch's partitions one after another (the NTT gains nothing from batching). */

@@ -24,8 +24,8 @@ function kindCtx(req: DeviceRequest, input: unknown, c: DeviceRequest['ctx']) {
 
 /** The step's call: a workload module's run(input, ctx with meta), or a kind module's run(prepared, ctx with input). */
 function call(mod: DeviceModule, req: DeviceRequest): unknown {
-  const { jobId, partition, buffer, meta } = req.ctx;
-  if (req.style === 'workload') return mod.run(req.input, { jobId, partition, buffer: buffer as SharedArrayBuffer, meta, device: init.device, worker: req.worker });
+  const { jobId, partition, partitions, buffer, meta } = req.ctx;
+  if (req.style === 'workload') return mod.run(req.input, { jobId, partition, partitions, ...(buffer ? { buffer } : {}), meta, device: init.device, worker: req.worker });
   return (mod.run as unknown as (prepared: unknown, c: unknown) => unknown)(meta, kindCtx(req, req.input, req.ctx));
 }
 

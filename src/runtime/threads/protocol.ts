@@ -4,8 +4,10 @@
 export interface StageContext {
   jobId: string;
   partition: number;
-  /** The pooled shared buffer the preparation writes into and the device reads (no copy). */
-  buffer: SharedArrayBuffer;
+  /** The job's partition count. */
+  partitions: number;
+  /** The pooled shared buffer the preparation writes into and the device reads (no copy); absent where bufferBytes is 0. */
+  buffer?: SharedArrayBuffer;
   /** Preparation only: fires when the engine withdraws the partition (cancel, failure, shutdown); a preparation that stops early frees its slot sooner. */
   signal?: AbortSignal;
 }

@@ -3,7 +3,7 @@ import type { StageContext } from '../threads/protocol.js';
 import { partitionOutput, type NttPartitionOutput, type NttProofInput } from './ntt-proof.js';
 import { provePartition } from './ntt.js';
 
-export function run(input: NttProofInput, ctx: StageContext & { meta: unknown }): NttPartitionOutput {
+export function run(input: NttProofInput, ctx: StageContext & { buffer: SharedArrayBuffer; meta: unknown }): NttPartitionOutput {
   const n = 2 ** input.logN;
   const out = new Uint32Array(n);
   provePartition(new Uint32Array(ctx.buffer, 0, n), new Uint32Array(ctx.buffer, 4 * n, n), out);

@@ -13,7 +13,7 @@ function gpuKernel(): Promise<WebGpuNtt> {
   return kernel;
 }
 
-export async function run(input: NttProofInput, ctx: StageContext & { meta: unknown; worker: number }): Promise<NttPartitionOutput> {
+export async function run(input: NttProofInput, ctx: StageContext & { buffer: SharedArrayBuffer; meta: unknown; worker: number }): Promise<NttPartitionOutput> {
   const n = 2 ** input.logN;
   const out = new Uint32Array(n);
   // One thread serves all of the device's workers (threadPerDevice): each worker is a lane.

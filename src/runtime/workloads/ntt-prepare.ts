@@ -4,7 +4,7 @@ import type { StageContext } from '../threads/protocol.js';
 import { referenceSamples, type NttProofInput, type NttReference } from './ntt-proof.js';
 import { prepareInputs } from './ntt.js';
 
-export async function prepare(input: NttProofInput, ctx: StageContext): Promise<NttReference> {
+export async function prepare(input: NttProofInput, ctx: StageContext & { buffer: SharedArrayBuffer }): Promise<NttReference> {
   const n = 2 ** input.logN;
   const a = new Uint32Array(ctx.buffer, 0, n);
   const b = new Uint32Array(ctx.buffer, 4 * n, n);
