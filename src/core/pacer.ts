@@ -1,3 +1,4 @@
+import { shown } from './checks.js';
 import { StokerError } from './errors.js';
 
 /**
@@ -223,7 +224,7 @@ export function numberOption<O extends PacerOptions>(options: O, name: DeclaredO
   const v = options[name];
   if (v === undefined) return fallback;
   if (typeof v !== 'number' || !(v >= min)) {
-    throw new StokerError('E_INVALID_OPTION', `pacer option ${name} must be a number ≥ ${min} (got ${JSON.stringify(v)})`);
+    throw new StokerError('E_INVALID_OPTION', `pacer option ${name} must be a number ≥ ${min} (got ${shown(v)})`);
   }
   return v;
 }
