@@ -47,7 +47,8 @@ export class Runtime<I, P, O, R> {
   private closing = false;
   private closed: Promise<void> | undefined;
   private idleWaiters: (() => void)[] = [];
-  /** Idle pooled bytes the engine's budget was last told about, and a guard against re-entry. */
+  /** When the pool's idle TTL was last applied (the runtime's clock, ms): at most once a second. */
+  private trimmedAt = -Infinity;
   /** While close() waits: checks after every event whether it may go on. */
   private settleWaiter: (() => void) | undefined;
   /** The kinds prepared in batches (kinds.<name>.prepareBatch): the others need the workload's prepare. */
@@ -311,7 +312,7 @@ export class Runtime<I, P, O, R> {
   }
 
   /**
-   * Bounds the pool's idle buffers, after every step: those past the pool's idle TTL are freed, and
+   * Bounds the pool's idle buffers, after every step: those past the pool's idle TTL are freed (at most once a second), and
    * those past the room beside the reservations, the longest idle first — but none of the size
    * checked out last: the next preparations of that size take them (so the pool holds no more of
    * it than were leased at once). Idle buffers are not charged to the budget: charged, they
@@ -323,7 +324,11 @@ export class Runtime<I, P, O, R> {
   private syncPool(): void {
     const pool = this.workload.pool;
     if (!pool) return;
-    pool.trim();
+    const now = this.clock.now();
+    if (now - this.trimmedAt >= 1000) {
+      this.trimmedAt = now;
+      pool.trim();
+    }
     const budget = this.engine.budget;
     const room = Math.max(0, budget.totalBytes - budget.used);
     if (pool.stats().idleBytes <= room) return;
