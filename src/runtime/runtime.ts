@@ -24,7 +24,7 @@ interface JobCtx<I, O, R> extends FlightJob<I, O> {
  * The real-time driver of the core engine: the same state machine as the simulator, fed with
  * events from real preparations and devices, its single timer on a real (or injected) clock.
  */
-export class Runtime<I, P, O, R> {
+export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
   readonly engine: Engine;
   /** Each worker's busy time including the running part of its item: true in every window (see OccupancyMeter). */
   private readonly occupancy: OccupancyMeter;
@@ -96,6 +96,12 @@ export class Runtime<I, P, O, R> {
     }
     // The engine's device fields (a service gives name and kinds too), and a ThreadedWorkload's own (its entries given as they are).
     options.devices.forEach((d, i) => checkKeys(d, ['workers', 'batch', 'name', 'kinds', 'kind', 'threadPerDevice'], `devices[${i}].`, 'a Runtime device', 'E_INVALID_OPTION'));
+    // (Steps on workers the workload does not have failed one by one as they came: a user trial.)
+    const own = options.workload.deviceWorkers;
+    if (own && (own.length !== options.devices.length || own.some((w, i) => w !== options.devices[i]?.workers))) {
+      const list = (ws: readonly unknown[]) => `[${ws.map((w) => `{ workers: ${String(w)} }`).join(', ')}]`;
+      throw new StokerError('E_INVALID_OPTION', `devices ${list(options.devices.map((d) => d.workers))} are not the workload's own ${list(own)}: give the Runtime the same devices as the workload`);
+    }
     this.engine = new Engine({
       devices: options.devices.map((d): DeviceSpec => {
         if (typeof d !== 'object' || d === null) return d;
@@ -166,9 +172,11 @@ export class Runtime<I, P, O, R> {
     });
   }
 
-  /** Cancels a job: its partitions are withdrawn wherever they are; its waiter gets E_CANCELLED. */
-  cancel(jobId: string): void {
+  /** Cancels a job: its partitions are withdrawn wherever they are; its waiter gets E_CANCELLED. False where no live job has that id (ended, or never submitted). */
+  cancel(jobId: string): boolean {
+    const live = this.jobs.has(jobId);
     this.apply({ type: 'cancel', time: this.clock.now(), jobId });
+    return live;
   }
 
   status(): RuntimeStatus {

@@ -537,10 +537,13 @@ export class ThreadedWorkload<I, O, R> implements Workload<I, PreparedBuffer, O,
   readonly counters: BigInt64Array;
   /** Preparations that can run at once; the runtime never dispatches more, so nothing queues inside piscina. */
   readonly prepareSlots: number;
+  /** Workers per device (a Runtime given other devices is refused). */
+  readonly deviceWorkers: readonly number[];
   private readonly threads: StageThreads;
 
   constructor(private readonly options: ThreadedWorkloadOptions<I, O, R>) {
     checkWorkloadOptions(options);
+    this.deviceWorkers = options.devices.map((d) => d.workers);
     this.threads = new StageThreads(options);
     this.pool = this.threads.pool;
     this.counters = this.threads.counters;

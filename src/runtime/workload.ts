@@ -70,6 +70,8 @@ export interface Workload<I, P, O, R> {
    * its item is withdrawn and prepared again for the others, none is sent to it — until `up: true`.
    */
   watchWorkers?(listener: (device: number, worker: number, up: boolean) => void): void;
+  /** Workers per device, where the workload has devices of its own (a ThreadedWorkload's threads): a Runtime given other devices is refused. */
+  readonly deviceWorkers?: readonly number[];
   /** Preparations the workload can run at once; the runtime dispatches no more than that. */
   readonly prepareSlots?: number;
   /**

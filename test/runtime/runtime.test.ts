@@ -131,8 +131,11 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     const p = rt.submit(job('a', 6), 1);
     const other = rt.submit(job('b', 1), 2);
     await run(105); // some prepared and on devices, some still preparing
-    rt.cancel('a');
+    expect(rt.cancel('a')).toBe(true);
     await expect(p).rejects.toMatchObject({ code: 'E_CANCELLED' });
+    // No live job of that id (cancelled already, or never submitted): said (it did nothing, silently).
+    expect(rt.cancel('a')).toBe(false);
+    expect(rt.cancel('no-such-job')).toBe(false);
     await run(300);
     await expect(other).resolves.toBe(20);
     expect(workload.held).toBe(0);
