@@ -208,7 +208,7 @@ export function statusText(s: StatusBody): string {
   );
 }
 
-/** The pacer's mode, but "all dispatched" where it is idle with partitions in flight (as the dashboard says it: "idle" read as a stall while jobs ran — a user trial). */
+/** The pacer's mode, but "all dispatched" where it is idle with nothing queued and partitions in flight (as the dashboard says it: "idle" read as a stall while jobs ran — a user trial). */
 function pacerMode(s: StatusBody): string {
   const p = s.partitions;
   return s.pacer.mode === 'idle' && p.queued === 0 && p.preparing + p.waiting + p.onDevice > 0 ? 'all dispatched' : s.pacer.mode;

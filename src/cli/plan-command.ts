@@ -263,7 +263,8 @@ function fitText(f: FitReport): string {
 /**
  * The config comment for a preparation cap of more threads than the machine's cores: threads ×
  * concurrency that keeps the cap exactly (5 read as threads 2 × concurrency 3 was a cap of 6), and
- * where that takes fewer threads than cores, the split over every core with the cap it makes.
+ * where that takes fewer threads than cores, the split over more threads that overshoots the cap
+ * the least, with the cap it makes.
  */
 export function threadsLine(cap: number, cores: number): string {
   let threads = cores;
