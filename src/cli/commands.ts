@@ -87,10 +87,15 @@ export function checkOutputFile(option: string, file: string): void {
   }
   if (!st?.isDirectory()) throw new UsageError(`${option} ${file}: directory ${dir} does not exist; create it or name a file in an existing directory`);
   if (fs.existsSync(abs) && fs.statSync(abs).isDirectory()) throw new UsageError(`${option} ${file} is a directory; name a file in it, e.g. ${path.join(file, option === '--html' ? 'report.html' : 'trace.json')}`);
+  checkWritable(option, file, dir);
+}
+
+/** Refuses a directory this process cannot write into, naming the option and what it was given. */
+function checkWritable(option: string, given: string, dir: string): void {
   try {
     fs.accessSync(dir, fs.constants.W_OK);
   } catch {
-    throw new UsageError(`${option} ${file}: directory ${dir} is not writable`);
+    throw new UsageError(`${option} ${given}: directory ${dir} is not writable`);
   }
 }
 
@@ -108,11 +113,7 @@ export function checkOutputDir(option: string, dir: string): void {
   };
   while (!there(at)) at = path.dirname(at);
   if (!fs.existsSync(at) || !fs.statSync(at).isDirectory()) throw new UsageError(`${option} ${dir}: ${at} is ${fs.existsSync(at) ? 'a file' : 'a link to nothing'}, not a directory; name a directory (it is made if it does not exist)`);
-  try {
-    fs.accessSync(at, fs.constants.W_OK);
-  } catch {
-    throw new UsageError(`${option} ${dir}: directory ${at} is not writable`);
-  }
+  checkWritable(option, dir, at);
 }
 
 /** Writes a file named by `option` and says so on stderr; a failure names the option and the file. */

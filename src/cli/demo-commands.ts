@@ -87,11 +87,11 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
       backend = served.backend;
       io.err(`dashboard: ${served.url}/ (while this run lasts)\n`);
     }
-    results.push(await runDemo(opts, (line) => io.err(`${line}\n`), backend));
+    const ran = await runDemo(opts, (line) => io.err(`${line}\n`), backend);
+    results.push(ran);
     if (timeline) {
       const title = `ntt-proof demo — ${pacer} pacer (${base.workers} ${base.device} device workers, real time)`;
       // (The cap the run had, for `stoker plan` to replay: without it a plan replayed the run uncapped, 2.6× faster than it ran.)
-      const ran = results[results.length - 1] as DemoSummary;
       writeTrace(files[i] as string, title, timeline, performance.now(), { budgetBytes: base.budgetBytes, targetWaiting: base.targetWaiting, ...(ran.maxPreparing === null ? {} : { maxPreparing: ran.maxPreparing }) }, io);
     }
   }

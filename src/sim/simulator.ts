@@ -254,8 +254,6 @@ class Simulation {
       return false;
     }
     this.now = next;
-    // (Anything but the pacer's own wake is progress: the stall check counts only an unbroken run of those.)
-    if (next !== this.wakeAt || jobAt === next || scenAt === next || topAt === next) this.quietWakes = 0;
     if (jobAt === next) {
       this.arrive(job as PlannedJob, this.nextJob++);
     } else if (scenAt === next) {
@@ -273,13 +271,16 @@ class Simulation {
       this.wakeAt = Infinity;
       this.tickEvent.time = this.now;
       this.apply(this.tickEvent);
+      return true;
     }
+    // (Anything but the pacer's own wake is progress: the stall check counts only an unbroken run of those.)
+    this.quietWakes = 0;
     return true;
   }
 
   /**
-   * Whether the pacer has put off every dispatch for STALL_MS with work queued, nothing in flight
-   * and no scenario event to come: then nothing will ever happen but its own wakes (a pacer
+   * Whether the pacer has put off every dispatch for STALL_WAKES of its wakes in a row and STALL_MS,
+   * with work queued, nothing in flight and nothing more to arrive or happen: then nothing will ever happen but its own wakes (a pacer
    * answering `now + 1` each time it is asked ran millions of events and hung), and the run ends.
    */
   private stalled(): boolean {
