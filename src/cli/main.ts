@@ -89,7 +89,7 @@ function program(io: Io, setExit: (code: number) => void, configDoc: string): Co
     .option('--seeds <n>', 'seeds per setting (from the scenario\'s own)', '3')
     .option('--pacers <list>', 'comma-separated built-in pacers to try', 'stoker')
     .option('--targets <list>', 'comma-separated waiting targets to try', '1,2,4,8')
-    .option('--json', 'print { fit, scenario, seeds, frontier: [...], recommended: {...}, current, notRecommended?, rows: [every setting] } as JSON (current: the own setting of the run or scenario; notRecommended: settings passed over, and why)')
+    .option('--json', 'print { fit, scenario, seeds, frontier: [...], recommended: {...}, lowerLatency, current, notRecommended?, rows: [every setting] } as JSON (lowerLatency: a setting at the same throughput with a p99 job latency ≥ 1.25× lower, or null; current: the own setting of the run or scenario; notRecommended: settings passed over, and why)')
     .option('--scenario-out <file>', 'write the scenario planned on (the fitted one, from a trace) as JSON')
     .option('--html <file>', 'also write a self-contained HTML page: the fit, the frontier table, charts of every setting by peak memory (throughput, p99 latency), the recommendation')
     .option('--threads <n>', 'worker threads for the sweep (default: every core)')

@@ -4,7 +4,7 @@ import { performance } from 'node:perf_hooks';
 import { createPacer, PACER_NAMES } from '../core/index.js';
 import { fitRun, NO_BUDGET_NOTE, PlanError, type BatchFit, type FitReport } from '../plan/fit.js';
 import { sweep } from '../plan/parallel.js';
-import { applySetting, close, configLines, frontier, planGrid, recommend, settle, type PlanRow } from '../plan/sweep.js';
+import { applySetting, close, configLines, frontier, lowerLatency, planGrid, recommend, settle, type PlanRow } from '../plan/sweep.js';
 import { resolveScenario } from '../sim/load-scenario.js';
 import { oversizeKinds, parseScenario, prepareStep, simulate, type Scenario } from '../sim/index.js';
 import { fromChromeTrace } from '../report/chrome-trace.js';
@@ -97,7 +97,9 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const rows = settle(swept);
   // Fewer workers than the run's, read from a busy level the run hardly held: shown, not recommended.
   const thin = fit ? (r: PlanRow) => thinFewer(fit, r, scenario) : () => null;
-  const best = recommend(rows.filter((r) => thin(r) === null));
+  const recommendable = rows.filter((r) => thin(r) === null);
+  const best = recommend(recommendable);
+  const quicker = best ? lowerLatency(recommendable, best) : null;
   const passedOver = best ? rows.filter((r) => thin(r) !== null && r.itemsPerSec > best.itemsPerSec * 1.01) : [];
   // The recommendation is always shown, in its place by memory (folded into a setting within noise of it, it stands for that one).
   let front = frontier(rows);
@@ -110,6 +112,12 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
       ? `no setting finished every job in the simulated runs: the horizon (horizonS = ${scenario.horizonS} s) ended every run with jobs unfinished: raise horizonS, or these settings cannot serve the scenario in that time`
       : 'no setting finished every job in the simulated runs: the scenario is more than these settings can serve';
   const config = best ? configLines(best, scenario) : [];
+  const notes: string[] = [];
+  // (On a service its arrivals bound, every setting finishes what arrives: the recommendation, on memory first, may cost the jobs' latency — said, with the setting that keeps it.)
+  const occupancies = rows.filter((r) => r.unfinished === 0 && r.occupancy !== null).map((r) => r.occupancy as number);
+  const busiest = Math.max(...occupancies);
+  if (occupancies.length > 0 && busiest < ARRIVAL_BOUND) notes.push(`note: the devices are at most ${(busiest * 100).toFixed(0)} % busy under every setting that finishes every job: what arrives, not the devices, sets the throughput here — the settings differ in memory and job latency`);
+  if (best && quicker) notes.push(`lower latency: ${describe(quicker)}: p99 job latency ${formatMetric('jobLatencyP99Ms', quicker.jobLatencyP99Ms)} against the recommendation's ${formatMetric('jobLatencyP99Ms', best.jobLatencyP99Ms)} (${((best.jobLatencyP99Ms as number) / (quicker.jobLatencyP99Ms as number)).toFixed(1)}×), at peak ${bytes(quicker.peakMemoryBytes)} against ${bytes(best.peakMemoryBytes)} and ${quicker.itemsPerSec.toFixed(3)} items/s: where the jobs' latency matters more than memory, run it instead`);
   // More preparation threads than this machine has cores (a user's 2-core machine was told 4): said where the server would run here.
   const cores = os.availableParallelism();
   if (best?.maxPreparing && best.maxPreparing > cores) {
@@ -121,11 +129,11 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const current = own ? `the ${fit ? "run's" : "scenario's"} own setting${budgetBytes === undefined ? '' : ' with the --budget-bytes budget'}: ${describe(own)}: ${own.itemsPerSec.toFixed(3)} items/s, peak ${bytes(own.peakMemoryBytes)}, p99 latency ${formatMetric('jobLatencyP99Ms', own.jobLatencyP99Ms)}${own.unfinished > 0 ? `, ${own.unfinished} jobs lost over the seeds` : ''}` : '';
   if (flags.html !== undefined) {
     const table = { headers, rows: front.map((r) => row(r, r === best)) };
-    const html = renderPlanHtml({ title: `stoker plan ${spec ?? `--server ${flags.server}`}`, fitLines: fit ? fitText(fit).trimEnd().split('\n') : [], summary, table, rows, frontier: front, recommended: best, recommendation, current, config, describe });
+    const html = renderPlanHtml({ title: `stoker plan ${spec ?? `--server ${flags.server}`}`, fitLines: fit ? fitText(fit).trimEnd().split('\n') : [], summary, table, rows, frontier: front, recommended: best, recommendation, current, config, notes, describe });
     writeOutputFile('--html', flags.html, html, io);
   }
   if (flags.json) {
-    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config } : null, current: own ?? null, ...(passedOver.length > 0 ? { notRecommended: passedOver.map((r) => ({ ...r, why: thin(r) })) } : {}), rows }, null, 2)}\n`);
+    io.out(`${JSON.stringify({ fit, scenario: scenario.name, seeds, frontier: front, recommended: best ? { ...best, config } : null, lowerLatency: quicker ? { ...quicker, config: configLines(quicker, scenario) } : null, current: own ?? null, ...(passedOver.length > 0 ? { notRecommended: passedOver.map((r) => ({ ...r, why: thin(r) })) } : {}), rows }, null, 2)}\n`);
     return;
   }
   if (fit) io.out(fitText(fit));
@@ -136,7 +144,11 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   // (Pasted whole after a config's own tables, TOML refuses a table defined twice: they merge.)
   for (const r of passedOver.slice(0, 1)) io.out(`\nnot recommended: ${describe(r)} (${r.itemsPerSec.toFixed(3)} items/s): ${thin(r) as string}\n`);
   io.out(`\n${current ? `${current}\n` : ''}${recommendation}\n${config.length ? `# merge into your config: each key replaces the same key of the same table\n${config.join('\n')}\n` : ''}`);
+  if (notes.length) io.out(`\n${notes.join('\n')}\n`);
 }
+
+/** Below this occupancy under every setting, the devices are not what limits the throughput: the plan says so. */
+const ARRIVAL_BOUND = 0.8;
 
 /** Said under the table where a setting has no steady measures. */
 const STEADY_NOTE = 'occupancy and waiting read – where the simulated runs are too short for a steady window (it starts two passes through the pipeline after the first arrival and ends a latency before an ideal drain would): items/s, peak memory and p99 latency are over the whole run';

@@ -201,6 +201,28 @@ export function recommend(rows: readonly PlanRow[]): PlanRow | null {
   return [...pool].sort(simpler)[0] ?? null;
 }
 
+/** How much quicker (p99 job latency) a setting at the recommendation's throughput must be before the plan names it beside the recommendation. */
+export const LATENCY_TRADE = 1.25;
+
+/**
+ * Beside the recommendation (chosen on memory first): the setting with the least p99 job latency
+ * among those that finish every job within 1 % of the best throughput, where it is at least
+ * LATENCY_TRADE × quicker — what the recommendation's memory costs in latency (on a service its
+ * arrivals bound, where every setting finishes what arrives, a recommendation took 2.2 × the
+ * least p99 latency to halve the memory). Null when no such setting is that much quicker.
+ */
+export function lowerLatency(rows: readonly PlanRow[], recommended: PlanRow): PlanRow | null {
+  const usable = rows.filter((r) => r.unfinished === 0);
+  const best = Math.max(...usable.map((r) => r.itemsPerSec));
+  const pool = usable.filter((r) => r.itemsPerSec >= 0.99 * best);
+  const latency = Math.min(...pool.map(p99));
+  if (!(p99(recommended) > LATENCY_TRADE * latency)) return null;
+  // Of those within noise of the least latency, the least memory, then the simplest.
+  const quick = pool.filter((r) => p99(r) <= latency * (1 + NOISE));
+  const memory = Math.min(...quick.map((r) => r.peakMemoryBytes));
+  return [...quick.filter((r) => r.peakMemoryBytes <= memory * 1.01)].sort(simpler)[0] ?? null;
+}
+
 /**
  * The recommended setting as `stoker serve` config lines. The preparation cap is the server's
  * preparation slots, `[prepare] threads × concurrency` (threads for CPU-bound preparations; a

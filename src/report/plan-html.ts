@@ -19,6 +19,8 @@ export interface PlanHtmlInput {
   /** The scenario's (or the run's) own setting and what it did, in words ('' where it was not swept). */
   current: string;
   config: string[];
+  /** What the reader should weigh beside the recommendation (a quicker setting, devices its arrivals leave idle), in words. */
+  notes: string[];
   /** A setting in words (the hover text of its point). */
   describe: (r: PlanRow) => string;
 }
@@ -79,6 +81,7 @@ export function renderPlanHtml(p: PlanHtmlInput): string {
     ...(p.current ? [`<p>${esc(p.current)}</p>`] : []),
     `<p>${esc(p.recommendation)}</p>`,
     p.config.length ? `<pre class="config">${esc(p.config.join('\n'))}</pre>` : '',
+    ...p.notes.map((n) => `<p>${esc(n)}</p>`),
     '<h2>Every setting by peak memory</h2>',
     '<p class="note">Grey points: each setting swept (means over the seeds); the line: the frontier; the large point: the recommendation. Hover a point for its setting; drag to zoom, double-click to reset.</p>',
     '<div class="charts"><div class="chart" id="chart-throughput"></div><div class="chart" id="chart-latency"></div></div>',

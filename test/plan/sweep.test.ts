@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { configLines, frontier, planGrid, recommend, settle, type PlanRow } from '../../src/plan/sweep.js';
+import { configLines, frontier, lowerLatency, planGrid, recommend, settle, type PlanRow } from '../../src/plan/sweep.js';
 import { parseScenario, SCENARIOS } from '../../src/sim/index.js';
 
 const GiB = 2 ** 30;
@@ -44,6 +44,22 @@ describe('frontier and recommendation', () => {
     const far = row({ targetWaiting: 1, itemsPerSec: 0.98, peakMemoryBytes: 50 });
     expect(recommend([best, close, closeSlower, far])?.targetWaiting).toBe(2);
     expect(recommend([row({ unfinished: 2 })])).toBeNull();
+  });
+
+  it('names beside the recommendation the setting with the least latency at its throughput, where that is ≥ 1.25 × quicker', () => {
+    // A service its arrivals bound: every setting finishes what arrives; memory is halved at twice the latency.
+    const lean = row({ targetWaiting: 1, budgetBytes: 50, peakMemoryBytes: 50, jobLatencyP99Ms: 2000 });
+    const quick = row({ targetWaiting: 4, peakMemoryBytes: 100, jobLatencyP99Ms: 800 });
+    const quickFatter = row({ targetWaiting: 8, peakMemoryBytes: 120, jobLatencyP99Ms: 802 });
+    const quickerSlow = row({ targetWaiting: 2, itemsPerSec: 0.98, peakMemoryBytes: 60, jobLatencyP99Ms: 500 });
+    const quickerLost = row({ targetWaiting: 3, peakMemoryBytes: 60, jobLatencyP99Ms: 400, unfinished: 1 });
+    const rows = [lean, quick, quickFatter, quickerSlow, quickerLost];
+    const best = recommend(rows);
+    expect(best).toBe(lean);
+    // (Not the one under 1 % of the best throughput, nor one that lost jobs; of two within noise of the least latency, the leaner.)
+    expect(lowerLatency(rows, lean)).toBe(quick);
+    // 1.2 × quicker is not named.
+    expect(lowerLatency([row({ ...lean, jobLatencyP99Ms: 960 }), quick], row({ ...lean, jobLatencyP99Ms: 960 }))).toBeNull();
   });
 
   it('tries one more worker only where the device says how it slows with them', () => {
@@ -118,6 +134,22 @@ describe('stoker plan', () => {
     expect(out.recommended?.config).toContain('[engine]');
     // Progress on stderr, one line per setting.
     expect(r.err).toMatch(/\[1\/\d+\] stoker, target 1/);
+  });
+
+  it('names a quicker setting where its arrivals set the throughput and the recommendation saves memory at the jobs\' latency', async () => {
+    const t = tempDir();
+    try {
+      // Jobs at a third of what two workers serve: every setting finishes what arrives.
+      const light = t.file('light.json', JSON.stringify({ name: 'light', seed: 1, targetWaiting: 4, kinds: { proof: { prepare: { type: 'uniform', min: 20, max: 40 }, memory: { prepareBytes: GiB, deviceBytes: GiB / 4 } } }, devices: [{ workers: 2, service: { type: 'uniform', min: 2, max: 4 } }], arrivals: [{ poisson: { ratePerS: 0.03, untilS: 1800 }, partitions: 10, kind: 'proof' }] }));
+      const r = await run('plan', light, '--json', '--seeds', '2', '--threads', '1');
+      expect(r.code, r.err).toBe(0);
+      const out = JSON.parse(r.out) as { recommended: PlanRow; lowerLatency: (PlanRow & { config: string[] }) | null };
+      expect(out.lowerLatency?.config).toContain('[engine]');
+      expect((out.lowerLatency?.jobLatencyP99Ms as number) * 1.25).toBeLessThanOrEqual(out.recommended.jobLatencyP99Ms as number);
+      expect(out.lowerLatency?.itemsPerSec).toBeGreaterThanOrEqual(0.99 * out.recommended.itemsPerSec);
+    } finally {
+      t.cleanup();
+    }
   });
 
   it('does not recommend fewer workers than the run had from a busy level the run hardly held (it shows that setting, and why)', async () => {
