@@ -3,7 +3,8 @@ import path from 'node:path';
 import { buildApp } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
 import { Journal } from '../server/journal.js';
-import { listen, loadServerKinds, refuseExposure, type RunningServer } from '../server/serve.js';
+import type { ServerLog } from '../server/log.js';
+import { listen, loadServerKinds, refuseExposure, startLog, type RunningServer, type StartOptions } from '../server/serve.js';
 import { Service } from '../server/service.js';
 import { ClusterService } from './cluster-service.js';
 
@@ -12,7 +13,7 @@ import { ClusterService } from './cluster-service.js';
  * before a restart is the cluster's, not resumed here, so it is forgotten (taken again, it runs
  * afresh); the ended ones keep their results, to republish should Redis lose them.
  */
-async function openLocal(config: ServeConfig): Promise<Service> {
+async function openLocal(config: ServeConfig, log: ServerLog): Promise<Service> {
   const kinds = await loadServerKinds(config);
   const dataDir = path.join(config.dataDir, 'node');
   const journal = Journal.open(dataDir);
@@ -22,13 +23,14 @@ async function openLocal(config: ServeConfig): Promise<Service> {
     journal.close();
   }
   // Its jobs' ends are recorded in Redis too: an end its full journal cannot take still reaches the cluster.
-  return Service.open({ ...config, dataDir }, kinds, { endsRecordedElsewhere: true });
+  return Service.open({ ...config, dataDir }, kinds, { endsRecordedElsewhere: true, log });
 }
 
 /** `stoker serve --cluster redis://…`: a cluster node. */
-export async function startClusterServer(config: ServeConfig): Promise<RunningServer> {
+export async function startClusterServer(config: ServeConfig, options?: StartOptions): Promise<RunningServer> {
+  const log = startLog(options);
   refuseExposure(config);
-  const local = await openLocal(config);
+  const local = await openLocal(config, log);
   let accepted: Journal;
   try {
     await local.devicesStarted();
@@ -37,7 +39,7 @@ export async function startClusterServer(config: ServeConfig): Promise<RunningSe
     await local.close(0);
     throw e;
   }
-  const cluster = new ClusterService(config, local, accepted);
+  const cluster = new ClusterService(config, local, accepted, log);
   let app: FastifyInstance;
   let address: string;
   try {

@@ -9,6 +9,7 @@ import type { DeviceRunner, StageThreads } from '../runtime/threaded.js';
 import type { Handoff } from '../runtime/threads/protocol.js';
 import { ConfigError, type DeviceConfig, type ServeConfig } from './config.js';
 import type { LoadedKind } from './kind-module.js';
+import type { ServerLog } from './log.js';
 
 /** A device as the server numbers it. */
 export interface ServiceDevice {
@@ -43,11 +44,11 @@ export function deviceHandoffs(devices: readonly ServiceDevice[], dataDir: strin
 }
 
 /** Where a device's steps run: the shared device threads, its processes, or its endpoint. */
-export function deviceRunner(name: string, d: DeviceConfig, threads: StageThreads): DeviceRunner {
-  if (d.http) return new HttpDevice({ name, workers: d.workers, url: d.http.url, headers: d.http.headers, timeoutMs: d.http.timeoutS * 1000, maxResponseBytes: d.http.maxResponseBytes, unreachableMs: d.http.unreachableS * 1000, log: (line) => void process.stderr.write(`${line}\n`) });
+export function deviceRunner(name: string, d: DeviceConfig, threads: StageThreads, log: ServerLog): DeviceRunner {
+  if (d.http) return new HttpDevice({ name, workers: d.workers, url: d.http.url, headers: d.http.headers, timeoutMs: d.http.timeoutS * 1000, maxResponseBytes: d.http.maxResponseBytes, unreachableMs: d.http.unreachableS * 1000, log });
   const p = d.process;
   if (!p) return threads;
-  return new ProcessDevice({ name, workers: d.workers, command: p.command, args: p.args, env: p.env, ...(p.cwd === undefined ? {} : { cwd: p.cwd }), readyTimeoutMs: p.readyTimeoutS * 1000, maxFrameBytes: p.maxFrameBytes, onWithdraw: p.onWithdraw, finishTimeoutMs: p.finishTimeoutS * 1000 });
+  return new ProcessDevice({ name, workers: d.workers, command: p.command, args: p.args, env: p.env, ...(p.cwd === undefined ? {} : { cwd: p.cwd }), readyTimeoutMs: p.readyTimeoutS * 1000, maxFrameBytes: p.maxFrameBytes, onWithdraw: p.onWithdraw, finishTimeoutMs: p.finishTimeoutS * 1000, log });
 }
 
 /**

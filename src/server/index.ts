@@ -9,7 +9,8 @@
  * await server.close();           // graceful: in-flight partitions finish, the rest resume on the next start
  * ```
  */
-export { startServer, type RunningServer } from './serve.js';
+export { startServer, type RunningServer, type StartOptions } from './serve.js';
+export type { ServerLog } from './log.js';
 export { loadConfig, configToToml, ConfigError, CONFIG_DOC, type ConfigIssue, type ConfigValues, type KindConfig, type LoadConfigOptions, type ServeConfig, type ServerConfig, type EngineConfig, type DeviceConfig, type PrepareConfig, type ClusterConfig } from './config.js';
 export { loadKind, KindModuleError, type Json, type KindModule, type LoadedKind, type PrepareContext, type RunContext } from './kind-module.js';
 export { BUILT_IN_KINDS, loadKinds, type KindSource, type KindView } from './kinds.js';

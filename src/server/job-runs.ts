@@ -10,6 +10,7 @@ import type { GroupCommit, WriteResult } from './group-commit.js';
 import { ignoreFull, isJournalError, Journal, type JournalJob, type JournalOutcome } from './journal.js';
 import type { LoadedKind } from './kind-module.js';
 import type { KindRouter, RoutedInput } from './kinds.js';
+import type { ServerLog } from './log.js';
 import { PendingEnds, type Announce } from './pending-ends.js';
 
 /** Resumed jobs whose partition numbering is remembered for the timeline after they end. */
@@ -27,6 +28,8 @@ export interface JobRunsParts {
   /** Says a job started, or a partition's output was journaled. */
   emit(e: { type: 'job.started'; id: string } | { type: 'job.partition'; id: string; partition: number }): void;
   announce: Announce;
+  /** Where the engine's own failure is said. */
+  log: ServerLog;
 }
 
 /** The jobs of one service on its runtime, from their start (or resume) to their end. */
@@ -212,7 +215,7 @@ export class JobRuns {
     // unfinished, to resume when the server starts again.
     if (code === 'E_CANCELLED') return;
     if (code === 'E_RUNTIME_FAILED') {
-      if (!this.runtimeFailed) process.stderr.write(`error: ${reason}; the unfinished jobs are kept in the journal and resume when the server starts again: restart it\n`);
+      if (!this.runtimeFailed) this.p.log(`error: ${reason}; the unfinished jobs are kept in the journal and resume when the server starts again: restart it`);
       this.runtimeFailed = true;
       return;
     }

@@ -6,6 +6,7 @@
  */
 import type { PacerState } from '../core/index.js';
 import type { ServiceDevice } from './device-runners.js';
+import type { ServerLog } from './log.js';
 
 /** The `device.measurement` event, without its time. */
 export type MeasurementEvent = {
@@ -27,6 +28,7 @@ export class MeasurementCheck {
   constructor(
     private readonly devices: readonly ServiceDevice[],
     private readonly say: (e: MeasurementEvent) => void,
+    private readonly log: ServerLog,
   ) {}
 
   /** Looks at the pacer's state: each device whose trust changed is said (a first `estimate` is not news). */
@@ -44,7 +46,7 @@ export class MeasurementCheck {
     const ratio = d.observedRatio ?? 1;
     const observedPerSec = d.estimatedPerSec === null ? null : d.estimatedPerSec * ratio;
     const line = `device ${name}: ${d.trusted === 'observed' ? 'the pacer now plans with the observed rate' : 'the pacer plans with the busy time again'}: ${this.cause(d, i)}`;
-    process.stderr.write(`stoker serve: ${line}\n`);
+    this.log(`stoker serve: ${line}`);
     this.say({ type: 'device.measurement', device: name, estimatedPerSec: d.estimatedPerSec, observedPerSec, trusted: d.trusted, reason: line });
   }
 

@@ -6,6 +6,7 @@ import { exposureProblem } from './access.js';
 import { ConfigError, deviceType, deviceTypes, type ServeConfig } from './config.js';
 import { KindModuleError, type LoadedKind } from './kind-module.js';
 import { loadKinds, type KindSource } from './kinds.js';
+import { stderrLog, type ServerLog } from './log.js';
 import { Service } from './service.js';
 import { redactUrl } from '../runtime/redact.js';
 
@@ -82,20 +83,34 @@ export async function listen(app: FastifyInstance, config: ServeConfig): Promise
   return `${config.server.tlsCert ? 'https' : 'http'}://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`;
 }
 
+/** What a program may give `startServer` and `startClusterServer` beside the config. */
+export interface StartOptions {
+  /** Receives each line the server would write to stderr (failing steps, a full journal, a device restarted, a process device's stderr), without its newline. @default standard error */
+  log?: ServerLog;
+}
+
+/** The start options, checked: a log that is no function is refused (it would throw at the first line, amid a failure). */
+export function startLog(options: StartOptions | undefined): ServerLog {
+  const log = options?.log;
+  if (log !== undefined && typeof log !== 'function') throw new TypeError(`options.log must be a function that takes one line of text (got ${typeof log}), e.g. { log: (line) => logger.info(line) }, or absent for standard error`);
+  return log ?? stderrLog;
+}
+
 /**
  * Opens the journal in `config.dataDir` with the built-in kinds and the config's kind modules
  * (each checked first: a bad module throws a KindModuleError naming it and the export, before
  * anything starts), resumes its unfinished jobs, and listens. Local mode only: a cluster node is
- * `startClusterServer` (stoker/cluster).
+ * `startClusterServer` (stoker/cluster). `options.log` takes what it says to its operator.
  */
-export async function startServer(config: ServeConfig): Promise<RunningServer> {
+export async function startServer(config: ServeConfig, options?: StartOptions): Promise<RunningServer> {
+  const log = startLog(options);
   if (config.cluster.redis !== 'none') throw new Error(`cluster.redis is ${redactUrl(config.cluster.redis)}: start a cluster node with startClusterServer from stoker/cluster`);
   const webgpu = [config.device, ...Object.values(config.devices ?? {})].some((d) => d.kind === 'webgpu' && deviceType(d) === 'thread');
   if (webgpu) requireOptional('the WebGPU device (kind = "webgpu")', ['webgpu']);
   refuseExposure(config);
   const kinds = await loadServerKinds(config);
   // The journaled jobs resume once the devices are known to start (a broken one would fail them for good on the way to exit 2).
-  const service = Service.open(config, kinds, { resume: false });
+  const service = Service.open(config, kinds, { resume: false, log });
   let app: FastifyInstance;
   let address: string;
   try {

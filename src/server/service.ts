@@ -23,6 +23,7 @@ import type { LoadedKind } from './kind-module.js';
 import { KindRouter, kindView, type KindView, type RoutedInput } from './kinds.js';
 import { localJobView } from './local-view.js';
 import { FailureLog } from './failure-log.js';
+import { stderrLog, type ServerLog } from './log.js';
 import { MeasurementCheck } from './measurement-check.js';
 import { ServiceMetrics } from './metrics.js';
 import { PacerMemory } from './pacer-memory.js';
@@ -93,6 +94,7 @@ export class Service {
     private readonly journal: Journal,
     private readonly kinds: ReadonlyMap<string, LoadedKind>,
     endsRecordedElsewhere: boolean,
+    log: ServerLog,
   ) {
     this.events.setMaxListeners(0);
     this.commits = new GroupCommit(journal);
@@ -111,7 +113,7 @@ export class Service {
       prepareConcurrency: config.prepare.concurrency,
       pool: this.pool,
     });
-    const runners = this.devices.map(({ name, config: d }) => deviceRunner(name, d, threads));
+    const runners = this.devices.map(({ name, config: d }) => deviceRunner(name, d, threads, log));
     this.runners = runners;
     this.metrics = new ServiceMetrics(this);
     const router = this.routerOver(threads, runners);
@@ -119,7 +121,7 @@ export class Service {
     const pacer = PACERS[config.engine.pacer];
     this.memory = new PacerMemory(config.dataDir, this.devices, config.engine.pacerOptions, pacer && Object.hasOwn(PACERS, config.engine.pacer) ? optionsRead(pacer.create) : undefined);
     const grouped = [...kinds.values()].filter((k) => k.prepareBatch);
-    const failures = new FailureLog((line) => void process.stderr.write(`${line}\n`));
+    const failures = new FailureLog(log);
     this.runtime = new Runtime({
       workload: router,
       devices: engineDevices(this.devices, kinds),
@@ -140,10 +142,10 @@ export class Service {
       },
     });
     const announce = (job: JournalJob, finishedAt: number, outcome: JournalOutcome) => this.announceEnd(job, finishedAt, outcome);
-    this.runs = new JobRuns({ journal, commits: this.commits, kinds, runtime: this.runtime, router, endsRecordedElsewhere, emit: (e) => this.emit(e), announce });
+    this.runs = new JobRuns({ journal, commits: this.commits, kinds, runtime: this.runtime, router, endsRecordedElsewhere, emit: (e) => this.emit(e), announce, log });
     this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, waitingForKinds: () => this.waitingIds.size, stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
-    const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e));
+    const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e), log);
     const full = { said: 0, at: -Infinity, open: false };
     this.pacerTimer = setInterval(() => {
       failures.flush();
@@ -156,13 +158,13 @@ export class Service {
       if (this.runs.endsKept === 0) this.journal.checkRoom();
       const refused = this.journal.fullRefusals;
       if (refused > full.said && Date.now() - full.at >= 60_000) {
-        process.stderr.write(`stoker serve: ${this.journal.fullReason()}: ${refused - full.said} journal writes refused (a submission it cannot write gets 507; jobs already accepted go on, their ends kept in memory until there is room) — ${this.journal.fullFix()}\n`);
+        log(`stoker serve: ${this.journal.fullReason()}: ${refused - full.said} journal writes refused (a submission it cannot write gets 507; jobs already accepted go on, their ends kept in memory until there is room) — ${this.journal.fullFix()}`);
         full.said = refused;
         full.at = Date.now();
         full.open = true;
       } else if (full.open && !this.journal.full) {
         // (Said once room is back: the next time it fills is said at once.)
-        process.stderr.write(`stoker serve: the journal takes writes again (${refused} refused while it was full); submissions are accepted\n`);
+        log(`stoker serve: the journal takes writes again (${refused} refused while it was full); submissions are accepted`);
         full.said = refused;
         full.at = -Infinity;
         full.open = false;
@@ -237,11 +239,11 @@ export class Service {
    * in Redis), so an end a full journal cannot take is shown and announced from memory at once —
    * the cluster needs it to record the result — instead of keeping the job unfinished until it lands.
    */
-  static open(config: ServeConfig, kinds: ReadonlyMap<string, LoadedKind>, options: { endsRecordedElsewhere?: boolean; resume?: boolean } = {}): Service {
+  static open(config: ServeConfig, kinds: ReadonlyMap<string, LoadedKind>, options: { endsRecordedElsewhere?: boolean; resume?: boolean; log?: ServerLog } = {}): Service {
     const journal = Journal.open(config.dataDir, config.journal ? { maxBytes: config.journal.maxBytes } : {});
     let service: Service;
     try {
-      service = new Service(config, journal, kinds, options.endsRecordedElsewhere ?? false);
+      service = new Service(config, journal, kinds, options.endsRecordedElsewhere ?? false, options.log ?? stderrLog);
     } catch (e) {
       journal.close();
       throw e;
