@@ -167,11 +167,12 @@ export class HttpDevice implements DeviceRunner {
     clearTimeout(this.probe);
     this.probe = undefined;
     if (Number.isNaN(this.shown0)) return;
-    // Unreachable from its first failure until some time after its last: how long after is not
-    // known (it said "after 108.3 s unreachable" of an endpoint back for minutes).
+    // Unreachable from its first failure until some time between its last and now: said as that
+    // range (the time to its last failure alone read "0.0 s" of an outage of 4 s seen once, and
+    // "108.3 s" of one that lasted minutes).
     const now = performance.now();
     const s = (ms: number) => (ms / 1000).toFixed(1);
-    this.o.log(`[device ${this.o.name}] ${this.shown} ${how}: it was unreachable for ${s(this.shownLast - this.shown0)} s${now - this.shownLast > 2 * RESEND_MAX_MS ? `, the last time seen so ${s(now - this.shownLast)} s ago` : ''}`);
+    this.o.log(`[device ${this.o.name}] ${this.shown} ${how}: it was unreachable for ${s(this.shownLast - this.shown0)}–${s(now - this.shown0)} s (to its last failure, and to this answer)`);
     this.shown0 = NaN;
   }
 
