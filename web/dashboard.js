@@ -54,7 +54,7 @@ function makeCharts(devices) {
       { label: 'completed / s' },
     ]),
     waiting: new Chart('chart-waiting', [{ label: 'waiting', width: 2, fill: 'rgba(31,95,191,0.08)' }, { label: 'target', stroke: '#d23c3c', dash: [6, 4] }, { label: 'waiting (pacer avg)', stroke: '#7c4dbf', width: 1 }], { fmt: (v) => fmtNum(v, 1) }),
-    inventory: new Chart('chart-inventory', [{ label: 'inventory', width: 2, fill: 'rgba(31,95,191,0.08)' }, { label: "need (Little's law)", stroke: '#d23c3c', dash: [6, 4] }, { label: 'preparing', stroke: '#e07b1a', width: 1 }], { fmt: (v) => fmtNum(v, 1) }),
+    inventory: new Chart('chart-inventory', [{ label: 'inventory', width: 2, fill: 'rgba(31,95,191,0.08)' }, { label: "need (the pacer's target)", stroke: '#d23c3c', dash: [6, 4] }, { label: 'preparing', stroke: '#e07b1a', width: 1 }], { fmt: (v) => fmtNum(v, 1) }),
     memory: new Chart('chart-memory', [{ label: 'reserved', width: 2, fill: 'rgba(31,95,191,0.08)' }, { label: 'idle pooled', stroke: '#e07b1a' }, { label: 'budget', stroke: '#d23c3c', dash: [6, 4] }], { fmt: fmtBytes }),
     jobs: new Chart('chart-jobs', [{ label: 'done', stroke: '#2e9b5a', width: 2 }, { label: 'failed', stroke: '#d23c3c' }, { label: 'cancelled', stroke: '#8a929c' }], { fmt: (v) => fmtNum(v, 0) }),
   };

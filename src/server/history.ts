@@ -49,7 +49,7 @@ export interface HistorySample {
   pacerMode: string;
   partitions: Levels;
   waitingTarget: number;
-  /** The pacer's smoothed waiting and inventory need (Little's law), where it has them. */
+  /** The pacer's smoothed waiting and inventory need (its inventory target: Little's law plus its integral), where it has them. */
   waitingAvg: number | null;
   need: number | null;
   memory: { reservedBytes: number; idlePoolBytes: number; budgetBytes: number | null };
