@@ -112,6 +112,12 @@ export async function demoCommand(flags: DemoFlags, io: Io): Promise<void> {
     `${r.freshBuffers}/${r.reusedBuffers}`,
   ]);
   io.out(formatTable(['pacer', 'jobs done/failed', 'partitions/s', 'occupancy', 'waiting', 'peak pool', 'peak reserved', 'latency p50', 'latency p99', 'buffers fresh/reused'], rows));
+  // (A user read occupancy 0.03 as a bad result: it was 4 jobs of 4 partitions in flight.)
+  for (const r of results) {
+    if (r.occupancy !== null && r.occupancy < 0.8 && r.queueEmptyShare !== null && r.queueEmptyShare >= 0.5) {
+      io.out(`note: ${r.pacer}: nothing was queued ${(r.queueEmptyShare * 100).toFixed(0)} % of the time, the devices ${(r.occupancy * 100).toFixed(0)} % busy: the load held them idle, not the pacer — at most --jobs-in-flight × --partitions = ${base.jobsInFlight * base.partitions} partitions in flight; raise --jobs-in-flight for a load that keeps them busy\n`);
+    }
+  }
 }
 
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;

@@ -17,6 +17,8 @@ export interface DemoSummary {
   maxPreparing: number | null;
   /** Time-weighted mean of items waiting for a device, same period. */
   waitingMean: number;
+  /** Share of the same period with no partition queued (every one of the jobs in flight dispatched): near 1 with a low occupancy, the load — too few jobs in flight — held the devices idle, not the pacer. Null: no such period. */
+  queueEmptyShare: number | null;
   /** Peak bytes held: pooled buffers (leased + idle) at their high-water mark. */
   peakPoolBytes: number;
   /** Peak bytes reserved by the engine's budget accounting. */
@@ -103,6 +105,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   // Sampling: occupancy from the workers' busy time (running items included), waiting from the engine.
   let peakReserved = 0;
   let waitingIntegral = 0;
+  let emptyMs = 0;
   let sampledMs = 0;
   let busyAtSteady = 0;
   let steadyStart = NaN;
@@ -125,6 +128,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
         busyAtSteady = busyMs();
       } else {
         waitingIntegral += s.waiting * (now - lastT);
+        if (s.backlog === 0) emptyMs += now - lastT;
         sampledMs += now - lastT;
       }
     }
@@ -167,6 +171,7 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
     occupancy,
     maxPreparing: Number.isFinite(cap) ? cap : null,
     waitingMean: sampledMs > 0 ? waitingIntegral / sampledMs : 0,
+    queueEmptyShare: sampledMs > 0 ? emptyMs / sampledMs : null,
     peakPoolBytes: stats.highWaterBytes,
     peakReservedBytes: peakReserved,
     jobLatencyP50Ms: pct(0.5),

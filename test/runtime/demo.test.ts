@@ -4,6 +4,8 @@
  * second it ended in). Short progress windows (100 ms) against device steps of tens of ms (2^18 coefficients) make
  * the old error show on almost every run.
  */
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 // Thread entry points exist only as compiled JavaScript: the runtime is imported from dist/.
 import { runDemo } from '../../dist/runtime/demo.js';
@@ -19,5 +21,13 @@ describe('demo progress lines', () => {
     expect(Math.max(...occ)).toBeGreaterThan(0.3);
     expect(summary.occupancy).toBeLessThanOrEqual(1);
     expect(summary.jobsFailed).toBe(0);
+    expect(summary.queueEmptyShare).toBeGreaterThanOrEqual(0);
+    expect(summary.queueEmptyShare).toBeLessThanOrEqual(1);
+  }, 60_000);
+
+  it('say where the load, not the pacer, held the devices idle (a user read occupancy 0.03 of 4 jobs × 4 partitions as a bad result)', () => {
+    const args = ['demo', '--seconds', '2', '--log-n', '10', '--synthesis-ms', '200', '--partitions', '2', '--jobs-in-flight', '1', '--quiet'];
+    const text = execFileSync(process.execPath, [path.resolve('dist/cli/main.js'), ...args], { encoding: 'utf8' });
+    expect(text).toMatch(/note: stoker: nothing was queued \d+ % of the time, the devices \d+ % busy: the load held them idle, not the pacer — at most --jobs-in-flight × --partitions = 2 partitions in flight/);
   }, 60_000);
 });
