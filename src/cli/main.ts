@@ -10,6 +10,26 @@ import type { ConfigFlags } from './service-commands.js';
 import { ClientError, type ClientFlags, type SubmitFlags, type TraceExportFlags } from './client-commands.js';
 import { UsageError, type Io } from './io.js';
 
+/** What bench's columns mean (a user read them with the README open beside): its Measures section, in short. */
+const BENCH_LEGEND = `
+The table's columns (the steady window: from two passes through the pipeline after the first
+arrival to a latency before an ideal drain; – where a run is too short to have one):
+  throughputRatio      completions ÷ the devices' capacity over the steady window (1: never idle)
+  occupancy            busy ÷ live workers (steady window)
+  waitingMean/Std/P95  partitions prepared and waiting for a device, time-weighted (steady window)
+  inventoryRatio       the most preparing + waiting ÷ what Little's law needs (capacity × mean
+                       preparation latency + target; steady window)
+  peakMemory           the most bytes reserved at once (the memory budget's accounting)
+  jobLatencyP50        a job's submission to its end, the median
+  burstMax             the most dispatches within one service interval (1 ÷ capacity)
+  settleCompletions    after a speed change: completions until the pacer's rate estimate stays
+                       within 5 % of the new capacity
+  rampMs               from the last speed change (else the last arrival) to the first 10 s with
+                       occupancy ≥ 0.95
+  leakedBytes          bytes still reserved at the end (0 unless something leaked)
+  done/failed/cancelled  jobs by how they ended
+--json has these and more (every field: the README's Measures).`;
+
 // Each command's module is imported when that command runs: all of them loaded took ~0.7 s of a
 // client command's start (the simulator, the server, fastify, zod, ajv…), and `stoker status` needs none.
 const sim = () => import('./commands.js');
@@ -78,6 +98,7 @@ function program(io: Io, setExit: (code: number) => void, configDoc: string): Co
     .option('-o, --out <dir>', 'write report.json and SVG charts to this directory')
     .option('--html <file>', 'write a self-contained HTML report: the table, and per scenario its metrics and charts')
     .option('--random <n>', "instead of the built-in scenarios, n random ones (kinds, preparation laws and knees, devices, arrivals; --seed picks the draw, default 1), each pacer's speed, memory and p99 job latency against unpaced's")
+    .addHelpText('after', BENCH_LEGEND)
     .action(async (flags: BenchFlags) => (await sim()).benchCommand(flags, io));
 
   p.command('plan')
@@ -330,3 +351,4 @@ if (isMain()) {
     process.exitCode = code;
   });
 }
+

@@ -410,6 +410,15 @@ describe('help and version', () => {
     expect(sub.out).toContain('--pacer');
   });
 
+  it("bench --help says what each of the table's columns means", async () => {
+    const table = (await run('bench', '--scenarios', 'seed', '--pacers', 'unpaced')).out.split('\n')[0] as string;
+    const help = (await run('bench', '--help')).out;
+    const columns = table.trim().split(/\s{2,}/).filter((c) => c !== 'scenario' && c !== 'pacer');
+    expect(columns.length).toBeGreaterThanOrEqual(10);
+    // (waitingMean, waitingStd and waitingP95 are told together: waitingMean/Std/P95.)
+    for (const c of columns) expect(help, c).toMatch(new RegExp(`^  ${c.replace(/^waiting(Mean|Std|P95)$/, 'waitingMean/Std/P95').replace(/\//g, '\\/')}\\s`, 'm'));
+  });
+
   it('--version prints the package version', async () => {
     const pkg = JSON.parse(fs.readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
     const r = await run('--version');
