@@ -371,20 +371,20 @@ describe('stoker pacer', () => {
     expect(d.e.pacer.nextDispatchAt(d.e.snapshot)).toBe(Infinity);
   });
 
-  it('does not restart its bootstrap while a bootstrap item is still in flight', () => {
+  it('does not restart its bootstrap while a bootstrap item is still in flight: a withdrawn one is replaced, no more', () => {
     const d = new Driver(new Engine({ devices: [{ workers: 1 }], pacer: createStokerPacer({ targetWaiting: 1, bootstrapSpacingMs: 10 }) }));
     d.apply({ type: 'submit', time: 0, job: job('a', 1) });
     d.apply({ type: 'submit', time: 0, job: job('b', 5) });
     expect(runTicks(d, 1000, 10)).toEqual([10]);
     expect(d.items.map((i) => `${i.jobId}:${i.partition}`)).toEqual(['a:0', 'b:0']);
-    // Half of the bootstrap is withdrawn; b:0 is still preparing, so no new bootstrap starts.
-    d.apply({ type: 'cancel', time: 2000, jobId: 'a' });
+    // Half of the bootstrap is withdrawn; b:0 is still preparing, so no new bootstrap starts: b:1 takes a:0's place.
+    expect(prepared(d.apply({ type: 'cancel', time: 2000, jobId: 'a' }))).toEqual(['b:1']);
     for (const t of [3000, 50_000]) expect(prepared(d.apply({ type: 'tick', time: t }))).toEqual([]);
     const b0 = d.items[1]!;
     d.prepare(50_100, 1);
     expect(b0.state).toBe('on-device');
     expect(prepared(d.apply({ type: 'tick', time: 60_000 }))).toEqual([]);
-    expect(d.e.snapshot).toMatchObject({ dispatched: 2, backlog: 4, onDevice: 1 });
+    expect(d.e.snapshot).toMatchObject({ dispatched: 3, backlog: 3, onDevice: 1 });
     expect(d.e.pacer.nextDispatchAt(d.e.snapshot)).toBe(Infinity);
     // Its completion measures the device (100 ms per item, 1 worker: 10 items/s) and pacing starts.
     d.done(60_100, 1, 100);
@@ -632,6 +632,22 @@ describe('stoker pacer: kinds on the device', () => {
   });
 });
 
+describe('stoker pacer: bootstrap', () => {
+  it('replaces a bootstrap item withdrawn before anything was measured (counted as sent, a cancel beside a preparation that never ended held dispatch for good)', () => {
+    const e = new Engine({ devices: [{ workers: 2 }], pacer: createStokerPacer({ targetWaiting: 2 }) });
+    const d = new Driver(e);
+    // 2 device items + a target of 2: 4 bootstrap items, two of a job whose preparations never end.
+    let started = prepared(d.apply({ type: 'submit', time: 0, job: job('hung', 2) }));
+    started.push(...prepared(d.apply({ type: 'submit', time: 1, job: job('b', 2) })));
+    for (let t = 100; t <= 10_000; t += 100) started.push(...prepared(d.apply({ type: 'tick', time: t })));
+    expect(started).toEqual(['hung:0', 'hung:1', 'b:0', 'b:1']);
+    d.apply({ type: 'cancel', time: 10_100, jobId: 'b' });
+    started = prepared(d.apply({ type: 'submit', time: 10_200, job: job('c', 3) }));
+    for (let t = 10_300; t <= 20_000; t += 100) started.push(...prepared(d.apply({ type: 'tick', time: t })));
+    expect(started).toEqual(['c:0', 'c:1']);
+  });
+});
+
 describe('stoker pacer: the preparation limiter', () => {
   it('starts from a remembered limit: no more than that many preparations at once, the next one when one ends', () => {
     const e = new Engine({ devices: [{ workers: 2 }], pacer: createStokerPacer({ targetWaiting: 2, priorServiceMs: 100, priorLatencyMs: 1000, priorPrepareLimit: 3 }) });
@@ -644,6 +660,29 @@ describe('stoker pacer: the preparation limiter', () => {
     out = d.prepare(600, 0);
     expect(prepared(out).length).toBeLessThanOrEqual(1);
     expect(e.snapshot.preparing).toBeLessThanOrEqual(3);
+  });
+
+  it('a preparation that never ends does not hold the limit for good: past 8 planned latencies with none ending it no longer counts, and once it goes its exemption goes with it', () => {
+    // A fault trial: a prepare that never settled held a learned limit of 1; 29 partitions queued, the devices idle, for as long as the server ran.
+    const e = new Engine({ devices: [{ workers: 2 }], pacer: createStokerPacer({ targetWaiting: 2, priorServiceMs: 100, priorLatencyMs: 1000, priorPrepareLimit: 1 }) });
+    const d = new Driver(e);
+    expect(prepared(d.apply({ type: 'submit', time: 0, job: job('hung', 1) }))).toEqual(['hung:0']);
+    let out = d.apply({ type: 'submit', time: 10, job: job('a', 3) });
+    expect(prepared(out)).toEqual([]);
+    // The engine asks to be woken when the hung one is taken as stuck (8 × the planned latency), and then a:0 starts.
+    const wake = ofType(out, 'wakeAt').at(-1)?.time as number;
+    expect(wake).toBeGreaterThanOrEqual(8000);
+    expect(wake).toBeLessThan(20_000);
+    expect(prepared(d.apply({ type: 'tick', time: wake - 1 }))).toEqual([]);
+    out = d.apply({ type: 'tick', time: wake });
+    expect(prepared(out)).toEqual(['a:0']);
+    // Beside it, one at a time as the limit says: a:1 once a:0 is prepared.
+    expect(prepared(d.prepare(wake + 1000, 1, 1000))).toEqual(['a:1']);
+    expect(e.snapshot.preparing).toBe(2);
+    // The hung one cancelled: the limit counts every preparation again (a:2 waits for a:1).
+    d.apply({ type: 'cancel', time: wake + 1100, jobId: 'hung' });
+    expect(prepared(d.apply({ type: 'tick', time: wake + 1200 }))).toEqual([]);
+    expect(prepared(d.prepare(wake + 2000, 2, 800))).toEqual(['a:2']);
   });
 
   it('rejects a limit that is not a number', () => {
