@@ -378,9 +378,10 @@ class WorkerProcess {
       this.end(life, `it sent ${JSON.stringify(h).slice(0, 100)} where a result of batch ${step.id} with a new index from 0 to ${step.size - 1} was due`);
       return false;
     }
-    const busyNs = h['busyNs'];
-    if (!validBusyNs(busyNs)) {
-      this.end(life, `busyNs must be a finite number ≥ 0 (the ns the batch occupied the worker), got ${JSON.stringify(busyNs)}`);
+    const busyNs = h['busyNs'] as number | undefined;
+    const bad = busyProblem(busyNs, performance.now() - step.sentAt);
+    if (bad) {
+      this.end(life, `${bad} (the batch)`);
       return false;
     }
     if (busyNs !== undefined) step.busyNs = Math.max(step.busyNs ?? 0, busyNs);
@@ -400,10 +401,9 @@ class WorkerProcess {
       this.failures = 0;
       return step.reject(failure(`${this.label}: ${typeof h['error'] === 'string' ? h['error'] : 'the step failed (no error message)'}`, h['retry']));
     }
-    const busyNs = h['busyNs'];
-    if (!validBusyNs(busyNs)) {
-      return step.reject(new Error(`${this.label}: busyNs must be a finite number ≥ 0 (the ns the item occupied the worker), got ${JSON.stringify(busyNs)}`));
-    }
+    const busyNs = h['busyNs'] as number | undefined;
+    const bad = busyProblem(busyNs, wallMs);
+    if (bad) return step.reject(new Error(`${this.label}: ${bad}`));
     this.failures = 0;
     step.resolve({ output: outputOf(f), busyMs: busyNs === undefined ? wallMs : busyNs / 1e6 });
   }
@@ -470,9 +470,18 @@ class WorkerProcess {
   }
 }
 
-/** A result's busyNs: absent, or a finite number ≥ 0. */
-function validBusyNs(v: unknown): v is number | undefined {
-  return v === undefined || (typeof v === 'number' && Number.isFinite(v) && v >= 0);
+/**
+ * What is wrong with a result's busyNs, or undefined: it is absent, or a number of ns ≥ 0 no longer
+ * than the step has been out (`wallMs` since it was sent; 1 ms and 1 % over for the two clocks'
+ * granularity). A longer one cannot be the time the item occupied the worker — ms or a timestamp
+ * in its place (1e30 ns was taken: the pacer's rate went to 0, 30 items of 2 ms took 49 s, and the
+ * device's busy seconds and its remembered service time kept it).
+ */
+function busyProblem(v: unknown, wallMs: number): string | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) return `busyNs must be a finite number ≥ 0 (the ns the item occupied the worker), got ${JSON.stringify(v)}`;
+  if (v / 1e6 > wallMs * 1.01 + 1) return `busyNs ${v} is longer than the ${Math.round(wallMs * 1e6)} ns since the step was sent: report the ns the item occupied the worker (time.perf_counter_ns() around the work), not ms or a timestamp`;
+  return undefined;
 }
 
 /** A successful result's output: its payload, empty bytes (`bytes` without one), or its JSON `output`. */

@@ -28,6 +28,8 @@ interface Input {
   bytes?: number;
   /** mode "big": the characters of the string the device returns. */
   chars?: number;
+  /** busy-device.mjs: the busyNs it reports. */
+  busyNs?: number;
 }
 
 const closers: (() => Promise<void>)[] = [];
@@ -66,6 +68,15 @@ describe('a Python process device (python/stoker_worker.py)', () => {
     expect(rt.engine.budget.used).toBe(0);
     // The helper's own measure is the busy time.
     expect(rt.status().counters.deviceBusyMs).toBeGreaterThan(0);
+  });
+
+  it('a busyNs longer than the step has been out (ms or a timestamp in its place) fails its item, naming it; a true one is the busy time', async () => {
+    // (1e30 ns was taken: the pacer's rate went to 0, and the device's busy seconds and remembered service time kept it.)
+    const { rt } = setup({ command: process.execPath, args: [path.join(FIXTURES, 'busy-device.mjs')] }, { retries: 0 });
+    const e = await failure(rt.submit(spec('b1'), { busyNs: 1e30 }));
+    expect(e.message).toMatch(/gpu\/0: busyNs 1e\+30 is longer than the \d+ ns since the step was sent: report the ns the item occupied the worker/);
+    await expect(rt.submit(spec('b2'), { busyNs: 1000 })).resolves.toHaveLength(1);
+    expect(rt.status().counters.deviceBusyMs).toBe(0.001);
   });
 
   it("an item whose handler raises fails with the handler's error; the worker goes on", async () => {
