@@ -210,9 +210,22 @@ export class StageThreads implements DeviceRunner {
     this.counters = new BigInt64Array(new SharedArrayBuffer(this.slots.length * 2 * 8));
   }
 
+  /**
+   * A pooled buffer of `bytes`; one the machine cannot allocate fails its job at once, saying so (it
+   * was V8's "Array buffer allocation failed", retried, naming neither the size nor where it came from).
+   */
+  private checkout(bytes: number): PooledBuffer {
+    try {
+      return this.pool.checkout(bytes);
+    } catch (e) {
+      if (!(e instanceof RangeError)) throw e;
+      throw failure(`the partition's shared buffer of ${bytes} bytes could not be allocated (${e.message}): its kind's buffer(input) (bufferBytes) asks for more memory than this machine gives — return fewer bytes, or split the work into more partitions`, false);
+    }
+  }
+
   async prepare(call: PrepareCall): Promise<PreparedBuffer> {
     if (this.closed) throw new Error('the workload is closed');
-    const buffer = call.bufferBytes > 0 ? this.pool.checkout(call.bufferBytes) : undefined;
+    const buffer = call.bufferBytes > 0 ? this.checkout(call.bufferBytes) : undefined;
     const task = this.nextTask++;
     // Not piscina's own abort signal: it would give each abortable task a thread of its own
     // (concurrentTasksPerWorker would not apply). The thread's ctx.signal fires instead; a
@@ -310,7 +323,7 @@ export class StageThreads implements DeviceRunner {
     const ctx = (c: PrepareCall, i: number) => ({ jobId: c.jobId, partition: c.partition, partitions: c.partitions, ...(buffers[i] ? { buffer: (buffers[i] as PooledBuffer).buffer } : {}) });
     try {
       // (Inside the try: a checkout that throws gives back those taken before it.)
-      for (const c of calls) buffers.push(c.bufferBytes > 0 ? this.pool.checkout(c.bufferBytes) : undefined);
+      for (const c of calls) buffers.push(c.bufferBytes > 0 ? this.checkout(c.bufferBytes) : undefined);
       const req: PrepareRequest = {
         module: first.module,
         style: first.style,

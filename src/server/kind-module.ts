@@ -305,14 +305,15 @@ function describeIssue(e: ErrorObject): InputIssue {
   }
 }
 
-const isBytes = (n: unknown) => typeof n === 'number' && Number.isFinite(n) && n >= 0;
+/** A whole number of bytes ≥ 0 that a number holds exactly. */
+const isWholeBytes = (n: unknown) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0;
 
 function bufferOf(m: Record<string, unknown>, fail: Fail): LoadedKind['bufferBytes'] {
   const f = m['buffer'] as ((input: unknown) => unknown) | undefined;
   if (!f) return () => 0;
   return (input) => {
     const n = f(input);
-    if (!isBytes(n) || !Number.isSafeInteger(n)) throw fail('buffer', `returned ${JSON.stringify(n) ?? String(n)}: it must return a whole number of bytes ≥ 0`);
+    if (!isWholeBytes(n)) throw fail('buffer', `returned ${JSON.stringify(n) ?? String(n)}: it must return a whole number of bytes ≥ 0`);
     return n as number;
   };
 }
@@ -328,8 +329,9 @@ function memoryOf(m: Record<string, unknown>, fail: Fail): LoadedKind['memory'] 
   }
   return (input) => {
     const r = f(input) as Partial<PartitionMemory> | null;
-    if (r === null || typeof r !== 'object' || !isBytes(r.prepareBytes) || !isBytes(r.deviceBytes)) {
-      throw fail('memory', `returned ${JSON.stringify(r) ?? String(r)}: it must return { prepareBytes, deviceBytes }, each a number of bytes ≥ 0`);
+    // (Whole and safe, as buffer's: 1.5 or 1e300 was accepted here, and the job failed once started.)
+    if (r === null || typeof r !== 'object' || !isWholeBytes(r.prepareBytes) || !isWholeBytes(r.deviceBytes)) {
+      throw fail('memory', `returned ${JSON.stringify(r) ?? String(r)}: it must return { prepareBytes, deviceBytes }, each a whole number of bytes ≥ 0 (round up with Math.ceil)`);
     }
     return { prepareBytes: r.prepareBytes as number, deviceBytes: r.deviceBytes as number };
   };

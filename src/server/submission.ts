@@ -94,6 +94,8 @@ export function checkedByKind(kind: LoadedKind, input: unknown, partitions: numb
   if (!checked.ok) throw invalid(checked.issues);
   const n = partitionsOf(kind, checked.input, partitions);
   const memory = askKind(kind, () => kind.memory(checked.input));
+  // A buffer() that answers badly fails here, not in each preparation after its retries (where memory() does not ask it).
+  askKind(kind, () => kind.bufferBytes(checked.input));
   return { input: checked.input, partitions: n, memory };
 }
 

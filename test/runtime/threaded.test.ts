@@ -150,6 +150,16 @@ it('a bufferBytes that is no whole number ≥ 0 fails the job at once, naming it
   expect(err.message).not.toContain('after 3 attempts');
 }, TIMEOUT);
 
+it("a buffer the machine cannot allocate fails the job at once, naming its size and where it came from (V8's bare \"Array buffer allocation failed\", retried)", async () => {
+  const workload = new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule, bufferBytes: () => 2 ** 50, finish: (job) => job.outputs, devices: [{ workers: 1 }], prepareThreads: 1 });
+  const rt: FlakyRuntime = new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'unpaced', retries: 2 });
+  runtimes.push(rt);
+  const err = await rejection(rt.submit(spec('huge', 1), { mode: 'ok' }));
+  expect(err.message).toContain(`the partition's shared buffer of ${2 ** 50} bytes could not be allocated`);
+  expect(err.message).toContain("its kind's buffer(input) (bufferBytes) asks for more memory than this machine gives");
+  expect(err.message).not.toContain('after 3 attempts');
+}, TIMEOUT);
+
 describe('ThreadedWorkload under the Runtime', () => {
   it(
     'runs a job across threads: the device reads exactly what preparation wrote, busy time and buffers are accounted',

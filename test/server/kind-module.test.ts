@@ -9,6 +9,7 @@ import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { editDistance, suggest } from '../../src/core/suggest.js';
 import { KindModuleError, loadKind } from '../../src/server/kind-module.js';
+import { parseSubmission } from '../../src/server/submission.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-kind-module-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -50,5 +51,23 @@ describe('a kind module export near one stoker reads', () => {
 
   it('is a helper where its name is short or its type is not the export’s', async () => {
     expect(await load(`${OK} export function mem() { return 1; } export const rnu = 3; export function fn() {}`)).toBe('loaded');
+  });
+});
+
+describe("a kind's answers about a submission", () => {
+  const kind = async (source: string) => {
+    const file = path.join(dir, `m${n++}.mjs`);
+    fs.writeFileSync(file, source);
+    return new Map([['k', await loadKind(pathToFileURL(file).href, file)]]);
+  };
+  const submit = (kinds: Awaited<ReturnType<typeof kind>>, input: unknown) => parseSubmission({ kind: 'k', partitions: 1, input }, kinds);
+
+  it("memory() and buffer() are asked at submit: bytes not whole, or a bad buffer, is the kind's bug named there — not a job failed once started, after its retries", async () => {
+    const memory = await kind(`${OK} export function memory(i) { return { prepareBytes: i.p, deviceBytes: 0 }; }`);
+    for (const p of [1.5, 1e300]) expect(() => submit(memory, { p })).toThrow(/export memory: returned .*it must return \{ prepareBytes, deviceBytes \}, each a whole number of bytes ≥ 0/);
+    expect(submit(memory, { p: 4096 }).memory).toEqual({ prepareBytes: 4096, deviceBytes: 0 });
+    const buffer = await kind(`${OK} export function memory() { return { prepareBytes: 8, deviceBytes: 8 }; } export function buffer(i) { return i.b; }`);
+    for (const b of [-1, 'x', 1.5]) expect(() => submit(buffer, { b })).toThrow(/export buffer: returned .*: it must return a whole number of bytes ≥ 0/);
+    expect(submit(buffer, { b: 8 }).memory).toEqual({ prepareBytes: 8, deviceBytes: 8 });
   });
 });
