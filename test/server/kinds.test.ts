@@ -207,13 +207,15 @@ describe('a kind module with a thread device', () => {
     expect(failed).toMatchObject({ partition: 0, stage: 'device', device: 'default', attempt: 1, retried: false, reason: expect.stringMatching(/NaN at "score"/) });
   });
 
-  it('a prepared value or an output that cannot be sent between threads (a function) fails its job saying what to return; the device thread lives on', async () => {
+  it('a prepared value or an output that cannot be sent between threads (a function) fails its job at once, saying what to return; the device thread lives on', async () => {
     await http(server.url, 'POST', '/v1/jobs', { id: 'f1', kind: 'probe', input: { items: 1, mode: 'function-output' } });
     const out = await http(server.url, 'GET', '/v1/jobs/f1/result?wait=20s');
     expect(out.body).toMatchObject({ state: 'failed', error: { code: 'E_DEVICE_FAILED', reason: expect.stringMatching(/its output could not be sent from the device thread \(.*could not be cloned.*\): return plain data/) } });
     await http(server.url, 'POST', '/v1/jobs', { id: 'f2', kind: 'probe', input: { items: 1, mode: 'function-prepared' } });
     const prepared = await http(server.url, 'GET', '/v1/jobs/f2/result?wait=20s');
     expect(prepared.body).toMatchObject({ state: 'failed', error: { code: 'E_PREPARE_FAILED', reason: expect.stringMatching(/prepare returned a value that cannot be sent between threads: the prepared value \(a function\): return plain data/) } });
+    // At once: the same step would return the same value (they were retried).
+    for (const r of [out, prepared]) expect((r.body as { error: { reason: string } }).error.reason).not.toMatch(/after \d+ attempts/);
     // The device thread still runs steps.
     await http(server.url, 'POST', '/v1/jobs', { id: 'f3', kind: 'probe', input: { items: 2 } });
     expect((await http(server.url, 'GET', '/v1/jobs/f3/result?wait=20s')).body.state).toBe('done');

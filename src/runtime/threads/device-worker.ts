@@ -74,8 +74,9 @@ port.on('message', (req: DeviceRequest) => {
     try {
       port.postMessage(reply);
     } catch (e) {
-      // An output a thread cannot send (a function, a promise…): its step fails saying so, the thread lives on.
-      port.postMessage({ id: req.id, ok: false, message: `its output could not be sent from the device thread (${e instanceof Error ? e.message : String(e)}): return plain data — objects, arrays, numbers, strings, typed arrays` });
+      // An output a thread cannot send (a function, a promise…): its step fails saying so, for good
+      // (the same step would return it again: it was retried), the thread lives on.
+      port.postMessage({ id: req.id, ok: false, retry: false, message: `its output could not be sent from the device thread (${e instanceof Error ? e.message : String(e)}): return plain data — objects, arrays, numbers, strings, typed arrays` });
     }
   })();
 });

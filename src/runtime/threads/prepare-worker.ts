@@ -158,7 +158,7 @@ async function prepareBatch(req: PrepareRequest, batch: NonNullable<PrepareReque
     const replies = out.map((meta: unknown, i): PrepareItemReply => {
       if (meta instanceof Error) return itemError(meta);
       const bad = uncloneable(meta, `the prepared value of item ${i}`);
-      if (bad) return { error: notSendable(bad).message };
+      if (bad) return { error: notSendable(bad).message, retry: false };
       const b = batch[i] as (typeof batch)[number];
       const file = handOff(req, meta, b.ctx, b.bufferBytes, i);
       if (!file) return { meta };
@@ -196,7 +196,8 @@ export default async function prepareTask(req: PrepareRequest): Promise<PrepareR
       throw e;
     }
     const bad = uncloneable(meta);
-    if (bad) throw notSendable(bad);
+    // (Final: the same input would return the same value again — it was retried.)
+    if (bad) return { meta: null, latencyMs: performance.now() - t0, finalError: notSendable(bad).message };
     const file = handOff(req, meta);
     if (!file) return { meta, latencyMs: performance.now() - t0 };
     return { meta: isBytes(meta) ? null : meta, latencyMs: performance.now() - t0, file };
