@@ -662,29 +662,6 @@ describe('stoker pacer: the preparation limiter', () => {
     expect(e.snapshot.preparing).toBeLessThanOrEqual(3);
   });
 
-  it('a preparation that never ends does not hold the limit for good: past 8 planned latencies with none ending it no longer counts, and once it goes its exemption goes with it', () => {
-    // A fault trial: a prepare that never settled held a learned limit of 1; 29 partitions queued, the devices idle, for as long as the server ran.
-    const e = new Engine({ devices: [{ workers: 2 }], pacer: createStokerPacer({ targetWaiting: 2, priorServiceMs: 100, priorLatencyMs: 1000, priorPrepareLimit: 1 }) });
-    const d = new Driver(e);
-    expect(prepared(d.apply({ type: 'submit', time: 0, job: job('hung', 1) }))).toEqual(['hung:0']);
-    let out = d.apply({ type: 'submit', time: 10, job: job('a', 3) });
-    expect(prepared(out)).toEqual([]);
-    // The engine asks to be woken when the hung one is taken as stuck (8 × the planned latency), and then a:0 starts.
-    const wake = ofType(out, 'wakeAt').at(-1)?.time as number;
-    expect(wake).toBeGreaterThanOrEqual(8000);
-    expect(wake).toBeLessThan(20_000);
-    expect(prepared(d.apply({ type: 'tick', time: wake - 1 }))).toEqual([]);
-    out = d.apply({ type: 'tick', time: wake });
-    expect(prepared(out)).toEqual(['a:0']);
-    // Beside it, one at a time as the limit says: a:1 once a:0 is prepared.
-    expect(prepared(d.prepare(wake + 1000, 1, 1000))).toEqual(['a:1']);
-    expect(e.snapshot.preparing).toBe(2);
-    // The hung one cancelled: the limit counts every preparation again (a:2 waits for a:1).
-    d.apply({ type: 'cancel', time: wake + 1100, jobId: 'hung' });
-    expect(prepared(d.apply({ type: 'tick', time: wake + 1200 }))).toEqual([]);
-    expect(prepared(d.prepare(wake + 2000, 2, 800))).toEqual(['a:2']);
-  });
-
   it('rejects a limit that is not a number', () => {
     expectStokerError(() => createStokerPacer({ priorPrepareLimit: 'ten' as unknown as number }), 'E_INVALID_OPTION', /priorPrepareLimit must be a number/);
   });

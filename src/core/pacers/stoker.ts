@@ -24,14 +24,6 @@ export function createStokerPacer(options: StokerPacerOptions = {}): Pacer {
   return new StokerPacer(options);
 }
 
-/**
- * Planned latencies with no preparation ending, at the preparation limit with work queued, after
- * which one more of those preparing is taken as stuck (see StokerPacer.unstick). Far past a slow
- * one: at the limit, k preparing, the next ends within a latency or so; a lognormal σ 1 one is past
- * 8 of its mean once in 200.
- */
-const STUCK_LATENCIES = 8;
-
 /** A device's service time as state() shows it: for the plan's kind, else (a device that does not run it) for the first kind it has measured; NaN: none. */
 function shownServiceMs(d: DeviceEstimate, ref: number): number {
   const own = d.services[ref]?.serviceMs ?? 0;
@@ -162,17 +154,6 @@ class StokerPacer implements Pacer {
   private head = 0;
   private cruiseRate = 0;
 
-  /**
-   * Preparations taken as stuck, which the preparation limit does not count (see {@link unstick}):
-   * a `prepare` that never settles held the limit's one slot for good — 29 partitions queued, the
-   * devices idle, for as long as the server ran. When one last ended (NaN: not yet), and the
-   * counts that tell it.
-   */
-  private stuck = 0;
-  private prepEndedAt = NaN;
-  private prepEndsSeen = 0;
-  private preparingSeen = 0;
-
   /** The preparation limiter (stoker-limiter.ts), and what it reads of this pacer (updated before each call). */
   private readonly limit: PrepareLimit;
   private readonly view: PacerView = { lambda: 0, draining: 0, latency: 0, latencySq: 0, latencyConcurrency: 0, latencySamples: 1, busySince: NaN, busyFromCompletions: 0, target: 0 };
@@ -264,7 +245,6 @@ class StokerPacer implements Pacer {
     v.busyFromCompletions = this.busyFromCompletions;
     v.target = this.target;
     this.limit.update(s, v);
-    this.unstick(s);
     // (A block the bypass itself ran into opens no new window: one opened by a brief block — the
     // first fill, a large item — would renew itself for as long as work is queued, and the pacer
     // would be unpaced for good: waiting 132 against 7 where one item filled the budget once.)
@@ -274,7 +254,7 @@ class StokerPacer implements Pacer {
         this.budgetHeld = inFlight;
       } else this.budgetHeld = Math.max(this.budgetHeld, inFlight);
     }
-    const saturated = s.budgetBlocked || s.preparingSteps >= s.maxPreparing || s.preparing - this.stuck >= this.limit.cap;
+    const saturated = s.budgetBlocked || s.preparingSteps >= s.maxPreparing || s.preparing >= this.limit.cap;
     if (dt > 0) this.waitingAvg += (1 - Math.exp(-dt / this.waitTau)) * (s.waiting - this.waitingAvg);
     // (While the budget binds, the waiting queue is the budget's bypass, not an error of the plan: no integral.)
     this.feedback(s, dt, work && !saturated && !this.budgetBound(s));
@@ -309,7 +289,7 @@ class StokerPacer implements Pacer {
       return this.sentInBootstrap % Math.max(1, this.plan.deviceItems) === 0 ? Math.max(s.now, this.lastBootstrapAt + this.bootstrapSpacing) : s.now;
     }
     // At the preparation limit a preparation ends before the next may start (so one is in flight).
-    if (s.preparing - this.stuck >= this.limit.cap) return Infinity;
+    if (s.preparing >= this.limit.cap) return Infinity;
     if (this.credit >= 1 || this.bypass(s) || this.starving(s, 0)) return s.now;
     return this.rate > 0 ? s.now + (1 - this.credit) / this.rate : Infinity;
   }
@@ -392,36 +372,8 @@ class StokerPacer implements Pacer {
   }
 
   /** When the preparation limiter may decide to take over with no event in between (PrepareLimit.checkAt). */
-  observeAgainAt(s: ReadonlySnapshot): number {
-    return Math.min(this.limit.checkAt, this.stuckAt(s));
-  }
-
-  /**
-   * Preparations that never end must not hold the preparation limit for good. At the limit with
-   * work queued, where no preparation has ended for STUCK_LATENCIES planned latencies, one more
-   * of those preparing is taken as stuck and no longer counts against the limit (one more then
-   * starts). Each stuck one is older than that, so the ages of those preparing bound how many
-   * still are: a stuck one cancelled, timed out or finished at last frees its exemption.
-   */
-  private unstick(s: ReadonlySnapshot): void {
-    if (s.prepareCompletions !== this.prepEndsSeen || s.preparing < this.preparingSeen || Number.isNaN(this.prepEndedAt)) this.prepEndedAt = s.now;
-    this.prepEndsSeen = s.prepareCompletions;
-    this.preparingSeen = s.preparing;
-    const stuckMs = STUCK_LATENCIES * this.planLatencyMs;
-    if (this.stuck > 0) {
-      const ages = s.preparing * s.now - s.preparingStartMsTotal;
-      this.stuck = Math.min(this.stuck, s.preparing, stuckMs > 0 ? Math.floor(ages / stuckMs) : 0);
-    }
-    if (s.now >= this.stuckAt(s)) {
-      this.stuck++;
-      this.prepEndedAt = s.now;
-    }
-  }
-
-  /** When one more preparation is taken as stuck, if none ends before (Infinity: not at the limit with work queued, or no latency planned). */
-  private stuckAt(s: ReadonlySnapshot): number {
-    if (!(this.planLatencyMs > 0 && s.backlog > 0 && s.preparing - this.stuck >= this.limit.cap)) return Infinity;
-    return this.prepEndedAt + STUCK_LATENCIES * this.planLatencyMs;
+  observeAgainAt(): number {
+    return this.limit.checkAt;
   }
 
   onDispatch(s: ReadonlySnapshot): void {
