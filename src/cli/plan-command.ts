@@ -82,7 +82,7 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   if (fit?.wholeRun) {
     // (Items, not steps: a batch is one step of many items, and the replay counts items.)
     const measured = fit.devices.reduce((n, d) => n + (d.batch ? d.batch.batches * d.batch.meanItems : d.service.samples), 0) / fit.spanS;
-    const replayed = base.simulatedMs > 0 ? base.completions / (base.simulatedMs / 1000) : 0;
+    const replayed = base.lastEndMs > 0 ? base.completions / (base.lastEndMs / 1000) : 0;
     if (measured > 0 && Math.abs(replayed / measured - 1) > 0.1) {
       fit.notes.push(`replayed with ${pacers[0] as string} and the run's own setting, the fitted scenario finishes ${replayed.toFixed(3)} items/s on its devices where the run did ${measured.toFixed(3)} (${(replayed / measured).toFixed(2)}×): the fit misses something that slowed (or sped) the run — a preparation slowdown past the most at once it saw, a preparation cap, workers lost, another pacer — so the plan's figures are only as good as that; check them against a real run`);
     }
@@ -116,7 +116,8 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   // (On a service its arrivals bound, every setting finishes what arrives: the recommendation, on memory first, may cost the jobs' latency — said, with the setting that keeps it.)
   const occupancies = rows.filter((r) => r.unfinished === 0 && r.occupancy !== null).map((r) => r.occupancy as number);
   const busiest = Math.max(...occupancies);
-  if (occupancies.length > 0 && busiest < ARRIVAL_BOUND) notes.push(`note: the devices are at most ${(busiest * 100).toFixed(0)} % busy under every setting that finishes every job: what arrives, not the devices, sets the throughput here — the settings differ in memory and job latency`);
+  // (Not where devices name their kinds: occupancy pools every worker, and a busy GPU beside a light kind's device reads low — pinnedWarning says so.)
+  if (occupancies.length > 0 && busiest < ARRIVAL_BOUND && !pinned) notes.push(`note: the devices are at most ${(busiest * 100).toFixed(0)} % busy under every setting that finishes every job: what arrives, not the devices, sets the throughput here — the settings differ in memory and job latency`);
   if (best && quicker) notes.push(`lower latency: ${describe(quicker)}: p99 job latency ${formatMetric('jobLatencyP99Ms', quicker.jobLatencyP99Ms)} against the recommendation's ${formatMetric('jobLatencyP99Ms', best.jobLatencyP99Ms)} (${((best.jobLatencyP99Ms as number) / (quicker.jobLatencyP99Ms as number)).toFixed(1)}×), at peak ${bytes(quicker.peakMemoryBytes)} against ${bytes(best.peakMemoryBytes)} and ${quicker.itemsPerSec.toFixed(3)} items/s: where the jobs' latency matters more than memory, run it instead`);
   // More preparation threads than this machine has cores (a user's 2-core machine was told 4): said where the server would run here.
   const cores = os.availableParallelism();

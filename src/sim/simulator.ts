@@ -35,8 +35,10 @@ export interface SimResult {
   events: number;
   /** Items completed on devices, whole run. */
   completions: number;
-  /** Simulated time at the end, ms. */
+  /** Simulated time at the end, ms (its last event: a scenario event may come after the last job ends). */
   simulatedMs: number;
+  /** When the last job ended, ms (0: none did): the span of the work, where simulatedMs may run on through scenario events. */
+  lastEndMs: number;
   metrics: Metrics;
   /** Jobs that failed or were cancelled, with their reasons. */
   failures: JobFailure[];
@@ -141,6 +143,7 @@ class Simulation {
   private wakeAt = Infinity;
   private now = 0;
   private steps = 0;
+  private lastEndMs = 0;
   /** The run ended with an event still to come after the horizon. */
   private pastHorizon = false;
   /**
@@ -223,6 +226,7 @@ class Simulation {
       events: this.steps,
       completions: engine.snapshot.deviceCompletions,
       simulatedMs: this.now,
+      lastEndMs: this.lastEndMs,
       metrics: this.recorder.metrics(engine.budget.peak, engine.budget.used),
       failures: this.failures,
       jobsSubmitted: this.jobs.length,
@@ -424,6 +428,7 @@ class Simulation {
           this.abort(c);
           break;
         case 'finishJob':
+          this.lastEndMs = this.now;
           this.recorder.jobEnded(c);
           if (c.state === 'done') this.kindLatencies.get(this.jobs[Number(c.jobId.slice(4))]?.spec.kind ?? '')?.push(c.timeMs);
           if (c.state !== 'done') this.failures.push({ job: c.jobId, state: c.state, code: c.code ?? '', reason: c.reason ?? '' });

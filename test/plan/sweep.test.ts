@@ -63,15 +63,22 @@ describe('frontier and recommendation', () => {
     expect(lowerLatency([row({ ...lean, jobLatencyP99Ms: 960 }), quick], row({ ...lean, jobLatencyP99Ms: 960 }))).toBeNull();
   });
 
-  it("compares settings on the whole run's items/s (to its last end), not each one's steady window", () => {
+  it("compares settings on the whole run's items/s (to its last job's end), not each one's steady window", () => {
     // A burst: the steady window of each setting is placed by its own capacity, over different work.
     const burst = parseScenario({ name: 'burst', maxPreparing: 3, kinds: { k: { prepare: { type: 'uniform', min: 0.6, max: 1 }, memory: { prepareBytes: 2 ** 21, deviceBytes: 2 ** 21 } } }, devices: [{ workers: 2, service: { type: 'uniform', min: 0.2, max: 0.4 } }], arrivals: [{ atS: 0, jobs: 12, partitions: 10, kind: 'k' }] }, 'burst');
     const setting = { pacer: 'stoker', targetWaiting: 4, budgetBytes: null, maxPreparing: 3, workers: [1] };
     const runs = [1, 2].map((seed) => simulate(applySetting(burst, setting), { seed, pacer: (o) => createPacer('stoker', o) }));
-    const whole = runs.map((r) => r.completions / (r.simulatedMs / 1000));
+    const whole = runs.map((r) => r.completions / (r.lastEndMs / 1000));
     expect(runSetting(burst, setting, [1, 2]).itemsPerSec).toBeCloseTo((whole[0] as number) / 2 + (whole[1] as number) / 2, 9);
     // (Its steady window's rate differs: 3.28 against 3.19 on seed 1.)
     expect(Math.abs((runs[0]?.metrics.itemsPerSec as number) / (whole[0] as number) - 1)).toBeGreaterThan(0.01);
+    // To the last job's end, not the last event: worker-flap's events run to 1770 s, past the work.
+    const flap = SCENARIOS.get('worker-flap');
+    if (!flap) throw new Error('no worker-flap scenario');
+    const own = { pacer: 'stoker', targetWaiting: flap.targetWaiting, budgetBytes: null, maxPreparing: null, workers: flap.devices.map((d) => d.workers) };
+    const r = simulate(flap, { pacer: (o) => createPacer('stoker', o) });
+    expect(r.lastEndMs).toBeLessThan(r.simulatedMs - 60_000);
+    expect(runSetting(flap, own, [flap.seed]).itemsPerSec).toBeCloseTo(r.completions / (r.lastEndMs / 1000), 9);
   });
 
   it('tries one more worker only where the device says how it slows with them', () => {
