@@ -211,15 +211,19 @@ export class StageThreads implements DeviceRunner {
   }
 
   /**
-   * A pooled buffer of `bytes`; one the machine cannot allocate fails its job at once, saying so (it
-   * was V8's "Array buffer allocation failed", retried, naming neither the size nor where it came from).
+   * A pooled buffer of `bytes`; one the machine cannot allocate fails its step saying so (it was
+   * V8's bare "Array buffer allocation failed", naming neither the size nor where it came from) —
+   * for good where its size class is more than the machine's memory, else retried (others may
+   * give theirs back).
    */
   private checkout(bytes: number): PooledBuffer {
     try {
       return this.pool.checkout(bytes);
     } catch (e) {
       if (!(e instanceof RangeError)) throw e;
-      throw failure(`the partition's shared buffer of ${bytes} bytes could not be allocated (${e.message}): its kind's buffer(input) (bufferBytes) asks for more memory than this machine gives — return fewer bytes, or split the work into more partitions`, false);
+      const classBytes = this.pool.classOf(bytes);
+      const never = classBytes > os.totalmem();
+      throw failure(`the partition's shared buffer of ${bytes} bytes (a pooled buffer of ${classBytes}) could not be allocated (${e.message}): ${never ? "more than this machine's memory" : 'not now'} — its kind's buffer(input) (bufferBytes) asks for it: return fewer bytes, or split the work into more partitions`, never ? false : undefined);
     }
   }
 

@@ -155,8 +155,8 @@ it("a buffer the machine cannot allocate fails the job at once, naming its size 
   const rt: FlakyRuntime = new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'unpaced', retries: 2 });
   runtimes.push(rt);
   const err = await rejection(rt.submit(spec('huge', 1), { mode: 'ok' }));
-  expect(err.message).toContain(`the partition's shared buffer of ${2 ** 50} bytes could not be allocated`);
-  expect(err.message).toContain("its kind's buffer(input) (bufferBytes) asks for more memory than this machine gives");
+  expect(err.message).toContain(`the partition's shared buffer of ${2 ** 50} bytes (a pooled buffer of ${2 ** 50}) could not be allocated`);
+  expect(err.message).toContain("more than this machine's memory — its kind's buffer(input) (bufferBytes) asks for it");
   expect(err.message).not.toContain('after 3 attempts');
 }, TIMEOUT);
 
