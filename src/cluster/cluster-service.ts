@@ -11,7 +11,7 @@ import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shut
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
 import { isFinal, type StatesPage } from '../server/progress.js';
 import type { KindView } from '../server/kinds.js';
-import type { ServerLog } from '../server/log.js';
+import { stderrLog, type ServerLog } from '../server/log.js';
 import type { Service } from '../server/service.js';
 import { Dispatcher } from './dispatcher.js';
 import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueName, writeCancelled, type CancelledRecord, type JobData, type KindEntry, type RunningRecord } from './keys.js';
@@ -76,7 +76,7 @@ export class ClusterService implements ApiService {
     readonly config: ServeConfig,
     readonly local: Service,
     private readonly accepted: Journal,
-    log: ServerLog,
+    log: ServerLog = stderrLog,
   ) {
     const c = config.cluster;
     this.nodeId = c.nodeId;

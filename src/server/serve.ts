@@ -89,11 +89,22 @@ export interface StartOptions {
   log?: ServerLog;
 }
 
-/** The start options, checked: a log that is no function is refused (it would throw at the first line, amid a failure). */
+/**
+ * The start options' log, checked: one that is no function is refused (it would throw at the first
+ * line, amid a failure); one that throws says the line on stderr instead (it runs in timers and
+ * stream handlers, where a throw would end the server).
+ */
 export function startLog(options: StartOptions | undefined): ServerLog {
   const log = options?.log;
-  if (log !== undefined && typeof log !== 'function') throw new TypeError(`options.log must be a function that takes one line of text (got ${typeof log}), e.g. { log: (line) => logger.info(line) }, or absent for standard error`);
-  return log ?? stderrLog;
+  if (log === undefined) return stderrLog;
+  if (typeof log !== 'function') throw new TypeError(`options.log must be a function that takes one line of text (got ${typeof log}), e.g. { log: (line) => logger.info(line) }, or absent for standard error`);
+  return (line) => {
+    try {
+      log(line);
+    } catch (e) {
+      stderrLog(`${line} (options.log threw: ${e instanceof Error ? e.message : String(e)})`);
+    }
+  };
 }
 
 /**

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 // Thread entry points exist only as compiled JavaScript: the server is imported from dist/.
 import { loadConfig } from '../../dist/server/config.js';
-import { startServer } from '../../dist/server/serve.js';
+import { startLog, startServer } from '../../dist/server/serve.js';
 import { http, removeDir, tempDataDir } from './helpers.js';
 
 const FIXTURES = fileURLToPath(new URL('../fixtures/', import.meta.url));
@@ -44,6 +44,16 @@ describe('startServer options.log', () => {
       removeDir(dataDir);
     }
   }, 60_000);
+
+  it('a log that throws says the line on stderr instead (it runs in timers and stream handlers, where a throw would end the server)', () => {
+    const stderr = vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    startLog({
+      log: () => {
+        throw new Error('the logger is closed');
+      },
+    })('[device default/0] hello');
+    expect(stderr).toHaveBeenCalledWith('[device default/0] hello (options.log threw: the logger is closed)\n');
+  });
 
   it('refuses a log that is no function, naming the option', async () => {
     const dataDir = tempDataDir();
