@@ -19,7 +19,8 @@ export type LiveJobs = Pick<Engine, 'jobCounts' | 'jobStates'>;
 export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }, doneUnrecorded = false, full = false): JobView {
   // Every partition done here, its end (and outputs) waiting for a full journal: the journal's
   // counts read as most of them queued again, beside a status that counted them complete.
-  const partitions = doneUnrecorded && !isFinal(j.state) ? { partitionStates: null, partitionCounts: { ...countPartitions([]), done: j.partitions } } : partitionsOf(j, engine, run, maxStates, page);
+  // (Its states too, every one done, as while it ran: null read as no states kept.)
+  const partitions = doneUnrecorded && !isFinal(j.state) ? { partitionStates: j.partitions <= maxStates ? new Array<PartitionState>(Math.max(0, Math.min(j.partitions, page.from + page.limit) - page.from)).fill('done') : null, partitionCounts: { ...countPartitions([]), done: j.partitions } } : partitionsOf(j, engine, run, maxStates, page);
   const c = partitions.partitionCounts;
   // Started here before the journal has recorded it (its write comes after, or waits for room on
   // a full disk): a job whose partitions prepare, or are done, is running, not queued.
