@@ -4,7 +4,7 @@
  * `device.measurement` event naming it, the two rates and the likely cause, and a line on stderr;
  * the pacer then plans with the observed rate.
  */
-import type { PacerState } from '../core/index.js';
+import type { PacerState, ReadonlySnapshot } from '../core/index.js';
 import type { ServiceDevice } from './device-runners.js';
 import type { ServerLog } from './log.js';
 
@@ -59,4 +59,22 @@ export class MeasurementCheck {
     }
     return `it completes ${ratio.toFixed(2)}× faster than its busy time says: the busy time counts more than the item occupied (a wait before it started?), or more workers run than declared`;
   }
+}
+
+/** The mean age of the preparations in flight, in measured latencies, past which slowPreparations speaks (and a minute at least). */
+export const SLOW_PREPARATIONS = 10;
+
+/**
+ * With no preparation timeout, a prepare that never settles holds its slot, its memory and a place
+ * under the pacer's preparation limit for good (a fault trial: 29 partitions queued behind one,
+ * the devices idle, nothing said). What to say once the preparations in flight are on average
+ * SLOW_PREPARATIONS × the measured latency old, and at least a minute (undefined: nothing). The
+ * mean, from the engine's counters: a hung one among many is said later, by their number.
+ */
+export function slowPreparations(c: Pick<ReadonlySnapshot, 'preparing' | 'preparingStartMsTotal'>, now: number, latencyMs: number): string | undefined {
+  if (!(c.preparing > 0 && latencyMs > 0)) return undefined;
+  const age = now - c.preparingStartMsTotal / c.preparing;
+  if (!(age > Math.max(60_000, SLOW_PREPARATIONS * latencyMs))) return undefined;
+  const n = c.preparing;
+  return `the ${n} preparation${n === 1 ? '' : 's'} in flight ${n === 1 ? 'has' : 'have'} run ${(age / 1000).toFixed(0)} s on average, ${(age / latencyMs).toFixed(0)} × the measured latency (${(latencyMs / 1000).toFixed(1)} s): one that never ends holds its slot, its memory and its place under the preparation limit for good — set engine.prepareTimeoutS (none is set)`;
 }

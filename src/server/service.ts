@@ -24,7 +24,7 @@ import { KindRouter, kindView, type KindView, type RoutedInput } from './kinds.j
 import { localJobView } from './local-view.js';
 import { FailureLog } from './failure-log.js';
 import { stderrLog, type ServerLog } from './log.js';
-import { MeasurementCheck } from './measurement-check.js';
+import { MeasurementCheck, slowPreparations } from './measurement-check.js';
 import { ServiceMetrics } from './metrics.js';
 import { PacerMemory } from './pacer-memory.js';
 import { isFinal, LIST_STATES_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
@@ -147,11 +147,18 @@ export class Service {
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e), log);
     const full = { said: 0, at: -Infinity, open: false };
+    const slow = { said: false };
     this.pacerTimer = setInterval(() => {
       failures.flush();
-      const st = this.runtime.status().pacer;
+      const status = this.runtime.status();
+      const st = status.pacer;
       if (this.events.listenerCount('event') > 0) this.emit({ type: 'pacer', ...st });
       measurement.check(st);
+      if (!Number.isFinite(config.engine.prepareTimeoutS)) {
+        const line = slowPreparations(status.counters, status.now, st.terms['latencyMs'] ?? 0);
+        if (line !== undefined && !slow.said) log(`stoker serve: ${line}`);
+        slow.said = line !== undefined;
+      }
       // A full journal refuses submissions (507) and keeps ends in memory: said on stderr, at once and then once a minute while it lasts.
       // (Room back is seen without a write — a server /readyz showed not ready gets no submission to
       // say so — once the ends kept have landed: their retries are the better test.)

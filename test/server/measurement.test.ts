@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { slowPreparations } from '../../src/server/measurement-check.js';
 import { collectEvents, http, metricValue, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
 const FIXTURES = fileURLToPath(new URL('../fixtures/', import.meta.url));
@@ -48,4 +49,21 @@ describe('a device whose busy time leaves out its lock wait', () => {
     expect(pacer.ratePerSec / observed).toBeLessThan(1.25);
     expect(server.output()).toContain('device default: the pacer now plans with the observed rate');
   }, 90_000);
+});
+
+describe('preparations that may never end (no prepareTimeoutS)', () => {
+  it('are said once the preparations in flight are on average 10 × the measured latency old, and a minute at least', () => {
+    // One preparation started at 0 with a measured latency of 2 s: said past 60 s, not at 59.
+    const one = { preparing: 1, preparingStartMsTotal: 0 };
+    expect(slowPreparations(one, 59_000, 2000)).toBeUndefined();
+    expect(slowPreparations(one, 61_000, 2000)).toBe('the 1 preparation in flight has run 61 s on average, 31 × the measured latency (2.0 s): one that never ends holds its slot, its memory and its place under the preparation limit for good — set engine.prepareTimeoutS (none is set)');
+    // A 30 s latency: 10 × it, 300 s.
+    expect(slowPreparations(one, 290_000, 30_000)).toBeUndefined();
+    expect(slowPreparations(one, 310_000, 30_000)).toMatch(/^the 1 preparation in flight has run 310 s/);
+    // A hung one among three young ones: their mean.
+    expect(slowPreparations({ preparing: 4, preparingStartMsTotal: 0 + 3 * 250_000 }, 260_000, 1000)).toMatch(/^the 4 preparations in flight have run 73 s on average/);
+    // Nothing preparing, or nothing measured: nothing said.
+    expect(slowPreparations({ preparing: 0, preparingStartMsTotal: 0 }, 1e9, 1000)).toBeUndefined();
+    expect(slowPreparations(one, 1e9, 0)).toBeUndefined();
+  });
 });
