@@ -62,7 +62,7 @@ export class MeasurementCheck {
 }
 
 /** The mean age of the preparations in flight, in measured latencies, past which slowPreparations speaks (and a minute at least). */
-export const SLOW_PREPARATIONS = 10;
+const SLOW_PREPARATIONS = 10;
 
 /**
  * With no preparation timeout, a prepare that never settles holds its slot, its memory and a place
