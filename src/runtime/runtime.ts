@@ -230,11 +230,16 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
     return this.closed;
   }
 
-  /** Resolves once no partition is preparing, waiting or on a device (checked after every event). */
+  /**
+   * Resolves once no partition is preparing, waiting or on a device, and no job whose partitions
+   * are all done is still in its finish() (checked after every event and every finish): a job whose
+   * last partition ended during the drain was cancelled in its finish(), left to resume on the next
+   * start — its latency the downtime's too.
+   */
   private drained(): Promise<void> {
     const s = this.engine.snapshot;
     // (A failed runtime withdrew its work: the engine's counts are no longer kept.)
-    const empty = () => this.failed !== undefined || s.preparing + s.waiting + s.onDevice === 0;
+    const empty = () => this.failed !== undefined || (s.preparing + s.waiting + s.onDevice === 0 && this.finishing.size === 0);
     if (empty()) return Promise.resolve();
     return new Promise((resolve) => {
       this.settleWaiter = () => {
@@ -397,6 +402,7 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
     const settle = () => {
       this.finishing.delete(job);
       if (this.jobs.size === 0 && this.finishing.size === 0) for (const w of this.idleWaiters.splice(0)) w();
+      this.settleWaiter?.();
     };
     if (c.state !== 'done') {
       job.reject(new StokerError((c.code ?? 'E_CANCELLED') as StokerError['code'], c.reason ?? c.state));

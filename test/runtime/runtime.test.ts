@@ -233,6 +233,33 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     expect(await p).toMatchObject({ code: 'E_CANCELLED', message: 'job f: the runtime closed while its finish() ran (close())' });
   });
 
+  it('close() with drain waits for the finish() of a job whose last partition ended during the drain (it was cancelled there: the job resumed on the next start, its latency the downtime too)', async () => {
+    const clock = new ManualClock();
+    const rt = new Runtime<number, number, number, number>({
+      workload: {
+        prepare: async () => 1,
+        // The device step ends 50 ms into the drain; finish() takes 20 ms more.
+        run: () => new Promise((resolve) => clock.schedule(() => resolve({ output: 7, busyMs: 100 }), 100)),
+        finish: (job) => new Promise<number>((resolve) => clock.schedule(() => resolve(job.outputs[0] as number), 20)),
+      },
+      devices: [{ workers: 1 }],
+      pacer: 'unpaced',
+      clock,
+    });
+    const p = rt.submit({ id: 'd', kind: 'k', partitions: 1, memory: { prepareBytes: 1, deviceBytes: 1 } }, 0).catch((e: unknown) => e);
+    for (let i = 0; i < 10; i++) {
+      clock.advance(5);
+      await tick();
+    }
+    const closed = rt.close(1000, { drain: true });
+    for (let i = 0; i < 40; i++) {
+      clock.advance(5);
+      await tick();
+    }
+    await closed;
+    expect(await p).toBe(7);
+  });
+
   it('a device error is retried; a hung device step times out, is aborted and retried', async () => {
     const { rt, run, workload } = setup({ retries: 1, deviceTimeoutMs: 50 });
     let faults = 0;
