@@ -120,6 +120,9 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
     // A worker the workload takes out of service (a process device's whose processes keep failing
     // to start) is a lost worker to the engine, until it is back: its item goes to the others.
     this.workload.watchWorkers?.((device, worker, up) => this.apply({ type: up ? 'workerReturned' : 'workerLost', time: this.clock.now(), device, worker }));
+    // The pacer sees its devices at once: started from remembered or configured rates, it shows
+    // them before the first job (a restarted server read capacity 0 and "bootstrap" till then).
+    this.apply({ type: 'tick', time: this.clock.now() });
   }
 
   /** Busy ms of each device worker up to now (`[device][worker]`), the running part of items in flight included: the busy time of any window between two reads is at most its length. */

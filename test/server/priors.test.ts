@@ -80,6 +80,10 @@ describe('a restarted server', () => {
     servers.push(second);
     await waitUntil(async () => (second.output().includes('the pacer starts from') ? true : undefined), 5000, 'the start line about the priors');
     expect(second.output()).toMatch(/the pacer starts from device "default" 0\.0\d\d s per item, preparation 0\.\d s \(what the last run measured: .*stoker\.priors\.json \(delete it to measure afresh, e\.g\. after a model change\)\)/);
+    // Before any job, the pacer shows the remembered rate, idle (it read "bootstrap" and no rate
+    // till the first job: a restarted server's capacity panel fell to 0).
+    const before = ((await http(second.url, 'GET', '/v1/status')).body as { pacer: { mode: string; ratePerSec: number | null } }).pacer;
+    expect(before).toMatchObject({ mode: 'idle', ratePerSec: expect.closeTo(2000 / (saved?.devices['default']?.serviceMs as number), 6) });
     // A job arrives; before any of it completes the pacer has a rate (2 workers at the remembered
     // time per item) and the remembered latency, and does not bootstrap.
     expect((await http(second.url, 'POST', '/v1/jobs', { id: 'q-0', kind: 'sleep', partitions: 4, input: { seed: 9, prepareMs: 3000, deviceMs: 50 } })).status).toBe(202);
