@@ -22,7 +22,7 @@ export interface PlanSetting {
 export interface PlanRow extends PlanSetting {
   /** Per seed, the jobs that failed or were cancelled (sorted ids): those every setting loses are the scenario's own (its faults, its cancels). */
   failedJobs: string[][];
-  /** Means over the seeds. itemsPerSec: items finished on the devices per second of the whole run (to its last end); the rest as the simulator's metrics. */
+  /** Means over the seeds. itemsPerSec: items finished on the devices per second of the whole run (to its last job's end); the rest as the simulator's metrics. */
   itemsPerSec: number;
   throughputRatio: number | null;
   occupancy: number | null;
@@ -206,7 +206,7 @@ export function recommend(rows: readonly PlanRow[]): PlanRow | null {
 }
 
 /** How much quicker (p99 job latency) a setting at the recommendation's throughput must be before the plan names it beside the recommendation. */
-export const LATENCY_TRADE = 1.25;
+const LATENCY_TRADE = 1.25;
 
 /**
  * Beside the recommendation (chosen on memory first): the setting with the least p99 job latency
