@@ -83,17 +83,19 @@ class FakeWorkload implements Workload<number, { value: number }, number, number
   }
 }
 
+/** Advances a manual clock by `ms` in steps of `step`, letting promise callbacks run between steps. */
+async function advance(clock: ManualClock, ms: number, step = 5): Promise<void> {
+  for (let t = 0; t < ms; t += step) {
+    clock.advance(step);
+    await tick();
+  }
+}
+
 function setup(options: { retries?: number; deviceTimeoutMs?: number; prepareTimeoutMs?: number; budgetBytes?: number; onStepFailed?: (f: StepFailure) => void } = {}) {
   const clock = new ManualClock();
   const workload = new FakeWorkload(clock);
   const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'unpaced', clock, ...options });
-  /** Advances the clock in steps, letting promise callbacks run between steps. */
-  const run = async (ms: number, step = 5) => {
-    for (let t = 0; t < ms; t += step) {
-      clock.advance(step);
-      await tick();
-    }
-  };
+  const run = (ms: number, step = 5) => advance(clock, ms, step);
   return { clock, workload, rt, run };
 }
 
@@ -220,15 +222,9 @@ describe('Runtime with an in-process workload on a manual clock', () => {
       clock,
     });
     const p = rt.submit({ id: 'f', kind: 'k', partitions: 1, memory: { prepareBytes: 1, deviceBytes: 1 } }, 0).catch((e: unknown) => e);
-    for (let i = 0; i < 10; i++) {
-      clock.advance(5);
-      await tick();
-    }
+    await advance(clock, 50);
     const closed = rt.close(100);
-    for (let i = 0; i < 30; i++) {
-      clock.advance(5);
-      await tick();
-    }
+    await advance(clock, 150);
     await closed;
     expect(await p).toMatchObject({ code: 'E_CANCELLED', message: 'job f: the runtime closed while its finish() ran (close())' });
   });
@@ -247,15 +243,9 @@ describe('Runtime with an in-process workload on a manual clock', () => {
       clock,
     });
     const p = rt.submit({ id: 'd', kind: 'k', partitions: 1, memory: { prepareBytes: 1, deviceBytes: 1 } }, 0).catch((e: unknown) => e);
-    for (let i = 0; i < 10; i++) {
-      clock.advance(5);
-      await tick();
-    }
+    await advance(clock, 50);
     const closed = rt.close(1000, { drain: true });
-    for (let i = 0; i < 40; i++) {
-      clock.advance(5);
-      await tick();
-    }
+    await advance(clock, 200);
     await closed;
     expect(await p).toBe(7);
   });
@@ -430,12 +420,7 @@ describe('Runtime with a buffer pool whose device steps give their buffers back 
       most = Math.max(most, rt.engine.budget.used + workload.pool.stats().idleBytes);
       return out;
     };
-    const run = async (ms: number) => {
-      for (let t = 0; t < ms; t += 5) {
-        clock.advance(5);
-        await tick();
-      }
-    };
+    const run = (ms: number) => advance(clock, ms);
     // Each partition's bytes stay reserved on the device (its data is in the handoff), its buffer idle meanwhile.
     const a = rt.submit({ id: 'a', kind: 'k', partitions: 8, memory: { prepareBytes: 1024, deviceBytes: 1024 } }, 1024);
     await run(2000);
@@ -461,12 +446,7 @@ describe("a device step's busyMs", () => {
       finish: (j) => j.outputs.length,
     };
     const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'unpaced', clock, retries: 0 });
-    const run = async (ms: number) => {
-      for (let t = 0; t < ms; t += 5) {
-        clock.advance(5);
-        await tick();
-      }
-    };
+    const run = (ms: number) => advance(clock, ms);
     return { rt, run };
   }
 
