@@ -194,15 +194,28 @@ function simpler(a: PlanRow, b: PlanRow): number {
  * null when no setting finishes every job.
  */
 export function recommend(rows: readonly PlanRow[]): PlanRow | null {
+  const pool = nearBest(rows);
+  if (pool.length === 0) return null;
+  return [...leastLatency(leastMemory(pool))].sort(simpler)[0] ?? null;
+}
+
+/** The settings that finish every job within 1 % of the best throughput among them. */
+function nearBest(rows: readonly PlanRow[]): PlanRow[] {
   const usable = rows.filter((r) => r.unfinished === 0);
-  if (usable.length === 0) return null;
   const best = Math.max(...usable.map((r) => r.itemsPerSec));
-  let pool = usable.filter((r) => r.itemsPerSec >= 0.99 * best);
+  return usable.filter((r) => r.itemsPerSec >= 0.99 * best);
+}
+
+/** Those of `pool` with the least peak memory, within 1 %. */
+function leastMemory(pool: readonly PlanRow[]): PlanRow[] {
   const memory = Math.min(...pool.map((r) => r.peakMemoryBytes));
-  pool = pool.filter((r) => r.peakMemoryBytes <= memory * 1.01);
+  return pool.filter((r) => r.peakMemoryBytes <= memory * 1.01);
+}
+
+/** Those of `pool` with the least p99 job latency, within seed noise. */
+function leastLatency(pool: readonly PlanRow[]): PlanRow[] {
   const latency = Math.min(...pool.map(p99));
-  pool = pool.filter((r) => p99(r) <= latency * (1 + NOISE));
-  return [...pool].sort(simpler)[0] ?? null;
+  return pool.filter((r) => p99(r) <= latency * (1 + NOISE));
 }
 
 /** How much quicker (p99 job latency) a setting at the recommendation's throughput must be before the plan names it beside the recommendation. */
@@ -216,15 +229,10 @@ const LATENCY_TRADE = 1.25;
  * least p99 latency to halve the memory). Null when no such setting is that much quicker.
  */
 export function lowerLatency(rows: readonly PlanRow[], recommended: PlanRow): PlanRow | null {
-  const usable = rows.filter((r) => r.unfinished === 0);
-  const best = Math.max(...usable.map((r) => r.itemsPerSec));
-  const pool = usable.filter((r) => r.itemsPerSec >= 0.99 * best);
-  const latency = Math.min(...pool.map(p99));
-  if (!(p99(recommended) > LATENCY_TRADE * latency)) return null;
+  const pool = nearBest(rows);
+  if (!(p99(recommended) > LATENCY_TRADE * Math.min(...pool.map(p99)))) return null;
   // Of those within noise of the least latency, the least memory, then the simplest.
-  const quick = pool.filter((r) => p99(r) <= latency * (1 + NOISE));
-  const memory = Math.min(...quick.map((r) => r.peakMemoryBytes));
-  return [...quick.filter((r) => r.peakMemoryBytes <= memory * 1.01)].sort(simpler)[0] ?? null;
+  return [...leastMemory(leastLatency(pool))].sort(simpler)[0] ?? null;
 }
 
 /**
