@@ -32,7 +32,7 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
   private readonly workload: Workload<I, P, O, R>;
   private readonly deviceTimeoutMs: number;
   private readonly timeline: TimelineRecorder | undefined;
-  private readonly onStep: ((event: EngineEvent, commands: readonly Command[]) => void) | undefined;
+  private readonly onStep: RuntimeOptions<unknown, unknown, unknown, unknown>['onStep'];
   private readonly onStepFailed: ((failure: StepFailure) => void) | undefined;
   /** The listeners that have thrown (each is warned of once). */
   private readonly warned = new Set<string>();
@@ -283,7 +283,7 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
     }
     this.timeline?.record(event, cmds, this.engine.snapshot, this.workload.pool?.stats().idleBytes ?? 0);
     this.occupancy.record(event, cmds);
-    if (this.onStep) this.listen('onStep', () => this.onStep?.(event, cmds));
+    if (this.onStep) this.listen('onStep', () => this.onStep?.(event, cmds, this.engine.snapshot));
     before?.();
     for (const c of cmds) this.carryOut(c);
     this.syncPool();

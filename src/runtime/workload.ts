@@ -118,8 +118,8 @@ export interface RuntimeOptions<I, P, O, R> {
   clock?: Clock;
   /** Records every engine step (what ran where, and the pipeline's levels) for a waterfall or a trace. */
   timeline?: TimelineRecorder;
-  /** Called after every engine step with its event and the commands it returned, before they are carried out. */
-  onStep?: (event: EngineEvent, commands: readonly Command[]) => void;
+  /** Called after every engine step with its event, the commands it returned (before they are carried out) and the engine's counters after it (as the simulator's onStep). */
+  onStep?: (event: EngineEvent, commands: readonly Command[], snapshot: ReadonlySnapshot) => void;
   /**
    * Called for every step that failed (a preparation, a device step; each item of a failed
    * batch), after the engine has heard of it: whether the partition is tried again or its job

@@ -29,6 +29,31 @@ export interface MetricsSource {
   pacerState(): PacerState;
   /** Per device (engine order), whether no connection can be made to it now (an HTTP endpoint). */
   devicesUnreachable(): boolean[];
+  /** Time the memory budget has held the head of the queue back since the start, ms (see {@link HeldTime}). */
+  budgetBlockedMs(): number;
+}
+
+/**
+ * How long a condition has held, summed over the engine's steps: it can change only at a step, so
+ * the time from the step that set it to the one that cleared it (or to now) is the time it held.
+ */
+export class HeldTime {
+  private ms = 0;
+  private since = NaN;
+
+  step(now: number, holds: boolean): void {
+    if (holds === Number.isNaN(this.since)) {
+      if (holds) this.since = now;
+      else {
+        this.ms += now - this.since;
+        this.since = NaN;
+      }
+    }
+  }
+
+  totalMs(now: number): number {
+    return this.ms + (Number.isNaN(this.since) ? 0 : now - this.since);
+  }
 }
 
 /**
@@ -163,6 +188,8 @@ export class ServiceMetrics {
     readCounter(r, 'stoker_dispatched_partitions_total', 'Partitions dispatched to preparation', [], () => one(service.counters.dispatched));
     readCounter(r, 'stoker_completed_partitions_total', 'Partitions completed on a device', [], () => one(service.counters.deviceCompletions));
     readGauge(r, 'stoker_budget_used_bytes', 'Memory reserved by partitions in flight', [], () => one(service.counters.budgetUsedBytes));
+    readGauge(r, 'stoker_budget_blocked', 'Whether the head of the queue waits for memory now (1) or not (0): the budget, not the pacer, holds dispatch', [], () => one(service.counters.budgetBlocked ? 1 : 0));
+    readCounter(r, 'stoker_budget_blocked_seconds_total', 'Time the head of the queue has waited for memory: rate() of it is the share of time the budget, not the pacer, held dispatch back', [], () => one(service.budgetBlockedMs() / 1000));
     readGauge(r, 'stoker_budget_bytes', 'The memory budget (+Inf when unlimited)', [], () => one(service.counters.budgetTotalBytes));
     readGauge(r, 'stoker_pool_bytes', 'Shared buffer pool bytes by state (leased, idle)', ['state'], () => {
       const p = service.pool.stats();

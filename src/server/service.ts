@@ -25,7 +25,7 @@ import { localJobView } from './local-view.js';
 import { FailureLog } from './failure-log.js';
 import { stderrLog, type ServerLog } from './log.js';
 import { MeasurementCheck, slowPreparations } from './measurement-check.js';
-import { ServiceMetrics } from './metrics.js';
+import { HeldTime, ServiceMetrics } from './metrics.js';
 import { PacerMemory } from './pacer-memory.js';
 import { isFinal, LIST_STATES_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
 import { buildStatus } from './status.js';
@@ -73,6 +73,8 @@ export class Service {
   private readonly ended: EndedJobs;
   private readonly historyTimer: NodeJS.Timeout;
   private closing = false;
+  /** While the memory budget holds the head of the queue back (stoker_budget_blocked_seconds_total). */
+  private readonly budgetBlocked = new HeldTime();
   /** Journal writes asked for in one turn of the event loop, committed together on the next. */
   private readonly commits: GroupCommit;
   /** Called with each finished partition's output (cluster mode shares them, so another node can resume the job). */
@@ -133,7 +135,10 @@ export class Service {
       deviceTimeoutMs: config.engine.deviceTimeoutS * 1000,
       prepareTimeoutMs: config.engine.prepareTimeoutS * 1000,
       timeline: this.timeline,
-      onStep: () => this.watch.onStep(),
+      onStep: (e, _, snapshot) => {
+        this.budgetBlocked.step(e.time, snapshot.budgetBlocked);
+        this.watch.onStep();
+      },
       onStepFailed: (f) => {
         const device = f.device === undefined ? undefined : this.devices[f.device]?.name;
         this.metrics.stepFailed(f.kind, f.stage);
@@ -549,6 +554,11 @@ export class Service {
       else if (c.state === 'running') c.count += n;
     }
     return counts;
+  }
+
+  /** Time the budget has held the queue back since the start, ms (for metrics). */
+  budgetBlockedMs(): number {
+    return this.budgetBlocked.totalMs(this.runtime.now());
   }
 
   /** Journal writes refused for a full journal since the start (for metrics). */

@@ -1025,6 +1025,33 @@ describe('GET /metrics (fresh server)', () => {
   });
 });
 
+describe('GET /metrics: the budget holding the queue back', () => {
+  it('stoker_budget_blocked while the head of the queue waits for memory, and its seconds in all', async () => {
+    // Partitions of 1 MiB under a 1.5 MiB budget: one at a time; the other three wait for memory
+    // through at least three 100 ms preparations.
+    const dataDir = tempDataDir();
+    dirs.push(dataDir);
+    const kind = path.join(dataDir, 'mib-kind.mjs');
+    fs.writeFileSync(kind, "export const name = 'mib';\nexport const memory = () => ({ prepareBytes: 1048576, deviceBytes: 1048576 });\nexport const prepare = () => new Promise((r) => setTimeout(() => r(1), 100));\nexport const run = (x) => x;\n");
+    const s = await startServer(dataDir, ['--kind', kind], { STOKER_ENGINE_BUDGET_BYTES: String(1.5 * 1048576) });
+    started.push(s);
+    const t0 = await metrics(s.url);
+    expect(metric(t0, 'stoker_budget_blocked')).toBe(0);
+    expect(metric(t0, 'stoker_budget_blocked_seconds_total')).toBe(0);
+    const from = performance.now();
+    expect((await submit(s.url, { id: 'b-1', kind: 'mib', partitions: 4 })).status).toBe(202);
+    await until('the head of the queue blocked', async () => metric(await metrics(s.url), 'stoker_budget_blocked') === 1);
+    expect((await result(s.url, 'b-1')).body).toMatchObject({ state: 'done' });
+    const elapsedS = (performance.now() - from) / 1000;
+    const t1 = await metrics(s.url);
+    expect(metric(t1, 'stoker_budget_blocked')).toBe(0);
+    const blockedS = metric(t1, 'stoker_budget_blocked_seconds_total') as number;
+    expect(blockedS).toBeGreaterThanOrEqual(0.25);
+    expect(blockedS).toBeLessThanOrEqual(elapsedS);
+    await stopServer(s);
+  }, 30_000);
+});
+
 // ─── config print and serve --help ────────────────────────────────────────────────────────────
 
 describe('stoker config print / serve --help', () => {

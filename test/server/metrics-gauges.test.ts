@@ -1,7 +1,7 @@
 /** The service's Prometheus gauges read from a stand-in source (src/server/metrics.ts): what a gauge shows once what it reads is gone. */
 import { describe, expect, it } from 'vitest';
 import type { PacerState, ReadonlySnapshot } from '../../src/core/index.js';
-import { ServiceMetrics, type MetricsSource } from '../../src/server/metrics.js';
+import { HeldTime, ServiceMetrics, type MetricsSource } from '../../src/server/metrics.js';
 
 /** A source whose pacer state the test sets. */
 function source(state: () => PacerState): MetricsSource {
@@ -19,6 +19,7 @@ function source(state: () => PacerState): MetricsSource {
     workerBusyMs: () => [[0]],
     pacerState: state,
     devicesUnreachable: () => [false],
+    budgetBlockedMs: () => 0,
   };
 }
 
@@ -41,5 +42,20 @@ describe('gauges that read the pacer', () => {
     expect(await lines(m, 'stoker_kind_estimated_capacity_per_second')).toEqual([]);
     // Idle: no work is dispatched at the rate it last planned.
     expect(await lines(m, 'stoker_pacer_target_dispatch_partitions_per_second')).toEqual(['stoker_pacer_target_dispatch_partitions_per_second 0']);
+  });
+});
+
+describe('HeldTime', () => {
+  it('sums the time from the step that set the condition to the one that cleared it, and to now while it holds', () => {
+    const t = new HeldTime();
+    t.step(0, false);
+    t.step(100, true);
+    t.step(150, true);
+    expect(t.totalMs(170)).toBe(70);
+    t.step(300, false);
+    t.step(400, false);
+    expect(t.totalMs(1000)).toBe(200);
+    t.step(1000, true);
+    expect(t.totalMs(1010)).toBe(210);
   });
 });
