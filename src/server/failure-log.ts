@@ -21,7 +21,7 @@ export class FailureLog {
   /** `device`: the device's name, for a device step. */
   failed(f: StepFailure, device: string | undefined): void {
     const where = f.stage === 'prepare' ? 'in preparation' : `on device ${JSON.stringify(device ?? String(f.device))}${f.worker === undefined ? '' : `/${f.worker}`}`;
-    this.limit.line(`stoker serve: job ${JSON.stringify(f.jobId)} partition ${f.partition} failed ${where} (attempt ${f.attempt}): ${printable(f.reason)} — ${!f.retried ? 'its job fails' : f.counted ? 'it is prepared again' : f.stage === 'prepare' ? 'its preparation batch failed as a whole: it is prepared again alone, no try spent' : 'its batch failed as a whole: it is prepared again and runs alone, no try spent'}`);
+    this.limit.line(`stoker serve: job ${JSON.stringify(f.jobId)} (kind ${JSON.stringify(f.kind)}) partition ${f.partition} failed ${where} (attempt ${f.attempt}): ${printable(f.reason)} — ${!f.retried ? 'its job fails' : f.counted ? 'it is prepared again' : f.stage === 'prepare' ? 'its preparation batch failed as a whole: it is prepared again alone, no try spent' : 'its batch failed as a whole: it is prepared again and runs alone, no try spent'}`);
   }
 
   /** Says how many failures went unlogged, once their minute is over (call it every second or so: the failures may have stopped). */

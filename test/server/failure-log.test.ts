@@ -16,10 +16,10 @@ describe('FailureLog', () => {
     log.failed(failure(2, { counted: false, reason: 'batch crashed' }), 'gpu');
     log.failed(failure(3, { stage: 'prepare', device: undefined, worker: undefined, counted: false, reason: 'batch crashed' }), undefined);
     expect(lines).toEqual([
-      'stoker serve: job "j" partition 0 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again',
-      'stoker serve: job "j" partition 1 failed in preparation (attempt 2): out of memory — its job fails',
-      'stoker serve: job "j" partition 2 failed on device "gpu"/1 (attempt 1): batch crashed — its batch failed as a whole: it is prepared again and runs alone, no try spent',
-      'stoker serve: job "j" partition 3 failed in preparation (attempt 1): batch crashed — its preparation batch failed as a whole: it is prepared again alone, no try spent',
+      'stoker serve: job "j" (kind "k") partition 0 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again',
+      'stoker serve: job "j" (kind "k") partition 1 failed in preparation (attempt 2): out of memory — its job fails',
+      'stoker serve: job "j" (kind "k") partition 2 failed on device "gpu"/1 (attempt 1): batch crashed — its batch failed as a whole: it is prepared again and runs alone, no try spent',
+      'stoker serve: job "j" (kind "k") partition 3 failed in preparation (attempt 1): batch crashed — its preparation batch failed as a whole: it is prepared again alone, no try spent',
     ]);
     for (let p = 4; p < 30; p++) log.failed(failure(p), 'gpu');
     expect(lines).toHaveLength(20);
@@ -28,14 +28,14 @@ describe('FailureLog', () => {
     expect(lines).toHaveLength(20);
     now = 60_000;
     log.failed(failure(31), 'gpu');
-    expect(lines.slice(20)).toEqual(['stoker serve: 11 more failed steps in that minute were not logged (stoker_step_failures_total counts every one)', 'stoker serve: job "j" partition 31 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again']);
+    expect(lines.slice(20)).toEqual(['stoker serve: 11 more failed steps in that minute were not logged (stoker_step_failures_total counts every one)', 'stoker serve: job "j" (kind "k") partition 31 failed on device "gpu"/1 (attempt 1): CUDA error — it is prepared again']);
   });
 
   it('escapes control characters in the reason: an endpoint body with a NUL made the log a binary file to grep, a newline split the line', () => {
     const lines: string[] = [];
     new FailureLog((l) => lines.push(l)).failed(failure(0, { reason: 'POST http://x answered 500: \u0000\uFFFDoops\nsecond\tline\u001b[31m \\n\u0085\u2028' }), 'gpu');
     // (A backslash doubled: an escaped newline is told from the two characters \ n.)
-    expect(lines).toEqual(['stoker serve: job "j" partition 0 failed on device "gpu"/1 (attempt 1): POST http://x answered 500: \\x00\uFFFDoops\\nsecond\\tline\\x1b[31m \\\\n\\x85\\u2028 — it is prepared again']);
+    expect(lines).toEqual(['stoker serve: job "j" (kind "k") partition 0 failed on device "gpu"/1 (attempt 1): POST http://x answered 500: \\x00\uFFFDoops\\nsecond\\tline\\x1b[31m \\\\n\\x85\\u2028 — it is prepared again']);
   });
 
   it('says the count once the minute is over even where no failure comes after (flush, called every second)', () => {

@@ -200,7 +200,7 @@ describe('a kind module with a thread device', () => {
     // At once: the same output again would fail the same way (it was run again, "after 2 attempts").
     expect(nan.error.reason).not.toMatch(/attempts/);
     // Every failed step is logged, counted and sent as an event (a retried one leaves no other trace).
-    expect(server.output()).toMatch(/stoker serve: job "nan2" partition 0 failed on device "default"\/\d \(attempt 1\): .*NaN at "score".* — its job fails\n/);
+    expect(server.output()).toMatch(/stoker serve: job "nan2" \(kind "probe"\) partition 0 failed on device "default"\/\d \(attempt 1\): .*NaN at "score".* — its job fails\n/);
     expect(metricValue((await http(server.url, 'GET', '/metrics')).body as string, 'stoker_step_failures_total', { kind: 'probe', stage: 'device' })).toBe(before + 1);
     const failed = await waitUntil(async () => events.events.find((e) => e.type === 'step.failed' && e.id === 'nan2'), 5000, 'the step.failed event');
     await events.close();
