@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { readFileSync } from 'node:fs';
-import http from 'node:http';
+import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
@@ -188,6 +188,35 @@ const ASSETS: Record<string, { file: () => string | URL; type: string }> = {
   'uPlot.min.css': { file: () => require.resolve('uplot/dist/uPlot.min.css'), type: 'text/css; charset=utf-8' },
 };
 
+/** What is read and dropped of a body refused as too large before the 413 goes out (see dropRestOfBody). */
+const DROP_MAX_BYTES = 256 * 2 ** 20;
+const DROP_MAX_MS = 10_000;
+
+/**
+ * Reads and drops what is left of a request body refused as too large — up to DROP_MAX_BYTES and
+ * DROP_MAX_MS — so that the client, done sending, reads the 413 that says why: answered while it
+ * still sent, the connection closed under it and it saw a broken pipe (Node's fetch and `stoker
+ * submit`: "EPIPE", no status — "cannot reach the server").
+ */
+function dropRestOfBody(body: IncomingMessage): Promise<void> {
+  if (body.readableEnded || body.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    let bytes = 0;
+    const done = () => {
+      clearTimeout(timer);
+      body.off('data', onData).off('end', done).off('error', done).off('close', done);
+      resolve();
+    };
+    const onData = (chunk: Buffer) => {
+      bytes += chunk.length;
+      if (bytes > DROP_MAX_BYTES) done();
+    };
+    const timer = setTimeout(done, DROP_MAX_MS);
+    body.on('data', onData).once('end', done).once('error', done).once('close', done);
+    body.resume();
+  });
+}
+
 /** The HTTP API over a service (fastify). Every error is a problem-details body. */
 export function buildApp(service: ApiService): FastifyInstance {
   const srv = service.config.server;
@@ -256,7 +285,7 @@ export function buildApp(service: ApiService): FastifyInstance {
       closed = true;
     };
   };
-  app.setErrorHandler((err: FastifyError, _req, reply) => {
+  app.setErrorHandler(async (err: FastifyError, req, reply) => {
     if (err instanceof ServiceError) {
       return sendProblem(reply, { type: err.type, title: err.title, status: err.status, detail: err.detail, ...(err.extra.errors ? { errors: err.extra.errors } : {}) }, err.extra.retryAfterS);
     }
@@ -269,6 +298,7 @@ export function buildApp(service: ApiService): FastifyInstance {
           : type === 'unsupported-media-type'
             ? 'send the body as application/json'
             : `${err.message}: send a JSON object, e.g. {"kind":"KIND","partitions":1} with KIND one of GET /v1/kinds`;
+      if (type === 'body-too-large') await dropRestOfBody(req.raw);
       return sendProblem(reply, { type, title: type === 'bad-request' ? 'Bad request' : type === 'body-too-large' ? 'Body too large' : 'Unsupported media type', status, detail });
     }
     return sendProblem(reply, { type: 'internal', title: 'Internal error', status: 500, detail: `the server failed: ${err.message}` });
