@@ -79,6 +79,7 @@ export const JobView = z
     resumes: z.number().int().meta({ description: 'How often the job was resumed after a restart' }),
     result: z.unknown().meta({ description: 'A JSON value, or base64 of bytes when resultEncoding is base64' }),
     resultEncoding: z.literal('base64').optional().meta({ description: 'Present only for a bytes result (GET …/result with Accept: application/octet-stream gives the raw bytes)' }),
+    inputOmittedBytes: z.number().int().optional().meta({ description: 'Present only in lists and submit answers, where the input is over 64 KiB as JSON text: this many bytes; it is left out there (input null) — GET /v1/jobs/:id gives it' }),
     resultOmittedBytes: z.number().int().optional().meta({ description: 'Present only where the result is over 1 MiB as stored (its JSON text, or its bytes): this many bytes; it is left out of job views and lists (result null) — GET /v1/jobs/:id/result gives it' }),
     error: JobError.nullable(),
     node: z.string().nullable().optional().meta({ description: 'Cluster mode only: the node that holds or held the job (null: none yet)' }),
@@ -207,6 +208,21 @@ export interface JobFacts {
   error: JobView['error'];
   /** Cluster mode: the node that holds or held it. */
   node?: string | null;
+}
+
+/**
+ * The largest input a list or a submit answer carries, bytes of its JSON text; a larger one is left
+ * out by its size (`inputOmittedBytes`): GET /v1/jobs/:id gives it whole. (The client has it; with
+ * a raised body limit, a list of 5 jobs of 4 MB inputs was 20 MB and every 202 echoed 4 MB back.)
+ */
+export const BRIEF_INPUT_MAX_BYTES = 64 * 1024;
+
+/** A view for a list or a submit answer: an input over BRIEF_INPUT_MAX_BYTES left out by its size. */
+export function briefView(v: JobView): JobView {
+  // (A number, a boolean or a short string cannot be over it: not serialised.)
+  if (typeof v.input !== 'object' && !(typeof v.input === 'string' && v.input.length * 3 > BRIEF_INPUT_MAX_BYTES)) return v;
+  const bytes = Buffer.byteLength(JSON.stringify(v.input));
+  return bytes > BRIEF_INPUT_MAX_BYTES ? { ...v, input: null, inputOmittedBytes: bytes } : v;
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());

@@ -16,7 +16,7 @@ import type { ChromeTrace } from '../report/chrome-trace.js';
 import { ConfigError, type ServeConfig } from './config.js';
 import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';
-import type { JobView, ResultView, StatusView, TimelineView } from './api.js';
+import { briefView, type JobView, type ResultView, type StatusView, type TimelineView } from './api.js';
 import { clip, notFound, ServiceError } from './errors.js';
 import { parseSince, parseWait } from './durations.js';
 import { isFinal, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
@@ -320,7 +320,7 @@ export function buildApp(service: ApiService): FastifyInstance {
     return reply
       .code(created ? 202 : 200)
       .header('location', `/v1/jobs/${encodeURIComponent(job.id)}`)
-      .send(job);
+      .send(briefView(job));
   });
 
   app.get<{ Params: { id: string }; Querystring: { statesFrom?: string; statesLimit?: string } }>('/v1/jobs/:id', async (req) => {
@@ -350,7 +350,7 @@ export function buildApp(service: ApiService): FastifyInstance {
 
   app.get<{ Querystring: { limit?: string; state?: string | string[] } }>('/v1/jobs', async (req) => {
     const states = statesOf(req.query.state);
-    return service.jobs({ limit: intOf(req.query.limit, 'limit', 0, 1000, 50), ...(states === undefined ? {} : { states }) });
+    return (await service.jobs({ limit: intOf(req.query.limit, 'limit', 0, 1000, 50), ...(states === undefined ? {} : { states }) })).map(briefView);
   });
 
   app.get<{ Querystring: { since?: string; limit?: string } }>('/v1/timeline', (req) => service.timelineView(sinceOf(req.query.since), intOf(req.query.limit, 'limit', 0, 50_000, 10_000)));

@@ -1028,16 +1028,24 @@ describe('GET /metrics (fresh server)', () => {
   });
 });
 
-describe('GET /metrics: the budget holding the queue back', () => {
-  it('stoker_budget_blocked while the head of the queue waits for memory, and its seconds in all', async () => {
-    // Partitions of 1 MiB under a 1.5 MiB budget: one at a time; the other three wait for memory
-    // through at least three 100 ms preparations.
+describe('a kind of 1 MiB partitions under a 1.5 MiB budget, its input any JSON', () => {
+  let s: ServerProcess;
+
+  beforeAll(async () => {
     const dataDir = tempDataDir();
     dirs.push(dataDir);
     const kind = path.join(dataDir, 'mib-kind.mjs');
     fs.writeFileSync(kind, "export const name = 'mib';\nexport const memory = () => ({ prepareBytes: 1048576, deviceBytes: 1048576 });\nexport const prepare = () => new Promise((r) => setTimeout(() => r(1), 100));\nexport const run = (x) => x;\n");
-    const s = await startServer(dataDir, ['--kind', kind], { STOKER_ENGINE_BUDGET_BYTES: String(1.5 * 1048576) });
+    s = await startServer(dataDir, ['--kind', kind], { STOKER_ENGINE_BUDGET_BYTES: String(1.5 * 1048576) });
     started.push(s);
+  }, 30_000);
+
+  afterAll(async () => {
+    await stopServer(s);
+  }, 30_000);
+
+  it('stoker_budget_blocked while the head of the queue waits for memory, and its seconds in all', async () => {
+    // One partition at a time: the other three wait for memory through at least three 100 ms preparations.
     const t0 = await metrics(s.url);
     expect(metric(t0, 'stoker_budget_blocked')).toBe(0);
     expect(metric(t0, 'stoker_budget_blocked_seconds_total')).toBe(0);
@@ -1051,8 +1059,25 @@ describe('GET /metrics: the budget holding the queue back', () => {
     const blockedS = metric(t1, 'stoker_budget_blocked_seconds_total') as number;
     expect(blockedS).toBeGreaterThanOrEqual(0.25);
     expect(blockedS).toBeLessThanOrEqual(elapsedS);
-    await stopServer(s);
-  }, 30_000);
+  });
+
+  it('an input over 64 KiB is left out of the submit answer and of lists, by its size; the job view gives it whole', async () => {
+    const input = { blob: 'x'.repeat(100_000) };
+    const bytes = Buffer.byteLength(JSON.stringify(input));
+    const sub = await submit(s.url, { id: 'in-1', kind: 'mib', partitions: 1, input });
+    expect(sub.status).toBe(202);
+    expect(sub.body).toMatchObject({ id: 'in-1', input: null, inputOmittedBytes: bytes });
+    // A retry answers the same way.
+    expect((await submit(s.url, { id: 'in-1', kind: 'mib', partitions: 1, input })).body).toMatchObject({ input: null, inputOmittedBytes: bytes });
+    expect((await submit(s.url, { id: 'in-2', kind: 'mib', partitions: 1, input: { small: 1 } })).body).toMatchObject({ input: { small: 1 } });
+    const list = (await http(s.url, 'GET', '/v1/jobs?limit=10')).body as { id: string; input: unknown; inputOmittedBytes?: number }[];
+    expect(list.find((j) => j.id === 'in-1')).toMatchObject({ input: null, inputOmittedBytes: bytes });
+    expect(list.find((j) => j.id === 'in-2')).toMatchObject({ input: { small: 1 } });
+    expect(list.find((j) => j.id === 'in-2')?.inputOmittedBytes).toBeUndefined();
+    const view = (await http(s.url, 'GET', '/v1/jobs/in-1')).body;
+    expect(view.input).toEqual(input);
+    expect(view.inputOmittedBytes).toBeUndefined();
+  });
 });
 
 // ─── config print and serve --help ────────────────────────────────────────────────────────────
