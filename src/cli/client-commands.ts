@@ -197,7 +197,7 @@ export function statusText(s: StatusBody): string {
   const devices = s.devices.length === 1 ? busyOf(s.devices[0]?.workers ?? []) : s.devices.map((d) => `${d.name ?? d.device} ${busyOf(d.workers)}`).join(', ');
   return (
     [
-      `jobs        pending ${s.jobs['pending']}  (queued ${s.jobs['queued']}, running ${s.jobs['running']})  done ${s.jobs['done']}  failed ${s.jobs['failed']}  cancelled ${s.jobs['cancelled']}`,
+      `jobs        pending ${s.jobs['pending']}  (queued ${s.jobs['queued']}, running ${s.jobs['running']}${s.jobs['onHold'] ? `; ${s.jobs['onHold']} on hold: see their views' onHold` : ''})  done ${s.jobs['done']}  failed ${s.jobs['failed']}  cancelled ${s.jobs['cancelled']}`,
       `partitions  queued ${s.partitions.queued}  preparing ${s.partitions.preparing}  waiting ${s.partitions.waiting} (target ${s.targetWaiting})  on device ${s.partitions.onDevice}`,
       `devices     ${devices} workers busy${lost > 0 ? ` (${lost} lost)` : ''}`,
       ...s.devices.flatMap((d) => (d.unreachable ? [`            device ${d.name ?? d.device} unreachable: ${d.unreachable}`] : [])),
@@ -249,6 +249,7 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
   }
   let reached = false;
   let away = false;
+  let held = false;
   for (;;) {
     const left = deadline - Date.now();
     // In ms: whole seconds would round the last second down to wait=0s and poll in a busy loop.
@@ -273,13 +274,24 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
     if (away) io.err('stoker wait: the server answers again\n');
     reached = true;
     away = false;
-    const body = r.body as { state: string };
+    const body = r.body as { state: string; onHold?: unknown };
     if (r.status === 200) return ended(body);
     if (Date.now() >= deadline) {
-      io.err(`job ${id} is still ${body.state} after --timeout ${flags.timeout}\n`);
+      io.err(`job ${id} is still ${body.state} after --timeout ${flags.timeout}${typeof body.onHold === 'string' ? ', on hold' : ''}\n`);
       return 3;
     }
+    // On hold: the server answers at once (nothing there will end it) — said once, then asked every 2 s.
+    if (typeof body.onHold === 'string') {
+      if (!held) io.err(onHoldLine(id, body.onHold));
+      held = true;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(2000, Math.max(0, deadline - Date.now()))));
+    }
   }
+}
+
+/** What `stoker wait` says of a job the server leaves on hold (its view's `onHold`). */
+function onHoldLine(id: string, why: string): string {
+  return `stoker wait: job ${id} is on hold: ${why} — waiting for a start that runs it, until --timeout\n`;
 }
 
 /** `wait -o FILE` of a bytes result: the answer's bytes streamed to FILE. */
@@ -355,7 +367,8 @@ async function followProgress(id: string, flags: ClientFlags, io: Io, deadline: 
   let lastLine = '';
   let away = false;
   // (Unreachable, no token, no such job: said at once, in the words of every other command.)
-  await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`, undefined, undefined, isJob);
+  const first = (await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`, undefined, undefined, isJob)).body as { onHold?: unknown };
+  if (typeof first.onHold === 'string') io.err(onHoldLine(id, first.onHold));
   const say = (line: string) => {
     // (A drawn progress line is ended first; the next one is drawn anew.)
     if (tty && lastLine) io.err('\n');

@@ -79,6 +79,7 @@ export const JobView = z
     resumes: z.number().int().meta({ description: 'How often the job was resumed after a restart' }),
     result: z.unknown().meta({ description: 'A JSON value, or base64 of bytes when resultEncoding is base64' }),
     resultEncoding: z.literal('base64').optional().meta({ description: 'Present only for a bytes result (GET …/result with Accept: application/octet-stream gives the raw bytes)' }),
+    onHold: z.string().optional().meta({ description: 'Present only for an unfinished job this server will not run: why (its kind not loaded here, its partitions over the whole memory budget), and what would run it; GET …/result answers at once for it' }),
     inputOmittedBytes: z.number().int().optional().meta({ description: 'Present only in lists and submit answers, where the input is over 64 KiB as JSON text: this many bytes; it is left out there (input null) — GET /v1/jobs/:id gives it' }),
     resultOmittedBytes: z.number().int().optional().meta({ description: 'Present only where the result is over 1 MiB as stored (its JSON text, or its bytes): this many bytes; it is left out of job views and lists (result null) — GET /v1/jobs/:id/result gives it' }),
     error: JobError.nullable(),
@@ -95,6 +96,7 @@ export const ResultView = z.object({
   resultEncoding: z.literal('base64').optional(),
   error: JobError.nullable(),
   finishedAt: z.string().nullable(),
+  onHold: z.string().optional().meta({ description: 'As in the job view: why this server will not run the job (answered at once, no wait)' }),
 });
 export type ResultView = z.output<typeof ResultView>;
 
@@ -115,7 +117,7 @@ export const StatusView = z.object({
   time: z.string(),
   uptimeS: z.number(),
   closing: z.boolean().meta({ description: 'Shutting down: submissions get 503' }),
-  jobs: z.object({ queued: z.number(), running: z.number(), done: z.number(), failed: z.number(), cancelled: z.number(), pending: z.number(), maxPending: z.number() }),
+  jobs: z.object({ queued: z.number(), running: z.number(), done: z.number(), failed: z.number(), cancelled: z.number(), pending: z.number(), onHold: z.number().meta({ description: 'Of the pending jobs, those this server leaves on hold (a kind it has not loaded, partitions over the whole budget): each job view says why (onHold)' }), maxPending: z.number() }),
   partitions: z.object({
     queued: z.number(),
     preparing: z.number(),

@@ -342,7 +342,7 @@ export function buildApp(service: ApiService): FastifyInstance {
       // (Bytes preferred, JSON taken too — `Accept: application/octet-stream, application/json;q=0.5`: the JSON.)
       if (!acceptsJson(req.headers.accept)) throw new ServiceError(406, 'not-bytes', 'Result is JSON', `job ${job.id}'s result is a JSON value, not bytes: ask with Accept: application/json`);
     }
-    const body: ResultView = { id: job.id, state: job.state, result: job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt };
+    const body: ResultView = { id: job.id, state: job.state, result: job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt, ...(job.onHold === undefined ? {} : { onHold: job.onHold }) };
     return reply.code(job.state === 'queued' || job.state === 'running' ? 202 : 200).send(body);
   });
 

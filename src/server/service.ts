@@ -148,7 +148,7 @@ export class Service {
     });
     const announce = (job: JournalJob, finishedAt: number, outcome: JournalOutcome) => this.announceEnd(job, finishedAt, outcome);
     this.runs = new JobRuns({ journal, commits: this.commits, kinds, runtime: this.runtime, router, endsRecordedElsewhere, emit: (e) => this.emit(e), announce, log });
-    this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, waitingForKinds: () => this.waitingIds.size, stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
+    this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, waitingForKinds: () => this.held.size, stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e), log);
     const full = { said: 0, at: -Infinity, open: false };
@@ -188,8 +188,8 @@ export class Service {
   }
 
   private waiting: string | undefined;
-  /** The jobs {@link resumeUnfinished} left for a start with their kind's module (a cancel takes one out). */
-  private readonly waitingIds = new Set<string>();
+  /** The jobs {@link resumeUnfinished} left on hold, and why (a cancel takes one out). */
+  private readonly held = new Map<string, string>();
   /** Jobs {@link resumeUnfinished} started again. */
   resumed = 0;
 
@@ -267,29 +267,44 @@ export class Service {
 
   /**
    * Starts again the jobs the journal holds unfinished (Service.open does, unless told `resume:
-   * false`: once the devices are checked, say). Those of a kind this server has not loaded are
-   * left as they are, for a start with its module (a restart that forgot `--kind` failed them for
-   * good): {@link waitingNote} says so.
+   * false`: once the devices are checked, say). Those this server cannot run are left as they are
+   * — on hold, not failed: nothing accepted is lost to a start's configuration — for a start that
+   * can: of a kind it has not loaded (a restart that forgot `--kind` failed them for good), or
+   * whose partitions each need more than the whole memory budget (one lowered since: they failed
+   * E_OVERSIZE at once, and a budget put back did not bring them back). {@link waitingNote} says so,
+   * and their views (`onHold`).
    */
   resumeUnfinished(): void {
-    const waiting = new Map<string, number>();
+    const unloaded = new Map<string, number>();
+    let over = 0;
+    let most = 0;
+    const budget = this.runtime.engine.budget.totalBytes;
     for (const job of this.journal.unfinished()) {
-      if (!this.kinds.has(job.kind)) {
-        waiting.set(job.kind, (waiting.get(job.kind) ?? 0) + 1);
-        this.waitingIds.add(job.id);
-      } else {
-        this.runs.resume(job);
-        this.resumed++;
+      const kind = this.kinds.get(job.kind);
+      if (!kind) {
+        unloaded.set(job.kind, (unloaded.get(job.kind) ?? 0) + 1);
+        this.held.set(job.id, `its kind ${JSON.stringify(job.kind)} is not loaded on this server: it resumes on a start with its module (--kind FILE, or [kinds.${job.kind}] in the config); cancel it to end it`);
+        continue;
       }
+      const need = partitionNeed(kind, job.input);
+      if (need > budget) {
+        over++;
+        most = Math.max(most, need);
+        this.held.set(job.id, `each of its partitions needs ${need} bytes, more than the whole memory budget, engine.budgetBytes = ${budget}: it resumes on a start with a budget of at least ${need}; cancel it to end it`);
+        continue;
+      }
+      this.runs.resume(job);
+      this.resumed++;
     }
-    const n = [...waiting.values()].reduce((a, b) => a + b, 0);
-    this.waiting =
-      n === 0
-        ? undefined
-        : `${n} unfinished job${n === 1 ? ' is' : 's are'} of ${waiting.size === 1 ? 'a kind' : 'kinds'} this server has not loaded (${[...waiting].map(([k, c]) => `${k}: ${c}`).join(', ')}): left as ${n === 1 ? 'it is' : 'they are'}, to resume once the server starts with ${waiting.size === 1 ? 'its module' : 'their modules'} (--kind FILE, or [kinds.NAME] in the config); cancel ${n === 1 ? 'it' : 'them'} to end ${n === 1 ? 'it' : 'them'}`;
+    const n = [...unloaded.values()].reduce((a, b) => a + b, 0);
+    const notes = [
+      ...(n === 0 ? [] : [`${n} unfinished job${n === 1 ? ' is' : 's are'} of ${unloaded.size === 1 ? 'a kind' : 'kinds'} this server has not loaded (${[...unloaded].map(([k, c]) => `${k}: ${c}`).join(', ')}): left as ${n === 1 ? 'it is' : 'they are'}, to resume once the server starts with ${unloaded.size === 1 ? 'its module' : 'their modules'} (--kind FILE, or [kinds.NAME] in the config); cancel ${n === 1 ? 'it' : 'them'} to end ${n === 1 ? 'it' : 'them'}`]),
+      ...(over === 0 ? [] : [`${over} unfinished job${over === 1 ? '' : 's'} need${over === 1 ? 's' : ''} more memory per partition than the whole budget, engine.budgetBytes = ${budget} (up to ${most} bytes): left as ${over === 1 ? 'it is' : 'they are'}, to resume once the server starts with a budget of at least ${most}; cancel ${over === 1 ? 'it' : 'them'} to end ${over === 1 ? 'it' : 'them'}`]),
+    ];
+    this.waiting = notes.length ? notes.join('; ') : undefined;
   }
 
-  /** The unfinished jobs of kinds not loaded, for the start line (undefined: none). */
+  /** The unfinished jobs this server leaves on hold, for the start line (undefined: none). */
   get waitingNote(): string | undefined {
     return this.waiting;
   }
@@ -468,7 +483,8 @@ export class Service {
   /** Resolves with the job, its result whole, once it has ended, or after `waitMs` with its state then. */
   async wait(id: string, waitMs: number): Promise<JobView | undefined> {
     const first = this.job(id, undefined, true);
-    if (!first || isFinal(first.state) || waitMs <= 0 || this.closing) return first;
+    // (On hold: nothing here will end it, and a client that long-polls for its end learns why at once.)
+    if (!first || isFinal(first.state) || waitMs <= 0 || this.closing || first.onHold !== undefined) return first;
     await this.waiters.wait(id, waitMs);
     return this.job(id, undefined, true);
   }
@@ -480,7 +496,7 @@ export class Service {
     if (j.state === 'cancelled') return this.view(j);
     if (isFinal(j.state)) throw jobFinished(id, j.state);
     this.runtime.cancel(id);
-    this.waitingIds.delete(id);
+    this.held.delete(id);
     // The runtime answers asynchronously; the journal records the end now so the reply is final.
     this.runs.end(id, { state: 'cancelled', code: 'E_CANCELLED', reason: 'cancelled on request' });
     this.commits.flush();
@@ -495,6 +511,7 @@ export class Service {
       workerBusyMs: this.runtime.workerBusyMs(),
       workerStates: this.workerStates(),
       jobCounts: this.stateCounts(),
+      onHold: this.held.size,
       byKind: this.partitionsByKind(),
       uptimeS: (Date.now() - this.startedAt) / 1000,
       closing: this.closing,
@@ -635,6 +652,18 @@ export class Service {
   /** The API's view of a job; `maxStates`: the most partitions whose states it lists (more: counts only). */
   private view(j: JournalJob, maxStates?: number, page?: StatesPage, full = false): JobView {
     // (As the journal will have it: started here before its write, a job read running with startedAt null — a submit's 202 among them.)
-    return localJobView(this.runs.overlay(j), this.runtime.engine, this.runs.live(j.id), maxStates, page, this.runs.doneUnrecorded(j.id), full);
+    const v = localJobView(this.runs.overlay(j), this.runtime.engine, this.runs.live(j.id), maxStates, page, this.runs.doneUnrecorded(j.id), full);
+    const hold = this.held.get(j.id);
+    return hold === undefined || isFinal(v.state) ? v : { ...v, onHold: hold };
+  }
+}
+
+/** The larger of a partition's preparation and device bytes for this input (NaN where the kind's memory() throws: its run fails it, naming why). */
+function partitionNeed(kind: LoadedKind, input: unknown): number {
+  try {
+    const m = kind.memory(input);
+    return Math.max(m.prepareBytes, m.deviceBytes);
+  } catch {
+    return NaN;
   }
 }

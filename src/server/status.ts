@@ -11,6 +11,8 @@ export interface StatusSources {
   workerBusyMs: number[][];
   workerStates: ReturnType<Engine['workerStates']>;
   jobCounts: Record<JobState, number>;
+  /** Unfinished jobs this server leaves on hold (a kind not loaded, a partition over the whole budget). */
+  onHold: number;
   byKind: ReturnType<Engine['partitionsByKind']>;
   uptimeS: number;
   closing: boolean;
@@ -35,7 +37,7 @@ export function buildStatus(src: StatusSources): StatusView {
     time: new Date().toISOString(),
     uptimeS: src.uptimeS,
     closing: src.closing,
-    jobs: { ...counts, pending: counts.queued + counts.running, maxPending: src.config.server.maxPendingJobs },
+    jobs: { ...counts, pending: counts.queued + counts.running, onHold: src.onHold, maxPending: src.config.server.maxPendingJobs },
     partitions: {
       queued: s.backlog,
       preparing: s.preparing,

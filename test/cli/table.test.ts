@@ -72,6 +72,11 @@ describe('stoker status’s lines', () => {
     expect(statusText(idle({ queued: 0, preparing: 0, waiting: 0, onDevice: 0 }))).toContain('pacer       stoker idle  capacity');
   });
 
+  it('count the jobs on hold among the pending (a job of a kind not loaded read as running)', () => {
+    expect(statusText(status())).toContain('jobs        pending 3  (queued 1, running 2)  done 5');
+    expect(statusText({ ...status(), jobs: { ...status().jobs, onHold: 2 } })).toContain("jobs        pending 3  (queued 1, running 2; 2 on hold: see their views' onHold)  done 5");
+  });
+
   it('give the budget in the unit that reads (it was raw bytes: 1992294400 bytes of 2147483648)', () => {
     expect(statusText(status())).toContain('budget      1.0 KiB of unlimited\n');
     expect(statusText({ ...status(), budget: { usedBytes: 1992294400, totalBytes: 2 * 1024 ** 3 } })).toContain('budget      1.9 GiB of 2.0 GiB\n');

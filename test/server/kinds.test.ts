@@ -267,6 +267,32 @@ it('a job whose partitions need more than the whole memory budget is refused at 
   }
 });
 
+it('a journaled job whose partitions need more than a budget lowered since is on hold, not failed: it resumes on a start with the budget back', async () => {
+  // The probe kind's partitions need max(1000, 10) bytes.
+  const dir = tempDataDir();
+  try {
+    const first = await startServer(dir, ['--kind', PROBE], { STOKER_ENGINE_BUDGET_BYTES: '4000', STOKER_PREPARE_THREADS: '1' });
+    await http(first.url, 'POST', '/v1/jobs', { id: 'hold-1', kind: 'probe', input: { items: 2 } });
+    await first.crash();
+    const second = await startServer(dir, ['--kind', PROBE], { STOKER_ENGINE_BUDGET_BYTES: '999' });
+    try {
+      await waitUntil(async () => (second.output().includes('more memory per partition') ? true : undefined), 5000, 'the note');
+      expect(second.output()).toContain('stoker serve: 1 unfinished job needs more memory per partition than the whole budget, engine.budgetBytes = 999 (up to 1000 bytes): left as it is, to resume once the server starts with a budget of at least 1000; cancel it to end it');
+      expect((await http(second.url, 'GET', '/v1/jobs/hold-1')).body).toMatchObject({ error: null, onHold: expect.stringContaining('each of its partitions needs 1000 bytes, more than the whole memory budget, engine.budgetBytes = 999') });
+    } finally {
+      await second.crash();
+    }
+    const third = await startServer(dir, ['--kind', PROBE], { STOKER_ENGINE_BUDGET_BYTES: '4000' });
+    try {
+      expect((await http(third.url, 'GET', '/v1/jobs/hold-1/result?wait=20s')).body).toMatchObject({ state: 'done' });
+    } finally {
+      await third.crash();
+    }
+  } finally {
+    removeDir(dir);
+  }
+});
+
 it('a journaled job whose kind module is no longer given waits, untouched, for a start with it (the start line says so); the others resume', async () => {
   const dir = tempDataDir();
   try {
@@ -282,7 +308,13 @@ it('a journaled job whose kind module is no longer given waits, untouched, for a
       expect(second.output()).toContain('1 unfinished job resumed');
       expect(second.output()).toContain("stoker serve: 2 unfinished jobs are of a kind this server has not loaded (probe: 2): left as they are, to resume once the server starts with its module (--kind FILE, or [kinds.NAME] in the config); cancel them to end them");
       expect((await http(second.url, 'GET', '/v1/jobs/kept')).body).toMatchObject({ state: 'running', resumes: 1 });
-      expect((await http(second.url, 'GET', '/v1/jobs/orphan')).body).toMatchObject({ error: null, resumes: 0 });
+      expect((await http(second.url, 'GET', '/v1/jobs/orphan')).body).toMatchObject({ error: null, resumes: 0, onHold: expect.stringMatching(/^its kind "probe" is not loaded on this server: it resumes on a start with its module .*; cancel it to end it$/) });
+      expect((await http(second.url, 'GET', '/v1/jobs/kept')).body.onHold).toBeUndefined();
+      // Its result is asked for: answered at once (nothing here ends it), saying why.
+      const t0 = performance.now();
+      expect(await http(second.url, 'GET', '/v1/jobs/orphan/result?wait=20s')).toMatchObject({ status: 202, body: { onHold: expect.stringContaining('is not loaded') } });
+      expect(performance.now() - t0).toBeLessThan(10_000);
+      expect((await http(second.url, 'GET', '/v1/status')).body.jobs).toMatchObject({ pending: 3, onHold: 2 });
       // The waiting ones do not count against server.maxPendingJobs: 'kept' and one more fit.
       expect((await http(second.url, 'POST', '/v1/jobs', { id: 'new', kind: 'sleep', partitions: 1, input: { prepareMs: 1 } })).status).toBe(202);
       // One is cancelled meanwhile: it ends so.
