@@ -101,8 +101,16 @@ export class Intake {
   /** A submission's checks before it is journaled: the record to journal, or the answer for a job that exists. */
   private admission(raw: unknown): { record: JournalJobInput } | { answer: Submitted } {
     if (this.p.closing()) throw shuttingDown(this.p.server.retryAfterS);
+    // The same body sent again is the same job, before any check that a kind's new version (its
+    // defaults, its schema) or a start without its module would answer otherwise.
+    const sentHash = Journal.sentHash(raw);
+    const id = (raw as { id?: unknown } | null)?.id;
+    if (sentHash !== undefined && typeof id === 'string') {
+      const existing = this.p.stored(id);
+      if (existing && existing.sentHash === sentHash) return { answer: this.p.admitted({ job: existing, created: false }, new Map()) };
+    }
     const { record, explicitId, memory } = parseSubmission(raw, this.p.kinds);
-    return this.admit(record, explicitId, memory);
+    return this.admit({ ...record, ...(sentHash === undefined ? {} : { sentHash }) }, explicitId, memory);
   }
 
   /**

@@ -17,12 +17,20 @@ export interface JournalJobInput {
   input: unknown;
   /** When the job should be done, epoch ms, or `null` for none. */
   deadline: number | null;
+  /** {@link Journal.sentHash} of the submission as the client sent it (absent: a record not submitted over the API, a cluster's). */
+  sentHash?: string | null;
 }
 
 /** A job as the journal holds it. */
 export interface JournalJob extends JournalJobInput {
   /** {@link Journal.hash} of the job's body: tells a retried submission from a conflicting one. */
   bodyHash: string;
+  /**
+   * {@link Journal.sentHash} of the body as the client sent it, or `null` (a row from before schema
+   * 3, a cluster's record): the same body sent again is the same job, whatever the kind's defaults
+   * or schema have become since.
+   */
+  sentHash: string | null;
   /** Where the job is in its life. */
   state: JobState;
   /** When the job was inserted, epoch ms by the journal's clock. */

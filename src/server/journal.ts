@@ -24,8 +24,8 @@ function prepareStatements(db: Database.Database) {
   return {
     get: db.prepare<[string], JobRow>('SELECT *, octet_length(result) AS result_bytes FROM jobs WHERE id = ?'),
     view: db.prepare<[string], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs WHERE id = ?`),
-    insert: db.prepare(`INSERT INTO jobs (id, kind, priority, partitions, input, deadline, body_hash, state, submitted_at)
-      VALUES (@id, @kind, @priority, @partitions, @input, @deadline, @bodyHash, 'queued', @now)`),
+    insert: db.prepare(`INSERT INTO jobs (id, kind, priority, partitions, input, deadline, body_hash, sent_hash, state, submitted_at)
+      VALUES (@id, @kind, @priority, @partitions, @input, @deadline, @bodyHash, @sentHash, 'queued', @now)`),
     markRunning: db.prepare(`UPDATE jobs SET state = 'running', started_at = ? WHERE id = ? AND state = 'queued'`),
     addPartition: db.prepare(`INSERT OR IGNORE INTO partition_outputs (job_id, partition, output) VALUES (?, ?, ?)`),
     setPartition: db.prepare(`UPDATE partition_outputs SET output = ? WHERE job_id = ? AND partition = ?`),
@@ -137,6 +137,7 @@ export class Journal {
       if (version < SCHEMA_VERSION) {
         conn.transaction(() => {
           if (version === 0) conn.exec(SCHEMA);
+          else if (!(conn.pragma('table_info(jobs)') as { name: string }[]).some((c) => c.name === 'sent_hash')) conn.exec('ALTER TABLE jobs ADD COLUMN sent_hash TEXT');
           conn.pragma(`user_version = ${SCHEMA_VERSION}`);
         })();
       }
@@ -166,6 +167,20 @@ export class Journal {
     const { kind, priority, partitions, input, deadline } = body;
     const json = toJson({ kind, priority, partitions, input: input ?? null, deadline: deadline ?? null }, 'the job body');
     const plain = JSON.parse(json) as unknown; // as stored: toJSON applied, undefined members dropped
+    return createHash('sha256').update(canonical(plain)).digest('hex');
+  }
+
+  /**
+   * The hash of a submission's body as the client sent it (its id left out; object keys sorted
+   * recursively), or `undefined` for one that is not a JSON object. {@link hash} is of the body as
+   * checked — the kind's defaults filled in — which a kind's new version changes: a retry of the
+   * identical body read as another one (409), or failed the new schema (400).
+   */
+  static sentHash(raw: unknown): string | undefined {
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return undefined;
+    const body: Record<string, unknown> = { ...raw };
+    delete body['id'];
+    const plain = JSON.parse(toJson(body, 'the job body')) as unknown; // as Journal.hash reads a body
     return createHash('sha256').update(canonical(plain)).digest('hex');
   }
 
@@ -280,14 +295,14 @@ export class Journal {
     const result = this.#write(`job ${JSON.stringify(job.id)}`, this.#db.transaction(() => {
       const existing = s.get.get(job.id);
       if (existing) {
-        if (existing.body_hash !== bodyHash) {
+        if (existing.body_hash !== bodyHash && !(job.sentHash && existing.sent_hash === job.sentHash)) {
           throw new JournalError('E_JOURNAL_CONFLICT', `job ${JSON.stringify(job.id)} exists with a different body: resubmit the same body to retry, or use a new id`);
         }
         return { job: fromRow(existing), created: false, seq: 0 };
       }
       const { lastInsertRowid } = s.insert.run({
         id: job.id, kind: job.kind, priority: job.priority, partitions: job.partitions,
-        input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, now: this.#now(),
+        input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, sentHash: job.sentHash ?? null, now: this.#now(),
       });
       return { job: fromRow(this.row(job.id)), created: true, seq: Number(lastInsertRowid) };
     }), true);

@@ -57,7 +57,7 @@ describe('Journal', () => {
     expect(created).toBe(true);
     const expected = {
       id: 'a', kind: 'ntt-proof', priority: 'high', partitions: 3, input: { log2: 18, seed: [1, 2] },
-      deadline: 2_000_000, bodyHash: Journal.hash(job('a', { deadline: 2_000_000, priority: 'high' })),
+      deadline: 2_000_000, bodyHash: Journal.hash(job('a', { deadline: 2_000_000, priority: 'high' })), sentHash: null,
       state: 'queued', submittedAt: 1_000_000, startedAt: null, finishedAt: null, result: null, resultBytes: 4,
       errorCode: null, errorReason: null, partitionsDone: 0, resumes: 0,
     };
@@ -354,6 +354,30 @@ describe('Journal', () => {
     const deep = join(tempDir(), 'a', 'b', 'c');
     open(deep).close();
     expect(existsSync(join(deep, 'stoker.db'))).toBe(true);
+  });
+
+  it('upgrades a version-2 journal (no sent_hash): its jobs read as before, a retry of their checked body is still the same job', async () => {
+    const dir = tempDir();
+    const { default: Database } = await import('better-sqlite3');
+    const { SCHEMA } = await import('../../src/server/journal-schema.js');
+    const db = new Database(join(dir, 'stoker.db'));
+    db.exec(SCHEMA.replace('  sent_hash TEXT,\n', ''));
+    const job: JournalJobInput = { id: 'old', kind: 'sleep', priority: 'normal', partitions: 2, input: { seed: 1 }, deadline: null };
+    db.prepare(`INSERT INTO jobs (id, kind, priority, partitions, input, deadline, body_hash, state, submitted_at) VALUES ('old', 'sleep', 'normal', 2, '{"seed":1}', NULL, ?, 'queued', 1)`).run(Journal.hash(job));
+    db.pragma('user_version = 2');
+    db.close();
+    const j = open(dir);
+    expect(j.get('old')).toMatchObject({ id: 'old', input: { seed: 1 }, sentHash: null, state: 'queued' });
+    expect(j.insert(job).created).toBe(false);
+    // New rows keep the hash of the body as sent: the same body is the same job though its checked form differs.
+    const sent = Journal.sentHash({ id: 'new', kind: 'sleep', partitions: 1, input: {} });
+    expect(j.insert({ id: 'new', kind: 'sleep', priority: 'normal', partitions: 1, input: { seed: 0 }, deadline: null, sentHash: sent }).created).toBe(true);
+    expect(j.get('new')?.sentHash).toBe(sent);
+    expect(j.insert({ id: 'new', kind: 'sleep', priority: 'normal', partitions: 1, input: { seed: 5 }, deadline: null, sentHash: sent }).created).toBe(false);
+    expect(() => j.insert({ id: 'new', kind: 'sleep', priority: 'normal', partitions: 1, input: { seed: 5 }, deadline: null })).toThrow(/different body/);
+    j.close();
+    expect(Journal.sentHash({ id: 'x', kind: 'k', input: { b: 1, a: 2 } })).toBe(Journal.sentHash({ input: { a: 2, b: 1 }, kind: 'k', id: 'y' }));
+    expect(Journal.sentHash('not an object')).toBeUndefined();
   });
 
   it('refuses a journal with a newer schema with E_JOURNAL_VERSION', async () => {

@@ -267,6 +267,42 @@ it('a job whose partitions need more than the whole memory budget is refused at 
   }
 });
 
+it('the same body sent again is the same job after the kind changed its defaults or its schema, or is not loaded (it read as another body: 409, or failed the new schema: 400)', async () => {
+  const dir = tempDataDir();
+  const kind = path.join(dir, 'thumb.mjs');
+  const version = (props: string, required: string) =>
+    fs.writeFileSync(kind, `export const name = 'thumb';\nexport const input = { type: 'object', additionalProperties: false, properties: { ${props} }, required: [${required}] };\nexport const prepare = (input) => new Promise((r) => setTimeout(() => r(input), 30_000));\nexport const run = (x) => x;\n`);
+  const body = { id: 'j1', kind: 'thumb', partitions: 1, input: { image: 'a' } };
+  try {
+    version(`image: { type: 'string' }, size: { type: 'integer', default: 128 }`, `'image'`);
+    const first = await startServer(dir, ['--kind', kind]);
+    expect((await http(first.url, 'POST', '/v1/jobs', body)).status).toBe(202);
+    await first.crash();
+    for (const [props, required, other] of [
+      [`image: { type: 'string' }, size: { type: 'integer', default: 256 }`, `'image'`, { image: 'b' }],
+      [`image: { type: 'string' }, fmt: { type: 'string' }, size: { type: 'integer', default: 128 }`, `'image', 'fmt'`, { image: 'a', fmt: 'png' }],
+    ] as const) {
+      version(props, required);
+      const s = await startServer(dir, ['--kind', kind]);
+      try {
+        expect(await http(s.url, 'POST', '/v1/jobs', body)).toMatchObject({ status: 200, body: { id: 'j1', input: { image: 'a', size: 128 } } });
+        // Another body (valid for this version) under the same id is still a conflict.
+        expect((await http(s.url, 'POST', '/v1/jobs', { ...body, input: other })).status).toBe(409);
+      } finally {
+        await s.crash();
+      }
+    }
+    const without = await startServer(dir, []);
+    try {
+      expect(await http(without.url, 'POST', '/v1/jobs', body)).toMatchObject({ status: 200, body: { id: 'j1', onHold: expect.stringContaining('is not loaded') } });
+    } finally {
+      await without.crash();
+    }
+  } finally {
+    removeDir(dir);
+  }
+});
+
 it('a journaled job whose partitions need more than a budget lowered since is on hold, not failed: it resumes on a start with the budget back', async () => {
   // The probe kind's partitions need max(1000, 10) bytes.
   const dir = tempDataDir();
