@@ -57,6 +57,9 @@ export class Journal {
   /** Jobs by kind and state, counted once at open and kept as jobs change: status and scrapes cost nothing per journaled job. */
   readonly #counts = new Map<string, Record<JobState, number>>();
 
+  /** Whether this open made the journal (none was there): a start on a mistyped --data dir says so. */
+  readonly created: boolean;
+
   /** The high-water mark file: the seq of the last acknowledged job, rewritten after each insert (see openMark). */
   readonly #mark: number | undefined;
   #markDirty = false;
@@ -70,7 +73,8 @@ export class Journal {
   /** Whether the latest write was refused for want of room (a new job written clears it). */
   full = false;
 
-  private constructor(db: Database.Database, now: () => number, mark: number | undefined, maxBytes: number | undefined) {
+  private constructor(db: Database.Database, now: () => number, mark: number | undefined, maxBytes: number | undefined, created: boolean) {
+    this.created = created;
     this.#db = db;
     this.#now = now;
     this.#maxBytes = maxBytes;
@@ -147,7 +151,7 @@ export class Journal {
       }
       checkIntegrity(conn, path);
       mark = openMark(path, conn);
-      return new Journal(conn, options.now ?? Date.now, mark, options.maxBytes);
+      return new Journal(conn, options.now ?? Date.now, mark, options.maxBytes, version === 0);
     } catch (err) {
       db?.close();
       if (mark !== undefined) closeSync(mark);

@@ -304,6 +304,11 @@ export class Service {
     this.waiting = notes.length ? notes.join('; ') : undefined;
   }
 
+  /** Whether this start made its journal (none was in the data dir): the start line says so — a mistyped --data started afresh without a word. */
+  get newJournal(): boolean {
+    return this.journal.created;
+  }
+
   /** The unfinished jobs this server leaves on hold, for the start line (undefined: none). */
   get waitingNote(): string | undefined {
     return this.waiting;

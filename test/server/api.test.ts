@@ -1177,6 +1177,8 @@ describe('graceful shutdown', () => {
     expect(code).toBe(0);
     expect(a.output()).toMatch(/SIGTERM: finishing [1-9]\d* partitions in flight \(up to 30 s\), then stopping/);
     expect(a.output()).toContain('stopped; unfinished jobs resume on the next start');
+    // Its data dir was empty: the start said it made a journal (a mistyped --data started afresh without a word).
+    expect(a.output()).toContain(`data ${dir}, a new journal; 0 unfinished jobs resumed`);
     // The waiter was answered with the state at the stop.
     const w = await waiter;
     expect(w.status).toBe(202);
@@ -1200,7 +1202,7 @@ describe('graceful shutdown', () => {
     }
 
     const b = await serve(env, dir);
-    expect(b.output()).toContain('1 unfinished job resumed');
+    expect(b.output()).toContain(`data ${dir}; 1 unfinished job resumed`);
     const resumed = (await getJob(b.url, 'sd-1')).body;
     expect(resumed).toMatchObject({ id: 'sd-1', resumes: 1 });
     expect(resumed.partitionsDone).toBeGreaterThanOrEqual(doneAtStop);
