@@ -303,6 +303,16 @@ export function buildApp(service: ApiService): FastifyInstance {
     }
     return sendProblem(reply, { type: 'internal', title: 'Internal error', status: 500, detail: `the server failed: ${err.message}` });
   });
+  // A query parameter a route does not take is a 400 naming it (ignored, `offset` or `timeout=30s`
+  // read as the first page again, or as no wait: a client looped on them). `config.query`: the ones it takes.
+  app.addHook('preHandler', async (req) => {
+    const config = req.routeOptions.config as { query?: readonly string[]; hint?: string };
+    if (!config.query || typeof req.query !== 'object' || req.query === null) return;
+    const unknown = Object.keys(req.query).filter((k) => !config.query?.includes(k));
+    if (unknown.length === 0) return;
+    const takes = config.query.length === 1 ? `only ${config.query[0]}` : `${config.query.slice(0, -1).join(', ')} and ${config.query.at(-1)}`;
+    throw new ServiceError(400, 'bad-query', 'Unknown query parameter', `${req.routeOptions.url ?? req.url} takes ${takes}, not ${unknown.map((k) => JSON.stringify(k)).join(', ')}${config.hint ? `: ${config.hint}` : ''}`);
+  });
   // Each path's methods, as the routes below are added: a known path asked with another method is
   // a 405 naming the ones it takes (Allow), not a 404 that says the path is not there.
   const methodsOf = new Map<string, Set<string>>();
@@ -323,14 +333,14 @@ export function buildApp(service: ApiService): FastifyInstance {
       .send(briefView(job));
   });
 
-  app.get<{ Params: { id: string }; Querystring: { statesFrom?: string; statesLimit?: string } }>('/v1/jobs/:id', async (req) => {
+  app.get<{ Params: { id: string }; Querystring: { statesFrom?: string; statesLimit?: string } }>('/v1/jobs/:id', { config: { query: ['statesFrom', 'statesLimit'] } }, async (req) => {
     const page = { from: intOf(req.query.statesFrom, 'statesFrom', 0, MAX_PARTITIONS, 0), limit: intOf(req.query.statesLimit, 'statesLimit', 0, STATES_PAGE_MAX, STATES_PAGE_MAX) };
     const job = await service.job(req.params.id, page);
     if (!job) throw notFound(req.params.id);
     return job;
   });
 
-  app.get<{ Params: { id: string }; Querystring: { wait?: string } }>('/v1/jobs/:id/result', async (req, reply) => {
+  app.get<{ Params: { id: string }; Querystring: { wait?: string } }>('/v1/jobs/:id/result', { config: { query: ['wait'] } }, async (req, reply) => {
     const wait: unknown = req.query.wait;
     // `?wait=1s&wait=2s` parses to an array: answer 400, not a TypeError's 500.
     const waitMs = wait === undefined ? 0 : typeof wait === 'string' ? parseWait(wait, service.config.server.maxWaitS) : 'wait must be given once, as a duration such as 30s';
@@ -348,15 +358,15 @@ export function buildApp(service: ApiService): FastifyInstance {
 
   app.delete<{ Params: { id: string } }>('/v1/jobs/:id', async (req) => service.cancel(req.params.id));
 
-  app.get<{ Querystring: { limit?: string; state?: string | string[] } }>('/v1/jobs', async (req) => {
+  app.get<{ Querystring: { limit?: string; state?: string | string[] } }>('/v1/jobs', { config: { query: ['limit', 'state'], hint: 'the list is the newest jobs, up to limit (at most 1000), with no paging: narrow it with state, or read a job by its id' } }, async (req) => {
     const states = statesOf(req.query.state);
     return (await service.jobs({ limit: intOf(req.query.limit, 'limit', 0, 1000, 50), ...(states === undefined ? {} : { states }) })).map(briefView);
   });
 
-  app.get<{ Querystring: { since?: string; limit?: string } }>('/v1/timeline', (req) => service.timelineView(sinceOf(req.query.since), intOf(req.query.limit, 'limit', 0, 50_000, 10_000)));
+  app.get<{ Querystring: { since?: string; limit?: string } }>('/v1/timeline', { config: { query: ['since', 'limit'] } }, (req) => service.timelineView(sinceOf(req.query.since), intOf(req.query.limit, 'limit', 0, 50_000, 10_000)));
 
-  app.get<{ Querystring: { since?: string } }>('/v1/history', (req) => service.historyView(req.query.since === undefined ? 600_000 : sinceOf(req.query.since)));
-  app.get<{ Querystring: { since?: string } }>('/v1/trace', (req, reply) =>
+  app.get<{ Querystring: { since?: string } }>('/v1/history', { config: { query: ['since'] } }, (req) => service.historyView(req.query.since === undefined ? 600_000 : sinceOf(req.query.since)));
+  app.get<{ Querystring: { since?: string } }>('/v1/trace', { config: { query: ['since'] } }, (req, reply) =>
     reply.header('content-disposition', 'inline; filename="stoker-trace.json"').send(service.trace(sinceOf(req.query.since))),
   );
 

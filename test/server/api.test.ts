@@ -469,6 +469,16 @@ describe('stoker serve (shared server)', () => {
       expectProblem(unknown, 404, 'job-not-found');
       await result(url, 'res-bad');
     });
+
+    it('answers a query parameter a route does not take with a 400 naming it (ignored, a paging client read the first page for ever)', async () => {
+      const page = await http(url, 'GET', '/v1/jobs?limit=5&offset=50');
+      expectProblem(page, 400, 'bad-query');
+      expect(page.body.detail).toBe('/v1/jobs takes limit and state, not "offset": the list is the newest jobs, up to limit (at most 1000), with no paging: narrow it with state, or read a job by its id');
+      const timeout = await http(url, 'GET', '/v1/jobs/res-bad/result?timeout=30s');
+      expectProblem(timeout, 400, 'bad-query');
+      expect(timeout.body.detail).toBe('/v1/jobs/:id/result takes only wait, not "timeout"');
+      expect((await http(url, 'GET', '/v1/jobs?limit=5&state=done')).status).toBe(200);
+    });
   });
 
   describe('DELETE /v1/jobs/:id', () => {
