@@ -27,6 +27,8 @@ export interface IntakeParts {
   closing(): boolean;
   /** Unfinished jobs of kinds not loaded (they wait for a start with their module): not counted against server.maxPendingJobs. */
   waitingForKinds(): number;
+  /** The content hash of a kind's module (journaled with each job it accepts), undefined where unknown. */
+  moduleHash(kind: string): string | undefined;
   /** The job as readers see it (see `JobRuns.stored`). */
   stored(id: string): JournalJob | undefined;
   /** The answer for a journaled job, new (it starts, `recorded`: outputs of partitions finished elsewhere) or the same one again. */
@@ -79,7 +81,7 @@ export class Intake {
     const kind = this.p.kinds.get(record.kind);
     if (!kind) throw invalid([{ path: 'kind', message: `kind ${quoted(record.kind)} is not loaded on this server: use one of ${[...this.p.kinds.keys()].join(', ')}` }]);
     const { memory, ...checked } = checkedByKind(kind, record.input, record.partitions);
-    return this.insertNow(this.admit({ ...record, ...checked }, true, memory), recorded);
+    return this.insertNow(this.admit({ ...record, ...checked, moduleHash: this.p.moduleHash(record.kind) ?? null }, true, memory), recorded);
   }
 
   /** Shutdown: every submission waiting at the gate goes on (and is refused). */
@@ -110,7 +112,7 @@ export class Intake {
       if (existing && existing.sentHash === sentHash) return { answer: this.p.admitted({ job: existing, created: false }, new Map()) };
     }
     const { record, explicitId, memory } = parseSubmission(raw, this.p.kinds);
-    return this.admit({ ...record, ...(sentHash === undefined ? {} : { sentHash }) }, explicitId, memory);
+    return this.admit({ ...record, sentHash: sentHash ?? null, moduleHash: this.p.moduleHash(record.kind) ?? null }, explicitId, memory);
   }
 
   /**

@@ -6,7 +6,8 @@ import { JournalError, type JobState, type JournalJob } from './journal-types.js
 /**
  * The schema version this code writes (`PRAGMA user_version`). 2: outputs and results may be
  * BLOBs (bytes); the tables are those of 1, so a version-1 file is upgraded by the number alone.
- * 3: `jobs.sent_hash`, the hash of a submission's body as sent (NULL in rows written before).
+ * 3: `jobs.sent_hash`, the hash of a submission's body as sent, and `jobs.module_hash`, the content
+ * hash of its kind's module when it was accepted (NULL in rows written before).
  */
 export const SCHEMA_VERSION = 3;
 
@@ -21,6 +22,7 @@ CREATE TABLE jobs (
   deadline INTEGER,
   body_hash TEXT NOT NULL,
   sent_hash TEXT,
+  module_hash TEXT,
   state TEXT NOT NULL,
   submitted_at INTEGER NOT NULL,
   started_at INTEGER,
@@ -47,7 +49,7 @@ export const JOB_STATES: ReadonlySet<string> = new Set(STATE_LIST);
 
 export interface JobRow {
   id: string; kind: string; priority: JournalJob['priority']; partitions: number; input: string;
-  deadline: number | null; body_hash: string; sent_hash: string | null; state: JobState; submitted_at: number;
+  deadline: number | null; body_hash: string; sent_hash: string | null; module_hash: string | null; state: JobState; submitted_at: number;
   /** (NULL only where a read for a view left a large result out: see VIEW_COLUMNS.) */
   started_at: number | null; finished_at: number | null; result: string | Buffer | null; error_code: string | null;
   error_reason: string | null; partitions_done: number; resumes: number;
@@ -64,7 +66,7 @@ export interface JobRow {
 export const VIEW_RESULT_MAX_BYTES = 1 << 20;
 
 /** A job's columns for a view: the result only up to VIEW_RESULT_MAX_BYTES (NULL past it), and its size. */
-export const VIEW_COLUMNS = `seq, id, kind, priority, partitions, input, deadline, body_hash, sent_hash, state, submitted_at, started_at, finished_at,
+export const VIEW_COLUMNS = `seq, id, kind, priority, partitions, input, deadline, body_hash, sent_hash, module_hash, state, submitted_at, started_at, finished_at,
   CASE WHEN octet_length(result) > ${VIEW_RESULT_MAX_BYTES} THEN NULL ELSE result END AS result, octet_length(result) AS result_bytes,
   error_code, error_reason, partitions_done, resumes`;
 
@@ -101,7 +103,7 @@ export function canonical(value: unknown): string {
 export function fromRow(r: JobRow): JournalJob {
   return {
     id: r.id, kind: r.kind, priority: r.priority, partitions: r.partitions,
-    input: JSON.parse(r.input) as unknown, deadline: r.deadline, bodyHash: r.body_hash, sentHash: r.sent_hash,
+    input: JSON.parse(r.input) as unknown, deadline: r.deadline, bodyHash: r.body_hash, sentHash: r.sent_hash, moduleHash: r.module_hash,
     state: r.state, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
     result: r.result === null ? undefined : fromStored(r.result), ...(r.result_bytes === undefined ? {} : { resultBytes: r.result_bytes }),
     errorCode: r.error_code, errorReason: r.error_reason,

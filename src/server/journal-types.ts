@@ -19,6 +19,8 @@ export interface JournalJobInput {
   deadline: number | null;
   /** {@link Journal.sentHash} of the submission as the client sent it (absent: a record not submitted over the API, a cluster's). */
   sentHash?: string | null;
+  /** The content hash of the kind's module that accepted it (absent: unknown). */
+  moduleHash?: string | null;
 }
 
 /** A job as the journal holds it. */
@@ -31,6 +33,8 @@ export interface JournalJob extends JournalJobInput {
    * or schema have become since.
    */
   sentHash: string | null;
+  /** The content hash of the kind's module that accepted it, or `null` (a row from before schema 3, a record not submitted here). */
+  moduleHash: string | null;
   /** Where the job is in its life. */
   state: JobState;
   /** When the job was inserted, epoch ms by the journal's clock. */

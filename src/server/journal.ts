@@ -24,8 +24,8 @@ function prepareStatements(db: Database.Database) {
   return {
     get: db.prepare<[string], JobRow>('SELECT *, octet_length(result) AS result_bytes FROM jobs WHERE id = ?'),
     view: db.prepare<[string], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs WHERE id = ?`),
-    insert: db.prepare(`INSERT INTO jobs (id, kind, priority, partitions, input, deadline, body_hash, sent_hash, state, submitted_at)
-      VALUES (@id, @kind, @priority, @partitions, @input, @deadline, @bodyHash, @sentHash, 'queued', @now)`),
+    insert: db.prepare(`INSERT INTO jobs (id, kind, priority, partitions, input, deadline, body_hash, sent_hash, module_hash, state, submitted_at)
+      VALUES (@id, @kind, @priority, @partitions, @input, @deadline, @bodyHash, @sentHash, @moduleHash, 'queued', @now)`),
     markRunning: db.prepare(`UPDATE jobs SET state = 'running', started_at = ? WHERE id = ? AND state = 'queued'`),
     addPartition: db.prepare(`INSERT OR IGNORE INTO partition_outputs (job_id, partition, output) VALUES (?, ?, ?)`),
     setPartition: db.prepare(`UPDATE partition_outputs SET output = ? WHERE job_id = ? AND partition = ?`),
@@ -141,7 +141,10 @@ export class Journal {
       if (version < SCHEMA_VERSION) {
         conn.transaction(() => {
           if (version === 0) conn.exec(SCHEMA);
-          else if (!(conn.pragma('table_info(jobs)') as { name: string }[]).some((c) => c.name === 'sent_hash')) conn.exec('ALTER TABLE jobs ADD COLUMN sent_hash TEXT');
+          else {
+            const columns = new Set((conn.pragma('table_info(jobs)') as { name: string }[]).map((c) => c.name));
+            for (const c of ['sent_hash', 'module_hash']) if (!columns.has(c)) conn.exec(`ALTER TABLE jobs ADD COLUMN ${c} TEXT`);
+          }
           conn.pragma(`user_version = ${SCHEMA_VERSION}`);
         })();
       }
@@ -306,7 +309,7 @@ export class Journal {
       }
       const { lastInsertRowid } = s.insert.run({
         id: job.id, kind: job.kind, priority: job.priority, partitions: job.partitions,
-        input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, sentHash: job.sentHash ?? null, now: this.#now(),
+        input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, sentHash: job.sentHash ?? null, moduleHash: job.moduleHash ?? null, now: this.#now(),
       });
       return { job: fromRow(this.row(job.id)), created: true, seq: Number(lastInsertRowid) };
     }), true);

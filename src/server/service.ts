@@ -19,7 +19,7 @@ import { Intake, type Submitted } from './intake.js';
 import { JobRuns } from './job-runs.js';
 import { JobWatch } from './job-watch.js';
 import { ignoreFull, Journal, type JobState, type JournalJob, type JournalJobInput, type JournalOutcome } from './journal.js';
-import type { LoadedKind } from './kind-module.js';
+import { moduleHash, type LoadedKind } from './kind-module.js';
 import { KindRouter, kindView, type KindView, type RoutedInput } from './kinds.js';
 import { localJobView } from './local-view.js';
 import { FailureLog } from './failure-log.js';
@@ -148,7 +148,8 @@ export class Service {
     });
     const announce = (job: JournalJob, finishedAt: number, outcome: JournalOutcome) => this.announceEnd(job, finishedAt, outcome);
     this.runs = new JobRuns({ journal, commits: this.commits, kinds, runtime: this.runtime, router, endsRecordedElsewhere, emit: (e) => this.emit(e), announce, log });
-    this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, waitingForKinds: () => this.held.size, stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
+    for (const [name, kind] of kinds) this.moduleHashes.set(name, fileHash(kind.url));
+    this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, waitingForKinds: () => this.held.size, moduleHash: (kind) => this.moduleHashes.get(kind), stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e), log);
     const full = { said: 0, at: -Infinity, open: false };
@@ -188,6 +189,8 @@ export class Service {
   }
 
   private waiting: string | undefined;
+  /** Each kind's module content hash (undefined where its file cannot be read): journaled with each job accepted. */
+  private readonly moduleHashes = new Map<string, string | undefined>();
   /** The jobs {@link resumeUnfinished} left on hold, and why (a cancel takes one out). */
   private readonly held = new Map<string, string>();
   /** Jobs {@link resumeUnfinished} started again. */
@@ -276,6 +279,8 @@ export class Service {
    */
   resumeUnfinished(): void {
     const unloaded = new Map<string, number>();
+    const changed = new Map<string, number>();
+    let refused = 0;
     let over = 0;
     let most = 0;
     const budget = this.runtime.engine.budget.totalBytes;
@@ -286,19 +291,30 @@ export class Service {
         this.held.set(job.id, `its kind ${JSON.stringify(job.kind)} is not loaded on this server: it resumes on a start with its module (--kind FILE, or [kinds.${job.kind}] in the config); cancel it to end it`);
         continue;
       }
-      const need = partitionNeed(kind, job.input);
+      // Its input as the module loaded now reads it: a version since may have new defaults (given
+      // to the partitions left), or refuse it (held: its prepare would run on an input it refuses).
+      const checked = kind.validate(job.input);
+      if (!checked.ok) {
+        refused++;
+        this.held.set(job.id, `its input does not pass kind ${JSON.stringify(job.kind)}'s module as loaded now (${checked.issues.map((i) => `${i.path}: ${i.message}`).join('; ')}): it resumes on a start with a version of the module that takes it; cancel it to end it`);
+        continue;
+      }
+      if (job.moduleHash !== null && job.moduleHash !== this.moduleHashes.get(job.kind)) changed.set(job.kind, (changed.get(job.kind) ?? 0) + 1);
+      const need = partitionNeed(kind, checked.input);
       if (need > budget) {
         over++;
         most = Math.max(most, need);
         this.held.set(job.id, `each of its partitions needs ${need} bytes, more than the whole memory budget, engine.budgetBytes = ${budget}: it resumes on a start with a budget of at least ${need}; cancel it to end it`);
         continue;
       }
-      this.runs.resume(job);
+      this.runs.resume({ ...job, input: checked.input });
       this.resumed++;
     }
     const n = [...unloaded.values()].reduce((a, b) => a + b, 0);
     const notes = [
       ...(n === 0 ? [] : [`${n} unfinished job${n === 1 ? ' is' : 's are'} of ${unloaded.size === 1 ? 'a kind' : 'kinds'} this server has not loaded (${[...unloaded].map(([k, c]) => `${k}: ${c}`).join(', ')}): left as ${n === 1 ? 'it is' : 'they are'}, to resume once the server starts with ${unloaded.size === 1 ? 'its module' : 'their modules'} (--kind FILE, or [kinds.NAME] in the config); cancel ${n === 1 ? 'it' : 'them'} to end ${n === 1 ? 'it' : 'them'}`]),
+      ...(refused === 0 ? [] : [`${refused} unfinished job${refused === 1 ? '' : 's'} ha${refused === 1 ? 's' : 've'} an input the kind's module as loaded now refuses (its view says why): left as ${refused === 1 ? 'it is' : 'they are'}, to resume on a start with a version of the module that takes ${refused === 1 ? 'it' : 'them'}; cancel ${refused === 1 ? 'it' : 'them'} to end ${refused === 1 ? 'it' : 'them'}`]),
+      ...[...changed].map(([k, c]) => `${c} unfinished job${c === 1 ? ' was' : 's were'} accepted under another version of kind ${k}'s module: ${c === 1 ? 'it resumes' : 'they resume'} with this one, the partitions done before keeping the outputs of the old (cancel and resubmit ${c === 1 ? 'it' : 'them'} to run ${c === 1 ? 'it' : 'them'} whole on this one)`),
       ...(over === 0 ? [] : [`${over} unfinished job${over === 1 ? '' : 's'} need${over === 1 ? 's' : ''} more memory per partition than the whole budget, engine.budgetBytes = ${budget} (up to ${most} bytes): left as ${over === 1 ? 'it is' : 'they are'}, to resume once the server starts with a budget of at least ${most}; cancel ${over === 1 ? 'it' : 'them'} to end ${over === 1 ? 'it' : 'them'}`]),
     ];
     this.waiting = notes.length ? notes.join('; ') : undefined;
@@ -670,5 +686,14 @@ function partitionNeed(kind: LoadedKind, input: unknown): number {
     return Math.max(m.prepareBytes, m.deviceBytes);
   } catch {
     return NaN;
+  }
+}
+
+/** A kind module file's content hash, or undefined where it cannot be read. */
+function fileHash(url: string): string | undefined {
+  try {
+    return moduleHash(url);
+  } catch {
+    return undefined;
   }
 }

@@ -57,7 +57,7 @@ describe('Journal', () => {
     expect(created).toBe(true);
     const expected = {
       id: 'a', kind: 'ntt-proof', priority: 'high', partitions: 3, input: { log2: 18, seed: [1, 2] },
-      deadline: 2_000_000, bodyHash: Journal.hash(job('a', { deadline: 2_000_000, priority: 'high' })), sentHash: null,
+      deadline: 2_000_000, bodyHash: Journal.hash(job('a', { deadline: 2_000_000, priority: 'high' })), sentHash: null, moduleHash: null,
       state: 'queued', submittedAt: 1_000_000, startedAt: null, finishedAt: null, result: null, resultBytes: 4,
       errorCode: null, errorReason: null, partitionsDone: 0, resumes: 0,
     };
@@ -361,13 +361,15 @@ describe('Journal', () => {
     const { default: Database } = await import('better-sqlite3');
     const { SCHEMA } = await import('../../src/server/journal-schema.js');
     const db = new Database(join(dir, 'stoker.db'));
-    db.exec(SCHEMA.replace('  sent_hash TEXT,\n', ''));
+    const v2 = SCHEMA.replace('  sent_hash TEXT,\n  module_hash TEXT,\n', '');
+    expect(v2).not.toContain('_hash TEXT,\n  state');
+    db.exec(v2);
     const job: JournalJobInput = { id: 'old', kind: 'sleep', priority: 'normal', partitions: 2, input: { seed: 1 }, deadline: null };
     db.prepare(`INSERT INTO jobs (id, kind, priority, partitions, input, deadline, body_hash, state, submitted_at) VALUES ('old', 'sleep', 'normal', 2, '{"seed":1}', NULL, ?, 'queued', 1)`).run(Journal.hash(job));
     db.pragma('user_version = 2');
     db.close();
     const j = open(dir);
-    expect(j.get('old')).toMatchObject({ id: 'old', input: { seed: 1 }, sentHash: null, state: 'queued' });
+    expect(j.get('old')).toMatchObject({ id: 'old', input: { seed: 1 }, sentHash: null, moduleHash: null, state: 'queued' });
     expect(j.insert(job).created).toBe(false);
     // New rows keep the hash of the body as sent: the same body is the same job though its checked form differs.
     const sent = Journal.sentHash({ id: 'new', kind: 'sleep', partitions: 1, input: {} });

@@ -278,14 +278,20 @@ it('the same body sent again is the same job after the kind changed its defaults
     const first = await startServer(dir, ['--kind', kind]);
     expect((await http(first.url, 'POST', '/v1/jobs', body)).status).toBe(202);
     await first.crash();
-    for (const [props, required, other] of [
-      [`image: { type: 'string' }, size: { type: 'integer', default: 256 }`, `'image'`, { image: 'b' }],
-      [`image: { type: 'string' }, fmt: { type: 'string' }, size: { type: 'integer', default: 128 }`, `'image', 'fmt'`, { image: 'a', fmt: 'png' }],
+    for (const [props, required, other, said, hold] of [
+      // A new default: the job resumes on this version, and the start says so.
+      [`image: { type: 'string' }, size: { type: 'integer', default: 256 }`, `'image'`, { image: 'b' }, "stoker serve: 1 unfinished job was accepted under another version of kind thumb's module: it resumes with this one, the partitions done before keeping the outputs of the old", undefined],
+      // A new required field its input lacks: on hold (its prepare would run on an input it refuses).
+      [`image: { type: 'string' }, fmt: { type: 'string' }, size: { type: 'integer', default: 128 }`, `'image', 'fmt'`, { image: 'a', fmt: 'png' }, "stoker serve: 1 unfinished job has an input the kind's module as loaded now refuses (its view says why)", `its input does not pass kind "thumb"'s module as loaded now (input.fmt:`],
     ] as const) {
       version(props, required);
       const s = await startServer(dir, ['--kind', kind]);
       try {
-        expect(await http(s.url, 'POST', '/v1/jobs', body)).toMatchObject({ status: 200, body: { id: 'j1', input: { image: 'a', size: 128 } } });
+        await waitUntil(async () => (s.output().includes(said) ? true : undefined), 5000, 'the note');
+        const again = await http(s.url, 'POST', '/v1/jobs', body);
+        expect(again).toMatchObject({ status: 200, body: { id: 'j1', input: { image: 'a', size: 128 } } });
+        if (hold === undefined) expect(again.body.onHold).toBeUndefined();
+        else expect(again.body.onHold).toContain(hold);
         // Another body (valid for this version) under the same id is still a conflict.
         expect((await http(s.url, 'POST', '/v1/jobs', { ...body, input: other })).status).toBe(409);
       } finally {
