@@ -130,8 +130,15 @@ class Simulation {
   private readonly devices: SimDevice[];
   private readonly fleet: DeviceFluid;
   private readonly prep: PrepFluid;
-  /** Items by engine item id (dense: ids are given in arrival order); undefined once gone. */
+  /**
+   * Items by engine item id (dense: ids are given in arrival order), made when one first starts
+   * preparing (a queued partition holds no state, nor its random stream: a pacer that keeps a
+   * long backlog kept tens of thousands of them alive, and the collector busy); undefined until
+   * then, and once gone.
+   */
   private readonly items: (SimItem | undefined)[] = [];
+  /** By item id: its planned job's index (set as its job arrives). */
+  private readonly itemJob: Int32Array;
   private readonly prepBatches = new Map<number, PrepBatch>();
   private readonly failures: JobFailure[] = [];
   /** By planned job index: when a partition of it first started preparing (NaN: none yet). */
@@ -193,6 +200,7 @@ class Simulation {
     this.kindLatencies = new Map(Object.keys(s.kinds).filter((k) => arriving.has(k)).map((k) => [k, []]));
     checkJobRefs(s, this.jobs, this.seed);
     this.startedAt = new Float64Array(this.jobs.length).fill(NaN);
+    this.itemJob = new Int32Array(this.jobs.reduce((n, j) => n + j.spec.partitions, 0));
     const capacity0 = capacityOf(this.devices);
     this.meters.capacity = capacity0;
     this.window = steadyWindow(s, this.jobs, capacity0);
@@ -310,17 +318,30 @@ class Simulation {
     this.recorder.step(engine.snapshot);
   }
 
-  /** A job arrives: its partitions get their own random streams and their scenario faults. */
+  /** A job arrives: its partitions take the next item ids (as the engine gives them). */
   private arrive(job: PlannedJob, jobIndex: number): void {
-    const jobFaults = this.faults.get(job.spec.id);
-    const kindIndex = this.kindIndex.get(job.spec.kind) ?? 0;
     for (let p = 0; p < job.spec.partitions; p++) {
       const id = this.nextItemId++;
-      const failPrepare = jobFaults?.some((f) => f.partition === p && f.stage === 'prepare') ?? false;
-      const failDevice = jobFaults?.some((f) => f.partition === p && f.stage === 'device') ?? false;
-      this.items[id] = { rng: new Rng(this.seed, id), failPrepare, failDevice, kindIndex, jobIndex, prepEv: null, prepRemaining: 0, device: -1, worker: -1 };
+      this.itemJob[id] = jobIndex;
+      this.items.push(undefined);
     }
     this.apply({ type: 'submit', time: this.now, job: job.spec });
+  }
+
+  /** An item about to start preparing, made the first time: its own random stream (by its id: the same draws whenever it starts) and its scenario faults. */
+  private started(view: ItemView): SimItem {
+    const made = this.items[view.id];
+    if (made) return made;
+    const id = view.id;
+    const jobIndex = this.itemJob[id] as number;
+    const spec = (this.jobs[jobIndex] as PlannedJob).spec;
+    const jobFaults = this.faults.get(spec.id);
+    const p = view.partition;
+    const failPrepare = jobFaults?.some((f) => f.partition === p && f.stage === 'prepare') ?? false;
+    const failDevice = jobFaults?.some((f) => f.partition === p && f.stage === 'device') ?? false;
+    const it: SimItem = { rng: new Rng(this.seed, id), failPrepare, failDevice, kindIndex: this.kindIndex.get(spec.kind) ?? 0, jobIndex, prepEv: null, prepRemaining: 0, device: -1, worker: -1 };
+    this.items[id] = it;
+    return it;
   }
 
   private scenarioEvent(e: ScenarioEvent): void {
@@ -441,7 +462,7 @@ class Simulation {
   }
 
   private startPrepare(c: Extract<Command, { type: 'startPrepare' }>): void {
-    const it = this.items[c.item.id] as SimItem;
+    const it = this.started(c.item);
     const kind = this.kindList[it.kindIndex] as Kind;
     const now = this.now;
     const latency = this.prep.start(it, sampleMs(kind.prepare, it.rng), now);
@@ -460,14 +481,14 @@ class Simulation {
   }
 
   private startPrepareBatch(c: Extract<Command, { type: 'startPrepareBatch' }>): void {
-    const first = this.items[(c.items[0] as ItemView).id] as SimItem;
+    const first = this.started(c.items[0] as ItemView);
     const kind = this.kindList[first.kindIndex] as Kind;
     // The fixed part draws from the first item's stream: the batch's draws depend only on its items.
     let base = sampleMs((kind.prepareBatch as { fixed: Dist }).fixed, first.rng);
     const live: number[] = [];
     const failed: number[] = [];
     for (const view of c.items) {
-      const it = this.items[view.id] as SimItem;
+      const it = this.started(view);
       base += sampleMs(kind.prepare, it.rng);
       if ((kind.prepareFailure > 0 && it.rng.uniform() < kind.prepareFailure) || it.failPrepare) failed.push(view.id);
       live.push(view.id);
