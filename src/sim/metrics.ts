@@ -107,6 +107,9 @@ export class Recorder {
   private inventory = 0;
   private workExists = false;
   private cap = 0;
+  /** The capacity in items/ms, and the inventory it needs (preparations in flight + the target): worked out once per change of `cap`, not at every step. */
+  private itemCap = 0;
+  private need = 0;
   private budgetUsed = 0;
   // Steady-window integrals.
   private windowMs = 0;
@@ -127,8 +130,10 @@ export class Recorder {
   private lastCompletions = 0;
   /** Completions weighed by their kind's device time (the simulator's `work`). */
   private lastWork = 0;
-  private readonly burst: number[] = [];
+  /** The dispatch times within the last burst interval: a ring (grown when full), from burstHead, burstCount of them. */
+  private burst = new Float64Array(1024);
   private burstHead = 0;
+  private burstCount = 0;
   private burstMax = 0;
   private readonly latencies: number[] = [];
   private done = 0;
@@ -154,7 +159,9 @@ export class Recorder {
     private readonly cfg: RecorderConfig,
     private readonly meters: Readonly<Meters>,
     private readonly pacer: Pacer,
-  ) {}
+  ) {
+    this.setCap(0);
+  }
 
   /** Call after every engine step with the state it left (the meters as they are after it). */
   step(s: ReadonlySnapshot): void {
@@ -165,15 +172,7 @@ export class Recorder {
     const cfg = this.cfg;
     if (s.dispatched > this.lastDispatched) {
       const interval = cfg.workPerItem / cfg.capacity0;
-      for (let i = this.lastDispatched; i < s.dispatched; i++) {
-        this.burst.push(now);
-        while ((this.burst[this.burstHead] as number) <= now - interval) this.burstHead++;
-        this.burstMax = Math.max(this.burstMax, this.burst.length - this.burstHead);
-      }
-      if (this.burstHead > 4096) {
-        this.burst.splice(0, this.burstHead);
-        this.burstHead = 0;
-      }
+      for (let i = this.lastDispatched; i < s.dispatched; i++) this.dispatchedAt(now, interval);
       (this.bins.dispatches[this.binAt(now)] as number) += s.dispatched - this.lastDispatched;
       this.lastDispatched = s.dispatched;
     }
@@ -215,7 +214,7 @@ export class Recorder {
     this.waiting = s.waiting;
     this.inventory = s.preparing + s.waiting;
     this.workExists = s.backlog + s.preparing + s.waiting > 0;
-    this.cap = capacity;
+    if (capacity !== this.cap) this.setCap(capacity);
     this.budgetUsed = s.budgetUsedBytes;
     if (now >= cfg.changeAtMs) {
       if (this.invAtChange === null) this.invAtChange = this.inventory;
@@ -232,8 +231,35 @@ export class Recorder {
     else this.cancelled++;
   }
 
+  private setCap(capacity: number): void {
+    this.cap = capacity;
+    this.itemCap = capacity / this.cfg.workPerItem;
+    this.need = this.itemCap * this.cfg.meanPrepareMs + this.cfg.target;
+  }
+
+  /** A dispatch at `now`: the most within one burst interval (the times older than it leave the ring). */
+  private dispatchedAt(now: number, interval: number): void {
+    let ring = this.burst;
+    if (this.burstCount === ring.length) {
+      // Full: unrolled into one twice the size, oldest first.
+      const grown = new Float64Array(ring.length * 2);
+      grown.set(ring.subarray(this.burstHead));
+      grown.set(ring.subarray(0, this.burstHead), ring.length - this.burstHead);
+      this.burst = ring = grown;
+      this.burstHead = 0;
+    }
+    const mask = ring.length - 1;
+    ring[(this.burstHead + this.burstCount) & mask] = now;
+    this.burstCount++;
+    while (this.burstCount > 0 && (ring[this.burstHead] as number) <= now - interval) {
+      this.burstHead = (this.burstHead + 1) & mask;
+      this.burstCount--;
+    }
+    this.burstMax = Math.max(this.burstMax, this.burstCount);
+  }
+
   private peakInventory(): void {
-    const need = (this.cap / this.cfg.workPerItem) * this.cfg.meanPrepareMs + this.cfg.target;
+    const need = this.need;
     if (need > 0) this.inventoryPeakRatio = Math.max(this.inventoryPeakRatio, this.inventory / need);
   }
 
@@ -274,8 +300,8 @@ export class Recorder {
     }
     // Chart bins.
     const bins = this.bins;
-    const itemCap = this.cap / this.cfg.workPerItem;
-    const need = itemCap * this.cfg.meanPrepareMs + this.cfg.target;
+    const itemCap = this.itemCap;
+    const need = this.need;
     for (let t = a; t < b; ) {
       const i = this.binAt(t);
       const end = Math.min(b, (i + 1) * this.binMs);
