@@ -94,7 +94,13 @@ export function steadyWindow(s: Scenario, jobs: PlannedJob[], capacity: number):
   }
   const from = reach + 2 * (high + service);
   // Where preparations contend, the drain goes no faster than they can at their best concurrency.
-  const rate = (kind: string) => Math.min(capacity / workOf(kind), prepareCapacity(s.kinds[kind]));
+  // (Worked out once per kind, not once per job: a day's jobs are thousands.)
+  const rates = new Map<string, number>();
+  const rate = (kind: string) => {
+    let r = rates.get(kind);
+    if (r === undefined) rates.set(kind, (r = Math.min(capacity / workOf(kind), prepareCapacity(s.kinds[kind]))));
+    return r;
+  };
   let end = 0;
   for (const j of jobs) end = Math.max(end, j.atMs + mean) + j.spec.partitions / rate(j.spec.kind);
   return { fromMs: from, toMs: Math.max(from, end - high) };
