@@ -79,7 +79,7 @@ export const JobView = z
     resumes: z.number().int().meta({ description: 'How often the job was resumed after a restart' }),
     result: z.unknown().meta({ description: 'A JSON value, or base64 of bytes when resultEncoding is base64' }),
     resultEncoding: z.literal('base64').optional().meta({ description: 'Present only for a bytes result (GET …/result with Accept: application/octet-stream gives the raw bytes)' }),
-    onHold: z.string().optional().meta({ description: 'Present only for an unfinished job this server will not run: why (its kind not loaded here, its partitions over the whole memory budget), and what would run it; GET …/result answers at once for it' }),
+    onHold: z.string().optional().meta({ description: 'Present only for an unfinished job this server will not run: why (its kind not loaded here, its partitions over the whole memory budget, its input refused by another version of its module than the one that accepted it), and what would run it; GET …/result answers at once for it' }),
     inputOmittedBytes: z.number().int().optional().meta({ description: 'Present only in lists and submit answers, where the input is over 64 KiB as JSON text: this many bytes; it is left out there (input null) — GET /v1/jobs/:id gives it' }),
     resultOmittedBytes: z.number().int().optional().meta({ description: 'Present only where the result is over 1 MiB as stored (its JSON text, or its bytes): this many bytes; it is left out of job views and lists (result null) — GET /v1/jobs/:id/result gives it' }),
     error: JobError.nullable(),
@@ -117,7 +117,7 @@ export const StatusView = z.object({
   time: z.string(),
   uptimeS: z.number(),
   closing: z.boolean().meta({ description: 'Shutting down: submissions get 503' }),
-  jobs: z.object({ queued: z.number(), running: z.number(), done: z.number(), failed: z.number(), cancelled: z.number(), pending: z.number(), onHold: z.number().meta({ description: 'Of the pending jobs, those this server leaves on hold (a kind it has not loaded, partitions over the whole budget): each job view says why (onHold)' }), maxPending: z.number() }),
+  jobs: z.object({ queued: z.number(), running: z.number(), done: z.number(), failed: z.number(), cancelled: z.number(), pending: z.number(), onHold: z.number().meta({ description: 'Of the pending jobs, those this server leaves on hold (a kind it has not loaded, partitions over the whole budget, an input another version of the module refuses): each job view says why (onHold)' }), maxPending: z.number() }),
   partitions: z.object({
     queued: z.number(),
     preparing: z.number(),
@@ -221,8 +221,9 @@ export const BRIEF_INPUT_MAX_BYTES = 64 * 1024;
 
 /** A view for a list or a submit answer: an input over BRIEF_INPUT_MAX_BYTES left out by its size. */
 export function briefView(v: JobView): JobView {
-  // (A number, a boolean or a short string cannot be over it: not serialised.)
-  if (typeof v.input !== 'object' && !(typeof v.input === 'string' && v.input.length * 3 > BRIEF_INPUT_MAX_BYTES)) return v;
+  // (A number, a boolean or a short string cannot be over it: not serialised. A character is at
+  // most 6 bytes of JSON, a control character's \u escape.)
+  if (typeof v.input !== 'object' && !(typeof v.input === 'string' && v.input.length * 6 + 2 > BRIEF_INPUT_MAX_BYTES)) return v;
   const bytes = Buffer.byteLength(JSON.stringify(v.input));
   return bytes > BRIEF_INPUT_MAX_BYTES ? { ...v, input: null, inputOmittedBytes: bytes } : v;
 }

@@ -402,7 +402,7 @@ export function buildApp(service: ApiService): FastifyInstance {
     return reply.type(service.metrics.registry.contentType).send(text);
   });
 
-  app.get<{ Params: { id: string } }>('/v1/jobs/:id/events', async (req, reply) => {
+  app.get<{ Params: { id: string } }>('/v1/jobs/:id/events', { config: { query: ['access_token'] } }, async (req, reply) => {
     const id = req.params.id;
     // An unknown job is a 404 problem, before the stream starts.
     if (!(await service.job(id))) throw notFound(id);
@@ -441,7 +441,7 @@ export function buildApp(service: ApiService): FastifyInstance {
     }
   });
 
-  app.get<{ Querystring: { lastEventId?: string } }>('/v1/events', (req, reply) => {
+  app.get<{ Querystring: { lastEventId?: string } }>('/v1/events', { config: { query: ['lastEventId', 'access_token'] } }, (req, reply) => {
     const release = openStream();
     reply.hijack();
     const res = reply.raw;

@@ -70,7 +70,7 @@ function base(maxWaitS: number): object {
             { name: 'limit', in: 'query', required: false, schema: { type: 'integer', minimum: 0, maximum: 1000, default: 50 } },
             { name: 'state', in: 'query', required: false, schema: { type: 'string', examples: ['queued,running', 'failed'] }, description: 'Only jobs in these states (comma-separated or repeated)' },
           ],
-          responses: { '200': json('Jobs', { type: 'array', items: { $ref: '#/components/schemas/Job' } }), '400': problemResponse('A bad limit or an unknown state') },
+          responses: { '200': json('Jobs', { type: 'array', items: { $ref: '#/components/schemas/Job' } }), '400': problemResponse('A bad limit, an unknown state, or a query parameter other than limit and state (the list has no paging)') },
         },
         post: {
           summary: 'Submit a job',
@@ -97,7 +97,7 @@ function base(maxWaitS: number): object {
             { name: 'statesFrom', in: 'query', required: false, schema: { type: 'integer', minimum: 0 }, description: 'The first partition whose state `partitionStates` gives (default 0)' },
             { name: 'statesLimit', in: 'query', required: false, schema: { type: 'integer', minimum: 0, maximum: 100_000 }, description: 'How many partition states it gives (default and most: 100,000; page with statesFrom)' },
           ],
-          responses: { '200': json('The job', { $ref: '#/components/schemas/Job' }), '404': problemResponse('No such job') },
+          responses: { '200': json('The job', { $ref: '#/components/schemas/Job' }), '400': problemResponse('A bad statesFrom or statesLimit, or another query parameter'), '404': problemResponse('No such job') },
         },
         delete: {
           summary: 'Cancel a job',
@@ -113,8 +113,8 @@ function base(maxWaitS: number): object {
           parameters: [idParam, { name: 'wait', in: 'query', required: false, schema: { type: 'string', examples: ['30s', '500ms', '2m'] }, description: `How long to wait for the end (default 0; a longer wait than ${maxWaitS}s is cut to it)` }],
           responses: {
             '200': json('The job ended: state done (result) or failed/cancelled (error)', { $ref: '#/components/schemas/Result' }),
-            '202': json('Still running after the wait', { $ref: '#/components/schemas/Result' }),
-            '400': problemResponse('A wait that is not a duration'),
+            '202': json('Still running after the wait; or on hold, answered at once (onHold says why)', { $ref: '#/components/schemas/Result' }),
+            '400': problemResponse('A wait that is not a duration, or a query parameter other than wait'),
             '404': problemResponse('No such job'),
           },
         },

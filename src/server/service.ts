@@ -291,29 +291,35 @@ export class Service {
         this.held.set(job.id, `its kind ${JSON.stringify(job.kind)} is not loaded on this server: it resumes on a start with its module (--kind FILE, or [kinds.${job.kind}] in the config); cancel it to end it`);
         continue;
       }
-      // Its input as the module loaded now reads it: a version since may have new defaults (given
-      // to the partitions left), or refuse it (held: its prepare would run on an input it refuses).
-      const checked = kind.validate(job.input);
-      if (!checked.ok) {
-        refused++;
-        this.held.set(job.id, `its input does not pass kind ${JSON.stringify(job.kind)}'s module as loaded now (${checked.issues.map((i) => `${i.path}: ${i.message}`).join('; ')}): it resumes on a start with a version of the module that takes it; cancel it to end it`);
-        continue;
+      // Accepted under another version of the module: its input as this one reads it — the defaults
+      // of fields new since filled in, or refused (held: its prepare would run on an input it
+      // refuses). (Only then: the stored input has the defaults filled in, which a schema with
+      // if/then or not beside its defaults may refuse though it took the input as sent.)
+      let input = job.input;
+      if (job.moduleHash !== null && job.moduleHash !== this.moduleHashes.get(job.kind)) {
+        const checked = kind.validate(job.input);
+        if (!checked.ok) {
+          refused++;
+          this.held.set(job.id, `its input does not pass kind ${JSON.stringify(job.kind)}'s module as loaded now, a version other than the one that accepted it (${checked.issues.map((i) => `${i.path}: ${i.message}`).join('; ')}): it resumes on a start with a version of the module that takes it; cancel it to end it`);
+          continue;
+        }
+        input = checked.input;
+        changed.set(job.kind, (changed.get(job.kind) ?? 0) + 1);
       }
-      if (job.moduleHash !== null && job.moduleHash !== this.moduleHashes.get(job.kind)) changed.set(job.kind, (changed.get(job.kind) ?? 0) + 1);
-      const need = partitionNeed(kind, checked.input);
+      const need = partitionNeed(kind, input);
       if (need > budget) {
         over++;
         most = Math.max(most, need);
         this.held.set(job.id, `each of its partitions needs ${need} bytes, more than the whole memory budget, engine.budgetBytes = ${budget}: it resumes on a start with a budget of at least ${need}; cancel it to end it`);
         continue;
       }
-      this.runs.resume({ ...job, input: checked.input });
+      this.runs.resume(input === job.input ? job : { ...job, input });
       this.resumed++;
     }
     const n = [...unloaded.values()].reduce((a, b) => a + b, 0);
     const notes = [
       ...(n === 0 ? [] : [`${n} unfinished job${n === 1 ? ' is' : 's are'} of ${unloaded.size === 1 ? 'a kind' : 'kinds'} this server has not loaded (${[...unloaded].map(([k, c]) => `${k}: ${c}`).join(', ')}): left as ${n === 1 ? 'it is' : 'they are'}, to resume once the server starts with ${unloaded.size === 1 ? 'its module' : 'their modules'} (--kind FILE, or [kinds.NAME] in the config); cancel ${n === 1 ? 'it' : 'them'} to end ${n === 1 ? 'it' : 'them'}`]),
-      ...(refused === 0 ? [] : [`${refused} unfinished job${refused === 1 ? '' : 's'} ha${refused === 1 ? 's' : 've'} an input the kind's module as loaded now refuses (its view says why): left as ${refused === 1 ? 'it is' : 'they are'}, to resume on a start with a version of the module that takes ${refused === 1 ? 'it' : 'them'}; cancel ${refused === 1 ? 'it' : 'them'} to end ${refused === 1 ? 'it' : 'them'}`]),
+      ...(refused === 0 ? [] : [`${refused} unfinished job${refused === 1 ? '' : 's'} accepted under another version of ${refused === 1 ? 'its' : 'their'} kind's module ha${refused === 1 ? 's' : 've'} an input the version loaded now refuses (its view says why): left as ${refused === 1 ? 'it is' : 'they are'}, to resume on a start with a version of the module that takes ${refused === 1 ? 'it' : 'them'}; cancel ${refused === 1 ? 'it' : 'them'} to end ${refused === 1 ? 'it' : 'them'}`]),
       ...[...changed].map(([k, c]) => `${c} unfinished job${c === 1 ? ' was' : 's were'} accepted under another version of kind ${k}'s module: ${c === 1 ? 'it resumes' : 'they resume'} with this one, the partitions done before keeping the outputs of the old (cancel and resubmit ${c === 1 ? 'it' : 'them'} to run ${c === 1 ? 'it' : 'them'} whole on this one)`),
       ...(over === 0 ? [] : [`${over} unfinished job${over === 1 ? '' : 's'} need${over === 1 ? 's' : ''} more memory per partition than the whole budget, engine.budgetBytes = ${budget} (up to ${most} bytes): left as ${over === 1 ? 'it is' : 'they are'}, to resume once the server starts with a budget of at least ${most}; cancel ${over === 1 ? 'it' : 'them'} to end ${over === 1 ? 'it' : 'them'}`]),
     ];

@@ -279,10 +279,10 @@ it('the same body sent again is the same job after the kind changed its defaults
     expect((await http(first.url, 'POST', '/v1/jobs', body)).status).toBe(202);
     await first.crash();
     for (const [props, required, other, said, hold] of [
-      // A new default: the job resumes on this version, and the start says so.
+      // Another default: the job resumes on this version (its stored input keeps the default it was given), and the start says so.
       [`image: { type: 'string' }, size: { type: 'integer', default: 256 }`, `'image'`, { image: 'b' }, "stoker serve: 1 unfinished job was accepted under another version of kind thumb's module: it resumes with this one, the partitions done before keeping the outputs of the old", undefined],
       // A new required field its input lacks: on hold (its prepare would run on an input it refuses).
-      [`image: { type: 'string' }, fmt: { type: 'string' }, size: { type: 'integer', default: 128 }`, `'image', 'fmt'`, { image: 'a', fmt: 'png' }, "stoker serve: 1 unfinished job has an input the kind's module as loaded now refuses (its view says why)", `its input does not pass kind "thumb"'s module as loaded now (input.fmt:`],
+      [`image: { type: 'string' }, fmt: { type: 'string' }, size: { type: 'integer', default: 128 }`, `'image', 'fmt'`, { image: 'a', fmt: 'png' }, "stoker serve: 1 unfinished job accepted under another version of its kind's module has an input the version loaded now refuses (its view says why)", `its input does not pass kind "thumb"'s module as loaded now, a version other than the one that accepted it (input.fmt:`],
     ] as const) {
       version(props, required);
       const s = await startServer(dir, ['--kind', kind]);
@@ -303,6 +303,26 @@ it('the same body sent again is the same job after the kind changed its defaults
       expect(await http(without.url, 'POST', '/v1/jobs', body)).toMatchObject({ status: 200, body: { id: 'j1', onHold: expect.stringContaining('is not loaded') } });
     } finally {
       await without.crash();
+    }
+  } finally {
+    removeDir(dir);
+  }
+});
+
+it('a job resumed under the module that accepted it is not checked again: its stored input, defaults filled in, may not pass a schema with if/then beside its defaults (it was held for good)', async () => {
+  const dir = tempDataDir();
+  const kind = path.join(dir, 'ift.mjs');
+  fs.writeFileSync(kind, "export const name = 'ift';\nexport const input = { type: 'object', properties: { mode: { type: 'string', default: 'fast' }, n: { type: 'integer' } }, if: { properties: { mode: { const: 'fast' } }, required: ['mode'] }, then: { required: ['n'] } };\nexport const prepare = (input) => new Promise((r) => setTimeout(() => r(input), 30_000));\nexport const run = (x) => x;\n");
+  try {
+    const first = await startServer(dir, ['--kind', kind]);
+    expect(await http(first.url, 'POST', '/v1/jobs', { id: 'ift-1', kind: 'ift', partitions: 1, input: {} })).toMatchObject({ status: 202, body: { input: { mode: 'fast' } } });
+    await first.crash();
+    const second = await startServer(dir, ['--kind', kind]);
+    try {
+      expect(second.output()).toContain('1 unfinished job resumed');
+      expect((await http(second.url, 'GET', '/v1/jobs/ift-1')).body.onHold).toBeUndefined();
+    } finally {
+      await second.crash();
     }
   } finally {
     removeDir(dir);
