@@ -50,14 +50,25 @@ export function checkedPacer(value: unknown, o: PacerOrigin): Pacer {
   const own = new WeakSet<Error>();
   /** One of the pacer's methods called: what it throws names the pacer and the method (a failure of the run, not a pacer that does not fit). */
   const call = <T>(method: string, f: () => T): T => {
+    let v: T;
     try {
-      return f();
+      v = f();
     } catch (e) {
       if (e instanceof Error && own.has(e)) throw e;
       // (structuredClone and postMessage cannot copy the checked view of the snapshot it was given.)
       const hint = e instanceof Error && e.name === 'DataCloneError' ? ' — the snapshot is a checked view of the engine’s counters, its devices and kinds too: copy it with JSON.parse(JSON.stringify(snapshot))' : '';
-      throw new Error(`the pacer ${o.origin} threw in ${method}: ${e instanceof Error ? e.message : String(e)}${hint}`, { cause: e });
+      // (The pacer's own fault, as a wrong answer is: the same kind of error, named the same way.)
+      const err = o.error(`the pacer ${o.origin} threw in ${method}: ${e instanceof Error ? e.message : String(e)}${hint}`);
+      err.cause = e;
+      throw err;
     }
+    // An async method: the engine reads no promise (an observe awaited nothing: the pacer saw no
+    // event; one that threw after its await ended the process with an unhandled rejection).
+    if (typeof (v as { then?: unknown } | null)?.then === 'function') {
+      (v as unknown as Promise<unknown>).then(undefined, () => undefined);
+      throw o.error(`the pacer ${o.origin}: ${method} returned a Promise (an async method): a pacer's methods are synchronous — compute and return at once, with no await`);
+    }
+    return v;
   };
   // The snapshot as the pacer sees it: a field it does not have is an error naming it (a misspelt
   // one read undefined, its arithmetic NaN, and the run stalled without a word), and it is read-only

@@ -227,6 +227,10 @@ class Simulation {
     while (this.next()) {
       // (next() handled one event.)
     }
+    // Its state() asked once more at the end: a user pacer's is checked at each call, and a run
+    // reads it only where the scenario changes speed — one that went out of contract mid-run passed
+    // here, then stopped a Runtime at its first status().
+    this.pacer.state();
     const { engine, s, jobs, startedAt } = this;
     let firstStart: Record<string, number> | undefined;
     return {

@@ -269,11 +269,20 @@ describe('user pacer modules', () => {
     expect(r.err).toMatch(/not found/);
   });
 
-  it('a pacer that throws: exit 1 with its message, naming the module and the method, no stack', async () => {
+  it('a pacer that throws: exit 2 (its module is at fault, as one that answers out of contract) with its message, naming the module and the method, no stack', async () => {
     const file = tmp.file('throws.mjs', 'export default () => ({ observe() {}, nextDispatchAt() { throw new Error("boom in my pacer"); }, onDispatch() {} });\n');
     const r = await run('simulate', 'seed', '--pacer', file);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(2);
     expect(r.err).toBe(`error: the pacer created by ${file} threw in nextDispatchAt: boom in my pacer\n`);
+  });
+
+  it('an async method: refused at its first call, saying a pacer is synchronous (one awaited nothing and the run stalled; one that threw after its await ended the process with a raw stack)', async () => {
+    for (const body of ['async observe() { await null; }', 'async observe() { await null; throw new Error("late boom"); }']) {
+      const file = tmp.file('async.mjs', `export default () => ({ ${body}, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n`);
+      const r = await run('simulate', 'seed', '--pacer', file);
+      expect(r.code).toBe(2);
+      expect(r.err).toBe(`error: the pacer created by ${file}: observe returned a Promise (an async method): a pacer's methods are synchronous — compute and return at once, with no await\n`);
+    }
   });
 });
 
