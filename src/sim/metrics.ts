@@ -379,7 +379,8 @@ export class Recorder {
       jobLatencyP50Ms: pct(0.5),
       jobLatencyP99Ms: pct(0.99),
       burstMax: this.burstMax,
-      settleCompletions: hasChange && this.estimateSeen ? this.lastOutside + 1 : null,
+      // (Outside at the last completion it saw: never settled — null, not every completion since.)
+      settleCompletions: hasChange && this.estimateSeen && this.lastOutside < this.afterChange ? this.lastOutside + 1 : null,
       rampMs: this.ramp(),
       leakedBytes,
       jobsDone: this.done,

@@ -57,6 +57,17 @@ describe('built-in scenarios with the stoker pacer', () => {
     expectClean(run('slowdown'));
   });
 
+  it('slowdown: a pacer whose estimate never comes within 5 % of the new capacity has no settleCompletions (it read every completion since the change)', () => {
+    const s = SCENARIOS.get('slowdown');
+    if (!s) throw new Error('no slowdown scenario');
+    // Dispatches at 1/s, believes 5/s throughout: 6 × the capacity after the slowdown.
+    const wrong = () => {
+      let sent = 0;
+      return { name: 'wrong', observe: () => undefined, nextDispatchAt: () => sent * 1000, onDispatch: () => void sent++, state: () => ({ mode: 'steady' as const, ratePerSec: 5, intervalMs: 1000, terms: {} }) };
+    };
+    expect(simulate(s, { pacer: wrong }).metrics.settleCompletions).toBeNull();
+  });
+
   it('speedup: settles within 10 completions; occupancy ≥ 0.95 again within 1.5 × the preparation latency', () => {
     const m = run('speedup').metrics;
     expect(m.settleCompletions).not.toBeNull();
