@@ -276,6 +276,14 @@ describe('user pacer modules', () => {
     expect(r.err).toBe(`error: the pacer created by ${file} threw in nextDispatchAt: boom in my pacer\n`);
   });
 
+  it('bench says where a run stalled, as simulate does (its row read as a pacer a little slower than the others)', async () => {
+    const file = tmp.file('stops.mjs', 'export default () => { let n = 0; return { observe() {}, nextDispatchAt(s) { return n < 300 ? s.now : Infinity; }, onDispatch() { n++; } }; };\n');
+    const r = await run('bench', '--scenarios', 'seed', '--pacers', `stoker,${file}`);
+    expect(r.code).toBe(0);
+    expect(r.err).toMatch(new RegExp(`warning: seed × stops: \\d+ of \\d+ jobs unfinished: the run stalled at`));
+    expect(r.err).not.toContain('seed × stoker:');
+  });
+
   it('an async method: refused at its first call, saying a pacer is synchronous (one awaited nothing and the run stalled; one that threw after its await ended the process with a raw stack)', async () => {
     for (const body of ['async observe() { await null; }', 'async observe() { await null; throw new Error("late boom"); }']) {
       const file = tmp.file('async.mjs', `export default () => ({ ${body}, nextDispatchAt(s) { return s.now; }, onDispatch() {} });\n`);
