@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from 'node:util';
-import { checkedPacer, createPacer, Engine, OccupancyMeter, StokerError, unknownPacerOptions, type DeviceSpec, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type PacerState } from '../core/index.js';
+import { checkedPacer, createPacer, Engine, PACER_NAMES, OccupancyMeter, StokerError, unknownPacerOptions, type DeviceSpec, type StokerErrorCode, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type JobSpec, type PacerState } from '../core/index.js';
 import { checkKeys, shown } from '../core/checks.js';
 import { systemClock, type Clock } from './clock.js';
 import { errorMessage, Flights, type FlightJob } from './flights.js';
@@ -69,6 +69,8 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
     this.onStepFailed = options.onStepFailed;
     if (typeof this.deviceTimeoutMs !== 'number' || !(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be a number of ms > 0, or Infinity (got ${shown(options.deviceTimeoutMs)})`);
     if (typeof prepareTimeoutMs !== 'number' || !(prepareTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `prepareTimeoutMs must be a number of ms > 0, or Infinity (got ${shown(options.prepareTimeoutMs)})`);
+    // (A module's default export passed as it is read "unknown pacer undefined".)
+    if (typeof options.pacer === 'function') throw new StokerError('E_INVALID_OPTION', `pacer is a function — a pacer module's factory? Pass the pacer it makes, pacer: createPacer({ targetWaiting: 4, … }), or a built-in's name (${PACER_NAMES.join(', ')})`);
     // A pacer object of the caller's is checked as a module's is (a NaN from nextDispatchAt stalled every job silently; one without state() broke status()).
     const pacer =
       typeof options.pacer === 'object'

@@ -974,6 +974,8 @@ describe('what the Runtime refuses', () => {
   it('a misspelt pacer option, a missing workload, a workload with no prepare for a kind', async () => {
     expect(() => new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'stoker', pacerOptions: { targetWaitng: 3 } })).toThrow(/pacerOptions.targetWaitng: the stoker pacer has no option targetWaitng — did you mean targetWaiting\? \(its options are targetWaiting, .*headStart.*\): check the spelling/);
     expect(() => new Runtime({ devices: [{ workers: 1 }] } as never)).toThrow(/workload is missing: give the Runtime \{ workload/);
+    // A pacer module's factory passed as it is (it read "unknown pacer undefined").
+    expect(() => new Runtime({ workload, devices: [{ workers: 1 }], pacer: (() => ({})) as never })).toThrow(/pacer is a function — a pacer module's factory\? Pass the pacer it makes, pacer: createPacer\(/);
     const batchOnly = { prepareBatch: () => Promise.resolve([]), run: () => Promise.resolve({ output: 1 }), finish: () => 0 } as unknown as Workload<number, number, number, number>;
     expect(() => new Runtime({ workload: batchOnly, devices: [{ workers: 1 }] })).toThrow(/the workload has no prepare\(task\)/);
     const rt = new Runtime({ workload: batchOnly, devices: [{ workers: 1 }], kinds: { b: { prepareBatch: { maxItems: 2, maxWaitMs: 0 } } }, clock: new ManualClock() });
