@@ -155,6 +155,11 @@ export async function runDemo(opts: DemoOptions, progress: (line: string) => voi
   });
   await Promise.all(all);
   clearInterval(sampler);
+  // Every job done before the sampler's first tick past stopAt: the window closes now (it read no occupancy).
+  if (Number.isNaN(steadyEnd) && !Number.isNaN(steadyStart)) {
+    steadyEnd = performance.now();
+    busyAtStop = backend.busyMs(steadyEnd);
+  }
   const occupancy = Number.isNaN(steadyStart) || Number.isNaN(steadyEnd) ? null : windowOccupancy(busyAtStop - busyAtSteady, steadyEnd - steadyStart, opts.workers);
   const cap = backend.snapshot.maxPreparing;
   await backend.close();
