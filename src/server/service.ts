@@ -272,8 +272,9 @@ export class Service {
    * Starts again the jobs the journal holds unfinished (Service.open does, unless told `resume:
    * false`: once the devices are checked, say). Those this server cannot run are left as they are
    * — on hold, not failed: nothing accepted is lost to a start's configuration — for a start that
-   * can: of a kind it has not loaded (a restart that forgot `--kind` failed them for good), or
-   * whose partitions each need more than the whole memory budget (one lowered since: they failed
+   * can: of a kind it has not loaded (a restart that forgot `--kind` failed them for good), whose
+   * input another version of its module than the one that accepted it refuses, or whose
+   * partitions each need more than the whole memory budget (one lowered since: they failed
    * E_OVERSIZE at once, and a budget put back did not bring them back). {@link waitingNote} says so,
    * and their views (`onHold`).
    */
@@ -296,7 +297,8 @@ export class Service {
       // refuses). (Only then: the stored input has the defaults filled in, which a schema with
       // if/then or not beside its defaults may refuse though it took the input as sent.)
       let input = job.input;
-      if (job.moduleHash !== null && job.moduleHash !== this.moduleHashes.get(job.kind)) {
+      const otherVersion = job.moduleHash !== null && job.moduleHash !== this.moduleHashes.get(job.kind);
+      if (otherVersion) {
         const checked = kind.validate(job.input);
         if (!checked.ok) {
           refused++;
@@ -304,7 +306,6 @@ export class Service {
           continue;
         }
         input = checked.input;
-        changed.set(job.kind, (changed.get(job.kind) ?? 0) + 1);
       }
       const need = partitionNeed(kind, input);
       if (need > budget) {
@@ -313,6 +314,7 @@ export class Service {
         this.held.set(job.id, `each of its partitions needs ${need} bytes, more than the whole memory budget, engine.budgetBytes = ${budget}: it resumes on a start with a budget of at least ${need}; cancel it to end it`);
         continue;
       }
+      if (otherVersion) changed.set(job.kind, (changed.get(job.kind) ?? 0) + 1);
       this.runs.resume(input === job.input ? job : { ...job, input });
       this.resumed++;
     }
