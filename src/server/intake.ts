@@ -25,8 +25,8 @@ export interface IntakeParts {
   engine: Engine;
   /** Whether shutdown began (nothing more is accepted). */
   closing(): boolean;
-  /** Unfinished jobs of kinds not loaded (they wait for a start with their module): not counted against server.maxPendingJobs. */
-  waitingForKinds(): number;
+  /** Unfinished jobs this server leaves on hold (a kind not loaded, partitions over the budget, an input the module now refuses: they wait for a start that runs them): not counted against server.maxPendingJobs. */
+  onHold(): number;
   /** The content hash of a kind's module (journaled with each job it accepts), undefined where unknown. */
   moduleHash(kind: string): string | undefined;
   /** The job as readers see it (see `JobRuns.stored`). */
@@ -141,7 +141,7 @@ export class Intake {
     this.refuseOversize(record, memory);
     this.refuseTooManyPartitions(record.partitions);
     const { maxPendingJobs, retryAfterS } = this.p.server;
-    if (this.p.journal.pending() - this.p.waitingForKinds() + this.admitting.jobs >= maxPendingJobs) throw tooManyJobs(maxPendingJobs, 'pending', retryAfterS);
+    if (this.p.journal.pending() - this.p.onHold() + this.admitting.jobs >= maxPendingJobs) throw tooManyJobs(maxPendingJobs, 'pending', retryAfterS);
     return { record };
   }
 
