@@ -136,7 +136,13 @@ async function verify(accepted: Map<string, { partitions: number; seed: number }
           unknownSince ??= performance.now();
           if (performance.now() - unknownSince >= unknownForMs) break;
           await sleep(250);
-        } else unknownSince = undefined;
+        } else {
+          unknownSince = undefined;
+          // (A 503 — the nodes republishing just after Redis lost its data — asks for a retry
+          // in a few seconds: asked again at once, 120 tries passed in a second and the job
+          // counted as lost.)
+          if (status === 503) await sleep(250);
+        }
       } catch {
         await sleep(200);
       }
