@@ -331,6 +331,18 @@ export class ClusterService implements ApiService {
 
   private async submitNow(raw: unknown): Promise<{ job: JobView; created: boolean }> {
     if (this.closing) throw shuttingDown(this.config.server.retryAfterS);
+    // The same body sent again is the same job, before any check that a kind's new version (its
+    // defaults, its schema), or a node without its module, would answer otherwise (as a local
+    // server's intake does).
+    const sentHash = Journal.sentHash(raw);
+    const sentId = (raw as { id?: unknown } | null)?.id;
+    if (sentHash !== undefined && typeof sentId === 'string') {
+      const existing = await this.views.find(sentId);
+      if (existing && existing.data.sentHash === sentHash) {
+        this.keepAccepted({ ...existing.data.record, sentHash }, existing.view);
+        return { job: existing.view, created: false };
+      }
+    }
     const name = (raw as { kind?: unknown } | null)?.kind;
     const other = typeof name === 'string' && !this.workers.has(name) ? await this.registry.remoteKind(name) : undefined;
     if (other?.derivesPartitions && (raw as { partitions?: unknown }).partitions === undefined) {
@@ -339,7 +351,9 @@ export class ClusterService implements ApiService {
       });
     }
     const kinds = await this.allKinds();
-    const { record, explicitId } = this.local.parseSubmission(raw, { kind: (n) => (other && n === other.name ? other : undefined), names: () => kinds });
+    const parsed = this.local.parseSubmission(raw, { kind: (n) => (other && n === other.name ? other : undefined), names: () => kinds });
+    const { explicitId } = parsed;
+    const record: JournalJobInput = { ...parsed.record, ...(sentHash === undefined ? {} : { sentHash }) };
     const hash = Journal.hash({ kind: record.kind, priority: record.priority, partitions: record.partitions, input: record.input, deadline: record.deadline });
     if (explicitId) {
       const existing = await this.views.find(record.id);
@@ -356,7 +370,7 @@ export class ClusterService implements ApiService {
     if (pending >= max) {
       throw tooManyJobs(max, 'pending in the cluster', this.config.server.retryAfterS);
     }
-    const data: JobData = { record, hash, submittedAt: Date.now(), nonce: randomUUID() };
+    const data: JobData = { record: parsed.record, hash, ...(sentHash === undefined ? {} : { sentHash }), submittedAt: Date.now(), nonce: randomUUID() };
     const ttl = { age: this.ttlMs / 1000 };
     // The id names one kind's queue for good: the same id submitted as another kind is a conflict.
     const claimed = await this.redis.set(K.kindOf(record.id), record.kind, 'NX');
@@ -366,7 +380,7 @@ export class ClusterService implements ApiService {
     // Another node may have added the same id a moment earlier: BullMQ kept the first.
     const now = await this.views.find(record.id);
     if (!now) throw new ServiceError(500, 'internal', 'Internal error', `job ${record.id} vanished right after it was queued`);
-    if (now.data.hash !== hash) throw conflict(record.id);
+    if (now.data.hash !== hash && !(sentHash !== undefined && now.data.sentHash === sentHash)) throw conflict(record.id);
     const created = now.data.nonce === data.nonce;
     this.keepAccepted(record, now.view);
     return { job: now.view, created };

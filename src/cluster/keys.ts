@@ -98,6 +98,12 @@ export interface JobData {
   record: JournalJobInput;
   /** {@link Journal.hash} of the body: a retried submission vs a conflicting one. */
   hash: string;
+  /**
+   * {@link Journal.sentHash} of the body as the client sent it: the same body sent again is the
+   * same job, whatever a deploy did to the kind's defaults or schema since (absent: queued by a
+   * node of an earlier version, or again from an acceptance record that lacks it).
+   */
+  sentHash?: string;
   submittedAt: number;
   nonce: string;
 }
@@ -110,7 +116,7 @@ export function acceptedRecord(j: JournalJobInput): JournalJobInput {
 /** What a BullMQ job (or a cancelled record) carries for a job from an acceptance record. */
 export function acceptedData(j: JournalJobInput & { submittedAt: number }): JobData {
   const record = acceptedRecord(j);
-  return { record, hash: Journal.hash(record), submittedAt: j.submittedAt, nonce: randomUUID() };
+  return { record, hash: Journal.hash(record), ...(j.sentHash ? { sentHash: j.sentHash } : {}), submittedAt: j.submittedAt, nonce: randomUUID() };
 }
 
 /** Adds to `m` the writes that record a job cancelled while queued (K.cancelled, its kind, the index lists read), living `ttlMs`. */

@@ -167,6 +167,32 @@ describe.skipIf(!bin)('kinds per cluster node', () => {
     expect([...byNode.keys()].some((n) => n !== 'tiny')).toBe(true);
   }, 60_000);
 
+  it('the same body sent again is the same job after a deploy changed the kind\'s defaults (it read as another body: 409)', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-thumb-'));
+    dirs.push(dir);
+    const kind = path.join(dir, 'thumb.mjs');
+    const version = (size: number) =>
+      fs.writeFileSync(kind, `export const name = 'thumb';\nexport const input = { type: 'object', additionalProperties: false, properties: { image: { type: 'string' }, size: { type: 'integer', default: ${size} } }, required: ['image'] };\nexport const prepare = (input) => input;\nexport const run = (x) => x.size;\n`);
+    const body = { id: 'thumb:1', kind: 'thumb', partitions: 1, input: { image: 'a' } };
+    version(128);
+    const v1 = await node('thumb-v1', [kind]);
+    expect((await http(v1.url, 'POST', '/v1/jobs', body)).status).toBe(202);
+    expect(await result(v1.url, 'thumb:1')).toMatchObject({ state: 'done', result: [128] });
+    await v1.stop();
+    // The deploy: the kind's default is another now; the retry goes to a node of the new version.
+    version(256);
+    const v2 = await node('thumb-v2', [kind]);
+    try {
+      expect(await http(v2.url, 'POST', '/v1/jobs', body)).toMatchObject({ status: 200, body: { id: 'thumb:1', state: 'done', input: { image: 'a', size: 128 } } });
+      // (A node that does not run the kind answers the same.)
+      expect((await http(cpu.url, 'POST', '/v1/jobs', body)).status).toBe(200);
+      // Another body under the same id is still a conflict.
+      expect((await http(v2.url, 'POST', '/v1/jobs', { ...body, input: { image: 'b' } })).status).toBe(409);
+    } finally {
+      await v2.stop();
+    }
+  }, 60_000);
+
   it('a node whose module for a kind differs from the live nodes refuses to join, naming the kind', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-other-probe-'));
     dirs.push(dir);
