@@ -54,7 +54,7 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const device = (d: DeviceConfig) => `${d.workers} ${d.process ? `process (${[d.process.command, ...redactArgs(d.process.args)].join(' ')})` : d.http ? `http (${redactUrl(d.http.url)})` : d.kind} device worker${d.workers === 1 ? '' : 's'}`;
   const devices = [device(cfg.device), ...Object.entries(cfg.devices ?? {}).map(([n, d]) => `${n}: ${device(d)}`)].join(', ');
   const auth = cfg.server.token === '' ? 'no token needed' : 'a token needed';
-  io.out(`stoker serve: listening on ${server.url} (${auth}; data ${cfg.dataDir}${server.service.newJournal ? ', a new journal' : ''}; ${resumed} unfinished job${resumed === 1 ? '' : 's'} resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
+  io.out(`stoker serve: listening on ${server.url} (${auth}; data ${cfg.dataDir}${server.newJournal ? ', a new journal' : ''}; ${resumed} unfinished job${resumed === 1 ? '' : 's'} resumed; pacer ${cfg.engine.pacer}, ${devices}; kinds ${server.service.kindList().map((k) => k.name).join(', ')}${cluster})\n`);
   for (const note of server.notes ?? []) io.out(`stoker serve: ${note}\n`);
   // (In cluster mode the queue holds the jobs: the other nodes take them, not this node's next start.)
   const resumeWhere = cfg.cluster.redis === 'none' ? 'unfinished jobs resume on the next start' : "unfinished jobs stay in the cluster's queue for the other nodes (or this one, restarted)";

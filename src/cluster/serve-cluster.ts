@@ -13,7 +13,7 @@ import { ClusterService } from './cluster-service.js';
  * before a restart is the cluster's, not resumed here, so it is forgotten (taken again, it runs
  * afresh); the ended ones keep their results, to republish should Redis lose them.
  */
-async function openLocal(config: ServeConfig, log: ServerLog): Promise<Service> {
+async function openLocal(config: ServeConfig, log: ServerLog): Promise<{ local: Service; created: boolean }> {
   const kinds = await loadServerKinds(config);
   const dataDir = path.join(config.dataDir, 'node');
   const journal = Journal.open(dataDir);
@@ -23,14 +23,14 @@ async function openLocal(config: ServeConfig, log: ServerLog): Promise<Service> 
     journal.close();
   }
   // Its jobs' ends are recorded in Redis too: an end its full journal cannot take still reaches the cluster.
-  return Service.open({ ...config, dataDir }, kinds, { endsRecordedElsewhere: true, log });
+  return { local: await Service.open({ ...config, dataDir }, kinds, { endsRecordedElsewhere: true, log }), created: journal.created };
 }
 
 /** `stoker serve --cluster redis://…`: a cluster node. */
 export async function startClusterServer(config: ServeConfig, options?: StartOptions): Promise<RunningServer> {
   const log = startLog(options);
   refuseExposure(config);
-  const local = await openLocal(config, log);
+  const { local, created } = await openLocal(config, log);
   let accepted: Journal;
   try {
     await local.devicesStarted();
@@ -58,6 +58,7 @@ export async function startClusterServer(config: ServeConfig, options?: StartOpt
     app,
     url: address,
     notes: [cluster.persistence, ...[local.priorsNote, local.idleDevicesNote].filter((n): n is string => n !== undefined)],
+    newJournal: created,
     close: () => (closed ??= cluster.close(() => app.close())),
   };
 }

@@ -20,6 +20,8 @@ export interface RunningServer {
   url: string;
   /** Lines to tell the operator at start (cluster mode: what Redis's persistence means for the jobs). */
   notes?: string[];
+  /** Whether this start made the data dir's journal (none was there): the start line says so — a mistyped --data started afresh without a word. */
+  newJournal: boolean;
   /** Graceful shutdown: stop accepting jobs, let in-flight partitions finish (up to server.shutdownTimeoutS), journal the rest as unfinished, answer every waiter, close. */
   close(): Promise<void>;
 }
@@ -140,6 +142,7 @@ export async function startServer(config: ServeConfig, options?: StartOptions): 
     app,
     url: address,
     notes: [service.priorsNote, service.waitingNote, service.idleDevicesNote].filter((n): n is string => n !== undefined),
+    newJournal: service.newJournal,
     close: () => (closed ??= service.close(undefined, () => app.close())),
   };
 }

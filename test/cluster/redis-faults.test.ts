@@ -334,6 +334,9 @@ describe.skipIf(!bin)('a node killed after Redis lost its data, before it republ
     await a.crash();
     cluster.redis = await startRedis(bin as string, cluster.redis.port);
     const b = await cluster.node('rk-a', cluster.dirs[0]);
+    // (The start line says a data dir is new only where it is.)
+    expect(a.output()).toContain(', a new journal;');
+    expect(b.output()).not.toContain('a new journal');
     for (const [i, id] of ids.entries()) {
       const r = await waitUntil(async () => {
         const x = await http(b.url, 'GET', `/v1/jobs/${id}/result?wait=2s`);
