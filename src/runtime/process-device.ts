@@ -67,6 +67,10 @@ const UNREADY_FAIL_FAST = 2;
 const MAX_BACKOFF_MS = 30_000;
 /** Lines of a process's stderr kept to explain why it failed. */
 const STDERR_TAIL = 8;
+/** A frame of a JavaScript stack trace (`    at f (file:1:2)`): a Python traceback's say where, and its error comes last anyway. */
+const STACK_FRAME = /^\s+at\s/;
+/** A line that names an error: `Error: …`, `ModuleNotFoundError: …`, `error: …`. */
+const ERROR_LINE = /^\s*([\w.]*(Error|Exception)\b|error:|fatal:)/i;
 /** A worker's stderr lines logged per window (the rest counted, and said after): a burst of 20,000 lines flooded the server's log. */
 const STDERR_LINES = 200;
 const STDERR_WINDOW_MS = 10_000;
@@ -117,6 +121,8 @@ class WorkerProcess {
   private lastFailure = '';
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly stderrTail: string[] = [];
+  /** The first line of its stderr that names an error (`Error: Cannot find module …`), quoted where the tail no longer holds it. */
+  private stderrError: string | undefined;
   private stderrPartial = '';
   private readonly stderrLog: LineLimit;
   /** Says the count of the lines held back once their window is over, where no line comes after. */
@@ -156,6 +162,7 @@ class WorkerProcess {
     if (this.closed || this.life || this.restartTimer) return;
     // A new process: the failure messages quote its own stderr only.
     this.stderrTail.length = 0;
+    this.stderrError = undefined;
     this.stderrPartial = '';
     const { command, args, env, cwd } = this.o;
     const pythonPath = [PYTHON_HELPER_DIR, process.env['PYTHONPATH'], env['PYTHONPATH']].filter((p) => p).join(delimiter);
@@ -419,7 +426,8 @@ class WorkerProcess {
   private onExit(life: Life, why: string): void {
     if (this.life !== life) return;
     this.life = undefined;
-    const tail = this.stderrTail.length > 0 ? `; its last stderr: ${this.stderrTail.join(' | ')}` : '';
+    const first = this.stderrError !== undefined && !this.stderrTail.includes(this.stderrError) ? `; its stderr first said: ${this.stderrError}` : '';
+    const tail = this.stderrTail.length > 0 ? `${first}; its last stderr: ${this.stderrTail.join(' | ')}` : '';
     const error = failure(`${this.label} (${this.o.command}): ${why}${tail}`, life.endedFinal ? false : undefined);
     const step = this.step;
     this.step = undefined;
@@ -465,7 +473,12 @@ class WorkerProcess {
         this.stderrLog.flush();
       }, Math.max(0, this.stderrLog.windowEnd - performance.now()) + 1).unref();
     }
-    this.stderrTail.push(line.length > 200 ? `${line.slice(0, 200)}…` : line);
+    // (A JavaScript stack's frames and blank lines are left out of what a failure quotes: a Node
+    // program's tail was eight `at …` lines, and the line saying what went wrong was not among them.)
+    if (STACK_FRAME.test(line) || line.trim() === '') return;
+    const shown = line.length > 200 ? `${line.slice(0, 200)}…` : line;
+    if (this.stderrError === undefined && ERROR_LINE.test(line)) this.stderrError = shown;
+    this.stderrTail.push(shown);
     if (this.stderrTail.length > STDERR_TAIL) this.stderrTail.shift();
   }
 }

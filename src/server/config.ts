@@ -476,7 +476,10 @@ function mergeDevice(d: DeviceConfig, layer: NonNullable<Layer['device']> | unde
     d.process = {
       ...(earlier.process ?? subDefaults.process()),
       ...defined(rest),
-      ...(dir === undefined ? {} : { cwd: path.resolve(base, dir) }),
+      // (Its working directory where none is given: the folder of the file that names it, as a kind
+      // module's path is read there — `args = ["prover.py"]` beside the config failed where the
+      // server was started from another folder.)
+      ...(dir !== undefined ? { cwd: path.resolve(base, dir) } : earlier.process?.cwd === undefined ? { cwd: base } : {}),
       ...(handoffDir === undefined ? {} : { handoffDir: path.resolve(base, handoffDir) }),
     } as ProcessDeviceConfig;
   }

@@ -371,6 +371,16 @@ describe('processes that break the protocol', () => {
     expect(rt.engine.budget.used).toBe(0);
   });
 
+  it('a program that fails at start: the failure quotes the line naming the error, not stack frames, and the first such line where more came after it', async () => {
+    const missing = setup({ command: process.execPath, args: [path.join(FIXTURES, 'no-such-device.mjs')] }, { retries: 0 });
+    const e = await failure(missing.rt.submit(spec('nm'), { mode: 'ok' }));
+    expect(e.message).toMatch(/it exited \(code 1\); its last stderr: .*Error: Cannot find module '[^']*no-such-device\.mjs'/);
+    expect(e.message).not.toMatch(/\|\s+at /);
+    const noisy = setup({ command: process.execPath, args: ['-e', "console.error('Error: no weights in /models/m.bin'); for (let i = 0; i < 20; i++) console.error('cleanup ' + i); process.exit(3)"] }, { retries: 0 });
+    const f = await failure(noisy.rt.submit(spec('nz'), { mode: 'ok' }));
+    expect(f.message).toMatch(/it exited \(code 3\); its stderr first said: Error: no weights in \/models\/m\.bin; its last stderr: cleanup 12 \| .* \| cleanup 19/);
+  });
+
   it('a command that does not exist says so', async () => {
     const { rt } = setup({ command: 'no-such-program-xyz' }, { retries: 0 });
     const e = await failure(rt.submit(spec('nx'), { mode: 'ok' }));

@@ -413,6 +413,10 @@ describe('[device.process] and [kinds.NAME]', () => {
     expect(c.device).toEqual({ kind: 'cpu', workers: 3, process: { command: 'python3', args: ['dev.py', '--fp16'], env: { CUDA_VISIBLE_DEVICES: '1' }, cwd: path.join(dir, 'dev'), readyTimeoutS: 30, maxFrameBytes: 2 ** 30, handoffDir: fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir(), handoffMinBytes: 2 ** 20, onWithdraw: 'end', finishTimeoutS: 60 } });
     expect(c.kinds).toEqual([{ name: 'embed', module: path.join(dir, 'conf/kinds/embed.mjs') }]);
     expect(loadConfig({ file: write('back.toml', configToToml(c)), env: {}, cwd: '/' })).toEqual(c);
+    // No cwd: the file's folder (`args = ["prover.py"]` beside the file, the server started elsewhere);
+    // from the environment, the server's working directory.
+    expect(loadConfig({ file: write('beside/stoker.toml', '[devices.gpu.process]\ncommand = "python3"\nargs = ["prover.py"]\n'), env: {}, cwd: '/' }).devices?.['gpu']?.process?.cwd).toBe(path.join(dir, 'beside'));
+    expect(loadConfig({ env: { STOKER_DEVICE_PROCESS: '{"command":"node"}' }, cwd: dir }).device.process?.cwd).toBe(dir);
   });
 
   it('takes the process device from STOKER_DEVICE_PROCESS as JSON; names the field and the fix when wrong', () => {
