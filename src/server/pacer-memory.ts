@@ -3,10 +3,22 @@
  * from what the last run measured (`priors.ts`), says so on its start line, and saves what this
  * run measures for the next start.
  */
+import { createHash } from 'node:crypto';
 import path from 'node:path';
 import type { Engine, PacerOptions } from '../core/index.js';
+import type { DeviceConfig } from './config.js';
 import type { ServiceDevice } from './device-runners.js';
 import { measuredPriors, readPriors, writePriors, type Priors } from './priors.js';
+
+/**
+ * What runs a device's steps, as a short hash (a process's arguments or a URL may hold a secret):
+ * its type and its thread kind, program and arguments, or URL. A device time measured on one
+ * setup says little of another.
+ */
+function deviceSetup(d: DeviceConfig): string {
+  const what = d.process ? ['process', d.process.command, ...d.process.args] : d.http ? ['http', d.http.url] : ['thread', d.kind];
+  return createHash('sha256').update(JSON.stringify(what)).digest('hex').slice(0, 16);
+}
 
 /** The pacer options a remembered preparation latency and limit give (where the config gives none). */
 type Remembered = Pick<PacerOptions, 'priorLatencyMs' | 'priorLatencySdMs' | 'priorPrepareLimit'>;
@@ -21,6 +33,8 @@ export class PacerMemory {
   private priors: Priors | undefined;
   /** Completions (device + preparation) counted at the last save. */
   private savedAt = 0;
+  /** Each device's setup, by index (see {@link deviceSetup}). */
+  private readonly setups: readonly string[];
 
   /**
    * `configured`: the config's `engine.pacerOptions`; `reads`: the options the configured pacer
@@ -34,7 +48,9 @@ export class PacerMemory {
     reads?: ReadonlySet<string>,
   ) {
     let unread: string | undefined;
+    this.setups = devices.map((d) => deviceSetup(d.config));
     this.priors = readPriors(dataDir, (why) => (unread = why));
+    const moved = this.priors ? this.forgetOtherSetups(this.priors) : [];
     const priorDeviceServiceMs = devices.map((d) => d.config.priorServiceMs ?? this.priors?.devices[d.name]?.serviceMs ?? 0);
     // Each kind's own device time, where the config gives none for the device.
     const priorKindServiceMs = Object.fromEntries(Object.entries(this.priors?.kinds ?? {}).map(([kind, byDevice]) => [kind, devices.map((d) => (d.config.priorServiceMs === undefined ? (byDevice[d.name]?.serviceMs ?? 0) : 0))]));
@@ -44,9 +60,28 @@ export class PacerMemory {
     this.pacerOptions = Object.fromEntries(Object.entries(all).filter(([k]) => given(k))) as PacerOptions;
     this.note = unread;
     if (!given('priorDeviceServiceMs')) return;
-    if (priorDeviceServiceMs.some((v) => v > 0) || remembered.priorLatencyMs !== undefined || remembered.priorPrepareLimit !== undefined) {
-      this.note = this.said(priorDeviceServiceMs, priorKindServiceMs, remembered);
+    const notes = [
+      ...(priorDeviceServiceMs.some((v) => v > 0) || remembered.priorLatencyMs !== undefined || remembered.priorPrepareLimit !== undefined ? [this.said(priorDeviceServiceMs, priorKindServiceMs, remembered)] : []),
+      ...(moved.length === 0 ? [] : [`the device time the last run measured on ${moved.map((n) => `device ${JSON.stringify(n)}`).join(', ')} is left out: ${moved.length === 1 ? 'it runs' : 'they run'} on another setup now (type, program or URL), and the pacer measures ${moved.length === 1 ? 'it' : 'them'} afresh`]),
+    ];
+    if (notes.length > 0) this.note = notes.join('; ');
+  }
+
+  /**
+   * Drops from `p` the device times measured on a device that runs on another setup now (a thread
+   * device made a Python process device on the same data dir started from the old one's rates);
+   * returns the names of those devices.
+   */
+  private forgetOtherSetups(p: Priors): string[] {
+    const moved = this.devices.filter((d, i) => {
+      const was = p.devices[d.name]?.setup;
+      return was !== undefined && was !== this.setups[i];
+    });
+    for (const { name } of moved) {
+      delete p.devices[name];
+      for (const byDevice of Object.values(p.kinds ?? {})) delete byDevice[name];
     }
+    return moved.map((d) => d.name);
   }
 
   /** Saves what this run measured (over what it remembered) for the next start. */
@@ -56,7 +91,7 @@ export class PacerMemory {
     if (measured === this.savedAt) return; // nothing new since the last save
     const terms = engine.pacer.state().terms;
     // The best cap the limiter measured (the one in force may be a probe around it).
-    this.priors = measuredPriors(s, this.devices.map((d) => d.name), this.priors, terms['prepareLimitBest'] ?? terms['prepareLimit']);
+    this.priors = measuredPriors(s, this.devices.map((d) => d.name), this.priors, terms['prepareLimitBest'] ?? terms['prepareLimit'], this.setups);
     if (writePriors(this.dataDir, this.priors)) this.savedAt = measured;
   }
 

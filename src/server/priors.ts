@@ -13,16 +13,22 @@ import path from 'node:path';
 import type { ReadonlySnapshot } from '../core/index.js';
 
 export interface Priors {
-  /** By device name: mean device time per item, ms. */
-  devices: Record<string, { serviceMs: number }>;
-  /** By kind, then device name: mean device time per item of that kind, ms. */
-  kinds?: Record<string, Record<string, { serviceMs: number }>>;
+  /** By device name: mean device time per item, ms, and the setup it was measured on. */
+  devices: Record<string, Measured>;
+  /** By kind, then device name: mean device time per item of that kind, ms, and the setup it was measured on. */
+  kinds?: Record<string, Record<string, Measured>>;
   /** Mean and standard deviation of the preparation latency, ms. */
   latencyMs?: number;
   latencySdMs?: number;
   /** The preparation limit the pacer held (where more preparations at once stopped finishing more). */
   prepareLimit?: number;
   savedAt: string;
+}
+
+/** A device time per item, ms, and what ran it: a hash of the device's type and program or URL (see PacerMemory; absent in a file from an earlier version). */
+export interface Measured {
+  serviceMs: number;
+  setup?: string;
 }
 
 const FILE = 'stoker.priors.json';
@@ -50,9 +56,10 @@ export function readPriors(dataDir: string, problem: (why: string) => void = () 
   }
   const r = raw as Partial<Priors>;
   const byName = (o: unknown) => {
-    const out: Record<string, { serviceMs: number }> = {};
+    const out: Record<string, Measured> = {};
     for (const [name, d] of Object.entries(typeof o === 'object' && o !== null ? o : {})) {
-      if (positive((d as { serviceMs?: unknown }).serviceMs)) out[name] = { serviceMs: (d as { serviceMs: number }).serviceMs };
+      const { serviceMs, setup } = d as { serviceMs?: unknown; setup?: unknown };
+      if (positive(serviceMs)) out[name] = { serviceMs, ...(typeof setup === 'string' ? { setup } : {}) };
     }
     return out;
   };
@@ -73,20 +80,22 @@ export function readPriors(dataDir: string, problem: (why: string) => void = () 
 
 /**
  * What this run measured (from the engine's counters, and the preparation limit the pacer holds
- * now, if any), over what was remembered where it measured nothing.
+ * now, if any), over what was remembered where it measured nothing; `setups`: each device's setup
+ * (by index, as the names), kept with what it measured.
  */
-export function measuredPriors(s: ReadonlySnapshot, deviceNames: readonly string[], before: Priors | undefined, prepareLimit?: number): Priors {
+export function measuredPriors(s: ReadonlySnapshot, deviceNames: readonly string[], before: Priors | undefined, prepareLimit?: number, setups: readonly string[] = []): Priors {
+  const measured = (serviceMs: number, i: number): Measured => (setups[i] === undefined ? { serviceMs } : { serviceMs, setup: setups[i] });
   const devices: Priors['devices'] = { ...before?.devices };
   deviceNames.forEach((name, i) => {
     const d = s.devices[i];
-    if (d && d.completions > 0 && d.busyMs > 0) devices[name] = { serviceMs: d.busyMs / d.completions };
+    if (d && d.completions > 0 && d.busyMs > 0) devices[name] = measured(d.busyMs / d.completions, i);
   });
   const kinds: NonNullable<Priors['kinds']> = { ...before?.kinds };
   for (const k of s.kinds) {
     deviceNames.forEach((name, i) => {
       const n = k.completions[i] ?? 0;
       const ms = k.busyMs[i] ?? 0;
-      if (n > 0 && ms > 0) kinds[k.name] = { ...kinds[k.name], [name]: { serviceMs: ms / n } };
+      if (n > 0 && ms > 0) kinds[k.name] = { ...kinds[k.name], [name]: measured(ms / n, i) };
     });
   }
   const n = s.prepareCompletions;

@@ -30,6 +30,8 @@ describe('the priors file', () => {
     const s = snapshot({ devices: [{ workers: 2, busy: 0, completions: 4, busyMs: 400 }, { workers: 1, busy: 0, completions: 0, busyMs: 0 }], kinds, prepareCompletions: 2, prepareLatencyMsTotal: 600, prepareLatencySqTotal: 100 ** 2 + 500 ** 2 });
     const p = measuredPriors(s, ['default', 'gpu'], { devices: { gpu: { serviceMs: 7 } }, kinds: { big: { gpu: { serviceMs: 9 } } }, prepareLimit: 40, savedAt: '' }, 25);
     expect(p).toMatchObject({ devices: { default: { serviceMs: 100 }, gpu: { serviceMs: 7 } }, kinds: { small: { default: { serviceMs: 40 } }, big: { default: { serviceMs: 280 }, gpu: { serviceMs: 9 } } }, latencyMs: 300, latencySdMs: 200, prepareLimit: 25 });
+    // Each device's setup is kept with what was measured on it.
+    expect(measuredPriors(s, ['default', 'gpu'], undefined, undefined, ['s0', 's1']).devices).toEqual({ default: { serviceMs: 100, setup: 's0' } });
     // A run that prepared and held no limit forgets the remembered one.
     expect(measuredPriors(s, ['default', 'gpu'], p).prepareLimit).toBeUndefined();
     expect(writePriors(dir, p)).toBe(true);
@@ -102,5 +104,14 @@ describe('a restarted server', () => {
     expect((await http(third.url, 'POST', '/v1/jobs', { id: 'r-0', kind: 'sleep', partitions: 4, input: { seed: 9, prepareMs: 3000, deviceMs: 50 } })).status).toBe(202);
     expect(((await http(third.url, 'GET', '/v1/status')).body as { pacer: { ratePerSec: number } }).pacer.ratePerSec).toBeCloseTo(4, 6);
     expect(await third.stop()).toBe(0);
+
+    // The device made an HTTP endpoint: the device time measured on its threads is not its own.
+    const fourth = await startServer(dir, [], { ...env, STOKER_DEVICE_HTTP: '{"url":"http://127.0.0.1:9/run"}', STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '0' });
+    servers.push(fourth);
+    await waitUntil(async () => (fourth.output().includes('is left out') ? true : undefined), 5000, 'the start line about the priors');
+    expect(fourth.output()).toContain('the device time the last run measured on device "default" is left out: it runs on another setup now (type, program or URL), and the pacer measures it afresh');
+    expect(fourth.output()).not.toContain('the pacer starts from device "default"');
+    expect(((await http(fourth.url, 'GET', '/v1/status')).body as { pacer: { ratePerSec: number | null } }).pacer.ratePerSec).toBeNull();
+    expect(await fourth.stop()).toBe(0);
   }, 60_000);
 });
