@@ -88,7 +88,9 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     const p = (typeof parsed === 'object' && parsed !== null ? parsed : {}) as { title?: string; detail?: string };
     const retry = res.headers.get('retry-after');
     // Not a stoker answer (an HTML page from something else on that port): its first line, not the whole page.
-    const detail = typeof p.detail === 'string' ? p.detail : notStoker(text, flags.server);
+    const said = typeof p.detail === 'string' ? p.detail : notStoker(text, flags.server);
+    // (The server names its header; the CLI's way to send it is --token-file or STOKER_SERVER_TOKEN.)
+    const detail = res.status === 401 ? `${said} (stoker's commands send it from --token-file FILE, else $STOKER_SERVER_TOKEN)` : said;
     // (The detail may say when to retry itself: then once.) A 429 is "later", as a 5xx: exit 1.
     throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 && res.status !== 429 ? 2 : 1, res.status === 502 || res.status === 503 || res.status === 504);
   }

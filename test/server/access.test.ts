@@ -86,6 +86,8 @@ describe('a server with a token', () => {
     const denied = await run(['status', '--server', fixture.server.url], { STOKER_SERVER_TOKEN: '' });
     expect(denied.code).toBe(2);
     expect(denied.err).toContain('401');
+    // It says how a stoker command sends the token, not only which header the server reads.
+    expect(denied.err).toContain("stoker's commands send it from --token-file FILE, else $STOKER_SERVER_TOKEN");
   }, 30_000);
 
   it('refuses a Host that does not name the server (421), and a state-changing request from a foreign Origin (403)', async () => {
