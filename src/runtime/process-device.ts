@@ -63,6 +63,12 @@ export const PYTHON_HELPER_DIR = fileURLToPath(new URL('../../python/', import.m
  * item that waited for each of its restarts (a worker broken after it had run: a media trial).
  */
 const UNREADY_FAIL_FAST = 2;
+/**
+ * A worker whose failures put its next process off this long or more is reported down too, until
+ * a process of it says ready: shown idle, it took the next item and held it through the backoff
+ * (up to 30 s) while another worker sat idle (a device author's trial: 4 jobs in 29.8 s, not 1).
+ */
+const DOWN_AFTER_BACKOFF_MS = 1000;
 /** The longest pause before starting a process that keeps failing again. */
 const MAX_BACKOFF_MS = 30_000;
 /** Lines of a process's stderr kept to explain why it failed. */
@@ -146,6 +152,17 @@ class WorkerProcess {
   /** Whether this worker's processes keep ending before they are ready. */
   get failingToStart(): boolean {
     return this.unready >= UNREADY_FAIL_FAST;
+  }
+
+  /**
+   * When this worker's next process starts (performance.now()), where a run of failures put it off
+   * by DOWN_AFTER_BACKOFF_MS or more; NaN otherwise, and again once a process of it says ready.
+   */
+  restartAt = NaN;
+
+  /** Whether this worker waits out a long backoff before its next process (see restartAt). */
+  get backingOff(): boolean {
+    return !Number.isNaN(this.restartAt);
   }
 
   /** Whether a process of this worker has said ready and is not being ended. */
@@ -339,6 +356,7 @@ class WorkerProcess {
         if (type !== 'ready') return this.end(life, `its first frame must be {"type":"ready"}, got ${JSON.stringify(f.header).slice(0, 100)}`);
         life.ready = true;
         this.unready = 0;
+        this.restartAt = NaN;
         clearTimeout(life.readyTimer);
         for (const w of this.waiting.splice(0)) w.resolve();
         this.changed();
@@ -447,6 +465,13 @@ class WorkerProcess {
     if (!withdrawn) this.failures++;
     const delay = withdrawn || this.failures === 0 ? 0 : Math.min(MAX_BACKOFF_MS, 250 * 2 ** (this.failures - 1));
     this.o.log(`[device ${this.label}] ${printable(why)}: starting it again${delay > 0 ? ` in ${delay} ms` : ''}`);
+    if (delay >= DOWN_AFTER_BACKOFF_MS) {
+      this.restartAt = performance.now() + delay;
+      // (Told once the failure of the step it held is in: told before, the engine would take the
+      // worker as lost with that step on it, and prepare it again without spending a try — a
+      // poison item crashing every worker in turn for ever.)
+      setImmediate(() => !this.closed && this.changed());
+    }
     this.restartTimer = setTimeout(() => {
       this.restartTimer = undefined;
       this.start();
@@ -562,13 +587,18 @@ export class ProcessDevice implements DeviceRunner {
 
   /** Tells the listener of every worker whose being down changed. */
   private sync(): void {
-    const all = this.workers.every((w) => w.failingToStart);
+    const out = (w: WorkerProcess) => w.failingToStart || w.backingOff;
+    const all = this.workers.every(out);
     this.workers.forEach((w, i) => {
-      const down = w.failingToStart && !all;
+      const down = out(w) && !all;
       if (down === this.down[i]) return;
       this.down[i] = down;
-      if (down) this.log(`[device ${this.name}/${i}] its processes keep ending before they are ready: taken out of service (its items go to the other workers) until one is`);
-      else this.log(all ? `[device ${this.name}/${i}] every worker's processes now end before they are ready: its steps fail at once, saying why` : `[device ${this.name}/${i}] back in service`);
+      if (down) {
+        const why = w.failingToStart ? 'its processes keep ending before they are ready' : `its processes keep failing: the next starts in ${Math.max(0, (w.restartAt - performance.now()) / 1000).toFixed(1)} s`;
+        this.log(`[device ${this.name}/${i}] ${why}: taken out of service (its items go to the other workers) until one is ready`);
+      } else if (all) {
+        this.log(this.workers.every((x) => x.failingToStart) ? `[device ${this.name}/${i}] every worker's processes now end before they are ready: its steps fail at once, saying why` : `[device ${this.name}/${i}] every worker of the device is being started again: back in service, its items wait for its next process`);
+      } else this.log(`[device ${this.name}/${i}] back in service`);
       this.listener?.(i, !down);
     });
   }

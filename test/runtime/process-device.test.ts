@@ -30,6 +30,8 @@ interface Input {
   chars?: number;
   /** busy-device.mjs: the busyNs it reports. */
   busyNs?: number;
+  /** mode "exit-on-worker": the worker whose processes end on each item. */
+  worker?: number;
 }
 
 const closers: (() => Promise<void>)[] = [];
@@ -179,6 +181,25 @@ setInterval(() => {}, 1000);`;
     fs.rmSync(marker);
     await eventually(() => rt.status().counters.devices[0]?.workers === 2, 'worker 0 back in service', 20_000);
     expect(log).toContain('[device gpu/0] back in service');
+  }, 60_000);
+
+  it('a worker whose crashes put its next process off for a second or more is out of service until one is ready: it took the next item and held it through the backoff while the other worker idled', async () => {
+    const { rt, log } = setup({ command: 'python3', args: [PY] }, { workers: 2, retries: 8 });
+    // Every item worker 0 takes ends its process; its restarts back off 250 ms, 500 ms, then 1 s.
+    for (let j = 0; !log.some((l) => l.includes('[device gpu/0] its processes keep failing')); j++) {
+      if (j === 10) throw new Error(`worker 0 was never taken out of service:\n${log.join('\n')}`);
+      const outs = (await rt.submit(spec(`crashy-${j}`, 4), { mode: 'exit-on-worker', worker: 0 })) as { worker: string }[];
+      expect(outs.map((o) => o.worker)).toEqual(Array(4).fill('1'));
+    }
+    expect(log.join('\n')).toMatch(/\[device gpu\/0\] its processes keep failing: the next starts in \d\.\d s: taken out of service \(its items go to the other workers\) until one is ready/);
+    expect(rt.status().counters.devices[0]?.workers).toBe(1);
+    // Meanwhile the other worker runs every item at once (before, one waited the backoff out on worker 0).
+    const outs = (await rt.submit(spec('meanwhile', 6), { mode: 'exit-on-worker', worker: 0 })) as { worker: string }[];
+    expect(outs.map((o) => o.worker)).toEqual(Array(6).fill('1'));
+    // Its next process says ready: back in service.
+    await eventually(() => rt.status().counters.devices[0]?.workers === 2, 'worker 0 back in service', 20_000);
+    expect(log).toContain('[device gpu/0] back in service');
+    expect(rt.engine.budget.used).toBe(0);
   }, 60_000);
 
   it('a burst of stderr lines is logged up to 200 in 10 s, the rest counted (20,000 lines flooded the server log)', async () => {
