@@ -239,12 +239,18 @@ export class HttpDevice implements DeviceRunner {
     try {
       data = await readLimited(res, this.o.maxResponseBytes);
     } catch (e) {
-      throw new Error(`${label}: POST ${this.shown}: ${e instanceof RangeError ? e.message : `the response broke off: ${reason(e, this.o.timeoutMs)}`}`);
+      // (An output over the limit would come again: its job fails at once, saying what to raise.)
+      if (e instanceof RangeError) throw failure(`${label}: POST ${this.shown}: ${e.message}: raise [device.http] maxResponseBytes, or return less`, false);
+      throw new Error(`${label}: POST ${this.shown}: the response broke off: ${reason(e, this.o.timeoutMs)}`);
     }
     const busyMs = performance.now() - t0;
     const text = () => new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)).trim();
     if (!res.ok) throw failure(`${label}: POST ${this.shown} answered ${res.status} ${res.statusText}: ${text()}`, FINAL_STATUS.has(res.status) ? false : undefined);
-    if (!/^application\/(.+\+)?json\b/i.test(res.headers.get('content-type') ?? '')) return { data, json: undefined, busyMs };
+    const type = res.headers.get('content-type') ?? '';
+    // (A web page is not an output: a proxy's or a wrong route's page was taken as bytes, and its
+    // job failed later, at finish, saying only that it held bytes.)
+    if (/^text\/html\b/i.test(type)) throw new Error(`${label}: POST ${this.shown} answered ${res.status} ${type}, a web page, not an output (${JSON.stringify(text().slice(0, 120))}): check [device.http] url — an output is JSON (application/json) or bytes (any other type)`);
+    if (!/^application\/(.+\+)?json\b/i.test(type)) return { data, json: undefined, busyMs };
     try {
       return { data, json: JSON.parse(new TextDecoder().decode(data)) as unknown, busyMs };
     } catch {

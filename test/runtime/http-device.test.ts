@@ -87,7 +87,7 @@ describe('an HTTP device', () => {
     ['a 5xx answer', (_q, _b, res) => res.writeHead(503, { 'content-type': 'text/plain' }).end('model is loading'), {}, /infer\/0: POST .* answered 503 Service Unavailable: model is loading/],
     ['a connection refused past unreachableMs', 'refused', { unreachableMs: 300 }, /infer\/0: POST .* failed: ECONNREFUSED: the endpoint has been unreachable for 0\.\d+ s \(waited for up to unreachableS = 0\.3 s\)/],
     ['no answer within timeoutMs', () => undefined, { timeoutMs: 300 }, /infer\/0: POST .* failed: no answer within 0.3 s \(timeoutS\)/],
-    ['an oversized answer', (_q, _b, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(Buffer.alloc(4096)), { maxResponseBytes: 1024 }, /a response (of 4096 bytes is )?over the 1024-byte limit \(maxResponseBytes\)/],
+    ['a web page answered 200', (_q, _b, res) => res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end('<html><body>Welcome to nginx!</body></html>'), {}, /infer\/0: POST .* answered 200 text\/html; charset=utf-8, a web page, not an output \("<html><body>Welcome to nginx!<\/body><\/html>"\): check \[device\.http\] url/],
     ['JSON that is not JSON', (_q, _b, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"oops'), {}, /answered application\/json that is not JSON: \{"oops/],
   ];
   it.each(faults)('%s fails the item; once retries are spent the job fails with the reason', async (_what, handler, options, reason) => {
@@ -102,6 +102,18 @@ describe('an HTTP device', () => {
     expect(e.message).not.toContain('k3y');
     expect(e.message).toMatch(/after 2 attempts/);
     if (handler !== 'refused') expect(requests).toBe(2);
+    expect(rt.engine.budget.used).toBe(0);
+  });
+});
+
+describe('an HTTP device answer over maxResponseBytes', () => {
+  it('fails its job at once (it would come again), naming the setting to raise', async () => {
+    let requests = 0;
+    const url = await serve((_q, _b, res) => (requests++, res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(Buffer.alloc(4096))));
+    const rt = setup({ url, maxResponseBytes: 1024 }, { retries: 2 });
+    const e = await failure(rt.submit(spec('big'), {}));
+    expect(e.message).toMatch(/infer\/0: POST .*: a response (of 4096 bytes is )?over the 1024-byte limit \(maxResponseBytes\): raise \[device\.http\] maxResponseBytes, or return less$/);
+    expect(requests).toBe(1);
     expect(rt.engine.budget.used).toBe(0);
   });
 });
