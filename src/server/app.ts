@@ -22,6 +22,7 @@ import { parseSince, parseWait } from './durations.js';
 import { isFinal, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
 import type { KindView } from './kinds.js';
 import type { ServiceEvent } from './service.js';
+import { eventFrame, EventStreamOut, headOfStream } from './sse.js';
 
 type MaybePromise<T> = T | Promise<T>;
 
@@ -406,12 +407,11 @@ export function buildApp(service: ApiService): FastifyInstance {
     const id = req.params.id;
     // An unknown job is a 404 problem, before the stream starts.
     if (!(await service.job(id))) throw notFound(id);
-    const release = openStream();
     reply.hijack();
-    const res = reply.raw;
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
-    res.write(': stoker job events\nretry: 2000\n\n');
-    const ping = setInterval(() => res.write(': ping\n\n'), 15_000);
+    if (req.method === 'HEAD') return headOfStream(reply.raw);
+    const release = openStream();
+    const out = new EventStreamOut(reply.raw, 'stoker job events');
+    const ping = setInterval(() => out.write(': ping\n\n'), 15_000);
     let unwatch: (() => void) | undefined;
     let stopped = false;
     const stop = () => {
@@ -421,11 +421,11 @@ export function buildApp(service: ApiService): FastifyInstance {
       clearInterval(ping);
       unwatch?.();
       service.events.off('close', stop);
-      res.end();
+      out.end();
     };
     const send = (e: JobProgressEvent) => {
       if (stopped) return;
-      res.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
+      out.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
       if (e.type === 'end') stop();
     };
     req.raw.on('close', stop);
@@ -436,34 +436,33 @@ export function buildApp(service: ApiService): FastifyInstance {
       else unwatch = u;
     } catch (e) {
       // The job went (purged) between the check and the watch.
-      res.write(`event: error\ndata: ${JSON.stringify({ type: 'error', detail: e instanceof Error ? e.message : String(e) })}\n\n`);
+      out.write(`event: error\ndata: ${JSON.stringify({ type: 'error', detail: e instanceof Error ? e.message : String(e) })}\n\n`);
       stop();
     }
   });
 
   app.get<{ Querystring: { lastEventId?: string } }>('/v1/events', { config: { query: ['lastEventId', 'access_token'] } }, (req, reply) => {
-    const release = openStream();
     reply.hijack();
-    const res = reply.raw;
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    if (req.method === 'HEAD') return headOfStream(reply.raw);
+    const release = openStream();
     // Reconnect after 2 s; every event has an id, so a reconnecting client says where it was.
-    res.write(': stoker events\nretry: 2000\n\n');
-    const send = (e: ServiceEvent, eventId: string) => res.write(`id: ${eventId}\nevent: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
+    const out = new EventStreamOut(reply.raw, 'stoker events');
+    const send = (e: ServiceEvent, eventId: string) => out.write(eventFrame(e, eventId));
     const last = req.headers['last-event-id'] ?? req.query.lastEventId;
     if (typeof last === 'string' && last !== '') {
       const r = service.replay(last);
       // A gap carries the latest id: the client's position moves to now.
-      if ('gap' in r) res.write(`id: ${r.now}\nevent: gap\ndata: ${JSON.stringify({ type: 'gap', time: new Date().toISOString(), ...r.gap })}\n\n`);
-      else for (const { event, eventId } of r.events) send(event, eventId);
+      if ('gap' in r) out.write(`id: ${r.now}\nevent: gap\ndata: ${JSON.stringify({ type: 'gap', time: new Date().toISOString(), ...r.gap })}\n\n`);
+      else out.writeBlock(r.events.map(({ event, eventId }) => eventFrame(event, eventId)).join(''));
     }
-    const ping = setInterval(() => res.write(': ping\n\n'), 15_000);
+    const ping = setInterval(() => out.write(': ping\n\n'), 15_000);
     service.events.on('event', send);
     const stop = () => {
       release();
       clearInterval(ping);
       service.events.off('event', send);
       service.events.off('close', stop);
-      res.end();
+      out.end();
     };
     req.raw.on('close', stop);
     service.events.once('close', stop);

@@ -7,8 +7,49 @@
 import { spawn } from 'node:child_process';
 import { EventSource } from 'eventsource';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ServerResponse } from 'node:http';
 import { EventLog } from '../../src/server/event-log.js';
+import { eventFrame, EventStreamOut, STREAM_BUFFER_MAX } from '../../src/server/sse.js';
 import { CLI, freePort, http, removeDir, startServer, tempDataDir, useServer, waitUntil, type ServerProcess } from './helpers.js';
+
+describe('EventStreamOut', () => {
+  it('ends the connection of a client that stops reading once more than STREAM_BUFFER_MAX is unsent, a replay allowed beside it until sent', () => {
+    const drains: (() => void)[] = [];
+    const res = {
+      writableLength: 0,
+      destroyed: false,
+      writableEnded: false,
+      sent: [] as string[],
+      writeHead: () => res,
+      write(text: string) {
+        res.sent.push(text);
+        res.writableLength += text.length;
+        return true;
+      },
+      on: (_e: string, f: () => void) => drains.push(f),
+      destroy: () => void (res.destroyed = true),
+      end: () => void (res.writableEnded = true),
+    };
+    const out = new EventStreamOut(res as unknown as ServerResponse, 'test');
+    const big = 'x'.repeat(STREAM_BUFFER_MAX);
+    out.writeBlock(`${big}${big}`);
+    out.write('after the replay');
+    expect(res.destroyed).toBe(false);
+    // Sent, then a client that does not read: the usual allowance again.
+    res.writableLength = 0;
+    for (const f of drains) f();
+    out.write(big);
+    out.write('y');
+    expect(res.destroyed).toBe(false);
+    out.write('z');
+    expect(res.destroyed).toBe(true);
+    expect(res.sent.at(-1)).toBe('y');
+    // The same event is made into text once, with its id.
+    const e = { type: 'job.done', id: 'j' };
+    expect(eventFrame(e, '1-2')).toBe(`id: 1-2\nevent: job.done\ndata: {"type":"job.done","id":"j"}\n\n`);
+    expect(eventFrame(e, '1-2')).toBe(eventFrame(e, '1-2'));
+  });
+});
 
 describe('EventLog', () => {
   it('replays what a client missed, and says when it cannot', () => {
@@ -134,6 +175,15 @@ describe('one job’s progress', () => {
     expect(again[0]?.data.counts.done).toBe(4);
     expectProblem404(await http(fixture.server.url, 'GET', '/v1/jobs/nope/events'));
   }, 30_000);
+
+  it('a HEAD of an event stream answers its headers and ends (it never answered, and held a stream\'s place)', async () => {
+    for (const path of ['/v1/events', '/v1/jobs/pg-1/events']) {
+      const res = await fetch(`${fixture.server.url}${path}`, { method: 'HEAD', signal: AbortSignal.timeout(5000) });
+      expect(res.status, path).toBe(200);
+      expect(res.headers.get('content-type'), path).toBe('text/event-stream');
+    }
+    expect((await fetch(`${fixture.server.url}/v1/jobs/nope/events`, { method: 'HEAD', signal: AbortSignal.timeout(5000) })).status).toBe(404);
+  });
 
   it('stoker wait --progress prints a line per change off a terminal, then the result', async () => {
     expect((await http(fixture.server.url, 'POST', '/v1/jobs', { id: 'pg-2', kind: 'sleep', partitions: 3, input: { prepareMs: 1500, deviceMs: 200 } })).status).toBe(202);
