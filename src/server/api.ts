@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { MAX_PARTITIONS, PRIORITIES } from '../core/index.js';
+import { LIST_RESULT_MAX_BYTES } from './journal-schema.js';
 
 /**
  * The HTTP API's wire contract: the submit body and the views the server answers with, as zod
@@ -81,7 +82,7 @@ export const JobView = z
     resultEncoding: z.literal('base64').optional().meta({ description: 'Present only for a bytes result (GET …/result with Accept: application/octet-stream gives the raw bytes)' }),
     onHold: z.string().optional().meta({ description: 'Present only for an unfinished job this server will not run: why (its kind not loaded here, its partitions over the whole memory budget, its input refused by another version of its module than the one that accepted it), and what would run it; GET …/result answers at once for it' }),
     inputOmittedBytes: z.number().int().optional().meta({ description: 'Present only in lists and submit answers, where the input is over 64 KiB as JSON text: this many bytes; it is left out there (input null) — GET /v1/jobs/:id gives it' }),
-    resultOmittedBytes: z.number().int().optional().meta({ description: 'Present only where the result is over 1 MiB as stored (its JSON text, or its bytes): this many bytes; it is left out of job views and lists (result null) — GET /v1/jobs/:id/result gives it' }),
+    resultOmittedBytes: z.number().int().optional().meta({ description: 'Present only where the result is left out by its size as stored (its JSON text, or its bytes): over 1 MiB in a job view, over 64 KiB in a list or a submit answer (result null) — GET /v1/jobs/:id/result gives it' }),
     error: JobError.nullable(),
     node: z.string().nullable().optional().meta({ description: 'Cluster mode only: the node that holds or held the job (null: none yet)' }),
   })
@@ -219,13 +220,36 @@ export interface JobFacts {
  */
 export const BRIEF_INPUT_MAX_BYTES = 64 * 1024;
 
-/** A view for a list or a submit answer: an input over BRIEF_INPUT_MAX_BYTES left out by its size. */
-export function briefView(v: JobView): JobView {
+/** The bytes of a value's JSON text where it may be over `max` (undefined: it cannot be). */
+function overBytes(value: unknown, max: number): number | undefined {
   // (A number, a boolean or a short string cannot be over it: not serialised. A character is at
   // most 6 bytes of JSON, a control character's \u escape.)
-  if (typeof v.input !== 'object' && !(typeof v.input === 'string' && v.input.length * 6 + 2 > BRIEF_INPUT_MAX_BYTES)) return v;
-  const bytes = Buffer.byteLength(JSON.stringify(v.input));
-  return bytes > BRIEF_INPUT_MAX_BYTES ? { ...v, input: null, inputOmittedBytes: bytes } : v;
+  if (typeof value !== 'object' && !(typeof value === 'string' && value.length * 6 + 2 > max)) return undefined;
+  const bytes = Buffer.byteLength(JSON.stringify(value));
+  return bytes > max ? bytes : undefined;
+}
+
+/**
+ * A view for a list or a submit answer: an input over BRIEF_INPUT_MAX_BYTES, and a result over
+ * LIST_RESULT_MAX_BYTES (as stored: bytes, or JSON text), left out by their sizes.
+ */
+export function briefView(v: JobView): JobView {
+  const input = overBytes(v.input, BRIEF_INPUT_MAX_BYTES);
+  const b64 = v.resultEncoding === 'base64' && typeof v.result === 'string' ? v.result : undefined;
+  const result = b64 !== undefined ? (b64.length * 3) / 4 - (b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0) : overBytes(v.result, LIST_RESULT_MAX_BYTES);
+  const dropResult = result !== undefined && result > LIST_RESULT_MAX_BYTES;
+  if (input === undefined && !dropResult) return v;
+  const brief: JobView = { ...v };
+  if (dropResult) {
+    brief.result = null;
+    brief.resultOmittedBytes = result;
+    delete brief.resultEncoding;
+  }
+  if (input !== undefined) {
+    brief.input = null;
+    brief.inputOmittedBytes = input;
+  }
+  return brief;
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());

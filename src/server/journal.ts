@@ -14,7 +14,7 @@ import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, sta
 import { dirname, join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integrity.js';
-import { canonical, fromRow, fromStored, JOB_STATES, PRIORITIES, SCHEMA, SCHEMA_VERSION, STATE_LIST, toJson, toStored, UNFINISHED, VIEW_COLUMNS, type JobRow } from './journal-schema.js';
+import { canonical, fromRow, fromStored, JOB_STATES, PRIORITIES, SCHEMA, SCHEMA_VERSION, STATE_LIST, toJson, toStored, UNFINISHED, LIST_COLUMNS, VIEW_COLUMNS, type JobRow } from './journal-schema.js';
 import { JournalError, type JobState, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
 
 export { ignoreFull, isJournalError, JournalError, type JobState, type JournalErrorCode, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
@@ -38,9 +38,9 @@ function prepareStatements(db: Database.Database) {
     resumed: db.prepare(`UPDATE jobs SET resumes = resumes + 1 WHERE id = ? AND ${UNFINISHED}`),
     unfinished: db.prepare<[], JobRow>(`SELECT * FROM jobs WHERE ${UNFINISHED} ORDER BY seq`),
     countsByKind: db.prepare<[], { kind: string; state: JobState; n: number }>('SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state ORDER BY kind, state'),
-    recent: db.prepare<[number], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs ORDER BY seq DESC LIMIT ?`),
-    recentIn: db.prepare<[string, number], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?`),
-    recentInExcept: db.prepare<[string, string, number], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?`),
+    recent: db.prepare<[number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs ORDER BY seq DESC LIMIT ?`),
+    recentIn: db.prepare<[string, number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?`),
+    recentInExcept: db.prepare<[string, string, number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?`),
     purge: db.prepare(`DELETE FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ?`),
     purgeCounts: db.prepare<[number], { kind: string; state: JobState; n: number }>(`SELECT kind, state, COUNT(*) AS n FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ? GROUP BY kind, state`),
   };
@@ -423,8 +423,8 @@ export class Journal {
   /**
    * The most recently submitted jobs, newest first: at most `limit` (default 50), only those in
    * one of `states` when given (an empty list matches none), none of the ids in `except` (with
-   * `states` only). Read for views: a result over
-   * VIEW_RESULT_MAX_BYTES is not read (as {@link view}).
+   * `states` only). Read for a list's views: a result over LIST_RESULT_MAX_BYTES is not read
+   * (`result` undefined, `resultBytes` its size).
    * @throws {JournalError} `E_JOURNAL_BAD_INPUT` when `limit` is not a whole number ≥ 0 or a state is unknown.
    */
   list(options: { limit?: number; states?: readonly JobState[]; except?: readonly string[] } = {}): JournalJob[] {

@@ -139,6 +139,14 @@ describe('a kind module with a thread device', () => {
     const stream = await (await fetch(new URL('/v1/jobs/big-json/events', server.url))).text();
     const end = stream.split('\n\n').find((b) => b.includes('event: end'));
     expect(JSON.parse(end?.split('\n').find((l) => l.startsWith('data: '))?.slice(6) ?? 'null')).toMatchObject({ type: 'end', job: { result: null, resultOmittedBytes: 4 * 300_002 + 5 } });
+    // One over 64 KiB but under 1 MiB: in its view, not in lists (1,000 jobs of such results were a 300 MB list).
+    await http(server.url, 'POST', '/v1/jobs', { id: 'mid-bytes', kind: 'probe', input: { items: 1, mode: 'large' } });
+    await http(server.url, 'POST', '/v1/jobs', { id: 'mid-json', kind: 'probe', input: { items: 1, mode: 'large-json' } });
+    for (const id of ['mid-bytes', 'mid-json']) await http(server.url, 'GET', `/v1/jobs/${id}/result?wait=20s`);
+    expect((await http(server.url, 'GET', '/v1/jobs/mid-bytes')).body).toMatchObject({ resultEncoding: 'base64', result: Buffer.alloc(300_000, 0).toString('base64') });
+    expect(((await http(server.url, 'GET', '/v1/jobs/mid-json')).body.result as string[])[0]).toHaveLength(300_000);
+    const mids = ((await http(server.url, 'GET', '/v1/jobs?limit=1000')).body as Record<string, unknown>[]).filter((j) => String(j['id']).startsWith('mid-'));
+    expect(mids.map((j) => [j['id'], j['result'], j['resultOmittedBytes'], j['resultEncoding']])).toEqual([['mid-json', null, 300_002 + 2, undefined], ['mid-bytes', null, 300_000, undefined]]);
     // A smaller result stays in the view.
     await http(server.url, 'POST', '/v1/jobs', { id: 'small-bytes', kind: 'probe', input: { items: 2, mode: 'bytes' } });
     await http(server.url, 'GET', '/v1/jobs/small-bytes/result?wait=20s');
