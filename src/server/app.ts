@@ -263,14 +263,22 @@ export function buildApp(service: ApiService): FastifyInstance {
   installAccess(app, srv);
   // Request bodies: duplicate keys and __proto__ are refused, naming the key (see strict-json.ts).
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+  const utf8 = new TextDecoder('utf-8', { fatal: true });
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
     // A body compressed, or in another charset, read as UTF-8 text was "not valid JSON".
     const encoding = req.headers['content-encoding']?.trim().toLowerCase();
     if (encoding && encoding !== 'identity') return done(new ServiceError(415, 'unsupported-media-type', 'Unsupported media type', `a body with Content-Encoding ${clip(encoding, 40)} is not taken: send it uncompressed`), undefined);
     const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(req.headers['content-type'] ?? '')?.[1]?.toLowerCase();
     if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8' && charset !== 'us-ascii') return done(new ServiceError(415, 'unsupported-media-type', 'Unsupported media type', `a body in charset ${clip(charset, 40)} is not taken: send JSON as UTF-8`), undefined);
+    let text: string;
     try {
-      done(null, parseStrictJson(body as string));
+      text = utf8.decode(body as Buffer);
+    } catch {
+      // (Read with U+FFFD in place of the bytes, two bodies that differ only there were one job: a retry, 200.)
+      return done(new ServiceError(400, 'bad-request', 'Bad request', 'the body is not valid UTF-8: send JSON as UTF-8 text'), undefined);
+    }
+    try {
+      done(null, parseStrictJson(text));
     } catch (e) {
       done(e instanceof StrictJsonError ? new ServiceError(400, 'bad-request', 'Bad request', e.message) : (e as Error), undefined);
     }

@@ -36,6 +36,17 @@ describe('parseStrictJson', () => {
     expect(refused('[0, {"odd key":1, "odd key":2}]')).toBe('the key "odd key" appears twice at $[1]["odd key"]: give each key once');
     // The same key in sibling objects is fine.
     expect(parseStrictJson('[{"a":1},{"a":2}]')).toEqual([{ a: 1 }, { a: 2 }]);
+    // A long key is quoted cut to 100 characters (a 500 kB key came back whole).
+    const long = 'q'.repeat(500_000);
+    expect(refused(`{"${long}":1,"${long}":2}`).length).toBeLessThan(300);
+  });
+
+  it('refuses a number no double holds, naming where (it read as Infinity, and the body failed later: a 500)', () => {
+    expect(refused('{"kind":"sleep","partitions":1e400}')).toBe('the number 1e400 at $.partitions is out of range: a JSON number here is at most ±1.7976931348623157e308');
+    expect(refused('{"input":{"x":[0,-2E+999]}}')).toMatch(/^the number -2E\+999 at \$\.input\.x\[1\] is out of range/);
+    expect(refused('1e309')).toMatch(/^the number 1e309 at \$ is out of range/);
+    // Tiny numbers round to 0, as JSON.parse reads them: in range.
+    expect(parseStrictJson('{"a":1e-400,"b":-0,"c":1.7976931348623157e308}')).toEqual({ a: 0, b: -0, c: 1.7976931348623157e308 });
   });
 
   it('refuses __proto__ anywhere, and says what malformed or empty bodies are', () => {
@@ -49,7 +60,8 @@ describe('parseStrictJson', () => {
     const deep = (n: number) => `{"kind":"sleep","input":{"x":${'['.repeat(n)}${']'.repeat(n)}}}`;
     // The body and input objects are two levels: arrays up to MAX_DEPTH − 2 deep pass.
     expect(parseStrictJson(deep(MAX_DEPTH - 2))).toMatchObject({ kind: 'sleep' });
-    expect(refused(deep(MAX_DEPTH - 1))).toBe(`the body nests deeper than ${MAX_DEPTH} levels of objects and arrays at $.input.x${'[0]'.repeat(MAX_DEPTH - 2)}: send flatter JSON`);
+    // (The path cut to 100 characters.)
+    expect(refused(deep(MAX_DEPTH - 1))).toBe(`the body nests deeper than ${MAX_DEPTH} levels of objects and arrays at ${`$.input.x${'[0]'.repeat(MAX_DEPTH - 2)}`.slice(0, 100)}…: send flatter JSON`);
     expect(refused(deep(5000))).toMatch(/^the body nests deeper than/);
   });
 });
@@ -67,6 +79,13 @@ describe('POST /v1/jobs with such bodies', () => {
     const deep = await http(fixture.server.url, 'POST', '/v1/jobs', `{"id":"d-3","kind":"sleep","partitions":1,"input":{"x":${'['.repeat(5000)}${']'.repeat(5000)}}}`);
     expect(deep.status).toBe(400);
     expect(deep.body.detail).toMatch(/^the body nests deeper than 256 levels of objects and arrays at \$\.input\.x\[0\]/);
+    // Bytes that are not UTF-8: refused (read with U+FFFD in their place, two such bodies were one job).
+    const bad = await fetch(`${fixture.server.url}/v1/jobs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.concat([Buffer.from('{"id":"d-4","kind":"sleep","partitions":1,"input":{"s":"a'), Buffer.from([0xff]), Buffer.from('b"}}')]) });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { detail: string }).detail).toBe('the body is not valid UTF-8: send JSON as UTF-8 text');
+    expect((await http(fixture.server.url, 'GET', '/v1/jobs/d-4')).status).toBe(404);
+    // A number no double holds: 400, not a 500 when it was journaled.
+    expect((await http(fixture.server.url, 'POST', '/v1/jobs', '{"id":"d-5","kind":"sleep","partitions":1e400}')).body).toMatchObject({ status: 400, detail: expect.stringMatching(/^the number 1e400 at \$\.partitions is out of range/) });
     expect((await http(fixture.server.url, 'GET', '/v1/jobs/d-1')).status).toBe(404);
     expect((await http(fixture.server.url, 'GET', '/v1/jobs/d-2')).status).toBe(404);
   });
