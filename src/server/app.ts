@@ -261,6 +261,12 @@ export function buildApp(service: ApiService): FastifyInstance {
   app.removeContentTypeParser('text/plain');
 
   installAccess(app, srv);
+  // No page of another site may frame the dashboard (a framed page's cancel carries this
+  // server's own Origin: a click on a hostile page could cancel jobs), and no answer is sniffed
+  // as another type than it says.
+  app.addHook('onSend', async (_req, reply) => {
+    reply.header('x-frame-options', 'DENY').header('content-security-policy', "frame-ancestors 'none'").header('x-content-type-options', 'nosniff');
+  });
   // Request bodies: duplicate keys and __proto__ are refused, naming the key (see strict-json.ts).
   app.removeContentTypeParser('application/json');
   const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -415,9 +421,10 @@ export function buildApp(service: ApiService): FastifyInstance {
     const id = req.params.id;
     // An unknown job is a 404 problem, before the stream starts.
     if (!(await service.job(id))) throw notFound(id);
-    reply.hijack();
-    if (req.method === 'HEAD') return headOfStream(reply.raw);
+    if (req.method === 'HEAD') return headOfStream(reply);
+    // (Before the reply is taken over: a 503 for too many streams is answered as a problem.)
     const release = openStream();
+    reply.hijack();
     const out = new EventStreamOut(reply.raw, 'stoker job events');
     const ping = setInterval(() => out.write(': ping\n\n'), 15_000);
     let unwatch: (() => void) | undefined;
@@ -450,9 +457,10 @@ export function buildApp(service: ApiService): FastifyInstance {
   });
 
   app.get<{ Querystring: { lastEventId?: string } }>('/v1/events', { config: { query: ['lastEventId', 'access_token'] } }, (req, reply) => {
-    reply.hijack();
-    if (req.method === 'HEAD') return headOfStream(reply.raw);
+    if (req.method === 'HEAD') return headOfStream(reply);
+    // (Before the reply is taken over: a 503 for too many streams is answered as a problem.)
     const release = openStream();
+    reply.hijack();
     // Reconnect after 2 s; every event has an id, so a reconnecting client says where it was.
     const out = new EventStreamOut(reply.raw, 'stoker events');
     const send = (e: ServiceEvent, eventId: string) => out.write(eventFrame(e, eventId));

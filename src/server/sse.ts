@@ -3,6 +3,7 @@
  * that stops reading cannot make them hold memory, and an event is made into text once, however
  * many streams send it.
  */
+import type { FastifyReply } from 'fastify';
 import type { ServerResponse } from 'node:http';
 
 /**
@@ -63,7 +64,6 @@ export class EventStreamOut {
 }
 
 /** The answer to a HEAD of an event stream: its headers, no stream (it held a stream's place, unanswered, for good). */
-export function headOfStream(res: ServerResponse): void {
-  res.writeHead(200, HEADERS);
-  res.end();
+export function headOfStream(reply: FastifyReply): FastifyReply {
+  return reply.code(200).headers(HEADERS).send();
 }

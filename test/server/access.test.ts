@@ -62,7 +62,10 @@ describe('a server with a token', () => {
     expect((await request(fixture.server.url, { path: '/v1/status', headers: { authorization: `bearer ${TOKEN}` } })).status).toBe(200);
     expect((await request(fixture.server.url, { path: '/metrics', headers: auth })).status).toBe(200);
     expect((await request(fixture.server.url, { method: 'POST', path: '/v1/jobs', headers: auth, body: JSON.stringify({ id: 't-1', kind: 'sleep', partitions: 1 }) })).status).toBe(202);
-    expect((await request(fixture.server.url, { path: '/' })).status).toBe(200);
+    const page = await request(fixture.server.url, { path: '/' });
+    expect(page.status).toBe(200);
+    // No other site's page may frame it (a click there could cancel jobs: the framed page's requests carry this server's Origin).
+    expect(page.headers).toMatchObject({ 'x-frame-options': 'DENY', 'content-security-policy': "frame-ancestors 'none'", 'x-content-type-options': 'nosniff' });
     // The probes need no token (and say no more than live, or ready).
     expect((await request(fixture.server.url, { path: '/livez' })).status).toBe(200);
     expect(JSON.parse((await request(fixture.server.url, { path: '/readyz' })).body)).toEqual({ status: 'ready' });
