@@ -2,6 +2,7 @@
  * A kind module's misspelt exports, checked in-process (loadKind on files written here; the
  * refusal at `stoker serve --kind` start is tested end to end in kinds.test.ts).
  */
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -51,6 +52,21 @@ describe('a kind module export near one stoker reads', () => {
 
   it('is a helper where its name is short or its type is not the export’s', async () => {
     expect(await load(`${OK} export function mem() { return 1; } export const rnu = 3; export function fn() {}`)).toBe('loaded');
+  });
+});
+
+describe('a kind module TypeScript compiled to CommonJS', () => {
+  it('loads, as its default export or its named exports (a default export read as missing every export)', () => {
+    // In Node itself (the built loader): the test runner's own module interop unwraps what Node does not.
+    const loader = pathToFileURL(path.resolve(import.meta.dirname, '../../dist/server/kind-module.js')).href;
+    const cjs = (body: string) => {
+      const file = path.join(dir, `c${n++}.cjs`);
+      fs.writeFileSync(file, `"use strict";\nObject.defineProperty(exports, "__esModule", { value: true });\n${body}`);
+      const script = `const { loadKind } = await import(${JSON.stringify(loader)}); console.log((await loadKind(${JSON.stringify(pathToFileURL(file).href)})).name);`;
+      return execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' }).trim();
+    };
+    expect(cjs('exports.default = { name: "cjs-default", prepare: async (i) => i, run: async (p) => p };')).toBe('cjs-default');
+    expect(cjs('exports.name = "cjs-named";\nexports.prepare = async (i) => i;\nexports.run = async (p) => p;')).toBe('cjs-named');
   });
 });
 

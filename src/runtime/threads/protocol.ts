@@ -118,7 +118,10 @@ export function thrownValue(e: unknown): string {
 
 /** A kind module's exports: its named exports, or its default export's properties when it has no `prepare` (or `prepareBatch`) of its own. */
 export function kindExports(mod: Record<string, unknown>): Record<string, unknown> {
-  const d = mod['default'];
+  let d = mod['default'];
+  // TypeScript compiled to CommonJS: `export default {…}` is module.exports.default, marked __esModule.
+  const cjs = d !== null && typeof d === 'object' ? (d as Record<string, unknown>) : undefined;
+  if (cjs?.['__esModule'] === true && cjs['default'] !== null && typeof cjs['default'] === 'object') d = cjs['default'];
   return typeof mod['prepare'] !== 'function' && typeof mod['prepareBatch'] !== 'function' && d !== null && typeof d === 'object' ? (d as Record<string, unknown>) : mod;
 }
 
