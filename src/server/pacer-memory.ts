@@ -109,7 +109,8 @@ export class PacerMemory {
     const said = this.devices.flatMap((d, i) => ((deviceMs[i] ?? 0) > 0 ? [`device ${JSON.stringify(d.name)} ${((deviceMs[i] as number) / 1000).toFixed(3)} s per item`] : []));
     const kinds = Object.values(kindMs).filter((ms) => ms.some((v) => v > 0)).length;
     if (kinds > 1) said.push(`each of ${kinds} kinds' own device time`);
-    if (remembered.priorLatencyMs !== undefined) said.push(`preparation ${(remembered.priorLatencyMs / 1000).toFixed(1)} s`);
+    // (To the tenth of a second, a preparation of 31 ms read "0.0 s".)
+    if (remembered.priorLatencyMs !== undefined) said.push(`preparation ${(remembered.priorLatencyMs / 1000).toFixed(remembered.priorLatencyMs < 1000 ? 3 : 1)} s`);
     if (remembered.priorPrepareLimit !== undefined) said.push(`at most ${remembered.priorPrepareLimit} preparations at once`);
     const file = path.join(this.dataDir, 'stoker.priors.json');
     const from = [...(this.devices.some((d) => d.config.priorServiceMs !== undefined) ? ['the config'] : []), ...(this.priors ? [`what the last run measured: ${file} (delete it to measure afresh, e.g. after a model change)`] : [])];

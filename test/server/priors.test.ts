@@ -81,7 +81,7 @@ describe('a restarted server', () => {
     const second = await startServer(dir, [], env);
     servers.push(second);
     await waitUntil(async () => (second.output().includes('the pacer starts from') ? true : undefined), 5000, 'the start line about the priors');
-    expect(second.output()).toMatch(/the pacer starts from device "default" 0\.0\d\d s per item, preparation 0\.\d s \(what the last run measured: .*stoker\.priors\.json \(delete it to measure afresh, e\.g\. after a model change\)\)/);
+    expect(second.output()).toMatch(/the pacer starts from device "default" 0\.0\d\d s per item, preparation 0\.\d\d\d s \(what the last run measured: .*stoker\.priors\.json \(delete it to measure afresh, e\.g\. after a model change\)\)/);
     // Before any job, the pacer shows the remembered rate, idle (it read "bootstrap" and no rate
     // till the first job: a restarted server's capacity panel fell to 0).
     const before = ((await http(second.url, 'GET', '/v1/status')).body as { pacer: { mode: string; ratePerSec: number | null } }).pacer;
