@@ -134,10 +134,14 @@ export class HttpDevice implements DeviceRunner {
       busyMs,
       results: results.map((r: unknown, i): BatchItemReply => {
         const x = (typeof r === 'object' && r !== null ? r : {}) as Record<string, unknown>;
-        if (typeof x['error'] === 'string') return x['retry'] === false ? { error: x['error'], retry: false } : { error: x['error'] };
+        // (The worker named, as a single item's failure names it; a trailing newline left off.)
+        if (typeof x['error'] === 'string') {
+          const error = `${label}: ${x['error'].trimEnd()}`;
+          return x['retry'] === false ? { error, retry: false } : { error };
+        }
         if (typeof x['outputBase64'] === 'string') return { output: new Uint8Array(Buffer.from(x['outputBase64'], 'base64')) };
         if ('output' in x) return { output: x['output'] };
-        return { error: `the batch's result ${i} is ${JSON.stringify(r)}: give { "output" }, { "outputBase64" } or { "error" }` };
+        return { error: `${label}: the batch's result ${i} is ${JSON.stringify(r)}: give { "output" }, { "outputBase64" } or { "error" }` };
       }),
     };
   }

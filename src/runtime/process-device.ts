@@ -108,6 +108,8 @@ interface Life {
   /** Its step would fail the same way again (an output over maxFrameBytes): no retry. */
   endedFinal?: boolean;
   exited: Promise<void>;
+  /** Whether a step was sent to it (a failure of its first quotes what it wrote since it started). */
+  sent?: boolean;
 }
 
 class WorkerProcess {
@@ -264,6 +266,13 @@ class WorkerProcess {
     if (signal.aborted) return Promise.reject(new Error(`${this.label}: withdrawn before it was sent`));
     const life = this.life as Life;
     const id = this.nextId++;
+    // A failure of this step quotes what the process wrote since it was sent (or since it started,
+    // for its first): lines an earlier item printed were quoted as this one's.
+    if (life.sent) {
+      this.stderrTail.length = 0;
+      this.stderrError = undefined;
+    }
+    life.sent = true;
     return new Promise((resolve, reject) => {
       const step: Step = { id, resolve, reject, sentAt: performance.now(), size: batch ? calls.length : 0, results: [], received: 0, busyNs: undefined };
       this.step = step;
@@ -410,7 +419,8 @@ class WorkerProcess {
       return false;
     }
     if (busyNs !== undefined) step.busyNs = Math.max(step.busyNs ?? 0, busyNs);
-    const error = typeof h['error'] === 'string' ? h['error'] : 'the item failed (no error message)';
+    // (As a single item's: the worker named, the trailing newline of a traceback left off.)
+    const error = `${this.label}: ${typeof h['error'] === 'string' ? h['error'].trimEnd() : 'the item failed (no error message)'}`;
     step.results[index] = h['ok'] === true ? { output: outputOf(f) } : h['retry'] === false ? { error, retry: false } : { error };
     if (++step.received < step.size) return true;
     this.step = undefined;

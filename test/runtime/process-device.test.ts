@@ -402,6 +402,17 @@ describe('processes that break the protocol', () => {
     expect(f.message).toMatch(/it exited \(code 3\); its stderr first said: Error: no weights in \/models\/m\.bin; its last stderr: cleanup 12 \| .* \| cleanup 19/);
   });
 
+  it("a failure quotes what the process wrote for its item, not an earlier item's lines", async () => {
+    const marker = path.join(os.tmpdir(), `stoker-quiet-${process.pid}-${Date.now()}`);
+    closers.push(async () => fs.rmSync(marker, { force: true }));
+    const { rt, log } = setup({ command: 'python3', args: [PY] }, { retries: 0 });
+    await expect(rt.submit(spec('pr'), { mode: 'print' })).resolves.toEqual(['printed']);
+    await eventually(() => log.includes('[device gpu/0] hello from the device 0'), 'the printed line in the log');
+    const e = await failure(rt.submit(spec('quiet'), { mode: 'exit-once', marker }));
+    expect(e.message).toMatch(/it exited \(code 3\)/);
+    expect(e.message).not.toContain('hello from the device');
+  });
+
   it('a command that does not exist says so', async () => {
     const { rt } = setup({ command: 'no-such-program-xyz' }, { retries: 0 });
     const e = await failure(rt.submit(spec('nx'), { mode: 'ok' }));
@@ -452,7 +463,8 @@ describe('batches on a process device', () => {
       expect(outs.map((o) => o.p)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
       // Items waited for the worker: some ran together.
       expect(Math.max(...outs.map((o) => o.size))).toBeGreaterThan(1);
-      expect(bad.message).toMatch(/partition 1 failed on device 0: .*bad partition 1/);
+      // The worker named, as for a single item.
+      expect(bad.message).toMatch(/partition 1 failed on device 0: gpu\/0: .*bad partition 1/);
       const d = rt.status().counters.devices[0];
       expect(d?.batch?.items).toBe(13);
       expect(d?.batch?.batches).toBeLessThan(13);
