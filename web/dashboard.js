@@ -19,7 +19,7 @@ import { drawWaterfall, WATERFALL_S, waterfallHover, wf } from './waterfall.js';
  * GET v1/status, as far as the page reads it (the OpenAPI document's Status schema is the whole):
  * @typedef {{ mode: 'bootstrap' | 'steady' | 'idle' | 'blocked' | 'hold', ratePerSec: number | null, intervalMs: number | null, terms: Record<string, number>, name?: string }} PacerState
  * @typedef {{ state: 'lost' | 'busy' | 'idle', job: string | null, partition: number | null, busyS: number }} WorkerState
- * @typedef {{ device: number, name: string, kind: string, completions: number, busyS: number, batch?: { maxItems: number, batches: number, items: number }, workers: WorkerState[] }} DeviceState
+ * @typedef {{ device: number, name: string, kind: string, completions: number, busyS: number, batch?: { maxItems: number, batches: number, items: number }, unreachable?: string, workers: WorkerState[] }} DeviceState
  * @typedef {{ queued: number, preparing: number, waiting: number, onDevice: number, inFlight: number, preparingSteps: number, pending: number, dispatched: number, completed: number, prepareBatches?: Record<string, { maxItems: number, batches: number, items: number }>, byKind: Record<string, Record<string, number>> }} Partitions
  * @typedef {{ time: string, uptimeS: number, closing: boolean, jobs: Record<string, number>, partitions: Partitions, targetWaiting: number, devices: DeviceState[], pacer: PacerState, budget: { usedBytes: number, idlePoolBytes: number, totalBytes: number | null, peakBytes: number, blocked: boolean }, pool: Record<string, number>, cluster?: object }} Status
  */
@@ -202,7 +202,16 @@ function onStatus(s) {
   $('t-workers').textContent = `${busy} / ${workers.length}`;
   // A batching device: its batches' mean size so far, of at most maxItems.
   const batches = (d) => (d.batch ? `, batches ${d.batch.batches > 0 ? fmtNum(d.batch.items / d.batch.batches, 1) : '–'} of ≤ ${d.batch.maxItems}` : '');
-  $('t-workers-sub').textContent = `${s.devices.map((d) => `${d.name} (${d.kind}${batches(d)})`).join(' · ')}${lost > 0 ? ` · ${lost} lost` : ''}`;
+  // An HTTP device whose endpoint refuses connections: said, and since when (its busy workers wait for it).
+  const unreachable = (d) => {
+    if (!d.unreachable) return '';
+    // ("<url> is unreachable (<code>) since <ISO time>", as /v1/status says it.)
+    const m = /\(([^)]*)\) since (\S+)$/.exec(d.unreachable);
+    return m ? `, unreachable (${m[1]}) since ${new Date(m[2]).toLocaleTimeString()}` : ', unreachable';
+  };
+  $('t-workers-sub').textContent = `${s.devices.map((d) => `${d.name} (${d.kind}${batches(d)}${unreachable(d)})`).join(' · ')}${lost > 0 ? ` · ${lost} lost` : ''}`;
+  $('t-workers-sub').classList.toggle('warn', s.devices.some((d) => d.unreachable));
+  $('t-workers-sub').title = s.devices.flatMap((d) => (d.unreachable ? [`device ${d.name}: ${d.unreachable}`] : [])).join('\n');
   $('t-memory').textContent = fmtBytes(b.usedBytes);
   $('t-memory-sub').textContent = `of ${b.totalBytes === null ? 'unlimited' : fmtBytes(b.totalBytes)}${b.blocked ? ' · blocked' : ''} · pool ${fmtBytes(s.pool.totalBytes)}`;
   $('server-info').textContent = `${s.closing ? 'shutting down · ' : ''}pacer ${s.pacer.name} · ${workers.length} worker${workers.length === 1 ? '' : 's'} · up ${fmtDuration(s.uptimeS)}`;
