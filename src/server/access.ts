@@ -32,13 +32,15 @@ export function allowedHostNames(server: ServerConfig): Set<string> {
   return names;
 }
 
-/** The host name of a Host header value (`name:port`, `[v6]:port`), lower-case. */
+/**
+ * The host name of a Host header value (`name`, `name:port`, `[v6]`, `[v6]:port`), lower-case; a
+ * value of another form as it is, which names no allowed host (`[::1].evil.com`,
+ * `localhost:7070.evil.com` and `localhost:abc` read as loopback names).
+ */
 export function hostName(value: string): string {
   const v = value.trim().toLowerCase();
-  if (v.startsWith('[')) return v.slice(1, v.indexOf(']') < 0 ? undefined : v.indexOf(']'));
-  const colon = v.indexOf(':');
-  // An IPv6 address without brackets has several colons: then there is no port.
-  return colon >= 0 && v.indexOf(':', colon + 1) < 0 ? v.slice(0, colon) : v;
+  const m = /^\[([0-9a-f:.]+)\](?::\d{1,5})?$/.exec(v) ?? /^([^:[\]/@\s]+)(?::\d{1,5})?$/.exec(v);
+  return m ? (m[1] as string) : v;
 }
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
@@ -61,6 +63,8 @@ export function installAccess(app: FastifyInstance, server: ServerConfig): void 
   const token = server.token === '' ? undefined : digest(server.token);
   app.addHook('onRequest', async (req, reply) => {
     const host = req.headers.host;
+    // (Node keeps the first of two Host headers: which one a proxy in front read is anyone's guess.)
+    if (req.raw.rawHeaders.filter((h, i) => i % 2 === 0 && h.toLowerCase() === 'host').length > 1) throw new ServiceError(400, 'bad-request', 'Bad request', 'the request has more than one Host header: send one');
     if (host === undefined && req.raw.httpVersion === '1.1') throw new ServiceError(400, 'bad-request', 'Bad request', 'the request has no Host header: HTTP/1.1 needs one (the server\'s own address)');
     if (host !== undefined && !hosts.has(hostName(host)) && !isProbe(req)) {
       throw new ServiceError(421, 'misdirected-request', 'Misdirected request', `this server does not answer for the host ${JSON.stringify(hostName(host))}: use its own address, or add the name to server.allowedHosts`);

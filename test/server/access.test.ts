@@ -100,6 +100,19 @@ describe('a server with a token', () => {
     expect(foreign.status).toBe(421);
     expect(JSON.parse(foreign.body).detail).toContain('server.allowedHosts');
     expect((await request(fixture.server.url, { path: '/', headers: { host: `attacker.example:${port}` } })).status).toBe(421);
+    // Loopback names with something after them are not loopback names.
+    for (const host of ['[::1].evil.com', `localhost:${port}.evil.com`, 'localhost:abc', `127.0.0.1:${port}/evil`, `localhost@evil.com:${port}`]) {
+      expect((await request(fixture.server.url, { path: '/v1/status', headers: { ...auth, host } })).status, host).toBe(421);
+    }
+    for (const host of ['[::1]', `[::1]:${port}`, 'LOCALHOST', `127.0.0.1:${port}`]) expect((await request(fixture.server.url, { path: '/v1/status', headers: { ...auth, host } })).status, host).toBe(200);
+    // Two Host headers: 400 (which one a proxy in front read is anyone's guess).
+    const two = await new Promise<string>((resolve) => {
+      const sock = net.connect(Number(port), '127.0.0.1', () => sock.write(`GET /livez HTTP/1.1\r\nHost: localhost\r\nHost: evil.com\r\nConnection: close\r\n\r\n`));
+      let got = '';
+      sock.on('data', (d) => (got += d.toString()));
+      sock.on('close', () => resolve(got));
+    });
+    expect(two).toMatch(/^HTTP\/1\.1 400 /);
     expect((await request(fixture.server.url, { path: '/v1/status', headers: { ...auth, host: `localhost:${port}` } })).status).toBe(200);
     expect((await request(fixture.server.url, { path: '/v1/status', headers: { ...auth, host: 'stoker.internal' } })).status).toBe(200);
     // The probes answer whatever name a load balancer's health check gives (a 421 took the node out of service).
