@@ -61,7 +61,8 @@ describe('the timeline and the trace', () => {
   const t0 = Date.now();
 
   beforeAll(async () => {
-    const r = await submit({ id: 'tl-1', kind: 'sleep', partitions: 3, input: { prepareMs: 40, deviceMs: 30 } });
+    // (Longer than the timeline's 250 ms between samples: a job over in 100 ms fell between two, and no sample saw it in flight.)
+    const r = await submit({ id: 'tl-1', kind: 'sleep', partitions: 3, input: { prepareMs: 300, deviceMs: 100 } });
     expect(r.status).toBe(202);
     await done('tl-1');
   }, 60_000);
