@@ -599,15 +599,20 @@ export class ProcessDevice implements DeviceRunner {
   private sync(): void {
     const out = (w: WorkerProcess) => w.failingToStart || w.backingOff;
     const all = this.workers.every(out);
+    // (One that cannot start stays down while another can, whatever the others' backoffs: counted
+    // with them, a worker that never starts was put back in service while another backed off.)
+    const allFailing = this.workers.every((w) => w.failingToStart);
     this.workers.forEach((w, i) => {
-      const down = out(w) && !all;
+      const down = w.failingToStart ? !allFailing : w.backingOff && !all;
       if (down === this.down[i]) return;
       this.down[i] = down;
       if (down) {
         const why = w.failingToStart ? 'its processes keep ending before they are ready' : `its processes keep failing: the next starts in ${Math.max(0, (w.restartAt - performance.now()) / 1000).toFixed(1)} s`;
         this.log(`[device ${this.name}/${i}] ${why}: taken out of service (its items go to the other workers) until one is ready`);
-      } else if (all) {
-        this.log(this.workers.every((x) => x.failingToStart) ? `[device ${this.name}/${i}] every worker's processes now end before they are ready: its steps fail at once, saying why` : `[device ${this.name}/${i}] every worker of the device is being started again: back in service, its items wait for its next process`);
+      } else if (w.failingToStart && allFailing) {
+        this.log(`[device ${this.name}/${i}] every worker's processes now end before they are ready: its steps fail at once, saying why`);
+      } else if (out(w) && all) {
+        this.log(`[device ${this.name}/${i}] every worker of the device is being started again: back in service, its items wait for its next process`);
       } else this.log(`[device ${this.name}/${i}] back in service`);
       this.listener?.(i, !down);
     });

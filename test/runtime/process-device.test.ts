@@ -202,6 +202,20 @@ setInterval(() => {}, 1000);`;
     expect(rt.engine.budget.used).toBe(0);
   }, 60_000);
 
+  it('a worker that cannot start stays out of service while the other backs off (it was put back in service, and items waited on it)', async () => {
+    // Worker 1's processes end at start (its GPU gone); every item worker 0 takes ends its process.
+    const script = `if [ "$STOKER_WORKER" = 1 ]; then echo "cannot open /dev/nvidia1" >&2; exit 5; fi; exec python3 "${PY}"`;
+    const { rt, log } = setup({ command: 'sh', args: ['-c', script] }, { workers: 2, retries: 0 });
+    await eventually(() => log.some((l) => l.includes('[device gpu/1] its processes keep ending before they are ready: taken out of service')), 'worker 1 out of service', 20_000);
+    for (let j = 0; j < 10 && !log.some((l) => /\[device gpu\/0\] it exited \(code 3\): starting it again in (1000|2000|4000) ms/.test(l)); j++) {
+      await failure(rt.submit(spec(`poison-${j}`), { mode: 'exit-on-worker', worker: 0 }));
+    }
+    await new Promise((r) => setImmediate(r));
+    expect(log.join('\n')).not.toContain('[device gpu/1] every worker of the device is being started again');
+    // Worker 0, backing off, is the one that can run: in service; worker 1 is still out.
+    expect(rt.status().counters.devices[0]?.workers).toBe(1);
+  }, 60_000);
+
   it('a burst of stderr lines is logged up to 200 in 10 s, the rest counted (20,000 lines flooded the server log)', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY] });
     await expect(rt.submit(spec('ch'), { mode: 'chatter' })).resolves.toEqual(['said']);
