@@ -243,8 +243,12 @@ export class HttpDevice implements DeviceRunner {
     try {
       data = await readLimited(res, this.o.maxResponseBytes);
     } catch (e) {
-      // (An output over the limit would come again: its job fails at once, saying what to raise.)
-      if (e instanceof RangeError) throw failure(`${label}: POST ${this.shown}: ${e.message}: raise [device.http] maxResponseBytes, or return less`, false);
+      // (An output over the limit would come again: its job fails at once, saying what to raise. An
+      // error page over it says only that the endpoint failed: retried as its status says.)
+      if (e instanceof RangeError) {
+        if (!res.ok) throw failure(`${label}: POST ${this.shown} answered ${res.status} ${res.statusText}: ${e.message}`, FINAL_STATUS.has(res.status) ? false : undefined);
+        throw failure(`${label}: POST ${this.shown}: ${e.message}: raise [device.http] maxResponseBytes, or return less`, false);
+      }
       throw new Error(`${label}: POST ${this.shown}: the response broke off: ${reason(e, this.o.timeoutMs)}`);
     }
     const busyMs = performance.now() - t0;
