@@ -23,7 +23,7 @@ export function exposureProblem(server: ServerConfig): string | undefined {
 
 /** The host names a request's Host (and a state-changing request's Origin) may give: loopback names, the bound address (every interface's when it is a wildcard), and server.allowedHosts. */
 export function allowedHostNames(server: ServerConfig): Set<string> {
-  const names = new Set(['localhost', '127.0.0.1', '::1', ...server.allowedHosts.map((h) => h.toLowerCase().replace(/^\[|\]$/g, ''))]);
+  const names = new Set(['localhost', '127.0.0.1', '::1', ...server.allowedHosts.map((h) => h.toLowerCase().replace(/^\[|\]$/g, '').replace(/\.$/, ''))]);
   const bound = server.host.toLowerCase().replace(/^\[|\]$/g, '');
   if (WILDCARDS.has(server.host)) {
     for (const list of Object.values(os.networkInterfaces())) for (const a of list ?? []) names.add(a.address.toLowerCase());
@@ -39,7 +39,8 @@ export function allowedHostNames(server: ServerConfig): Set<string> {
  */
 export function hostName(value: string): string {
   const v = value.trim().toLowerCase();
-  const m = /^\[([0-9a-f:.]+)\](?::\d{1,5})?$/.exec(v) ?? /^([^:[\]/@\s]+)(?::\d{1,5})?$/.exec(v);
+  // (An empty port is allowed, `host:`; a name's one trailing dot, `stoker.internal.`, is the same name.)
+  const m = /^\[([0-9a-f:.]+)\](?::\d{0,5})?$/.exec(v) ?? /^([^:[\]/@\s]+?)\.?(?::\d{0,5})?$/.exec(v);
   return m ? (m[1] as string) : v;
 }
 
@@ -73,7 +74,7 @@ export function installAccess(app: FastifyInstance, server: ServerConfig): void 
     if (origin !== undefined && req.method !== 'GET' && req.method !== 'HEAD' && req.method !== 'OPTIONS') {
       let name: string | undefined;
       try {
-        name = new URL(origin).hostname.replace(/^\[|\]$/g, '').toLowerCase();
+        name = new URL(origin).hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase();
       } catch {
         name = undefined;
       }
