@@ -289,6 +289,8 @@ export function buildApp(service: ApiService): FastifyInstance {
       done(e instanceof StrictJsonError ? new ServiceError(400, 'bad-request', 'Bad request', e.message) : (e as Error), undefined);
     }
   });
+  /** Whether a request's client has gone (its connection closed). */
+  const gone = (req: FastifyRequest) => req.raw.socket.destroyed;
   /** Open event streams, at most server.maxEventStreams. */
   let streams = 0;
   const openStream = (): (() => void) => {
@@ -445,6 +447,9 @@ export function buildApp(service: ApiService): FastifyInstance {
     };
     req.raw.on('close', stop);
     service.events.once('close', stop);
+    // (A client gone while the job was looked up — in Redis, in cluster mode — closed before the
+    // listener above: its place, its ping and the job's watch were kept for good.)
+    if (gone(req)) return stop();
     try {
       const u = service.watchJob ? service.watchJob(id, send) : pollJob(service, id, send);
       if (stopped) u();
@@ -469,7 +474,7 @@ export function buildApp(service: ApiService): FastifyInstance {
       const r = service.replay(last);
       // A gap carries the latest id: the client's position moves to now.
       if ('gap' in r) out.write(`id: ${r.now}\nevent: gap\ndata: ${JSON.stringify({ type: 'gap', time: new Date().toISOString(), ...r.gap })}\n\n`);
-      else out.writeBlock(r.events.map(({ event, eventId }) => eventFrame(event, eventId)).join(''));
+      else void out.replay(r.events.map(({ event, eventId }) => eventFrame(event, eventId)));
     }
     const ping = setInterval(() => out.write(': ping\n\n'), 15_000);
     service.events.on('event', send);
@@ -482,6 +487,7 @@ export function buildApp(service: ApiService): FastifyInstance {
     };
     req.raw.on('close', stop);
     service.events.once('close', stop);
+    if (gone(req)) stop();
   });
 
   for (const [url, methods] of [...methodsOf]) {

@@ -7,8 +7,8 @@ import type { FastifyReply } from 'fastify';
 import type { ServerResponse } from 'node:http';
 
 /**
- * Bytes a stream may hold unsent (beyond a replay written at once) before its client counts as
- * not reading and the connection is ended: 256 streams that never read grew the heap to its limit
+ * Bytes a stream may hold unsent before its client counts as not reading and the connection is
+ * ended: 256 streams that never read grew the heap to its limit
  * and the server died (a hostile-input trial). A client that reconnects with Last-Event-ID gets
  * what it missed, or a gap.
  */
@@ -27,8 +27,13 @@ export function eventFrame(event: { type: string }, id: string): string {
   return f.text;
 }
 
+/** A replay is written in pieces of about this many bytes, each once the one before is sent. */
+const REPLAY_PIECE_BYTES = 64 * 1024;
+
 export class EventStreamOut {
-  private allowance = STREAM_BUFFER_MAX;
+  /** While a replay is written: the live events that came meanwhile, sent after it (undefined: none is). */
+  private held: string[] | undefined;
+  private heldBytes = 0;
 
   /** Starts the stream: its headers, and `comment` and the client's reconnect delay. */
   constructor(
@@ -37,25 +42,71 @@ export class EventStreamOut {
   ) {
     res.writeHead(200, HEADERS);
     res.write(`: ${comment}\nretry: 2000\n\n`);
-    res.on('drain', () => (this.allowance = STREAM_BUFFER_MAX));
   }
 
-  /** Writes `text`, or ends the connection where more than the allowance is still unsent. */
+  private get gone(): boolean {
+    return this.res.destroyed || this.res.writableEnded;
+  }
+
+  /**
+   * Writes `text`, or ends the connection where more than STREAM_BUFFER_MAX is still unsent (during
+   * a replay: where more than that came meanwhile).
+   */
   write(text: string): void {
-    const res = this.res;
-    if (res.destroyed || res.writableEnded) return;
-    if (res.writableLength > this.allowance) {
-      res.destroy();
+    if (this.gone) return;
+    if (this.held) {
+      this.held.push(text);
+      this.heldBytes += text.length;
+      if (this.heldBytes > STREAM_BUFFER_MAX) this.res.destroy();
       return;
     }
-    res.write(text);
+    if (this.res.writableLength > STREAM_BUFFER_MAX) {
+      this.res.destroy();
+      return;
+    }
+    this.res.write(text);
   }
 
-  /** Writes a block at once (a replay), allowed beside the usual until it is sent. */
-  writeBlock(text: string): void {
-    if (this.res.destroyed || this.res.writableEnded) return;
-    this.allowance = STREAM_BUFFER_MAX + Buffer.byteLength(text);
-    this.res.write(text);
+  /**
+   * Writes a replay (the frames a reconnecting client missed) piece by piece as the client reads
+   * them — written at once, ten thousand events were held per stream — then the live events that
+   * came meanwhile, in order. Resolves when it is written, or the client is gone.
+   */
+  async replay(frames: readonly string[]): Promise<void> {
+    this.held = [];
+    let piece = '';
+    const send = async () => {
+      if (piece === '' || this.gone) return;
+      const sent = this.res.write(piece);
+      piece = '';
+      if (!sent) await this.drained();
+    };
+    try {
+      for (const f of frames) {
+        piece += f;
+        if (piece.length >= REPLAY_PIECE_BYTES) await send();
+        if (this.gone) return;
+      }
+      await send();
+    } finally {
+      const held = this.held;
+      this.held = undefined;
+      this.heldBytes = 0;
+      for (const text of held) this.write(text);
+    }
+  }
+
+  /** Resolves once what is unsent has gone out, or the connection is gone. */
+  private drained(): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        this.res.off('drain', done);
+        this.res.off('close', done);
+        resolve();
+      };
+      this.res.once('drain', done);
+      this.res.once('close', done);
+    });
   }
 
   end(): void {

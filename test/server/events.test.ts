@@ -13,8 +13,9 @@ import { eventFrame, EventStreamOut, STREAM_BUFFER_MAX } from '../../src/server/
 import { CLI, freePort, http, removeDir, startServer, tempDataDir, useServer, waitUntil, type ServerProcess } from './helpers.js';
 
 describe('EventStreamOut', () => {
-  it('ends the connection of a client that stops reading once more than STREAM_BUFFER_MAX is unsent, a replay allowed beside it until sent', () => {
-    const drains: (() => void)[] = [];
+  /** A response the test drives: what was written, what is unsent, and its drain. */
+  function fakeResponse() {
+    const handlers = new Map<string, (() => void)[]>();
     const res = {
       writableLength: 0,
       destroyed: false,
@@ -24,30 +25,61 @@ describe('EventStreamOut', () => {
       write(text: string) {
         res.sent.push(text);
         res.writableLength += text.length;
-        return true;
+        return res.writableLength < 16 * 1024;
       },
-      on: (_e: string, f: () => void) => drains.push(f),
+      on: (e: string, f: () => void) => void handlers.set(e, [...(handlers.get(e) ?? []), f]),
+      once: (e: string, f: () => void) => void handlers.set(e, [...(handlers.get(e) ?? []), f]),
+      off: (e: string, f: () => void) => void handlers.set(e, (handlers.get(e) ?? []).filter((g) => g !== f)),
+      /** The client read everything. */
+      drain() {
+        res.writableLength = 0;
+        for (const f of handlers.get('drain') ?? []) f();
+      },
       destroy: () => void (res.destroyed = true),
       end: () => void (res.writableEnded = true),
     };
+    return res;
+  }
+
+  it('ends the connection of a client that stops reading once more than STREAM_BUFFER_MAX is unsent', () => {
+    const res = fakeResponse();
     const out = new EventStreamOut(res as unknown as ServerResponse, 'test');
+    res.drain();
     const big = 'x'.repeat(STREAM_BUFFER_MAX);
-    out.writeBlock(`${big}${big}`);
-    out.write('after the replay');
-    expect(res.destroyed).toBe(false);
-    // Sent, then a client that does not read: the usual allowance again.
-    res.writableLength = 0;
-    for (const f of drains) f();
     out.write(big);
     out.write('y');
     expect(res.destroyed).toBe(false);
     out.write('z');
     expect(res.destroyed).toBe(true);
     expect(res.sent.at(-1)).toBe('y');
-    // The same event is made into text once, with its id.
-    const e = { type: 'job.done', id: 'j' };
+  });
+
+  it('writes a replay piece by piece as the client reads, then the live events that came meanwhile, in order', async () => {
+    const res = fakeResponse();
+    const out = new EventStreamOut(res as unknown as ServerResponse, 'test');
+    res.drain();
+    const frames = Array.from({ length: 3000 }, (_, i) => `id: ${i}\ndata: ${'e'.repeat(60)}\n\n`);
+    const done = out.replay(frames);
+    out.write('live 1');
+    // Not all at once: a piece, then nothing more until the client reads.
+    const first = res.sent.length;
+    expect(res.writableLength).toBeLessThan(80 * 1024);
+    await new Promise((r) => setTimeout(r, 5));
+    expect(res.sent.length).toBe(first);
+    for (let i = 0; i < 100 && res.sent.at(-1) !== 'live 1'; i++) {
+      res.drain();
+      await new Promise((r) => setTimeout(r, 0));
+    }
+    await done;
+    expect(res.sent.slice(1).join('')).toBe(`${frames.join('')}live 1`);
+  });
+
+  it('makes an event into text once, with its id', () => {
+    let serialised = 0;
+    const e = { type: 'job.done', id: 'j', toJSON: () => (serialised++, { type: 'job.done', id: 'j' }) };
     expect(eventFrame(e, '1-2')).toBe(`id: 1-2\nevent: job.done\ndata: {"type":"job.done","id":"j"}\n\n`);
-    expect(eventFrame(e, '1-2')).toBe(eventFrame(e, '1-2'));
+    eventFrame(e, '1-2');
+    expect(serialised).toBe(1);
   });
 });
 
@@ -177,7 +209,8 @@ describe('one job’s progress', () => {
   }, 30_000);
 
   it('a HEAD of an event stream answers its headers and ends (it never answered, and held a stream\'s place)', async () => {
-    for (const path of ['/v1/events', '/v1/jobs/pg-1/events']) {
+    expect((await http(fixture.server.url, 'POST', '/v1/jobs', { id: 'pg-head', kind: 'sleep', partitions: 1, input: { prepareMs: 1, deviceMs: 1 } })).status).toBe(202);
+    for (const path of ['/v1/events', '/v1/jobs/pg-head/events']) {
       const res = await fetch(`${fixture.server.url}${path}`, { method: 'HEAD', signal: AbortSignal.timeout(5000) });
       expect(res.status, path).toBe(200);
       expect(res.headers.get('content-type'), path).toBe('text/event-stream');
