@@ -336,8 +336,10 @@ export class ClusterService implements ApiService {
     // server's intake does).
     const sentHash = Journal.sentHash(raw);
     const sentId = (raw as { id?: unknown } | null)?.id;
+    // (The job under the id sent, looked up once: below too.)
+    let found: Awaited<ReturnType<ClusterViews['find']>> | null = null;
     if (sentHash !== undefined && typeof sentId === 'string') {
-      const existing = await this.views.find(sentId);
+      const existing = (found = await this.views.find(sentId));
       if (existing && existing.data.sentHash === sentHash) {
         this.keepAccepted({ ...existing.data.record, sentHash }, existing.view);
         return { job: existing.view, created: false };
@@ -356,7 +358,7 @@ export class ClusterService implements ApiService {
     const record: JournalJobInput = { ...parsed.record, ...(sentHash === undefined ? {} : { sentHash }) };
     const hash = Journal.hash({ kind: record.kind, priority: record.priority, partitions: record.partitions, input: record.input, deadline: record.deadline });
     if (explicitId) {
-      const existing = await this.views.find(record.id);
+      const existing = found !== null && sentId === record.id ? found : await this.views.find(record.id);
       if (existing) {
         if (existing.data.hash !== hash) throw conflict(record.id);
         this.keepAccepted(record, existing.view);
