@@ -505,6 +505,7 @@ export class Engine {
         this.checkItemEvent(event, event.type === 'prepareFailed' ? 'prepare' : 'device');
         checkReason(event.reason, event.type);
         checkFinal(event.final, event.type);
+        if (event.type === 'deviceFailed' && event.workerLost !== undefined && typeof event.workerLost !== 'boolean') throw new StokerError('E_INVALID_EVENT', `deviceFailed.workerLost must be true, false or absent (got ${shown(event.workerLost)})`);
         return undefined;
       case 'prepareBatchFailed':
       case 'batchFailed':
@@ -577,7 +578,12 @@ export class Engine {
         break;
       case 'deviceFailed': {
         const item = this.current(event.item, event.attempt, 'on-device');
-        if (item && !item.batch) this.failItem(item, 'E_DEVICE_FAILED', `partition ${partitionOf(item)} failed on device ${this.deviceNames[item.device] as string}: ${event.reason}`, out, event.final === true);
+        if (item && !item.batch) {
+          const { device, worker } = item;
+          this.failItem(item, 'E_DEVICE_FAILED', `partition ${partitionOf(item)} failed on device ${this.deviceNames[item.device] as string}: ${event.reason}`, out, event.final === true);
+          // (Before the dispatch at the end of this step: handed the next item, then lost, the worker's item was prepared again.)
+          if (event.workerLost === true) this.workerLost(device, worker, out);
+        }
         break;
       }
       case 'batchDone':

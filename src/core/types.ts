@@ -86,8 +86,12 @@ export type EngineEvent =
   | { type: 'prepareBatchFailed'; time: number; batch: number; reason: string; final?: boolean }
   /** `busyMs`: the device time the worker measured itself; defaults to the time since startDevice. */
   | { type: 'deviceDone'; time: number; item: number; attempt: number; busyMs?: number }
-  /** `final`: as prepareFailed's. */
-  | { type: 'deviceFailed'; time: number; item: number; attempt: number; reason: string; final?: boolean }
+  /**
+   * `final`: as prepareFailed's. `workerLost`: the worker that ran it is out of service from now
+   * (as a `workerLost` event, before anything else is sent to it: a process device's worker whose
+   * next process starts seconds from now), until a `workerReturned`.
+   */
+  | { type: 'deviceFailed'; time: number; item: number; attempt: number; reason: string; final?: boolean; workerLost?: boolean }
   /**
    * A batch (a `startBatch` command) finished: its device time `busyMs`, measured once for the
    * whole batch (default: the time since startBatch); `failed` names the items that failed in it

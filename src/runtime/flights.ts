@@ -8,7 +8,7 @@
 import { StokerError, type EngineEvent, type ItemView } from '../core/index.js';
 import type { Clock } from './clock.js';
 import type { BatchResult, DeviceTask, PartitionTask, PrepareResult, Workload } from './workload.js';
-import { noRetry } from './no-retry.js';
+import { noRetry, workerLostWith } from './no-retry.js';
 import { shown } from '../core/checks.js';
 
 /** What a step needs of its job: the input, the partition count, and where the outputs go. */
@@ -237,11 +237,11 @@ export class Flights<I, P, O, R> {
     const f: Flight<P> = { controller: new AbortController(), prepared, onDevice: true };
     this.flights.set(item.id, f);
     const task: DeviceTask<I, P> = { jobId: item.jobId, kind: item.kind, partition: item.partition, partitions: job.partitions, input: job.input, prepared, device, worker, signal: f.controller.signal };
-    const failed = (reason: string, final = false) => {
+    const failed = (reason: string, final = false, workerLost = false) => {
       if (this.flights.get(item.id) !== f) return;
       this.land(item.id, f, new StokerError('E_DEVICE_FAILED', reason));
       this.stepFailed(item, 'device', reason, { device, worker });
-      this.apply({ type: 'deviceFailed', time: this.clock.now(), item: item.id, attempt, reason, ...(final ? { final } : {}) });
+      this.apply({ type: 'deviceFailed', time: this.clock.now(), item: item.id, attempt, reason, ...(final ? { final } : {}), ...(workerLost ? { workerLost } : {}) });
     };
     const timeout = () => failed(timeoutReason(this.deviceTimeoutMs, worker));
     if (Number.isFinite(this.deviceTimeoutMs)) f.timer = this.clock.schedule(timeout, this.deviceTimeoutMs);
@@ -280,7 +280,7 @@ export class Flights<I, P, O, R> {
       (e: unknown) => {
         this.workload.release?.(prepared);
         if (this.flights.get(item.id) !== f) return this.syncPool();
-        failed(errorMessage(e), noRetry(e));
+        failed(errorMessage(e), noRetry(e), workerLostWith(e));
       },
     );
   }

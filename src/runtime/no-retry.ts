@@ -18,3 +18,12 @@ export function failure(message: string, retry?: unknown): Error {
   const e = new Error(message);
   return retry === false ? Object.assign(e, { retry: false as const }) : e;
 }
+
+/**
+ * `workerLost: true` on a device step's error: the worker that ran it is out of service from now
+ * (a process device's worker whose next process starts seconds later), told with the failure so
+ * that the engine sends it nothing more first.
+ */
+export function workerLostWith(e: unknown): boolean {
+  return e !== null && typeof e === 'object' && (e as { workerLost?: unknown }).workerLost === true;
+}

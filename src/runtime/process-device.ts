@@ -147,6 +147,8 @@ class WorkerProcess {
     private readonly deviceUnready: () => boolean,
     /** Called when this worker's process says ready or ends before it did (the device re-reads who is down). */
     private readonly changed: () => void = () => undefined,
+    /** Takes this worker out of service now where the device would (see ProcessDevice.takeOut): whether it is out. */
+    private readonly takeOut: () => boolean = () => false,
   ) {
     this.stderrLog = new LineLimit(o.log, STDERR_LINES, STDERR_WINDOW_MS, (n) => `[device ${label}] ${n} more stderr lines in the last ${STDERR_WINDOW_MS / 1000} s were not logged`, () => performance.now());
   }
@@ -457,12 +459,25 @@ class WorkerProcess {
     const first = this.stderrError !== undefined && !this.stderrTail.includes(this.stderrError) ? `; its stderr first said: ${this.stderrError}` : '';
     const tail = this.stderrTail.length > 0 ? `${first}; its last stderr: ${this.stderrTail.join(' | ')}` : '';
     const error = failure(`${this.label} (${this.o.command}): ${why}${tail}`, life.endedFinal ? false : undefined);
+    const wasReady = life.ready;
+    this.unready = wasReady ? 0 : this.unready + 1;
+    // A withdrawn step's process was ended on purpose: start the next one at once (whatever the backoff of failures before it).
+    const withdrawn = life.endedBecause?.startsWith('the step was withdrawn') === true;
+    let delay = 0;
+    if (!this.closed) {
+      if (!withdrawn) this.failures++;
+      delay = withdrawn || this.failures === 0 ? 0 : Math.min(MAX_BACKOFF_MS, 250 * 2 ** (this.failures - 1));
+      if (delay >= DOWN_AFTER_BACKOFF_MS) this.restartAt = performance.now() + delay;
+    }
     const step = this.step;
     this.step = undefined;
     this.dropped();
+    // Out of service now (a long backoff): said with the step's failure, so that the engine sends
+    // the worker nothing more first (told after, the item it was handed meanwhile was prepared
+    // again; told before, the step's own item went back without spending a try — a poison item
+    // would crash every worker in turn for ever).
+    if (step && this.backingOff && !this.closed && this.takeOut()) Object.assign(error, { workerLost: true });
     step?.reject(error);
-    const wasReady = life.ready;
-    this.unready = wasReady ? 0 : this.unready + 1;
     // The steps waiting for a process that ended before it was ready fail with why where every
     // worker's processes keep doing so; otherwise they wait for the next (this worker reported
     // down, the runtime withdraws them for the others).
@@ -470,18 +485,9 @@ class WorkerProcess {
     if (!wasReady && !this.closed) this.changed();
     this.lastFailure = error.message;
     if (this.closed) return;
-    // A withdrawn step's process was ended on purpose: start the next one at once (whatever the backoff of failures before it).
-    const withdrawn = life.endedBecause?.startsWith('the step was withdrawn') === true;
-    if (!withdrawn) this.failures++;
-    const delay = withdrawn || this.failures === 0 ? 0 : Math.min(MAX_BACKOFF_MS, 250 * 2 ** (this.failures - 1));
     this.o.log(`[device ${this.label}] ${printable(why)}: starting it again${delay > 0 ? ` in ${delay} ms` : ''}`);
-    if (delay >= DOWN_AFTER_BACKOFF_MS) {
-      this.restartAt = performance.now() + delay;
-      // (Told once the failure of the step it held is in: told before, the engine would take the
-      // worker as lost with that step on it, and prepare it again without spending a try — a
-      // poison item crashing every worker in turn for ever.)
-      setImmediate(() => !this.closed && this.changed());
-    }
+    // (Without a step, or where the device's other workers changed meanwhile: the device re-reads who is down.)
+    if (delay >= DOWN_AFTER_BACKOFF_MS) setImmediate(() => !this.closed && this.changed());
     this.restartTimer = setTimeout(() => {
       this.restartTimer = undefined;
       this.start();
@@ -578,7 +584,7 @@ export class ProcessDevice implements DeviceRunner {
     this.name = o.name;
     this.log = o.log;
     const unready = () => this.workers.every((w) => w.failingToStart);
-    this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`, w, unready, () => this.sync()));
+    this.workers = Array.from({ length: o.workers }, (_, w) => new WorkerProcess(o, `${o.name}/${w}`, w, unready, () => this.sync(), () => this.takeOut(w)));
     this.down = this.workers.map(() => false);
     for (const w of this.workers) w.start();
   }
@@ -595,25 +601,47 @@ export class ProcessDevice implements DeviceRunner {
     this.sync();
   }
 
-  /** Tells the listener of every worker whose being down changed. */
-  private sync(): void {
-    const out = (w: WorkerProcess) => w.failingToStart || w.backingOff;
-    const all = this.workers.every(out);
+  /** Whether worker `i` should be out of service now (see watchWorkers and DOWN_AFTER_BACKOFF_MS). */
+  private shouldBeDown(i: number): boolean {
+    const w = this.workers[i] as WorkerProcess;
     // (One that cannot start stays down while another can, whatever the others' backoffs: counted
     // with them, a worker that never starts was put back in service while another backed off.)
-    const allFailing = this.workers.every((w) => w.failingToStart);
+    if (w.failingToStart) return !this.workers.every((x) => x.failingToStart);
+    return w.backingOff && !this.workers.every((x) => x.failingToStart || x.backingOff);
+  }
+
+  /** Says that worker `i` is taken out of service, and why. */
+  private sayDown(i: number): void {
+    const w = this.workers[i] as WorkerProcess;
+    const why = w.failingToStart ? 'its processes keep ending before they are ready' : `its processes keep failing: the next starts in ${Math.max(0, (w.restartAt - performance.now()) / 1000).toFixed(1)} s`;
+    this.log(`[device ${this.name}/${i}] ${why}: taken out of service (its items go to the other workers) until one is ready`);
+  }
+
+  /**
+   * Takes worker `i` out of service now where it should be, saying so: its caller tells the engine
+   * with the failure of the step the worker held, and the listener hears it a moment later (where
+   * that failure came too late to count, the engine learns it so). Whether it is out.
+   */
+  private takeOut(i: number): boolean {
+    const down = this.shouldBeDown(i);
+    if (down && !this.down[i]) {
+      this.down[i] = true;
+      this.sayDown(i);
+      setImmediate(() => this.down[i] && this.listener?.(i, false));
+    }
+    return down;
+  }
+
+  /** Tells the listener of every worker whose being down changed. */
+  private sync(): void {
     this.workers.forEach((w, i) => {
-      const down = w.failingToStart ? !allFailing : w.backingOff && !all;
+      const down = this.shouldBeDown(i);
       if (down === this.down[i]) return;
       this.down[i] = down;
-      if (down) {
-        const why = w.failingToStart ? 'its processes keep ending before they are ready' : `its processes keep failing: the next starts in ${Math.max(0, (w.restartAt - performance.now()) / 1000).toFixed(1)} s`;
-        this.log(`[device ${this.name}/${i}] ${why}: taken out of service (its items go to the other workers) until one is ready`);
-      } else if (w.failingToStart && allFailing) {
-        this.log(`[device ${this.name}/${i}] every worker's processes now end before they are ready: its steps fail at once, saying why`);
-      } else if (out(w) && all) {
-        this.log(`[device ${this.name}/${i}] every worker of the device is being started again: back in service, its items wait for its next process`);
-      } else this.log(`[device ${this.name}/${i}] back in service`);
+      if (down) this.sayDown(i);
+      else if (w.failingToStart) this.log(`[device ${this.name}/${i}] every worker's processes now end before they are ready: its steps fail at once, saying why`);
+      else if (w.backingOff) this.log(`[device ${this.name}/${i}] every worker of the device is being started again: back in service, its items wait for its next process`);
+      else this.log(`[device ${this.name}/${i}] back in service`);
       this.listener?.(i, !down);
     });
   }

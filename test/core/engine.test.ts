@@ -936,6 +936,35 @@ describe('Engine: workers', () => {
     expect(r.finishes()).toEqual([{ jobId: 'a', state: 'done', code: undefined }]);
   });
 
+  it('deviceFailed with workerLost: the failed item is retried, and nothing more is sent to its worker until it returns (handed the next item, then lost, that item was prepared again)', () => {
+    const r = new Run(engine({ retries: 2 }));
+    const e = r.e;
+    r.submit(0, job('a', 3));
+    r.prepared(1, 'a:0'); // worker 0
+    r.prepared(2, 'a:1'); // worker 1
+    r.prepared(3, 'a:2'); // waiting
+    const a0 = r.item('a:0');
+    const out = r.apply({ type: 'deviceFailed', time: 4, item: a0.id, attempt: a0.attempt, reason: 'it exited', workerLost: true });
+    // a:0 is prepared again (a try spent); a:2 stays waiting, not sent to the lost worker.
+    expect(prepared(out)).toEqual(['a:0']);
+    expect(started(out)).toEqual([]);
+    expect(ofType(out, 'abort')).toEqual([]);
+    expect(e.snapshot).toMatchObject({ workers: 1, waiting: 1, onDevice: 1, preparing: 1 });
+    expect(e.job('a')!.partitions).toEqual(['preparing', 'on-device', 'waiting']);
+    // Its return: a:2 starts on it.
+    expect(started(r.apply({ type: 'workerReturned', time: 5, device: 0, worker: 0 }))).toEqual(['a:2@0/0']);
+    // Without it, the worker takes the waiting item at once.
+    const q = new Run(engine({ retries: 2 }));
+    q.submit(0, job('b', 3));
+    q.prepared(1, 'b:0');
+    q.prepared(2, 'b:1');
+    q.prepared(3, 'b:2');
+    const b0 = q.item('b:0');
+    expect(started(q.apply({ type: 'deviceFailed', time: 4, item: b0.id, attempt: b0.attempt, reason: 'it exited' }))).toEqual(['b:2@0/0']);
+    const b1 = q.item('b:1');
+    expectStokerError(() => q.apply({ type: 'deviceFailed', time: 5, item: b1.id, attempt: b1.attempt, reason: 'x', workerLost: 'yes' as unknown as boolean }), 'E_INVALID_EVENT', /deviceFailed\.workerLost must be true, false or absent/);
+  });
+
   it('a lost item goes back to the queue under its original key, ahead of later work', () => {
     // Budget for two reservations of 100: the lost item's prepare-phase memory is needed again.
     const r = new Run(new Engine({ devices: [{ workers: 1 }], pacer: createUnpacedPacer(), budgetBytes: 200 }));
