@@ -505,13 +505,14 @@ export class Engine {
         this.checkItemEvent(event, event.type === 'prepareFailed' ? 'prepare' : 'device');
         checkReason(event.reason, event.type);
         checkFinal(event.final, event.type);
-        if (event.type === 'deviceFailed' && event.workerLost !== undefined && typeof event.workerLost !== 'boolean') throw new StokerError('E_INVALID_EVENT', `deviceFailed.workerLost must be true, false or absent (got ${shown(event.workerLost)})`);
+        if (event.type === 'deviceFailed') checkWorkerLost(event.workerLost, event.type);
         return undefined;
       case 'prepareBatchFailed':
       case 'batchFailed':
         this.checkBatchId(event.batch, event.type, event.type === 'batchFailed' ? this.batchSeq : this.prepBatchSeq);
         checkReason(event.reason, event.type);
         checkFinal(event.final, event.type);
+        if (event.type === 'batchFailed') checkWorkerLost(event.workerLost, event.type);
         return undefined;
       case 'cancel':
         if (typeof event.jobId !== 'string') throw new StokerError('E_INVALID_EVENT', `cancel.jobId must be the job's id, a string (got ${shown(event.jobId)})`);
@@ -589,9 +590,13 @@ export class Engine {
       case 'batchDone':
         this.batchDone(event.batch, event.busyMs, event.failed, out);
         break;
-      case 'batchFailed':
+      case 'batchFailed': {
+        const b = this.batches.get(event.batch);
         this.batchFailed(event.batch, event.reason, event.final === true, out);
+        // (As deviceFailed's: before the dispatch at the end of this step.)
+        if (b && event.workerLost === true) this.workerLost(b.device, b.worker, out);
         break;
+      }
       case 'workerLost':
         this.workerLost(event.device, event.worker, out);
         break;
@@ -1407,6 +1412,10 @@ function checkReason(reason: unknown, type: string): void {
 }
 
 /** A failure's `final`: true, false or absent. */
+function checkWorkerLost(lost: unknown, type: string): void {
+  if (lost !== undefined && typeof lost !== 'boolean') throw new StokerError('E_INVALID_EVENT', `${type}.workerLost must be true, false or absent (got ${shown(lost)})`);
+}
+
 function checkFinal(final: unknown, type: string): void {
   if (final !== undefined && typeof final !== 'boolean') throw new StokerError('E_INVALID_EVENT', `${type}.final must be true, false or absent (got ${shown(final)})`);
 }

@@ -101,8 +101,9 @@ export type EngineEvent =
   /**
    * A batch failed and the device did not say which items: with more than one, each runs again
    * alone once before it counts as failed; one alone fails, at once where `final` (as prepareFailed's).
+   * `workerLost`: as deviceFailed's.
    */
-  | { type: 'batchFailed'; time: number; batch: number; reason: string; final?: boolean }
+  | { type: 'batchFailed'; time: number; batch: number; reason: string; final?: boolean; workerLost?: boolean }
   | { type: 'workerLost'; time: number; device: number; worker: number }
   | { type: 'workerReturned'; time: number; device: number; worker: number }
   /**

@@ -315,13 +315,13 @@ export class Flights<I, P, O, R> {
     }
     /** The items still in this batch (not withdrawn, not yet answered). */
     const live = () => entries.filter((e) => this.flights.get(e.item.id) === e.f);
-    const failed = (reason: string, final = false) => {
+    const failed = (reason: string, final = false, workerLost = false) => {
       const still = live();
       for (const e of still) {
         this.land(e.item.id, e.f, new StokerError('E_DEVICE_FAILED', reason));
         this.stepFailed(e.item, 'device', reason, { device, worker });
       }
-      if (still.length > 0) this.apply({ type: 'batchFailed', time: this.clock.now(), batch, reason, ...(final ? { final } : {}) });
+      if (still.length > 0) this.apply({ type: 'batchFailed', time: this.clock.now(), batch, reason, ...(final ? { final } : {}), ...(workerLost ? { workerLost } : {}) });
     };
     const timeout = () => failed(timeoutReason(this.deviceTimeoutMs, worker));
     let timer = Number.isFinite(this.deviceTimeoutMs) ? this.clock.schedule(timeout, this.deviceTimeoutMs) : undefined;
@@ -375,7 +375,7 @@ export class Flights<I, P, O, R> {
       (e: unknown) => {
         settle();
         if (live().length === 0) return this.syncPool();
-        failed(errorMessage(e), noRetry(e));
+        failed(errorMessage(e), noRetry(e), workerLostWith(e));
       },
     );
   }

@@ -152,6 +152,21 @@ describe('Engine: batching devices', () => {
     expect(ofType(end, 'finishJob').map((c) => `${c.jobId}:${c.state}:${c.code}`)).toEqual(['a:failed:E_DEVICE_FAILED']);
   });
 
+  it('a batch failed with workerLost: its worker is out of service before the next dispatch (nothing waiting is sent to it)', () => {
+    const r = batching({ maxItems: 4 });
+    r.apply({ type: 'submit', time: 0, job: job('w', 1) });
+    r.prepared(1, 'w:0');
+    r.apply({ type: 'submit', time: 1, job: job('a', 2) });
+    r.prepared(2, 'a:0', 'a:1');
+    r.apply({ type: 'batchDone', time: 3, batch: 0 });
+    r.apply({ type: 'submit', time: 3, job: job('b', 1) });
+    r.prepared(3, 'b:0');
+    const out = r.apply({ type: 'batchFailed', time: 4, batch: 1, reason: 'it exited', workerLost: true });
+    expect(batches(out)).toEqual([]);
+    expect(r.e.snapshot).toMatchObject({ workers: 0, waiting: 1 });
+    expect(() => r.apply({ type: 'batchFailed', time: 5, batch: 1, reason: 'x', workerLost: 1 as never })).toThrow(/batchFailed\.workerLost must be true, false or absent \(got 1\)/);
+  });
+
   it('a batch failed with final: several run again alone (it may be any one of them), one alone fails its job at once, its retries unspent', () => {
     const r = batching({ maxItems: 4 }, 1, {}, 3);
     r.apply({ type: 'submit', time: 0, job: job('w', 1) });
