@@ -3,11 +3,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { JobView } from '../server/api.js';
+import { jobView, type JobView } from '../server/api.js';
 import { Journal, type JournalJobInput } from '../server/journal.js';
 import { isFinal } from '../server/progress.js';
 import type { Service } from '../server/service.js';
-import { acceptedData, bullId, BULL_PRIORITY, K, writeCancelled, type CancelledRecord, type JobData } from './keys.js';
+import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, writeCancelled, type CancelledRecord, type JobData } from './keys.js';
 import { NodeClock } from './node-clock.js';
 import type { ClusterViews } from './views.js';
 
@@ -292,8 +292,9 @@ export class Recovery {
 
   /**
    * After a Redis data loss: the ended jobs this node ran (its journal has their results) readable
-   * again from any node — and those it accepted that were cancelled while queued, which no node
-   * ran (only Redis and this node's acceptance record knew them: they read 404 after the loss).
+   * again from any node — and those it accepted that were cancelled while queued, or failed as a
+   * node took them (a missed deadline), which no node ran (only Redis and this node's acceptance
+   * record knew them: they read 404 after the loss).
    */
   private async republish(backInTime: boolean): Promise<number> {
     let n = 0;
@@ -317,6 +318,16 @@ export class Recovery {
       n++;
       const rec: CancelledRecord = { data: acceptedData(j), cancelledAt: j.finishedAt ?? Date.now() };
       await writeCancelled(this.d.redis.multi(), rec, this.d.ttlMs).exec();
+    }
+    // Those it accepted that failed where no node's journal has them: ended as a node took them
+    // (a missed deadline, an input its module refused) — they read 404 on every node after the loss.
+    // (A node that ran one republishes it too: whichever comes first stays, the same failure.)
+    for (const j of this.d.accepted.list({ limit: 100_000, states: ['failed'] })) {
+      if (this.d.closing()) return n;
+      if (await known(j.id)) continue;
+      n++;
+      const v = jobView({ record: acceptedRecord(j), state: 'failed', submittedAt: j.submittedAt, startedAt: null, finishedAt: j.finishedAt, partitionsDone: 0, partitionStates: null, partitionCounts: null, resumes: 0, result: { result: null }, error: { code: j.errorCode ?? 'E_INTERNAL', reason: j.errorReason ?? '' }, node: null });
+      await this.d.redis.multi().set(K.result(j.id), JSON.stringify(v), 'PX', this.d.ttlMs).set(K.kindOf(j.id), j.kind, 'PX', this.d.ttlMs).zadd(K.resultIndex, Date.now(), j.id).exec();
     }
     return n;
   }

@@ -145,6 +145,18 @@ describe.skipIf(!bin)('kinds per cluster node', () => {
     await node('d-late', [DOUBLER]);
     const v = await result(cpu.url, 'dl1');
     expect(v).toMatchObject({ state: 'failed', error: { code: 'E_DEADLINE', reason: `job dl1 missed its deadline ${deadline}` } });
+    // Redis restarted empty once the accepting node saw it end (two sweeps): no node ran it, so no
+    // node's journal has it — the accepting node republishes it from its acceptance record (it read
+    // 404, never submitted, on every node).
+    await new Promise((r) => setTimeout(r, 4500));
+    const port = (redis as RedisProcess).port;
+    await (redis as RedisProcess).stop();
+    redis = await startRedis(bin as string, port);
+    const again = await waitUntil(async () => {
+      const x = await http(cpu.url, 'GET', '/v1/jobs/dl1');
+      return x.status === 200 ? x : undefined;
+    }, 20_000, 'dl1 readable after the Redis restart', 250);
+    expect(again.body).toMatchObject({ state: 'failed', error: { code: 'E_DEADLINE', reason: `job dl1 missed its deadline ${deadline}` } });
   }, 60_000);
 
   it('a node whose journal is full hands the job back; another node runs it', async () => {
