@@ -86,7 +86,7 @@ export class ClusterService implements ApiService {
     this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
     // This process's hold on the node name (K.claim): its host and pid (a dead predecessor of this host is told at once), and a token of its own.
     const claim = JSON.stringify({ host: os.hostname(), pid: process.pid, token: randomUUID() });
-    this.dispatcher = new Dispatcher(local, this.redis, this.workers, { nodeId: c.nodeId, claim, lockMs: c.lockMs, heartbeatMs: c.heartbeatMs, ttlMs: this.ttlMs, maxHeld: this.maxHeld, endedElsewhere: (id) => this.recovery.endedElsewhere(id), clockWrite: () => this.recovery.clockWrite(), takesWaiting: () => this.recovery.waiting });
+    this.dispatcher = new Dispatcher(local, this.redis, this.workers, { nodeId: c.nodeId, claim, lockMs: c.lockMs, heartbeatMs: c.heartbeatMs, ttlMs: this.ttlMs, maxHeld: this.maxHeld, endedElsewhere: (id) => this.recovery.endedElsewhere(id), clockWrite: () => this.recovery.clockWrite(), takesWaiting: () => this.recovery.waiting, log: (line) => log(`stoker serve: ${line}`) });
     local.onPartitionOutput = (id, partition, output) => this.dispatcher.share(id, partition, output);
     this.registry = new Registry({ redis: this.redis, nodeId: c.nodeId, local, claim, claimMs: 3 * c.heartbeatMs });
     // The backlog of the whole cluster, for alerts and autoscaling: the nodes' own stoker_jobs count only what each holds.

@@ -28,6 +28,8 @@ export interface DispatcherOptions {
   clockWrite(): (clock: number) => void;
   /** Jobs taken that wait in endedElsewhere for a data loss to settle. */
   takesWaiting(): number;
+  /** A line for the server's log (a job this node failed as it took it). */
+  log(line: string): void;
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -217,7 +219,14 @@ export class Dispatcher {
           await job.moveToWait(token).catch(() => undefined);
           return;
         }
-        await job.moveToFailed(failure('E_INTERNAL', (e as Error).message), token, false);
+        // Its input does not pass this node's module of its kind (another version than the one that
+        // accepted it: a deploy tightened the schema): said as that, not as an internal error, and
+        // logged — it failed E_INTERNAL without a word, the node's counts not showing it.
+        const refused = err?.status === 400;
+        const code = refused ? 'E_INVALID_JOB' : 'E_INTERNAL';
+        const reason = refused ? `its input does not pass kind ${r.kind}'s module on node ${this.o.nodeId} (a version other than the one that accepted it?): ${(e as Error).message} — submit it again, under another id, with an input this version takes` : (e as Error).message;
+        this.o.log(`job ${id} failed as this node took it: ${code}: ${reason}`);
+        await job.moveToFailed(failure(code, reason), token, false);
         return;
       }
       void this.redis.set(K.holder(id), this.o.nodeId, 'PX', this.o.ttlMs).catch(() => undefined);

@@ -183,23 +183,29 @@ describe.skipIf(!bin)('kinds per cluster node', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-thumb-'));
     dirs.push(dir);
     const kind = path.join(dir, 'thumb.mjs');
-    const version = (size: number) =>
-      fs.writeFileSync(kind, `export const name = 'thumb';\nexport const input = { type: 'object', additionalProperties: false, properties: { image: { type: 'string' }, size: { type: 'integer', default: ${size} } }, required: ['image'] };\nexport const prepare = (input) => input;\nexport const run = (x) => x.size;\n`);
+    const version = (size: number, required: string) =>
+      fs.writeFileSync(kind, `export const name = 'thumb';\nexport const input = { type: 'object', additionalProperties: false, properties: { image: { type: 'string' }, fmt: { type: 'string' }, slow: { type: 'boolean' }, size: { type: 'integer', default: ${size} } }, required: [${required}] };\nexport const prepare = (input) => input.slow ? new Promise((r) => setTimeout(() => r(input), 30_000)) : input;\nexport const run = (x) => x.size;\n`);
     const body = { id: 'thumb:1', kind: 'thumb', partitions: 1, input: { image: 'a' } };
-    version(128);
+    version(128, "'image'");
     const v1 = await node('thumb-v1', [kind]);
     expect((await http(v1.url, 'POST', '/v1/jobs', body)).status).toBe(202);
     expect(await result(v1.url, 'thumb:1')).toMatchObject({ state: 'done', result: [128] });
+    // One still preparing when the node stops: back in the queue.
+    expect((await http(v1.url, 'POST', '/v1/jobs', { id: 'thumb:slow', kind: 'thumb', partitions: 1, input: { image: 's', slow: true } })).status).toBe(202);
+    await waitUntil(async () => ((await http(v1.url, 'GET', '/v1/jobs/thumb:slow')).body.state === 'running' ? true : undefined), 10_000, 'thumb:slow running');
     await v1.stop();
-    // The deploy: the kind's default is another now; the retry goes to a node of the new version.
-    version(256);
+    // The deploy: the kind's default is another now, and it requires a field the slow job lacks; the retry goes to a node of the new version.
+    version(256, "'image', 'fmt'");
     const v2 = await node('thumb-v2', [kind]);
     try {
+      // The job its module refuses fails naming why, not E_INTERNAL without a word.
+      expect(await result(v2.url, 'thumb:slow')).toMatchObject({ state: 'failed', error: { code: 'E_INVALID_JOB', reason: expect.stringContaining("its input does not pass kind thumb's module on node thumb-v2 (a version other than the one that accepted it?): ") } });
+      expect(v2.output()).toContain('stoker serve: job thumb:slow failed as this node took it: E_INVALID_JOB: ');
       expect(await http(v2.url, 'POST', '/v1/jobs', body)).toMatchObject({ status: 200, body: { id: 'thumb:1', state: 'done', input: { image: 'a', size: 128 } } });
       // (A node that does not run the kind answers the same.)
       expect((await http(cpu.url, 'POST', '/v1/jobs', body)).status).toBe(200);
       // Another body under the same id is still a conflict.
-      expect((await http(v2.url, 'POST', '/v1/jobs', { ...body, input: { image: 'b' } })).status).toBe(409);
+      expect((await http(v2.url, 'POST', '/v1/jobs', { ...body, input: { image: 'b', fmt: 'png' } })).status).toBe(409);
     } finally {
       await v2.stop();
     }
