@@ -347,6 +347,12 @@ export class ClusterService implements ApiService {
     }
     const name = (raw as { kind?: unknown } | null)?.kind;
     const other = typeof name === 'string' && !this.workers.has(name) ? await this.registry.remoteKind(name) : undefined;
+    // (Just after Redis lost its data the registry is empty until the nodes register again: a kind
+    // this node does not run read as unknown, a 400 a client gives up on.)
+    if (typeof name === 'string' && !this.workers.has(name) && other === undefined && (await this.recovery.unsettled())) {
+      const after = this.config.server.retryAfterS;
+      throw new ServiceError(503, 'republishing', 'Republishing', `kind ${JSON.stringify(name)} is not in Redis's registry, which lost its data moments ago: the nodes are registering their kinds again — retry after ${after} s`, { retryAfterS: after });
+    }
     if (other?.derivesPartitions && (raw as { partitions?: unknown }).partitions === undefined) {
       throw new ServiceError(400, 'invalid-job', 'Invalid job', `partitions: kind ${other.name} derives its partitions from the input on the nodes that run it: give partitions, or submit to one of those nodes`, {
         errors: [{ path: 'partitions', message: `kind ${other.name} derives its partitions from the input on the nodes that run it: give partitions, or submit to one of those nodes` }],
