@@ -46,7 +46,7 @@ export class Registry {
       if (known && known.hash !== hash) {
         const runners = (await this.liveNodes()).filter((n) => n.nodeId !== this.d.nodeId && n.kinds.includes(name)).map((n) => n.nodeId);
         if (runners.length > 0) {
-          throw new KindModuleError(fileURLToPath(kind.url), undefined, `differs from the module the cluster runs as kind ${JSON.stringify(name)} (content hash ${hash.slice(0, 12)}… here, ${known.hash.slice(0, 12)}… on ${runners.join(', ')}): this node does not join — deploy the same module on every node, or give the kind another name`);
+          throw new KindModuleError(fileURLToPath(kind.url), undefined, `differs from the module the cluster runs as kind ${JSON.stringify(name)} (content hash ${hash.slice(0, 12)}… here, ${known.hash.slice(0, 12)}… on ${runners.join(', ')}): this node does not join — a kind changes across the cluster at once: stop every node that runs it (${runners.join(', ')}; its queued jobs wait in Redis), then start them on the new module; or give the new version another name, to run beside the old`);
         }
       }
       const entry: KindEntry = { hash, schema: kind.schema, derivesPartitions: kind.derivesPartitions, description: kind.description, node: this.d.nodeId };

@@ -231,6 +231,6 @@ describe.skipIf(!bin)('kinds per cluster node', () => {
     );
     expect(r.code).toBe(2);
     expect(r.stdout).not.toContain('listening');
-    expect(r.stderr).toMatch(new RegExp(`kind module ${other.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}: differs from the module the cluster runs as kind "probe" \\(content hash [0-9a-f]{12}… here, [0-9a-f]{12}… on gpu\\): this node does not join`));
+    expect(r.stderr).toMatch(new RegExp(`kind module ${other.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}: differs from the module the cluster runs as kind "probe" \\(content hash [0-9a-f]{12}… here, [0-9a-f]{12}… on gpu\\): this node does not join — a kind changes across the cluster at once: stop every node that runs it \\(gpu; its queued jobs wait in Redis\\), then start them on the new module`));
   }, 60_000);
 });
