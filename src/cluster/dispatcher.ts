@@ -219,12 +219,12 @@ export class Dispatcher {
           await job.moveToWait(token).catch(() => undefined);
           return;
         }
-        // Its input does not pass this node's module of its kind (another version than the one that
-        // accepted it: a deploy tightened the schema): said as that, not as an internal error, and
-        // logged — it failed E_INTERNAL without a word, the node's counts not showing it.
+        // This node refuses it (its module of the kind, another version than the one that accepted
+        // it: a deploy tightened the schema; or its limits): said as that, not as an internal error,
+        // and logged — it failed E_INTERNAL without a word, the node's counts not showing it.
         const refused = err?.status === 400;
         const code = refused ? 'E_INVALID_JOB' : 'E_INTERNAL';
-        const reason = refused ? `its input does not pass kind ${r.kind}'s module on node ${this.o.nodeId} (a version other than the one that accepted it?): ${(e as Error).message} — submit it again, under another id, with an input this version takes` : (e as Error).message;
+        const reason = refused ? `node ${this.o.nodeId} refuses it as it takes it (kind ${r.kind}'s module there, a version other than the one that accepted it?, or its limits): ${(e as Error).message} — submit it again, under another id, with what this node takes` : (e as Error).message;
         this.o.log(`job ${id} failed as this node took it: ${code}: ${reason}`);
         await job.moveToFailed(failure(code, reason), token, false);
         return;
