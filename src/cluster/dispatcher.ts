@@ -5,7 +5,7 @@ import type { JobView } from '../server/api.js';
 import { ServiceError } from '../server/errors.js';
 import { isFinal } from '../server/progress.js';
 import type { Service, ServiceEvent } from '../server/service.js';
-import { failure, K, shareOutput, sharedOutput, type JobData, type RunningRecord, type StoredResult } from './keys.js';
+import { failure, K, shareOutput, sharedOutput, writeResult, type JobData, type RunningRecord, type StoredResult } from './keys.js';
 
 /** What the dispatcher uses of this node's local service. */
 export type LocalNode = Pick<Service, 'counters' | 'submitRecord' | 'job' | 'cancel' | 'events' | 'workerBusyMs' | 'workerStates' | 'pacerState'>;
@@ -292,7 +292,7 @@ export class Dispatcher {
   /** The outcome of a job Redis lost while this node ran it, readable from every node (as Recovery republishes one). */
   private async publishLost(v: JobView): Promise<void> {
     const ttl = this.o.ttlMs;
-    const m = this.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.o.nodeId }), 'PX', ttl).set(K.kindOf(v.id), v.kind, 'PX', ttl).zadd(K.resultIndex, Date.now(), v.id).del(K.running(v.id)).srem(K.runningIndex, v.id).del(K.outputs(v.id)).del(K.cancelRequest(v.id));
+    const m = writeResult(this.redis.multi(), { ...v, node: this.o.nodeId }, ttl).del(K.running(v.id)).srem(K.runningIndex, v.id).del(K.outputs(v.id)).del(K.cancelRequest(v.id));
     await (v.state === 'done' ? m.incr(K.completions(v.id)).pexpire(K.completions(v.id), ttl) : m).exec();
     const clockRead = this.o.clockWrite();
     clockRead(await this.redis.hincrby(K.clock, this.o.nodeId, 1));

@@ -125,6 +125,11 @@ export function writeCancelled(m: ChainableCommander, rec: CancelledRecord, ttlM
   return m.set(K.cancelled(id), JSON.stringify(rec), 'PX', ttlMs).set(K.kindOf(id), kind, 'PX', ttlMs).zadd(K.cancelledIndex, rec.cancelledAt, id);
 }
 
+/** Adds to `m` the writes that make a job's end readable from any node (K.result, its kind, the index lists read), living `ttlMs`: `view` as the record. */
+export function writeResult(m: ChainableCommander, view: JobView, ttlMs: number): ChainableCommander {
+  return m.set(K.result(view.id), JSON.stringify(view), 'PX', ttlMs).set(K.kindOf(view.id), view.kind, 'PX', ttlMs).zadd(K.resultIndex, Date.now(), view.id);
+}
+
 /** A result as BullMQ keeps it (`returnvalue`): bytes as base64, marked. */
 export interface StoredResult {
   result: unknown;

@@ -7,7 +7,7 @@ import { jobView, type JobView } from '../server/api.js';
 import { Journal, type JournalJobInput } from '../server/journal.js';
 import { isFinal } from '../server/progress.js';
 import type { Service } from '../server/service.js';
-import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, writeCancelled, type CancelledRecord, type JobData } from './keys.js';
+import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, writeCancelled, writeResult, type CancelledRecord, type JobData } from './keys.js';
 import { NodeClock } from './node-clock.js';
 import type { ClusterViews } from './views.js';
 
@@ -309,7 +309,7 @@ export class Recovery {
       if (await known(listed.id)) continue;
       // (A list leaves a result over 1 MiB out: what is republished is read whole.)
       const v = listed.resultOmittedBytes === undefined ? listed : (this.d.local.job(listed.id, undefined, true) ?? listed);
-      await this.d.redis.multi().set(K.result(v.id), JSON.stringify({ ...v, node: this.d.nodeId }), 'PX', this.d.ttlMs).set(K.kindOf(v.id), v.kind, 'PX', this.d.ttlMs).zadd(K.resultIndex, Date.now(), v.id).exec();
+      await writeResult(this.d.redis.multi(), { ...v, node: this.d.nodeId }, this.d.ttlMs).exec();
       n++;
     }
     for (const j of this.d.accepted.list({ limit: 100_000, states: ['cancelled'] })) {
@@ -327,7 +327,7 @@ export class Recovery {
       if (await known(j.id)) continue;
       n++;
       const v = jobView({ record: acceptedRecord(j), state: 'failed', submittedAt: j.submittedAt, startedAt: null, finishedAt: j.finishedAt, partitionsDone: 0, partitionStates: null, partitionCounts: null, resumes: 0, result: { result: null }, error: { code: j.errorCode ?? 'E_INTERNAL', reason: j.errorReason ?? '' }, node: null });
-      await this.d.redis.multi().set(K.result(j.id), JSON.stringify(v), 'PX', this.d.ttlMs).set(K.kindOf(j.id), j.kind, 'PX', this.d.ttlMs).zadd(K.resultIndex, Date.now(), j.id).exec();
+      await writeResult(this.d.redis.multi(), v, this.d.ttlMs).exec();
     }
     return n;
   }
