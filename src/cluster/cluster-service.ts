@@ -4,7 +4,8 @@ import { Job, Queue, Worker } from 'bullmq';
 import { Gauge } from 'prom-client';
 import type { Redis } from 'ioredis';
 import { redactUrl } from '../runtime/redact.js';
-import { jobView, type JobView, type StatusView } from '../server/api.js';
+import { jobView, withoutResultOver, type JobView, type StatusView } from '../server/api.js';
+import { VIEW_RESULT_MAX_BYTES } from '../server/journal-schema.js';
 import type { ApiService } from '../server/app.js';
 import type { ServeConfig } from '../server/config.js';
 import { conflict, jobFinished, notFound, refusePastDeadline, ServiceError, shuttingDown, tooManyJobs } from '../server/errors.js';
@@ -18,7 +19,7 @@ import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueNa
 import { Recovery } from './recovery.js';
 import { checkDatabase, connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
 import { Registry } from './registry.js';
-import { ClusterViews, withoutLargeResult } from './views.js';
+import { ClusterViews } from './views.js';
 
 export type { NodeInfo } from './registry.js';
 
@@ -292,12 +293,15 @@ export class ClusterService implements ApiService {
   job(id: string, page?: StatesPage, full = false): Promise<JobView | undefined> {
     return this.withRedis(async () => {
       const v = (await this.views.find(id, page))?.view ?? this.acceptedView(id);
-      if (!v && (await this.recovery.unsettled())) {
-        const after = this.config.server.retryAfterS;
-        throw new ServiceError(503, 'republishing', 'Republishing', `no job "${id}" in Redis, which lost its data moments ago: the nodes are republishing the jobs they ran — retry after ${after} s`, { retryAfterS: after });
-      }
-      return v && (full ? v : withoutLargeResult(v));
+      if (!v && (await this.recovery.unsettled())) throw this.republishing(`no job "${id}" in Redis, which lost its data moments ago: the nodes are republishing the jobs they ran`);
+      return v && (full ? v : withoutResultOver(v, VIEW_RESULT_MAX_BYTES));
     });
+  }
+
+  /** The 503 while a Redis data loss is not settled: `why`, and when to retry. */
+  private republishing(why: string): ServiceError {
+    const after = this.config.server.retryAfterS;
+    return new ServiceError(503, 'republishing', 'Republishing', `${why} — retry after ${after} s`, { retryAfterS: after });
   }
 
   /**
@@ -350,8 +354,7 @@ export class ClusterService implements ApiService {
     // (Just after Redis lost its data the registry is empty until the nodes register again: a kind
     // this node does not run read as unknown, a 400 a client gives up on.)
     if (typeof name === 'string' && !this.workers.has(name) && other === undefined && (await this.recovery.unsettled())) {
-      const after = this.config.server.retryAfterS;
-      throw new ServiceError(503, 'republishing', 'Republishing', `kind ${JSON.stringify(name)} is not in Redis's registry, which lost its data moments ago: the nodes are registering their kinds again — retry after ${after} s`, { retryAfterS: after });
+      throw this.republishing(`kind ${JSON.stringify(name)} is not in Redis's registry, which lost its data moments ago: the nodes are registering their kinds again`);
     }
     if (other?.derivesPartitions && (raw as { partitions?: unknown }).partitions === undefined) {
       throw new ServiceError(400, 'invalid-job', 'Invalid job', `partitions: kind ${other.name} derives its partitions from the input on the nodes that run it: give partitions, or submit to one of those nodes`, {
@@ -464,7 +467,7 @@ export class ClusterService implements ApiService {
       }
     }
     // (An end put in a copy's place may be of a state not asked for.)
-    return views.filter((v) => want.has(v.state)).sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit).map(withoutLargeResult);
+    return views.filter((v) => want.has(v.state)).sort((a, b) => Date.parse(b.submittedAt) - Date.parse(a.submittedAt)).slice(0, limit).map((v) => withoutResultOver(v, VIEW_RESULT_MAX_BYTES));
   }
 
   async wait(id: string, waitMs: number): Promise<JobView | undefined> {

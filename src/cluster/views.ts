@@ -2,7 +2,6 @@ import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { jobView, type JobView } from '../server/api.js';
 import { Journal, type JobState, type JournalJobInput } from '../server/journal.js';
-import { VIEW_RESULT_MAX_BYTES } from '../server/journal-schema.js';
 import { isFinal, type StatesPage } from '../server/progress.js';
 import type { Service } from '../server/service.js';
 import { bullId, failureOf, K, resultOf, type CancelledRecord, type JobData, type RunningRecord, type StoredResult } from './keys.js';
@@ -132,17 +131,4 @@ function republishedView(text: string): { view: JobView; data: JobData } {
   const view = JSON.parse(text) as JobView;
   const record: JournalJobInput = { id: view.id, kind: view.kind, priority: view.priority, partitions: view.partitions, input: view.input, deadline: view.deadline === null ? null : Date.parse(view.deadline) };
   return { view, data: { record, hash: Journal.hash(record), submittedAt: Date.parse(view.submittedAt), nonce: '' } };
-}
-
-/**
- * A view as job views and lists give it: a result over VIEW_RESULT_MAX_BYTES (its JSON text, or
- * its bytes) left out, by its size (`resultOmittedBytes`), as a local node's are (GET …/result gives it whole).
- */
-export function withoutLargeResult(v: JobView): JobView {
-  if (v.result === null || v.result === undefined) return v;
-  const bytes = v.resultEncoding === 'base64' && typeof v.result === 'string' ? Buffer.byteLength(v.result, 'base64') : Buffer.byteLength(JSON.stringify(v.result));
-  if (bytes <= VIEW_RESULT_MAX_BYTES) return v;
-  const out: JobView = { ...v, result: null, resultOmittedBytes: bytes };
-  delete out.resultEncoding;
-  return out;
 }

@@ -230,26 +230,26 @@ function overBytes(value: unknown, max: number): number | undefined {
 }
 
 /**
+ * A view with its result left out by its size (`resultOmittedBytes`) where that is over `max` bytes
+ * as stored (its bytes, or its JSON text): GET …/result gives it whole.
+ */
+export function withoutResultOver(v: JobView, max: number): JobView {
+  if (v.result === null || v.result === undefined) return v;
+  const bytes = v.resultEncoding === 'base64' && typeof v.result === 'string' ? Buffer.byteLength(v.result, 'base64') : overBytes(v.result, max);
+  if (bytes === undefined || bytes <= max) return v;
+  const out: JobView = { ...v, result: null, resultOmittedBytes: bytes };
+  delete out.resultEncoding;
+  return out;
+}
+
+/**
  * A view for a list or a submit answer: an input over BRIEF_INPUT_MAX_BYTES, and a result over
- * LIST_RESULT_MAX_BYTES (as stored: bytes, or JSON text), left out by their sizes.
+ * LIST_RESULT_MAX_BYTES, left out by their sizes.
  */
 export function briefView(v: JobView): JobView {
+  const brief = withoutResultOver(v, LIST_RESULT_MAX_BYTES);
   const input = overBytes(v.input, BRIEF_INPUT_MAX_BYTES);
-  const b64 = v.resultEncoding === 'base64' && typeof v.result === 'string' ? v.result : undefined;
-  const result = b64 !== undefined ? (b64.length * 3) / 4 - (b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0) : overBytes(v.result, LIST_RESULT_MAX_BYTES);
-  const dropResult = result !== undefined && result > LIST_RESULT_MAX_BYTES;
-  if (input === undefined && !dropResult) return v;
-  const brief: JobView = { ...v };
-  if (dropResult) {
-    brief.result = null;
-    brief.resultOmittedBytes = result;
-    delete brief.resultEncoding;
-  }
-  if (input !== undefined) {
-    brief.input = null;
-    brief.inputOmittedBytes = input;
-  }
-  return brief;
+  return input === undefined ? brief : { ...brief, input: null, inputOmittedBytes: input };
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());

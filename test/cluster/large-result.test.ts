@@ -1,12 +1,14 @@
 /** A cluster node's job views leave a large result out, by its size, as a local node's do (GET …/result gives it whole). */
 import { describe, expect, it } from 'vitest';
-import { withoutLargeResult } from '../../src/cluster/views.js';
-import type { JobView } from '../../src/server/api.js';
+import { withoutResultOver, type JobView } from '../../src/server/api.js';
+import { VIEW_RESULT_MAX_BYTES } from '../../src/server/journal-schema.js';
+
+const withoutLargeResult = (v: JobView) => withoutResultOver(v, VIEW_RESULT_MAX_BYTES);
 
 const view = (result: unknown, resultEncoding?: 'base64'): JobView =>
   ({ id: 'j', kind: 'k', priority: 'normal', partitions: 1, state: 'done', input: null, deadline: null, submittedAt: '', startedAt: null, finishedAt: null, durationS: null, partitionsDone: 1, partitionStates: null, partitionCounts: null, resumes: 0, result, ...(resultEncoding ? { resultEncoding } : {}), error: null }) as JobView;
 
-describe('withoutLargeResult', () => {
+describe('withoutResultOver(v, VIEW_RESULT_MAX_BYTES)', () => {
   it('leaves a result over 1 MiB as stored (bytes, or JSON text) out, by its size; a smaller one stays', () => {
     const big = Buffer.alloc((1 << 20) + 1, 7).toString('base64');
     expect(withoutLargeResult(view(big, 'base64'))).toEqual({ ...view(null), resultOmittedBytes: (1 << 20) + 1 });
