@@ -134,13 +134,18 @@ describe('Engine: batching devices', () => {
     expect(ofType(out, 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['a:0']);
   });
 
-  it('a batch that failed without naming items: each runs again alone (no retry spent), then fails as itself', () => {
-    const r = batching({ maxItems: 4 });
+  /** Job a's two partitions in batch 1 on the one worker (w:0 ran alone first, as batch 0). */
+  function twoInABatch(r: Driver): void {
     r.apply({ type: 'submit', time: 0, job: job('w', 1) });
     r.prepared(1, 'w:0');
     r.apply({ type: 'submit', time: 1, job: job('a', 2) });
     r.prepared(2, 'a:0', 'a:1');
     r.apply({ type: 'batchDone', time: 3, batch: 0 });
+  }
+
+  it('a batch that failed without naming items: each runs again alone (no retry spent), then fails as itself', () => {
+    const r = batching({ maxItems: 4 });
+    twoInABatch(r);
     const out = r.apply({ type: 'batchFailed', time: 4, batch: 1, reason: 'device reset' });
     // Both are prepared again (the device had taken their data).
     expect(ofType(out, 'startPrepare').map((c) => c.item.partition)).toEqual([0, 1]);
@@ -154,11 +159,7 @@ describe('Engine: batching devices', () => {
 
   it('a batch failed with workerLost: its worker is out of service before the next dispatch (nothing waiting is sent to it)', () => {
     const r = batching({ maxItems: 4 });
-    r.apply({ type: 'submit', time: 0, job: job('w', 1) });
-    r.prepared(1, 'w:0');
-    r.apply({ type: 'submit', time: 1, job: job('a', 2) });
-    r.prepared(2, 'a:0', 'a:1');
-    r.apply({ type: 'batchDone', time: 3, batch: 0 });
+    twoInABatch(r);
     r.apply({ type: 'submit', time: 3, job: job('b', 1) });
     r.prepared(3, 'b:0');
     const out = r.apply({ type: 'batchFailed', time: 4, batch: 1, reason: 'it exited', workerLost: true });
@@ -169,11 +170,7 @@ describe('Engine: batching devices', () => {
 
   it('a batch failed with final: several run again alone (it may be any one of them), one alone fails its job at once, its retries unspent', () => {
     const r = batching({ maxItems: 4 }, 1, {}, 3);
-    r.apply({ type: 'submit', time: 0, job: job('w', 1) });
-    r.prepared(1, 'w:0');
-    r.apply({ type: 'submit', time: 1, job: job('a', 2) });
-    r.prepared(2, 'a:0', 'a:1');
-    r.apply({ type: 'batchDone', time: 3, batch: 0 });
+    twoInABatch(r);
     const out = r.apply({ type: 'batchFailed', time: 4, batch: 1, reason: 'answered 400', final: true });
     expect(ofType(out, 'finishJob')).toEqual([]);
     expect(ofType(out, 'startPrepare').map((c) => c.item.partition)).toEqual([0, 1]);
