@@ -22,6 +22,7 @@ import json
 import math
 import mmap
 import os
+import re
 import signal
 import struct
 import sys
@@ -103,10 +104,52 @@ class FrameTooLarge(ValueError):
     """A header over MAX_HEADER_BYTES (nothing was written)."""
 
 
+class InexactInteger(ValueError):
+    """An integer that stoker would read rounded (nothing was written)."""
+
+
+# An integer of 16 digits or more written as one (not a float's digits): only then are the
+# header's integers looked at one by one.
+_LONG_INTEGER = re.compile(rb"(?:^|[^0-9.eE+\-])-?[0-9]{16,}(?![0-9.eE])")
+
+
+def _inexact_int(value, path):
+    """Where an integer that a double does not hold exactly is in ``value`` (its path and the
+    integer), or None: stoker reads JSON numbers as JavaScript numbers, doubles."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            exact = abs(value) <= 2**53 or int(float(value)) == value
+        except OverflowError:  # beyond a double's range
+            exact = False
+        return None if exact else (path, value)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _inexact_int(v, "%s.%s" % (path, k) if path else str(k))
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _inexact_int(v, "%s[%d]" % (path, i))
+            if found:
+                return found
+    return None
+
+
 def _write_frame(stream, header, payload=None):
     if payload is not None:
         header = dict(header, payloadBytes=len(payload))
     data = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    found = _LONG_INTEGER.search(data) and _inexact_int(header, "")
+    if found:
+        # (JSON.parse on stoker's side would round it, silently: an int64 id 2**64 + 1 came back as
+        # 18446744073709552000.)
+        try:
+            read = "read rounded to %d" % int(float(found[1]))
+        except OverflowError:
+            read = "not read (beyond a double's range)"
+        e = InexactInteger("%s is the integer %s, which stoker would %s — JSON numbers are doubles there, whole numbers exact to 2**53: return it as a string, str(x)" % (found[0], found[1] if abs(found[1]) < 10**40 else "of %d digits" % len(str(abs(found[1]))), read))
+        e.retry = False
+        raise e
     if len(data) > MAX_HEADER_BYTES:
         e = FrameTooLarge("its JSON is %d bytes, over the %d bytes a frame header carries: return large data as bytes, which go as the payload" % (len(data), MAX_HEADER_BYTES))
         e.retry = False
@@ -139,6 +182,9 @@ def _not_json(value, path):
                 return found
         return None
     name = type(value).__name__
+    if type(value).__module__ == "numpy":
+        # (np.bool_ read "a bool", which JSON carries: say it is numpy's, and how to make it Python's.)
+        return (path, "a numpy %s (%s)" % (name, ".tolist(), or its .tobytes() returned alone as the output" if name == "ndarray" else ".item() makes it Python's"))
     return (path, "%s %s" % ("an" if name[:1] in "aeiou" else "a", name))
 
 
@@ -148,7 +194,7 @@ def _reply(out, id, output, extra):
         return
     try:
         _write_frame(out, dict({"type": "result", "id": id, "ok": True, "output": output}, **extra))
-    except FrameTooLarge:
+    except (FrameTooLarge, InexactInteger):
         raise
     except (TypeError, ValueError):
         # (Nothing was written: the header is encoded before a byte goes out.) Where, for the message;

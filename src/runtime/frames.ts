@@ -3,6 +3,7 @@
  * 4-byte big-endian header length, the header as UTF-8 JSON (an object), then `payloadBytes`
  * bytes of payload (the header's field; 0 or absent: none).
  */
+import { roundedInteger } from './json-walk.js';
 
 /**
  * The largest header accepted, 64 MiB: JSON inputs, prepared values and outputs travel in it
@@ -16,6 +17,8 @@ export const MAX_HEADER_BYTES = 64 << 20;
 export interface Frame {
   header: Record<string, unknown>;
   payload?: Uint8Array;
+  /** The first integer in the header that JSON.parse rounded (a helper not in Python, or an old one, sent it), and where. */
+  rounded?: { literal: string; path: string };
 }
 
 /** A frame that breaks the protocol: the stream cannot be trusted after it. */
@@ -48,7 +51,7 @@ export class FrameReader {
   private chunks: Buffer[] = [];
   private buffered = 0;
   /** The header of the frame whose payload is still arriving. */
-  private pending: { header: Record<string, unknown>; payloadBytes: number } | undefined;
+  private pending: { header: Record<string, unknown>; payloadBytes: number; rounded?: Frame['rounded'] } | undefined;
 
   constructor(
     /** The largest payload accepted, bytes. */
@@ -89,12 +92,13 @@ export class FrameReader {
         const p = h['payloadBytes'] ?? 0;
         if (typeof p !== 'number' || !Number.isSafeInteger(p) || p < 0) throw new FrameError(`payloadBytes must be a whole number ≥ 0, got ${JSON.stringify(p)}`);
         if (p > this.maxPayloadBytes) throw new FrameError(`a frame payload of ${p} bytes is over the ${this.maxPayloadBytes}-byte limit: raise [device.process] maxFrameBytes, or return less`, true);
-        this.pending = { header: h, payloadBytes: p };
+        const rounded = roundedInteger(text);
+        this.pending = { header: h, payloadBytes: p, ...(rounded ? { rounded } : {}) };
       }
-      const { header, payloadBytes } = this.pending;
+      const { header, payloadBytes, rounded } = this.pending;
       if (this.buffered < payloadBytes) break;
       this.pending = undefined;
-      out.push(payloadBytes > 0 ? { header, payload: new Uint8Array(this.take(payloadBytes)) } : { header });
+      out.push({ header, ...(payloadBytes > 0 ? { payload: new Uint8Array(this.take(payloadBytes)) } : {}), ...(rounded ? { rounded } : {}) });
     }
     return out;
   }

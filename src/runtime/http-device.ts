@@ -27,6 +27,7 @@ import { checkPrepared, preparedJson, sendable } from './lossless-json.js';
 import { redactUrl } from './redact.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
+import { roundedInteger } from './json-walk.js';
 import { failure } from './no-retry.js';
 import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
@@ -259,11 +260,17 @@ export class HttpDevice implements DeviceRunner {
     // job failed later, at finish, saying only that it held bytes.)
     if (/^text\/html\b/i.test(type)) throw new Error(`${label}: POST ${this.shown} answered ${res.status} ${type}, a web page, not an output (${JSON.stringify(text().slice(0, 120))}): check [device.http] url — an output is JSON (application/json) or bytes (any other type)`);
     if (!/^application\/(.+\+)?json\b/i.test(type)) return { data, json: undefined, busyMs };
+    const answer = new TextDecoder().decode(data);
+    let json: unknown;
     try {
-      return { data, json: JSON.parse(new TextDecoder().decode(data)) as unknown, busyMs };
+      json = JSON.parse(answer);
     } catch {
       throw new Error(`${label}: POST ${this.shown} answered application/json that is not JSON: ${text()}`);
     }
+    // (JSON.parse rounds an integer no double holds: an int64 id came back changed, the job done. The same answer would come again: no retry.)
+    const r = roundedInteger(answer);
+    if (r) throw failure(`${label}: POST ${this.shown} answered the integer ${r.literal.length > 40 ? `of ${r.literal.replace('-', '').length} digits` : r.literal} at ${r.path}, which stoker reads rounded (as ${String(Number(r.literal))}: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string`, false);
+    return { data, json, busyMs };
   }
 
   private async request(call: RunCall, label: string): Promise<{ output: unknown; busyMs: number }> {

@@ -423,7 +423,8 @@ class WorkerProcess {
     if (busyNs !== undefined) step.busyNs = Math.max(step.busyNs ?? 0, busyNs);
     // (As a single item's: the worker named, the trailing newline of a traceback left off.)
     const error = `${this.label}: ${typeof h['error'] === 'string' ? h['error'].trimEnd() : 'the item failed (no error message)'}`;
-    step.results[index] = h['ok'] === true ? { output: outputOf(f) } : h['retry'] === false ? { error, retry: false } : { error };
+    const rounds = h['ok'] === true ? roundedSaid(f) : undefined;
+    step.results[index] = rounds ? { error: `${this.label}: ${rounds}`, retry: false } : h['ok'] === true ? { output: outputOf(f) } : h['retry'] === false ? { error, retry: false } : { error };
     if (++step.received < step.size) return true;
     this.step = undefined;
     this.failures = 0;
@@ -442,6 +443,8 @@ class WorkerProcess {
     const bad = busyProblem(busyNs, wallMs);
     if (bad) return step.reject(new Error(`${this.label}: ${bad}`));
     this.failures = 0;
+    const rounds = roundedSaid(f);
+    if (rounds) return step.reject(failure(`${this.label}: ${rounds}`, false));
     step.resolve({ output: outputOf(f), busyMs: busyNs === undefined ? wallMs : busyNs / 1e6 });
   }
 
@@ -536,6 +539,16 @@ function busyProblem(v: unknown, wallMs: number): string | undefined {
   if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) return `busyNs must be a finite number ≥ 0 (the ns the item occupied the worker), got ${JSON.stringify(v)}`;
   if (v / 1e6 > wallMs * 1.01 + 1) return `busyNs ${v} is longer than the ${Math.round(wallMs * 1e6)} ns since the step was sent: report the ns the item occupied the worker (time.perf_counter_ns() around the work), not ms or a timestamp`;
   return undefined;
+}
+
+/**
+ * What is wrong with a successful result's output, or undefined: an integer in it that JSON.parse
+ * rounded (the same output again would be rounded again: no retry).
+ */
+function roundedSaid(f: Frame): string | undefined {
+  const r = f.rounded;
+  if (!r || !r.path.startsWith('$.output')) return undefined;
+  return `${r.path.slice(2)} is the integer ${r.literal.length > 40 ? `of ${r.literal.replace('-', '').length} digits` : r.literal}, which stoker reads rounded (as ${String(Number(r.literal))}: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string`;
 }
 
 /** A successful result's output: its payload, empty bytes (`bytes` without one), or its JSON `output`. */

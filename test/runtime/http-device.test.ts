@@ -106,6 +106,17 @@ describe('an HTTP device', () => {
   });
 });
 
+describe('an HTTP device answer with an integer a double rounds', () => {
+  it('fails its job at once, naming the integer and where (an int64 id came back rounded, the job done)', async () => {
+    let requests = 0;
+    const url = await serve((_q, _b, res) => (requests++, res.writeHead(200, { 'content-type': 'application/json' }).end('{"ids":[1152921504606846976,18446744073709551617],"score":0.30000000000000004}')));
+    const rt = setup({ url }, { retries: 2 });
+    const e = await failure(rt.submit(spec('int64'), {}));
+    expect(e.message).toMatch(/infer\/0: POST .* answered the integer 18446744073709551617 at \$\.ids\[1\], which stoker reads rounded \(as 18446744073709552000: JSON numbers are doubles here, whole numbers exact to 2\^53\): send it as a string$/);
+    expect(requests).toBe(1);
+  });
+});
+
 describe('an HTTP device answer over maxResponseBytes', () => {
   it('fails its job at once (it would come again), naming the setting to raise', async () => {
     let requests = 0;

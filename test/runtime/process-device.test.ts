@@ -141,7 +141,24 @@ setInterval(() => {}, 1000);`;
     expect(nan.message).toBe('job nan: partition 0 failed on device 0: gpu/0: ValueError: output.score is nan, which JSON cannot carry: return numbers, strings, lists and dicts (a numpy array: .tolist(); NaN: None), or bytes');
     const set = await failure(rt.submit(spec('set'), { mode: 'set' }));
     expect(set.message).toMatch(/output\.tags is a set, which JSON cannot carry/);
+    // (numpy's bool read "a bool", which JSON carries.)
+    const flag = await failure(rt.submit(spec('numpy-bool'), { mode: 'numpy-bool' }));
+    expect(flag.message).toMatch(/output\.flag is a numpy bool_? \(\.item\(\) makes it Python's\), which JSON cannot carry/);
     await expect(rt.submit(spec('after'), { mode: 'ok' })).resolves.toHaveLength(1);
+  });
+
+  it('an integer a double would round fails its job at once, naming it (an int64 id 2^64 + 1 came back as 18446744073709552000, the job done)', async () => {
+    const steps: EngineEvent[] = [];
+    const { rt } = setup({ command: 'python3', args: [PY] }, { retries: 2, onStep: (e) => steps.push(e) });
+    const e = await failure(rt.submit(spec('int64'), { mode: 'int64' }));
+    expect(e.message).toBe(
+      'job int64: partition 0 failed on device 0: gpu/0: InexactInteger: output.ids[1] is the integer 18446744073709551617, which stoker would read rounded to 18446744073709551616 — JSON numbers are doubles there, whole numbers exact to 2**53: return it as a string, str(x)',
+    );
+    expect(steps.filter((s) => s.type === 'deviceFailed')).toMatchObject([{ final: true }]);
+    // A helper of one's own sends it anyway: stoker's side names it too, and the process serves on.
+    const own = setup({ command: 'python3', args: [BAD, 'int64'] }, { retries: 2 });
+    const e2 = await failure(own.rt.submit(spec('own'), { mode: 'ok' }));
+    expect(e2.message).toBe('job own: partition 0 failed on device 0: gpu/0: output.ids[1] is the integer 18446744073709551617, which stoker reads rounded (as 18446744073709552000: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string');
   });
 
   it('a JSON output over 1 MiB comes back whole (it was refused as a malformed frame: the header was capped at 1 MiB); one over the 64 MiB a header carries fails its job at once, saying to return bytes', async () => {

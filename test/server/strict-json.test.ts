@@ -49,6 +49,26 @@ describe('parseStrictJson', () => {
     expect(parseStrictJson('{"a":1e-400,"b":-0,"c":1.7976931348623157e308}')).toEqual({ a: 0, b: -0, c: 1.7976931348623157e308 });
   });
 
+  it('refuses an integer that a double would round, naming where (an int64 id 2^64 + 1 was kept as 18446744073709552000, and 2^64 + 2 was the same job)', () => {
+    expect(refused('{"kind":"raw","input":{"user_id":18446744073709551617}}')).toBe(
+      'the integer 18446744073709551617 at $.input.user_id has more digits than a number here holds exactly (a double: whole numbers to 2^53 = 9007199254740992 and some beyond; it would read 18446744073709552000): send it as a string',
+    );
+    expect(refused('{"ids":[10000000000000000,10000000000000001]}')).toMatch(/^the integer 10000000000000001 at \$\.ids\[1\] has more digits/);
+    expect(refused('[-9007199254740993]')).toMatch(/^the integer -9007199254740993 at \$\[0\]/);
+    // Integers a double holds read as written (2^53 + 2, 2^60, 10^21), and so do the digits JSON.stringify writes for a double (1e20, -2.105416613021971e16); a fraction or an exponent is a float, rounded as ever.
+    expect(parseStrictJson('[9007199254740991,9007199254740994,1152921504606846976,1000000000000000000000,100000000000000000000,-21054166130219710,1.00000000000000001,1e16]')).toEqual([2 ** 53 - 1, 2 ** 53 + 2, 2 ** 60, 1e21, 1e20, -2.105416613021971e16, 1, 1e16]);
+  });
+
+  it("names NaN and Infinity where they are (Python's json.dumps writes them by default)", () => {
+    const fix = 'is not JSON (JSON has no NaN or Infinity): send null or a finite number there — in Python, json.dumps(body, allow_nan=False) finds these before sending';
+    expect(refused('{"kind": "raw", "input": {"x": NaN}}')).toBe(`NaN at $.input.x ${fix}`);
+    expect(refused('{"input":{"v":[1, 2, -Infinity]}}')).toBe(`-Infinity at $.input.v[2] ${fix}`);
+    expect(refused('[Infinity]')).toBe(`Infinity at $[0] ${fix}`);
+    // Inside a string they are text; other malformed text is said as JSON.parse says it.
+    expect(refused('{"a": "NaN", "b": nope}')).toMatch(/^the body is not valid JSON \(.*\): send a JSON object/);
+    expect(refused('{"a": "unterminated')).toMatch(/^the body is not valid JSON/);
+  });
+
   it('refuses __proto__ anywhere, and says what malformed or empty bodies are', () => {
     expect(refused('{"kind":"sleep","__proto__":{"x":1}}')).toBe('the key "__proto__" at $.__proto__ is not allowed: remove it');
     expect(refused('{"input":{"\\u005f_proto__":{}}}')).toBe('the key "__proto__" at $.input.__proto__ is not allowed: remove it');
