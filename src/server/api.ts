@@ -28,7 +28,7 @@ export const SubmitBody = z
         .regex(ID, { error: 'id must be 1–200 characters of A–Z a–z 0–9 . _ : - starting with a letter or digit' })
         .optional()
         .meta({ description: 'Idempotency key; generated when absent' }),
-      kind: z.string({ error: 'kind must be a string naming a job kind (GET /v1/kinds lists them)' }).meta({ description: 'A kind from GET /v1/kinds (built in: ntt-proof, sleep)' }),
+      kind: z.string({ error: 'kind must be a string naming a job kind (GET /v1/kinds lists them)' }).meta({ description: 'A kind this server offers: GET /v1/kinds lists them (with their input schemas)' }),
       priority: z
         .enum(PRIORITIES, { error: `priority must be one of ${PRIORITIES.join(', ')}` })
         .default('normal')
@@ -41,7 +41,7 @@ export const SubmitBody = z
         .max(MAX_PARTITIONS, { error: `partitions must be ≤ ${MAX_PARTITIONS}` })
         .optional()
         .meta({ description: 'Required unless the kind derives it from its input (GET /v1/kinds: partitionsFromInput)' }),
-      input: z.unknown().optional().meta({ description: "The kind's input, checked against its JSON Schema (GET /v1/kinds). ntt-proof: {seed, logN 4–20, synthesisMs}; sleep: {seed, prepareMs, deviceMs}" }),
+      input: z.unknown().optional().meta({ description: "The kind's input, checked against its JSON Schema (GET /v1/kinds gives each kind's)" }),
       deadline: z
         .union([z.number(DEADLINE_ERROR).int(DEADLINE_ERROR).positive(DEADLINE_ERROR).max(MAX_DATE_MS, DEADLINE_ERROR), z.iso.datetime({ offset: true, ...DEADLINE_ERROR })], DEADLINE_ERROR)
         .optional()

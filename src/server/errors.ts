@@ -41,7 +41,9 @@ export function quoted(value: string): string {
 /** Refuses a new job whose deadline has already passed (a retry of an accepted job is not new: it answers as before). */
 export function refusePastDeadline(deadline: number | null): void {
   if (deadline === null || deadline > Date.now()) return;
-  const message = `deadline ${new Date(deadline).toISOString()} has passed (now ${new Date().toISOString()}): give a time in the future, or leave deadline out`;
+  // (Python's int(time.time()) + 3600 is epoch seconds: read as ms, a day in January 1970.)
+  const seconds = deadline > 0 && deadline < 1e11 && deadline * 1000 > Date.now() ? ` — ${deadline} looks like epoch seconds: deadline is epoch milliseconds (× 1000)` : '';
+  const message = `deadline ${new Date(deadline).toISOString()} has passed (now ${new Date().toISOString()})${seconds}: give a time in the future, or leave deadline out`;
   throw new ServiceError(400, 'invalid-job', 'Invalid job', `deadline: ${message}`, { errors: [{ path: 'deadline', message }] });
 }
 

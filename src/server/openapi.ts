@@ -34,7 +34,7 @@ function responseSchema(schema: z.ZodType): Record<string, unknown> {
 }
 const json = (description: string, schema: object) => ({ description, content: { 'application/json': { schema } } });
 const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'string' } };
-const sinceParam = { name: 'since', in: 'query', required: false, schema: { type: 'string', default: '5m', examples: ['30s', '5m', '1h'] }, description: 'How far back to look' };
+const sinceParam = { name: 'since', in: 'query', required: false, schema: { type: 'string', default: '5m', examples: ['30s', '5m', '1h'] }, description: 'How far back to look: 30s, 5m, 1h, or a bare number of seconds' };
 
 /**
  * The OpenAPI 3.1 document of the HTTP API (served at GET /v1/openapi.json). A cluster node's
@@ -110,12 +110,14 @@ function base(maxWaitS: number): object {
         get: {
           summary: 'The result, long-polling',
           description: 'A bytes result is base64 in `result` with `resultEncoding: "base64"`; with `Accept: application/octet-stream` a done job answers the raw bytes (406 when its result is JSON).',
-          parameters: [idParam, { name: 'wait', in: 'query', required: false, schema: { type: 'string', examples: ['30s', '500ms', '2m'] }, description: `How long to wait for the end (default 0; a longer wait than ${maxWaitS}s is cut to it)` }],
+          parameters: [idParam, { name: 'wait', in: 'query', required: false, schema: { type: 'string', examples: ['30s', '500ms', '2m'] }, description: `How long to wait for the end: 500ms, 30s, 2m, 1h, or a bare number of seconds (default 0; a longer wait than ${maxWaitS}s is cut to it)` }],
           responses: {
-            '200': json('The job ended: state done (result) or failed/cancelled (error)', { $ref: '#/components/schemas/Result' }),
+            // (JSON only: with the raw bytes beside it, a generated client reads every answer as Result | string, and the common JSON case needs a cast.)
+            '200': json('The job ended: state done (result) or failed/cancelled (error). With Accept: application/octet-stream, a done job whose result is bytes answers them raw instead', { $ref: '#/components/schemas/Result' }),
             '202': json('Still running after the wait; or on hold, answered at once (onHold says why)', { $ref: '#/components/schemas/Result' }),
             '400': problemResponse('A wait that is not a duration, or a query parameter other than wait'),
             '404': problemResponse('No such job'),
+            '406': problemResponse('Accept asks for bytes only (application/octet-stream) and the result is JSON'),
           },
         },
       },

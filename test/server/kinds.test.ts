@@ -508,6 +508,11 @@ describe('deadlines', () => {
     const r = await http(server.url, 'POST', '/v1/jobs', { kind: 'sleep', partitions: 1, deadline: '2000-01-01T00:00:00Z' });
     expect(r.status).toBe(400);
     expect(r.body.errors).toEqual([{ path: 'deadline', message: expect.stringMatching(/^deadline 2000-01-01T00:00:00\.000Z has passed \(now \d{4}-.*Z\): give a time in the future, or leave deadline out$/) }]);
+    // Epoch seconds (Python's int(time.time()) + 3600) read as ms: a day in 1970, said so.
+    const seconds = Math.floor(Date.now() / 1000) + 3600;
+    const s = await http(server.url, 'POST', '/v1/jobs', { kind: 'sleep', partitions: 1, deadline: seconds });
+    expect(s.status).toBe(400);
+    expect(s.body.errors[0].message).toMatch(new RegExp(`^deadline 1970-.* has passed \\(now .*\\) — ${seconds} looks like epoch seconds: deadline is epoch milliseconds \\(× 1000\\): give a time in the future`));
   });
 
   it('a job that misses its deadline fails with the deadline as an ISO time; its retry answers as before', async () => {
