@@ -11,7 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, statfsSync, statSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integrity.js';
 import { canonical, fromRow, fromStored, JOB_STATES, PRIORITIES, SCHEMA, SCHEMA_VERSION, STATE_LIST, toJson, toStored, UNFINISHED, LIST_COLUMNS, VIEW_COLUMNS, type JobRow } from './journal-schema.js';
@@ -70,14 +70,32 @@ export class Journal {
   readonly #maxBytes: number | undefined;
   /** Writes refused because the journal was full, since it was opened (for the operator: a metric, a log line). */
   fullRefusals = 0;
-  /** Whether the latest write was refused for want of room (a new job written clears it). */
+  /** Whether the latest write was refused for want of room (a new job written clears it), or because the journal could not be written. */
   full = false;
+  /**
+   * Why the journal cannot be written, where a write failed for another reason than room: its disk
+   * failed or was remounted read-only, its files were made read-only (SQLITE_IOERR, SQLITE_READONLY).
+   * Taken as a full journal is — submissions refused (507), ends kept in memory, /readyz not ready —
+   * until a write goes through again: a start's write threw out of a timer and the server died,
+   * after answering 500s with /readyz ready and nothing said (a container deployer's trial).
+   */
+  #unwritable: string | undefined;
+  /**
+   * journal.maxBytes in pages, where set: the database's page limit while a new job is written
+   * (SQLite's max_page_count). The starts, outputs and ends of jobs already accepted are written
+   * past it: capped too, an end that did not fit waited for room that only the purge of ended jobs
+   * makes — with none to purge, accepted jobs stayed running for good (a container deployer's trial).
+   */
+  readonly #capPages: number | undefined;
+  /** The page limit set now (the cap, or none). */
+  #pageLimit = NO_PAGE_LIMIT;
 
   private constructor(db: Database.Database, now: () => number, mark: number | undefined, maxBytes: number | undefined, created: boolean) {
     this.created = created;
     this.#db = db;
     this.#now = now;
     this.#maxBytes = maxBytes;
+    this.#capPages = maxBytes === undefined ? undefined : Math.max(1, Math.floor(maxBytes / (db.pragma('page_size', { simple: true }) as number)));
     this.#s = prepareStatements(db);
     this.#mark = mark;
     // The mark is written on every insert (page cache: a kill -9 keeps it) and synced once a second.
@@ -148,10 +166,6 @@ export class Journal {
           conn.pragma(`user_version = ${SCHEMA_VERSION}`);
         })();
       }
-      if (options.maxBytes !== undefined) {
-        const page = conn.pragma('page_size', { simple: true }) as number;
-        conn.pragma(`max_page_count = ${Math.max(1, Math.floor(options.maxBytes / page))}`);
-      }
       checkIntegrity(conn, path);
       mark = openMark(path, conn);
       return new Journal(conn, options.now ?? Date.now, mark, options.maxBytes, version === 0);
@@ -193,15 +207,23 @@ export class Journal {
 
   /** Runs a write; a full disk (or maxBytes) becomes `E_JOURNAL_FULL`, naming what was not written. */
   #write<T>(what: string, fn: () => T, newJob = false): T {
+    const limit = newJob ? (this.#capPages ?? NO_PAGE_LIMIT) : NO_PAGE_LIMIT;
+    if (limit !== this.#pageLimit) {
+      this.#db.pragma(`max_page_count = ${limit}`);
+      this.#pageLimit = limit;
+    }
     try {
       const done = fn();
       // (Only a new job says there is room: an update that needs no new page, or a purge with nothing to purge, is no news.)
       if (newJob) this.full = false;
       return done;
     } catch (e) {
-      if ((e as { code?: unknown }).code === 'SQLITE_FULL') {
+      const code = (e as { code?: unknown }).code;
+      const unwritable = typeof code === 'string' && /^SQLITE_(IOERR|READONLY|CANTOPEN|PERM)/.test(code);
+      if (code === 'SQLITE_FULL' || unwritable) {
         this.fullRefusals++;
         this.full = true;
+        if (unwritable) this.#unwritable = `${(e as Error).message} (${code})`;
         throw new JournalError('E_JOURNAL_FULL', `${this.fullReason()}: ${what} was not written — ${this.fullFix()}`, { cause: e });
       }
       throw e;
@@ -218,6 +240,11 @@ export class Journal {
   checkRoom(): boolean {
     if (!this.full) return true;
     try {
+      // (A journal that could not be written is tried with a write of its own: its schema version, unchanged.)
+      if (this.#unwritable !== undefined) {
+        this.#db.pragma(`user_version = ${Number(this.#db.pragma('user_version', { simple: true }))}`);
+        this.#unwritable = undefined;
+      }
       if (this.#maxBytes !== undefined) {
         const page = this.#db.pragma('page_size', { simple: true }) as number;
         const used = (this.#db.pragma('page_count', { simple: true }) as number) - (this.#db.pragma('freelist_count', { simple: true }) as number);
@@ -234,11 +261,13 @@ export class Journal {
 
   /** What makes room, for a full journal. */
   fullFix(): string {
+    if (this.#unwritable !== undefined) return `check the data dir's disk, its mount and the permissions of its files (${basename(this.#db.name)} and its -wal, -shm and .mark files): writes resume by themselves once they go through`;
     return this.#maxBytes === undefined ? 'free space on that disk' : 'raise journal.maxBytes, or let finished jobs be purged sooner (server.resultTtlS), or free space on the disk';
   }
 
   /** Why the journal is full: its cap (journal.maxBytes), or the disk of its data dir (either may be it where a cap is set). */
   fullReason(): string {
+    if (this.#unwritable !== undefined) return `the journal cannot be written: ${this.#unwritable} — its disk failed or was remounted read-only, or its files were made read-only`;
     return this.#maxBytes === undefined ? 'the disk of the data dir is full' : `the journal is full: it reached journal.maxBytes (${this.#maxBytes} bytes, its write-ahead log not counted), or its disk is full`;
   }
 
@@ -544,6 +573,9 @@ function nearestExisting(dir: string): string | undefined {
 }
 
 /** Why `dir` cannot be written (a read-only file system, no permission), or undefined when it can. */
+/** SQLite's own largest page limit: none. */
+const NO_PAGE_LIMIT = 4294967294;
+
 function writeError(dir: string): string | undefined {
   try {
     accessSync(dir, constants.W_OK);

@@ -168,6 +168,70 @@ describe('Journal', () => {
     small.insert(job('after-check', { input: { pad } }));
   });
 
+  it('journal.maxBytes bounds new jobs only: the starts, outputs and ends of jobs accepted are written past it (capped too, an end waited for a purge; with nothing to purge, for good)', () => {
+    const small = Journal.open(tempDir(), { maxBytes: 65_536 });
+    journals.push(small);
+    const pad = 'x'.repeat(6000);
+    const accepted: string[] = [];
+    for (let n = 0; !small.full && n < 100; n++) {
+      try {
+        small.insert(job(`j${n}`, { partitions: 2, input: { pad } }));
+        accepted.push(`j${n}`);
+      } catch (e) {
+        expect((e as JournalError).code).toBe('E_JOURNAL_FULL');
+      }
+    }
+    expect(small.full).toBe(true);
+    for (const id of accepted) {
+      small.markRunning(id);
+      expect(small.recordPartition(id, 0, { out: pad })).toBe(true);
+      expect(small.finish(id, { state: 'done', result: { pad, more: pad } })).toBe(true);
+    }
+    expect(accepted.every((id) => small.get(id)?.state === 'done')).toBe(true);
+    // New jobs are refused again once they fill what is left: the cap holds for them.
+    let more = 0;
+    for (; more < 100; more++) {
+      try {
+        small.insert(job(`late${more}`, { input: { pad } }));
+      } catch (e) {
+        expect((e as JournalError).code).toBe('E_JOURNAL_FULL');
+        break;
+      }
+    }
+    expect(more).toBeLessThan(100);
+  });
+
+  it('a journal that cannot be written (an I/O error, a read-only remount) is taken as full — refused writes name the cause — until a write goes through again (it threw out of a timer and ended the server)', () => {
+    const j = open(tempDir());
+    j.insert(job('a'));
+    const stmts = (j as unknown as { stmts: Record<string, { run: (...a: unknown[]) => unknown }> }).stmts;
+    const run = stmts['markRunning']?.run as (...a: unknown[]) => unknown;
+    const ioError = Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR_WRITE' });
+    (stmts['markRunning'] as { run: unknown }).run = () => {
+      throw ioError;
+    };
+    let refused: unknown;
+    try {
+      j.markRunning('a');
+    } catch (e) {
+      refused = e;
+    }
+    expect(refused).toBeInstanceOf(JournalError);
+    expect((refused as JournalError).code).toBe('E_JOURNAL_FULL');
+    expect((refused as JournalError).message).toBe(
+      'the journal cannot be written: disk I/O error (SQLITE_IOERR_WRITE) — its disk failed or was remounted read-only, or its files were made read-only: the start of job "a" was not written — check the data dir\'s disk, its mount and the permissions of its files (stoker.db and its -wal, -shm and .mark files): writes resume by themselves once they go through',
+    );
+    expect(j.full).toBe(true);
+    expect(j.fullRefusals).toBe(1);
+    // Writable again: a write of its own says so (a server not ready gets no submission to say it).
+    (stmts['markRunning'] as { run: unknown }).run = run;
+    expect(j.checkRoom()).toBe(true);
+    expect(j.full).toBe(false);
+    expect(j.fullReason()).toBe('the disk of the data dir is full');
+    j.markRunning('a');
+    expect(j.get('a')?.state).toBe('running');
+  });
+
   it('marks a queued job running once, stamping startedAt', () => {
     const c = clock();
     const j = open(tempDir(), c.now);
