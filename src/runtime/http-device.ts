@@ -91,6 +91,8 @@ export class HttpDevice implements DeviceRunner {
   private closed = false;
 
   constructor(options: HttpDeviceOptions) {
+    const creds = credentialsProblem(options.url);
+    if (creds) throw new Error(`url ${redactUrl(options.url)}: ${creds}`);
     this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, unreachableMs: 60_000, log: () => {}, ...options };
     this.shown = redactUrl(options.url);
     // At start: an endpoint not there (a wrong port, not started yet) is said now, not at the first step.
@@ -287,6 +289,22 @@ export class HttpDevice implements DeviceRunner {
     const { data, json, busyMs } = await this.post(label, body ?? preparedJson(meta), headers, call.signal);
     return { output: json === undefined ? data : json, busyMs };
   }
+}
+
+/**
+ * Why a URL with credentials in it (`http://user:pw@host/…`) cannot be an endpoint, or undefined:
+ * fetch refuses it at every step, its error quoting the URL — password and all — into job errors
+ * and logs (a container deployer's trial).
+ */
+export function credentialsProblem(url: string): string | undefined {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return undefined;
+  }
+  if (u.username === '' && u.password === '') return undefined;
+  return 'a URL with user:password@ in it cannot be sent (fetch refuses credentials in a URL): give them as a header instead, e.g. headers = { Authorization = "Basic …" } (the base64 of user:password), and leave them out of the url';
 }
 
 /** Resolves after `ms`, or at once when `signal` fires. */

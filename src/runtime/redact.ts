@@ -18,6 +18,11 @@ export function redactUrl(url: string): string {
     u.password = '***';
     changed = true;
   }
+  // (A user name alone may be the credential: https://TOKEN@host.)
+  if (u.username !== '' && u.protocol.startsWith('http')) {
+    u.username = '***';
+    changed = true;
+  }
   for (const name of [...u.searchParams.keys()]) {
     if (!SECRET_NAME.test(name)) continue;
     u.searchParams.set(name, '***');

@@ -4,6 +4,8 @@ import path from 'node:path';
 import { z } from 'zod';
 import { PACER_NAMES } from '../core/index.js';
 import { suggest } from '../core/suggest.js';
+import { credentialsProblem } from '../runtime/http-device.js';
+import { redactUrl } from '../runtime/redact.js';
 import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, HttpDeviceConfig, PrepareConfig, ProcessDeviceConfig, ServeConfig, ServerConfig } from './config-types.js';
 
 /**
@@ -34,6 +36,11 @@ export function show(v: unknown): string {
 /** Zod's error option: "expected <expect>, got <value> — <fix>". */
 export const err = (expect: string, fix: string | ((input: unknown) => string)) => ({
   error: (iss: { input?: unknown }) => `expected ${expect}, got ${show(iss.input)} — ${typeof fix === 'string' ? fix : fix(iss.input)}`,
+});
+
+/** As {@link err}, for a URL: its credentials (a password, a user name, a key in the query) shown as ***. */
+const urlErr = (expect: string, fix: string | ((input: unknown) => string)) => ({
+  error: (iss: { input?: unknown }) => `expected ${expect}, got ${show(typeof iss.input === 'string' ? redactUrl(iss.input) : iss.input)} — ${typeof fix === 'string' ? fix : fix(iss.input)}`,
 });
 
 /** As {@link err}, for a secret: the error says its length and whether it holds white space, never the value (it goes to logs). */
@@ -259,7 +266,11 @@ export const PROCESS = table<ProcessDeviceConfig>()({
 /** `[device.http]`: an HTTP device's endpoint. */
 export const HTTP = table<Omit<HttpDeviceConfig, 'timeoutS'> & { timeoutS: number | string }>()({
   url: {
-    schema: z.string(err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')).url(err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')).regex(/^https?:\/\//i, err('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"')),
+    schema: z
+      .string(urlErr('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"'))
+      .url(urlErr('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"'))
+      .regex(/^https?:\/\//i, urlErr('an http:// or https:// URL', 'write e.g. url = "http://127.0.0.1:8000/embed"'))
+      .refine((u) => credentialsProblem(u) === undefined, urlErr('a URL without user:password@', (u) => credentialsProblem(String(u)) ?? '')),
     doc: 'where each item is POSTed',
   },
   headers: { schema: z.record(z.string(), z.string(err('a string', 'write each header value as a string')), err('a table of strings', 'write them as headers = { Authorization = "Bearer …" }')).optional(), default: {}, doc: 'extra request headers' },

@@ -8,7 +8,9 @@ describe('redactUrl', () => {
     expect(redactUrl('https://h/v1/infer?model=m&api_key=k&Token=t&n=2')).toBe('https://h/v1/infer?model=m&api_key=***&Token=***&n=2');
     // Unchanged, byte for byte, where there is nothing to hide (no normalising of the URL).
     expect(redactUrl('redis://127.0.0.1:6379')).toBe('redis://127.0.0.1:6379');
-    expect(redactUrl('http://user@h:80/a?model=m')).toBe('http://user@h:80/a?model=m');
+    expect(redactUrl('redis://user@h:6379')).toBe('redis://user@h:6379');
+    // An HTTP URL's user name alone may be the credential (https://TOKEN@host).
+    expect(redactUrl('http://user@h:8080/a?model=m')).toBe('http://***@h:8080/a?model=m');
     expect(redactUrl('none')).toBe('none');
   });
 

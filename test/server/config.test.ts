@@ -385,6 +385,21 @@ describe('device tables from several sources', () => {
     expect(printed).toContain('CUDA_VISIBLE_DEVICES = "1"');
   });
 
+  it('refuses a device URL with credentials in it, showing them as ***, and says to give them as a header (fetch refused it at every step, quoting the password into job errors and logs)', () => {
+    const file = write('creds/stoker.toml', '[devices.web.http]\nurl = "http://user:pw-s3cret@127.0.0.1:1/embed?api_key=q-s3cret&x=1"\n');
+    let message = '';
+    try {
+      loadConfig({ file, env: {}, cwd: '/' });
+    } catch (e) {
+      message = (e as Error).message;
+    }
+    expect(message).toContain('devices.web.http.url: expected a URL without user:password@, got "http://***:***@127.0.0.1:1/embed?api_key=***&x=1" — a URL with user:password@ in it cannot be sent');
+    expect(message).toContain('headers = { Authorization = "Basic …" }');
+    expect(message).not.toContain('s3cret');
+    // A token as the user name too.
+    expect(() => loadConfig({ file: write('creds2/stoker.toml', '[device.http]\nurl = "https://tok3n@h/x"\n'), env: {}, cwd: '/' })).toThrow(/got "https:\/\/\*\*\*@h\/x"/);
+  });
+
   it('config print does not print a password in the Redis URL nor a key in the device URL: *** and named', () => {
     const file = write('urls/stoker.toml', '[cluster]\nredis = "redis://stoker:r3dispw@10.0.0.5:6379/1"\n[device.http]\nurl = "http://10.0.0.6:8000/infer?model=a&api_key=k3y"\n');
     const toml = configToToml(loadConfig({ file, env: {}, cwd: '/' }));
