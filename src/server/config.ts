@@ -299,6 +299,19 @@ function setFromString(layer: Layer, field: FieldPath, raw: string | number, sou
 
 const ENV_SOURCE = 'the environment (STOKER_*)';
 
+/**
+ * The variable of a setting that `name` names without its section — STOKER_TOKEN for
+ * STOKER_SERVER_TOKEN (ignored without a word, a server a user believed guarded ran without a
+ * token) — or undefined. Not STOKER_PORT: Kubernetes sets it (tcp://…) for a service named stoker;
+ * nor STOKER_WORKER(S), which stoker sets for a process device's workers.
+ */
+function bareField(name: string): string | undefined {
+  const field = name.slice('STOKER_'.length);
+  if (field === 'PORT' || field === 'WORKERS') return undefined;
+  const found = [...ENV_VARS.keys()].filter((v) => ENV_PREFIXES.some((p) => v === `${p}${field}`));
+  return found.length > 0 ? found.join(' or ') : undefined;
+}
+
 function envLayer(env: Record<string, string | undefined>, cwd: string, issues: ConfigIssue[]): Source {
   const layer: Layer = {};
   for (const [name, raw] of Object.entries(env)) {
@@ -319,8 +332,10 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
     if (!prefix) {
       // A misspelt section (STOKER_SERVE_PORT) was ignored silently: refused where it is a near miss of
       // a variable (other STOKER_* variables — the client's STOKER_SERVER, say — are not settings).
-      const near = name.startsWith('STOKER_') ? suggest(name, [...ENV_VARS.keys(), JOURNAL_ENV]) : undefined;
+      const near = name.startsWith('STOKER_') ? suggest(name, [...ENV_VARS.keys(), JOURNAL_ENV]) ?? bareField(name) : undefined;
       if (near) issues.push({ source: name, path: '', message: `unknown setting — did you mean ${near}?` });
+      // (Named devices and kinds have no variables: STOKER_DEVICES_GPU was ignored without a word.)
+      else if (/^STOKER_(DEVICES|KINDS)_/.test(name)) issues.push({ source: name, path: '', message: `unknown setting — [devices.NAME] and [kinds.NAME] tables are set in the config file (a kind also by --kind), not by variables: unset it` });
       continue;
     }
     const sec = prefix.slice('STOKER_'.length, -1).toLowerCase();

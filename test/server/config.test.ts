@@ -138,6 +138,14 @@ describe('environment variables', () => {
     expect(() => loadConfig({ env: { STOKER_SERVE_PORT: '8000' }, cwd: dir })).toThrow('STOKER_SERVE_PORT: unknown setting — did you mean STOKER_SERVER_PORT?');
     expect(() => loadConfig({ env: { STOKER_SERVER: 'http://127.0.0.1:7070', STOKER_DEBUG: '1', STOKER_REQUIRE_REDIS: '1', STOKER_INSTALLED_DIR: '/tmp/x', STOKER_WEBGPU_BACKEND: 'vulkan' }, cwd: dir })).not.toThrow();
   });
+
+  it('a setting named without its section is refused, naming its variable (STOKER_TOKEN was ignored: no token, the user believing there was one); so is a named device or kind by variable — but not what Kubernetes or stoker itself set', () => {
+    expect(() => loadConfig({ env: { STOKER_TOKEN: 'a-long-enough-secret-token' }, cwd: dir })).toThrow('STOKER_TOKEN: unknown setting — did you mean STOKER_SERVER_TOKEN?');
+    expect(() => loadConfig({ env: { STOKER_HOST: '0.0.0.0' }, cwd: dir })).toThrow('STOKER_HOST: unknown setting — did you mean STOKER_SERVER_HOST?');
+    expect(() => loadConfig({ env: { STOKER_DEVICES_GPU: '{"workers":2}' }, cwd: dir })).toThrow(/STOKER_DEVICES_GPU: unknown setting — \[devices\.NAME\] and \[kinds\.NAME\] tables are set in the config file/);
+    // Kubernetes' service variables for a service named stoker, and a process device worker's own.
+    expect(() => loadConfig({ env: { STOKER_PORT: 'tcp://10.0.0.1:7070', STOKER_SERVICE_HOST: '10.0.0.1', STOKER_SERVICE_PORT: '7070', STOKER_PORT_7070_TCP_ADDR: '10.0.0.1', STOKER_WORKER: '0', STOKER_WORKERS: '2' }, cwd: dir })).not.toThrow();
+  });
 });
 
 describe('server.token', () => {
