@@ -89,12 +89,17 @@ export class Journal {
   readonly #capPages: number | undefined;
   /** The page limit set now (the cap, or none). */
   #pageLimit = NO_PAGE_LIMIT;
+  /** The database file's inode when it was opened: another there, or none, and the journal is gone (see checkFile). */
+  readonly #ino: number;
+  /** Why the journal's file is not the one open any more (removed, replaced), or undefined. */
+  #gone: string | undefined;
 
   private constructor(db: Database.Database, now: () => number, mark: number | undefined, maxBytes: number | undefined, created: boolean) {
     this.created = created;
     this.#db = db;
     this.#now = now;
     this.#maxBytes = maxBytes;
+    this.#ino = statSync(db.name).ino;
     this.#capPages = maxBytes === undefined ? undefined : Math.max(1, Math.floor(maxBytes / (db.pragma('page_size', { simple: true }) as number)));
     this.#s = prepareStatements(db);
     this.#mark = mark;
@@ -207,6 +212,11 @@ export class Journal {
 
   /** Runs a write; a full disk (or maxBytes) becomes `E_JOURNAL_FULL`, naming what was not written. */
   #write<T>(what: string, fn: () => T, newJob = false): T {
+    // (Written to a file no longer there, a job accepted would be lost at the next start.)
+    if (newJob && this.#gone !== undefined) {
+      this.fullRefusals++;
+      throw new JournalError('E_JOURNAL_FULL', `${this.fullReason()}: ${what} was not written — ${this.fullFix()}`);
+    }
     const limit = newJob ? (this.#capPages ?? NO_PAGE_LIMIT) : NO_PAGE_LIMIT;
     if (limit !== this.#pageLimit) {
       this.#db.pragma(`max_page_count = ${limit}`);
@@ -238,6 +248,8 @@ export class Journal {
    * back (a user trial).
    */
   checkRoom(): boolean {
+    this.checkFile();
+    if (this.#gone !== undefined) return false;
     if (!this.full) return true;
     try {
       // (A journal that could not be written is tried with a write of its own: its schema version, unchanged.)
@@ -259,14 +271,36 @@ export class Journal {
     return true;
   }
 
+  /**
+   * Whether the journal's file is still the one open: removed or replaced under the server (its
+   * data dir deleted), the journal is gone for good — new jobs are refused as on a full journal
+   * (they went to a file no longer there, and were lost at the next start), not ready, said.
+   * Returns whether this look found it gone.
+   */
+  checkFile(): boolean {
+    if (this.#gone !== undefined) return false;
+    let ino: number | undefined;
+    try {
+      ino = statSync(this.#db.name).ino;
+    } catch {
+      ino = undefined;
+    }
+    if (ino === this.#ino) return false;
+    this.#gone = ino === undefined ? `its file ${this.#db.name} was removed` : `its file ${this.#db.name} was replaced by another`;
+    this.full = true;
+    return true;
+  }
+
   /** What makes room, for a full journal. */
   fullFix(): string {
+    if (this.#gone !== undefined) return 'restart the server: it takes the file now there, or makes a new journal (the jobs the removed file held are gone with it: put it back from a copy before the restart to keep them)';
     if (this.#unwritable !== undefined) return `check the data dir's disk, its mount and the permissions of its files (${basename(this.#db.name)} and its -wal, -shm and .mark files): writes resume by themselves once they go through`;
     return this.#maxBytes === undefined ? 'free space on that disk' : 'raise journal.maxBytes, or let finished jobs be purged sooner (server.resultTtlS), or free space on the disk';
   }
 
   /** Why the journal is full: its cap (journal.maxBytes), or the disk of its data dir (either may be it where a cap is set). */
   fullReason(): string {
+    if (this.#gone !== undefined) return `the journal is gone: ${this.#gone} while the server ran`;
     if (this.#unwritable !== undefined) return `the journal cannot be written: ${this.#unwritable} — its disk failed or was remounted read-only, or its files were made read-only`;
     return this.#maxBytes === undefined ? 'the disk of the data dir is full' : `the journal is full: it reached journal.maxBytes (${this.#maxBytes} bytes, its write-ahead log not counted), or its disk is full`;
   }

@@ -168,6 +168,7 @@ export class Service {
       // A full journal refuses submissions (507) and keeps ends in memory: said on stderr, at once and then once a minute while it lasts.
       // (Room back is seen without a write — a server /readyz showed not ready gets no submission to
       // say so — once the ends kept have landed: their retries are the better test.)
+      if (this.journal.checkFile()) log(`stoker serve: ${this.journal.fullReason()}: submissions get 507 from now on, jobs already accepted go on — ${this.journal.fullFix()}`);
       if (this.runs.endsKept === 0) this.journal.checkRoom();
       const refused = this.journal.fullRefusals;
       if (refused > full.said && Date.now() - full.at >= 60_000) {

@@ -232,6 +232,22 @@ describe('Journal', () => {
     expect(j.get('a')?.state).toBe('running');
   });
 
+  it('a journal whose file is removed under it (its data dir deleted) refuses new jobs for good: they went to a file no longer there, and were lost at the next start', () => {
+    const dir = tempDir();
+    const j = open(dir);
+    j.insert(job('before'));
+    expect(j.checkFile()).toBe(false);
+    rmSync(join(dir, 'stoker.db'));
+    expect(j.checkFile()).toBe(true);
+    expect(j.checkFile()).toBe(false); // (found once)
+    expect(j.full).toBe(true);
+    expect(() => j.insert(job('after'))).toThrow(expect.objectContaining({ code: 'E_JOURNAL_FULL', message: expect.stringMatching(/^the journal is gone: its file .*stoker\.db was removed while the server ran: job "after" was not written — restart the server/) }));
+    expect(j.checkRoom()).toBe(false);
+    // The jobs it holds go on (their writes land in the open file).
+    j.markRunning('before');
+    expect(j.get('before')?.state).toBe('running');
+  });
+
   it('marks a queued job running once, stamping startedAt', () => {
     const c = clock();
     const j = open(tempDir(), c.now);
