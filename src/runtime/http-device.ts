@@ -24,7 +24,7 @@
 import { connect, type Socket } from 'node:net';
 import { asBytes } from './bytes.js';
 import { checkPrepared, preparedJson, sendable } from './lossless-json.js';
-import { redactUrl } from './redact.js';
+import { maskSecrets, redactUrl, secretValues } from './redact.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
 import { roundedInteger } from './json-walk.js';
@@ -89,12 +89,15 @@ export class HttpDevice implements DeviceRunner {
   private probe: NodeJS.Timeout | undefined;
   private probing: Socket | undefined;
   private closed = false;
+  /** The credentials it sends (credential-named headers and query values): read *** in an answer it quotes (an error page may echo the request). */
+  private readonly secrets: string[];
 
   constructor(options: HttpDeviceOptions) {
     const creds = credentialsProblem(options.url);
     if (creds) throw new Error(`url ${redactUrl(options.url)}: ${creds}`);
     this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, unreachableMs: 60_000, log: () => {}, ...options };
     this.shown = redactUrl(options.url);
+    this.secrets = secretValues({ headers: options.headers ?? {}, url: options.url });
     // At start: an endpoint not there (a wrong port, not started yet) is said now, not at the first step.
     this.tryConnect();
   }
@@ -131,7 +134,7 @@ export class HttpDevice implements DeviceRunner {
     const { data, json, busyMs } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, batchSignal(calls));
     const results = (json as { results?: unknown } | undefined)?.results;
     if (!Array.isArray(results) || results.length !== calls.length) {
-      throw new Error(`${label}: POST ${this.shown} answered ${JSON.stringify(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
+      throw new Error(`${label}: POST ${this.shown} answered ${JSON.stringify(maskSecrets(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)), this.secrets))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
     }
     return {
       busyMs,
@@ -255,7 +258,7 @@ export class HttpDevice implements DeviceRunner {
       throw new Error(`${label}: POST ${this.shown}: the response broke off: ${reason(e, this.o.timeoutMs)}`);
     }
     const busyMs = performance.now() - t0;
-    const text = () => new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)).trim();
+    const text = () => maskSecrets(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)).trim(), this.secrets);
     if (!res.ok) throw failure(`${label}: POST ${this.shown} answered ${res.status} ${res.statusText}: ${text()}`, FINAL_STATUS.has(res.status) ? false : undefined);
     const type = res.headers.get('content-type') ?? '';
     // (A web page is not an output: a proxy's or a wrong route's page was taken as bytes, and its

@@ -18,6 +18,7 @@ import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
 import { LineLimit } from './line-limit.js';
 import { failure } from './no-retry.js';
 import { printable } from './printable.js';
+import { maskSecrets, secretValues } from './redact.js';
 import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
 
@@ -151,7 +152,11 @@ class WorkerProcess {
     private readonly takeOut: () => boolean = () => false,
   ) {
     this.stderrLog = new LineLimit(o.log, STDERR_LINES, STDERR_WINDOW_MS, (n) => `[device ${label}] ${n} more stderr lines in the last ${STDERR_WINDOW_MS / 1000} s were not logged`, () => performance.now());
+    this.secrets = secretValues({ args: o.args, env: { ...process.env, ...o.env } });
   }
+
+  /** The credentials its processes are given: read *** in the stderr it logs and quotes. */
+  private readonly secrets: string[];
 
   /** Whether this worker's processes keep ending before they are ready. */
   get failingToStart(): boolean {
@@ -509,7 +514,8 @@ class WorkerProcess {
     this.stderrPartial = '';
   }
 
-  private logLine(line: string): void {
+  private logLine(said: string): void {
+    const line = maskSecrets(said, this.secrets);
     this.stderrLog.line(`[device ${this.label}] ${line}`);
     if (this.stderrLog.holding && !this.stderrFlush) {
       this.stderrFlush = setTimeout(() => {

@@ -44,3 +44,51 @@ export function redactArgs(args: readonly string[]): string[] {
     return before !== undefined && flag(before) && !a.startsWith('-') ? '***' : a;
   });
 }
+
+/** Shorter values are not masked in quoted text: "1", "true", a short word would read *** wherever they appear. */
+const MIN_SECRET_CHARS = 6;
+
+/**
+ * The credentials a device was given — the values of environment variables named like credentials
+ * (its own and the server's, which its processes inherit), of credential-named flags in its
+ * arguments, of credential-named headers (a scheme such as `Bearer` left out) and URL query
+ * parameters — for {@link maskSecrets}.
+ */
+export function secretValues(given: { args?: readonly string[]; env?: Readonly<Record<string, string | undefined>>; headers?: Readonly<Record<string, string>>; url?: string }): string[] {
+  const found = new Set<string>();
+  for (const [name, value] of Object.entries(given.env ?? {})) if (value !== undefined && SECRET_NAME.test(name)) found.add(value);
+  const args = given.args ?? [];
+  const masked = redactArgs(args);
+  args.forEach((a, i) => {
+    if (masked[i] === a) return;
+    const eq = a.indexOf('=');
+    found.add(eq >= 0 ? a.slice(eq + 1) : a);
+  });
+  for (const [name, value] of Object.entries(given.headers ?? {})) {
+    if (!SECRET_NAME.test(name)) continue;
+    found.add(value);
+    const token = /^\S+\s+(\S+)$/.exec(value)?.[1];
+    if (token) found.add(token);
+  }
+  if (given.url) {
+    try {
+      const u = new URL(given.url);
+      for (const [name, value] of u.searchParams) if (SECRET_NAME.test(name)) found.add(value);
+    } catch {
+      // (not a URL: nothing in it to find)
+    }
+  }
+  // Longest first: a value that holds another is masked whole.
+  return [...found].filter((v) => v.length >= MIN_SECRET_CHARS).sort((a, b) => b.length - a.length);
+}
+
+/**
+ * Text quoted from what a device said — a process's stderr, an endpoint's error page — with each
+ * of `secrets` in it read `***`: a process that printed its argv or environment put its API key
+ * into job errors and logs (a container deployer's trial).
+ */
+export function maskSecrets(text: string, secrets: readonly string[]): string {
+  let out = text;
+  for (const s of secrets) if (out.includes(s)) out = out.split(s).join('***');
+  return out;
+}

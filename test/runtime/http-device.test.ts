@@ -106,6 +106,16 @@ describe('an HTTP device', () => {
   });
 });
 
+describe('an HTTP device error page that echoes the request', () => {
+  it('shows the credentials it was sent as *** (the job error quoted the bearer token)', async () => {
+    const url = await serve((req, _b, res) => res.writeHead(500, { 'content-type': 'text/plain' }).end(`bad auth header ${String(req.headers.authorization)} for ${req.url}`));
+    const rt = setup({ url: `${url}?api_key=q-s3cret-77`, headers: { Authorization: 'Bearer tok-s3cret-99' } }, { retries: 0 });
+    const e = await failure(rt.submit(spec('echo'), {}));
+    expect(e.message).toMatch(/answered 500 Internal Server Error: bad auth header \*\*\* for \/run\?api_key=\*\*\*/);
+    expect(e.message).not.toMatch(/s3cret/);
+  });
+});
+
 describe('an HTTP device answer with an integer a double rounds', () => {
   it('fails its job at once, naming the integer and where (an int64 id came back rounded, the job done)', async () => {
     let requests = 0;

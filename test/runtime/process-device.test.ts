@@ -398,6 +398,17 @@ describe('a Node process device (stoker/worker)', () => {
   });
 });
 
+describe('credentials a process prints', () => {
+  it('read *** in its logged stderr and in the failures that quote it (a process that printed its argv and environment put its API key into job errors and logs)', async () => {
+    const script = 'import os, sys; sys.stderr.write("argv %s env %s short %s\\n" % (sys.argv, os.environ["HF_TOKEN"], os.environ["MY_KEY"])); sys.exit(2)';
+    const { rt, log } = setup({ command: 'python3', args: ['-c', script, '--api-key=sk-s3cret-A1', '--token', 'tk-s3cret-B2'], env: { HF_TOKEN: 'hf_s3cret_C3', MY_KEY: 'k1' } }, { retries: 0 });
+    const e = await failure(rt.submit(spec('creds'), { mode: 'ok' }));
+    const said = [e.message, ...log].join('\n');
+    expect(said).toMatch(/its last stderr: argv \[.*'--api-key=\*\*\*', '--token', '\*\*\*'\] env \*\*\* short k1/);
+    expect(said).not.toMatch(/s3cret/);
+  });
+});
+
 describe('processes that break the protocol', () => {
   const cases: [how: string, reason: RegExp][] = [
     ['never-ready', /did not say ready within 0.5 s/],
