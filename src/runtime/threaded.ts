@@ -45,7 +45,17 @@ export interface StageThreadsOptions {
    * again, alone. Infinity: never. @default 10000
    */
   withdrawnGraceMs?: number;
+  /**
+   * Called for a preparation that computed on its thread for HELD_THREAD_MS or more before its
+   * `prepare` returned, where a thread runs several at once (prepareConcurrency over 1): the others
+   * dispatched to that thread wait behind it, in dispatch order — a higher priority's too — and
+   * their latencies count that queue. `module` is the prepare module's URL.
+   */
+  onThreadHeld?: (module: string, heldMs: number) => void;
 }
+
+/** A preparation that holds its thread this long before it returns computes there (see StageThreadsOptions.onThreadHeld). */
+export const HELD_THREAD_MS = 50;
 
 export interface ThreadedWorkloadOptions<I, O, R> extends StageThreadsOptions {
   /** URL (file:) of an ES module exporting `prepare(input, ctx)`; it runs in the preparation threads and writes into ctx.buffer. */
@@ -173,6 +183,7 @@ export class StageThreads implements DeviceRunner {
   /** Terminations under way (close() waits for them). */
   private readonly killing = new Set<Promise<void>>();
   private readonly withdrawnGraceMs: number;
+  private readonly onThreadHeld: StageThreadsOptions['onThreadHeld'];
 
   constructor(options: StageThreadsOptions) {
     this.pool = options.pool ?? new BufferPool();
@@ -184,6 +195,7 @@ export class StageThreads implements DeviceRunner {
     const threads = options.prepareThreads ?? Math.max(1, os.availableParallelism() - 1);
     const concurrency = options.prepareConcurrency ?? 1;
     this.prepareSlots = threads * concurrency;
+    this.onThreadHeld = concurrency > 1 ? options.onThreadHeld : undefined;
     this.piscina = new Piscina({
       filename: new URL('./threads/prepare-worker.js', import.meta.url).href,
       minThreads: threads,
@@ -248,7 +260,8 @@ export class StageThreads implements DeviceRunner {
         bufferBytes: call.bufferBytes,
         ...(call.handoff ? { handoff: call.handoff } : {}),
       };
-      const { meta, file, finalError } = await this.prepareTask(req, call.signal);
+      const { meta, file, finalError, heldMs } = await this.prepareTask(req, call.signal);
+      if (heldMs !== undefined && heldMs >= HELD_THREAD_MS) this.onThreadHeld?.(call.module, heldMs);
       if (finalError !== undefined) throw failure(finalError, false);
       if (file) {
         // The data lives in the file now: the buffer can serve the next preparation.

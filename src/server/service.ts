@@ -114,6 +114,14 @@ export class Service {
       prepareThreads: config.prepare.threads,
       prepareConcurrency: config.prepare.concurrency,
       pool: this.pool,
+      onThreadHeld: (module, heldMs) => {
+        const kind = [...kinds.values()].find((k) => k.url === module);
+        if (!kind || this.saidHeld.has(kind.name)) return;
+        this.saidHeld.add(kind.name);
+        log(
+          `stoker serve: kind ${kind.name}'s prepare computed on its preparation thread for ${Math.round(heldMs)} ms before it returned: with [prepare] concurrency = ${config.prepare.concurrency}, the preparations dispatched to a thread queue behind each other there, in the order they were dispatched — a higher priority's too — and their latencies count the queue; give [prepare] concurrency = 1 (and threads = the cores to use), or make prepare await its work`,
+        );
+      },
     });
     const runners = this.devices.map(({ name, config: d }) => deviceRunner(name, d, threads, log));
     this.runners = runners;
@@ -190,6 +198,8 @@ export class Service {
   }
 
   private waiting: string | undefined;
+  /** The kinds whose prepare was said to compute on its thread (once each). */
+  private readonly saidHeld = new Set<string>();
   /** Each kind's module content hash (undefined where its file cannot be read): journaled with each job accepted. */
   private readonly moduleHashes = new Map<string, string | undefined>();
   /** The jobs {@link resumeUnfinished} left on hold, and why (a cancel takes one out). */

@@ -581,6 +581,30 @@ it('a full journal (journal.maxBytes) answers submits 507 and keeps going: the j
   }
 }, 60_000);
 
+it('a kind whose prepare computes on its thread is named on stderr, once, with the setting that lets priorities act (with concurrency 64, a critical job waited 15 s behind 52 queued in the thread); with concurrency 1 nothing is said', async () => {
+  const modules = tempDataDir();
+  const kind = path.join(modules, 'synth.mjs');
+  fs.writeFileSync(kind, "export const name = 'synth';\nexport const prepare = (input) => { const end = performance.now() + 80; while (performance.now() < end); return input.n; };\nexport const run = (n) => n + 1;\n");
+  const said = async (env: Record<string, string>) => {
+    const dir = tempDataDir();
+    const s = await startServer(dir, ['--kind', kind], env);
+    try {
+      for (let i = 0; i < 3; i++) expect((await http(s.url, 'POST', '/v1/jobs', { id: `s${i}`, kind: 'synth', partitions: 2, input: { n: i } })).status).toBe(202);
+      for (let i = 0; i < 3; i++) expect((await http(s.url, 'GET', `/v1/jobs/s${i}/result?wait=20s`)).body).toMatchObject({ state: 'done', result: [i + 1, i + 1] });
+      return s.output().split('\n').filter((l) => l.includes('computed on its preparation thread'));
+    } finally {
+      await s.stop();
+      removeDir(dir);
+    }
+  };
+  try {
+    expect(await said({})).toEqual([expect.stringMatching(/^stoker serve: kind synth's prepare computed on its preparation thread for \d+ ms before it returned: with \[prepare\] concurrency = 64, .*give \[prepare\] concurrency = 1/)]);
+    expect(await said({ STOKER_PREPARE_CONCURRENCY: '1' })).toEqual([]);
+  } finally {
+    removeDir(modules);
+  }
+}, 60_000);
+
 /** Whether this machine can make a file immutable (chattr +i: root, on a file system that has the flag). */
 function canChattr(): boolean {
   const dir = tempDataDir();

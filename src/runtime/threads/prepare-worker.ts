@@ -188,8 +188,11 @@ export default async function prepareTask(req: PrepareRequest): Promise<PrepareR
     const mod = m instanceof Promise ? await m : m;
     const t0 = performance.now();
     let meta: unknown;
+    let heldMs = 0;
     try {
-      meta = await mod.prepare(req.input, itemCtx(req.ctx, controller.signal) as Parameters<PrepareModule['prepare']>[1]);
+      const made = mod.prepare(req.input, itemCtx(req.ctx, controller.signal) as Parameters<PrepareModule['prepare']>[1]);
+      heldMs = performance.now() - t0;
+      meta = await made;
     } catch (e) {
       // (A thread's clone of the error would drop its retry: false.)
       if (noRetry(e)) return { meta: null, latencyMs: performance.now() - t0, finalError: e instanceof Error ? e.message : String(e) };
@@ -197,10 +200,10 @@ export default async function prepareTask(req: PrepareRequest): Promise<PrepareR
     }
     const bad = uncloneable(meta);
     // (Final: the same input would return the same value again — it was retried.)
-    if (bad) return { meta: null, latencyMs: performance.now() - t0, finalError: notSendable(bad).message };
+    if (bad) return { meta: null, latencyMs: performance.now() - t0, finalError: notSendable(bad).message, heldMs };
     const file = handOff(req, meta);
-    if (!file) return { meta, latencyMs: performance.now() - t0 };
-    return { meta: isBytes(meta) ? null : meta, latencyMs: performance.now() - t0, file };
+    if (!file) return { meta, latencyMs: performance.now() - t0, heldMs };
+    return { meta: isBytes(meta) ? null : meta, latencyMs: performance.now() - t0, file, heldMs };
   } catch (e) {
     // (A thrown null or undefined reached the pool as no error at all: its reply was read as a result.)
     throw e instanceof Error ? e : new Error(`${req.batch ? 'prepareBatch' : 'prepare'} threw ${thrownValue(e)}, not an Error: throw new Error("why")`);

@@ -73,6 +73,8 @@ export interface PrepareReply {
   batch?: PrepareItemReply[];
   /** `prepare` threw an error with `retry: false` (which a thread's clone of it would lose): its message; then `meta` is null. */
   finalError?: string;
+  /** How long the call to `prepare` held its thread before it returned (its promise or its value), ms: what it computed synchronously. */
+  heldMs?: number;
 }
 
 /** One item of a preparation batch: what it prepared (and its handoff file), or the message of the Error the module returned in its place. */
