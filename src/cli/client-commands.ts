@@ -137,6 +137,15 @@ export interface SubmitFlags extends ClientFlags {
   deadline?: string;
 }
 
+/** `--deadline`: epoch ms, an ISO time (sent as it is: the server checks it), or `+DURATION` from now (+90s, +2h). */
+function deadlineOf(text: string): number | string {
+  if (/^\d+$/.test(text)) return Number(text);
+  if (!text.startsWith('+')) return text;
+  const ms = parseDuration(text.slice(1));
+  if (!(ms > 0)) throw new UsageError(`--deadline ${text}: give a duration from now such as +90s, +30m or +2h, an ISO 8601 time with its zone (2030-01-01T00:00:00Z), or epoch ms`);
+  return Date.now() + ms;
+}
+
 /** `stoker submit`: prints the accepted job. */
 export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
   if (flags.input !== undefined && flags.inputFile !== undefined) throw new UsageError('give --input or --input-file, not both');
@@ -149,7 +158,7 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
       throw new UsageError(`${flags.inputFile !== undefined ? `--input-file ${flags.inputFile}` : '--input'} must be JSON, e.g. '{"prepareMs": 100}': ${(e as Error).message}`);
     }
   }
-  const deadline = flags.deadline === undefined ? undefined : /^\d+$/.test(flags.deadline) ? Number(flags.deadline) : flags.deadline;
+  const deadline = flags.deadline === undefined ? undefined : deadlineOf(flags.deadline);
   const body = { kind: flags.kind, ...(flags.partitions === undefined ? {} : { partitions: Number(flags.partitions) }), ...(flags.id ? { id: flags.id } : {}), ...(flags.priority ? { priority: flags.priority } : {}), ...(input === undefined ? {} : { input }), ...(deadline === undefined ? {} : { deadline }) };
   const r = await call(flags, 'POST', 'v1/jobs', body, undefined, isJob);
   if (flags.json) return show(io, r.body);

@@ -198,7 +198,7 @@ function program(io: Io, setExit: (code: number) => void, configDoc: string): Co
     .option('--priority <p>', 'critical, high, normal or low')
     .option('--input <json>', `the kind's input as JSON, e.g. '{"prepareMs":100}'`)
     .option('--input-file <file>', "the kind's input from a JSON file")
-    .option('--deadline <time>', 'ISO 8601 time or epoch ms after which the job fails')
+    .option('--deadline <time>', 'when the job fails if not done: +DURATION from now (+90s, +2h), an ISO 8601 time with its zone (2030-01-01T00:00:00Z), or epoch ms')
     .action(async (flags: SubmitFlags) => (await client()).submitCommand(flags, io));
 
   server(p.command('status'))

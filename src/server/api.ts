@@ -43,9 +43,9 @@ export const SubmitBody = z
         .meta({ description: 'Required unless the kind derives it from its input (GET /v1/kinds: partitionsFromInput)' }),
       input: z.unknown().optional().meta({ description: "The kind's input, checked against its JSON Schema (GET /v1/kinds gives each kind's)" }),
       deadline: z
-        .union([z.number(DEADLINE_ERROR).int(DEADLINE_ERROR).positive(DEADLINE_ERROR).max(MAX_DATE_MS, DEADLINE_ERROR), z.iso.datetime({ offset: true, ...DEADLINE_ERROR })], DEADLINE_ERROR)
+        .union([z.number(DEADLINE_ERROR).int(DEADLINE_ERROR).positive(DEADLINE_ERROR).max(MAX_DATE_MS, DEADLINE_ERROR), z.iso.datetime({ offset: true, ...DEADLINE_ERROR }), z.null()], DEADLINE_ERROR)
         .optional()
-        .meta({ description: 'Epoch milliseconds or an ISO 8601 time; a job not done by then fails (E_DEADLINE)' }),
+        .meta({ description: 'Epoch milliseconds or an ISO 8601 time with its zone; a job not done by then fails (E_DEADLINE). null: none (as a job view shows it)' }),
     },
     { error: (issue) => (issue.code === 'invalid_type' ? 'the body must be a JSON object such as {"kind": "KIND", "partitions": 4, "input": {}} with KIND one of GET /v1/kinds' : undefined) },
   )

@@ -403,7 +403,7 @@ export class Service {
   private admitted(inserted: { job: JournalJob; created: boolean }, recorded: ReadonlyMap<number, unknown>): Submitted {
     const j = inserted.job;
     if (inserted.created) {
-      this.emit({ type: 'job.submitted', id: j.id, kind: j.kind, partitions: j.partitions });
+      this.emit({ type: 'job.submitted', id: j.id, kind: j.kind, partitions: j.partitions, priority: j.priority, deadline: j.deadline === null ? null : new Date(j.deadline).toISOString() });
       if (!this.closing) this.runs.startWith(j, new Map([...recorded].filter(([p]) => Number.isInteger(p) && p >= 0 && p < j.partitions)));
     }
     return { job: this.view(j, LIST_STATES_MAX), created: inserted.created };

@@ -120,7 +120,7 @@ export function parseSubmission(raw: unknown, kinds: ReadonlyMap<string, LoadedK
     throw invalid([{ path: 'kind', message: `unknown kind ${quoted(body.kind)}: use one of ${names.join(', ')}` }]);
   }
   const { input, partitions, memory } = checkedByKind(kind, body.input ?? {}, body.partitions);
-  const deadline = body.deadline === undefined ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
+  const deadline = body.deadline === undefined || body.deadline === null ? null : typeof body.deadline === 'number' ? body.deadline : Date.parse(body.deadline);
   const id = body.id ?? randomUUID();
   return { record: { id, kind: kind.name, priority: body.priority, partitions, input, deadline }, explicitId: body.id !== undefined, memory };
 }

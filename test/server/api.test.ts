@@ -248,6 +248,10 @@ describe('stoker serve (shared server)', () => {
       const done = await result(url, 'post-1');
       expect(done.status).toBe(200);
       expect(done.body).toMatchObject({ id: 'post-1', state: 'done', result: { partitions: 2, total: sleepTotal(3, 2) }, error: null });
+      // The view sent back as it shows deadline (null: none) is the same job, not a 400.
+      const back = await submit(url, { ...sleepJob('post-1', 2, { seed: 3 }), deadline: null });
+      expect(back.status).toBe(200);
+      expect(back.body.id).toBe('post-1');
     });
 
     it('generates an id when none is given', async () => {
@@ -312,6 +316,7 @@ describe('stoker serve (shared server)', () => {
         [{ kind: 'sleep', partitions: 1, priority: 'urgent' }, 'priority', /critical, high, normal, low/],
         [{ kind: 'sleep', partitions: 1, deadline: 'tomorrow' }, 'deadline', /epoch milliseconds or an ISO 8601 time/],
         [{ kind: 'sleep', partitions: 1, deadline: -5 }, 'deadline', /epoch milliseconds or an ISO 8601 time/],
+        [{ kind: 'sleep', partitions: 1, deadline: '2030-01-01T00:00:00' }, 'deadline', /an ISO 8601 time with its zone/],
         [{ kind: 'sleep', partitions: 1, id: 'has space' }, 'id', /id must be 1–200 characters/],
         [{ kind: 'sleep', partitions: 1, id: 'x'.repeat(201) }, 'id', /id must be 1–200 characters/],
         [[{ kind: 'sleep', partitions: 1 }], '', /the body must be a JSON object such as \{"kind": "KIND", "partitions": 4, "input": \{\}\} with KIND one of GET \/v1\/kinds/],
@@ -660,7 +665,7 @@ describe('stoker serve (shared server)', () => {
           expect(isIso(e.data.time)).toBe(true);
         }
         expect(mine.map((e) => e.data.type)).toEqual(['job.submitted', 'job.started', 'job.partition', 'job.partition', 'job.partition', 'job.done']);
-        expect(mine[0]?.data).toMatchObject({ kind: 'sleep', partitions: 3 });
+        expect(mine[0]?.data).toMatchObject({ kind: 'sleep', partitions: 3, priority: 'normal', deadline: null });
         expect(mine.filter((e) => e.data.type === 'job.partition').map((e) => e.data['partition']).sort()).toEqual([0, 1, 2]);
 
         // A cancellation is an event too.
@@ -722,6 +727,16 @@ describe('stoker serve (shared server)', () => {
       const json = await cli(['submit', ...server(), '--json', '-k', 'sleep', '-n', '3', '--id', 'cli-json', '--priority', 'high', '--input', '{"prepareMs":20}']);
       expect(json.code).toBe(0);
       expect(JSON.parse(json.stdout)).toMatchObject({ id: 'cli-json', kind: 'sleep', partitions: 3, priority: 'high', input: { seed: 0, prepareMs: 20, deviceMs: 1 } });
+      // A deadline from now (+90s); a wrong one says the forms.
+      const before = Date.now();
+      const dl = await cli(['submit', ...server(), '--json', '-k', 'sleep', '-n', '1', '--id', 'cli-dl', '--deadline', '+90s']);
+      expect(dl.code).toBe(0);
+      const at = Date.parse(JSON.parse(dl.stdout).deadline as string);
+      expect(at).toBeGreaterThanOrEqual(before + 90_000);
+      expect(at).toBeLessThanOrEqual(Date.now() + 90_000);
+      const bad = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1', '--deadline', '+soon']);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toMatch(/--deadline \+soon: give a duration from now such as \+90s/);
     });
 
     it('wait prints the result and exits 0 when done; status <id> prints the job', async () => {
