@@ -181,7 +181,7 @@ function program(io: Io, setExit: (code: number) => void, configDoc: string): Co
   const clusterHelp = 'cluster mode: share BullMQ queues (one per kind) on this Redis (redis://host:port[/db]) with other nodes';
   configured(p.command('serve'))
     .option(clusterFlag, clusterHelp)
-    .description('run the service: HTTP API, durable journal, metrics; SIGTERM/SIGINT finish in-flight partitions and stop')
+    .description('run the service: HTTP API, durable journal, metrics; SIGTERM/SIGINT/SIGHUP finish in-flight partitions and stop')
     .addHelpText('after', configDoc ? `\n${configDoc}` : '')
     .action(async (flags: ConfigFlags) => (await service()).serveCommand(flags, io));
 

@@ -45,7 +45,7 @@ async function start(cfg: ServeConfig): Promise<RunningServer> {
 /** Past server.shutdownTimeoutS, how long a stop may still take before the process exits anyway. */
 const STOP_GRACE_S = 5;
 
-/** `stoker serve`: runs until SIGTERM or SIGINT, then shuts down gracefully. */
+/** `stoker serve`: runs until SIGTERM, SIGINT or SIGHUP, then shuts down gracefully. */
 export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const cfg = config(flags);
   const server = await start(cfg);
@@ -64,7 +64,7 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
       // A second signal stops at once (it had killed the process without a word): what is in flight runs again on the next start.
       if (stopping) {
         io.err(`stoker serve: ${signal} again: stopping now, without waiting for the partitions in flight (${resumeWhere})\n`);
-        process.exit(signal === 'SIGINT' ? 130 : 143);
+        process.exit(signal === 'SIGINT' ? 130 : signal === 'SIGHUP' ? 129 : 143);
       }
       stopping = true;
       const pending = server.service.status().partitions.inFlight;
@@ -81,13 +81,17 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
         clearTimeout(hard);
         process.off('SIGTERM', onTerm);
         process.off('SIGINT', onInt);
+        process.off('SIGHUP', onHup);
         io.err(`stoker serve: stopped; ${resumeWhere}\n`);
         resolve();
       });
     };
     const onTerm = () => stop('SIGTERM');
     const onInt = () => stop('SIGINT');
+    // (A closed terminal's SIGHUP ended the server at once, mid-drain, without a word: it drains as SIGTERM does.)
+    const onHup = () => stop('SIGHUP');
     process.on('SIGTERM', onTerm);
     process.on('SIGINT', onInt);
+    process.on('SIGHUP', onHup);
   });
 }

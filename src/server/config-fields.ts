@@ -38,6 +38,9 @@ export const err = (expect: string, fix: string | ((input: unknown) => string)) 
   error: (iss: { input?: unknown }) => `expected ${expect}, got ${show(iss.input)} — ${typeof fix === 'string' ? fix : fix(iss.input)}`,
 });
 
+/** As {@link err}, for a number: one given as a string in a file (`port = "7070"`) is told to lose its quotes ("use e.g. 7070" did not say so). */
+const numErr = (expect: string, fix: string) => err(expect, (input) => (typeof input === 'string' && /^\s*-?\d+(\.\d+)?\s*$/.test(input) ? `write the number without quotes (${input.trim()}, not "${input.trim()}")` : fix));
+
 /** As {@link err}, for a URL: its credentials (a password, a user name, a key in the query) shown as ***. */
 const urlErr = (expect: string, fix: string | ((input: unknown) => string)) => ({
   error: (iss: { input?: unknown }) => `expected ${expect}, got ${show(typeof iss.input === 'string' ? redactUrl(iss.input) : iss.input)} — ${typeof fix === 'string' ? fix : fix(iss.input)}`,
@@ -53,12 +56,12 @@ const secretErr = (expect: string, fix: string) => ({
 });
 
 export function int(min: number, max: number | undefined, expect: string, fix: string) {
-  const e = err(expect, fix);
+  const e = numErr(expect, fix);
   const s = z.number(e).int(e).min(min, e);
   return (max === undefined ? s : s.max(max, e)).optional();
 }
 function positive(expect: string, fix: string, max = Infinity) {
-  const e = err(expect, fix);
+  const e = numErr(expect, fix);
   return z.number(e).positive(e).max(max, e).optional();
 }
 /**

@@ -1255,6 +1255,23 @@ describe('graceful shutdown', () => {
     expect(await within(b.stop(), 15_000, 'second stop')).toBe(0);
   }, 45_000);
 
+  it('SIGHUP (a closed terminal) drains as SIGTERM does, exit 0 (it ended the server at once, mid-drain, without a word: exit 129)', async () => {
+    const dir = tempDataDir();
+    dirs.push(dir);
+    const a = await serve({}, dir);
+    expect((await submit(a.url, sleepJob('hup-1', 1, { seed: 1, prepareMs: 1, deviceMs: 1500 }))).status).toBe(202);
+    await until('hup-1 on a device', async () => ((await getJob(a.url, 'hup-1')).body.partitionCounts?.['on-device'] === 1 ? true : undefined));
+    a.child.kill('SIGHUP');
+    expect(await within(a.exited, 15_000, 'exit after SIGHUP')).toBe(0);
+    expect(a.output()).toContain('stoker serve: SIGHUP: finishing 1 partition in flight');
+    const j = Journal.open(dir);
+    try {
+      expect(j.get('hup-1')?.state).toBe('done');
+    } finally {
+      j.close();
+    }
+  }, 30_000);
+
   it('a second SIGTERM while it drains stops it at once, saying so (it died without a word), exit 143; the job resumes on the next start', async () => {
     const dir = tempDataDir();
     dirs.push(dir);

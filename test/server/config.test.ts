@@ -393,6 +393,10 @@ describe('device tables from several sources', () => {
     expect(printed).toContain('CUDA_VISIBLE_DEVICES = "1"');
   });
 
+  it('a number given as a string in the file is told to lose its quotes ("use e.g. 7070" did not say so)', () => {
+    expect(() => loadConfig({ file: write('quoted/stoker.toml', '[server]\nport = "7070"\n'), env: {}, cwd: '/' })).toThrow('server.port: expected an integer from 0 to 65535, got "7070" — write the number without quotes (7070, not "7070")');
+  });
+
   it('refuses a device URL with credentials in it, showing them as ***, and says to give them as a header (fetch refused it at every step, quoting the password into job errors and logs)', () => {
     const file = write('creds/stoker.toml', '[devices.web.http]\nurl = "http://user:pw-s3cret@127.0.0.1:1/embed?api_key=q-s3cret&x=1"\n');
     let message = '';
