@@ -184,6 +184,9 @@ export class Journal {
       }
       const unwritable = writeError(dir);
       if (unwritable) throw new JournalError('E_JOURNAL_DIR', `the data dir ${dir} cannot be written (${unwritable})${GIVE_DIR}`, { cause: err });
+      // (A file of the journal this user cannot write — another user's, made read-only — read "disk I/O error … move the file away", which would drop its jobs.)
+      const locked = [path, `${path}-wal`, `${path}-shm`, `${path}.mark`].find((f) => existsSync(f) && writeError(f) !== undefined);
+      if (locked) throw new JournalError('E_JOURNAL_DIR', `the journal's file ${locked} cannot be written (${writeError(locked) as string}): give it back to the user the server runs as (chown; its -wal, -shm and .mark files too), or make it writable (chmod u+w, chattr -i) — not moved away: it holds the jobs`, { cause: err });
       throw new JournalError('E_JOURNAL_OPEN', `cannot open the journal ${path} (${String(err)}): ${/malformed|not a database|corrupt/i.test(String(err)) ? `the file is damaged; keep a copy of the data dir ${dir}, then start afresh by moving ${path} and its ${path}.mark, -wal and -shm files away (accepting the loss of the jobs it held)` : 'check the path and its permissions, or move the file (with its .mark, -wal and -shm files) away to start afresh'}`, { cause: err });
     }
   }

@@ -1,4 +1,5 @@
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -16,6 +17,20 @@ function tempDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'stoker-journal-'));
   dirs.push(dir);
   return dir;
+}
+
+/** Whether this machine can make a file immutable (chattr +i: root, on a file system that has the flag). */
+function chattrWorks(): boolean {
+  const dir = mkdtempSync(join(tmpdir(), 'stoker-chattr-'));
+  const f = join(dir, 'probe');
+  writeFileSync(f, '');
+  try {
+    const set = spawnSync('chattr', ['+i', f]).status === 0;
+    if (set) spawnSync('chattr', ['-i', f]);
+    return set;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 /** A manual clock. */
@@ -246,6 +261,19 @@ describe('Journal', () => {
     // The jobs it holds go on (their writes land in the open file).
     j.markRunning('before');
     expect(j.get('before')?.state).toBe('running');
+  });
+
+  it.runIf(chattrWorks())("a journal file this user cannot write is refused at open naming the file and the fix, not advised to be moved away (it read 'disk I/O error … move the file away', which drops its jobs)", () => {
+    const dir = tempDir();
+    open(dir).close();
+    journals.length = 0;
+    const file = join(dir, 'stoker.db');
+    expect(spawnSync('chattr', ['+i', file]).status).toBe(0);
+    try {
+      expect(() => Journal.open(dir)).toThrow(expect.objectContaining({ code: 'E_JOURNAL_DIR', message: `the journal's file ${file} cannot be written (no permission): give it back to the user the server runs as (chown; its -wal, -shm and .mark files too), or make it writable (chmod u+w, chattr -i) — not moved away: it holds the jobs` }));
+    } finally {
+      spawnSync('chattr', ['-i', file]);
+    }
   });
 
   it('marks a queued job running once, stamping startedAt', () => {
