@@ -300,6 +300,12 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
         for (const key of ['jobLatencyP50Ms', 'jobLatencyP99Ms'] as const) rows.push([`${key} ${kind}`, ...results.map((r) => formatMetric(key, r.byKind.find((k) => k.kind === kind)?.[key] ?? null))]);
       }
     }
+    // With several priority classes, each one's (an urgent class's latency under a bulk load).
+    if (first.byPriority.length > 1) {
+      for (const { priority } of first.byPriority) {
+        for (const key of ['jobLatencyP50Ms', 'jobLatencyP99Ms'] as const) rows.push([`${key} ${priority}`, ...results.map((r) => formatMetric(key, r.byPriority.find((p) => p.priority === priority)?.[key] ?? null))]);
+      }
+    }
     io.out(formatTable(['metric', ...results.map((r) => r.pacer)], rows));
     const runs = results.map((r) => `${r.pacer} ${r.events} / ${seconds(r.simulatedMs)}`).join(', ');
     io.out(`\n${windowLine(first.window, results)}; events / simulated time: ${runs}\n`);

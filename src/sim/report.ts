@@ -35,7 +35,7 @@ const everyMetricListed: [Unlisted] extends [never] ? true : Unlisted = true;
 void everyMetricListed;
 
 /** What report.json and `stoker simulate --json` hold for one run: no wall-clock fields, stable key order. */
-export type ResultRecord = Pick<SimResult, 'scenario' | 'pacer' | 'seed' | 'window' | 'events' | 'simulatedMs' | 'metrics' | 'byKind' | 'failures' | 'unfinishedJobs' | 'endedBy' | 'stall'>;
+export type ResultRecord = Pick<SimResult, 'scenario' | 'pacer' | 'seed' | 'window' | 'events' | 'simulatedMs' | 'metrics' | 'byKind' | 'failures' | 'unfinishedJobs' | 'endedBy' | 'stall'> & Partial<Pick<SimResult, 'byPriority'>>;
 
 /** The metrics with their keys in the contract's order. */
 export function orderedMetrics(m: Metrics): Metrics {
@@ -55,6 +55,8 @@ export function resultRecord(r: SimResult): ResultRecord {
     simulatedMs: r.simulatedMs,
     metrics: orderedMetrics(r.metrics),
     byKind: r.byKind.map((k) => ({ kind: k.kind, jobsDone: k.jobsDone, jobLatencyP50Ms: k.jobLatencyP50Ms, jobLatencyP99Ms: k.jobLatencyP99Ms })),
+    // (Where more than one priority class arrives: a run of one class has its latency in the metrics.)
+    ...(r.byPriority.length > 1 ? { byPriority: r.byPriority.map((p) => ({ priority: p.priority, jobsDone: p.jobsDone, jobLatencyP50Ms: p.jobLatencyP50Ms, jobLatencyP99Ms: p.jobLatencyP99Ms })) } : {}),
     failures: r.failures.map((f) => ({ job: f.job, state: f.state, code: f.code, reason: f.reason })),
     unfinishedJobs: r.unfinishedJobs,
     endedBy: r.endedBy,

@@ -114,12 +114,15 @@ const BatchSchema = z.strictObject({
   priority: Priority.default('normal'),
   /** Spacing between the jobs of the batch, seconds. @default 0 */
   everyS: nonNegative('everyS').default(0),
+  /** Each job's deadline, seconds after it arrives: one not done by then fails (E_DEADLINE). @default none */
+  deadlineS: positive('deadlineS').optional(),
 });
 const PoissonSchema = z.strictObject({
   poisson: z.strictObject({ ratePerS: positive('ratePerS'), fromS: nonNegative('fromS').default(0), untilS: positive('untilS') }).refine((p) => p.untilS > p.fromS, { error: 'untilS must be > fromS (no job would arrive)' }),
   partitions: partitionCount,
   kind: z.string().min(1),
   priority: Priority.default('normal'),
+  deadlineS: positive('deadlineS').optional(),
 });
 const ArrivalSchema = z.union([BatchSchema, PoissonSchema], { error: 'an arrival is a batch { atS, jobs, partitions, kind } or { poisson: { ratePerS, untilS }, partitions, kind }' });
 

@@ -1,4 +1,4 @@
-import { Engine, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type Pacer, type PacerOptions, type ReadonlySnapshot } from '../core/index.js';
+import { Engine, PRIORITIES, type Priority, type TimelineRecorder, type Command, type EngineEvent, type ItemView, type Pacer, type PacerOptions, type ReadonlySnapshot } from '../core/index.js';
 import { buildDevices, capacityOf, DeviceFluid, deviceGroups, type SimDevice, type SimWorker } from './devices.js';
 import { EventQueue, PREP, PREP_BATCH, type SimEvent } from './events.js';
 import { percentileOf, Recorder, type Meters, type Metrics, type Series } from './metrics.js';
@@ -58,17 +58,28 @@ export interface SimResult {
    * metrics' jobLatency*, kind by kind: a small kind held behind a heavy one shows here).
    */
   byKind: KindLatency[];
+  /** The same per priority class that arrives (in the order critical, high, normal, low). */
+  byPriority: PriorityLatency[];
   /** The first preparation start of each job, ms (for the priority scenario). */
   firstStartMs: Record<string, number>;
   series: Series;
 }
 
-/** One kind's jobs done in a run and their latency percentiles, ms (null: none done). */
-export interface KindLatency {
-  kind: string;
+/** Jobs done in a run and their latency percentiles, ms (null: none done). */
+interface Latency {
   jobsDone: number;
   jobLatencyP50Ms: number | null;
   jobLatencyP99Ms: number | null;
+}
+
+/** One kind's jobs done in a run and their latency percentiles. */
+export interface KindLatency extends Latency {
+  kind: string;
+}
+
+/** One priority class's jobs done in a run and their latency percentiles. */
+export interface PriorityLatency extends Latency {
+  priority: Priority;
 }
 
 /**
@@ -85,10 +96,10 @@ export function simulate(s: Scenario, options: SimulateOptions): SimResult {
   return new Simulation(s, options).run();
 }
 
-/** A kind's latency percentiles from its done jobs' latencies (as the metrics take theirs). */
-function kindLatency(kind: string, ms: number[]): KindLatency {
+/** Latency percentiles from done jobs' latencies (as the metrics take theirs). */
+function latencyOf(ms: number[]): Latency {
   const sorted = [...ms].sort((a, b) => a - b);
-  return { kind, jobsDone: sorted.length, jobLatencyP50Ms: percentileOf(sorted, 0.5), jobLatencyP99Ms: percentileOf(sorted, 0.99) };
+  return { jobsDone: sorted.length, jobLatencyP50Ms: percentileOf(sorted, 0.5), jobLatencyP99Ms: percentileOf(sorted, 0.99) };
 }
 
 /** The first preparation start of each job id (the earliest of its planned jobs, should ids repeat), from the starts by job index (NaN: none). */
@@ -122,6 +133,7 @@ class Simulation {
   private readonly jobs: PlannedJob[];
   /** Each kind's done jobs' latencies, ms (the scenario's kinds that arrive, in its order). */
   private readonly kindLatencies: Map<string, number[]>;
+  private readonly priorityLatencies: Map<Priority, number[]>;
   private readonly window: { fromMs: number; toMs: number };
   private readonly recorder: Recorder;
   private readonly faults = new Map<string, { stage: 'prepare' | 'device'; partition: number }[]>();
@@ -199,6 +211,8 @@ class Simulation {
     // (The kinds that arrive, in the scenario's order: one defined but never submitted has no row.)
     const arriving = new Set(this.jobs.map((j) => j.spec.kind));
     this.kindLatencies = new Map(Object.keys(s.kinds).filter((k) => arriving.has(k)).map((k) => [k, []]));
+    const classes = new Set(this.jobs.map((j) => j.spec.priority ?? 'normal'));
+    this.priorityLatencies = new Map(PRIORITIES.filter((p) => classes.has(p)).map((p) => [p, []]));
     checkJobRefs(s, this.jobs, this.seed);
     this.startedAt = new Float64Array(this.jobs.length).fill(NaN);
     const partitions = this.jobs.reduce((n, j) => n + j.spec.partitions, 0);
@@ -253,7 +267,8 @@ class Simulation {
         return (firstStart ??= firstStarts(jobs, startedAt));
       },
       series: this.recorder.series(),
-      byKind: [...this.kindLatencies].map(([kind, ms]) => kindLatency(kind, ms)),
+      byKind: [...this.kindLatencies].map(([kind, ms]) => ({ kind, ...latencyOf(ms) })),
+      byPriority: [...this.priorityLatencies].map(([priority, ms]) => ({ priority, ...latencyOf(ms) })),
     };
   }
 
@@ -454,7 +469,11 @@ class Simulation {
         case 'finishJob':
           this.lastEndMs = this.now;
           this.recorder.jobEnded(c);
-          if (c.state === 'done') this.kindLatencies.get(this.jobs[Number(c.jobId.slice(4))]?.spec.kind ?? '')?.push(c.timeMs);
+          if (c.state === 'done') {
+            const spec = this.jobs[Number(c.jobId.slice(4))]?.spec;
+            this.kindLatencies.get(spec?.kind ?? '')?.push(c.timeMs);
+            this.priorityLatencies.get(spec?.priority ?? 'normal')?.push(c.timeMs);
+          }
           if (c.state !== 'done') this.failures.push({ job: c.jobId, state: c.state, code: c.code ?? '', reason: c.reason ?? '' });
           break;
         case 'wakeAt':

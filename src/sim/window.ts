@@ -14,15 +14,15 @@ export interface PlannedJob {
 /** Expands arrivals into concrete jobs (ids job-0, job-1, … in arrival order). */
 export function planArrivals(s: Scenario, seed: number): PlannedJob[] {
   const rng = new Rng(seed, -1);
-  const raw: { atMs: number; partitions: number; kind: string; priority: JobSpec['priority'] }[] = [];
+  const raw: { atMs: number; partitions: number; kind: string; priority: JobSpec['priority']; deadlineS: number | undefined }[] = [];
   for (const a of s.arrivals) {
     if ('poisson' in a) {
       const mean = 1000 / a.poisson.ratePerS;
       for (let t = a.poisson.fromS * 1000 + rng.exponential(mean); t < a.poisson.untilS * 1000; t += rng.exponential(mean)) {
-        raw.push({ atMs: t, partitions: a.partitions, kind: a.kind, priority: a.priority });
+        raw.push({ atMs: t, partitions: a.partitions, kind: a.kind, priority: a.priority, deadlineS: a.deadlineS });
       }
     } else {
-      for (let j = 0; j < a.jobs; j++) raw.push({ atMs: (a.atS + j * a.everyS) * 1000, partitions: a.partitions, kind: a.kind, priority: a.priority });
+      for (let j = 0; j < a.jobs; j++) raw.push({ atMs: (a.atS + j * a.everyS) * 1000, partitions: a.partitions, kind: a.kind, priority: a.priority, deadlineS: a.deadlineS });
     }
   }
   // Stable sort keeps file order among equal times.
@@ -31,6 +31,7 @@ export function planArrivals(s: Scenario, seed: number): PlannedJob[] {
     const k = s.kinds[r.kind];
     const spec: JobSpec = { id: `job-${i}`, kind: r.kind, priority: r.priority, partitions: r.partitions };
     if (k) spec.memory = { prepareBytes: k.memory.prepareBytes, deviceBytes: k.memory.deviceBytes };
+    if (r.deadlineS !== undefined) spec.deadline = r.atMs + r.deadlineS * 1000;
     return { atMs: r.atMs, spec };
   });
 }

@@ -270,3 +270,52 @@ describe('the README', () => {
     expect(r.metrics.jobsDone + r.metrics.jobsFailed + r.metrics.jobsCancelled).toBe(r.jobsSubmitted);
   });
 });
+
+describe('deadlines and priority classes in a scenario', () => {
+  // A user's mix: bulk low jobs, critical ones with a deadline they meet, a normal one with a deadline it cannot.
+  const mix: ScenarioInput = {
+    name: 'deadline-mix',
+    targetWaiting: 4,
+    kinds: { proof: { prepare: { type: 'fixed', value: 2 }, memory: { prepareBytes: 1, deviceBytes: 1 } } },
+    devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }],
+    arrivals: [
+      { atS: 0, jobs: 5, partitions: 10, kind: 'proof', priority: 'low' },
+      { atS: 5, jobs: 2, everyS: 5, partitions: 2, kind: 'proof', priority: 'critical', deadlineS: 8 },
+      { atS: 6, partitions: 5, kind: 'proof', priority: 'normal', deadlineS: 3 },
+    ],
+  };
+
+  it('arrivals[].deadlineS gives each job a deadline after it arrives: one not done by then fails E_DEADLINE (the schema refused the field)', () => {
+    const s = parseScenario(mix);
+    expect(planArrivals(s, s.seed).map((j) => [j.spec.id, j.spec.priority, j.spec.deadline])).toEqual([
+      ['job-0', 'low', undefined],
+      ['job-1', 'low', undefined],
+      ['job-2', 'low', undefined],
+      ['job-3', 'low', undefined],
+      ['job-4', 'low', undefined],
+      ['job-5', 'critical', 13_000],
+      ['job-6', 'normal', 9_000],
+      ['job-7', 'critical', 18_000],
+    ]);
+    const r = simulate(s, { pacer: stoker });
+    expect(r.failures).toEqual([{ job: 'job-6', state: 'failed', code: 'E_DEADLINE', reason: 'job job-6 missed its deadline (at 9000 ms on the driver\'s clock)' }]);
+    expect(r.metrics.jobsDone).toBe(7);
+    expect(() => parseScenario({ ...mix, arrivals: [{ atS: 0, partitions: 1, kind: 'proof', deadlineS: 0 }] })).toThrow(/deadlineS must be > 0/);
+  });
+
+  it('byPriority gives each class that arrives its jobs done and latency, critical first (a class had no row of its own)', () => {
+    const r = simulate(parseScenario(mix), { pacer: stoker });
+    expect(r.byPriority.map((p) => [p.priority, p.jobsDone])).toEqual([
+      ['critical', 2],
+      ['normal', 0],
+      ['low', 5],
+    ]);
+    const critical = r.byPriority[0]?.jobLatencyP99Ms as number;
+    const low = r.byPriority[2]?.jobLatencyP50Ms as number;
+    // The critical jobs overtake the bulk: one preparation and their device steps, well under the low jobs' latency.
+    expect(critical).toBeLessThan(8_000);
+    expect(low).toBeGreaterThan(critical * 4);
+    // One class only: its latency is the metrics' own (the JSON record leaves the rows out).
+    expect(simulate(seed, { pacer: stoker }).byPriority.map((p) => p.priority)).toEqual(['normal']);
+  });
+});
