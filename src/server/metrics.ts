@@ -111,7 +111,8 @@ export class ServiceMetrics {
   readonly registry = new Registry();
   private readonly prepareSeconds: Histogram<'kind'>;
   private readonly deviceSeconds: Histogram<'kind'>;
-  private readonly jobSeconds: Histogram<'kind' | 'state'>;
+  private readonly jobSeconds: Histogram<'kind' | 'state' | 'priority'>;
+  private readonly jobFailures: Counter<'kind' | 'code'>;
   private readonly batchItems: Histogram<'device'>;
   private readonly prepareBatchItems: Histogram<'kind'>;
   private readonly stepFailures: Counter<'kind' | 'stage'>;
@@ -199,7 +200,9 @@ export class ServiceMetrics {
     const stage = stageBuckets(3600);
     this.prepareSeconds = new Histogram({ name: 'stoker_prepare_seconds', help: 'Preparation latency per partition, by kind', labelNames: ['kind'], buckets: stage, registers: [r] });
     this.deviceSeconds = new Histogram({ name: 'stoker_device_seconds', help: 'Device time per partition as the worker measured it, by kind', labelNames: ['kind'], buckets: stage, registers: [r] });
-    this.jobSeconds = new Histogram({ name: 'stoker_job_seconds', help: 'Job latency, submission to end, by kind and state', labelNames: ['kind', 'state'], buckets: stageBuckets(6 * 3600), registers: [r] });
+    this.jobSeconds = new Histogram({ name: 'stoker_job_seconds', help: 'Job latency, submission to end, by kind, state and priority class', labelNames: ['kind', 'state', 'priority'], buckets: stageBuckets(6 * 3600), registers: [r] });
+    // (A missed deadline and a failing device both counted as state="failed".)
+    this.jobFailures = new Counter({ name: 'stoker_jobs_failed_total', help: 'Jobs failed since start, by kind and error code (E_DEADLINE, E_DEVICE_FAILED, …)', labelNames: ['kind', 'code'], registers: [r] });
     // Batches by size (batching devices): items per device step, 1 … 4096.
     this.batchItems = new Histogram({ name: 'stoker_device_batch_items', help: 'Items per batch on batching devices ([device.batch]), by device', labelNames: ['device'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096], registers: [r] });
     // Preparation batches by size (kinds with [kinds.NAME.prepareBatch]): items per preparation step.
@@ -232,7 +235,8 @@ export class ServiceMetrics {
     this.stepFailures.inc({ kind, stage });
   }
 
-  jobEnded(kind: string, state: string, seconds: number): void {
-    this.jobSeconds.observe({ kind, state }, seconds);
+  jobEnded(kind: string, state: string, priority: string, seconds: number, code: string | undefined): void {
+    this.jobSeconds.observe({ kind, state, priority }, seconds);
+    if (state === 'failed') this.jobFailures.inc({ kind, code: code ?? 'E_INTERNAL' });
   }
 }

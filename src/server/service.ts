@@ -676,7 +676,7 @@ export class Service {
   private announceEnd(job: JournalJob, finishedAt: number, outcome: JournalOutcome): void {
     const seconds = (finishedAt - job.submittedAt) / 1000;
     this.ended.add(job.kind, outcome.state, seconds);
-    this.metrics.jobEnded(job.kind, outcome.state, seconds);
+    this.metrics.jobEnded(job.kind, outcome.state, job.priority, seconds, outcome.state === 'done' ? undefined : outcome.code);
     this.watch.progress(job.id);
     this.emit(outcome.state === 'done' ? { type: 'job.done', id: job.id } : { type: `job.${outcome.state}`, id: job.id, code: outcome.code, reason: outcome.reason });
     this.waiters.wake(job.id);

@@ -1029,34 +1029,41 @@ describe('GET /metrics (fresh server)', () => {
     for (const [id, n, seed] of jobs) expect((await result(s.url, id)).body).toMatchObject({ state: 'done', result: { partitions: n, total: sleepTotal(seed, n) } });
     await submit(s.url, sleepJob('m-cancel', 2, { prepareMs: 5000 }));
     await http(s.url, 'DELETE', '/v1/jobs/m-cancel');
+    // A missed deadline, and a critical job: by code and by priority class (both were one series).
+    expect((await submit(s.url, { ...sleepJob('m-late', 1, { prepareMs: 5000 }), deadline: Date.now() + 300 })).status).toBe(202);
+    expect((await result(s.url, 'm-late')).body).toMatchObject({ state: 'failed', error: { code: 'E_DEADLINE' } });
+    expect((await submit(s.url, { ...sleepJob('m-urgent', 1, { prepareMs: 15 }), priority: 'critical' })).status).toBe(202);
+    expect((await result(s.url, 'm-urgent')).body.state).toBe('done');
     await idle(s.url);
 
     const t1 = await until('a measured capacity', async () => {
       const t = await metrics(s.url);
       return (metric(t, 'stoker_pacer_capacity_partitions_per_second') ?? 0) > 0 ? t : undefined;
     });
-    expect(metric(t1, 'stoker_jobs{kind="sleep",state="done"}')).toBe(4);
+    expect(metric(t1, 'stoker_jobs{kind="sleep",state="done"}')).toBe(5);
     expect(metric(t1, 'stoker_jobs{kind="sleep",state="cancelled"}')).toBe(1);
-    expect(metric(t1, 'stoker_jobs_ended_total{kind="sleep",state="done"}')).toBe(4);
-    expect(metric(t1, 'stoker_job_seconds_count{kind="sleep",state="done"}')).toBe(4);
-    expect(metric(t1, 'stoker_job_seconds_count{kind="sleep",state="cancelled"}')).toBe(1);
-    expect(metric(t1, 'stoker_job_seconds_bucket{le="+Inf",kind="sleep",state="done"}')).toBe(4);
-    expect(metric(t1, 'stoker_job_seconds_sum{kind="sleep",state="done"}')).toBeGreaterThan(4 * 0.015);
-    // 9 partitions ran to the end; m-cancel's preparations were aborted, never measured.
-    expect(metric(t1, 'stoker_prepare_seconds_count{kind="sleep"}')).toBe(9);
-    expect(metric(t1, 'stoker_device_seconds_count{kind="sleep"}')).toBe(9);
-    expect(metric(t1, 'stoker_prepare_seconds_sum{kind="sleep"}')).toBeGreaterThanOrEqual(9 * 0.014);
+    expect(metric(t1, 'stoker_jobs_ended_total{kind="sleep",state="done"}')).toBe(5);
+    expect(metric(t1, 'stoker_job_seconds_count{kind="sleep",state="done",priority="normal"}')).toBe(4);
+    expect(metric(t1, 'stoker_job_seconds_count{kind="sleep",state="done",priority="critical"}')).toBe(1);
+    expect(metric(t1, 'stoker_job_seconds_count{kind="sleep",state="cancelled",priority="normal"}')).toBe(1);
+    expect(metric(t1, 'stoker_job_seconds_bucket{le="+Inf",kind="sleep",state="done",priority="normal"}')).toBe(4);
+    expect(metric(t1, 'stoker_job_seconds_sum{kind="sleep",state="done",priority="normal"}')).toBeGreaterThan(4 * 0.015);
+    expect(metric(t1, 'stoker_jobs_failed_total{kind="sleep",code="E_DEADLINE"}')).toBe(1);
+    // 10 partitions ran to the end; m-cancel's and m-late's preparations were aborted, never measured.
+    expect(metric(t1, 'stoker_prepare_seconds_count{kind="sleep"}')).toBe(10);
+    expect(metric(t1, 'stoker_device_seconds_count{kind="sleep"}')).toBe(10);
+    expect(metric(t1, 'stoker_prepare_seconds_sum{kind="sleep"}')).toBeGreaterThanOrEqual(10 * 0.014);
     expect(metric(t1, 'stoker_device_seconds_sum{kind="sleep"}')).toBeGreaterThan(0);
     expect(metric(t1, 'stoker_waiting_partitions')).toBe(0);
     expect(metric(t1, 'stoker_waiting_target_partitions')).toBe(4);
     expect(metric(t1, 'stoker_device_worker_busy{device="default",worker="0"}')).toBe(0);
     expect(metric(t1, 'stoker_device_worker_busy{device="default",worker="1"}')).toBe(0);
     expect(metric(t1, 'stoker_device_busy_seconds_total{device="default"}')).toBeGreaterThan(0);
-    expect(metric(t1, 'stoker_dispatched_partitions_total')).toBeGreaterThanOrEqual(9);
+    expect(metric(t1, 'stoker_dispatched_partitions_total')).toBeGreaterThanOrEqual(10);
     expect(metric(t1, 'stoker_budget_used_bytes')).toBe(0);
     expect(t1).toContain('stoker_budget_bytes +Inf');
     const st = await status(s.url);
-    expect(st.devices[0]?.completions).toBe(9);
+    expect(st.devices[0]?.completions).toBe(10);
     expect(metric(t1, 'stoker_pacer_capacity_partitions_per_second')).toBeGreaterThan(0);
     // One kind: its own capacity estimate is the pacer's.
     expect(metric(t1, 'stoker_kind_estimated_capacity_per_second{kind="sleep"}')).toBe(metric(t1, 'stoker_pacer_capacity_partitions_per_second'));
