@@ -342,9 +342,16 @@ function isMain(): boolean {
 }
 
 if (isMain()) {
-  // `stoker bench | head` closes the pipe early: stop quietly.
+  // `stoker bench | head` closes the pipe early: stop quietly. A terminal gone (EIO: closed, its
+  // SIGHUP being handled) takes what is written to it no more: a serve drains on without it (its
+  // first line after the hangup threw, and the drain ended with exit 1).
   process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EIO') return;
     if (e.code === 'EPIPE') process.exit(0);
+    throw e;
+  });
+  process.stderr.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EIO' || e.code === 'EPIPE') return;
     throw e;
   });
   void main(process.argv.slice(2)).then((code) => {

@@ -1279,6 +1279,32 @@ describe('graceful shutdown', () => {
     }
   }, 30_000);
 
+  it('a terminal that closes under it (SIGHUP, then no terminal to write to) lets the drain finish: the job done and journaled (its first line after the hangup threw EIO, and it died mid-drain)', async () => {
+    const dir = tempDataDir();
+    dirs.push(dir);
+    const err = path.join(dir, 'stderr.txt');
+    const hangUp = async (stderr: string, dir: string) => {
+      const port = await freePort();
+      const run = await new Promise<string>((resolve) => execFile('python3', [path.resolve(import.meta.dirname, '../fixtures/pty-hangup.py'), process.execPath, CLI, dir, String(port), stderr], { timeout: 30_000 }, (_e, stdout) => resolve(stdout)));
+      expect(run.split('\n')[0], run).toBe('202');
+      const j = Journal.open(dir);
+      try {
+        return j.get('hup-pty')?.state;
+      } finally {
+        j.close();
+      }
+    };
+    // Its stderr on the terminal too: what it says after the hangup goes nowhere, and the drain goes on.
+    expect(await hangUp('-', dir)).toBe('done');
+    // Its stderr in a file: the drain says what it does.
+    const again = tempDataDir();
+    dirs.push(again);
+    expect(await hangUp(err, again)).toBe('done');
+    const said = fs.readFileSync(err, 'utf8');
+    expect(said).toContain('stoker serve: SIGHUP: finishing 1 partition in flight');
+    expect(said).toContain('stoker serve: stopped;');
+  }, 40_000);
+
   it('a second SIGTERM while it drains stops it at once, saying so (it died without a word), exit 143; the job resumes on the next start', async () => {
     const dir = tempDataDir();
     dirs.push(dir);
