@@ -142,7 +142,7 @@ export class HttpDevice implements DeviceRunner {
         const x = (typeof r === 'object' && r !== null ? r : {}) as Record<string, unknown>;
         // (The worker named, as a single item's failure names it; a trailing newline left off.)
         if (typeof x['error'] === 'string') {
-          const error = `${label}: ${x['error'].trimEnd()}`;
+          const error = `${label}: ${maskSecrets(x['error'].trimEnd(), this.secrets)}`;
           return x['retry'] === false ? { error, retry: false } : { error };
         }
         if (typeof x['outputBase64'] === 'string') return { output: new Uint8Array(Buffer.from(x['outputBase64'], 'base64')) };

@@ -412,7 +412,7 @@ class WorkerProcess {
     if (index === undefined && h['ok'] !== true) {
       this.step = undefined;
       this.failures = 0;
-      step.reject(new Error(`${this.label}: ${typeof h['error'] === 'string' ? h['error'] : 'the batch failed (no error message)'}`));
+      step.reject(new Error(`${this.label}: ${typeof h['error'] === 'string' ? maskSecrets(h['error'], this.secrets) : 'the batch failed (no error message)'}`));
       return true;
     }
     if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= step.size || step.results[index] !== undefined) {
@@ -427,7 +427,7 @@ class WorkerProcess {
     }
     if (busyNs !== undefined) step.busyNs = Math.max(step.busyNs ?? 0, busyNs);
     // (As a single item's: the worker named, the trailing newline of a traceback left off.)
-    const error = `${this.label}: ${typeof h['error'] === 'string' ? h['error'].trimEnd() : 'the item failed (no error message)'}`;
+    const error = `${this.label}: ${typeof h['error'] === 'string' ? maskSecrets(h['error'].trimEnd(), this.secrets) : 'the item failed (no error message)'}`;
     const rounds = h['ok'] === true ? roundedSaid(f) : undefined;
     step.results[index] = rounds ? { error: `${this.label}: ${rounds}`, retry: false } : h['ok'] === true ? { output: outputOf(f) } : h['retry'] === false ? { error, retry: false } : { error };
     if (++step.received < step.size) return true;
@@ -442,7 +442,7 @@ class WorkerProcess {
     const wallMs = performance.now() - step.sentAt;
     if (h['ok'] !== true) {
       this.failures = 0;
-      return step.reject(failure(`${this.label}: ${typeof h['error'] === 'string' ? h['error'] : 'the step failed (no error message)'}`, h['retry']));
+      return step.reject(failure(`${this.label}: ${typeof h['error'] === 'string' ? maskSecrets(h['error'], this.secrets) : 'the step failed (no error message)'}`, h['retry']));
     }
     const busyNs = h['busyNs'] as number | undefined;
     const bad = busyProblem(busyNs, wallMs);

@@ -45,6 +45,21 @@ export function redactArgs(args: readonly string[]): string[] {
   });
 }
 
+/** The environment's own variables that a word of SECRET_WORD names, and that hold no credential. */
+const NOT_SECRET_ENV = new Set(['PWD', 'OLDPWD']);
+
+/** A word (between - _ . and case changes) that names a credential: TOKEN, KEY, SECRET, PASSWORD… */
+const SECRET_WORD = /^(auth|authorization|token|key|apikey|secret|cookie|password|passwd|pwd|credentials?|signature|sig)$/i;
+
+/** Whether a name holds a word that names a credential (HF_TOKEN, --api-key, AWS_SECRET_ACCESS_KEY, accessToken; not --tokenizer, KEYBOARD). */
+function secretWord(name: string): boolean {
+  return name
+    .replace(/^-+/, '')
+    .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
+    .split(/[-_.]+/)
+    .some((w) => SECRET_WORD.test(w));
+}
+
 /** Shorter values are not masked in quoted text: "1", "true", a short word would read *** wherever they appear. */
 const MIN_SECRET_CHARS = 6;
 
@@ -56,16 +71,21 @@ const MIN_SECRET_CHARS = 6;
  */
 export function secretValues(given: { args?: readonly string[]; env?: Readonly<Record<string, string | undefined>>; headers?: Readonly<Record<string, string>>; url?: string }): string[] {
   const found = new Set<string>();
-  for (const [name, value] of Object.entries(given.env ?? {})) if (value !== undefined && SECRET_NAME.test(name)) found.add(value);
+  // (Named by a word of their own — HF_TOKEN, --api-key — not within one: PWD read as a password
+  // and --tokenizer as a token, and the working directory and a model's name read *** in every traceback.)
+  for (const [name, value] of Object.entries(given.env ?? {})) if (value !== undefined && secretWord(name) && !NOT_SECRET_ENV.has(name)) found.add(value);
   const args = given.args ?? [];
-  const masked = redactArgs(args);
   args.forEach((a, i) => {
-    if (masked[i] === a) return;
-    const eq = a.indexOf('=');
-    found.add(eq >= 0 ? a.slice(eq + 1) : a);
+    const eq = /^(--?[^=]+)=(.*)$/s.exec(a);
+    if (eq) {
+      if (secretWord(eq[1] as string)) found.add(eq[2] as string);
+      return;
+    }
+    const before = args[i - 1];
+    if (before !== undefined && /^--?[^=]+$/.test(before) && secretWord(before) && !a.startsWith('-')) found.add(a);
   });
   for (const [name, value] of Object.entries(given.headers ?? {})) {
-    if (!SECRET_NAME.test(name)) continue;
+    if (!secretWord(name)) continue;
     found.add(value);
     const token = /^\S+\s+(\S+)$/.exec(value)?.[1];
     if (token) found.add(token);
@@ -73,7 +93,7 @@ export function secretValues(given: { args?: readonly string[]; env?: Readonly<R
   if (given.url) {
     try {
       const u = new URL(given.url);
-      for (const [name, value] of u.searchParams) if (SECRET_NAME.test(name)) found.add(value);
+      for (const [name, value] of u.searchParams) if (secretWord(name)) found.add(value);
     } catch {
       // (not a URL: nothing in it to find)
     }

@@ -407,6 +407,13 @@ describe('credentials a process prints', () => {
     expect(said).toMatch(/its last stderr: argv \[.*'--api-key=\*\*\*', '--token', '\*\*\*'\] env \*\*\* short k1/);
     expect(said).not.toMatch(/s3cret/);
   });
+
+  it('read *** in the error a process sends for an item (an exception quoting its key went into the job error)', async () => {
+    // (The fixture's "fail" mode raises ValueError("no such tensor"): given as a credential, it is one.)
+    const { rt } = setup({ command: 'python3', args: [PY], env: { HF_TOKEN: 'no such tensor' } }, { retries: 0 });
+    const e = await failure(rt.submit(spec('fails'), { mode: 'fail' }));
+    expect(e.message).toMatch(/gpu\/0: ValueError: \*\*\*/);
+  });
 });
 
 describe('processes that break the protocol', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { redactArgs, redactUrl } from '../../src/runtime/redact.js';
+import { maskSecrets, redactArgs, redactUrl, secretValues } from '../../src/runtime/redact.js';
 
 describe('redactUrl', () => {
   it('hides a password and credential-named query values, and nothing else', () => {
@@ -17,5 +17,18 @@ describe('redactUrl', () => {
   it('hides the value of a credential-named flag, = or the argument after, and nothing else', () => {
     expect(redactArgs(['serve.py', '--api-key=s3cret', '--token', 't0k', '--model', 'llama', '-v', '--hf-token', '--fp16'])).toEqual(['serve.py', '--api-key=***', '--token', '***', '--model', 'llama', '-v', '--hf-token', '--fp16']);
     expect(redactArgs(['device.py'])).toEqual(['device.py']);
+  });
+});
+
+describe('secretValues and maskSecrets', () => {
+  it('take the values a word of their name calls a credential, and mask them in quoted text — not the working directory (PWD) nor a --tokenizer', () => {
+    const secrets = secretValues({
+      env: { PWD: '/home/alice/embedder', OLDPWD: '/home/alice', HF_TOKEN: 'hf_s3cret', KEYBOARD: 'us-intl-layout', accessToken: 'tok-s3cret', MY_KEY: 'k1' },
+      args: ['--tokenizer', 'meta-llama/Llama-2-7b-hf', '--api-key=sk-s3cret', '--token', 'tk-s3cret'],
+      headers: { Authorization: 'Bearer ab-s3cret', Accept: 'application/json' },
+      url: 'http://h/x?api_key=q-s3cret&model=m-1234567',
+    });
+    expect([...secrets].sort()).toEqual(['Bearer ab-s3cret', 'ab-s3cret', 'hf_s3cret', 'q-s3cret', 'sk-s3cret', 'tk-s3cret', 'tok-s3cret'].sort());
+    expect(maskSecrets('File "/home/alice/embedder/worker.py": tokenizer meta-llama/Llama-2-7b-hf, key sk-s3cret, header Bearer ab-s3cret, k1', secrets)).toBe('File "/home/alice/embedder/worker.py": tokenizer meta-llama/Llama-2-7b-hf, key ***, header ***, k1');
   });
 });
