@@ -3,7 +3,7 @@
  * 4-byte big-endian header length, the header as UTF-8 JSON (an object), then `payloadBytes`
  * bytes of payload (the header's field; 0 or absent: none).
  */
-import { roundedInteger } from './json-walk.js';
+import { roundedIntegers } from './json-walk.js';
 
 /**
  * The largest header accepted, 64 MiB: JSON inputs, prepared values and outputs travel in it
@@ -17,8 +17,8 @@ export const MAX_HEADER_BYTES = 64 << 20;
 export interface Frame {
   header: Record<string, unknown>;
   payload?: Uint8Array;
-  /** The first integer in the header that JSON.parse rounded (a helper not in Python, or an old one, sent it), and where. */
-  rounded?: { literal: string; path: string };
+  /** The integers in the header that JSON.parse rounded (a helper not in Python, or an old one, sent them), and where. */
+  rounded?: { literal: string; path: string }[];
 }
 
 /** A frame that breaks the protocol: the stream cannot be trusted after it. */
@@ -92,8 +92,8 @@ export class FrameReader {
         const p = h['payloadBytes'] ?? 0;
         if (typeof p !== 'number' || !Number.isSafeInteger(p) || p < 0) throw new FrameError(`payloadBytes must be a whole number ≥ 0, got ${JSON.stringify(p)}`);
         if (p > this.maxPayloadBytes) throw new FrameError(`a frame payload of ${p} bytes is over the ${this.maxPayloadBytes}-byte limit: raise [device.process] maxFrameBytes, or return less`, true);
-        const rounded = roundedInteger(text);
-        this.pending = { header: h, payloadBytes: p, ...(rounded ? { rounded } : {}) };
+        const rounded = roundedIntegers(text, h);
+        this.pending = { header: h, payloadBytes: p, ...(rounded.length > 0 ? { rounded } : {}) };
       }
       const { header, payloadBytes, rounded } = this.pending;
       if (this.buffered < payloadBytes) break;

@@ -27,7 +27,7 @@ import { checkPrepared, preparedJson, sendable } from './lossless-json.js';
 import { maskSecrets, redactUrl, secretValues } from './redact.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
-import { roundedInteger } from './json-walk.js';
+import { roundedIntegers } from './json-walk.js';
 import { failure } from './no-retry.js';
 import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
@@ -131,7 +131,7 @@ export class HttpDevice implements DeviceRunner {
       const head = { job: c.jobId, kind: c.kind ?? '', partition: c.partition, partitions: c.partitions };
       return bytes ? { ...head, preparedBase64: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64') } : { ...head, prepared: c.prepared.meta ?? null };
     });
-    const { data, json, busyMs } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, batchSignal(calls));
+    const { data, json, busyMs, rounded = [] } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, batchSignal(calls));
     const results = (json as { results?: unknown } | undefined)?.results;
     if (!Array.isArray(results) || results.length !== calls.length) {
       throw new Error(`${label}: POST ${this.shown} answered ${JSON.stringify(maskSecrets(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)), this.secrets))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
@@ -146,6 +146,9 @@ export class HttpDevice implements DeviceRunner {
           return x['retry'] === false ? { error, retry: false } : { error };
         }
         if (typeof x['outputBase64'] === 'string') return { output: new Uint8Array(Buffer.from(x['outputBase64'], 'base64')) };
+        // (Only an item's own output fails it: a number elsewhere in the answer is no item's.)
+        const changed = rounded.find((n) => within(n.path, `$.results[${i}].output`));
+        if (changed) return { error: roundedError(label, this.shown, changed), retry: false };
         if ('output' in x) return { output: x['output'] };
         return { error: `${label}: the batch's result ${i} is ${JSON.stringify(r)}: give { "output" }, { "outputBase64" } or { "error" }` };
       }),
@@ -214,7 +217,7 @@ export class HttpDevice implements DeviceRunner {
   }
 
   /** POSTs a body; the response's bytes (its JSON, when it says application/json) and the request's wall time. */
-  private async post(label: string, body: string | Uint8Array, extra: Record<string, string>, signal: AbortSignal): Promise<{ data: Uint8Array; json: unknown; busyMs: number }> {
+  private async post(label: string, body: string | Uint8Array, extra: Record<string, string>, signal: AbortSignal): Promise<{ data: Uint8Array; json: unknown; busyMs: number; rounded?: Rounded[] }> {
     let t0 = 0;
     let res: Response | undefined;
     /** This step's first refusal: it waits unreachableMs from then at the most, whatever the other steps see. */
@@ -272,10 +275,7 @@ export class HttpDevice implements DeviceRunner {
     } catch {
       throw new Error(`${label}: POST ${this.shown} answered application/json that is not JSON: ${text()}`);
     }
-    // (JSON.parse rounds an integer no double holds: an int64 id came back changed, the job done. The same answer would come again: no retry.)
-    const r = roundedInteger(answer);
-    if (r) throw failure(`${label}: POST ${this.shown} answered the integer ${r.literal.length > 40 ? `of ${r.literal.replace('-', '').length} digits` : r.literal} at ${r.path}, which stoker reads rounded (as ${String(Number(r.literal))}: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string`, false);
-    return { data, json, busyMs };
+    return { data, json, busyMs, rounded: roundedIntegers(answer, json) };
   }
 
   private async request(call: RunCall, label: string): Promise<{ output: unknown; busyMs: number }> {
@@ -289,9 +289,24 @@ export class HttpDevice implements DeviceRunner {
       'stoker-partitions': String(call.partitions),
     };
     // (Refused, retry: false, where JSON would change it: an Int32Array inside it became {"0":…}.)
-    const { data, json, busyMs } = await this.post(label, body ?? preparedJson(meta), headers, call.signal);
+    const { data, json, busyMs, rounded = [] } = await this.post(label, body ?? preparedJson(meta), headers, call.signal);
+    // (JSON.parse rounds an integer no double holds: an int64 id came back changed, the job done. The same answer would come again: no retry.)
+    const r = rounded[0];
+    if (r) throw failure(roundedError(label, this.shown, r), false);
     return { output: json === undefined ? data : json, busyMs };
   }
+}
+
+type Rounded = { literal: string; path: string };
+
+/** Whether a JSON path is `at` or inside it. */
+function within(path: string, at: string): boolean {
+  return path === at || path.startsWith(`${at}.`) || path.startsWith(`${at}[`);
+}
+
+/** An output's integer that JSON.parse rounded, said. */
+function roundedError(label: string, url: string, r: Rounded): string {
+  return `${label}: POST ${url} answered the integer ${r.literal.length > 40 ? `of ${r.literal.replace('-', '').length} digits` : r.literal} at ${r.path}, which stoker reads rounded (as ${String(Number(r.literal))}: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string`;
 }
 
 /**

@@ -552,8 +552,8 @@ function busyProblem(v: unknown, wallMs: number): string | undefined {
  * rounded (the same output again would be rounded again: no retry).
  */
 function roundedSaid(f: Frame): string | undefined {
-  const r = f.rounded;
-  if (!r || !r.path.startsWith('$.output')) return undefined;
+  const r = f.rounded?.find((x) => x.path === '$.output' || /^\$\.output[.[]/.test(x.path));
+  if (!r) return undefined;
   return `${r.path.slice(2)} is the integer ${r.literal.length > 40 ? `of ${r.literal.replace('-', '').length} digits` : r.literal}, which stoker reads rounded (as ${String(Number(r.literal))}: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string`;
 }
 

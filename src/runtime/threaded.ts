@@ -55,7 +55,7 @@ export interface StageThreadsOptions {
 }
 
 /** A preparation that holds its thread this long before it returns computes there (see StageThreadsOptions.onThreadHeld). */
-export const HELD_THREAD_MS = 50;
+export const HELD_THREAD_MS = 100;
 
 export interface ThreadedWorkloadOptions<I, O, R> extends StageThreadsOptions {
   /** URL (file:) of an ES module exporting `prepare(input, ctx)`; it runs in the preparation threads and writes into ctx.buffer. */

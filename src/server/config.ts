@@ -299,6 +299,9 @@ function setFromString(layer: Layer, field: FieldPath, raw: string | number, sou
 
 const ENV_SOURCE = 'the environment (STOKER_*)';
 
+/** The variables Kubernetes sets for a Service (NAME_SERVICE_HOST, NAME_SERVICE_PORT[_P], NAME_PORT_7070_TCP[_ADDR…], and NAME_PORT=tcp://…): not settings. */
+const K8S_SERVICE_VAR = /_SERVICE_(HOST|PORT)(_\w+)?$|_PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?$/;
+
 /**
  * The variable of a setting that `name` names without its section — STOKER_TOKEN for
  * STOKER_SERVER_TOKEN (ignored without a word, a server a user believed guarded ran without a
@@ -328,6 +331,8 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
       else issues.push({ source: name, path: 'journal.maxBytes', message: r.error.issues[0]?.message ?? 'expected an integer ≥ 65536 (bytes)' });
       continue;
     }
+    // (Kubernetes sets these for each Service in the namespace: one named stoker-kinds gave STOKER_KINDS_SERVICE_HOST.)
+    if (K8S_SERVICE_VAR.test(name) || (/_PORT$/.test(name) && /^(tcp|udp|sctp):\/\//.test(raw))) continue;
     const prefix = ENV_PREFIXES.find((p) => name.startsWith(p));
     if (!prefix) {
       // A misspelt section (STOKER_SERVE_PORT) was ignored silently: refused where it is a near miss of

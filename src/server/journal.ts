@@ -227,8 +227,10 @@ export class Journal {
     }
     try {
       const done = fn();
-      // (Only a new job says there is room: an update that needs no new page, or a purge with nothing to purge, is no news.)
+      // (Only a new job says there is room: an update that needs no new page, or a purge with nothing to purge, is no news.
+      // Any write that lands says the journal can be written: a later full disk was said as the old I/O error.)
       if (newJob) this.full = false;
+      this.#unwritable = undefined;
       return done;
     } catch (e) {
       const code = (e as { code?: unknown }).code;
@@ -236,7 +238,7 @@ export class Journal {
       if (code === 'SQLITE_FULL' || unwritable) {
         this.fullRefusals++;
         this.full = true;
-        if (unwritable) this.#unwritable = `${(e as Error).message} (${code})`;
+        this.#unwritable = unwritable ? `${(e as Error).message} (${code})` : undefined;
         throw new JournalError('E_JOURNAL_FULL', `${this.fullReason()}: ${what} was not written — ${this.fullFix()}`, { cause: e });
       }
       throw e;

@@ -287,6 +287,21 @@ describe('batches on an HTTP device', () => {
     expect(sizes.reduce((a, b) => a + b, 0)).toBe(10);
   });
 
+  it('an integer a double rounds fails only the item whose output holds it; one elsewhere in the answer (a trace id) fails none (it failed the whole batch)', async () => {
+    const url = await serve((_req, body, res) => {
+      const { items } = JSON.parse(body.toString()) as { items: { job: string; partition: number }[] };
+      // (Written by hand: JSON.stringify cannot write the integers an int64 service sends.)
+      const results = items.map((it) => (it.job === 'big' ? `{"output":{"id":18446744073709551617}}` : `{"output":${it.partition}}`));
+      setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(`{"results":[${results.join(',')}],"traceId":18446744073709551999}`), 20);
+    });
+    const dev = new HttpDevice({ name: 'infer', workers: 1, url });
+    const rt = batchingRuntimeOver<Record<string, never>>(dev, async (t) => ({ meta: { p: t.partition } }), 4);
+    closers.push(() => rt.close(1000));
+    const [good, big] = await Promise.all([rt.submit(spec('g', 3), {}), failure(rt.submit(spec('big', 1), {}))]);
+    expect(good).toEqual([0, 1, 2]);
+    expect(big.message).toMatch(/infer\/0: POST .* answered the integer 18446744073709551617 at \$\.results\[\d\]\.output\.id, which stoker reads rounded/);
+  });
+
   it('a 400 to a batch: its items run again alone (no retry spent), and the one refused alone fails its job at once (it was retried as a batch of one)', async () => {
     const withBad: number[] = [];
     const url = await serve((_req, body, res) => {

@@ -245,6 +245,16 @@ describe('Journal', () => {
     expect(j.fullReason()).toBe('the disk of the data dir is full');
     j.markRunning('a');
     expect(j.get('a')?.state).toBe('running');
+    // A write that lands clears the cause too: a later full journal is not said as the old I/O error.
+    (stmts['markRunning'] as { run: unknown }).run = () => {
+      throw ioError;
+    };
+    j.insert(job('b'));
+    expect(() => j.markRunning('b')).toThrow(/disk I\/O error/);
+    (stmts['markRunning'] as { run: unknown }).run = run;
+    j.insert(job('c'));
+    expect(j.full).toBe(false);
+    expect(j.fullReason()).toBe('the disk of the data dir is full');
   });
 
   it('a journal whose file is removed under it (its data dir deleted) refuses new jobs for good: they went to a file no longer there, and were lost at the next start', () => {

@@ -584,7 +584,7 @@ it('a full journal (journal.maxBytes) answers submits 507 and keeps going: the j
 it('a kind whose prepare computes on its thread is named on stderr, once, with the setting that lets priorities act (with concurrency 64, a critical job waited 15 s behind 52 queued in the thread); with concurrency 1 nothing is said', async () => {
   const modules = tempDataDir();
   const kind = path.join(modules, 'synth.mjs');
-  fs.writeFileSync(kind, "export const name = 'synth';\nexport const prepare = (input) => { const end = performance.now() + 80; while (performance.now() < end); return input.n; };\nexport const run = (n) => n + 1;\n");
+  fs.writeFileSync(kind, "export const name = 'synth';\nexport const prepare = (input) => { const end = performance.now() + 150; while (performance.now() < end); return input.n; };\nexport const run = (n) => n + 1;\n");
   const said = async (env: Record<string, string>) => {
     const dir = tempDataDir();
     const s = await startServer(dir, ['--kind', kind], env);
