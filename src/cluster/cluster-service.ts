@@ -315,7 +315,9 @@ export class ClusterService implements ApiService {
     return jobView({ record: acceptedRecord(j), state: 'queued', submittedAt: j.submittedAt, startedAt: null, finishedAt: null, partitionsDone: 0, partitionStates: null, partitionCounts: null, resumes: 0, result: { result: null }, error: null, node: null });
   }
 
-  jobs(options: { limit?: number; states?: readonly JobState[] } = {}): Promise<JobView[]> {
+  jobs(options: { limit?: number; states?: readonly JobState[]; before?: string } = {}): Promise<JobView[]> {
+    // (A node lists from BullMQ's queues, the newest per state: they give no order to page through.)
+    if (options.before !== undefined) throw new ServiceError(400, 'bad-query', 'Bad query', 'before: cluster mode has no pages (a node lists the newest jobs of each state from the queues, up to limit): narrow the list with state, or read a job by its id');
     return this.withRedis(() => this.jobsNow(options));
   }
 

@@ -39,7 +39,7 @@ export interface ApiService {
   readonly metrics: { readonly registry: Registry };
   submit(raw: unknown): MaybePromise<{ job: JobView; created: boolean }>;
   job(id: string, page?: StatesPage): MaybePromise<JobView | undefined>;
-  jobs(options: { limit?: number; states?: readonly JobState[] }): MaybePromise<JobView[]>;
+  jobs(options: { limit?: number; states?: readonly JobState[]; before?: string }): MaybePromise<JobView[]>;
   /** Why new jobs should go elsewhere now (GET /readyz answers 503 with them): shutting down, a full journal, Redis away. */
   notReady(): MaybePromise<string[]>;
   /** The job once it has ended (or after `waitMs`), its result whole (GET …/result): a job view leaves a large one out. */
@@ -375,9 +375,11 @@ export function buildApp(service: ApiService): FastifyInstance {
 
   app.delete<{ Params: { id: string } }>('/v1/jobs/:id', async (req) => service.cancel(req.params.id));
 
-  app.get<{ Querystring: { limit?: string; state?: string | string[] } }>('/v1/jobs', { config: { query: ['limit', 'state'], hint: 'the list is the newest jobs, up to limit (at most 1000), with no paging: narrow it with state, or read a job by its id' } }, async (req) => {
+  app.get<{ Querystring: { limit?: string; state?: string | string[]; before?: string | string[] } }>('/v1/jobs', { config: { query: ['limit', 'state', 'before'], hint: 'the list is the newest jobs, up to limit (at most 1000); the next page is ?before=<the last id listed>' } }, async (req) => {
     const states = statesOf(req.query.state);
-    return (await service.jobs({ limit: intOf(req.query.limit, 'limit', 0, 1000, 50), ...(states === undefined ? {} : { states }) })).map(briefView);
+    const { before } = req.query;
+    if (Array.isArray(before) || before === '') throw new ServiceError(400, 'bad-query', 'Bad query', 'before must be given once: the id of the last job of the page before');
+    return (await service.jobs({ limit: intOf(req.query.limit, 'limit', 0, 1000, 50), ...(states === undefined ? {} : { states }), ...(before === undefined ? {} : { before }) })).map(briefView);
   });
 
   app.get<{ Querystring: { since?: string; limit?: string } }>('/v1/timeline', { config: { query: ['since', 'limit'] } }, (req) => service.timelineView(sinceOf(req.query.since), intOf(req.query.limit, 'limit', 0, 50_000, 10_000)));

@@ -38,9 +38,10 @@ function prepareStatements(db: Database.Database) {
     resumed: db.prepare(`UPDATE jobs SET resumes = resumes + 1 WHERE id = ? AND ${UNFINISHED}`),
     unfinished: db.prepare<[], JobRow>(`SELECT * FROM jobs WHERE ${UNFINISHED} ORDER BY seq`),
     countsByKind: db.prepare<[], { kind: string; state: JobState; n: number }>('SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state ORDER BY kind, state'),
-    recent: db.prepare<[number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs ORDER BY seq DESC LIMIT ?`),
-    recentIn: db.prepare<[string, number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?`),
-    recentInExcept: db.prepare<[string, string, number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY seq DESC LIMIT ?`),
+    recent: db.prepare<[number, number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs WHERE seq < ? ORDER BY seq DESC LIMIT ?`),
+    recentIn: db.prepare<[string, number, number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) AND seq < ? ORDER BY seq DESC LIMIT ?`),
+    recentInExcept: db.prepare<[string, string, number, number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) AND id NOT IN (SELECT value FROM json_each(?)) AND seq < ? ORDER BY seq DESC LIMIT ?`),
+    seqOf: db.prepare<[string], { seq: number }>('SELECT seq FROM jobs WHERE id = ?'),
     purge: db.prepare(`DELETE FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ?`),
     purgeCounts: db.prepare<[number], { kind: string; state: JobState; n: number }>(`SELECT kind, state, COUNT(*) AS n FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ? GROUP BY kind, state`),
   };
@@ -491,21 +492,27 @@ export class Journal {
   /**
    * The most recently submitted jobs, newest first: at most `limit` (default 50), only those in
    * one of `states` when given (an empty list matches none), none of the ids in `except` (with
-   * `states` only). Read for a list's views: a result over LIST_RESULT_MAX_BYTES is not read
+   * `states` only), only those submitted before the job at `beforeSeq` when given (see seqOf). Read for a list's views: a result over LIST_RESULT_MAX_BYTES is not read
    * (`result` undefined, `resultBytes` its size).
    * @throws {JournalError} `E_JOURNAL_BAD_INPUT` when `limit` is not a whole number ≥ 0 or a state is unknown.
    */
-  list(options: { limit?: number; states?: readonly JobState[]; except?: readonly string[] } = {}): JournalJob[] {
+  list(options: { limit?: number; states?: readonly JobState[]; except?: readonly string[]; beforeSeq?: number } = {}): JournalJob[] {
     const s = this.stmts;
     const limit = options.limit ?? 50;
     if (!Number.isSafeInteger(limit) || limit < 0) throw new JournalError('E_JOURNAL_BAD_INPUT', `limit must be a whole number ≥ 0 (got ${String(limit)})`);
+    const before = options.beforeSeq ?? Number.MAX_SAFE_INTEGER;
     const { states } = options;
-    if (states === undefined) return s.recent.all(limit).map(fromRow);
+    if (states === undefined) return s.recent.all(before, limit).map(fromRow);
     const unknown = states.filter((st) => !JOB_STATES.has(st));
     if (unknown.length > 0) throw new JournalError('E_JOURNAL_BAD_INPUT', `unknown job state ${JSON.stringify(unknown[0])}: use queued, running, done, failed or cancelled`);
     const wanted = JSON.stringify([...new Set(states)]);
     const except = options.except ?? [];
-    return (except.length === 0 ? s.recentIn.all(wanted, limit) : s.recentInExcept.all(wanted, JSON.stringify(except), limit)).map(fromRow);
+    return (except.length === 0 ? s.recentIn.all(wanted, before, limit) : s.recentInExcept.all(wanted, JSON.stringify(except), before, limit)).map(fromRow);
+  }
+
+  /** A job's place in submission order (what a list pages by), or undefined for one it does not hold. */
+  seqOf(id: string): number | undefined {
+    return this.stmts.seqOf.get(id)?.seq;
   }
 
   /** How many jobs are in each state (kept in memory: no query). */

@@ -69,8 +69,9 @@ function base(maxWaitS: number): object {
           parameters: [
             { name: 'limit', in: 'query', required: false, schema: { type: 'integer', minimum: 0, maximum: 1000, default: 50 } },
             { name: 'state', in: 'query', required: false, schema: { type: 'string', examples: ['queued,running', 'failed'] }, description: 'Only jobs in these states (comma-separated or repeated)' },
+            { name: 'before', in: 'query', required: false, schema: { type: 'string' }, description: 'The next page: only jobs submitted before this one (the last id of the page before). Not in cluster mode' },
           ],
-          responses: { '200': json('Jobs', { type: 'array', items: { $ref: '#/components/schemas/Job' } }), '400': problemResponse('A bad limit, an unknown state, or a query parameter other than limit and state (the list has no paging)') },
+          responses: { '200': json('Jobs', { type: 'array', items: { $ref: '#/components/schemas/Job' } }), '400': problemResponse('A bad limit, an unknown state, a before that names no job here (or any before, in cluster mode), or a query parameter other than limit, state and before') },
         },
         post: {
           summary: 'Submit a job',

@@ -11,7 +11,7 @@ import { toChromeTrace, type ChromeTrace } from '../report/chrome-trace.js';
 import type { JobView, StatusView, TimelineView } from './api.js';
 import { ConfigError, deviceType, type ServeConfig } from './config.js';
 import { deviceField, deviceHandoffs, deviceRunner, engineDevices, serviceDevices, type ServiceDevice } from './device-runners.js';
-import { jobFinished, notFound } from './errors.js';
+import { jobFinished, notFound, quoted, ServiceError } from './errors.js';
 import { EventLog, type Replay } from './event-log.js';
 import { GroupCommit } from './group-commit.js';
 import { EndedJobs, History, historyReading, type HistoryReading, type HistoryView } from './history.js';
@@ -436,21 +436,31 @@ export class Service {
    * `state=queued`, its own view running). The rows read besides take their place by submission
    * time (the journal orders by insertion: the same but for jobs submitted in one millisecond).
    */
-  jobs(options: { limit?: number; states?: readonly JobState[] } = {}): JobView[] {
+  jobs(options: { limit?: number; states?: readonly JobState[]; before?: string } = {}): JobView[] {
     const { states } = options;
     const shown = (j: JournalJob) => this.view(j, LIST_STATES_MAX);
     const kept = this.runs.startsUnrecorded;
     const ended = this.runs.endsShown();
-    if (states === undefined || (kept.size === 0 && ended.length === 0)) return this.journal.list(options).map((j) => shown(this.runs.overlay(j)));
+    // A page from the job before which the last page ended (a list was the newest 1,000 at most: an audit could not read further).
+    let beforeSeq: number | undefined;
+    if (options.before !== undefined) {
+      beforeSeq = this.journal.seqOf(options.before);
+      if (beforeSeq === undefined) {
+        throw new ServiceError(400, 'bad-query', 'Bad query', `before: no job ${quoted(options.before)} here (purged, or never submitted): give the id of the last job of the page before, as listed`);
+      }
+    }
+    const paged = { ...options, ...(beforeSeq === undefined ? {} : { beforeSeq }) };
+    if (states === undefined || (kept.size === 0 && ended.length === 0)) return this.journal.list(paged).map((j) => shown(this.runs.overlay(j)));
     const limit = options.limit ?? 50;
     const want = new Set(states);
     // Kept starts: queued rows, running views — apart where both or neither are asked for. Kept ends: read by their views.
     const moved = want.has('queued') !== want.has('running') ? [...kept.keys()] : [];
     // (A start still in the group commit reads running too: its row is left out where its view is not asked for.)
-    const rows = this.journal.list({ states, limit, except: [...moved, ...ended] }).map((j) => this.runs.overlay(j)).filter((v) => want.has(v.state));
-    const newest = want.has('running') ? [...kept].sort((a, b) => b[1].submittedAt - a[1].submittedAt).slice(0, limit).map(([id]) => id) : [];
+    const rows = this.journal.list({ ...paged, limit, except: [...moved, ...ended] }).map((j) => this.runs.overlay(j)).filter((v) => want.has(v.state));
+    const onPage = (id: string) => beforeSeq === undefined || (this.journal.seqOf(id) ?? Infinity) < beforeSeq;
+    const newest = want.has('running') ? [...kept].filter(([id]) => onPage(id)).sort((a, b) => b[1].submittedAt - a[1].submittedAt).slice(0, limit).map(([id]) => id) : [];
     const listed = new Set(rows.map((j) => j.id));
-    const more = [...new Set([...newest, ...ended])].flatMap((id) => {
+    const more = [...new Set([...newest, ...ended.filter(onPage)])].flatMap((id) => {
       const j = listed.has(id) ? undefined : this.journal.view(id);
       const v = j && this.runs.overlay(j);
       return v && want.has(v.state) ? [v] : [];

@@ -206,6 +206,9 @@ describe.skipIf(!bin)('cluster mode (BullMQ on a real redis-server)', () => {
     }, 20_000, 'n3 holding jobs after some finished', 20);
     const held = await http(c.url, 'GET', '/v1/status');
     expect(held.body.cluster.jobsHeld).toBeGreaterThan(0);
+    // (A node's list has no pages: said, not a first page again.)
+    const paged = await http(a.url, 'GET', '/v1/jobs?before=run:1');
+    expect([paged.status, paged.body.detail]).toEqual([400, 'before: cluster mode has no pages (a node lists the newest jobs of each state from the queues, up to limit): narrow the list with state, or read a job by its id']);
     await c.crash();
 
     const survivors = [a, b];

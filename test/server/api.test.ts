@@ -475,10 +475,32 @@ describe('stoker serve (shared server)', () => {
       await result(url, 'res-bad');
     });
 
+    it('pages with before: every job once, newest first, to the first (a list was the newest 1,000 at most: an audit could not read further)', async () => {
+      for (let i = 0; i < 7; i++) await submit(url, sleepJob(`pg-${i}`, 1, { prepareMs: 1 }));
+      for (let i = 0; i < 7; i++) await result(url, `pg-${i}`);
+      const all = ((await http(url, 'GET', '/v1/jobs?limit=1000')).body as { id: string }[]).map((j) => j.id);
+      const seen: string[] = [];
+      let before: string | undefined;
+      for (;;) {
+        const page = (await http(url, 'GET', `/v1/jobs?limit=3${before ? `&before=${encodeURIComponent(before)}` : ''}`)).body as { id: string }[];
+        seen.push(...page.map((j) => j.id));
+        if (page.length < 3) break;
+        before = page.at(-1)?.id;
+      }
+      expect(seen).toEqual(all);
+      expect(seen.indexOf('pg-6')).toBeLessThan(seen.indexOf('pg-0'));
+      // With a state filter too: the done ones before pg-3.
+      const done = ((await http(url, 'GET', '/v1/jobs?limit=1000&state=done&before=pg-3')).body as { id: string; state: string }[]);
+      expect(done.map((j) => j.id).slice(0, 3)).toEqual(['pg-2', 'pg-1', 'pg-0']);
+      const unknown = await http(url, 'GET', '/v1/jobs?before=no-such-job');
+      expectProblem(unknown, 400, 'bad-query');
+      expect(unknown.body.detail).toBe('before: no job "no-such-job" here (purged, or never submitted): give the id of the last job of the page before, as listed');
+    });
+
     it('answers a query parameter a route does not take with a 400 naming it (ignored, a paging client read the first page for ever)', async () => {
       const page = await http(url, 'GET', '/v1/jobs?limit=5&offset=50');
       expectProblem(page, 400, 'bad-query');
-      expect(page.body.detail).toBe('/v1/jobs takes limit and state, not "offset": the list is the newest jobs, up to limit (at most 1000), with no paging: narrow it with state, or read a job by its id');
+      expect(page.body.detail).toBe('/v1/jobs takes limit, state and before, not "offset": the list is the newest jobs, up to limit (at most 1000); the next page is ?before=<the last id listed>');
       const timeout = await http(url, 'GET', '/v1/jobs/res-bad/result?timeout=30s');
       expectProblem(timeout, 400, 'bad-query');
       expect(timeout.body.detail).toBe('/v1/jobs/:id/result takes only wait, not "timeout"');
