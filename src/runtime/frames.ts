@@ -21,6 +21,19 @@ export interface Frame {
   rounded?: { literal: string; path: string }[];
 }
 
+/** Whether bytes are a JSON object (UTF-8). */
+function isJsonObject(bytes: Uint8Array): boolean {
+  try {
+    const v: unknown = JSON.parse(UTF8.decode(bytes));
+    return v !== null && typeof v === 'object' && !Array.isArray(v);
+  } catch {
+    return false;
+  }
+}
+
+/** Headers are UTF-8 JSON: other bytes fail (replaced with U+FFFD, an output was changed without a word). */
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
 /** A frame that breaks the protocol: the stream cannot be trusted after it. */
 export class FrameError extends Error {
   override readonly name = 'FrameError';
@@ -74,13 +87,28 @@ export class FrameReader {
         const head = this.peek(4);
         const headerBytes = head.readUInt32BE(0);
         if (headerBytes === 0 || headerBytes > MAX_HEADER_BYTES) {
+          if (this.buffered < 5) break; // (the byte after the length says which mistake this is)
+          const next = this.peek(5)[4];
+          // The length written little-endian: a JSON object of that length follows (a device of one's own, not a helper's).
+          const le = head.readUInt32LE(0);
+          if (next === 0x7b && le > 0 && le <= MAX_HEADER_BYTES) {
+            if (this.buffered < 4 + le) break;
+            if (isJsonObject(this.peek(4 + le).subarray(4))) throw new FrameError(`a frame header length of ${headerBytes} bytes, ${le} read little-endian, and a JSON header of ${le} bytes after it: write the length as 4 bytes big-endian (network order: Python struct.pack(">I", n), Go binary.BigEndian.PutUint32)`);
+          }
+          // A header that is JSON, over the limit: an output too large to go as JSON (it would come again).
+          if (headerBytes > MAX_HEADER_BYTES && next === 0x7b) throw new FrameError(`a frame header of ${headerBytes} bytes is over the ${MAX_HEADER_BYTES} bytes a header carries: return large data as bytes, which go as the payload`, true);
           // Text printed to stdout reads as a huge length: show those bytes as text too (what has come of them, up to 80).
           const text = /^[\x20-\x7e\t\r\n]{4}$/.test(head.toString('latin1')) ? ` (as text: ${JSON.stringify(this.peek(Math.min(this.buffered, 80)).toString('latin1'))}…)` : '';
           throw new FrameError(`a frame header length of ${headerBytes} bytes${text} (the limit is ${MAX_HEADER_BYTES}): the stream is not stoker frames — is something else writing to stdout?`);
         }
         if (this.buffered < 4 + headerBytes) break;
         this.take(4);
-        const text = this.take(headerBytes).toString('utf8');
+        let text: string;
+        try {
+          text = UTF8.decode(this.take(headerBytes));
+        } catch {
+          throw new FrameError('a frame header is not UTF-8: write its JSON as UTF-8 text (with ensure_ascii, or encode("utf-8"))');
+        }
         let header: unknown;
         try {
           header = JSON.parse(text);

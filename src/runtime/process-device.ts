@@ -359,7 +359,8 @@ class WorkerProcess {
     } catch (e) {
       // An output over the limit would be sent again: its job fails at once (the stream is lost all the same).
       const fe = e as FrameError;
-      return this.end(life, fe.oversize ? `it wrote an output over maxFrameBytes: ${fe.message}` : `it wrote a malformed frame: ${fe.message}`, fe.oversize);
+      const what = !fe.oversize ? 'it wrote a malformed frame' : fe.message.startsWith('a frame header') ? 'it wrote an output too large for JSON' : 'it wrote an output over maxFrameBytes';
+      return this.end(life, `${what}: ${fe.message}`, fe.oversize);
     }
     for (const f of frames) {
       if (this.life !== life || life.endedBecause) return;
@@ -370,6 +371,8 @@ class WorkerProcess {
       }
       if (!life.ready) {
         if (type !== 'ready') return this.end(life, `its first frame must be {"type":"ready"}, got ${JSON.stringify(f.header).slice(0, 100)}`);
+        const protocol = f.header['protocol'];
+        if (protocol !== undefined && protocol !== PROTOCOL) return this.end(life, `it speaks protocol ${JSON.stringify(protocol)}, and this stoker protocol ${PROTOCOL}: send {"type":"ready","protocol":${PROTOCOL}} and frames as docs/process-devices.md says`);
         life.ready = true;
         this.unready = 0;
         this.restartAt = NaN;
@@ -379,9 +382,12 @@ class WorkerProcess {
         continue;
       }
       const step = this.step;
-      if (type !== 'result' || !step || f.header['id'] !== step.id) {
-        return this.end(life, `it sent ${JSON.stringify(f.header).slice(0, 100)} where the result of item ${step?.id ?? '(none running)'} was due`);
-      }
+      const shown = JSON.stringify(f.header).slice(0, 100);
+      if (!step) return this.end(life, `it sent ${shown} while no item was out (a second result for an item?)`);
+      if (type !== 'result') return this.end(life, `it sent ${shown} where the result of item ${step.id} was due: its "type" must be "result"`);
+      if (f.header['id'] !== step.id) return this.end(life, `it sent ${shown} where the result of item ${step.id} was due: its "id" must be the number ${step.id}, the item's`);
+      const wrong = resultProblem(f);
+      if (wrong) return this.end(life, `it sent ${shown}: ${wrong}`);
       if (step.size === 0) {
         this.step = undefined;
         this.settle(step, f);
@@ -412,14 +418,15 @@ class WorkerProcess {
     if (index === undefined && h['ok'] !== true) {
       this.step = undefined;
       this.failures = 0;
-      step.reject(new Error(`${this.label}: ${typeof h['error'] === 'string' ? maskSecrets(h['error'], this.secrets) : 'the batch failed (no error message)'}`));
+      // (A batch of one — an item run again alone — that would fail the same way again says so: it was tried again to the last retry.)
+      step.reject(failure(`${this.label}: ${typeof h['error'] === 'string' ? maskSecrets(h['error'], this.secrets) : 'the batch failed (no error message)'}`, step.size === 1 ? h['retry'] : undefined));
       return true;
     }
     if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= step.size || step.results[index] !== undefined) {
       this.end(life, `it sent ${JSON.stringify(h).slice(0, 100)} where a result of batch ${step.id} with a new index from 0 to ${step.size - 1} was due`);
       return false;
     }
-    const busyNs = h['busyNs'] as number | undefined;
+    const busyNs = (h['busyNs'] ?? undefined) as number | undefined;
     const bad = busyProblem(busyNs, performance.now() - step.sentAt);
     if (bad) {
       this.end(life, `${bad} (the batch)`);
@@ -444,14 +451,30 @@ class WorkerProcess {
       this.failures = 0;
       return step.reject(failure(`${this.label}: ${typeof h['error'] === 'string' ? maskSecrets(h['error'], this.secrets) : 'the step failed (no error message)'}`, h['retry']));
     }
-    const busyNs = h['busyNs'] as number | undefined;
+    const busyNs = (h['busyNs'] ?? undefined) as number | undefined;
     const bad = busyProblem(busyNs, wallMs);
     if (bad) return step.reject(new Error(`${this.label}: ${bad}`));
     this.failures = 0;
     const rounds = roundedSaid(f);
     if (rounds) return step.reject(failure(`${this.label}: ${rounds}`, false));
+    this.checkBusyUnit(busyNs, wallMs);
     step.resolve({ output: outputOf(f), busyMs: busyNs === undefined ? wallMs : busyNs / 1e6 });
   }
+
+  /**
+   * Says once when a step's busyNs is under 1 % of the time it was out, on a step of 100 ms or more:
+   * ms (or s) in the place of ns, most likely — the pacer took a device of 10 items/s for 353,389
+   * and held 515 in flight against a target of 4 (a device written from the docs alone). Said, not
+   * refused: a process may hand the work to something it does not time.
+   */
+  private checkBusyUnit(busyNs: number | undefined, wallMs: number): void {
+    if (this.saidBusyUnit || busyNs === undefined || wallMs < 100 || busyNs / 1e6 >= wallMs * 0.01) return;
+    this.saidBusyUnit = true;
+    this.o.log(`[device ${this.label}] busyNs ${busyNs} for a step that was out ${Math.round(wallMs)} ms: ${(busyNs / 1e6).toPrecision(3)} ms of work — report ns (time.perf_counter_ns() around the work, Go's time.Since(t).Nanoseconds()), not ms or s: the pacer's rates come from it`);
+  }
+
+  /** Whether checkBusyUnit has spoken (once per worker). */
+  private saidBusyUnit = false;
 
   /** Ends a process the device no longer trusts; its exit fails the item it holds and starts it again. */
   private end(life: Life, why: string, final = false): void {
@@ -541,9 +564,30 @@ class WorkerProcess {
  * device's busy seconds and its remembered service time kept it).
  */
 function busyProblem(v: unknown, wallMs: number): string | undefined {
-  if (v === undefined) return undefined;
+  // (null is left out too: a Go *int64 without omitempty sends it, and the item failed.)
+  if (v === undefined || v === null) return undefined;
   if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) return `busyNs must be a finite number ≥ 0 (the ns the item occupied the worker), got ${JSON.stringify(v)}`;
-  if (v / 1e6 > wallMs * 1.01 + 1) return `busyNs ${v} is longer than the ${Math.round(wallMs * 1e6)} ns since the step was sent: report the ns the item occupied the worker (time.perf_counter_ns() around the work), not ms or a timestamp`;
+  if (v / 1e6 > wallMs * 1.01 + 1) return `busyNs ${v} is longer than the ${Math.round(wallMs * 1e6)} ns since the step was sent: report the ns the item occupied the worker (time.perf_counter_ns() around the work), not a timestamp nor a count since the process started`;
+  return undefined;
+}
+
+/** The protocol this stoker speaks (a process's ready frame may say which it speaks). */
+const PROTOCOL = 1;
+
+/**
+ * What breaks the protocol in a result's fields, or undefined: an `ok` that is not a boolean, an
+ * `error` or `retry` of another type, bytes announced with no `payloadBytes` (the bytes written
+ * after it were read as the next frame: its output was empty and the next item hung), a payload
+ * beside a JSON output. (A malformed ok or error read as "the step failed (no error message)",
+ * retried, and a valid output was dropped.)
+ */
+function resultProblem(f: Frame): string | undefined {
+  const h = f.header;
+  if (h['ok'] !== true && h['ok'] !== false) return `"ok" must be true or false (got ${JSON.stringify(h['ok']) ?? 'nothing'})`;
+  if (h['ok'] === false && h['error'] !== undefined && typeof h['error'] !== 'string') return `"error" must be a string, the message (got ${JSON.stringify(h['error']).slice(0, 60)})`;
+  if (h['retry'] !== undefined && typeof h['retry'] !== 'boolean') return `"retry" must be true or false (got ${JSON.stringify(h['retry'])})`;
+  if (h['ok'] === true && h['bytes'] === true && h['payloadBytes'] === undefined) return '"bytes": true needs "payloadBytes", the number of bytes that follow the header (0 for empty bytes)';
+  if (h['ok'] === true && f.payload && h['bytes'] !== true && 'output' in h) return 'it gave both a JSON "output" and a payload: give one, a payload with "bytes": true';
   return undefined;
 }
 

@@ -398,6 +398,15 @@ describe('a Node process device (stoker/worker)', () => {
   });
 });
 
+describe('a busy time in ms where ns are due', () => {
+  it('is said once, with the unit to use (the pacer took a device of 10 items/s for 353,389); the outputs stand', async () => {
+    const { rt, log } = setup({ command: 'python3', args: [BAD, 'busy-ms'] }, { retries: 0 });
+    expect(await rt.submit(spec('ms', 3), { mode: 'ok' })).toEqual([1, 1, 1]);
+    const said = log.filter((l) => l.includes('report ns'));
+    expect(said).toEqual([expect.stringMatching(/^\[device gpu\/0\] busyNs 150 for a step that was out \d+ ms: 0.000150 ms of work — report ns \(time\.perf_counter_ns\(\) around the work/)]);
+  });
+});
+
 describe('credentials a process prints', () => {
   it('read *** in its logged stderr and in the failures that quote it (a process that printed its argv and environment put its API key into job errors and logs)', async () => {
     const script = 'import os, sys; sys.stderr.write("argv %s env %s short %s\\n" % (sys.argv, os.environ["HF_TOKEN"], os.environ["MY_KEY"])); sys.exit(2)';
@@ -422,7 +431,15 @@ describe('processes that break the protocol', () => {
     ['exit-at-start', /it exited \(code 7\); its last stderr: CUDA error: no device found/],
     ['garbage', /malformed frame: a frame header length of \d+ bytes \(as text: "Loading model weights... done\\n"…\)/],
     ['oversized', /it wrote an output over maxFrameBytes: a frame payload of 2147483648 bytes is over the 1048576-byte limit: raise \[device\.process\] maxFrameBytes, or return less/],
-    ['wrong-id', /where the result of item \d+ was due/],
+    ['wrong-id', /where the result of item \d+ was due: its "id" must be the number \d+, the item's/],
+    // A device written from the protocol's docs alone (a language with no helper), and its mistakes.
+    ['little-endian', /a frame header length of \d+ bytes, \d+ read little-endian, and a JSON header of \d+ bytes after it: write the length as 4 bytes big-endian/],
+    ['protocol-2', /it speaks protocol 2, and this stoker protocol 1/],
+    ['bytes-no-length', /"bytes": true needs "payloadBytes", the number of bytes that follow the header \(0 for empty bytes\)/],
+    ['ok-string', /"ok" must be true or false \(got "true"\)/],
+    ['no-type', /where the result of item \d+ was due: its "type" must be "result"/],
+    ['bad-utf8', /a frame header is not UTF-8/],
+    ['huge-header', /it wrote an output too large for JSON: a frame header of \d+ bytes is over the 67108864 bytes a header carries: return large data as bytes/],
   ];
   it.each(cases)('%s: the item fails with the reason, the process is started again', async (how, reason) => {
     // A short ready timeout only where that is the fault: a python3 that starts slowly on a loaded
@@ -434,7 +451,7 @@ describe('processes that break the protocol', () => {
     expect(e.message).toMatch(reason);
     // Two attempts (the retry), so at least two restarts were announced — but an output over the
     // limit would come again: its job fails at once (it was retried, on a restarted process).
-    const attempts = how === 'oversized' ? 1 : 2;
+    const attempts = how === 'oversized' || how === 'huge-header' ? 1 : 2;
     if (attempts === 1) expect(e.message).not.toMatch(/after \d+ attempts/);
     else expect(e.message).toMatch(/\(after 2 attempts\)$/);
     expect(log.filter((l) => l.includes('starting it again')).length).toBeGreaterThanOrEqual(attempts);
