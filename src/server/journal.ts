@@ -214,11 +214,20 @@ export class Journal {
     return createHash('sha256').update(canonical(plain)).digest('hex');
   }
 
+  /** Pages holding data (the file's pages less the free ones). */
+  #pagesInUse(): number {
+    return (this.#db.pragma('page_count', { simple: true }) as number) - (this.#db.pragma('freelist_count', { simple: true }) as number);
+  }
+
   /** Runs a write; a full disk (or maxBytes) becomes `E_JOURNAL_FULL`, naming what was not written. */
   #write<T>(what: string, fn: () => T, newJob = false): T {
-    // (Written to a file no longer there, a job accepted would be lost at the next start.)
-    if (newJob && this.#gone !== undefined) {
+    // (Written to a file no longer there, a job accepted would be lost at the next start. And past
+    // the cap in pages in use, a new job is refused though free pages would hold it: the ends
+    // written past the cap free their partitions' outputs, and new jobs kept fitting into those
+    // while the results grew the file to 12 × the cap.)
+    if (newJob && (this.#gone !== undefined || (this.#capPages !== undefined && this.#pagesInUse() >= this.#capPages))) {
       this.fullRefusals++;
+      this.full = true;
       throw new JournalError('E_JOURNAL_FULL', `${this.fullReason()}: ${what} was not written — ${this.fullFix()}`);
     }
     const limit = newJob ? (this.#capPages ?? NO_PAGE_LIMIT) : NO_PAGE_LIMIT;

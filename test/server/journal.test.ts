@@ -1,4 +1,4 @@
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -214,6 +214,37 @@ describe('Journal', () => {
       }
     }
     expect(more).toBeLessThan(100);
+  });
+
+  it('journal.maxBytes holds when results outgrow inputs: a new job is refused once the pages in use pass it, though free pages would hold it (all 1,000 jobs of 4 KB results were accepted, the file at 12 × the cap)', () => {
+    const dir = tempDir();
+    const capped = Journal.open(dir, { maxBytes: 200_000 });
+    journals.push(capped);
+    const result = 'r'.repeat(4000);
+    let accepted = 0;
+    let refused = 0;
+    for (let n = 0; n < 300; n++) {
+      try {
+        capped.insert(job(`b${n}`, { partitions: 2 }));
+      } catch (e) {
+        expect((e as JournalError).code).toBe('E_JOURNAL_FULL');
+        refused++;
+        continue;
+      }
+      accepted++;
+      // (Each partition's output recorded as it ends, then dropped at the job's end: the pages they free held the next job.)
+      capped.recordPartition(`b${n}`, 0, result);
+      capped.recordPartition(`b${n}`, 1, result);
+      capped.finish(`b${n}`, { state: 'done', result: [result, result] });
+    }
+    expect(refused).toBeGreaterThan(0);
+    expect(accepted).toBeLessThan(300);
+    expect(capped.full).toBe(true);
+    // The file (its write-ahead log checkpointed into it on close) stays near the cap: past it by the last job's end at most.
+    capped.close();
+    journals.splice(journals.indexOf(capped), 1);
+    const size = statSync(join(dir, 'stoker.db')).size;
+    expect(size).toBeLessThan(200_000 + 64 * 1024);
   });
 
   it('a journal that cannot be written (an I/O error, a read-only remount) is taken as full — refused writes name the cause — until a write goes through again (it threw out of a timer and ended the server)', () => {
