@@ -139,5 +139,7 @@ export function writeMark(fd: number | undefined, seq: number): void {
 
 /** The highest job number the file has ever given (AUTOINCREMENT's: purges do not lower it). */
 function heldSeq(db: Database.Database): number {
+  // (A file with no table yet — its schema was in a WAL that is gone — holds none.)
+  if (!db.prepare(`SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'`).get()) return 0;
   return (db.prepare(`SELECT seq FROM sqlite_sequence WHERE name = 'jobs'`).get() as { seq: number } | undefined)?.seq ?? 0;
 }

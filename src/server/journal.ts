@@ -152,6 +152,11 @@ export class Journal {
     }
     try {
       checkWal(path);
+      // An existing file is checked on a read-only connection first: refused, it is left as it was.
+      // (Checked on the connection that would write it, a torn copy — its WAL from later than its
+      // file — was refused as damaged after the close had checkpointed the WAL into the file and
+      // deleted it: the advice to keep a copy came after the copy was changed.)
+      const checked = existsSync(path) && precheck(path);
       const conn = new Database(path, { timeout: 0 });
       db = conn;
       conn.pragma('locking_mode = EXCLUSIVE');
@@ -172,7 +177,7 @@ export class Journal {
           conn.pragma(`user_version = ${SCHEMA_VERSION}`);
         })();
       }
-      checkIntegrity(conn, path);
+      if (!checked) checkIntegrity(conn, path);
       mark = openMark(path, conn);
       return new Journal(conn, options.now ?? Date.now, mark, options.maxBytes, version === 0);
     } catch (err) {
@@ -628,6 +633,21 @@ function nearestExisting(dir: string): string | undefined {
 }
 
 /** Why `dir` cannot be written (a read-only file system, no permission), or undefined when it can. */
+/**
+ * Checks an existing journal file (see checkIntegrity) on a read-only connection, which reads its
+ * WAL without checkpointing it into the file or removing it when it closes. Returns true.
+ */
+function precheck(path: string): true {
+  const ro = new Database(path, { readonly: true, fileMustExist: true, timeout: 0 });
+  try {
+    // (A newer schema is refused by the open that follows, before anything is written.)
+    if ((ro.pragma('user_version', { simple: true }) as number) <= SCHEMA_VERSION) checkIntegrity(ro, path);
+  } finally {
+    ro.close();
+  }
+  return true;
+}
+
 /** SQLite's own largest page limit: none. */
 const NO_PAGE_LIMIT = 4294967294;
 

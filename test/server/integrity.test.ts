@@ -5,6 +5,7 @@
  * acknowledged jobs gone). Real server processes, kill -9, and the files as a crash leaves them.
  */
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -137,6 +138,30 @@ describe('journal integrity at start', () => {
     }
   });
 
+
+  it('a refused start leaves the files as they were (a torn copy was refused as damaged after its WAL had been checkpointed into the file and deleted: the copy to keep was gone)', async () => {
+    const dir = tempDataDir();
+    try {
+      const s = await startServer(dir);
+      for (let i = 0; i < 20; i++) expect((await http(s.url, 'POST', '/v1/jobs', { id: `t-${i}`, kind: 'sleep', partitions: 1, input: { prepareMs: 600_000 } })).status).toBe(202);
+      await s.crash();
+      const wal = path.join(dir, 'stoker.db-wal');
+      const size = fs.statSync(wal).size;
+      expect(size).toBeGreaterThan(4096 * 4);
+      // Frames past the first few garbled (a torn copy's, or a disk's): SQLite reads the WAL up to the first bad frame.
+      const fd = fs.openSync(wal, 'r+');
+      fs.writeSync(fd, Buffer.alloc(4096, 0xab), 0, 4096, 32 + 3 * (24 + 4096));
+      fs.closeSync(fd);
+      const sums = () => ['stoker.db', 'stoker.db-wal', 'stoker.db.mark'].map((f) => `${f} ${fs.statSync(path.join(dir, f)).size} ${createHash('sha256').update(fs.readFileSync(path.join(dir, f))).digest('hex')}`);
+      const before = sums();
+      const refused = await serveOnce(dir);
+      expect(refused.code).toBe(1);
+      expect(refused.out).toMatch(/accepted job\(s\) are gone/);
+      expect(sums()).toEqual(before);
+    } finally {
+      removeDir(dir);
+    }
+  }, 30_000);
 
   it('refuses a garbled WAL, then a journal behind its acknowledged jobs, and starts once the operator accepts the loss', async () => {
     const dir = tempDataDir();
