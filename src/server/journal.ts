@@ -306,14 +306,14 @@ export class Journal {
       ino = undefined;
     }
     if (ino === this.#ino) return false;
-    this.#gone = ino === undefined ? `its file ${this.#db.name} was removed` : `its file ${this.#db.name} was replaced by another`;
+    this.#gone = ino === undefined ? `its file ${this.#db.name} was removed or moved away` : `its file ${this.#db.name} was replaced by another`;
     this.full = true;
     return true;
   }
 
   /** What makes room, for a full journal. */
   fullFix(): string {
-    if (this.#gone !== undefined) return 'restart the server: it takes the file now there, or makes a new journal (the jobs the removed file held are gone with it: put it back from a copy before the restart to keep them)';
+    if (this.#gone !== undefined) return 'restart the server: it takes the file now there, or makes a new journal (put the file back, or a copy of it, before the restart to keep the jobs it held)';
     if (this.#unwritable !== undefined) return `check the data dir's disk, its mount and the permissions of its files (${basename(this.#db.name)} and its -wal, -shm and .mark files): writes resume by themselves once they go through`;
     return this.#maxBytes === undefined ? 'free space on that disk' : 'raise journal.maxBytes, or let finished jobs be purged sooner (server.resultTtlS), or free space on the disk';
   }

@@ -31,6 +31,8 @@ export interface MetricsSource {
   devicesUnreachable(): boolean[];
   /** Time the memory budget has held the head of the queue back since the start, ms (see {@link HeldTime}). */
   budgetBlockedMs(): number;
+  /** Unfinished jobs held at the start (no module for their kind, an input refused, …), not running. */
+  jobsOnHold(): number;
 }
 
 /**
@@ -131,6 +133,8 @@ export class ServiceMetrics {
       for (const c of service.jobCounts()) (byKind.get(c.kind) ?? byKind.set(c.kind, new Map()).get(c.kind))?.set(c.state, c.count);
       return [...byKind].flatMap(([kind, m]) => ['queued', 'running', 'done', 'failed', 'cancelled'].map((state) => ({ labels: { kind, state }, value: m.get(state) ?? 0 })));
     });
+    // (Counted running in stoker_jobs, as their rows are: an alert on stuck jobs could not tell them apart.)
+    readGauge(r, 'stoker_jobs_on_hold', 'Unfinished jobs the server holds rather than runs (their kind or input refused at the start: /v1/status and each job view say why); counted running in stoker_jobs', [], () => one(service.jobsOnHold()));
     readGauge(r, 'stoker_partitions', 'Partitions of live jobs by kind and stage (queued, preparing, waiting, on-device)', ['kind', 'stage'], () => {
       const now = service.partitionsByKind();
       const kinds = new Set([...service.kindNames(), ...Object.keys(now)]);

@@ -111,7 +111,7 @@ export class PacerMemory {
     if (kinds > 1) said.push(`each of ${kinds} kinds' own device time`);
     // (To the tenth of a second, a preparation of 31 ms read "0.0 s".)
     if (remembered.priorLatencyMs !== undefined) said.push(`preparation ${(remembered.priorLatencyMs / 1000).toFixed(remembered.priorLatencyMs < 1000 ? 3 : 1)} s`);
-    if (remembered.priorPrepareLimit !== undefined) said.push(`at most ${remembered.priorPrepareLimit} preparations at once`);
+    if (remembered.priorPrepareLimit !== undefined) said.push(`at most ${remembered.priorPrepareLimit} preparation${remembered.priorPrepareLimit === 1 ? '' : 's'} at once`);
     const file = path.join(this.dataDir, 'stoker.priors.json');
     const from = [...(this.devices.some((d) => d.config.priorServiceMs !== undefined) ? ['the config'] : []), ...(this.priors ? [`what the last run measured: ${file} (delete it to measure afresh, e.g. after a model change)`] : [])];
     return `the pacer starts from ${said.join(', ')} (${from.join(', and ')})`;

@@ -628,6 +628,11 @@ export class Service {
     return this.budgetBlocked.totalMs(this.runtime.now());
   }
 
+  /** Unfinished jobs held at the start, not running (for metrics). */
+  jobsOnHold(): number {
+    return this.held.size;
+  }
+
   /** Journal writes refused for a full journal since the start (for metrics). */
   journalFullRefusals(): number {
     return this.journal.fullRefusals;

@@ -297,7 +297,7 @@ describe('Journal', () => {
     expect(j.checkFile()).toBe(true);
     expect(j.checkFile()).toBe(false); // (found once)
     expect(j.full).toBe(true);
-    expect(() => j.insert(job('after'))).toThrow(expect.objectContaining({ code: 'E_JOURNAL_FULL', message: expect.stringMatching(/^the journal is gone: its file .*stoker\.db was removed while the server ran: job "after" was not written — restart the server/) }));
+    expect(() => j.insert(job('after'))).toThrow(expect.objectContaining({ code: 'E_JOURNAL_FULL', message: expect.stringMatching(/^the journal is gone: its file .*stoker\.db was removed or moved away while the server ran: job "after" was not written — restart the server/) }));
     expect(j.checkRoom()).toBe(false);
     // The jobs it holds go on (their writes land in the open file).
     j.markRunning('before');

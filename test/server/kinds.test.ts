@@ -385,6 +385,8 @@ it('a journaled job whose kind module is no longer given waits, untouched, for a
       expect(await http(second.url, 'GET', '/v1/jobs/orphan/result?wait=20s')).toMatchObject({ status: 202, body: { onHold: expect.stringContaining('is not loaded') } });
       expect(performance.now() - t0).toBeLessThan(10_000);
       expect((await http(second.url, 'GET', '/v1/status')).body.jobs).toMatchObject({ pending: 3, onHold: 2 });
+      // A gauge too: an alert on stuck running jobs tells them apart.
+      expect(metricValue(await fetch(new URL('/metrics', second.url)).then((r) => r.text()), 'stoker_jobs_on_hold', {})).toBe(2);
       // The waiting ones do not count against server.maxPendingJobs: 'kept' and one more fit.
       expect((await http(second.url, 'POST', '/v1/jobs', { id: 'new', kind: 'sleep', partitions: 1, input: { prepareMs: 1 } })).status).toBe(202);
       // One is cancelled meanwhile: it ends so.
