@@ -3,7 +3,7 @@
  * says nothing; JSON.parse keeps the last, so two readers of one body can disagree) and the key
  * `__proto__` (it sets an object's prototype in code that merges objects) are refused, each with
  * the path of the key, and so are nesting deeper than MAX_DEPTH, a number out of a double's range
- * and an integer beyond 2⁵³ − 1 (JSON.parse rounds it); NaN and Infinity, not JSON, are named where
+ * and an integer a double would round (JSON.parse changes it); NaN and Infinity, not JSON, are named where
  * they are. Returns the value, or throws a StrictJsonError saying what to send instead.
  */
 import { roundsInteger, walkJson } from '../runtime/json-walk.js';
