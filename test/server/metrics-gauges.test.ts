@@ -20,6 +20,7 @@ function source(state: () => PacerState): MetricsSource {
     pacerState: state,
     devicesUnreachable: () => [false],
     budgetBlockedMs: () => 0,
+    jobsOnHold: () => 0,
   };
 }
 
