@@ -258,6 +258,11 @@ export class ClusterService implements ApiService {
   historyView(sinceMs: number) {
     return this.local.historyView(sinceMs);
   }
+  /** This node's own journal (its jobs as it runs them; the cluster's queue is Redis's). */
+  backup(): Promise<string> {
+    return this.local.backup();
+  }
+
   trace(sinceMs: number) {
     return this.local.trace(sinceMs);
   }

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { readFileSync } from 'node:fs';
+import { createReadStream, readFileSync, rmSync, statSync } from 'node:fs';
 import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import { createRequire } from 'node:module';
@@ -50,6 +50,8 @@ export interface ApiService {
   timelineView(sinceMs: number, maxSpans?: number): TimelineView;
   historyView(sinceMs: number): HistoryView;
   trace(sinceMs: number): ChromeTrace;
+  /** A consistent copy of the journal in a file (GET /v1/backup sends it, then removes it). */
+  backup(): Promise<string>;
   /** One job's progress as it happens (see Service.watchJob); without it, `GET /v1/jobs/:id/events` polls the job's view. */
   watchJob?(id: string, listener: (e: JobProgressEvent) => void): () => void;
   /** Cluster mode only: `GET /v1/cluster`. */
@@ -399,6 +401,18 @@ export function buildApp(service: ApiService): FastifyInstance {
     if (!asset) throw new ServiceError(404, 'not-found', 'Not found', `no asset ${JSON.stringify(req.params.file)}: the dashboard's assets are ${Object.keys(ASSETS).join(', ')}`);
     const body = await readFile(asset.file());
     return reply.type(asset.type).header('cache-control', 'no-cache').send(body);
+  });
+
+  // A consistent copy of the journal while the server runs (its exclusive lock keeps sqlite3 .backup out): a stoker.db to start a server on.
+  app.get('/v1/backup', async (_req, reply) => {
+    const file = await service.backup();
+    const stream = createReadStream(file);
+    stream.on('close', () => rmSync(file, { force: true }));
+    return reply
+      .type('application/vnd.sqlite3')
+      .header('content-length', statSync(file).size)
+      .header('content-disposition', `attachment; filename="stoker-${new Date().toISOString().replace(/[:.]/g, '-')}.db"`)
+      .send(stream);
   });
 
   app.get('/v1/status', async () => service.status());

@@ -10,7 +10,7 @@
  * output or a result that is bytes (a Uint8Array) as a BLOB in the same column.
  */
 import { createHash } from 'node:crypto';
-import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, statfsSync, statSync } from 'node:fs';
+import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, rmSync, statfsSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integrity.js';
@@ -522,6 +522,24 @@ export class Journal {
     const wanted = JSON.stringify([...new Set(states)]);
     const except = options.except ?? [];
     return (except.length === 0 ? s.recentIn.all(wanted, before, limit) : s.recentInExcept.all(wanted, JSON.stringify(except), before, limit)).map(fromRow);
+  }
+
+  /**
+   * Writes a consistent copy of the journal to `file` (SQLite's online backup, page by page between
+   * other work: the server's exclusive lock kept every other reader out, `sqlite3 .backup`
+   * included). The copy is a journal to start a server on, as its data dir's `stoker.db`.
+   * @throws {JournalError} `E_JOURNAL_FULL` where the disk has no room for the copy (it is removed).
+   */
+  async backup(file: string): Promise<void> {
+    this.#checkOpen();
+    try {
+      await this.#db.backup(file);
+    } catch (e) {
+      rmSync(file, { force: true });
+      const code = (e as { code?: unknown }).code;
+      if (code === 'SQLITE_FULL' || code === 'ENOSPC') throw new JournalError('E_JOURNAL_FULL', `the copy of the journal did not fit on the disk of ${dirname(file)}: free space there (it needs about the journal's size)`, { cause: e });
+      throw e;
+    }
   }
 
   /** A job's place in submission order (what a list pages by), or undefined for one it does not hold. */

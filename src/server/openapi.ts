@@ -189,6 +189,16 @@ function base(maxWaitS: number): object {
           responses: { '200': json('Chrome trace', { type: 'object', properties: { traceEvents: { type: 'array', items: { type: 'object' } }, displayTimeUnit: { type: 'string' }, otherData: { type: 'object' } } }), '400': problemResponse('A since that is not a duration') },
         },
       },
+      '/v1/backup': {
+        get: {
+          summary: "A consistent copy of this server's journal, made now (SQLite's online backup): start a server on it as its data dir's stoker.db",
+          responses: {
+            '200': { description: 'The journal, a SQLite file', content: { 'application/vnd.sqlite3': { schema: { type: 'string', format: 'binary' } } } },
+            '409': problemResponse('Another backup is being made: retry once it is done', retryAfter),
+            '507': problemResponse('The data dir has no room for the copy', retryAfter),
+          },
+        },
+      },
       '/': { get: { summary: 'The dashboard (HTML)', responses: { '200': { description: 'text/html' } } } },
       '/assets/{file}': {
         get: {

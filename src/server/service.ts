@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { optionsRead, PACERS, TimelineRecorder, type Engine, type PacerState } from '../core/index.js';
@@ -18,7 +19,7 @@ import { EndedJobs, History, historyReading, type HistoryReading, type HistoryVi
 import { Intake, type Submitted } from './intake.js';
 import { JobRuns } from './job-runs.js';
 import { JobWatch } from './job-watch.js';
-import { ignoreFull, Journal, type JobState, type JournalJob, type JournalJobInput, type JournalOutcome } from './journal.js';
+import { ignoreFull, isJournalError, Journal, type JobState, type JournalJob, type JournalJobInput, type JournalOutcome } from './journal.js';
 import { moduleHash, type LoadedKind } from './kind-module.js';
 import { KindRouter, kindView, type KindView, type RoutedInput } from './kinds.js';
 import { localJobView } from './local-view.js';
@@ -494,6 +495,28 @@ export class Service {
   }
 
   /** The last `sinceMs` as Chrome trace event JSON (opens in Perfetto and chrome://tracing). */
+  /**
+   * A consistent copy of the journal, made now in the data dir (`stoker.db.backup-…`, removed by
+   * the caller once sent): a journal to start a server on. One at a time.
+   * @throws {ServiceError} 409 while another is being made, 507 where the disk has no room for it.
+   */
+  async backup(): Promise<string> {
+    if (this.backingUp) throw new ServiceError(409, 'backup-running', 'A backup is being made', 'another backup of this journal is being made: retry once it is done', { retryAfterS: this.config.server.retryAfterS });
+    this.backingUp = true;
+    const file = path.join(this.config.dataDir, `stoker.db.backup-${Date.now()}-${process.pid}`);
+    try {
+      await this.journal.backup(file);
+      return file;
+    } catch (e) {
+      if (isJournalError(e, 'E_JOURNAL_FULL')) throw new ServiceError(507, 'insufficient-storage', 'Insufficient storage', e.message, { retryAfterS: this.config.server.retryAfterS });
+      throw e;
+    } finally {
+      this.backingUp = false;
+    }
+  }
+
+  private backingUp = false;
+
   trace(sinceMs: number): ChromeTrace {
     const v = this.timelineView(sinceMs);
     // The jobs submitted in the window, by their own partition numbering's size (what a plan fits arrivals from).

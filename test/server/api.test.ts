@@ -497,6 +497,33 @@ describe('stoker serve (shared server)', () => {
       expect(unknown.body.detail).toBe('before: no job "no-such-job" here (purged, or never submitted): give the id of the last job of the page before, as listed');
     });
 
+    it('GET /v1/backup: a consistent copy of the journal while the server runs (sqlite3 .backup was locked out), a server starts on it with the jobs it held; the copy is not left in the data dir', async () => {
+      await submit(url, sleepJob('bk-done', 1, { prepareMs: 1 }));
+      await result(url, 'bk-done');
+      await submit(url, sleepJob('bk-running', 1, { prepareMs: 600_000 }));
+      try {
+        const r = await fetch(new URL('/v1/backup', url));
+        expect(r.status).toBe(200);
+        expect(r.headers.get('content-type')).toBe('application/vnd.sqlite3');
+        expect(r.headers.get('content-disposition')).toMatch(/^attachment; filename="stoker-.*\.db"$/);
+        const bytes = Buffer.from(await r.arrayBuffer());
+        expect(bytes.subarray(0, 16).toString('latin1')).toBe('SQLite format 3\0');
+        await until('the copy removed once sent', async () => fs.readdirSync(s.dataDir).every((f) => !f.includes('backup')));
+        const restored = tempDataDir();
+        dirs.push(restored);
+        fs.writeFileSync(path.join(restored, 'stoker.db'), bytes);
+        const j = Journal.open(restored);
+        try {
+          expect(j.get('bk-done')?.state).toBe('done');
+          expect(j.get('bk-running')?.state).toMatch(/^(queued|running)$/);
+        } finally {
+          j.close();
+        }
+      } finally {
+        await http(url, 'DELETE', '/v1/jobs/bk-running');
+      }
+    });
+
     it('answers a query parameter a route does not take with a 400 naming it (ignored, a paging client read the first page for ever)', async () => {
       const page = await http(url, 'GET', '/v1/jobs?limit=5&offset=50');
       expectProblem(page, 400, 'bad-query');
@@ -625,7 +652,7 @@ describe('stoker serve (shared server)', () => {
       expect(r.status).toBe(200);
       expect(r.body.openapi).toBe('3.1.0');
       const paths = r.body.paths as Record<string, Record<string, unknown>>;
-      expect(Object.keys(paths).sort()).toEqual(['/', '/assets/{file}', '/livez', '/metrics', '/readyz', '/v1/events', '/v1/history', '/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/events', '/v1/jobs/{id}/result', '/v1/kinds', '/v1/openapi.json', '/v1/status', '/v1/timeline', '/v1/trace']);
+      expect(Object.keys(paths).sort()).toEqual(['/', '/assets/{file}', '/livez', '/metrics', '/readyz', '/v1/backup', '/v1/events', '/v1/history', '/v1/jobs', '/v1/jobs/{id}', '/v1/jobs/{id}/events', '/v1/jobs/{id}/result', '/v1/kinds', '/v1/openapi.json', '/v1/status', '/v1/timeline', '/v1/trace']);
       expect(Object.entries(paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`)).sort()).toEqual([
         'DELETE /v1/jobs/{id}',
         'GET /',
@@ -633,6 +660,7 @@ describe('stoker serve (shared server)', () => {
         'GET /livez',
         'GET /metrics',
         'GET /readyz',
+        'GET /v1/backup',
         'GET /v1/events',
         'GET /v1/history',
         'GET /v1/jobs',
