@@ -76,7 +76,7 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     // (A connection refused or never made reached nothing; one broken mid-answer — the server ended — did.)
     throw new ClientError(`cannot reach the server at ${flags.server} (${cause}): start it with \`stoker serve\`, or pass --server / set STOKER_SERVER`, 1, true, !/^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|UND_ERR_CONNECT_TIMEOUT)$/.test(cause));
   }
-  if (bytes && res.status === 200 && res.headers.get('content-type')?.startsWith('application/octet-stream')) return { status: 200, body: await bytes(res) };
+  if (bytes && res.status === 200 && /^application\/(octet-stream|vnd\.sqlite3)\b/.test(res.headers.get('content-type') ?? '')) return { status: 200, body: await bytes(res) };
   const text = await res.text();
   let parsed: unknown = text;
   try {
@@ -442,6 +442,26 @@ export async function cancelCommand(id: string, flags: ClientFlags, io: Io): Pro
   const r = await call(flags, 'DELETE', `v1/jobs/${encodeURIComponent(id)}`, undefined, undefined, isJob);
   if (flags.json) return show(io, r.body);
   io.out(`${id}: ${(r.body as { state: string }).state}\n`);
+}
+
+/** `stoker backup -o FILE`: a consistent copy of the server's journal (GET /v1/backup), written to FILE once whole. */
+export async function backupCommand(flags: ClientFlags & { output: string }, io: Io): Promise<void> {
+  const part = `${flags.output}.part-${process.pid}`;
+  let n = 0;
+  const r = await call(flags, 'GET', 'v1/backup', undefined, async (res) => {
+    try {
+      const counted = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>).on('data', (c: Buffer) => (n += c.length));
+      await pipeline(counted, fs.createWriteStream(part));
+    } catch (e) {
+      fs.rmSync(part, { force: true });
+      throw new UsageError(`cannot write -o ${flags.output}: ${(e as Error).message}`);
+    }
+    return 'written';
+  }, () => false);
+  if (r.body !== 'written') throw new ClientError(`GET /v1/backup answered ${r.status} without a journal: is ${flags.server} a stoker server?`, 2);
+  // (Whole, or not there: a copy cut short is never left under the name asked for.)
+  fs.renameSync(part, flags.output);
+  io.err(`wrote ${flags.output}: ${n} bytes, a copy of the server's journal (to start a server on it, put it as stoker.db in an empty data dir)\n`);
 }
 
 export interface TraceExportFlags {

@@ -216,6 +216,11 @@ function program(io: Io, setExit: (code: number) => void, configDoc: string): Co
       setExit(await (await client()).waitCommand(id, flags, io));
     });
 
+  server(p.command('backup'))
+    .description("a consistent copy of a running server's journal, to a file (a stoker.db to start a server on)")
+    .requiredOption('-o, --output <file>', 'the file to write (written whole, or not at all)')
+    .action(async (flags: ClientFlags & { output: string }) => (await client()).backupCommand(flags, io));
+
   server(p.command('cancel'))
     .description('cancel a job on a running server')
     .argument('<id>', 'a job id')

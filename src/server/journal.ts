@@ -219,6 +219,14 @@ export class Journal {
     return createHash('sha256').update(canonical(plain)).digest('hex');
   }
 
+  /** The database file's bytes holding data, and free (a purge frees pages; the file does not shrink). Its WAL not counted. */
+  sizes(): { used: number; free: number } {
+    if (!this.#db.open) return { used: 0, free: 0 }; // (a scrape as the server closes)
+    const page = this.#db.pragma('page_size', { simple: true }) as number;
+    const free = this.#db.pragma('freelist_count', { simple: true }) as number;
+    return { used: this.#pagesInUse() * page, free: free * page };
+  }
+
   /** Pages holding data (the file's pages less the free ones). */
   #pagesInUse(): number {
     return (this.#db.pragma('page_count', { simple: true }) as number) - (this.#db.pragma('freelist_count', { simple: true }) as number);

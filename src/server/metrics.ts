@@ -33,6 +33,8 @@ export interface MetricsSource {
   budgetBlockedMs(): number;
   /** Unfinished jobs held at the start (no module for their kind, an input refused, …), not running. */
   jobsOnHold(): number;
+  /** The journal file's bytes in use and free. */
+  journalSizes(): { used: number; free: number };
 }
 
 /**
@@ -135,6 +137,10 @@ export class ServiceMetrics {
     });
     // (Counted running in stoker_jobs, as their rows are: an alert on stuck jobs could not tell them apart.)
     readGauge(r, 'stoker_jobs_on_hold', 'Unfinished jobs the server holds rather than runs (their kind or input refused at the start: /v1/status and each job view say why); counted running in stoker_jobs', [], () => one(service.jobsOnHold()));
+    readGauge(r, 'stoker_journal_bytes', "The journal file's bytes by state: used (jobs, results), free (purged, reused by new jobs: the file does not shrink); its write-ahead log not counted", ['state'], () => {
+      const sizes = service.journalSizes();
+      return [{ labels: { state: 'used' }, value: sizes.used }, { labels: { state: 'free' }, value: sizes.free }];
+    });
     readGauge(r, 'stoker_partitions', 'Partitions of live jobs by kind and stage (queued, preparing, waiting, on-device)', ['kind', 'stage'], () => {
       const now = service.partitionsByKind();
       const kinds = new Set([...service.kindNames(), ...Object.keys(now)]);

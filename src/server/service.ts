@@ -656,6 +656,11 @@ export class Service {
     return this.held.size;
   }
 
+  /** The journal file's bytes in use and free (for metrics). */
+  journalSizes(): { used: number; free: number } {
+    return this.journal.sizes();
+  }
+
   /** Journal writes refused for a full journal since the start (for metrics). */
   journalFullRefusals(): number {
     return this.journal.fullRefusals;

@@ -509,6 +509,15 @@ describe('stoker serve (shared server)', () => {
         const bytes = Buffer.from(await r.arrayBuffer());
         expect(bytes.subarray(0, 16).toString('latin1')).toBe('SQLite format 3\0');
         await until('the copy removed once sent', async () => fs.readdirSync(s.dataDir).every((f) => !f.includes('backup')));
+        // The same from the command line, written whole under the name asked for.
+        const into = tempDataDir();
+        dirs.push(into);
+        const file = path.join(into, 'copy.db');
+        const cmd = await cli(['backup', '--server', url, '-o', file]);
+        expect(cmd.code, cmd.stderr).toBe(0);
+        expect(cmd.stderr).toMatch(/^wrote .*copy\.db: \d+ bytes, a copy of the server's journal/);
+        expect(fs.readFileSync(file).subarray(0, 16).toString('latin1')).toBe('SQLite format 3\0');
+        expect(fs.readdirSync(path.dirname(file))).toEqual(['copy.db']);
         const restored = tempDataDir();
         dirs.push(restored);
         fs.writeFileSync(path.join(restored, 'stoker.db'), bytes);
@@ -1099,6 +1108,8 @@ describe('GET /metrics (fresh server)', () => {
     expect(metric(t1, 'stoker_job_seconds_bucket{le="+Inf",kind="sleep",state="done",priority="normal"}')).toBe(4);
     expect(metric(t1, 'stoker_job_seconds_sum{kind="sleep",state="done",priority="normal"}')).toBeGreaterThan(4 * 0.015);
     expect(metric(t1, 'stoker_jobs_failed_total{kind="sleep",code="E_DEADLINE"}')).toBe(1);
+    expect(metric(t1, 'stoker_journal_bytes{state="used"}')).toBeGreaterThan(4096);
+    expect(metric(t1, 'stoker_journal_bytes{state="free"}')).toBeGreaterThanOrEqual(0);
     // 10 partitions ran to the end; m-cancel's and m-late's preparations were aborted, never measured.
     expect(metric(t1, 'stoker_prepare_seconds_count{kind="sleep"}')).toBe(10);
     expect(metric(t1, 'stoker_device_seconds_count{kind="sleep"}')).toBe(10);

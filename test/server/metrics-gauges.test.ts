@@ -21,6 +21,7 @@ function source(state: () => PacerState): MetricsSource {
     devicesUnreachable: () => [false],
     budgetBlockedMs: () => 0,
     jobsOnHold: () => 0,
+    journalSizes: () => ({ used: 4096, free: 0 }),
   };
 }
 
