@@ -537,15 +537,24 @@ class WorkerProcess {
     this.stderrPartial = '';
   }
 
+  /**
+   * Says how many stderr lines went unlogged once their window is over, with no next line needed —
+   * and again for a window that began while the last one's timer was pending: that timer found
+   * the new window not over, and its count waited for the next line (two minutes in a trial).
+   */
+  private flushStderrCount(): void {
+    if (!this.stderrLog.holding || this.stderrFlush) return;
+    this.stderrFlush = setTimeout(() => {
+      this.stderrFlush = undefined;
+      this.stderrLog.flush();
+      this.flushStderrCount();
+    }, Math.max(0, this.stderrLog.windowEnd - performance.now()) + 1).unref();
+  }
+
   private logLine(said: string): void {
     const line = maskSecrets(said, this.secrets);
     this.stderrLog.line(`[device ${this.label}] ${line}`);
-    if (this.stderrLog.holding && !this.stderrFlush) {
-      this.stderrFlush = setTimeout(() => {
-        this.stderrFlush = undefined;
-        this.stderrLog.flush();
-      }, Math.max(0, this.stderrLog.windowEnd - performance.now()) + 1).unref();
-    }
+    this.flushStderrCount();
     // (A JavaScript stack's frames and blank lines are left out of what a failure quotes: a Node
     // program's tail was eight `at …` lines, and the line saying what went wrong was not among them.)
     if (STACK_FRAME.test(line) || line.trim() === '') return;

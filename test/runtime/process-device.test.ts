@@ -241,7 +241,9 @@ setInterval(() => {}, 1000);`;
     const chatter = log.filter((l) => l.startsWith('[device gpu/0] chatter '));
     expect(chatter).toHaveLength(200);
     expect(chatter[0]).toBe('[device gpu/0] chatter 0');
-  });
+    // The count is said once the 10 s are over, with no next line (it waited two minutes for one).
+    await eventually(() => log.includes('[device gpu/0] 800 more stderr lines in the last 10 s were not logged'), 'the count of the lines not logged', 15_000);
+  }, 30_000);
 
   it('print() in the device goes to the log with the worker prefix, not into the protocol', async () => {
     const { rt, log } = setup({ command: 'python3', args: [PY] });
