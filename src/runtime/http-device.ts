@@ -27,7 +27,7 @@ import { checkPrepared, preparedJson, sendable } from './lossless-json.js';
 import { maskSecrets, redactUrl, secretValues } from './redact.js';
 import { batchSignal } from './batch-signal.js';
 import type { DeviceRunner, RunCall } from './threaded.js';
-import { roundedIntegers } from './json-walk.js';
+import { roundedIntegers, roundedWords } from './json-walk.js';
 import { failure } from './no-retry.js';
 import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
@@ -306,7 +306,8 @@ function within(path: string, at: string): boolean {
 
 /** An output's integer that JSON.parse rounded, said. */
 function roundedError(label: string, url: string, r: Rounded): string {
-  return `${label}: POST ${url} answered the integer ${r.literal.length > 40 ? `of ${r.literal.replace('-', '').length} digits` : r.literal} at ${r.path}, which stoker reads rounded (as ${String(Number(r.literal))}: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string`;
+  const w = roundedWords(r.literal);
+  return `${label}: POST ${url} answered ${w.integer} at ${r.path}, ${w.rest}`;
 }
 
 /**

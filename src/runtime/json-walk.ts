@@ -26,6 +26,14 @@ export function roundsInteger(literal: string, n = Number(literal)): boolean {
   return !Number.isSafeInteger(n) && Number.isFinite(n) && /^-?\d+$/.test(literal) && String(n) !== literal && BigInt(literal) !== BigInt(n);
 }
 
+/** A rounded integer as a message shows it: `the integer N` (`of D digits` past 40), and what stoker makes of it and the fix. */
+export function roundedWords(literal: string): { integer: string; rest: string } {
+  return {
+    integer: `the integer ${literal.length > 40 ? `of ${literal.replace('-', '').length} digits` : literal}`,
+    rest: `which stoker reads rounded (as ${String(Number(literal))}: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string`,
+  };
+}
+
 /** An integer token of 16 digits or more (where JSON puts a number: after [ , : or space; not in a string's text, a float's digits). */
 const LONG_INTEGER = /(?:^|[[,:\s])-?\d{16,}(?=$|[\s,\]}])/;
 

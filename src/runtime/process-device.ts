@@ -18,6 +18,7 @@ import type { DeviceRunner, PreparedBuffer, RunCall } from './threaded.js';
 import { LineLimit } from './line-limit.js';
 import { failure } from './no-retry.js';
 import { printable } from './printable.js';
+import { roundedWords } from './json-walk.js';
 import { maskSecrets, secretValues } from './redact.js';
 import { WorkerTurns } from './turns.js';
 import type { BatchItemReply } from './threads/protocol.js';
@@ -607,7 +608,8 @@ function resultProblem(f: Frame): string | undefined {
 function roundedSaid(f: Frame): string | undefined {
   const r = f.rounded?.find((x) => x.path === '$.output' || /^\$\.output[.[]/.test(x.path));
   if (!r) return undefined;
-  return `${r.path.slice(2)} is the integer ${r.literal.length > 40 ? `of ${r.literal.replace('-', '').length} digits` : r.literal}, which stoker reads rounded (as ${String(Number(r.literal))}: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string`;
+  const w = roundedWords(r.literal);
+  return `${r.path.slice(2)} is ${w.integer}, ${w.rest}`;
 }
 
 /** A successful result's output: its payload, empty bytes (`bytes` without one), or its JSON `output`. */

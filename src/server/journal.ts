@@ -287,7 +287,7 @@ export class Journal {
       }
       if (this.#maxBytes !== undefined) {
         const page = this.#db.pragma('page_size', { simple: true }) as number;
-        const used = (this.#db.pragma('page_count', { simple: true }) as number) - (this.#db.pragma('freelist_count', { simple: true }) as number);
+        const used = this.#pagesInUse();
         if ((used + ROOM_PAGES) * page > this.#maxBytes) return false;
       }
       const disk = statfsSync(dirname(this.#db.name));

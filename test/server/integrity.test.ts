@@ -12,6 +12,14 @@ import { describe, expect, it } from 'vitest';
 import { Journal, JournalError, type JournalJobInput } from '../../src/server/journal.js';
 import { CLI, http, removeDir, startServer, tempDataDir } from './helpers.js';
 
+/** A server on `dir` that accepted 20 unfinished jobs (`prefix`-0 …) and was killed (kill -9): its WAL, which holds them. */
+async function crashedWithJobs(dir: string, prefix: string): Promise<string> {
+  const s = await startServer(dir);
+  for (let i = 0; i < 20; i++) expect((await http(s.url, 'POST', '/v1/jobs', { id: `${prefix}-${i}`, kind: 'sleep', partitions: 1, input: { prepareMs: 600_000 } })).status).toBe(202);
+  await s.crash();
+  return path.join(dir, 'stoker.db-wal');
+}
+
 function serveOnce(dir: string): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -142,12 +150,8 @@ describe('journal integrity at start', () => {
   it('a refused start leaves the files as they were (a torn copy was refused as damaged after its WAL had been checkpointed into the file and deleted: the copy to keep was gone)', async () => {
     const dir = tempDataDir();
     try {
-      const s = await startServer(dir);
-      for (let i = 0; i < 20; i++) expect((await http(s.url, 'POST', '/v1/jobs', { id: `t-${i}`, kind: 'sleep', partitions: 1, input: { prepareMs: 600_000 } })).status).toBe(202);
-      await s.crash();
-      const wal = path.join(dir, 'stoker.db-wal');
-      const size = fs.statSync(wal).size;
-      expect(size).toBeGreaterThan(4096 * 4);
+      const wal = await crashedWithJobs(dir, 't');
+      expect(fs.statSync(wal).size).toBeGreaterThan(4096 * 4);
       // Frames past the first few garbled (a torn copy's, or a disk's): SQLite reads the WAL up to the first bad frame.
       const fd = fs.openSync(wal, 'r+');
       fs.writeSync(fd, Buffer.alloc(4096, 0xab), 0, 4096, 32 + 3 * (24 + 4096));
@@ -166,10 +170,7 @@ describe('journal integrity at start', () => {
   it('refuses a garbled WAL, then a journal behind its acknowledged jobs, and starts once the operator accepts the loss', async () => {
     const dir = tempDataDir();
     try {
-      const s = await startServer(dir);
-      for (let i = 0; i < 20; i++) expect((await http(s.url, 'POST', '/v1/jobs', { id: `w-${i}`, kind: 'sleep', partitions: 1, input: { prepareMs: 600_000 } })).status).toBe(202);
-      await s.crash();
-      const wal = path.join(dir, 'stoker.db-wal');
+      const wal = await crashedWithJobs(dir, 'w');
       expect(fs.statSync(wal).size).toBeGreaterThan(32);
       // A crash that garbles the WAL's header.
       const fd = fs.openSync(wal, 'r+');
