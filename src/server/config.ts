@@ -301,6 +301,8 @@ const ENV_SOURCE = 'the environment (STOKER_*)';
 
 /** The variables Kubernetes sets for a Service (NAME_SERVICE_HOST, NAME_SERVICE_PORT[_P], NAME_PORT_7070_TCP[_ADDR…], and NAME_PORT=tcp://…): not settings. */
 const K8S_SERVICE_VAR = /_SERVICE_(HOST|PORT)(_\w+)?$|_PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?$/;
+const K8S_LINK_PORT = /_PORT$/;
+const K8S_LINK_VALUE = /^(tcp|udp|sctp):\/\//;
 
 /**
  * The variable of a setting that `name` names without its section — STOKER_TOKEN for
@@ -319,6 +321,9 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
   const layer: Layer = {};
   for (const [name, raw] of Object.entries(env)) {
     if (raw === undefined || raw === '') continue;
+    // (Kubernetes sets NAME_PORT=tcp://ip:port for each Service: one named stoker-server gave
+    // STOKER_SERVER_PORT, and the server refused to start. A port is never written so.)
+    if (K8S_LINK_PORT.test(name) && K8S_LINK_VALUE.test(raw)) continue;
     const field = ENV_VARS.get(name);
     if (field) {
       setFromString(layer, field, raw, name, issues);
@@ -332,7 +337,7 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
       continue;
     }
     // (Kubernetes sets these for each Service in the namespace: one named stoker-kinds gave STOKER_KINDS_SERVICE_HOST.)
-    if (K8S_SERVICE_VAR.test(name) || (/_PORT$/.test(name) && /^(tcp|udp|sctp):\/\//.test(raw))) continue;
+    if (K8S_SERVICE_VAR.test(name)) continue;
     const prefix = ENV_PREFIXES.find((p) => name.startsWith(p));
     if (!prefix) {
       // A misspelt section (STOKER_SERVE_PORT) was ignored silently: refused where it is a near miss of

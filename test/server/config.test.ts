@@ -147,6 +147,10 @@ describe('environment variables', () => {
     expect(() => loadConfig({ env: { STOKER_PORT: 'tcp://10.0.0.1:7070', STOKER_SERVICE_HOST: '10.0.0.1', STOKER_SERVICE_PORT: '7070', STOKER_PORT_7070_TCP_ADDR: '10.0.0.1', STOKER_WORKER: '0', STOKER_WORKERS: '2' }, cwd: dir })).not.toThrow();
     // Services named stoker-kinds and stoker-server in the same namespace (a review: the first was refused).
     expect(() => loadConfig({ env: { STOKER_KINDS_SERVICE_HOST: '10.0.0.9', STOKER_KINDS_SERVICE_PORT_HTTP: '80', STOKER_KINDS_PORT_80_TCP: 'tcp://10.0.0.9:80', STOKER_KINDS_PORT: 'tcp://10.0.0.9:80', STOKER_SERVER_SERVICE_HOST: '10.0.0.8', STOKER_SERVER_PORT_7070_TCP_PROTO: 'tcp' }, cwd: dir })).not.toThrow();
+    // The service named stoker-server also gives STOKER_SERVER_PORT=tcp://…, a setting's name: not the port (it was refused), which a set one still gives.
+    expect(loadConfig({ env: { STOKER_SERVER_PORT: 'tcp://10.0.0.8:7070' }, cwd: dir }).server.port).toBe(loadConfig({ env: {}, cwd: dir }).server.port);
+    expect(loadConfig({ env: { STOKER_SERVER_PORT: '8081' }, cwd: dir }).server.port).toBe(8081);
+    expect(() => loadConfig({ env: { STOKER_SERVER_PORT: '10.0.0.8:7070' }, cwd: dir })).toThrow(/STOKER_SERVER_PORT/);
   });
 });
 
