@@ -268,6 +268,8 @@ export class Service {
    */
   static open(config: ServeConfig, kinds: ReadonlyMap<string, LoadedKind>, options: { endsRecordedElsewhere?: boolean; resume?: boolean; log?: ServerLog } = {}): Service {
     const journal = Journal.open(config.dataDir, config.journal ? { maxBytes: config.journal.maxBytes } : {});
+    // (The journal's lock is this server's now: a copy in its data dir is one an earlier server died making or sending.)
+    removeStaleBackups(config.dataDir, options.log ?? stderrLog);
     let service: Service;
     try {
       service = new Service(config, journal, kinds, options.endsRecordedElsewhere ?? false, options.log ?? stderrLog);
@@ -503,7 +505,7 @@ export class Service {
   async backup(): Promise<string> {
     if (this.backingUp) throw new ServiceError(409, 'backup-running', 'A backup is being made', 'another backup of this journal is being made: retry once it is done', { retryAfterS: this.config.server.retryAfterS });
     this.backingUp = true;
-    const file = path.join(this.config.dataDir, `stoker.db.backup-${Date.now()}-${process.pid}`);
+    const file = path.join(this.config.dataDir, `${BACKUP_PREFIX}${Date.now()}-${process.pid}`);
     try {
       await this.journal.backup(file);
       return file;
@@ -757,5 +759,30 @@ function fileHash(url: string): string | undefined {
     return moduleHash(url);
   } catch {
     return undefined;
+  }
+}
+
+/** What a backup being made or sent is called in the data dir (GET /v1/backup), its time and pid after. */
+const BACKUP_PREFIX = 'stoker.db.backup-';
+
+/**
+ * Removes the copies of the journal an earlier server left in the data dir, stopped while it made
+ * or sent one (each as large as the journal, and nothing else would remove it), saying so.
+ */
+function removeStaleBackups(dataDir: string, log: ServerLog): void {
+  let names: string[];
+  try {
+    names = fs.readdirSync(dataDir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!name.startsWith(BACKUP_PREFIX) || !/^\d+-\d+$/.test(name.slice(BACKUP_PREFIX.length))) continue;
+    try {
+      fs.rmSync(path.join(dataDir, name), { force: true });
+      log(`removed ${name} from the data dir: a copy of the journal an earlier server was making or sending (GET /v1/backup) when it stopped`);
+    } catch (e) {
+      log(`could not remove ${name}, a copy of the journal an earlier server left in the data dir: ${(e as Error).message} — remove it by hand`);
+    }
   }
 }

@@ -1,0 +1,40 @@
+/**
+ * A copy of the journal (GET /v1/backup) is made in the data dir and removed once sent; a server
+ * stopped meanwhile left it there, as large as the journal, for good. The next server on that data
+ * dir removes it, and says so.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../dist/server/config.js';
+import { loadServerKinds } from '../../dist/server/serve.js';
+import { Service } from '../../dist/server/service.js';
+
+const PROBE = path.resolve('test/fixtures/kinds/probe-kind.mjs');
+
+describe('a copy of the journal an earlier server left in the data dir', () => {
+  let dir = '';
+  afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('is removed when the next server opens the journal, and said; other files stay', async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-stale-backup-'));
+    const config = loadConfig({ env: {}, cwd: dir, values: { dataDir: dir, prepare: { threads: 1 }, kinds: { probe: { module: PROBE } } } });
+    const kinds = await loadServerKinds(config);
+    // A first server makes a copy as GET /v1/backup does, and stops before it is sent.
+    const first = Service.open(config, kinds, { log: () => {} });
+    const copy = await first.backup();
+    await first.close(0);
+    expect(path.dirname(copy)).toBe(dir);
+    fs.writeFileSync(path.join(dir, 'stoker.db.backup-notes.txt'), 'mine');
+    const lines: string[] = [];
+    const second = Service.open(config, kinds, { log: (l) => lines.push(l) });
+    try {
+      expect(fs.existsSync(copy)).toBe(false);
+      expect(fs.existsSync(path.join(dir, 'stoker.db.backup-notes.txt'))).toBe(true);
+      expect(lines).toContain(`removed ${path.basename(copy)} from the data dir: a copy of the journal an earlier server was making or sending (GET /v1/backup) when it stopped`);
+    } finally {
+      await second.close(0);
+    }
+  });
+});
