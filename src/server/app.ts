@@ -4,6 +4,7 @@ import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
+import { Readable } from 'node:stream';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { MAX_PARTITIONS, type PartitionState } from '../core/index.js';
 import type { JobState } from './journal.js';
@@ -42,8 +43,12 @@ export interface ApiService {
   jobs(options: { limit?: number; states?: readonly JobState[]; before?: string }): MaybePromise<JobView[]>;
   /** Why new jobs should go elsewhere now (GET /readyz answers 503 with them): shutting down, a full journal, Redis away. */
   notReady(): MaybePromise<string[]>;
-  /** The job once it has ended (or after `waitMs`), its result whole (GET …/result): a job view leaves a large one out. */
-  wait(id: string, waitMs: number): Promise<JobView | undefined>;
+  /**
+   * The job once it has ended (or after `waitMs`), its result whole (GET …/result): a job view
+   * leaves a large one out. `raw`: a bytes result may come as a Uint8Array (resultEncoding base64
+   * still), not as its base64, which the route sends piece by piece.
+   */
+  wait(id: string, waitMs: number, raw?: boolean): Promise<JobView | undefined>;
   cancel(id: string): MaybePromise<JobView>;
   status(): MaybePromise<StatusView>;
   kindList(): MaybePromise<KindView[]>;
@@ -117,6 +122,28 @@ function pollJob(service: ApiService, id: string, listener: (e: JobProgressEvent
     stopped = true;
     clearTimeout(timer);
   };
+}
+
+/** Bytes a result's base64 is made from at a time (a multiple of 3: the pieces join into one base64 text). */
+const BASE64_PIECE_BYTES = 3 << 20;
+
+/**
+ * The JSON of `body` (its `result` given as '') with the base64 of `bytes` as its result, made piece
+ * by piece as the client reads it: whole, the base64 of 410 MB or more was longer than a string
+ * may be (the result could not be answered at all), and of less it held several times its size.
+ */
+function base64Body(body: ResultView, bytes: Buffer): Readable {
+  const text = JSON.stringify(body);
+  // (The first "result":"" is the field: a quote inside a string before it is escaped.)
+  const at = text.indexOf('"result":""') + '"result":"'.length;
+  return Readable.from(
+    (function* () {
+      yield text.slice(0, at);
+      for (let i = 0; i < bytes.length; i += BASE64_PIECE_BYTES) yield bytes.subarray(i, i + BASE64_PIECE_BYTES).toString('base64');
+      yield text.slice(at);
+    })(),
+    { objectMode: false },
+  );
 }
 
 /** Whether an Accept header asks for raw bytes rather than JSON (application/octet-stream ranked above application/json). */
@@ -364,15 +391,17 @@ export function buildApp(service: ApiService): FastifyInstance {
     // `?wait=1s&wait=2s` parses to an array: answer 400, not a TypeError's 500.
     const waitMs = wait === undefined ? 0 : typeof wait === 'string' ? parseWait(wait, service.config.server.maxWaitS) : 'wait must be given once, as a duration such as 30s';
     if (typeof waitMs === 'string') throw new ServiceError(400, 'bad-wait', 'Bad wait', waitMs);
-    const job = await service.wait(req.params.id, waitMs);
+    const job = await service.wait(req.params.id, waitMs, true);
     if (!job) throw notFound(req.params.id);
+    const raw = job.result instanceof Uint8Array ? Buffer.from(job.result.buffer, job.result.byteOffset, job.result.byteLength) : undefined;
     if (job.state === 'done' && wantsBytes(req.headers.accept)) {
-      if (job.resultEncoding === 'base64') return reply.code(200).type('application/octet-stream').send(Buffer.from(job.result as string, 'base64'));
+      if (job.resultEncoding === 'base64') return reply.code(200).type('application/octet-stream').send(raw ?? Buffer.from(job.result as string, 'base64'));
       // (Bytes preferred, JSON taken too — `Accept: application/octet-stream, application/json;q=0.5`: the JSON.)
       if (!acceptsJson(req.headers.accept)) throw new ServiceError(406, 'not-bytes', 'Result is JSON', `job ${job.id}'s result is a JSON value, not bytes: ask with Accept: application/json`);
     }
-    const body: ResultView = { id: job.id, state: job.state, result: job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt, ...(job.onHold === undefined ? {} : { onHold: job.onHold }) };
-    return reply.code(job.state === 'queued' || job.state === 'running' ? 202 : 200).send(body);
+    const body: ResultView = { id: job.id, state: job.state, result: raw ? '' : job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt, ...(job.onHold === undefined ? {} : { onHold: job.onHold }) };
+    const code = job.state === 'queued' || job.state === 'running' ? 202 : 200;
+    return raw ? reply.code(code).type('application/json; charset=utf-8').send(base64Body(body, raw)) : reply.code(code).send(body);
   });
 
   app.delete<{ Params: { id: string } }>('/v1/jobs/:id', async (req) => service.cancel(req.params.id));

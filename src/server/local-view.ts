@@ -16,7 +16,7 @@ export type LiveJobs = Pick<Engine, 'jobCounts' | 'jobStates'>;
  * (null: the same partition; undefined: not running here); `maxStates`: the most partitions whose
  * states it lists (more: counts only); `page`: which partitions' states to give.
  */
-export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }, doneUnrecorded = false, full = false): JobView {
+export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly number[] | null | undefined, maxStates = Infinity, page: StatesPage = { from: 0, limit: STATES_PAGE_MAX }, doneUnrecorded = false, full: ResultForm = false): JobView {
   // Every partition done here, its end (and outputs) waiting for a full journal: the journal's
   // counts read as most of them queued again, beside a status that counted them complete.
   // (Its states too, every one done, as while it ran: null read as no states kept.)
@@ -40,14 +40,22 @@ export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly numb
 }
 
 /**
- * A result for a view: JSON as it is, bytes as base64 with `resultEncoding`; one over
- * VIEW_RESULT_MAX_BYTES as stored only by its size (`resultOmittedBytes`) unless `full` (GET …/result).
+ * How a view holds its result: false, one over VIEW_RESULT_MAX_BYTES only by its size; true, whole,
+ * bytes as base64; `'raw'`, whole, bytes as they are (a Uint8Array, with `resultEncoding` base64
+ * saying how JSON gives them: GET …/result sends them, or their base64 piece by piece — as one
+ * string, a result of 410 MB or more could not be answered at all).
  */
-function resultFields(j: JournalJob, full: boolean): { result: unknown; resultEncoding?: 'base64'; resultOmittedBytes?: number } {
+export type ResultForm = boolean | 'raw';
+
+/**
+ * A result for a view: JSON as it is, bytes as base64 with `resultEncoding`; one over
+ * VIEW_RESULT_MAX_BYTES as stored only by its size (`resultOmittedBytes`) unless `full` (see ResultForm).
+ */
+function resultFields(j: JournalJob, full: ResultForm): { result: unknown; resultEncoding?: 'base64'; resultOmittedBytes?: number } {
   const { result } = j;
   const bytes = j.resultBytes ?? storedBytes(result);
   if (!full && (result === undefined || bytes > VIEW_RESULT_MAX_BYTES)) return { result: null, resultOmittedBytes: bytes };
-  if (result instanceof Uint8Array) return { result: Buffer.from(result.buffer, result.byteOffset, result.byteLength).toString('base64'), resultEncoding: 'base64' };
+  if (result instanceof Uint8Array) return { result: full === 'raw' ? result : Buffer.from(result.buffer, result.byteOffset, result.byteLength).toString('base64'), resultEncoding: 'base64' };
   return { result: result ?? null };
 }
 

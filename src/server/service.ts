@@ -22,7 +22,7 @@ import { JobWatch } from './job-watch.js';
 import { ignoreFull, isJournalError, Journal, type JobState, type JournalJob, type JournalJobInput, type JournalOutcome } from './journal.js';
 import { moduleHash, type LoadedKind } from './kind-module.js';
 import { KindRouter, kindView, type KindView, type RoutedInput } from './kinds.js';
-import { localJobView } from './local-view.js';
+import { localJobView, type ResultForm } from './local-view.js';
 import { FailureLog } from './failure-log.js';
 import { stderrLog, type ServerLog } from './log.js';
 import { MeasurementCheck, slowPreparations } from './measurement-check.js';
@@ -425,7 +425,7 @@ export class Service {
    * (default the first 100,000). A result over VIEW_RESULT_MAX_BYTES is left out (read only by
    * its size) unless `full`.
    */
-  job(id: string, page?: StatesPage, full = false): JobView | undefined {
+  job(id: string, page?: StatesPage, full: ResultForm = false): JobView | undefined {
     const stored = full ? this.journal.get(id) : this.journal.view(id);
     const j = stored && this.runs.overlay(stored);
     return j && this.view(j, Infinity, page, full);
@@ -555,13 +555,14 @@ export class Service {
     return [...(this.closing ? ['shutting down'] : []), ...(this.journal.full ? [`${this.journal.fullReason()}: a submission it cannot write gets 507`] : []), ...unreachable];
   }
 
-  /** Resolves with the job, its result whole, once it has ended, or after `waitMs` with its state then. */
-  async wait(id: string, waitMs: number): Promise<JobView | undefined> {
-    const first = this.job(id, undefined, true);
+  /** Resolves with the job, its result whole, once it has ended, or after `waitMs` with its state then; `raw`: a bytes result as a Uint8Array, not base64 (see ResultForm). */
+  async wait(id: string, waitMs: number, raw = false): Promise<JobView | undefined> {
+    const form: ResultForm = raw ? 'raw' : true;
+    const first = this.job(id, undefined, form);
     // (On hold: nothing here will end it, and a client that long-polls for its end learns why at once.)
     if (!first || isFinal(first.state) || waitMs <= 0 || this.closing || first.onHold !== undefined) return first;
     await this.waiters.wait(id, waitMs);
-    return this.job(id, undefined, true);
+    return this.job(id, undefined, form);
   }
 
   /** Cancels a job: withdraws its partitions wherever they are. A finished job cannot be cancelled (409). */
@@ -735,7 +736,7 @@ export class Service {
   }
 
   /** The API's view of a job; `maxStates`: the most partitions whose states it lists (more: counts only). */
-  private view(j: JournalJob, maxStates?: number, page?: StatesPage, full = false): JobView {
+  private view(j: JournalJob, maxStates?: number, page?: StatesPage, full: ResultForm = false): JobView {
     // (As the journal will have it: started here before its write, a job read running with startedAt null — a submit's 202 among them.)
     const v = localJobView(this.runs.overlay(j), this.runtime.engine, this.runs.live(j.id), maxStates, page, this.runs.doneUnrecorded(j.id), full);
     const hold = this.held.get(j.id);

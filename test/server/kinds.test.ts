@@ -117,6 +117,20 @@ describe('a kind module with a thread device', () => {
     expect(either.body).toMatchObject({ id: 'd1', state: 'done' });
   });
 
+  it('answers a bytes result larger than one piece of its base64 as whole JSON, made piece by piece (as one string, one of 410 MB could not be answered)', async () => {
+    await http(server.url, 'POST', '/v1/jobs', { id: 'pieces', kind: 'probe', input: { items: 12, mode: 'large' } });
+    const want = Buffer.concat(Array.from({ length: 12 }, (_, p) => Buffer.alloc(300_000, p)));
+    const res = await fetch(new URL('/v1/jobs/pieces/result?wait=20s', server.url));
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('application/json; charset=utf-8');
+    const body = JSON.parse(await res.text()) as Record<string, unknown>;
+    expect(Object.keys(body)).toEqual(['id', 'state', 'result', 'resultEncoding', 'error', 'finishedAt']);
+    expect(body).toMatchObject({ id: 'pieces', state: 'done', resultEncoding: 'base64', error: null });
+    expect(Buffer.from(body['result'] as string, 'base64').equals(want)).toBe(true);
+    const raw = await fetch(new URL('/v1/jobs/pieces/result', server.url), { headers: { accept: 'application/octet-stream' } });
+    expect(Buffer.from(await raw.arrayBuffer()).equals(want)).toBe(true);
+  });
+
   it('leaves a result over 1 MiB out of job views, lists and the end event (by its size); GET …/result and wait -o give it whole', async () => {
     await http(server.url, 'POST', '/v1/jobs', { id: 'big-bytes', kind: 'probe', input: { items: 4, mode: 'large' } });
     await http(server.url, 'POST', '/v1/jobs', { id: 'big-json', kind: 'probe', input: { items: 4, mode: 'large-json' } });
