@@ -5,6 +5,7 @@
  * {@link PendingEnds}; a finish that settles after the journal closed is left for the next start.
  */
 import { StokerError } from '../core/index.js';
+import { sizeClass } from '../runtime/buffer-pool.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { GroupCommit, WriteResult } from './group-commit.js';
 import { ignoreFull, isJournalError, Journal, type JournalJob, type JournalOutcome } from './journal.js';
@@ -17,6 +18,9 @@ import { PendingEnds, type Announce } from './pending-ends.js';
 const MAX_REMEMBERED_RUNS = 1000;
 
 /** What the runs are made of: the journal and its group commit, the kinds, the runtime and its workload. */
+/** A partition's pooled buffer over what memory() counts by up to this is not said: the smallest size class is 4 KiB, and a preparation allocates more than that beside it anyway. */
+const UNDERCOUNT_SAID = 1 << 20;
+
 export interface JobRunsParts {
   journal: Journal;
   commits: GroupCommit;
@@ -48,6 +52,8 @@ export class JobRuns {
 
   /** Whether the runtime failed (E_RUNTIME_FAILED), said once. */
   private runtimeFailed = false;
+  /** The kinds whose memory() was found to count less than the pooled buffer each partition is lent, said once each. */
+  private readonly underCounted = new Set<string>();
 
   constructor(private readonly p: JobRunsParts) {
     // (An end that lands later: the journal has the job ended, started or not.)
@@ -189,6 +195,7 @@ export class JobRuns {
     let memory: ReturnType<LoadedKind['memory']>;
     try {
       memory = kind.memory(job.input);
+      this.checkCounted(kind, job.input, memory.prepareBytes);
     } catch (e) {
       this.end(job.id, { state: 'failed', code: 'E_KIND_FAILED', reason: (e as Error).message });
       return;
@@ -203,6 +210,21 @@ export class JobRuns {
       (result) => this.end(job.id, { state: 'done', result }),
       (e: unknown) => this.failed(job, e),
     );
+  }
+
+  /**
+   * Says once per kind where memory() counts fewer preparation bytes than the pooled buffer each
+   * partition is lent (buffer(input) rounded up to its size class) by more than UNDERCOUNT_SAID:
+   * the memory budget then holds more than it counts (a trial's 80 MiB partitions were lent 128
+   * MiB each, 1.6× its budget).
+   */
+  private checkCounted(kind: LoadedKind, input: unknown, prepareBytes: number): void {
+    if (this.underCounted.has(kind.name)) return;
+    const bytes = kind.bufferBytes(input);
+    const lent = bytes > 0 ? sizeClass(bytes) : 0;
+    if (lent - prepareBytes <= UNDERCOUNT_SAID) return;
+    this.underCounted.add(kind.name);
+    this.p.log(`kind ${kind.name}: memory() counts ${prepareBytes} preparation bytes a partition, but each is lent a pooled buffer of ${lent} bytes (buffer() asks ${bytes}, rounded up to its size class): the memory budget holds more than it counts — return prepareBytes of at least ${lent} from memory(), or leave memory() out (it then counts what is lent)`);
   }
 
   /** A job the runtime failed: its end, but for a cancel (journaled by whoever cancelled, or a shutdown's: not the job's end). */

@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Ajv2020, type ErrorObject } from 'ajv/dist/2020.js';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
+import { sizeClass } from '../runtime/buffer-pool.js';
 import { kindExports } from '../runtime/threads/protocol.js';
 import { importSettled, syntaxErrorAt } from '../runtime/module-syntax.js';
 import { editDistance } from '../core/suggest.js';
@@ -322,9 +323,11 @@ function memoryOf(m: Record<string, unknown>, fail: Fail): LoadedKind['memory'] 
   const f = m['memory'] as ((input: unknown) => unknown) | undefined;
   const buffer = bufferOf(m, fail);
   if (!f) {
+    // (What the server's pool lends for the buffer: its size class, up to a quarter more.)
     return (input) => {
       const b = buffer(input);
-      return { prepareBytes: b, deviceBytes: b };
+      const lent = b > 0 ? sizeClass(b) : 0;
+      return { prepareBytes: lent, deviceBytes: lent };
     };
   }
   return (input) => {

@@ -38,26 +38,31 @@ function manualClock(): { now: () => number; advance: (ms: number) => void } {
 }
 
 describe('BufferPool size classes', () => {
-  it('rounds requests up to a power of two, at least minClassBytes (default 4096)', () => {
+  it('rounds requests up to a power of two or a quarter step between two, at least minClassBytes (default 4096)', () => {
     const pool = new BufferPool();
     expect(pool.classOf(1)).toBe(4096);
     expect(pool.classOf(4095)).toBe(4096);
     expect(pool.classOf(4096)).toBe(4096);
-    expect(pool.classOf(4097)).toBe(8192);
-    expect(pool.classOf(100_000)).toBe(131_072);
-    expect(pool.classOf(2 ** 40 + 1)).toBe(2 ** 41);
+    expect([4097, 5121, 6145, 7169, 8193].map((n) => pool.classOf(n))).toEqual([5120, 6144, 7168, 8192, 10_240]);
+    expect(pool.classOf(100_000)).toBe(114_688);
+    // A large partition's buffer is not rounded up to the next power of two (80 MiB took 128).
+    expect(pool.classOf(80 * 2 ** 20)).toBe(80 * 2 ** 20);
+    expect(pool.classOf(2 ** 40 + 1)).toBe(1.25 * 2 ** 40);
     expect(pool.classOf(Number.MAX_SAFE_INTEGER)).toBe(2 ** 53);
+    // Never more than a quarter over what was asked, past the smallest class.
+    for (let n = 4097; n < 1_000_000; n += 997) expect(pool.classOf(n) / n).toBeLessThanOrEqual(1.25);
 
+    // (Quarter steps only where they are whole numbers.)
     const small = new BufferPool({ minClassBytes: 1 });
-    expect([1, 2, 3, 5, 8, 9].map((n) => small.classOf(n))).toEqual([1, 2, 4, 8, 8, 16]);
+    expect([1, 2, 3, 5, 8, 9].map((n) => small.classOf(n))).toEqual([1, 2, 4, 5, 8, 10]);
   });
 
   it('checkout returns a SharedArrayBuffer exactly its class long', () => {
     const pool = new BufferPool({ minClassBytes: 64 });
     const b = pool.checkout(100);
-    expect(b.classBytes).toBe(128);
+    expect(b.classBytes).toBe(112);
     expect(b.buffer).toBeInstanceOf(SharedArrayBuffer);
-    expect(b.buffer.byteLength).toBe(128);
+    expect(b.buffer.byteLength).toBe(112);
     expect(Object.isFrozen(b)).toBe(true);
   });
 
@@ -116,9 +121,9 @@ describe('BufferPool reuse', () => {
     const small = pool.checkout(4096);
     pool.checkin(small);
     const big = pool.checkout(4097);
-    expect(big.classBytes).toBe(8192);
+    expect(big.classBytes).toBe(5120);
     expect(big.buffer).not.toBe(small.buffer);
-    expect(pool.stats()).toMatchObject({ fresh: 2, reused: 0, leasedBytes: 8192, idleBytes: 4096, totalBytes: 12_288 });
+    expect(pool.stats()).toMatchObject({ fresh: 2, reused: 0, leasedBytes: 5120, idleBytes: 4096, totalBytes: 9216 });
     pool.checkin(big);
     expect(pool.checkout(10).buffer).toBe(small.buffer);
     expect(pool.checkout(5000).buffer).toBe(big.buffer);
@@ -182,7 +187,7 @@ describe('BufferPool limits', () => {
     pool.checkin(b); // 8192 leased + 4096 idle = 12288
     const err = expectPoolError(() => pool.checkout(5000), 'E_POOL_FULL');
     expect(err.message).toBe(
-      'checkout of 5000 bytes (class 8192) would hold 20480 bytes (8192 leased, 4096 idle), over maxBytes 16384: raise maxBytes, lower concurrency, or trim',
+      'checkout of 5000 bytes (class 5120) would hold 17408 bytes (8192 leased, 4096 idle), over maxBytes 16384: raise maxBytes, lower concurrency, or trim',
     );
     expect(pool.stats()).toMatchObject({ totalBytes: 12_288, fresh: 2, leased: 1, idle: 1 });
     // reuse never grows the pool, so it is allowed at the limit
@@ -192,14 +197,14 @@ describe('BufferPool limits', () => {
     // trimming the idle buffer makes room, as the message says
     expect(pool.trim(true)).toBe(4096);
     const d = pool.checkout(5000);
-    expect(pool.stats()).toMatchObject({ totalBytes: 16_384, highWaterBytes: 16_384 });
+    expect(pool.stats()).toMatchObject({ totalBytes: 13_312, highWaterBytes: 13_312 });
     pool.checkin(a);
     pool.checkin(d);
   });
 
   it('a single class larger than maxBytes says so', () => {
     const pool = new BufferPool({ maxBytes: 10_000 });
-    expectPoolError(() => pool.checkout(10_000), 'E_POOL_FULL', /one buffer of class 16384 bytes is over maxBytes 10000: raise maxBytes/);
+    expectPoolError(() => pool.checkout(10_000), 'E_POOL_FULL', /one buffer of class 10240 bytes is over maxBytes 10000: raise maxBytes/);
   });
 
   it('maxIdleBytes frees at checkin instead of keeping', () => {
@@ -233,7 +238,7 @@ describe('BufferPool limits', () => {
     clock.advance(400); // t = 1000: the old ones are exactly idleTtlMs old, not older
     expect(pool.trim()).toBe(0);
     clock.advance(1); // t = 1001
-    expect(pool.trim()).toBe(4096 + 8192);
+    expect(pool.trim()).toBe(4096 + 5120);
     expect(pool.stats()).toMatchObject({ idle: 1, idleBytes: 4096, leased: 1, leasedBytes: 4096, freed: 2 });
     const again = pool.checkout(10);
     expect(again.buffer).toBe(young.buffer); // the young one survived
