@@ -160,7 +160,16 @@ async function fromServer(flags: PlanFlags): Promise<{ scenario: Scenario; fit: 
   const ms = durationMs(flags.since ?? '30m', '--since');
   const r = await call({ server, ...(flags.tokenFile === undefined ? {} : { tokenFile: flags.tokenFile }) }, 'GET', `v1/trace?since=${Math.round(ms)}ms`, undefined, undefined, isTrace);
   if (r.status !== 200) throw new ClientError(`GET ${server}/v1/trace answered ${r.status}: ${JSON.stringify(r.body)}`, 1);
-  return fitted(r.body, `${server}'s last ${flags.since ?? '30m'}`);
+  const from = `${server}'s last ${flags.since ?? '30m'}`;
+  // (A span with no job in it read "a trace written before stoker recorded them … record the run again".)
+  let jobs = -1;
+  try {
+    jobs = fromChromeTrace(r.body).jobs.length;
+  } catch {
+    // (fitted says what is wrong with it.)
+  }
+  if (jobs === 0) throw new UsageError(`${from}: no job was submitted in it: give a --since that reaches back over the run to fit`);
+  return fitted(r.body, from);
 }
 
 /** A scenario fitted from Chrome trace JSON; a run too short to fit is a usage error saying so. */
@@ -243,8 +252,16 @@ function row(r: PlanRow, mark: boolean): string[] {
  */
 function base(st: FitReport['devices'][number]['service']): string {
   const fewest = st.bins[0]?.concurrency;
-  const at = fewest === undefined ? 'as run (no level of concurrency had enough spans to tell; taken as alone)' : fewest <= 1 ? 'alone' : `at ${fewest} at once (the fewest seen; taken as alone)`;
+  const at = st.unconfirmed ? 'as run (no slowdown: taken as alone)' : fewest === undefined ? 'as run (no level of concurrency had enough spans to tell; taken as alone)' : fewest <= 1 ? 'alone' : `at ${fewest} at once (the fewest seen; taken as alone)`;
   return `${at} ${st.baseMedianS.toFixed(3)} s`;
+}
+
+/** A slowdown in words: each level's factor (`all`) or the last's, with the levels it was read from — or none, and why. */
+function slowdown(st: FitReport['devices'][number]['service'], all: boolean): string {
+  const c = st.contention;
+  if (st.unconfirmed) return `none (×${st.unconfirmed.factor.toFixed(2)} at ${st.unconfirmed.level} by the levels they ran at${levelsOf(st)}, but those that started with more running took no longer: a short one fits in a dip of the level where a long one does not)`;
+  if (c.length <= 1) return 'none seen';
+  return `${all ? c.map((x) => x.toFixed(2)).join(', ') : `×${(c.at(-1) as number).toFixed(2)} at ${c.length}`}${levelsOf(st)}`;
 }
 
 /** The levels a slowdown was read from: each concurrency and how many steady spans it had (a few at one level can mislead). */
@@ -260,13 +277,11 @@ function batchText(b: BatchFit): string {
 function fitText(f: FitReport): string {
   const lines = [`fitted from ${f.jobs} jobs (${f.partitions} partitions) over ${f.spanS.toFixed(0)} s:`];
   for (const [kind, k] of Object.entries(f.kinds)) {
-    const c = k.prepare.contention;
-    lines.push(`  kind ${kind}: ${k.jobs} jobs, ${k.prepare.samples} preparation${k.prepareBatch ? ' batche' : ''}s, median ${k.prepare.medianS.toFixed(3)} s (p90 ${k.prepare.p90S.toFixed(3)} s), ${base(k.prepare)}; slowdown by concurrent preparations ${c.length > 1 ? `×${(c.at(-1) as number).toFixed(2)} at ${c.length}${levelsOf(k.prepare)}` : 'none seen'}; memory ${k.prepareBytes} + ${k.deviceBytes} bytes per partition${k.service ? `; its own device time median ${k.service.medianS.toFixed(3)} s` : ''}`);
+    lines.push(`  kind ${kind}: ${k.jobs} jobs, ${k.prepare.samples} preparation${k.prepareBatch ? ' batche' : ''}s, median ${k.prepare.medianS.toFixed(3)} s (p90 ${k.prepare.p90S.toFixed(3)} s), ${base(k.prepare)}; slowdown by concurrent preparations ${slowdown(k.prepare, false)}; memory ${k.prepareBytes} + ${k.deviceBytes} bytes per partition${k.service ? `; its own device time median ${k.service.medianS.toFixed(3)} s` : ''}`);
     if (k.prepareBatch) lines.push(`    preparation ${batchText(k.prepareBatch)}`);
   }
   for (const d of f.devices) {
-    const c = d.service.contention;
-    lines.push(`  device ${d.device}${d.name === undefined ? '' : ` (${d.name})`}: ${d.workers} workers, ${d.service.samples} ${d.batch ? 'batches' : 'steps'}, median ${d.service.medianS.toFixed(3)} s, ${base(d.service)}; slowdown by busy workers ${c.length > 1 ? `${c.map((x) => x.toFixed(2)).join(', ')}${levelsOf(d.service)}` : 'none seen'}`);
+    lines.push(`  device ${d.device}${d.name === undefined ? '' : ` (${d.name})`}: ${d.workers} worker${d.workers === 1 ? '' : 's'}, ${d.service.samples} ${d.batch ? 'batches' : 'steps'}, median ${d.service.medianS.toFixed(3)} s, ${base(d.service)}; slowdown by busy workers ${slowdown(d.service, true)}`);
     if (d.batch) lines.push(`    ${batchText(d.batch)}`);
   }
   for (const n of f.notes) lines.push(`  note: ${n}`);

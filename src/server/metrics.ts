@@ -223,7 +223,8 @@ export class ServiceMetrics {
       for (const stage of ['prepare', 'device']) this.stepFailures.inc({ kind, stage }, 0);
       this.prepareSeconds.zero({ kind });
       this.deviceSeconds.zero({ kind });
-      for (const state of ['done', 'failed', 'cancelled']) this.jobSeconds.zero({ kind, state });
+      // (With its priority label: zeroed without one, each kind's series stood at 0 beside the real ones.)
+      for (const state of ['done', 'failed', 'cancelled']) this.jobSeconds.zero({ kind, state, priority: 'normal' });
     }
   }
 

@@ -176,16 +176,17 @@ describe('stoker plan', () => {
     try {
       // Two workers that slow each other 2.2× when both are busy: the device runs saturated, so
       // the trace holds few steps with one busy — too few to act on (a user's demo trace: 26 of 455).
+      // Planned for unpaced, which runs every worker it is given: one finishes more than two.
       const busy = t.file('busy.json', JSON.stringify({ ...SCENARIOS.get('jitter'), name: 'busy', devices: [{ workers: 2, service: { type: 'uniform', min: 0.3, max: 0.5 }, contention: [1, 2.2] }] }));
       const trace = path.join(t.dir, 'busy-run.json');
       expect((await run('simulate', busy, '--trace', trace)).code).toBe(0);
-      const r = await run('plan', trace, '--seeds', '1', '--targets', '4', '--threads', '1', '--json');
+      const r = await run('plan', trace, '--seeds', '1', '--targets', '4', '--threads', '1', '--pacers', 'unpaced', '--json');
       expect(r.code, r.err).toBe(0);
       const out = JSON.parse(r.out) as { recommended: PlanRow | null; notRecommended?: (PlanRow & { why: string })[] };
       expect(out.recommended?.workers).toEqual([2]);
       expect(out.notRecommended?.[0]?.workers).toEqual([1]);
       expect(out.notRecommended?.[0]?.why).toMatch(/^device 0 ran with 1 or fewer busy in \d+ of its \d+ steps — too few to say that 1 worker finishes more than the run's 2/);
-      expect((await run('plan', trace, '--seeds', '1', '--targets', '4', '--threads', '1')).out).toMatch(/\nnot recommended: stoker, target 4, .*workers 1 \([\d.]+ items\/s\): device 0 ran with 1 or fewer busy/);
+      expect((await run('plan', trace, '--seeds', '1', '--targets', '4', '--threads', '1', '--pacers', 'unpaced')).out).toMatch(/\nnot recommended: unpaced, target \d+, .*workers 1 \([\d.]+ items\/s\): device 0 ran with 1 or fewer busy/);
     } finally {
       t.cleanup();
     }

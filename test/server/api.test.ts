@@ -1077,6 +1077,9 @@ describe('GET /metrics (fresh server)', () => {
     expect(metric(t0, 'stoker_prepare_seconds_count{kind="sleep"}')).toBe(0);
     expect(metric(t0, 'stoker_device_seconds_count{kind="sleep"}')).toBe(0);
     expect(t0).toContain('# TYPE stoker_job_seconds histogram');
+    // Every series has the priority label (zeroed without it, a kind's stood at 0 beside the real ones).
+    expect(metric(t0, 'stoker_job_seconds_count{kind="sleep",state="done",priority="normal"}')).toBe(0);
+    expect(t0).not.toMatch(/stoker_job_seconds_\w+\{[^}]*state="\w+"\}/);
 
     const jobs: [string, number, number][] = [
       ['m-1', 2, 1],

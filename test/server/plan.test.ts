@@ -35,6 +35,11 @@ describe('stoker plan --server', () => {
     expect(rows.length).toBeGreaterThan(0);
     for (const row of rows) expect(row.budgetBytes).not.toBeNull();
     for (const row of rows) expect(row.budgetBytes as number).toBeLessThanOrEqual(1_000_000);
+    // A span with no job in it: widen it (it said to record the run again with this version).
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const none = await run('plan', '--server', server.url, '--since', '1s', '--seeds', '1');
+    expect(none.code).toBe(2);
+    expect(none.err).toContain(`${server.url}'s last 1s: no job was submitted in it: give a --since that reaches back over the run to fit`);
     const bad = await run('plan', 'seed', '--budget-bytes', '64GiB');
     expect(bad.code).toBe(2);
     expect(bad.err).toMatch(/--budget-bytes must be a whole number of bytes > 0, e\.g\. 412316860416 for 384 GiB \(got 64GiB\)/);
