@@ -664,12 +664,18 @@ function nearestExisting(dir: string): string | undefined {
  * WAL without checkpointing it into the file or removing it when it closes. Returns true.
  */
 function precheck(path: string): true {
+  const shm = `${path}-shm`;
+  const hadShm = existsSync(shm);
   const ro = new Database(path, { readonly: true, fileMustExist: true, timeout: 0 });
   try {
     // (A newer schema is refused by the open that follows, before anything is written.)
     if ((ro.pragma('user_version', { simple: true }) as number) <= SCHEMA_VERSION) checkIntegrity(ro, path);
   } finally {
     ro.close();
+    // The read-only connection made the WAL's shared-memory index, which it may not remove, and
+    // the server's own (exclusive: no shared memory) never does: it was left in the data dir at
+    // every stop. It holds nothing the WAL does not: SQLite rebuilds it.
+    if (!hadShm) rmSync(shm, { force: true });
   }
   return true;
 }

@@ -317,6 +317,16 @@ describe('Journal', () => {
     }
   });
 
+  it('leaves only its own files once closed, reopened or not (the check on a read-only connection left a -shm at every stop)', () => {
+    const dir = tempDir();
+    for (let i = 0; i < 2; i++) {
+      const j = Journal.open(dir);
+      j.insert(job(`a${i}`));
+      j.close();
+      expect(readdirSync(dir).sort()).toEqual(['stoker.db', 'stoker.db.mark']);
+    }
+  });
+
   it('marks a queued job running once, stamping startedAt', () => {
     const c = clock();
     const j = open(tempDir(), c.now);
