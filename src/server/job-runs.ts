@@ -17,10 +17,10 @@ import { PendingEnds, type Announce } from './pending-ends.js';
 /** Resumed jobs whose partition numbering is remembered for the timeline after they end. */
 const MAX_REMEMBERED_RUNS = 1000;
 
-/** What the runs are made of: the journal and its group commit, the kinds, the runtime and its workload. */
 /** A partition's pooled buffer over what memory() counts by up to this is not said: the smallest size class is 4 KiB, and a preparation allocates more than that beside it anyway. */
 const UNDERCOUNT_SAID = 1 << 20;
 
+/** What the runs are made of: the journal and its group commit, the kinds, the runtime and its workload. */
 export interface JobRunsParts {
   journal: Journal;
   commits: GroupCommit;
