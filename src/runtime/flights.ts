@@ -249,12 +249,11 @@ export class Flights<I, P, O, R> {
     // may it be reused — and before the engine hears of it, so the next preparation can reuse it.
     // (The budget hears of the freed buffer after the engine has released the item's reservation.)
     let started = this.clock.now();
-    // The device began the step after waiting to be ready (a process or thread starting): the step's
+    // The device began the step after waiting to be ready (a process or thread starting; or began it
+    // again, sent afresh to a new thread after another's step ended the one it ran on): the step's
     // timeout and wall time count from now, not from the wait's start.
-    let begun = false;
     task.begin = () => {
-      if (begun || this.flights.get(item.id) !== f) return;
-      begun = true;
+      if (this.flights.get(item.id) !== f) return;
       started = this.clock.now();
       if (f.timer !== undefined) {
         this.clock.cancel(f.timer);
@@ -334,10 +333,8 @@ export class Flights<I, P, O, R> {
     };
     let started = this.clock.now();
     // As with one item: once the device begins the batch (any task's begin()), its timeout and wall time count from then.
-    let begun = false;
     const begin = () => {
-      if (begun || settledAlready || live().length === 0) return;
-      begun = true;
+      if (settledAlready || live().length === 0) return;
       started = this.clock.now();
       if (timer !== undefined) {
         this.clock.cancel(timer);

@@ -128,6 +128,9 @@ interface Pending {
   reject: (e: Error) => void;
   /** The step's calls' begin(): the thread had to start or load its module first. */
   begin: (() => void) | undefined;
+  /** What was sent, and what withdraws it: to send it again to a fresh thread (see kill). */
+  req: DeviceRequest;
+  signal: AbortSignal;
 }
 
 /** A device thread: runs the steps of one worker slot, or of every slot of its device. */
@@ -409,11 +412,11 @@ export class StageThreads implements DeviceRunner {
     if (batch) req.batch = calls.map((c) => ({ input: c.input, ctx: threadCtx(c) }));
     return new Promise<unknown>((resolve, reject) => {
       slot.busy = id;
-      thread.pending.set(id, { slot: index, resolve, reject, begin: call.begin });
+      thread.pending.set(id, { slot: index, resolve, reject, begin: call.begin, req, signal });
       // Aborted (cancel, timeout, shutdown) — for a batch, every item of it: the thread may be deep
       // in a kernel, so it is ended and respawned on next use.
       const abort = () => {
-        if (slot.busy === id) void this.kill(slot.thread, new Error(`aborted: ${(signal.reason as Error | undefined)?.message ?? 'withdrawn'}`));
+        if (slot.busy === id) void this.kill(slot.thread, new Error(`aborted: ${(signal.reason as Error | undefined)?.message ?? 'withdrawn'}`), id);
       };
       signal.addEventListener('abort', abort, { once: true });
       worker.postMessage(req);
@@ -440,7 +443,7 @@ export class StageThreads implements DeviceRunner {
   /** Ends every thread (also those still being terminated after an abort). Later prepare/run calls reject. */
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all(this.threads.map((_, i) => this.kill(i, new Error('the workload is closed'))));
+    await Promise.all(this.threads.map((_, i) => this.kill(i, new Error('the workload is closed'), -1)));
     await Promise.all(this.killing);
     await this.piscina.destroy();
     await this.isolation?.destroy();
@@ -525,29 +528,42 @@ export class StageThreads implements DeviceRunner {
   }
 
   /**
-   * Ends a device thread, then fails its pending steps. In that order: a step's buffer goes back
-   * to the pool when the step settles, and a thread stuck in a native call could still write into
-   * it until terminate() has returned.
+   * Ends a device thread for its step `culprit` (withdrawn: a timeout, a cancel), then fails that
+   * step, and sends the others it ran (its device's other workers', where they share it: a WebGPU
+   * device) to a fresh thread, from the start — they did nothing wrong: failed with it, each spent
+   * a retry, and a job with none left failed for another's hung step. In that order: a step's
+   * buffer goes back to the pool when the step settles, and a thread stuck in a native call could
+   * still write into it until terminate() has returned.
    */
-  private kill(index: number, why: Error): Promise<void> {
+  private kill(index: number, why: Error, culprit: number): Promise<void> {
     const thread = this.threads[index] as DeviceThread;
     const w = thread.worker;
-    const pending = [...thread.pending.values()];
+    const pending = [...thread.pending.entries()];
     thread.worker = null;
     thread.pending.clear();
-    for (const p of pending) (this.slots[p.slot] as Slot).busy = -1;
+    for (const [, p] of pending) (this.slots[p.slot] as Slot).busy = -1;
     const done = (async () => {
       if (w) await w.terminate();
-      for (const p of pending) {
+      for (const [id, p] of pending) {
         const slot = this.slots[p.slot] as Slot;
         // Busy time of an abandoned step is not the next item's.
         slot.seenNs = Atomics.load(this.counters, p.slot * 2);
-        p.reject(why);
+        if (id === culprit || p.signal.aborted || this.closed || slot.busy >= 0) p.reject(why);
+        else this.resend(index, id, p);
       }
     })();
     this.killing.add(done);
     void done.finally(() => this.killing.delete(done));
     return done;
+  }
+
+  /** Sends a step again, as it was, to its device thread (started afresh): its begin() restarts its clock once the thread has loaded the module. */
+  private resend(index: number, id: number, p: Pending): void {
+    const thread = this.threads[index] as DeviceThread;
+    const worker = (thread.worker ??= this.spawn(index));
+    (this.slots[p.slot] as Slot).busy = id;
+    thread.pending.set(id, p);
+    worker.postMessage(p.req);
   }
 }
 

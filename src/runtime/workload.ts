@@ -24,7 +24,9 @@ export interface DeviceTask<I, P> extends PartitionTask<I> {
   /**
    * Call it when the device begins the step after waiting to be ready (a process or thread that
    * was starting, a model loading): the device timeout (`deviceTimeoutMs`) counts afresh from then,
-   * and so does the step's wall time. Until then, that timeout bounds the wait. Set by the runtime.
+   * and so does the step's wall time. Until then, that timeout bounds the wait. Called again (the
+   * step begun afresh, as a step is sent again to a new thread), it counts from then again. Set by
+   * the runtime.
    */
   begin?: () => void;
 }

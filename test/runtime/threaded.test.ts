@@ -445,6 +445,32 @@ describe('ThreadedWorkload under the Runtime', () => {
     );
 
     it(
+      "on a device whose workers share one thread (WebGPU's), another worker's step hung past the timeout does not fail this one: it is sent again to the fresh thread, no retry spent",
+      async () => {
+        const dir = mkdtempSync(join(tmpdir(), 'stoker-shared-thread-'));
+        tempDirs.push(dir);
+        const module = join(dir, 'shared.mjs');
+        // 'hang': never answers. 'wait': answers once the gate opens (asynchronously: the thread runs on meanwhile).
+        writeFileSync(module, 'export async function run(input, ctx) {\n  if (input.mode === "hang") return new Promise(() => {});\n  const gate = new Int32Array(input.gate);\n  while (Atomics.load(gate, 0) === 0) await new Promise((r) => setTimeout(r, 10));\n  return { sum: 1, meta: ctx.meta, partition: ctx.partition, device: ctx.device, worker: ctx.worker, threadId: 0 };\n}\n');
+        const workload = new ThreadedWorkload<{ mode: string; gate?: SharedArrayBuffer }, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule: pathToFileURL(module).href, bufferBytes: () => 64, finish: (job) => job.outputs, devices: [{ workers: 2, threadPerDevice: true }], prepareThreads: 1 });
+        const failures: string[] = [];
+        const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'unpaced', retries: 0, deviceTimeoutMs: 1500, onStepFailed: (f) => void failures.push(`${f.jobId}: ${f.reason}`) });
+        runtimes.push(rt);
+        const gate = new SharedArrayBuffer(4);
+        const bad = rejection(rt.submit(spec('hung', 1), { mode: 'hang' }));
+        // (Later, so that its own timeout is not the hung one's.)
+        await sleep(600);
+        const good = rt.submit(spec('innocent', 1), { mode: 'wait', gate });
+        expect((await bad).message).toContain('no answer within the device timeout, 1500 ms');
+        Atomics.store(new Int32Array(gate), 0, 1);
+        expect((await good).map((o) => o.sum)).toEqual([1]);
+        expect(failures).toHaveLength(1);
+        expect(failures[0]).toMatch(/^hung: worker \d: no answer within the device timeout/);
+      },
+      TIMEOUT,
+    );
+
+    it(
       "a device thread's start (its module loading a model) is not the step's: the device timeout counts from when the step begins",
       async () => {
         // A 1.5 s load and a 1.5 s step, a 2.5 s timeout: together past it (the step timed out as it ran), each within it.
