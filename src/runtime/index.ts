@@ -6,3 +6,5 @@ export { BufferPool, BufferPoolError, type BufferPoolOptions, type BufferPoolSta
 export { ThreadedWorkload, type PreparedBuffer, type ThreadedWorkloadOptions } from './threaded.js';
 export type { DeviceModule, PrepareModule, StageContext } from './threads/protocol.js';
 export { createNttProofWorkload, finishNttProof, nttBufferBytes, type NttPartitionOutput, type NttProofInput, type NttProofResult } from './workloads/ntt-proof.js';
+// A WebGPU device for a kind's own kernels (examples/webgpu-sum): the backend stoker's own picks, its instance kept alive.
+export { openGpu, type GpuOpen } from './workloads/ntt-webgpu.js';

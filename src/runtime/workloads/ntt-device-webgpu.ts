@@ -7,7 +7,8 @@ let kernel: Promise<WebGpuNtt> | undefined;
 
 function gpuKernel(): Promise<WebGpuNtt> {
   kernel ??= openGpu().then((g) => {
-    if (!g.device) throw new Error(`no WebGPU device could be opened (${g.description}); install Mesa's EGL/GLES drivers (libegl1 libegl-mesa0 libgles2 libgl1-mesa-dri) or use --device cpu`);
+    // (Not retried: the next try finds no device either.)
+    if (!g.device) throw Object.assign(new Error(`no WebGPU device could be opened (${g.description}); where no GPU driver is, Mesa's EGL/GLES drivers give a software one (libegl1 libegl-mesa0 libgles2 libgl1-mesa-dri; and STOKER_WEBGPU_BACKEND unset or opengles) — or run on the CPU: [device] kind = "cpu" (stoker demo --device cpu)`), { retry: false as const });
     return new WebGpuNtt(g.device);
   });
   return kernel;
