@@ -84,6 +84,11 @@ export class Intake {
     return this.insertNow(this.admit({ ...record, ...checked, moduleHash: this.p.moduleHash(record.kind) ?? null }, true, memory), recorded);
   }
 
+  /** A job ended: the admission gate counts the rate they end at. */
+  ended(): void {
+    this.gate.ended();
+  }
+
   /** Shutdown: every submission waiting at the gate goes on (and is refused). */
   close(): void {
     this.gate.close();

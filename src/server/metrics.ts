@@ -65,6 +65,12 @@ export class HeldTime {
  * doubling). histogram_quantile interpolates inside one bucket, so a quantile reads at most
  * 2^(1/4) − 1 ≈ 19 % off, from a 5 ms device step to hour-long synthesis.
  */
+/** The waiting target the pacer holds: its own where it says it (`terms.waitingTarget`, the stoker pacer's), else the configured one. */
+export function waitingTarget(state: PacerState, configured: number): number {
+  const t = state.terms['waitingTarget'];
+  return typeof t === 'number' && Number.isFinite(t) ? t : configured;
+}
+
 export function stageBuckets(maxS: number): number[] {
   const out: number[] = [];
   for (let k = 0; ; k++) {
@@ -147,7 +153,8 @@ export class ServiceMetrics {
       return [...kinds].flatMap((kind) => STAGES.map((stage) => ({ labels: { kind, stage }, value: now[kind]?.[stage] ?? 0 })));
     });
     readGauge(r, 'stoker_waiting_partitions', 'Prepared partitions waiting for a device', [], () => one(service.counters.waiting));
-    readGauge(r, 'stoker_waiting_target_partitions', "The pacer's target for partitions waiting for a device", [], () => one(service.config.engine.targetWaiting));
+    // (The pacer's own where it says it: a batching device's is the target and half a batch more, which read as the configured target alone.)
+    readGauge(r, 'stoker_waiting_target_partitions', "The pacer's target for partitions waiting for a device (with batching devices, the stoker pacer's: the target and half a batch)", [], () => one(waitingTarget(service.pacerState(), service.config.engine.targetWaiting)));
     readGauge(r, 'stoker_kind_estimated_capacity_per_second', "The device capacity the pacer believes in for partitions of each kind (all devices that run it), partitions/s: kinds several times heavier on the device get their own", ['kind'], () =>
       (service.pacerState().kinds ?? []).flatMap((k) => (k.estimatedPerSec === null ? [] : [{ labels: { kind: k.name }, value: k.estimatedPerSec }])),
       true,

@@ -26,7 +26,7 @@ import { localJobView, type ResultForm } from './local-view.js';
 import { FailureLog } from './failure-log.js';
 import { stderrLog, type ServerLog } from './log.js';
 import { MeasurementCheck, slowPreparations } from './measurement-check.js';
-import { HeldTime, ServiceMetrics } from './metrics.js';
+import { HeldTime, ServiceMetrics, waitingTarget } from './metrics.js';
 import { PacerMemory } from './pacer-memory.js';
 import { isFinal, LIST_STATES_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
 import { buildStatus } from './status.js';
@@ -231,7 +231,7 @@ export class Service {
   /** What a history sample is computed from: cumulative counts and the levels now. */
   private reading(): HistoryReading {
     const kinds = this.ended.reading(this.partitionsByKind());
-    return historyReading(this.runtime.engine, this.runtime.workerBusyMs(), kinds, this.config.engine.targetWaiting, this.pool.stats().idleBytes);
+    return historyReading(this.runtime.engine, this.runtime.workerBusyMs(), kinds, waitingTarget(this.pacerState(), this.config.engine.targetWaiting), this.pool.stats().idleBytes);
   }
 
   /** The history samples of the last `sinceMs` (see {@link History}). */
@@ -726,6 +726,7 @@ export class Service {
     this.watch.progress(job.id);
     this.emit(outcome.state === 'done' ? { type: 'job.done', id: job.id } : { type: `job.${outcome.state}`, id: job.id, code: outcome.code, reason: outcome.reason });
     this.waiters.wake(job.id);
+    this.intake.ended();
   }
 
   private emit(e: Omit<ServiceEvent, 'time'>): void {

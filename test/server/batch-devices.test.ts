@@ -69,6 +69,8 @@ describe('a thread device with [device.batch]', () => {
     expect(metricValue(metrics, 'stoker_device_batch_items_count', { device: 'default' })).toBeGreaterThan(0);
     expect(metricValue(metrics, 'stoker_device_batch_items_count', { device: 'default' })).toBeLessThan(15);
     expect(metricValue(metrics, 'stoker_device_batch_items_sum', { device: 'default' })).toBeGreaterThanOrEqual(15);
+    // The waiting target the pacer holds: the target (4) and half a batch (it read 4, the configured target alone).
+    expect(metricValue(metrics, 'stoker_waiting_target_partitions', {})).toBe(4 + 4 / 2);
     // Its trace records the batch setting (what stoker plan fits a batched run with: a size and a wait are settings, not measures).
     const trace = await http(server.url, 'GET', '/v1/trace');
     expect(JSON.parse(trace.body.otherData.deviceBatches)).toEqual([{ maxItems: 4, maxWaitMs: 0 }]);

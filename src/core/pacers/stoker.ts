@@ -396,7 +396,7 @@ class StokerPacer implements Pacer {
       mode: this.mode,
       ratePerSec: this.plan.lambda > 0 ? this.plan.lambda * 1000 : this.believed > 0 ? this.believed * 1000 : null,
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
-      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.limit.cap) ? { prepareLimit: this.limit.cap } : {}), ...(this.limit.state && Number.isFinite(this.limit.state.best) ? { prepareLimitBest: this.limit.state.best } : {}), ...(this.plan.doubt < 1 ? { rateDoubt: this.plan.doubt } : {}) },
+      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, waitingTarget: this.plan.waitTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.limit.cap) ? { prepareLimit: this.limit.cap } : {}), ...(this.limit.state && Number.isFinite(this.limit.state.best) ? { prepareLimitBest: this.limit.state.best } : {}), ...(this.plan.doubt < 1 ? { rateDoubt: this.plan.doubt } : {}) },
       devices: this.devices.map((d) => {
         const fitted = batchItemMs(d);
         const ms = fitted > 0 ? fitted : shownServiceMs(d, ref);
