@@ -49,7 +49,13 @@ const digest = (s: string) => createHash('sha256').update(s).digest();
 /** The probes: a load balancer's or an orchestrator's health check names the server as it knows it (a 421 took every node out of service). */
 const isProbe = (req: FastifyRequest) => (req.method === 'GET' || req.method === 'HEAD') && /^\/(livez|readyz)(\?|$)/.test(req.url);
 /** Routes without data, served to anyone: the dashboard's page and files (it asks for the token itself), and the probes. */
-const isPublic = (req: FastifyRequest) => isProbe(req) || (req.method === 'GET' && (req.url === '/' || req.url.startsWith('/assets/')));
+const isPublic = (req: FastifyRequest) => {
+  if (isProbe(req)) return true;
+  if (req.method !== 'GET' && req.method !== 'HEAD') return false;
+  // (Its path, not its URL: `/?x=1` and HEAD / got 401 where the page is open.)
+  const path = req.url.split('?')[0] ?? '';
+  return path === '/' || path.startsWith('/assets/');
+};
 /** Event streams: a browser's EventSource cannot send a header, so these take `?access_token=` too. */
 const isStream = (path: string) => path === '/v1/events' || /^\/v1\/jobs\/[^/]+\/events$/.test(path);
 

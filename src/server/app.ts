@@ -102,7 +102,14 @@ function clientError(err: Error & { code?: string }, socket: Socket): void {
   const p = PARSER_PROBLEMS[err.code ?? ''] ?? { status: 400, title: 'Bad request', detail: `the request is not well-formed HTTP/1.1 (${err.code ?? err.message})` };
   const body = JSON.stringify({ type: `${PROBLEM_BASE}bad-request`, ...p });
   socket.end(`HTTP/1.1 ${p.status} ${http.STATUS_CODES[p.status] ?? ''}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  // Ended, the connection stays open until its client closes it too, and counts against
+  // maxConnections: a client that never does (a thousand sockets sending half a request, then
+  // nothing) held every slot, and the server answered no one, for as long as it liked.
+  setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
 }
+
+/** How long a client has to read the answer to a request refused as malformed or too slow before its connection is closed. */
+const CLOSE_GRACE_MS = 2000;
 
 /** Job progress by polling the job's view every 500 ms (a service that cannot watch, e.g. a cluster's job on another node). */
 function pollJob(service: ApiService, id: string, listener: (e: JobProgressEvent) => void): () => void {
@@ -281,7 +288,7 @@ export function buildApp(service: ApiService): FastifyInstance {
     routerOptions: { maxParamLength: 1000 },
     // Malformed percent-encoding or an over-long id in the path: a problem body like every error.
     frameworkErrors: (err, _req, reply) =>
-      sendProblem(reply, { type: 'bad-url', title: 'Bad URL', status: err.statusCode ?? 400, detail: `${err.message}: percent-encode the path (job ids are at most 200 characters)` }),
+      sendProblem(reply, { type: 'bad-url', title: 'Bad URL', status: err.statusCode ?? 400, detail: `${clip(err.message, 200)}: percent-encode the path (job ids are at most 200 characters)` }),
     // A request Node's parser refuses before fastify sees it: a problem body too (it was fastify's own JSON).
     clientErrorHandler: clientError,
   });

@@ -638,9 +638,11 @@ function makeDirs(dir: string): void {
     missing.push(d);
     if (dirname(d) === d) break;
   }
+  const own = resolve(dir);
   for (const d of missing.reverse()) {
     try {
-      mkdirSync(d);
+      // (The data dir itself readable by its user alone: it holds every job's input and result.)
+      mkdirSync(d, d === own ? { mode: 0o700 } : undefined);
     } catch (e) {
       // (Made meanwhile by another process: fine.)
       if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;

@@ -1,3 +1,5 @@
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { requireOptional } from '../runtime/optional.js';
@@ -141,8 +143,34 @@ export async function startServer(config: ServeConfig, options?: StartOptions): 
     api: service,
     app,
     url: address,
-    notes: [service.priorsNote, service.waitingNote, service.idleDevicesNote].filter((n): n is string => n !== undefined),
+    notes: [certificateNote(config), service.priorsNote, service.waitingNote, service.idleDevicesNote].filter((n): n is string => n !== undefined),
     newJournal: service.newJournal,
     close: () => (closed ??= service.close(undefined, () => app.close())),
   };
+}
+
+/** Days before its end from which a certificate's coming expiry is said at start. */
+const CERT_WARN_DAYS = 14;
+
+/**
+ * What to say of `server.tlsCert` at start: expired (HTTPS started on it all the same, and every
+ * client refused it, with no word here), not valid yet, or expiring within CERT_WARN_DAYS.
+ */
+function certificateNote(config: ServeConfig): string | undefined {
+  const file = config.server.tlsCert;
+  if (!file) return undefined;
+  let cert: X509Certificate;
+  try {
+    cert = new X509Certificate(readFileSync(file));
+  } catch {
+    return undefined; // (HTTPS started on it: Node read it; a form X509Certificate does not is no reason to say more.)
+  }
+  const now = Date.now();
+  const from = Date.parse(cert.validFrom);
+  const to = Date.parse(cert.validTo);
+  if (now > to) return `warning: the certificate ${file} (server.tlsCert) expired on ${new Date(to).toISOString()}: clients refuse it — renew it, then restart`;
+  if (now < from) return `warning: the certificate ${file} (server.tlsCert) is not valid before ${new Date(from).toISOString()}: clients refuse it until then — check the clock, or the certificate`;
+  const days = (to - now) / 86_400_000;
+  if (days < CERT_WARN_DAYS) return `warning: the certificate ${file} (server.tlsCert) expires on ${new Date(to).toISOString()}, in ${days.toFixed(1)} days: renew it (a restart reads it again)`;
+  return undefined;
 }

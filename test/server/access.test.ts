@@ -64,6 +64,10 @@ describe('a server with a token', () => {
     expect((await request(fixture.server.url, { method: 'POST', path: '/v1/jobs', headers: auth, body: JSON.stringify({ id: 't-1', kind: 'sleep', partitions: 1 }) })).status).toBe(202);
     const page = await request(fixture.server.url, { path: '/' });
     expect(page.status).toBe(200);
+    // The page by its path, whatever the query, and to HEAD as to GET (both got 401).
+    expect((await request(fixture.server.url, { path: '/?view=jobs' })).status).toBe(200);
+    expect((await request(fixture.server.url, { method: 'HEAD', path: '/' })).status).toBe(200);
+    expect((await request(fixture.server.url, { method: 'HEAD', path: '/v1/status' })).status).toBe(401);
     // No other site's page may frame it (a click there could cancel jobs: the framed page's requests carry this server's Origin).
     expect(page.headers).toMatchObject({ 'x-frame-options': 'DENY', 'content-security-policy': "frame-ancestors 'none'", 'x-content-type-options': 'nosniff' });
     // The probes need no token (and say no more than live, or ready).
@@ -177,7 +181,42 @@ describe('listening beyond loopback', () => {
 });
 
 describe('slow clients', () => {
-  const fixture = useServer([], { STOKER_SERVER_REQUEST_TIMEOUT_S: '1', STOKER_SERVER_HEADERS_TIMEOUT_S: '1' });
+  const fixture = useServer([], { STOKER_SERVER_REQUEST_TIMEOUT_S: '1', STOKER_SERVER_HEADERS_TIMEOUT_S: '1', STOKER_SERVER_MAX_CONNECTIONS: '20' });
+
+  it('frees the slots of connections it refused as too slow whose clients never close them (they held every slot, and no one was answered)', async () => {
+    const u = new URL(fixture.server.url);
+    // As many as the server takes: half a request each, then nothing — never read, never closed.
+    const sockets = Array.from({ length: 20 }, () => {
+      const s = net.connect(Number(u.port), u.hostname);
+      s.on('error', () => {});
+      s.pause();
+      s.write('GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n');
+      return s;
+    });
+    try {
+      // Refused at the headers' timeout (1 s), their slots free some 2 s later.
+      await waitUntil(
+        async () => {
+          try {
+            return (await request(fixture.server.url, { path: '/livez' })).status === 200 ? true : undefined;
+          } catch {
+            return undefined;
+          }
+        },
+        8000,
+        'a free slot: /livez answered',
+        100,
+      );
+    } finally {
+      for (const s of sockets) s.destroy();
+    }
+  }, 30_000);
+
+  it('cuts the path it quotes in a 414 (a 15,000-character path was quoted whole)', async () => {
+    const r = await request(fixture.server.url, { path: `/v1/jobs/${'x'.repeat(15_000)}` });
+    expect(r.status).toBe(414);
+    expect(r.body.length).toBeLessThan(600);
+  }, 30_000);
 
   it('closes connections whose body or headers never finish, within the timeouts', async () => {
     const u = new URL(fixture.server.url);

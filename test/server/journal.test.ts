@@ -327,6 +327,12 @@ describe('Journal', () => {
     }
   });
 
+  it('makes the data dir it creates readable by its user alone (it holds every job\'s input and result)', () => {
+    const dir = join(tempDir(), 'above', 'data');
+    open(dir);
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+  });
+
   it('marks a queued job running once, stamping startedAt', () => {
     const c = clock();
     const j = open(tempDir(), c.now);

@@ -7,7 +7,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { CLI, removeDir, startServer, tempDataDir, type ServerProcess } from './helpers.js';
 
 const haveOpenssl = spawnSync('openssl', ['version']).status === 0;
@@ -32,6 +32,8 @@ describe.skipIf(!haveOpenssl)('HTTPS', () => {
 
   it('serves the API over TLS and says https:// on its start line', async () => {
     expect(server.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+    // A certificate a day from its end is said at start (an expired one started without a word, and every client refused it).
+    await vi.waitFor(() => expect(server.output()).toMatch(new RegExp(`warning: the certificate ${cert.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(server\\.tlsCert\\) expires on \\S+, in [01]\\.\\d days: renew it`)));
     const body = await new Promise<string>((resolve, reject) => {
       https
         .get(`${server.url}/v1/status`, { ca: fs.readFileSync(cert) }, (res) => {
@@ -52,6 +54,25 @@ describe.skipIf(!haveOpenssl)('HTTPS', () => {
     expect(untrusted.stderr).not.toContain('start it with');
     expect(status({ NODE_EXTRA_CA_CERTS: cert }).status).toBe(0);
   });
+
+  it('says at start that its certificate has expired', async () => {
+    // Valid from 2020-01-01 to 2020-02-01: signed by itself through openssl ca, which takes the dates (req -x509 does not before OpenSSL 3.4).
+    const ca = path.join(dir, 'old-ca');
+    fs.mkdirSync(ca);
+    fs.writeFileSync(path.join(ca, 'ca.cnf'), '[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n');
+    fs.writeFileSync(path.join(ca, 'index.txt'), '');
+    fs.writeFileSync(path.join(ca, 'serial'), '01\n');
+    const oldKey = path.join(ca, 'key.pem');
+    const old = path.join(ca, 'cert.pem');
+    execFileSync('openssl', ['req', '-new', '-newkey', 'rsa:2048', '-nodes', '-keyout', oldKey, '-out', path.join(ca, 'csr.pem'), '-subj', '/CN=127.0.0.1'], { stdio: 'ignore', cwd: ca });
+    execFileSync('openssl', ['ca', '-config', 'ca.cnf', '-selfsign', '-keyfile', oldKey, '-in', 'csr.pem', '-out', old, '-startdate', '20200101000000Z', '-enddate', '20200201000000Z', '-batch'], { stdio: 'ignore', cwd: ca });
+    const expired = await startServer(path.join(dir, 'expired'), [], { STOKER_SERVER_TLS_CERT: old, STOKER_SERVER_TLS_KEY: oldKey });
+    try {
+      await vi.waitFor(() => expect(expired.output()).toContain(`warning: the certificate ${old} (server.tlsCert) expired on 2020-02-01T00:00:00.000Z: clients refuse it — renew it, then restart`));
+    } finally {
+      await expired.stop();
+    }
+  }, 30_000);
 
   it('refuses a certificate without its key, and a file that is not PEM, naming the field', () => {
     const run = (env: Record<string, string>) => spawnSync(process.execPath, [CLI, 'serve', '--port', '0', '--data', path.join(dir, 'other')], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 20_000 });
