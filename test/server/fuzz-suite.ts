@@ -127,7 +127,7 @@ export function defineFuzz(token?: string): void {
     ensure(res.status < 500, req, `5xx: ${reply}`);
     // Only the dashboard's page and files answer without the token; a URL that cannot be decoded
     // is refused before any route (400 bad-url), which tells nothing either.
-    const open = req.method === 'GET' && (url.pathname === '/' || url.pathname.startsWith('/assets/'));
+    const open = (req.method === 'GET' || req.method === 'HEAD') && (url.pathname === '/' || url.pathname.startsWith('/assets/'));
     if (anonymous && !open) ensure(res.status === 401 || (res.status === 400 && !decodable(url.pathname)), req, `without the token: ${reply}`);
     if (res.status >= 400 && req.method !== 'HEAD') {
       ensure(res.headers.get('content-type')?.startsWith('application/problem+json'), req, `a ${res.status} that is not problem+json (${res.headers.get('content-type')}): ${reply}`);
