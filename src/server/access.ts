@@ -86,6 +86,11 @@ export function installAccess(app: FastifyInstance, server: ServerConfig): void 
       }
       if (name === undefined || !hosts.has(name)) throw new ServiceError(403, 'forbidden-origin', 'Forbidden origin', `a ${req.method} from the page at ${origin} is refused: only this server's own pages (or server.allowedHosts) may change jobs`);
     }
+    // A GET that makes something (a copy of the journal, as large as it, in the data dir) is not one
+    // another site's page may send: a browser says where a request comes from (curl and the CLI say nothing).
+    if (req.method === 'GET' && req.url.split('?')[0] === '/v1/backup' && /^(cross-site|same-site)$/i.test(String(req.headers['sec-fetch-site'] ?? ''))) {
+      throw new ServiceError(403, 'forbidden-origin', 'Forbidden origin', 'a backup is not made for a page of another site: fetch it with `stoker backup -o FILE` or curl');
+    }
     if (!token || isPublic(req)) return;
     const path = req.url.split('?')[0] ?? '';
     const auth = req.headers.authorization;

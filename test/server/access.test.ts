@@ -64,6 +64,10 @@ describe('a server with a token', () => {
     expect((await request(fixture.server.url, { method: 'POST', path: '/v1/jobs', headers: auth, body: JSON.stringify({ id: 't-1', kind: 'sleep', partitions: 1 }) })).status).toBe(202);
     const page = await request(fixture.server.url, { path: '/' });
     expect(page.status).toBe(200);
+    // A backup is not made for another site's page (a cross-site GET on a server without a token made one).
+    const fromElsewhere = await request(fixture.server.url, { path: '/v1/backup', headers: { ...auth, 'sec-fetch-site': 'cross-site' } });
+    expect(fromElsewhere.status).toBe(403);
+    expect(JSON.parse(fromElsewhere.body).detail).toContain('a backup is not made for a page of another site');
     // The page by its path, whatever the query, and to HEAD as to GET (both got 401).
     expect((await request(fixture.server.url, { path: '/?view=jobs' })).status).toBe(200);
     expect((await request(fixture.server.url, { method: 'HEAD', path: '/' })).status).toBe(200);
