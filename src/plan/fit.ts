@@ -439,7 +439,7 @@ function stageFit(spans: readonly TimelineSpan[], profile: Profile, keyOf: (s: T
   let unconfirmed: StageFit['unconfirmed'];
   if (contention.some((f) => f > 1)) {
     const starts = startLevels(spans, profile);
-    if (startSpread(starts, relative(work([1])), least) < startSpread(starts, relative(work(contention)), least)) {
+    if (startSpread(starts, rel, least) < startSpread(starts, relative(work(contention)), least)) {
       unconfirmed = { level: contention.length, factor: contention[contention.length - 1] as number };
       contention = [1];
     }

@@ -95,6 +95,15 @@ function newMarker(): string {
   return m;
 }
 
+/** A device module of the test's own, written to a temporary folder (removed after the test): its file URL. */
+function deviceModuleFile(prefix: string, source: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  tempDirs.push(dir);
+  const file = join(dir, 'device.mjs');
+  writeFileSync(file, source);
+  return pathToFileURL(file).href;
+}
+
 function markerPath(marker: string): string {
   return join(tmpdir(), `stoker-flaky-${marker}`);
 }
@@ -447,12 +456,9 @@ describe('ThreadedWorkload under the Runtime', () => {
     it(
       "on a device whose workers share one thread (WebGPU's), another worker's step hung past the timeout does not fail this one: it is sent again to the fresh thread, no retry spent",
       async () => {
-        const dir = mkdtempSync(join(tmpdir(), 'stoker-shared-thread-'));
-        tempDirs.push(dir);
-        const module = join(dir, 'shared.mjs');
         // 'hang': never answers. 'wait': answers once the gate opens (asynchronously: the thread runs on meanwhile).
-        writeFileSync(module, 'export async function run(input, ctx) {\n  if (input.mode === "hang") return new Promise(() => {});\n  const gate = new Int32Array(input.gate);\n  while (Atomics.load(gate, 0) === 0) await new Promise((r) => setTimeout(r, 10));\n  return { sum: 1, meta: ctx.meta, partition: ctx.partition, device: ctx.device, worker: ctx.worker, threadId: 0 };\n}\n');
-        const workload = new ThreadedWorkload<{ mode: string; gate?: SharedArrayBuffer }, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule: pathToFileURL(module).href, bufferBytes: () => 64, finish: (job) => job.outputs, devices: [{ workers: 2, threadPerDevice: true }], prepareThreads: 1 });
+        const module = deviceModuleFile('stoker-shared-thread-', 'export async function run(input, ctx) {\n  if (input.mode === "hang") return new Promise(() => {});\n  const gate = new Int32Array(input.gate);\n  while (Atomics.load(gate, 0) === 0) await new Promise((r) => setTimeout(r, 10));\n  return { sum: 1, meta: ctx.meta, partition: ctx.partition, device: ctx.device, worker: ctx.worker, threadId: 0 };\n}\n');
+        const workload = new ThreadedWorkload<{ mode: string; gate?: SharedArrayBuffer }, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule: module, bufferBytes: () => 64, finish: (job) => job.outputs, devices: [{ workers: 2, threadPerDevice: true }], prepareThreads: 1 });
         const failures: string[] = [];
         const rt = new Runtime({ workload, devices: [{ workers: 2 }], pacer: 'unpaced', retries: 0, deviceTimeoutMs: 1500, onStepFailed: (f) => void failures.push(`${f.jobId}: ${f.reason}`) });
         runtimes.push(rt);
@@ -474,11 +480,8 @@ describe('ThreadedWorkload under the Runtime', () => {
       "a device thread's start (its module loading a model) is not the step's: the device timeout counts from when the step begins",
       async () => {
         // A 1.5 s load and a 1.5 s step, a 2.5 s timeout: together past it (the step timed out as it ran), each within it.
-        const dir = mkdtempSync(join(tmpdir(), 'stoker-slow-load-'));
-        tempDirs.push(dir);
-        const module = join(dir, 'slow-load.mjs');
-        writeFileSync(module, 'await new Promise((r) => setTimeout(r, 1500));\nexport function run(input, ctx) {\n  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1500);\n  return { sum: 0, meta: ctx.meta, partition: ctx.partition, device: ctx.device, worker: ctx.worker, threadId: 0 };\n}\n');
-        const workload = new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule: pathToFileURL(module).href, bufferBytes: () => 64, finish: (job) => job.outputs, devices: [{ workers: 1 }], prepareThreads: 1 });
+        const module = deviceModuleFile('stoker-slow-load-', 'await new Promise((r) => setTimeout(r, 1500));\nexport function run(input, ctx) {\n  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1500);\n  return { sum: 0, meta: ctx.meta, partition: ctx.partition, device: ctx.device, worker: ctx.worker, threadId: 0 };\n}\n');
+        const workload = new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ prepareModule, deviceModule: module, bufferBytes: () => 64, finish: (job) => job.outputs, devices: [{ workers: 1 }], prepareThreads: 1 });
         const failures: string[] = [];
         const rt: FlakyRuntime = new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'unpaced', retries: 0, deviceTimeoutMs: 2500, onStepFailed: (f) => void failures.push(f.reason) });
         runtimes.push(rt);
