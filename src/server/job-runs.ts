@@ -8,6 +8,7 @@ import { StokerError } from '../core/index.js';
 import { sizeClass } from '../runtime/buffer-pool.js';
 import type { Runtime } from '../runtime/runtime.js';
 import type { GroupCommit, WriteResult } from './group-commit.js';
+import { BLOB_MIN_BYTES } from './journal-schema.js';
 import { ignoreFull, isJournalError, Journal, type JournalJob, type JournalOutcome } from './journal.js';
 import type { LoadedKind } from './kind-module.js';
 import type { KindRouter, RoutedInput } from './kinds.js';
@@ -54,6 +55,8 @@ export class JobRuns {
   private runtimeFailed = false;
   /** The kinds whose memory() was found to count less than the pooled buffer each partition is lent, said once each. */
   private readonly underCounted = new Set<string>();
+  /** Large bytes being journaled in pieces (see storeLarge): a stop waits for them. */
+  private readonly storing = new Set<Promise<void>>();
 
   constructor(private readonly p: JobRunsParts) {
     // (An end that lands later: the journal has the job ended, started or not.)
@@ -94,10 +97,45 @@ export class JobRuns {
       // The same output again would fail the same way: no retry.
       throw Object.assign(e as Error, { retry: false });
     }
-    this.later(
-      () => this.p.journal.recordStored(jobId, partition, stored),
-      (recorded) => recorded && this.p.emit({ type: 'job.partition', id: jobId, partition }),
+    const said = (recorded: boolean | undefined) => recorded && this.p.emit({ type: 'job.partition', id: jobId, partition });
+    if (typeof stored !== 'string' && stored.length > BLOB_MIN_BYTES) {
+      // (Not journaled — a full disk, a stop — it stays in memory only, as any output on a full disk.)
+      this.storeLarge(`the output of partition ${partition} of job ${JSON.stringify(jobId)}`, stored, (blob) =>
+        this.later(
+          () => this.p.journal.recordStored(jobId, partition, '', blob),
+          (recorded, ok) => (ok ? said(recorded) : ignoreFull(() => this.p.journal.dropBlob(blob))),
+        ),
+      );
+      return;
+    }
+    this.later(() => this.p.journal.recordStored(jobId, partition, stored), said);
+  }
+
+  /**
+   * Journals large bytes in pieces, a piece per turn of the event loop (Journal.storeBlob), then
+   * `then` with their blob; `otherwise` where they could not be (a full disk). A stop waits for
+   * what is under way (see settled); one after the journal closed is left (nothing refers to it:
+   * dropped at the next open).
+   */
+  private storeLarge(what: string, bytes: Uint8Array, then: (blob: number) => void, otherwise?: () => void): void {
+    if (this.journalClosed) return;
+    const stored = this.p.journal.storeBlob(what, bytes).then(
+      (blob) => {
+        if (!this.journalClosed) then(blob);
+      },
+      (e: unknown) => {
+        if (this.journalClosed || isJournalError(e, 'E_JOURNAL_CLOSED')) return;
+        if (!isJournalError(e, 'E_JOURNAL_FULL')) this.p.log(`error: ${what} could not be journaled (${e instanceof Error ? e.message : String(e)}): it is kept in memory only`);
+        otherwise?.();
+      },
     );
+    this.storing.add(stored);
+    void stored.then(() => this.storing.delete(stored));
+  }
+
+  /** Once the large bytes being journaled are (a stop, before the journal closes). */
+  async settled(): Promise<void> {
+    while (this.storing.size > 0) await Promise.all([...this.storing]);
   }
 
   /** A job from the journal, unfinished at the last stop: its unfinished partitions start again. */
@@ -132,6 +170,17 @@ export class JobRuns {
     this.runs.delete(id);
     // A finish that settles after shutdown closed the journal: the job stays unfinished there and
     // its finish runs again, from the recorded outputs, on the next start.
+    if (this.journalClosed) return;
+    const { result } = outcome as { result?: unknown };
+    if (outcome.state === 'done' && outcome.blob === undefined && result instanceof Uint8Array && result.byteLength > BLOB_MIN_BYTES) {
+      // (Not in pieces — a full disk — it is written whole, or kept until it fits.)
+      this.storeLarge(`the result of job ${JSON.stringify(id)}`, result, (blob) => this.commitEnd(id, { ...outcome, blob }), () => this.commitEnd(id, outcome));
+      return;
+    }
+    this.commitEnd(id, outcome);
+  }
+
+  private commitEnd(id: string, outcome: JournalOutcome): void {
     if (this.journalClosed) return;
     this.p.commits.add({ write: () => this.p.journal.finish(id, outcome), after: (r) => this.ended(id, outcome, r) });
   }

@@ -8,8 +8,45 @@ import { JournalError, type JobState, type JournalJob } from './journal-types.js
  * BLOBs (bytes); the tables are those of 1, so a version-1 file is upgraded by the number alone.
  * 3: `jobs.sent_hash`, the hash of a submission's body as sent, and `jobs.module_hash`, the content
  * hash of its kind's module when it was accepted (NULL in rows written before).
+ * 4: large bytes in pieces (`blobs`, `blob_chunks`; `jobs.result_blob`, `partition_outputs.output_blob`):
+ * see BLOB_MIN_BYTES.
  */
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
+
+/**
+ * Bytes (an output or a result that is a Uint8Array) over this size are journaled in pieces of
+ * BLOB_CHUNK_BYTES, one piece per turn of the event loop, and referenced by their row once all
+ * are written: written in one go, SQLite held the event loop ~20 ms a MiB — a 100 MiB result
+ * held the server, its health probes and its dispatch to the devices for almost 3 s (a user
+ * trial). The same size as VIEW_RESULT_MAX_BYTES: a result in pieces is never in a view.
+ */
+export const BLOB_MIN_BYTES = 1 << 20;
+/** A piece of large bytes: 768 KiB, a multiple of 3 (a result's base64 is sent piece by piece). */
+export const BLOB_CHUNK_BYTES = 768 * 1024;
+
+/**
+ * The tables of large bytes in pieces (schema 4; made where missing as an older file is upgraded).
+ * A blob is `dead` once no row refers to it: its pieces are then deleted (a few blobs at most: no index).
+ */
+export const BLOB_TABLES = `
+CREATE TABLE IF NOT EXISTS blobs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  bytes INTEGER NOT NULL,
+  dead INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS blob_chunks (
+  blob INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  PRIMARY KEY (blob, seq)
+) WITHOUT ROWID;
+`;
+
+/** The columns that refer to a blob (schema 4), by table. */
+export const BLOB_COLUMNS: readonly (readonly [table: string, column: string])[] = [
+  ['jobs', 'result_blob'],
+  ['partition_outputs', 'output_blob'],
+];
 
 export const SCHEMA = `
 CREATE TABLE jobs (
@@ -53,8 +90,10 @@ export interface JobRow {
   /** (NULL only where a read for a view left a large result out: see VIEW_COLUMNS.) */
   started_at: number | null; finished_at: number | null; result: string | Buffer | null; error_code: string | null;
   error_reason: string | null; partitions_done: number; resumes: number;
-  /** The stored result's size (octet_length), where the query asked for it. */
+  /** The stored result's size (octet_length, or its pieces' bytes), where the query asked for it. */
   result_bytes?: number;
+  /** The blob holding the result in pieces (then `result` is empty), or NULL. */
+  result_blob: number | null;
 }
 
 /**
@@ -72,9 +111,12 @@ export const VIEW_RESULT_MAX_BYTES = 1 << 20;
  */
 export const LIST_RESULT_MAX_BYTES = 64 * 1024;
 
-/** A job's columns for a view: the result only up to `maxResult` bytes (NULL past it), and its size. */
+/** A stored result's size: its column's, or its pieces' (see BLOB_MIN_BYTES). */
+export const RESULT_BYTES = `CASE WHEN result_blob IS NULL THEN octet_length(result) ELSE (SELECT bytes FROM blobs WHERE id = result_blob) END`;
+
+/** A job's columns for a view: the result only up to `maxResult` bytes (NULL past it, and in pieces), and its size. */
 const columns = (maxResult: number) => `seq, id, kind, priority, partitions, input, deadline, body_hash, sent_hash, module_hash, state, submitted_at, started_at, finished_at,
-  CASE WHEN octet_length(result) > ${maxResult} THEN NULL ELSE result END AS result, octet_length(result) AS result_bytes,
+  CASE WHEN result_blob IS NOT NULL OR octet_length(result) > ${maxResult} THEN NULL ELSE result END AS result, ${RESULT_BYTES} AS result_bytes, result_blob,
   error_code, error_reason, partitions_done, resumes`;
 /** A job's columns for its view: the result up to VIEW_RESULT_MAX_BYTES. */
 export const VIEW_COLUMNS = columns(VIEW_RESULT_MAX_BYTES);
@@ -116,7 +158,8 @@ export function fromRow(r: JobRow): JournalJob {
     id: r.id, kind: r.kind, priority: r.priority, partitions: r.partitions,
     input: JSON.parse(r.input) as unknown, deadline: r.deadline, bodyHash: r.body_hash, sentHash: r.sent_hash, moduleHash: r.module_hash,
     state: r.state, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
-    result: r.result === null ? undefined : fromStored(r.result), ...(r.result_bytes === undefined ? {} : { resultBytes: r.result_bytes }),
+    result: r.result === null || r.result_blob !== null ? undefined : fromStored(r.result), ...(r.result_bytes === undefined ? {} : { resultBytes: r.result_bytes }),
+    ...(r.result_blob === null ? {} : { resultBlob: r.result_blob }),
     errorCode: r.error_code, errorReason: r.error_reason,
     partitionsDone: r.partitions_done, resumes: r.resumes,
   };

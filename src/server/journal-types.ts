@@ -50,6 +50,11 @@ export interface JournalJob extends JournalJobInput {
   result: unknown;
   /** The stored result's size in bytes (its JSON text, or its bytes), as the journal read it. */
   resultBytes?: number;
+  /**
+   * Where a result of bytes over BLOB_MIN_BYTES is journaled in pieces: its blob, read with
+   * {@link Journal.readBlob} (`result` is then undefined, and `resultBytes` its size).
+   */
+  resultBlob?: number;
   /** The error code of a `failed` or `cancelled` job; `null` otherwise. */
   errorCode: string | null;
   /** The reason of a `failed` or `cancelled` job; `null` otherwise. */
@@ -65,7 +70,8 @@ export type JournalJobBody = Omit<JournalJobInput, 'id'>;
 
 /** How a job ends: what {@link Journal.finish} takes. */
 export type JournalOutcome =
-  | { state: 'done'; result: unknown }
+  /** `blob`: the result's bytes already journaled in pieces ({@link Journal.storeBlob}); `result` is then those bytes. */
+  | { state: 'done'; result: unknown; blob?: number }
   | { state: 'failed' | 'cancelled'; code: string; reason: string };
 
 /** Options of {@link Journal.open}. */

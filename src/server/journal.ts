@@ -6,32 +6,35 @@
  *
  * The file is opened with `locking_mode=EXCLUSIVE` and the lock is taken at open, so one data dir
  * serves one daemon: a second open, from another process or another connection, fails with
- * `E_JOURNAL_LOCKED`. Every call is synchronous; JSON values are stored as TEXT, and a partition
- * output or a result that is bytes (a Uint8Array) as a BLOB in the same column.
+ * `E_JOURNAL_LOCKED`. Every call is synchronous but {@link Journal.storeBlob} and
+ * {@link Journal.readBlob}; JSON values are stored as TEXT, and a partition output or a result
+ * that is bytes (a Uint8Array) as a BLOB in the same column — or, over BLOB_MIN_BYTES, in pieces
+ * (a blob: see storeBlob), written and read a piece per turn of the event loop, and deleted
+ * likewise once nothing refers to them (see #sweep).
  */
 import { createHash } from 'node:crypto';
 import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, rmSync, statfsSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { checkIntegrity, checkWal, openMark, writeMark } from './journal-integrity.js';
-import { canonical, fromRow, fromStored, JOB_STATES, PRIORITIES, SCHEMA, SCHEMA_VERSION, STATE_LIST, toJson, toStored, UNFINISHED, LIST_COLUMNS, VIEW_COLUMNS, type JobRow } from './journal-schema.js';
-import { JournalError, type JobState, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
+import { BLOB_CHUNK_BYTES, BLOB_COLUMNS, BLOB_TABLES, canonical, fromRow, fromStored, JOB_STATES, PRIORITIES, RESULT_BYTES, SCHEMA, SCHEMA_VERSION, STATE_LIST, toJson, toStored, UNFINISHED, LIST_COLUMNS, VIEW_COLUMNS, type JobRow } from './journal-schema.js';
+import { ignoreFull, JournalError, type JobState, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
 
 export { ignoreFull, isJournalError, JournalError, type JobState, type JournalErrorCode, type JournalJob, type JournalJobBody, type JournalJobInput, type JournalOptions, type JournalOutcome } from './journal-types.js';
 
 /** The prepared statements of a journal, created once at open. */
 function prepareStatements(db: Database.Database) {
   return {
-    get: db.prepare<[string], JobRow>('SELECT *, octet_length(result) AS result_bytes FROM jobs WHERE id = ?'),
+    get: db.prepare<[string], JobRow>(`SELECT *, ${RESULT_BYTES} AS result_bytes FROM jobs WHERE id = ?`),
     view: db.prepare<[string], JobRow>(`SELECT ${VIEW_COLUMNS} FROM jobs WHERE id = ?`),
     insert: db.prepare(`INSERT INTO jobs (id, kind, priority, partitions, input, deadline, body_hash, sent_hash, module_hash, state, submitted_at)
       VALUES (@id, @kind, @priority, @partitions, @input, @deadline, @bodyHash, @sentHash, @moduleHash, 'queued', @now)`),
     markRunning: db.prepare(`UPDATE jobs SET state = 'running', started_at = ? WHERE id = ? AND state = 'queued'`),
-    addPartition: db.prepare(`INSERT OR IGNORE INTO partition_outputs (job_id, partition, output) VALUES (?, ?, ?)`),
-    setPartition: db.prepare(`UPDATE partition_outputs SET output = ? WHERE job_id = ? AND partition = ?`),
+    addPartition: db.prepare(`INSERT OR IGNORE INTO partition_outputs (job_id, partition, output, output_blob) VALUES (?, ?, ?, ?)`),
+    setPartition: db.prepare(`UPDATE partition_outputs SET output = ?, output_blob = ? WHERE job_id = ? AND partition = ?`),
     countPartition: db.prepare(`UPDATE jobs SET partitions_done = partitions_done + 1 WHERE id = ?`),
-    outputs: db.prepare<[string], { partition: number; output: string | Buffer }>('SELECT partition, output FROM partition_outputs WHERE job_id = ? ORDER BY partition'),
-    finish: db.prepare(`UPDATE jobs SET state = @state, finished_at = @now, result = @result, error_code = @code, error_reason = @reason
+    outputs: db.prepare<[string], { partition: number; output: string | Buffer; output_blob: number | null }>('SELECT partition, output, output_blob FROM partition_outputs WHERE job_id = ? ORDER BY partition'),
+    finish: db.prepare(`UPDATE jobs SET state = @state, finished_at = @now, result = @result, result_blob = @blob, error_code = @code, error_reason = @reason
       WHERE id = @id AND ${UNFINISHED}`),
     dropOutputs: db.prepare('DELETE FROM partition_outputs WHERE job_id = ?'),
     forget: db.prepare('DELETE FROM jobs WHERE id = ?'),
@@ -43,6 +46,22 @@ function prepareStatements(db: Database.Database) {
     recentInExcept: db.prepare<[string, string, number, number], JobRow>(`SELECT ${LIST_COLUMNS} FROM jobs WHERE state IN (SELECT value FROM json_each(?)) AND id NOT IN (SELECT value FROM json_each(?)) AND seq < ? ORDER BY seq DESC LIMIT ?`),
     seqOf: db.prepare<[string], { seq: number }>('SELECT seq FROM jobs WHERE id = ?'),
     purge: db.prepare(`DELETE FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ?`),
+    // Large bytes in pieces (BLOB_MIN_BYTES): written, read, and marked dead where nothing refers to them any more (then swept).
+    newBlob: db.prepare<[number]>('INSERT INTO blobs (bytes) VALUES (?)'),
+    addChunk: db.prepare<[number, number, Buffer]>('INSERT INTO blob_chunks (blob, seq, data) VALUES (?, ?, ?)'),
+    chunk: db.prepare<[number, number], Buffer>('SELECT data FROM blob_chunks WHERE blob = ? AND seq = ?').pluck(),
+    blobBytes: db.prepare<[number], number>('SELECT bytes FROM blobs WHERE id = ? AND dead = 0').pluck(),
+    killBlob: db.prepare<[number]>('UPDATE blobs SET dead = 1 WHERE id = ?'),
+    killOutputBlob: db.prepare<[string, number]>('UPDATE blobs SET dead = 1 WHERE id = (SELECT output_blob FROM partition_outputs WHERE job_id = ? AND partition = ?)'),
+    killOutputBlobs: db.prepare<[string]>('UPDATE blobs SET dead = 1 WHERE id IN (SELECT output_blob FROM partition_outputs WHERE job_id = ? AND output_blob IS NOT NULL)'),
+    killResultBlob: db.prepare<[string]>('UPDATE blobs SET dead = 1 WHERE id = (SELECT result_blob FROM jobs WHERE id = ?)'),
+    killPurgedBlobs: db.prepare<[number]>(`UPDATE blobs SET dead = 1 WHERE id IN (SELECT result_blob FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ? AND result_blob IS NOT NULL)`),
+    // (At open: a blob no row refers to was being written when the server stopped.)
+    killOrphans: db.prepare(`UPDATE blobs SET dead = 1 WHERE dead = 0 AND id NOT IN (SELECT result_blob FROM jobs WHERE result_blob IS NOT NULL)
+      AND id NOT IN (SELECT output_blob FROM partition_outputs WHERE output_blob IS NOT NULL)`),
+    deadBlob: db.prepare<[], number>('SELECT id FROM blobs WHERE dead = 1 LIMIT 1').pluck(),
+    sweepChunks: db.prepare<[number, number, number]>('DELETE FROM blob_chunks WHERE blob = ? AND seq IN (SELECT seq FROM blob_chunks WHERE blob = ? ORDER BY seq LIMIT ?)'),
+    dropBlob: db.prepare<[number]>('DELETE FROM blobs WHERE id = ?'),
     purgeCounts: db.prepare<[number], { kind: string; state: JobState; n: number }>(`SELECT kind, state, COUNT(*) AS n FROM jobs WHERE NOT ${UNFINISHED} AND finished_at < ? GROUP BY kind, state`),
   };
 }
@@ -94,6 +113,8 @@ export class Journal {
   readonly #ino: number;
   /** Why the journal's file is not the one open any more (removed, replaced), or undefined. */
   #gone: string | undefined;
+  /** The next turn of the sweep of dead blobs (see #sweep), when one is due. */
+  #sweepTimer: { cancel(): void } | undefined;
 
   private constructor(db: Database.Database, now: () => number, mark: number | undefined, maxBytes: number | undefined, created: boolean) {
     this.created = created;
@@ -107,6 +128,45 @@ export class Journal {
     // The mark is written on every insert (page cache: a kill -9 keeps it) and synced once a second.
     this.#markTimer = setInterval(() => this.#syncMark(), 1000).unref();
     for (const r of this.#s.countsByKind.all()) this.#count(r.kind, r.state, r.n);
+    this.#s.killOrphans.run();
+    if (this.#s.deadBlob.get() !== undefined) this.#scheduleSweep();
+  }
+
+  /** The sweep's next turn: now (the next turn of the event loop), or after `ms`. */
+  #scheduleSweep(ms = 0): void {
+    if (this.#closed || this.#sweepTimer) return;
+    if (ms > 0) {
+      const t = setTimeout(() => this.#sweep(), ms).unref();
+      this.#sweepTimer = { cancel: () => clearTimeout(t) };
+    } else {
+      const t = setImmediate(() => this.#sweep()).unref();
+      this.#sweepTimer = { cancel: () => clearImmediate(t) };
+    }
+  }
+
+  /**
+   * Deletes the pieces of dead blobs (those no row refers to any more: a job's end dropped its
+   * outputs, a purge its result), SWEEP_CHUNKS pieces a turn — deleted in one go, a large result's
+   * pages held the event loop as its writing did — then the blob; on until none is left. A sweep
+   * that fails (a full disk) tries again a second later; one cut short by a stop goes on at the next open.
+   */
+  #sweep(): void {
+    this.#sweepTimer = undefined;
+    if (this.#closed) return;
+    const s = this.#s;
+    let more: boolean;
+    try {
+      more = this.#write('the removal of large bytes no job needs', this.#db.transaction(() => {
+        const blob = s.deadBlob.get();
+        if (blob === undefined) return false;
+        if (s.sweepChunks.run(blob, blob, SWEEP_CHUNKS).changes < SWEEP_CHUNKS) s.dropBlob.run(blob);
+        return true;
+      }));
+    } catch {
+      this.#scheduleSweep(1000);
+      return;
+    }
+    if (more) this.#scheduleSweep();
   }
 
   #syncMark(): void {
@@ -170,10 +230,11 @@ export class Journal {
       if (version < SCHEMA_VERSION) {
         conn.transaction(() => {
           if (version === 0) conn.exec(SCHEMA);
-          else {
-            const columns = new Set((conn.pragma('table_info(jobs)') as { name: string }[]).map((c) => c.name));
-            for (const c of ['sent_hash', 'module_hash']) if (!columns.has(c)) conn.exec(`ALTER TABLE jobs ADD COLUMN ${c} TEXT`);
-          }
+          const columns = (table: string) => new Set((conn.pragma(`table_info(${table})`) as { name: string }[]).map((c) => c.name));
+          const jobColumns = columns('jobs');
+          for (const c of ['sent_hash', 'module_hash']) if (!jobColumns.has(c)) conn.exec(`ALTER TABLE jobs ADD COLUMN ${c} TEXT`);
+          conn.exec(BLOB_TABLES);
+          for (const [table, c] of BLOB_COLUMNS) if (!columns(table).has(c)) conn.exec(`ALTER TABLE ${table} ADD COLUMN ${c} INTEGER`);
           conn.pragma(`user_version = ${SCHEMA_VERSION}`);
         })();
       }
@@ -445,24 +506,99 @@ export class Journal {
     return toStored(output, `the output of partition ${partition} of job ${JSON.stringify(id)}`);
   }
 
-  /** {@link recordPartition} with the output already in its stored form ({@link Journal.storedOutput}). */
-  recordStored(id: string, partition: number, json: string | Buffer): boolean {
+  /**
+   * {@link recordPartition} with the output already in its stored form ({@link Journal.storedOutput}),
+   * or already journaled in pieces: `blob` ({@link storeBlob}; `json` is then ignored). A blob that
+   * is not recorded (the job has ended, the write failed) is dropped.
+   */
+  recordStored(id: string, partition: number, json: string | Buffer, blob: number | null = null): boolean {
     const s = this.stmts;
-    return this.#write(`the output of partition ${partition} of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
+    const stored = blob === null ? json : NO_BYTES;
+    const recorded = this.#write(`the output of partition ${partition} of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
       const row = this.row(id);
       if (!Number.isSafeInteger(partition) || partition < 0 || partition >= row.partitions) {
         throw new JournalError('E_JOURNAL_BAD_INPUT', `partition ${partition} of job ${JSON.stringify(id)} is out of range: it has partitions 0…${row.partitions - 1}`);
       }
       if (row.state !== 'queued' && row.state !== 'running') return false;
-      if (s.addPartition.run(id, partition, json).changes === 1) s.countPartition.run(id);
-      else s.setPartition.run(json, id, partition);
+      if (s.addPartition.run(id, partition, stored, blob).changes === 1) s.countPartition.run(id);
+      else {
+        if (s.killOutputBlob.run(id, partition).changes > 0) this.#scheduleSweep();
+        s.setPartition.run(stored, blob, id, partition);
+      }
       return true;
     }));
+    if (!recorded && blob !== null) this.dropBlob(blob);
+    return recorded;
+  }
+
+  /**
+   * Journals large bytes (over BLOB_MIN_BYTES) in pieces of BLOB_CHUNK_BYTES, one piece per turn of
+   * the event loop; resolves with their blob, for {@link recordStored} or {@link finish} to refer
+   * to. Until a row refers to it, a blob is the writer's: one that no row refers to when the
+   * journal opens (a stop cut its writing short) is dropped. `what` names the bytes in errors.
+   * @throws {JournalError} `E_JOURNAL_FULL`, `E_JOURNAL_CLOSED` (a stop meanwhile): nothing is kept of it.
+   */
+  async storeBlob(what: string, bytes: Uint8Array): Promise<number> {
+    await nextTurn();
+    const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const blob = Number(this.#write(what, () => this.stmts.newBlob.run(buf.length)).lastInsertRowid);
+    try {
+      for (let seq = 0, at = 0; at < buf.length; seq++, at += BLOB_CHUNK_BYTES) {
+        if (seq > 0) await nextTurn();
+        const piece = buf.subarray(at, at + BLOB_CHUNK_BYTES);
+        this.#write(what, () => this.stmts.addChunk.run(blob, seq, piece));
+      }
+    } catch (e) {
+      if (!this.#closed) ignoreFull(() => this.dropBlob(blob));
+      throw e;
+    }
+    return blob;
+  }
+
+  /**
+   * A blob's bytes ({@link storeBlob}), read a piece per turn of the event loop.
+   * @throws {JournalError} `E_JOURNAL_UNKNOWN_JOB` where they are gone (their job was purged or removed meanwhile).
+   */
+  async readBlob(blob: number): Promise<Uint8Array> {
+    const bytes = this.stmts.blobBytes.get(blob);
+    if (bytes === undefined) throw blobGone(blob);
+    const out = Buffer.allocUnsafe(bytes);
+    for (let seq = 0, at = 0; at < bytes; seq++) {
+      if (seq > 0) await nextTurn();
+      if (this.stmts.blobBytes.get(blob) === undefined) throw blobGone(blob);
+      at += this.#copyChunk(blob, seq, out, at);
+    }
+    return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
+  }
+
+  /** A blob's bytes at once, holding the event loop while it reads them (a resume's outputs, as the server starts). */
+  readBlobNow(blob: number): Uint8Array {
+    const bytes = this.stmts.blobBytes.get(blob);
+    if (bytes === undefined) throw blobGone(blob);
+    const out = Buffer.allocUnsafe(bytes);
+    for (let seq = 0, at = 0; at < bytes; seq++) at += this.#copyChunk(blob, seq, out, at);
+    return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
+  }
+
+  /** Copies piece `seq` of a blob into `out` at `at`; returns its length. */
+  #copyChunk(blob: number, seq: number, out: Buffer, at: number): number {
+    const piece = this.stmts.chunk.get(blob, seq);
+    if (piece === undefined || piece.length === 0 || at + piece.length > out.length) {
+      throw new JournalError('E_JOURNAL_DAMAGED', `the journal's large bytes ${blob} are damaged: piece ${seq} is ${piece === undefined ? 'missing' : `${piece.length} bytes where ${out.length - at} were left`}`);
+    }
+    piece.copy(out, at);
+    return piece.length;
+  }
+
+  /** Drops a blob no row will refer to (its pieces are deleted by the sweep). */
+  dropBlob(blob: number): void {
+    this.#write(`the removal of large bytes ${blob}`, () => this.stmts.killBlob.run(blob));
+    this.#scheduleSweep();
   }
 
   /** The recorded partition outputs of a job, by partition index (empty once it has ended). */
   partitionOutputs(id: string): Map<number, unknown> {
-    return new Map(this.stmts.outputs.all(id).map((r) => [r.partition, fromStored(r.output)]));
+    return new Map(this.stmts.outputs.all(id).map((r) => [r.partition, r.output_blob === null ? fromStored(r.output) : this.readBlobNow(r.output_blob)]));
   }
 
   /**
@@ -473,16 +609,21 @@ export class Journal {
    */
   finish(id: string, outcome: JournalOutcome): boolean {
     const s = this.stmts;
+    const blob = outcome.state === 'done' ? (outcome.blob ?? null) : null;
     const params = outcome.state === 'done'
-      ? { id, state: 'done', result: toStored(outcome.result, `the result of job ${JSON.stringify(id)}`), code: null, reason: null }
-      : { id, state: outcome.state, result: 'null', code: outcome.code, reason: outcome.reason };
+      ? { id, state: 'done', result: blob === null ? toStored(outcome.result, `the result of job ${JSON.stringify(id)}`) : NO_BYTES, blob, code: null, reason: null }
+      : { id, state: outcome.state, result: 'null', blob: null, code: outcome.code, reason: outcome.reason };
     const ended = this.#write(`the end of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
       const row = this.row(id);
       if (s.finish.run({ ...params, now: this.#now() }).changes === 0) return undefined;
+      if (s.killOutputBlobs.run(id).changes > 0) this.#scheduleSweep();
       s.dropOutputs.run(id);
       return row;
     }));
-    if (!ended) return false;
+    if (!ended) {
+      if (blob !== null) this.dropBlob(blob);
+      return false;
+    }
     this.#change(ended.kind, ended.state, -1);
     this.#change(ended.kind, outcome.state, 1);
     return true;
@@ -581,6 +722,7 @@ export class Journal {
     const before = this.#now() - olderThanMs;
     const purged = this.#write('the purge of ended jobs', this.#db.transaction(() => {
       const gone = s.purgeCounts.all(before);
+      if (s.killPurgedBlobs.run(before).changes > 0) this.#scheduleSweep();
       s.purge.run(before);
       return gone;
     }));
@@ -594,6 +736,7 @@ export class Journal {
     const row = this.#write(`the removal of job ${JSON.stringify(id)}`, this.#db.transaction(() => {
       const r = s.get.get(id);
       if (!r) return undefined;
+      if (s.killOutputBlobs.run(id).changes + s.killResultBlob.run(id).changes > 0) this.#scheduleSweep();
       s.dropOutputs.run(id);
       s.forget.run(id);
       return r;
@@ -608,6 +751,8 @@ export class Journal {
     if (this.#closed) return;
     this.#closed = true;
     clearInterval(this.#markTimer);
+    this.#sweepTimer?.cancel();
+    this.#sweepTimer = undefined;
     this.#syncMark();
     if (this.#mark !== undefined) closeSync(this.#mark);
     this.#db.close();
@@ -681,6 +826,17 @@ function precheck(path: string): true {
   }
   return true;
 }
+
+/** Pieces of dead blobs deleted in one turn of the sweep (see Journal.#sweep): 6 MiB. */
+const SWEEP_CHUNKS = 8;
+
+/** What a row holds where its bytes are in pieces (a blob). */
+const NO_BYTES = Buffer.alloc(0);
+
+/** The next turn of the event loop (after the I/O waiting now). */
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+const blobGone = (blob: number) => new JournalError('E_JOURNAL_UNKNOWN_JOB', `the journal's large bytes ${blob} are gone: their job was purged (server.resultTtlS) or removed meanwhile`);
 
 /** SQLite's own largest page limit: none. */
 const NO_PAGE_LIMIT = 4294967294;
