@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
@@ -117,6 +118,8 @@ function serverUrl(server: string): URL {
   }
   // (`localhost:7070` parses, as a URL of the scheme "localhost:".)
   if (url?.protocol !== 'http:' && url?.protocol !== 'https:') throw new UsageError(`--server must be the server's http:// or https:// URL, e.g. http://127.0.0.1:8080 (got ${JSON.stringify(server)}; or set STOKER_SERVER)`);
+  // (The API's own prefix: every call went to /v1/v1/…, a 404. A path before it — a proxy's — is kept.)
+  if (/\/v1\/$/.test(url.pathname)) throw new UsageError(`--server is the server's base URL, without /v1: ${url.origin}${url.pathname.slice(0, -'v1/'.length).replace(/\/$/, '')} (got ${JSON.stringify(server)})`);
   return url;
 }
 
@@ -140,6 +143,8 @@ export interface SubmitFlags extends ClientFlags {
 /** `--deadline`: epoch ms, an ISO time (sent as it is: the server checks it), or `+DURATION` from now (+90s, +2h). */
 function deadlineOf(text: string): number | string {
   if (/^\d+$/.test(text)) return Number(text);
+  // (A duration without its +: the server's "epoch ms or ISO time" said nothing of the form the CLI takes.)
+  if (!text.startsWith('+') && parseDuration(text) > 0) throw new UsageError(`--deadline ${text}: a duration from now takes a + (--deadline +${text}); or give an ISO 8601 time with its zone (2030-01-01T00:00:00Z), or epoch ms`);
   if (!text.startsWith('+')) return text;
   const ms = parseDuration(text.slice(1));
   if (!(ms > 0)) throw new UsageError(`--deadline ${text}: give a duration from now such as +90s, +30m or +2h, an ISO 8601 time with its zone (2030-01-01T00:00:00Z), or epoch ms`);
@@ -446,6 +451,8 @@ export async function cancelCommand(id: string, flags: ClientFlags, io: Io): Pro
 
 /** `stoker backup -o FILE`: a consistent copy of the server's journal (GET /v1/backup), written to FILE once whole. */
 export async function backupCommand(flags: ClientFlags & { output: string }, io: Io): Promise<void> {
+  // (A directory was found only at the rename, with the whole copy written beside it and left there.)
+  if (fs.statSync(flags.output, { throwIfNoEntry: false })?.isDirectory()) throw new UsageError(`cannot write -o ${flags.output}: it is a directory — give a file in it, e.g. -o ${path.join(flags.output, 'stoker-backup.db')}`);
   const part = `${flags.output}.part-${process.pid}`;
   let n = 0;
   const r = await call(flags, 'GET', 'v1/backup', undefined, async (res) => {
@@ -460,7 +467,13 @@ export async function backupCommand(flags: ClientFlags & { output: string }, io:
   }, () => false);
   if (r.body !== 'written') throw new ClientError(`GET /v1/backup answered ${r.status} without a journal: is ${flags.server} a stoker server?`, 2);
   // (Whole, or not there: a copy cut short is never left under the name asked for.)
-  fs.renameSync(part, flags.output);
+  try {
+    fs.renameSync(part, flags.output);
+  } catch (e) {
+    fs.rmSync(part, { force: true });
+    throw new UsageError(`cannot write -o ${flags.output}: ${(e as Error).message}`);
+  }
+  if (flags.json) show(io, { file: path.resolve(flags.output), bytes: n });
   io.err(`wrote ${flags.output}: ${n} bytes, a copy of the server's journal (to start a server on it, put it as stoker.db in an empty data dir)\n`);
 }
 

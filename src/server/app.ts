@@ -349,7 +349,7 @@ export function buildApp(service: ApiService): FastifyInstance {
         type === 'body-too-large'
           ? `the body is over ${service.config.server.bodyLimitBytes} bytes (server.bodyLimitBytes): send a smaller job, or raise the limit`
           : type === 'unsupported-media-type'
-            ? 'send the body as application/json'
+            ? `send the body as JSON with the header Content-Type: application/json (got ${JSON.stringify(req.headers['content-type'] ?? 'none')}; curl: -H 'content-type: application/json')`
             : `${err.message}: send a JSON object, e.g. {"kind":"KIND","partitions":1} with KIND one of GET /v1/kinds`;
       if (type === 'body-too-large') await dropRestOfBody(req.raw);
       return sendProblem(reply, { type, title: type === 'bad-request' ? 'Bad request' : type === 'body-too-large' ? 'Body too large' : 'Unsupported media type', status, detail });

@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { Ajv2020, type ErrorObject } from 'ajv/dist/2020.js';
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { sizeClass } from '../runtime/buffer-pool.js';
 import { kindExports } from '../runtime/threads/protocol.js';
@@ -108,9 +108,9 @@ export class KindModuleError extends Error {
   constructor(
     readonly module: string,
     readonly exportName: string | undefined,
-    what: string,
+    readonly problem: string,
   ) {
-    super(`kind module ${module}${exportName ? `: export ${exportName}` : ''}: ${what}`);
+    super(`kind module ${module}${exportName ? `: export ${exportName}` : ''}: ${problem}`);
   }
 }
 
@@ -143,6 +143,8 @@ export interface LoadedKind {
   /** Its preparation batches as the config gives them (`[kinds.NAME.prepareBatch]`), or null: one partition per step. */
   readonly prepareBatch: { maxItems: number; maxWaitMs: number } | null;
   finish(outputs: unknown[], input: unknown, job: string): Promise<unknown>;
+  /** What loading found that a submission will meet (said at start): it does not stop the kind. */
+  readonly notes?: readonly string[];
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -173,6 +175,33 @@ function misspelt(key: string, m: Record<string, unknown>): string | undefined {
   return typeof m[key] === want ? near : undefined;
 }
 
+/**
+ * Why a module does not load, with what to do for the usual mistakes (CommonJS in an `.mjs`,
+ * TypeScript, a directory), and where in the module an error thrown as it loaded was thrown
+ * (Node's message names neither).
+ */
+function loadProblem(e: unknown, url: string): string {
+  const err = e as NodeJS.ErrnoException;
+  const message = err instanceof Error ? err.message : String(e);
+  if (err.code === 'ERR_UNSUPPORTED_DIR_IMPORT') return 'it is a directory: give the module file itself (e.g. its index.mjs)';
+  if (err.code === 'ERR_UNKNOWN_FILE_EXTENSION') return `${message}: compile it to JavaScript first (tsc, esbuild) and give the .js or .mjs file`;
+  if (/\b(module|exports|require) is not defined in ES module scope/.test(message)) return `${message}: it is written as CommonJS — name it .cjs (stoker loads CommonJS too), or write it as an ES module (export const name = …; export async function prepare …)`;
+  let file: string;
+  try {
+    file = url.startsWith('file:') ? fileURLToPath(url) : url;
+  } catch {
+    return message;
+  }
+  // A stack frame in the module itself: "at file:///…/k.mjs:3:17", or "at f (/…/k.mjs:3:17)".
+  for (const line of (err.stack ?? '').split('\n')) {
+    const m = /((?:file:\/\/)?\/[^\s()]+):(\d+):(\d+)\)?$/.exec(line.trim());
+    if (!m) continue;
+    const at = (m[1] as string).startsWith('file:') ? fileURLToPath(m[1] as string) : (m[1] as string);
+    if (at === file) return `${message} (thrown at ${file}:${m[2]}:${m[3]})`;
+  }
+  return message;
+}
+
 const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true });
 
 /**
@@ -190,11 +219,14 @@ export async function loadKind(url: string, shown: string = url, devices: Device
     // Not found is the module itself only when Node names it as the missing one ("Cannot find module
     // '/path/k.mjs'"): a package or file it imports that is missing is named as Node says.
     const missing = code === 'ERR_MODULE_NOT_FOUND' && url.startsWith('file:') && (e as Error).message.includes(`'${fileURLToPath(url)}'`);
-    const why = missing ? 'file not found: check the path' : `it does not load: ${(e as Error).message}${at ? `, at\n${at}` : ''}`;
+    const why = missing ? 'file not found: check the path' : `it does not load: ${loadProblem(e, url)}${at ? `, at\n${at}` : ''}`;
     throw new KindModuleError(shown, undefined, why);
   }
   const m = kindExports(mod);
   const fail = (exp: string, what: string) => new KindModuleError(shown, exp, what);
+  // (Both styles in one module: the named exports are the kind, and the default object was ignored without a word.)
+  const dflt = mod['default'];
+  const defaultIgnored = m === mod && dflt !== null && typeof dflt === 'object' && ['name', 'prepare', 'run'].some((k) => (dflt as Record<string, unknown>)[k] !== undefined);
   if (typeof mod['default'] === 'function' && m === mod && m['name'] === undefined) {
     throw fail('default', 'is a function: export the kind as named exports (export const name = "my-kind"; export async function prepare(input, ctx) …) or as one default object ({ name, prepare, run, … })');
   }
@@ -215,9 +247,14 @@ export async function loadKind(url: string, shown: string = url, devices: Device
   const deviceType = typeof named === 'string' ? devices.get(named) : undefined;
   if (deviceType === undefined) {
     const names = [...devices.keys()].map((d) => JSON.stringify(d)).join(', ');
-    throw fail('device', `${JSON.stringify(named) ?? String(named)} names no device: this server has ${names} ([device] is "default", [devices.NAME] the others)${device === undefined ? '' : ' — fix [kinds.NAME] device in the config'}`);
+    throw fail('device', `${JSON.stringify(named) ?? String(named)} names no device: this server has ${names} ([device] is "default", [devices.NAME] the others)${device === undefined ? '' : ` — fix [kinds.${String(name)}] device in the config`}`);
   }
-  if (deviceType === 'thread' && typeof m['run'] !== 'function' && typeof m['runBatch'] !== 'function') throw fail('run', `missing: export async function run(prepared, ctx) — the device step, run on a device worker thread (or runBatch(prepared[], ctx[]) on a device that batches); or, where a process or an HTTP endpoint does the step, its device ${JSON.stringify(named)} needs [${named === 'default' ? 'device' : `devices.${String(named)}`}.process] or [${named === 'default' ? 'device' : `devices.${String(named)}`}.http] in the config`);
+  if (deviceType === 'thread' && typeof m['run'] !== 'function' && typeof m['runBatch'] !== 'function') {
+    // (A process or HTTP device of the config it may have been meant for: named.)
+    const served = [...devices].filter(([, t]) => t !== 'thread').map(([d]) => d);
+    const onServed = served.length === 0 ? '' : ` — or run it on ${served.map((d) => JSON.stringify(d)).join(' or ')}, this server's ${served.length === 1 ? 'device' : 'devices'} served by a process or HTTP: [kinds.${String(name)}] device = ${JSON.stringify(served[0])} in the config (or export const device = ${JSON.stringify(served[0])})`;
+    throw fail('run', `missing: export async function run(prepared, ctx) — the device step, run on a device worker thread (or runBatch(prepared[], ctx[]) on a device that batches); or, where a process or an HTTP endpoint does the step, its device ${JSON.stringify(named)} needs [${named === 'default' ? 'device' : `devices.${String(named)}`}.process] or [${named === 'default' ? 'device' : `devices.${String(named)}`}.http] in the config${onServed}`);
+  }
   if (deviceType === 'http' && m['buffer'] !== undefined) {
     throw fail('buffer', 'an HTTP device is sent only the value prepare returns, not a pooled buffer: return the bytes (or JSON) from prepare instead');
   }
@@ -229,7 +266,7 @@ export async function loadKind(url: string, shown: string = url, devices: Device
   }
   const description = m['description'];
   if (description !== undefined && typeof description !== 'string') throw fail('description', `must be a string (got ${typeof description})`);
-  return {
+  const kind: LoadedKind = {
     name,
     description: description ?? `kind from ${shown}`,
     url,
@@ -244,6 +281,34 @@ export async function loadKind(url: string, shown: string = url, devices: Device
     prepareBatch: null,
     finish: finishOf(m),
   };
+  const schemaNote = kind.schema === null ? undefined : schemaProblem(kind.schema as Record<string, unknown>, 'input');
+  const notes = [
+    ...(defaultIgnored ? [`warning: kind module ${shown}: it exports both named exports and a default object: the named exports are the kind (${JSON.stringify(name)}), the default object is not read — keep one of the two`] : []),
+    ...(schemaNote === undefined ? [] : [`warning: kind module ${shown}: export input: ${schemaNote}`]),
+    ...defaultInputNotes(kind, shown),
+  ];
+  return notes.length > 0 ? { ...kind, notes } : kind;
+}
+
+/**
+ * memory() and partitions() on a kind's default input (`{}` with its schema's defaults), where its
+ * schema takes that input: what they return that no input may make them return (a string, a
+ * fraction), to say at start — found at the first submit, it was a 500 on every one and nothing
+ * in the server's log. (Said, not refused: a kind may never be sent its default input.)
+ */
+function defaultInputNotes(kind: LoadedKind, shown: string): string[] {
+  if (kind.schema === null) return [];
+  const input = kind.validate({});
+  if (!input.ok) return [];
+  const notes: string[] = [];
+  for (const f of [kind.memory, kind.partitions]) {
+    try {
+      f(input.input);
+    } catch (e) {
+      if (e instanceof KindModuleError) notes.push(`warning: kind module ${shown}: export ${e.exportName ?? ''} ${e.problem}, on the default input ${JSON.stringify(input.input)}: a submission of it gets a 500 — fix the module`);
+    }
+  }
+  return notes;
 }
 
 type Fail = (exp: string, what: string) => KindModuleError;
@@ -266,11 +331,65 @@ export function moduleHash(url: string): string {
 function inputValidator(schema: unknown, fail: Fail): LoadedKind['validate'] {
   if (schema === undefined) return (input) => ({ ok: true, input });
   if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) throw fail('input', 'must be a JSON Schema object, e.g. { type: "object", properties: { … } }');
+  let validate: LoadedKind['validate'];
   try {
-    return compileInput(schema);
+    validate = compileInput(schema);
   } catch (e) {
     throw fail('input', `is not a valid JSON Schema: ${(e as Error).message}`);
   }
+  return validate;
+}
+
+/** JSON Schema's keywords (2020-12, and those of earlier drafts and OpenAPI a schema may carry). */
+const KEYWORDS = new Set(['type', 'properties', 'patternProperties', 'additionalProperties', 'required', 'items', 'prefixItems', 'additionalItems', 'contains', 'minContains', 'maxContains', 'minItems', 'maxItems', 'uniqueItems', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'multipleOf', 'minLength', 'maxLength', 'pattern', 'format', 'enum', 'const', 'default', 'description', 'title', 'examples', 'allOf', 'anyOf', 'oneOf', 'not', 'if', 'then', 'else', '$ref', '$defs', 'definitions', '$id', '$schema', '$comment', '$anchor', '$dynamicRef', '$dynamicAnchor', '$vocabulary', 'dependentRequired', 'dependentSchemas', 'dependencies', 'propertyNames', 'minProperties', 'maxProperties', 'unevaluatedProperties', 'unevaluatedItems', 'readOnly', 'writeOnly', 'deprecated', 'contentEncoding', 'contentMediaType', 'contentSchema', 'nullable', 'discriminator', 'example']);
+const SCHEMA_MAPS = ['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas'];
+const SCHEMA_ONE = ['items', 'additionalItems', 'additionalProperties', 'contains', 'not', 'if', 'then', 'else', 'propertyNames', 'unevaluatedProperties', 'unevaluatedItems', 'contentSchema'];
+const SCHEMA_LISTS = ['allOf', 'anyOf', 'oneOf', 'prefixItems'];
+
+/**
+ * What a kind's input schema gets wrong that ajv takes without a word, to say at start: a keyword
+ * one or two edits from JSON Schema's (`propertis`: an unknown keyword is an annotation, so
+ * nothing was checked — any input was accepted), or a default its own schema refuses (a
+ * submission that left the field out got a 400 naming the field it never sent). Undefined when none.
+ */
+function schemaProblem(schema: Record<string, unknown>, at: string): string | undefined {
+  for (const key of Object.keys(schema)) {
+    if (KEYWORDS.has(key)) continue;
+    const near = [...KEYWORDS].find((k) => k.toLowerCase() === key.toLowerCase() || editDistance(k, key) <= (k.length > 6 ? 2 : 1));
+    if (near !== undefined) return `${at}: unknown keyword ${JSON.stringify(key)} — did you mean ${JSON.stringify(near)}? (JSON Schema takes an unknown keyword as a note: it checks nothing)`;
+  }
+  if ('default' in schema) {
+    const { default: value, ...rest } = schema;
+    let check: ValidateFunction | undefined;
+    try {
+      check = ajv.compile(rest);
+    } catch {
+      check = undefined; // (a $ref to the root's $defs: not checked here)
+    }
+    if (check && !check(structuredClone(value))) return `${at}: its default ${JSON.stringify(value)} does not fit its own schema (${(check.errors ?? []).map((e) => describeIssue(e).message.replace(/^input\b/, 'it')).join('; ')}): fix the default`;
+  }
+  const sub = (v: unknown, where: string) => (v !== null && typeof v === 'object' && !Array.isArray(v) ? schemaProblem(v as Record<string, unknown>, where) : undefined);
+  for (const key of SCHEMA_MAPS) {
+    const map = schema[key];
+    if (map === null || typeof map !== 'object') continue;
+    for (const [name, v] of Object.entries(map)) {
+      const found = sub(v, key === 'properties' ? `${at}.${name}` : `${at}.${key}.${name}`);
+      if (found) return found;
+    }
+  }
+  for (const key of SCHEMA_ONE) {
+    const found = sub(schema[key], `${at} (${key})`);
+    if (found) return found;
+  }
+  for (const key of SCHEMA_LISTS) {
+    const list = schema[key];
+    if (!Array.isArray(list)) continue;
+    for (let i = 0; i < list.length; i++) {
+      const found = sub(list[i], `${at} (${key}[${i}])`);
+      if (found) return found;
+    }
+  }
+  return undefined;
 }
 
 const ARTICLE: Record<string, string> = { integer: 'an integer', number: 'a number', string: 'a string', object: 'an object', array: 'an array', boolean: 'true or false', null: 'null' };
@@ -363,6 +482,34 @@ function finishOf(m: Record<string, unknown>): LoadedKind['finish'] {
     const bytes = outputs.filter((o) => o instanceof Uint8Array);
     if (bytes.length === 0) return outputs;
     if (bytes.length !== outputs.length) throw new Error('some partition outputs are bytes and some JSON: export finish(outputs, input) to combine them');
-    return Buffer.concat(bytes as Uint8Array[]);
+    return concatInTurns(bytes as Uint8Array[]);
   };
+}
+
+/** Bytes copied in one turn of the event loop by {@link concatInTurns}: 8 MiB, a few ms. */
+const CONCAT_TURN_BYTES = 8 << 20;
+
+/**
+ * The outputs one after the other, copied CONCAT_TURN_BYTES a turn of the event loop (one
+ * Buffer.concat of 200 MiB held it ~0.1 s); one output is the result as it is.
+ */
+async function concatInTurns(parts: readonly Uint8Array[]): Promise<Uint8Array> {
+  if (parts.length === 1) return parts[0] as Uint8Array;
+  const out = Buffer.allocUnsafe(parts.reduce((n, p) => n + p.byteLength, 0));
+  let at = 0;
+  let turn = 0;
+  for (const p of parts) {
+    for (let from = 0; from < p.byteLength; ) {
+      if (turn >= CONCAT_TURN_BYTES) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        turn = 0;
+      }
+      const n = Math.min(p.byteLength - from, CONCAT_TURN_BYTES - turn);
+      out.set(p.subarray(from, from + n), at);
+      at += n;
+      from += n;
+      turn += n;
+    }
+  }
+  return out;
 }

@@ -32,7 +32,16 @@ export async function loadKinds(sources: readonly KindSource[], devices: DeviceT
   const kinds = new Map<string, LoadedKind & { shown: string }>();
   const builtIn: KindSource[] = devices.get('default') === 'thread' ? BUILT_IN_KINDS.map((b) => ({ url: b.url, shown: `built-in ${b.name}` })) : [];
   for (const s of [...builtIn, ...sources]) {
-    const kind = await loadKind(s.url, s.shown, devices, s.device);
+    let kind: LoadedKind;
+    try {
+      kind = await loadKind(s.url, s.shown, devices, s.device);
+    } catch (e) {
+      // (The config's field, and what its relative path is taken from.)
+      if (s.name !== undefined && e instanceof KindModuleError && e.exportName === undefined && e.problem.startsWith('file not found')) {
+        throw new KindModuleError(s.shown, undefined, `file not found: fix [kinds.${s.name}] module in the config (a relative path there is taken from the config file's folder)`);
+      }
+      throw e;
+    }
     if (s.name !== undefined && kind.name !== s.name) {
       throw new KindModuleError(s.shown, 'name', `is ${JSON.stringify(kind.name)} but the config calls it [kinds.${s.name}]: make the two the same`);
     }

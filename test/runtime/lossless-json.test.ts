@@ -16,6 +16,8 @@ describe('losslessJson: JSON that reads back as the value, or where it would not
     expect(at({ score: NaN })).toThrow('it holds NaN at "score", which JSON would store as null');
     expect(at({ x: { toJSON: () => ({ y: -Infinity }) } })).toThrow('it holds -Infinity at "x.y"');
     expect(at({ n: 1n })).toThrow('it holds a BigInt at "n", which JSON cannot hold');
+    // A run that returned its Error read as done with {} (a user trial).
+    expect(at(new TypeError('no GPU'))).toThrow('it holds an Error at the top ("no GPU"), which JSON would store as {}: throw it to fail the step, or return its message');
     expect(at(Infinity)).toThrow('it holds Infinity at the top');
     // Dropped without a word: a finish that returned a function was stored as null, the job done.
     expect(at(() => 1)).toThrow('it holds a function at the top, which JSON would store as null: return data');

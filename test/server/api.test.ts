@@ -384,7 +384,7 @@ describe('stoker serve (shared server)', () => {
       for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
         const r = await http(url, 'POST', '/v1/jobs', JSON.stringify({ kind: 'sleep', partitions: 1 }), { 'content-type': type });
         expectProblem(r, 415, 'unsupported-media-type');
-        expect(r.body.detail).toBe('send the body as application/json');
+        expect(r.body.detail).toBe(`send the body as JSON with the header Content-Type: application/json (got ${JSON.stringify(type)}; curl: -H 'content-type: application/json')`);
       }
       // Compressed, or another charset: said so (read as UTF-8 text, it was "not valid JSON").
       const { gzipSync } = await import('node:zlib');
@@ -518,6 +518,13 @@ describe('stoker serve (shared server)', () => {
         expect(cmd.stderr).toMatch(/^wrote .*copy\.db: \d+ bytes, a copy of the server's journal/);
         expect(fs.readFileSync(file).subarray(0, 16).toString('latin1')).toBe('SQLite format 3\0');
         expect(fs.readdirSync(path.dirname(file))).toEqual(['copy.db']);
+        // A directory as -o: refused before anything is written (the whole copy was left beside it as a .part file), --json says what was written.
+        const asDir = await cli(['backup', '--server', url, '-o', into]);
+        expect(asDir.code).toBe(2);
+        expect(asDir.stderr).toMatch(/cannot write -o .*: it is a directory — give a file in it, e\.g\. -o .*stoker-backup\.db/);
+        expect(fs.readdirSync(into)).toEqual(['copy.db']);
+        const json = await cli(['backup', '--server', url, '-o', path.join(into, 'again.db'), '--json']);
+        expect(JSON.parse(json.stdout)).toEqual({ file: path.join(into, 'again.db'), bytes: fs.statSync(path.join(into, 'again.db')).size });
         const restored = tempDataDir();
         dirs.push(restored);
         fs.writeFileSync(path.join(restored, 'stoker.db'), bytes);
@@ -796,6 +803,14 @@ describe('stoker serve (shared server)', () => {
       const bad = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1', '--deadline', '+soon']);
       expect(bad.code).toBe(2);
       expect(bad.stderr).toMatch(/--deadline \+soon: give a duration from now such as \+90s/);
+      // A duration without its + (the server's "epoch ms or ISO" said nothing of +90s).
+      const plain = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1', '--deadline', '90s']);
+      expect(plain.code).toBe(2);
+      expect(plain.stderr).toMatch(/--deadline 90s: a duration from now takes a \+ \(--deadline \+90s\)/);
+      // The API's prefix in --server: every call went to /v1/v1/….
+      const prefixed = await cli(['status', '--server', `${url}/v1`]);
+      expect(prefixed.code).toBe(2);
+      expect(prefixed.stderr).toContain(`--server is the server's base URL, without /v1: ${new URL(url).origin}`);
     });
 
     it('wait prints the result and exits 0 when done; status <id> prints the job', async () => {

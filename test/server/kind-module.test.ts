@@ -87,3 +87,66 @@ describe("a kind's answers about a submission", () => {
     expect(submit(buffer, { b: 8 }).memory).toEqual({ prepareBytes: 8, deviceBytes: 8 });
   });
 });
+
+describe("what a newcomer's module gets wrong, said at load (a user trial)", () => {
+  const file = (source: string, ext = 'mjs') => {
+    const f = path.join(dir, `t${n++}.${ext}`);
+    fs.writeFileSync(f, source);
+    return f;
+  };
+  /** Loads a module; its notes, or the refusal's message. */
+  const notes = async (f: string, devices?: Parameters<typeof loadKind>[2]): Promise<readonly string[] | string> => {
+    try {
+      return (await loadKind(pathToFileURL(f).href, f, devices)).notes ?? [];
+    } catch (e) {
+      if (!(e instanceof KindModuleError)) throw e;
+      return e.message;
+    }
+  };
+
+  /** The refusal of the built loader in Node itself (the test runner's module transform neither throws for CommonJS in an .mjs nor keeps the module's lines). */
+  const refusedInNode = (f: string): string => {
+    const loader = pathToFileURL(path.resolve(import.meta.dirname, '../../dist/server/kind-module.js')).href;
+    // (From a file: a script given to -e has module, exports and require as globals, which the kind module then saw.)
+    const script = file(`const { loadKind } = await import(${JSON.stringify(loader)}); try { await loadKind(${JSON.stringify(pathToFileURL(f).href)}, ${JSON.stringify(f)}); console.log('loaded'); } catch (e) { console.log(e.message); }`);
+    return execFileSync(process.execPath, [script], { encoding: 'utf8' }).trim();
+  };
+
+  it('a CommonJS module in an .mjs, a .ts file or a directory: what to do', () => {
+    expect(refusedInNode(file('module.exports = { name: "c" };'))).toMatch(/module is not defined in ES module scope: it is written as CommonJS — name it \.cjs/);
+    expect(refusedInNode(file(OK, 'ts'))).toMatch(/Unknown file extension "\.ts".*: compile it to JavaScript first/);
+    expect(refusedInNode(dir)).toMatch(/it does not load: it is a directory: give the module file itself/);
+  });
+
+  it('an error thrown as it loads: where in the module', () => {
+    const f = file('const cfg = undefined;\nexport const name = "t";\nexport const dim = cfg.dim;\nexport async function prepare() { return 1; }\n');
+    expect(refusedInNode(f)).toContain(`Cannot read properties of undefined (reading 'dim') (thrown at ${f}:3:`);
+  });
+
+  it('a misspelt schema keyword, and a default its own schema refuses: said (each checked nothing, or blamed the client)', async () => {
+    const misspelt = await notes(file(`${OK} export const input = { type: 'object', propertis: { n: { type: 'integer' } } };`));
+    expect(misspelt).toEqual([expect.stringMatching(/export input: input: unknown keyword "propertis" — did you mean "properties"\?/)]);
+    const nested = await notes(file(`${OK} export const input = { type: 'object', properties: { s: { type: 'string', maxLenght: 3 } } };`));
+    expect(nested).toEqual([expect.stringMatching(/input\.s: unknown keyword "maxLenght" — did you mean "maxLength"\?/)]);
+    const badDefault = await notes(file(`${OK} export const input = { type: 'object', properties: { n: { type: 'integer', default: 'ten' } } };`));
+    expect(badDefault).toEqual([expect.stringMatching(/input\.n: its default "ten" does not fit its own schema \(it must be an integer\): fix the default/)]);
+    // Annotations of one's own, and a sound schema: nothing said.
+    expect(await notes(file(`${OK} export const input = { type: 'object', 'x-unit': 'ms', example: {}, properties: { n: { type: 'integer', default: 10, units: 'items' } } };`))).toEqual([]);
+  });
+
+  it("memory() or partitions() returning what no input may make them return, on the default input: said at load (it was a 500 at every submit, nothing in the log)", async () => {
+    const said = await notes(file(`${OK} export const input = { type: 'object', properties: { n: { type: 'integer', default: 2 } } }; export function partitions(i) { return String(i.n); }`));
+    expect(said).toEqual([expect.stringMatching(/export partitions returned "2": it must return a whole number .* on the default input \{"n":2\}: a submission of it gets a 500/)]);
+    // Without a schema {} is no declared input: nothing is asked of it.
+    expect(await notes(file(`${OK} export function memory(i) { return { prepareBytes: i.p, deviceBytes: 0 }; }`))).toEqual([]);
+  });
+
+  it('named exports beside a default object: the default is said to be ignored', async () => {
+    expect(await notes(file(`${OK.replace('"k"', '"named"')} export default { name: "other", prepare: async () => 1, run: (p) => p };`))).toEqual([expect.stringMatching(/the named exports are the kind \("named"\), the default object is not read/)]);
+  });
+
+  it('a kind without run where the server has a process device: it is named', async () => {
+    const f = file('export const name = "p"; export async function prepare() { return 1; }');
+    expect(await notes(f, new Map([['default', 'thread'], ['gpu', 'process']]))).toMatch(/or run it on "gpu", this server's device served by a process or HTTP: \[kinds\.p\] device = "gpu"/);
+  });
+});

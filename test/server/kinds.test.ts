@@ -486,6 +486,13 @@ describe('bad kind modules are refused at start', () => {
     expect(r.stderr).toContain(`kind module ${path.join(dir, 'named.mjs')}: export name: is "k" but the config calls it [kinds.embed]`);
   });
 
+  it("a [kinds.NAME] module that is not there: the config's field, and what its path is taken from", async () => {
+    const config = write('gone.toml', '[kinds.gone]\nmodule = "./gone.mjs"\n');
+    const r = await run(['serve', '--config', config, '--port', '0', '--data', path.join(dir, 'data-gone')]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`kind module ${path.join(dir, 'gone.mjs')}: file not found: fix [kinds.gone] module in the config (a relative path there is taken from the config file's folder)`);
+  });
+
   it('the same module twice', async () => {
     const module = write('twice.mjs', ok);
     const r = await run(['serve', '--port', '0', '--data', path.join(dir, 'data-twice'), '--kind', module, '--kind', module]);
