@@ -1269,12 +1269,13 @@ export class Engine {
 
   /**
    * The pacer holds the head of the queue back; where devices run named kinds, one that the
-   * head's kind does not run may sit idle with nothing of its kinds preparing or waiting — the
+   * head's kind does not run may run short with little of its kinds preparing or waiting — the
    * queue's order alone keeps its work back (a 30 ms job for an idle HTTP device waited 5 s behind
-   * 50 partitions for a busy process device). Such a device gets the first queued item of its
-   * kinds, as the budget allows (a kind prepared in batches waits its turn): one at a time per
-   * such device (the next once that one has reached it and a worker is free again), so past the
-   * pacer goes at most one preparation per device. Returns whether it dispatched one.
+   * 50 partitions for a busy process device; two devices of a kind each, their jobs submitted
+   * together, both ran at the slower one's pace: 0.88 of their capacity). Such a device gets the
+   * first queued items of its kinds, as the budget allows (a kind prepared in batches waits its
+   * turn), while fewer of its kinds are preparing or waiting than it has workers: past the pacer
+   * go at most as many as its workers, for each device. Returns whether it dispatched one.
    */
   private feedStarved(head: Item, out: Command[]): boolean {
     const s = this.counters;
@@ -1283,18 +1284,18 @@ export class Engine {
     for (let d = 0; d < dk.length; d++) {
       const kinds = dk[d];
       const c = s.devices[d] as DeviceCounters;
-      if (!kinds || kinds.has(headKind) || c.busy >= c.workers || c.eligible === false) continue;
-      // Nothing of its kinds on the way, and some queued (else no scan of the queue: this runs on every event).
-      let coming = false;
+      if (!kinds || kinds.has(headKind) || c.eligible === false) continue;
+      // Fewer of its kinds on the way than it has workers, and some queued (else no scan of the queue: this runs on every event).
+      let coming = 0;
       let queued = 0;
       for (const name of kinds) {
         const k = this.kindIndexes.get(name);
         if (k === undefined) continue;
         const kc = s.kinds[k] as EngineKind;
-        if (kc.preparing + kc.waiting > 0) coming = true;
+        coming += kc.preparing + kc.waiting;
         queued += kc.queued;
       }
-      if (coming || queued === 0) continue;
+      if (coming >= c.workers || queued === 0) continue;
       let best: Item | undefined;
       for (const item of this.backlog.values()) if (kinds.has(item.job.spec.kind) && !this.prepByKind[item.job.kindIndex] && (!best || keyLess(item, best))) best = item;
       if (!best || !this.budget.tryReserve(best.job.reservation)) continue;

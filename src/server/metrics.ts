@@ -2,6 +2,9 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 import type { ReadonlySnapshot, PacerState } from '../core/index.js';
 import type { BufferPoolStats } from '../runtime/buffer-pool.js';
 import type { ServeConfig } from './config.js';
+
+/** The codes a job fails with ({@link ServiceMetrics} starts each kind's series of them at 0): a step that failed past its retries, a missed deadline, a finish that threw, a memory() or kind that failed at its start, partitions over the budget. */
+const JOB_FAILURE_CODES = ['E_PREPARE_FAILED', 'E_DEVICE_FAILED', 'E_DEADLINE', 'E_FINISH_FAILED', 'E_KIND_FAILED', 'E_OVERSIZE'];
 import type { JobState } from './journal.js';
 
 const STAGES = ['queued', 'preparing', 'waiting', 'on-device'] as const;
@@ -228,6 +231,8 @@ export class ServiceMetrics {
     this.deviceNames = devices;
     for (const kind of service.kindNames()) {
       for (const stage of ['prepare', 'device']) this.stepFailures.inc({ kind, stage }, 0);
+      // (The codes a job of a loaded kind fails with: absent until its first, increase() missed that one.)
+      for (const code of JOB_FAILURE_CODES) this.jobFailures.inc({ kind, code }, 0);
       this.prepareSeconds.zero({ kind });
       this.deviceSeconds.zero({ kind });
       // (With its priority label: zeroed without one, each kind's series stood at 0 beside the real ones.)

@@ -356,29 +356,44 @@ describe('Engine: the pacer’s observeAgainAt', () => {
 });
 
 describe('Engine: a device of named kinds that the queue order starves', () => {
-  it('gets the first queued item of its kinds while the pacer holds the head back — for an idle worker, and none while one of its kinds is coming', () => {
+  it('gets the first queued items of its kinds while the pacer holds the head back — as many preparing or waiting as it has workers', () => {
     const gate = new GatePacer();
     gate.openAt = Infinity;
     const r = new Run(engine({ devices: [{ workers: 1, kinds: ['proof'] }, { workers: 2, kinds: ['caption'] }], pacer: gate }));
     r.submit(0, job('p', 5, { kind: 'proof' }));
-    // The head (proof) is held back, and device 1 has nothing: the caption job's first partition starts.
-    const out = r.submit(1, job('c', 3, { kind: 'caption', priority: 'low' }));
-    expect(ofType(out, 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['c:0']);
+    // The head (proof) is held back, and device 1 (2 workers) has nothing coming: the caption job's first two partitions start.
+    const out = r.submit(1, job('c', 4, { kind: 'caption', priority: 'low' }));
+    expect(ofType(out, 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['c:0', 'c:1']);
     expect(r.e.snapshot.kinds.map((k) => [k.name, k.preparing])).toEqual([
       ['proof', 0],
-      ['caption', 1],
+      ['caption', 2],
     ]);
-    // Prepared, it runs on device 1, whose second worker is then idle with nothing coming: the next one.
+    // Prepared, it runs on device 1: one coming, the next one starts.
     const more = r.prepared(2, 'c:0');
     expect(ofType(more, 'startDevice').map((c) => [`${c.item.jobId}:${c.item.partition}`, c.device])).toEqual([['c:0', 1]]);
-    expect(ofType(more, 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['c:1']);
-    // Both workers busy: nothing more passes the gate; one done, it is idle with nothing coming again.
-    expect(ofType(r.prepared(3, 'c:1'), 'startPrepare')).toEqual([]);
-    expect(ofType(r.done(5, 'c:0'), 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['c:2']);
-    // While c:2 prepares, the idle worker has one coming: nothing more.
-    expect(ofType(r.done(6, 'c:1'), 'startPrepare')).toEqual([]);
+    expect(ofType(more, 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['c:2']);
+    // Its second worker takes c:1: one coming (c:2), so the last one starts.
+    expect(ofType(r.prepared(3, 'c:1'), 'startPrepare').map((c) => `${c.item.jobId}:${c.item.partition}`)).toEqual(['c:3']);
+    // Both workers busy and two prepared, waiting: nothing more would pass the gate (none is left to).
+    expect(ofType(r.prepared(4, 'c:2'), 'startPrepare')).toEqual([]);
     // The held-back kind's own device never gets an item past the gate.
     expect(r.e.snapshot.kinds[0]?.preparing).toBe(0);
+  });
+
+  it('gives it no more than its workers while they are coming: a third waits for one to reach the device', () => {
+    const gate = new GatePacer();
+    gate.openAt = Infinity;
+    const r = new Run(engine({ devices: [{ workers: 1, kinds: ['proof'] }, { workers: 2, kinds: ['caption'] }], pacer: gate }));
+    r.submit(0, job('p', 5, { kind: 'proof' }));
+    expect(ofType(r.submit(1, job('c', 6, { kind: 'caption', priority: 'low' })), 'startPrepare')).toHaveLength(2);
+    // Both on the device, none coming: two more.
+    r.prepared(2, 'c:0');
+    r.prepared(2, 'c:1');
+    expect(r.e.snapshot.kinds[1]).toMatchObject({ preparing: 2, waiting: 0, onDevice: 2 });
+    // Those two prepared and waiting for a worker: two coming, nothing more.
+    expect(ofType(r.prepared(3, 'c:2'), 'startPrepare')).toEqual([]);
+    expect(ofType(r.prepared(3, 'c:3'), 'startPrepare')).toEqual([]);
+    expect(r.e.snapshot.kinds[1]).toMatchObject({ preparing: 0, waiting: 2, onDevice: 2 });
   });
 });
 

@@ -526,15 +526,20 @@ describe('selfCheck: the observed rate of a saturated device against the estimat
     expect(z.d.satCompletions).toBe(64);
   });
 
-  it('needs more completions on a noisy device: the window noise within a third of CHECK_TOLERANCE', () => {
-    // cv² 0.01: 9·0.01 / (0.1/3)² = 81 completions, so the window closes at the chunk reaching 84.
+  it('needs more completions on a noisy device: the window noise within a third of what it is to tell — CHECK_TOLERANCE, or the distance it reads where that is more', () => {
+    // cv² 0.3, read 0.5: 9·0.3 / (0.5/3)² = 97.2 completions (at the tolerance, 2,430), so the window closes at the chunk reaching 100.
     const r = new CheckRig(2, [10]);
-    (r.d.services[0] as ServiceEstimate).varianceSlow = 0.01;
+    (r.d.services[0] as ServiceEstimate).varianceSlow = 0.3;
     r.step(10, 1);
-    expect(r.run(80, 10)).toEqual([]);
-    expect(r.d.satCompletions).toBe(80);
-    // 840 ms expected, 840 ms of 2 workers observed.
-    expect(r.run(4, 10)).toEqual([[85, 0.5]]);
+    expect(r.run(96, 10)).toEqual([]);
+    expect(r.d.satCompletions).toBe(96);
+    // 1000 ms expected, 1000 ms of 2 workers observed.
+    expect(r.run(4, 10)).toEqual([[101, 0.5]]);
+    // cv² 0.01, read 0.5: the floor, CHECK_MIN_COMPLETIONS (at the tolerance it would be 81).
+    const quiet = new CheckRig(2, [10]);
+    (quiet.d.services[0] as ServiceEstimate).varianceSlow = 0.01;
+    quiet.step(10, 1);
+    expect(quiet.run(32, 10)).toEqual([[33, 0.5]]);
   });
 
   it('reads nothing from a window with no time in it', () => {

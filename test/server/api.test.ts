@@ -1084,6 +1084,9 @@ describe('GET /metrics (fresh server)', () => {
     // Every labelled series exists from the start, at 0 (increase() then sees the first job).
     expect(metric(t0, 'stoker_jobs{kind="sleep",state="done"}')).toBe(0);
     expect(metric(t0, 'stoker_jobs_ended_total{kind="sleep",state="failed"}')).toBe(0);
+    // (Absent until the first failure, increase() missed that one: a user trial.)
+    expect(t0).toContain('stoker_jobs_failed_total{kind="sleep",code="E_DEVICE_FAILED"} 0');
+    expect(t0).toContain('stoker_jobs_failed_total{kind="sleep",code="E_DEADLINE"} 0');
     expect(metric(t0, 'stoker_waiting_target_partitions')).toBe(4);
     expect(metric(t0, 'stoker_waiting_partitions')).toBe(0);
     expect(metric(t0, 'stoker_pacer_capacity_partitions_per_second')).toBe(0);

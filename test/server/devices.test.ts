@@ -331,6 +331,6 @@ describe('several devices in one server', () => {
     );
     removeDir(dir);
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/export device: "gpu" names no device: this server has "default" .* — fix \[kinds\.NAME\] device in the config/);
+    expect(r.stderr).toMatch(/export device: "gpu" names no device: this server has "default" .* — fix \[kinds\.probe\] device in the config/);
   });
 });

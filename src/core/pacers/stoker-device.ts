@@ -379,10 +379,17 @@ export function selfCheck(d: DeviceEstimate, c: ReadonlySnapshot['devices'][numb
     expectedMs += svc.satCompletions * svc.serviceMs;
     variance = Math.max(variance, svc.varianceSlow);
   }
-  const need = Math.max(CHECK_MIN_COMPLETIONS, (9 * variance) / ((CHECK_TOLERANCE / 3) * (CHECK_TOLERANCE / 3)));
-  if (completions < need || d.satMs <= 0) return;
+  if (d.satMs <= 0) return;
   // Observed completions ÷ those the feed-forward (workers ÷ busy time per item) predicts.
   const ratio = expectedMs / (usable * d.satMs);
+  // Enough completions that the window's noise stays within a third of what it is to tell: the
+  // tolerance, or the distance it reads, where that is more (a device whose steps take
+  // microseconds, its rate set by the server's own overhead, read 0.001 of its busy time's
+  // rate: judged over the thousands of completions its noisy timings ask for a 10 % error, it
+  // was trusted for 13 s while its whole 200,000-partition backlog was prepared).
+  const tell = Math.max(CHECK_TOLERANCE, Math.abs(ratio - 1)) / 3;
+  const need = Math.max(CHECK_MIN_COMPLETIONS, (9 * variance) / (tell * tell));
+  if (completions < need) return;
   d.satMs = 0;
   d.satCompletions = 0;
   for (const svc of d.services) svc.satCompletions = 0;
