@@ -365,14 +365,17 @@ export class Engine {
 
   /**
    * Each device's workers: alive or lost, and the partition each one runs (null when idle; in a
-   * batch, its first item still running, and `batch` the items still running in it).
+   * batch, its first item still running, and `batch` the items still running in it; one alone,
+   * `since`: when it started there).
    */
-  workerStates(): { alive: boolean; item: { jobId: string; partition: number } | null; batch?: number }[][] {
+  workerStates(): { alive: boolean; item: { jobId: string; partition: number } | null; batch?: number; since?: number }[][] {
     return this.workers.map((ws) =>
       ws.map((w) => {
         const item = w.item ?? w.batch?.items.find((it) => it.batch === w.batch) ?? null;
-        const state: { alive: boolean; item: { jobId: string; partition: number } | null; batch?: number } = { alive: w.alive, item: item ? { jobId: item.jobId, partition: item.partition } : null };
+        const state: { alive: boolean; item: { jobId: string; partition: number } | null; batch?: number; since?: number } = { alive: w.alive, item: item ? { jobId: item.jobId, partition: item.partition } : null };
         if (w.batch) state.batch = w.batch.live;
+        // (When the item started on the worker, in the engine's time: a step that hangs shows by its age.)
+        else if (w.item) state.since = w.item.startedAt;
         return state;
       }),
     );

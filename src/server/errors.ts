@@ -57,6 +57,8 @@ export function conflict(id: string): ServiceError {
 }
 
 export function notFound(id: string): ServiceError {
+  // (GET /v1/jobs/ read as a job of no id: 'no job ""'.)
+  if (id === '') return new ServiceError(404, 'job-not-found', 'No such job', 'no job id given: GET /v1/jobs/ID for a job, GET /v1/jobs for the list');
   return new ServiceError(404, 'job-not-found', 'No such job', `no job ${JSON.stringify(id)}: it was never submitted, or it finished more than server.resultTtlS ago and was purged`);
 }
 

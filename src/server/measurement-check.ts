@@ -29,6 +29,8 @@ export class MeasurementCheck {
     private readonly devices: readonly ServiceDevice[],
     private readonly say: (e: MeasurementEvent) => void,
     private readonly log: ServerLog,
+    /** The steps running long now (see slowSteps, from 10 s): a cause of a device slower than its busy time. */
+    private readonly slow: () => readonly SlowStep[] = () => [],
   ) {}
 
   /** Looks at the pacer's state: each device whose trust changed is said (a first `estimate` is not news). */
@@ -55,10 +57,48 @@ export class MeasurementCheck {
     const ratio = d.observedRatio ?? 1;
     if (d.trusted === 'estimate') return 'the observed rate agrees with the busy time again';
     if (ratio < 1) {
-      return `it completes ${(1 / ratio).toFixed(2)}× slower than its ${this.devices[i]?.config.workers ?? '?'} workers' busy time says: the workers are not really concurrent (one GPU behind a lock?), or the busy time leaves out a wait (a lock, a queue) — report the time each item occupied its worker, or declare fewer workers`;
+      const hung = this.slow().filter((x) => x.device === i);
+      const held = hung.length === 0 ? '' : `a step that does not end holds ${hung.length === 1 ? 'a worker' : `${hung.length} workers`} (${hung.map((x) => `worker ${x.worker}: job ${x.job} partition ${x.partition}, ${x.ageS.toFixed(0)} s`).join('; ')}: set engine.deviceTimeoutS to end such a step) — or `;
+      return `it completes ${(1 / ratio).toFixed(2)}× slower than its ${this.devices[i]?.config.workers ?? '?'} workers' busy time says: ${held}the workers are not really concurrent (one GPU behind a lock?), or the busy time leaves out a wait (a lock, a queue) — report the time each item occupied its worker, or declare fewer workers`;
     }
     return `it completes ${ratio.toFixed(2)}× faster than its busy time says: the busy time counts more than the item occupied (a wait before it started?), or more workers run than declared`;
   }
+}
+
+/** A device step's age, in the device's measured time per item, past which slowSteps speaks (and a minute at least). */
+const SLOW_STEPS = 20;
+
+/** A step on a device worker that has run long: its device, worker, job, partition and age (s). */
+export interface SlowStep {
+  device: number;
+  worker: number;
+  job: string;
+  partition: number;
+  ageS: number;
+  /** Its age in the device's measured time per item. */
+  times: number;
+}
+
+/**
+ * The steps that have run on their device workers SLOW_STEPS × the device's measured time per
+ * item, and at least `minMs` (a minute: what is said of them; a cause of a slow device is looked
+ * for sooner, the self-check judging in seconds) (a device timeout unset: a step that never ends holds its worker for
+ * good — a fleet trial's held one for minutes, nothing said, and the self-check then read the
+ * device as two workers behind a lock). `perItemMs[d]`: a worker's measured time per item on
+ * device d (NaN: unknown, then a minute alone). Batches are left out (their size sets their time).
+ */
+export function slowSteps(workers: readonly (readonly { item: { jobId: string; partition: number } | null; since?: number }[])[], now: number, perItemMs: readonly number[], minMs = 60_000): SlowStep[] {
+  const out: SlowStep[] = [];
+  workers.forEach((ws, device) => {
+    const per = perItemMs[device] ?? NaN;
+    ws.forEach((w, worker) => {
+      if (!w.item || w.since === undefined) return;
+      const age = now - w.since;
+      if (!(age > minMs && !(age <= SLOW_STEPS * per))) return;
+      out.push({ device, worker, job: w.item.jobId, partition: w.item.partition, ageS: age / 1000, times: per > 0 ? age / per : NaN });
+    });
+  });
+  return out;
 }
 
 /** The mean age of the preparations in flight, in measured latencies, past which slowPreparations speaks (and a minute at least). */

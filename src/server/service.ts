@@ -25,7 +25,7 @@ import { KindRouter, kindView, type KindView, type RoutedInput } from './kinds.j
 import { localJobView, type ResultForm } from './local-view.js';
 import { FailureLog } from './failure-log.js';
 import { stderrLog, type ServerLog } from './log.js';
-import { MeasurementCheck, slowPreparations } from './measurement-check.js';
+import { MeasurementCheck, slowPreparations, slowSteps, type SlowStep } from './measurement-check.js';
 import { HeldTime, ServiceMetrics, waitingTarget } from './metrics.js';
 import { PacerMemory } from './pacer-memory.js';
 import { isFinal, LIST_STATES_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
@@ -161,9 +161,21 @@ export class Service {
     for (const kind of kinds.values()) for (const note of kind.notes ?? []) log(note);
     this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, onHold: () => this.held.size, moduleHash: (kind) => this.moduleHashes.get(kind), stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
-    const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e), log);
+    const slowNow = (minMs?: number): SlowStep[] => {
+      if (Number.isFinite(config.engine.deviceTimeoutS)) return [];
+      // A worker's time per item on each device, from the pacer's estimate of the device's rate.
+      const st = this.runtime.status().pacer;
+      const perItemMs = this.devices.map((d, i) => {
+        const perSec = st.devices?.[i]?.estimatedPerSec ?? null;
+        return perSec && perSec > 0 ? (d.config.workers / perSec) * 1000 : NaN;
+      });
+      return slowSteps(this.workerStates(), this.runtime.now(), perItemMs, minMs);
+    };
+    const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e), log, () => slowNow(10_000));
     const full = { said: 0, at: -Infinity, open: false };
     const slow = { said: false };
+    /** The slow device steps said, by device/worker/job/partition (each once while it runs). */
+    let slowSaid = new Set<string>();
     this.pacerTimer = setInterval(() => {
       failures.flush();
       const status = this.runtime.status();
@@ -175,6 +187,16 @@ export class Service {
         if (line !== undefined && !slow.said) log(`stoker serve: ${line}`);
         slow.said = line !== undefined;
       }
+      const steps = slowNow();
+      const saidNow = new Set<string>();
+      for (const x of steps) {
+        const key = `${x.device}/${x.worker}/${x.job}/${x.partition}`;
+        saidNow.add(key);
+        if (slowSaid.has(key)) continue;
+        const name = this.devices[x.device]?.name ?? String(x.device);
+        log(`stoker serve: device ${name} worker ${x.worker}: job ${x.job} partition ${this.runs.jobPartition(x.job, x.partition)} has run ${x.ageS.toFixed(0)} s on it${Number.isFinite(x.times) ? `, ${x.times.toFixed(0)} × the device's measured time per item` : ''}: a step that never ends holds its worker for good — set engine.deviceTimeoutS (none is set)`);
+      }
+      slowSaid = saidNow;
       // A full journal refuses submissions (507) and keeps ends in memory: said on stderr, at once and then once a minute while it lasts.
       // (Room back is seen without a write — a server /readyz showed not ready gets no submission to
       // say so — once the ends kept have landed: their retries are the better test.)

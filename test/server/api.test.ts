@@ -429,6 +429,10 @@ describe('stoker serve (shared server)', () => {
       const r = await getJob(url, 'no-such-job');
       expectProblem(r, 404, 'job-not-found');
       expect(r.body.detail).toContain('"no-such-job"');
+      // No id at all (GET /v1/jobs/): said so, with the list's path.
+      const none = await http(url, 'GET', '/v1/jobs/');
+      expectProblem(none, 404, 'job-not-found');
+      expect(none.body.detail).toBe('no job id given: GET /v1/jobs/ID for a job, GET /v1/jobs for the list');
     });
   });
 

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { slowPreparations } from '../../src/server/measurement-check.js';
+import { MeasurementCheck, slowPreparations, slowSteps } from '../../src/server/measurement-check.js';
 import { collectEvents, http, metricValue, removeDir, startServer, tempDataDir, waitUntil, type ServerProcess } from './helpers.js';
 
 const FIXTURES = fileURLToPath(new URL('../fixtures/', import.meta.url));
@@ -65,5 +65,37 @@ describe('preparations that may never end (no prepareTimeoutS)', () => {
     // Nothing preparing, or nothing measured: nothing said.
     expect(slowPreparations({ preparing: 0, preparingStartMsTotal: 0 }, 1e9, 1000)).toBeUndefined();
     expect(slowPreparations(one, 1e9, 0)).toBeUndefined();
+  });
+});
+
+describe('device steps that may never end (no deviceTimeoutS)', () => {
+  const item = (jobId: string, partition: number) => ({ jobId, partition });
+  it('are those 20 × the device’s time per item old, and a minute at least; batches and idle workers are not', () => {
+    const workers = [
+      [
+        { item: item('a', 3), since: 0 },
+        { item: item('b', 0), since: 50_000 },
+      ],
+      [{ item: null }, { item: item('c', 1) /* a batch: no since */ }],
+    ];
+    // 80 ms a step: past a minute, the first.
+    expect(slowSteps(workers, 61_000, [80, NaN])).toEqual([{ device: 0, worker: 0, job: 'a', partition: 3, ageS: 61, times: 762.5 }]);
+    expect(slowSteps(workers, 59_000, [80, NaN])).toEqual([]);
+    // 5 s a step: 20 × is 100 s.
+    expect(slowSteps(workers, 99_000, [5000, NaN])).toEqual([]);
+    expect(slowSteps(workers, 101_000, [5000, NaN]).map((x) => x.job)).toEqual(['a']);
+    // Unknown time per item: a minute alone.
+    expect(slowSteps(workers, 111_000, [NaN, NaN]).map((x) => x.job)).toEqual(['a', 'b']);
+  });
+
+  it('name a hung step as a cause of a device slower than its busy time (a fleet trial read it as workers behind a lock)', () => {
+    const lines: string[] = [];
+    const devices = [{ name: 'default', config: { workers: 2 } }] as unknown as ConstructorParameters<typeof MeasurementCheck>[0];
+    const hung = [{ device: 0, worker: 1, job: 'hang-1', partition: 3, ageS: 76, times: 950 }];
+    const check = new MeasurementCheck(devices, () => {}, (l) => lines.push(l), () => hung);
+    const state = (trusted: 'estimate' | 'observed') => ({ mode: 'steady', ratePerSec: 1, intervalMs: 1, terms: {}, devices: [{ estimatedPerSec: 25, observedRatio: 0.5, trusted, workerLimit: null }] }) as Parameters<MeasurementCheck['check']>[0];
+    check.check(state('estimate'));
+    check.check(state('observed'));
+    expect(lines).toEqual(['stoker serve: device default: the pacer now plans with the observed rate: it completes 2.00× slower than its 2 workers\' busy time says: a step that does not end holds a worker (worker 1: job hang-1 partition 3, 76 s: set engine.deviceTimeoutS to end such a step) — or the workers are not really concurrent (one GPU behind a lock?), or the busy time leaves out a wait (a lock, a queue) — report the time each item occupied its worker, or declare fewer workers']);
   });
 });

@@ -145,6 +145,11 @@ export function moduleLoader<M>(what: string, fn: string, signature: (style: Cal
         if (typeof mod[fn] !== 'function') throw new Error(`${style === 'kind' ? 'kind' : what} module ${url} must export a function ${signature(style)}`);
         loaded.set(key, mod as M);
         return mod as M;
+      }, (e: unknown) => {
+        // (It loaded in the server's thread, where it was checked: what fails here is its loading
+        // in this one — read as the step's own failure, it was "cannot init GPU context".)
+        const message = e instanceof Error ? e.message : String(e);
+        throw Object.assign(new Error(`${style === 'kind' ? 'kind' : what} module ${url} does not load in its worker thread (it did in the server's own): ${message}`, { cause: e }), { retry: false });
       });
       loading.set(key, m);
     }
