@@ -130,12 +130,16 @@ export class JobRuns {
       },
     );
     this.storing.add(stored);
-    void stored.then(() => this.storing.delete(stored));
+    const done = () => this.storing.delete(stored);
+    stored.then(done, (e: unknown) => {
+      done();
+      this.p.log(`error: ${what}: ${e instanceof Error ? e.message : String(e)}`);
+    });
   }
 
   /** Once the large bytes being journaled are (a stop, before the journal closes). */
   async settled(): Promise<void> {
-    while (this.storing.size > 0) await Promise.all([...this.storing]);
+    while (this.storing.size > 0) await Promise.allSettled([...this.storing]);
   }
 
   /** A job from the journal, unfinished at the last stop: its unfinished partitions start again. */
