@@ -1277,8 +1277,10 @@ export class Engine {
    * 50 partitions for a busy process device; two devices of a kind each, their jobs submitted
    * together, both ran at the slower one's pace: 0.88 of their capacity). Such a device gets the
    * first queued items of its kinds, as the budget allows (a kind prepared in batches waits its
-   * turn), while fewer of its kinds are preparing or waiting than it has workers: past the pacer
-   * go at most as many as its workers, for each device. Returns whether it dispatched one.
+   * turn), while fewer of its kinds are preparing or waiting than its workers need on the way:
+   * each worker one, and what it takes in one preparation latency of its queued kinds, as measured
+   * (see feedAhead) — with the one a worker kept alone, a fast GPU behind a 0.75 s preparation
+   * needing 7.5 ran at 0.81 of its time. Returns whether it dispatched one.
    */
   private feedStarved(head: Item, out: Command[]): boolean {
     const s = this.counters;
@@ -1288,17 +1290,19 @@ export class Engine {
       const kinds = dk[d];
       const c = s.devices[d] as DeviceCounters;
       if (!kinds || kinds.has(headKind) || c.eligible === false) continue;
-      // Fewer of its kinds on the way than it has workers, and some queued (else no scan of the queue: this runs on every event).
+      // Fewer of its kinds on the way than it needs, and some queued (else no scan of the queue: this runs on every event).
       let coming = 0;
       let queued = 0;
+      let ahead = 0;
       for (const name of kinds) {
         const k = this.kindIndexes.get(name);
         if (k === undefined) continue;
         const kc = s.kinds[k] as EngineKind;
         coming += kc.preparing + kc.waiting;
         queued += kc.queued;
+        if (kc.queued > 0) ahead = Math.max(ahead, feedAhead(kc, d));
       }
-      if (coming >= c.workers || queued === 0) continue;
+      if (coming >= c.workers * (1 + ahead) || queued === 0) continue;
       let best: Item | undefined;
       for (const item of this.backlog.values()) if (kinds.has(item.job.spec.kind) && !this.prepByKind[item.job.kindIndex] && (!best || keyLess(item, best))) best = item;
       if (!best || !this.budget.tryReserve(best.job.reservation)) continue;
@@ -1488,4 +1492,21 @@ function sameJob(a: NormalJob, b: NormalJob): boolean {
     a.deadline === b.deadline &&
     (a.partitionNumbers === b.partitionNumbers || (a.partitionNumbers !== null && b.partitionNumbers !== null && a.partitionNumbers.every((n, i) => n === b.partitionNumbers?.[i])))
   );
+}
+
+/** The most items per worker {@link feedAhead} gives a device (a busy time of microseconds — a rate the server's own overhead sets — would ask thousands). */
+const FEED_AHEAD_MAX = 16;
+
+/**
+ * How many items of a kind a worker of device `d` takes in one preparation latency of the kind,
+ * as measured (the kind's mean preparation latency ÷ its mean device time there; 0 before both
+ * are measured), at most FEED_AHEAD_MAX: what a device's workers need on the way besides the one
+ * each holds, by Little's law.
+ */
+function feedAhead(kc: EngineKind, d: number): number {
+  const done = kc.completions[d] ?? 0;
+  if (kc.prepareCompletions === 0 || done === 0) return 0;
+  const latency = kc.prepareLatencyMsTotal / kc.prepareCompletions;
+  const service = (kc.busyMs[d] ?? 0) / done;
+  return service > 0 ? Math.min(latency / service, FEED_AHEAD_MAX) : FEED_AHEAD_MAX;
 }

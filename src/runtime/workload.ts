@@ -93,8 +93,12 @@ export type PrepareResult<P> = { prepared: P } | { error: string; retry?: false 
 
 export interface RuntimeOptions<I, P, O, R> {
   workload: Workload<I, P, O, R>;
-  /** One entry per device: its pipelined workers, and its batching (the workload must have `runBatch`). */
-  devices: { workers: number; batch?: BatchSpec }[];
+  /**
+   * One entry per device: its pipelined workers, its batching (the workload must have `runBatch`),
+   * the kinds it runs (absent: every kind; an item goes only to a device that runs its kind) and
+   * the name failure reasons call it by.
+   */
+  devices: { workers: number; batch?: BatchSpec; kinds?: readonly string[]; name?: string }[];
   /** Kinds by name that are prepared in batches (`{ prepareBatch: { maxItems, maxWaitMs } }`; the workload must have `prepareBatch`). */
   kinds?: Readonly<Record<string, KindSpec>>;
   /** A built-in pacer name or a pacer. @default 'stoker' */
