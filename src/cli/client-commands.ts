@@ -251,8 +251,11 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
     return body.state === 'done' ? 0 : 1;
   };
   // -o: a bytes result comes as bytes, streamed to the file (not base64 in JSON, in memory whole).
+  // Without it, as bytes too: printed as base64 up to PRINT_MAX_BYTES, past that left out (read as
+  // one JSON string, a result of 384 MiB or more could not be read at all: "error: Cannot create a
+  // string longer than 0x1fffffe8 characters", exit 1 for a job done).
   const file = flags.output;
-  const bytes = file === undefined ? undefined : async (res: Response) => ({ ...(await streamResult(res, file, io)), ...(await resultFields(flags, id)) });
+  const bytes = file === undefined ? async (res: Response) => printable(res, PRINT_MAX_BYTES, await resultFields(flags, id), io) : async (res: Response) => ({ ...(await streamResult(res, file, io)), ...(await resultFields(flags, id)) });
   if (flags.progress) {
     const end = await followProgress(id, flags, io, deadline);
     if (end) {
@@ -326,8 +329,51 @@ async function streamResult(res: Response, file: string, io: Io): Promise<{ resu
 
 /** The rest of a done job's …/result answer (id, state, error, finishedAt), from its view. */
 async function resultFields(flags: ClientFlags, id: string): Promise<{ id: string; state: string; error: unknown; finishedAt: unknown }> {
-  const v = (await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`, undefined, undefined, isJob)).body as { id: string; state: string; error: unknown; finishedAt: unknown };
+  let v: { id: string; state: string; error: unknown; finishedAt: unknown };
+  try {
+    v = (await call(flags, 'GET', `v1/jobs/${encodeURIComponent(id)}`, undefined, undefined, isJob)).body as typeof v;
+  } catch (e) {
+    // The result came whole (only a done job's comes as bytes); the view did not (a server that
+    // stopped meanwhile): done, the rest unknown — not "the server is away" until --timeout, exit 3.
+    if (!(e instanceof ClientError && e.transient)) throw e;
+    return { id, state: 'done', error: null, finishedAt: null };
+  }
   return { id: v.id, state: v.state, error: v.error, finishedAt: v.finishedAt };
+}
+
+/** The most bytes of a result `stoker wait` prints (as base64) without -o: 64 MiB. */
+const PRINT_MAX_BYTES = 64 * 2 ** 20;
+
+/**
+ * `wait` without -o, of a bytes result (asked for as bytes): the …/result answer as the server's
+ * JSON has it (its base64), up to `max` bytes; a larger one is left out by its size, as a job
+ * view leaves it (`result: null`, `resultOmittedBytes`), and stderr says to use -o.
+ */
+export async function printable(res: Response, max: number, fields: { id: string; state: string; error: unknown; finishedAt: unknown }, io: Io): Promise<object> {
+  const pieces: Buffer[] = [];
+  let n = 0;
+  let over = false;
+  const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+  const length = Number(res.headers.get('content-length') ?? NaN);
+  if (length > max) {
+    // (Its size is said: no need to read it.)
+    await reader.cancel();
+    n = length;
+    over = true;
+  } else {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      n += value.byteLength;
+      if (n > max) over = true;
+      if (!over) pieces.push(Buffer.from(value.buffer, value.byteOffset, value.byteLength));
+    }
+  }
+  if (over) {
+    io.err(`job ${fields.id}: its result is ${n} bytes, too many to print: write it to a file with -o FILE\n`);
+    return { id: fields.id, state: fields.state, result: null, resultOmittedBytes: n, error: fields.error, finishedAt: fields.finishedAt };
+  }
+  return { id: fields.id, state: fields.state, result: Buffer.concat(pieces, n).toString('base64'), resultEncoding: 'base64', error: fields.error, finishedAt: fields.finishedAt };
 }
 
 /**

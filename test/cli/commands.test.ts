@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { tempDir } from './helpers.js';
+import { printable } from '../../src/cli/client-commands.js';
 
 const CLI = path.resolve('dist/cli/main.js');
 const tmp = tempDir();
@@ -60,5 +61,26 @@ describe('the measuring commands, from the built CLI', () => {
     const dir = await stoker(['simulate', 'seed', '--pacer', tmp.dir]);
     expect(dir.code).toBe(2);
     expect(dir.err).toMatch(/is not a file; give the path of the \.js\/\.mjs module itself/);
+  });
+});
+
+describe('stoker wait without -o, of a bytes result', () => {
+  const fields = { id: 'j', state: 'done', error: null, finishedAt: '2026-01-01T00:00:00.000Z' };
+  const io = () => {
+    const err: string[] = [];
+    return { err, io: { out: () => {}, err: (s: string) => void err.push(s) } as unknown as Parameters<typeof printable>[3] };
+  };
+  it('prints it as the JSON answer has it (base64), up to the limit', async () => {
+    const { io: x } = io();
+    const res = new Response(new Uint8Array([1, 2, 3, 250]), { headers: { 'content-type': 'application/octet-stream' } });
+    expect(await printable(res, 4, fields, x)).toEqual({ id: 'j', state: 'done', result: 'AQID+g==', resultEncoding: 'base64', error: null, finishedAt: fields.finishedAt });
+  });
+  it('leaves a larger one out by its size, and says to use -o (as one JSON string, 384 MiB or more could not be read: exit 1 for a job done)', async () => {
+    for (const headers of [{ 'content-length': '5' }, {}]) {
+      const { io: x, err } = io();
+      const body = new ReadableStream<Uint8Array>({ start: (c) => (c.enqueue(new Uint8Array([1, 2, 3])), c.enqueue(new Uint8Array([4, 5])), c.close()) });
+      expect(await printable(new Response(body, { headers }), 4, fields, x)).toEqual({ id: 'j', state: 'done', result: null, resultOmittedBytes: 5, error: null, finishedAt: fields.finishedAt });
+      expect(err.join('')).toBe('job j: its result is 5 bytes, too many to print: write it to a file with -o FILE\n');
+    }
   });
 });
