@@ -819,12 +819,13 @@ function removeStaleBackups(dataDir: string, log: ServerLog): void {
     return;
   }
   for (const name of names) {
-    if (!name.startsWith(BACKUP_PREFIX) || !/^\d+-\d+$/.test(name.slice(BACKUP_PREFIX.length))) continue;
+    // (With its rollback journal: SQLite's backup writes the copy with one beside it, -journal, left by a kill.)
+    if (!name.startsWith(BACKUP_PREFIX) || !/^\d+-\d+(-journal)?$/.test(name.slice(BACKUP_PREFIX.length))) continue;
     try {
       fs.rmSync(path.join(dataDir, name), { force: true });
-      log(`removed ${name} from the data dir: a copy of the journal an earlier server was making or sending (GET /v1/backup) when it stopped`);
+      log(`stoker serve: removed ${name} from the data dir: ${name.endsWith('-journal') ? "the rollback journal of a copy of the journal" : 'a copy of the journal'} an earlier server was making or sending (GET /v1/backup) when it stopped`);
     } catch (e) {
-      log(`could not remove ${name}, a copy of the journal an earlier server left in the data dir: ${(e as Error).message} — remove it by hand`);
+      log(`stoker serve: could not remove ${name}, a copy of the journal an earlier server left in the data dir: ${(e as Error).message} — remove it by hand`);
     }
   }
 }

@@ -27,12 +27,16 @@ describe('a copy of the journal an earlier server left in the data dir', () => {
     await first.close(0);
     expect(path.dirname(copy)).toBe(dir);
     fs.writeFileSync(path.join(dir, 'stoker.db.backup-notes.txt'), 'mine');
+    // (A kill mid-copy leaves SQLite's rollback journal of the copy beside it: a user trial found it left.)
+    fs.writeFileSync(`${copy}-journal`, 'x');
     const lines: string[] = [];
     const second = Service.open(config, kinds, { log: (l) => lines.push(l) });
     try {
       expect(fs.existsSync(copy)).toBe(false);
       expect(fs.existsSync(path.join(dir, 'stoker.db.backup-notes.txt'))).toBe(true);
-      expect(lines).toContain(`removed ${path.basename(copy)} from the data dir: a copy of the journal an earlier server was making or sending (GET /v1/backup) when it stopped`);
+      expect(lines).toContain(`stoker serve: removed ${path.basename(copy)} from the data dir: a copy of the journal an earlier server was making or sending (GET /v1/backup) when it stopped`);
+      expect(fs.existsSync(`${copy}-journal`)).toBe(false);
+      expect(lines).toContain(`stoker serve: removed ${path.basename(copy)}-journal from the data dir: the rollback journal of a copy of the journal an earlier server was making or sending (GET /v1/backup) when it stopped`);
     } finally {
       await second.close(0);
     }
