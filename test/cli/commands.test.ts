@@ -76,7 +76,7 @@ describe('stoker wait without -o, of a bytes result', () => {
     expect(await printable(res, 4, fields, x)).toEqual({ id: 'j', state: 'done', result: 'AQID+g==', resultEncoding: 'base64', error: null, finishedAt: fields.finishedAt });
   });
   it('leaves a larger one out by its size, and says to use -o (as one JSON string, 384 MiB or more could not be read: exit 1 for a job done)', async () => {
-    for (const headers of [{ 'content-length': '5' }, {}]) {
+    for (const headers of [{ 'content-length': '5' }, {}] as Record<string, string>[]) {
       const { io: x, err } = io();
       const body = new ReadableStream<Uint8Array>({ start: (c) => (c.enqueue(new Uint8Array([1, 2, 3])), c.enqueue(new Uint8Array([4, 5])), c.close()) });
       expect(await printable(new Response(body, { headers }), 4, fields, x)).toEqual({ id: 'j', state: 'done', result: null, resultOmittedBytes: 5, error: null, finishedAt: fields.finishedAt });
