@@ -13,7 +13,8 @@ export const MIN_SERVICE_MS = 1e-3;
  * The measurement self-check: while a device stays saturated (every worker busy, items waiting)
  * its completion rate *is* its capacity. Over windows of at least CHECK_MIN_COMPLETIONS such
  * completions (more on a noisy device, so that the window's own noise stays within a third of
- * CHECK_TOLERANCE), the observed rate is compared with the feed-forward one (workers ÷ busy time
+ * CHECK_TOLERANCE, or of how far off the window reads where that is more), the observed rate is
+ * compared with the feed-forward one (workers ÷ busy time
  * per item); CHECK_WINDOWS windows in a row off by more than CHECK_TOLERANCE on the same side,
  * and the pacer plans with the observed rate (until a window agrees again).
  */
