@@ -18,6 +18,7 @@ import { ConfigError, type ServeConfig } from './config.js';
 import type { Replay } from './event-log.js';
 import type { HistoryView } from './history.js';
 import { briefView, type JobView, type ResultView, type StatusView, type TimelineView } from './api.js';
+import { ResultPieces } from './local-view.js';
 import { clip, notFound, ServiceError } from './errors.js';
 import { parseSince, parseWait } from './durations.js';
 import { isFinal, progressEvents, STATES_PAGE_MAX, type JobProgressEvent, type StatesPage } from './progress.js';
@@ -139,18 +140,24 @@ const BASE64_PIECE_BYTES = 3 << 20;
  * by piece as the client reads it: whole, the base64 of 410 MB or more was longer than a string
  * may be (the result could not be answered at all), and of less it held several times its size.
  */
-function base64Body(body: ResultView, bytes: Buffer): Readable {
+function base64Body(body: ResultView, pieces: AsyncIterable<Buffer> | Iterable<Buffer>): Readable {
   const text = JSON.stringify(body);
   // (The first "result":"" is the field: a quote inside a string before it is escaped.)
   const at = text.indexOf('"result":""') + '"result":"'.length;
   return Readable.from(
-    (function* () {
+    (async function* () {
       yield text.slice(0, at);
-      for (let i = 0; i < bytes.length; i += BASE64_PIECE_BYTES) yield bytes.subarray(i, i + BASE64_PIECE_BYTES).toString('base64');
+      // (Each piece but the last a multiple of 3 bytes: their base64 joins as the whole's.)
+      for await (const piece of pieces) yield piece.toString('base64');
       yield text.slice(at);
     })(),
     { objectMode: false },
   );
+}
+
+/** Bytes in pieces of BASE64_PIECE_BYTES. */
+function* inPieces(bytes: Buffer): Iterable<Buffer> {
+  for (let i = 0; i < bytes.length; i += BASE64_PIECE_BYTES) yield bytes.subarray(i, i + BASE64_PIECE_BYTES);
 }
 
 /** Whether an Accept header asks for raw bytes rather than JSON (application/octet-stream ranked above application/json). */
@@ -401,14 +408,18 @@ export function buildApp(service: ApiService): FastifyInstance {
     const job = await service.wait(req.params.id, waitMs, true);
     if (!job) throw notFound(req.params.id);
     const raw = job.result instanceof Uint8Array ? Buffer.from(job.result.buffer, job.result.byteOffset, job.result.byteLength) : undefined;
+    const pieces = job.result instanceof ResultPieces ? job.result : undefined;
     if (job.state === 'done' && wantsBytes(req.headers.accept)) {
+      if (pieces) return reply.code(200).type('application/octet-stream').header('content-length', pieces.bytes).send(Readable.from(pieces.pieces(), { objectMode: false }));
       if (job.resultEncoding === 'base64') return reply.code(200).type('application/octet-stream').send(raw ?? Buffer.from(job.result as string, 'base64'));
       // (Bytes preferred, JSON taken too — `Accept: application/octet-stream, application/json;q=0.5`: the JSON.)
       if (!acceptsJson(req.headers.accept)) throw new ServiceError(406, 'not-bytes', 'Result is JSON', `job ${job.id}'s result is a JSON value, not bytes: ask with Accept: application/json`);
     }
-    const body: ResultView = { id: job.id, state: job.state, result: raw ? '' : job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt, ...(job.onHold === undefined ? {} : { onHold: job.onHold }) };
+    const body: ResultView = { id: job.id, state: job.state, result: raw || pieces ? '' : job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt, ...(job.onHold === undefined ? {} : { onHold: job.onHold }) };
     const code = job.state === 'queued' || job.state === 'running' ? 202 : 200;
-    return raw ? reply.code(code).type('application/json; charset=utf-8').send(base64Body(body, raw)) : reply.code(code).send(body);
+    if (raw) return reply.code(code).type('application/json; charset=utf-8').send(base64Body(body, inPieces(raw)));
+    if (pieces) return reply.code(code).type('application/json; charset=utf-8').send(base64Body(body, pieces.pieces()));
+    return reply.code(code).send(body);
   });
 
   app.delete<{ Params: { id: string } }>('/v1/jobs/:id', async (req) => service.cancel(req.params.id));

@@ -571,6 +571,25 @@ export class Journal {
     return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
   }
 
+  /**
+   * A blob's pieces ({@link storeBlob}) one by one, each read in its own turn of the event loop:
+   * what sends it holds one piece at a time (each a multiple of 3 bytes but the last: their base64
+   * joins as the whole's).
+   * @throws {JournalError} `E_JOURNAL_UNKNOWN_JOB` where they are gone (their job was purged or removed meanwhile).
+   */
+  async *blobPieces(blob: number): AsyncGenerator<Buffer> {
+    const bytes = this.stmts.blobBytes.get(blob);
+    if (bytes === undefined) throw blobGone(blob);
+    for (let seq = 0, at = 0; at < bytes; seq++) {
+      if (seq > 0) await nextTurn();
+      if (this.stmts.blobBytes.get(blob) === undefined) throw blobGone(blob);
+      const piece = this.stmts.chunk.get(blob, seq);
+      if (piece === undefined || piece.length === 0) throw new JournalError('E_JOURNAL_DAMAGED', `the journal's large bytes ${blob} are damaged: piece ${seq} is missing`);
+      at += piece.length;
+      yield piece;
+    }
+  }
+
   /** A blob's bytes at once, holding the event loop while it reads them (a resume's outputs, as the server starts). */
   readBlobNow(blob: number): Uint8Array {
     const bytes = this.stmts.blobBytes.get(blob);

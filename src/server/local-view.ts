@@ -48,6 +48,18 @@ export function localJobView(j: JournalJob, engine: LiveJobs, run: readonly numb
 export type ResultForm = boolean | 'raw';
 
 /**
+ * A bytes result journaled in pieces, in a `'raw'` view: its size, and its pieces, read from the
+ * journal as they are sent (GET …/result holds one at a time; read whole, each request held a copy
+ * of it — four downloads of a 400 MiB result, 1.7 GB).
+ */
+export class ResultPieces {
+  constructor(
+    readonly bytes: number,
+    readonly pieces: () => AsyncIterable<Buffer>,
+  ) {}
+}
+
+/**
  * A result for a view: JSON as it is, bytes as base64 with `resultEncoding`; one over
  * VIEW_RESULT_MAX_BYTES as stored only by its size (`resultOmittedBytes`) unless `full` (see ResultForm).
  */

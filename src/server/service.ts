@@ -22,7 +22,7 @@ import { JobWatch } from './job-watch.js';
 import { ignoreFull, isJournalError, Journal, type JobState, type JournalJob, type JournalJobInput, type JournalOutcome } from './journal.js';
 import { moduleHash, type LoadedKind } from './kind-module.js';
 import { KindRouter, kindView, type KindView, type RoutedInput } from './kinds.js';
-import { localJobView, type ResultForm } from './local-view.js';
+import { localJobView, ResultPieces, type ResultForm } from './local-view.js';
 import { FailureLog } from './failure-log.js';
 import { stderrLog, type ServerLog } from './log.js';
 import { MeasurementCheck, slowPreparations, slowSteps, type SlowStep } from './measurement-check.js';
@@ -459,6 +459,13 @@ export class Service {
   private async jobWhole(id: string, form: ResultForm): Promise<JobView | undefined> {
     const stored = this.journal.get(id);
     if (stored?.resultBlob === undefined) return this.job(id, undefined, form);
+    if (form === 'raw') {
+      // (Bytes as they are: sent piece by piece, read from the journal as they go.)
+      const blob = stored.resultBlob;
+      const out: JobView = { ...this.view(this.runs.overlay(stored), Infinity, undefined, false), result: new ResultPieces(stored.resultBytes ?? 0, () => this.journal.blobPieces(blob)), resultEncoding: 'base64' };
+      delete out.resultOmittedBytes;
+      return out;
+    }
     let bytes: Uint8Array;
     try {
       bytes = await this.journal.readBlob(stored.resultBlob);
