@@ -175,10 +175,9 @@ export class JobRuns {
     // A finish that settles after shutdown closed the journal: the job stays unfinished there and
     // its finish runs again, from the recorded outputs, on the next start.
     if (this.journalClosed) return;
-    const { result } = outcome as { result?: unknown };
-    if (outcome.state === 'done' && outcome.blob === undefined && result instanceof Uint8Array && result.byteLength > BLOB_MIN_BYTES) {
+    if (outcome.state === 'done' && outcome.blob === undefined && outcome.result instanceof Uint8Array && outcome.result.byteLength > BLOB_MIN_BYTES) {
       // (Not in pieces — a full disk — it is written whole, or kept until it fits.)
-      this.storeLarge(`the result of job ${JSON.stringify(id)}`, result, (blob) => this.commitEnd(id, { ...outcome, blob }), () => this.commitEnd(id, outcome));
+      this.storeLarge(`the result of job ${JSON.stringify(id)}`, outcome.result, (blob) => this.commitEnd(id, { ...outcome, blob }), () => this.commitEnd(id, outcome));
       return;
     }
     this.commitEnd(id, outcome);

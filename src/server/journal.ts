@@ -560,14 +560,9 @@ export class Journal {
    * @throws {JournalError} `E_JOURNAL_UNKNOWN_JOB` where they are gone (their job was purged or removed meanwhile).
    */
   async readBlob(blob: number): Promise<Uint8Array> {
-    const bytes = this.stmts.blobBytes.get(blob);
-    if (bytes === undefined) throw blobGone(blob);
-    const out = Buffer.allocUnsafe(bytes);
-    for (let seq = 0, at = 0; at < bytes; seq++) {
-      if (seq > 0) await nextTurn();
-      if (this.stmts.blobBytes.get(blob) === undefined) throw blobGone(blob);
-      at += this.#copyChunk(blob, seq, out, at);
-    }
+    const out = Buffer.allocUnsafe(this.#blobBytes(blob));
+    let at = 0;
+    for await (const piece of this.blobPieces(blob)) at += piece.copy(out, at);
     return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
   }
 
@@ -578,13 +573,13 @@ export class Journal {
    * @throws {JournalError} `E_JOURNAL_UNKNOWN_JOB` where they are gone (their job was purged or removed meanwhile).
    */
   async *blobPieces(blob: number): AsyncGenerator<Buffer> {
-    const bytes = this.stmts.blobBytes.get(blob);
-    if (bytes === undefined) throw blobGone(blob);
+    const bytes = this.#blobBytes(blob);
     for (let seq = 0, at = 0; at < bytes; seq++) {
-      if (seq > 0) await nextTurn();
-      if (this.stmts.blobBytes.get(blob) === undefined) throw blobGone(blob);
-      const piece = this.stmts.chunk.get(blob, seq);
-      if (piece === undefined || piece.length === 0) throw new JournalError('E_JOURNAL_DAMAGED', `the journal's large bytes ${blob} are damaged: piece ${seq} is missing`);
+      if (seq > 0) {
+        await nextTurn();
+        this.#blobBytes(blob);
+      }
+      const piece = this.#piece(blob, seq, bytes - at);
       at += piece.length;
       yield piece;
     }
@@ -592,21 +587,26 @@ export class Journal {
 
   /** A blob's bytes at once, holding the event loop while it reads them (a resume's outputs, as the server starts). */
   readBlobNow(blob: number): Uint8Array {
-    const bytes = this.stmts.blobBytes.get(blob);
-    if (bytes === undefined) throw blobGone(blob);
+    const bytes = this.#blobBytes(blob);
     const out = Buffer.allocUnsafe(bytes);
-    for (let seq = 0, at = 0; at < bytes; seq++) at += this.#copyChunk(blob, seq, out, at);
+    for (let seq = 0, at = 0; at < bytes; seq++) at += this.#piece(blob, seq, bytes - at).copy(out, at);
     return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
   }
 
-  /** Copies piece `seq` of a blob into `out` at `at`; returns its length. */
-  #copyChunk(blob: number, seq: number, out: Buffer, at: number): number {
+  /** A live blob's size; `E_JOURNAL_UNKNOWN_JOB` where it is gone. */
+  #blobBytes(blob: number): number {
+    const bytes = this.stmts.blobBytes.get(blob);
+    if (bytes === undefined) throw blobGone(blob);
+    return bytes;
+  }
+
+  /** Piece `seq` of a blob, with `left` of its bytes still to come: `E_JOURNAL_DAMAGED` where it is missing, empty or longer. */
+  #piece(blob: number, seq: number, left: number): Buffer {
     const piece = this.stmts.chunk.get(blob, seq);
-    if (piece === undefined || piece.length === 0 || at + piece.length > out.length) {
-      throw new JournalError('E_JOURNAL_DAMAGED', `the journal's large bytes ${blob} are damaged: piece ${seq} is ${piece === undefined ? 'missing' : `${piece.length} bytes where ${out.length - at} were left`}`);
+    if (piece === undefined || piece.length === 0 || piece.length > left) {
+      throw new JournalError('E_JOURNAL_DAMAGED', `the journal's large bytes ${blob} are damaged: piece ${seq} is ${piece === undefined ? 'missing' : `${piece.length} bytes where ${left} were left`}`);
     }
-    piece.copy(out, at);
-    return piece.length;
+    return piece;
   }
 
   /** Drops a blob no row will refer to (its pieces are deleted by the sweep). */

@@ -94,7 +94,8 @@ export function slowSteps(workers: readonly (readonly { item: { jobId: string; p
     ws.forEach((w, worker) => {
       if (!w.item || w.since === undefined) return;
       const age = now - w.since;
-      if (!(age > minMs && !(age <= SLOW_STEPS * per))) return;
+      // (An unknown time per item, NaN: the age alone.)
+      if (age <= minMs || age <= SLOW_STEPS * per) return;
       out.push({ device, worker, job: w.item.jobId, partition: w.item.partition, ageS: age / 1000, times: per > 0 ? age / per : NaN });
     });
   });

@@ -161,17 +161,16 @@ export class Service {
     for (const kind of kinds.values()) for (const note of kind.notes ?? []) log(note);
     this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, onHold: () => this.held.size, moduleHash: (kind) => this.moduleHashes.get(kind), stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
-    const slowNow = (minMs?: number): SlowStep[] => {
+    const slowNow = (st: PacerState, minMs?: number): SlowStep[] => {
       if (Number.isFinite(config.engine.deviceTimeoutS)) return [];
       // A worker's time per item on each device, from the pacer's estimate of the device's rate.
-      const st = this.runtime.status().pacer;
       const perItemMs = this.devices.map((d, i) => {
         const perSec = st.devices?.[i]?.estimatedPerSec ?? null;
         return perSec && perSec > 0 ? (d.config.workers / perSec) * 1000 : NaN;
       });
       return slowSteps(this.workerStates(), this.runtime.now(), perItemMs, minMs);
     };
-    const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e), log, () => slowNow(10_000));
+    const measurement = new MeasurementCheck(this.devices, (e) => this.emit(e), log, () => slowNow(this.runtime.status().pacer, 10_000));
     const full = { said: 0, at: -Infinity, open: false };
     const slow = { said: false };
     /** The slow device steps said, by device/worker/job/partition (each once while it runs). */
@@ -187,7 +186,7 @@ export class Service {
         if (line !== undefined && !slow.said) log(`stoker serve: ${line}`);
         slow.said = line !== undefined;
       }
-      const steps = slowNow();
+      const steps = slowNow(st);
       const saidNow = new Set<string>();
       for (const x of steps) {
         const key = `${x.device}/${x.worker}/${x.job}/${x.partition}`;
