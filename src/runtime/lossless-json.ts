@@ -17,7 +17,8 @@ const MAX_DEPTH = 1000;
 /**
  * Walks a value as JSON.stringify would (own enumerable keys, toJSON) for what it would change
  * without a word: bytes inside a JSON value (an object of indices), a Map, a Set or an Error (an
- * empty object: a `run` that returned its Error read as done with `{}`), a number that is not finite (null), a function or a symbol as the value or in an array
+ * empty object: a `run` that returned its Error read as done with `{}`; a Promise not awaited, in a
+ * `finish` result, read as done with `{}` too), a number that is not finite (null), a function or a symbol as the value or in an array
  * (null: a finish that returned a function was stored as null, the job done; as a property it is
  * left out, as undefined is) — and a BigInt (JSON.stringify throws, saying not where). A plain walk, the path kept only on the way back
  * from a find: a JSON.stringify replacer did this 30–40 × slower than the stringify itself.
@@ -26,7 +27,7 @@ function walk(v: unknown, depth: number): Found | undefined {
   if (typeof v === 'number') return Number.isFinite(v) ? undefined : { what: v, path: [] };
   if (typeof v === 'bigint' || typeof v === 'function' || typeof v === 'symbol') return { what: v, path: [] };
   if (v === null || typeof v !== 'object' || depth > MAX_DEPTH) return undefined;
-  if (ArrayBuffer.isView(v) || v instanceof ArrayBuffer || v instanceof Map || v instanceof Set || v instanceof Error) return { what: v, path: [] };
+  if (ArrayBuffer.isView(v) || v instanceof ArrayBuffer || v instanceof Map || v instanceof Set || v instanceof Error || v instanceof Promise) return { what: v, path: [] };
   const toJSON = (v as { toJSON?: unknown }).toJSON;
   if (typeof toJSON === 'function') return walk((toJSON as () => unknown).call(v), depth + 1);
   if (Array.isArray(v)) {
@@ -57,6 +58,7 @@ function said(f: Found): string {
   const v = f.what;
   if (v instanceof Map || v instanceof Set) return `it holds a ${v instanceof Map ? 'Map' : 'Set'} at ${at}, which JSON would store as {}: return ${v instanceof Map ? 'an object (Object.fromEntries(map))' : 'an array ([...set])'} instead`;
   if (typeof v === 'number') return `it holds ${v} at ${at}, which JSON would store as null: return null, or a string, where a number is missing`;
+  if (v instanceof Promise) return `it holds a Promise at ${at}, which JSON would store as {}: await it (and return what it resolves to)`;
   if (v instanceof Error) return `it holds an Error at ${at} (${JSON.stringify(v.message)}), which JSON would store as {}: throw it to fail the step, or return its message`;
   if (typeof v === 'bigint') return `it holds a BigInt at ${at}, which JSON cannot hold: return a number, or a string (String(n))`;
   if (typeof v === 'function' || typeof v === 'symbol') return `it holds a ${typeof v} at ${at}, which JSON would store as null: return data`;
@@ -72,6 +74,15 @@ export function losslessJson(value: unknown): string {
   const f = walk(value, 0);
   if (f) throw new Error(said(f));
   return JSON.stringify(value) ?? 'null';
+}
+
+/**
+ * Checks an output a process device's helper (`stoker/worker`) sends as JSON: one that JSON would
+ * change fails its item without retries (its step would return the same again), saying where.
+ */
+export function checkOutput(value: unknown): void {
+  const f = walk(value, 0);
+  if (f) throw Object.assign(new Error(`the output cannot be sent as JSON: ${said(f)}`), { retry: false as const });
 }
 
 /**

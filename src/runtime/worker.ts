@@ -15,6 +15,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { encodeFrame, FrameReader, type Frame } from './frames.js';
+import { checkOutput } from './lossless-json.js';
 import { noRetry } from './no-retry.js';
 
 /** One item as the worker gets it. */
@@ -75,7 +76,11 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
   write({ type: 'ready', protocol: 1, runtime: `node ${process.version}` });
   const ok = (id: unknown, out: unknown, extra: Record<string, unknown>) => {
     if (isBytes(out)) write({ type: 'result', id, ok: true, bytes: true, ...extra }, asBytes(out));
-    else write({ type: 'result', id, ok: true, output: out ?? null, ...extra });
+    else {
+      // (What JSON would change — NaN, a Set, bytes inside — fails its item, as the Python helper's: sent, it read as done with null or {}.)
+      checkOutput(out);
+      write({ type: 'result', id, ok: true, output: out ?? null, ...extra });
+    }
   };
   return new Promise((resolve) => {
     process.stdin.on('data', (chunk: Buffer) => {

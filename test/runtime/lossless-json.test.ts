@@ -19,6 +19,8 @@ describe('losslessJson: JSON that reads back as the value, or where it would not
     // A run that returned its Error read as done with {} (a user trial).
     expect(at(new TypeError('no GPU'))).toThrow('it holds an Error at the top ("no GPU"), which JSON would store as {}: throw it to fail the step, or return its message');
     expect(at(Infinity)).toThrow('it holds Infinity at the top');
+    // A finish that returned { p: Promise } was stored as { p: {} }, the job done (a user trial).
+    expect(at({ p: Promise.resolve(1) })).toThrow('it holds a Promise at "p", which JSON would store as {}: await it (and return what it resolves to)');
     // Dropped without a word: a finish that returned a function was stored as null, the job done.
     expect(at(() => 1)).toThrow('it holds a function at the top, which JSON would store as null: return data');
     expect(at({ tags: [Symbol('x')] })).toThrow('it holds a symbol at "tags[0]", which JSON would store as null');

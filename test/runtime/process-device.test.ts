@@ -147,6 +147,17 @@ setInterval(() => {}, 1000);`;
     await expect(rt.submit(spec('after'), { mode: 'ok' })).resolves.toHaveLength(1);
   });
 
+  it('an output JSON would change on the Node helper (Infinity, a Set, bytes inside) fails its job at once, naming where (it read as done with null, {} and an object of indices)', async () => {
+    const steps: EngineEvent[] = [];
+    const { rt } = setup({ command: process.execPath, args: [path.join(FIXTURES, 'node-device.mjs')] }, { retries: 2, onStep: (e) => steps.push(e) });
+    const inf = await failure(rt.submit(spec('inf'), { mode: 'lossy-number' }));
+    expect(inf.message).toBe('job inf: partition 0 failed on device 0: gpu/0: the output cannot be sent as JSON: it holds Infinity at "score", which JSON would store as null: return null, or a string, where a number is missing');
+    expect((await failure(rt.submit(spec('set'), { mode: 'lossy-set' }))).message).toMatch(/it holds a Set at "tags", which JSON would store as \{\}/);
+    expect((await failure(rt.submit(spec('nested'), { mode: 'lossy-bytes' }))).message).toMatch(/it holds bytes at "b": bytes may only be the whole value/);
+    expect(steps.filter((s) => s.type === 'deviceFailed')).toMatchObject([{ final: true }, { final: true }, { final: true }]);
+    await expect(rt.submit(spec('after'), { mode: 'ok' })).resolves.toHaveLength(1);
+  });
+
   it('an integer a double would round fails its job at once, naming it (an int64 id 2^64 + 1 came back as 18446744073709552000, the job done)', async () => {
     const steps: EngineEvent[] = [];
     const { rt } = setup({ command: 'python3', args: [PY] }, { retries: 2, onStep: (e) => steps.push(e) });
