@@ -28,6 +28,7 @@ import struct
 import sys
 import threading
 import time
+from decimal import Decimal
 
 PROTOCOL = 1
 # JSON (input, prepared value, output) travels in the header; bytes go as the payload.
@@ -115,11 +116,15 @@ _LONG_INTEGER = re.compile(rb"[\[,:]-?[0-9]{16}")
 
 
 def _inexact_int(value, path):
-    """Where an integer that a double does not hold exactly is in ``value`` (its path and the
-    integer), or None: stoker reads JSON numbers as JavaScript numbers, doubles."""
+    """Where an integer that stoker would read rounded is in ``value`` (its path and the
+    integer), or None: stoker reads JSON numbers as JavaScript numbers, doubles. Not one a double
+    holds (2**60), nor the digits JavaScript writes for a double (1152921504606847000 for 2**60:
+    what stoker sent as a prepared value, or an input, and reads back as it was)."""
     if isinstance(value, int) and not isinstance(value, bool):
         try:
-            exact = abs(value) <= 2**53 or int(float(value)) == value
+            f = float(value)
+            # (JavaScript writes a double below 1e21 with the shortest digits that read back as it, as repr does.)
+            exact = abs(value) <= 2**53 or int(f) == value or (abs(f) < 1e21 and int(Decimal(repr(f))) == value)
         except OverflowError:  # beyond a double's range
             exact = False
         return None if exact else (path, value)

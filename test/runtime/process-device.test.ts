@@ -21,6 +21,8 @@ const BAD = path.join(FIXTURES, 'bad-device.py');
 
 interface Input {
   mode?: string;
+  /** Prepared with { id: 2 ** 60 } beside the rest. */
+  large?: boolean;
   marker?: string;
   lock?: string;
   holdMs?: number;
@@ -44,7 +46,7 @@ function setup(device: Partial<ProcessDeviceOptions> & { command: string }, opti
   const log: string[] = [];
   const workers = options.workers ?? 1;
   const dev = new ProcessDevice({ name: 'gpu', workers, readyTimeoutMs: 10_000, log: (l) => log.push(l), ...device });
-  const prepare = async (t: PartitionTask<Input>): Promise<PreparedBuffer> => ({ meta: t.input.bytes ? Uint8Array.from({ length: t.input.bytes }, (_, i) => i % 251) : { p: t.partition, tag: 'prep' } });
+  const prepare = async (t: PartitionTask<Input>): Promise<PreparedBuffer> => ({ meta: t.input.bytes ? Uint8Array.from({ length: t.input.bytes }, (_, i) => i % 251) : { p: t.partition, tag: 'prep', ...(t.input.large ? { id: 2 ** 60 } : {}) } });
   const rt = runtimeOver(dev, prepare, { ...options, workers });
   closers.push(() => rt.close(1000));
   return { rt, log };
@@ -170,6 +172,12 @@ setInterval(() => {}, 1000);`;
     const own = setup({ command: 'python3', args: [BAD, 'int64'] }, { retries: 2 });
     const e2 = await failure(own.rt.submit(spec('own'), { mode: 'ok' }));
     expect(e2.message).toBe('job own: partition 0 failed on device 0: gpu/0: output.ids[1] is the integer 18446744073709551617, which stoker reads rounded (as 18446744073709552000: JSON numbers are doubles here, whole numbers exact to 2^53): send it as a string');
+  });
+
+  it('an integer stoker sent itself comes back as it was: 2^60 prepared, written 1152921504606847000 (the helper refused its own echo as one stoker would read rounded)', async () => {
+    const { rt } = setup({ command: 'python3', args: [PY] });
+    const [out] = (await rt.submit(spec('echo'), { mode: 'ok', large: true })) as { prepared: { id: number } }[];
+    expect(out?.prepared.id).toBe(2 ** 60);
   });
 
   it('a JSON output over 1 MiB comes back whole (it was refused as a malformed frame: the header was capped at 1 MiB); one over the 64 MiB a header carries fails its job at once, saying to return bytes', async () => {
