@@ -29,8 +29,11 @@ function config(flags: ConfigFlags) {
 export async function configPrintCommand(flags: ConfigFlags, io: Io): Promise<void> {
   const cfg = config(flags);
   // The config's kinds come last, in order (after the built-ins, if any).
-  const all = [...(await loadServerKinds(cfg)).keys()];
+  const kinds = await loadServerKinds(cfg);
+  const all = [...kinds.keys()];
   const names = all.slice(all.length - (cfg.kinds?.length ?? 0));
+  // (What `serve` says of the modules at start, said here too: the check a config is run through before a deploy.)
+  for (const kind of kinds.values()) for (const note of kind.notes ?? []) io.err(`stoker config print: ${note}\n`);
   const toml = configToToml(cfg, names);
   io.out(toml.endsWith('\n') ? toml : `${toml}\n`);
 }

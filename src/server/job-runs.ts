@@ -125,7 +125,7 @@ export class JobRuns {
       },
       (e: unknown) => {
         if (this.journalClosed || isJournalError(e, 'E_JOURNAL_CLOSED')) return;
-        if (!isJournalError(e, 'E_JOURNAL_FULL')) this.p.log(`error: ${what} could not be journaled (${e instanceof Error ? e.message : String(e)}): it is kept in memory only`);
+        if (!isJournalError(e, 'E_JOURNAL_FULL')) this.p.log(`stoker serve: error: ${what} could not be journaled (${e instanceof Error ? e.message : String(e)}): it is kept in memory only`);
         otherwise?.();
       },
     );
@@ -133,7 +133,7 @@ export class JobRuns {
     const done = () => this.storing.delete(stored);
     stored.then(done, (e: unknown) => {
       done();
-      this.p.log(`error: ${what}: ${e instanceof Error ? e.message : String(e)}`);
+      this.p.log(`stoker serve: error: ${what}: ${e instanceof Error ? e.message : String(e)}`);
     });
   }
 
@@ -276,7 +276,7 @@ export class JobRuns {
     const lent = bytes > 0 ? sizeClass(bytes) : 0;
     if (lent - prepareBytes <= UNDERCOUNT_SAID) return;
     this.underCounted.add(kind.name);
-    this.p.log(`kind ${kind.name}: memory() counts ${prepareBytes} preparation bytes a partition, but each is lent a pooled buffer of ${lent} bytes (buffer() asks ${bytes}, rounded up to its size class): the memory budget holds more than it counts — return prepareBytes of at least ${lent} from memory(), or leave memory() out (it then counts what is lent)`);
+    this.p.log(`stoker serve: kind ${kind.name}: memory() counts ${prepareBytes} preparation bytes a partition, but each is lent a pooled buffer of ${lent} bytes (buffer() asks ${bytes}, rounded up to its size class): the memory budget holds more than it counts — return prepareBytes of at least ${lent} from memory(), or leave memory() out (it then counts what is lent)`);
   }
 
   /** A job the runtime failed: its end, but for a cancel (journaled by whoever cancelled, or a shutdown's: not the job's end). */
@@ -289,7 +289,7 @@ export class JobRuns {
     // unfinished, to resume when the server starts again.
     if (code === 'E_CANCELLED') return;
     if (code === 'E_RUNTIME_FAILED') {
-      if (!this.runtimeFailed) this.p.log(`error: ${reason}; the unfinished jobs are kept in the journal and resume when the server starts again: restart it`);
+      if (!this.runtimeFailed) this.p.log(`stoker serve: error: ${reason}; the unfinished jobs are kept in the journal and resume when the server starts again: restart it`);
       this.runtimeFailed = true;
       return;
     }

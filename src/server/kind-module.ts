@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import ajvFormats from 'ajv-formats';
 import { MAX_PARTITIONS, type PartitionMemory } from '../core/index.js';
 import { sizeClass } from '../runtime/buffer-pool.js';
 import { kindExports } from '../runtime/threads/protocol.js';
@@ -202,7 +203,12 @@ function loadProblem(e: unknown, url: string): string {
   return message;
 }
 
-const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true });
+/** What ajv says while it compiles a schema (a format it does not know, which it then does not check): said at start, in the kind's warnings, not printed bare. */
+const ajvSaid: string[] = [];
+const ajv = new Ajv2020({ allErrors: true, useDefaults: true, strict: false, verbose: true, logger: { log: () => undefined, warn: (...a: unknown[]) => void ajvSaid.push(a.map(String).join(' ')), error: (...a: unknown[]) => void ajvSaid.push(a.map(String).join(' ')) } });
+// `format` is checked (email, date-time, uri, uuid, ipv4…): a schema's "format": "email" accepted any string.
+// (A CommonJS module: its plugin is module.exports, typed as the default export's `default`, which it also is.)
+ajvFormats.default(ajv);
 
 /**
  * Imports and checks a kind module for a server with these devices; `device` (from the config's
@@ -266,12 +272,13 @@ export async function loadKind(url: string, shown: string = url, devices: Device
   }
   const description = m['description'];
   if (description !== undefined && typeof description !== 'string') throw fail('description', `must be a string (got ${typeof description})`);
+  const input = inputValidator(m['input'], fail);
   const kind: LoadedKind = {
     name,
     description: description ?? `kind from ${shown}`,
     url,
     schema: (m['input'] as object | undefined) ?? null,
-    validate: inputValidator(m['input'], fail),
+    validate: input.validate,
     memory: memoryOf(m, fail),
     bufferBytes: bufferOf(m, fail),
     partitions: partitionsOf(m, fail),
@@ -281,10 +288,11 @@ export async function loadKind(url: string, shown: string = url, devices: Device
     prepareBatch: null,
     finish: finishOf(m),
   };
-  const schemaNote = kind.schema === null ? undefined : schemaProblem(kind.schema as Record<string, unknown>, 'input');
+  const schemaNotes = kind.schema === null ? [] : schemaProblems(kind.schema as Record<string, unknown>, 'input');
   const notes = [
     ...(defaultIgnored ? [`warning: kind module ${shown}: it exports both named exports and a default object: the named exports are the kind (${JSON.stringify(name)}), the default object is not read — keep one of the two`] : []),
-    ...(schemaNote === undefined ? [] : [`warning: kind module ${shown}: export input: ${schemaNote}`]),
+    ...schemaNotes.map((n) => `warning: kind module ${shown}: export input: ${n}`),
+    ...input.said.map((n) => `warning: kind module ${shown}: export input: ${formatNote(n)}`),
     ...defaultInputNotes(kind, shown),
   ];
   return notes.length > 0 ? { ...kind, notes } : kind;
@@ -297,6 +305,7 @@ export async function loadKind(url: string, shown: string = url, devices: Device
  * in the server's log. (Said, not refused: a kind may never be sent its default input.)
  */
 function defaultInputNotes(kind: LoadedKind, shown: string): string[] {
+  // (Without a schema, `{}` is no input the kind declares: a memory(i) that reads i.n is not wrong.)
   if (kind.schema === null) return [];
   const input = kind.validate({});
   if (!input.ok) return [];
@@ -315,7 +324,21 @@ type Fail = (exp: string, what: string) => KindModuleError;
 
 /** A validator for inputs from a JSON Schema (what a kind's `input` export becomes); throws when the schema is invalid. */
 export function compileInput(schema: object): LoadedKind['validate'] {
-  const check = ajv.compile(schema);
+  return compileSaying(schema).validate;
+}
+
+/** compileInput, and what ajv said while it compiled (a format it does not know: it checks nothing). */
+function compileSaying(schema: object): { validate: LoadedKind['validate']; said: string[] } {
+  ajvSaid.length = 0;
+  try {
+    // (ajv says a format it does not know once per place it is used.)
+    return { validate: validatorOf(ajv.compile(schema)), said: [...new Set(ajvSaid)] };
+  } finally {
+    ajvSaid.length = 0;
+  }
+}
+
+function validatorOf(check: ValidateFunction): LoadedKind['validate'] {
   return (input) => {
     const copy = structuredClone(input);
     if (check(copy)) return { ok: true, input: copy };
@@ -328,16 +351,15 @@ export function moduleHash(url: string): string {
   return createHash('sha256').update(readFileSync(fileURLToPath(url))).digest('hex');
 }
 
-function inputValidator(schema: unknown, fail: Fail): LoadedKind['validate'] {
-  if (schema === undefined) return (input) => ({ ok: true, input });
+/** A kind's input validator, and what ajv said of its schema. */
+function inputValidator(schema: unknown, fail: Fail): { validate: LoadedKind['validate']; said: string[] } {
+  if (schema === undefined) return { validate: (input) => ({ ok: true, input }), said: [] };
   if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) throw fail('input', 'must be a JSON Schema object, e.g. { type: "object", properties: { … } }');
-  let validate: LoadedKind['validate'];
   try {
-    validate = compileInput(schema);
+    return compileSaying(schema);
   } catch (e) {
     throw fail('input', `is not a valid JSON Schema: ${(e as Error).message}`);
   }
-  return validate;
 }
 
 /** JSON Schema's keywords (2020-12, and those of earlier drafts and OpenAPI a schema may carry). */
@@ -347,16 +369,17 @@ const SCHEMA_ONE = ['items', 'additionalItems', 'additionalProperties', 'contain
 const SCHEMA_LISTS = ['allOf', 'anyOf', 'oneOf', 'prefixItems'];
 
 /**
- * What a kind's input schema gets wrong that ajv takes without a word, to say at start: a keyword
- * one or two edits from JSON Schema's (`propertis`: an unknown keyword is an annotation, so
- * nothing was checked — any input was accepted), or a default its own schema refuses (a
- * submission that left the field out got a 400 naming the field it never sent). Undefined when none.
+ * What a kind's input schema gets wrong that ajv takes without a word, to say at start: each
+ * keyword one or two edits from JSON Schema's (`propertis`: an unknown keyword is an annotation,
+ * so nothing was checked — any input was accepted), and each default its own schema refuses (a
+ * submission that left the field out got a 400 naming the field it never sent). Each found is
+ * said (a trial's schema with four misspelt keywords heard of the first only).
  */
-function schemaProblem(schema: Record<string, unknown>, at: string): string | undefined {
+function schemaProblems(schema: Record<string, unknown>, at: string, found: string[] = []): string[] {
   for (const key of Object.keys(schema)) {
     if (KEYWORDS.has(key)) continue;
     const near = [...KEYWORDS].find((k) => k.toLowerCase() === key.toLowerCase() || editDistance(k, key) <= (k.length > 6 ? 2 : 1));
-    if (near !== undefined) return `${at}: unknown keyword ${JSON.stringify(key)} — did you mean ${JSON.stringify(near)}? (JSON Schema takes an unknown keyword as a note: it checks nothing)`;
+    if (near !== undefined) found.push(`${at}: unknown keyword ${JSON.stringify(key)} — did you mean ${JSON.stringify(near)}? (JSON Schema takes an unknown keyword as a note: it checks nothing)`);
   }
   if ('default' in schema) {
     const { default: value, ...rest } = schema;
@@ -365,31 +388,32 @@ function schemaProblem(schema: Record<string, unknown>, at: string): string | un
       check = ajv.compile(rest);
     } catch {
       check = undefined; // (a $ref to the root's $defs: not checked here)
+    } finally {
+      ajvSaid.length = 0; // (said once, of the whole schema)
     }
-    if (check && !check(structuredClone(value))) return `${at}: its default ${JSON.stringify(value)} does not fit its own schema (${(check.errors ?? []).map((e) => describeIssue(e).message.replace(/^input\b/, 'it')).join('; ')}): fix the default`;
+    if (check && !check(structuredClone(value))) found.push(`${at}: its default ${JSON.stringify(value)} does not fit its own schema (${(check.errors ?? []).map((e) => describeIssue(e).message.replace(/^input\b/, 'it')).join('; ')}): fix the default`);
   }
-  const sub = (v: unknown, where: string) => (v !== null && typeof v === 'object' && !Array.isArray(v) ? schemaProblem(v as Record<string, unknown>, where) : undefined);
+  const sub = (v: unknown, where: string) => {
+    if (v !== null && typeof v === 'object' && !Array.isArray(v)) schemaProblems(v as Record<string, unknown>, where, found);
+  };
   for (const key of SCHEMA_MAPS) {
     const map = schema[key];
     if (map === null || typeof map !== 'object') continue;
-    for (const [name, v] of Object.entries(map)) {
-      const found = sub(v, key === 'properties' ? `${at}.${name}` : `${at}.${key}.${name}`);
-      if (found) return found;
-    }
+    for (const [name, v] of Object.entries(map)) sub(v, key === 'properties' ? `${at}.${name}` : `${at}.${key}.${name}`);
   }
-  for (const key of SCHEMA_ONE) {
-    const found = sub(schema[key], `${at} (${key})`);
-    if (found) return found;
-  }
+  for (const key of SCHEMA_ONE) sub(schema[key], `${at} (${key})`);
   for (const key of SCHEMA_LISTS) {
     const list = schema[key];
-    if (!Array.isArray(list)) continue;
-    for (let i = 0; i < list.length; i++) {
-      const found = sub(list[i], `${at} (${key}[${i}])`);
-      if (found) return found;
-    }
+    if (Array.isArray(list)) list.forEach((v, i) => sub(v, `${at} (${key}[${i}])`));
   }
-  return undefined;
+  return found;
+}
+
+/** What ajv said of a schema, as a start warning: a format it does not know is not checked. */
+function formatNote(said: string): string {
+  const m = /^unknown format "(.*)" ignored in schema at path "(.*)"$/.exec(said);
+  if (!m) return said;
+  return `format ${JSON.stringify(m[1])} (at ${m[2]}) is not one stoker knows, so it checks nothing: JSON Schema's formats are checked (date-time, date, time, duration, email, hostname, ipv4, ipv6, uri, uri-reference, uuid, regex, …); check a format of your own in prepare`;
 }
 
 const ARTICLE: Record<string, string> = { integer: 'an integer', number: 'a number', string: 'a string', object: 'an object', array: 'an array', boolean: 'true or false', null: 'null' };

@@ -158,7 +158,7 @@ export class Service {
     const announce = (job: JournalJob, finishedAt: number, outcome: JournalOutcome) => this.announceEnd(job, finishedAt, outcome);
     this.runs = new JobRuns({ journal, commits: this.commits, kinds, runtime: this.runtime, router, endsRecordedElsewhere, emit: (e) => this.emit(e), announce, log });
     for (const [name, kind] of kinds) this.moduleHashes.set(name, fileHash(kind.url));
-    for (const kind of kinds.values()) for (const note of kind.notes ?? []) log(note);
+    for (const kind of kinds.values()) for (const note of kind.notes ?? []) log(`stoker serve: ${note}`);
     this.intake = new Intake({ server: config.server, journal, commits: this.commits, kinds, engine: this.runtime.engine, closing: () => this.closing, onHold: () => this.held.size, moduleHash: (kind) => this.moduleHashes.get(kind), stored: (id) => this.runs.stored(id), admitted: (inserted, recorded) => this.admitted(inserted, recorded) });
     this.purgeTimer = setInterval(() => ignoreFull(() => this.journal.purgeFinished(config.server.resultTtlS * 1000)), 60_000).unref();
     const slowNow = (st: PacerState, minMs?: number): SlowStep[] => {

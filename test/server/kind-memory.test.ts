@@ -45,8 +45,8 @@ describe('what the memory budget counts of a pooled buffer', () => {
     try {
       for (const [id, kind] of [['a', 'counted'], ['b', 'counted'], ['c', 'lent']]) await service.submit({ id, kind, input: {} });
       for (const id of ['a', 'b', 'c']) expect((await service.wait(id, 20_000))?.state).toBe('done');
-      const said = lines.filter((l) => l.startsWith('kind '));
-      expect(said).toEqual([`kind counted: memory() counts ${10 * MIB + 1} preparation bytes a partition, but each is lent a pooled buffer of ${12 * MIB} bytes (buffer() asks ${10 * MIB + 1}, rounded up to its size class): the memory budget holds more than it counts — return prepareBytes of at least ${12 * MIB} from memory(), or leave memory() out (it then counts what is lent)`]);
+      const said = lines.filter((l) => l.startsWith('stoker serve: kind '));
+      expect(said).toEqual([`stoker serve: kind counted: memory() counts ${10 * MIB + 1} preparation bytes a partition, but each is lent a pooled buffer of ${12 * MIB} bytes (buffer() asks ${10 * MIB + 1}, rounded up to its size class): the memory budget holds more than it counts — return prepareBytes of at least ${12 * MIB} from memory(), or leave memory() out (it then counts what is lent)`]);
     } finally {
       await service.close(0);
     }

@@ -86,6 +86,13 @@ describe("a kind's answers about a submission", () => {
     for (const b of [-1, 'x', 1.5]) expect(() => submit(buffer, { b })).toThrow(/export buffer: returned .*: it must return a whole number of bytes ≥ 0/);
     expect(submit(buffer, { b: 8 }).memory).toEqual({ prepareBytes: 8, deviceBytes: 8 });
   });
+
+  it("a schema's formats are checked (a trial's format: 'email' took any string, the job done)", async () => {
+    const k = await kind(`${OK} export const input = { type: 'object', properties: { email: { type: 'string', format: 'email' }, when: { type: 'string', format: 'date-time' } } };`);
+    expect(() => submit(k, { email: 'notanemail', when: 'x' })).toThrow(/input\.email: .*email/);
+    expect(() => submit(k, { email: 'a@example.com', when: 'x' })).toThrow(/input\.when: .*date-time/);
+    expect(submit(k, { email: 'a@example.com', when: '2026-12-07T10:00:00Z' }).record.input).toEqual({ email: 'a@example.com', when: '2026-12-07T10:00:00Z' });
+  });
 });
 
 describe("what a newcomer's module gets wrong, said at load (a user trial)", () => {
@@ -130,6 +137,12 @@ describe("what a newcomer's module gets wrong, said at load (a user trial)", () 
     expect(nested).toEqual([expect.stringMatching(/input\.s: unknown keyword "maxLenght" — did you mean "maxLength"\?/)]);
     const badDefault = await notes(file(`${OK} export const input = { type: 'object', properties: { n: { type: 'integer', default: 'ten' } } };`));
     expect(badDefault).toEqual([expect.stringMatching(/input\.n: its default "ten" does not fit its own schema \(it must be an integer\): fix the default/)]);
+    // Each misspelling, not the first alone (a trial's schema of four heard of one).
+    const four = await notes(file(`${OK} export const input = { type: 'object', requird: ['b'], properties: { b: { type: 'integer', minimun: 3 }, c: { type: 'string', patern: 'x' }, d: { type: 'array', itmes: {} } } };`));
+    expect(four).toEqual(['"requird"', '"minimun"', '"patern"', '"itmes"'].map((k) => expect.stringContaining(`unknown keyword ${k}`)));
+    // A format stoker does not know: said once, in the kind's words (ajv printed it bare on stderr, twice).
+    const own = await notes(file(`${OK} export const input = { type: 'object', properties: { sku: { type: 'string', format: 'sku-code', default: 'a' } } };`));
+    expect(own).toEqual([expect.stringMatching(/export input: format "sku-code" \(at #\/properties\/sku\) is not one stoker knows, so it checks nothing: .*check a format of your own in prepare$/)]);
     // Annotations of one's own, and a sound schema: nothing said.
     expect(await notes(file(`${OK} export const input = { type: 'object', 'x-unit': 'ms', example: {}, properties: { n: { type: 'integer', default: 10, units: 'items' } } };`))).toEqual([]);
   });

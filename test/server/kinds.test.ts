@@ -512,6 +512,11 @@ describe('bad kind modules are refused at start', () => {
     const file = write('printed.toml', r.stdout);
     const again = await run(['config', 'print', '--config', file]);
     expect(again.stdout).toBe(r.stdout);
+    // What serve says of a module at start, config print says too (a config is checked with it before a deploy).
+    const typo = write('typo.mjs', `${ok.replace('"k"', '"typo"')} export const input = { type: 'object', propertis: {} };`);
+    const warned = await run(['config', 'print', '--kind', typo]);
+    expect(warned.code, warned.stderr).toBe(0);
+    expect(warned.stderr).toMatch(/^stoker config print: warning: kind module .*typo\.mjs: export input: input: unknown keyword "propertis"/m);
   });
 });
 
