@@ -732,6 +732,10 @@ export class Service {
       if (w === undefined) return [];
       // Text where the ready frame was due: the program printed to stdout before the helper's serve() took it over.
       const fix = /not stoker frames/.test(w) ? 'print nothing to stdout before calling serve() (print to stderr, or after serve() starts: the helpers send it to stderr)' : 'check the command, args and cwd';
+      // (Ended by stoker for want of its ready frame, not by itself: a trial's short readyTimeoutS read as a wrong command.)
+      if (/\(readyTimeoutS\)/.test(w)) {
+        return [{ source: 'configuration', path: `${deviceField(name)}.process.readyTimeoutS`, message: `its processes do not say ready in time, and are stopped (${w}): raise readyTimeoutS if the program takes longer to load, or check that it calls serve() (the helpers' serve() says ready)` }];
+      }
       return [{ source: 'configuration', path: `${deviceField(name)}.process.command`, message: `its processes end before they are ready (${w}): ${fix}` }];
     });
     if (issues.length > 0) throw new ConfigError(issues);

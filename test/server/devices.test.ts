@@ -219,6 +219,15 @@ describe('a process device in the server', () => {
     );
     expect(c.code).toBe(2);
     expect(c.stderr).toMatch(/as text: "load.*: print nothing to stdout before calling serve\(\)/);
+    // One that loads for longer than readyTimeoutS: stoker stopped it, and says so (a trial read "end before they are ready: check the command").
+    const slow = path.join(dir, 'slow.py');
+    fs.writeFileSync(slow, 'import sys, time\nprint("loading", file=sys.stderr)\ntime.sleep(1000)\n');
+    fs.writeFileSync(file, `[device]\nworkers = 1\n[device.process]\ncommand = "python3"\nargs = [${JSON.stringify(slow)}]\nreadyTimeoutS = 1\n`);
+    const t = await new Promise<{ code: number; stderr: string }>((resolve) =>
+      execFile(process.execPath, [CLI, 'serve', '--config', file, '--port', '0', '--data', path.join(dir, 'd5')], { timeout: 30_000 }, (err, _out, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr })),
+    );
+    expect(t.code).toBe(2);
+    expect(t.stderr).toMatch(/^error: configuration: device\.process\.readyTimeoutS: its processes do not say ready in time, and are stopped \(.*it did not say ready within 1 s \(readyTimeoutS\).*\): raise readyTimeoutS if the program takes longer to load/m);
     const after = Journal.open(data);
     try {
       expect(after.get('left')?.state).toBe('queued');
