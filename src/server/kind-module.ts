@@ -28,7 +28,7 @@ export interface PrepareContext {
   partition: number;
   /** The job's partition count. */
   partitions: number;
-  /** Fires when the partition is withdrawn (cancelled, its job failed, shutdown): stop early. */
+  /** Fires when the partition is withdrawn (cancelled, its job failed, or a shutdown once server.shutdownTimeoutS has run out): stop early. */
   signal: AbortSignal;
   /** The partition's pooled shared buffer, when the kind exports `buffer(input)`: write prepared data here, the device step reads it without a copy. */
   buffer?: SharedArrayBuffer;
@@ -41,7 +41,7 @@ export interface RunContext {
   partitions: number;
   /** The job's input (validated, defaults filled in). */
   input: unknown;
-  /** Which device and worker runs the step. */
+  /** Which device runs the step, by index (0: `[device]`, then the `[devices.NAME]` in order), and which of its workers. */
   device: number;
   worker: number;
   /** The device's kind from the config (`[device] kind`): `"cpu"` or `"webgpu"`. */
