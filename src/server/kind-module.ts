@@ -299,7 +299,7 @@ export async function loadKind(url: string, shown: string = url, devices: Device
 }
 
 /**
- * memory() and partitions() on a kind's default input (`{}` with its schema's defaults), where its
+ * memory(), partitions() and buffer() on a kind's default input (`{}` with its schema's defaults), where its
  * schema takes that input: what they return that no input may make them return (a string, a
  * fraction), to say at start — found at the first submit, it was a 500 on every one and nothing
  * in the server's log. (Said, not refused: a kind may never be sent its default input.)
@@ -309,15 +309,16 @@ function defaultInputNotes(kind: LoadedKind, shown: string): string[] {
   if (kind.schema === null) return [];
   const input = kind.validate({});
   if (!input.ok) return [];
-  const notes: string[] = [];
-  for (const f of [kind.memory, kind.partitions]) {
+  // (A set: memory() left out asks buffer(), and said its problem again.)
+  const notes = new Set<string>();
+  for (const f of [kind.memory, kind.partitions, kind.bufferBytes]) {
     try {
       f(input.input);
     } catch (e) {
-      if (e instanceof KindModuleError) notes.push(`warning: kind module ${shown}: export ${e.exportName ?? ''} ${e.problem}, on the default input ${JSON.stringify(input.input)}: a submission of it gets a 500 — fix the module`);
+      if (e instanceof KindModuleError) notes.add(`warning: kind module ${shown}: export ${e.exportName ?? ''} ${e.problem}, on the default input ${JSON.stringify(input.input)}: a submission of it gets a 500 — fix the module`);
     }
   }
-  return notes;
+  return [...notes];
 }
 
 type Fail = (exp: string, what: string) => KindModuleError;

@@ -150,6 +150,8 @@ describe("what a newcomer's module gets wrong, said at load (a user trial)", () 
   it("memory() or partitions() returning what no input may make them return, on the default input: said at load (it was a 500 at every submit, nothing in the log)", async () => {
     const said = await notes(file(`${OK} export const input = { type: 'object', properties: { n: { type: 'integer', default: 2 } } }; export function partitions(i) { return String(i.n); }`));
     expect(said).toEqual([expect.stringMatching(/export partitions returned "2": it must return a whole number .* on the default input \{"n":2\}: a submission of it gets a 500/)]);
+    const buffer = await notes(file(`${OK} export const input = { type: 'object' }; export function buffer() { return -1; }`));
+    expect(buffer).toEqual([expect.stringMatching(/export buffer returned -1: it must return a whole number of bytes ≥ 0, on the default input \{\}: a submission of it gets a 500/)]);
     // Without a schema {} is no declared input: nothing is asked of it.
     expect(await notes(file(`${OK} export function memory(i) { return { prepareBytes: i.p, deviceBytes: 0 }; }`))).toEqual([]);
   });
