@@ -11,6 +11,8 @@ const RUNTIME_OPTIONS = ['workload', 'devices', 'kinds', 'pacer', 'pacerOptions'
 export type { BatchResult, DeviceTask, PartitionTask, PrepareResult, RuntimeOptions, RuntimeStatus, StepFailure, Workload } from './workload.js';
 
 /** The engine's refusals of an event before anything changed (a submit that is not a valid job, events out of order): the caller's error, not the runtime's. */
+/** While a drain waits on work only unreachable devices could run, how often it looks whether they still are (ms). */
+const DRAIN_LOOK_MS = 250;
 const REFUSED_UNCHANGED = new Set<StokerErrorCode>(['E_INVALID_JOB', 'E_DUPLICATE_JOB', 'E_DUPLICATE_KEY', 'E_OVERSIZE', 'E_INVALID_EVENT', 'E_TIME_BACKWARDS']);
 
 interface JobCtx<I, O, R> extends FlightJob<I, O> {
@@ -244,13 +246,36 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
   private drained(): Promise<void> {
     const s = this.engine.snapshot;
     // (A failed runtime withdrew its work: the engine's counts are no longer kept.)
-    const empty = () => this.failed !== undefined || (s.preparing + s.waiting + s.onDevice === 0 && this.finishing.size === 0);
+    const empty = () => this.failed !== undefined || (this.finishing.size === 0 && (s.preparing + s.waiting + s.onDevice === 0 || this.stranded()));
     if (empty()) return Promise.resolve();
     return new Promise((resolve) => {
       this.settleWaiter = () => {
         if (empty()) resolve();
       };
+      // A device's reachability changes with no event: looked at again while the drain waits.
+      if (this.workload.unreachable) {
+        const look = () => {
+          if (this.settleWaiter === undefined) return;
+          if (empty()) resolve();
+          else this.clock.schedule(look, DRAIN_LOOK_MS);
+        };
+        this.clock.schedule(look, DRAIN_LOOK_MS);
+      }
     });
+  }
+
+  /**
+   * Whether every partition in flight is of kinds whose every device is unreachable (an HTTP
+   * endpoint that refuses connections): none of them can end, and a drain waiting for them waited
+   * out the whole timeout (a trial: a model server stopped before the server, SIGTERM took the
+   * full 30 s) — they run again on the next start either way.
+   */
+  private stranded(): boolean {
+    const unreachable = this.workload.unreachable?.bind(this.workload);
+    if (!unreachable) return false;
+    const s = this.engine.snapshot;
+    if (s.kinds.length === 0) return s.devices.every((_, d) => unreachable(d));
+    return s.kinds.every((k) => k.preparing + k.waiting + k.onDevice === 0 || k.devices.every((d) => unreachable(d)));
   }
 
   /**

@@ -72,6 +72,12 @@ export interface Workload<I, P, O, R> {
    * its item is withdrawn and prepared again for the others, none is sent to it — until `up: true`.
    */
   watchWorkers?(listener: (device: number, worker: number, up: boolean) => void): void;
+  /**
+   * Whether a device cannot be reached now (an HTTP endpoint that refuses connections). A drain
+   * (`close(…, { drain: true })`) does not wait for work that only such devices could run: it
+   * could not end before the timeout unless the device came back.
+   */
+  unreachable?(device: number): boolean;
   /** Workers per device, where the workload has devices of its own (a ThreadedWorkload's threads): a Runtime given other devices is refused. */
   readonly deviceWorkers?: readonly number[];
   /** Preparations the workload can run at once; the runtime dispatches no more than that. */

@@ -143,6 +143,10 @@ export class KindRouter implements Workload<RoutedInput, PreparedBuffer, unknown
     this.devices.forEach((d, device) => d.watchWorkers?.((worker, up) => listener(device, worker, up)));
   }
 
+  unreachable(device: number): boolean {
+    return this.devices[device]?.unreachable?.() !== undefined;
+  }
+
   kind(name: string): LoadedKind {
     const k = this.kinds.get(name);
     if (!k) throw new Error(`unknown kind ${JSON.stringify(name)}`);

@@ -69,6 +69,32 @@ describe('an HTTP device whose endpoint is not there', () => {
   });
 });
 
+describe('a drain with the HTTP endpoint gone', () => {
+  it('does not wait out shutdownTimeoutS for work only the unreachable endpoint could run: SIGTERM stops at once, the job resumes on the next start (a model server stopped first held the stop 30 s)', async () => {
+    const port = await freePort();
+    const data = tempDataDir();
+    const env = { STOKER_DEVICE_HTTP: JSON.stringify({ url: `http://127.0.0.1:${port}/embed` }), STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '30' };
+    const s = await startServer(data, ['--config', path.join(ROOT, 'examples/http-device/http-device.toml')], env);
+    try {
+      expect((await http(s.url, 'POST', '/v1/jobs', { id: 'stuck', kind: 'embed', input: { texts: ['a', 'b', 'c'] } })).status).toBe(202);
+      await waitUntil(async () => ((await http(s.url, 'GET', '/v1/jobs/stuck')).body.partitionCounts?.['on-device'] ?? 0) > 0, 20_000, 'a step sent to the gone endpoint');
+      const t0 = Date.now();
+      expect(await s.stop()).toBe(0);
+      // (30 s of shutdownTimeoutS; a drain that ends as its last step fails to connect takes a second or two.)
+      expect(Date.now() - t0).toBeLessThan(20_000);
+    } finally {
+      if (s.child.exitCode === null) await s.stop();
+    }
+    const journal = Journal.open(data);
+    try {
+      expect(journal.get('stuck')?.state).toBe('running');
+    } finally {
+      journal.close();
+      removeDir(data);
+    }
+  });
+});
+
 describe('the http-device example: the model behind an HTTP endpoint', () => {
   it('embeds through embed-server.mjs: the vectors of embed()', async () => {
     const port = await freePort();
