@@ -23,7 +23,8 @@ export function exposureProblem(server: ServerConfig): string | undefined {
 
 /** The host names a request's Host (and a state-changing request's Origin) may give: loopback names, the bound address (every interface's when it is a wildcard), and server.allowedHosts. */
 export function allowedHostNames(server: ServerConfig): Set<string> {
-  const names = new Set(['localhost', '127.0.0.1', '::1', ...server.allowedHosts.map((h) => h.toLowerCase().replace(/^\[|\]$/g, '').replace(/\.$/, ''))]);
+  // (An entry read as a Host header is: `stoker.internal:7070` names stoker.internal — with its port kept, it matched no request.)
+  const names = new Set(['localhost', '127.0.0.1', '::1', ...server.allowedHosts.map((h) => hostName(h).replace(/^\[|\]$/g, '').replace(/\.$/, ''))]);
   const bound = server.host.toLowerCase().replace(/^\[|\]$/g, '');
   if (WILDCARDS.has(server.host)) {
     for (const list of Object.values(os.networkInterfaces())) for (const a of list ?? []) names.add(a.address.toLowerCase());

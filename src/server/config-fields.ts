@@ -70,6 +70,8 @@ function positive(expect: string, fix: string, max = Infinity) {
  * in 5 ms).
  */
 const TIMER_MAX_S = 2_147_483;
+/** The longest timer Node keeps (2^31 − 1 ms). */
+const TIMER_MAX_MS = 2_147_483_647;
 const timerS = (fix: string) => positive(`a number of seconds > 0, at most ${TIMER_MAX_S} (24.8 days)`, fix, TIMER_MAX_S);
 function text(expect: string, fix: string) {
   const e = err(expect, fix);
@@ -183,7 +185,7 @@ const SERVER = table<ServerConfig>()({
       return z.number(e).min(0, e).max(TIMER_MAX_S, e).optional();
     })(),
     default: 30,
-    doc: 'seconds the partitions in flight may finish on shutdown (the rest resume on restart)',
+    doc: 'seconds the partitions in flight may finish on shutdown (the rest resume on restart; 0: stop at once)',
   },
   maxWaitS: { schema: timerS('use e.g. 300'), default: 300, doc: 'longest long-poll (s); a longer wait is cut to it' },
   token: {
@@ -198,11 +200,14 @@ const SERVER = table<ServerConfig>()({
     schema: z
       .preprocess(
         (v) => (typeof v === 'string' ? v.split(',').map((h) => h.trim()).filter((h) => h !== '') : v),
-        z.array(z.string().regex(/^[A-Za-z0-9.\-:[\]]+$/), err('a list of host names', 'write e.g. allowedHosts = ["stoker.internal", "10.0.0.5"] (env: comma-separated)')),
+        z.array(
+          z.string().regex(/^[A-Za-z0-9.\-:[\]]+$/, err('a host name (a name or an address, a port after it allowed)', 'write e.g. "stoker.internal" — no scheme (http://) nor path')),
+          err('a list of host names', 'write e.g. allowedHosts = ["stoker.internal", "10.0.0.5"] (env: comma-separated)'),
+        ),
       )
       .optional(),
     default: [],
-    doc: 'more names the Host header may give (env: comma-separated); others get 421',
+    doc: 'more names the Host header may give, on any port (env: comma-separated); others get 421',
   },
   openWithoutToken: {
     schema: z.preprocess((v) => (v === 'true' ? true : v === 'false' ? false : v), z.boolean(err('true or false', 'use true only where the network itself keeps strangers out'))).optional(),
@@ -344,8 +349,9 @@ const CLUSTER = table<ClusterConfig>()({
     default: 'none',
     doc: 'cluster mode: redis://host:port[/db] of the shared Redis (flag --cluster), or "none"',
   },
-  lockMs: { schema: int(100, undefined, 'an integer ≥ 100 (ms)', 'use e.g. 6000'), default: 6000, doc: "ms a node's hold on a job lasts unrenewed, renewed every third of it (a dead node's jobs run elsewhere about 1.5× this after its death)" },
-  heartbeatMs: { schema: int(50, undefined, 'an integer ≥ 50 (ms)', 'use e.g. 2000'), default: 2000, doc: "ms between a node's heartbeats (each lives 3× as long)" },
+  // (Timers: past 2^31 − 1 ms Node fires them after 1 ms — a lockMs of 7e9 renewed its locks in a loop.)
+  lockMs: { schema: int(100, TIMER_MAX_MS, `an integer from 100 to ${TIMER_MAX_MS} (ms)`, 'use e.g. 6000'), default: 6000, doc: "ms a node's hold on a job lasts unrenewed, renewed every third of it (a dead node's jobs run elsewhere about 1.5× this after its death)" },
+  heartbeatMs: { schema: int(50, TIMER_MAX_MS, `an integer from 50 to ${TIMER_MAX_MS} (ms)`, 'use e.g. 2000'), default: 2000, doc: "ms between a node's heartbeats (each lives 3× as long)" },
   nodeId: {
     schema: z
       .string(err('a node name', 'use e.g. "gpu-box-1" (letters, digits, . _ -)'))

@@ -317,6 +317,19 @@ function bareField(name: string): string | undefined {
   return found.length > 0 ? found.join(' or ') : undefined;
 }
 
+/**
+ * Variables named after a flag that has none, and what to do instead: each was ignored without a
+ * word — STOKER_TOKEN_FILE left the server open to anyone, its start line saying "no token needed".
+ */
+const FLAG_ONLY: Readonly<Record<string, string>> = {
+  STOKER_TOKEN_FILE: 'the token file is a flag only: give --token-file FILE, or set STOKER_SERVER_TOKEN to the token itself',
+  STOKER_CONFIG: 'the config file is a flag only: give --config FILE (-c)',
+  STOKER_CLUSTER: 'did you mean STOKER_CLUSTER_REDIS (the Redis URL --cluster takes)?',
+  STOKER_DATA: 'did you mean STOKER_DATA_DIR (the directory --data takes)?',
+  STOKER_KIND: 'kind modules are given by --kind FILE or [kinds.NAME] module in the config file, not by a variable',
+  STOKER_KINDS: 'kind modules are given by --kind FILE or [kinds.NAME] module in the config file, not by a variable',
+};
+
 function envLayer(env: Record<string, string | undefined>, cwd: string, issues: ConfigIssue[]): Source {
   const layer: Layer = {};
   for (const [name, raw] of Object.entries(env)) {
@@ -338,6 +351,11 @@ function envLayer(env: Record<string, string | undefined>, cwd: string, issues: 
     }
     // (Kubernetes sets these for each Service in the namespace: one named stoker-kinds gave STOKER_KINDS_SERVICE_HOST.)
     if (K8S_SERVICE_VAR.test(name)) continue;
+    const flagOnly = FLAG_ONLY[name];
+    if (flagOnly !== undefined) {
+      issues.push({ source: name, path: '', message: `unknown setting — ${flagOnly}` });
+      continue;
+    }
     const prefix = ENV_PREFIXES.find((p) => name.startsWith(p));
     if (!prefix) {
       // A misspelt section (STOKER_SERVE_PORT) was ignored silently: refused where it is a near miss of
@@ -474,9 +492,13 @@ function requireDeviceKeys(d: DeviceConfig, name: string, origin: (at: string) =
  * not read (a misspelt option changed nothing, silently), is a config error naming the option.
  */
 function checkPacerOptions(engine: EngineConfig, origin: (at: string) => string): void {
+  // (The server gives every pacer engine.targetWaiting: one in pacerOptions was overridden by it, silently.)
+  if (Object.hasOwn(engine.pacerOptions, 'targetWaiting')) {
+    throw new ConfigError([{ source: origin('engine.pacerOptions.targetWaiting'), path: 'engine.pacerOptions.targetWaiting', message: `the server sets every pacer's targetWaiting from engine.targetWaiting (now ${engine.targetWaiting}): set engine.targetWaiting = ${JSON.stringify(engine.pacerOptions['targetWaiting'])} instead, and remove it here` }]);
+  }
   let unknown: ReturnType<typeof unknownPacerOptions>;
   try {
-    unknown = unknownPacerOptions(engine.pacer, engine.pacerOptions);
+    unknown = unknownPacerOptions(engine.pacer, engine.pacerOptions, true);
   } catch (e) {
     throw new ConfigError([{ source: origin('engine.pacerOptions'), path: 'engine.pacerOptions', message: e instanceof Error ? e.message : String(e) }]);
   }

@@ -398,7 +398,8 @@ export class Journal {
    * Group commit: runs the writes `fn` makes in one transaction, so that they cost one sync of the
    * disk together instead of one each. Each write inside is a savepoint: one that throws, caught
    * by `fn`, rolls back only itself. Counts and the high-water mark change once the group has
-   * committed; when it throws, nothing of it was written. A group inside a group is part of it.
+   * committed; when it throws, nothing of it was written (nor counted in fullRefusals: its writes
+   * are made again alone, GroupCommit's fallback). A group inside a group is part of it.
    * @throws {JournalError} `E_JOURNAL_FULL` (then nothing of the group was written), or what `fn` throws.
    */
   group<T>(fn: () => T): T {
@@ -407,8 +408,14 @@ export class Journal {
     const g: { counts: [string, JobState, number][]; seq: number } = { counts: [], seq: 0 };
     this.#group = g;
     let result: T;
+    // (A group that rolls back is written again write by write, where each refusal is counted: the
+    // refusal that rolled it back counted twice — one 507, two journal writes refused.)
+    const refused = this.fullRefusals;
     try {
       result = this.#write('a group of writes', this.#db.transaction(fn));
+    } catch (e) {
+      this.fullRefusals = refused;
+      throw e;
     } finally {
       this.#group = null;
     }

@@ -10,6 +10,8 @@ import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { describe, expect, it } from 'vitest';
+import { allowedHostNames, hostName } from '../../src/server/access.js';
+import type { ServerConfig } from '../../src/server/config-types.js';
 import { CLI, removeDir, startServer, tempDataDir, useServer, waitUntil } from './helpers.js';
 
 const TOKEN = 'test-token-0123456789abcdef';
@@ -100,6 +102,12 @@ describe('a server with a token', () => {
     // It says how a stoker command sends the token, not only which header the server reads.
     expect(denied.err).toContain("stoker's commands send it from --token-file FILE, else $STOKER_SERVER_TOKEN");
   }, 30_000);
+
+  it('server.allowedHosts names hosts as a Host header does: an entry with its port names the host (stoker.internal:7070 matched no request, every one 421)', () => {
+    const hosts = allowedHostNames({ host: '127.0.0.1', allowedHosts: ['stoker.internal:7070', 'Other.Example.', '[fe80::1]:8080', 'fe80::2', '10.0.0.5'] } as ServerConfig);
+    for (const h of ['stoker.internal:7070', 'stoker.internal', 'other.example:1', '[fe80::1]', 'fe80::2', '10.0.0.5:7070']) expect(hosts.has(hostName(h)), h).toBe(true);
+    for (const h of ['stoker.internal.evil.com', 'fe80::3', '10.0.0.6']) expect(hosts.has(hostName(h)), h).toBe(false);
+  });
 
   it('refuses a Host that does not name the server (421), and a state-changing request from a foreign Origin (403)', async () => {
     const auth = { authorization: `Bearer ${TOKEN}` };

@@ -71,6 +71,9 @@ describe('defaults', () => {
     expect(d.cluster).toEqual({ redis: 'redis://127.0.0.1:6380/2', lockMs: 3000, heartbeatMs: 2000, nodeId: 'n1' });
     expect(() => loadConfig({ env: { STOKER_CLUSTER_REDIS: 'http://x', STOKER_CLUSTER_LOCKMS: '1' }, cwd: dir })).toThrow(/STOKER_CLUSTER_LOCKMS: cluster\.lockms: unknown setting — did you mean STOKER_CLUSTER_LOCK_MS\?/);
     expect(() => loadConfig({ env: {}, flags: { cluster: 'http://x' }, cwd: dir })).toThrow(/--cluster: cluster\.redis: expected a redis:\/\/ URL or "none"/);
+    // Past 2^31 − 1 ms Node fires a timer after 1 ms: a lockMs of 7e9 renewed its locks in a loop.
+    expect(() => loadConfig({ env: { STOKER_CLUSTER_LOCK_MS: '7000000000' }, cwd: dir })).toThrow('STOKER_CLUSTER_LOCK_MS: cluster.lockMs: expected an integer from 100 to 2147483647 (ms), got 7000000000');
+    expect(() => loadConfig({ env: { STOKER_CLUSTER_HEARTBEAT_MS: '5000000000' }, cwd: dir })).toThrow('cluster.heartbeatMs: expected an integer from 50 to 2147483647 (ms)');
   });
 });
 
@@ -142,6 +145,10 @@ describe('environment variables', () => {
   it('a setting named without its section is refused, naming its variable (STOKER_TOKEN was ignored: no token, the user believing there was one); so is a named device or kind by variable — but not what Kubernetes or stoker itself set', () => {
     expect(() => loadConfig({ env: { STOKER_TOKEN: 'a-long-enough-secret-token' }, cwd: dir })).toThrow('STOKER_TOKEN: unknown setting — did you mean STOKER_SERVER_TOKEN?');
     expect(() => loadConfig({ env: { STOKER_HOST: '0.0.0.0' }, cwd: dir })).toThrow('STOKER_HOST: unknown setting — did you mean STOKER_SERVER_HOST?');
+    // Named after a flag that has no variable (a trial's STOKER_TOKEN_FILE was ignored: the server open to anyone).
+    expect(() => loadConfig({ env: { STOKER_TOKEN_FILE: '/run/secrets/token' }, cwd: dir })).toThrow('STOKER_TOKEN_FILE: unknown setting — the token file is a flag only: give --token-file FILE, or set STOKER_SERVER_TOKEN to the token itself');
+    expect(() => loadConfig({ env: { STOKER_CLUSTER: 'redis://127.0.0.1:6379' }, cwd: dir })).toThrow('STOKER_CLUSTER: unknown setting — did you mean STOKER_CLUSTER_REDIS');
+    expect(() => loadConfig({ env: { STOKER_CONFIG: '/etc/stoker.toml' }, cwd: dir })).toThrow('STOKER_CONFIG: unknown setting — the config file is a flag only');
     expect(() => loadConfig({ env: { STOKER_DEVICES_GPU: '{"workers":2}' }, cwd: dir })).toThrow(/STOKER_DEVICES_GPU: unknown setting — \[devices\.NAME\] and \[kinds\.NAME\] tables are set in the config file/);
     // Kubernetes' service variables for a service named stoker, and a process device worker's own.
     expect(() => loadConfig({ env: { STOKER_PORT: 'tcp://10.0.0.1:7070', STOKER_SERVICE_HOST: '10.0.0.1', STOKER_SERVICE_PORT: '7070', STOKER_PORT_7070_TCP_ADDR: '10.0.0.1', STOKER_WORKER: '0', STOKER_WORKERS: '2' }, cwd: dir })).not.toThrow();
@@ -180,8 +187,10 @@ describe('[engine.pacerOptions] against the pacer they are for', () => {
       }
       return '';
     };
-    expect(bad('stoker', { headStrat: 2 })).toMatch(/^loadConfig\(\{ values \}\): engine\.pacerOptions\.headStrat: the stoker pacer has no option headStrat — did you mean headStart\? \(its options are targetWaiting, .*headStart.*\): check the spelling, or remove it$/);
-    expect(bad('unpaced', { window: 2 })).toBe('loadConfig({ values }): engine.pacerOptions.window: the unpaced pacer has no option window (its options are targetWaiting): check the spelling, or remove it');
+    expect(bad('stoker', { headStrat: 2 })).toMatch(/^loadConfig\(\{ values \}\): engine\.pacerOptions\.headStrat: the stoker pacer has no option headStrat — did you mean headStart\? \(its options are priorServiceMs, .*headStart.*\): check the spelling, or remove it$/);
+    expect(bad('unpaced', { window: 2 })).toBe('loadConfig({ values }): engine.pacerOptions.window: the unpaced pacer has no option window (it has no options): check the spelling, or remove it');
+    // targetWaiting is the server's (engine.targetWaiting, given to every pacer): one here was overridden by it, silently.
+    expect(bad('classic', { targetWaiting: 9 })).toBe('loadConfig({ values }): engine.pacerOptions.targetWaiting: the server sets every pacer\'s targetWaiting from engine.targetWaiting (now 4): set engine.targetWaiting = 9 instead, and remove it here');
     expect(bad('stoker', { headStart: -2 })).toBe('loadConfig({ values }): engine.pacerOptions: pacer option headStart must be a number ≥ 0 (got -2)');
     expect(bad('window', { window: 16 })).toBe('');
     // From a file: the file is named (it was "configuration").

@@ -62,18 +62,20 @@ export function unreadOptions(creates: readonly PacerFactory[], options: Readonl
 
 /**
  * The options in `options` the built-in pacer `pacer` does not read (see unreadOptions), each with
- * what to say of it, listing the options it has; none for a pacer that is not built in. Throws
- * what the pacer throws for a value it refuses.
+ * what to say of it, listing the options it has (without targetWaiting where the caller sets it
+ * elsewhere, `setElsewhere`); none for a pacer that is not built in. Throws what the pacer throws
+ * for a value it refuses.
  */
-export function unknownPacerOptions(pacer: string, options: Readonly<PacerOptions>): { option: string; message: string }[] {
+export function unknownPacerOptions(pacer: string, options: Readonly<PacerOptions>, setElsewhere = false): { option: string; message: string }[] {
   const create = Object.hasOwn(PACERS, pacer) ? (PACERS[pacer] as (typeof PACERS)[string]).create : undefined;
   if (!create || Object.keys(options).length === 0) return [];
   const unread = unreadOptions([create], options);
   if (unread.length === 0) return [];
-  // (targetWaiting, the engine's, is every pacer's: listed first.)
-  const known = ['targetWaiting', ...[...optionsRead(create)].filter((k) => k !== 'targetWaiting')];
+  // (targetWaiting, the engine's, is every pacer's: listed first — unless the caller sets it elsewhere, as the server does from engine.targetWaiting.)
+  const own = [...optionsRead(create)].filter((k) => k !== 'targetWaiting');
+  const known = setElsewhere ? own : ['targetWaiting', ...own];
   return unread.map((option) => {
     const near = suggest(option, known);
-    return { option, message: `the ${pacer} pacer has no option ${option}${near ? ` — did you mean ${near}?` : ''} (its options are ${known.join(', ')}): check the spelling, or remove it` };
+    return { option, message: `the ${pacer} pacer has no option ${option}${near ? ` — did you mean ${near}?` : ''} (${known.length > 0 ? `its options are ${known.join(', ')}` : 'it has no options'}): check the spelling, or remove it` };
   });
 }
