@@ -73,7 +73,11 @@ export function installAccess(app: FastifyInstance, server: ServerConfig): void 
     const host = req.headers.host;
     // (Node keeps the first of two Host headers: which one a proxy in front read is anyone's guess.)
     if (req.raw.rawHeaders.filter((h, i) => i % 2 === 0 && h.toLowerCase() === 'host').length > 1) throw new ServiceError(400, 'bad-request', 'Bad request', 'the request has more than one Host header: send one');
-    if (host === undefined && req.raw.httpVersion === '1.1') throw new ServiceError(400, 'bad-request', 'Bad request', 'the request has no Host header: HTTP/1.1 needs one (the server\'s own address)');
+    if (host === undefined && req.raw.httpVersion === '1.1') {
+      // (Closed after its answer, as the parser's refusals are: it was answered keep-alive, and served the next request on the connection.)
+      void reply.header('connection', 'close');
+      throw new ServiceError(400, 'bad-request', 'Bad request', 'the request has no Host header: HTTP/1.1 needs one (the server\'s own address)');
+    }
     if (host !== undefined && !hosts.has(hostName(host)) && !isProbe(req)) {
       throw new ServiceError(421, 'misdirected-request', 'Misdirected request', `this server does not answer for the host ${JSON.stringify(hostName(host))}: use its own address, or add the name to server.allowedHosts`);
     }

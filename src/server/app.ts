@@ -91,6 +91,9 @@ const PARSER_PROBLEMS: Record<string, { status: number; title: string; detail: s
   ERR_HTTP_REQUEST_TIMEOUT: { status: 408, title: 'Request timeout', detail: 'the request did not arrive within server.requestTimeoutS' },
 };
 
+/** The problem type of each status a parser refusal answers (a 431 said bad-request). */
+const PARSER_TYPES: Readonly<Record<number, string>> = { 400: 'bad-request', 408: 'request-timeout', 431: 'headers-too-large' };
+
 /** Answers a request Node's HTTP parser refused with a problem body, then closes the connection. */
 function clientError(err: Error & { code?: string }, socket: Socket): void {
   // (A reset connection, or one whose response is under way — a pipelined request, an event
@@ -101,7 +104,7 @@ function clientError(err: Error & { code?: string }, socket: Socket): void {
     return;
   }
   const p = PARSER_PROBLEMS[err.code ?? ''] ?? { status: 400, title: 'Bad request', detail: `the request is not well-formed HTTP/1.1 (${err.code ?? err.message})` };
-  const body = JSON.stringify({ type: `${PROBLEM_BASE}bad-request`, ...p });
+  const body = JSON.stringify({ type: `${PROBLEM_BASE}${PARSER_TYPES[p.status] ?? 'bad-request'}`, ...p });
   socket.end(`HTTP/1.1 ${p.status} ${http.STATUS_CODES[p.status] ?? ''}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
   // Ended, the connection stays open until its client closes it too, and counts against
   // maxConnections: a client that never does (a thousand sockets sending half a request, then

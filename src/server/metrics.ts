@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { ReadonlySnapshot, PacerState } from '../core/index.js';
+import { PRIORITIES, type ReadonlySnapshot, type PacerState } from '../core/index.js';
 import type { BufferPoolStats } from '../runtime/buffer-pool.js';
 import type { ServeConfig } from './config.js';
 
@@ -235,8 +235,9 @@ export class ServiceMetrics {
       for (const code of JOB_FAILURE_CODES) this.jobFailures.inc({ kind, code }, 0);
       this.prepareSeconds.zero({ kind });
       this.deviceSeconds.zero({ kind });
-      // (With its priority label: zeroed without one, each kind's series stood at 0 beside the real ones.)
-      for (const state of ['done', 'failed', 'cancelled']) this.jobSeconds.zero({ kind, state, priority: 'normal' });
+      // (With its priority label: zeroed without one, each kind's series stood at 0 beside the real
+      // ones; every class's, or increase() missed the first critical job after a start.)
+      for (const state of ['done', 'failed', 'cancelled']) for (const priority of PRIORITIES) this.jobSeconds.zero({ kind, state, priority });
     }
   }
 

@@ -1101,6 +1101,8 @@ describe('GET /metrics (fresh server)', () => {
     expect(t0).toContain('# TYPE stoker_job_seconds histogram');
     // Every series has the priority label (zeroed without it, a kind's stood at 0 beside the real ones).
     expect(metric(t0, 'stoker_job_seconds_count{kind="sleep",state="done",priority="normal"}')).toBe(0);
+    // Every class's, at 0 (only normal's were: increase() missed the first critical job after a start).
+    for (const priority of ['critical', 'high', 'low']) expect(metric(t0, `stoker_job_seconds_count{kind="sleep",state="failed",priority="${priority}"}`), priority).toBe(0);
     expect(t0).not.toMatch(/stoker_job_seconds_\w+\{[^}]*state="\w+"\}/);
 
     const jobs: [string, number, number][] = [
