@@ -530,6 +530,10 @@ function mergeDevice(d: DeviceConfig, layer: NonNullable<Layer['device']> | unde
       ...(handoffDir === undefined ? {} : { handoffDir: path.resolve(base, handoffDir) }),
     } as ProcessDeviceConfig;
   }
+  // A later source that makes the device an HTTP one (or a process one) replaces what an earlier
+  // source made it: STOKER_DEVICE_PROCESS over a file's [device.http] left both, and the error blamed the file.
+  if (http && !proc && earlier.process) delete d.process;
+  if (proc && !http && earlier.http) delete d.http;
 }
 
 /** Where a device runs its steps: on threads, in a process per worker, or behind an HTTP endpoint. */

@@ -383,6 +383,18 @@ describe('device tables from several sources', () => {
     expect(c.device.batch).toEqual({ maxItems: 16, maxWaitMs: 50 });
   });
 
+  it('a later source makes the device another type: STOKER_DEVICE_PROCESS over a file\'s [device.http] (both were set, and the error blamed the file); one source giving both is still refused', () => {
+    const file = write('switch/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\n');
+    const c = loadConfig({ file, env: { STOKER_DEVICE_PROCESS: '{"command":"python3"}' }, cwd: '/' });
+    expect(c.device.http).toBeUndefined();
+    expect(c.device.process).toMatchObject({ command: 'python3' });
+    const back = loadConfig({ file: write('switch2/stoker.toml', '[device.process]\ncommand = "python3"\n'), env: { STOKER_DEVICE_HTTP: '{"url":"http://127.0.0.1:9/b"}' }, cwd: '/' });
+    expect(back.device.process).toBeUndefined();
+    expect(back.device.http).toMatchObject({ url: 'http://127.0.0.1:9/b' });
+    const both = write('switch3/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\n[device.process]\ncommand = "python3"\n');
+    expect(() => loadConfig({ file: both, env: {}, cwd: '/' })).toThrow(/both \[device\.process\] and \[device\.http\] are set/);
+  });
+
   it('an environment variable may set only some of the fields over the file\'s table (STOKER_DEVICE_HTTP=\'{"timeoutS":5}\' was refused for want of the url the file gives); with no earlier table, the required one is named', () => {
     const file = write('http3/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\ntimeoutS = 10\n[device.batch]\nmaxItems = 8\n');
     const c = loadConfig({ file, env: { STOKER_DEVICE_HTTP: '{"timeoutS":5}', STOKER_DEVICE_BATCH: '{"maxWaitMs":7}' }, cwd: '/' });
