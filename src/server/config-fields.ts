@@ -335,7 +335,8 @@ const DEVICE = table<DeviceConfig>()({
 
 /** `[prepare]`: the CPU preparation pool. */
 const PREPARE = table<PrepareConfig>()({
-  threads: { schema: int(1, undefined, 'an integer ≥ 1', `use e.g. ${defaultThreads()} (this machine's cores − 1)`), default: defaultThreads, shown: 'cores − 1', doc: 'preparation threads (≥ 1)' },
+  // (Each a worker thread with its own heap: 100,000 were accepted, and would have been started.)
+  threads: { schema: int(1, 1024, 'an integer from 1 to 1024', `use e.g. ${defaultThreads()} (this machine's cores − 1)`), default: defaultThreads, shown: 'cores − 1', doc: 'preparation threads (1–1024)' },
   concurrency: { schema: int(1, undefined, 'an integer ≥ 1', 'use e.g. 64'), default: 64, doc: 'preparations one thread runs at once (≥ 1): more than 1 helps a prepare that awaits; one that computes synchronously wants 1 (more only queue inside the thread)' },
 });
 

@@ -469,6 +469,10 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
     if (d.process && d.http) {
       throw new ConfigError([{ source: originOf(sources, `${name}.http`), path: name, message: `both [${name}.process] and [${name}.http] are set — a device is one or the other: keep one of them` }]);
     }
+    // (Read by nothing there: a process or an endpoint runs its own device — it was ignored without a word.)
+    if ((d.process || d.http) && d.kind === 'webgpu') {
+      throw new ConfigError([{ source: originOf(sources, `${name}.kind`), path: `${name}.kind`, message: `kind = "webgpu" is for a device whose steps run on stoker's threads, but [${name}.${d.process ? 'process' : 'http'}] makes this one ${d.process ? 'a process' : 'an HTTP endpoint'}, which runs its own: remove kind (or the [${name}.${d.process ? 'process' : 'http'}] table)` }]);
+    }
     requireDeviceKeys(d, name, (at) => originOf(sources, at));
   }
   return c;

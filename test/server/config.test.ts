@@ -391,6 +391,9 @@ describe('device tables from several sources', () => {
     const back = loadConfig({ file: write('switch2/stoker.toml', '[device.process]\ncommand = "python3"\n'), env: { STOKER_DEVICE_HTTP: '{"url":"http://127.0.0.1:9/b"}' }, cwd: '/' });
     expect(back.device.process).toBeUndefined();
     expect(back.device.http).toMatchObject({ url: 'http://127.0.0.1:9/b' });
+    // kind = "webgpu" on a device a process or endpoint runs: read by nothing (it was ignored without a word).
+    expect(() => loadConfig({ file: write('switch4/stoker.toml', '[devices.web]\nkind = "webgpu"\n[devices.web.http]\nurl = "http://127.0.0.1:9/a"\n'), env: {}, cwd: '/' })).toThrow(/devices\.web\.kind: kind = "webgpu" is for a device whose steps run on stoker's threads, but \[devices\.web\.http\] makes this one an HTTP endpoint/);
+    expect(() => loadConfig({ env: { STOKER_PREPARE_THREADS: '100000' }, cwd: '/' })).toThrow(/prepare\.threads: expected an integer from 1 to 1024, got 100000/);
     const both = write('switch3/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\n[device.process]\ncommand = "python3"\n');
     expect(() => loadConfig({ file: both, env: {}, cwd: '/' })).toThrow(/both \[device\.process\] and \[device\.http\] are set/);
   });
