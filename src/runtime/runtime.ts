@@ -10,9 +10,9 @@ const RUNTIME_OPTIONS = ['workload', 'devices', 'kinds', 'pacer', 'pacerOptions'
 
 export type { BatchResult, DeviceTask, PartitionTask, PrepareResult, RuntimeOptions, RuntimeStatus, StepFailure, Workload } from './workload.js';
 
-/** The engine's refusals of an event before anything changed (a submit that is not a valid job, events out of order): the caller's error, not the runtime's. */
 /** While a drain waits on work only unreachable devices could run, how often it looks whether they still are (ms). */
 const DRAIN_LOOK_MS = 250;
+/** The engine's refusals of an event before anything changed (a submit that is not a valid job, events out of order): the caller's error, not the runtime's. */
 const REFUSED_UNCHANGED = new Set<StokerErrorCode>(['E_INVALID_JOB', 'E_DUPLICATE_JOB', 'E_DUPLICATE_KEY', 'E_OVERSIZE', 'E_INVALID_EVENT', 'E_TIME_BACKWARDS']);
 
 interface JobCtx<I, O, R> extends FlightJob<I, O> {
