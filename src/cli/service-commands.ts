@@ -62,14 +62,14 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
   // (In cluster mode the queue holds the jobs: the other nodes take them, not this node's next start.)
   const resumeWhere = cfg.cluster.redis === 'none' ? 'unfinished jobs resume on the next start' : "unfinished jobs stay in the cluster's queue for the other nodes (or this one, restarted)";
   await new Promise<void>((resolve) => {
-    let stopping = false;
+    let stopping: string | undefined;
     const stop = (signal: string) => {
       // A second signal stops at once (it had killed the process without a word): what is in flight runs again on the next start.
-      if (stopping) {
-        io.err(`stoker serve: ${signal} again: stopping now, without waiting for the partitions in flight (${resumeWhere})\n`);
+      if (stopping !== undefined) {
+        io.err(`stoker serve: ${signal}${signal === stopping ? ' again' : ` after ${stopping}`}: stopping now, without waiting for the partitions in flight (${resumeWhere})\n`);
         process.exit(signal === 'SIGINT' ? 130 : signal === 'SIGHUP' ? 129 : 143);
       }
-      stopping = true;
+      stopping = signal;
       const pending = server.service.status().partitions.inFlight;
       io.err(`stoker serve: ${signal}: finishing ${pending} partition${pending === 1 ? '' : 's'} in flight (up to ${cfg.server.shutdownTimeoutS} s), then stopping\n`);
       // A stop bounded whatever it waits on (a cluster node's Redis away: it waited for its return,
