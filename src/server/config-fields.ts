@@ -430,7 +430,7 @@ export const CONFIG_DOC: string = (() => {
   const lines = rows.map((r) => `  ${r[0].padEnd(w0)}  ${r[1].padEnd(w1)}  ${r[2].padEnd(w2)}  ${r[3]}`);
   const extra = [
     `  ${'journal.maxBytes'.padEnd(w0)}  ${'none'.padEnd(w1)}  ${'STOKER_JOURNAL_MAX_BYTES'.padEnd(w2)}  the journal's largest size in bytes for new jobs (≥ 65536); beyond it submits get 507, accepted jobs go on and record their ends past it`,
-    `  ${'devices.NAME'.padEnd(w0)}  ${'none'.padEnd(w1)}  ${''.padEnd(w2)}  more devices by name, each a table like [device] (kind, workers, process or http)`,
+    `  ${'devices.NAME'.padEnd(w0)}  ${'none'.padEnd(w1)}  ${''.padEnd(w2)}  more devices by name, each a table like [device] (kind, workers, priorServiceMs, batch, process or http)`,
     `  ${'kinds.NAME.module'.padEnd(w0)}  ${'–'.padEnd(w1)}  ${'(--kind FILE)'.padEnd(w2)}  a kind module (path relative to the config file); --kind adds one, repeatable`,
     `  ${'kinds.NAME.device'.padEnd(w0)}  ${'"default"'.padEnd(w1)}  ${''.padEnd(w2)}  the device that runs the kind (overrides the module's device export)`,
     `  ${'kinds.NAME.prepareBatch'.padEnd(w0)}  ${'none'.padEnd(w1)}  ${''.padEnd(w2)}  prepare up to maxItems (1–4096) partitions together with the kind's prepareBatch, waiting up to maxWaitMs (default 0)`,
