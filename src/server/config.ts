@@ -406,7 +406,27 @@ const finiteOr = (v: number | string): number => (typeof v === 'number' ? v : In
  * later source overriding field by field (a table such as `engine.pacerOptions` is replaced
  * whole). Throws a {@link ConfigError} listing every problem of every source.
  */
+const LOAD_OPTIONS = ['file', 'values', 'env', 'flags', 'cwd'] as const satisfies readonly (keyof LoadConfigOptions)[];
+const FLAG_OPTIONS = ['host', 'port', 'dataDir', 'cluster', 'kinds', 'token'] as const satisfies readonly (keyof NonNullable<LoadConfigOptions['flags']>)[];
+
+/** loadConfig's own options, checked: a misspelt one (`value:`, `flags: { data }`) was read by nothing, silently — a misspelt `env` fell back to process.env. */
+function checkLoadOptions(opts: LoadConfigOptions): void {
+  const issues: ConfigIssue[] = [];
+  for (const [obj, known, at] of [
+    [opts, LOAD_OPTIONS, ''],
+    [opts.flags ?? {}, FLAG_OPTIONS, 'flags.'],
+  ] as const) {
+    for (const key of Object.keys(obj)) {
+      if ((known as readonly string[]).includes(key)) continue;
+      const near = suggest(key, known);
+      issues.push({ source: 'loadConfig(options)', path: `${at}${key}`, message: `not an option of loadConfig${near ? ` — did you mean ${at}${near}?` : ''}: ${at === '' ? 'its options' : 'the flags'} are ${known.join(', ')}` });
+    }
+  }
+  if (issues.length > 0) throw new ConfigError(issues);
+}
+
 export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
+  checkLoadOptions(opts);
   const cwd = opts.cwd ?? process.cwd();
   const issues: ConfigIssue[] = [];
   const sources: Source[] = [];

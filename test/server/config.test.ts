@@ -375,6 +375,13 @@ describe('configToToml', () => {
   });
 });
 
+describe("loadConfig's own options", () => {
+  it('a misspelt option is refused, naming it (value: or flags: { data } were read by nothing, silently)', () => {
+    expect(() => loadConfig({ value: {}, cwd: dir } as never)).toThrow('loadConfig(options): value: not an option of loadConfig — did you mean values?: its options are file, values, env, flags, cwd');
+    expect(() => loadConfig({ flags: { data: 'x' }, env: {}, cwd: dir } as never)).toThrow('loadConfig(options): flags.data: not an option of loadConfig — did you mean flags.dataDir?');
+  });
+});
+
 describe('device tables from several sources', () => {
   it('an environment variable sets its fields over the file\'s table, keeping the rest (STOKER_DEVICE_HTTP with a url dropped the file\'s headers and timeout)', () => {
     const file = write('http/stoker.toml', '[device.http]\nurl = "http://127.0.0.1:9/a"\ntimeoutS = 10\nheaders = { Authorization = "Bearer s3cret", Accept = "application/json" }\n[device.batch]\nmaxItems = 8\nmaxWaitMs = 50\n');
