@@ -79,7 +79,7 @@ export const JobView = z
       .meta({ description: 'While the job runs: its partitions by stage; null once it ended (or while its end is being recorded)' }),
     resumes: z.number().int().meta({ description: 'How often the job was resumed after a restart' }),
     result: z.unknown().meta({ description: 'A JSON value, or base64 of bytes when resultEncoding is base64' }),
-    resultEncoding: z.literal('base64').optional().meta({ description: 'Present only for a bytes result (GET …/result with Accept: application/octet-stream gives the raw bytes)' }),
+    resultEncoding: z.literal('base64').optional().meta({ description: 'Present only for a bytes result, also where the result is left out by its size (GET …/result with Accept: application/octet-stream gives the raw bytes)' }),
     onHold: z.string().optional().meta({ description: 'Present only for an unfinished job this server will not run: why (its kind not loaded here, its partitions over the whole memory budget, its input refused by another version of its module than the one that accepted it), and what would run it; GET …/result answers at once for it' }),
     inputOmittedBytes: z.number().int().optional().meta({ description: 'Present only in lists and submit answers, where the input is over 64 KiB as JSON text: this many bytes; it is left out there (input null) — GET /v1/jobs/:id gives it' }),
     resultOmittedBytes: z.number().int().optional().meta({ description: 'Present only where the result is left out by its size as stored (its JSON text, or its bytes): over 1 MiB in a job view, over 64 KiB in a list or a submit answer (result null) — GET /v1/jobs/:id/result gives it' }),
@@ -237,9 +237,8 @@ export function withoutResultOver(v: JobView, max: number): JobView {
   if (v.result === null || v.result === undefined) return v;
   const bytes = v.resultEncoding === 'base64' && typeof v.result === 'string' ? Buffer.byteLength(v.result, 'base64') : overBytes(v.result, max);
   if (bytes === undefined || bytes <= max) return v;
-  const out: JobView = { ...v, result: null, resultOmittedBytes: bytes };
-  delete out.resultEncoding;
-  return out;
+  // (resultEncoding stays: a client knows the left-out result is bytes.)
+  return { ...v, result: null, resultOmittedBytes: bytes };
 }
 
 /**

@@ -94,6 +94,8 @@ export interface JobRow {
   result_bytes?: number;
   /** The blob holding the result in pieces (then `result` is empty), or NULL. */
   result_blob: number | null;
+  /** Whether the stored result is bytes (1) or JSON (0), where the query asked (a view's: its result may be left out). */
+  result_is_bytes?: number;
 }
 
 /**
@@ -117,6 +119,7 @@ export const RESULT_BYTES = `CASE WHEN result_blob IS NULL THEN octet_length(res
 /** A job's columns for a view: the result only up to `maxResult` bytes (NULL past it, and in pieces), and its size. */
 const columns = (maxResult: number) => `seq, id, kind, priority, partitions, input, deadline, body_hash, sent_hash, module_hash, state, submitted_at, started_at, finished_at,
   CASE WHEN result_blob IS NOT NULL OR octet_length(result) > ${maxResult} THEN NULL ELSE result END AS result, ${RESULT_BYTES} AS result_bytes, result_blob,
+  (result_blob IS NOT NULL OR typeof(result) = 'blob') AS result_is_bytes,
   error_code, error_reason, partitions_done, resumes`;
 /** A job's columns for its view: the result up to VIEW_RESULT_MAX_BYTES. */
 export const VIEW_COLUMNS = columns(VIEW_RESULT_MAX_BYTES);
@@ -160,6 +163,8 @@ export function fromRow(r: JobRow): JournalJob {
     state: r.state, submittedAt: r.submitted_at, startedAt: r.started_at, finishedAt: r.finished_at,
     result: r.result === null || r.result_blob !== null ? undefined : fromStored(r.result), ...(r.result_bytes === undefined ? {} : { resultBytes: r.result_bytes }),
     ...(r.result_blob === null ? {} : { resultBlob: r.result_blob }),
+    // (Said only where the result was left out: otherwise the result itself says.)
+    ...(r.result === null && r.result_is_bytes !== undefined ? { resultIsBytes: r.result_is_bytes === 1 } : {}),
     errorCode: r.error_code, errorReason: r.error_reason,
     partitionsDone: r.partitions_done, resumes: r.resumes,
   };

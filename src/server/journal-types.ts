@@ -55,6 +55,8 @@ export interface JournalJob extends JournalJobInput {
    * {@link Journal.readBlob} (`result` is then undefined, and `resultBytes` its size).
    */
   resultBlob?: number;
+  /** Whether the stored result is bytes, where a read for a view left it out (`result` undefined): the view says `resultEncoding` all the same. */
+  resultIsBytes?: boolean;
   /** The error code of a `failed` or `cancelled` job; `null` otherwise. */
   errorCode: string | null;
   /** The reason of a `failed` or `cancelled` job; `null` otherwise. */

@@ -66,7 +66,8 @@ export class ResultPieces {
 function resultFields(j: JournalJob, full: ResultForm): { result: unknown; resultEncoding?: 'base64'; resultOmittedBytes?: number } {
   const { result } = j;
   const bytes = j.resultBytes ?? storedBytes(result);
-  if (!full && (result === undefined || bytes > VIEW_RESULT_MAX_BYTES)) return { result: null, resultOmittedBytes: bytes };
+  // (Left out, a bytes result still says so: a client knows to ask …/result for bytes.)
+  if (!full && (result === undefined || bytes > VIEW_RESULT_MAX_BYTES)) return { result: null, resultOmittedBytes: bytes, ...(j.resultIsBytes || result instanceof Uint8Array ? { resultEncoding: 'base64' as const } : {}) };
   if (result instanceof Uint8Array) return { result: full === 'raw' ? result : Buffer.from(result.buffer, result.byteOffset, result.byteLength).toString('base64'), resultEncoding: 'base64' };
   return { result: result ?? null };
 }
