@@ -165,6 +165,8 @@ export class BufferPool {
   private freed = 0;
   /** The size class of the last checkout (0: none yet): trimTo keeps its idle buffers. */
   private lastClass = 0;
+  /** The bytes idle buffers may hold beside the memory budget's reservations, where a Runtime bounds the pool (see limitIdleTo). */
+  private idleRoom: (() => number) | undefined;
 
   /**
    * @param options limits and size classes, merged once with the defaults; a value out of range
@@ -214,6 +216,9 @@ export class BufferPool {
       this.idleCount -= 1;
       this.reused += 1;
     } else {
+      // Idle buffers of other sizes past the room beside the reservations are freed before a fresh
+      // one is made, not after: a 2 MiB partition behind 1 MiB ones held both, twice the budget.
+      if (this.idleRoom !== undefined && this.idleBytes > 0) this.trimTo(Math.max(0, this.idleRoom()));
       const total = this.leasedBytes + this.idleBytes;
       const would = total + classBytes;
       if (would > this.opts.maxBytes) {
@@ -282,6 +287,15 @@ export class BufferPool {
     }
     this.idleBytes -= freedBytes;
     return freedBytes;
+  }
+
+  /**
+   * Bounds the idle bytes by `room()` — what the memory budget has beside its reservations, which
+   * count the buffer a checkout is for — when a checkout needs a fresh buffer: idle ones of other
+   * sizes are freed first (see trimTo). A Runtime sets it for its workload's pool.
+   */
+  limitIdleTo(room: () => number): void {
+    this.idleRoom = room;
   }
 
   /**

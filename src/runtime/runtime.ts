@@ -69,6 +69,16 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
     this.timeline = options.timeline;
     this.onStep = options.onStep;
     this.onStepFailed = options.onStepFailed;
+    // (Each was taken as it was, and failed at its first use: a warning per listener, "this.clock.now is not a function".)
+    for (const name of ['onStep', 'onStepFailed'] as const) {
+      if (options[name] !== undefined && typeof options[name] !== 'function') throw new StokerError('E_INVALID_OPTION', `${name} must be a function (got ${shown(options[name])})`);
+    }
+    if (typeof this.clock?.now !== 'function' || typeof this.clock.schedule !== 'function' || typeof this.clock.cancel !== 'function') {
+      throw new StokerError('E_INVALID_OPTION', 'clock must have now(), schedule(fn, ms) and cancel(handle): leave it out for the system clock, or give a ManualClock');
+    }
+    if (typeof options.pacer === 'object' && options.pacerOptions !== undefined) {
+      throw new StokerError('E_INVALID_OPTION', 'pacerOptions are for a built-in pacer named by pacer: a pacer object of your own takes its options where it is made — leave pacerOptions out');
+    }
     if (typeof this.deviceTimeoutMs !== 'number' || !(this.deviceTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `deviceTimeoutMs must be a number of ms > 0, or Infinity (got ${shown(options.deviceTimeoutMs)})`);
     if (typeof prepareTimeoutMs !== 'number' || !(prepareTimeoutMs > 0)) throw new StokerError('E_INVALID_OPTION', `prepareTimeoutMs must be a number of ms > 0, or Infinity (got ${shown(options.prepareTimeoutMs)})`);
     // (A module's default export passed as it is read "unknown pacer undefined".)
@@ -119,6 +129,9 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
       maxPreparing: typeof options.maxPreparing === 'number' || options.maxPreparing === undefined ? Math.min(options.maxPreparing ?? Infinity, options.workload.prepareSlots ?? Infinity) : options.maxPreparing,
       retries: options.retries ?? 1,
     });
+    // A fresh buffer frees idle ones of other sizes past the room beside the reservations first (the reservations count it).
+    const budget = this.engine.budget;
+    this.workload.pool?.limitIdleTo?.(() => budget.totalBytes - budget.used);
     this.occupancy = new OccupancyMeter(options.devices.map((d) => d.workers));
     this.flights = new Flights({ workload: this.workload, clock: this.clock, deviceTimeoutMs: this.deviceTimeoutMs, prepareTimeoutMs, jobs: this.jobs, apply: (event) => this.apply(event), syncPool: () => this.syncPool(), stepFailed: (item, stage, reason, where) => this.stepFailed(item, stage, reason, where) });
     // A worker the workload takes out of service (a process device's whose processes keep failing

@@ -88,7 +88,7 @@ export interface Workload<I, P, O, R> {
    * (`trimTo(room)`, which keeps those of the size checked out last for the next preparations;
    * without it, `trim(true)`). Idle buffers are not charged to the budget.
    */
-  readonly pool?: Pick<BufferPool, 'stats' | 'trim'> & Partial<Pick<BufferPool, 'trimTo'>>;
+  readonly pool?: Pick<BufferPool, 'stats' | 'trim'> & Partial<Pick<BufferPool, 'trimTo' | 'limitIdleTo'>>;
 }
 
 /** One item's result in a batch: its output, or why it alone failed (`retry: false`: it would fail again, its job fails at once). */

@@ -224,6 +224,25 @@ describe('BufferPool limits', () => {
     expect(none.stats()).toMatchObject({ fresh: 2, reused: 0 });
   });
 
+  it('limitIdleTo: a checkout that needs a fresh buffer frees idle ones of other sizes past the room first (a 2 MiB partition behind 1 MiB ones held both: twice the budget)', () => {
+    const MiB = 2 ** 20;
+    const pool = new BufferPool();
+    let room = 2 * MiB;
+    pool.limitIdleTo(() => room);
+    for (const b of [pool.checkout(MiB), pool.checkout(MiB)]) pool.checkin(b);
+    expect(pool.stats()).toMatchObject({ idleBytes: 2 * MiB, highWaterBytes: 2 * MiB });
+    // The budget now reserves the 2 MiB partition: no room beside it.
+    room = 0;
+    pool.checkout(2 * MiB);
+    expect(pool.stats()).toMatchObject({ leasedBytes: 2 * MiB, idleBytes: 0, freed: 2, highWaterBytes: 2 * MiB });
+    // A checkout an idle buffer serves frees nothing.
+    const again = new BufferPool();
+    again.limitIdleTo(() => 0);
+    again.checkin(again.checkout(MiB));
+    again.checkout(MiB);
+    expect(again.stats()).toMatchObject({ reused: 1, freed: 0 });
+  });
+
   it('trim frees only idle buffers older than idleTtlMs (by the injected clock); trim(true) frees all idle', () => {
     const clock = manualClock();
     const pool = new BufferPool({ idleTtlMs: 1000 }, clock.now);

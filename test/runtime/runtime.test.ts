@@ -1,6 +1,6 @@
 import { setImmediate as tick } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { StokerError } from '../../src/core/index.js';
+import { createPacer, StokerError } from '../../src/core/index.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { BufferPool, type PooledBuffer } from '../../src/runtime/buffer-pool.js';
 import { Runtime, type BatchResult, type DeviceTask, type PartitionTask, type PrepareResult, type StepFailure, type Workload } from '../../src/runtime/runtime.js';
@@ -308,6 +308,11 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     refused({ deviceTimeoutMs: '5' }, 'deviceTimeoutMs must be a number of ms > 0, or Infinity (got "5")');
     refused({ devices: [{ workers: 1, batchh: {} }] }, 'devices[0].batchh is not a field of a Runtime device (did you mean batch?): its fields are workers, batch, name, kinds, kind, threadPerDevice');
     refused({ maxPreparing: '5' }, 'maxPreparing must be a number ≥ 1 or Infinity (got "5")');
+    // Taken as they were, they failed at their first use: a warning per listener, "this.clock.now is not a function".
+    refused({ onStep: 'x' }, 'onStep must be a function (got "x")');
+    refused({ onStepFailed: 5 }, 'onStepFailed must be a function (got 5)');
+    refused({ clock: {} }, 'clock must have now(), schedule(fn, ms) and cancel(handle)');
+    refused({ pacer: createPacer('unpaced', {}), pacerOptions: { targetWaiting: 2 } }, 'pacerOptions are for a built-in pacer named by pacer');
     // A ThreadedWorkload's device entries, shared as they are (with its kind and threadPerDevice), are accepted.
     expect(() => new Runtime({ workload, devices: [{ workers: 1, kind: 'cpu', threadPerDevice: true }] } as never)).not.toThrow();
     refused({ workload: { prepare: workload.prepare.bind(workload), finish: workload.finish.bind(workload) } }, 'the workload has no run(task): give it one');

@@ -138,6 +138,18 @@ it('a Runtime with other devices than its ThreadedWorkload is refused when made,
   expect(() => new Runtime({ workload, devices: [{ workers: 1 }, { workers: 1 }], pacer: 'unpaced' })).toThrow("devices [{ workers: 1 }, { workers: 1 }] are not the workload's own [{ workers: 1 }]");
 });
 
+it('the pool stays within the memory budget where a larger partition follows smaller ones: the idle ones are freed before its buffer is made (a trial: both held, twice the budget)', async () => {
+  const MiB = 2 ** 20;
+  const workload = new ThreadedWorkload<FlakyInput & { bytes: number }, FlakyOutput, number>({ prepareModule, deviceModule, bufferBytes: (input) => input.bytes, finish: (job) => job.outputs.length, devices: [{ workers: 1 }], prepareThreads: 2 });
+  runtimes.push(workload);
+  const rt = new Runtime({ workload, devices: [{ workers: 1 }], budgetBytes: 2 * MiB, pacer: 'unpaced' });
+  runtimes.push(rt);
+  await rt.submit({ id: 'small', kind: 'k', partitions: 6, memory: { prepareBytes: MiB, deviceBytes: MiB } }, { mode: 'ok', bytes: MiB });
+  expect(workload.pool.stats()).toMatchObject({ highWaterBytes: 2 * MiB, idleBytes: 2 * MiB });
+  await rt.submit({ id: 'large', kind: 'k', partitions: 1, memory: { prepareBytes: 2 * MiB, deviceBytes: 2 * MiB } }, { mode: 'ok', bytes: 2 * MiB });
+  expect(workload.pool.stats()).toMatchObject({ highWaterBytes: 2 * MiB, freed: 2 });
+});
+
 it('refuses options it cannot use when made, naming each (a user trial saw them only as jobs failed, after their retries, or never)', () => {
   const ok = { prepareModule, deviceModule, bufferBytes: () => 64, finish: (job: { outputs: FlakyOutput[] }) => job.outputs, devices: [{ workers: 1 }], prepareThreads: 1 };
   const made = (over: Record<string, unknown>) => () => new ThreadedWorkload<FlakyInput, FlakyOutput, FlakyOutput[]>({ ...ok, ...over } as never);
