@@ -240,6 +240,9 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
         });
       });
       this.settleWaiter = undefined;
+      // Nothing starts while the jobs are cancelled one by one: each cancel freed room, and the next
+      // job's partition was started (its prepare() called, its memory reserved) only to be withdrawn.
+      if (!options.drain) this.apply({ type: 'drain', time: this.clock.now() });
       for (const id of [...this.jobs.keys()]) this.apply({ type: 'cancel', time: this.clock.now(), jobId: id, reason: 'the runtime closed before the job ended (close())' });
       // A finish() still running past the timeout: its waiter is answered now (what it returns later is dropped).
       for (const [job, id] of this.finishing) job.reject(new StokerError('E_CANCELLED', `job ${id}: the runtime closed while its finish() ran (close())`));

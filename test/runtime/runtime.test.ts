@@ -331,6 +331,21 @@ describe('Runtime with an in-process workload on a manual clock', () => {
     }
   });
 
+  it('close() past its timeout starts nothing while it cancels the jobs one by one (each cancel freed room, and the next job was prepared only to be withdrawn)', async () => {
+    const { rt, run, workload } = setup({ budgetBytes: 200 });
+    workload.hangPrepare = (t) => t.jobId === 'stuck';
+    const stuck = rt.submit(job('stuck', 2), 1).catch((x: unknown) => x);
+    const next = rt.submit(job('next', 2), 1).catch((x: unknown) => x);
+    await run(50);
+    expect(workload.prepares).toBe(2);
+    const closed = rt.close(100);
+    await run(200);
+    await closed;
+    expect(await stuck).toMatchObject({ code: 'E_CANCELLED' });
+    expect(await next).toMatchObject({ code: 'E_CANCELLED' });
+    expect(workload.prepares).toBe(2);
+  });
+
   it('close() lets running jobs finish within the timeout, cancels the rest, answers every waiter', async () => {
     const { rt, run, workload } = setup({ deviceTimeoutMs: 1e9 });
     workload.hangRun = (t) => t.jobId === 'stuck';
