@@ -242,8 +242,9 @@ export function lowerLatency(rows: readonly PlanRow[], recommended: PlanRow): Pl
  * the product). A server's kind runs on one device: devices that run every kind (no
  * `devices[].kinds`) are one server device with all their workers (each worker process learns its
  * index from STOKER_WORKER, to pin itself to its GPU); where groups run named kinds, each group is
- * a device — the first `[device]`, the others named by their index (rename them to yours) — and
- * each kind's `[kinds.NAME] device` says which.
+ * a device — by its `devices[].name` where the scenario names them all apart, else the first
+ * `[device]` and the others by their index (rename them to yours) — and each kind's `[kinds.NAME]
+ * device` says which.
  */
 export function configLines(r: PlanRow, s: Scenario): string[] {
   const lines = ['[engine]', `pacer = ${JSON.stringify(r.pacer)}`, `targetWaiting = ${r.targetWaiting}`, `budgetBytes = ${r.budgetBytes === null ? '"unlimited"' : r.budgetBytes}`];
@@ -255,11 +256,12 @@ export function configLines(r: PlanRow, s: Scenario): string[] {
   // (A TOML bare key is letters, digits, _ and -: a name with a dot is quoted.)
   const table = (name: string) => (name === 'default' ? '[device]' : `[devices.${/^[A-Za-z0-9_-]+$/.test(name) ? name : JSON.stringify(name)}]`);
   const named = s.devices.every((d) => d.name !== undefined && d.count === 1) && new Set(s.devices.map((d) => d.name)).size === s.devices.length;
-  if (named) {
+  const pinned = s.devices.some((d) => d.kinds);
+  if (named && !pinned) {
     s.devices.forEach((d, i) => lines.push(table(d.name as string), `workers = ${workersOf(i)}`));
     return lines;
   }
-  if (!s.devices.some((d) => d.kinds)) {
+  if (!pinned) {
     const total = s.devices.reduce((n, d, i) => n + d.count * workersOf(i), 0);
     const devices = s.devices.reduce((n, d) => n + d.count, 0);
     lines.push('[device]');
@@ -276,10 +278,13 @@ export function configLines(r: PlanRow, s: Scenario): string[] {
     lines.push(`workers = ${total}`);
     return lines;
   }
-  const name = (i: number) => (i === 0 ? 'default' : `group${i}`);
+  // Each group by its name where the scenario names them all apart (a trial's named groups lost
+  // their [kinds.NAME] device lines, and one named among unnamed ones was called group1).
+  const own = s.devices.map((d, i) => d.name ?? (i === 0 ? 'default' : `group${i}`));
+  const name = (i: number) => (new Set(own).size === own.length ? (own[i] as string) : i === 0 ? 'default' : `group${i}`);
   s.devices.forEach((d, i) => {
     const w = workersOf(i);
-    lines.push(i === 0 ? '[device]' : `[devices.${name(i)}]`);
+    lines.push(table(name(i)));
     if (d.count > 1) lines.push(`# ${d.count} devices × ${w} worker${w === 1 ? '' : 's'} each, as one device: a process worker reads its index (0–${d.count * w - 1}) from STOKER_WORKER; worker i on device ⌊i ÷ ${w}⌋`);
     lines.push(`workers = ${d.count * w}`);
   });
@@ -287,8 +292,8 @@ export function configLines(r: PlanRow, s: Scenario): string[] {
     const runs = s.devices.flatMap((d, i) => (!d.kinds || d.kinds.includes(kind) ? [i] : []));
     // (A TOML bare key is letters, digits, _ and -: a kind name with a dot is quoted.)
     const key = /^[A-Za-z0-9_-]+$/.test(kind) ? kind : JSON.stringify(kind);
-    if (runs.length === 0 || (runs.length === 1 && runs[0] === 0)) continue;
-    if (runs.length === 1) lines.push(`[kinds.${key}]`, `module = "./${kind}-kind.mjs"   # your module of kind ${kind}`, `device = "${name(runs[0] as number)}"`);
+    if (runs.length === 0 || (runs.length === 1 && name(runs[0] as number) === 'default')) continue;
+    if (runs.length === 1) lines.push(`[kinds.${key}]`, `module = "./${kind}-kind.mjs"   # your module of kind ${kind}`, `device = ${JSON.stringify(name(runs[0] as number))}`);
     else lines.push(`# kind ${kind} runs on ${runs.map(name).join(', ')} in the scenario: a kind runs on one device in stoker serve — give it one ([kinds.${key}] device)`);
   }
   return lines;

@@ -140,6 +140,24 @@ describe('frontier and recommendation', () => {
       'device = "group1"',
       '# kind any runs on default, group1 in the scenario: a kind runs on one device in stoker serve — give it one ([kinds.any] device)',
     ]);
+    // Named groups by their names, with their kinds' lines (a trial's lost the [kinds.NAME] device lines; one named among unnamed ones was group1).
+    const named = parseScenario({ ...s, devices: s.devices.map((d, i) => ({ ...d, name: i === 0 ? 'small' : 'big' })) }, 'named');
+    const byName = configLines(row({ workers: [2, 4] }), named);
+    expect(byName.slice(byName.indexOf('[devices.small]'))).toEqual([
+      '[devices.small]',
+      'workers = 2',
+      '[devices.big]',
+      'workers = 4',
+      '[kinds.gpu]',
+      'module = "./gpu-kind.mjs"   # your module of kind gpu',
+      'device = "small"',
+      '[kinds.cpu]',
+      'module = "./cpu-kind.mjs"   # your module of kind cpu',
+      'device = "big"',
+      '# kind any runs on small, big in the scenario: a kind runs on one device in stoker serve — give it one ([kinds.any] device)',
+    ]);
+    const second = configLines(row({ workers: [2, 4] }), parseScenario({ ...s, devices: s.devices.map((d, i) => (i === 1 ? { ...d, name: 'big' } : d)) }, 'second'));
+    expect(second).toEqual(expect.arrayContaining(['[device]', '[devices.big]', 'device = "big"']));
   });
 });
 
