@@ -166,11 +166,20 @@ export class TimelineRecorder {
         if (this.open.has(key)) this.end(key, t, 'aborted');
       }
     }
-    if (t - this.lastSample >= this.sampleEvery) {
+    // A sample is the levels after the last step at its time: several steps at one time (the
+    // simulator's fixed preparation times end together) showed the first one's, an intermediate
+    // state (waiting 0 where two waited until the next sample).
+    const last = this.sampleList[this.sampleList.length - 1];
+    if (last !== undefined && last.t === t) Object.assign(last, this.levels(s, heldBytes));
+    else if (t - this.lastSample >= this.sampleEvery) {
       this.lastSample = t;
-      this.sampleList.push({ t, waiting: s.waiting, preparing: s.preparing, onDevice: s.onDevice, inventory: s.preparing + s.waiting + s.onDevice, budgetUsedBytes: s.budgetUsedBytes, budgetHeldBytes: heldBytes });
+      this.sampleList.push({ t, ...this.levels(s, heldBytes) });
       if (this.sampleList.length > this.maxSamples * 1.25) this.sampleList = this.sampleList.slice(-this.maxSamples);
     }
+  }
+
+  private levels(s: ReadonlySnapshot, heldBytes: number): Omit<TimelineSample, 't'> {
+    return { waiting: s.waiting, preparing: s.preparing, onDevice: s.onDevice, inventory: s.preparing + s.waiting + s.onDevice, budgetUsedBytes: s.budgetUsedBytes, budgetHeldBytes: heldBytes };
   }
 
   lanes(): TimelineLane[] {

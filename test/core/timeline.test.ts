@@ -324,6 +324,15 @@ describe('TimelineRecorder, fed by hand', () => {
     expect(rec.samples(501).map((x) => x.t)).toEqual([760]);
   });
 
+  it('a sample is the levels after the last step at its time (steps at one time showed the first one\'s: waiting 0 where two waited)', () => {
+    const rec = new TimelineRecorder();
+    rec.record(tick(10), [], snapshot({ waiting: 0, preparing: 2, onDevice: 1 }));
+    rec.record(tick(10), [], snapshot({ waiting: 1, preparing: 1, onDevice: 1 }));
+    rec.record(tick(10), [], snapshot({ waiting: 2, preparing: 0, onDevice: 1 }));
+    rec.record(tick(100), [], snapshot({ waiting: 9 }));
+    expect(rec.samples()).toEqual([{ t: 10, waiting: 2, preparing: 0, onDevice: 1, inventory: 3, budgetUsedBytes: 0, budgetHeldBytes: 0 }]);
+  });
+
   it('keeps up to 1.25 × maxSamples samples, then the newest maxSamples; 20 000 by default', () => {
     const small = new TimelineRecorder({ maxSamples: 4, sampleEveryMs: 0 });
     for (let t = 0; t < 5; t++) small.record(tick(t), [], snapshot());
