@@ -161,6 +161,8 @@ export interface TraceSettings {
   targetWaiting?: number | undefined;
   deviceBatches?: readonly (BatchSetting | null)[] | undefined;
   prepareBatches?: Readonly<Record<string, BatchSetting>> | undefined;
+  /** The time the trace starts from (ms); absent: its earliest span, sample or submission. */
+  originMs?: number | undefined;
 }
 
 /** A scenario's settings as its trace records them (its batching per device and per kind, in ms). */
@@ -177,7 +179,7 @@ function scenarioSettings(s: Scenario): TraceSettings {
 
 /** Writes a timeline as Chrome trace JSON (the format Perfetto opens); `now` ends spans still running. */
 export function writeTrace(file: string, title: string, timeline: TimelineRecorder, now: number, limits: TraceSettings, io: Io): void {
-  const { budgetBytes, maxPreparing, targetWaiting, deviceBatches, prepareBatches } = limits;
+  const { budgetBytes, maxPreparing, targetWaiting, deviceBatches, prepareBatches, originMs } = limits;
   const trace = toChromeTrace({
     lanes: timeline.lanes(),
     spans: timeline.spans(),
@@ -190,6 +192,7 @@ export function writeTrace(file: string, title: string, timeline: TimelineRecord
     ...(targetWaiting === undefined ? {} : { targetWaiting }),
     ...(deviceBatches === undefined ? {} : { deviceBatches }),
     ...(prepareBatches === undefined ? {} : { prepareBatches }),
+    ...(originMs === undefined ? {} : { originMs }),
   });
   writeOutputFile('--trace', file, `${JSON.stringify(trace)}\n`, io);
 }
@@ -319,7 +322,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
       flags.trace,
       results.map((r) => r.pacer),
     );
-    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, scenarioSettings(scenario), io));
+    results.forEach((r, i) => writeTrace(files[i] as string, `${r.scenario} — ${r.pacer} pacer (virtual time)`, timelines[i] as TimelineRecorder, r.simulatedMs, { ...scenarioSettings(scenario), originMs: 0 }, io));
   }
   if (flags.html !== undefined) {
     const title = `stoker simulate ${scenario.name}: ${results.map((r) => r.pacer).join(' vs ')}`;

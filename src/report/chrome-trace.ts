@@ -63,6 +63,7 @@ export function toChromeTrace(input: ChromeTraceInput): ChromeTrace {
   let earliest = Infinity;
   for (const s of input.spans) earliest = Math.min(earliest, s.start);
   for (const s of input.samples) earliest = Math.min(earliest, s.t);
+  for (const j of input.jobs ?? []) earliest = Math.min(earliest, j.t);
   const origin = input.originMs ?? (earliest < Infinity ? earliest : input.now);
   const events: ChromeTraceEvent[] = [
     { name: 'process_name', ph: 'M', pid: PID, args: { name: input.title } },

@@ -98,6 +98,17 @@ describe('Chrome trace', () => {
     expect(text).toContain('seed — stoker pacer (virtual time)');
   });
 
+  it('a simulate trace is in the scenario\'s seconds from 0 (it began at its first scenario event: a submission at 100 s showed at 50 s)', async () => {
+    const scenario = path.join(tmp.dir, 'late.json');
+    fs.writeFileSync(scenario, JSON.stringify({ name: 'late', kinds: { k: { prepare: { type: 'fixed', value: 10 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 2 } }], arrivals: [{ atS: 100, partitions: 1, kind: 'k' }], events: [{ type: 'speed', atS: 50, speed: 2 }] }));
+    const file = path.join(tmp.dir, 'late-trace.json');
+    expect((await run('simulate', scenario, '--pacer', 'unpaced', '--trace', file)).code).toBe(0);
+    const trace = JSON.parse(fs.readFileSync(file, 'utf8')) as { traceEvents: { name: string; ph: string; ts: number; cat?: string }[]; otherData: Record<string, string> };
+    expect(trace.otherData['originMs']).toBe('0');
+    expect(trace.traceEvents.find((e) => e.name === 'submit job-0')?.ts).toBe(100_000_000);
+    expect(trace.traceEvents.find((e) => e.cat === 'prepare')?.ts).toBe(100_000_000);
+  });
+
   it('a long run: more spans than a function call takes arguments', () => {
     const spans = Array.from({ length: 300_000 }, (_, i) => ({ lane: 0, kind: 'device' as const, jobId: `job-${i}`, partition: 0, start: 10 + i, end: 11 + i, outcome: 'done' as const }));
     const trace = toChromeTrace({ lanes: [{ id: 0, kind: 'device', name: 'device 0 / worker 0', device: 0, worker: 0 }], spans, samples: [], title: 'long', now: 400_000 });
