@@ -7,4 +7,4 @@ export { ThreadedWorkload, type PreparedBuffer, type ThreadedWorkloadOptions } f
 export type { DeviceModule, PrepareModule, StageContext } from './threads/protocol.js';
 export { createNttProofWorkload, finishNttProof, nttBufferBytes, type NttPartitionOutput, type NttProofInput, type NttProofResult } from './workloads/ntt-proof.js';
 // A WebGPU device for a kind's own kernels (examples/webgpu-sum): the backend stoker's own picks, its instance kept alive.
-export { openGpu, type GpuOpen } from './workloads/ntt-webgpu.js';
+export { openGpu, type GpuOpen, type WebGpuDevice } from './workloads/open-gpu.js';

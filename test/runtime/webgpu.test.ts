@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { Runtime } from '../../dist/runtime/runtime.js';
 import { BABYBEAR_P, prepareInputs, provePartition } from '../../dist/runtime/workloads/ntt.js';
 import { createNttProofWorkload, type NttProofInput, type NttProofResult } from '../../dist/runtime/workloads/ntt-proof.js';
-import { montgomeryTwiddles, openGpu, P_INV_NEG, R2_MOD_P, R_MOD_P, WebGpuNtt } from '../../dist/runtime/workloads/ntt-webgpu.js';
+import { montgomeryTwiddles, P_INV_NEG, R2_MOD_P, R_MOD_P, WebGpuNtt } from '../../dist/runtime/workloads/ntt-webgpu.js';
+import { openGpu } from '../../dist/runtime/workloads/open-gpu.js';
 
 const gpu = await openGpu();
 if (!gpu.device) {

@@ -1,7 +1,8 @@
 /** ntt-proof device step on WebGPU (runs in the device's thread): uploads the shared buffer's polynomials, runs the WGSL kernel, reads the product back. */
 import type { StageContext } from '../threads/protocol.js';
 import { partitionOutput, type NttPartitionOutput, type NttProofInput } from './ntt-proof.js';
-import { openGpu, WebGpuNtt } from './ntt-webgpu.js';
+import { WebGpuNtt } from './ntt-webgpu.js';
+import { openGpu } from './open-gpu.js';
 
 let kernel: Promise<WebGpuNtt> | undefined;
 
