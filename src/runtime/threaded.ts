@@ -651,7 +651,7 @@ function threadDeath(e: unknown): boolean {
 }
 
 /** The options a ThreadedWorkload reads: another (a misspelt prepareThread) is refused. */
-const WORKLOAD_OPTIONS = ['prepareModule', 'deviceModule', 'bufferBytes', 'finish', 'devices', 'prepareThreads', 'prepareConcurrency', 'pool', 'threadPerDevice', 'deviceKind', 'withdrawnGraceMs'] as const;
+const WORKLOAD_OPTIONS = ['prepareModule', 'deviceModule', 'bufferBytes', 'finish', 'devices', 'prepareThreads', 'prepareConcurrency', 'pool', 'threadPerDevice', 'deviceKind', 'withdrawnGraceMs', 'onThreadHeld'] as const satisfies readonly (keyof ThreadedWorkloadOptions<unknown, unknown, unknown>)[];
 
 /**
  * Checks a ThreadedWorkload's options when it is made: each problem was seen only when jobs ran,
@@ -678,6 +678,7 @@ function checkWorkloadOptions(o: ThreadedWorkloadOptions<unknown, unknown, unkno
     if (!existsSync(file)) bad(`${name}: no file ${file}`);
   }
   for (const name of ['bufferBytes', 'finish'] as const) if (typeof o[name] !== 'function') bad(`${name} must be a function (got ${shown(o[name])})`);
+  if (o.onThreadHeld !== undefined && typeof o.onThreadHeld !== 'function') bad(`onThreadHeld must be a function (got ${shown(o.onThreadHeld)})`);
   if (!Array.isArray(o.devices) || o.devices.length === 0) bad(`devices must list at least one device, e.g. [{ workers: 2 }] (got ${shown(o.devices)})`);
   o.devices.forEach((d, i) => {
     if (d === null || typeof d !== 'object' || !(Number.isInteger(d.workers) && d.workers >= 1)) bad(`devices[${i}].workers must be a whole number ≥ 1 (got ${shown((d as { workers?: unknown } | null)?.workers)})`);

@@ -160,6 +160,9 @@ it('refuses options it cannot use when made, naming each (a user trial saw them 
   expect(made({ prepareThreads: 0 })).toThrow('ThreadedWorkload: prepareThreads must be a whole number ≥ 1 (got 0)');
   expect(made({ prepareConcurrency: NaN })).toThrow('ThreadedWorkload: prepareConcurrency must be a whole number ≥ 1 (got NaN)');
   expect(made({ finish: undefined })).toThrow('ThreadedWorkload: finish must be a function (got undefined)');
+  // Its type takes onThreadHeld (from the StageThreads options it is made of): it was refused as no field.
+  expect(made({ onThreadHeld: 1 })).toThrow('ThreadedWorkload: onThreadHeld must be a function (got 1)');
+  runtimes.push(made({ onThreadHeld: () => undefined })());
 });
 
 it('a bufferBytes that is no whole number ≥ 0 fails the job at once, naming it (NaN ran with no buffer: every job done with zeros)', async () => {
