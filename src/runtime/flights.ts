@@ -264,13 +264,14 @@ export class Flights<I, P, O, R> {
       (r) => {
         this.workload.release?.(prepared);
         if (this.flights.get(item.id) !== f) return this.syncPool();
+        // (An answer out of the contract is the workload's code, and would come again: no retry — a job failed "(after 2 attempts)" for it.)
         if (typeof r !== 'object' || r === null || !('output' in r)) {
-          return failed(`the device step returned ${JSON.stringify(r) ?? String(r)}: run() must resolve to { output, busyMs? }`);
+          return failed(`the device step returned ${JSON.stringify(r) ?? String(r)}: run() must resolve to { output, busyMs? }`, true);
         }
         const { output, busyMs } = r;
         const busy = busyMs === undefined ? this.clock.now() - started : busyMs;
         if (typeof busy !== 'number' || !Number.isFinite(busy) || busy < 0) {
-          return failed(`the device step returned busyMs = ${shown(busy)}: busyMs must be a finite number ≥ 0 (ms the item occupied the worker), or left out to use the step's wall time`);
+          return failed(`the device step returned busyMs = ${shown(busy)}: busyMs must be a finite number ≥ 0 (ms the item occupied the worker), or left out to use the step's wall time`, true);
         }
         this.land(item.id, f);
         job.outputs[item.partition] = output;

@@ -910,6 +910,20 @@ describe('stages that are not what the Workload type says (a JavaScript user’s
     }
   });
 
+  it('an answer out of the contract (no { output }, a bad busyMs) fails its job at once, its retries unspent: the same code would answer the same (a job failed "after 2 attempts")', async () => {
+    for (const answer of [5, { output: 1, busyMs: -1 }]) {
+      const clock = new ManualClock();
+      let runs = 0;
+      const workload = { prepare: ok, run: () => (runs++, Promise.resolve(answer)), finish: (j: { outputs: number[] }) => j.outputs.length } as unknown as Workload<number, number, number, number>;
+      const rt = new Runtime({ workload, devices: [{ workers: 1 }], pacer: 'unpaced', clock, retries: 2 });
+      const done = rt.submit({ id: 'j', kind: 'k', partitions: 1 }, 0).then((r) => r, (e: unknown) => e);
+      for (let i = 0; i < 20; i++) await tick();
+      expect(await done).toMatchObject({ code: 'E_DEVICE_FAILED' });
+      expect(runs).toBe(1);
+      await rt.close(0);
+    }
+  });
+
   it('a prepare that resolves undefined (P = void) has prepared: its partitions run (they waited for good, the job never settled)', async () => {
     const clock = new ManualClock();
     const rt = new Runtime<number, void, number, number[]>({

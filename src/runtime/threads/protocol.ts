@@ -142,7 +142,8 @@ export function moduleLoader<M>(what: string, fn: string, signature: (style: Cal
     if (!m) {
       m = (import(url) as Promise<Record<string, unknown>>).then((raw) => {
         const mod = style === 'kind' ? kindExports(raw) : raw;
-        if (typeof mod[fn] !== 'function') throw new Error(`${style === 'kind' ? 'kind' : what} module ${url} must export a function ${signature(style)}`);
+        // (Tried again, the module is the same: no retry — a job failed "(after 2 attempts)" for it.)
+        if (typeof mod[fn] !== 'function') throw Object.assign(new Error(`${style === 'kind' ? 'kind' : what} module ${url} must export a function ${signature(style)}`), { retry: false as const });
         loaded.set(key, mod as M);
         return mod as M;
       }, (e: unknown) => {
