@@ -130,6 +130,17 @@ interface Item extends ItemView, KeyedNode {
   nextLive: Item | null;
   /** Since when the pacer has let it start while it waits in a short preparation batch (Infinity: not waiting). */
   heldSince: number;
+  /** Its view, for JSON.stringify (see itemJson). */
+  toJSON(): ItemView;
+}
+
+/**
+ * An item's view as JSON.stringify writes it: commands carry the engine's own item (no copy per
+ * command), which links to its job and its neighbours — a driver that logged its commands as JSON
+ * got "Converting circular structure to JSON".
+ */
+function itemJson(this: Item): ItemView {
+  return { id: this.id, jobId: this.jobId, kind: this.kind, partition: this.partition, priority: this.priority, state: this.state, attempt: this.attempt, failures: this.failures, reservedBytes: this.reservedBytes };
 }
 
 /** Items prepared together as one step (a `startPrepareBatch`). */
@@ -673,6 +684,7 @@ export class Engine {
       prevLive: job.liveTail,
       nextLive: null,
       heapIndex: -1,
+      toJSON: itemJson,
     };
     if (job.liveTail) job.liveTail.nextLive = item;
     else job.liveHead = item;

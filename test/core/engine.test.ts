@@ -193,6 +193,12 @@ describe('Engine.apply: duplicate submits', () => {
 });
 
 describe('Engine: the happy path', () => {
+  it("a command's item writes as its view in JSON (a driver logging its commands got 'Converting circular structure to JSON')", () => {
+    const r = new Run(engine());
+    const out = r.submit(100, job('a', 1, { kind: 'proof' }));
+    expect(JSON.parse(JSON.stringify(out))).toEqual([{ type: 'startPrepare', attempt: 1, item: { id: 0, jobId: 'a', kind: 'proof', partition: 0, priority: 'normal', state: 'preparing', attempt: 1, failures: 0, reservedBytes: 0 } }]);
+  });
+
   it('runs a 3-partition job on 1 device with 2 workers, counting everything, and finishes it once', () => {
     const r = new Run(engine());
     const e = r.e;
