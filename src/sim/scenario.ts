@@ -192,20 +192,38 @@ function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
   return v;
 }
 
-let names: string[] | undefined;
-/** Every field name a scenario has, at any depth (from the schema: what a misspelt one is held against). */
-function fieldNames(): string[] {
-  if (names) return names;
-  const found = new Set<string>();
-  const walk = (o: unknown): void => {
-    if (Array.isArray(o)) return o.forEach(walk);
-    if (o === null || typeof o !== 'object') return;
-    const props = (o as { properties?: unknown }).properties;
-    if (props !== null && typeof props === 'object') for (const k of Object.keys(props)) found.add(k);
-    for (const v of Object.values(o)) walk(v);
-  };
-  walk(z.toJSONSchema(ScenarioSchema, { unrepresentable: 'any', io: 'input' }));
-  return (names = [...found]);
+type JsonSchemaNode = { properties?: Record<string, JsonSchemaNode>; additionalProperties?: JsonSchemaNode | boolean; items?: JsonSchemaNode; anyOf?: JsonSchemaNode[]; oneOf?: JsonSchemaNode[]; allOf?: JsonSchemaNode[] };
+let schemaJson: JsonSchemaNode | undefined;
+
+/**
+ * The fields an object at `path` may have (from the schema, every form of a union: an arrival's
+ * batch and Poisson forms, each event type's): what a misspelt one is held against. Held against
+ * every name at any depth, a top-level "foo" read "did you mean job?", a cancel event's "device"
+ * "did you mean devices?".
+ */
+function fieldsAt(path: readonly PropertyKey[]): Set<string> {
+  schemaJson ??= z.toJSONSchema(ScenarioSchema, { unrepresentable: 'any', io: 'input' }) as JsonSchemaNode;
+  const forms = (n: JsonSchemaNode): JsonSchemaNode[] => [n, ...[...(n.anyOf ?? []), ...(n.oneOf ?? []), ...(n.allOf ?? [])].flatMap(forms)];
+  let nodes = [schemaJson];
+  for (const p of path) {
+    nodes = nodes.flatMap(forms).flatMap((n) => {
+      if (typeof p === 'number') return n.items ? [n.items] : [];
+      const named = n.properties?.[String(p)];
+      if (named) return [named];
+      return typeof n.additionalProperties === 'object' ? [n.additionalProperties] : [];
+    });
+  }
+  return new Set(nodes.flatMap(forms).flatMap((n) => Object.keys(n.properties ?? {})));
+}
+
+/** A field the object at `path` does not take, and what it may have meant: one of its own fields near it, or — one of another form's (union) — that the forms are mixed. */
+function unknownField(key: string, path: readonly PropertyKey[], input: unknown): string {
+  const fields = fieldsAt(path);
+  const own = valueAt(input, path);
+  // (A field of another form of this object: an arrival with both atS and poisson, a speed event with a worker.)
+  if (fields.has(key)) return `${JSON.stringify(key)} (a field of another form of this object: ${Array.isArray(path) && path[0] === 'events' ? `a ${String((own as { type?: unknown } | undefined)?.type)} event does not take it` : 'do not mix the forms'})`;
+  const near = suggest(key, [...fields]);
+  return `${JSON.stringify(key)}${near ? ` (did you mean ${JSON.stringify(near)}?)` : ''}`;
 }
 
 /**
@@ -222,7 +240,7 @@ function issueLines(i: z.core.$ZodIssue, input: unknown, prefix: readonly Proper
   }
   const msg =
     i.code === 'unrecognized_keys'
-      ? `unknown field(s) ${i.keys.map((k) => { const near = suggest(k, fieldNames().filter((n) => n !== k)); return `${JSON.stringify(k)}${near ? ` (did you mean ${JSON.stringify(near)}?)` : ''}`; }).join(', ')}: remove them or check the spelling`
+      ? `unknown field(s) ${i.keys.map((k) => unknownField(k, path, input)).join(', ')}: remove them or check the spelling`
       : i.code === 'invalid_type' && / received undefined$/.test(i.message)
         ? `missing: this field is required (${i.expected})`
         : valueAt(input, path) === undefined

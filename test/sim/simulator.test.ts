@@ -224,6 +224,9 @@ describe('scenario validation', () => {
     ['uniform max < min', { ...valid, kinds: { k: { prepare: { type: 'uniform', min: 5, max: 2 } } } }, /kinds\.k\.prepare\.max: max must be ≥ min/],
     ['misspelt field', { ...valid, devices: [{ workers: 1, servise: { type: 'fixed', value: 1 } }] }, /devices\[0\]: unknown field\(s\) "servise" \(did you mean "service"\?\): remove them or check the spelling/],
     ['a misspelt top-level field', { ...valid, targetWating: 2 }, /\(root\): unknown field\(s\) "targetWating" \(did you mean "targetWaiting"\?\)/],
+    // Held against the fields of that object, not every name at any depth ("foo" read "did you mean job?"), and a field of another form said as such ("atS" beside poisson read "did you mean toS?").
+    ['an unknown top-level field', { ...valid, foo: 1 }, /\(root\): unknown field\(s\) "foo": remove them/],
+    ['two arrival forms mixed', { ...valid, arrivals: [{ atS: 0, poisson: { ratePerS: 1, untilS: 10 }, partitions: 1, kind: 'k' }] }, /arrivals\[0\]: unknown field\(s\) "atS" \(a field of another form of this object: do not mix the forms\)/],
     ['a worker event on a one-device scenario naming device 1', { ...valid, events: [{ type: 'workerLost', atS: 1, device: 1, worker: 0 }] }, /events\[0\]\.device: there is 1 device \(0\)$/m],
     ['unknown kind in arrivals', { ...valid, arrivals: [{ atS: 0, partitions: 1, kind: 'nope' }] }, /arrivals\[0\]\.kind: unknown kind "nope"; define it under "kinds"/],
     ['worker out of range', { ...valid, events: [{ type: 'workerLost', atS: 1, worker: 5 }] }, /events\[0\]\.worker: device 0 has 2 workers/],
