@@ -40,7 +40,7 @@ export async function planCommand(spec: string | undefined, flags: PlanFlags, io
   const seedCount = flags.seeds === undefined ? 3 : Number(flags.seeds);
   if (!Number.isInteger(seedCount) || seedCount < 1 || seedCount > 50) throw new UsageError(`--seeds must be an integer from 1 to 50 (got ${flags.seeds})`);
   const pacers = flags.pacers === undefined ? ['stoker'] : flags.pacers.split(',').map((p) => p.trim());
-  for (const p of pacers) if (!(PACER_NAMES as readonly string[]).includes(p)) throw new UsageError(`--pacers: unknown pacer ${JSON.stringify(p)}; use built-in ones: ${PACER_NAMES.join(', ')}`);
+  for (const p of pacers) if (!(PACER_NAMES as readonly string[]).includes(p)) throw new UsageError(`--pacers: unknown pacer ${JSON.stringify(p)}; plan sweeps the built-in ones (its worker threads load no pacer module: try yours with stoker simulate or bench): ${PACER_NAMES.join(', ')}`);
   const threads = flags.threads === undefined ? undefined : Number(flags.threads);
   if (threads !== undefined && (!Number.isInteger(threads) || threads < 1 || threads > 256)) throw new UsageError(`--threads must be an integer from 1 to 256 (got ${flags.threads})`);
   const targets = flags.targets === undefined ? undefined : flags.targets.split(',').map((t) => Number(t));

@@ -308,7 +308,7 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
     if (e.type !== 'cancel' && e.device !== undefined && e.device >= deviceCount) problems.push(`  events[${i}].device: ${deviceCount === 1 ? 'there is 1 device (0)' : `there are ${deviceCount} devices (0 … ${deviceCount - 1})`}`);
     if ((e.type === 'workerLost' || e.type === 'workerReturned') && e.device < deviceCount) {
       const workers = deviceWorkers(s)[e.device] ?? 0;
-      if (e.worker >= workers) problems.push(`  events[${i}].worker: device ${e.device} has ${workers} workers (0 … ${workers - 1})`);
+      if (e.worker >= workers) problems.push(`  events[${i}].worker: device ${e.device} has ${workers} worker${workers === 1 ? '' : 's'} (${workers === 1 ? 'worker 0' : `0 … ${workers - 1}`})`);
     }
   });
   // In time order (as they run): a worker returns only once lost, and is lost only while it works.
