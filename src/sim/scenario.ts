@@ -145,10 +145,10 @@ const FaultSchema = z.strictObject({
 });
 
 export const ScenarioSchema = z.strictObject({
-  name: z.string().min(1),
-  description: z.string().default(''),
+  name: z.string({ error: 'name must be a string, e.g. "my-prover"' }).min(1, { error: 'name must not be empty, e.g. "my-prover"' }),
+  description: z.string({ error: 'description must be a string (one line)' }).default(''),
   /** PRNG seed. @default 1 */
-  seed: z.number().int().default(1),
+  seed: z.number({ error: 'seed must be a whole number, e.g. 1' }).int({ error: 'seed must be a whole number, e.g. 1' }).default(1),
   /** Items the pacer should keep waiting for a device. @default 4 */
   targetWaiting: nonNegative('targetWaiting').default(4),
   /** Memory budget in bytes; absent means unbounded. */
@@ -165,7 +165,7 @@ export const ScenarioSchema = z.strictObject({
   /** Reference time for rampMs; default: the last speed change, else the last batch arrival. */
   rampFromS: nonNegative('rampFromS').optional(),
   /** Options passed to the pacer (targetWaiting is added from the scenario). */
-  pacerOptions: z.record(z.string(), z.unknown()).default({}),
+  pacerOptions: z.record(z.string(), z.unknown(), { error: 'pacerOptions must be an object of option names and values, e.g. { "window": 32 }' }).default({}),
   /** Stop the simulation at this time even if jobs remain. @default 30 days */
   horizonS: positive('horizonS').default(30 * 24 * 3600),
 });
