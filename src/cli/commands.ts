@@ -315,7 +315,7 @@ export async function simulateCommand(spec: string, flags: SimulateFlags, io: Io
     io.out(failureTable(results));
   }
   // A run cut short measures only what ran before it: said, whatever the output.
-  for (const r of results) cutShort(r, r.pacer, scenario.horizonS, io);
+  for (const r of results) cutShort(r, r.pacer, scenario, io);
   if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
   if (flags.trace !== undefined) {
     const files = traceFiles(
@@ -412,7 +412,7 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
   if (flags.json) io.out(toJson(results.map((r) => ({ scenario: r.scenario, pacer: r.pacer, metrics: resultRecord(r).metrics }))));
   else io.out(formatTable(BENCH_COLUMNS.map((c) => c[0]), results.map((r) => BENCH_COLUMNS.map((c) => c[1](r)))) + batchingTable(results));
   // (A pacer that stalled read as one a little slower than the others: said, as simulate says it.)
-  for (const r of results) cutShort(r, `${r.scenario} × ${r.pacer}`, (scenarios.find((x) => x.name === r.scenario) as Scenario).horizonS, io);
+  for (const r of results) cutShort(r, `${r.scenario} × ${r.pacer}`, scenarios.find((x) => x.name === r.scenario) as Scenario, io);
   if (flags.out !== undefined) for (const file of writeReport(flags.out, results)) io.err(`wrote ${file}\n`);
   if (flags.html !== undefined) {
     const summary = { headers: BENCH_COLUMNS.map((c) => c[0]), rows: results.map((r) => BENCH_COLUMNS.map((c) => c[1](r))) };
@@ -422,10 +422,13 @@ export async function benchCommand(flags: BenchFlags, io: Io): Promise<void> {
   }
 }
 
-/** A run the horizon cut short or that stalled measures only what ran before it: a warning on stderr naming `what`. */
-function cutShort(r: SimResult, what: string, horizonS: number, io: Io): void {
+/** A run the horizon cut short or that stalled measures only what ran before it, and so does one that ended before the steady window it was given: a warning on stderr naming `what`. */
+function cutShort(r: SimResult, what: string, scenario: Scenario, io: Io): void {
+  const { horizonS } = scenario;
   if (r.endedBy === 'horizon') io.err(`warning: ${what}: ${r.unfinishedJobs} of ${r.jobsSubmitted} jobs unfinished when the horizon (horizonS = ${horizonS}) ended the run; the measures cover only what ran before it (jobs still in flight hold their memory: leakedBytes): raise horizonS\n`);
   if (r.endedBy === 'stalled') io.err(`warning: ${what}: ${r.unfinishedJobs} of ${r.jobsSubmitted} jobs unfinished: the run stalled at ${seconds(r.simulatedMs)}, with nothing more to happen — ${r.stall ?? 'the pacer dispatched nothing more, or no live device worker runs what was left (a worker lost for good, a kind no device runs)'}; the measures cover only what ran before it\n`);
+  // (A steady window past the run was taken as it was: its measures were of the part the run reached, said nowhere.)
+  else if (scenario.steady !== undefined && r.window.toMs > r.simulatedMs && r.endedBy === 'done') io.err(`warning: ${what}: the steady window ends at ${seconds(r.window.toMs)}, after the run's last event at ${seconds(r.simulatedMs)}: its measures are of the part the run reached — end steady.toS within the run\n`);
 }
 
 /**

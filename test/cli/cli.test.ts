@@ -120,6 +120,13 @@ describe('stoker simulate', () => {
     expect((await run('simulate', 'seed', '--pacer', 'stoker')).err).not.toContain('warning');
   });
 
+  it('warns where a steady window given ends after the run (its measures were of the part the run reached, said nowhere)', async () => {
+    const file = tmp.file('long-steady.json', JSON.stringify({ name: 'long-steady', steady: { fromS: 0, toS: 1e9 }, kinds: { k: { prepare: { type: 'fixed', value: 10 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 2 } }], arrivals: [{ atS: 0, partitions: 1, kind: 'k' }] }));
+    const r = await run('simulate', file, '--pacer', 'stoker');
+    expect(r.code).toBe(0);
+    expect(r.err).toMatch(/^warning: stoker: the steady window ends at 1000000000\.0 s, after the run's last event at 12\.0 s: its measures are of the part the run reached — end steady\.toS within the run$/m);
+  });
+
   it('says a run stalled (not the horizon) where nothing more could happen with jobs unfinished, and the JSON says why each run ended', async () => {
     // The only worker is lost for good at 50 s: nothing runs what is left.
     const file = tmp.file('lost.json', JSON.stringify({ name: 'lost', kinds: { p: { prepare: { type: 'fixed', value: 30 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 3 } }], arrivals: [{ atS: 0, jobs: 5, partitions: 10, kind: 'p' }], events: [{ type: 'workerLost', atS: 50, device: 0, worker: 0 }] }));
