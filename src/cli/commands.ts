@@ -230,7 +230,12 @@ function scenarioWarnings(s: Scenario): string[] {
     check(`kinds.${name}.prepare`, k.prepare, LONG_PREPARE_MS);
     check(`kinds.${name}.service`, k.service, LONG_SERVICE_MS);
   }
-  s.devices.forEach((d, i) => check(`devices[${i}].service`, d.service, LONG_SERVICE_MS));
+  s.devices.forEach((d, i) => {
+    check(`devices[${i}].service`, d.service, LONG_SERVICE_MS);
+    // (A batch's fixed part is device time too: 200 ms written as 200 passed unseen.)
+    check(`devices[${i}].batch.fixed`, d.batch?.fixed, LONG_SERVICE_MS);
+  });
+  for (const [name, k] of Object.entries(s.kinds)) check(`kinds.${name}.prepareBatch.fixed`, k.prepareBatch?.fixed, LONG_PREPARE_MS);
   const pinned = pinnedWarning(s);
   if (pinned) out.push(pinned);
   for (const { kind, needBytes } of oversizeKinds(s)) out.push(`budgetBytes is ${s.budgetBytes} bytes, less than one ${kind} partition reserves (${needBytes} bytes): every ${kind} job fails E_OVERSIZE — budgetBytes is in bytes (e.g. 412316860416 for 384 GiB)`);
