@@ -299,6 +299,9 @@ export class Journal {
     // the cap in pages in use, a new job is refused though free pages would hold it: the ends
     // written past the cap free their partitions' outputs, and new jobs kept fitting into those
     // while the results grew the file to 12 × the cap.)
+    // (Looked at before each new job, not only once a second: jobs acknowledged in the second after
+    // the data dir was deleted went to a file no longer there, and were lost at the restart.)
+    if (newJob && this.#gone === undefined) this.checkFile();
     if (newJob && (this.#gone !== undefined || (this.#capPages !== undefined && this.#pagesInUse() >= this.#capPages))) {
       this.fullRefusals++;
       this.full = true;

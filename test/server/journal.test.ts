@@ -304,6 +304,16 @@ describe('Journal', () => {
     expect(j.get('before')?.state).toBe('running');
   });
 
+  it('a new job is refused the moment the file is gone, not at the next look a second later (jobs acknowledged in that second were lost at the restart)', () => {
+    const dir = tempDir();
+    const j = open(dir);
+    j.insert(job('before'));
+    rmSync(join(dir, 'stoker.db'));
+    // No checkFile() between: the insert looks itself.
+    expect(() => j.insert(job('after'))).toThrow(expect.objectContaining({ code: 'E_JOURNAL_FULL', message: expect.stringMatching(/^the journal is gone: its file .*stoker\.db was removed or moved away/) }));
+    expect(j.full).toBe(true);
+  });
+
   it.runIf(chattrWorks())("a journal file this user cannot write is refused at open naming the file and the fix, not advised to be moved away (it read 'disk I/O error … move the file away', which drops its jobs)", () => {
     const dir = tempDir();
     open(dir).close();
