@@ -254,6 +254,9 @@ export class Journal {
       // (A file of the journal this user cannot write — another user's, made read-only — read "disk I/O error … move the file away", which would drop its jobs.)
       const locked = [path, `${path}-wal`, `${path}-shm`, `${path}.mark`].find((f) => existsSync(f) && writeError(f) !== undefined);
       if (locked) throw new JournalError('E_JOURNAL_DIR', `the journal's file ${locked} cannot be written (${writeError(locked) as string}): give it back to the user the server runs as (chown; its -wal, -shm and .mark files too), or make it writable (chmod u+w, chattr -i) — not moved away: it holds the jobs`, { cause: err });
+      // (A full disk read "disk I/O error … move the file away", which would drop its jobs: SQLite needs a little room to open it.)
+      const free = freeBytes(dir);
+      if (free !== undefined && free < ROOM_DISK_BYTES) throw new JournalError('E_JOURNAL_FULL', `cannot open the journal ${path} (${String(err)}): the disk of the data dir ${dir} has ${free} bytes free, and opening the journal needs a little room (its -wal and -shm files; 1 MiB is plenty) — free some space on it, then start again; the journal and its jobs are intact: do not move them away`, { cause: err });
       throw new JournalError('E_JOURNAL_OPEN', `cannot open the journal ${path} (${String(err)}): ${/malformed|not a database|corrupt/i.test(String(err)) ? `the file is damaged; keep a copy of the data dir ${dir}, then start afresh by moving ${path} and its ${path}.mark, -wal and -shm files away (accepting the loss of the jobs it held)` : 'check the path and its permissions, or move the file (with its .mark, -wal and -shm files) away to start afresh'}`, { cause: err });
     }
   }
@@ -791,6 +794,16 @@ export class Journal {
 /** The room {@link Journal.checkRoom} asks for before it calls a full journal writable again: free pages under journal.maxBytes, and bytes on the disk (the write-ahead log grows there first). */
 const ROOM_PAGES = 4;
 const ROOM_DISK_BYTES = 1024 * 1024;
+
+/** Bytes free on the disk of `dir` to this user (undefined: not known). */
+function freeBytes(dir: string): number | undefined {
+  try {
+    const disk = statfsSync(dir);
+    return disk.bavail * disk.bsize;
+  } catch {
+    return undefined;
+  }
+}
 
 /** What a data dir error asks for, and where it is set. */
 const GIVE_DIR = ' — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)';
