@@ -20,6 +20,19 @@ function tempDir(): string {
 }
 
 /** Whether this machine can make a file immutable (chattr +i: root, on a file system that has the flag). */
+/** Whether this process may mount a tmpfs (root, where the container lets it): a full disk made to order. */
+function tmpfsWorks(): boolean {
+  if (process.platform !== 'linux' || process.getuid?.() !== 0) return false;
+  const dir = mkdtempSync(join(tmpdir(), 'stoker-mount-'));
+  try {
+    const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', dir]).status === 0;
+    if (mounted) spawnSync('umount', [dir]);
+    return mounted;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 function chattrWorks(): boolean {
   const dir = mkdtempSync(join(tmpdir(), 'stoker-chattr-'));
   const f = join(dir, 'probe');
@@ -312,6 +325,27 @@ describe('Journal', () => {
     // No checkFile() between: the insert looks itself.
     expect(() => j.insert(job('after'))).toThrow(expect.objectContaining({ code: 'E_JOURNAL_FULL', message: expect.stringMatching(/^the journal is gone: its file .*stoker\.db was removed or moved away/) }));
     expect(j.full).toBe(true);
+  });
+
+  it.runIf(tmpfsWorks())('a journal on a full disk is refused at open saying so, the jobs intact (it read "disk I/O error … move the file away", which drops them)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stoker-fulldisk-'));
+    expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', dir]).status).toBe(0);
+    try {
+      const data = join(dir, 'd');
+      const j = Journal.open(data);
+      j.insert(job('kept'));
+      j.close();
+      // The disk filled to its last byte.
+      spawnSync('dd', ['if=/dev/zero', `of=${join(dir, 'filler')}`, 'bs=4k']);
+      expect(() => Journal.open(data)).toThrow(expect.objectContaining({ code: 'E_JOURNAL_FULL', message: expect.stringMatching(/the disk of the data dir .* has \d+ bytes free, and opening the journal needs a little room .* the journal and its jobs are intact: do not move them away$/) }));
+      rmSync(join(dir, 'filler'));
+      const again = Journal.open(data);
+      expect(again.get('kept')?.state).toBe('queued');
+      again.close();
+    } finally {
+      spawnSync('umount', [dir]);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it.runIf(chattrWorks())("a journal file this user cannot write is refused at open naming the file and the fix, not advised to be moved away (it read 'disk I/O error … move the file away', which drops its jobs)", () => {
