@@ -113,6 +113,8 @@ export class Journal {
   readonly #ino: number;
   /** Why the journal's file is not the one open any more (removed, replaced), or undefined. */
   #gone: string | undefined;
+  /** The bytes of the new job last refused for want of room (its input and its row): what checkRoom needs back. */
+  #refusedBytes = 0;
   /** The next turn of the sweep of dead blobs (see #sweep), when one is due. */
   #sweepTimer: { cancel(): void } | undefined;
 
@@ -297,7 +299,7 @@ export class Journal {
   }
 
   /** Runs a write; a full disk (or maxBytes) becomes `E_JOURNAL_FULL`, naming what was not written. */
-  #write<T>(what: string, fn: () => T, newJob = false): T {
+  #write<T>(what: string, fn: () => T, newJob = false, bytes = 0): T {
     // (Written to a file no longer there, a job accepted would be lost at the next start. And past
     // the cap in pages in use, a new job is refused though free pages would hold it: the ends
     // written past the cap free their partitions' outputs, and new jobs kept fitting into those
@@ -306,6 +308,7 @@ export class Journal {
     // the data dir was deleted went to a file no longer there, and were lost at the restart.)
     if (newJob && this.#gone === undefined) this.checkFile();
     if (newJob && (this.#gone !== undefined || (this.#capPages !== undefined && this.#pagesInUse() >= this.#capPages))) {
+      this.#refusedBytes = bytes;
       this.fullRefusals++;
       this.full = true;
       throw new JournalError('E_JOURNAL_FULL', `${this.fullReason()}: ${what} was not written — ${this.fullFix()}`);
@@ -326,6 +329,7 @@ export class Journal {
       const code = (e as { code?: unknown }).code;
       const unwritable = typeof code === 'string' && /^SQLITE_(IOERR|READONLY|CANTOPEN|PERM)/.test(code);
       if (code === 'SQLITE_FULL' || unwritable) {
+        if (newJob) this.#refusedBytes = bytes;
         this.fullRefusals++;
         this.full = true;
         this.#unwritable = unwritable ? `${(e as Error).message} (${code})` : undefined;
@@ -355,7 +359,9 @@ export class Journal {
       if (this.#maxBytes !== undefined) {
         const page = this.#db.pragma('page_size', { simple: true }) as number;
         const used = this.#pagesInUse();
-        if ((used + ROOM_PAGES) * page > this.#maxBytes) return false;
+        // Room for the job last refused, not a few pages: a 20 KB input read ready again, and was
+        // refused again, every few seconds (/readyz and the log flapping while every submit got 507).
+        if ((used + Math.max(ROOM_PAGES, Math.ceil(this.#refusedBytes / page) + 1)) * page > this.#maxBytes) return false;
       }
       const disk = statfsSync(dirname(this.#db.name));
       if (disk.bavail * disk.bsize < ROOM_DISK_BYTES) return false;
@@ -464,6 +470,7 @@ export class Journal {
       throw new JournalError('E_JOURNAL_BAD_INPUT', `job ${JSON.stringify(id)} is malformed: it needs a non-empty id, a kind, a priority of critical|high|normal|low, a positive integer of partitions and a deadline that is epoch ms or null`);
     }
     const bodyHash = Journal.hash(job);
+    const input = toJson(job.input, 'the job input');
     const result = this.#write(`job ${JSON.stringify(job.id)}`, this.#db.transaction(() => {
       const existing = s.get.get(job.id);
       if (existing) {
@@ -474,10 +481,10 @@ export class Journal {
       }
       const { lastInsertRowid } = s.insert.run({
         id: job.id, kind: job.kind, priority: job.priority, partitions: job.partitions,
-        input: toJson(job.input, 'the job input'), deadline: job.deadline ?? null, bodyHash, sentHash: job.sentHash ?? null, moduleHash: job.moduleHash ?? null, now: this.#now(),
+        input, deadline: job.deadline ?? null, bodyHash, sentHash: job.sentHash ?? null, moduleHash: job.moduleHash ?? null, now: this.#now(),
       });
       return { job: fromRow(this.row(job.id)), created: true, seq: Number(lastInsertRowid) };
-    }), true);
+    }), true, Buffer.byteLength(input) + JOB_ROW_BYTES);
     // Committed (a commit that fails throws above, and nothing is counted).
     if (result.created) {
       this.#change(job.kind, 'queued', 1);
@@ -793,6 +800,8 @@ export class Journal {
 
 /** The room {@link Journal.checkRoom} asks for before it calls a full journal writable again: free pages under journal.maxBytes, and bytes on the disk (the write-ahead log grows there first). */
 const ROOM_PAGES = 4;
+/** A job's row beside its input, bytes (its id, hashes, times: a few hundred), for the room a refused job needs back. */
+const JOB_ROW_BYTES = 512;
 const ROOM_DISK_BYTES = 1024 * 1024;
 
 /** Bytes free on the disk of `dir` to this user (undefined: not known). */

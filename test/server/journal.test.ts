@@ -194,6 +194,21 @@ describe('Journal', () => {
     expect(small.checkRoom()).toBe(true);
     expect(small.full).toBe(false);
     small.insert(job('after-check', { input: { pad } }));
+    // Room for the job refused, not a few pages: a large input read room again, and was refused
+    // again, every few seconds (/readyz and the log flapping while every submit got 507).
+    const big = 'y'.repeat(40_000);
+    let refused = false;
+    for (let n = 0; !refused && n < 100; n++) {
+      try {
+        small.insert(job(`big${n}`, { input: { big } }));
+      } catch (e) {
+        expect((e as JournalError).code).toBe('E_JOURNAL_FULL');
+        refused = true;
+      }
+    }
+    expect(refused).toBe(true);
+    small.forget('after-check');
+    expect(small.checkRoom()).toBe(false);
   });
 
   it('journal.maxBytes bounds new jobs only: the starts, outputs and ends of jobs accepted are written past it (capped too, an end waited for a purge; with nothing to purge, for good)', () => {
