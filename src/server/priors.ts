@@ -54,6 +54,12 @@ export function readPriors(dataDir: string, problem: (why: string) => void = () 
     unread('is not a JSON object');
     return undefined;
   }
+  // (An object of other fields — another program's file of that name — was passed over without a word.)
+  const fields = ['devices', 'kinds', 'latencyMs', 'latencySdMs', 'prepareLimit', 'savedAt'];
+  if (!Object.keys(raw).some((k) => fields.includes(k))) {
+    unread(`holds none of the fields this server writes (${fields.join(', ')})`);
+    return undefined;
+  }
   const r = raw as Partial<Priors>;
   const byName = (o: unknown) => {
     const out: Record<string, Measured> = {};

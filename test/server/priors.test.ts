@@ -43,14 +43,18 @@ describe('the priors file', () => {
     expect(readPriors(dir, (why) => said.push(why))).toBeUndefined();
     fs.writeFileSync(path.join(dir, 'stoker.priors.json'), '[1, 2]');
     expect(readPriors(dir, (why) => said.push(why))).toBeUndefined();
+    // An object of other fields (another program's file): said too, not taken as an empty one.
+    fs.writeFileSync(path.join(dir, 'stoker.priors.json'), '{"hello": 1}');
+    expect(readPriors(dir, (why) => said.push(why))).toBeUndefined();
     // (It was passed over without a word.)
     expect(said).toEqual([
       expect.stringMatching(/stoker\.priors\.json is not JSON \(.*\): it starts without remembered rates \(the file is written anew within 10 s of work\)$/),
       expect.stringMatching(/stoker\.priors\.json is not a JSON object: it starts without remembered rates/),
+      expect.stringMatching(/stoker\.priors\.json holds none of the fields this server writes \(devices, kinds, latencyMs, latencySdMs, prepareLimit, savedAt\): it starts without remembered rates/),
     ]);
     fs.rmSync(path.join(dir, 'stoker.priors.json'));
     expect(readPriors(dir, (why) => said.push(why))).toBeUndefined();
-    expect(said).toHaveLength(2);
+    expect(said).toHaveLength(3);
   });
 });
 
