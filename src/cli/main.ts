@@ -244,7 +244,8 @@ function program(io: Io, setExit: (code: number) => void, configDoc: string): Co
         for (const [phase, r] of Object.entries(reports)) {
           const faults = Object.entries(r.faults).map(([k, n]) => `${n} ${k}`).join(', ');
           const failed = Object.entries(r.failed).map(([code, n]) => `${n} ${code}`).join(', ') || '0';
-          io.out(`chaos (${phase}): ${faults} in ${seconds} s · ${r.accepted} jobs acknowledged · ${r.done} done · failed ${failed} · lost ${r.lost} · wrong ${r.wrong} · duplicated ${r.duplicated} · crashes ${r.crashes}\n`);
+          // (A phase that did not run printed its tally of zeros beside "skipped": it read as a pass.)
+          if (!(r.skipped && r.accepted === 0)) io.out(`chaos (${phase}): ${faults} in ${seconds} s · ${r.accepted} jobs acknowledged · ${r.done} done · failed ${failed} · lost ${r.lost} · wrong ${r.wrong} · duplicated ${r.duplicated} · crashes ${r.crashes}\n`);
           if (r.skipped) io.out(`chaos (${phase}): skipped ${r.skipped}\n`);
         }
       }
