@@ -168,7 +168,7 @@ export class Intake {
   private insertError(e: unknown, id: string): unknown {
     if (isJournalError(e, 'E_JOURNAL_CONFLICT')) return conflict(id);
     if (isJournalError(e, 'E_JOURNAL_FULL')) {
-      return new ServiceError(507, 'insufficient-storage', 'Insufficient storage', `the journal cannot take the job (${e.message}): nothing was accepted; retry once space is freed`, { retryAfterS: this.p.server.retryAfterS });
+      return new ServiceError(507, 'insufficient-storage', 'Insufficient storage', `the journal cannot take the job (${e.message}): nothing was accepted; retry later (once the journal takes writes again: /readyz says when)`, { retryAfterS: this.p.server.retryAfterS });
     }
     return e;
   }

@@ -573,7 +573,7 @@ it('a full journal (journal.maxBytes) answers submits 507 and keeps going: the j
     }
     expect(full?.status).toBe(507);
     expect(full?.headers.get('retry-after')).toBe('5');
-    expect(full?.body).toMatchObject({ type: 'https://stoker.dev/problems/insufficient-storage', detail: expect.stringMatching(/the journal is full: it reached journal\.maxBytes \(65536 bytes.*raise journal\.maxBytes, or let finished jobs be purged sooner \(server\.resultTtlS\).*nothing was accepted; retry once space is freed/) });
+    expect(full?.body).toMatchObject({ type: 'https://stoker.dev/problems/insufficient-storage', detail: expect.stringMatching(/the journal is full: it reached journal\.maxBytes \(65536 bytes.*raise journal\.maxBytes, or let finished jobs be purged sooner \(server\.resultTtlS\).*nothing was accepted; retry later \(once the journal takes writes again: \/readyz says when\)/) });
     // The operator sees it: a line on stderr (within the second) and a counter to alert on.
     await waitUntil(async () => (/stoker serve: the journal is full: it reached journal\.maxBytes .* journal writes refused \(a submission it cannot write gets 507.* — raise journal\.maxBytes, or let finished jobs be purged sooner/.test(s.output()) ? true : undefined), 5000, 'the journal-full line, with what to do');
     const metrics = await fetch(new URL('/metrics', s.url)).then((r) => r.text());
