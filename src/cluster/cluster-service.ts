@@ -17,7 +17,7 @@ import type { Service } from '../server/service.js';
 import { Dispatcher } from './dispatcher.js';
 import { acceptedData, acceptedRecord, bullId, BULL_PRIORITY, K, PREFIX, queueName, writeCancelled, type CancelledRecord, type JobData, type KindEntry, type RunningRecord } from './keys.js';
 import { Recovery } from './recovery.js';
-import { checkDatabase, connectRedis, guardRedis, persistenceNote, reachRedis } from './redis-link.js';
+import { checkDatabase, connectRedis, guardRedis, persistenceNote, reachRedis, REDIS_ANSWER_MS } from './redis-link.js';
 import { Registry } from './registry.js';
 import { ClusterViews } from './views.js';
 
@@ -291,7 +291,9 @@ export class ClusterService implements ApiService {
   }
 
   notReady(): string[] {
-    return [...this.local.notReady(), ...(this.redis.status === 'ready' ? [] : [`the cluster's Redis is away (${this.redis.status})`])];
+    const silentMs = this.dispatcher.waitingForRedisMs();
+    const redis = this.redis.status !== 'ready' ? [`the cluster's Redis is away (${this.redis.status})`] : silentMs > REDIS_ANSWER_MS ? [`the cluster's Redis has not answered for ${(silentMs / 1000).toFixed(0)} s (connected, but not answering: every call that needs it gets 503)`] : [];
+    return [...this.local.notReady(), ...redis];
   }
 
   /** The job's view; a result over VIEW_RESULT_MAX_BYTES is left out (by its size) unless `full`. */

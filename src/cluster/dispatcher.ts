@@ -59,6 +59,8 @@ export class Dispatcher {
   private closing = false;
   private pulling: Promise<void> | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
+  /** When the oldest heartbeat still waiting for Redis's answer was sent (performance.now()), else undefined. */
+  private unanswered: number | undefined;
   private lastBusy = { t: performance.now(), busyS: 0 };
   private tokens = 0;
   /** Until then this node pulls nothing: its journal was full (see hold). */
@@ -370,6 +372,9 @@ export class Dispatcher {
     const counters = this.local.counters;
     const pacer = this.local.pacerState();
     const key = K.node(this.o.nodeId);
+    // (Since when a beat has waited for Redis's answer: a Redis that does not answer — frozen, its
+    // connection up — read ready while every API call got 503.)
+    this.unanswered ??= now;
     try {
       await this.redis
         .multi()
@@ -390,8 +395,14 @@ export class Dispatcher {
         .set(K.claim(this.o.nodeId), this.o.claim, 'PX', this.o.heartbeatMs * 3)
         .sadd(K.nodes, this.o.nodeId)
         .exec();
+      this.unanswered = undefined;
     } catch {
       // Redis away: the next beat tries again
     }
+  }
+
+  /** How long (ms) this node's heartbeat has waited for Redis to answer (0: it answered the last one). */
+  waitingForRedisMs(now = performance.now()): number {
+    return this.unanswered === undefined ? 0 : now - this.unanswered;
   }
 }

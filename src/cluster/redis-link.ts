@@ -9,7 +9,7 @@ import { ConfigError } from '../server/config.js';
 import { ServiceError } from '../server/errors.js';
 
 /** How long an API call waits for Redis before it answers 503. */
-const REDIS_ANSWER_MS = 3000;
+export const REDIS_ANSWER_MS = 3000;
 
 /** Each connection's last error: said when a node cannot reach Redis at start (an unknown host, a TLS handshake refused). */
 const lastErrors = new WeakMap<Redis, Error>();

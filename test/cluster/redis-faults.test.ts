@@ -90,6 +90,21 @@ describe.skipIf(!bin)('a cluster node while Redis is away', () => {
     removeDir(dir);
   }, 30_000);
 
+  it('reads not ready while Redis is connected but does not answer (frozen: /readyz read ready while every call got 503), and ready again once it answers', async () => {
+    await waitUntil(async () => ((await http(node.url, 'GET', '/readyz')).status === 200 ? true : undefined), 10_000, 'ready', 100);
+    redis.child.kill('SIGSTOP');
+    try {
+      const why = await waitUntil(async () => {
+        const r = await http(node.url, 'GET', '/readyz');
+        return r.status === 503 ? (r.body.why as string[]) : undefined;
+      }, 15_000, 'not ready', 200);
+      expect(why).toEqual([expect.stringMatching(/^the cluster's Redis has not answered for \d+ s \(connected, but not answering: every call that needs it gets 503\)$/)]);
+    } finally {
+      redis.child.kill('SIGCONT');
+    }
+    await waitUntil(async () => ((await http(node.url, 'GET', '/readyz')).status === 200 ? true : undefined), 15_000, 'ready again', 200);
+  }, 45_000);
+
   it('answers 503 with Retry-After within seconds, and serves again when Redis is back', async () => {
     expect((await http(node.url, 'POST', '/v1/jobs', { id: 'rf-1', kind: 'sleep', partitions: 1 })).status).toBe(202);
     expect((await http(node.url, 'GET', '/v1/jobs/rf-1/result?wait=10s')).body.state).toBe('done');
