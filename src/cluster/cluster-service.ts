@@ -83,6 +83,19 @@ export class ClusterService implements ApiService {
     this.nodeId = c.nodeId;
     this.redis = this.conn('');
     this.sub = this.conn('-sub');
+    // Said when Redis goes away and when it is back (nothing was: only /readyz and the 503s showed it).
+    let awaySince: number | undefined;
+    let wasReady = false;
+    this.redis.on('ready', () => {
+      if (awaySince !== undefined) log(`stoker serve: the cluster's Redis (${redactUrl(c.redis)}) is back, after ${((performance.now() - awaySince) / 1000).toFixed(1)} s away`);
+      awaySince = undefined;
+      wasReady = true;
+    });
+    this.redis.on('close', () => {
+      if (!wasReady || awaySince !== undefined || this.closing) return;
+      awaySince = performance.now();
+      log(`stoker serve: the cluster's Redis (${redactUrl(c.redis)}) went away: calls that need it get 503 until it is back (the jobs this node holds go on); reconnecting`);
+    });
     this.ttlMs = Math.max(1, Math.round(config.server.resultTtlS)) * 1000;
     this.maxHeld = Math.max(8, 4 * Math.ceil(config.device.workers + config.engine.targetWaiting));
     // This process's hold on the node name (K.claim): its host and pid (a dead predecessor of this host is told at once), and a token of its own.

@@ -123,8 +123,11 @@ describe.skipIf(!bin)('a cluster node while Redis is away', () => {
     }
     // Local views need no Redis.
     expect((await http(node.url, 'GET', '/v1/history?since=1m')).status).toBe(200);
+    // Said on stderr, away and back (only /readyz and the 503s showed it).
+    expect(node.output()).toMatch(/stoker serve: the cluster's Redis \(redis:\/\/127\.0\.0\.1:\d+\) went away: calls that need it get 503 until it is back/);
     redis = await startRedis(bin as string, redis.port);
     await waitUntil(async () => ((await http(node.url, 'GET', '/v1/status')).status === 200 ? true : undefined), 20_000, 'the node to serve again', 200);
+    await waitUntil(async () => (/stoker serve: the cluster's Redis \(redis:\/\/[^)]+\) is back, after [\d.]+ s away/.test(node.output()) ? true : undefined), 5000, 'the back line');
     expect((await http(node.url, 'POST', '/v1/jobs', { id: 'rf-2', kind: 'sleep', partitions: 1 })).status).toBe(202);
     expect((await http(node.url, 'GET', '/v1/jobs/rf-2/result?wait=10s')).body.state).toBe('done');
   }, 60_000);
