@@ -226,7 +226,7 @@ export class Dispatcher {
         // and logged — it failed E_INTERNAL without a word, the node's counts not showing it.
         const refused = err?.status === 400;
         const code = refused ? 'E_INVALID_JOB' : 'E_INTERNAL';
-        const reason = refused ? `node ${this.o.nodeId} refuses it as it takes it (kind ${r.kind}'s module there, a version other than the one that accepted it?, or its limits): ${(e as Error).message} — submit it again, under another id, with what this node takes` : (e as Error).message;
+        const reason = refused ? `node ${this.o.nodeId} refuses it as it takes it (the job as kind ${r.kind}'s module there reads it — its input, the partitions it makes of it, its limits — which the accepting node could not check where it does not run the kind, or another version of the module accepted): ${(e as Error).message} — submit it again, under another id, with what this node takes` : (e as Error).message;
         this.o.log(`job ${id} failed as this node took it: ${code}: ${reason}`);
         await job.moveToFailed(failure(code, reason), token, false);
         return;

@@ -207,7 +207,7 @@ describe.skipIf(!bin)('kinds per cluster node', () => {
     const v2 = await node('thumb-v2', [kind]);
     try {
       // The job its module refuses fails naming why, not E_INTERNAL without a word.
-      expect(await result(v2.url, 'thumb:slow')).toMatchObject({ state: 'failed', error: { code: 'E_INVALID_JOB', reason: expect.stringMatching(/^node thumb-v2 refuses it as it takes it \(kind thumb's module there, a version other than the one that accepted it\?, or its limits\): input.*fmt/) } });
+      expect(await result(v2.url, 'thumb:slow')).toMatchObject({ state: 'failed', error: { code: 'E_INVALID_JOB', reason: expect.stringMatching(/^node thumb-v2 refuses it as it takes it \(the job as kind thumb's module there reads it — its input, the partitions it makes of it, its limits — which the accepting node could not check where it does not run the kind, or another version of the module accepted\): input.*fmt/) } });
       expect(v2.output()).toContain('stoker serve: job thumb:slow failed as this node took it: E_INVALID_JOB: ');
       expect(await http(v2.url, 'POST', '/v1/jobs', body)).toMatchObject({ status: 200, body: { id: 'thumb:1', state: 'done', input: { image: 'a', size: 128 } } });
       // (A node that does not run the kind answers the same.)
