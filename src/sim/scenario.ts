@@ -221,7 +221,7 @@ function unknownField(key: string, path: readonly PropertyKey[], input: unknown)
   const fields = fieldsAt(path);
   const own = valueAt(input, path);
   // (A field of another form of this object: an arrival with both atS and poisson, a speed event with a worker.)
-  if (fields.has(key)) return `${JSON.stringify(key)} (a field of another form of this object: ${Array.isArray(path) && path[0] === 'events' ? `a ${String((own as { type?: unknown } | undefined)?.type)} event does not take it` : 'do not mix the forms'})`;
+  if (fields.has(key)) return `${JSON.stringify(key)} (a field of another form of this object: ${path[0] === 'events' ? `a ${String((own as { type?: unknown } | undefined)?.type)} event does not take it` : 'do not mix the forms'})`;
   const near = suggest(key, [...fields]);
   return `${JSON.stringify(key)}${near ? ` (did you mean ${JSON.stringify(near)}?)` : ''}`;
 }
