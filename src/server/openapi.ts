@@ -42,6 +42,15 @@ const sinceParam = { name: 'since', in: 'query', required: false, schema: { type
  */
 export function openApiDocument(maxWaitS: number, options: { cluster?: boolean } = {}): object {
   const doc = base(maxWaitS) as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+  // Who may call, on every route (no route listed them: a generated client could not tell a 401 from a server error).
+  for (const [p, ops] of Object.entries(doc.paths)) {
+    for (const [method, op] of Object.entries(ops)) {
+      const probe = p === '/livez' || p === '/readyz';
+      if (!probe) op.responses['421'] ??= problemResponse("The Host header names another server: use this server's own address, or add the name to server.allowedHosts");
+      if (!probe && p !== '/' && !p.startsWith('/assets/')) op.responses['401'] ??= problemResponse('With server.token set: the Authorization: Bearer <token> header is missing or wrong (the event streams also take ?access_token=)');
+      if (method !== 'get') op.responses['403'] ??= problemResponse("A state-changing request from another origin's page (its Origin header)");
+    }
+  }
   if (!options.cluster) return doc;
   const away = problemResponse('Cluster mode: Redis did not answer (within 3 s, or it is away): retry after the Retry-After header', retryAfter);
   for (const [p, method] of [['/v1/jobs', 'get'], ['/v1/jobs', 'post'], ['/v1/jobs/{id}', 'get'], ['/v1/jobs/{id}', 'delete'], ['/v1/jobs/{id}/result', 'get'], ['/v1/status', 'get']] as const) {
@@ -156,11 +165,14 @@ function base(maxWaitS: number): object {
       '/v1/jobs/{id}/events': {
         get: {
           summary: "Server-sent events of one job: 'progress' at once with every partition (counts by stage, changes), again whenever partitions moved (preparing, waiting, on-device, done; at most every 50 ms), then 'end' with the job's view; the stream then closes",
-          parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }],
+          parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }, { name: 'access_token', in: 'query', required: false, schema: { type: 'string' }, description: "With server.token set, the token, for a browser's EventSource, which cannot send a header" }],
           responses: { '200': { description: 'text/event-stream' }, '404': problemResponse('No such job'), '503': problemResponse('server.maxEventStreams streams are open: retry after the Retry-After header', retryAfter) },
         },
       },
-      '/v1/events': { get: { summary: "Server-sent events: job.submitted, job.started, job.partition, step.failed (a preparation or device step failed, retried or not), job.done, job.failed, job.cancelled, pacer (every second). Every event has an id; a client reconnecting with Last-Event-ID (header, or ?lastEventId=) gets the job events it missed (the last 10,000 are kept), or a 'gap' event saying why it cannot (the server restarted, or the buffer no longer holds them)", responses: { '200': { description: 'text/event-stream' }, '503': problemResponse('server.maxEventStreams streams are open: retry after the Retry-After header', retryAfter) } } },
+      '/v1/events': { get: { summary: "Server-sent events: job.submitted, job.started, job.partition, step.failed (a preparation or device step failed, retried or not), job.done, job.failed, job.cancelled, pacer (every second). Every event has an id; a client reconnecting with Last-Event-ID (header, or ?lastEventId=) gets the job events it missed (the last 10,000 are kept), or a 'gap' event saying why it cannot (the server restarted, or the buffer no longer holds them)", parameters: [
+        { name: 'lastEventId', in: 'query', required: false, schema: { type: 'string' }, description: 'The id of the last event seen, as the Last-Event-ID header: the job events after it are sent first' },
+        { name: 'access_token', in: 'query', required: false, schema: { type: 'string' }, description: "With server.token set, the token, for a browser's EventSource, which cannot send a header" },
+      ], responses: { '200': { description: 'text/event-stream' }, '503': problemResponse('server.maxEventStreams streams are open: retry after the Retry-After header', retryAfter) } } },
       '/v1/timeline': {
         get: {
           summary: 'What ran where over a recent window, and the pipeline levels (the dashboard waterfall); times in epoch ms',

@@ -701,6 +701,13 @@ describe('stoker serve (shared server)', () => {
         const got = await http(url, 'GET', p.replace('{id}', 'doc-1').replace('{file}', 'dashboard.js'));
         expect(got.status, p).toBe(200);
       }
+     // Who may call is said on every route but the probes (no route listed 401, 403 or 421); the event streams take their query parameters.
+      const ops = paths as Record<string, Record<string, { responses: Record<string, unknown>; parameters?: { name: string }[] }>>;
+      for (const [p, byMethod] of Object.entries(ops)) {
+        for (const [m, op] of Object.entries(byMethod)) expect(Object.keys(op.responses).includes('421'), `${m} ${p}`).toBe(p !== '/livez' && p !== '/readyz');
+      }
+      expect(Object.keys(ops['/v1/jobs']?.['post']?.responses ?? {})).toEqual(expect.arrayContaining(['401', '403', '421']));
+      expect(ops['/v1/events']?.['get']?.parameters?.map((x) => x.name)).toEqual(['lastEventId', 'access_token']);
     });
 
     it('answers an unknown route with a 404 problem, a known one asked with another method with a 405 naming the methods it takes (it was a 404: no such path)', async () => {
