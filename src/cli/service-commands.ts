@@ -85,7 +85,9 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
         process.off('SIGTERM', onTerm);
         process.off('SIGINT', onInt);
         process.off('SIGHUP', onHup);
-        io.err(`stoker serve: stopped; ${resumeWhere}\n`);
+        // (A drain the timeout cut short read as one that finished: "stopped" and nothing more.)
+        const cut = server.service.cutShort;
+        io.err(`stoker serve: stopped${cut > 0 ? `; ${cut} partition${cut === 1 ? '' : 's'} still in flight when server.shutdownTimeoutS (${cfg.server.shutdownTimeoutS} s) ran out ${cut === 1 ? 'was' : 'were'} withdrawn` : ''}; ${resumeWhere}\n`);
         resolve();
       });
     };

@@ -59,6 +59,8 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
   private failed: StokerError | undefined;
   /** The latest time an event had (the clock's): the next may not be earlier. */
   private clockSeen = -Infinity;
+  /** Partitions still in flight when close()'s timeout ran out (see cutShort). */
+  private cutShortCount = 0;
 
   constructor(options: RuntimeOptions<I, P, O, R>) {
     checkKeys(options, RUNTIME_OPTIONS, '', 'the Runtime options', 'E_INVALID_OPTION');
@@ -214,6 +216,11 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
     return { now: this.clock.now(), jobs: this.jobs.size, counters: this.engine.snapshot, pacer, closing: this.closing, failed: (this.failed as StokerError).message };
   }
 
+  /** After close(): the partitions still in flight (preparing, waiting, on a device) when its timeout ran out and they were withdrawn; 0 where all ended in time. */
+  get cutShort(): number {
+    return this.cutShortCount;
+  }
+
   /** Resolves when every job has been answered (useful for demos and tests). */
   idle(): Promise<void> {
     if (this.jobs.size === 0 && this.finishing.size === 0) return Promise.resolve();
@@ -240,6 +247,8 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
         });
       });
       this.settleWaiter = undefined;
+      const left = this.engine.snapshot;
+      this.cutShortCount = this.failed === undefined ? left.preparing + left.waiting + left.onDevice : 0;
       // Nothing starts while the jobs are cancelled one by one: each cancel freed room, and the next
       // job's partition was started (its prepare() called, its memory reserved) only to be withdrawn.
       if (!options.drain) this.apply({ type: 'drain', time: this.clock.now() });

@@ -714,6 +714,11 @@ export class Service {
     return this.journal.fullRefusals;
   }
 
+  /** After close(): the partitions in flight when server.shutdownTimeoutS ran out, withdrawn to run again on the next start. */
+  get cutShort(): number {
+    return this.runtime.cutShort;
+  }
+
   /** The engine counters (for metrics). */
   get counters() {
     return this.runtime.engine.snapshot;

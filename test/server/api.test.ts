@@ -1286,6 +1286,17 @@ describe('stoker config print / serve --help', () => {
 // ─── Graceful shutdown and resume ─────────────────────────────────────────────────────────────
 
 describe('graceful shutdown', () => {
+  it('past server.shutdownTimeoutS says how many partitions it withdrew (it read "stopped", as a drain that finished)', async () => {
+    const dir = tempDataDir();
+    dirs.push(dir);
+    const a = await serve({ STOKER_SERVER_SHUTDOWN_TIMEOUT_S: '1' }, dir);
+    expect((await submit(a.url, sleepJob('cut-1', 2, { prepareMs: 20, deviceMs: 20_000 }))).status).toBe(202);
+    await until('on a device', async () => (((await getJob(a.url, 'cut-1')).body.partitionCounts?.['on-device'] ?? 0) > 0 ? true : undefined));
+    a.child.kill('SIGTERM');
+    expect(await within(a.exited, 15_000, 'exit after SIGTERM')).toBe(0);
+    expect(a.output()).toMatch(/stoker serve: stopped; [12] partitions? still in flight when server\.shutdownTimeoutS \(1 s\) ran out (was|were) withdrawn; unfinished jobs resume on the next start/);
+  }, 30_000);
+
   it('on SIGTERM finishes the partitions in flight, exits 0, and the restarted server resumes the rest', async () => {
     const dir = tempDataDir();
     dirs.push(dir);
