@@ -281,7 +281,8 @@ export function configLines(r: PlanRow, s: Scenario): string[] {
   // Each group by its name where the scenario names them all apart (a trial's named groups lost
   // their [kinds.NAME] device lines, and one named among unnamed ones was called group1).
   const own = s.devices.map((d, i) => d.name ?? (i === 0 ? 'default' : `group${i}`));
-  const name = (i: number) => (new Set(own).size === own.length ? (own[i] as string) : i === 0 ? 'default' : `group${i}`);
+  const apart = new Set(own).size === own.length;
+  const name = (i: number) => (apart ? (own[i] as string) : i === 0 ? 'default' : `group${i}`);
   s.devices.forEach((d, i) => {
     const w = workersOf(i);
     lines.push(table(name(i)));

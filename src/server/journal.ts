@@ -363,8 +363,8 @@ export class Journal {
         // refused again, every few seconds (/readyz and the log flapping while every submit got 507).
         if ((used + Math.max(ROOM_PAGES, Math.ceil(this.#refusedBytes / page) + 1)) * page > this.#maxBytes) return false;
       }
-      const disk = statfsSync(dirname(this.#db.name));
-      if (disk.bavail * disk.bsize < ROOM_DISK_BYTES) return false;
+      // (Not known: no room said.)
+      if (!((freeBytes(dirname(this.#db.name)) ?? 0) >= ROOM_DISK_BYTES)) return false;
     } catch {
       return false;
     }
