@@ -170,7 +170,7 @@ export interface KindConfig {
   prepareBatch?: DeviceBatchConfig;
 }
 
-/** The daemon's configuration, fully resolved: every field set, `dataDir` absolute, `Infinity` for unlimited / none. */
+/** The daemon's configuration, fully resolved: every section set but the optional ones (`journal`, `devices`, `kinds`: absent when not given), `dataDir` absolute, `Infinity` for unlimited / none. */
 export interface ServeConfig {
   /** The journal directory, absolute. Relative in a file: to the file's directory; elsewhere: to the working directory. */
   dataDir: string;

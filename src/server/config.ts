@@ -90,7 +90,7 @@ const kindsSchema = z
     z.string().regex(KIND_NAME, err('a kind name', 'use letters, digits, . _ - (at most 64), e.g. [kinds.embed]')),
     z.strictObject(
       {
-        module: z.string(err('a path to an ES module', 'write module = "./my-kind.mjs" (relative to this file)')).min(1, err('a path to an ES module', 'write module = "./my-kind.mjs"')),
+        module: z.string(err('a path to an ES module', 'write module = "./my-kind.mjs" (in a config file, relative to its folder)')).min(1, err('a path to an ES module', 'write module = "./my-kind.mjs"')),
         device: z.string(err('a device name', 'write device = "default" or the NAME of a [devices.NAME]')).regex(KIND_NAME, err('a device name', 'write device = "default" or the NAME of a [devices.NAME]')).optional(),
         prepareBatch: batchTable('kinds.NAME.prepareBatch', 'maxItems = 4 (and maxWaitMs = 10000)'),
       },

@@ -9,12 +9,17 @@
  * await server.close();           // graceful: in-flight partitions finish, the rest resume on the next start
  * ```
  */
-export { startServer, type RunningServer, type StartOptions } from './serve.js';
+export { startServer, loadServerKinds, type RunningServer, type StartOptions } from './serve.js';
 export type { ServerLog } from './log.js';
-export { loadConfig, configToToml, ConfigError, CONFIG_DOC, type ConfigIssue, type ConfigValues, type KindConfig, type LoadConfigOptions, type ServeConfig, type ServerConfig, type EngineConfig, type DeviceConfig, type PrepareConfig, type ClusterConfig } from './config.js';
-export { loadKind, KindModuleError, type Json, type KindModule, type LoadedKind, type PrepareContext, type RunContext } from './kind-module.js';
+export { loadConfig, configToToml, ConfigError, CONFIG_DOC, type ConfigIssue, type ConfigValues, type DeviceValues, type BatchValues, type KindConfig, type LoadConfigOptions, type ServeConfig, type ServerConfig, type EngineConfig, type DeviceConfig, type DeviceBatchConfig, type HttpDeviceConfig, type ProcessDeviceConfig, type PrepareConfig, type ClusterConfig } from './config.js';
+export { loadKind, KindModuleError, type InputIssue, type Json, type KindModule, type LoadedKind, type PrepareContext, type RunContext } from './kind-module.js';
 export { BUILT_IN_KINDS, loadKinds, type KindSource, type KindView } from './kinds.js';
 export { Service, type ServiceEvent } from './service.js';
+export type { Submitted } from './intake.js';
+export type { StatesPage, JobProgressEvent } from './progress.js';
+export type { HistoryView } from './history.js';
+export type { Replay } from './event-log.js';
+export type { ChromeTrace } from '../report/chrome-trace.js';
 export { ServiceError } from './errors.js';
 export { JobView, ResultView, StatusView, SubmitBody, TimelineView } from './api.js';
 export { buildApp, type ApiService } from './app.js';

@@ -34,13 +34,13 @@ export interface PrepareContext {
   buffer?: SharedArrayBuffer;
 }
 
-/** What `run` gets besides the prepared value. */
-export interface RunContext {
+/** What the device step gets besides the prepared value (`Input`: the job's input, as `KindModule<Input>` names it). */
+export interface RunContext<Input = unknown> {
   job: string;
   partition: number;
   partitions: number;
   /** The job's input (validated, defaults filled in). */
-  input: unknown;
+  input: Input;
   /** Which device runs the step, by index (0: `[device]`, then the `[devices.NAME]` in order), and which of its workers. */
   device: number;
   worker: number;
@@ -85,14 +85,14 @@ export interface KindModule<Input = unknown, Prepared = unknown, Output = unknow
    * times the call: that time is the worker's busy time (the item occupies the worker until the
    * call returns), so return only once the device is free for the next item.
    */
-  run?(prepared: Prepared, ctx: RunContext): Output | Promise<Output>;
+  run?(prepared: Prepared, ctx: RunContext<Input>): Output | Promise<Output>;
   /**
    * The device step of a batch, on a thread device that batches (`[device.batch]`): several
    * prepared partitions of this kind at once, one ctx each; returns one output per item, in order
    * (an `Error` in an item's place fails that item alone; a throw fails the batch, whose items then
    * run again alone). Timed like `run`, once for the batch. A batching device calls only this.
    */
-  runBatch?(prepared: Prepared[], ctx: RunContext[]): (Output | Error)[] | Promise<(Output | Error)[]>;
+  runBatch?(prepared: Prepared[], ctx: RunContext<Input>[]): (Output | Error)[] | Promise<(Output | Error)[]>;
   /** The device that runs the step, by name: `"default"` (the server's `[device]`, also when absent) or a `[devices.NAME]`; the config's `[kinds.NAME] device` overrides it. */
   device?: string;
   /**
@@ -230,9 +230,11 @@ export async function loadKind(url: string, shown: string = url, devices: Device
   }
   const m = kindExports(mod);
   const fail = (exp: string, what: string) => new KindModuleError(shown, exp, what);
-  // (Both styles in one module: the named exports are the kind, and the default object was ignored without a word.)
+  // (Both styles in one module: the named exports are the kind, and the default object was ignored
+  // without a word. Not CommonJS's `exports.name = …`: Node shows its exports object as the default
+  // too, holding the very same values.)
   const dflt = mod['default'];
-  const defaultIgnored = m === mod && dflt !== null && typeof dflt === 'object' && ['name', 'prepare', 'run'].some((k) => (dflt as Record<string, unknown>)[k] !== undefined);
+  const defaultIgnored = m === mod && dflt !== null && typeof dflt === 'object' && ['name', 'prepare', 'run'].some((k) => (dflt as Record<string, unknown>)[k] !== undefined && (dflt as Record<string, unknown>)[k] !== mod[k]);
   if (typeof mod['default'] === 'function' && m === mod && m['name'] === undefined) {
     throw fail('default', 'is a function: export the kind as named exports (export const name = "my-kind"; export async function prepare(input, ctx) …) or as one default object ({ name, prepare, run, … })');
   }

@@ -38,7 +38,7 @@ export async function loadKinds(sources: readonly KindSource[], devices: DeviceT
     } catch (e) {
       // (The config's field, and what its relative path is taken from.)
       if (s.name !== undefined && e instanceof KindModuleError && e.exportName === undefined && e.problem.startsWith('file not found')) {
-        throw new KindModuleError(s.shown, undefined, `file not found: fix [kinds.${s.name}] module in the config (a relative path there is taken from the config file's folder)`);
+        throw new KindModuleError(s.shown, undefined, `file not found: fix [kinds.${s.name}] module (a relative path in a config file is taken from that file's folder; given any other way — loadConfig's values, the environment, a flag — from the working directory, loadConfig's cwd)`);
       }
       throw e;
     }

@@ -10,7 +10,15 @@ import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { editDistance, suggest } from '../../src/core/suggest.js';
 import { KindModuleError, loadKind } from '../../src/server/kind-module.js';
+import type { BatchValues, ChromeTrace, DeviceValues, HistoryView, HttpDeviceConfig, InputIssue, JobProgressEvent, KindModule, ProcessDeviceConfig, Replay, RunContext, StatesPage, Submitted } from '../../src/server/index.js';
 import { parseSubmission } from '../../src/server/submission.js';
+
+/**
+ * The types of what stoker/server's documented calls take and give, each importable by name (a
+ * user trial found none of these: ReturnType<…> or nothing) — the typecheck of this file fails
+ * should one go.
+ */
+export type ServerTypes = [Submitted, StatesPage, JobProgressEvent, HistoryView, Replay, ChromeTrace, InputIssue, ProcessDeviceConfig, HttpDeviceConfig, DeviceValues, BatchValues];
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-kind-module-'));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -62,11 +70,29 @@ describe('a kind module TypeScript compiled to CommonJS', () => {
     const cjs = (body: string) => {
       const file = path.join(dir, `c${n++}.cjs`);
       fs.writeFileSync(file, `"use strict";\nObject.defineProperty(exports, "__esModule", { value: true });\n${body}`);
-      const script = `const { loadKind } = await import(${JSON.stringify(loader)}); console.log((await loadKind(${JSON.stringify(pathToFileURL(file).href)})).name);`;
-      return execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' }).trim();
+      const script = `const { loadKind } = await import(${JSON.stringify(loader)}); const k = await loadKind(${JSON.stringify(pathToFileURL(file).href)}); console.log(JSON.stringify([k.name, ...(k.notes ?? [])]));`;
+      return JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' })) as string[];
     };
-    expect(cjs('exports.default = { name: "cjs-default", prepare: async (i) => i, run: async (p) => p };')).toBe('cjs-default');
-    expect(cjs('exports.name = "cjs-named";\nexports.prepare = async (i) => i;\nexports.run = async (p) => p;')).toBe('cjs-named');
+    expect(cjs('exports.default = { name: "cjs-default", prepare: async (i) => i, run: async (p) => p };')).toEqual(['cjs-default']);
+    // (Node shows a CommonJS module's exports object as its default too: no "both styles" warning — a user trial's tsc output had one at every start.)
+    expect(cjs('exports.name = "cjs-named";\nexports.prepare = async (i) => i;\nexports.run = async (p) => p;')).toEqual(['cjs-named']);
+  });
+});
+
+describe('a kind module typed in TypeScript', () => {
+  it("gives run the job's input as its own type (ctx.input was unknown: a cast in every typed run)", () => {
+    interface In {
+      k: number;
+    }
+    const kind = {
+      name: 'typed',
+      prepare: (input: In, ctx: { partition: number }) => input.k + ctx.partition,
+      run: (prepared: number, ctx: RunContext<In>) => prepared * ctx.input.k,
+      runBatch: (prepared: number[], ctx: RunContext<In>[]) => prepared.map((p, i) => p * (ctx[i]?.input.k ?? 0)),
+    } satisfies KindModule<In, number, number>;
+    const ctx: RunContext<In> = { job: 'j', partition: 1, partitions: 2, input: { k: 3 }, device: 0, worker: 0, deviceKind: 'cpu' };
+    expect(kind.run(kind.prepare({ k: 3 }, ctx), ctx)).toBe(12);
+    expect(kind.runBatch([1, 2], [ctx, ctx])).toEqual([3, 6]);
   });
 });
 

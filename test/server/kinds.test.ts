@@ -491,7 +491,7 @@ describe('bad kind modules are refused at start', () => {
     const config = write('gone.toml', '[kinds.gone]\nmodule = "./gone.mjs"\n');
     const r = await run(['serve', '--config', config, '--port', '0', '--data', path.join(dir, 'data-gone')]);
     expect(r.code).toBe(2);
-    expect(r.stderr).toContain(`kind module ${path.join(dir, 'gone.mjs')}: file not found: fix [kinds.gone] module in the config (a relative path there is taken from the config file's folder)`);
+    expect(r.stderr).toContain(`kind module ${path.join(dir, 'gone.mjs')}: file not found: fix [kinds.gone] module (a relative path in a config file is taken from that file's folder`);
   });
 
   it('the same module twice', async () => {
