@@ -91,7 +91,7 @@ function newBins(): Float64Array {
 }
 
 /** The p-th percentile of sorted values: the smallest with that share at or below it (null: none). */
-export function percentileOf(sorted: readonly number[], p: number): number | null {
+export function percentileOf(sorted: ArrayLike<number>, p: number): number | null {
   return sorted.length ? (sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)] as number) : null;
 }
 
@@ -360,7 +360,8 @@ export class Recorder {
         break;
       }
     }
-    const lat = [...this.latencies].sort((a, b) => a - b);
+    // (A typed array sorts numbers natively: with a comparator, a day's 13,000 latencies took 2 % of the run.)
+    const lat = Float64Array.from(this.latencies).sort();
     const pct = (p: number) => percentileOf(lat, p);
     const hasChange = !Number.isNaN(this.cfg.changeAtMs);
     const steady = this.windowMs > 0;
