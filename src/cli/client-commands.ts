@@ -70,6 +70,10 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     const cause = fetchCause(e);
     // A port fetch() never connects to (the Fetch standard's blocked ports: 1, 6000, 10080…): it said only "fetch failed".
     if (cause === 'bad port') throw new ClientError(`cannot use the server at ${flags.server}: Node's fetch refuses that port (a port the Fetch standard blocks, as browsers do): run the server on another port (server.port)`, 2);
+    // A certificate of another host: trusting it is not the fix (the message said to give the CA given already).
+    if (cause === 'ERR_TLS_CERT_ALTNAME_INVALID') {
+      throw new ClientError(`the server at ${flags.server} answered with a certificate that does not name ${url.hostname} (${cause}): ask it by a name or address its certificate lists (its subjectAltName), or give it a certificate that lists this one (openssl req … -addext "subjectAltName=IP:127.0.0.1,DNS:localhost")`, 1);
+    }
     // A certificate the client does not trust: the server is there, starting one is not the fix.
     if (/CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS/.test(cause)) {
       throw new ClientError(`the server at ${flags.server} answered with a certificate this client does not trust (${cause}): give its CA (or the self-signed certificate) in NODE_EXTRA_CA_CERTS=/path/cert.pem`, 1);
@@ -173,7 +177,8 @@ export async function submitCommand(flags: SubmitFlags, io: Io): Promise<void> {
 
 function readInput(file: string): string {
   try {
-    return fs.readFileSync(file, 'utf8');
+    // (Without its byte order mark — Windows editors and PowerShell 5 write one: JSON.parse read it as an unexpected token no one could see.)
+    return fs.readFileSync(file, 'utf8').replace(/^\uFEFF/, '');
   } catch (e) {
     throw new UsageError(`cannot read --input-file ${file}: ${(e as Error).message}`);
   }

@@ -175,9 +175,18 @@ function originOf(sources: readonly Source[], at: string): string {
   for (let i = sources.length - 1; i >= 0; i--) {
     let v: unknown = (sources[i] as Source).layer;
     for (const key of at.split('.')) v = v !== null && typeof v === 'object' ? (v as Record<string, unknown>)[key] : undefined;
-    if (v !== undefined) return (sources[i] as Source).name;
+    if (v === undefined) continue;
+    const name = (sources[i] as Source).name;
+    // (The environment: the variable that set it — STOKER_ENGINE_PACER_OPTIONS for engine.pacerOptions.gain —, as a bad value's own error names it.)
+    return name === ENV_SOURCE ? (envVariableOf(at) ?? name) : name;
   }
   return 'configuration';
+}
+
+/** The variable that sets `at` or the field it is in (STOKER_ENGINE_PACER_OPTIONS for engine.pacerOptions.gain), if any. */
+function envVariableOf(at: string): string | undefined {
+  for (const [variable, field] of ENV_VARS) if (at === field || at.startsWith(`${field}.`)) return variable;
+  return undefined;
 }
 
 function readFileLayer(file: string, cwd: string, issues: ConfigIssue[]): Source | undefined {
@@ -502,9 +511,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): ServeConfig {
 function requireDeviceKeys(d: DeviceConfig, name: string, origin: (at: string) => string): void {
   const missing = (at: string, what: string, example: string) => {
     const table = at.slice(0, at.lastIndexOf('.'));
-    const from = origin(table);
-    const variable = [...ENV_VARS].find(([, f]) => f === table)?.[0];
-    return new ConfigError([{ source: from === ENV_SOURCE && variable ? variable : from, path: at, message: `expected ${what}, got nothing — give it in the same variable (${example}) or in the config file's [${table}]` }]);
+    return new ConfigError([{ source: origin(table), path: at, message: `expected ${what}, got nothing — give it in the same variable (${example}) or in the config file's [${table}]` }]);
   };
   if (d.http && d.http.url === undefined) throw missing(`${name}.http.url`, 'an http:// or https:// URL', '"url":"http://127.0.0.1:8000/embed"');
   if (d.process && d.process.command === undefined) throw missing(`${name}.process.command`, 'a program', '"command":"python3"');

@@ -247,6 +247,12 @@ export class Journal {
       db?.close();
       if (mark !== undefined) closeSync(mark);
       if (err instanceof JournalError) throw err;
+      // (SQLite's native module not built — an install with --ignore-scripts skips it — or built for
+      // another Node: it read "check the path … or move the file away", which would drop the jobs.)
+      const text = String(err);
+      if (/Could not locate the bindings file|NODE_MODULE_VERSION|better_sqlite3\.node/.test(text)) {
+        throw new JournalError('E_JOURNAL_OPEN', `cannot open the journal ${path}: SQLite's native module (better-sqlite3) is not built for this Node ${process.version} (${text.split('\n')[0] as string}) — an install with --ignore-scripts skips its build: run \`npm rebuild better-sqlite3\` where stoker is installed, then start again; the data dir and its jobs are untouched`, { cause: err });
+      }
       const code = err instanceof Error && 'code' in err ? err.code : undefined;
       if (typeof code === 'string' && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'))) {
         throw new JournalError('E_JOURNAL_LOCKED', `data dir ${dir} is in use by another stoker serve: stop it or choose another --data dir`, { cause: err });

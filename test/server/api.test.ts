@@ -912,6 +912,11 @@ describe('stoker serve (shared server)', () => {
         const toml = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1', '--input-file', file]);
         expect(toml.code).toBe(2);
         expect(toml.stderr).toMatch(new RegExp(`^error: --input-file ${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} must be JSON`));
+        // A file with a byte order mark and CRLF (a Windows editor's) is JSON all the same.
+        fs.writeFileSync(file, '\uFEFF{"prepareMs": 1, "deviceMs": 1}\r\n');
+        const bom = await cli(['submit', ...server(), '-k', 'sleep', '-n', '1', '--input-file', file, '--json']);
+        expect(bom.code, bom.stderr).toBe(0);
+        expect(JSON.parse(bom.stdout)).toMatchObject({ input: { prepareMs: 1, deviceMs: 1 } });
       } finally {
         fs.rmSync(file, { force: true });
       }

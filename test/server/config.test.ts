@@ -285,6 +285,9 @@ describe('errors name the source, the field and the fix', () => {
     expect(e.message).toMatch(/^STOKER_ENGINE_PACER_OPTIONS: engine\.pacerOptions: expected name=number pairs, got "gain" — write e\.g\. /);
     const json = configError(() => loadConfig({ env: { STOKER_ENGINE_PACER_OPTIONS: '{"window":"big"}' }, cwd: dir }));
     expect(json.message).toBe('STOKER_ENGINE_PACER_OPTIONS: engine.pacerOptions.window: expected a number, got "big" — write each pacer option as name = number, e.g. window = 32');
+    // Refused past the fields' own checks (an option the pacer lacks, a certificate not there): the variable is named too, not "the environment (STOKER_*)".
+    expect(configError(() => loadConfig({ env: { STOKER_ENGINE_PACER_OPTIONS: '{"gain":0.5}' }, cwd: dir })).message).toMatch(/^STOKER_ENGINE_PACER_OPTIONS: engine\.pacerOptions\.gain: the stoker pacer has no option gain /);
+    expect(configError(() => loadConfig({ env: { STOKER_SERVER_TLS_CERT: '/nonexist.pem', STOKER_SERVER_TLS_KEY: '/nonexist.key' }, cwd: dir })).message).toMatch(/^STOKER_SERVER_TLS_CERT: server\.tlsCert: \/nonexist\.pem does not exist/);
   });
 
   it('a TOML syntax error names the file and the line', () => {

@@ -53,6 +53,10 @@ describe.skipIf(!haveOpenssl)('HTTPS', () => {
     expect(untrusted.stderr).toMatch(/answered with a certificate this client does not trust \(\w+\): give its CA .* NODE_EXTRA_CA_CERTS/);
     expect(untrusted.stderr).not.toContain('start it with');
     expect(status({ NODE_EXTRA_CA_CERTS: cert }).status).toBe(0);
+    // Trusted, but asked by a name the certificate does not list (it names IP 127.0.0.1): said as that — it said to give the CA already given.
+    const other = spawnSync(process.execPath, [CLI, 'status', '--server', server.url.replace('127.0.0.1', 'localhost')], { env: { ...process.env, NODE_EXTRA_CA_CERTS: cert }, encoding: 'utf8', timeout: 20_000 });
+    expect(other.status).toBe(1);
+    expect(other.stderr).toMatch(/answered with a certificate that does not name localhost \(ERR_TLS_CERT_ALTNAME_INVALID\): ask it by a name or address its certificate lists/);
   });
 
   it('says at start that its certificate has expired', async () => {
