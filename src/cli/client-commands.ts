@@ -30,6 +30,8 @@ export class ClientError extends Error {
     readonly transient = false,
     /** The request reached the server (it answered, or broke the connection it had taken). */
     readonly reached = true,
+    /** The server's problem body (`title`, `status`, `detail`, …) where it answered one: what `--json` prints. */
+    readonly problem?: Record<string, unknown>,
   ) {
     super(message);
   }
@@ -97,7 +99,8 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
     // (The server names its header; the CLI's way to send it is --token-file or STOKER_SERVER_TOKEN.)
     const detail = res.status === 401 ? `${said} (stoker's commands send it from --token-file FILE, else $STOKER_SERVER_TOKEN)` : said;
     // (The detail may say when to retry itself: then once.) A 429 is "later", as a 5xx: exit 1.
-    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 && res.status !== 429 ? 2 : 1, res.status === 502 || res.status === 503 || res.status === 504);
+    const problem = record(parsed) && typeof parsed['title'] === 'string' ? parsed : undefined;
+    throw new ClientError(`${res.status} ${p.title ?? res.statusText}: ${detail}${retry && !/retry after/i.test(detail) ? ` (retry after ${retry} s)` : ''}`, res.status < 500 && res.status !== 429 ? 2 : 1, res.status === 502 || res.status === 503 || res.status === 504, true, problem);
   }
   // Something else on that port that answers 200 to anything: said so, not read as a job or a status.
   if (!shape(parsed)) throw new ClientError(`${method} ${url.pathname} answered ${res.status}: ${notStoker(text, flags.server)}`, 2);

@@ -9,6 +9,7 @@ import type { PlanFlags } from './plan-command.js';
 import type { ConfigFlags } from './service-commands.js';
 import { ClientError, type ClientFlags, type SubmitFlags, type TraceExportFlags } from './client-commands.js';
 import { UsageError, type Io } from './io.js';
+import { formatJson } from './table.js';
 
 /** What bench's columns mean (a user read them with the README open beside): its Measures section, in short. */
 const BENCH_LEGEND = `
@@ -331,6 +332,8 @@ export async function main(argv: string[], io: Io = defaultIo): Promise<number> 
     }
     const code = await exitCodeOf(e);
     const message = e instanceof Error ? e.message : String(e);
+    // (--json printed nothing where the server refused: a script reading stdout had no reply to read.)
+    if (e instanceof ClientError && e.problem && argv.includes('--json')) io.out(`${formatJson(e.problem)}\n`);
     io.err(`error: ${message}\n`);
     if (process.env.STOKER_DEBUG === '1' && e instanceof Error && e.stack) io.err(`${e.stack}\n`);
     return code;

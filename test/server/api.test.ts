@@ -878,6 +878,12 @@ describe('stoker serve (shared server)', () => {
       const done = await cli(['cancel', ...server(), 'cli-1']);
       expect(done.code).toBe(2);
       expect(done.stderr).toContain('error: 409 Job already finished: job cli-1 has already ended (done)');
+      expect(done.stdout).toBe('');
+      // With --json the refusal's problem body is on stdout too (a script reading it had nothing).
+      const doneJson = await cli(['cancel', ...server(), '--json', 'cli-1']);
+      expect(doneJson.code).toBe(2);
+      expect(JSON.parse(doneJson.stdout)).toMatchObject({ status: 409, title: 'Job already finished', detail: 'job cli-1 has already ended (done); there is nothing to cancel' });
+      expect(doneJson.stderr).toContain('error: 409 Job already finished');
       await idle(url);
     });
 
