@@ -430,7 +430,7 @@ export function buildApp(service: ApiService): FastifyInstance {
   app.get<{ Querystring: { limit?: string; state?: string | string[]; before?: string | string[] } }>('/v1/jobs', { config: { query: ['limit', 'state', 'before'], hint: 'the list is the newest jobs, up to limit (at most 1000); the next page is ?before=<the last id listed>' } }, async (req) => {
     const states = statesOf(req.query.state);
     const { before } = req.query;
-    if (Array.isArray(before) || before === '') throw new ServiceError(400, 'bad-query', 'Bad query', 'before must be given once: the id of the last job of the page before');
+    if (Array.isArray(before) || before === '') throw new ServiceError(400, 'bad-query', 'Bad query', `before ${before === '' ? 'is empty' : 'must be given once'}: give the id of the last job of the page before (leave it out for the first page)`);
     return (await service.jobs({ limit: intOf(req.query.limit, 'limit', 0, 1000, 50), ...(states === undefined ? {} : { states }), ...(before === undefined ? {} : { before }) })).map(briefView);
   });
 
@@ -529,13 +529,16 @@ export function buildApp(service: ApiService): FastifyInstance {
 
   app.get<{ Querystring: { lastEventId?: string } }>('/v1/events', { config: { query: ['lastEventId', 'access_token'] } }, (req, reply) => {
     if (req.method === 'HEAD') return headOfStream(reply);
+    // (Repeated, it was read as its first value without a word, where the job list refuses a repeated limit.)
+    const asked = once(req.query.lastEventId, 'lastEventId', 'lastEventId=<the id of the last event received>');
     // (Before the reply is taken over: a 503 for too many streams is answered as a problem.)
     const release = openStream();
     reply.hijack();
     // Reconnect after 2 s; every event has an id, so a reconnecting client says where it was.
     const out = new EventStreamOut(reply.raw, 'stoker events');
     const send = (e: ServiceEvent, eventId: string) => out.write(eventFrame(e, eventId));
-    const last = req.headers['last-event-id'] ?? req.query.lastEventId;
+    // (The header wins over the query parameter, as a browser's EventSource sends the header on its own.)
+    const last = req.headers['last-event-id'] ?? asked;
     if (typeof last === 'string' && last !== '') {
       const r = service.replay(last);
       // A gap carries the latest id: the client's position moves to now.

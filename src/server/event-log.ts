@@ -10,7 +10,8 @@ export interface LoggedEvent<E = unknown> {
 export type Replay<E = unknown> = { events: LoggedEvent<E>[] } | { gap: { lastEventId: string; reason: string }; now: string };
 
 /**
- * Numbers the service's events and keeps the last `size` job events for clients that reconnect
+ * Numbers the service's events and keeps at least the last `size` job events (up to 1.25 × as
+ * many: they are dropped in chunks) for clients that reconnect
  * (`Last-Event-ID`): they get what they missed, or an explicit gap when the buffer no longer holds
  * it or the server restarted (the boot part of the id differs). Periodic `pacer` events get ids
  * (a client's last id moves on) but are not kept: a reconnect gets the next one within a second.
@@ -45,10 +46,11 @@ export class EventLog<E> {
   since(lastEventId: string): Replay<E> {
     const m = /^([0-9a-f]+)-(\d+)$/.exec(lastEventId.trim());
     if (!m) return { gap: { lastEventId, reason: 'the Last-Event-ID is not one this server sends (<boot>-<seq>): events before this connection are unknown' }, now: this.lastId() };
-    if (m[1] !== this.boot) return { gap: { lastEventId, reason: 'the server restarted: events between the last one received and this connection were not kept; read job states with GET /v1/jobs' }, now: this.lastId() };
+    // (A past run of this server and another server are one case here: no boot id but this process's is known.)
+    if (m[1] !== this.boot) return { gap: { lastEventId, reason: `the Last-Event-ID is of another run of this server (it restarted since) or of another server (this one's ids are ${this.boot}-<seq>): events between the last one received and this connection are not known here; read job states with GET /v1/jobs` }, now: this.lastId() };
     const last = Number(m[2]);
     if (last > this.seq) return { gap: { lastEventId, reason: `the Last-Event-ID is ahead of this server's last event (${this.boot}-${this.seq})` }, now: this.lastId() };
-    if (last < this.droppedUpTo) return { gap: { lastEventId, reason: `the replay buffer (the last ${this.size} events) no longer holds the events after it; read job states with GET /v1/jobs` }, now: this.lastId() };
+    if (last < this.droppedUpTo) return { gap: { lastEventId, reason: `the replay buffer (at least the last ${this.size} job events) no longer holds the events after it; read job states with GET /v1/jobs` }, now: this.lastId() };
     let lo = 0;
     let hi = this.kept.length;
     while (lo < hi) {

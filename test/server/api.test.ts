@@ -499,6 +499,9 @@ describe('stoker serve (shared server)', () => {
       const unknown = await http(url, 'GET', '/v1/jobs?before=no-such-job');
       expectProblem(unknown, 400, 'bad-query');
       expect(unknown.body.detail).toBe('before: no job "no-such-job" here (purged, or never submitted): give the id of the last job of the page before, as listed');
+      // Empty, or twice: each said as it is (an empty one read "must be given once").
+      expect((await http(url, 'GET', '/v1/jobs?before=')).body.detail).toBe('before is empty: give the id of the last job of the page before (leave it out for the first page)');
+      expect((await http(url, 'GET', '/v1/jobs?before=pg-1&before=pg-2')).body.detail).toBe('before must be given once: give the id of the last job of the page before (leave it out for the first page)');
     });
 
     it('GET /v1/backup: a consistent copy of the journal while the server runs (sqlite3 .backup was locked out), a server starts on it with the jobs it held; the copy is not left in the data dir', async () => {

@@ -93,11 +93,12 @@ describe('EventLog', () => {
     expect(log.since(ids[11] as string)).toEqual({ events: [] });
     // Kept events were dropped past the bound (4, trimmed at 5): older positions are a gap.
     const old = log.since(ids[0] as string);
-    expect('gap' in old && old.gap.reason).toMatch(/no longer holds/);
+    expect('gap' in old && old.gap.reason).toMatch(/^the replay buffer \(at least the last 4 job events\) no longer holds/);
     expect('gap' in old && old.now).toBe(ids[11]);
     const other = new EventLog<{ n: number }>();
     const restart = other.since(ids[5] as string);
-    expect('gap' in restart && restart.gap.reason).toMatch(/server restarted/);
+    // (An id of another run and one of another server look alike: the reason says both, and this one's ids — it said "the server restarted" to a client of another server.)
+    expect('gap' in restart && restart.gap.reason).toBe(`the Last-Event-ID is of another run of this server (it restarted since) or of another server (this one's ids are ${other.boot}-<seq>): events between the last one received and this connection are not known here; read job states with GET /v1/jobs`);
     expect('gap' in log.since('nonsense') && true).toBe(true);
     expect('gap' in log.since(`${log.boot}-99`) && true).toBe(true);
   });
@@ -169,12 +170,17 @@ describe('GET /v1/events across a restart (a real EventSource)', () => {
       const replay = await readEvents(`${base}/v1/events`, { 'last-event-id': submitted.lastEventId }, 2);
       expect(replay.map((e) => e.event)).toEqual(['job.started', 'job.partition']);
       expect(replay[0]?.id).toBe(seen.find((e) => e.type === 'job.started')?.lastEventId);
+      // Its time is an ISO 8601 time (the README said ms).
+      expect(seen[0]?.data.time).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+      // ?lastEventId= twice: refused as the job list refuses a repeated limit (the first was read without a word).
+      const twice = await http(base, 'GET', `/v1/events?lastEventId=${submitted.lastEventId}&lastEventId=x-0`);
+      expect([twice.status, (twice.body as { detail: string }).detail]).toEqual([400, 'lastEventId must be given once, e.g. lastEventId=<the id of the last event received>']);
 
       // Restart on the same port: the EventSource reconnects by itself (retry: 2000) with its last id.
       expect(await server.stop()).toBe(0);
       server = await startServer(dir, ['--port', String(port)]);
       const gap = await waitUntil(async () => seen.find((e) => e.type === 'gap'), 20_000, 'a gap event after the restart', 50);
-      expect(gap.data.reason).toMatch(/server restarted/);
+      expect(gap.data.reason).toMatch(/is of another run of this server \(it restarted since\)/);
       expect(gap.data.lastEventId).toBe(seen.filter((e) => e.type !== 'gap').at(-1)?.lastEventId);
       // And it goes on receiving the new server's events.
       expect((await http(server.url, 'POST', '/v1/jobs', { id: 'ev-2', kind: 'sleep', partitions: 1 })).status).toBe(202);
