@@ -43,7 +43,7 @@ export interface HistorySample {
    * occupancy; sum a few windows for a steadier figure) — and its live workers.
    */
   devices: { completions: number; busyS: number; workers: number }[];
-  /** The pacer's measured device capacity (null until measured), the dispatch rate it aims at now (null: waits for events), and its mode. */
+  /** The pacer's measured device capacity (null until measured), the dispatch rate it aims at now (null: waits for events; 0 while idle), and its mode. */
   capacityPerS: number | null;
   pacerTargetPerS: number | null;
   pacerMode: string;
@@ -118,7 +118,8 @@ export class History {
       completedPerS: (r.completed - prev.completed) / dtS,
       devices: r.devices.map((d, i) => ({ completions: d.completions - (prev.devices[i]?.completions ?? 0), busyS: (d.busyMs - (prev.devices[i]?.busyMs ?? 0)) / 1000, workers: d.workers })),
       capacityPerS: finite(r.pacer.ratePerSec),
-      pacerTargetPerS: r.pacer.intervalMs === null ? null : 1000 / r.pacer.intervalMs,
+      // (Idle, a pacer keeps the rate it last planned, and dispatches nothing at it: 0, as the metric says.)
+      pacerTargetPerS: r.pacer.intervalMs === null ? null : r.pacer.mode === 'idle' ? 0 : 1000 / r.pacer.intervalMs,
       pacerMode: r.pacer.mode,
       partitions: { ...r.partitions },
       waitingTarget: r.waitingTarget,

@@ -593,8 +593,10 @@ describe('stoker pacer: kinds on the device', () => {
       { name: 'heavy', estimatedPerSec: 5 },
       { name: 'light', estimatedPerSec: 20 },
     ]);
-    // The rate it reports is the next kind's.
-    expect(p.state().ratePerSec).toBe(20);
+    // The plan's rate is the next kind's; the capacity it states is of the mix completed (half and half: 1 ÷ (½ ÷ 5 + ½ ÷ 20) = 8/s).
+    expect(p.state().terms['planRatePerSec']).toBe(20);
+    expect(p.state().ratePerSec).toBeGreaterThan(5);
+    expect(p.state().ratePerSec).toBeLessThan(20);
   });
 
   it('counts the items of other kinds in flight by their device time: light items in preparation fill less of the plan for heavy ones', () => {

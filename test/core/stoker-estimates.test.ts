@@ -316,10 +316,10 @@ describe('stoker pacer: kinds sharing devices', () => {
       { name: 'b', estimatedPerSec: 10 },
       { name: 'c', estimatedPerSec: 25 },
     ]);
-    expect(p.state().ratePerSec).toBe(40);
+    expect(p.state().terms['planRatePerSec']).toBe(40);
     // The engine names the next kind before it asks: the plan is then counted in c's items.
     p.nextDispatchAt(snapshot({ now: 100, backlog: 5, nextKind: 2, devices: [dev(1, 100), dev(1, 400)], kinds: at(1, 1) }));
-    expect(p.state().ratePerSec).toBe(25);
+    expect(p.state().terms['planRatePerSec']).toBe(25);
   });
 
   it('under a budget, a kind measured nowhere borrows the quickest of the kinds its device measured; without one, their mean', () => {
@@ -542,7 +542,7 @@ describe('stoker pacer: batching devices, skewed devices, worker limits', () => 
     expect(d?.estimatedPerSec).toBeCloseTo(1000, 6);
     expect(p.state().kinds?.[0]?.estimatedPerSec).toBeCloseTo(1600, 6);
     expect(p.state().kinds?.[1]?.estimatedPerSec).toBeCloseTo(8000 / 11, 6);
-    expect(p.state().ratePerSec).toBeCloseTo(1600, 6);
+    expect(p.state().terms['planRatePerSec']).toBeCloseTo(1600, 6);
   });
 
   it('holds a safety stock for a skewed device’s own spread: safetyZ · √(λ · latency · cv²), none on a steady one', () => {
@@ -684,7 +684,7 @@ describe('stoker pacer: the plan across kinds, exactly', () => {
       return p.state();
     };
     expect(plan(1).intervalMs).toBeCloseTo(250, 9);
-    expect(plan(1).ratePerSec).toBe(5);
+    expect(plan(1).terms['planRatePerSec']).toBe(5);
     expect(plan(0).mode).toBe('hold'); // 20 heavy overfill it
   });
 
@@ -703,18 +703,35 @@ describe('stoker pacer: the plan across kinds, exactly', () => {
     expect(one.completedSince(snapshot({ deviceCompletions: 9 }))).toBe(2);
   });
 
+  it('states the capacity in partitions of the mix completed lately: 1 ÷ Σ share_k ÷ λ_k, whichever kind is next', () => {
+    // heavy 400 ms (λ 5/s), light 100 ms (20/s), 2 workers. 1 heavy and 3 light done: 1 ÷ (¼ ÷ 5 + ¾ ÷ 20) = 11.43/s,
+    // planned in heavy or in light alike (it was λ of the next kind: 5/s, then 20/s).
+    const plan = new KindPlan(2, NaN, NaN);
+    const at = (heavy: number, light: number, next: number) => snapshot({ nextKind: next, devices: [dev(heavy + light, 400 * heavy + 100 * light)], kinds: [kindAt('heavy', heavy, 400 * heavy), kindAt('light', light, 100 * light)] });
+    const estimates = [{ sawSaturated: true, completions: 0, services: [newService(0, 0, 400), newService(0, 0, 100)], byBusy: [], concurrencySeen: 0, busyMsSeen: 0, limit: Infinity, probe: Infinity, occupancy: 1, lastBusy: 2, lastWorkers: 2, plannedWorkers: 2, plannedAt: 0, satMs: 0, satCompletions: 0, saturatedNow: false, spanMs: 0, spanCompletions: 0, checkStreak: 0, sinceWindow: 0, checkRatio: NaN, correction: 1, fit: null, kindFits: [] }];
+    plan.estimate(at(0, 0, 0), estimates);
+    plan.completedSince(at(0, 0, 0));
+    // Nothing completed yet: the plan's own λ.
+    expect(plan.mixRate() * 1000).toBeCloseTo(5, 12);
+    plan.completedSince(at(1, 3, 0));
+    expect(plan.mixRate() * 1000).toBeCloseTo(1 / (0.25 / 5 + 0.75 / 20), 9);
+    plan.estimate(at(1, 3, 1), estimates);
+    expect(plan.lambda * 1000).toBeCloseTo(20, 12);
+    expect(plan.mixRate() * 1000).toBeCloseTo(1 / (0.25 / 5 + 0.75 / 20), 9);
+  });
+
   it('keeps the kind it plans in while the next is unknown (−1 or out of range)', () => {
     const p = createStokerPacer({ targetWaiting: 2 });
     const kinds = [kindAt('heavy', 1, 400), kindAt('light', 1, 100)];
     p.observe(snapshot({ now: 0, nextKind: 1, devices: [dev(0, 0)], kinds: [kindAt('heavy', 0, 0), kindAt('light', 0, 0)] }));
     p.observe(snapshot({ now: 100, nextKind: 1, devices: [dev(2, 500)], kinds }));
-    expect(p.state().ratePerSec).toBe(20);
+    expect(p.state().terms['planRatePerSec']).toBe(20);
     p.observe(snapshot({ now: 200, nextKind: -1, devices: [dev(2, 500)], kinds }));
-    expect(p.state().ratePerSec).toBe(20);
+    expect(p.state().terms['planRatePerSec']).toBe(20);
     p.observe(snapshot({ now: 300, nextKind: 5, devices: [dev(2, 500)], kinds }));
-    expect(p.state().ratePerSec).toBe(20);
+    expect(p.state().terms['planRatePerSec']).toBe(20);
     p.observe(snapshot({ now: 400, nextKind: 0, devices: [dev(2, 500)], kinds }));
-    expect(p.state().ratePerSec).toBe(5);
+    expect(p.state().terms['planRatePerSec']).toBe(5);
   });
 
   it('leaves out a device no queued job can use', () => {

@@ -6,10 +6,10 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createPacer, OccupancyMeter, TimelineRecorder, windowOccupancy, type Command, type EngineEvent, type ItemView } from '../../src/core/index.js';
+import { createPacer, OccupancyMeter, TimelineRecorder, windowOccupancy, type Command, type EngineEvent, type ItemView, type PacerMode } from '../../src/core/index.js';
 import { parseScenario } from '../../src/sim/scenario.js';
 import { simulate } from '../../src/sim/simulator.js';
-import { History, type HistorySample } from '../../src/server/history.js';
+import { History, type HistoryReading, type HistorySample } from '../../src/server/history.js';
 
 const item = (id: number) => ({ id }) as ItemView;
 
@@ -196,4 +196,25 @@ describe('history in simulation equals the trace-derived truth', () => {
       expect(busyWindows).toBeGreaterThan(20);
     });
   }
+});
+
+describe('history of the pacer’s dispatch target', () => {
+  it('reads 0 while the pacer is idle, as the metric does (it showed the rate last planned: 529/s with nothing to dispatch)', () => {
+    const reading = (t: number, mode: PacerMode, intervalMs: number | null): HistoryReading => ({
+      t,
+      workerBusyMs: [[0]],
+      workerAlive: [[true]],
+      dispatched: 0,
+      completed: 0,
+      devices: [{ completions: 0, busyMs: 0, workers: 1 }],
+      kinds: {},
+      partitions: { queued: 0, preparing: 0, waiting: 0, onDevice: 0 },
+      pacer: { mode, ratePerSec: 50, intervalMs, terms: {} },
+      waitingTarget: 4,
+      memory: { reservedBytes: 0, idlePoolBytes: 0, budgetBytes: null },
+    });
+    const h = new History(Infinity);
+    for (const [t, mode, interval] of [[0, 'steady', 20], [1000, 'steady', 20], [2000, 'idle', 20], [3000, 'hold', null]] as const) h.record(reading(t, mode, interval));
+    expect(h.samples().map((s) => [s.pacerMode, s.pacerTargetPerS])).toEqual([['steady', 50], ['idle', 0], ['hold', null]]);
+  });
 });

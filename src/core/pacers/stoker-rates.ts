@@ -18,6 +18,9 @@ function quickestMs(d: DeviceEstimate, fallback: number): number {
   return q < Infinity ? q : fallback;
 }
 
+/** The device completions the stated capacity's mix of kinds is smoothed over (KindPlan.mixRate): a few blocks of partitions. */
+const MIX_COMPLETIONS = 100;
+
 /**
  * The stoker pacer's plan across kinds: the service rate λ_k of each kind over the devices that
  * run it, the kind the plan is counted in (the next to be dispatched), and the inventory in that
@@ -45,6 +48,10 @@ export class KindPlan {
   doubt = 1;
   /** Device completions of each kind (snapshot order; [0] without kinds) at the last completedSince. */
   private readonly seen: number[] = [];
+  /** With several kinds, each one's share of the recent device completions (over about MIX_COMPLETIONS; not normalised): the mix mixRate counts in. */
+  private readonly mix: number[] = [];
+  /** Each kind's device completions in the last completedSince. */
+  private readonly done: number[] = [];
 
   constructor(
     private readonly target: number,
@@ -77,16 +84,44 @@ export class KindPlan {
       return done;
     }
     let items = 0;
+    let all = 0;
     for (let k = 0; k < s.kinds.length; k++) {
       const completions = (s.kinds[k] as ReadonlySnapshot['kinds'][number]).completions;
       let total = 0;
       for (let i = 0; i < completions.length; i++) total += completions[i] as number;
       const done = total - (this.seen[k] ?? 0);
       this.seen[k] = total;
+      this.done[k] = done;
+      all += done;
       const rate = this.rates[k] as number;
       items += s.kinds.length > 1 && !this.apart && k !== this.ref && rate > 0 ? done * (this.lambda / rate) : done;
     }
+    if (s.kinds.length > 1 && all > 0) {
+      const keep = Math.pow(1 - 1 / MIX_COMPLETIONS, all);
+      for (let k = 0; k < s.kinds.length; k++) this.mix[k] = (this.mix[k] ?? 0) * keep + ((1 - keep) * (this.done[k] as number)) / all;
+    }
     return items;
+  }
+
+  /**
+   * The devices' capacity in partitions of the mix of kinds they completed lately, items/ms: with
+   * several kinds on the same devices, 1 ÷ Σ share_k ÷ λ_k — what the stated rate is (λ of the
+   * plan's kind, the next to be dispatched, swung with it between the kinds' rates: 60/s and
+   * 1,390/s a second apart, a user trial's capacity metric). λ where one kind runs, the kinds run
+   * on devices of their own, or nothing is measured of the mix yet.
+   */
+  mixRate(): number {
+    if (this.apart || this.mix.length < 2) return this.lambda;
+    let shares = 0;
+    let time = 0;
+    for (let k = 0; k < this.mix.length; k++) {
+      const share = this.mix[k] as number;
+      const rate = this.rates[k] ?? 0;
+      if (!(share > 0) || !(rate > 0)) continue;
+      shares += share;
+      time += share / rate;
+    }
+    return time > 0 ? shares / time : this.lambda;
   }
 
   /**

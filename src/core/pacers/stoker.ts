@@ -392,11 +392,16 @@ class StokerPacer implements Pacer {
 
   state(): PacerState {
     const ref = this.plan.ref;
+    // The capacity, and the inventory target, in partitions of the mix the devices ran lately (see
+    // KindPlan.mixRate): the plan counts in the next kind's items, and both swung with it between kinds.
+    const lambda = this.plan.lambda;
+    const mix = lambda > 0 ? this.plan.mixRate() : 0;
     const st: PacerState = {
       mode: this.mode,
-      ratePerSec: this.plan.lambda > 0 ? this.plan.lambda * 1000 : this.believed > 0 ? this.believed * 1000 : null,
+      ratePerSec: mix > 0 ? mix * 1000 : this.believed > 0 ? this.believed * 1000 : null,
       intervalMs: this.rate > 0 ? 1 / this.rate : null,
-      terms: { latencyMs: this.latency, inventoryTarget: this.inventoryTarget, waitingTarget: this.plan.waitTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.limit.cap) ? { prepareLimit: this.limit.cap } : {}), ...(this.limit.state && Number.isFinite(this.limit.state.best) ? { prepareLimitBest: this.limit.state.best } : {}), ...(this.plan.doubt < 1 ? { rateDoubt: this.plan.doubt } : {}) },
+      // (planRatePerSec: λ of the kind the plan counts in — the next to be dispatched —, what intervalMs is in items of.)
+      terms: { latencyMs: this.latency, inventoryTarget: mix > 0 ? this.inventoryTarget * (mix / lambda) : this.inventoryTarget, planRatePerSec: lambda * 1000, waitingTarget: this.plan.waitTarget, integral: this.integral, waitingAvg: this.waitingAvg, credit: this.credit, ...(Number.isFinite(this.limit.cap) ? { prepareLimit: this.limit.cap } : {}), ...(this.limit.state && Number.isFinite(this.limit.state.best) ? { prepareLimitBest: this.limit.state.best } : {}), ...(this.plan.doubt < 1 ? { rateDoubt: this.plan.doubt } : {}) },
       devices: this.devices.map((d) => {
         const fitted = batchItemMs(d);
         const ms = fitted > 0 ? fitted : shownServiceMs(d, ref);
