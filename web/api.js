@@ -24,14 +24,39 @@ function askToken() {
   return asking;
 }
 
+// The first request without a token goes alone; the others, and the event stream (authKnown),
+// wait for its answer: on a server with a token each of the page's first requests was refused
+// before the prompt — six 401s in the browser's console.
+let first = null;
+
+/** Resolves once the first request has said whether the server needs a token (and it was asked for). */
+export function authKnown() {
+  return first ?? Promise.resolve();
+}
+
 export async function api(path, opts = {}) {
+  if (token) return send(path, opts);
+  if (first) {
+    await first;
+    return send(path, opts);
+  }
+  let done;
+  first = new Promise((resolve) => (done = resolve));
+  try {
+    return await send(path, opts);
+  } finally {
+    done();
+  }
+}
+
+async function send(path, opts) {
   const used = token;
   const headers = { ...(opts.headers ?? {}), ...(used ? { authorization: `Bearer ${used}` } : {}) };
   const res = await fetch(path, { cache: 'no-store', ...opts, headers });
   if (res.status !== 401) return res;
   // Sent before the token was given (polls run side by side): retry with it, do not ask again.
-  if (token && token !== used) return api(path, opts);
-  if (await askToken()) return api(path, opts);
+  if (token && token !== used) return send(path, opts);
+  if (await askToken()) return send(path, opts);
   return res;
 }
 

@@ -8,7 +8,7 @@
 // Every chart element carries data-points (points it holds) and data-last (its latest values);
 // the waterfall canvas carries data-bars (bars drawn). The browser test reads them.
 
-import { every, getJson, onTokenChange, setConnection } from './api.js';
+import { authKnown, every, getJson, onTokenChange, setConnection } from './api.js';
 import { Chart, readout, WINDOW_S } from './charts.js';
 import { connectEvents } from './feed.js';
 import { $, ago, el, fmtBytes, fmtDuration, fmtMs, fmtNum, fmtPct } from './format.js';
@@ -285,8 +285,6 @@ function showPacer(p, workers = liveWorkers, partitions = lastPartitions) {
 
 function start() {
   const connect = () => connectEvents(showPacer);
-  onTokenChange(connect);
-  connect();
   // The charts open with the server's last WINDOW_S seconds, then take each new sample.
   let historyLoaded = false;
   every(1000, async () => {
@@ -311,6 +309,12 @@ function start() {
   // Cluster mode: the whole cluster from any node.
   every(2000, async () => {
     if (latest?.cluster) await refreshCluster();
+  });
+  // The event stream once the first request has said whether a token is needed (the polls above
+  // made it), and again with each token entered later.
+  void authKnown().then(() => {
+    connect();
+    onTokenChange(connect);
   });
   const canvas = $('waterfall');
   canvas.addEventListener('mousemove', waterfallHover);

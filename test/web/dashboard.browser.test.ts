@@ -293,6 +293,12 @@ describe.skipIf(!haveBrowser && !required)('the dashboard of a server with a tok
       prompts.push(d.message());
       void d.accept(TOKEN);
     });
+    // Requests answered 401: only the first, which asks for the token (each of the page's first
+    // requests was refused before the prompt, six 401s in the console).
+    const refused: string[] = [];
+    page.on('response', (r) => {
+      if (r.status() === 401) refused.push(new URL(r.url()).pathname);
+    });
     const res = await page.goto(`${(server as ServerProcess).url}/`, { timeout: 30_000 });
     expect(res?.status()).toBe(200);
     // The charts fill (the API answered with the token) and the event stream is live.
@@ -303,5 +309,6 @@ describe.skipIf(!haveBrowser && !required)('the dashboard of a server with a tok
     await page.locator('tr[data-job-id="tok-1"]').waitFor({ state: 'attached', timeout: 15_000 });
     expect(prompts).toHaveLength(1);
     expect(prompts[0]).toContain('server.token');
+    expect(refused).toHaveLength(1);
   }, 90_000);
 });
