@@ -457,7 +457,15 @@ export function buildApp(service: ApiService): FastifyInstance {
   app.get('/v1/backup', async (_req, reply) => {
     const file = await service.backup();
     const stream = createReadStream(file);
-    stream.on('close', () => rmSync(file, { force: true }));
+    // A stop cuts a download short (the client sees it broken, as a copy it must not trust): a slow
+    // one held a SIGTERM past server.shutdownTimeoutS, and the server exited 1 "for a step that ignores its
+    // withdrawal", its WAL not checkpointed and the copy left in the data dir.
+    const stop = () => stream.destroy(new Error('the server is stopping'));
+    service.events.once('close', stop);
+    stream.on('close', () => {
+      service.events.off('close', stop);
+      rmSync(file, { force: true });
+    });
     return reply
       .type('application/vnd.sqlite3')
       .header('content-length', statSync(file).size)

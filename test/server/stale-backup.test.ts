@@ -4,11 +4,13 @@
  * dir removes it, and says so.
  */
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../dist/server/config.js';
-import { loadServerKinds } from '../../dist/server/serve.js';
+import { Journal } from '../../dist/server/journal.js';
+import { loadServerKinds, startServer } from '../../dist/server/serve.js';
 import { Service } from '../../dist/server/service.js';
 
 const PROBE = path.resolve('test/fixtures/kinds/probe-kind.mjs');
@@ -41,4 +43,34 @@ describe('a copy of the journal an earlier server left in the data dir', () => {
       await second.close(0);
     }
   });
+});
+
+describe('a backup download when the server stops', () => {
+  let dir = '';
+  afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('is cut short: a slow one held the stop past server.shutdownTimeoutS (exit 1, the WAL and the copy left in the data dir)', async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-backup-stop-'));
+    // A 24 MB journal: more than the socket buffers take while the client reads nothing.
+    const j = Journal.open(dir);
+    const pad = 'x'.repeat(800_000);
+    for (let i = 0; i < 30; i++) {
+      j.insert({ id: `big-${i}`, kind: 'sleep', priority: 'normal', partitions: 1, input: {}, deadline: null });
+      j.finish(`big-${i}`, { state: 'done', result: { pad } });
+    }
+    j.close();
+    const server = await startServer(loadConfig({ env: {}, cwd: dir, values: { dataDir: dir, server: { port: 0, shutdownTimeoutS: 30 }, prepare: { threads: 1 } } }), { log: () => {} });
+    // A client that starts the download and reads no more of it.
+    const response = await new Promise<http.IncomingMessage>((resolve, reject) => http.get(`${server.url}/v1/backup`, resolve).on('error', reject));
+    expect(response.statusCode).toBe(200);
+    response.pause();
+    const broken = new Promise<boolean>((resolve) => response.on('close', () => resolve(!response.complete)));
+    const t0 = Date.now();
+    await Promise.race([server.close(), new Promise((_, reject) => setTimeout(() => reject(new Error('close() still waiting on the download after 10 s')), 10_000))]);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    response.resume();
+    expect(await broken).toBe(true);
+    // The copy removed, the WAL checkpointed: the data dir as a clean stop leaves it.
+    expect(fs.readdirSync(dir).filter((f) => f.includes('backup') || f.endsWith('-wal'))).toEqual([]);
+  }, 60_000);
 });
