@@ -81,7 +81,10 @@ export async function call(flags: ClientFlags, method: string, path: string, bod
       throw new ClientError(`the server at ${flags.server} answered with a certificate this client does not trust (${cause}): give its CA (or the self-signed certificate) in NODE_EXTRA_CA_CERTS=/path/cert.pem`, 1);
     }
     // (A connection refused or never made reached nothing; one broken mid-answer — the server ended — did.)
-    throw new ClientError(`cannot reach the server at ${flags.server} (${cause}): start it with \`stoker serve\`, or pass --server / set STOKER_SERVER`, 1, true, !/^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|UND_ERR_CONNECT_TIMEOUT)$/.test(cause));
+    const reached = !/^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|UND_ERR_CONNECT_TIMEOUT)$/.test(cause);
+    // (One broken before the answer read "cannot reach the server … start it": it was reached, and ended — a restart, say.)
+    if (reached) throw new ClientError(`the server at ${flags.server} closed the connection before it answered (${cause}): it stopped or restarted meanwhile — try again once it is back`, 1, true, true);
+    throw new ClientError(`cannot reach the server at ${flags.server} (${cause}): start it with \`stoker serve\`, or pass --server / set STOKER_SERVER`, 1, true, false);
   }
   if (bytes && res.status === 200 && /^application\/(octet-stream|vnd\.sqlite3)\b/.test(res.headers.get('content-type') ?? '')) return { status: 200, body: await bytes(res) };
   const text = await res.text();
@@ -293,7 +296,7 @@ export async function waitCommand(id: string, flags: ClientFlags & { timeout: st
         io.err(`job ${id}: the server was still away at --timeout ${flags.timeout} (${e.message})\n`);
         return 3;
       }
-      if (!away) io.err(`stoker wait: ${e.message.replace(/: start it with .*$/, '')} — waiting for it to come back (a restarted server resumes the job), until --timeout\n`);
+      if (!away) io.err(`stoker wait: ${e.message.replace(/: (start it with|it stopped or restarted meanwhile) .*$/, '')} — waiting for it to come back (a restarted server resumes the job), until --timeout\n`);
       away = true;
       await new Promise((resolve) => setTimeout(resolve, Math.min(1000, Math.max(0, deadline - Date.now()))));
       continue;
