@@ -266,6 +266,19 @@ function dropRestOfBody(body: IncomingMessage): Promise<void> {
 
 /** The HTTP API over a service (fastify). Every error is a problem-details body. */
 export function buildApp(service: ApiService): FastifyInstance {
+  /**
+   * A streamed answer (a backup, a large result) cut short when the server stops — the client sees
+   * it broken, as one it must not trust: a slow reader of a backup held a SIGTERM past
+   * server.shutdownTimeoutS, and the server exited 1 "for a step that ignores its withdrawal", its
+   * WAL not checkpointed and the copy left in the data dir.
+   */
+  const cutOnStop = <S extends Readable>(stream: S): S => {
+    const stop = () => stream.destroy(new Error('the server is stopping'));
+    service.events.once('close', stop);
+    stream.once('close', () => service.events.off('close', stop));
+    return stream;
+  };
+
   const srv = service.config.server;
   const app = Fastify({
     bodyLimit: srv.bodyLimitBytes,
@@ -413,15 +426,15 @@ export function buildApp(service: ApiService): FastifyInstance {
     const raw = job.result instanceof Uint8Array ? Buffer.from(job.result.buffer, job.result.byteOffset, job.result.byteLength) : undefined;
     const pieces = job.result instanceof ResultPieces ? job.result : undefined;
     if (job.state === 'done' && wantsBytes(req.headers.accept)) {
-      if (pieces) return reply.code(200).type('application/octet-stream').header('content-length', pieces.bytes).send(Readable.from(pieces.pieces(), { objectMode: false }));
+      if (pieces) return reply.code(200).type('application/octet-stream').header('content-length', pieces.bytes).send(cutOnStop(Readable.from(pieces.pieces(), { objectMode: false })));
       if (job.resultEncoding === 'base64') return reply.code(200).type('application/octet-stream').send(raw ?? Buffer.from(job.result as string, 'base64'));
       // (Bytes preferred, JSON taken too — `Accept: application/octet-stream, application/json;q=0.5`: the JSON.)
       if (!acceptsJson(req.headers.accept)) throw new ServiceError(406, 'not-bytes', 'Result is JSON', `job ${job.id}'s result is a JSON value, not bytes: ask with Accept: application/json`);
     }
     const body: ResultView = { id: job.id, state: job.state, result: raw || pieces ? '' : job.result, ...(job.resultEncoding ? { resultEncoding: job.resultEncoding } : {}), error: job.error, finishedAt: job.finishedAt, ...(job.onHold === undefined ? {} : { onHold: job.onHold }) };
     const code = job.state === 'queued' || job.state === 'running' ? 202 : 200;
-    if (raw) return reply.code(code).type('application/json; charset=utf-8').send(base64Body(body, inPieces(raw)));
-    if (pieces) return reply.code(code).type('application/json; charset=utf-8').send(base64Body(body, pieces.pieces()));
+    if (raw) return reply.code(code).type('application/json; charset=utf-8').send(cutOnStop(base64Body(body, inPieces(raw))));
+    if (pieces) return reply.code(code).type('application/json; charset=utf-8').send(cutOnStop(base64Body(body, pieces.pieces())));
     return reply.code(code).send(body);
   });
 
@@ -456,16 +469,8 @@ export function buildApp(service: ApiService): FastifyInstance {
   // A consistent copy of the journal while the server runs (its exclusive lock keeps sqlite3 .backup out): a stoker.db to start a server on.
   app.get('/v1/backup', async (_req, reply) => {
     const file = await service.backup();
-    const stream = createReadStream(file);
-    // A stop cuts a download short (the client sees it broken, as a copy it must not trust): a slow
-    // one held a SIGTERM past server.shutdownTimeoutS, and the server exited 1 "for a step that ignores its
-    // withdrawal", its WAL not checkpointed and the copy left in the data dir.
-    const stop = () => stream.destroy(new Error('the server is stopping'));
-    service.events.once('close', stop);
-    stream.on('close', () => {
-      service.events.off('close', stop);
-      rmSync(file, { force: true });
-    });
+    const stream = cutOnStop(createReadStream(file));
+    stream.on('close', () => rmSync(file, { force: true }));
     return reply
       .type('application/vnd.sqlite3')
       .header('content-length', statSync(file).size)
