@@ -25,8 +25,10 @@ export interface SimDevice {
   service: Dist;
   /** By kind index (SimItem.kindIndex): its service time on this device (kinds.<name>.service, else the device's). */
   serviceOf: Dist[];
-  /** By kind index: its mean service time ÷ the device's own (the work an item of it counts for in the throughput ratio). */
+  /** By kind index: its mean service time ÷ workUnitMs (the work an item of it counts for in the throughput ratio). */
   workOf: number[];
+  /** The device time work is counted in here (see workUnitMs). */
+  workUnitMs: number;
   /** Reports each item's own service time instead of the time it held its worker (scenario busyTime "own"). */
   ownBusy: boolean;
   /** Batches (scenario devices[].batch): the most items in one, and the fixed part of a batch's time. */
@@ -43,22 +45,40 @@ export function deviceGroups(s: Scenario): Scenario['devices'][number][] {
   return s.devices.flatMap((g) => Array.from({ length: g.count }, () => g));
 }
 
+/**
+ * The device time an item's work is counted in on a device (the throughput ratio's unit): its own
+ * mean service time; where that is 0 — a placeholder beside kinds that each give their own — the
+ * mean of the kinds' own (counted in 0, the capacity read infinite: the steady window empty, or the
+ * ratio NaN).
+ */
+export function workUnitMs(g: { service: Dist }, s: Scenario): number {
+  const own = meanMs(g.service);
+  if (own > 0) return own;
+  const kinds = Object.values(s.kinds).flatMap((k) => (k.service ? [meanMs(k.service)] : []));
+  return kinds.length > 0 ? kinds.reduce((a, b) => a + b, 0) / kinds.length : own;
+}
+
 /** One simulated device per device of the scenario, all workers alive and idle. */
 export function buildDevices(s: Scenario): SimDevice[] {
   const kinds = Object.values(s.kinds);
-  return deviceGroups(s).map((g, d) => ({
+  return deviceGroups(s).map((g, d) => {
+    const unit = workUnitMs(g, s);
+    return {
     speed: g.speed,
     contention: g.contention,
     service: g.service,
     serviceOf: kinds.map((k) => k.service ?? g.service),
-    workOf: kinds.map((k) => (k.service ? meanMs(k.service) / meanMs(g.service) : 1)),
+    // (A device with no service time at all — 0 throughout: zero busy time — counts each item as one.)
+    workOf: kinds.map((k) => (unit > 0 ? meanMs(k.service ?? g.service) / unit : 1)),
+    workUnitMs: unit,
     ownBusy: g.busyTime === 'own',
     batch: g.batch ? { maxItems: g.batch.maxItems, fixed: g.batch.fixed } : null,
     busy: 0,
     lastUpdate: 0,
     dirty: false,
     workers: Array.from({ length: g.workers }, (_, wi) => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: new SimEvent(DEV, d, wi), batch: -1, batchItems: [], batchFailed: [] })),
-  }));
+    };
+  });
 }
 
 /** Mean device time per item, ms: a batching device's at full batches (its fixed part shared by maxItems). */
@@ -75,7 +95,7 @@ export function capacityOf(devices: SimDevice[]): number {
   let total = 0;
   for (const d of devices) {
     const alive = d.workers.reduce((n, w) => n + (w.alive ? 1 : 0), 0);
-    const unit = unitMs(d.service, d.batch);
+    const unit = d.batch ? (meanMs(d.batch.fixed) + d.batch.maxItems * d.workUnitMs) / d.batch.maxItems : d.workUnitMs;
     let best = 0;
     for (let k = 1; k <= alive; k++) best = Math.max(best, (k * d.speed) / (unit * factor(d.contention, k)));
     total += best;

@@ -218,10 +218,24 @@ class Simulation {
     const partitions = this.jobs.reduce((n, j) => n + j.spec.partitions, 0);
     this.itemJob = new Int32Array(partitions);
     this.items = new Array<SimItem | undefined>(partitions);
+    // A speed event at 0 s is the devices' speed from the start, not a change: the window was placed,
+    // and the throughput ratio counted, at the speed before it (a user trial's 0.5 at 0 s read 1.33).
+    let atStart = s;
+    if (s.events.some((e) => e.type === 'speed' && e.atS <= 0)) {
+      for (const e of s.events) {
+        if (e.type !== 'speed' || e.atS > 0) continue;
+        this.devices.forEach((d, i) => {
+          if (e.device === undefined || e.device === i) d.speed = e.speed;
+        });
+      }
+      // (The window's passes through the pipeline at each group's slowest device so set.)
+      let first = 0;
+      atStart = { ...s, devices: s.devices.map((g) => ({ ...g, speed: Math.min(...this.devices.slice(first, (first += g.count)).map((d) => d.speed)) })) };
+    }
     const capacity0 = capacityOf(this.devices);
     this.meters.capacity = capacity0;
-    this.window = steadyWindow(s, this.jobs, capacity0);
-    const speedEvents = s.events.filter((e) => e.type === 'speed');
+    this.window = steadyWindow(atStart, this.jobs, capacity0);
+    const speedEvents = s.events.filter((e) => e.type === 'speed' && e.atS > 0);
     const changeAtMs = speedEvents.length ? Math.min(...speedEvents.map((e) => e.atS * 1000)) : NaN;
     const lastBatch = this.jobs.length ? (this.jobs[this.jobs.length - 1] as PlannedJob).atMs : 0;
     const rampFromMs = s.rampFromS !== undefined ? s.rampFromS * 1000 : Number.isNaN(changeAtMs) ? lastBatch : Math.max(...speedEvents.map((e) => e.atS * 1000));

@@ -1,6 +1,6 @@
 import { PRIORITIES, type JobSpec } from '../core/index.js';
 import { Rng } from './random.js';
-import { deviceGroups } from './devices.js';
+import { deviceGroups, workUnitMs } from './devices.js';
 import { meanMs, prepareHighMs, prepareStep, ScenarioError, type Scenario } from './scenario.js';
 
 /** What a scenario gives before anything runs: its jobs in arrival order, and the window its steady measures use. */
@@ -132,7 +132,12 @@ function kindWork(s: Scenario): (kind: string) => number {
   const groups = deviceGroups(s);
   return (kind: string) => {
     const own = s.kinds[kind]?.service;
-    return own ? groups.reduce((sum, g) => sum + meanMs(own) / meanMs(g.service), 0) / groups.length : 1;
+    return (
+      groups.reduce((sum, g) => {
+        const unit = workUnitMs(g, s);
+        return sum + (unit > 0 ? meanMs(own ?? g.service) / unit : 1);
+      }, 0) / groups.length
+    );
   };
 }
 

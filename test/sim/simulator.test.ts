@@ -138,6 +138,41 @@ describe('arrivals and the steady window', () => {
     // …but a high-priority light goes first, and heavy is reached behind it (100 s).
     expect(window('high').fromMs).toBe(100_000 + 2 * (10_000 + 2_000));
   });
+
+  it('a device service of 0 beside kinds that each give their own counts work in the kinds’ time (the window was empty, or the ratio NaN)', () => {
+    const input = (deviceS: number, batch: boolean): ScenarioInput => ({
+      name: 'placeholder',
+      kinds: { k: { prepare: { type: 'fixed', value: 1 }, service: { type: 'fixed', value: 1 } } },
+      devices: [{ workers: 1, service: { type: 'fixed', value: deviceS }, ...(batch ? { batch: { maxItems: 4, maxWaitS: 0, fixed: { type: 'fixed', value: 0.1 } } } : {}) }],
+      arrivals: [{ atS: 0, jobs: 20, partitions: 10, kind: 'k' }],
+    });
+    for (const batch of [false, true]) {
+      const [zero, one] = [0, 1].map((deviceS) => simulate(parseScenario(input(deviceS, batch)), { pacer: () => createPacer('unpaced') }));
+      // The device's own service time is read by no kind: the same run, the same measures, as with 1 s.
+      expect(zero?.window, String(batch)).toEqual(one?.window);
+      expect(zero?.window.toMs).toBeGreaterThan(zero?.window.fromMs as number);
+      expect(zero?.metrics.throughputRatio).toBe(one?.metrics.throughputRatio);
+      expect(Number.isFinite(zero?.metrics.throughputRatio)).toBe(true);
+    }
+  });
+
+  it('a speed event at 0 s is the devices’ speed from the start: the window and the ratio as with that speed on the device (the ratio read 1.33)', () => {
+    const input = (speed: 'device' | 'event', device?: number): ScenarioInput => ({
+      name: 'speed-at-0',
+      kinds: { proof: { prepare: { type: 'uniform', min: 2, max: 4 } } },
+      devices: [{ count: 2, workers: 2, service: { type: 'fixed', value: 0.2 }, ...(speed === 'device' ? { speed: 0.5 } : {}) }],
+      arrivals: [{ atS: 0, jobs: 60, partitions: 10, kind: 'proof' }],
+      events: speed === 'event' ? [{ type: 'speed', atS: 0, speed: 0.5, ...(device === undefined ? {} : { device }) }] : [],
+    });
+    const run = (s: ScenarioInput) => simulate(parseScenario(s), { pacer: () => createPacer('unpaced') });
+    const onDevice = run(input('device'));
+    const atZero = run(input('event'));
+    expect(atZero.window).toEqual(onDevice.window);
+    expect(atZero.metrics.throughputRatio).toBe(onDevice.metrics.throughputRatio);
+    expect(atZero.lastEndMs).toBe(onDevice.lastEndMs);
+    // One device of the two slowed at 0 s: the capacity is 1.5 devices' worth from the start.
+    expect(run(input('event', 1)).metrics.throughputRatio).toBeLessThan(1.05);
+  });
 });
 
 describe('fluid contention', () => {
