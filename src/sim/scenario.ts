@@ -9,6 +9,8 @@ const positive = (what: string) => z.number({ error: `${what} must be a number` 
 const nonNegative = (what: string) => z.number({ error: `${what} must be a number` }).min(0, { error: `${what} must be ≥ 0` });
 /** A number of bytes ≥ 0 (a unit string such as "400GiB" is refused with an example of the number). */
 const bytes = (what: string) => z.number({ error: `${what} must be a number of bytes, e.g. 429496729600 for 400 GiB` }).min(0, { error: `${what} must be ≥ 0` });
+/** (1.5 or 1e18 read "must be a number of bytes": a number, refused without saying why.) */
+const wholeBytes = (what: string) => bytes(what).int({ error: `${what} must be a whole number of bytes, at most 2^53 − 1 (9007199254740991), e.g. 429496729600 for 400 GiB` });
 const probability = z.number({ error: 'a probability must be a number' }).min(0, { error: 'a probability must be in [0, 1]' }).max(1, { error: 'a probability must be in [0, 1]' });
 const count = (what: string) => z.number({ error: `${what} must be a number` }).int({ error: `${what} must be a whole number` }).min(1, { error: `${what} must be ≥ 1` });
 
@@ -53,7 +55,7 @@ const KindSchema = z.strictObject({
    * device's own `service` for them (a kind several times heavier on the same device). @default the device's
    */
   service: DistSchema.optional(),
-  memory: z.strictObject({ prepareBytes: bytes('prepareBytes').int().default(0), deviceBytes: bytes('deviceBytes').int().default(0) }).default({ prepareBytes: 0, deviceBytes: 0 }),
+  memory: z.strictObject({ prepareBytes: wholeBytes('prepareBytes').default(0), deviceBytes: wholeBytes('deviceBytes').default(0) }).default({ prepareBytes: 0, deviceBytes: 0 }),
   /**
    * Preparation batches (the field engine's batch collector): up to `maxItems` queued items of the
    * kind are prepared together as one step, waiting up to `maxWaitS` for more to arrive while
@@ -299,7 +301,8 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
     } else {
       partitions += a.jobs * a.partitions;
       const last = a.atS + (a.jobs - 1) * a.everyS;
-      if (last > s.horizonS) problems.push(`  arrivals[${i}]: ${a.jobs > 1 ? `its last job arrives at ${last} s` : `atS ${a.atS} s is`} past horizonS (${s.horizonS} s): ${a.jobs > 1 ? 'those after it' : 'it'} would never arrive; raise horizonS or move the arrival`);
+      // (One at the horizon itself was submitted and never ran: the run ends there.)
+      if (last >= s.horizonS) problems.push(`  arrivals[${i}]: ${a.jobs > 1 ? `its last job arrives at ${last} s` : `atS ${a.atS} s is`} ${last > s.horizonS ? 'past' : 'at'} horizonS (${s.horizonS} s): ${a.jobs > 1 ? 'those after it' : 'it'} would never ${last > s.horizonS ? 'arrive' : 'run'}; raise horizonS or move the arrival`);
     }
   });
   // (Every job is planned, and every partition held, up front: 10^9 jobs grew a run to 3.7 GB and no output, 10^7 to 3.7 GB in 3 minutes.)

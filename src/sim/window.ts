@@ -51,8 +51,14 @@ export function checkJobRefs(s: Scenario, jobs: readonly PlannedJob[], seed: num
     if (n === undefined) problems.push(`  faults[${i}].job: no job ${JSON.stringify(f.job)} arrives in this scenario (${known})`);
     else if (f.partition >= n) problems.push(`  faults[${i}].partition: job ${JSON.stringify(f.job)} has ${n} partitions (0 … ${n - 1})`);
   });
+  const arrives = new Map<string, number>();
+  for (const j of jobs) if (!arrives.has(j.spec.id)) arrives.set(j.spec.id, j.atMs);
   s.events.forEach((e, i) => {
-    if (e.type === 'cancel' && !partitions.has(e.job)) problems.push(`  events[${i}].job: no job ${JSON.stringify(e.job)} arrives in this scenario (${known})`);
+    if (e.type !== 'cancel') return;
+    const at = arrives.get(e.job);
+    if (at === undefined) problems.push(`  events[${i}].job: no job ${JSON.stringify(e.job)} arrives in this scenario (${known})`);
+    // (It cancelled nothing, without a word: the job ran to its end.)
+    else if (e.atS * 1000 < at) problems.push(`  events[${i}].atS: job ${JSON.stringify(e.job)} arrives at ${at / 1000} s, after this cancel at ${e.atS} s, which would cancel nothing: cancel it at ${at / 1000} s or later`);
   });
   if (problems.length) throw new ScenarioError(`scenario ${s.name} is invalid:\n${problems.join('\n')}`);
 }

@@ -237,6 +237,13 @@ describe('faults and cancels name jobs that arrive', () => {
     );
   });
 
+  it('a cancel before its job arrives: refused (it cancelled nothing, without a word); at the arrival itself it cancels', () => {
+    const later = { arrivals: [{ atS: 0, jobs: 1, partitions: 2, kind: 'a' }, { atS: 100, jobs: 1, partitions: 2, kind: 'a' }] };
+    expect(() => run({ ...later, events: [{ type: 'cancel', atS: 1, job: 'job-1' }] })).toThrow('events[0].atS: job "job-1" arrives at 100 s, after this cancel at 1 s, which would cancel nothing: cancel it at 100 s or later');
+    const atArrival = run({ ...later, events: [{ type: 'cancel', atS: 100, job: 'job-1' }] });
+    expect([atArrival.metrics.jobsDone, atArrival.metrics.jobsCancelled]).toEqual([1, 1]);
+  });
+
   it('ones that exist run as before (the fault fails its job)', () => {
     const r = run({ faults: [{ job: 'job-2', partition: 1, stage: 'device' }] });
     expect(r.metrics.jobsDone).toBe(2);
@@ -253,6 +260,12 @@ describe('arrivals and sizes a run could not honour', () => {
 
   it('refuses each before the run, naming the field and what to change', () => {
     expect(parse({ horizonS: 100, arrivals: [{ atS: 500, jobs: 5, partitions: 1, kind: 'a' }] })).toThrow('arrivals[0]: its last job arrives at 500 s past horizonS (100 s): those after it would never arrive; raise horizonS or move the arrival');
+    // A byte count that is a number but not a whole one, or past 2^53 − 1: said as that (it read "must be a number of bytes").
+    expect(parse({ kinds: { a: { prepare: { type: 'fixed', value: 1 }, memory: { prepareBytes: 1.5, deviceBytes: 1e18 } } }, arrivals: [{ atS: 0, partitions: 1, kind: 'a' }] })).toThrow(
+      'kinds.a.memory.prepareBytes: prepareBytes must be a whole number of bytes, at most 2^53 − 1 (9007199254740991), e.g. 429496729600 for 400 GiB\n  kinds.a.memory.deviceBytes: deviceBytes must be a whole number of bytes',
+    );
+    // At the horizon itself: submitted as the run ends, never run.
+    expect(parse({ horizonS: 100, arrivals: [{ atS: 100, partitions: 1, kind: 'a' }] })).toThrow('arrivals[0]: atS 100 s is at horizonS (100 s): it would never run; raise horizonS or move the arrival');
     expect(parse({ horizonS: 100, arrivals: [{ atS: 50, jobs: 10, everyS: 10, partitions: 1, kind: 'a' }] })).toThrow('its last job arrives at 140 s past horizonS (100 s)');
     expect(parse({ horizonS: 100, arrivals: [{ poisson: { ratePerS: 1, untilS: 200 }, partitions: 1, kind: 'a' }] })).toThrow('arrivals[0].poisson.untilS: 200 s is past horizonS (100 s)');
     expect(parse({ arrivals: [{ poisson: { ratePerS: 1, fromS: 100, untilS: 50 }, partitions: 1, kind: 'a' }] })).toThrow('untilS must be > fromS (no job would arrive)');
@@ -262,7 +275,7 @@ describe('arrivals and sizes a run could not honour', () => {
     expect(parse({ devices: [{ count: 20000, workers: 1, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, partitions: 1, kind: 'a' }] })).toThrow('devices: 20000 devices in all (the counts summed); the simulator runs at most 1024');
   });
 
-  it('takes the last job exactly at the horizon', () => {
-    expect(parse({ horizonS: 100, arrivals: [{ atS: 100, partitions: 1, kind: 'a' }] })).not.toThrow();
+  it('takes the last job just before the horizon', () => {
+    expect(parse({ horizonS: 100, arrivals: [{ atS: 99.999, partitions: 1, kind: 'a' }] })).not.toThrow();
   });
 });
