@@ -224,7 +224,9 @@ function scenarioWarnings(s: Scenario): string[] {
   const out: string[] = [];
   const check = (at: string, d: Dist | undefined, longMs: number) => {
     const ms = d === undefined ? 0 : meanMs(d);
-    if (ms >= longMs) out.push(`${at} averages ${(ms / 1000).toFixed(0)} s (${(ms / 60_000).toFixed(1)} min): a scenario's times are in seconds — were these milliseconds?`);
+    // (A lognormal's mean past a double's range read "averages Infinity s (Infinity min)".)
+    if (ms === Infinity) out.push(`${at} has a mean past any number (it overflows: a lognormal's σ this large is probably a slip) — capacity and the steady window are reckoned from the mean`);
+    else if (ms >= longMs) out.push(`${at} averages ${(ms / 1000).toFixed(0)} s (${(ms / 60_000).toFixed(1)} min): a scenario's times are in seconds — were these milliseconds?`);
   };
   for (const [name, k] of Object.entries(s.kinds)) {
     check(`kinds.${name}.prepare`, k.prepare, LONG_PREPARE_MS);

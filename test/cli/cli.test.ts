@@ -159,6 +159,9 @@ describe('stoker simulate', () => {
     expect(r.err).not.toContain('devices[0].service');
     const svc = tmp.file('svc.json', JSON.stringify({ name: 'svc', kinds: { p: { prepare: { type: 'fixed', value: 2 }, service: { type: 'fixed', value: 200 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 1 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 1, kind: 'p' }] }));
     expect((await run('simulate', svc, '--pacer', 'unpaced')).err).toContain("warning: kinds.p.service averages 200 s (3.3 min): a scenario's times are in seconds — were these milliseconds?");
+    // A mean past a double's range is said as that (it read "averages Infinity s (Infinity min)").
+    const huge = tmp.file('sigma.json', JSON.stringify({ name: 'sigma', kinds: { p: { prepare: { type: 'fixed', value: 1 } } }, devices: [{ workers: 1, service: { type: 'lognormal', median: 1, sigma: 50 } }], arrivals: [{ atS: 0, jobs: 1, partitions: 1, kind: 'p' }] }));
+    expect((await run('simulate', huge, '--pacer', 'unpaced')).err).toContain('warning: devices[0].service has a mean past any number (it overflows');
     // A batch's fixed part is device time too (200 ms written as 200 passed unseen).
     const batch = tmp.file('batch-fixed.json', JSON.stringify({ name: 'batch-fixed', kinds: { p: { prepare: { type: 'fixed', value: 1 } } }, devices: [{ workers: 1, service: { type: 'fixed', value: 0.1 }, batch: { maxItems: 4, maxWaitS: 5, fixed: { type: 'fixed', value: 200 } } }], arrivals: [{ atS: 0, jobs: 1, partitions: 4, kind: 'p' }] }));
     expect((await run('simulate', batch, '--pacer', 'unpaced')).err).toContain("warning: devices[0].batch.fixed averages 200 s (3.3 min): a scenario's times are in seconds — were these milliseconds?");
