@@ -142,11 +142,9 @@ export class JobRuns {
     while (this.storing.size > 0) await Promise.allSettled([...this.storing]);
   }
 
-  /** A job from the journal, unfinished at the last stop: its unfinished partitions start again. */
+  /** A job from the journal, unfinished at the last stop: its unfinished partitions start again (its resume is counted by the caller: Journal.markResumed, all at once). */
   resume(job: JournalJob): void {
-    const recorded = this.p.journal.partitionOutputs(job.id);
-    ignoreFull(() => this.p.journal.markResumed(job.id));
-    this.startWith(job, recorded);
+    this.startWith(job, this.p.journal.partitionOutputs(job.id));
   }
 
   /** Starts a job whose partitions in `recorded` already finished: only the others run. */

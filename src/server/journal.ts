@@ -224,6 +224,9 @@ export class Journal {
       conn.pragma('locking_mode = EXCLUSIVE');
       conn.pragma('journal_mode = WAL');
       conn.pragma('synchronous = FULL');
+      // The WAL back to at most 8 MiB once checkpointed: a purge of 147,000 ended jobs grew it to
+      // 43 MB, and it stayed so (SQLite reuses a WAL file, it does not shrink it).
+      conn.pragma(`journal_size_limit = ${WAL_LIMIT_BYTES}`);
       conn.exec('BEGIN IMMEDIATE; COMMIT'); // takes the exclusive lock now, held until close
       const version = conn.pragma('user_version', { simple: true }) as number;
       if (version > SCHEMA_VERSION) {
@@ -675,9 +678,15 @@ export class Journal {
   }
 
   /** Counts one more resume of an unfinished job after a restart; a no-op for an ended job. */
-  markResumed(id: string): void {
-    this.row(id);
-    this.#write(`the resume of job ${JSON.stringify(id)}`, () => this.stmts.resumed.run(id));
+  markResumed(...ids: string[]): void {
+    if (ids.length === 0) return;
+    for (const id of ids) this.row(id);
+    // (One transaction, one sync of the disk: one each held a start with 20,000 jobs to resume for
+    // 27 s before it listened — a liveness probe would have killed it.)
+    const mark = this.#db.transaction(() => {
+      for (const id of ids) this.stmts.resumed.run(id);
+    });
+    this.#write(ids.length === 1 ? `the resume of job ${JSON.stringify(ids[0])}` : `the resume of ${ids.length} jobs`, () => mark());
   }
 
   /** The job `id`, or `undefined`. */
@@ -821,6 +830,8 @@ function freeBytes(dir: string): number | undefined {
 }
 
 /** What a data dir error asks for, and where it is set. */
+/** What a checkpointed WAL is cut back to (PRAGMA journal_size_limit). */
+const WAL_LIMIT_BYTES = 8 * 1024 * 1024;
 const GIVE_DIR = ' — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)';
 
 /** A file system error on the data dir, in words. */

@@ -321,6 +321,7 @@ export class Service {
     let over = 0;
     let most = 0;
     const budget = this.runtime.engine.budget.totalBytes;
+    const resumed: string[] = [];
     for (const job of this.journal.unfinished()) {
       const kind = this.kinds.get(job.kind);
       if (!kind) {
@@ -352,8 +353,10 @@ export class Service {
       }
       if (otherVersion) changed.set(job.kind, (changed.get(job.kind) ?? 0) + 1);
       this.runs.resume(input === job.input ? job : { ...job, input });
-      this.resumed++;
+      resumed.push(job.id);
     }
+    ignoreFull(() => this.journal.markResumed(...resumed));
+    this.resumed += resumed.length;
     const n = [...unloaded.values()].reduce((a, b) => a + b, 0);
     const notes = [
       ...(n === 0 ? [] : [`${n} unfinished job${n === 1 ? ' is' : 's are'} of ${unloaded.size === 1 ? 'a kind' : 'kinds'} this server has not loaded (${[...unloaded].map(([k, c]) => `${k}: ${c}`).join(', ')}): left as ${n === 1 ? 'it is' : 'they are'}, to resume once the server starts with ${unloaded.size === 1 ? 'its module' : 'their modules'} (--kind FILE, or [kinds.NAME] in the config); cancel ${n === 1 ? 'it' : 'them'} to end ${n === 1 ? 'it' : 'them'}`]),
