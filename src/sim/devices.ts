@@ -64,19 +64,19 @@ export function buildDevices(s: Scenario): SimDevice[] {
   return deviceGroups(s).map((g, d) => {
     const unit = workUnitMs(g, s);
     return {
-    speed: g.speed,
-    contention: g.contention,
-    service: g.service,
-    serviceOf: kinds.map((k) => k.service ?? g.service),
-    // (A device with no service time at all — 0 throughout: zero busy time — counts each item as one.)
-    workOf: kinds.map((k) => (unit > 0 ? meanMs(k.service ?? g.service) / unit : 1)),
-    workUnitMs: unit,
-    ownBusy: g.busyTime === 'own',
-    batch: g.batch ? { maxItems: g.batch.maxItems, fixed: g.batch.fixed } : null,
-    busy: 0,
-    lastUpdate: 0,
-    dirty: false,
-    workers: Array.from({ length: g.workers }, (_, wi) => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: new SimEvent(DEV, d, wi), batch: -1, batchItems: [], batchFailed: [] })),
+      speed: g.speed,
+      contention: g.contention,
+      service: g.service,
+      serviceOf: kinds.map((k) => k.service ?? g.service),
+      // (A device with no service time at all — 0 throughout: zero busy time — counts each item as one.)
+      workOf: kinds.map((k) => (unit > 0 ? meanMs(k.service ?? g.service) / unit : 1)),
+      workUnitMs: unit,
+      ownBusy: g.busyTime === 'own',
+      batch: g.batch ? { maxItems: g.batch.maxItems, fixed: g.batch.fixed } : null,
+      busy: 0,
+      lastUpdate: 0,
+      dirty: false,
+      workers: Array.from({ length: g.workers }, (_, wi) => ({ alive: true, item: -1, attempt: 0, remaining: 0, startedAt: 0, own: 0, fail: false, ev: new SimEvent(DEV, d, wi), batch: -1, batchItems: [], batchFailed: [] })),
     };
   });
 }
