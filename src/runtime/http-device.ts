@@ -226,7 +226,9 @@ export class HttpDevice implements DeviceRunner {
       const signals = [signal, ...(Number.isFinite(this.o.timeoutMs) ? [AbortSignal.timeout(this.o.timeoutMs)] : [])];
       t0 = performance.now();
       try {
-        res = await fetch(this.o.url, { method: 'POST', headers: { ...this.o.headers, ...extra }, body, signal: AbortSignal.any(signals) });
+        // (Not followed: a 302 was taken as a GET whose answer became every output, the job done; a 307
+        // sent the body and the configured headers — credentials — to the origin it named.)
+        res = await fetch(this.o.url, { method: 'POST', headers: { ...this.o.headers, ...extra }, body, signal: AbortSignal.any(signals), redirect: 'manual' });
       } catch (e) {
         const code = (e as { cause?: { code?: unknown } }).cause?.code;
         if (signal.aborted || typeof code !== 'string' || !UNREACHED.has(code)) throw new Error(`${label}: POST ${this.shown} failed: ${reason(e, this.o.timeoutMs)}`);
@@ -262,6 +264,10 @@ export class HttpDevice implements DeviceRunner {
     }
     const busyMs = performance.now() - t0;
     const text = () => maskSecrets(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)).trim(), this.secrets);
+    if (res.status >= 300 && res.status < 400) {
+      const to = res.headers.get('location');
+      throw failure(`${label}: POST ${this.shown} answered ${res.status} ${res.statusText}, a redirect${to ? ` to ${maskSecrets(to, this.secrets)}` : ''}: stoker follows none (the prepared data and the configured headers would go where the answer says) — give the URL that answers in [device.http] url`, false);
+    }
     if (!res.ok) throw failure(`${label}: POST ${this.shown} answered ${res.status} ${res.statusText}: ${text()}`, FINAL_STATUS.has(res.status) ? false : undefined);
     const type = res.headers.get('content-type') ?? '';
     // (A web page is not an output: a proxy's or a wrong route's page was taken as bytes, and its

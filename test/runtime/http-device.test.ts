@@ -127,6 +127,23 @@ describe('an HTTP device answer with an integer a double rounds', () => {
   });
 });
 
+describe('an HTTP device endpoint that redirects', () => {
+  it('is not followed: its job fails at once, naming where it pointed (a 302 became a GET whose answer was every output, a 307 sent the body and the credentials on)', async () => {
+    for (const status of [302, 307]) {
+      const seen: string[] = [];
+      const url = await serve((req, _b, res) => {
+        seen.push(`${req.method} ${req.url}`);
+        if (req.url === '/run') return res.writeHead(status, { location: '/elsewhere' }).end();
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+      });
+      const rt = setup({ url, headers: { 'x-api-key': 'k-s3cret' } }, { retries: 2 });
+      const e = await failure(rt.submit(spec(`r${status}`), {}));
+      expect(e.message).toMatch(new RegExp(`infer/0: POST .*/run answered ${status} [A-Za-z ]+, a redirect to /elsewhere: stoker follows none \\(the prepared data and the configured headers would go where the answer says\\) — give the URL that answers in \\[device\\.http\\] url$`));
+      expect(seen).toEqual(['POST /run']);
+    }
+  });
+});
+
 describe('an HTTP device answer over maxResponseBytes', () => {
   it('fails its job at once (it would come again), naming the setting to raise', async () => {
     let requests = 0;
