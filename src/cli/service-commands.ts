@@ -87,7 +87,9 @@ export async function serveCommand(flags: ConfigFlags, io: Io): Promise<void> {
         process.off('SIGHUP', onHup);
         // (A drain the timeout cut short read as one that finished: "stopped" and nothing more.)
         const cut = server.service.cutShort;
-        io.err(`stoker serve: stopped${cut > 0 ? `; ${cut} partition${cut === 1 ? '' : 's'} still in flight when server.shutdownTimeoutS (${cfg.server.shutdownTimeoutS} s) ran out ${cut === 1 ? 'was' : 'were'} withdrawn` : ''}; ${resumeWhere}\n`);
+        // (Those only unreachable endpoints could run read as cut by the timeout, though the stop went on at once.)
+        const why = server.service.cutShortBecause === 'unreachable' ? 'that only devices whose endpoints refuse connections could run' : `still in flight when server.shutdownTimeoutS (${cfg.server.shutdownTimeoutS} s) ran out`;
+        io.err(`stoker serve: stopped${cut > 0 ? `; ${cut} partition${cut === 1 ? '' : 's'} ${why} ${cut === 1 ? 'was' : 'were'} withdrawn` : ''}; ${resumeWhere}\n`);
         resolve();
       });
     };

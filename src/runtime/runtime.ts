@@ -59,8 +59,9 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
   private failed: StokerError | undefined;
   /** The latest time an event had (the clock's): the next may not be earlier. */
   private clockSeen = -Infinity;
-  /** Partitions still in flight when close()'s timeout ran out (see cutShort). */
+  /** Partitions still in flight when close() stopped waiting (see cutShort), and why. */
   private cutShortCount = 0;
+  private cutShortWhy: 'timeout' | 'unreachable' | undefined;
 
   constructor(options: RuntimeOptions<I, P, O, R>) {
     checkKeys(options, RUNTIME_OPTIONS, '', 'the Runtime options', 'E_INVALID_OPTION');
@@ -221,6 +222,11 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
     return this.cutShortCount;
   }
 
+  /** After close() with partitions cut short: whether its timeout ran out, or only devices whose endpoints refuse connections could run them (it went on at once). */
+  get cutShortBecause(): 'timeout' | 'unreachable' | undefined {
+    return this.cutShortWhy;
+  }
+
   /** Resolves when every job has been answered (useful for demos and tests). */
   idle(): Promise<void> {
     if (this.jobs.size === 0 && this.finishing.size === 0) return Promise.resolve();
@@ -239,8 +245,12 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
       this.closing = true;
       if (options.drain) this.apply({ type: 'drain', time: this.clock.now() });
       const settled = options.drain ? this.drained() : this.idle();
+      let timedOut = false;
       await new Promise<void>((resolve) => {
-        const t = this.clock.schedule(resolve, timeoutMs);
+        const t = this.clock.schedule(() => {
+          timedOut = true;
+          resolve();
+        }, timeoutMs);
         void settled.then(() => {
           this.clock.cancel(t);
           resolve();
@@ -249,6 +259,8 @@ export class Runtime<I = unknown, P = unknown, O = unknown, R = unknown> {
       this.settleWaiter = undefined;
       const left = this.engine.snapshot;
       this.cutShortCount = this.failed === undefined ? left.preparing + left.waiting + left.onDevice : 0;
+      // (Left before the timeout: only unreachable endpoints could run them — see stranded.)
+      this.cutShortWhy = this.cutShortCount === 0 ? undefined : timedOut ? 'timeout' : 'unreachable';
       // Nothing starts while the jobs are cancelled one by one: each cancel freed room, and the next
       // job's partition was started (its prepare() called, its memory reserved) only to be withdrawn.
       if (!options.drain) this.apply({ type: 'drain', time: this.clock.now() });

@@ -722,6 +722,11 @@ export class Service {
     return this.runtime.cutShort;
   }
 
+  /** Why they were (see Runtime.cutShortBecause). */
+  get cutShortBecause(): 'timeout' | 'unreachable' | undefined {
+    return this.runtime.cutShortBecause;
+  }
+
   /** The engine counters (for metrics). */
   get counters() {
     return this.runtime.engine.snapshot;

@@ -82,6 +82,8 @@ describe('a drain with the HTTP endpoint gone', () => {
       expect(await s.stop()).toBe(0);
       // (30 s of shutdownTimeoutS; a drain that ends as its last step fails to connect takes a second or two.)
       expect(Date.now() - t0).toBeLessThan(20_000);
+      // Said as that, not as a timeout that ran out (it said "still in flight when server.shutdownTimeoutS (30 s) ran out").
+      expect(s.output()).toMatch(/stoker serve: stopped; \d+ partitions? that only devices whose endpoints refuse connections could run (was|were) withdrawn; /);
     } finally {
       if (s.child.exitCode === null) await s.stop();
     }
