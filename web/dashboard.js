@@ -233,6 +233,7 @@ const TERM_NAMES = {
   integral: ['integral (waiting)', (v) => fmtNum(v, 3)],
   waitingAvg: ["waiting, the pacer's smoothed", (v) => fmtNum(v, 2)],
   credit: ['token credit', (v) => fmtNum(v, 2)],
+  planRatePerSec: ['rate of the kind dispatched next', (v) => `${fmtNum(v)} /s`],
 };
 
 /** The pacer's mode as words that say what it means (the raw mode stays in data-mode). */
