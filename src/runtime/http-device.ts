@@ -97,7 +97,9 @@ export class HttpDevice implements DeviceRunner {
     if (creds) throw new Error(`url ${redactUrl(options.url)}: ${creds}`);
     this.o = { headers: {}, timeoutMs: Infinity, maxResponseBytes: 2 ** 30, unreachableMs: 60_000, log: () => {}, ...options };
     this.shown = redactUrl(options.url);
-    this.secrets = secretValues({ headers: options.headers ?? {}, url: options.url });
+    // (The server's own credential-named variables too, as the README says: an endpoint that echoed
+    // an OPENAI_API_KEY it never got — a shared secret — showed it whole.)
+    this.secrets = secretValues({ headers: options.headers ?? {}, url: options.url, env: process.env });
     // At start: an endpoint not there (a wrong port, not started yet) is said now, not at the first step.
     this.tryConnect();
   }
@@ -134,7 +136,7 @@ export class HttpDevice implements DeviceRunner {
     const { data, json, busyMs, rounded = [] } = await this.post(label, JSON.stringify({ items }), { 'content-type': 'application/json', 'stoker-batch': String(calls.length) }, batchSignal(calls));
     const results = (json as { results?: unknown } | undefined)?.results;
     if (!Array.isArray(results) || results.length !== calls.length) {
-      throw new Error(`${label}: POST ${this.shown} answered ${JSON.stringify(maskSecrets(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)), this.secrets))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
+      throw new Error(`${label}: POST ${this.shown} answered ${JSON.stringify(this.excerpt(data))} for a batch of ${calls.length}: answer JSON { "results": [...] }, one { "output" }, { "outputBase64" } or { "error" } per item, in order`);
     }
     return {
       busyMs,
@@ -216,6 +218,15 @@ export class HttpDevice implements DeviceRunner {
     socket.once('error', (e: NodeJS.ErrnoException) => failed(e.code ?? e.message));
   }
 
+  /**
+   * The first BODY_EXCERPT characters of what the endpoint answered, its credentials read `***` —
+   * masked before the cut: cut first, a token across the cut kept the characters before it.
+   */
+  private excerpt(data: Uint8Array): string {
+    const longest = this.secrets[0]?.length ?? 0;
+    return maskSecrets(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT + 4 * longest)), this.secrets).slice(0, BODY_EXCERPT);
+  }
+
   /** POSTs a body; the response's bytes (its JSON, when it says application/json) and the request's wall time. */
   private async post(label: string, body: string | Uint8Array, extra: Record<string, string>, signal: AbortSignal): Promise<{ data: Uint8Array; json: unknown; busyMs: number; rounded?: Rounded[] }> {
     let t0 = 0;
@@ -263,10 +274,10 @@ export class HttpDevice implements DeviceRunner {
       throw new Error(`${label}: POST ${this.shown}: the response broke off: ${reason(e, this.o.timeoutMs)}`);
     }
     const busyMs = performance.now() - t0;
-    const text = () => maskSecrets(new TextDecoder().decode(data.subarray(0, BODY_EXCERPT)).trim(), this.secrets);
+    const text = () => this.excerpt(data).trim();
     if (res.status >= 300 && res.status < 400) {
       const to = res.headers.get('location');
-      throw failure(`${label}: POST ${this.shown} answered ${res.status} ${res.statusText}, a redirect${to ? ` to ${maskSecrets(to, this.secrets)}` : ''}: stoker follows none (the prepared data and the configured headers would go where the answer says) — give the URL that answers in [device.http] url`, false);
+      throw failure(`${label}: POST ${this.shown} answered ${res.status} ${res.statusText}, a redirect${to ? ` to ${maskSecrets(redactUrl(to), this.secrets)}` : ''}: stoker follows none (the prepared data and the configured headers would go where the answer says) — give the URL that answers in [device.http] url`, false);
     }
     if (!res.ok) throw failure(`${label}: POST ${this.shown} answered ${res.status} ${res.statusText}: ${text()}`, FINAL_STATUS.has(res.status) ? false : undefined);
     const type = res.headers.get('content-type') ?? '';
@@ -351,6 +362,9 @@ function reason(e: unknown, timeoutMs: number): string {
   if (err.name === 'AbortError') return 'the step was withdrawn';
   const code = err.cause?.code;
   if (code !== undefined && Object.hasOwn(PLAIN, code)) return `${PLAIN[code]} (${code})`;
+  // (A certificate refused read as its bare code: DEPTH_ZERO_SELF_SIGNED_CERT, and nothing of what to do.)
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return `the endpoint's certificate does not name the host of [device.http] url (${code}): use a name or address it lists, or give it a certificate that lists this one`;
+  if (code !== undefined && /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER/.test(code)) return `the endpoint's certificate is not trusted (${code}): start the server with NODE_EXTRA_CA_CERTS=/path/ca.pem naming its CA (or the self-signed certificate itself)`;
   return code ?? err.cause?.message ?? err.message ?? String(e);
 }
 

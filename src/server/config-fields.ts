@@ -23,9 +23,9 @@ import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, Http
 
 // ─── Messages ─────────────────────────────────────────────────────────────────────────────────
 
-/** How a value is shown in a message. */
+/** How a value is shown in a message (a URL's password and credential-named query values read `***`: a bad cluster.redis quoted its password). */
 export function show(v: unknown): string {
-  if (typeof v === 'string') return JSON.stringify(v);
+  if (typeof v === 'string') return JSON.stringify(redactUrl(v));
   if (typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint') return String(v);
   if (v === null || v === undefined) return 'nothing';
   if (Array.isArray(v)) return 'an array';

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { unknownPacerOptions } from '../core/index.js';
 import { batchTable, dataDirSchema, defaultNodeId, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
 import { suggest } from '../core/suggest.js';
-import { redactArgs, redactUrl, SECRET_NAME } from '../runtime/redact.js';
+import { maskSecrets, redactArgs, redactUrl, SECRET_NAME } from '../runtime/redact.js';
 import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, HttpDeviceConfig, PrepareConfig, ProcessDeviceConfig, ServeConfig, ServerConfig } from './config-types.js';
 
 export { CONFIG_DOC } from './config-fields.js';
@@ -274,6 +274,17 @@ function setField(layer: Layer, field: FieldPath, value: unknown): void {
   sec[k] = value;
 }
 
+/** The values of credential-named keys in JSON text that may not parse (`"Authorization": "Bearer …"`, `"HF_TOKEN": "…"`), and a scheme's token. */
+function jsonSecrets(raw: string): string[] {
+  const found: string[] = [];
+  for (const m of raw.matchAll(/"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"/g)) {
+    if (!SECRET_NAME.test(m[1] as string)) continue;
+    const value = m[2] as string;
+    found.push(value, ...(/^\S+\s+(\S+)$/.exec(value)?.slice(1) ?? []));
+  }
+  return found.filter((v) => v.length > 0).sort((a, b) => b.length - a.length);
+}
+
 /** Sets `field` from the string (or number) `raw` of `source`, or records why not. */
 function setFromString(layer: Layer, field: FieldPath, raw: string | number, source: string, issues: ConfigIssue[]): void {
   let r: z.ZodSafeParseResult<unknown>;
@@ -283,7 +294,9 @@ function setFromString(layer: Layer, field: FieldPath, raw: string | number, sou
       value = JSON.parse(raw);
     } catch (e) {
       const example = field === 'device.http' ? '{"url":"http://127.0.0.1:8000/embed"}' : field === 'device.batch' ? '{"maxItems":16,"maxWaitMs":5}' : '{"command":"python3","args":["device.py"]}';
-      issues.push({ source, path: field, message: `expected a JSON object, got ${show(raw)} (${(e as Error).message}) — write e.g. ${source}='${example}'` });
+      // (Quoted, its headers' and env's credentials masked: found by pattern, the JSON not parsing.)
+      const secrets = jsonSecrets(raw);
+      issues.push({ source, path: field, message: `expected a JSON object, got ${show(maskSecrets(raw, secrets))} (${maskSecrets((e as Error).message, secrets)}) — write e.g. ${source}='${example}'` });
       return;
     }
     // Partial: the table's required key (url, command, maxItems) may come from the file's table,

@@ -4,7 +4,12 @@
  * connection, a timeout, an error status and an oversized answer each fail the item with a reason
  * naming the worker, and the job once its retries are spent.
  */
+import { execFileSync, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import os from 'node:os';
+import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { freePort } from '../../src/cluster/redis-server.js';
@@ -113,6 +118,48 @@ describe('an HTTP device error page that echoes the request', () => {
     const e = await failure(rt.submit(spec('echo'), {}));
     expect(e.message).toMatch(/answered 500 Internal Server Error: bad auth header \*\*\* for \/run\?api_key=\*\*\*/);
     expect(e.message).not.toMatch(/s3cret/);
+  });
+});
+
+describe('an HTTP device error page holding a credential', () => {
+  afterEach(() => {
+    delete process.env['TEST_SERVICE_API_KEY'];
+  });
+
+  it('masks it before the excerpt is cut (a token across the cut kept its first characters), and masks the server’s own credential-named variables', async () => {
+    const token = 'PADSECRETTOKEN0123456789abcdef';
+    process.env['TEST_SERVICE_API_KEY'] = 'ENVSECRETVALUE777';
+    for (const pad of [180, 190, 199]) {
+      const url = await serve((_q, _b, res) => res.writeHead(500, { 'content-type': 'text/plain' }).end(`${'x'.repeat(pad)}${token} and ENVSECRETVALUE777`));
+      const rt = setup({ url, headers: { Authorization: `Bearer ${token}` } }, { retries: 0 });
+      const e = await failure(rt.submit(spec(`pad${pad}`), {}));
+      expect(e.message).not.toMatch(/PADSEC|ENVSECRET/);
+      expect(e.message).toContain(`${'x'.repeat(pad)}***`.slice(0, 200));
+    }
+  });
+
+  it('masks the credentials of a redirect’s target too', async () => {
+    const url = await serve((_q, _b, res) => res.writeHead(302, { location: 'https://other.example/v2?api_key=REDIRKEY1234567&n=1' }).end());
+    const rt = setup({ url }, { retries: 0 });
+    const e = await failure(rt.submit(spec('redir-key'), {}));
+    expect(e.message).toContain('a redirect to https://other.example/v2?api_key=***&n=1');
+  });
+});
+
+const haveOpenssl = spawnSync('openssl', ['version']).status === 0;
+
+describe.skipIf(!haveOpenssl)('an HTTPS endpoint whose certificate the server does not trust', () => {
+  it('says so and how to trust it (it said only DEPTH_ZERO_SELF_SIGNED_CERT)', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stoker-https-device-'));
+    closers.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+    const [key, cert] = [path.join(dir, 'key.pem'), path.join(dir, 'cert.pem')];
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+    const server = createHttpsServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (_q, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise((r) => (server.closeAllConnections(), server.close(() => r()))));
+    const rt = setup({ url: `https://127.0.0.1:${(server.address() as AddressInfo).port}/run` }, { retries: 0 });
+    const e = await failure(rt.submit(spec('tls'), {}));
+    expect(e.message).toMatch(/infer\/0: POST https:\/\/127\.0\.0\.1:\d+\/run failed: the endpoint's certificate is not trusted \(DEPTH_ZERO_SELF_SIGNED_CERT\): start the server with NODE_EXTRA_CA_CERTS=\/path\/ca\.pem naming its CA/);
   });
 });
 

@@ -290,6 +290,15 @@ describe('errors name the source, the field and the fix', () => {
     expect(configError(() => loadConfig({ env: { STOKER_SERVER_TLS_CERT: '/nonexist.pem', STOKER_SERVER_TLS_KEY: '/nonexist.key' }, cwd: dir })).message).toMatch(/^STOKER_SERVER_TLS_CERT: server\.tlsCert: \/nonexist\.pem does not exist/);
   });
 
+  it('a bad value quoted in an error keeps its credentials out (a broken STOKER_DEVICE_HTTP quoted its Authorization header, a bad cluster.redis its password)', () => {
+    const http = configError(() => loadConfig({ env: { STOKER_DEVICE_HTTP: '{"url":"http://127.0.0.1:1/x","headers":{"Authorization":"Bearer ENVJSONSECRET123"},' }, cwd: dir }));
+    expect(http.message).toMatch(/^STOKER_DEVICE_HTTP: device\.http: expected a JSON object, got .*\\"Authorization\\":\\"\*\*\*\\"/);
+    const proc = configError(() => loadConfig({ env: { STOKER_DEVICE_PROCESS: '{"command":"python3","env":{"HF_TOKEN":"hf_PROCSECRET123456"} x' }, cwd: dir }));
+    const redis = configError(() => loadConfig({ env: { STOKER_CLUSTER_REDIS: 'redis://:REDISPASS12345@127.0.0.1:6379/x/y' }, cwd: dir }));
+    expect(redis.message).toContain('got "redis://:***@127.0.0.1:6379/x/y"');
+    for (const e of [http, proc, redis]) expect(e.message).not.toMatch(/ENVJSONSECRET|PROCSECRET|REDISPASS/);
+  });
+
   it('a TOML syntax error names the file and the line', () => {
     const file = write('syntax.toml', '[server]\nport = 7070\nhost = 127.0.0.1\n');
     const e = configError(() => loadConfig({ file, env: {}, cwd: dir }));
