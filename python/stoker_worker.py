@@ -261,12 +261,18 @@ def serve(handle, handle_batch=None):
     Exception in an item's place fails that item alone; raising fails the batch, whose items then
     run again alone). Without ``handle_batch`` a batch's items go through ``handle`` one after
     another. Each batch is timed once."""
-    # A Ctrl-C in the server's terminal reaches its whole process group: it is the server's to act
-    # on (it finishes the items in flight, then closes stdin), not a KeyboardInterrupt mid-item.
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: left as it is
-        pass
+    # A signal to the server's whole process group — a Ctrl-C in its terminal, systemd's stop
+    # (KillMode=control-group), a closed terminal — is the server's to act on (it finishes the items
+    # in flight, then closes stdin), not an end mid-item (SIGTERM killed every worker mid-item and
+    # the drain had nothing to finish). The server ends a worker by closing stdin, else SIGKILL.
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread: left as it is
+            pass
     # A server killed hard (kill -9) closes stdin, which ends the loop below — but not an item that
     # runs on (a hung kernel holding its GPU memory beside the workers of the restarted server):
     # once the parent is gone (the parent pid changes) the worker ends, mid-item if need be.

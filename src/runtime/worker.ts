@@ -62,9 +62,10 @@ export function serve(handle: (item: ProcessItem) => unknown, handleBatch?: (ite
   let queue = Promise.resolve();
   /** The frames of the batch now arriving (they come back to back). */
   let batch: Frame[] = [];
-  // A Ctrl-C in the server's terminal reaches its whole process group: the server's to act on (it
-  // finishes the items in flight, then closes stdin), not an end mid-item.
-  process.on('SIGINT', () => undefined);
+  // A signal to the server's whole process group — a Ctrl-C, systemd's stop (KillMode=control-group),
+  // a closed terminal — is the server's to act on (it finishes the items in flight, then closes
+  // stdin), not an end mid-item. The server ends a worker by closing stdin, else SIGKILL.
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => undefined);
   // A server killed hard (kill -9) closes stdin, which ends serve() — but not an item that runs on
   // (a hung step holding its device memory beside the workers of the restarted server): once the
   // parent is gone (the parent pid changes) the worker ends, mid-item if need be (a step that
