@@ -169,6 +169,9 @@ def _write_frame(stream, header, payload=None):
 
 def _not_json(value, path):
     """Where a value JSON cannot carry is in ``value`` (its path and what it is), or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 14000:
+        # (Past Python's limit on an int's text, 4,300 digits, json.dumps raised and this said only "output".)
+        return (path, "an integer of about %d digits, more than Python writes as text (return it as a string: sys.set_int_max_str_digits(0), then str(x))" % int(value.bit_length() * 0.30103))
     if value is None or isinstance(value, (bool, str, int)):
         return None
     if isinstance(value, float):
