@@ -677,8 +677,9 @@ export class Journal {
     return true;
   }
 
-  /** Counts one more resume of an unfinished job after a restart; a no-op for an ended job. */
-  markResumed(...ids: string[]): void {
+  /** Counts one more resume of each of these unfinished jobs after a restart (a no-op for an ended one), in one transaction. */
+  markResumed(which: string | readonly string[]): void {
+    const ids = typeof which === 'string' ? [which] : which;
     if (ids.length === 0) return;
     for (const id of ids) this.row(id);
     // (One transaction, one sync of the disk: one each held a start with 20,000 jobs to resume for
@@ -829,9 +830,10 @@ function freeBytes(dir: string): number | undefined {
   }
 }
 
-/** What a data dir error asks for, and where it is set. */
 /** What a checkpointed WAL is cut back to (PRAGMA journal_size_limit). */
 const WAL_LIMIT_BYTES = 8 * 1024 * 1024;
+
+/** What a data dir error asks for, and where it is set. */
 const GIVE_DIR = ' — give a directory you can write (dataDir in the config, --data, STOKER_DATA_DIR)';
 
 /** A file system error on the data dir, in words. */

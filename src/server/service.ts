@@ -355,7 +355,7 @@ export class Service {
       this.runs.resume(input === job.input ? job : { ...job, input });
       resumed.push(job.id);
     }
-    ignoreFull(() => this.journal.markResumed(...resumed));
+    ignoreFull(() => this.journal.markResumed(resumed));
     this.resumed += resumed.length;
     const n = [...unloaded.values()].reduce((a, b) => a + b, 0);
     const notes = [

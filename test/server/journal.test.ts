@@ -466,8 +466,8 @@ describe('Journal', () => {
     k.markResumed('m');
     expect(k.get('m')?.resumes).toBe(2);
     // Several at once (a start's resumes, in one transaction): each counted once; none is nothing.
-    k.markResumed('z', 'm', 'b');
-    k.markResumed();
+    k.markResumed(['z', 'm', 'b']);
+    k.markResumed([]);
     expect(['z', 'm', 'b'].map((id) => k.get(id)?.resumes)).toEqual([1, 3, 1]);
     k.insert(job('c'));
     expect(k.unfinished().map((x) => x.id)).toEqual(['z', 'm', 'b', 'c']);
