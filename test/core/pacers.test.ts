@@ -593,7 +593,7 @@ describe('stoker pacer: kinds on the device', () => {
       { name: 'heavy', estimatedPerSec: 5 },
       { name: 'light', estimatedPerSec: 20 },
     ]);
-    // The plan's rate is the next kind's; the capacity it states is of the mix completed (half and half: 1 ÷ (½ ÷ 5 + ½ ÷ 20) = 8/s).
+    // The plan's rate is the next kind's; the capacity it states is of the mix completed, between the two kinds' (exactly: stoker-estimates.test.ts).
     expect(p.state().terms['planRatePerSec']).toBe(20);
     expect(p.state().ratePerSec).toBeGreaterThan(5);
     expect(p.state().ratePerSec).toBeLessThan(20);
