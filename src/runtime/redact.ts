@@ -84,12 +84,7 @@ export function secretValues(given: { args?: readonly string[]; env?: Readonly<R
     const before = args[i - 1];
     if (before !== undefined && /^--?[^=]+$/.test(before) && secretWord(before) && !a.startsWith('-')) found.add(a);
   });
-  for (const [name, value] of Object.entries(given.headers ?? {})) {
-    if (!secretWord(name)) continue;
-    found.add(value);
-    const token = /^\S+\s+(\S+)$/.exec(value)?.[1];
-    if (token) found.add(token);
-  }
+  for (const [name, value] of Object.entries(given.headers ?? {})) if (secretWord(name)) for (const v of withSchemeToken(value)) found.add(v);
   if (given.url) {
     try {
       const u = new URL(given.url);
@@ -100,6 +95,12 @@ export function secretValues(given: { args?: readonly string[]; env?: Readonly<R
   }
   // Longest first: a value that holds another is masked whole.
   return [...found].filter((v) => v.length >= MIN_SECRET_CHARS).sort((a, b) => b.length - a.length);
+}
+
+/** A credential header's value, and its token alone where a scheme leads it (`Bearer tok` → also `tok`). */
+export function withSchemeToken(value: string): string[] {
+  const token = /^\S+\s+(\S+)$/.exec(value)?.[1];
+  return token ? [value, token] : [value];
 }
 
 /**

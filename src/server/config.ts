@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { unknownPacerOptions } from '../core/index.js';
 import { batchTable, dataDirSchema, defaultNodeId, defaults, ENV_VARS, err, int, SECTION_NAMES, SECTIONS, SHAPES, show, subDefaults, processShape, httpShape, batchShape, type FieldPath, type SectionName } from './config-fields.js';
 import { suggest } from '../core/suggest.js';
-import { maskSecrets, redactArgs, redactUrl, SECRET_NAME } from '../runtime/redact.js';
+import { maskSecrets, redactArgs, redactUrl, SECRET_NAME, withSchemeToken } from '../runtime/redact.js';
 import type { ClusterConfig, DeviceBatchConfig, DeviceConfig, EngineConfig, HttpDeviceConfig, PrepareConfig, ProcessDeviceConfig, ServeConfig, ServerConfig } from './config-types.js';
 
 export { CONFIG_DOC } from './config-fields.js';
@@ -279,8 +279,7 @@ function jsonSecrets(raw: string): string[] {
   const found: string[] = [];
   for (const m of raw.matchAll(/"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"/g)) {
     if (!SECRET_NAME.test(m[1] as string)) continue;
-    const value = m[2] as string;
-    found.push(value, ...(/^\S+\s+(\S+)$/.exec(value)?.slice(1) ?? []));
+    found.push(...withSchemeToken(m[2] as string));
   }
   return found.filter((v) => v.length > 0).sort((a, b) => b.length - a.length);
 }

@@ -687,7 +687,7 @@ export class Journal {
     const mark = this.#db.transaction(() => {
       for (const id of ids) this.stmts.resumed.run(id);
     });
-    this.#write(ids.length === 1 ? `the resume of job ${JSON.stringify(ids[0])}` : `the resume of ${ids.length} jobs`, () => mark());
+    this.#write(ids.length === 1 ? `the resume of job ${JSON.stringify(ids[0])}` : `the resume of ${ids.length} jobs`, mark);
   }
 
   /** The job `id`, or `undefined`. */

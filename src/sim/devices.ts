@@ -58,6 +58,15 @@ export function workUnitMs(g: { service: Dist }, s: Scenario): number {
   return kinds.length > 0 ? kinds.reduce((a, b) => a + b, 0) / kinds.length : own;
 }
 
+/**
+ * The work an item of a kind counts for on a device: its mean service time there (`service`, the
+ * kind's own, else the device's) in the device's work unit (workUnitMs). A device with no service
+ * time at all — 0 throughout: zero busy time — counts each item as one.
+ */
+export function itemWork(g: { service: Dist }, service: Dist | undefined, unit: number): number {
+  return unit > 0 ? meanMs(service ?? g.service) / unit : 1;
+}
+
 /** One simulated device per device of the scenario, all workers alive and idle. */
 export function buildDevices(s: Scenario): SimDevice[] {
   const kinds = Object.values(s.kinds);
@@ -68,8 +77,7 @@ export function buildDevices(s: Scenario): SimDevice[] {
       contention: g.contention,
       service: g.service,
       serviceOf: kinds.map((k) => k.service ?? g.service),
-      // (A device with no service time at all — 0 throughout: zero busy time — counts each item as one.)
-      workOf: kinds.map((k) => (unit > 0 ? meanMs(k.service ?? g.service) / unit : 1)),
+      workOf: kinds.map((k) => itemWork(g, k.service, unit)),
       workUnitMs: unit,
       ownBusy: g.busyTime === 'own',
       batch: g.batch ? { maxItems: g.batch.maxItems, fixed: g.batch.fixed } : null,

@@ -1,6 +1,6 @@
 import { PRIORITIES, type JobSpec } from '../core/index.js';
 import { Rng } from './random.js';
-import { deviceGroups, workUnitMs } from './devices.js';
+import { deviceGroups, itemWork, workUnitMs } from './devices.js';
 import { meanMs, prepareHighMs, prepareStep, ScenarioError, type Scenario } from './scenario.js';
 
 /** What a scenario gives before anything runs: its jobs in arrival order, and the window its steady measures use. */
@@ -138,12 +138,7 @@ function kindWork(s: Scenario): (kind: string) => number {
   const groups = deviceGroups(s);
   return (kind: string) => {
     const own = s.kinds[kind]?.service;
-    return (
-      groups.reduce((sum, g) => {
-        const unit = workUnitMs(g, s);
-        return sum + (unit > 0 ? meanMs(own ?? g.service) / unit : 1);
-      }, 0) / groups.length
-    );
+    return groups.reduce((sum, g) => sum + itemWork(g, own, workUnitMs(g, s)), 0) / groups.length;
   };
 }
 
